@@ -1,0 +1,27 @@
+"""The base class of every API model: camelCase names, strict keys, docstring descriptions."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class ApiModel(BaseModel):
+    """Fields are snake_case in Python and camelCase in YAML; unknown keys are errors.
+
+    The docstring under each field becomes its description in the CRD, and so
+    in ``kubectl explain``.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+        validate_default=False,
+    )
+
+    def dump(self) -> dict:
+        """The YAML/JSON form: camelCase keys, unset optional fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")

@@ -1,0 +1,380 @@
+"""The SlurmCluster resource (group slurmk8s.dev, version v1alpha1).
+
+These models are the one source of truth: the CRD under ``charts/`` is
+generated from them (``slurmk8s crd``), the renderer consumes them, and
+``slurmk8s validate`` checks manifests against them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import ApiModel
+from .fields import (
+    AbsPath,
+    DnsLabel,
+    LabelKey,
+    LabelValue,
+    PosixUser,
+    Quantity,
+    SlurmDuration,
+    SlurmName,
+    SlurmVersion,
+    SlurmWord,
+    SshPublicKey,
+    constrained,
+)
+
+GROUP = "slurmk8s.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "SlurmCluster"
+PLURAL = "slurmclusters"
+
+ImageRepository = constrained(
+    r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*",
+    "use an image repository such as ghcr.io/slurmk8s or registry.example.com:5000/hpc",
+    255,
+)
+ImageTag = constrained(
+    r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", "use an image tag of letters, digits, '_', '.' and '-'", 128
+)
+DnsSubdomain = constrained(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
+    "use a Kubernetes object name: lower-case letters, digits, '-' and '.'",
+    253,
+)
+SecretKey = constrained(r"[-._a-zA-Z0-9]+", "use a Secret key of letters, digits, '-', '_' and '.'", 253)
+
+
+def _list_map(key: str = "name") -> dict:
+    """Mark a list of objects as a map keyed by ``key`` (server-side apply merges by it)."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]}
+
+
+class ImageSpec(ApiModel):
+    repository: ImageRepository = "ghcr.io/slurmk8s"
+    """Registry and path the component images are pulled from; each component
+    appends its own name (`<repository>/slurmd:<tag>`)."""
+    tag: ImageTag | None = None
+    """Image tag; defaults to the Slurm version."""
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    """Kubernetes imagePullPolicy of every Slurm container."""
+
+
+class SlurmSpec(ApiModel):
+    version: SlurmVersion = "22.05"
+    """Slurm release the images run (YY.MM). Settings whose names changed
+    between releases are written the way this release expects. Oldest: 22.05."""
+    image: ImageSpec = ImageSpec()
+    """Where the slurmctld, slurmd, login and slurmrestd images come from."""
+
+
+class ResourceList(ApiModel):
+    cpu: Quantity | None = None
+    """CPU, e.g. 500m or 2."""
+    memory: Quantity | None = None
+    """Memory, e.g. 512Mi or 4Gi."""
+
+
+class Resources(ApiModel):
+    requests: ResourceList = ResourceList()
+    """Resources the scheduler reserves for the container."""
+    limits: ResourceList = ResourceList()
+    """Upper bounds enforced on the container."""
+
+
+class VolumeSpec(ApiModel):
+    storage_class_name: DnsSubdomain | None = None
+    """StorageClass of the claim; the cluster default when unset."""
+    size: Quantity = "10Gi"
+    """Requested capacity."""
+
+
+class ControllerSpec(ApiModel):
+    resources: Resources = Resources(
+        requests=ResourceList(cpu="500m", memory="1Gi"), limits=ResourceList(memory="4Gi")
+    )
+    """Resources of the slurmctld container."""
+    state_volume: VolumeSpec = VolumeSpec()
+    """Persistent volume for slurmctld's StateSaveLocation: queued and running
+    jobs survive a controller restart because of it."""
+
+
+class GpuSpec(ApiModel):
+    type: SlurmName = "gpu"
+    """GRES type name Slurm users ask for, e.g. h100 in `--gpus=h100:2`."""
+    count: int = Field(1, ge=1, le=64)
+    """GPUs per node; requested from Kubernetes as nvidia.com/gpu."""
+
+
+class Toleration(ApiModel):
+    key: LabelKey | None = None
+    """Taint key the toleration applies to; empty with operator Exists matches all taints."""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    """Exists, or Equal (the value must match)."""
+    value: LabelValue | None = None
+    """Taint value to match when operator is Equal."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect to match; all effects when unset."""
+    toleration_seconds: int | None = Field(None, ge=0)
+    """For NoExecute: how long the pod stays bound after the taint appears."""
+
+
+class NodeSet(ApiModel):
+    name: DnsLabel
+    """Name of the node set. Its pods and Slurm nodes are called
+    `<cluster>-<name>-<ordinal>`, and its nodes carry the Slurm feature `<name>`."""
+    replicas: int = Field(1, ge=0, le=1024)
+    """Number of slurmd pods (Slurm nodes)."""
+    cpus: int = Field(1, ge=1, le=4096)
+    """CPUs each node offers to Slurm; also the pod's CPU request."""
+    memory: Quantity = "1Gi"
+    """Memory each node offers to Slurm (RealMemory); also the pod's memory request."""
+    gpus: GpuSpec | None = None
+    """GPUs per node, as Slurm GRES `gpu:<type>:<count>`."""
+    features: list[SlurmName] = Field(default_factory=list, max_length=32)
+    """Extra Slurm features for `--constraint`."""
+    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    """Kubernetes node labels the pods must land on."""
+    tolerations: list[Toleration] = Field(default_factory=list)
+    """Taints the pods tolerate, e.g. the GPU nodes' taint."""
+
+
+class Preemption(ApiModel):
+    mode: Literal["off", "requeue", "cancel"] = "off"
+    """What happens to this partition's jobs when a job from a partition with a
+    higher priority needs their nodes: nothing (off), requeue, or cancel."""
+    grace_time: int = Field(0, ge=0, le=86400)
+    """Seconds a preempted job gets after its signal (its --signal, else SIGTERM)
+    before it is requeued or cancelled: the time to write a checkpoint."""
+
+
+class Partition(ApiModel):
+    name: SlurmName
+    """Partition name users pass to `--partition`."""
+    node_sets: list[DnsLabel] = Field(default_factory=list)
+    """Node sets whose nodes belong to this partition."""
+    default: bool = False
+    """Jobs without `--partition` go here. At most one partition is the default."""
+    max_time: SlurmDuration = "UNLIMITED"
+    """Longest time limit a job may have, in Slurm's time format."""
+    priority: int = Field(1, ge=0, le=65533)
+    """PriorityTier: jobs in higher tiers are scheduled first and may preempt
+    jobs of lower tiers whose preemption mode is not off."""
+    preemption: Preemption = Preemption()
+    """How this partition's jobs are preempted."""
+
+
+class SecretKeyRef(ApiModel):
+    name: DnsSubdomain
+    """Secret in the SlurmCluster's namespace."""
+    key: SecretKey
+    """Key whose value is an authorized_keys text (one public key per line)."""
+
+
+class LoginUser(ApiModel):
+    name: PosixUser
+    """User name, the same in every Slurm pod."""
+    uid: int = Field(ge=1000, le=60000)
+    """Numeric user id, the same in every pod: files on shared storage belong to it."""
+    gid: int | None = Field(None, ge=1000, le=60000)
+    """Primary group id; defaults to the uid (a group named like the user)."""
+    ssh_public_keys: list[SshPublicKey] = Field(default_factory=list)
+    """OpenSSH public keys allowed to log in as this user."""
+    ssh_public_keys_from: SecretKeyRef | None = None
+    """More public keys, read from a Secret key."""
+
+
+class LoginService(ApiModel):
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    """How the login Service is exposed."""
+    port: int = Field(22, ge=1, le=65535)
+    """Service port for SSH."""
+
+
+class LoginSpec(ApiModel):
+    replicas: int = Field(1, ge=0, le=16)
+    """Number of login pods behind the login Service."""
+    users: list[LoginUser] = Field(default_factory=list, json_schema_extra=_list_map())
+    """Researchers who may log in over SSH and submit jobs."""
+    service: LoginService = LoginService()
+    """The SSH Service."""
+    resources: Resources = Resources(requests=ResourceList(cpu="250m", memory="512Mi"))
+    """Resources of the login container."""
+
+
+class RestApiSpec(ApiModel):
+    enabled: bool = False
+    """Run slurmrestd (JWT authentication) behind a Service."""
+    replicas: int = Field(1, ge=1, le=8)
+    """Number of slurmrestd pods."""
+
+
+class SharedVolume(ApiModel):
+    name: DnsLabel
+    """Volume name; a created claim is called `<cluster>-<name>`."""
+    mount_path: AbsPath
+    """Where the volume appears, the same path in every Slurm pod and in the
+    Kubernetes workloads that mount the claim."""
+    existing_claim: DnsSubdomain | None = None
+    """Use this ReadWriteMany PersistentVolumeClaim; set this or size."""
+    storage_class_name: DnsSubdomain | None = None
+    """StorageClass of a claim the operator creates (ReadWriteMany)."""
+    size: Quantity | None = None
+    """Capacity of a claim the operator creates; set this or existingClaim."""
+    read_only: bool = False
+    """Mount read-only in the Slurm pods."""
+
+
+class SharedStorage(ApiModel):
+    volumes: list[SharedVolume] = Field(min_length=1, json_schema_extra=_list_map())
+    """ReadWriteMany volumes mounted in every Slurm pod."""
+    checkpoint_dir: AbsPath | None = None
+    """Directory for job checkpoints, inside one of the volumes."""
+
+
+DebugLevel = Literal["quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3"]
+
+
+class SlurmConfig(ApiModel):
+    max_node_count: int = Field(1024, ge=1, le=65533)
+    """Most dynamic nodes slurmctld accepts (MaxNodeCount)."""
+    select_type_parameters: Literal["CR_Core", "CR_Core_Memory", "CR_CPU", "CR_CPU_Memory"] = "CR_Core"
+    """What select/cons_tres treats as consumable. The *_Memory forms need
+    defMemPerCPU, or each job takes a whole node's memory."""
+    def_mem_per_cpu: int | None = Field(None, ge=1)
+    """MiB per allocated CPU for jobs that give no --mem (DefMemPerCPU)."""
+    kill_wait: int = Field(30, ge=0, le=65533)
+    """Seconds between SIGTERM and SIGKILL when a job's time runs out (KillWait)."""
+    return_to_service: int = Field(2, ge=0, le=2)
+    """ReturnToService: 2 lets a node that re-registers healthy become available again."""
+    scheduler_parameters: list[SlurmWord] = Field(default_factory=list)
+    """SchedulerParameters items, e.g. bf_continue or bf_max_job_test=500."""
+    slurmctld_debug: DebugLevel = "info"
+    """SlurmctldDebug log level."""
+    slurmd_debug: DebugLevel = "info"
+    """SlurmdDebug log level."""
+    cgroups: bool = False
+    """Track and confine jobs with cgroups (proctrack/cgroup, task/cgroup).
+    Needs privileged slurmd pods; off, jobs are tracked by process tree."""
+    extra_lines: list[str] = Field(default_factory=list, max_length=256)
+    """Extra `Key=Value` lines appended to slurm.conf. Keys the operator sets
+    itself are refused; so are comments, whitespace in values and newlines."""
+
+
+class Topology(ApiModel):
+    label_keys: list[LabelKey] = Field(min_length=1, max_length=4)
+    """Node label keys naming the switch of each network tier, from the top
+    tier down to the leaf switch the node is attached to. topology.conf
+    (topology/tree) is built from the labels of the nodes the pods run on."""
+
+
+class SlurmClusterSpec(ApiModel):
+    slurm: SlurmSpec = SlurmSpec()
+    """Slurm release and images."""
+    controller: ControllerSpec = ControllerSpec()
+    """The slurmctld StatefulSet."""
+    node_sets: list[NodeSet] = Field(default_factory=list, json_schema_extra=_list_map())
+    """Groups of identical slurmd pods that join as Slurm dynamic nodes."""
+    partitions: list[Partition] = Field(default_factory=list, json_schema_extra=_list_map())
+    """Slurm partitions (queues)."""
+    login: LoginSpec = LoginSpec()
+    """SSH login pods where researchers run sbatch, srun and squeue."""
+    rest_api: RestApiSpec = RestApiSpec()
+    """Optional slurmrestd."""
+    shared_storage: SharedStorage | None = None
+    """Shared ReadWriteMany storage and the checkpoint directory."""
+    slurm_config: SlurmConfig = SlurmConfig()
+    """slurm.conf settings."""
+    topology: Topology | None = None
+    """Network topology (topology/tree) from node labels."""
+    cluster_domain: DnsSubdomain = "cluster.local"
+    """DNS domain of the Kubernetes cluster, for the controller's address."""
+    deletion_policy: Literal["Retain", "Delete"] = "Retain"
+    """What happens to the controller state and to claims the operator created
+    when the SlurmCluster is deleted: Retain keeps the data."""
+
+
+class Condition(ApiModel):
+    type: str = Field(max_length=316)
+    """Ready, or a component: ControllerReady, WorkersReady, LoginReady, RestApiReady."""
+    status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds."""
+    reason: str = Field("", max_length=1024)
+    """One CamelCase word for the last transition."""
+    message: str = Field("", max_length=32768)
+    """What happened, for people."""
+    last_transition_time: str | None = None
+    """When status last changed (RFC 3339)."""
+    observed_generation: int | None = None
+    """The .metadata.generation the condition was computed for."""
+
+
+class NodeCounts(ApiModel):
+    total: int = 0
+    """Slurm nodes registered."""
+    idle: int = 0
+    """Nodes without jobs."""
+    mixed: int = 0
+    """Nodes with jobs on part of their CPUs or GPUs."""
+    allocated: int = 0
+    """Fully allocated nodes."""
+    drain: int = 0
+    """Nodes draining or drained."""
+    down: int = 0
+    """Nodes down or not responding."""
+    other: int = 0
+    """Nodes in any other state (future, invalid, ...)."""
+
+
+class SlurmClusterStatus(ApiModel):
+    phase: Literal["Pending", "Provisioning", "Ready", "Degraded", "Deleting", "Failed"] = "Pending"
+    """Summary of the cluster's state."""
+    conditions: list[Condition] = Field(default_factory=list, json_schema_extra=_list_map("type"))
+    """Ready, and one condition per component."""
+    observed_generation: int | None = None
+    """The .metadata.generation the operator last acted on."""
+    node_counts: NodeCounts = NodeCounts()
+    """Slurm nodes by state."""
+    config_hash: str | None = None
+    """Hash of the rendered Slurm config files currently applied."""
+
+
+class ObjectMeta(ApiModel):
+    """The parts of Kubernetes object metadata that slurmk8s reads."""
+
+    model_config = ApiModel.model_config | {"extra": "allow"}
+    name: DnsLabel
+    """Cluster name; also Slurm's ClusterName and the prefix of every object."""
+    namespace: DnsLabel = "default"
+    """Namespace of the cluster and all its objects."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Labels copied to nothing; Kubernetes' own."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations; Kubernetes' own."""
+    uid: str | None = None
+    """Set by the API server; used for ownerReferences."""
+    generation: int | None = None
+    """Set by the API server."""
+
+
+class SlurmCluster(ApiModel):
+    """A Slurm cluster run as Kubernetes pods: slurmctld, slurmd node sets,
+    login pods and optional slurmrestd."""
+
+    api_version: Literal["slurmk8s.dev/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["SlurmCluster"] = KIND
+    metadata: ObjectMeta
+    spec: SlurmClusterSpec = SlurmClusterSpec()
+    status: SlurmClusterStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace

@@ -1,0 +1,86 @@
+"""Validation errors that name the field path and the reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from pydantic import ValidationError
+
+__all__ = ["FieldError", "InvalidSpec", "field_path", "from_pydantic"]
+
+
+@dataclass(frozen=True, order=True)
+class FieldError:
+    """One problem with one field: ``spec.partitions[1].name: <reason>``."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class InvalidSpec(ValueError):
+    """A resource failed validation. Carries every problem found, not just the first."""
+
+    def __init__(self, errors: Sequence[FieldError], kind: str = "SlurmCluster", name: str = ""):
+        self.errors = list(errors)
+        self.kind = kind
+        self.name = name
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        what = f"{self.kind} {self.name!r}" if self.name else self.kind
+        lines = [f"{what} is invalid ({len(self.errors)} problem{'s' if len(self.errors) != 1 else ''}):"]
+        lines += [f"  {e}" for e in self.errors]
+        return "\n".join(lines)
+
+
+def field_path(loc: Iterable[str | int], root: str = "") -> str:
+    """``("spec", "partitions", 1, "name")`` -> ``spec.partitions[1].name``."""
+    out = root
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+# Pydantic's wording for the generic cases, rephrased for people writing YAML.
+_REPHRASE = {
+    "missing": "is required",
+    "extra_forbidden": "is not a known field (check its spelling and indentation)",
+    "string_type": "must be a string",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "list_type": "must be a list",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+}
+
+
+def from_pydantic(exc: ValidationError, root: str = "") -> list[FieldError]:
+    """Turn a pydantic ValidationError into field-path errors."""
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]
+        # Tagged unions and function validators add their own loc segments; drop them.
+        loc = [p for p in loc if p not in ("function-after[_check()]",)]
+        typ = err["type"]
+        if typ == "slurmk8s":
+            msg = err["msg"]
+        elif typ in _REPHRASE:
+            msg = _REPHRASE[typ]
+        elif typ == "literal_error" or typ == "enum":
+            msg = f"{err['input']!r} is not allowed; {err['msg'][0].lower()}{err['msg'][1:]}"
+        else:
+            msg = err["msg"]
+            if msg.startswith("Value error, "):
+                msg = msg[len("Value error, ") :]
+        out.append(FieldError(field_path(loc, root), msg))
+    return out

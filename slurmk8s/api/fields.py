@@ -1,0 +1,331 @@
+"""Constrained string types shared by the API models.
+
+Every user string that can reach slurm.conf, a hostname, a file path or a
+shell passes through one of these checks. Each check raises an error whose
+message quotes the offending value (JSON-style, so a newline shows as ``\\n``)
+and says why it was refused; :mod:`slurmk8s.api.errors` prefixes the field
+path, giving messages like::
+
+    spec.partitions[1].name: "gpu\\nProlog=/x" contains a newline
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+from pydantic_core import PydanticCustomError
+
+__all__ = [
+    "DnsLabel",
+    "SlurmName",
+    "SlurmWord",
+    "SlurmDuration",
+    "Quantity",
+    "LabelKey",
+    "LabelValue",
+    "PosixUser",
+    "AbsPath",
+    "SshPublicKey",
+    "SlurmVersion",
+    "quote",
+    "refuse",
+    "parse_quantity",
+    "parse_version",
+]
+
+
+def _schema(pattern: str, max_length: int):
+    """Publish the constraint in the JSON schema (and so in the CRD) only.
+
+    The checks themselves run in the validators, which explain a refusal
+    better than a bare pattern mismatch does.
+    """
+    return Field(json_schema_extra={"pattern": pattern, "maxLength": max_length})
+
+
+def quote(value: str) -> str:
+    """Quote a user value for an error message (escapes newlines and quotes)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def refuse(value: str, reason: str) -> PydanticCustomError:
+    """An error for ``value``; the message reads ``"<value>" <reason>``."""
+    # Braces in user input must not be read as pydantic template fields.
+    message = f"{quote(value)} {reason}".replace("{", "{{").replace("}", "}}")
+    return PydanticCustomError("slurmk8s", message)
+
+
+def _no_injection(value: str) -> None:
+    """Refuse the characters that would let a value escape its slurm.conf slot."""
+    if "\n" in value or "\r" in value:
+        raise refuse(value, "contains a newline")
+    if "#" in value:
+        raise refuse(value, "contains '#', which starts a comment in Slurm config files")
+    if "=" in value:
+        raise refuse(value, "contains '=', which would inject a Slurm parameter")
+    if any(c.isspace() for c in value):
+        raise refuse(value, "contains whitespace, which would split a Slurm config line")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise refuse(value, "contains a control character")
+
+
+def _pattern_check(pattern: str, what: str, max_len: int):
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        _no_injection(value)
+        if not value:
+            raise refuse(value, f"is empty; {what}")
+        if len(value) > max_len:
+            raise refuse(value, f"is {len(value)} characters long; at most {max_len} are allowed")
+        if not compiled.fullmatch(value):
+            raise refuse(value, f"is not valid: {what}")
+        return value
+
+    return check
+
+
+def constrained(pattern: str, what: str, max_len: int):
+    """A string type checked against ``pattern``; ``what`` tells the user how to fix it."""
+    return Annotated[
+        str, AfterValidator(_pattern_check(pattern, what, max_len)), _schema(f"^{pattern}$", max_len)
+    ]
+
+
+DNS_LABEL_RE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+
+#: Becomes part of Kubernetes object names and Slurm node host names.
+DnsLabel = Annotated[
+    str,
+    AfterValidator(
+        _pattern_check(
+            DNS_LABEL_RE,
+            "use lower-case letters, digits and '-', starting and ending with a letter or digit "
+            "(a DNS-1123 label)",
+            40,
+        )
+    ),
+    _schema(f"^{DNS_LABEL_RE}$", 40),
+]
+
+SLURM_NAME_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+
+#: A Slurm partition, feature or GRES type name.
+SlurmName = Annotated[
+    str,
+    AfterValidator(
+        _pattern_check(
+            SLURM_NAME_RE,
+            "use letters, digits, '_', '.' and '-', starting with a letter or digit",
+            64,
+        )
+    ),
+    _schema(f"^{SLURM_NAME_RE}$", 64),
+]
+
+SLURM_WORD_RE = r"[a-z_][a-z0-9_]*(=[A-Za-z0-9_.:/-]+)?"
+
+#: One item of a comma-separated Slurm option list, such as ``bf_continue``
+#: or ``bf_max_job_test=500``. '=' is allowed once, after the option name.
+SlurmWord = Annotated[
+    str,
+    AfterValidator(
+        lambda v: _slurm_word(v),
+    ),
+    _schema(f"^{SLURM_WORD_RE}$", 128),
+]
+
+
+def _slurm_word(value: str) -> str:
+    if "\n" in value or "\r" in value:
+        raise refuse(value, "contains a newline")
+    if "#" in value:
+        raise refuse(value, "contains '#', which starts a comment in Slurm config files")
+    if any(c.isspace() for c in value) or "," in value:
+        raise refuse(value, "contains whitespace or ','; give one option per list item")
+    if not re.fullmatch(SLURM_WORD_RE, value):
+        raise refuse(value, "is not a Slurm option: expected name or name=value, e.g. bf_continue")
+    return value
+
+
+DURATION_RE = (
+    r"UNLIMITED|INFINITE|\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}"
+    r"|\d+-\d{1,2}|\d+-\d{1,2}:\d{1,2}|\d+-\d{1,2}:\d{1,2}:\d{1,2}"
+)
+
+#: A Slurm time limit: minutes, [H:]MM:SS, D-HH[:MM[:SS]] or UNLIMITED.
+SlurmDuration = Annotated[
+    str,
+    AfterValidator(
+        _pattern_check(
+            DURATION_RE,
+            "use a Slurm time such as 60 (minutes), 4:00:00, 2-00:00:00 or UNLIMITED",
+            32,
+        )
+    ),
+    _schema(f"^({DURATION_RE})$", 32),
+]
+
+QUANTITY_RE = (
+    r"(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?"
+)
+
+_SUFFIX = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "n": 10**-9, "u": 10**-6, "m": 10**-3, "": 1,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}
+
+
+def parse_quantity(value: str) -> float:
+    """The numeric value of a Kubernetes quantity string ("8Gi" -> 8589934592)."""
+    m = re.fullmatch(r"([+-]?[0-9.]+)([eE][+-]?[0-9.]+|[A-Za-z]*)", value)
+    if not m:
+        raise ValueError(f"not a quantity: {value!r}")
+    number, suffix = m.groups()
+    if suffix[:1] in ("e", "E"):
+        return float(number + suffix)
+    return float(number) * _SUFFIX[suffix]
+
+
+#: A Kubernetes resource quantity such as ``500m``, ``4`` or ``16Gi``.
+Quantity = Annotated[
+    str,
+    AfterValidator(
+        _pattern_check(QUANTITY_RE, "use a Kubernetes quantity such as 500m, 4 or 16Gi", 32)
+    ),
+    _schema(f"^{QUANTITY_RE}$", 32),
+]
+
+LABEL_NAME_RE = r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
+LABEL_KEY_RE = rf"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{LABEL_NAME_RE}"
+
+#: A Kubernetes label key, optionally prefixed: ``topology.kubernetes.io/zone``.
+LabelKey = Annotated[
+    str,
+    AfterValidator(
+        _pattern_check(LABEL_KEY_RE, "use a Kubernetes label key such as example.com/rack", 316)
+    ),
+    _schema(f"^{LABEL_KEY_RE}$", 316),
+]
+
+LABEL_VALUE_RE = rf"({LABEL_NAME_RE})?"
+
+
+def _label_value(value: str) -> str:
+    if value == "":
+        return value
+    return _pattern_check(
+        LABEL_VALUE_RE,
+        "use at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit",
+        63,
+    )(value)
+
+
+#: A Kubernetes label value (may be empty).
+LabelValue = Annotated[
+    str, AfterValidator(_label_value), _schema(f"^{LABEL_VALUE_RE}$", 63)
+]
+
+POSIX_USER_RE = r"[a-z_][a-z0-9_-]*"
+
+#: Names the images already use, or that would collide with system accounts.
+RESERVED_USERS = frozenset(
+    "root daemon bin sys sync games man lp mail news uucp proxy www-data backup list irc "
+    "gnats nobody _apt systemd-network systemd-resolve messagebus sshd munge slurm".split()
+)
+
+
+def _posix_user(value: str) -> str:
+    _pattern_check(
+        POSIX_USER_RE,
+        "use lower-case letters, digits, '_' and '-', starting with a letter or '_'",
+        32,
+    )(value)
+    if value in RESERVED_USERS:
+        raise refuse(value, "is a system account name; choose another user name")
+    return value
+
+
+#: A login user name, the same in every pod.
+PosixUser = Annotated[
+    str, AfterValidator(_posix_user), _schema(f"^{POSIX_USER_RE}$", 32)
+]
+
+ABS_PATH_RE = r"/[A-Za-z0-9._/-]*"
+
+
+def _abs_path(value: str) -> str:
+    _pattern_check(
+        ABS_PATH_RE, "use an absolute path of letters, digits, '.', '_', '-' and '/'", 255
+    )(value)
+    parts = value.split("/")
+    if ".." in parts or "." in parts:
+        raise refuse(value, "contains '.' or '..' components; give the path in its plain form")
+    if value != "/" and value.endswith("/") or "//" in value:
+        raise refuse(value, "is not in normal form; drop repeated and trailing '/'")
+    return value
+
+
+#: An absolute, normalized file-system path that is safe in a shell.
+AbsPath = Annotated[
+    str, AfterValidator(_abs_path), _schema(f"^{ABS_PATH_RE}$", 255)
+]
+
+SSH_KEY_TYPES = (
+    "ssh-ed25519",
+    "ssh-rsa",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com",
+    "sk-ecdsa-sha2-nistp256@openssh.com",
+)
+SSH_KEY_RE = r"(" + "|".join(re.escape(t) for t in SSH_KEY_TYPES) + r") [A-Za-z0-9+/]+={0,3}( [ -~]*)?"
+
+
+def _ssh_key(value: str) -> str:
+    if "\n" in value or "\r" in value:
+        raise refuse(value[:40] + ("..." if len(value) > 40 else ""), "contains a newline; give one key per list item")
+    if not re.fullmatch(SSH_KEY_RE, value):
+        raise refuse(
+            value[:40] + ("..." if len(value) > 40 else ""),
+            "is not an OpenSSH public key: expected '<type> <base64> [comment]' with type one of "
+            + ", ".join(SSH_KEY_TYPES)
+            + " (authorized_keys options are not allowed)",
+        )
+    return value
+
+
+#: One line of an OpenSSH authorized_keys file, without options.
+SshPublicKey = Annotated[
+    str, AfterValidator(_ssh_key), _schema(f"^{SSH_KEY_RE}$", 16384)
+]
+
+VERSION_RE = r"\d{2}\.\d{2}(\.\d+)?"
+
+#: The oldest Slurm release slurmk8s renders configuration for.
+MIN_SLURM = (22, 5)
+
+
+def parse_version(value: str) -> tuple[int, int]:
+    """``"23.02.7"`` -> ``(23, 2)``."""
+    major, minor = value.split(".")[:2]
+    return int(major), int(minor)
+
+
+def _version(value: str) -> str:
+    _pattern_check(VERSION_RE, "use a Slurm release such as 22.05 or 24.11.1", 16)(value)
+    if parse_version(value) < MIN_SLURM:
+        raise refuse(value, "is older than Slurm 22.05, the oldest release slurmk8s supports")
+    return value
+
+
+#: A Slurm release, "YY.MM" or "YY.MM.P".
+SlurmVersion = Annotated[
+    str, AfterValidator(_version), _schema(f"^{VERSION_RE}$", 16)
+]

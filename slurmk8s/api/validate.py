@@ -1,0 +1,248 @@
+"""Load and check a SlurmCluster: the schema (pydantic) and the rules that span fields.
+
+``load_cluster`` is the one entry point. It reports every problem at once,
+each with its field path, and raises :class:`InvalidSpec`; it never returns a
+half-valid object.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator
+
+from pydantic import ValidationError
+
+from .cluster import SlurmCluster
+from .errors import FieldError, InvalidSpec, from_pydantic
+from .fields import quote
+
+__all__ = ["load_cluster", "semantic_errors", "OWNED_KEYS", "KNOB_FOR_KEY", "RESERVED_MOUNTS"]
+
+#: slurm.conf keys that slurmk8s writes, mapped to the typed knob that sets
+#: them (None: managed by slurmk8s, not settable). Lower-case: Slurm keys are
+#: case-insensitive. A test checks that the template writes no key missing here.
+KNOB_FOR_KEY: dict[str, str | None] = {
+    "maxnodecount": "spec.slurmConfig.maxNodeCount",
+    "selecttypeparameters": "spec.slurmConfig.selectTypeParameters",
+    "defmempercpu": "spec.slurmConfig.defMemPerCPU",
+    "killwait": "spec.slurmConfig.killWait",
+    "returntoservice": "spec.slurmConfig.returnToService",
+    "schedulerparameters": "spec.slurmConfig.schedulerParameters",
+    "slurmctlddebug": "spec.slurmConfig.slurmctldDebug",
+    "slurmddebug": "spec.slurmConfig.slurmdDebug",
+    "proctracktype": "spec.slurmConfig.cgroups",
+    "taskplugin": "spec.slurmConfig.cgroups",
+    "topologyplugin": "spec.topology",
+    "preempttype": "spec.partitions[].preemption",
+    "preemptmode": "spec.partitions[].preemption",
+    "preemptparameters": "spec.partitions[].preemption",
+    "grestypes": "spec.nodeSets[].gpus",
+    "nodename": "spec.nodeSets",
+    "nodeset": "spec.nodeSets",
+    "partitionname": "spec.partitions",
+    "clustername": "metadata.name",
+    "authalttypes": "spec.restApi.enabled",
+    "authaltparameters": "spec.restApi.enabled",
+    **{
+        k: None
+        for k in (
+            "slurmctldhost controlmachine controladdr backupcontroller slurmctldport slurmdport "
+            "slurmuser slurmduser authtype credtype selecttype slurmctldparameters treewidth "
+            "statesavelocation slurmdspooldir slurmctldpidfile slurmdpidfile slurmctldlogfile "
+            "slurmdlogfile include schedulertype mpidefault taskprolog prolog epilog "
+            "jobcomptype launchparameters mailprog"
+        ).lower().split()
+    },
+}
+OWNED_KEYS = frozenset(KNOB_FOR_KEY)
+
+#: Paths the images use themselves; shared storage may not be mounted over them.
+RESERVED_MOUNTS = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run", "/sbin",
+    "/sys", "/usr", "/var/lib/slurm", "/var/log", "/var/run", "/var/spool",
+)
+
+EXTRA_LINE_RE = re.compile(r"([A-Za-z][A-Za-z0-9]*)=(\S+)")
+
+
+def load_cluster(obj: Any) -> SlurmCluster:
+    """Parse and check a SlurmCluster manifest (a dict, as read from YAML)."""
+    name = obj.get("metadata", {}).get("name", "") if isinstance(obj, dict) else ""
+    if not isinstance(obj, dict):
+        raise InvalidSpec([FieldError("(document)", "must be a mapping (a SlurmCluster object)")])
+    try:
+        cluster = SlurmCluster.model_validate(obj)
+    except ValidationError as exc:
+        raise InvalidSpec(sorted(from_pydantic(exc)), name=str(name)) from None
+    errors = list(semantic_errors(cluster))
+    if errors:
+        raise InvalidSpec(errors, name=cluster.name)
+    return cluster
+
+
+def _duplicates(items: list, attr: str, path: str, what: str) -> Iterator[FieldError]:
+    seen: dict[Any, int] = {}
+    for i, item in enumerate(items):
+        value = getattr(item, attr)
+        if value in seen:
+            shown = quote(value) if isinstance(value, str) else str(value)
+            yield FieldError(
+                f"{path}[{i}].{_camel(attr)}",
+                f"{shown} is already used by {path}[{seen[value]}]; {what} must be unique",
+            )
+        else:
+            seen[value] = i
+
+
+def _camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
+    """Rules that involve more than one field. Yields every violation."""
+    spec = c.spec
+    yield from _duplicates(spec.node_sets, "name", "spec.nodeSets", "node set names")
+    yield from _duplicates(spec.partitions, "name", "spec.partitions", "partition names")
+
+    for i, ns in enumerate(spec.node_sets):
+        full = f"{c.name}-{ns.name}"
+        if len(full) > 52:
+            yield FieldError(
+                f"spec.nodeSets[{i}].name",
+                f"{quote(ns.name)} makes the StatefulSet name {quote(full)} {len(full)} characters "
+                "long; cluster and node set names together must stay within 51 characters",
+            )
+    total = sum(ns.replicas for ns in spec.node_sets)
+    if total > spec.slurm_config.max_node_count:
+        yield FieldError(
+            "spec.slurmConfig.maxNodeCount",
+            f"{spec.slurm_config.max_node_count} is less than the {total} nodes the node sets "
+            "ask for; raise maxNodeCount or lower the replicas",
+        )
+
+    known = [ns.name for ns in spec.node_sets]
+    defaults = [i for i, p in enumerate(spec.partitions) if p.default]
+    for i in defaults[1:]:
+        yield FieldError(
+            f"spec.partitions[{i}].default",
+            f"spec.partitions[{defaults[0]}] is already the default partition; at most one may be",
+        )
+    for i, p in enumerate(spec.partitions):
+        for j, ref in enumerate(p.node_sets):
+            if ref not in known:
+                yield FieldError(
+                    f"spec.partitions[{i}].nodeSets[{j}]",
+                    f"{quote(ref)} is not a node set; known node sets: {', '.join(known) or '(none)'}",
+                )
+
+    users = spec.login.users
+    yield from _duplicates(users, "name", "spec.login.users", "user names")
+    yield from _duplicates(users, "uid", "spec.login.users", "uids")
+    for i, u in enumerate(users):
+        if not u.ssh_public_keys and u.ssh_public_keys_from is None:
+            yield FieldError(
+                f"spec.login.users[{i}]",
+                f"user {quote(u.name)} has no SSH public key and could not log in; "
+                "set sshPublicKeys or sshPublicKeysFrom",
+            )
+
+    if spec.shared_storage is not None:
+        yield from _storage_errors(spec.shared_storage)
+
+    cfg = spec.slurm_config
+    if cfg.select_type_parameters.endswith("_Memory") and cfg.def_mem_per_cpu is None:
+        yield FieldError(
+            "spec.slurmConfig.defMemPerCPU",
+            f"is required with selectTypeParameters {cfg.select_type_parameters}: without it every "
+            "job that gives no --mem takes a whole node's memory",
+        )
+    seen_keys: dict[str, int] = {}
+    for i, line in enumerate(cfg.extra_lines):
+        yield from _extra_line_errors(i, line, seen_keys)
+
+    if spec.topology is not None:
+        keys = spec.topology.label_keys
+        for i, k in enumerate(keys):
+            if k in keys[:i]:
+                yield FieldError(f"spec.topology.labelKeys[{i}]", f"{quote(k)} is listed twice")
+
+
+def _storage_errors(storage) -> Iterator[FieldError]:
+    vols = storage.volumes
+    yield from _duplicates(vols, "name", "spec.sharedStorage.volumes", "volume names")
+    yield from _duplicates(vols, "mount_path", "spec.sharedStorage.volumes", "mount paths")
+    for i, v in enumerate(vols):
+        path = f"spec.sharedStorage.volumes[{i}]"
+        if (v.existing_claim is None) == (v.size is None):
+            yield FieldError(
+                path, "set exactly one of existingClaim (use a claim) or size (create a claim)"
+            )
+        if v.existing_claim is not None and v.storage_class_name is not None:
+            yield FieldError(
+                f"{path}.storageClassName",
+                "only applies to a claim the operator creates; drop it or drop existingClaim",
+            )
+        mp = v.mount_path
+        for reserved in ("/", *RESERVED_MOUNTS):
+            if mp == reserved or (reserved != "/" and mp.startswith(reserved + "/")):
+                yield FieldError(
+                    f"{path}.mountPath",
+                    f"{quote(mp)} is a system directory the images use; mount under another path "
+                    "such as /shared",
+                )
+                break
+        for j, other in enumerate(vols[:i]):
+            if mp.startswith(other.mount_path + "/") or other.mount_path.startswith(mp + "/"):
+                yield FieldError(
+                    f"{path}.mountPath",
+                    f"{quote(mp)} nests with spec.sharedStorage.volumes[{j}].mountPath "
+                    f"{quote(other.mount_path)}; mount volumes side by side",
+                )
+    cp = storage.checkpoint_dir
+    if cp is not None:
+        owner = next(
+            (v for v in vols if cp == v.mount_path or cp.startswith(v.mount_path + "/")), None
+        )
+        if owner is None:
+            yield FieldError(
+                "spec.sharedStorage.checkpointDir",
+                f"{quote(cp)} is not inside any shared volume; put it under one of "
+                + ", ".join(v.mount_path for v in vols),
+            )
+        elif owner.read_only:
+            yield FieldError(
+                "spec.sharedStorage.checkpointDir",
+                f"{quote(cp)} is on volume {quote(owner.name)}, which is mounted read-only",
+            )
+
+
+def _extra_line_errors(i: int, line: str, seen: dict[str, int]) -> Iterator[FieldError]:
+    path = f"spec.slurmConfig.extraLines[{i}]"
+    if "\n" in line or "\r" in line:
+        yield FieldError(path, f"{quote(line)} contains a newline; give one line per list item")
+        return
+    if "#" in line:
+        yield FieldError(path, f"{quote(line)} contains '#', which starts a comment in slurm.conf")
+        return
+    m = EXTRA_LINE_RE.fullmatch(line)
+    if not m:
+        yield FieldError(
+            path,
+            f"{quote(line)} is not a single Key=Value setting (no spaces in the value), "
+            "e.g. SchedulerTimeSlice=60",
+        )
+        return
+    key = m.group(1)
+    lower = key.lower()
+    if lower in KNOB_FOR_KEY:
+        knob = KNOB_FOR_KEY[lower]
+        hint = f"use {knob} instead" if knob else "it cannot be overridden"
+        yield FieldError(path, f"{quote(line)} sets {key}, which slurmk8s writes itself; {hint}")
+        return
+    if lower in seen:
+        yield FieldError(
+            path, f"{quote(line)} sets {key} again; it is already set by extraLines[{seen[lower]}]"
+        )
+        return
+    seen[lower] = i

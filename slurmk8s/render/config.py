@@ -1,0 +1,208 @@
+"""Slurm configuration files, written from the jinja2 templates in ``templates/``.
+
+``config_files`` is pure: the same cluster (and topology inventory) gives the
+same bytes. This module builds the *values*; the templates hold all of the
+text. Every value that comes from the user was checked by the API model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import jinja2
+
+from ..api.cluster import SlurmCluster
+from ..api.fields import parse_quantity, parse_version
+from . import names
+
+CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")
+USER_FILES = ("passwd", "group")
+
+#: Where the images expect things (see images/README.md).
+STATE_DIR = "/var/spool/slurmctld"
+SLURMD_SPOOL = "/var/spool/slurmd"
+JWT_KEY_PATH = "/run/slurmk8s/jwt/jwt_hs256.key"
+GPU_DEVICE = "/dev/nvidia"
+
+
+@dataclass(frozen=True)
+class TopologyNode:
+    """A Slurm node and the labels of the Kubernetes node it runs on."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def _env() -> jinja2.Environment:
+    root = importlib.resources.files("slurmk8s.templates")
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(root)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+_ENV = _env()
+
+
+def render_template(name: str, **context) -> str:
+    return _ENV.get_template(f"{name}.j2").render(**context)
+
+
+def memory_mib(quantity: str) -> int:
+    return int(parse_quantity(quantity) // 2**20)
+
+
+def _default_partition(c: SlurmCluster) -> str | None:
+    parts = c.spec.partitions
+    chosen = next((p for p in parts if p.default), parts[0] if parts else None)
+    return chosen.name if chosen else None
+
+
+def slurm_conf_context(c: SlurmCluster) -> dict:
+    spec = c.spec
+    cfg = spec.slurm_config
+    version = parse_version(spec.slurm.version)
+    preempting = any(p.preemption.mode != "off" for p in spec.partitions)
+    # Preempted jobs get the signal they asked for with --signal, so they can
+    # checkpoint. The switch moved from SlurmctldParameters to
+    # PreemptParameters in Slurm 23.02.
+    ctld_params = ["enable_configless"]
+    preempt_params = []
+    if preempting:
+        if version >= (23, 2):
+            preempt_params.append("send_user_signal")
+        else:
+            ctld_params.append("preempt_send_user_signal")
+    default = _default_partition(c)
+    return {
+        "namespace": c.namespace,
+        "cluster": c.name,
+        "version": spec.slurm.version,
+        "controller_host": names.controller_pod(c),
+        "controller_addr": names.controller_fqdn(c),
+        "ctld_port": names.SLURMCTLD_PORT,
+        "slurmd_port": names.SLURMD_PORT,
+        "state_dir": STATE_DIR,
+        "slurmd_spool": SLURMD_SPOOL,
+        "rest_api": spec.rest_api.enabled,
+        "jwt_key_path": JWT_KEY_PATH,
+        "cgroups": cfg.cgroups,
+        "gpus": any(ns.gpus for ns in spec.node_sets),
+        "ctld_params": ",".join(ctld_params),
+        "preempt_params": ",".join(preempt_params),
+        "preempting": preempting,
+        "cfg": cfg,
+        "scheduler_parameters": ",".join(cfg.scheduler_parameters),
+        "topology": spec.topology is not None,
+        "node_sets": [
+            {"name": ns.name, "feature": ns.name} for ns in spec.node_sets
+        ],
+        "partitions": [
+            {
+                "name": p.name,
+                "nodes": ",".join(p.node_sets),
+                "default": p.name == default,
+                "max_time": p.max_time,
+                "priority_tier": p.priority,
+                "preempt_mode": p.preemption.mode.upper(),
+                "grace_time": p.preemption.grace_time,
+            }
+            for p in spec.partitions
+        ],
+        "extra_lines": cfg.extra_lines,
+    }
+
+
+def gres_context(c: SlurmCluster) -> dict:
+    last = c.spec.slurm_config.max_node_count - 1
+    return {
+        "cluster": c.name,
+        "entries": [
+            {
+                # Every ordinal the node set can ever have, so scaling never
+                # needs a gres.conf change.
+                "nodes": f"{names.nodeset(c, ns.name)}-[0-{last}]",
+                "type": ns.gpus.type,
+                "files": GPU_DEVICE + (f"[0-{ns.gpus.count - 1}]" if ns.gpus.count > 1 else "0"),
+            }
+            for ns in c.spec.node_sets
+            if ns.gpus
+        ],
+    }
+
+
+def topology_context(c: SlurmCluster, nodes: Sequence[TopologyNode]) -> dict:
+    """Switches of a topology/tree from node labels, top tier first."""
+    topo = c.spec.topology
+    if topo is None:
+        return {"cluster": c.name, "enabled": False, "switches": [], "keys": []}
+    keys = topo.label_keys
+    children: dict[tuple[str, ...], set[str]] = {}
+    leaves: dict[tuple[str, ...], list[str]] = {}
+    for node in sorted(nodes, key=lambda n: n.name):
+        path = tuple(node.labels.get(k, "") for k in keys)
+        if not all(path):
+            path = ("unlabelled",) * len(keys)
+        leaves.setdefault(path, []).append(node.name)
+        for depth in range(1, len(keys)):
+            children.setdefault(path[:depth], set()).add("_".join(path[: depth + 1]))
+
+    def switch(path: tuple[str, ...]) -> str:
+        return "sw_" + "_".join(path)
+
+    switches = []
+    for path in sorted(children):
+        switches.append({"name": switch(path), "switches": ",".join(
+            sorted("sw_" + child for child in children[path]))})
+    for path in sorted(leaves):
+        switches.append({"name": switch(path), "nodes": ",".join(leaves[path])})
+    tops = sorted({switch(p[:1]) for p in leaves})
+    if len(tops) > 1:
+        # Join the top tier so that jobs may span all of it.
+        switches.insert(0, {"name": "sw_root", "switches": ",".join(tops)})
+    return {"cluster": c.name, "enabled": True, "switches": switches, "keys": keys}
+
+
+def config_files(c: SlurmCluster, topology_nodes: Sequence[TopologyNode] = ()) -> dict[str, str]:
+    """The files of the ``<cluster>-slurm-config`` ConfigMap."""
+    return {
+        "slurm.conf": render_template("slurm.conf", **slurm_conf_context(c)),
+        "gres.conf": render_template("gres.conf", **gres_context(c)),
+        "cgroup.conf": render_template("cgroup.conf", cluster=c.name, cgroups=c.spec.slurm_config.cgroups),
+        "topology.conf": render_template("topology.conf", **topology_context(c, topology_nodes)),
+    }
+
+
+def user_files(c: SlurmCluster) -> dict[str, str]:
+    """passwd/group fragments and inline authorized_keys of the login users."""
+    users = [
+        {"name": u.name, "uid": u.uid, "gid": u.gid or u.uid, "keys": u.ssh_public_keys}
+        for u in c.spec.login.users
+    ]
+    groups: dict[int, str] = {}
+    for u in users:  # a group per gid, named after the first user who has it
+        groups.setdefault(u["gid"], u["name"])
+    files = {
+        "passwd": render_template("passwd", users=users),
+        "group": render_template(
+            "group", groups=[{"name": n, "gid": g} for g, n in groups.items()]
+        ),
+    }
+    for u in users:
+        files[f"{u['name']}.authorized_keys"] = render_template("authorized_keys", user=u)
+    return files
+
+
+def config_hash(files: Mapping[str, str]) -> str:
+    """A short, stable digest of config files (order-independent)."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    return h.hexdigest()[:16]

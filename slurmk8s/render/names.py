@@ -1,0 +1,107 @@
+"""How slurmk8s names and labels the objects of a cluster.
+
+The renderer, the operator, the bridge and the sandbox all derive names from
+here, so they agree on them without looking anything up.
+"""
+
+from __future__ import annotations
+
+from ..api.cluster import SlurmCluster
+
+GROUP = "slurmk8s.dev"
+CONFIG_HASH = f"{GROUP}/config-hash"
+#: Set by the operator on worker pods that run Slurm jobs; the busy-worker
+#: PodDisruptionBudget selects on it.
+BUSY_LABEL = f"{GROUP}/slurm-busy"
+CLUSTER_LABEL = f"{GROUP}/cluster"
+NODESET_LABEL = f"{GROUP}/nodeset"
+#: Secrets holding generated keys carry this; they are created once, never updated.
+CREATE_ONLY = f"{GROUP}/create-only"
+DELETION_POLICY = f"{GROUP}/deletion-policy"
+
+SLURMCTLD_PORT = 6817
+SLURMD_PORT = 6818
+SLURMRESTD_PORT = 6820
+SSH_PORT = 22
+
+
+def controller(c: SlurmCluster) -> str:
+    """StatefulSet and headless Service of slurmctld."""
+    return f"{c.name}-controller"
+
+
+def controller_pod(c: SlurmCluster) -> str:
+    return f"{controller(c)}-0"
+
+
+def controller_fqdn(c: SlurmCluster) -> str:
+    """The address slurmd, srun and the login pods use to reach slurmctld."""
+    return f"{controller_pod(c)}.{controller(c)}.{c.namespace}.svc.{c.spec.cluster_domain}"
+
+
+def workers_service(c: SlurmCluster) -> str:
+    return f"{c.name}-workers"
+
+
+def nodeset(c: SlurmCluster, nodeset_name: str) -> str:
+    """StatefulSet of one node set; its pods (and Slurm nodes) are ``<this>-<ordinal>``."""
+    return f"{c.name}-{nodeset_name}"
+
+
+def login(c: SlurmCluster) -> str:
+    return f"{c.name}-login"
+
+
+def restapi(c: SlurmCluster) -> str:
+    return f"{c.name}-restapi"
+
+
+def slurm_config(c: SlurmCluster) -> str:
+    return f"{c.name}-slurm-config"
+
+
+def users_config(c: SlurmCluster) -> str:
+    return f"{c.name}-users"
+
+
+def munge_secret(c: SlurmCluster) -> str:
+    return f"{c.name}-munge-key"
+
+
+def jwt_secret(c: SlurmCluster) -> str:
+    return f"{c.name}-jwt-key"
+
+
+def ssh_host_keys_secret(c: SlurmCluster) -> str:
+    return f"{c.name}-ssh-host-keys"
+
+
+def shared_claim(c: SlurmCluster, volume_name: str) -> str:
+    return f"{c.name}-{volume_name}"
+
+
+def selector(c: SlurmCluster, component: str, **extra: str) -> dict[str, str]:
+    """Stable labels used in selectors: they never change over a cluster's life."""
+    return {
+        "app.kubernetes.io/name": "slurm",
+        "app.kubernetes.io/instance": c.name,
+        "app.kubernetes.io/component": component,
+        **extra,
+    }
+
+
+def labels(c: SlurmCluster, component: str, **extra: str) -> dict[str, str]:
+    """Every object's labels: the recommended app.kubernetes.io set plus ours."""
+    return {
+        **selector(c, component),
+        "app.kubernetes.io/part-of": "slurmk8s",
+        "app.kubernetes.io/managed-by": "slurmk8s-operator",
+        "app.kubernetes.io/version": c.spec.slurm.version,
+        CLUSTER_LABEL: c.name,
+        **extra,
+    }
+
+
+def image(c: SlurmCluster, component: str) -> str:
+    img = c.spec.slurm.image
+    return f"{img.repository}/{component}:{img.tag or c.spec.slurm.version}"
