@@ -15,6 +15,7 @@ from .base import ApiModel
 from .fields import (
     AbsPath,
     DnsLabel,
+    ExtraLine,
     LabelKey,
     LabelValue,
     PosixUser,
@@ -37,16 +38,23 @@ ImageRepository = constrained(
     r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*",
     "use an image repository such as ghcr.io/slurmk8s or registry.example.com:5000/hpc",
     255,
+    slurm=False,
 )
 ImageTag = constrained(
-    r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", "use an image tag of letters, digits, '_', '.' and '-'", 128
+    r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}",
+    "use an image tag of letters, digits, '_', '.' and '-'",
+    128,
+    slurm=False,
 )
 DnsSubdomain = constrained(
     r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
     "use a Kubernetes object name: lower-case letters, digits, '-' and '.'",
     253,
+    slurm=False,
 )
-SecretKey = constrained(r"[-._a-zA-Z0-9]+", "use a Secret key of letters, digits, '-', '_' and '.'", 253)
+SecretKey = constrained(
+    r"[-._a-zA-Z0-9]+", "use a Secret key of letters, digits, '-', '_' and '.'", 253, slurm=False
+)
 
 
 def _list_map(key: str = "name") -> dict:
@@ -111,6 +119,8 @@ class GpuSpec(ApiModel):
 
 
 class Toleration(ApiModel):
+    """A taint the pods tolerate (as in a Kubernetes PodSpec)."""
+
     key: LabelKey | None = None
     """Taint key the toleration applies to; empty with operator Exists matches all taints."""
     operator: Literal["Exists", "Equal"] = "Equal"
@@ -124,6 +134,8 @@ class Toleration(ApiModel):
 
 
 class NodeSet(ApiModel):
+    """A group of identical slurmd pods; each pod is one Slurm dynamic node."""
+
     name: DnsLabel
     """Name of the node set. Its pods and Slurm nodes are called
     `<cluster>-<name>-<ordinal>`, and its nodes carry the Slurm feature `<name>`."""
@@ -153,6 +165,8 @@ class Preemption(ApiModel):
 
 
 class Partition(ApiModel):
+    """A Slurm partition (queue) made of node sets."""
+
     name: SlurmName
     """Partition name users pass to `--partition`."""
     node_sets: list[DnsLabel] = Field(default_factory=list)
@@ -176,6 +190,8 @@ class SecretKeyRef(ApiModel):
 
 
 class LoginUser(ApiModel):
+    """A researcher who logs in over SSH; exists with the same uid in every Slurm pod."""
+
     name: PosixUser
     """User name, the same in every Slurm pod."""
     uid: int = Field(ge=1000, le=60000)
@@ -214,6 +230,8 @@ class RestApiSpec(ApiModel):
 
 
 class SharedVolume(ApiModel):
+    """A ReadWriteMany volume mounted at the same path in every Slurm pod."""
+
     name: DnsLabel
     """Volume name; a created claim is called `<cluster>-<name>`."""
     mount_path: AbsPath
@@ -245,7 +263,7 @@ class SlurmConfig(ApiModel):
     select_type_parameters: Literal["CR_Core", "CR_Core_Memory", "CR_CPU", "CR_CPU_Memory"] = "CR_Core"
     """What select/cons_tres treats as consumable. The *_Memory forms need
     defMemPerCPU, or each job takes a whole node's memory."""
-    def_mem_per_cpu: int | None = Field(None, ge=1)
+    def_mem_per_cpu: int | None = Field(None, ge=1, alias="defMemPerCPU")
     """MiB per allocated CPU for jobs that give no --mem (DefMemPerCPU)."""
     kill_wait: int = Field(30, ge=0, le=65533)
     """Seconds between SIGTERM and SIGKILL when a job's time runs out (KillWait)."""
@@ -260,7 +278,7 @@ class SlurmConfig(ApiModel):
     cgroups: bool = False
     """Track and confine jobs with cgroups (proctrack/cgroup, task/cgroup).
     Needs privileged slurmd pods; off, jobs are tracked by process tree."""
-    extra_lines: list[str] = Field(default_factory=list, max_length=256)
+    extra_lines: list[ExtraLine] = Field(default_factory=list, max_length=256)
     """Extra `Key=Value` lines appended to slurm.conf. Keys the operator sets
     itself are refused; so are comments, whitespace in values and newlines."""
 
@@ -299,6 +317,8 @@ class SlurmClusterSpec(ApiModel):
 
 
 class Condition(ApiModel):
+    """A status condition, as in Kubernetes' metav1.Condition."""
+
     type: str = Field(max_length=316)
     """Ready, or a component: ControllerReady, WorkersReady, LoginReady, RestApiReady."""
     status: Literal["True", "False", "Unknown"]

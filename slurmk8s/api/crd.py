@@ -122,6 +122,8 @@ def _structural(node: dict, defs: dict, path: str) -> dict:
         }
     if "items" in node:
         node["items"] = _structural(node["items"], defs, path + "[]")
+        if "description" not in node["items"]:
+            node["items"]["description"] = f"One entry of {path.rsplit('.', 1)[-1]}."
     if node.get("type") == "array" and node.get("x-kubernetes-list-type") == "map":
         required = set(node["items"].get("required", []))
         missing = set(node["x-kubernetes-list-map-keys"]) - required
@@ -203,9 +205,24 @@ def crd_filename(obj: dict) -> str:
     return f"{obj['metadata']['name']}.yaml"
 
 
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (config files) as literal blocks, readable in the output."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str):
+    style = "|" if "\n" in value and not any(c in value for c in "\r\t") else None
+    if style and any(line != line.rstrip() for line in value.split("\n")):
+        style = None  # trailing spaces cannot be kept in a block scalar
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
 def dump_yaml(objs: list[dict]) -> str:
     """A multi-document YAML stream, stable across runs (keys keep model order)."""
     return "".join(
-        "---\n" + yaml.safe_dump(o, sort_keys=False, default_flow_style=False, width=100, allow_unicode=True)
+        "---\n" + yaml.dump(o, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+                             width=100, allow_unicode=True)
         for o in objs
     )

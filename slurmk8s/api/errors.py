@@ -64,6 +64,16 @@ _REPHRASE = {
 }
 
 
+_BOUNDS = {
+    "greater_than_equal": "{input} is too small; the least allowed is {ge}",
+    "greater_than": "{input} is too small; it must be more than {gt}",
+    "less_than_equal": "{input} is too large; the most allowed is {le}",
+    "less_than": "{input} is too large; it must be less than {lt}",
+    "too_short": "has {actual_length} items; at least {min_length} are needed",
+    "too_long": "has {actual_length} items; at most {max_length} are allowed",
+}
+
+
 def from_pydantic(exc: ValidationError, root: str = "") -> list[FieldError]:
     """Turn a pydantic ValidationError into field-path errors."""
     out = []
@@ -76,6 +86,8 @@ def from_pydantic(exc: ValidationError, root: str = "") -> list[FieldError]:
             msg = err["msg"]
         elif typ in _REPHRASE:
             msg = _REPHRASE[typ]
+        elif typ in _BOUNDS:
+            msg = _BOUNDS[typ].format(input=err.get("input"), **err.get("ctx", {}))
         elif typ == "literal_error" or typ == "enum":
             msg = f"{err['input']!r} is not allowed; {err['msg'][0].lower()}{err['msg'][1:]}"
         else:

@@ -19,6 +19,7 @@ from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
 __all__ = [
+    "ExtraLine",
     "DnsLabel",
     "SlurmName",
     "SlurmWord",
@@ -53,9 +54,8 @@ def quote(value: str) -> str:
 
 def refuse(value: str, reason: str) -> PydanticCustomError:
     """An error for ``value``; the message reads ``"<value>" <reason>``."""
-    # Braces in user input must not be read as pydantic template fields.
-    message = f"{quote(value)} {reason}".replace("{", "{{").replace("}", "}}")
-    return PydanticCustomError("slurmk8s", message)
+    # No context is passed, so pydantic leaves braces in the message alone.
+    return PydanticCustomError("slurmk8s", f"{quote(value)} {reason}")
 
 
 def _no_injection(value: str) -> None:
@@ -72,11 +72,16 @@ def _no_injection(value: str) -> None:
         raise refuse(value, "contains a control character")
 
 
-def _pattern_check(pattern: str, what: str, max_len: int):
+def _pattern_check(pattern: str, what: str, max_len: int, *, slurm: bool = True):
+    """A validator for ``pattern``. ``slurm``: the value reaches Slurm config
+    files, so injection characters are explained as such."""
     compiled = re.compile(pattern)
 
     def check(value: str) -> str:
-        _no_injection(value)
+        if slurm:
+            _no_injection(value)
+        elif "\n" in value or "\r" in value:
+            raise refuse(value, "contains a newline")
         if not value:
             raise refuse(value, f"is empty; {what}")
         if len(value) > max_len:
@@ -88,10 +93,12 @@ def _pattern_check(pattern: str, what: str, max_len: int):
     return check
 
 
-def constrained(pattern: str, what: str, max_len: int):
+def constrained(pattern: str, what: str, max_len: int, *, slurm: bool = True):
     """A string type checked against ``pattern``; ``what`` tells the user how to fix it."""
     return Annotated[
-        str, AfterValidator(_pattern_check(pattern, what, max_len)), _schema(f"^{pattern}$", max_len)
+        str,
+        AfterValidator(_pattern_check(pattern, what, max_len, slurm=slurm)),
+        _schema(f"^{pattern}$", max_len),
     ]
 
 
@@ -208,7 +215,9 @@ LABEL_KEY_RE = rf"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?
 LabelKey = Annotated[
     str,
     AfterValidator(
-        _pattern_check(LABEL_KEY_RE, "use a Kubernetes label key such as example.com/rack", 316)
+        _pattern_check(
+            LABEL_KEY_RE, "use a Kubernetes label key such as example.com/rack", 316, slurm=False
+        )
     ),
     _schema(f"^{LABEL_KEY_RE}$", 316),
 ]
@@ -223,6 +232,7 @@ def _label_value(value: str) -> str:
         LABEL_VALUE_RE,
         "use at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit",
         63,
+        slurm=False,
     )(value)
 
 
@@ -329,3 +339,25 @@ def _version(value: str) -> str:
 SlurmVersion = Annotated[
     str, AfterValidator(_version), _schema(f"^{VERSION_RE}$", 16)
 ]
+
+
+EXTRA_LINE_RE = r"[A-Za-z][A-Za-z0-9]*=[^\s#]+"
+
+
+def _extra_line(value: str) -> str:
+    if "\n" in value or "\r" in value:
+        raise refuse(value, "contains a newline; give one line per list item")
+    if "#" in value:
+        raise refuse(value, "contains '#', which starts a comment in slurm.conf")
+    if not re.fullmatch(EXTRA_LINE_RE, value):
+        raise refuse(
+            value,
+            "is not a single Key=Value setting (no spaces around '=' or in the value), "
+            "e.g. SchedulerTimeSlice=60",
+        )
+    return value
+
+
+#: One ``Key=Value`` line for slurm.conf. Whether the key is one slurmk8s owns
+#: is checked in :mod:`slurmk8s.api.validate`.
+ExtraLine = Annotated[str, AfterValidator(_extra_line), _schema(f"^{EXTRA_LINE_RE}$", 1024)]

@@ -1,0 +1,34 @@
+"""Reading manifests from files: YAML streams that may hold several objects."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import yaml
+
+from .api import InvalidSpec, SlurmCluster, load_cluster
+from .api.cluster import API_VERSION, KIND
+from .api.errors import FieldError
+
+
+def read_documents(path: str) -> list[dict]:
+    """Every non-empty YAML document of ``path`` ('-' reads stdin)."""
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise InvalidSpec([FieldError("(file)", f"is not valid YAML: {exc}")]) from None
+    return docs
+
+
+def clusters(path: str) -> Iterator[SlurmCluster]:
+    """The SlurmClusters of a file; other kinds are skipped, bad ones raise InvalidSpec."""
+    for doc in read_documents(path):
+        if isinstance(doc, dict) and doc.get("kind") not in (None, KIND):
+            continue
+        if isinstance(doc, dict) and doc.get("apiVersion", API_VERSION) != API_VERSION:
+            raise InvalidSpec([FieldError(
+                "apiVersion", f"{doc['apiVersion']!r} is not served; use {API_VERSION}")])
+        yield load_cluster(doc)

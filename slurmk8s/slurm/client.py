@@ -1,0 +1,181 @@
+"""The one facade that talks to Slurm.
+
+:class:`SlurmClient` is the narrow interface the operator, the bridge and the
+sandbox use. Its only backend drives the Slurm commands (``scontrol``,
+``sinfo --json``, ``squeue --json``, ``sbatch``, ``scancel``) through a
+:data:`Runner`, so the same code works on a slurmctld host, inside a pod, or
+in a test namespace. pyslurm is not used: PyPI has no build for Slurm 22.05.
+
+Rules that keep jobs safe live here, once:
+- every drain slurmk8s sets carries the ``slurmk8s:`` prefix, and
+  :meth:`SlurmClient.undrain` refuses to clear any other drain;
+- node names and reasons are checked before they reach a command line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from typing import Callable, Sequence
+
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+
+from .model import DRAIN_PREFIX, Job, Node, job_from_json, node_from_json
+
+__all__ = ["Runner", "local_runner", "SlurmClient", "SlurmError", "NotOurDrain", "DRAIN_PREFIX"]
+
+#: Runs argv (stdin text or None) and returns the finished process. It must
+#: not raise on a non-zero exit; the client reads the return code.
+Runner = Callable[[Sequence[str], "str | None"], subprocess.CompletedProcess]
+
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+SIGNALS = frozenset("USR1 USR2 TERM INT HUP CONT STOP KILL".split())
+
+
+def local_runner(argv: Sequence[str], stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run the Slurm commands of this host (or container)."""
+    return subprocess.run(list(argv), input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; carries its stderr."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str):
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        super().__init__(f"`{' '.join(argv)}` failed (exit {returncode}): {self.stderr}")
+
+    @property
+    def unreachable(self) -> bool:
+        """slurmctld did not answer: worth retrying, never a verdict on a node."""
+        return "Unable to contact slurm controller" in self.stderr or "Connection refused" in self.stderr
+
+
+class NotOurDrain(RuntimeError):
+    """The node's drain was set by someone else; slurmk8s leaves it alone."""
+
+
+def _check_node(name: str) -> str:
+    if not NODE_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not a Slurm node name")
+    return name
+
+
+def _check_reason(reason: str) -> str:
+    if not reason or any(ord(c) < 32 for c in reason) or len(reason) > 200:
+        raise ValueError(f"{reason!r} is not a usable drain reason (one printable line, at most 200 characters)")
+    return reason
+
+
+_reads = retry(
+    retry=retry_if_exception(lambda e: isinstance(e, SlurmError) and e.unreachable),
+    stop=stop_after_attempt(3),
+    wait=wait_exponential(multiplier=0.5, max=4),
+    reraise=True,
+)
+
+
+class SlurmClient:
+    """Reads and changes one Slurm cluster through its commands."""
+
+    def __init__(self, runner: Runner = local_runner):
+        self._runner = runner
+
+    def _run(self, *argv: str, stdin: str | None = None) -> str:
+        proc = self._runner(list(argv), stdin)
+        if proc.returncode != 0:
+            raise SlurmError(argv, proc.returncode, proc.stderr or proc.stdout)
+        return proc.stdout
+
+    # Reads: idempotent, retried briefly when slurmctld does not answer.
+
+    def ping(self) -> bool:
+        proc = self._runner(["scontrol", "ping"], None)
+        return proc.returncode == 0 and "UP" in proc.stdout
+
+    @_reads
+    def nodes(self) -> list[Node]:
+        data = json.loads(self._run("sinfo", "--json"))
+        return sorted((node_from_json(n) for n in data.get("nodes", [])), key=lambda n: n.name)
+
+    def node(self, name: str) -> Node | None:
+        """The node, or None if Slurm has no such node. Raises if Slurm cannot be asked."""
+        return next((n for n in self.nodes() if n.name == _check_node(name)), None)
+
+    @_reads
+    def jobs(self, nodes: Sequence[str] = ()) -> list[Job]:
+        """Jobs Slurm still tracks; with ``nodes``, only those allocated there."""
+        argv = ["squeue", "--json"]
+        if nodes:
+            argv.append("--nodelist=" + ",".join(_check_node(n) for n in nodes))
+        data = json.loads(self._run(*argv))
+        return sorted((job_from_json(j) for j in data.get("jobs", [])), key=lambda j: j.job_id)
+
+    # Changes.
+
+    def drain(self, name: str, reason: str) -> None:
+        """Drain a node with a ``slurmk8s:``-prefixed reason (idempotent)."""
+        self._run("scontrol", "update", f"nodename={_check_node(name)}", "state=drain",
+                  f"reason={DRAIN_PREFIX} {_check_reason(reason)}")
+
+    def undrain(self, name: str) -> None:
+        """Clear a drain slurmk8s set. Raises NotOurDrain for anyone else's drain."""
+        node = self.node(name)
+        if node is None or not node.drain_set:
+            return
+        if not node.drain_is_ours:
+            raise NotOurDrain(f"node {name} was drained by someone else ({node.reason!r}); leaving it drained")
+        self._run("scontrol", "update", f"nodename={name}", "state=resume")
+
+    def delete_node(self, name: str) -> None:
+        """Remove a dynamic node record. A node that is already gone is fine."""
+        try:
+            self._run("scontrol", "delete", f"nodename={_check_node(name)}")
+        except SlurmError as exc:
+            if "Invalid node name" in exc.stderr or "not found" in exc.stderr.lower():
+                return
+            raise
+
+    def signal(self, job_id: int, signal: str, *, batch_only: bool = True) -> None:
+        """Send ``signal`` to a job: by default to its batch shell, as ``--signal=B:`` does."""
+        if signal not in SIGNALS:
+            raise ValueError(f"{signal!r} is not a signal slurmk8s sends")
+        argv = ["scancel", f"--signal={signal}"]
+        if batch_only:
+            argv.append("--batch")
+        self._run(*argv, str(int(job_id)))
+
+    def requeue(self, job_id: int, *, start_now: bool = True, timeout: float = 30) -> None:
+        """Requeue a job. ``start_now``: make it eligible at once instead of
+        after Slurm's requeue delay (about two minutes with the defaults)."""
+        self._run("scontrol", "requeue", str(int(job_id)))
+        if not start_now:
+            return
+        # The new begin time is set once the job has left COMPLETING; moving it
+        # earlier before then has no effect.
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            job = next((j for j in self.jobs() if j.job_id == job_id), None)
+            if job is None or job.state != "COMPLETING":
+                break
+            time.sleep(0.2)
+        self.start_now(job_id)
+
+    def start_now(self, job_id: int) -> None:
+        """Make a pending job eligible now (clears a requeue's begin-time delay)."""
+        self._run("scontrol", "update", f"jobid={int(job_id)}", "StartTime=now")
+
+    def cancel(self, job_id: int) -> None:
+        self._run("scancel", str(int(job_id)))
+
+    def submit(self, script: str, args: Sequence[str] = ()) -> int:
+        """sbatch ``script`` (its text); returns the job id."""
+        out = self._run("sbatch", "--parsable", *args, stdin=script)
+        return int(out.strip().split(";")[0])
+
+    def reconfigure(self) -> None:
+        """Make slurmctld (and every slurmd) re-read the config files."""
+        self._run("scontrol", "reconfigure")

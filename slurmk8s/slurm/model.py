@@ -1,0 +1,132 @@
+"""What slurmk8s reads from Slurm: nodes and jobs, parsed from ``--json`` output.
+
+Pure functions from Slurm's JSON (openapi v0.0.38 shape in 22.05, the same
+keys in later releases) to small frozen records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: Every drain slurmk8s sets starts with this; drains without it belong to an
+#: administrator and are never cleared by slurmk8s.
+DRAIN_PREFIX = "slurmk8s:"
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    #: Base state, lower case: idle, mixed, allocated, down, unknown, future, ...
+    state: str
+    #: State flags, upper case: DRAIN, NOT_RESPONDING, DYNAMIC_NORM, COMPLETING, ...
+    flags: frozenset[str]
+    reason: str
+    features: tuple[str, ...]
+    partitions: tuple[str, ...]
+    cpus: int
+    alloc_cpus: int
+    gres: str
+    address: str
+
+    @property
+    def drain_set(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def drained(self) -> bool:
+        """Drain set and nothing left running: safe to remove."""
+        return self.drain_set and self.state in ("idle", "down") and "COMPLETING" not in self.flags
+
+    @property
+    def drain_is_ours(self) -> bool:
+        return self.drain_set and self.reason.startswith(DRAIN_PREFIX)
+
+    @property
+    def responding(self) -> bool:
+        return "NOT_RESPONDING" not in self.flags and self.state not in ("down", "unknown")
+
+    @property
+    def busy(self) -> bool:
+        return self.state in ("mixed", "allocated") or "COMPLETING" in self.flags
+
+    @property
+    def bucket(self) -> str:
+        """The status.nodeCounts field this node is counted in."""
+        if self.state == "down" or "NOT_RESPONDING" in self.flags:
+            return "down"
+        if self.drain_set:
+            return "drain"
+        if self.state in ("idle", "mixed", "allocated"):
+            return self.state
+        return "other"
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: int
+    name: str
+    user: str
+    #: PENDING, RUNNING, COMPLETING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...
+    state: str
+    partition: str
+    nodes: str
+    requeue: bool
+    restart_count: int
+    reason: str
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED")
+
+
+def _split(value: Any) -> tuple[str, ...]:
+    if isinstance(value, list):
+        return tuple(str(v) for v in value)
+    return tuple(v for v in str(value or "").split(",") if v)
+
+
+def node_from_json(d: dict) -> Node:
+    state = str(d.get("state", "unknown")).lower()
+    flags = {str(f).upper() for f in d.get("state_flags", [])}
+    return Node(
+        name=d["name"],
+        state=state,
+        flags=frozenset(flags),
+        reason=d.get("reason") or "",
+        features=_split(d.get("active_features") or d.get("features")),
+        partitions=_split(d.get("partitions")),
+        cpus=int(d.get("cpus") or 0),
+        alloc_cpus=int(d.get("alloc_cpus") or 0),
+        gres=d.get("gres") or "",
+        address=d.get("address") or "",
+    )
+
+
+def _number(value: Any) -> int | None:
+    """Slurm >= 23.02 wraps numbers as {"set": bool, "number": n}."""
+    if isinstance(value, dict):
+        return int(value["number"]) if value.get("set") else None
+    return None if value is None else int(value)
+
+
+def job_from_json(d: dict) -> Job:
+    state = d.get("job_state", "UNKNOWN")
+    if isinstance(state, list):  # a list of flags from 23.02 on
+        state = state[0] if state else "UNKNOWN"
+    array_job = _number(d.get("array_job_id"))
+    return Job(
+        job_id=int(_number(d["job_id"])),
+        name=d.get("name", ""),
+        user=d.get("user_name", ""),
+        state=str(state),
+        partition=d.get("partition", ""),
+        nodes=d.get("nodes", ""),
+        requeue=bool(d.get("requeue", False)),
+        restart_count=int(_number(d.get("restart_cnt")) or 0),
+        reason=d.get("state_reason", ""),
+        array_job_id=array_job or None,
+        array_task_id=_number(d.get("array_task_id")),
+    )

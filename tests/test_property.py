@@ -1,0 +1,145 @@
+"""Random specs: the renderer returns valid output or raises InvalidSpec, never anything else."""
+
+from __future__ import annotations
+
+import re
+
+import kubernetes_validate
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurmk8s.api import InvalidSpec, load_cluster
+from slurmk8s.api.validate import OWNED_KEYS
+from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
+
+KEYS = ClusterKeys.generate()
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x@y"
+
+# Each spec is drawn either clean (valid values only, so the renderer runs) or
+# hostile (injection attempts and out-of-range values mixed in).
+HOSTILE = st.sampled_from(
+    ["", " ", "a\nb", "x#y", "k=v", "a b", "{x}", "é", "-a", "a" * 80, "a\r", "a,b", "../x", "\t"]
+)
+DNS = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
+
+
+def pick(clean: bool, good, bad):
+    return good if clean else st.one_of(good, bad)
+
+
+@st.composite
+def node_sets(draw, clean):
+    name = pick(clean, DNS, HOSTILE)
+    ns = {"name": draw(name), "replicas": draw(pick(clean, st.integers(0, 3), st.integers(-1, 2000))),
+          "cpus": draw(pick(clean, st.integers(1, 8), st.just(0))),
+          "memory": draw(pick(clean, st.sampled_from(["1Gi", "512Mi", "2", "1.5Gi", "4G"]),
+                              st.sampled_from(["x", "1 Gi", "4GB"])))}
+    if draw(st.booleans()):
+        ns["gpus"] = {"type": draw(pick(clean, st.sampled_from(["h100", "a100_80g", "gpu"]), HOSTILE)),
+                      "count": draw(pick(clean, st.integers(1, 8), st.integers(-1, 99)))}
+    if draw(st.booleans()):
+        ns["features"] = draw(st.lists(pick(clean, DNS, HOSTILE), max_size=2))
+    if draw(st.booleans()):
+        ns["nodeSelector"] = draw(st.dictionaries(
+            pick(clean, st.sampled_from(["zone", "example.com/rack"]), st.just("bad key")), DNS, max_size=2))
+    return ns
+
+
+@st.composite
+def partitions(draw, clean, known):
+    p = {"name": draw(pick(clean, DNS, HOSTILE)),
+         "maxTime": draw(pick(clean, st.sampled_from(["UNLIMITED", "60", "1:00:00", "2-00:00:00", "1-12"]),
+                              st.sampled_from(["soon", "1 h", "1:2:3:4"]))),
+         "priority": draw(pick(clean, st.integers(0, 65533), st.integers(-5, 70000)))}
+    if known:
+        p["nodeSets"] = draw(st.lists(pick(clean, st.sampled_from(known), DNS), max_size=2, unique=True))
+    elif not clean:
+        p["nodeSets"] = draw(st.lists(DNS, max_size=2, unique=True))
+    if draw(st.booleans()):
+        p["preemption"] = {"mode": draw(pick(clean, st.sampled_from(["off", "requeue", "cancel"]), st.just("on"))),
+                           "graceTime": draw(pick(clean, st.integers(0, 120), st.just(-1)))}
+    return p
+
+
+@st.composite
+def specs(draw):
+    clean = draw(st.booleans())
+    sets = draw(st.lists(node_sets(clean), max_size=3, unique_by=lambda n: n["name"]))
+    spec = {"nodeSets": sets}
+    parts = draw(st.lists(partitions(clean, [s["name"] for s in sets]), max_size=3, unique_by=lambda p: p["name"]))
+    if parts:
+        parts[0]["default"] = True
+    spec["partitions"] = parts
+    spec["slurm"] = {"version": draw(pick(clean, st.sampled_from(["22.05", "23.02", "24.11.3"]),
+                                          st.sampled_from(["21.08", "x"])))}
+    spec["login"] = {"users": draw(st.lists(st.fixed_dictionaries({
+        "name": pick(clean, DNS.filter(lambda n: n not in ("root", "bin", "sys", "man", "lp")), HOSTILE),
+        "uid": pick(clean, st.integers(1000, 60000), st.integers(0, 70000)),
+        "sshPublicKeys": st.lists(pick(clean, st.just(KEY), st.sampled_from([KEY + "\nx", "nope"])),
+                                  min_size=1, max_size=2),
+    }), max_size=2, unique_by=(lambda u: u["name"], lambda u: u["uid"])))}
+    memory_knob = draw(st.sampled_from(["CR_Core", "CR_Core_Memory", "CR_CPU"]))
+    spec["slurmConfig"] = {
+        "extraLines": draw(st.lists(pick(clean, st.sampled_from(["SchedulerTimeSlice=60", "Waittime=5"]),
+                                         st.sampled_from(["SlurmUser=root", "A=b c", "X=1\nY=2", "#x=1"])),
+                                    max_size=2, unique=True)),
+        "schedulerParameters": draw(st.lists(pick(clean, st.sampled_from(["bf_continue", "bf_max_job_test=5"]),
+                                                  st.sampled_from(["a b", "x#", "a,b"])), max_size=2)),
+        "maxNodeCount": draw(pick(clean, st.integers(16, 4096), st.integers(-1, 3))),
+        "selectTypeParameters": memory_knob,
+    }
+    if memory_knob.endswith("Memory") and (clean or draw(st.booleans())):
+        spec["slurmConfig"]["defMemPerCPU"] = draw(st.integers(1, 4096))
+    if draw(st.booleans()):
+        spec["sharedStorage"] = {
+            "volumes": [{"name": "shared", "size": "1Gi",
+                         "mountPath": draw(pick(clean, st.sampled_from(["/shared", "/data"]),
+                                                st.sampled_from(["/etc", "/a b", "/x/../etc"])))}],
+        }
+        mount = spec["sharedStorage"]["volumes"][0]["mountPath"]
+        spec["sharedStorage"]["checkpointDir"] = draw(pick(clean, st.just(mount + "/ckpt"), st.just("/elsewhere")))
+    if draw(st.booleans()):
+        spec["topology"] = {"labelKeys": draw(st.lists(
+            pick(clean, st.sampled_from(["net/spine", "net/leaf"]), st.just("bad key")),
+            min_size=1, max_size=2, unique=True))}
+    spec["restApi"] = {"enabled": draw(st.booleans())}
+    return {"apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster",
+            "metadata": {"name": draw(pick(clean, DNS, HOSTILE)), "namespace": "ns1"}, "spec": spec}
+
+
+SETTING = re.compile(r"[A-Za-z]+=\S+( [A-Za-z]+=\S+)*")
+
+
+def assert_config_is_well_formed(cluster, files: dict[str, str]) -> None:
+    extra_keys = {line.split("=", 1)[0].lower() for line in cluster.spec.slurm_config.extra_lines}
+    counts = {"partitionname": 0, "nodeset": 0}
+    for fname, text in files.items():
+        assert text.endswith("\n")
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            assert SETTING.fullmatch(line), f"{fname}: malformed line {line!r}"
+            key = line.split("=", 1)[0].lower()
+            if fname == "slurm.conf":
+                assert key in OWNED_KEYS or key in extra_keys, f"unexpected key in {line!r}"
+                if key in counts:
+                    counts[key] += 1
+    assert counts["partitionname"] == len(cluster.spec.partitions)
+    assert counts["nodeset"] == len(cluster.spec.node_sets)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs())
+def test_random_specs_render_valid_output_or_raise_field_errors(doc):
+    try:
+        cluster = load_cluster(doc)
+    except InvalidSpec as exc:
+        for err in exc.errors:
+            assert re.match(r"(spec|metadata)(\.|$)", err.path), err
+            assert err.message.strip(), err
+        return
+    nodes = [TopologyNode(f"{cluster.name}-n{i}", {"net/spine": f"s{i % 2}", "net/leaf": f"l{i}"}) for i in range(3)]
+    assert_config_is_well_formed(cluster, config_files(cluster, nodes))
+    objs = render(cluster, KEYS, nodes)
+    for o in objs:
+        kubernetes_validate.validate(o, kubernetes_validate.latest_version(), strict=True)

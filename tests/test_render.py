@@ -1,0 +1,231 @@
+"""The renderer: spec -> Slurm config text and Kubernetes objects, purely."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import kubernetes_validate
+import pytest
+
+from slurmk8s.api import load_cluster
+from slurmk8s.api.crd import dump_yaml
+from slurmk8s.api.validate import OWNED_KEYS
+from slurmk8s.render import ClusterKeys, TopologyNode, config_files, config_hash, render
+from slurmk8s.render import names
+
+from .conftest import minimal
+
+K8S_VERSIONS = sorted({"1.29.0", kubernetes_validate.latest_version()})
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop"
+
+
+def by_kind(objs: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objs}
+
+
+def slurm_conf(objs: list[dict]) -> str:
+    cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-slurm-config"))
+    return cm["data"]["slurm.conf"]
+
+
+def conf_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def test_example_renders_every_component(doc, keys):
+    objs = by_kind(render(load_cluster(doc), keys))
+    expected = {
+        ("ConfigMap", "demo-slurm-config"), ("ConfigMap", "demo-users"),
+        ("Secret", "demo-munge-key"), ("Secret", "demo-ssh-host-keys"),
+        ("PersistentVolumeClaim", "demo-shared"),
+        ("Service", "demo-controller"), ("StatefulSet", "demo-controller"),
+        ("Service", "demo-workers"), ("StatefulSet", "demo-cpu"), ("StatefulSet", "demo-gpu"),
+        ("PodDisruptionBudget", "demo-cpu-busy"), ("PodDisruptionBudget", "demo-gpu-busy"),
+        ("Service", "demo-login"), ("Deployment", "demo-login"),
+    }
+    assert set(objs) == expected
+    ctld = objs[("StatefulSet", "demo-controller")]["spec"]
+    assert ctld["replicas"] == 1
+    assert ctld["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    assert "readinessProbe" in ctld["template"]["spec"]["containers"][0]
+    for svc in ("demo-controller", "demo-workers"):
+        assert objs[("Service", svc)]["spec"]["clusterIP"] == "None"
+    gpu = objs[("StatefulSet", "demo-gpu")]["spec"]
+    assert gpu["replicas"] == 2 and gpu["serviceName"] == "demo-workers"
+    container = gpu["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["SLURMK8S_NODE_CONF"] == "CPUs=2 RealMemory=4096 Gres=gpu:h100:4 Feature=gpu"
+    assert env["SLURMK8S_CONTROLLER"] == "demo-controller-0.demo-controller.default.svc.cluster.local"
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert "/shared" in mounts and "/etc/slurm" not in mounts  # workers are configless
+
+
+def test_slurm_conf_has_what_configless_dynamic_nodes_need(doc, keys):
+    conf = slurm_conf(render(load_cluster(doc), keys))
+    lines = conf_lines(conf)
+    assert "SelectType=select/cons_tres" in lines
+    assert "TreeWidth=65533" in lines
+    assert "MaxNodeCount=1024" in lines
+    assert any(re.fullmatch(r"SlurmctldParameters=(\S+,)?enable_configless(,\S+)?", x) for x in lines)
+    assert "NodeSet=gpu Feature=gpu" in lines
+    assert not any(x.startswith("NodeName=") for x in lines)
+    part = next(x for x in lines if x.startswith("PartitionName=gpu "))
+    assert " Nodes=gpu " in part and " GraceTime=60 " in part and " PreemptMode=REQUEUE " in part
+
+
+@pytest.mark.parametrize("version,expect,absent", [
+    ("22.05", "SlurmctldParameters=enable_configless,preempt_send_user_signal", "PreemptParameters="),
+    ("23.02", "PreemptParameters=send_user_signal", "preempt_send_user_signal"),
+    ("24.11.1", "PreemptParameters=send_user_signal", "preempt_send_user_signal"),
+])
+def test_version_specific_settings_follow_the_slurm_release(doc, keys, version, expect, absent):
+    doc["spec"]["slurm"]["version"] = version
+    conf = slurm_conf(render(load_cluster(doc), keys))
+    assert expect in conf_lines(conf)
+    assert absent not in conf
+
+
+def test_no_preemption_means_no_preempt_settings(keys):
+    conf = slurm_conf(render(load_cluster(minimal(partitions=[{"name": "p"}])), keys))
+    assert "Preempt" not in conf
+    # The only partition becomes the default, so jobs without -p have a home.
+    assert "PartitionName=p Default=YES" in conf
+
+
+def test_same_input_gives_byte_identical_output(example_doc, keys):
+    first = dump_yaml(render(load_cluster(example_doc), keys))
+    second = dump_yaml(render(load_cluster(dict(example_doc)), keys))
+    assert first == second
+    assert len(first) > 5000
+
+
+def test_every_object_carries_labels_and_the_config_hash(doc, keys):
+    c = load_cluster(doc)
+    objs = render(c, keys)
+    files = by_kind(objs)[("ConfigMap", "demo-slurm-config")]["data"]
+    chash = config_hash(files)
+    for o in objs:
+        meta = o["metadata"]
+        for label in ("name", "instance", "component", "part-of", "managed-by", "version"):
+            assert f"app.kubernetes.io/{label}" in meta["labels"], (o["kind"], meta["name"], label)
+        assert meta["annotations"][names.CONFIG_HASH] == chash
+        assert meta["namespace"] == "default"
+
+
+def test_a_config_change_changes_the_hash_and_leaves_keys_alone(doc, keys):
+    before = by_kind(render(load_cluster(doc), keys))
+    doc["spec"]["slurmConfig"]["killWait"] = 45
+    after = by_kind(render(load_cluster(doc), keys))
+    hash_of = lambda objs: objs[("ConfigMap", "demo-slurm-config")]["metadata"]["annotations"][names.CONFIG_HASH]
+    assert hash_of(before) != hash_of(after)
+    secret = ("Secret", "demo-munge-key")
+    assert before[secret]["data"] == after[secret]["data"]
+    # Pod templates carry no config hash: a config change is applied by
+    # `scontrol reconfigure`, not by restarting pods.
+    for key in (("StatefulSet", "demo-controller"), ("StatefulSet", "demo-gpu")):
+        assert before[key]["spec"]["template"] == after[key]["spec"]["template"] or \
+            before[key]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] != \
+            after[key]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert names.CONFIG_HASH not in str(after[key]["spec"]["template"].get("metadata", {}))
+
+
+def test_munge_key_secret_is_immutable_and_holds_the_given_key(doc):
+    keys = ClusterKeys.generate()
+    secret = by_kind(render(load_cluster(doc), keys))[("Secret", "demo-munge-key")]
+    assert secret["immutable"] is True
+    assert secret["metadata"]["annotations"][names.CREATE_ONLY] == "true"
+    assert base64.b64decode(secret["data"]["munge.key"]) == keys.munge_key
+    assert len(keys.munge_key) == 1024
+    assert ClusterKeys.generate().munge_key != keys.munge_key
+
+
+def test_owner_references_follow_the_uid_and_retained_claims_have_none(doc, keys):
+    doc["metadata"]["uid"] = "0b5e2c6e-1111-4c2b-9c57-3a9a4d3c2e01"
+    objs = render(load_cluster(doc), keys)
+    for o in objs:
+        refs = o["metadata"].get("ownerReferences")
+        if o["kind"] == "PersistentVolumeClaim":
+            assert refs is None  # deletionPolicy Retain: never garbage-collected
+        else:
+            assert refs and refs[0]["uid"] == doc["metadata"]["uid"] and refs[0]["kind"] == "SlurmCluster"
+    doc["spec"]["deletionPolicy"] = "Delete"
+    pvc = by_kind(render(load_cluster(doc), keys))[("PersistentVolumeClaim", "demo-shared")]
+    assert pvc["metadata"]["ownerReferences"][0]["uid"] == doc["metadata"]["uid"]
+
+
+def test_gres_conf_covers_every_ordinal_of_gpu_node_sets(doc, keys):
+    c = load_cluster(doc)
+    gres = config_files(c)["gres.conf"]
+    assert conf_lines(gres) == ["NodeName=demo-gpu-[0-1023] Name=gpu Type=h100 File=/dev/nvidia[0-3]"]
+
+
+def test_topology_conf_is_built_from_node_labels(keys):
+    c = load_cluster(minimal(topology={"labelKeys": ["net/spine", "net/leaf"]}))
+    nodes = [
+        TopologyNode("c1-gpu-0", {"net/spine": "s1", "net/leaf": "l1"}),
+        TopologyNode("c1-gpu-1", {"net/spine": "s1", "net/leaf": "l2"}),
+        TopologyNode("c1-gpu-2", {"net/spine": "s2", "net/leaf": "l3"}),
+        TopologyNode("c1-cpu-0", {}),
+    ]
+    lines = conf_lines(config_files(c, nodes)["topology.conf"])
+    assert "SwitchName=sw_root Switches=sw_s1,sw_s2,sw_unlabelled" in lines
+    assert "SwitchName=sw_s1 Switches=sw_s1_l1,sw_s1_l2" in lines
+    assert "SwitchName=sw_s1_l1 Nodes=c1-gpu-0" in lines
+    assert "SwitchName=sw_unlabelled_unlabelled Nodes=c1-cpu-0" in lines
+    assert "TopologyPlugin=topology/tree" in config_files(c, nodes)["slurm.conf"]
+
+
+def test_users_are_rendered_with_the_same_ids_for_every_pod(keys):
+    c = load_cluster(minimal(login={"users": [
+        {"name": "alice", "uid": 2001, "sshPublicKeys": [KEY]},
+        {"name": "bob", "uid": 2002, "gid": 2001, "sshPublicKeysFrom": {"name": "bob-keys", "key": "keys"}},
+    ]}))
+    objs = by_kind(render(c, keys))
+    users = objs[("ConfigMap", "c1-users")]["data"]
+    assert users["passwd"] == "alice:x:2001:2001::/home/alice:/bin/bash\nbob:x:2002:2001::/home/bob:/bin/bash\n"
+    assert users["group"] == "alice:x:2001:\n"
+    assert users["alice.authorized_keys"] == KEY + "\n"
+    login = objs[("Deployment", "c1-login")]["spec"]["template"]["spec"]
+    projected = next(v for v in login["volumes"] if v["name"] == "user-keys")["projected"]
+    assert projected["sources"][0]["secret"] == {"name": "bob-keys", "items": [{"key": "keys", "path": "bob"}]}
+    for kind, name in (("StatefulSet", "c1-controller"), ("Deployment", "c1-login")):
+        vols = objs[(kind, name)]["spec"]["template"]["spec"]["volumes"]
+        assert {"name": "users", "configMap": {"name": "c1-users"}} in vols
+
+
+def test_rest_api_adds_jwt_auth_and_its_workload(doc, keys):
+    doc["spec"]["restApi"] = {"enabled": True}
+    objs = by_kind(render(load_cluster(doc), keys))
+    assert ("Deployment", "demo-restapi") in objs and ("Secret", "demo-jwt-key") in objs
+    conf = conf_lines(objs[("ConfigMap", "demo-slurm-config")]["data"]["slurm.conf"])
+    assert "AuthAltTypes=auth/jwt" in conf
+    pod = objs[("Deployment", "demo-restapi")]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_slurm_conf_writes_only_keys_the_api_reserves(doc, keys):
+    """Every key the template can write must be refused in extraLines."""
+    doc["spec"]["restApi"] = {"enabled": True}
+    doc["spec"]["topology"] = {"labelKeys": ["net/leaf"]}
+    doc["spec"]["slurmConfig"].update(
+        selectTypeParameters="CR_Core_Memory", defMemPerCPU=1024, cgroups=True,
+        extraLines=["SchedulerTimeSlice=60"],
+    )
+    conf = slurm_conf(render(load_cluster(doc), keys))
+    written = {line.split("=", 1)[0].lower() for line in conf_lines(conf)}
+    assert written - {"schedulertimeslice"} <= OWNED_KEYS
+    assert "SchedulerTimeSlice=60" in conf_lines(conf)
+
+
+@pytest.mark.parametrize("k8s_version", K8S_VERSIONS)
+def test_every_object_validates_against_the_official_kubernetes_schemas(doc, keys, k8s_version):
+    doc["spec"]["restApi"] = {"enabled": True}
+    doc["spec"]["login"]["replicas"] = 2
+    doc["spec"]["login"]["users"][0]["sshPublicKeys"] = [KEY]
+    doc["metadata"]["uid"] = "0b5e2c6e-1111-4c2b-9c57-3a9a4d3c2e01"
+    objs = render(load_cluster(doc), keys)
+    assert len(objs) >= 18
+    for o in objs:
+        kubernetes_validate.validate(o, k8s_version, strict=True)

@@ -1,0 +1,88 @@
+"""A real slurmctld (Debian's 22.05) accepts what the renderer writes."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from slurmk8s.api import load_cluster
+from slurmk8s.render import TopologyNode, config_files
+
+from .realslurm import SlurmNamespace, missing_tools, parse_config, parse_oneliners
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(autouse=True)
+def _needs_root_and_slurm():
+    # The README's test command installs these; failing loudly beats skipping.
+    assert os.geteuid() == 0, "these tests start Slurm daemons in namespaces and need root"
+    assert not missing_tools(), f"missing {missing_tools()}: run hack/test.sh, which installs them"
+
+
+def accepted(files, keys, work) -> tuple[dict, dict, str]:
+    with SlurmNamespace(files, keys, work) as ns:
+        ping = ns.run(["scontrol", "ping"]).stdout
+        config = parse_config(ns.run(["scontrol", "show", "config"]).stdout)
+        parts = parse_oneliners(ns.run(["scontrol", "show", "partition", "--oneliner"]).stdout, "PartitionName")
+        assert "fatal" not in ns.log()
+    assert "is UP" in ping
+    return config, parts, ping
+
+
+def test_slurmctld_accepts_the_example_and_configures_it_as_rendered(doc, keys, tmp_path):
+    cluster = load_cluster(doc)
+    cfg, parts, _ = accepted(config_files(cluster), keys, tmp_path)
+    assert cfg["ClusterName"] == "demo"
+    assert cfg["SelectType"] == "select/cons_tres"
+    assert cfg["MaxNodeCount"] == "1024"
+    assert cfg["TreeWidth"] == "65533"
+    assert "enable_configless" in cfg["SlurmctldParameters"].split(",")
+    assert "preempt_send_user_signal" in cfg["SlurmctldParameters"].split(",")
+    assert cfg["GresTypes"] == "gpu"
+    assert cfg["PreemptType"] == "preempt/partition_prio"
+    assert set(parts) == {p.name for p in cluster.spec.partitions}
+    assert parts["cpu"]["Default"] == "YES" and parts["gpu"]["Default"] == "NO"
+    assert parts["gpu"]["NodeSets"] == "gpu"
+    assert parts["gpu"]["MaxTime"] == "2-00:00:00"
+    assert parts["gpu"]["PreemptMode"] == "REQUEUE"
+    assert parts["gpu"]["GraceTime"] == "60"
+
+
+def test_slurmctld_accepts_every_optional_feature_at_once(doc, keys, tmp_path):
+    doc["spec"]["restApi"] = {"enabled": True}
+    doc["spec"]["topology"] = {"labelKeys": ["net/spine", "net/leaf"]}
+    doc["spec"]["slurmConfig"].update(
+        selectTypeParameters="CR_Core_Memory", defMemPerCPU=512, killWait=45, maxNodeCount=64,
+        schedulerParameters=["bf_continue", "bf_max_job_test=200"],
+        slurmctldDebug="verbose", extraLines=["SchedulerTimeSlice=45", "MessageTimeout=20"],
+    )
+    doc["spec"]["partitions"].append(
+        {"name": "urgent", "nodeSets": ["gpu", "cpu"], "priority": 100, "maxTime": "30"})
+    cluster = load_cluster(doc)
+    nodes = [TopologyNode(f"demo-gpu-{i}", {"net/spine": f"s{i % 2}", "net/leaf": f"l{i}"}) for i in range(3)]
+    cfg, parts, _ = accepted(config_files(cluster, nodes), keys, tmp_path)
+    assert cfg["AuthAltTypes"] == "auth/jwt"
+    assert cfg["TopologyPlugin"] == "topology/tree"
+    assert cfg["SelectTypeParameters"] == "CR_CORE_MEMORY"
+    assert cfg["DefMemPerCPU"] == "512"
+    assert cfg["KillWait"] == "45 sec"
+    assert cfg["MaxNodeCount"] == "64"
+    assert cfg["SchedulerParameters"] == "bf_continue,bf_max_job_test=200"
+    assert cfg["SchedulerTimeSlice"] == "45 sec"
+    assert cfg["MessageTimeout"] == "20 sec"
+    assert parts["urgent"]["PriorityTier"] == "100"
+    assert parts["urgent"]["MaxTime"] == "00:30:00"
+    assert set(parts["urgent"]["NodeSets"].split(",")) == {"gpu", "cpu"}
+
+
+def test_a_dynamic_node_joins_its_node_set_partition(doc, keys, tmp_path):
+    from slurmk8s.render import node_conf
+
+    cluster = load_cluster(doc)
+    cpu = cluster.spec.node_sets[0]
+    with SlurmNamespace(config_files(cluster), keys, tmp_path,
+                        nodes=[("demo-cpu-0", node_conf(cluster, cpu))]) as ns:
+        out = ns.run(["sinfo", "-h", "-N", "-o", "%N %P %T %c %f"]).stdout.split()
+    assert out == ["demo-cpu-0", "cpu*", "idle", "2", "cpu"]
