@@ -1,0 +1,1 @@
+"""The node-lending bridge. See README.md in this folder."""

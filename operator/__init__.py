@@ -1,0 +1,1 @@
+"""The SlurmCluster operator (kopf). See README.md in this folder."""

@@ -66,6 +66,7 @@ def load_keys(directory: Path | None) -> ClusterKeys:
 
 FILE_OPTION = click.option(
     "-f", "--filename", "filename", required=True, metavar="FILE",
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
     help="Manifest with one or more SlurmCluster documents ('-' reads stdin).")
 
 

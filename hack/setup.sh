@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Install what slurmk8s needs on Debian bookworm, as root: Debian's Slurm,
+# munge and OpenSSH (the same packages the images use), the tools the tests
+# use, and a virtual environment in .venv with slurmk8s installed editable.
+#
+# Idempotent and quick when nothing is missing. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  say "run as root: the sandbox and the tests create Linux namespaces and start Slurm daemons"
+  exit 1
+fi
+if ! grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
+  say "warning: this is not Debian bookworm; continuing, but only bookworm is tested"
+fi
+
+PACKAGES=(
+  slurmctld slurmd slurm-client slurmrestd munge   # Slurm 22.05 from Debian
+  openssh-server openssh-client                    # login pods
+  iproute2 util-linux procps                       # namespaces, veth, nsenter
+  shellcheck                                       # lints images/ and hack/
+  python3 python3-venv python3-pip git
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.slurmk8s-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  say "installing slurmk8s and its test dependencies into .venv"
+  log=.venv/pip-install.log
+  if ! { .venv/bin/pip install --upgrade pip && .venv/bin/pip install -e '.[test]'; } >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    say "pip failed; the whole log is in $log"
+    exit 1
+  fi
+  echo "$want" > "$stamp"
+fi
+say "ready: $(.venv/bin/slurmk8s --version)"

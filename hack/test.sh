@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: install what the tests need (hack/setup.sh), then run the
+# whole suite against real Slurm daemons. Extra arguments go to pytest, e.g.
+#   hack/test.sh -k render -x
+set -euo pipefail
+cd "$(dirname "$0")/.."
+hack/setup.sh
+exec .venv/bin/pytest "$@"
