@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -14,7 +15,6 @@ from .manifest import clusters
 from .render import ClusterKeys, render
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-KEY_FILES = {"munge_key": "munge.key", "jwt_key": "jwt_hs256.key", "ssh_host_key": "ssh_host_ed25519_key"}
 
 
 @click.group(context_settings=CONTEXT)
@@ -45,23 +45,14 @@ def _fail(exc: InvalidSpec) -> None:
 
 
 def load_keys(directory: Path | None) -> ClusterKeys:
-    """Keys from ``directory``; any missing ones are generated and written there."""
-    fresh = ClusterKeys.generate()
+    """Keys from ``directory`` (generating missing ones), or fresh keys."""
     if directory is None:
         log.get().info("generated fresh cluster keys; pass --keys-dir to keep them between renders")
-        return fresh
-    directory.mkdir(parents=True, exist_ok=True)
-    values = {}
-    for attr, filename in KEY_FILES.items():
-        path = directory / filename
-        if path.exists():
-            values[attr] = path.read_bytes()
-        else:
-            values[attr] = getattr(fresh, attr)
-            path.write_bytes(values[attr])
-            path.chmod(0o600)
-            log.get().info("generated key", path=str(path))
-    return ClusterKeys(**values)
+        return ClusterKeys.generate()
+    keys, written = ClusterKeys.from_dir(directory)
+    for path in written:
+        log.get().info("generated key", path=str(path))
+    return keys
 
 
 FILE_OPTION = click.option(
@@ -124,6 +115,143 @@ def crd_cmd(write_dir: Path | None) -> None:
         path = write_dir / crd_filename(obj)
         path.write_text(dump_yaml([obj]))
         click.echo(f"wrote {path}", err=True)
+
+
+STATE_DIR_OPTION = click.option(
+    "--state-dir", type=click.Path(file_okay=False, path_type=Path), envvar="SLURMK8S_SANDBOX_DIR",
+    default=None, show_default="/var/lib/slurmk8s/sandbox",
+    help="Where the sandbox keeps its state, keys and storage.")
+
+
+def _sandbox(state_dir: Path | None):
+    from .sandbox import DEFAULT_STATE_DIR, Sandbox
+
+    return Sandbox(state_dir or DEFAULT_STATE_DIR, progress=lambda msg: click.echo(f"sandbox: {msg}", err=True))
+
+
+@main.group()
+def sandbox() -> None:
+    """Run a SlurmCluster on this machine: real Slurm, no Docker, no Kubernetes.
+
+    Each pod runs as processes in its own network, UTS, PID and mount
+    namespaces, started through the images' own entrypoints, with Debian's
+    Slurm binaries. Needs root on Debian bookworm (hack/setup.sh installs
+    the packages).
+
+    \b
+      slurmk8s sandbox up -f examples/slurmcluster.yaml
+      slurmk8s sandbox ssh -- sinfo
+      slurmk8s sandbox down
+    """
+
+
+@sandbox.command("up")
+@FILE_OPTION
+@STATE_DIR_OPTION
+@click.option("--subnet", default="10.253.0.0/24", show_default=True,
+              help="Private subnet for the pods' addresses (the host takes the first one).")
+@click.option("--timeout", default=300, show_default=True, help="Seconds to wait for every node to be idle.")
+def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int) -> None:
+    """Start the cluster in FILE and wait until every Slurm node is idle.
+
+    If a sandbox is already running it is checked and kept; one left behind
+    by a crash is cleaned up first.
+    """
+    from .sandbox import SandboxFailed
+
+    try:
+        found = list(clusters(filename))
+    except InvalidSpec as exc:
+        _fail(exc)
+    if len(found) != 1:
+        raise click.UsageError(f"{filename} must hold exactly one SlurmCluster (found {len(found)})")
+    box = _sandbox(state_dir)
+    try:
+        state = box.up(found[0], subnet=subnet, timeout=timeout)
+    except SandboxFailed as exc:
+        click.echo(f"sandbox: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"Sandbox {state.cluster} is up: {len(state.pods)} pods.")
+    if state.login:
+        click.echo(f"  Log in:   slurmk8s sandbox ssh        ({state.login['user']}@{state.login['host']})")
+    if state.shared_storage:
+        s = state.shared_storage
+        click.echo(f"  Shared:   {s['mountPath']} in the pods is {s['hostPath']} here")
+    click.echo("  Status:   slurmk8s sandbox status")
+    click.echo("  Stop:     slurmk8s sandbox down")
+
+
+@sandbox.command("status")
+@STATE_DIR_OPTION
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def sandbox_status(state_dir: Path | None, output: str) -> None:
+    """Show the pods, their addresses and their Slurm node states."""
+    import json
+
+    from .sandbox import SandboxFailed
+
+    try:
+        st = _sandbox(state_dir).status()
+    except SandboxFailed as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(1)
+    if output == "json":
+        click.echo(json.dumps(st, indent=2))
+        return
+    click.echo(f"{'POD':<24} {'COMPONENT':<11} {'IP':<15} {'PHASE':<8} {'READY':<6} SLURM")
+    for p in st["pods"]:
+        click.echo(f"{p['name']:<24} {p['component']:<11} {p['ip']:<15} {p['phase']:<8} "
+                   f"{'yes' if p['ready'] else 'no':<6} {p['slurmState'] or '-'}")
+    if st["login"]:
+        click.echo(f"\nlogin: {st['login']['user']}@{st['login']['host']} (slurmk8s sandbox ssh)")
+    if st["sharedStorage"]:
+        click.echo(f"shared storage: {st['sharedStorage']['mountPath']} = {st['sharedStorage']['hostPath']}")
+
+
+@sandbox.command("ssh", context_settings={"ignore_unknown_options": True})
+@STATE_DIR_OPTION
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def sandbox_ssh(state_dir: Path | None, command: tuple[str, ...]) -> None:
+    """Open SSH to the login pod as the cluster's first user; run COMMAND if given.
+
+    \b
+      slurmk8s sandbox ssh
+      slurmk8s sandbox ssh -- sbatch /shared/train.sh
+    """
+    from .sandbox import SandboxFailed
+
+    try:
+        argv = _sandbox(state_dir).ssh_argv(list(command) or None)
+    except SandboxFailed as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(1)
+    os.execvp(argv[0], argv)
+
+
+@sandbox.command("logs")
+@STATE_DIR_OPTION
+@click.argument("pod")
+@click.option("--tail", type=int, default=None, help="Only the last N lines.")
+def sandbox_logs(state_dir: Path | None, pod: str, tail: int | None) -> None:
+    """Print the log of POD (its entrypoint's and daemons' output)."""
+    try:
+        click.echo(_sandbox(state_dir).logs(pod, tail=tail))
+    except KeyError as exc:
+        click.echo(exc.args[0], err=True)
+        sys.exit(1)
+
+
+@sandbox.command("down")
+@STATE_DIR_OPTION
+@click.option("--purge", is_flag=True, help="Also delete the keys, the controller state and the shared storage.")
+def sandbox_down(state_dir: Path | None, purge: bool) -> None:
+    """Stop every pod and remove their namespaces, veths and bridge. Idempotent.
+
+    Data a PersistentVolume would keep (slurmctld state, shared storage) and
+    the cluster keys stay for the next `up`, unless --purge.
+    """
+    removed = _sandbox(state_dir).down(purge=purge)
+    click.echo("Removed: " + ", ".join(removed) if removed else "Nothing was running.")
 
 
 if __name__ == "__main__":

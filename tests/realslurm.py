@@ -1,6 +1,6 @@
 """Run real Slurm daemons for tests, isolated in Linux namespaces.
 
-A :class:`SlurmNamespace` gets private mount, UTS and network namespaces
+A :class:`SlurmNamespace` gets private mount, UTS, network and PID namespaces
 (``unshare``): its own hostname, /etc/hosts, munge socket and ports. It runs
 slurmctld on a rendered config and, optionally, dynamic slurmd nodes; tests run
 Slurm commands inside it through :meth:`SlurmNamespace.run`. The host is left
@@ -61,7 +61,8 @@ class SlurmNamespace:
         (work / "jwt.key").write_bytes(keys.jwt_key)
         args = [a for node in nodes for a in node]
         self.proc = subprocess.Popen(
-            ["unshare", "--mount", "--uts", "--net", "--fork", "--kill-child",
+            # A PID namespace too: daemons (munged forks away) die with the script.
+            ["unshare", "--mount", "--uts", "--net", "--pid", "--mount-proc", "--fork", "--kill-child",
              "bash", str(FIXTURES / "slurm-ns.sh"), str(conf), str(work), *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )
@@ -84,7 +85,7 @@ class SlurmNamespace:
     def run(self, argv: Sequence[str], input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         """Run a command inside the namespaces (as a process on the controller)."""
         return subprocess.run(
-            ["nsenter", "-t", str(self.pid), "--mount", "--uts", "--net", "--", *argv],
+            ["nsenter", "-t", str(self.pid), "--mount", "--uts", "--net", "--pid", "--", *argv],
             input=input, capture_output=True, text=True, timeout=60, check=check,
         )
 

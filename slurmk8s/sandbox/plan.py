@@ -1,0 +1,270 @@
+"""Plan a sandbox: rendered Kubernetes objects -> pods to run on this host. Pure.
+
+The sandbox plays the parts of the Kubernetes controllers and the kubelet for
+the objects ``slurmk8s.render`` produces: StatefulSets and Deployments become
+pods, Services become host names, ConfigMaps, Secrets, PVCs and emptyDirs
+become files and directories mounted where the pod spec says.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Iterable, Mapping, Sequence
+
+from ..render.config import render_template
+
+#: Where the images keep their entrypoint and its shared library.
+ENTRYPOINT = "/usr/local/bin/slurmk8s-entrypoint"
+ENTRYPOINT_LIB = "/usr/local/lib/slurmk8s/lib.sh"
+#: The bridge (host side) takes the first address of the subnet; pods follow.
+GPU_MAJOR = 195
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One entry of a pod's mount plan, applied in order inside its mount namespace."""
+
+    kind: str  # bind | tmpfs | file (bind a single file) | dir (mkdir only)
+    source: str  # host path, relative to the pod dir when it does not start with /
+    target: str
+    read_only: bool = False
+    mode: str = ""
+
+
+@dataclass(frozen=True)
+class VolumeFile:
+    """A file the sandbox writes into a pod's directory before it starts."""
+
+    path: str  # relative to the pod dir
+    content: bytes
+    mode: int = 0o644
+
+
+@dataclass
+class PodPlan:
+    name: str
+    namespace: str
+    component: str  # images/<component>/
+    owner_kind: str
+    owner: str
+    labels: dict[str, str]
+    hostname: str
+    subdomain: str | None
+    ip: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+    mounts: list[Mount] = field(default_factory=list)
+    files: list[VolumeFile] = field(default_factory=list)
+    gpus: int = 0
+    readiness: list[str] | None = None  # exec probe argv
+    tcp_ready_port: int | None = None
+    termination_grace: int = 30
+
+    @property
+    def fqdn(self) -> str | None:
+        return None if not self.subdomain else f"{self.hostname}.{self.subdomain}.{self.namespace}.svc"
+
+
+@dataclass
+class SandboxPlan:
+    cluster: str
+    namespace: str
+    cluster_domain: str
+    subnet: str
+    gateway: str
+    pods: list[PodPlan]
+    hosts: str
+    claims: dict[str, str]  # claim name -> host directory (relative to the storage root)
+
+
+def _component(image: str) -> str:
+    """``ghcr.io/slurmk8s/slurmd:22.05`` -> ``slurmd``."""
+    return image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+
+
+def _by_kind(objs: Iterable[dict], kind: str) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in objs if o["kind"] == kind}
+
+
+def _expand(objs: Sequence[dict]) -> list[tuple[str, dict, str | None]]:
+    """(pod name, owning workload, subdomain) for each replica."""
+    out = []
+    for o in objs:
+        kind, name, spec = o["kind"], o["metadata"]["name"], o.get("spec", {})
+        if kind == "StatefulSet":
+            for i in range(spec.get("replicas", 1)):
+                out.append((f"{name}-{i}", o, spec.get("serviceName")))
+        elif kind == "Deployment":
+            for i in range(spec.get("replicas", 1)):
+                out.append((f"{name}-{i}", o, None))
+    return out
+
+
+def _volume_mounts(
+    pod_name: str,
+    template: dict,
+    owner: dict,
+    config_maps: Mapping[str, dict],
+    secrets: Mapping[str, dict],
+    claims: dict[str, str],
+) -> tuple[list[Mount], list[VolumeFile], int]:
+    """Resolve the pod's volumes into mounts and files. Returns (mounts, files, gpus)."""
+    spec = template["spec"]
+    container = spec["containers"][0]
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    for tpl in owner.get("spec", {}).get("volumeClaimTemplates", []):
+        claim = f"{tpl['metadata']['name']}-{pod_name}"
+        claims[claim] = f"claims/{claim}"
+        volumes[tpl["metadata"]["name"]] = {"name": tpl["metadata"]["name"],
+                                           "persistentVolumeClaim": {"claimName": claim}}
+    mounts: list[Mount] = []
+    files: list[VolumeFile] = []
+    for vm in sorted(container.get("volumeMounts", []), key=lambda m: PurePosixPath(m["mountPath"]).parts):
+        vol = volumes[vm["name"]]
+        ro = bool(vm.get("readOnly"))
+        target = vm["mountPath"]
+        local = f"volumes/{vm['name']}"
+        if "configMap" in vol:
+            data = config_maps[vol["configMap"]["name"]].get("data", {})
+            files += [VolumeFile(f"{local}/{k}", v.encode()) for k, v in sorted(data.items())]
+            mounts.append(Mount("bind", local, target, read_only=ro))
+        elif "secret" in vol:
+            secret = secrets[vol["secret"]["secretName"]]
+            mode = vol["secret"].get("defaultMode", 0o644)
+            files += [VolumeFile(f"{local}/{k}", base64.b64decode(v), mode)
+                      for k, v in sorted(secret.get("data", {}).items())]
+            mounts.append(Mount("bind", local, target, read_only=ro))
+        elif "projected" in vol:
+            mode = vol["projected"].get("defaultMode", 0o644)
+            for src in vol["projected"]["sources"]:
+                secret = secrets[src["secret"]["name"]]
+                for item in src["secret"].get("items", []):
+                    content = base64.b64decode(secret["data"][item["key"]])
+                    files.append(VolumeFile(f"{local}/{item['path']}", content, mode))
+            mounts.append(Mount("bind", local, target, read_only=ro))
+        elif "persistentVolumeClaim" in vol:
+            claim = vol["persistentVolumeClaim"]["claimName"]
+            claims.setdefault(claim, f"claims/{claim}")
+            mounts.append(Mount("bind", "/" + claims[claim], target, read_only=ro))
+        elif "emptyDir" in vol:
+            if vol["emptyDir"].get("medium") == "Memory":
+                mounts.append(Mount("tmpfs", "tmpfs", target, mode="1777"))
+            else:
+                mounts.append(Mount("bind", local, target))
+                files.append(VolumeFile(f"{local}/.keep", b""))
+        else:
+            raise ValueError(f"pod {pod_name}: volume {vm['name']} has a type the sandbox does not run")
+    limits = container.get("resources", {}).get("limits", {})
+    return mounts, files, int(limits.get("nvidia.com/gpu", 0))
+
+
+def _hosts(pods: Sequence[PodPlan], services: Mapping[str, dict], domain: str) -> str:
+    """/etc/hosts for every pod: pods by name and FQDN, Services by their DNS names."""
+    entries: list[tuple[str, list[str]]] = []
+    for p in pods:
+        names = [p.hostname]
+        if p.fqdn:
+            names = [f"{p.fqdn}.{domain}", p.fqdn, f"{p.hostname}.{p.subdomain}", p.hostname]
+        entries.append((p.ip, names))
+    for name, svc in sorted(services.items()):
+        selector = svc["spec"].get("selector", {})
+        members = [p for p in pods if all(p.labels.get(k) == v for k, v in selector.items())]
+        if not members:
+            continue
+        ns = svc["metadata"]["namespace"]
+        names = [f"{name}.{ns}.svc.{domain}", f"{name}.{ns}.svc", f"{name}.{ns}", name]
+        entries += [(m.ip, names) for m in members]
+    return render_template("hosts", entries=entries)
+
+
+def plan(objs: Sequence[dict], *, subnet: str, user_keys: Mapping[str, str] = {}) -> SandboxPlan:
+    """Plan the pods of a rendered cluster.
+
+    ``user_keys`` maps login user names to extra authorized_keys text the
+    sandbox supplies (so ``sandbox ssh`` can log in); Secrets the manifest
+    refers to but does not render (``sshPublicKeysFrom``) are filled from it.
+    """
+    net = ipaddress.ip_network(subnet)
+    hosts_iter = net.hosts()
+    gateway = str(next(hosts_iter))
+    config_maps = _by_kind(objs, "ConfigMap")
+    secrets = dict(_by_kind(objs, "Secret"))
+    services = _by_kind(objs, "Service")
+    workloads = [o for o in objs if o["kind"] in ("StatefulSet", "Deployment")]
+    first = workloads[0]["metadata"] if workloads else {"namespace": "default", "labels": {}}
+    cluster = first.get("labels", {}).get("app.kubernetes.io/instance", "sandbox")
+    namespace = first["namespace"]
+
+    claims: dict[str, str] = {}
+    for o in objs:
+        if o["kind"] == "PersistentVolumeClaim":
+            claims[o["metadata"]["name"]] = f"claims/{o['metadata']['name']}"
+
+    pods: list[PodPlan] = []
+    for pod_name, owner, subdomain in _expand(workloads):
+        template = owner["spec"]["template"]
+        spec = template["spec"]
+        container = spec["containers"][0]
+        _supply_user_keys(spec, secrets, user_keys, namespace)
+        mounts, files, gpus = _volume_mounts(pod_name, template, owner, config_maps, secrets, claims)
+        probe = container.get("readinessProbe", {})
+        tcp_port = None
+        if "tcpSocket" in probe:
+            port = probe["tcpSocket"]["port"]
+            tcp_port = port if isinstance(port, int) else next(
+                p["containerPort"] for p in container.get("ports", []) if p["name"] == port)
+        pods.append(PodPlan(
+            name=pod_name,
+            namespace=owner["metadata"]["namespace"],
+            component=_component(container["image"]),
+            owner_kind=owner["kind"],
+            owner=owner["metadata"]["name"],
+            labels=dict(template["metadata"].get("labels", {})),
+            hostname=pod_name,
+            subdomain=subdomain,
+            ip=str(next(hosts_iter)),
+            env={e["name"]: e["value"] for e in container.get("env", [])},
+            args=list(container.get("command", [])[1:] + container.get("args", [])),
+            mounts=mounts,
+            files=files,
+            gpus=gpus,
+            readiness=probe.get("exec", {}).get("command"),
+            tcp_ready_port=tcp_port,
+            termination_grace=spec.get("terminationGracePeriodSeconds", 30),
+        ))
+    domain = _cluster_domain(pods)
+    return SandboxPlan(
+        cluster=cluster,
+        namespace=namespace,
+        cluster_domain=domain,
+        subnet=str(net),
+        gateway=gateway,
+        pods=pods,
+        hosts=_hosts(pods, services, domain),
+        claims=claims,
+    )
+
+
+def _cluster_domain(pods: Sequence[PodPlan]) -> str:
+    for p in pods:
+        addr = p.env.get("SLURMK8S_CONTROLLER", "")
+        if ".svc." in addr:
+            return addr.split(".svc.", 1)[1]
+    return "cluster.local"
+
+
+def _supply_user_keys(spec: dict, secrets: dict, user_keys: Mapping[str, str], namespace: str) -> None:
+    """Stand in for Secrets the cluster would hold: ``sshPublicKeysFrom`` references."""
+    for vol in spec.get("volumes", []):
+        for src in vol.get("projected", {}).get("sources", []):
+            ref = src["secret"]["name"]
+            if ref in secrets:
+                continue
+            data = {}
+            for item in src["secret"].get("items", []):
+                text = user_keys.get(item["path"], "")
+                data[item["key"]] = base64.b64encode(text.encode()).decode()
+            secrets[ref] = {"metadata": {"name": ref, "namespace": namespace}, "data": data}

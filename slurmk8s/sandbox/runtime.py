@@ -1,0 +1,238 @@
+"""The sandbox's pod runtime: run a planned pod as processes in Linux namespaces.
+
+Each pod gets a network namespace with its own address on a private bridge,
+a UTS namespace for its host name, a PID namespace, and a mount namespace in
+which ``pod-init.sh`` builds the container's root file system (an overlay of
+the host's root and a private writable layer, plus /dev, /proc, /run, /tmp
+and the pod's volumes), switches into it and execs the image's entrypoint
+from ``images/<component>/``. ``nsenter --net`` is used, not
+``ip netns exec``: the latter remounts /sys, and slurmd then finds no cgroup
+file system.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .plan import ENTRYPOINT, ENTRYPOINT_LIB, Mount, PodPlan
+
+REPO_IMAGES = Path(__file__).resolve().parents[2] / "images"
+POD_INIT = Path(__file__).with_name("pod-init.sh")
+
+class SandboxError(RuntimeError):
+    """Something on this host kept the sandbox from doing its work; says what."""
+
+
+def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise SandboxError(f"`{' '.join(argv)}` failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def short_id(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:6]
+
+
+@dataclass(frozen=True)
+class Network:
+    """The sandbox's private bridge and the names derived from its id."""
+
+    sid: str  # short id of the sandbox: keeps names of parallel sandboxes apart
+    subnet: str
+    gateway: str
+
+    @property
+    def bridge(self) -> str:
+        return f"sk8s{self.sid}"
+
+    @property
+    def prefix(self) -> int:
+        return int(self.subnet.split("/")[1])
+
+    def netns(self, pod: str) -> str:
+        return f"sk8s-{self.sid}-{pod}"
+
+    def veth(self, index: int) -> str:
+        return f"sk{self.sid}v{index}"
+
+    def create(self) -> None:
+        if not Path(f"/sys/class/net/{self.bridge}").exists():
+            sh("ip", "link", "add", self.bridge, "type", "bridge")
+        addr = f"{self.gateway}/{self.prefix}"
+        if addr not in sh("ip", "-o", "addr", "show", "dev", self.bridge).stdout:
+            sh("ip", "addr", "add", addr, "dev", self.bridge)
+        sh("ip", "link", "set", self.bridge, "up")
+
+    def attach(self, pod: str, index: int, ip: str) -> None:
+        ns, veth = self.netns(pod), self.veth(index)
+        sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        sh("ip", "link", "set", veth, "master", self.bridge, "up")
+        sh("ip", "-n", ns, "addr", "add", f"{ip}/{self.prefix}", "dev", "eth0")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        sh("ip", "-n", ns, "route", "add", "default", "via", self.gateway)
+
+    def detach(self, pod: str, index: int) -> None:
+        sh("ip", "link", "del", self.veth(index), check=False)
+        sh("ip", "netns", "del", self.netns(pod), check=False)
+
+    def delete(self) -> None:
+        sh("ip", "link", "del", self.bridge, check=False)
+
+    def leftovers(self) -> tuple[list[str], list[str]]:
+        """Namespaces and links of this sandbox that still exist."""
+        spaces = [line.split()[0] for line in sh("ip", "netns", "list").stdout.splitlines()
+                  if line.startswith(f"sk8s-{self.sid}-")]
+        links = [name for name in os.listdir("/sys/class/net")
+                 if name == self.bridge or name.startswith(f"sk{self.sid}v")]
+        return spaces, links
+
+
+def _image_layer(pod_dir: Path, pod: PodPlan, hosts_file: Path) -> None:
+    """Files the image adds on top of the base system: entrypoint, library, host files."""
+    entry = REPO_IMAGES / pod.component / "entrypoint.sh"
+    lib = REPO_IMAGES / "common" / "slurmk8s-lib.sh"
+    if not entry.exists():
+        raise SandboxError(f"no entrypoint for image {pod.component!r}: {entry} is missing")
+    image = pod_dir / "image"
+    for src, dest, mode in ((entry, ENTRYPOINT, 0o755), (lib, ENTRYPOINT_LIB, 0o644),
+                            (hosts_file, "/etc/hosts", 0o644)):
+        path = image / dest.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, path)
+        path.chmod(mode)
+    (image / "etc/hostname").write_text(pod.hostname + "\n")
+
+
+def _nul(items: Sequence[str]) -> bytes:
+    return b"".join(i.encode() + b"\0" for i in items)
+
+
+def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path) -> None:
+    """Write everything the pod needs into ``pod_dir``."""
+    if pod_dir.exists():
+        shutil.rmtree(pod_dir)
+    pod_dir.mkdir(parents=True)
+    for f in pod.files:
+        path = pod_dir / f.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(f.content)
+        path.chmod(f.mode)
+    _image_layer(pod_dir, pod, hosts_file)
+    mounts = []
+    for m in pod.mounts:
+        if m.source.startswith("/claims/"):
+            host = storage / m.source.lstrip("/")
+            host.mkdir(parents=True, exist_ok=True)
+            m = Mount(m.kind, str(host), m.target, m.read_only, m.mode)
+        mounts.append(m)
+    (pod_dir / "mounts").write_text("".join(
+        f"{m.kind}\t{m.source}\t{m.target}\t{'ro' if m.read_only else 'rw'}\t{m.mode}\n" for m in mounts))
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           "HOSTNAME": pod.hostname, "HOME": "/root", **pod.env}
+    (pod_dir / "env").write_bytes(_nul([f"{k}={v}" for k, v in env.items()]))
+    (pod_dir / "argv").write_bytes(_nul([ENTRYPOINT, *pod.args]))
+    (pod_dir / "hostname").write_text(pod.hostname)
+    (pod_dir / "gpus").write_text(str(pod.gpus))
+
+
+def start(netns: str, pod_dir: Path) -> int:
+    """Start the pod; returns the host PID of its namespace holder (unshare)."""
+    log = open(pod_dir / "log", "ab")
+    proc = subprocess.Popen(
+        ["nsenter", f"--net=/var/run/netns/{netns}", "--",
+         "unshare", "--uts", "--mount", "--pid", "--fork", "--mount-proc", "--propagation", "private",
+         "--", "bash", str(POD_INIT), str(pod_dir)],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    log.close()
+    return proc.pid
+
+
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def init_pid(holder: int) -> int | None:
+    """The pod's PID 1, as the host numbers it (unshare's only child)."""
+    try:
+        children = Path(f"/proc/{holder}/task/{holder}/children").read_text().split()
+    except FileNotFoundError:
+        return None
+    return int(children[0]) if children else None
+
+
+def exec_argv(holder: int, argv: Sequence[str], env: dict[str, str] | None = None) -> list[str]:
+    """argv that runs a command inside a running pod, with the pod's environment."""
+    pid1 = init_pid(holder)
+    if pid1 is None:
+        raise SandboxError("the pod is not running")
+    prefix = ["nsenter", "-t", str(pid1), "--net", "--uts", "--mount", "--pid", "--"]
+    if env is not None:
+        prefix += ["env", "-i", *(f"{k}={v}" for k, v in env.items())]
+    return prefix + list(argv)
+
+
+def stop(holder: int | None, grace: float) -> None:
+    """SIGTERM the pod's PID 1 (its entrypoint), then SIGKILL after ``grace`` seconds.
+
+    When PID 1 of a PID namespace dies, the kernel kills everything in it.
+    """
+    if not alive(holder):
+        return
+    pid1 = init_pid(holder)
+    if pid1:
+        try:
+            os.kill(pid1, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    while alive(holder) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if alive(holder):
+        for pid in (init_pid(holder), holder):
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 10
+        while alive(holder) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def ready(holder: int, pod: PodPlan) -> bool:
+    """Run the pod's readiness probe once."""
+    if not alive(holder):
+        return False
+    if pod.readiness:
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", **pod.env}
+        try:
+            proc = subprocess.run(exec_argv(holder, pod.readiness, env), capture_output=True, timeout=15)
+        except (subprocess.TimeoutExpired, SandboxError):
+            return False
+        return proc.returncode == 0
+    if pod.tcp_ready_port:
+        try:
+            with socket.create_connection((pod.ip, pod.tcp_ready_port), timeout=2):
+                return True
+        except OSError:
+            return False
+    return True
