@@ -41,6 +41,7 @@ def test_slurmctld_accepts_the_example_and_configures_it_as_rendered(doc, keys, 
     assert "enable_configless" in cfg["SlurmctldParameters"].split(",")
     assert "preempt_send_user_signal" in cfg["SlurmctldParameters"].split(",")
     assert cfg["GresTypes"] == "gpu"
+    assert "cred_expire=30" in cfg["AuthInfo"]
     assert cfg["PreemptType"] == "preempt/partition_prio"
     assert set(parts) == {p.name for p in cluster.spec.partitions}
     assert parts["cpu"]["Default"] == "YES" and parts["gpu"]["Default"] == "NO"

@@ -267,6 +267,10 @@ class SlurmConfig(ApiModel):
     """MiB per allocated CPU for jobs that give no --mem (DefMemPerCPU)."""
     kill_wait: int = Field(30, ge=0, le=65533)
     """Seconds between SIGTERM and SIGKILL when a job's time runs out (KillWait)."""
+    credential_lifetime: int = Field(120, ge=10, le=86400)
+    """Seconds a job credential stays valid (AuthInfo cred_expire). Slurm also
+    holds a requeued job back this long plus one second before it may start
+    again, which is when a self-requeueing checkpoint job resumes."""
     return_to_service: int = Field(2, ge=0, le=2)
     """ReturnToService: 2 lets a node that re-registers healthy become available again."""
     scheduler_parameters: list[SlurmWord] = Field(default_factory=list)

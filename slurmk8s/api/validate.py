@@ -26,6 +26,7 @@ KNOB_FOR_KEY: dict[str, str | None] = {
     "defmempercpu": "spec.slurmConfig.defMemPerCPU",
     "killwait": "spec.slurmConfig.killWait",
     "returntoservice": "spec.slurmConfig.returnToService",
+    "authinfo": "spec.slurmConfig.credentialLifetime",
     "schedulerparameters": "spec.slurmConfig.schedulerParameters",
     "slurmctlddebug": "spec.slurmConfig.slurmctldDebug",
     "slurmddebug": "spec.slurmConfig.slurmdDebug",
