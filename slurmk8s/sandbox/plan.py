@@ -16,9 +16,8 @@ from typing import Iterable, Mapping, Sequence
 
 from ..render.config import render_template
 
-#: Where the images keep their entrypoint and its shared library.
+#: Where the images keep their entrypoint.
 ENTRYPOINT = "/usr/local/bin/slurmk8s-entrypoint"
-ENTRYPOINT_LIB = "/usr/local/lib/slurmk8s/lib.sh"
 #: The bridge (host side) takes the first address of the subnet; pods follow.
 GPU_MAJOR = 195
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .plan import ENTRYPOINT, ENTRYPOINT_LIB, Mount, PodPlan
+from .image import ImageError, install
+from .plan import ENTRYPOINT, Mount, PodPlan
 
-REPO_IMAGES = Path(__file__).resolve().parents[2] / "images"
 POD_INIT = Path(__file__).with_name("pod-init.sh")
 
 class SandboxError(RuntimeError):
@@ -100,18 +100,14 @@ class Network:
 
 
 def _image_layer(pod_dir: Path, pod: PodPlan, hosts_file: Path) -> None:
-    """Files the image adds on top of the base system: entrypoint, library, host files."""
-    entry = REPO_IMAGES / pod.component / "entrypoint.sh"
-    lib = REPO_IMAGES / "common" / "slurmk8s-lib.sh"
-    if not entry.exists():
-        raise SandboxError(f"no entrypoint for image {pod.component!r}: {entry} is missing")
+    """The image's own files (from its Dockerfile), plus the host files a kubelet writes."""
     image = pod_dir / "image"
-    for src, dest, mode in ((entry, ENTRYPOINT, 0o755), (lib, ENTRYPOINT_LIB, 0o644),
-                            (hosts_file, "/etc/hosts", 0o644)):
-        path = image / dest.lstrip("/")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, path)
-        path.chmod(mode)
+    try:
+        install(pod.component, image)
+    except ImageError as exc:
+        raise SandboxError(str(exc)) from None
+    (image / "etc").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(hosts_file, image / "etc/hosts")
     (image / "etc/hostname").write_text(pod.hostname + "\n")
 
 

@@ -1,0 +1,232 @@
+# shellcheck shell=bash
+# Shared code of the slurmk8s image entrypoints; sourced, never run.
+#
+# In an image this file is /usr/local/lib/slurmk8s/lib.sh. The sandbox runs the
+# entrypoints straight from the repository, where it is
+# images/common/slurmk8s-lib.sh. Everything here works inside a container's
+# own view of the file system: it touches /etc/passwd, /etc/group,
+# /etc/munge, /run, /home and the spool directories of the pod only (the
+# sandbox gives each pod private copies of those), never systemd.
+#
+# The paths below are the contract with the renderer
+# (slurmk8s/render/manifests.py); images/README.md describes it.
+
+SK_MOUNTS=/run/slurmk8s
+SK_MUNGE_KEY=$SK_MOUNTS/munge/munge.key
+SK_USERS_DIR=$SK_MOUNTS/users
+# shellcheck disable=SC2034 # used by the login entrypoint
+SK_USER_KEYS_DIR=$SK_MOUNTS/user-keys
+# shellcheck disable=SC2034 # used by the login entrypoint
+SK_SSH_HOST_KEYS_DIR=$SK_MOUNTS/ssh-host-keys
+SK_MUNGE_SOCKET=/run/munge/munge.socket.2
+SK_MUNGED_PID=
+SK_MAIN_PID=
+SK_MAIN_CMD=
+
+# The component name in log lines; each entrypoint sets it before sourcing.
+: "${SK_COMPONENT:=slurmk8s}"
+
+sk_log() {
+  printf 'slurmk8s-entrypoint[%s]: %s\n' "$SK_COMPONENT" "$*" >&2
+}
+
+sk_die() {
+  sk_log "error: $*"
+  exit 1
+}
+
+sk_is_root() {
+  [ "$(id -u)" -eq 0 ]
+}
+
+# sk_require_env NAME...: fail with a clear message if a variable is unset or empty.
+sk_require_env() {
+  local name
+  for name in "$@"; do
+    if [ -z "${!name:-}" ]; then
+      sk_die "environment variable $name is not set: the pod spec the slurmk8s operator renders sets it; set it by hand when running the image outside Kubernetes"
+    fi
+  done
+}
+
+# sk_port_open HOST PORT: true when a TCP connection to HOST:PORT succeeds within 2 s.
+sk_port_open() {
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null
+}
+
+# sk_wait_port HOST PORT SECONDS: wait until HOST:PORT accepts connections,
+# saying so every 5 s; fail after SECONDS.
+sk_wait_port() {
+  local host=$1 port=$2 limit=$3 start=$SECONDS next=0
+  while ! sk_port_open "$host" "$port"; do
+    if [ $((SECONDS - start)) -ge "$limit" ]; then
+      sk_die "$host:$port did not answer within ${limit}s: check that the slurmctld pod is running and ready (kubectl get pods; kubectl logs <cluster>-controller-0) and that this pod resolves $host"
+    fi
+    if [ "$SECONDS" -ge "$next" ]; then
+      sk_log "waiting for $host:$port ($((SECONDS - start))s of ${limit}s)"
+      next=$((SECONDS + 5))
+    fi
+    sleep 1
+  done
+}
+
+# sk_conf_value FILE KEY: the value of KEY= in a slurm.conf-style file (keys are case-insensitive).
+sk_conf_value() {
+  awk -v key="$2" '
+    { sub(/#.*/, "") }
+    {
+      n = split($0, words, /[ \t]+/)
+      for (i = 1; i <= n; i++) {
+        eq = index(words[i], "=")
+        if (eq > 1 && tolower(substr(words[i], 1, eq - 1)) == tolower(key)) { print substr(words[i], eq + 1); exit }
+      }
+    }' "$1"
+}
+
+# --- users -------------------------------------------------------------------
+
+# _sk_merge_db FRAGMENT TARGET FIELDS: append the lines of FRAGMENT whose name
+# (first field) TARGET lacks. Appends in place: TARGET may be a bind mount.
+_sk_merge_db() {
+  local fragment=$1 target=$2 fields=$3 line name id added=0 other
+  if [ ! -e "$fragment" ]; then
+    sk_log "no $fragment: no entries to add to $target"
+    return 0
+  fi
+  # A last line without a newline would be glued to the first appended one.
+  if [ -s "$target" ] && [ -n "$(tail -c1 "$target")" ]; then
+    printf '\n' >>"$target"
+  fi
+  while IFS= read -r line || [ -n "$line" ]; do
+    case $line in '' | '#'*) continue ;; esac
+    if [ "$(awk -F: '{ print NF }' <<<"$line")" -ne "$fields" ]; then
+      sk_log "warning: skipping malformed line in $fragment (want $fields fields): $line"
+      continue
+    fi
+    name=${line%%:*}
+    if cut -d: -f1 "$target" | grep -qxF -- "$name"; then
+      continue
+    fi
+    id=$(cut -d: -f3 <<<"$line")
+    other=$(awk -F: -v id="$id" '$3 == id { print $1; exit }' "$target")
+    if [ -n "$other" ]; then
+      sk_log "warning: $name's id $id is already taken by $other in $target; files owned by $id will show as $other"
+    fi
+    printf '%s\n' "$line" >>"$target"
+    added=$((added + 1))
+  done <"$fragment"
+  sk_log "added $added entries from $fragment to $target"
+}
+
+# sk_users_each: print "name uid gid home" for each user of the users ConfigMap.
+sk_users_each() {
+  [ -r "$SK_USERS_DIR/passwd" ] || return 0
+  awk -F: 'NF == 7 && $1 !~ /^#/ { print $1, $3, $4, $6 }' "$SK_USERS_DIR/passwd"
+}
+
+# sk_setup_users: the cluster's users and groups (same uid/gid in every pod)
+# and their home directories.
+sk_setup_users() {
+  local name uid gid home
+  if ! sk_is_root; then
+    sk_log "not root: leaving /etc/passwd and /etc/group as they are"
+    return 0
+  fi
+  _sk_merge_db "$SK_USERS_DIR/group" /etc/group 4
+  _sk_merge_db "$SK_USERS_DIR/passwd" /etc/passwd 7
+  sk_users_each | while read -r name uid gid home; do
+    case $home in /?*) ;; *) sk_log "warning: $name has no absolute home directory ($home)"; continue ;; esac
+    if [ ! -e "$home" ]; then
+      install -d -m 0700 -o "$uid" -g "$gid" "$home"
+      sk_log "created home directory $home of $name"
+    fi
+  done
+}
+
+# --- munge ---------------------------------------------------------------------
+
+# sk_start_munge: install the cluster's munge key and run munged (as user
+# munge, in the foreground, as a child of this shell so it is stopped with the
+# pod). Fails unless a credential can be made and decoded.
+sk_start_munge() {
+  local i
+  [ -r "$SK_MUNGE_KEY" ] || sk_die "munge key $SK_MUNGE_KEY is missing: mount the <cluster>-munge-key Secret there (the slurmk8s operator creates it)"
+  getent passwd munge >/dev/null || sk_die "user munge does not exist: install the Debian munge package in the image"
+  install -d -o munge -g munge -m 0700 /etc/munge
+  install -o munge -g munge -m 0400 "$SK_MUNGE_KEY" /etc/munge/munge.key
+  install -d -o munge -g munge -m 0755 /run/munge
+  # The seed file lives in /run so that nothing outside the pod is written.
+  setpriv --reuid=munge --regid=munge --init-groups -- \
+    munged --foreground --seed-file=/run/munge/munged.seed &
+  SK_MUNGED_PID=$!
+  # Whatever way this shell ends, munged goes with it.
+  trap sk_stop_munge EXIT
+  for i in $(seq 1 50); do
+    if [ -S "$SK_MUNGE_SOCKET" ] && munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+      sk_log "munged is running (pid $SK_MUNGED_PID)"
+      return 0
+    fi
+    kill -0 "$SK_MUNGED_PID" 2>/dev/null || sk_die "munged exited (see its messages above): check the munge key Secret ($SK_MUNGE_KEY) holds the cluster's key"
+    [ "$i" -lt 50 ] && sleep 0.2
+  done
+  sk_die "munged did not answer on $SK_MUNGE_SOCKET within 10s"
+}
+
+sk_stop_munge() {
+  if [ -n "$SK_MUNGED_PID" ] && kill -0 "$SK_MUNGED_PID" 2>/dev/null; then
+    kill -TERM "$SK_MUNGED_PID" 2>/dev/null || true
+    wait "$SK_MUNGED_PID" 2>/dev/null || true
+  fi
+  SK_MUNGED_PID=
+}
+
+# --- running the main process --------------------------------------------------
+
+# sk_forward SIGNAL: pass a signal on to the main process.
+sk_forward() {
+  if [ -n "$SK_MAIN_PID" ]; then
+    sk_log "got SIG$1: passing it on to pid $SK_MAIN_PID"
+    kill -s "$1" "$SK_MAIN_PID" 2>/dev/null || true
+  fi
+}
+
+# sk_run COMMAND...: run the component's daemon as a child, pass SIGTERM,
+# SIGINT and SIGHUP on to it, stop munged when it ends and exit with its
+# status. (Not exec: munged is our child too, and must not outlive the pod
+# where nothing else reaps it, as in the sandbox.) An entrypoint may set its
+# own TERM trap after calling sk_spawn and before sk_supervise instead.
+sk_run() {
+  sk_spawn "$@"
+  trap 'sk_forward TERM' TERM
+  trap 'sk_forward INT' INT
+  trap 'sk_forward HUP' HUP
+  sk_supervise
+}
+
+sk_spawn() {
+  sk_log "starting: $*"
+  SK_MAIN_CMD=$1
+  "$@" &
+  SK_MAIN_PID=$!
+}
+
+sk_supervise() {
+  local rc
+  # `wait` returns early when a trapped signal arrives; wait again until the
+  # process is gone, then once more for its exit status.
+  while kill -0 "$SK_MAIN_PID" 2>/dev/null; do
+    wait "$SK_MAIN_PID" || true
+  done
+  rc=0
+  wait "$SK_MAIN_PID" || rc=$?
+  sk_log "${SK_MAIN_CMD##*/} exited with status $rc"
+  sk_stop_munge
+  exit "$rc"
+}
+
+# sk_quick COMMAND...: run a command for a readiness check, bounded so the
+# check answers within the probe's timeoutSeconds (5).
+sk_quick() {
+  timeout "${SK_READY_TIMEOUT:-4}" "$@"
+}

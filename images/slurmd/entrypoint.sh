@@ -1,0 +1,171 @@
+#!/bin/bash
+# Entrypoint of the slurmk8s slurmd image (/usr/local/bin/slurmk8s-entrypoint).
+#
+#   slurmk8s-entrypoint [SLURMD_ARGS...]   set up the pod, wait for slurmctld,
+#                                          then run slurmd as a dynamic,
+#                                          configless node named `hostname -s`
+#   slurmk8s-entrypoint ready              exit 0 when this node is registered
+#                                          and not DOWN/INVAL/NOT_RESPONDING
+#
+# On SIGTERM (pod deletion) the node is drained ("slurmk8s: pod terminating"),
+# its jobs get up to SLURMK8S_DRAIN_TIMEOUT seconds (default 30) to finish or
+# be requeued, slurmd stops, and the node is deleted from slurmctld so that no
+# ghost node is left behind.
+#
+# Environment: SLURMK8S_CONTROLLER, SLURMK8S_CONTROLLER_PORT (default 6817),
+# SLURMK8S_NODE_CONF (slurmd --conf), optional SLURMK8S_GPU_COUNT (GPU node
+# sets: /dev/nvidia0..N-1 must exist), SLURMK8S_WAIT_TIMEOUT (seconds to wait
+# for slurmctld, default 300), SLURMK8S_DRAIN_TIMEOUT.
+set -euo pipefail
+SK_COMPONENT=slurmd
+here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+lib=$here/../common/slurmk8s-lib.sh
+[ -r "$lib" ] || lib=/usr/local/lib/slurmk8s/lib.sh
+# shellcheck source=images/common/slurmk8s-lib.sh
+. "$lib"
+
+node=$(hostname -s)
+spool=/var/spool/slurmd
+# A configless slurmd keeps the config it fetched in SlurmdSpoolDir/conf-cache
+# and links /run/slurm/conf to it. Slurm 22.05 commands fall back to
+# /run/slurm/conf/slurm.conf only when /etc/slurm/slurm.conf is absent, so
+# name it outright: the node's own scontrol/squeue then never read a stale or
+# foreign /etc/slurm.
+export SLURM_CONF=/run/slurm/conf/slurm.conf
+
+node_state() {  # the node's State= field, e.g. IDLE+DRAIN
+  sk_quick scontrol -o show node "$node" 2>/dev/null | tr ' ' '\n' | sed -n 's/^State=//p'
+}
+
+if [ "${1:-}" = ready ]; then
+  [ -r "$SLURM_CONF" ] || { echo "slurmd has not fetched its config yet" >&2; exit 1; }
+  state=$(node_state) || true
+  case $state in
+    '') echo "node $node is not registered" >&2; exit 1 ;;
+    *DOWN* | *INVAL* | *NOT_RESPONDING* | *FAIL*) echo "node $node is $state" >&2; exit 1 ;;
+    *) exit 0 ;;
+  esac
+fi
+
+sk_is_root || sk_die "slurmd's entrypoint must run as root (slurmd launches jobs as their users)"
+sk_require_env SLURMK8S_CONTROLLER SLURMK8S_NODE_CONF
+port=${SLURMK8S_CONTROLLER_PORT:-6817}
+drain_timeout=${SLURMK8S_DRAIN_TIMEOUT:-30}
+case $drain_timeout in '' | *[!0-9]*) sk_die "SLURMK8S_DRAIN_TIMEOUT must be a whole number of seconds, not '$drain_timeout'" ;; esac
+
+# GPU node sets: gres.conf names /dev/nvidia0..N-1, and slurmd rejects
+# anything but character devices there (the node would turn INVAL).
+if [ -n "${SLURMK8S_GPU_COUNT:-}" ]; then
+  case $SLURMK8S_GPU_COUNT in *[!0-9]*) sk_die "SLURMK8S_GPU_COUNT must be a number, not '$SLURMK8S_GPU_COUNT'" ;; esac
+  missing=()
+  for ((i = 0; i < SLURMK8S_GPU_COUNT; i++)); do
+    [ -c "/dev/nvidia$i" ] || missing+=("/dev/nvidia$i")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    sk_die "node set ${SLURMK8S_NODESET:-?} has $SLURMK8S_GPU_COUNT ${SLURMK8S_GPU_TYPE:-} GPUs, but ${missing[*]} (of /dev/nvidia0..$((SLURMK8S_GPU_COUNT - 1))) is missing or not a character device: schedule the pod on a node with that many GPUs and the NVIDIA device plugin (its nvidia.com/gpu limit makes the runtime add the devices), or fix spec.nodeSets[].gpus"
+  fi
+  sk_log "found $SLURMK8S_GPU_COUNT GPU devices (/dev/nvidia0..$((SLURMK8S_GPU_COUNT - 1)))"
+fi
+
+terminating=0
+# shellcheck disable=SC2317 # run from a trap
+on_term_early() {
+  sk_log "got SIGTERM before slurmd started: nothing to drain, exiting"
+  exit 0
+}
+trap on_term_early TERM INT
+
+sk_setup_users
+sk_start_munge
+mkdir -p "$spool"
+chmod 0755 "$spool"
+
+sk_wait_port "$SLURMK8S_CONTROLLER" "$port" "${SLURMK8S_WAIT_TIMEOUT:-300}"
+sk_log "slurmctld answers at $SLURMK8S_CONTROLLER:$port; registering node $node with: $SLURMK8S_NODE_CONF"
+
+# scontrol, bounded so that an unreachable slurmctld cannot hold up the pod's end.
+# shellcheck disable=SC2317 # run from a trap
+sctl() {
+  timeout 15 scontrol "$@"
+}
+
+# shellcheck disable=SC2317 # run from a trap
+jobs_on_node() {
+  timeout 15 squeue -h -w "$node" -o %i \
+    -t RUNNING,COMPLETING,CONFIGURING,SUSPENDED,SIGNALING,STOPPED,STAGE_OUT 2>/dev/null | paste -sd, -
+}
+
+# requeue_jobs JOBS: the pod is going away with these jobs still on it. Requeue
+# them while slurmd still runs (so their processes get SIGTERM, then SIGKILL
+# after KillWait, and none is left behind), make them eligible again at once
+# (a requeued job otherwise waits ~2 minutes), and cancel those that refuse a
+# requeue (--no-requeue): they would die with the pod anyway.
+# shellcheck disable=SC2317 # run from a trap
+requeue_jobs() {
+  local jobs=$1 job start=$SECONDS limit kill_wait requeued=()
+  sk_log "warning: jobs $jobs still on $node after ${drain_timeout}s (SLURMK8S_DRAIN_TIMEOUT): requeueing them"
+  for job in ${jobs//,/ }; do
+    if sctl requeue "$job"; then
+      requeued+=("$job")
+    else
+      sk_log "warning: job $job cannot be requeued: cancelling it"
+      timeout 15 scancel "$job" || true
+    fi
+  done
+  kill_wait=$(sk_conf_value "$SLURM_CONF" KillWait)
+  limit=$((${kill_wait:-30} + 10))
+  while jobs=$(jobs_on_node) && [ -n "$jobs" ] && [ $((SECONDS - start)) -lt "$limit" ]; do
+    sleep 1
+  done
+  [ -z "$jobs" ] || sk_log "warning: jobs $jobs still on $node after ${limit}s; stopping slurmd anyway"
+  # Only a job that has left the node takes a new start time; scontrol may
+  # answer non-zero ("partition configuration not available") yet apply it.
+  for job in "${requeued[@]}"; do
+    sctl update jobid="$job" starttime=now >/dev/null 2>&1 || true
+  done
+  [ ${#requeued[@]} -eq 0 ] || sk_log "requeued jobs ${requeued[*]}; they may start again at once"
+}
+
+# shellcheck disable=SC2317 # run from a trap
+drain_and_leave() {
+  local start=$SECONDS next=0 jobs rc=0 i
+  [ "$terminating" = 0 ] || return 0
+  terminating=1
+  trap '' TERM INT HUP
+  sk_log "pod terminating: draining node $node"
+  if ! sctl update nodename="$node" state=drain reason="slurmk8s: pod terminating"; then
+    sk_log "warning: could not drain $node (is slurmctld reachable?); stopping anyway"
+  fi
+  while jobs=$(jobs_on_node) && [ -n "$jobs" ]; do
+    if [ $((SECONDS - start)) -ge "$drain_timeout" ]; then
+      requeue_jobs "$jobs"
+      break
+    fi
+    if [ "$SECONDS" -ge "$next" ]; then
+      sk_log "waiting for jobs $jobs on $node to finish or be requeued ($((SECONDS - start))s of ${drain_timeout}s)"
+      next=$((SECONDS + 5))
+    fi
+    sleep 1
+  done
+  sk_log "stopping slurmd (pid $SK_MAIN_PID)"
+  kill -TERM "$SK_MAIN_PID" 2>/dev/null || true
+  wait "$SK_MAIN_PID" || rc=$?
+  sk_log "slurmd exited with status $rc"
+  for i in 1 2 3 4 5; do
+    if sctl delete nodename="$node"; then
+      sk_log "deleted node $node from slurmctld"
+      break
+    fi
+    if [ "$i" = 5 ]; then
+      sk_log "warning: could not delete node $node from slurmctld; the operator removes such leftover nodes"
+      break
+    fi
+    sleep 2
+  done
+  sk_stop_munge
+  exit 0
+}
+
+sk_spawn slurmd -D -Z -N "$node" --conf-server "$SLURMK8S_CONTROLLER:$port" --conf "$SLURMK8S_NODE_CONF" "$@"
+trap drain_and_leave TERM INT
+sk_supervise

@@ -1,0 +1,73 @@
+"""The files an image adds on top of Debian, read from its Dockerfile.
+
+The sandbox runs pods on the host's Debian, which has the same packages the
+images install. What the images add beyond packages (entrypoint, library,
+static config) is exactly what their Dockerfiles ``COPY`` from the repository,
+so the sandbox reads those instructions instead of keeping its own list.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGES = REPO / "images"
+
+
+class ImageError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Copy:
+    sources: tuple[str, ...]  # relative to the repository root (the build context)
+    dest: str
+    mode: int | None
+
+
+def copies(dockerfile: str) -> list[Copy]:
+    """The COPY instructions of a Dockerfile (continuation lines joined)."""
+    out = []
+    text = dockerfile.replace("\\\n", " ")
+    for line in text.splitlines():
+        words = shlex.split(line, comments=True)
+        if not words or words[0].upper() != "COPY":
+            continue
+        mode = None
+        args = []
+        for w in words[1:]:
+            if w.startswith("--chmod="):
+                mode = int(w.split("=", 1)[1], 8)
+            elif w.startswith("--"):
+                if w.startswith("--from="):
+                    raise ImageError(f"COPY {w} (multi-stage) is not supported by the sandbox: {line}")
+            else:
+                args.append(w)
+        if len(args) < 2:
+            raise ImageError(f"COPY needs a source and a destination: {line}")
+        out.append(Copy(tuple(args[:-1]), args[-1], mode))
+    return out
+
+
+def install(component: str, root: Path) -> None:
+    """Copy what images/<component>/Dockerfile adds into ``root`` (a layer directory)."""
+    dockerfile = IMAGES / component / "Dockerfile"
+    if not dockerfile.exists():
+        raise ImageError(f"no image {component!r}: {dockerfile} is missing")
+    for c in copies(dockerfile.read_text()):
+        for src in c.sources:
+            source = REPO / src
+            if not source.exists():
+                raise ImageError(f"{dockerfile}: COPY source {src} does not exist")
+            dest = root / c.dest.lstrip("/")
+            if source.is_dir():
+                shutil.copytree(source, dest, dirs_exist_ok=True)
+                continue
+            if c.dest.endswith("/") or len(c.sources) > 1:
+                dest = dest / source.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, dest)
+            dest.chmod(c.mode if c.mode is not None else 0o644)
