@@ -60,6 +60,9 @@ def test_example_renders_every_component(doc, keys):
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert "/shared" in mounts and "/etc/slurm" not in mounts  # workers are configless
+    assert env["SLURMK8S_CHECKPOINT_ROOT"] == "/shared/checkpoints"
+    login = objs[("Deployment", "demo-login")]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "SLURMK8S_SHARED_DIRS", "value": "/shared"} in login["env"]
 
 
 def test_slurm_conf_has_what_configless_dynamic_nodes_need(doc, keys):

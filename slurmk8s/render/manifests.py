@@ -93,11 +93,24 @@ def node_conf(c: SlurmCluster, ns: NodeSet) -> str:
 
 
 def _common_env(c: SlurmCluster) -> dict[str, str]:
-    return {
+    env = {
         "SLURMK8S_CLUSTER": c.name,
         "SLURMK8S_CONTROLLER": names.controller_fqdn(c),
         "SLURMK8S_CONTROLLER_PORT": str(names.SLURMCTLD_PORT),
     }
+    storage = c.spec.shared_storage
+    if storage and storage.checkpoint_dir:
+        env["SLURMK8S_CHECKPOINT_ROOT"] = storage.checkpoint_dir
+    return env
+
+
+def _login_env(c: SlurmCluster) -> dict[str, str]:
+    """The login pods prepare each user's directories on shared storage."""
+    env = _common_env(c)
+    storage = c.spec.shared_storage
+    if storage:
+        env["SLURMK8S_SHARED_DIRS"] = " ".join(v.mount_path for v in storage.volumes if not v.read_only)
+    return env
 
 
 def _shared_volumes(c: SlurmCluster) -> tuple[list[dict], list[dict]]:
@@ -286,7 +299,7 @@ def _login(b: _Builder) -> list[dict]:
     volumes += shared_vols
     mounts += shared_mounts
     container = _container(
-        c, "login", "login", env=_common_env(c), mounts=mounts,
+        c, "login", "login", env=_login_env(c), mounts=mounts,
         ports=[{"name": "ssh", "containerPort": names.SSH_PORT}],
         resources=_resources(login.resources),
         readinessProbe={"tcpSocket": {"port": "ssh"}, "periodSeconds": 10},

@@ -1,0 +1,191 @@
+"""End to end, the way a researcher works: SSH into the login pod, put unchanged
+sbatch scripts on shared storage, and use plain sbatch/squeue/scancel/scontrol.
+
+One sandbox (examples/slurmcluster.yaml) serves the whole module; the two slow
+jobs (a checkpoint/requeue cycle and a time limit) are submitted first and
+checked last, so they run while the other tests do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmk8s.api import load_cluster
+from slurmk8s.sandbox import Sandbox
+
+from ..conftest import EXAMPLE
+from .researcher import Researcher
+
+pytestmark = pytest.mark.slurm
+JOBS = Path(__file__).parent / "jobs"
+SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
+SUBNET = "10.253.77.0/24"  # apart from a sandbox someone runs by hand (10.253.0.0/24)
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    assert os.geteuid() == 0, "the sandbox needs root (namespaces, mounts, veths)"
+    state = tmp_path_factory.mktemp("sandbox")
+    env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(state)}
+    up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(EXAMPLE), "--subnet", SUBNET, "--timeout", "120"],
+                        capture_output=True, text=True, env=env, timeout=180)
+    box = Sandbox(state)
+    try:
+        assert up.returncode == 0, f"sandbox up failed:\n{up.stderr}"
+        assert "all 3 Slurm nodes idle" in up.stderr  # progress output
+        yield box, env
+    finally:
+        if up.returncode != 0 or os.environ.get("SLURMK8S_KEEP_LOGS"):
+            for pod in (state / "pods").glob("*"):
+                print(f"--- {pod.name}\n{(pod / 'log').read_text(errors='replace')[-3000:]}")
+        down = subprocess.run([SLURMK8S, "sandbox", "down"], capture_output=True, text=True, env=env, timeout=120)
+        assert down.returncode == 0, down.stderr
+
+
+@pytest.fixture(scope="module")
+def status(sandbox) -> dict:
+    _, env = sandbox
+    out = subprocess.run([SLURMK8S, "sandbox", "status", "-o", "json"], capture_output=True, text=True,
+                         env=env, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def researcher(status):
+    login = status["login"]
+    r = Researcher(login["host"], login["port"], login["user"], login["identityFile"],
+                   str(Path(login["identityFile"]).parent / "known_hosts"))
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def workdir(researcher, status) -> str:
+    """The researcher's directory on shared storage, with every job script in it."""
+    home = f"{status['sharedStorage']['mountPath']}/{researcher.user}"
+    for script in sorted(JOBS.glob("*.sh")):
+        researcher.put(script.read_text(), f"{home}/{script.name}")
+    return home
+
+
+@pytest.fixture(scope="module")
+def slow_jobs(researcher, workdir) -> dict[str, int]:
+    return {
+        "checkpoint": researcher.sbatch("checkpoint.sh", cwd=workdir),
+        "time_limit": researcher.sbatch("time_limit.sh", cwd=workdir),
+    }
+
+
+def test_status_reports_pods_login_and_shared_storage(status, slow_jobs):
+    cluster = load_cluster(yaml.safe_load(EXAMPLE.read_text()))
+    expected = {f"demo-{ns.name}-{i}" for ns in cluster.spec.node_sets for i in range(ns.replicas)}
+    assert set(status["slurmNodes"]) == expected
+    assert all(p["phase"] == "Running" and p["ready"] for p in status["pods"]), status["pods"]
+    login = status["login"]
+    assert login["user"] == "researcher" and login["port"] == 22 and Path(login["identityFile"]).exists()
+    assert status["sharedStorage"]["mountPath"] == "/shared"
+    assert Path(status["sharedStorage"]["hostPath"]).is_dir()
+
+
+def test_files_copied_to_shared_storage_belong_to_the_researcher(researcher, workdir, status):
+    host = Path(status["sharedStorage"]["hostPath"]) / researcher.user / "single.sh"
+    assert host.stat().st_uid == 2001
+    assert researcher.check("id -u").strip() == "2001"
+
+
+def test_single_node_job(researcher, workdir):
+    job = researcher.sbatch("single.sh", "--partition=gpu", cwd=workdir)
+    info = researcher.wait_state(job, {"COMPLETED", "FAILED"})
+    assert info["JobState"] == "COMPLETED"
+    out = researcher.read(f"{workdir}/single-{job}.out")
+    assert re.search(rf"job {job} on demo-gpu-\d as researcher", out)
+
+
+def test_two_node_job_runs_one_rank_per_node_with_a_master_address(researcher, workdir):
+    job = researcher.sbatch("two_nodes.sh", cwd=workdir)
+    assert researcher.wait_state(job, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
+    out = researcher.read(f"{workdir}/two-nodes-{job}.out")
+    ranks = dict(re.findall(r"^rank=(\d) host=(\S+) master=\S+ world=2$", out, re.M))
+    assert set(ranks) == {"0", "1"} and ranks["0"] != ranks["1"], out
+    assert set(re.findall(r"master=(\S+)", out)) == {ranks["0"]}  # every rank finds rank 0's node
+
+
+def test_job_array(researcher, workdir):
+    job = researcher.sbatch("array.sh", "--partition=gpu", cwd=workdir)
+    for task in range(4):
+        text = researcher.wait_file(f"{workdir}/array-{job}_{task}.out", r"task \d")
+        assert text.strip() == f"task {task} of array {job}"
+
+
+def test_afterok_dependency_chain(researcher, workdir):
+    first = researcher.sbatch("chain_first.sh", "--partition=gpu", cwd=workdir)
+    second = researcher.sbatch("chain_second.sh", "--partition=gpu", f"--dependency=afterok:{first}", cwd=workdir)
+    assert researcher.job(second)["JobState"] == "PENDING"
+    assert researcher.wait_state(second, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
+    done = float(researcher.read(f"{workdir}/chain-first.done"))
+    started = float(researcher.read(f"{workdir}/chain-second.started"))
+    assert started > done
+
+
+def test_two_gpu_jobs_share_a_node_with_disjoint_devices(researcher, workdir):
+    jobs = [researcher.sbatch("gpus.sh", "--nodelist=demo-gpu-1", cwd=workdir) for _ in range(2)]
+    devices = []
+    for job in jobs:
+        assert researcher.wait_state(job, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
+        out = researcher.read(f"{workdir}/gpus-{job}.out")
+        host, cvd = re.fullmatch(r"host=(\S+) CUDA_VISIBLE_DEVICES=(\S+)\n", out).groups()
+        assert host == "demo-gpu-1"
+        devices.append(set(cvd.split(",")))
+    assert all(len(d) == 2 for d in devices)
+    assert devices[0].isdisjoint(devices[1])
+    assert devices[0] | devices[1] == {"0", "1", "2", "3"}
+
+
+def test_scancel_stops_a_running_job(researcher, workdir):
+    job = researcher.sbatch("long.sh", "--partition=gpu", cwd=workdir)
+    researcher.wait_file(f"{workdir}/long-{job}.out", "started")
+    researcher.check(f"scancel {job}")
+    assert researcher.wait_state(job, {"CANCELLED"}, timeout=60)["JobState"] == "CANCELLED"
+    assert "should never" not in researcher.read(f"{workdir}/long-{job}.out")
+    rc, out, _ = researcher.run(f"squeue -h -j {job} -t running")
+    assert out.strip() == ""
+
+
+def test_a_request_larger_than_any_node_is_refused_by_slurm(researcher, workdir):
+    # Eight GPUs on one node: every node of the partition has four.
+    rc, _, err = researcher.run(f"cd {workdir} && sbatch --partition=gpu --gpus-per-node=8 single.sh")
+    assert rc != 0
+    assert "Requested node configuration is not available" in err
+
+
+def test_checkpoint_requeue_and_resume(researcher, workdir, slow_jobs):
+    job = slow_jobs["checkpoint"]
+    out = researcher.wait_file(f"{workdir}/ckpt-{job}.out", r"done step=\d+", timeout=150)
+    first, saved, resumed, done = (
+        re.search(r"start restart=0 step=0", out),
+        re.search(r"checkpoint step=(\d+)", out),
+        re.search(r"start restart=1 step=(\d+)", out),
+        re.search(r"done step=(\d+)", out),
+    )
+    assert first and saved and resumed and done, out
+    step = int(saved.group(1))
+    assert step > 0
+    assert int(resumed.group(1)) == step  # the step counter continues from the checkpoint
+    assert int(done.group(1)) == step + 5
+    assert researcher.read(f"/shared/checkpoints/{researcher.user}/ckpt/step").strip() == str(step)
+    assert researcher.wait_state(job, {"COMPLETED"})["Restarts"] == "1"
+
+
+def test_time_limit_is_enforced(researcher, workdir, slow_jobs):
+    job = slow_jobs["time_limit"]
+    info = researcher.wait_state(job, {"TIMEOUT", "COMPLETED", "FAILED"}, timeout=180)
+    assert info["JobState"] == "TIMEOUT"
+    assert "should never" not in researcher.read(f"{workdir}/time-limit-{job}.out")
