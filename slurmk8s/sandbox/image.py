@@ -26,6 +26,7 @@ class Copy:
     sources: tuple[str, ...]  # relative to the repository root (the build context)
     dest: str
     mode: int | None
+    stage: str | None = None  # COPY --from=STAGE: from another build stage, not the context
 
 
 def copies(dockerfile: str) -> list[Copy]:
@@ -36,19 +37,18 @@ def copies(dockerfile: str) -> list[Copy]:
         words = shlex.split(line, comments=True)
         if not words or words[0].upper() != "COPY":
             continue
-        mode = None
+        mode = stage = None
         args = []
         for w in words[1:]:
             if w.startswith("--chmod="):
                 mode = int(w.split("=", 1)[1], 8)
-            elif w.startswith("--"):
-                if w.startswith("--from="):
-                    raise ImageError(f"COPY {w} (multi-stage) is not supported by the sandbox: {line}")
-            else:
+            elif w.startswith("--from="):
+                stage = w.split("=", 1)[1]
+            elif not w.startswith("--"):
                 args.append(w)
         if len(args) < 2:
             raise ImageError(f"COPY needs a source and a destination: {line}")
-        out.append(Copy(tuple(args[:-1]), args[-1], mode))
+        out.append(Copy(tuple(args[:-1]), args[-1], mode, stage))
     return out
 
 
@@ -58,6 +58,9 @@ def install(component: str, root: Path) -> None:
     if not dockerfile.exists():
         raise ImageError(f"no image {component!r}: {dockerfile} is missing")
     for c in copies(dockerfile.read_text()):
+        if c.stage is not None:
+            raise ImageError(f"{dockerfile}: COPY --from={c.stage} copies from a build stage, "
+                             "which the sandbox cannot run; it runs images whose files come from the repository")
         for src in c.sources:
             source = REPO / src
             if not source.exists():

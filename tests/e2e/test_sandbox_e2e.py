@@ -168,7 +168,7 @@ def test_a_request_larger_than_any_node_is_refused_by_slurm(researcher, workdir)
 
 def test_checkpoint_requeue_and_resume(researcher, workdir, slow_jobs):
     job = slow_jobs["checkpoint"]
-    out = researcher.wait_file(f"{workdir}/ckpt-{job}.out", r"done step=\d+", timeout=150)
+    out = researcher.wait_file(f"{workdir}/ckpt-{job}.out", r"done step=\d+", timeout=240)
     first, saved, resumed, done = (
         re.search(r"start restart=0 step=0", out),
         re.search(r"checkpoint step=(\d+)", out),

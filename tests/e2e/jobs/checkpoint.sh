@@ -1,11 +1,12 @@
 #!/bin/bash
 #SBATCH --job-name=ckpt
 #SBATCH --requeue
-#SBATCH --time=1
-#SBATCH --signal=B:USR1@55
+#SBATCH --time=2
+#SBATCH --signal=B:USR1@60
 #SBATCH --open-mode=append
 #SBATCH --output=ckpt-%j.out
 # A training loop that checkpoints on USR1, requeues itself, and resumes.
+# Slurm sends the signal 60 to 90 s before the limit (it checks every 30 s).
 ckpt=/shared/checkpoints/$USER/$SLURM_JOB_NAME
 mkdir -p "$ckpt"
 step=$(cat "$ckpt/step" 2>/dev/null || echo 0)

@@ -7,4 +7,5 @@
 # The usual torchrun-style bootstrap: the first node of the allocation is the master.
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_ADDR MASTER_PORT=29500
+# shellcheck disable=SC2016 # each rank's own bash expands these
 srun bash -c 'echo "rank=$SLURM_PROCID host=$(hostname) master=$MASTER_ADDR world=$SLURM_NTASKS"'

@@ -1,0 +1,117 @@
+"""The sandbox's lifecycle with real pods: a failing pod is named with its
+log, an `up` killed half way is cleaned up by the next one, and `down` leaves
+no process, namespace, mount, veth or bridge behind, however often it runs.
+(The researcher's view of a running sandbox is in e2e/.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmk8s.sandbox import Sandbox, runtime
+
+pytestmark = pytest.mark.slurm
+SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
+
+
+def manifest(tmp_path: Path, name: str, **slurm_config) -> Path:
+    doc = {
+        "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster", "metadata": {"name": name},
+        "spec": {
+            "nodeSets": [{"name": "cpu", "replicas": 2, "cpus": 1, "memory": "1Gi"}],
+            "partitions": [{"name": "cpu", "nodeSets": ["cpu"], "default": True}],
+            "slurmConfig": slurm_config,
+        },
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def sandbox(*args: str, state: Path, check: bool = False, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([SLURMK8S, "sandbox", *args, "--state-dir", str(state)],
+                          capture_output=True, text=True, timeout=180, check=check, **kw)
+
+
+def footprint(box: Sandbox) -> dict:
+    """What a running sandbox holds on this host, from its state file."""
+    state = box.state()
+    net = box.network(state)
+    spaces, links = net.leftovers()
+    inodes = {os.stat(f"/var/run/netns/{s}").st_ino for s in spaces}
+    return {"sid": state.sid, "spaces": spaces, "links": links, "inodes": inodes,
+            "holders": [p.holder for p in state.pods]}
+
+
+def assert_nothing_left(box: Sandbox, before: dict) -> None:
+    assert box.state() is None
+    assert not any(runtime.alive(pid) for pid in before["holders"])  # gone, or a zombie of an exited parent
+    in_pod_netns = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if os.stat(proc / "ns/net").st_ino in before["inodes"]:
+                    in_pod_netns.append(proc.name)
+            except (FileNotFoundError, PermissionError, ProcessLookupError):
+                continue
+    assert in_pod_netns == [], f"processes still in a pod's network namespace: {in_pod_netns}"
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(s in netns for s in before["spaces"])
+    assert not any(Path(f"/sys/class/net/{link}").exists() for link in before["links"])
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(box.dir) not in mounts and f"/run/netns/sk8s-{before['sid']}-" not in mounts
+
+
+def test_a_pod_that_fails_is_named_with_the_tail_of_its_log(tmp_path):
+    state = tmp_path / "state"
+    up = sandbox("up", "-f", str(manifest(tmp_path, "broken", extraLines=["MessageTimeout=soon"])),
+                 "--subnet", "10.253.78.0/24", "--timeout", "60", state=state)
+    try:
+        assert up.returncode == 1
+        assert "pod broken-controller-0 exited before it became ready" in up.stderr
+        # the log's tail carries slurmctld's own words, and the message says what to do next
+        assert 'MessageTimeout value "soon" is not a valid number' in up.stderr
+        assert "sandbox up` again" in up.stderr
+        logs = sandbox("logs", "broken-controller-0", state=state, check=True).stdout
+        assert "fatal: Unable to process configuration file" in logs
+    finally:
+        sandbox("down", "--purge", state=state, check=True)
+
+
+def test_up_after_a_crash_cleans_up_and_down_leaves_nothing(tmp_path):
+    state = tmp_path / "state"
+    path = str(manifest(tmp_path, "crash"))
+    subnet = ["--subnet", "10.253.79.0/24"]
+    # An `up` killed while it starts pods, as by a crash or Ctrl-C at the wrong moment.
+    first = subprocess.Popen([SLURMK8S, "sandbox", "up", "-f", path, *subnet, "--state-dir", str(state)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in first.stderr:
+        if "starting pod crash-cpu-0" in line:
+            first.send_signal(signal.SIGKILL)
+            break
+    first.wait(timeout=30)
+    box = Sandbox(state)
+    half = box.state()
+    assert half is not None and any(p.holder for p in half.pods)
+
+    up = sandbox("up", "-f", path, *subnet, state=state)
+    assert up.returncode == 0, up.stderr
+    assert "cleaning it up first" in up.stderr
+    assert not any(runtime.alive(p.holder) for p in half.pods)
+    nodes = box.slurm().nodes()
+    assert sorted((n.name, n.state) for n in nodes) == [("crash-cpu-0", "idle"), ("crash-cpu-1", "idle")]
+
+    before = footprint(box)
+    assert before["spaces"] and before["links"] and before["inodes"]
+    down = sandbox("down", state=state, check=True)
+    assert "pod crash-cpu-1" in down.stdout
+    assert_nothing_left(box, before)
+    again = sandbox("down", state=state, check=True)
+    assert again.stdout.strip() == "Nothing was running."
