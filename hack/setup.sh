@@ -19,6 +19,7 @@ fi
 
 PACKAGES=(
   slurmctld slurmd slurm-client slurmrestd munge   # Slurm 22.05 from Debian
+  slurm-wlm-jwt-plugin                             # auth/jwt: slurmctld with slurmrestd
   openssh-server openssh-client                    # login pods
   iproute2 util-linux procps                       # namespaces, veth, nsenter
   shellcheck                                       # lints images/ and hack/
