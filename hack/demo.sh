@@ -1,24 +1,67 @@
 #!/usr/bin/env bash
-# The main job, today: validate the example SlurmCluster and render every
-# Kubernetes object it becomes. (Later: bring it up in the sandbox.)
+# The main job: bring the example SlurmCluster up in the sandbox (real Slurm
+# 22.05 daemons in per-pod Linux namespaces; no Docker, no Kubernetes), then do
+# what a researcher does: SSH to the login pod, put an unchanged sbatch script
+# on shared storage, submit it, and read its output.
+#
+#   hack/demo.sh [MANIFEST]        default: examples/slurmcluster.yaml
+#
+# Needs root on Debian bookworm; installs what it needs first (hack/setup.sh).
+# The cluster keeps running afterwards; the last lines say how to go on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hack/setup.sh
 example=${1:-examples/slurmcluster.yaml}
-out=${OUT_DIR:-build/demo}
-mkdir -p "$out"
+script=examples/train.sh
+sk=.venv/bin/slurmk8s
 
-.venv/bin/slurmk8s validate -f "$example"
-.venv/bin/slurmk8s render -f "$example" --keys-dir "$out/keys" > "$out/objects.yaml"
-printf '\nRendered %s objects from %s into %s/objects.yaml:\n' \
-  "$(grep -c '^kind:' "$out/objects.yaml")" "$example" "$out"
-awk '/^kind:/{k=$2} /^  name:/{if(k){printf "  %-22s %s\n", k, $2; k=""}}' "$out/objects.yaml"
-printf '\nslurm.conf:\n'
-.venv/bin/python - "$out/objects.yaml" <<'PY'
-import sys, yaml
-for doc in yaml.safe_load_all(open(sys.argv[1])):
-    if doc["kind"] == "ConfigMap" and doc["metadata"]["name"].endswith("-slurm-config"):
-        print("  " + doc["data"]["slurm.conf"].replace("\n", "\n  "))
-PY
-printf 'Next: read %s/objects.yaml, or apply it to a cluster with the CRDs installed:\n' "$out"
-printf '  kubectl apply -f charts/slurmk8s/crds/ && kubectl apply -f %s/objects.yaml\n' "$out"
+say() { printf '\n== %s\n' "$*"; }
+on_login() { "$sk" sandbox ssh -- "$@"; }
+field() { "$sk" sandbox status -o json | .venv/bin/python -c "import json, sys; d = json.load(sys.stdin); print($1)"; }
+
+say "Validating $example"
+"$sk" validate -f "$example"
+
+say "Bringing the cluster up in the sandbox"
+"$sk" sandbox up -f "$example"
+"$sk" sandbox status
+
+user=$(field 'd["login"]["user"]')
+dir=$(field 'd["sharedStorage"]["mountPath"]')/$user/demo
+ckpt=$(field 'd["sharedStorage"]["checkpointDir"]')/$user/train
+say "As $user on the login pod: copying $script to $dir and submitting it"
+# A fresh start: the script resumes from the checkpoint an earlier run left.
+on_login "rm -rf $ckpt && mkdir -p $dir && cat > $dir/train.sh && chmod +x $dir/train.sh" <"$script"
+job=$(on_login "cd $dir && sbatch --parsable train.sh")
+job=${job%%;*}
+echo "Submitted batch job $job"
+
+start=$SECONDS last=
+while :; do
+  state=$(on_login "scontrol show job $job" | tr ' ' '\n' | sed -n 's/^JobState=//p')
+  if [ "$state" != "$last" ]; then
+    printf '  %3ds  job %s is %s\n' $((SECONDS - start)) "$job" "$state"
+    last=$state
+  fi
+  case $state in
+    COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;;
+  esac
+  if [ $((SECONDS - start)) -ge 300 ]; then
+    echo "job $job is still $state after 300s; see: $sk sandbox ssh -- scontrol show job $job" >&2
+    exit 1
+  fi
+  sleep 1
+done
+
+say "Output of job $job ($dir/train-$job.out)"
+on_login "cat $dir/train-$job.out"
+[ "$state" = COMPLETED ] || { echo "job $job ended $state" >&2; exit 1; }
+
+say "The cluster is still running. Next:"
+cat <<NEXT
+  $sk sandbox ssh                  a shell on the login pod as $user (sinfo, sbatch, squeue, srun)
+  $sk sandbox ssh -- sinfo         one command
+  $sk sandbox status               pods, addresses, Slurm node states
+  $sk sandbox logs POD             a pod's log
+  $sk sandbox down                 stop everything (--purge also deletes keys and storage)
+NEXT

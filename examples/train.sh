@@ -1,0 +1,48 @@
+#!/bin/bash
+#SBATCH --job-name=train
+#SBATCH --partition=gpu
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=2
+#SBATCH --time=10
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@120
+#SBATCH --open-mode=append
+#SBATCH --output=train-%j.out
+# A data-parallel training job as researchers write them: one rank per node,
+# the first node is the master, and the loop checkpoints on USR1 (sent before
+# the time limit, or when the node is reclaimed), requeues itself and resumes
+# from the checkpoint on its next start.
+#
+#   sbatch train.sh               (TRAIN_STEPS=N sbatch train.sh for a longer run)
+ckpt=${SLURMK8S_CHECKPOINT_DIR:-/shared/checkpoints/$USER/$SLURM_JOB_NAME}
+mkdir -p "$ckpt"
+step=$(cat "$ckpt/step" 2>/dev/null || echo 0)
+steps=${TRAIN_STEPS:-20}
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export MASTER_ADDR MASTER_PORT=29500
+echo "job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST: step $step of $steps, master $MASTER_ADDR"
+# shellcheck disable=SC2016 # each rank's own shell expands these
+srun bash -c 'echo "rank $SLURM_PROCID of $SLURM_NTASKS on $(hostname): GPUs $CUDA_VISIBLE_DEVICES"'
+
+save() {
+  echo "$step" >"$ckpt/step.new" && mv "$ckpt/step.new" "$ckpt/step"
+}
+on_usr1() {
+  save
+  echo "USR1: checkpoint at step $step; requeueing"
+  scontrol requeue "$SLURM_JOB_ID"
+  exit 0
+}
+trap on_usr1 USR1
+
+while [ "$step" -lt "$steps" ]; do
+  step=$((step + 1))
+  sleep 0.5 & wait $!   # one training step
+  if [ $((step % 5)) -eq 0 ]; then
+    save
+    echo "step $step: checkpoint saved"
+  fi
+done
+save
+echo "done: $steps steps; checkpoint in $ckpt"

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Benchmark the sandbox: prints figures, asserts nothing.
+
+1. `sandbox up` -> every Slurm node IDLE, over several rounds (each round
+   brings the example cluster up in a fresh state directory and takes it down).
+2. sbatch -> the job's first instruction running, through the sandbox (sbatch
+   in the login pod, the job on a worker pod) and, in the same run, on a bare
+   slurmctld + slurmd started by hand in private namespaces on this machine
+   (tests/realslurm.py), with the same rendered slurm.conf. The ratio of the
+   medians is the sandbox's overhead.
+
+    hack/bench_sandbox.py [--rounds 5] [--jobs 20]     (root, after hack/setup.sh)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from slurmk8s.api import load_cluster  # noqa: E402
+from slurmk8s.render import ClusterKeys, config_files, node_conf  # noqa: E402
+from slurmk8s.sandbox import Sandbox  # noqa: E402
+from tests.realslurm import SlurmNamespace  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "slurmcluster.yaml"
+SUBNET = "10.253.99.0/24"
+
+# Runs where sbatch runs: submit N jobs one after the other; each job writes
+# the time its script started. Prints "submitted started" per job.
+LATENCY = r"""
+set -eu
+dir=$1 n=$2 part=$3
+mkdir -p "$dir"
+for i in $(seq "$n"); do
+  t0=$(date +%s.%N)
+  sbatch -Q -p "$part" -o /dev/null --wrap "date +%s.%N > $dir/start-$i.tmp; mv $dir/start-$i.tmp $dir/start-$i"
+  while [ ! -s "$dir/start-$i" ]; do sleep 0.005; done
+  echo "$t0 $(cat "$dir/start-$i")"
+done
+"""
+
+
+def summary(name: str, values: list[float], unit: str = "s") -> str:
+    return (f"{name:<44} median {statistics.median(values):7.3f} {unit}   "
+            f"min {min(values):7.3f}   max {max(values):7.3f}   (n={len(values)})")
+
+
+def latencies(output: str) -> list[float]:
+    return [float(b) - float(a) for a, b in (line.split() for line in output.splitlines() if line.strip())]
+
+
+def bench_up(cluster, rounds: int) -> tuple[list[float], list[float]]:
+    ups, downs = [], []
+    for i in range(rounds):
+        with tempfile.TemporaryDirectory(prefix="slurmk8s-bench-") as d:
+            box = Sandbox(Path(d))
+            t0 = time.monotonic()
+            box.up(cluster, subnet=SUBNET, timeout=120)
+            ups.append(time.monotonic() - t0)
+            t0 = time.monotonic()
+            box.down(purge=True)
+            downs.append(time.monotonic() - t0)
+        print(f"  round {i + 1}: up {ups[-1]:.2f} s, down {downs[-1]:.2f} s", file=sys.stderr)
+    return ups, downs
+
+
+def bench_sandbox_latency(cluster, jobs: int, partition: str) -> list[float]:
+    with tempfile.TemporaryDirectory(prefix="slurmk8s-bench-") as d:
+        box = Sandbox(Path(d))
+        state = box.up(cluster, subnet=SUBNET, timeout=120)
+        try:
+            login = next(p.name for p in state.pods if p.component == "login")
+            shared = state.shared_storage["mountPath"]
+            argv = box.exec(login, ["bash", "-c", LATENCY, "bench", f"{shared}/bench", str(jobs), partition])
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True).stdout
+        finally:
+            box.down(purge=True)
+    return latencies(out)
+
+
+def bench_bare_latency(cluster, jobs: int, partition: str) -> list[float]:
+    ns = next(n for n in cluster.spec.node_sets if any(partition == p.name and n.name in p.node_sets
+                                                          for p in cluster.spec.partitions))
+    with tempfile.TemporaryDirectory(prefix="slurmk8s-bench-") as d:
+        node = f"{cluster.name}-{ns.name}-0"
+        # GPUs need device files; the CPU node set is what the bare run compares.
+        with SlurmNamespace(config_files(cluster), ClusterKeys.generate(), Path(d) / "slurm",
+                            nodes=[(node, node_conf(cluster, ns))]) as bare:
+            out = bare.run(["bash", "-c", LATENCY, "bench", f"{d}/bench", str(jobs), partition]).stdout
+    return latencies(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5, help="sandbox up/down rounds")
+    ap.add_argument("--jobs", type=int, default=20, help="jobs per latency run")
+    ap.add_argument("-f", "--filename", type=Path, default=EXAMPLE, help="SlurmCluster manifest")
+    args = ap.parse_args()
+    cluster = load_cluster(yaml.safe_load(args.filename.read_text()))
+    partition = "cpu"
+
+    print(f"sandbox up -> all nodes idle, {args.rounds} rounds ...", file=sys.stderr)
+    ups, downs = bench_up(cluster, args.rounds)
+    print(f"sbatch -> running, {args.jobs} jobs in the sandbox ...", file=sys.stderr)
+    sandbox = bench_sandbox_latency(cluster, args.jobs, partition)
+    print(f"sbatch -> running, {args.jobs} jobs on bare slurmctld + slurmd ...", file=sys.stderr)
+    bare = bench_bare_latency(cluster, args.jobs, partition)
+
+    nodes = sum(n.replicas for n in cluster.spec.node_sets)
+    print(f"\nslurmk8s sandbox benchmark: {args.filename.name} ({nodes} Slurm nodes), partition {partition}")
+    print(summary("sandbox up -> all nodes IDLE", ups))
+    print(summary("sandbox down", downs))
+    print(summary("sbatch -> RUNNING, sandbox", [x * 1000 for x in sandbox], "ms"))
+    print(summary("sbatch -> RUNNING, bare slurmctld + slurmd", [x * 1000 for x in bare], "ms"))
+    print(f"{'sandbox / bare (medians)':<44} {statistics.median(sandbox) / statistics.median(bare):7.2f} x")
+
+
+if __name__ == "__main__":
+    main()
