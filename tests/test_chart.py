@@ -1,0 +1,452 @@
+"""The Helm chart, rendered and linted by the real Helm engine (helm-python-sdk, offline).
+
+Each set of values is rendered once per module; every rendered object is checked
+against the official Kubernetes schemas.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from slurmk8s import cli, log
+from slurmk8s.api import load_cluster
+from slurmk8s.api.crd import all_crds
+from slurmk8s.render import render
+
+from .conftest import EXAMPLE, ROOT
+
+CHART = ROOT / "charts" / "slurmk8s"
+RELEASE, NAMESPACE = "ops", "slurmk8s-system"
+K8S_VERSIONS = sorted({"1.29.0", kubernetes_validate.latest_version()})
+#: A second set of values that switches every optional part the other way.
+WATCHED = ["hpc-a", "hpc-b"]
+
+
+@pytest.fixture(scope="module")
+def chart():
+    with helm.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+@functools.cache
+def _render(values_json: str) -> tuple[tuple[str, str], ...]:
+    with helm.Chart.load(CHART) as loaded:
+        out = loaded.render(json.loads(values_json), name=RELEASE, namespace=NAMESPACE)
+    return tuple(sorted(out.items()))
+
+
+def rendered(values: dict | None = None) -> dict[str, str]:
+    """Template path -> rendered text, as `helm template` would print it."""
+    return dict(_render(json.dumps(values or {}, sort_keys=True)))
+
+
+def objects(values: dict | None = None) -> list[dict]:
+    out = []
+    for path, text in rendered(values).items():
+        if path.endswith("NOTES.txt"):
+            continue
+        out += [d for d in yaml.safe_load_all(text) if d]
+    return out
+
+
+def one(objs: list[dict], kind: str, name: str | None = None) -> dict:
+    found = [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def container(objs: list[dict]) -> dict:
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    assert len(pod["containers"]) == 1
+    return pod["containers"][0]
+
+
+def rbac_rules(objs: list[dict]) -> list[dict]:
+    return [r for o in objs if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]]
+
+
+VALUE_SETS = {
+    "defaults": {},
+    "namespaced": {
+        "watchNamespaces": WATCHED,
+        "image": {"tag": "v9.9.9", "pullPolicy": "Always", "pullSecrets": ["regcred"]},
+        "logLevel": "debug",
+        "logFormat": "console",
+        "metrics": {"port": 9090, "service": {"port": 80, "annotations": {"team": "hpc"}}},
+        "health": {"port": 9091},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
+        "podAnnotations": {"example.com/owner": "platform"},
+        "priorityClassName": "system-cluster-critical",
+        "serviceAccount": {"name": "slurm-operator", "annotations": {"iam.example.com/role": "ops"}},
+    },
+    "bare": {"rbac": {"create": False}, "serviceAccount": {"create": False},
+             "metrics": {"service": {"enabled": False}}},
+}
+
+
+# --- Helm itself ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_helm_lint_is_clean(name):
+    report = helm.lint(CHART, VALUE_SETS[name], strict=True, namespace=NAMESPACE,
+                       kube_version=f"v{K8S_VERSIONS[0]}")
+    assert report["total_charts_linted"] == 1
+    assert report["errors"] == []
+    # 1 = info ("icon is recommended"); warnings (2) and errors (3) fail.
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize("k8s_version", K8S_VERSIONS)
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_every_rendered_object_validates_against_the_official_schemas(name, k8s_version):
+    objs = objects(VALUE_SETS[name])
+    assert any(o["kind"] == "Deployment" for o in objs)
+    for o in objs:
+        kubernetes_validate.validate(o, k8s_version, strict=True)
+
+
+def test_helm_installs_the_generated_crds(chart):
+    # The files' content is checked against `slurmk8s crd` in test_api.py; here:
+    # Helm's loader takes every one of them as a CRD to install before the templates.
+    shipped = [yaml.safe_load(c["data"]) for c in chart.crds]
+    assert sorted(o["metadata"]["name"] for o in shipped) == sorted(
+        o["metadata"]["name"] for o in all_crds())
+    for o in shipped:
+        for version in K8S_VERSIONS:
+            kubernetes_validate.validate(o, version, strict=True)
+
+
+def test_chart_yaml_is_what_the_templates_use(chart):
+    meta = chart.metadata
+    assert meta["apiVersion"] == "v2" and meta["type"] == "application"
+    labels = one(objects(), "Deployment")["metadata"]["labels"]
+    assert labels["app.kubernetes.io/version"] == meta["appVersion"]
+    assert labels["helm.sh/chart"] == f"{meta['name']}-{meta['version']}"
+    assert labels["app.kubernetes.io/instance"] == RELEASE
+    assert labels["app.kubernetes.io/managed-by"] == "Helm"
+
+
+# --- the operator Deployment --------------------------------------------------------
+
+
+def test_default_deployment_runs_one_operator_safely(chart):
+    objs = objects()
+    dep = one(objs, "Deployment")
+    assert dep["metadata"]["namespace"] == NAMESPACE
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    selector = dep["spec"]["selector"]["matchLabels"]
+    pod = dep["spec"]["template"]
+    assert selector.items() <= pod["metadata"]["labels"].items()
+    assert pod["spec"]["automountServiceAccountToken"] is True
+    assert pod["spec"]["serviceAccountName"] == one(objs, "ServiceAccount")["metadata"]["name"]
+
+    c = container(objs)
+    assert c["image"] == f"{chart.values['image']['repository']}:{chart.metadata['appVersion']}"
+    assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in c["env"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"metrics": chart.values["metrics"]["port"], "health": chart.values["health"]["port"]}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+
+
+def test_default_args_watch_every_namespace_with_the_global_flags_first(chart):
+    args = container(objects())["args"]
+    v = chart.values
+    assert args == ["--log-level", v["logLevel"], "--log-format", v["logFormat"], "operator",
+                    "--metrics-port", str(v["metrics"]["port"]), "--health-port", str(v["health"]["port"]),
+                    "--all-namespaces"]
+
+
+@pytest.mark.parametrize("name", ["defaults", "namespaced"])
+def test_the_cli_accepts_the_global_options_the_chart_passes(name):
+    args = container(objects(VALUE_SETS[name]))["args"]
+    # Everything before the subcommand is the `slurmk8s` group's own options.
+    ctx = cli.main.make_context("slurmk8s", args[:args.index("operator")])
+    assert ctx.params == {"log_level": args[1], "log_format": args[3]}
+    assert ctx.args == []
+
+
+def test_schema_log_choices_are_the_clis():
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    assert schema["logLevel"]["enum"] == list(log.LEVELS)
+    fmt = next(p for p in cli.main.params if p.name == "log_format")
+    assert schema["logFormat"]["enum"] == list(fmt.type.choices)
+
+
+def test_pod_runs_as_the_images_non_root_user_with_nothing_extra():
+    dockerfile = (ROOT / "images" / "controller" / "Dockerfile").read_text()
+    uid, gid = map(int, re.findall(r"^USER (\d+):(\d+)$", dockerfile, re.M)[-1])
+    objs = objects()
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (uid, gid)
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container(objs)["securityContext"]
+    assert sc["runAsUser"] == uid and sc["runAsNonRoot"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    # A read-only root still needs a writable /tmp.
+    assert {"name": "tmp", "mountPath": "/tmp"} in container(objs)["volumeMounts"]
+
+
+def test_overrides_reach_the_deployment():
+    values = VALUE_SETS["namespaced"]
+    objs = objects(values)
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    c = container(objs)
+    assert c["image"].endswith(":v9.9.9") and c["imagePullPolicy"] == "Always"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert c["args"][:5] == ["--log-level", "debug", "--log-format", "console", "operator"]
+    assert c["args"][5:9] == ["--metrics-port", "9090", "--health-port", "9091"]
+    assert c["args"][9:] == ["--namespace", "hpc-a", "--namespace", "hpc-b"]
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
+    for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
+        assert pod[key] == values[key]
+    assert pod["serviceAccountName"] == "slurm-operator"
+    assert one(objs, "Deployment")["spec"]["template"]["metadata"]["annotations"] == values["podAnnotations"]
+    sa = one(objs, "ServiceAccount", "slurm-operator")
+    assert sa["metadata"]["annotations"] == values["serviceAccount"]["annotations"]
+
+
+@pytest.mark.parametrize("name", ["defaults", "namespaced"])
+def test_metrics_service_targets_the_metrics_port(chart, name):
+    values = VALUE_SETS[name]
+    objs = objects(values)
+    svc = one(objs, "Service")
+    port = next(p for p in container(objs)["ports"] if p["name"] == "metrics")["containerPort"]
+    assert svc["spec"]["selector"] == one(objs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert [p["targetPort"] for p in svc["spec"]["ports"]] == ["metrics"]
+    annotations = svc["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(port)
+    assert annotations["prometheus.io/path"] == "/metrics"
+    service_values = values.get("metrics", {}).get("service", {})
+    assert service_values.get("annotations", {}).items() <= annotations.items()
+    merged = chart.merge_values(values)["metrics"]["service"]
+    assert svc["spec"]["ports"][0]["port"] == merged["port"]
+
+
+def test_bare_values_create_only_the_deployment():
+    objs = objects(VALUE_SETS["bare"])
+    assert [o["kind"] for o in objs] == ["Deployment"]
+    assert one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "default"
+
+
+def test_notes_tell_how_to_create_a_first_cluster():
+    notes = rendered()[f"{CHART.name}/templates/NOTES.txt"]
+    assert f"kubectl apply -f {EXAMPLE.relative_to(ROOT)}" in notes
+    assert "kubectl get slurmclusters" in notes
+    assert "kubectl apply -f charts/slurmk8s/crds/" in notes
+    # The Secret the example's login user needs, by the name the example uses.
+    secret = load_cluster(yaml.safe_load(EXAMPLE.read_text())).spec.login.users[0].ssh_public_keys_from.name
+    assert f"kubectl create secret generic {secret} " in notes
+    namespaced = rendered(VALUE_SETS["namespaced"])[f"{CHART.name}/templates/NOTES.txt"]
+    assert ", ".join(WATCHED) in namespaced
+
+
+# --- RBAC ---------------------------------------------------------------------------
+
+
+def _plural(kind: str) -> str:
+    return kind.lower() + "s"
+
+
+def _rendered_kinds(keys) -> set[tuple[str, str]]:
+    """(API group, resource) of every object the operator creates for a SlurmCluster
+    with every optional component on."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["restApi"] = {"enabled": True}
+    doc["metadata"]["uid"] = "0b5e2c6e-1111-4c2b-9c57-3a9a4d3c2e01"
+    out = set()
+    for o in render(load_cluster(doc), keys):
+        group = o["apiVersion"].rpartition("/")[0]
+        out.add((group, _plural(o["kind"])))
+    return out
+
+
+def _granted(rules: list[dict], verb: str) -> set[tuple[str, str]]:
+    return {(g, r) for rule in rules if verb in rule["verbs"]
+            for g in rule["apiGroups"] for r in rule["resources"]}
+
+
+@pytest.mark.parametrize("name", ["defaults", "namespaced"])
+def test_rbac_has_no_wildcards_no_exec_and_no_secret_listing(name):
+    objs = objects(VALUE_SETS[name])
+    rules = rbac_rules(objs)
+    assert len(rules) > 5
+    for rule in rules:
+        assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no nonResourceURLs, no resourceNames tricks
+        for field in ("apiGroups", "resources", "verbs"):
+            assert not any("*" in x for x in rule[field]), f"wildcard in {rule}"
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+    resources = {r for rule in rules for r in rule["resources"]}
+    assert not {r for r in resources if r.startswith("pods/")}, "no pods/exec, attach, portforward, eviction"
+    assert {r for r in resources if "/" in r} == {"slurmclusters/status", "slurmclusters/finalizers"}
+    for verb in ("list", "watch"):
+        assert ("", "secrets") not in _granted(rules, verb)
+
+
+def test_rbac_manages_exactly_the_kinds_the_renderer_creates(keys):
+    rules = rbac_rules(objects())
+    kinds = _rendered_kinds(keys)
+    assert len(kinds) >= 6
+    for verb in ("get", "create", "delete"):
+        missing = kinds - _granted(rules, verb)
+        assert not missing, f"the operator cannot {verb} {sorted(missing)}: add them to slurmk8s.namespacedRules"
+    # Nothing else may be created: a grant without a rendered kind is surplus.
+    assert _granted(rules, "create") - kinds == {("", "events"), ("events.k8s.io", "events")}
+    # What it changes in place: rendered kinds except the create-only Secrets,
+    # the SlurmCluster (finalizers, status) and worker pods (busy label).
+    assert _granted(rules, "patch") - kinds == {
+        ("slurmk8s.dev", "slurmclusters"), ("slurmk8s.dev", "slurmclusters/status"),
+        ("", "pods"), ("", "events"), ("events.k8s.io", "events")}
+    assert ("", "secrets") not in _granted(rules, "patch") | _granted(rules, "update")
+
+
+def test_rbac_pods_and_nodes_are_what_scale_in_and_topology_need():
+    rules = rbac_rules(objects())
+    pods = [r for r in rules if "pods" in r["resources"]]
+    assert [sorted(r["verbs"]) for r in pods] == [["delete", "get", "list", "patch", "watch"]]
+    nodes = [r for r in rules if "nodes" in r["resources"]]
+    assert [sorted(r["verbs"]) for r in nodes] == [["get", "list", "watch"]]  # read-only
+
+
+def test_all_namespaces_uses_cluster_roles():
+    objs = objects()
+    assert not [o for o in objs if o["kind"] in ("Role", "RoleBinding")]
+    sa = one(objs, "ServiceAccount")["metadata"]
+    bindings = [o for o in objs if o["kind"] == "ClusterRoleBinding"]
+    assert len(bindings) == 2
+    roles = {o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRole"}
+    for b in bindings:
+        assert b["roleRef"]["name"] in roles
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa["name"], "namespace": sa["namespace"]}]
+
+
+def test_watch_namespaces_gives_a_role_per_namespace_and_no_cluster_wide_access():
+    default_rules = rbac_rules(objects())
+    objs = objects(VALUE_SETS["namespaced"])
+    roles = [o for o in objs if o["kind"] == "Role"]
+    bindings = [o for o in objs if o["kind"] == "RoleBinding"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == WATCHED
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == WATCHED
+    for b in bindings:
+        assert b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                "name": roles[0]["metadata"]["name"]}
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": "slurm-operator", "namespace": NAMESPACE}]
+    (cluster_role,) = [o for o in objs if o["kind"] == "ClusterRole"]
+    (cluster_binding,) = [o for o in objs if o["kind"] == "ClusterRoleBinding"]
+    assert cluster_binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    # Cluster-wide: only reads of cluster-scoped kinds, nothing namespaced.
+    assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {
+        "customresourcedefinitions", "namespaces", "nodes"}
+    assert not {v for rule in cluster_role["rules"] for v in rule["verbs"]} - {"get", "list", "watch"}
+    # Together, the Roles and the small ClusterRole grant what the ClusterRoles
+    # grant when every namespace is watched.
+    for role in roles:
+        assert sorted(map(json.dumps, role["rules"] + cluster_role["rules"])) == sorted(map(json.dumps, default_rules))
+
+
+def test_rbac_rules_each_say_why():
+    for name in ("clusterrole.yaml", "_helpers.tpl"):
+        lines = (CHART / "templates" / name).read_text().splitlines()
+        rules = [i for i, line in enumerate(lines) if re.match(r"\s*- apiGroups:", line)]
+        assert rules
+        for i in rules:
+            assert lines[i - 1].strip().startswith("#"), (
+                f"{name}:{i + 1}: add a comment above this rule saying which operation needs it")
+
+
+# --- bad values ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"logLevel": "verbose"}, "at '/logLevel': value must be one of 'debug', 'info', 'warning', 'error'"),
+    ({"logFormat": "xml"}, "at '/logFormat'"),
+    ({"metrics": {"port": 70000}}, "at '/metrics/port'"),
+    ({"health": {"port": "8081x"}}, "at '/health/port': got string, want integer"),
+    ({"image": {"tag": 1.5}}, "at '/image/tag': got number, want string"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "at '/image/pullPolicy'"),
+    ({"watchNamespaces": "hpc"}, "at '/watchNamespaces': got string, want array"),
+    ({"watchNamespaces": ["Bad_NS"]}, "at '/watchNamespaces/0'"),
+    ({"replicaCount": 2}, "additional properties 'replicaCount' not allowed"),
+    ({"serviceAccount": {"create": "yes"}}, "at '/serviceAccount/create': got string, want boolean"),
+    ({"rbac": {"enable": True}}, "additional properties 'enable' not allowed"),
+])
+def test_schema_refuses_bad_values_naming_the_field(chart, values, message):
+    with pytest.raises(helm.HelmValuesError) as err:
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    assert "values don't meet the specifications of the schema" in str(err.value)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"health": {"port": 8080}}, "metrics.port and health.port are both 8080: give them different ports"),
+    ({"image": {"repository": "ghcr.io/slurmk8s/controller:0.1.0"}},
+     "holds a tag or digest: set image.repository to the part before it and image.tag to the tag"),
+])
+def test_templates_refuse_inconsistent_values_saying_what_to_do(chart, values, message):
+    with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_registry_with_a_port_is_not_mistaken_for_a_tag():
+    c = container(objects({"image": {"repository": "registry.local:5000/slurmk8s/controller"}}))
+    assert c["image"].startswith("registry.local:5000/slurmk8s/controller:")
+
+
+# --- documentation ------------------------------------------------------------------
+
+
+def _leaf_paths(node, prefix=""):
+    if isinstance(node, dict) and node and prefix not in DOCUMENTED_WHOLE:
+        for key, child in node.items():
+            yield from _leaf_paths(child, f"{prefix}.{key}" if prefix else key)
+    else:
+        yield prefix
+
+
+#: Values documented as one block rather than field by field.
+DOCUMENTED_WHOLE = {"resources", "podSecurityContext", "securityContext"}
+
+
+def _commented_keys(lines: list[str]) -> dict[str, bool]:
+    """Dotted path of each key in a values.yaml -> whether a comment sits right above it."""
+    out, stack = {}, []  # stack of (indent, key)
+    for i, line in enumerate(lines):
+        m = re.match(r"^( *)([A-Za-z][\w.-]*):", line)
+        if not m:
+            continue
+        indent = len(m.group(1))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, m.group(2)))
+        above = lines[i - 1].strip() if i else ""
+        out[".".join(k for _, k in stack)] = above.startswith("#")
+    return out
+
+
+def test_every_value_is_commented_and_in_the_readme(chart):
+    commented = _commented_keys((CHART / "values.yaml").read_text().splitlines())
+    readme = (ROOT / "charts" / "README.md").read_text()
+    paths = list(_leaf_paths(chart.values))
+    assert len(paths) > 20
+    for path in paths:
+        assert commented.get(path), f"values.yaml: document {path} in a comment right above it"
+        assert f"`{path}`" in readme, f"charts/README.md: add `{path}` to the values table"
