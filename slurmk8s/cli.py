@@ -232,10 +232,11 @@ def sandbox_ssh(state_dir: Path | None, command: tuple[str, ...]) -> None:
 @STATE_DIR_OPTION
 @click.argument("pod")
 @click.option("--tail", type=int, default=None, help="Only the last N lines.")
-def sandbox_logs(state_dir: Path | None, pod: str, tail: int | None) -> None:
-    """Print the log of POD (its entrypoint's and daemons' output)."""
+@click.option("-c", "--container", default=None, help="Which container (default: the pod's first).")
+def sandbox_logs(state_dir: Path | None, pod: str, tail: int | None, container: str | None) -> None:
+    """Print the log of POD: a container's entrypoint and daemons, and the pod's own messages."""
     try:
-        click.echo(_sandbox(state_dir).logs(pod, tail=tail))
+        click.echo(_sandbox(state_dir).logs(pod, tail=tail, container=container))
     except KeyError as exc:
         click.echo(exc.args[0], err=True)
         sys.exit(1)

@@ -8,13 +8,20 @@ so the sandbox reads those instructions instead of keeping its own list.
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "images"
+#: What a build stage produces, and what stands in for it on this host. The
+#: controller image builds slurmk8s into a virtual environment; the sandbox
+#: uses the one slurmk8s itself runs from.
+STAGE_OUTPUTS = {"/opt/slurmk8s": Path(sys.prefix)}
 
 
 class ImageError(RuntimeError):
@@ -59,8 +66,8 @@ def install(component: str, root: Path) -> None:
         raise ImageError(f"no image {component!r}: {dockerfile} is missing")
     for c in copies(dockerfile.read_text()):
         if c.stage is not None:
-            raise ImageError(f"{dockerfile}: COPY --from={c.stage} copies from a build stage, "
-                             "which the sandbox cannot run; it runs images whose files come from the repository")
+            _link_stage_output(dockerfile, c, root)
+            continue
         for src in c.sources:
             source = REPO / src
             if not source.exists():
@@ -74,3 +81,28 @@ def install(component: str, root: Path) -> None:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, dest)
             dest.chmod(c.mode if c.mode is not None else 0o644)
+
+
+def _link_stage_output(dockerfile: Path, c: Copy, root: Path) -> None:
+    """``COPY --from=STAGE X X``: link X to what stands in for it here (STAGE_OUTPUTS)."""
+    here = STAGE_OUTPUTS.get(c.dest.rstrip("/"))
+    if here is None or c.sources != (c.dest,):
+        raise ImageError(f"{dockerfile}: COPY --from={c.stage} {' '.join(c.sources)} {c.dest} copies from a "
+                         "build stage the sandbox cannot run; it knows only " + ", ".join(STAGE_OUTPUTS))
+    link = root / c.dest.strip("/")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(here)
+
+
+def image_env(component: str, base: dict[str, str]) -> dict[str, str]:
+    """The ``ENV`` settings of images/<component>/Dockerfile, ``$NAME`` expanded against ``base``."""
+    env: dict[str, str] = {}
+    text = (IMAGES / component / "Dockerfile").read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        words = shlex.split(line, comments=True)
+        if not words or words[0].upper() != "ENV":
+            continue
+        for word in words[1:]:
+            name, _, value = word.partition("=")
+            env[name] = re.sub(r"\$\{?(\w+)\}?", lambda m: {**base, **env}.get(m.group(1), ""), value)
+    return env

@@ -43,24 +43,46 @@ class VolumeFile:
 
 
 @dataclass
+class ContainerPlan:
+    """One container of a pod: its image (``images/<component>/``), command and mounts."""
+
+    name: str
+    component: str
+    env: dict[str, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+    mounts: list[Mount] = field(default_factory=list)
+    readiness: list[str] | None = None  # exec probe argv
+    tcp_ready_port: int | None = None
+    http_ready: tuple[int, str] | None = None  # httpGet probe: (port, path)
+
+
+@dataclass
 class PodPlan:
     name: str
     namespace: str
-    component: str  # images/<component>/
     owner_kind: str
     owner: str
     labels: dict[str, str]
     hostname: str
     subdomain: str | None
     ip: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-    args: list[str] = field(default_factory=list)
-    mounts: list[Mount] = field(default_factory=list)
+    containers: list[ContainerPlan] = field(default_factory=list)
     files: list[VolumeFile] = field(default_factory=list)
     gpus: int = 0
-    readiness: list[str] | None = None  # exec probe argv
-    tcp_ready_port: int | None = None
     termination_grace: int = 30
+
+    @property
+    def main(self) -> ContainerPlan:
+        """The first container: it names the pod's component, and its end is the pod's."""
+        return self.containers[0]
+
+    @property
+    def component(self) -> str:
+        return self.main.component
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.main.env
 
     @property
     def fqdn(self) -> str | None:
@@ -102,40 +124,38 @@ def _expand(objs: Sequence[dict]) -> list[tuple[str, dict, str | None]]:
     return out
 
 
-def _volume_mounts(
+def _volumes(
     pod_name: str,
     template: dict,
     owner: dict,
     config_maps: Mapping[str, dict],
     secrets: Mapping[str, dict],
     claims: dict[str, str],
-) -> tuple[list[Mount], list[VolumeFile], int]:
-    """Resolve the pod's volumes into mounts and files. Returns (mounts, files, gpus)."""
+) -> tuple[dict[str, tuple[str, str]], list[VolumeFile]]:
+    """Resolve the pod's volumes: {volume: (mount kind, source)} and the files to write."""
     spec = template["spec"]
-    container = spec["containers"][0]
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
     for tpl in owner.get("spec", {}).get("volumeClaimTemplates", []):
         claim = f"{tpl['metadata']['name']}-{pod_name}"
         claims[claim] = f"claims/{claim}"
         volumes[tpl["metadata"]["name"]] = {"name": tpl["metadata"]["name"],
                                            "persistentVolumeClaim": {"claimName": claim}}
-    mounts: list[Mount] = []
+    used = {vm["name"] for c in spec["containers"] for vm in c.get("volumeMounts", [])}
+    sources: dict[str, tuple[str, str]] = {}
     files: list[VolumeFile] = []
-    for vm in sorted(container.get("volumeMounts", []), key=lambda m: PurePosixPath(m["mountPath"]).parts):
-        vol = volumes[vm["name"]]
-        ro = bool(vm.get("readOnly"))
-        target = vm["mountPath"]
-        local = f"volumes/{vm['name']}"
+    for name in sorted(used):
+        vol = volumes[name]
+        local = f"volumes/{name}"
         if "configMap" in vol:
             data = config_maps[vol["configMap"]["name"]].get("data", {})
             files += [VolumeFile(f"{local}/{k}", v.encode()) for k, v in sorted(data.items())]
-            mounts.append(Mount("bind", local, target, read_only=ro))
+            sources[name] = ("bind", local)
         elif "secret" in vol:
             secret = secrets[vol["secret"]["secretName"]]
             mode = vol["secret"].get("defaultMode", 0o644)
             files += [VolumeFile(f"{local}/{k}", base64.b64decode(v), mode)
                       for k, v in sorted(secret.get("data", {}).items())]
-            mounts.append(Mount("bind", local, target, read_only=ro))
+            sources[name] = ("bind", local)
         elif "projected" in vol:
             mode = vol["projected"].get("defaultMode", 0o644)
             for src in vol["projected"]["sources"]:
@@ -143,21 +163,44 @@ def _volume_mounts(
                 for item in src["secret"].get("items", []):
                     content = base64.b64decode(secret["data"][item["key"]])
                     files.append(VolumeFile(f"{local}/{item['path']}", content, mode))
-            mounts.append(Mount("bind", local, target, read_only=ro))
+            sources[name] = ("bind", local)
         elif "persistentVolumeClaim" in vol:
             claim = vol["persistentVolumeClaim"]["claimName"]
             claims.setdefault(claim, f"claims/{claim}")
-            mounts.append(Mount("bind", "/" + claims[claim], target, read_only=ro))
+            sources[name] = ("bind", "/" + claims[claim])
         elif "emptyDir" in vol:
             if vol["emptyDir"].get("medium") == "Memory":
-                mounts.append(Mount("tmpfs", "tmpfs", target, mode="1777"))
+                sources[name] = ("tmpfs", "tmpfs")
             else:
-                mounts.append(Mount("bind", local, target))
+                sources[name] = ("bind", local)
                 files.append(VolumeFile(f"{local}/.keep", b""))
         else:
-            raise ValueError(f"pod {pod_name}: volume {vm['name']} has a type the sandbox does not run")
-    limits = container.get("resources", {}).get("limits", {})
-    return mounts, files, int(limits.get("nvidia.com/gpu", 0))
+            raise ValueError(f"pod {pod_name}: volume {name} has a type the sandbox does not run")
+    return sources, files
+
+
+def _container(container: dict, sources: Mapping[str, tuple[str, str]]) -> ContainerPlan:
+    mounts = []
+    for vm in sorted(container.get("volumeMounts", []), key=lambda m: PurePosixPath(m["mountPath"]).parts):
+        kind, source = sources[vm["name"]]
+        mounts.append(Mount(kind, source, vm["mountPath"], read_only=bool(vm.get("readOnly")),
+                            mode="1777" if kind == "tmpfs" else ""))
+    ports = {p["name"]: p["containerPort"] for p in container.get("ports", []) if "name" in p}
+
+    def port(value):
+        return value if isinstance(value, int) else ports[value]
+
+    probe = container.get("readinessProbe", {})
+    return ContainerPlan(
+        name=container["name"],
+        component=_component(container["image"]),
+        env={e["name"]: e["value"] for e in container.get("env", [])},
+        args=list(container.get("command", [])[1:] + container.get("args", [])),
+        mounts=mounts,
+        readiness=probe.get("exec", {}).get("command"),
+        tcp_ready_port=port(probe["tcpSocket"]["port"]) if "tcpSocket" in probe else None,
+        http_ready=(port(probe["httpGet"]["port"]), probe["httpGet"].get("path", "/")) if "httpGet" in probe else None,
+    )
 
 
 def _hosts(pods: Sequence[PodPlan], services: Mapping[str, dict], domain: str) -> str:
@@ -206,32 +249,21 @@ def plan(objs: Sequence[dict], *, subnet: str, user_keys: Mapping[str, str] = {}
     for pod_name, owner, subdomain in _expand(workloads):
         template = owner["spec"]["template"]
         spec = template["spec"]
-        container = spec["containers"][0]
         _supply_user_keys(spec, secrets, user_keys, namespace)
-        mounts, files, gpus = _volume_mounts(pod_name, template, owner, config_maps, secrets, claims)
-        probe = container.get("readinessProbe", {})
-        tcp_port = None
-        if "tcpSocket" in probe:
-            port = probe["tcpSocket"]["port"]
-            tcp_port = port if isinstance(port, int) else next(
-                p["containerPort"] for p in container.get("ports", []) if p["name"] == port)
+        sources, files = _volumes(pod_name, template, owner, config_maps, secrets, claims)
+        gpus = sum(int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)) for c in spec["containers"])
         pods.append(PodPlan(
             name=pod_name,
             namespace=owner["metadata"]["namespace"],
-            component=_component(container["image"]),
             owner_kind=owner["kind"],
             owner=owner["metadata"]["name"],
             labels=dict(template["metadata"].get("labels", {})),
             hostname=pod_name,
             subdomain=subdomain,
             ip=str(next(hosts_iter)),
-            env={e["name"]: e["value"] for e in container.get("env", [])},
-            args=list(container.get("command", [])[1:] + container.get("args", [])),
-            mounts=mounts,
+            containers=[_container(c, sources) for c in spec["containers"]],
             files=files,
             gpus=gpus,
-            readiness=probe.get("exec", {}).get("command"),
-            tcp_ready_port=tcp_port,
             termination_grace=spec.get("terminationGracePeriodSeconds", 30),
         ))
     domain = _cluster_domain(pods)

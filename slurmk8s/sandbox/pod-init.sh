@@ -1,92 +1,63 @@
 #!/usr/bin/env bash
-# PID 1 of a sandbox pod, before its entrypoint: build the container's root
-# file system, switch into it, and exec the image's entrypoint.
+# PID 1 of a sandbox pod, the part a pause container plays: set the pod's
+# host name, start each container in a mount namespace of its own, pass
+# SIGTERM on to all of them, and end the pod when any container ends (the
+# sandbox restarts no container in place).
 #
 # Usage: pod-init.sh POD_DIR
 #
 # Started by slurmk8s/sandbox/runtime.py as
 #   nsenter --net=/var/run/netns/<pod> unshare --uts --mount --pid --fork ...
-# so every mount here is private to the pod. The pod's root is an overlay:
-# the host's root file system (Debian bookworm with the same Slurm, munge and
-# OpenSSH packages the images install) as the read-only lower layer, and a
-# private tmpfs as the writable layer, the way a container runtime stacks an
-# image and a container layer. Nothing the pod writes reaches the host, except
-# through the volumes it mounts. POD_DIR holds what the sandbox prepared:
-#   hostname   the pod's host name
-#   image/     files the image adds (entrypoint, library, /etc/hosts, ...)
-#   mounts     one volume a line: KIND<TAB>SOURCE<TAB>TARGET<TAB>ro|rw<TAB>MODE
-#              (KIND: bind or tmpfs; a relative SOURCE is inside POD_DIR)
-#   env, argv  NUL-separated environment and entrypoint arguments
-#   gpus       how many emulated GPUs (/dev/nvidiaN character devices)
+# so the containers share the pod's network, host name and process space and
+# each has its own root file system (container-init.sh). POD_DIR holds:
+#   hostname            the pod's host name
+#   containers/<i>/     one directory per container, in the pod spec's order
+#                       (container-init.sh says what is in it); each
+#                       container's output goes to its log there, and the
+#                       number its process has in the pod to its nspid
 set -euo pipefail
 pod=$1
+here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 
 hostname "$(cat "$pod/hostname")"
-mapfile -d '' env < "$pod/env"
-mapfile -d '' argv < "$pod/argv"
-mapfile -t mounts < "$pod/mounts"
-gpus=$(cat "$pod/gpus")
 
-# The root: host root (lower) + private writable layer (upper).
-layer=$pod/layer root=$pod/root
-mkdir -p "$layer" "$root"
-mount -t tmpfs -o mode=0755 tmpfs "$layer"
-mkdir "$layer/upper" "$layer/work"
-mount -t overlay overlay -o "lowerdir=/,upperdir=$layer/upper,workdir=$layer/work" "$root"
-cp -a "$pod/image/." "$root/"
-
-# Kernel file systems: a fresh /proc for the pod's PID namespace, the host's
-# /sys (slurmd reads the cgroup tree there), private /run and /tmp.
-mount -t proc proc "$root/proc"
-mount --rbind /sys "$root/sys"
-mount -t tmpfs -o mode=0755 tmpfs "$root/run"
-mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
-
-# A private /dev with the usual devices, a pty multiplexer for sshd, and the
-# emulated GPUs: character devices with NVIDIA's major number, which Slurm's
-# gres/gpu accepts and hands out as CUDA_VISIBLE_DEVICES.
-dev=$root/dev
-mount -t tmpfs -o mode=0755,nosuid tmpfs "$dev"
-for spec in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9 tty:5:0; do
-  IFS=: read -r name major minor <<< "$spec"
-  mknod -m 0666 "$dev/$name" c "$major" "$minor"
-done
-mkdir -p "$dev/pts" "$dev/shm"
-mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts "$dev/pts"
-ln -s pts/ptmx "$dev/ptmx"
-ln -s /proc/self/fd "$dev/fd"
-ln -s /proc/self/fd/0 "$dev/stdin"
-ln -s /proc/self/fd/1 "$dev/stdout"
-ln -s /proc/self/fd/2 "$dev/stderr"
-for ((i = 0; i < gpus; i++)); do
-  mknod -m 0666 "$dev/nvidia$i" c 195 "$i"
+pids=()
+names=()
+for ctr in "$pod"/containers/*; do
+  unshare --mount --propagation private -- bash "$here/container-init.sh" "$pod" "$ctr" >>"$ctr/log" 2>&1 &
+  pids+=("$!")
+  names+=("$(cat "$ctr/name")")
+  echo "$!" >"$ctr/nspid"
 done
 
-# The pod's volumes, in the order planned (parents before children).
-for line in "${mounts[@]}"; do
-  IFS=$'\t' read -r kind source target access mode <<< "$line"
-  [ -n "$kind" ] || continue
-  case $source in /*) ;; *) source=$pod/$source ;; esac
-  target=$root$target
-  case $kind in
-    bind)
-      if [ -d "$source" ]; then mkdir -p "$target"; else mkdir -p "$(dirname "$target")"; touch "$target"; fi
-      mount --bind "$source" "$target"
-      if [ "$access" = ro ]; then mount -o remount,bind,ro "$target"; fi
-      ;;
-    tmpfs)
-      mkdir -p "$target"
-      mount -t tmpfs -o "mode=${mode:-0755}" tmpfs "$target"
-      ;;
-    *) echo "pod-init: unknown mount kind $kind" >&2; exit 1 ;;
-  esac
-done
+stopping=0
+stop_all() {
+  stopping=1
+  local pid
+  for pid in "${pids[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+}
+trap stop_all TERM INT
 
-# Switch to the new root and let go of the host's.
-cd "$root"
-mkdir -p .host-root
-pivot_root . .host-root
-cd /
-umount -l /.host-root
-rmdir /.host-root
-exec env -i "${env[@]}" "${argv[@]}"
+# Wait until one container ends (or a signal stops them all).
+ended=
+while [ -z "$ended" ]; do
+  for i in "${!pids[@]}"; do
+    if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+      ended=$i
+      break
+    fi
+  done
+  [ -n "$ended" ] || wait -n "${pids[@]}" 2>/dev/null || true
+done
+rc=0
+wait "${pids[$ended]}" || rc=$?
+if [ "$stopping" = 0 ]; then
+  echo "pod-init: container ${names[$ended]} exited with status $rc; stopping the pod" >&2
+fi
+stop_all
+for pid in "${pids[@]}"; do
+  wait "$pid" 2>/dev/null || true
+done
+exit "$rc"

@@ -19,12 +19,13 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .image import ImageError, install
-from .plan import ENTRYPOINT, Mount, PodPlan
+from .image import ImageError, image_env, install
+from .plan import ENTRYPOINT, ContainerPlan, Mount, PodPlan
 
 POD_INIT = Path(__file__).with_name("pod-init.sh")
 
@@ -99,20 +100,17 @@ class Network:
         return spaces, links
 
 
-def _image_layer(pod_dir: Path, pod: PodPlan, hosts_file: Path) -> None:
-    """The image's own files (from its Dockerfile), plus the host files a kubelet writes."""
-    image = pod_dir / "image"
-    try:
-        install(pod.component, image)
-    except ImageError as exc:
-        raise SandboxError(str(exc)) from None
-    (image / "etc").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(hosts_file, image / "etc/hosts")
-    (image / "etc/hostname").write_text(pod.hostname + "\n")
-
-
 def _nul(items: Sequence[str]) -> bytes:
     return b"".join(i.encode() + b"\0" for i in items)
+
+
+BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+
+
+def container_env(pod: PodPlan, container: ContainerPlan) -> dict[str, str]:
+    """What the container's process sees: the image's ENV, then the pod spec's."""
+    return {**BASE_ENV, **image_env(container.component, BASE_ENV), "HOSTNAME": pod.hostname, "HOME": "/root",
+            **container.env}
 
 
 def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path) -> None:
@@ -125,22 +123,37 @@ def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path) -> Non
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(f.content)
         path.chmod(f.mode)
-    _image_layer(pod_dir, pod, hosts_file)
-    mounts = []
-    for m in pod.mounts:
-        if m.source.startswith("/claims/"):
-            host = storage / m.source.lstrip("/")
-            host.mkdir(parents=True, exist_ok=True)
-            m = Mount(m.kind, str(host), m.target, m.read_only, m.mode)
-        mounts.append(m)
-    (pod_dir / "mounts").write_text("".join(
-        f"{m.kind}\t{m.source}\t{m.target}\t{'ro' if m.read_only else 'rw'}\t{m.mode}\n" for m in mounts))
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "HOSTNAME": pod.hostname, "HOME": "/root", **pod.env}
-    (pod_dir / "env").write_bytes(_nul([f"{k}={v}" for k, v in env.items()]))
-    (pod_dir / "argv").write_bytes(_nul([ENTRYPOINT, *pod.args]))
     (pod_dir / "hostname").write_text(pod.hostname)
     (pod_dir / "gpus").write_text(str(pod.gpus))
+    for i, container in enumerate(pod.containers):
+        ctr = pod_dir / "containers" / str(i)
+        image = ctr / "image"
+        ctr.mkdir(parents=True)
+        try:
+            install(container.component, image)
+        except ImageError as exc:
+            raise SandboxError(f"pod {pod.name}, container {container.name}: {exc}") from None
+        (image / "etc").mkdir(parents=True, exist_ok=True)
+        (image / "etc/hostname").write_text(pod.hostname + "\n")
+        # /etc/hosts is the sandbox's one file, bind-mounted: a rewrite reaches every pod.
+        mounts = [Mount("bind", str(hosts_file.resolve()), "/etc/hosts", read_only=True)]
+        for m in container.mounts:
+            if m.source.startswith("/claims/"):
+                host = storage / m.source.lstrip("/")
+                host.mkdir(parents=True, exist_ok=True)
+                m = Mount(m.kind, str(host), m.target, m.read_only, m.mode)
+            mounts.append(m)
+        (ctr / "name").write_text(container.name)
+        (ctr / "mounts").write_text("".join(
+            f"{m.kind}\t{m.source}\t{m.target}\t{'ro' if m.read_only else 'rw'}\t{m.mode}\n" for m in mounts))
+        env = container_env(pod, container)
+        (ctr / "env").write_bytes(_nul([f"{k}={v}" for k, v in env.items()]))
+        (ctr / "argv").write_bytes(_nul([ENTRYPOINT, *container.args]))
+        (ctr / "log").touch()
+
+
+def container_log(pod_dir: Path, index: int = 0) -> Path:
+    return pod_dir / "containers" / str(index) / "log"
 
 
 def start(netns: str, pod_dir: Path) -> int:
@@ -175,12 +188,32 @@ def init_pid(holder: int) -> int | None:
     return int(children[0]) if children else None
 
 
-def exec_argv(holder: int, argv: Sequence[str], env: dict[str, str] | None = None) -> list[str]:
-    """argv that runs a command inside a running pod, with the pod's environment."""
+def container_pid(holder: int, pod_dir: Path, index: int = 0) -> int | None:
+    """The host PID of a container's main process (a child of the pod's PID 1)."""
     pid1 = init_pid(holder)
-    if pid1 is None:
-        raise SandboxError("the pod is not running")
-    prefix = ["nsenter", "-t", str(pid1), "--net", "--uts", "--mount", "--pid", "--"]
+    try:
+        nspid = (pod_dir / "containers" / str(index) / "nspid").read_text().strip()
+        children = Path(f"/proc/{pid1}/task/{pid1}/children").read_text().split() if pid1 else []
+    except FileNotFoundError:
+        return None
+    for child in children:
+        try:
+            status = Path(f"/proc/{child}/status").read_text()
+        except FileNotFoundError:
+            continue
+        ids = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+        if ids and ids[-1] == nspid:
+            return int(child)
+    return None
+
+
+def exec_argv(holder: int, pod_dir: Path, argv: Sequence[str], env: dict[str, str] | None = None,
+              container: int = 0) -> list[str]:
+    """argv that runs a command inside a running pod's container, with the given environment."""
+    pid = container_pid(holder, pod_dir, container)
+    if pid is None:
+        raise SandboxError("the pod or its container is not running")
+    prefix = ["nsenter", "-t", str(pid), "--net", "--uts", "--mount", "--pid", "--"]
     if env is not None:
         prefix += ["env", "-i", *(f"{k}={v}" for k, v in env.items())]
     return prefix + list(argv)
@@ -214,21 +247,32 @@ def stop(holder: int | None, grace: float) -> None:
             time.sleep(0.05)
 
 
-def ready(holder: int, pod: PodPlan) -> bool:
-    """Run the pod's readiness probe once."""
+def ready(holder: int, pod_dir: Path, pod: PodPlan) -> bool:
+    """Run the readiness probe of every container once; the pod is ready when all pass."""
     if not alive(holder):
         return False
-    if pod.readiness:
-        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", **pod.env}
+    return all(_container_ready(holder, pod_dir, pod, i, c) for i, c in enumerate(pod.containers))
+
+
+def _container_ready(holder: int, pod_dir: Path, pod: PodPlan, index: int, c: ContainerPlan) -> bool:
+    if c.readiness:
         try:
-            proc = subprocess.run(exec_argv(holder, pod.readiness, env), capture_output=True, timeout=15)
+            argv = exec_argv(holder, pod_dir, c.readiness, container_env(pod, c), container=index)
+            proc = subprocess.run(argv, capture_output=True, timeout=15)
         except (subprocess.TimeoutExpired, SandboxError):
             return False
         return proc.returncode == 0
-    if pod.tcp_ready_port:
+    if c.tcp_ready_port:
         try:
-            with socket.create_connection((pod.ip, pod.tcp_ready_port), timeout=2):
+            with socket.create_connection((pod.ip, c.tcp_ready_port), timeout=2):
                 return True
         except OSError:
             return False
-    return True
+    if c.http_ready:
+        port, path = c.http_ready
+        try:
+            with urllib.request.urlopen(f"http://{pod.ip}:{port}{path}", timeout=2) as resp:
+                return 200 <= resp.status < 400
+        except OSError:
+            return False
+    return container_pid(holder, pod_dir, index) is not None

@@ -25,7 +25,7 @@ from ..render import names
 from ..render.keys import ssh_keypair
 from ..slurm import SlurmClient, SlurmError
 from . import runtime
-from .plan import PodPlan, plan
+from .plan import ContainerPlan, PodPlan, plan
 
 DEFAULT_STATE_DIR = Path(os.environ.get("SLURMK8S_SANDBOX_DIR", "/var/lib/slurmk8s/sandbox"))
 DEFAULT_SUBNET = "10.253.0.0/24"
@@ -42,18 +42,28 @@ class PodState:
     name: str
     index: int
     ip: str
-    component: str
     holder: int | None
     grace: int
-    env: dict[str, str]
-    readiness: list[str] | None
-    tcp_ready_port: int | None
+    containers: list[dict]  # ContainerPlan fields, for exec and readiness
     labels: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def component(self) -> str:
+        return self.containers[0]["component"]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.containers[0]["env"]
+
     def as_plan(self) -> PodPlan:
-        return PodPlan(name=self.name, namespace="", component=self.component, owner_kind="", owner="",
-                       labels=self.labels, hostname=self.name, subdomain=None, ip=self.ip, env=self.env,
-                       readiness=self.readiness, tcp_ready_port=self.tcp_ready_port)
+        return PodPlan(name=self.name, namespace="", owner_kind="", owner="", labels=self.labels,
+                       hostname=self.name, subdomain=None, ip=self.ip,
+                       containers=[ContainerPlan(**{**c, "mounts": []}) for c in self.containers])
+
+    @classmethod
+    def of(cls, pod: PodPlan, index: int) -> "PodState":
+        containers = [{k: v for k, v in asdict(c).items() if k != "mounts"} for c in pod.containers]
+        return cls(pod.name, index, pod.ip, None, pod.termination_grace, containers, pod.labels)
 
 
 @dataclass
@@ -131,8 +141,7 @@ class Sandbox:
         sid = runtime.short_id(str(self.dir.resolve()))
         state = State(
             cluster=cluster.name, namespace=cluster.namespace, sid=sid, subnet=p.subnet, gateway=p.gateway,
-            pods=[PodState(pod.name, i, pod.ip, pod.component, None, pod.termination_grace, pod.env,
-                           pod.readiness, pod.tcp_ready_port, pod.labels) for i, pod in enumerate(p.pods)],
+            pods=[PodState.of(pod, i) for i, pod in enumerate(p.pods)],
             login=None, shared_storage=self._shared_storage(cluster), started=time.time(),
         )
         if login is not None:
@@ -182,7 +191,7 @@ class Sandbox:
     def _wait_ready(self, state: State, pod: PodPlan, t0: float, timeout: float) -> None:
         ps = state.pod(pod.name)
         next_note = time.monotonic() + 5
-        while not runtime.ready(ps.holder, pod):
+        while not runtime.ready(ps.holder, self.pod_dir(pod.name), pod):
             if not runtime.alive(ps.holder):
                 raise self._fail(pod.name, "exited before it became ready")
             if time.monotonic() - t0 > timeout:
@@ -273,7 +282,7 @@ class Sandbox:
 
         def run(argv, stdin):
             try:
-                return subprocess.run(runtime.exec_argv(ctld.holder, argv, env), input=stdin,
+                return subprocess.run(runtime.exec_argv(ctld.holder, self.pod_dir(ctld.name), argv, env), input=stdin,
                                       capture_output=True, text=True, timeout=60)
             except runtime.SandboxError as exc:
                 return subprocess.CompletedProcess(argv, 1, "", f"Unable to contact slurm controller: {exc}")
@@ -283,7 +292,8 @@ class Sandbox:
     def exec(self, pod: str, argv: list[str]) -> list[str]:
         state = self._require()
         ps = state.pod(pod)
-        return runtime.exec_argv(ps.holder, argv, {"PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", **ps.env})
+        return runtime.exec_argv(ps.holder, self.pod_dir(pod), argv,
+                                 {"PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", **ps.env})
 
     def ssh_argv(self, command: list[str] | None = None) -> list[str]:
         state = self._require()
@@ -296,13 +306,21 @@ class Sandbox:
                 f"{login['user']}@{login['host']}"]
         return argv + (["--", *command] if command else [])
 
-    def logs(self, pod: str, tail: int | None = None) -> str:
-        path = self.pod_dir(pod) / "log"
-        if not path.exists():
-            state = self.state()
-            known = ", ".join(p.name for p in state.pods) if state else "(no sandbox)"
+    def logs(self, pod: str, tail: int | None = None, container: str | None = None) -> str:
+        """A container's output (the first container's by default), after what the pod itself said."""
+        state = self.state()
+        known = ", ".join(p.name for p in state.pods) if state else "(no sandbox)"
+        pod_dir = self.pod_dir(pod)
+        ctrs = sorted(pod_dir.glob("containers/*"), key=lambda d: int(d.name))
+        if not ctrs:
             raise KeyError(f"no log for pod {pod!r}; pods: {known}")
-        lines = path.read_text(errors="replace").splitlines()
+        names = [(d / "name").read_text() for d in ctrs]
+        if container is not None and container not in names:
+            raise KeyError(f"pod {pod} has no container {container!r}; containers: {', '.join(names)}")
+        ctr = ctrs[names.index(container) if container else 0]
+        lines = (ctr / "log").read_text(errors="replace").splitlines()
+        if (pod_dir / "log").exists():
+            lines += (pod_dir / "log").read_text(errors="replace").splitlines()
         return "\n".join(lines[-tail:] if tail else lines)
 
     def status(self) -> dict:
@@ -318,7 +336,8 @@ class Sandbox:
             pods.append({
                 "name": p.name, "component": p.component, "ip": p.ip,
                 "phase": "Running" if running else "Failed",
-                "ready": running and runtime.ready(p.holder, p.as_plan()),
+                "ready": running and runtime.ready(p.holder, self.pod_dir(p.name), p.as_plan()),
+                "containers": [c["name"] for c in p.containers],
                 "slurmState": self._node_state(node) if node else None,
             })
         return {

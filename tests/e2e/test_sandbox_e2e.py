@@ -44,8 +44,8 @@ def sandbox(tmp_path_factory):
         yield box, env
     finally:
         if up.returncode != 0 or os.environ.get("SLURMK8S_KEEP_LOGS"):
-            for pod in (state / "pods").glob("*"):
-                print(f"--- {pod.name}\n{(pod / 'log').read_text(errors='replace')[-3000:]}")
+            for log in sorted((state / "pods").glob("*/containers/*/log")):
+                print(f"--- {log.parent.parent.parent.name}/{log.parent.name}\n{log.read_text(errors='replace')[-3000:]}")
         down = subprocess.run([SLURMK8S, "sandbox", "down"], capture_output=True, text=True, env=env, timeout=120)
         assert down.returncode == 0, down.stderr
 
