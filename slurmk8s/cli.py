@@ -117,6 +117,43 @@ def crd_cmd(write_dir: Path | None) -> None:
         click.echo(f"wrote {path}", err=True)
 
 
+@main.command("agent")
+@click.option("--listen", default="0.0.0.0:6830", show_default=True, metavar="HOST:PORT",
+              help="Address and port to serve on.")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
+              default="/run/slurmk8s/agent/token", show_default=True, envvar="SLURMK8S_AGENT_TOKEN_FILE",
+              help="File holding the bearer token (the mounted <cluster>-agent-token Secret).")
+@click.option("--config-dir", type=click.Path(file_okay=False, path_type=Path), default="/etc/slurm",
+              show_default=True, help="The Slurm config directory slurmctld reads; its hash is served.")
+def agent_cmd(listen: str, token_file: Path, config_dir: Path) -> None:
+    """Serve the Slurm agent: the operator's authenticated way to change Slurm.
+
+    Runs beside slurmctld (a sidecar in its pod, with the munge key and
+    /etc/slurm mounted) and offers only what the operator and the bridge
+    need: list nodes and jobs, drain (reasons start with `slurmk8s:`),
+    undrain (only slurmk8s's own drains), signal the jobs on a node, requeue
+    a job and make it eligible at once, delete a node, reconfigure, and the
+    hash of the config files it sees. Each runs through the local Slurm
+    commands. Every request but GET /healthz needs the bearer token.
+    """
+    from .slurm import SlurmClient
+    from .slurm.agent import make_server, read_token
+
+    try:
+        token = read_token(token_file)
+        server = make_server(listen, SlurmClient(config_dir=config_dir), token)
+    except (ValueError, OSError) as exc:
+        click.echo(f"agent: {exc}", err=True)
+        sys.exit(1)
+    log.get("slurmk8s.agent").info("serving the Slurm agent", url=server.url, config_dir=str(config_dir))
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
 STATE_DIR_OPTION = click.option(
     "--state-dir", type=click.Path(file_okay=False, path_type=Path), envvar="SLURMK8S_SANDBOX_DIR",
     default=None, show_default="/var/lib/slurmk8s/sandbox",
