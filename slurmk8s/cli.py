@@ -117,6 +117,50 @@ def crd_cmd(write_dir: Path | None) -> None:
         click.echo(f"wrote {path}", err=True)
 
 
+@main.command("operator")
+@click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS",
+              help="Watch SlurmClusters in NS; repeat for several namespaces.")
+@click.option("-A", "--all-namespaces", is_flag=True, help="Watch SlurmClusters in every namespace.")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
+              help="Kubeconfig to use. Default: the pod's service account inside a cluster, "
+                   "else $KUBECONFIG or ~/.kube/config.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
+              help="Serve Prometheus metrics on PORT at /metrics.")
+@click.option("--health-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
+              help="Serve the liveness probe on PORT at /healthz.")
+@click.option("--interval", type=click.FloatRange(1, 3600), default=10.0, show_default=True, metavar="SECONDS",
+              help="Seconds between rounds for each SlurmCluster (besides rounds on every change).")
+def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
+                 metrics_port: int | None, health_port: int | None, interval: float) -> None:
+    """Run the SlurmCluster operator until stopped.
+
+    For each SlurmCluster it renders the Kubernetes objects and applies what
+    differs; scales in by draining Slurm nodes first (jobs get the node
+    set's drain.gracePeriod, then are requeued); restarts worker pods one at
+    a time on an image update; applies config changes with `scontrol
+    reconfigure` once the controller pod sees them; and keeps
+    status (phase, conditions, node counts) up to date. Slurm is reached
+    only through each cluster's agent, beside slurmctld. Deleting a
+    SlurmCluster drains its nodes and removes its objects; volumes stay
+    unless spec.deletionPolicy is Delete.
+
+    Runs standalone (no peering); run one replica.
+
+    \b
+      slurmk8s operator --namespace hpc --metrics-port 8080 --health-port 8081
+      slurmk8s operator --all-namespaces --kubeconfig ~/.kube/config
+    """
+    if bool(namespaces) == all_namespaces:
+        raise click.UsageError("pass --namespace NS (repeatable) or --all-namespaces, not both and not neither")
+    from .operator.main import run
+
+    try:
+        run(namespaces=namespaces, all_namespaces=all_namespaces, kubeconfig=kubeconfig,
+            metrics_port=metrics_port, health_port=health_port, interval=interval)
+    except KeyboardInterrupt:
+        pass
+
+
 @main.command("agent")
 @click.option("--listen", default="0.0.0.0:6830", show_default=True, metavar="HOST:PORT",
               help="Address and port to serve on.")
