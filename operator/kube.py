@@ -113,7 +113,8 @@ class Kube:
 
     def bearer_token(self) -> str | None:
         """The current token (refreshed by the loader's hook when it expires)."""
-        value = self.configuration.get_api_key_with_prefix("authorization")
+        # auth_settings() runs the loader's refresh hook; the key's name differs between client versions.
+        value = (self.configuration.auth_settings().get("BearerToken") or {}).get("value")
         if not value:
             return None
         return value.split(" ", 1)[1] if value.lower().startswith("bearer ") else value
