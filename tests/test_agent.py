@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from slurmk8s.api import load_cluster
-from slurmk8s.render import ClusterKeys, config_files, config_hash, node_conf
+from slurmk8s.render import config_files, config_hash, node_conf
 from slurmk8s.slurm import (
     DRAIN_PREFIX, AgentUnauthorized, AgentUnreachable, NotOurDrain, RemoteSlurm, SlurmClient, SlurmControl,
     SlurmError,
