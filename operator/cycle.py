@@ -11,7 +11,8 @@ what they return, in this order:
    held at its current size, and nothing is deleted.
 2. The plan: create, then update (StatefulSets with the replicas the
    scale-in allows).
-3. Pods to restart (rolling update), Slurm records of gone pods.
+3. Busy labels on worker pods; pods to restart (rolling update), Slurm
+   records of gone pods.
 4. Deletes, only in a round where everything before succeeded.
 5. ``scontrol reconfigure`` once the agent sees the rendered config.
 6. Status.
@@ -103,6 +104,7 @@ def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping],
                 deleting=bool(meta.get("deletionTimestamp")),
                 revision=(meta.get("labels") or {}).get("controller-revision-hash"),
                 annotations=dict(meta.get("annotations") or {}),
+                busy_label=(meta.get("labels") or {}).get(names.BUSY_LABEL) == "true",
             ))
         out.append(scalein.NodeSetState(
             name=set_name, statefulset=sts_name, desired=ns.replicas if ns else 0,
@@ -261,7 +263,11 @@ class Operator:
                     "StatefulSet", cluster.namespace, s.statefulset,
                     {"spec": {"replicas": decision.replicas[s.statefulset]}}))
 
-        # 3. Restarts and leftover records.
+        # 3. Busy labels (the busy-worker PodDisruptionBudget), restarts and leftover records.
+        for b in decision.busy_labels:
+            self._try(out, f"label Pod/{b.pod} busy={b.busy}", lambda b=b: self.kube.patch(
+                "Pod", cluster.namespace, b.pod,
+                {"metadata": {"uid": b.uid, "labels": {names.BUSY_LABEL: "true" if b.busy else None}}}))
         if not held:
             for d in decision.pod_deletions:
                 self._try(out, f"delete Pod/{d.pod}", lambda d=d: self.kube.delete(

@@ -27,6 +27,11 @@ Safety rules, each tested:
 - A drain the operator set is cleared when nothing needs it any more (a
   scale-in that was called off, a restarted pod whose old record survived).
 
+Worker pods whose Slurm node runs jobs carry the label
+``slurmk8s.dev/slurm-busy=true``, which the node set's PodDisruptionBudget
+(maxUnavailable 0) selects: a busy worker cannot be evicted (node drains,
+autoscalers) while its jobs run. The label follows the node's state each round.
+
 Config changes are here too (:func:`decide_reconfigure`): update the
 ConfigMap, wait until the agent sees the rendered files, then reconfigure.
 slurmctld is never restarted for a config change.
@@ -44,7 +49,8 @@ from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node
 
 __all__ = [
     "SCALE_IN", "ROLLING_UPDATE", "OPERATOR_DRAINS", "Pod", "NodeSetState", "SlurmState",
-    "Drain", "Undrain", "SignalJobs", "Requeue", "DeleteNodeRecord", "AnnotatePod", "DeletePod", "Event",
+    "Drain", "Undrain", "SignalJobs", "Requeue", "DeleteNodeRecord", "AnnotatePod", "LabelBusy", "DeletePod",
+    "Event",
     "Decision", "decide", "decide_reconfigure", "timestamp", "parse_timestamp",
 ]
 
@@ -87,6 +93,8 @@ class Pod:
     #: The pod's controller-revision-hash label (None when the API server sets none).
     revision: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
+    #: Whether the pod carries the busy label now.
+    busy_label: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,13 @@ class AnnotatePod:
 
 
 @dataclass(frozen=True)
+class LabelBusy:
+    pod: str
+    uid: str
+    busy: bool  # set the busy label (True) or remove it (False)
+
+
+@dataclass(frozen=True)
 class DeletePod:
     pod: str
     uid: str  # a precondition: never delete a newer pod of the same name
@@ -176,6 +191,8 @@ class Decision:
     #: Run first, in order; the caller stops at the first failure and then
     #: keeps every StatefulSet at its current size this round.
     slurm_actions: tuple[SlurmAction, ...]
+    #: Busy labels to set or remove on worker pods.
+    busy_labels: tuple[LabelBusy, ...]
     #: After the StatefulSets are written: pods to restart.
     pod_deletions: tuple[DeletePod, ...]
     #: Last: Slurm node records whose pods are gone.
@@ -193,7 +210,7 @@ class Decision:
         round where a Slurm action failed."""
         replicas = {s.statefulset: max(s.current, s.desired) if s.current is not None else s.desired
                     for s in sets}
-        return Decision(replicas, (), (), (), frozenset(s.name for s in sets), frozenset(),
+        return Decision(replicas, (), self.busy_labels, (), (), frozenset(s.name for s in sets), frozenset(),
                         self.events, self.waiting)
 
 
@@ -313,6 +330,7 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState | None, now: float) -
     r = _Round(slurm, now)
     replicas: dict[str, int] = {}
     pod_deletions: list[DeletePod] = []
+    busy: list[LabelBusy] = []
     records: list[DeleteNodeRecord] = []
     keep: set[str] = set()
     for s in sets:
@@ -355,6 +373,12 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState | None, now: float) -
                 r.event("Normal", "Undrained", f"Slurm node {name} takes jobs again ({node.reason!r} cleared)")
             if any(a in p.annotations for a in _ANNOTATIONS):
                 r.annotate(p, {a: None for a in _ANNOTATIONS})
+        # Busy workers may not be evicted.
+        for p in s.pods:
+            node = slurm.nodes.get(f"{s.statefulset}-{p.ordinal}")
+            is_busy = node is not None and node.busy
+            if is_busy != p.busy_label and not p.deleting:
+                busy.append(LabelBusy(p.name, p.uid, is_busy))
         # Records of nodes whose pods are gone.
         for node in slurm.nodes.values():
             o = _ordinal(node.name, s.statefulset)
@@ -381,6 +405,7 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState | None, now: float) -
     return Decision(
         replicas=replicas,
         slurm_actions=tuple(actions),
+        busy_labels=tuple(busy),
         pod_deletions=tuple(pod_deletions),
         record_deletions=tuple(records),
         keep=frozenset(keep),

@@ -307,6 +307,7 @@ def test_scale_in_drains_signals_waits_requeues_then_removes_the_node(world, tmp
 
     w.spec(lambda s: s["nodeSets"][0].update(replicas=0))
     w.round()
+    assert w.pod(NODE)["metadata"]["labels"][names.BUSY_LABEL] == "true"  # no eviction while it runs jobs
     node = w.local.node(NODE)
     assert node.drain_set and node.reason == "slurmk8s: scale-in"
     assert w.kube.of_kind("StatefulSet")["demo-cpu"]["spec"]["replicas"] == 1

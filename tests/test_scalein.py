@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmk8s.operator.scalein import (
-    OPERATOR_DRAINS, ROLLING_UPDATE, SCALE_IN, AnnotatePod, DeleteNodeRecord, DeletePod, Drain, NodeSetState, Pod,
+    OPERATOR_DRAINS, ROLLING_UPDATE, SCALE_IN, AnnotatePod, DeleteNodeRecord, DeletePod, Drain, LabelBusy,
+    NodeSetState, Pod,
     Requeue, SignalJobs, SlurmState, Undrain, decide, decide_reconfigure, parse_timestamp, timestamp,
 )
 from slurmk8s.render import names
@@ -230,6 +231,15 @@ def test_an_unready_pod_keeps_its_drain_until_it_is_ready():
     assert not d.slurm_actions
 
 
+def test_busy_workers_carry_the_label_their_disruption_budget_selects():
+    pods = [pod(0), replace(pod(1), busy_label=True), replace(pod(2), busy_label=True), pod(3, deleting=True)]
+    state = slurm(node(f"{STS}-0", "allocated"), node(f"{STS}-1", "idle", flags=("COMPLETING",)),
+                  node(f"{STS}-2", "idle"), node(f"{STS}-3", "mixed"))
+    d = decide_fully([nodeset(4, 4, pods=pods)], state, T0)
+    assert d.busy_labels == (LabelBusy(f"{STS}-0", "uid-0", True), LabelBusy(f"{STS}-2", "uid-2", False))
+    assert decide([nodeset(4, 4, pods=pods)], None, T0).busy_labels == ()  # unknown: leave them
+
+
 # Leftover records and removed node sets.
 
 
@@ -376,6 +386,7 @@ def test_invariants(world):
     assert new <= max(s.current, s.desired)
     if state is None:
         assert new >= s.current and not d.slurm_actions and not d.pod_deletions and not d.record_deletions
+        assert not d.busy_labels
         return
     nodes = state.nodes
     for a in d.slurm_actions:
