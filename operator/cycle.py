@@ -43,7 +43,7 @@ __all__ = ["Operator", "Outcome", "agent_url", "observe_nodesets", "TEARDOWN_REA
 
 TEARDOWN_REASON = "cluster deleted"
 #: Rounds a teardown waits for the agent, then for worker pods to go, before it goes on regardless.
-TEARDOWN_PATIENCE = 12
+TEARDOWN_PATIENCE = 30
 
 _log = log.get("slurmk8s.operator")
 
@@ -300,6 +300,10 @@ class Operator:
         out.status = status.compute(cluster, previous, observed=objects, nodes=nodes, applied_hash=applied,
                                     rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
                                     now=_iso(now))
+        # A failure that the status already reports is not announced again every round.
+        reported = _ready_message(previous) if previous else ""
+        out.events = [e for e in out.events
+                      if not (e.reason in ("ActionFailed", "SlurmActionFailed") and e.message in reported)]
         if previous is None or previous.phase != out.status.phase:
             ready = next(c for c in out.status.conditions if c.type == "Ready")
             kind = "Normal" if out.status.phase in ("Ready", "Provisioning", "Pending") else "Warning"
@@ -312,7 +316,7 @@ class Operator:
             fn()
         except (ApiError, SlurmError, OSError, RuntimeError) as exc:
             out.problems.append(f"{what}: {exc}")
-            out.events.append(scalein.Event("Warning", "ActionFailed", f"{what} failed: {exc}"))
+            out.events.append(scalein.Event("Warning", "ActionFailed", f"{what}: {exc}"))
             return False
         out.applied.append(what)
         return True
@@ -365,9 +369,9 @@ class Operator:
                     raise TypeError(f"no runner for {a!r}")
                 out.applied.append(f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}")
             except Exception as exc:
-                out.problems.append(f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}: {exc}")
-                out.events.append(scalein.Event("Warning", "SlurmActionFailed",
-                                                f"{a} failed: {exc}; node sets keep their size this round"))
+                problem = f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}: {exc}"
+                out.problems.append(problem)
+                out.events.append(scalein.Event("Warning", "SlurmActionFailed", problem))
                 return False
         return True
 

@@ -143,6 +143,28 @@ def test_a_failed_lookup_stops_the_round_before_any_write(offline):
     assert w.kube.writes == []
 
 
+def test_nothing_is_deleted_in_a_round_where_a_write_failed_and_failures_are_announced_once(offline):
+    w = offline
+    w.spec(lambda s: s.update(restApi={"enabled": True}))
+    w.round()
+    w.kube.run_controllers()
+    w.spec(lambda s: s.update(restApi={"enabled": False}))
+    w.kube.fail[("apply", "StatefulSet")] = ApiError(
+        "PATCH", "/apis/apps/v1/namespaces/default/statefulsets/demo-controller", 422, "Invalid",
+        "spec: Forbidden: updates to statefulset spec for fields other than ... are forbidden")
+    out = w.round()
+    assert "demo-restapi" in w.kube.of_kind("Deployment")  # no deletes after a failed write
+    assert out.status.phase != "Ready"
+    ready = next(c for c in out.status.conditions if c.type == "Ready")
+    assert ready.reason == "ReconcileFailed" and "Forbidden" in ready.message
+    assert [e.reason for e in out.events].count("ActionFailed") == 2  # controller and workers
+    out = w.round()
+    assert "ActionFailed" not in [e.reason for e in out.events]  # the status says it already
+    del w.kube.fail[("apply", "StatefulSet")]
+    out = w.round()
+    assert not out.problems and "demo-restapi" not in w.kube.of_kind("Deployment")
+
+
 def test_scale_in_and_removal_wait_while_slurm_cannot_be_asked(offline):
     w = offline
     w.round()
