@@ -117,6 +117,87 @@ def crd_cmd(write_dir: Path | None) -> None:
         click.echo(f"wrote {path}", err=True)
 
 
+@main.command("operator")
+@click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS",
+              help="Watch SlurmClusters in NS; repeat for several namespaces.")
+@click.option("-A", "--all-namespaces", is_flag=True, help="Watch SlurmClusters in every namespace.")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
+              help="Kubeconfig to use. Default: the pod's service account inside a cluster, "
+                   "else $KUBECONFIG or ~/.kube/config.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
+              help="Serve Prometheus metrics on PORT at /metrics.")
+@click.option("--health-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
+              help="Serve the liveness probe on PORT at /healthz.")
+@click.option("--interval", type=click.FloatRange(1, 3600), default=10.0, show_default=True, metavar="SECONDS",
+              help="Seconds between rounds for each SlurmCluster (besides rounds on every change).")
+def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
+                 metrics_port: int | None, health_port: int | None, interval: float) -> None:
+    """Run the SlurmCluster operator until stopped.
+
+    For each SlurmCluster it renders the Kubernetes objects and applies what
+    differs; scales in by draining Slurm nodes first (jobs get the node
+    set's drain.gracePeriod, then are requeued); restarts worker pods one at
+    a time on an image update; applies config changes with `scontrol
+    reconfigure` once the controller pod sees them; and keeps
+    status (phase, conditions, node counts) up to date. Slurm is reached
+    only through each cluster's agent, beside slurmctld. Deleting a
+    SlurmCluster drains its nodes and removes its objects; volumes stay
+    unless spec.deletionPolicy is Delete.
+
+    Runs standalone (no peering); run one replica.
+
+    \b
+      slurmk8s operator --namespace hpc --metrics-port 8080 --health-port 8081
+      slurmk8s operator --all-namespaces --kubeconfig ~/.kube/config
+    """
+    if bool(namespaces) == all_namespaces:
+        raise click.UsageError("pass --namespace NS (repeatable) or --all-namespaces, not both and not neither")
+    from .operator.main import run
+
+    try:
+        run(namespaces=namespaces, all_namespaces=all_namespaces, kubeconfig=kubeconfig,
+            metrics_port=metrics_port, health_port=health_port, interval=interval)
+    except KeyboardInterrupt:
+        pass
+
+
+@main.command("agent")
+@click.option("--listen", default="0.0.0.0:6830", show_default=True, metavar="HOST:PORT",
+              help="Address and port to serve on.")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
+              default="/run/slurmk8s/agent/token", show_default=True, envvar="SLURMK8S_AGENT_TOKEN_FILE",
+              help="File holding the bearer token (the mounted <cluster>-agent-token Secret).")
+@click.option("--config-dir", type=click.Path(file_okay=False, path_type=Path), default="/etc/slurm",
+              show_default=True, help="The Slurm config directory slurmctld reads; its hash is served.")
+def agent_cmd(listen: str, token_file: Path, config_dir: Path) -> None:
+    """Serve the Slurm agent: the operator's authenticated way to change Slurm.
+
+    Runs beside slurmctld (a sidecar in its pod, with the munge key and
+    /etc/slurm mounted) and offers only what the operator and the bridge
+    need: list nodes and jobs, drain (reasons start with `slurmk8s:`),
+    undrain (only slurmk8s's own drains), signal the jobs on a node, requeue
+    a job and make it eligible at once, delete a node, reconfigure, and the
+    hash of the config files it sees. Each runs through the local Slurm
+    commands. Every request but GET /healthz needs the bearer token.
+    """
+    from .slurm import SlurmClient
+    from .slurm.agent import make_server, read_token
+
+    try:
+        token = read_token(token_file)
+        server = make_server(listen, SlurmClient(config_dir=config_dir), token)
+    except (ValueError, OSError) as exc:
+        click.echo(f"agent: {exc}", err=True)
+        sys.exit(1)
+    log.get("slurmk8s.agent").info("serving the Slurm agent", url=server.url, config_dir=str(config_dir))
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
 STATE_DIR_OPTION = click.option(
     "--state-dir", type=click.Path(file_okay=False, path_type=Path), envvar="SLURMK8S_SANDBOX_DIR",
     default=None, show_default="/var/lib/slurmk8s/sandbox",

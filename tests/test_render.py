@@ -37,7 +37,7 @@ def test_example_renders_every_component(doc, keys):
     objs = by_kind(render(load_cluster(doc), keys))
     expected = {
         ("ConfigMap", "demo-slurm-config"), ("ConfigMap", "demo-users"),
-        ("Secret", "demo-munge-key"), ("Secret", "demo-ssh-host-keys"),
+        ("Secret", "demo-munge-key"), ("Secret", "demo-ssh-host-keys"), ("Secret", "demo-agent-token"),
         ("PersistentVolumeClaim", "demo-shared"),
         ("Service", "demo-controller"), ("StatefulSet", "demo-controller"),
         ("Service", "demo-workers"), ("StatefulSet", "demo-cpu"), ("StatefulSet", "demo-gpu"),
@@ -156,6 +156,65 @@ def test_owner_references_follow_the_uid_and_retained_claims_have_none(doc, keys
     doc["spec"]["deletionPolicy"] = "Delete"
     pvc = by_kind(render(load_cluster(doc), keys))[("PersistentVolumeClaim", "demo-shared")]
     assert pvc["metadata"]["ownerReferences"][0]["uid"] == doc["metadata"]["uid"]
+
+
+def test_the_slurm_agent_runs_beside_slurmctld_with_its_token(doc):
+    keys = ClusterKeys.generate()
+    c = load_cluster(doc)
+    objs = by_kind(render(c, keys))
+    secret = objs[("Secret", "demo-agent-token")]
+    assert secret["immutable"] is True and secret["metadata"]["annotations"][names.CREATE_ONLY] == "true"
+    assert base64.b64decode(secret["data"]["token"]) == keys.agent_token
+    assert re.fullmatch(rb"[0-9a-f]{64}", keys.agent_token)
+
+    pod = objs[("StatefulSet", "demo-controller")]["spec"]["template"]["spec"]
+    ctld, agent = pod["containers"]
+    assert ctld["name"] == "slurmctld"  # the first container stays slurmctld
+    assert agent["image"] == "ghcr.io/slurmk8s/controller:22.05"
+    assert agent["args"][:3] == ["agent", "--listen", f"0.0.0.0:{names.AGENT_PORT}"]
+    assert agent["securityContext"]["runAsUser"] == 0  # the entrypoint starts munged as root
+    mounts = {m["mountPath"]: m["name"] for m in agent["volumeMounts"]}
+    assert mounts == {"/etc/slurm": "slurm-config", "/run/slurmk8s/munge": "munge-key",
+                      "/run/slurmk8s/agent": "agent-token"}
+    token_file = agent["args"][agent["args"].index("--token-file") + 1]
+    assert token_file == "/run/slurmk8s/agent/token"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["agent-token"]["secret"]["secretName"] == "demo-agent-token"
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "agent"}
+    ports = objs[("Service", "demo-controller")]["spec"]["ports"]
+    assert {"name": "agent", "port": names.AGENT_PORT, "targetPort": "agent"} in ports
+
+
+def test_worker_pods_are_restarted_by_the_operator_not_the_statefulset_controller(doc, keys):
+    objs = render(load_cluster(doc), keys)
+    workers = [o for o in objs if o["kind"] == "StatefulSet" and names.NODESET_LABEL in o["metadata"]["labels"]]
+    assert len(workers) == 2
+    for sts in workers:
+        assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+def test_keys_are_read_back_from_their_secrets_and_only_missing_ones_are_generated(doc):
+    from slurmk8s.render.keys import BadKeySecret, keys_from_secrets
+
+    c = load_cluster(doc)
+    first, second = ClusterKeys.generate(), ClusterKeys.generate()
+    secrets = {o["metadata"]["name"]: o for o in render(c, first) if o["kind"] == "Secret"}
+    # restApi is off, so no JWT Secret exists: only that key comes from `fresh`.
+    keys, missing = keys_from_secrets(c, secrets, second)
+    assert missing == ["demo-jwt-key"]
+    assert (keys.munge_key, keys.ssh_host_key, keys.agent_token) == \
+        (first.munge_key, first.ssh_host_key, first.agent_token)
+    assert keys.jwt_key == second.jwt_key
+    # Rendering with the keys read back gives the same Secrets: nothing to replace.
+    again = {o["metadata"]["name"]: o for o in render(c, keys) if o["kind"] == "Secret"}
+    assert again == secrets
+    keys, missing = keys_from_secrets(c, {}, second)
+    assert keys == second and len(missing) == 4
+
+    broken = dict(secrets)
+    broken["demo-munge-key"] = {**secrets["demo-munge-key"], "data": {}}
+    with pytest.raises(BadKeySecret, match="Secret demo-munge-key exists but has no 'munge.key' key"):
+        keys_from_secrets(c, broken, second)
 
 
 def test_gres_conf_covers_every_ordinal_of_gpu_node_sets(doc, keys):

@@ -133,6 +133,22 @@ class Toleration(ApiModel):
     """For NoExecute: how long the pod stays bound after the taint appears."""
 
 
+Signal = Literal["USR1", "USR2", "TERM", "INT", "HUP", "CONT"]
+
+
+class DrainSpec(ApiModel):
+    """How the operator empties a node before its pod goes away (scale-in, image update)."""
+
+    grace_period: int = Field(300, ge=0, le=604800)
+    """Seconds the jobs on a drained node get to finish (counted from the
+    signal when one is set, else from the drain). Then they are requeued and
+    the pod is removed; jobs submitted with --no-requeue end with the pod."""
+    signal: Signal | None = None
+    """Signal sent to the batch shell of each job on the node when the grace
+    period starts, for jobs that checkpoint on it (`trap ... USR1`). A batch
+    script that does not trap it ends, so none is sent unless you set one."""
+
+
 class NodeSet(ApiModel):
     """A group of identical slurmd pods; each pod is one Slurm dynamic node."""
 
@@ -153,6 +169,9 @@ class NodeSet(ApiModel):
     """Kubernetes node labels the pods must land on."""
     tolerations: list[Toleration] = Field(default_factory=list)
     """Taints the pods tolerate, e.g. the GPU nodes' taint."""
+    drain: DrainSpec = DrainSpec()
+    """How a node is emptied before the operator removes its pod: on scale-in
+    (the highest ordinals go first) and when an image update restarts it."""
 
 
 class Preemption(ApiModel):

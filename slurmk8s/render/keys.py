@@ -8,15 +8,22 @@ Secrets are immutable, so a later render can never replace them.
 
 from __future__ import annotations
 
+import base64
 import os
+import secrets
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Mapping
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from ..api.cluster import SlurmCluster
+from . import names
+
 MUNGE_KEY_BYTES = 1024  # what `mungekey --create` writes by default
 JWT_KEY_BYTES = 32
+AGENT_TOKEN_BYTES = 32  # written as 64 hex digits: printable, fits an HTTP header
 
 
 def ssh_keypair() -> tuple[bytes, str]:
@@ -43,14 +50,27 @@ class ClusterKeys:
     #: OpenSSH private key (PEM text) of the login pods' sshd; one host key for
     #: every login replica, stable across restarts, so known_hosts keeps working.
     ssh_host_key: bytes
+    #: Bearer token of the Slurm agent beside slurmctld (ASCII hex); the
+    #: operator and the bridge present it, the agent refuses requests without it.
+    agent_token: bytes
 
     @classmethod
     def generate(cls) -> "ClusterKeys":
         host, _ = ssh_keypair()
-        return cls(os.urandom(MUNGE_KEY_BYTES), os.urandom(JWT_KEY_BYTES), host)
+        return cls(
+            munge_key=os.urandom(MUNGE_KEY_BYTES),
+            jwt_key=os.urandom(JWT_KEY_BYTES),
+            ssh_host_key=host,
+            agent_token=secrets.token_hex(AGENT_TOKEN_BYTES).encode(),
+        )
 
     #: File names of the keys in a keys directory.
-    FILES = {"munge_key": "munge.key", "jwt_key": "jwt_hs256.key", "ssh_host_key": "ssh_host_ed25519_key"}
+    FILES = {
+        "munge_key": "munge.key",
+        "jwt_key": "jwt_hs256.key",
+        "ssh_host_key": "ssh_host_ed25519_key",
+        "agent_token": "agent.token",
+    }
 
     @classmethod
     def from_dir(cls, directory: Path) -> tuple["ClusterKeys", list[Path]]:
@@ -74,3 +94,49 @@ class ClusterKeys:
 
     def ssh_host_public_key(self) -> str:
         return public_line(self.ssh_host_key)
+
+
+#: Where each key lives in the cluster: (Secret name, data key).
+SECRETS = {
+    "munge_key": (names.munge_secret, "munge.key"),
+    "jwt_key": (names.jwt_secret, "jwt_hs256.key"),
+    "ssh_host_key": (names.ssh_host_keys_secret, "ssh_host_ed25519_key"),
+    "agent_token": (names.agent_token_secret, "token"),
+}
+
+
+class BadKeySecret(ValueError):
+    """An existing key Secret cannot be read; it is never replaced automatically."""
+
+
+def keys_from_secrets(
+    cluster: SlurmCluster, existing: Mapping[str, Mapping], fresh: ClusterKeys
+) -> tuple[ClusterKeys, list[str]]:
+    """The cluster's keys from its existing Secrets (by name), ``fresh`` ones where none exists.
+
+    Pure: the caller generates ``fresh``. Returns the keys and the names of the
+    Secrets that did not exist (their keys come from ``fresh``). A Secret that
+    exists but lacks its key raises :class:`BadKeySecret`: replacing a key
+    would cut every node off, so that is left to a person.
+    """
+    values, missing = {}, []
+    for f in fields(ClusterKeys):
+        name_of, data_key = SECRETS[f.name]
+        name = name_of(cluster)
+        secret = existing.get(name)
+        if secret is None:
+            values[f.name] = getattr(fresh, f.name)
+            missing.append(name)
+            continue
+        encoded = (secret.get("data") or {}).get(data_key)
+        if not encoded:
+            raise BadKeySecret(
+                f"Secret {name} exists but has no {data_key!r} key: restore it from a backup, or delete "
+                f"the Secret to have a new one generated (then restart the cluster's pods)")
+        try:
+            values[f.name] = base64.b64decode(encoded, validate=True)
+        except ValueError:
+            raise BadKeySecret(
+                f"Secret {name}: data.{data_key} is not base64: restore the Secret, or delete it to "
+                f"have a new one generated (then restart the cluster's pods)") from None
+    return ClusterKeys(**values), missing

@@ -30,6 +30,7 @@ MUNGE_DIR = "/run/slurmk8s/munge"
 USERS_DIR = "/run/slurmk8s/users"
 USER_KEYS_DIR = "/run/slurmk8s/user-keys"
 SSH_HOST_KEYS_DIR = "/run/slurmk8s/ssh-host-keys"
+AGENT_TOKEN_DIR = "/run/slurmk8s/agent"
 ENTRYPOINT = "/usr/local/bin/slurmk8s-entrypoint"
 
 
@@ -194,6 +195,8 @@ def _controller(b: _Builder, with_jwt: bool) -> list[dict]:
         readinessProbe=_probe("ready"),
         startupProbe={**_probe("ready", period=5), "failureThreshold": 60},
     )
+    volumes.append({"name": "agent-token", "secret": {
+        "secretName": names.agent_token_secret(c), "defaultMode": 0o400}})
     vol = c.spec.controller.state_volume
     claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": vol.size}}}
     if vol.storage_class_name:
@@ -203,7 +206,10 @@ def _controller(b: _Builder, with_jwt: bool) -> list[dict]:
         "clusterIP": "None",
         "publishNotReadyAddresses": True,
         "selector": sel,
-        "ports": [{"name": "slurmctld", "port": names.SLURMCTLD_PORT, "targetPort": "slurmctld"}],
+        "ports": [
+            {"name": "slurmctld", "port": names.SLURMCTLD_PORT, "targetPort": "slurmctld"},
+            {"name": "agent", "port": names.AGENT_PORT, "targetPort": "agent"},
+        ],
     })
     sts = b.obj("apps/v1", "StatefulSet", b.meta(name, "controller"), spec={
         "serviceName": name,
@@ -211,7 +217,7 @@ def _controller(b: _Builder, with_jwt: bool) -> list[dict]:
         "selector": {"matchLabels": sel},
         "persistentVolumeClaimRetentionPolicy": {"whenDeleted": retain, "whenScaled": "Retain"},
         "template": _pod_template(
-            c, sel, names.labels(c, "controller"), [container], volumes,
+            c, sel, names.labels(c, "controller"), [container, _agent(c)], volumes,
             terminationGracePeriodSeconds=30,
         ),
         "volumeClaimTemplates": [{
@@ -220,6 +226,34 @@ def _controller(b: _Builder, with_jwt: bool) -> list[dict]:
         }],
     })
     return [service, sts]
+
+
+def _agent(c: SlurmCluster) -> dict:
+    """The Slurm agent beside slurmctld: the operator's (and the bridge's) only
+    way to drain, requeue, delete nodes and reconfigure (docs/decisions/0006).
+
+    It runs the controller image, whose entrypoint starts munged as root when
+    the munge key is mounted; the Slurm commands find slurmctld through the
+    mounted slurm.conf.
+    """
+    http = {"httpGet": {"path": "/healthz", "port": "agent"}, "periodSeconds": 10, "timeoutSeconds": 5}
+    return _container(
+        c, "agent", "controller",
+        env={"SLURMK8S_CLUSTER": c.name},
+        mounts=[
+            {"name": "slurm-config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "munge-key", "mountPath": MUNGE_DIR, "readOnly": True},
+            {"name": "agent-token", "mountPath": AGENT_TOKEN_DIR, "readOnly": True},
+        ],
+        ports=[{"name": "agent", "containerPort": names.AGENT_PORT}],
+        resources={"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        args=["agent", "--listen", f"0.0.0.0:{names.AGENT_PORT}",
+              "--token-file", f"{AGENT_TOKEN_DIR}/token", "--config-dir", CONFIG_DIR],
+        readinessProbe=http,
+        livenessProbe={**http, "failureThreshold": 6},
+        # munged and the Slurm commands need root in this image (it defaults to uid 10001).
+        securityContext={"runAsUser": 0, "runAsGroup": 0},
+    )
 
 
 def _workers(b: _Builder) -> list[dict]:
@@ -266,6 +300,9 @@ def _workers(b: _Builder) -> list[dict]:
             "serviceName": svc_name,
             "replicas": ns.replicas,
             "podManagementPolicy": "Parallel",
+            # The operator restarts pods itself on an image update, one at a
+            # time and each drained first (operator/scalein.py).
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": sel},
             "template": _pod_template(c, sel, labels, [container], volumes, **pod_spec),
         }))
@@ -396,6 +433,7 @@ def render(
             "ssh_host_ed25519_key.pub": keys.ssh_host_public_key().encode() + b"\n",
         }),
     ]
+    objs.append(_secret(b, names.agent_token_secret(c), "controller", {"token": keys.agent_token}))
     if c.spec.rest_api.enabled:
         objs.append(_secret(b, names.jwt_secret(c), "restapi", {"jwt_hs256.key": keys.jwt_key}))
     objs += _claims(b)

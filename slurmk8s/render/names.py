@@ -19,10 +19,21 @@ NODESET_LABEL = f"{GROUP}/nodeset"
 CREATE_ONLY = f"{GROUP}/create-only"
 DELETION_POLICY = f"{GROUP}/deletion-policy"
 
+#: On worker pods the operator is draining: when the drain started, what for
+#: (scale-in or rolling update) and when the jobs were signalled (RFC 3339).
+#: They make a drain's grace period survive an operator restart.
+DRAIN_STARTED = f"{GROUP}/drain-started"
+DRAIN_PURPOSE = f"{GROUP}/drain-purpose"
+JOBS_SIGNALLED = f"{GROUP}/jobs-signalled"
+#: Field manager of every write the operator makes.
+FIELD_MANAGER = "slurmk8s-operator"
+
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
 SLURMRESTD_PORT = 6820
 SSH_PORT = 22
+#: The Slurm agent, a sidecar of slurmctld (slurmk8s.slurm.agent).
+AGENT_PORT = 6830
 
 
 def controller(c: SlurmCluster) -> str:
@@ -74,6 +85,15 @@ def jwt_secret(c: SlurmCluster) -> str:
 
 def ssh_host_keys_secret(c: SlurmCluster) -> str:
     return f"{c.name}-ssh-host-keys"
+
+
+def agent_token_secret(c: SlurmCluster) -> str:
+    return f"{c.name}-agent-token"
+
+
+def controller_state_claim(c: SlurmCluster) -> str:
+    """The PersistentVolumeClaim the controller StatefulSet creates for slurmctld's state."""
+    return f"state-{controller_pod(c)}"
 
 
 def shared_claim(c: SlurmCluster, volume_name: str) -> str:

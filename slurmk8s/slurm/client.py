@@ -18,10 +18,12 @@ import json
 import re
 import subprocess
 import time
+from pathlib import Path
 from typing import Callable, Sequence
 
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
+from ..render.config import config_hash
 from .model import DRAIN_PREFIX, Job, Node, job_from_json, node_from_json
 
 __all__ = ["Runner", "local_runner", "SlurmClient", "SlurmError", "NotOurDrain", "DRAIN_PREFIX"]
@@ -78,11 +80,26 @@ _reads = retry(
 )
 
 
-class SlurmClient:
-    """Reads and changes one Slurm cluster through its commands."""
+#: Where the Slurm config is mounted in the slurmctld pod (and its agent).
+CONFIG_DIR = Path("/etc/slurm")
 
-    def __init__(self, runner: Runner = local_runner):
+
+def check_signal(signal: str) -> str:
+    if signal not in SIGNALS:
+        raise ValueError(f"{signal!r} is not a signal slurmk8s sends; use one of {', '.join(sorted(SIGNALS))}")
+    return signal
+
+
+class SlurmClient:
+    """Reads and changes one Slurm cluster through its commands.
+
+    ``config_dir`` is the directory of the config files slurmctld reads (as
+    this process sees it); :meth:`config_hash` digests it.
+    """
+
+    def __init__(self, runner: Runner = local_runner, config_dir: Path = CONFIG_DIR):
         self._runner = runner
+        self._config_dir = Path(config_dir)
 
     def _run(self, *argv: str, stdin: str | None = None) -> str:
         proc = self._runner(list(argv), stdin)
@@ -141,12 +158,23 @@ class SlurmClient:
 
     def signal(self, job_id: int, signal: str, *, batch_only: bool = True) -> None:
         """Send ``signal`` to a job: by default to its batch shell, as ``--signal=B:`` does."""
-        if signal not in SIGNALS:
-            raise ValueError(f"{signal!r} is not a signal slurmk8s sends")
+        check_signal(signal)
         argv = ["scancel", f"--signal={signal}"]
         if batch_only:
             argv.append("--batch")
         self._run(*argv, str(int(job_id)))
+
+    def signal_node_jobs(self, name: str, signal: str) -> list[int]:
+        """Send ``signal`` to the batch shell of every running job on node ``name``.
+
+        Returns the ids of the jobs signalled. Jobs that are already ending
+        (COMPLETING) are left alone.
+        """
+        check_signal(signal)
+        running = [j.job_id for j in self.jobs(nodes=[_check_node(name)]) if j.state == "RUNNING"]
+        for job_id in running:
+            self.signal(job_id, signal)
+        return running
 
     def requeue(self, job_id: int, *, start_now: bool = True, timeout: float = 30) -> None:
         """Requeue a job. ``start_now``: make it eligible at once instead of
@@ -179,3 +207,17 @@ class SlurmClient:
     def reconfigure(self) -> None:
         """Make slurmctld (and every slurmd) re-read the config files."""
         self._run("scontrol", "reconfigure")
+
+    def config_hash(self) -> str:
+        """The hash of the config files in ``config_dir``, as the renderer computes it.
+
+        Equal to the rendered ``status.configHash`` once the kubelet has synced
+        the ConfigMap into the pod: then a reconfigure reads the new files.
+        Hidden entries (the kubelet's ``..data`` links) are skipped.
+        """
+        files = {}
+        for path in sorted(self._config_dir.iterdir()):
+            if path.name.startswith(".") or not path.is_file():
+                continue
+            files[path.name] = path.read_text()
+        return config_hash(files)

@@ -130,3 +130,44 @@ def job_from_json(d: dict) -> Job:
         array_job_id=array_job or None,
         array_task_id=_number(d.get("array_task_id")),
     )
+
+
+# The agent's wire form (JSON) of the records: lists for tuples and sets.
+
+
+def node_to_dict(n: Node) -> dict:
+    return {
+        "name": n.name, "state": n.state, "flags": sorted(n.flags), "reason": n.reason,
+        "features": list(n.features), "partitions": list(n.partitions), "cpus": n.cpus,
+        "alloc_cpus": n.alloc_cpus, "gres": n.gres, "address": n.address,
+    }
+
+
+def node_from_dict(d: dict) -> Node:
+    return Node(
+        name=str(d["name"]), state=str(d["state"]), flags=frozenset(map(str, d["flags"])),
+        reason=str(d["reason"]), features=tuple(map(str, d["features"])),
+        partitions=tuple(map(str, d["partitions"])), cpus=int(d["cpus"]),
+        alloc_cpus=int(d["alloc_cpus"]), gres=str(d["gres"]), address=str(d["address"]),
+    )
+
+
+def job_to_dict(j: Job) -> dict:
+    return {
+        "job_id": j.job_id, "name": j.name, "user": j.user, "state": j.state,
+        "partition": j.partition, "nodes": j.nodes, "requeue": j.requeue,
+        "restart_count": j.restart_count, "reason": j.reason,
+        "array_job_id": j.array_job_id, "array_task_id": j.array_task_id,
+    }
+
+
+def job_from_dict(d: dict) -> Job:
+    def opt(v):
+        return None if v is None else int(v)
+
+    return Job(
+        job_id=int(d["job_id"]), name=str(d["name"]), user=str(d["user"]), state=str(d["state"]),
+        partition=str(d["partition"]), nodes=str(d["nodes"]), requeue=bool(d["requeue"]),
+        restart_count=int(d["restart_count"]), reason=str(d["reason"]),
+        array_job_id=opt(d.get("array_job_id")), array_task_id=opt(d.get("array_task_id")),
+    )

@@ -1,0 +1,433 @@
+"""One round of the operator for one SlurmCluster: observe, decide, act.
+
+This is the shell around the pure decisions (:mod:`.reconcile`,
+:mod:`.scalein`, :mod:`.status`): it reads the cluster's objects through
+:class:`~.kube.Kube` and Slurm through the cluster's agent
+(:class:`~slurmk8s.slurm.SlurmControl`), calls the decisions, and carries out
+what they return, in this order:
+
+1. Slurm actions (drain, signal, requeue, undrain) and the pod annotations
+   that remember them. If one fails, the round goes on with every node set
+   held at its current size, and nothing is deleted.
+2. The plan: create, then update (StatefulSets with the replicas the
+   scale-in allows).
+3. Busy labels on worker pods; pods to restart (rolling update), Slurm
+   records of gone pods.
+4. Deletes, only in a round where everything before succeeded.
+5. ``scontrol reconfigure`` once the agent sees the rendered config.
+6. Status.
+
+Nothing is remembered between rounds in memory: a round starts from what
+the API server and Slurm say.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from slurmk8s import log
+from slurmk8s.api import InvalidSpec, load_cluster
+from slurmk8s.api.cluster import DrainSpec, SlurmCluster, SlurmClusterStatus
+from slurmk8s.render import ClusterKeys, TopologyNode, names, render
+from slurmk8s.render.keys import BadKeySecret, keys_from_secrets
+from slurmk8s.slurm import NotOurDrain, RemoteSlurm, SlurmControl, SlurmError
+from slurmk8s.slurm.model import Node
+
+from . import reconcile, scalein, status
+from .kube import ApiError, Kube
+
+__all__ = ["Operator", "Outcome", "agent_url", "observe_nodesets", "TEARDOWN_REASON"]
+
+TEARDOWN_REASON = "cluster deleted"
+#: Rounds a teardown waits for the agent, then for worker pods to go, before it goes on regardless.
+TEARDOWN_PATIENCE = 30
+
+_log = log.get("slurmk8s.operator")
+
+
+@dataclass
+class Outcome:
+    """What a round did, for the handlers (Events, metrics) and tests."""
+
+    status: SlurmClusterStatus | None = None
+    events: list[scalein.Event] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    applied: list[str] = field(default_factory=list)  # "create ConfigMap/x", "update ...", ...
+    nodes: list[Node] | None = None
+
+
+def agent_url(cluster: SlurmCluster, controller_pod: Mapping | None) -> str:
+    """The agent's address: the controller pod's IP when known, else its DNS name."""
+    ip = ((controller_pod or {}).get("status") or {}).get("podIP")
+    host = ip or names.controller_fqdn(cluster)
+    return f"http://{host}:{names.AGENT_PORT}"
+
+
+def _default_agent(cluster: SlurmCluster, token: bytes, controller_pod: Mapping | None) -> SlurmControl:
+    return RemoteSlurm(agent_url(cluster, controller_pod), token)
+
+
+def _ready(pod: Mapping) -> bool:
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping],
+                     pods: Sequence[Mapping]) -> list[scalein.NodeSetState]:
+    """The node sets of the spec, and those still present though gone from it."""
+    sts_by_set = {}
+    for s in statefulsets:
+        labels = s["metadata"].get("labels") or {}
+        if names.NODESET_LABEL in labels:
+            sts_by_set[labels[names.NODESET_LABEL]] = s
+    specs = {ns.name: ns for ns in cluster.spec.node_sets}
+    out = []
+    for set_name in [*specs, *sorted(set(sts_by_set) - set(specs))]:
+        ns = specs.get(set_name)
+        sts_name = names.nodeset(cluster, set_name)
+        sts = sts_by_set.get(set_name)
+        drain = ns.drain if ns else DrainSpec()
+        set_pods = []
+        for p in pods:
+            meta = p["metadata"]
+            if (meta.get("labels") or {}).get(names.NODESET_LABEL) != set_name:
+                continue
+            base, _, ordinal = meta["name"].rpartition("-")
+            if base != sts_name or not ordinal.isdigit():
+                continue
+            set_pods.append(scalein.Pod(
+                name=meta["name"], uid=meta.get("uid", ""), ordinal=int(ordinal), ready=_ready(p),
+                deleting=bool(meta.get("deletionTimestamp")),
+                revision=(meta.get("labels") or {}).get("controller-revision-hash"),
+                annotations=dict(meta.get("annotations") or {}),
+                busy_label=(meta.get("labels") or {}).get(names.BUSY_LABEL) == "true",
+            ))
+        out.append(scalein.NodeSetState(
+            name=set_name, statefulset=sts_name, desired=ns.replicas if ns else 0,
+            current=None if sts is None else int((sts.get("spec") or {}).get("replicas", 1)),
+            update_revision=((sts or {}).get("status") or {}).get("updateRevision"),
+            pods=tuple(sorted(set_pods, key=lambda p: p.ordinal)),
+            grace_period=drain.grace_period, signal=drain.signal,
+        ))
+    return out
+
+
+def _previous_status(body: Mapping) -> SlurmClusterStatus | None:
+    raw = body.get("status")
+    if not isinstance(raw, Mapping):
+        return None
+    known = set(SlurmClusterStatus.model_fields) | {f.alias for f in SlurmClusterStatus.model_fields.values() if f.alias}
+    try:
+        return SlurmClusterStatus.model_validate({k: v for k, v in raw.items() if k in known})
+    except ValueError:
+        return None
+
+
+def _iso(now: float) -> str:
+    return scalein.timestamp(now)
+
+
+class Operator:
+    """Runs rounds for SlurmClusters against one API server.
+
+    ``agent``: makes the Slurm client of a cluster from (cluster, agent
+    token, controller pod) — by default :class:`RemoteSlurm` at
+    :func:`agent_url`. ``clock`` and ``fresh_keys`` are injectable for tests.
+    """
+
+    def __init__(self, kube: Kube, *,
+                 agent: Callable[[SlurmCluster, bytes, Mapping | None], SlurmControl] = _default_agent,
+                 clock: Callable[[], float] = time.time,
+                 fresh_keys: Callable[[], ClusterKeys] = ClusterKeys.generate):
+        self.kube = kube
+        self.agent = agent
+        self.clock = clock
+        self.fresh_keys = fresh_keys
+
+    # Observing.
+
+    def _observe(self, namespace: str, cluster_name: str) -> list[dict]:
+        selector = f"{names.CLUSTER_LABEL}={cluster_name}"
+        objs: list[dict] = []
+        for kind in (*reconcile.MANAGED_KINDS, "Pod"):
+            objs += self.kube.list(kind, namespace, selector)
+        return objs
+
+    def _topology(self, cluster: SlurmCluster, pods: Sequence[Mapping]) -> list[TopologyNode]:
+        nodes: dict[str, dict] = {}
+        out = []
+        for p in pods:
+            labels = p["metadata"].get("labels") or {}
+            host = (p.get("spec") or {}).get("nodeName")
+            if labels.get("app.kubernetes.io/component") != "worker" or not host:
+                continue
+            if host not in nodes:
+                nodes[host] = self.kube.get("Node", None, host) or {"metadata": {}}
+            out.append(TopologyNode(p["metadata"]["name"], dict(nodes[host]["metadata"].get("labels") or {})))
+        return out
+
+    def _patch_status(self, body: Mapping, before: SlurmClusterStatus | None, after: SlurmClusterStatus) -> None:
+        if before is not None and before.dump() == after.dump():
+            return
+        meta = body["metadata"]
+        self.kube.patch("SlurmCluster", meta.get("namespace"), meta["name"], {"status": after.dump()},
+                        subresource="status")
+
+    # A round.
+
+    def reconcile(self, body: Mapping) -> Outcome:
+        now = self.clock()
+        meta = body["metadata"]
+        out = Outcome()
+        previous = _previous_status(body)
+        doc = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
+        try:
+            cluster = load_cluster(doc)
+        except InvalidSpec as exc:
+            out.status = status.invalid(previous, str(exc), meta.get("generation"), _iso(now))
+            if previous is None or previous.phase != "Failed" or _ready_message(previous) != str(exc):
+                out.events.append(scalein.Event("Warning", "InvalidSpec", str(exc)))
+            out.problems.append(str(exc))
+            self._patch_status(body, previous, out.status)
+            return out
+
+        observed = self._observe(cluster.namespace, cluster.name)
+        pods = [o for o in observed if o["kind"] == "Pod"]
+        objects = [o for o in observed if o["kind"] != "Pod"]
+        secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
+        try:
+            keys, _missing = keys_from_secrets(cluster, secrets, self.fresh_keys())
+        except BadKeySecret as exc:
+            out.problems.append(str(exc))
+            out.events.append(scalein.Event("Warning", "BadKeySecret", str(exc)))
+            out.status = status.compute(cluster, previous, observed=objects, nodes=None,
+                                        applied_hash=previous.config_hash if previous else None,
+                                        rendered_hash="", problems=out.problems, now=_iso(now))
+            self._patch_status(body, previous, out.status)
+            return out
+        topology = self._topology(cluster, pods) if cluster.spec.topology else []
+        desired = render(cluster, keys, topology)
+        rendered_hash = desired[0]["metadata"]["annotations"][names.CONFIG_HASH]
+
+        controller_pod = next((p for p in pods if p["metadata"]["name"] == names.controller_pod(cluster)), None)
+        slurm = self.agent(cluster, keys.agent_token, controller_pod)
+        nodes: list[Node] | None = None
+        seen_hash: str | None = None
+        controller_exists = any(o["kind"] == "StatefulSet" and o["metadata"]["name"] == names.controller(cluster)
+                                for o in objects)
+        if controller_exists:
+            try:
+                nodes = slurm.nodes()
+                seen_hash = slurm.config_hash()
+            except Exception as exc:  # unknown Slurm state: every decision below waits
+                out.waiting.append(f"Slurm state unknown: {exc}")
+                _log.info("agent not answering", cluster=cluster.name, error=str(exc))
+        out.nodes = nodes
+
+        sets = observe_nodesets(cluster, [o for o in objects if o["kind"] == "StatefulSet"], pods)
+        state = scalein.SlurmState({n.name: n for n in nodes}) if nodes is not None else None
+        decision = scalein.decide(sets, state, now)
+        if decision.missing_jobs and state is not None:
+            jobs: dict[str, tuple | None] = {}
+            for n in sorted(decision.missing_jobs):
+                try:
+                    jobs[n] = tuple(slurm.jobs(nodes=[n]))
+                except Exception as exc:
+                    jobs[n] = None
+                    _log.info("job lookup failed", node=n, error=str(exc))
+            decision = scalein.decide(sets, scalein.SlurmState(state.nodes, jobs), now)
+        out.waiting += decision.waiting
+
+        # 1. Slurm actions and their annotations.
+        if not self._slurm_actions(cluster, slurm, decision.slurm_actions, out):
+            decision = decision.hold(sets)
+        held = bool(out.problems)
+        out.events += decision.events
+
+        # 2. Creates and updates; removed node sets are scaled through their observed StatefulSet.
+        keep = {(kind, name) for s in sets if s.name in decision.keep
+                for kind, name in (("StatefulSet", s.statefulset), ("PodDisruptionBudget", f"{s.statefulset}-busy"))}
+        wanted = reconcile.with_replicas(desired, decision.replicas)
+        plan = reconcile.plan(wanted, objects, cluster_name=cluster.name, keep=keep)
+        for action in (*plan.creates, *plan.updates):
+            self._write(action, out)
+        desired_names = {o["metadata"]["name"] for o in desired if o["kind"] == "StatefulSet"}
+        for s in sets:
+            if s.statefulset not in desired_names and s.current is not None \
+                    and decision.replicas.get(s.statefulset, s.current) != s.current:
+                self._try(out, f"scale StatefulSet/{s.statefulset}", lambda s=s: self.kube.patch(
+                    "StatefulSet", cluster.namespace, s.statefulset,
+                    {"spec": {"replicas": decision.replicas[s.statefulset]}}))
+
+        # 3. Busy labels (the busy-worker PodDisruptionBudget), restarts and leftover records.
+        for b in decision.busy_labels:
+            self._try(out, f"label Pod/{b.pod} busy={b.busy}", lambda b=b: self.kube.patch(
+                "Pod", cluster.namespace, b.pod,
+                {"metadata": {"uid": b.uid, "labels": {names.BUSY_LABEL: "true" if b.busy else None}}}))
+        if not held:
+            for d in decision.pod_deletions:
+                self._try(out, f"delete Pod/{d.pod}", lambda d=d: self.kube.delete(
+                    "Pod", cluster.namespace, d.pod, uid=d.uid))
+            for r in decision.record_deletions:
+                self._try(out, f"delete Slurm node {r.node}", lambda r=r: slurm.delete_node(r.node))
+
+        # 4. Deletes, only after a clean round so far.
+        if not out.problems:
+            for d in plan.deletes:
+                self._try(out, f"delete {d.kind}/{d.name}", lambda d=d: self.kube.delete(
+                    d.kind, d.namespace, d.name, uid=d.uid))
+
+        # 5. Reconfigure.
+        applied = previous.config_hash if previous else None
+        go, why = scalein.decide_reconfigure(rendered_hash, applied, seen_hash)
+        if why:
+            out.waiting.append(why)
+        if go:
+            try:
+                slurm.reconfigure()
+                applied = rendered_hash
+                out.applied.append("scontrol reconfigure")
+                out.events.append(scalein.Event("Normal", "Reconfigured",
+                                                f"slurmctld and the nodes read the new config ({rendered_hash})"))
+            except Exception as exc:
+                out.problems.append(f"scontrol reconfigure failed: {exc}")
+
+        # 6. Status.
+        out.status = status.compute(cluster, previous, observed=objects, nodes=nodes, applied_hash=applied,
+                                    rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
+                                    now=_iso(now))
+        # A failure that the status already reports is not announced again every round.
+        reported = _ready_message(previous) if previous else ""
+        out.events = [e for e in out.events
+                      if not (e.reason in ("ActionFailed", "SlurmActionFailed") and e.message in reported)]
+        if previous is None or previous.phase != out.status.phase:
+            ready = next(c for c in out.status.conditions if c.type == "Ready")
+            kind = "Normal" if out.status.phase in ("Ready", "Provisioning", "Pending") else "Warning"
+            out.events.append(scalein.Event(kind, out.status.phase, ready.message))
+        self._patch_status(body, previous, out.status)
+        return out
+
+    def _try(self, out: Outcome, what: str, fn: Callable[[], Any]) -> bool:
+        try:
+            fn()
+        except (ApiError, SlurmError, OSError, RuntimeError) as exc:
+            out.problems.append(f"{what}: {exc}")
+            out.events.append(scalein.Event("Warning", "ActionFailed", f"{what}: {exc}"))
+            return False
+        out.applied.append(what)
+        return True
+
+    def _write(self, action: reconcile.Create | reconcile.Update, out: Outcome) -> None:
+        obj = action.obj
+        what = f"{'create' if isinstance(action, reconcile.Create) else 'update'} {obj['kind']}/{obj['metadata']['name']}"
+        create_only = (obj["metadata"].get("annotations") or {}).get(names.CREATE_ONLY) == "true"
+
+        def write():
+            if create_only:
+                try:
+                    self.kube.create(obj)
+                except ApiError as exc:
+                    if not exc.conflict:  # it exists: the existing key wins
+                        raise
+            else:
+                self.kube.apply(obj)
+
+        if self._try(out, what, write) and isinstance(action, reconcile.Update):
+            _log.info("updated", object=what, changed=list(action.changed)[:8])
+
+    def _slurm_actions(self, cluster: SlurmCluster, slurm: SlurmControl,
+                       actions: Sequence[Any], out: Outcome) -> bool:
+        """Run the decision's Slurm actions in order; False at the first failure."""
+        for a in actions:
+            try:
+                if isinstance(a, scalein.Drain):
+                    slurm.drain(a.node, a.reason)
+                elif isinstance(a, scalein.Undrain):
+                    try:
+                        slurm.undrain(a.node)
+                    except NotOurDrain as exc:  # someone drained it in the meantime: theirs now
+                        out.waiting.append(str(exc))
+                elif isinstance(a, scalein.SignalJobs):
+                    slurm.signal_node_jobs(a.node, a.signal)
+                elif isinstance(a, scalein.Requeue):
+                    try:
+                        slurm.requeue(a.job_id)
+                    except SlurmError as exc:
+                        if exc.unreachable:
+                            raise
+                        # The job ended or refuses a requeue: it would end with the pod anyway.
+                        out.events.append(scalein.Event(
+                            "Warning", "RequeueRefused", f"job {a.job_id} on {a.node}: {exc.stderr or exc}"))
+                elif isinstance(a, scalein.AnnotatePod):
+                    patch = {"metadata": {"uid": a.uid, "annotations": dict(a.annotations)}}
+                    self.kube.patch("Pod", cluster.namespace, a.pod, patch)
+                else:  # pragma: no cover - a new action type without a runner
+                    raise TypeError(f"no runner for {a!r}")
+                out.applied.append(f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}")
+            except Exception as exc:
+                problem = f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}: {exc}"
+                out.problems.append(problem)
+                out.events.append(scalein.Event("Warning", "SlurmActionFailed", problem))
+                return False
+        return True
+
+    # Teardown.
+
+    def teardown(self, body: Mapping, attempt: int = 0) -> tuple[bool, str]:
+        """One step of an orderly teardown; (done, what it waits for).
+
+        Drain the cluster's Slurm nodes, delete the worker StatefulSets and
+        wait for their pods (their entrypoints requeue jobs and remove the
+        nodes while slurmctld still runs), then delete the rest of the
+        cluster's objects. Claims stay unless spec.deletionPolicy is Delete.
+        After TEARDOWN_PATIENCE attempts a step that waits goes on regardless.
+        """
+        meta = body["metadata"]
+        cluster_name, namespace = meta["name"], meta.get("namespace", "default")
+        policy = ((body.get("spec") or {}).get("deletionPolicy")) or "Retain"
+        patient = attempt < TEARDOWN_PATIENCE
+        observed = self._observe(namespace, cluster_name)
+        ours = [o for o in observed if reconcile.is_ours(o, cluster_name)]
+        workers = [o for o in ours if o["kind"] == "StatefulSet"
+                   and names.NODESET_LABEL in (o["metadata"].get("labels") or {})]
+        worker_pods = [o for o in observed if o["kind"] == "Pod"
+                       and (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "worker"]
+        if workers or worker_pods:
+            bases = {w["metadata"]["name"] for w in workers}
+            try:
+                cluster = load_cluster({k: v for k, v in body.items() if k != "status"})
+                secrets = {o["metadata"]["name"]: o for o in ours if o["kind"] == "Secret"}
+                keys, missing = keys_from_secrets(cluster, secrets, self.fresh_keys())
+                if names.agent_token_secret(cluster) in missing:
+                    raise RuntimeError("the agent token Secret is gone")
+                pod = next((p for p in observed if p["metadata"]["name"] == names.controller_pod(cluster)), None)
+                slurm = self.agent(cluster, keys.agent_token, pod)
+                for n in slurm.nodes():
+                    if n.name.rpartition("-")[0] in bases and not n.drain_set:
+                        slurm.drain(n.name, TEARDOWN_REASON)
+            except Exception as exc:
+                if patient:
+                    return False, f"waiting to drain the Slurm nodes: {exc}"
+                _log.warning("tearing down without draining", cluster=cluster_name, error=str(exc))
+            for w in workers:
+                if not w["metadata"].get("deletionTimestamp"):
+                    self.kube.delete("StatefulSet", namespace, w["metadata"]["name"], uid=w["metadata"].get("uid"))
+            if worker_pods and patient:
+                return False, f"waiting for {len(worker_pods)} worker pods to stop (their jobs are requeued)"
+        for o in sorted(ours, key=lambda o: -reconcile.MANAGED_KINDS.index(o["kind"])
+                        if o["kind"] in reconcile.MANAGED_KINDS else 0):
+            kind, name = o["kind"], o["metadata"]["name"]
+            if kind not in reconcile.MANAGED_KINDS or o["metadata"].get("deletionTimestamp"):
+                continue
+            if kind == "PersistentVolumeClaim" and policy != "Delete":
+                continue  # Retain: the controller state and shared data stay
+            self.kube.delete(kind, namespace, name, uid=o["metadata"].get("uid"))
+        return True, "deleted"
+
+
+def _ready_message(st: SlurmClusterStatus) -> str:
+    return next((c.message for c in st.conditions if c.type == "Ready"), "")

@@ -1,0 +1,112 @@
+"""The kopf handlers: thin. Every round is :meth:`.cycle.Operator.reconcile`.
+
+:func:`register` puts the handlers on a kopf registry:
+
+- create / update / resume of a SlurmCluster, and a timer every
+  ``interval`` seconds: one round (render, plan, apply, drain-first scale-in,
+  rolling updates, reconfigure, status);
+- delete: the finalizer ``slurmk8s.dev/teardown`` runs an orderly teardown;
+- login: the credentials the operator's own client uses;
+- startup: kopf's settings (annotations for its bookkeeping, the finalizer
+  name, no peering) and the Prometheus metrics server.
+
+Rounds of one cluster never overlap (a lock per cluster uid; kopf's timers
+run beside its change handlers). The lock is only that: all state lives in
+the API server and in Slurm.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import kopf
+
+from slurmk8s import log
+from slurmk8s.api.cluster import GROUP, PLURAL, VERSION
+
+from . import metrics
+from .cycle import Operator
+
+__all__ = ["register", "Handlers", "FINALIZER"]
+
+FINALIZER = f"{GROUP}/teardown"
+_log = log.get("slurmk8s.operator")
+
+
+class Handlers:
+    def __init__(self, op: Operator):
+        self.op = op
+        self._locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._guard = threading.Lock()
+
+    def _lock(self, body: Any) -> threading.Lock:
+        with self._guard:
+            return self._locks[body["metadata"].get("uid") or body["metadata"]["name"]]
+
+    def reconcile(self, body: kopf.Body, **_: Any) -> None:
+        if body["metadata"].get("deletionTimestamp"):
+            return  # the teardown handler owns a cluster being deleted
+        started = time.monotonic()
+        with self._lock(body):
+            try:
+                outcome = self.op.reconcile(dict(body))
+            except Exception as exc:
+                metrics.RECONCILES.labels(result="error").inc()
+                _log.warning("round failed", cluster=body["metadata"]["name"], error=str(exc))
+                raise kopf.TemporaryError(f"round failed: {exc}", delay=10) from exc
+        metrics.ROUND_SECONDS.observe(time.monotonic() - started)
+        metrics.RECONCILES.labels(result="problem" if outcome.problems else "ok").inc()
+        metrics.observe_cluster(body["metadata"].get("namespace", ""), body["metadata"]["name"], outcome)
+        for e in outcome.events:
+            (kopf.info if e.type == "Normal" else kopf.warn)(body, reason=e.reason, message=e.message[:1024])
+        for what in outcome.applied:
+            _log.info("applied", cluster=body["metadata"]["name"], action=what)
+
+    def teardown(self, body: kopf.Body, retry: int = 0, **_: Any) -> None:
+        with self._lock(body):
+            done, why = self.op.teardown(dict(body), attempt=retry)
+        if not done:
+            raise kopf.TemporaryError(why, delay=10)
+        metrics.forget_cluster(body["metadata"].get("namespace", ""), body["metadata"]["name"])
+        kopf.info(body, reason="Deleted", message="Slurm nodes drained and the cluster's objects deleted")
+
+
+def register(registry: kopf.OperatorRegistry, op: Operator, *, interval: float = 10.0,
+             metrics_port: int | None = None) -> Handlers:
+    """Register the SlurmCluster handlers of ``op`` on ``registry``."""
+    h = Handlers(op)
+    resource = dict(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
+    kopf.on.create(**resource, id="reconcile-create")(h.reconcile)
+    kopf.on.update(**resource, id="reconcile-update", field="spec")(h.reconcile)
+    kopf.on.resume(**resource, id="reconcile-resume")(h.reconcile)
+    kopf.timer(**resource, id="reconcile-timer", interval=interval, initial_delay=interval)(h.reconcile)
+    kopf.on.delete(**resource, id="teardown")(h.teardown)
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        cfg = op.kube.configuration
+        token = op.kube.bearer_token()
+        return kopf.ConnectionInfo(
+            server=cfg.host, ca_path=cfg.ssl_ca_cert or None, insecure=not cfg.verify_ssl,
+            username=cfg.username or None, password=cfg.password or None,
+            scheme="Bearer" if token else None, token=token,
+            certificate_path=cfg.cert_file or None, private_key_path=cfg.key_file or None,
+        )
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        # kopf's own bookkeeping goes to annotations: the status schema is ours.
+        settings.persistence.finalizer = FINALIZER
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=GROUP, key="last-handled-configuration")
+        settings.posting.level = logging.INFO
+        settings.execution.max_workers = 8
+        if metrics_port is not None:
+            metrics.serve(metrics_port)
+
+    return h

@@ -1,0 +1,244 @@
+"""A thin client for the Kubernetes REST API: the operator's only way to the API server.
+
+Plain HTTP on the documented paths, so it works against any API server
+(a real one, or the sandbox's stand-in) without discovery. Credentials come
+from a kubeconfig or the pod's service account, through the ``kubernetes``
+package's loaders (token refresh, exec plugins). What it uses:
+
+- ``GET`` (list with ``labelSelector``, following ``continue``), ``POST``,
+  ``DELETE`` with ``propagationPolicy`` and a uid precondition;
+- ``PATCH`` as server-side apply (``application/apply-patch+yaml``,
+  ``force=true``) for the objects the operator renders, falling back to a JSON
+  merge patch when the server does not take apply patches (415);
+- ``PATCH`` as JSON merge patch for pod annotations and the status subresource.
+
+Every write carries ``fieldManager=slurmk8s-operator``.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+from urllib.parse import quote, urlencode
+
+import urllib3
+
+from slurmk8s.render.names import FIELD_MANAGER
+
+__all__ = ["Kube", "ApiError", "RESOURCES", "Resource", "load_configuration"]
+
+
+@dataclass(frozen=True)
+class Resource:
+    api_version: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def prefix(self) -> str:
+        return "api/v1" if self.api_version == "v1" else f"apis/{self.api_version}"
+
+
+RESOURCES: dict[str, Resource] = {
+    "ConfigMap": Resource("v1", "configmaps"),
+    "Secret": Resource("v1", "secrets"),
+    "Service": Resource("v1", "services"),
+    "PersistentVolumeClaim": Resource("v1", "persistentvolumeclaims"),
+    "Pod": Resource("v1", "pods"),
+    "Node": Resource("v1", "nodes", namespaced=False),
+    "StatefulSet": Resource("apps/v1", "statefulsets"),
+    "Deployment": Resource("apps/v1", "deployments"),
+    "PodDisruptionBudget": Resource("policy/v1", "poddisruptionbudgets"),
+    "SlurmCluster": Resource("slurmk8s.dev/v1alpha1", "slurmclusters"),
+}
+
+
+class ApiError(RuntimeError):
+    """The API server refused a request; ``status`` is the HTTP code, ``reason`` its Status reason."""
+
+    def __init__(self, method: str, path: str, status: int, reason: str, message: str):
+        self.method, self.path, self.status, self.reason, self.message = method, path, status, reason, message
+        super().__init__(f"{method} {path}: {status} {reason}: {message}")
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+def load_configuration(kubeconfig: str | None = None):
+    """A ``kubernetes.client.Configuration``: from ``kubeconfig`` when given,
+    else the pod's service account when in a cluster, else the default
+    kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``)."""
+    import os
+
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=cfg)
+    else:
+        config.load_kube_config(client_configuration=cfg)
+    return cfg
+
+
+class Kube:
+    def __init__(self, configuration: Any, *, timeout: float = 30):
+        self.configuration = configuration
+        self.server = configuration.host.rstrip("/")
+        self.timeout = timeout
+        kwargs: dict[str, Any] = {"timeout": urllib3.Timeout(total=timeout), "retries": False}
+        if self.server.startswith("https"):
+            if configuration.verify_ssl:
+                kwargs["cert_reqs"] = ssl.CERT_REQUIRED
+                if configuration.ssl_ca_cert:
+                    kwargs["ca_certs"] = configuration.ssl_ca_cert
+            else:
+                kwargs["cert_reqs"] = ssl.CERT_NONE
+            if configuration.cert_file:
+                kwargs["cert_file"] = configuration.cert_file
+                kwargs["key_file"] = configuration.key_file
+        self._http = urllib3.PoolManager(num_pools=4, maxsize=8, **kwargs)
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | None = None) -> "Kube":
+        return cls(load_configuration(kubeconfig))
+
+    def bearer_token(self) -> str | None:
+        """The current token (refreshed by the loader's hook when it expires)."""
+        # auth_settings() runs the loader's refresh hook; the key's name differs between client versions.
+        value = (self.configuration.auth_settings().get("BearerToken") or {}).get("value")
+        if not value:
+            return None
+        return value.split(" ", 1)[1] if value.lower().startswith("bearer ") else value
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": "slurmk8s-operator"}
+        token = self.bearer_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        elif self.configuration.username:
+            headers.update(urllib3.make_headers(
+                basic_auth=f"{self.configuration.username}:{self.configuration.password}"))
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    def request(self, method: str, path: str, *, query: Iterable[tuple[str, str]] = (), body: Any = None,
+                content_type: str = "application/json") -> dict:
+        q = list(query)
+        url = f"{self.server}/{path}" + (f"?{urlencode(q)}" if q else "")
+        data = None if body is None else json.dumps(body).encode()
+        resp = self._http.request(method, url, body=data, headers=self._headers(content_type if data else None))
+        payload: dict = {}
+        if resp.data:
+            try:
+                payload = json.loads(resp.data)
+            except ValueError:
+                payload = {"message": resp.data[:500].decode(errors="replace")}
+        if resp.status >= 400:
+            raise ApiError(method, "/" + path, resp.status, payload.get("reason") or resp.reason or "",
+                           payload.get("message") or "")
+        return payload
+
+    @staticmethod
+    def path(kind: str, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        try:
+            r = RESOURCES[kind]
+        except KeyError:
+            raise ValueError(f"the operator does not handle kind {kind!r}") from None
+        parts = [r.prefix]
+        if r.namespaced and namespace:
+            parts += ["namespaces", quote(namespace, safe="")]
+        parts.append(r.plural)
+        if name:
+            parts.append(quote(name, safe=""))
+        if subresource:
+            parts.append(subresource)
+        return "/".join(parts)
+
+    # Reads.
+
+    def list(self, kind: str, namespace: str | None = None, selector: str | None = None) -> list[dict]:
+        """Every object of ``kind`` (in ``namespace``, matching ``selector``), each with kind and apiVersion."""
+        items: list[dict] = []
+        token = ""
+        while True:
+            query = [("limit", "500")]
+            if selector:
+                query.append(("labelSelector", selector))
+            if token:
+                query.append(("continue", token))
+            page = self.request("GET", self.path(kind, namespace), query=query)
+            for item in page.get("items") or []:
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", RESOURCES[kind].api_version)
+                items.append(item)
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        try:
+            obj = self.request("GET", self.path(kind, namespace, name))
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+        obj.setdefault("kind", kind)
+        obj.setdefault("apiVersion", RESOURCES[kind].api_version)
+        return obj
+
+    # Writes, all as slurmk8s-operator.
+
+    def create(self, obj: Mapping) -> dict:
+        meta = obj["metadata"]
+        return self.request("POST", self.path(obj["kind"], meta.get("namespace")),
+                            query=[("fieldManager", FIELD_MANAGER)], body=obj)
+
+    def apply(self, obj: Mapping) -> dict:
+        """Server-side apply of ``obj`` (creates it when missing)."""
+        meta = obj["metadata"]
+        path = self.path(obj["kind"], meta.get("namespace"), meta["name"])
+        try:
+            return self.request("PATCH", path, query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                                body=obj, content_type="application/apply-patch+yaml")
+        except ApiError as exc:
+            if exc.status != 415:
+                raise
+        # A server without server-side apply: merge patch, or create.
+        try:
+            return self.request("PATCH", path, query=[("fieldManager", FIELD_MANAGER)], body=obj,
+                                content_type="application/merge-patch+json")
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+        return self.create(obj)
+
+    def patch(self, kind: str, namespace: str | None, name: str, patch: Mapping, *,
+              subresource: str | None = None) -> dict:
+        """JSON merge patch (``subresource``: e.g. ``status``)."""
+        return self.request("PATCH", self.path(kind, namespace, name, subresource),
+                            query=[("fieldManager", FIELD_MANAGER)], body=patch,
+                            content_type="application/merge-patch+json")
+
+    def delete(self, kind: str, namespace: str | None, name: str, *, uid: str | None = None,
+               propagation: str = "Background") -> bool:
+        """Delete; False when it was gone already. With ``uid``, only that very object."""
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self.request("DELETE", self.path(kind, namespace, name), body=body)
+        except ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True

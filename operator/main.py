@@ -1,0 +1,48 @@
+"""The operator's entry point: :func:`run` (the ``slurmk8s operator`` command calls it)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Collection
+
+import kopf
+
+from .cycle import Operator
+from .handlers import register
+from .kube import Kube
+
+__all__ = ["run", "build"]
+
+
+def build(kubeconfig: str | None = None, *, interval: float = 10.0,
+          metrics_port: int | None = None) -> tuple[kopf.OperatorRegistry, Operator]:
+    """A registry with the SlurmCluster handlers, and the Operator behind them."""
+    op = Operator(Kube.from_kubeconfig(kubeconfig))
+    registry = kopf.OperatorRegistry()
+    register(registry, op, interval=interval, metrics_port=metrics_port)
+    return registry, op
+
+
+def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubeconfig: str | None = None,
+        metrics_port: int | None = None, health_port: int | None = None, interval: float = 10.0,
+        stop_flag=None, ready_flag=None) -> None:
+    """Run the operator until stopped (SIGINT/SIGTERM, or ``stop_flag``).
+
+    Watches SlurmClusters in ``namespaces``, or in every namespace with
+    ``all_namespaces``. Standalone: no peering objects are needed. kopf's
+    liveness endpoint answers on ``health_port`` at ``/healthz``.
+    """
+    if not namespaces and not all_namespaces:
+        raise ValueError("name the namespaces to watch (--namespace, repeatable) or pass --all-namespaces")
+    if kubeconfig:
+        # kopf's own API client loads credentials through our login handler;
+        # set KUBECONFIG too for anything that reads the default location.
+        os.environ["KUBECONFIG"] = kubeconfig
+    registry, _ = build(kubeconfig, interval=interval, metrics_port=metrics_port)
+    liveness = f"http://0.0.0.0:{health_port}/healthz" if health_port else None
+    asyncio.run(kopf.operator(
+        registry=registry, standalone=True, clusterwide=all_namespaces,
+        namespaces=() if all_namespaces else list(namespaces), liveness_endpoint=liveness,
+        stop_flag=stop_flag, ready_flag=ready_flag,
+    ))

@@ -1,0 +1,185 @@
+"""A SlurmCluster's status from what was observed. Pure: the time is an input.
+
+Conditions: one per component (ControllerReady, WorkersReady, LoginReady,
+RestApiReady) and Ready, which holds when every component is ready, the
+config is applied and the last round had no problems. The phase summarises:
+Pending (no controller yet), Provisioning (never ready yet), Ready, Degraded
+(was ready, is not), Deleting, Failed (the spec is invalid).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from slurmk8s.api.cluster import Condition, NodeCounts, SlurmCluster, SlurmClusterStatus
+from slurmk8s.render import names
+from slurmk8s.slurm.model import Node
+
+__all__ = ["COMPONENTS", "compute", "invalid", "node_counts", "conditions_changed"]
+
+COMPONENTS = ("ControllerReady", "WorkersReady", "LoginReady", "RestApiReady")
+
+_Cond = tuple[str, str, str]  # status, reason, message
+
+
+def _workloads(observed: Sequence[Mapping]) -> dict[tuple[str, str], Mapping]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in observed
+            if o.get("kind") in ("StatefulSet", "Deployment")}
+
+
+def _count(obj: Mapping, field: str) -> int:
+    return int((obj.get("status") or {}).get(field) or 0)
+
+
+def _controller(c: SlurmCluster, w: Mapping, agent_ok: bool) -> _Cond:
+    sts = w.get(("StatefulSet", names.controller(c)))
+    if sts is None:
+        return "False", "NotCreated", "the slurmctld StatefulSet does not exist yet"
+    if _count(sts, "readyReplicas") < 1:
+        return "False", "NotReady", f"pod {names.controller_pod(c)} (slurmctld and its agent) is not ready"
+    if not agent_ok:
+        return ("False", "AgentUnreachable",
+                f"the Slurm agent in {names.controller_pod(c)} does not answer the operator")
+    return "True", "Running", "slurmctld and its agent are ready"
+
+
+def _workers(c: SlurmCluster, w: Mapping, nodes: Sequence[Node] | None) -> _Cond:
+    if not c.spec.node_sets:
+        return "True", "NoNodeSets", "the spec has no node sets"
+    problems, notes = [], []
+    registered = {n.name for n in nodes if n.responding} if nodes is not None else set()
+    for ns in c.spec.node_sets:
+        name = names.nodeset(c, ns.name)
+        sts = w.get(("StatefulSet", name))
+        if sts is None:
+            problems.append(f"node set {ns.name}: StatefulSet {name} does not exist yet")
+            continue
+        ready = _count(sts, "readyReplicas")
+        if ready < ns.replicas:
+            problems.append(f"node set {ns.name}: {ready}/{ns.replicas} pods ready")
+        current = int((sts.get("spec") or {}).get("replicas") or 0)
+        if current > ns.replicas:
+            notes.append(f"node set {ns.name}: scaling in from {current} to {ns.replicas}")
+        if nodes is not None:
+            joined = sum(1 for o in range(ns.replicas) if f"{name}-{o}" in registered)
+            if joined < ns.replicas:
+                problems.append(f"node set {ns.name}: {joined}/{ns.replicas} Slurm nodes registered and responding")
+    if problems:
+        return "False", "NodesNotReady", "; ".join(problems)
+    if nodes is None:
+        return "Unknown", "SlurmUnknown", "pods are ready; the Slurm node states are unknown (the agent did not answer)"
+    total = sum(ns.replicas for ns in c.spec.node_sets)
+    return "True", "Running", "; ".join([f"{total} Slurm nodes registered", *notes])
+
+
+def _deployment(w: Mapping, name: str, replicas: int, what: str) -> _Cond:
+    if replicas == 0:
+        return "True", "NoReplicas", f"{what}: replicas is 0"
+    dep = w.get(("Deployment", name))
+    if dep is None:
+        return "False", "NotCreated", f"Deployment {name} does not exist yet"
+    available = _count(dep, "availableReplicas")
+    if available < replicas:
+        return "False", "NotReady", f"{what}: {available}/{replicas} pods available"
+    return "True", "Running", f"{what}: {available} pods available"
+
+
+def node_counts(nodes: Sequence[Node]) -> NodeCounts:
+    counts = {k: 0 for k in ("idle", "mixed", "allocated", "drain", "down", "other")}
+    for n in nodes:
+        counts[n.bucket] += 1
+    return NodeCounts(total=len(nodes), **counts)
+
+
+def _merge(previous: Sequence[Condition], new: Mapping[str, _Cond], generation: int | None,
+           now: str) -> list[Condition]:
+    before = {c.type: c for c in previous}
+    out = []
+    for type_, (status, reason, message) in new.items():
+        old = before.get(type_)
+        since = old.last_transition_time if old is not None and old.status == status else now
+        out.append(Condition(type=type_, status=status, reason=reason, message=message[:32768],
+                             last_transition_time=since, observed_generation=generation))
+    return out
+
+
+def compute(
+    cluster: SlurmCluster,
+    previous: SlurmClusterStatus | None,
+    *,
+    observed: Sequence[Mapping],
+    nodes: Sequence[Node] | None,
+    applied_hash: str | None,
+    rendered_hash: str,
+    problems: Sequence[str] = (),
+    waiting: Sequence[str] = (),
+    now: str,
+    deleting: bool = False,
+) -> SlurmClusterStatus:
+    """The status after a round.
+
+    ``observed``: the cluster's objects (workload statuses are read from
+    them); ``nodes``: the agent's node list, None when it did not answer;
+    ``applied_hash``: the config last reconfigured; ``problems``: what failed
+    this round (shown in Ready); ``waiting``: what waits (shown in Ready).
+    """
+    c = cluster
+    w = _workloads(observed)
+    components = {
+        "ControllerReady": _controller(c, w, nodes is not None),
+        "WorkersReady": _workers(c, w, nodes),
+        "LoginReady": _deployment(w, names.login(c), c.spec.login.replicas, "login"),
+        "RestApiReady": (_deployment(w, names.restapi(c), c.spec.rest_api.replicas, "slurmrestd")
+                         if c.spec.rest_api.enabled else ("True", "Disabled", "spec.restApi.enabled is false")),
+    }
+    not_ready = [f"{t}: {m}" for t, (s, _, m) in components.items() if s != "True"]
+    if deleting:
+        ready: _Cond = ("False", "Deleting", "the cluster is being deleted: nodes drained, objects removed")
+    elif problems:
+        ready = ("False", "ReconcileFailed", "; ".join(problems))
+    elif not_ready:
+        first = next(t for t, (s, _, _) in components.items() if s != "True")
+        ready = ("False", first.replace("Ready", "NotReady"), "; ".join(not_ready))
+    elif applied_hash != rendered_hash:
+        ready = ("False", "ConfigPending", "; ".join(waiting) or "the new Slurm config is not applied yet")
+    else:
+        ready = ("True", "Ready", "; ".join(["every component is ready", *waiting]))
+    prev_conditions = previous.conditions if previous else []
+    conditions = _merge(prev_conditions, {"Ready": ready, **components}, c.metadata.generation, now)
+    previous_phase = previous.phase if previous else "Pending"
+    if deleting:
+        phase = "Deleting"
+    elif ready[0] == "True":
+        phase = "Ready"
+    elif previous_phase in ("Ready", "Degraded"):
+        phase = "Degraded"
+    elif ("StatefulSet", names.controller(c)) not in w:
+        phase = "Pending"
+    else:
+        phase = "Provisioning"
+    counts = node_counts(nodes) if nodes is not None else (previous.node_counts if previous else NodeCounts())
+    return SlurmClusterStatus(
+        phase=phase, conditions=conditions, observed_generation=c.metadata.generation,
+        node_counts=counts, config_hash=applied_hash,
+    )
+
+
+def invalid(previous: SlurmClusterStatus | None, message: str, generation: int | None,
+            now: str) -> SlurmClusterStatus:
+    """The status of a cluster whose spec was refused: Failed, nothing changed."""
+    prev_conditions = previous.conditions if previous else []
+    ready = {"Ready": ("False", "InvalidSpec", message)}
+    kept = [c for c in prev_conditions if c.type != "Ready"]
+    return SlurmClusterStatus(
+        phase="Failed",
+        conditions=_merge(prev_conditions, ready, generation, now) + kept,
+        observed_generation=generation,
+        node_counts=previous.node_counts if previous else NodeCounts(),
+        config_hash=previous.config_hash if previous else None,
+    )
+
+
+def conditions_changed(before: SlurmClusterStatus | None, after: SlurmClusterStatus) -> list[Condition]:
+    """Conditions whose status changed: the transitions worth an Event."""
+    old = {c.type: c.status for c in (before.conditions if before else [])}
+    return [c for c in after.conditions if old.get(c.type) != c.status]

@@ -1,0 +1,267 @@
+"""The Slurm agent: a small authenticated HTTP server beside slurmctld.
+
+It serves exactly the operations of :class:`~.control.SlurmControl` and runs
+each through a local :class:`~.client.SlurmClient`, which holds the safety
+rules. Nothing else is reachable: no command execution, no job submission, no
+cancel. See docs/decisions/0006-slurm-control-path.md for why it exists.
+
+Every request but ``GET /healthz`` needs ``Authorization: Bearer <token>``,
+the cluster's agent token (the ``<cluster>-agent-token`` Secret), compared in
+constant time. Routes (JSON in and out)::
+
+    GET    /healthz                         liveness; no token, no Slurm call
+    GET    /v1/ping                         {"up": bool}
+    GET    /v1/nodes                        {"nodes": [node, ...]}
+    GET    /v1/jobs[?node=N&node=M]         {"jobs": [job, ...]}
+    GET    /v1/config-hash                  {"hash": "0123456789abcdef"}
+    POST   /v1/nodes/<name>/drain           {"reason": "scale-in"}
+    POST   /v1/nodes/<name>/undrain
+    POST   /v1/nodes/<name>/signal          {"signal": "USR1"} -> {"jobs": [ids]}
+    DELETE /v1/nodes/<name>
+    POST   /v1/jobs/<id>/requeue            requeue, then eligible at once
+    POST   /v1/reconfigure
+
+Errors are ``{"error": message, "kind": kind}`` with status 400 (invalid
+name, reason or signal), 401 (token), 404, 405, 409 (not our drain), 502 (a
+Slurm command failed: also ``argv``, ``returncode``, ``stderr``) or 503
+(slurmctld unreachable, or the config directory unreadable).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from .. import log
+from .client import NotOurDrain, SlurmError
+from .control import SlurmControl
+from .model import job_to_dict, node_to_dict
+
+__all__ = ["AgentServer", "make_server", "read_token", "DEFAULT_PORT", "MAX_BODY"]
+
+DEFAULT_PORT = 6830
+MAX_BODY = 64 * 1024
+
+
+def read_token(path: Path) -> bytes:
+    """The agent token from a file (the mounted Secret), without surrounding whitespace."""
+    try:
+        token = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the agent token file {path}: {exc.strerror}: mount the "
+                         "<cluster>-agent-token Secret there (the operator creates it)") from None
+    if len(token) < 16:
+        raise ValueError(f"the agent token in {path} is {'empty' if not token else 'too short'}: "
+                         "it must hold the cluster's token (at least 16 characters)")
+    return token
+
+
+class _Fail(Exception):
+    def __init__(self, status: HTTPStatus, kind: str, message: str, **extra: Any):
+        self.status, self.kind, self.message, self.extra = status, kind, message, extra
+
+
+Handler = Callable[[SlurmControl, dict, dict], Any]
+
+
+def _get_nodes(s: SlurmControl, query: dict, body: dict) -> dict:
+    return {"nodes": [node_to_dict(n) for n in s.nodes()]}
+
+
+def _get_jobs(s: SlurmControl, query: dict, body: dict) -> dict:
+    return {"jobs": [job_to_dict(j) for j in s.jobs(nodes=query.get("node", []))]}
+
+
+def _string(body: dict, key: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str):
+        raise _Fail(HTTPStatus.BAD_REQUEST, "invalid", f"the request body needs a string {key!r}")
+    return value
+
+
+#: (method, path pattern) -> handler(slurm, query, body, **path groups)
+ROUTES: list[tuple[str, re.Pattern, Callable[..., Any]]] = [
+    ("GET", re.compile(r"/v1/ping"), lambda s, q, b: {"up": s.ping()}),
+    ("GET", re.compile(r"/v1/nodes"), _get_nodes),
+    ("GET", re.compile(r"/v1/jobs"), _get_jobs),
+    ("GET", re.compile(r"/v1/config-hash"), lambda s, q, b: {"hash": s.config_hash()}),
+    ("POST", re.compile(r"/v1/nodes/(?P<name>[^/]+)/drain"),
+     lambda s, q, b, name: s.drain(name, _string(b, "reason"))),
+    ("POST", re.compile(r"/v1/nodes/(?P<name>[^/]+)/undrain"), lambda s, q, b, name: s.undrain(name)),
+    ("POST", re.compile(r"/v1/nodes/(?P<name>[^/]+)/signal"),
+     lambda s, q, b, name: {"jobs": s.signal_node_jobs(name, _string(b, "signal"))}),
+    ("DELETE", re.compile(r"/v1/nodes/(?P<name>[^/]+)"), lambda s, q, b, name: s.delete_node(name)),
+    ("POST", re.compile(r"/v1/jobs/(?P<job_id>[0-9]{1,10})/requeue"),
+     lambda s, q, b, job_id: s.requeue(int(job_id))),
+    ("POST", re.compile(r"/v1/reconfigure"), lambda s, q, b: s.reconfigure()),
+]
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    server: "AgentServer"
+    protocol_version = "HTTP/1.1"
+    server_version = "slurmk8s-agent"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+        pass  # requests are logged by _handle, without headers
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def _send(self, status: HTTPStatus, payload: dict, headers: dict[str, str] = {}) -> None:
+        data = json.dumps(payload).encode()
+        if status != HTTPStatus.OK:
+            self.close_connection = True  # the request body may be unread
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorized(self) -> bool:
+        header = self.headers.get("Authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(given.strip().encode(), self.server.token)
+
+    def _body(self) -> dict:
+        length = self.headers.get("Content-Length")
+        if not length:
+            return {}
+        try:
+            size = int(length)
+        except ValueError:
+            raise _Fail(HTTPStatus.BAD_REQUEST, "invalid", "Content-Length is not a number") from None
+        if size > MAX_BODY:
+            raise _Fail(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "invalid", f"request bodies are at most {MAX_BODY} bytes")
+        raw = self.rfile.read(size)
+        if not raw:
+            return {}
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise _Fail(HTTPStatus.BAD_REQUEST, "invalid", "the request body is not JSON") from None
+        if not isinstance(body, dict):
+            raise _Fail(HTTPStatus.BAD_REQUEST, "invalid", "the request body must be a JSON object")
+        return body
+
+    def _route(self, method: str, path: str) -> tuple[Callable[..., Any], dict]:
+        allowed = False
+        for m, pattern, handler in ROUTES:
+            match = pattern.fullmatch(path)
+            if match:
+                if m == method:
+                    return handler, {k: unquote(v) for k, v in match.groupdict().items()}
+                allowed = True
+        if allowed:
+            raise _Fail(HTTPStatus.METHOD_NOT_ALLOWED, "method", f"{method} is not allowed on {path}")
+        raise _Fail(HTTPStatus.NOT_FOUND, "not-found", f"no such operation: {path}")
+
+    def _handle(self, method: str) -> None:
+        started = time.monotonic()
+        url = urlsplit(self.path)
+        status = HTTPStatus.OK
+        try:
+            if method == "GET" and url.path == "/healthz":
+                self._send(status, {"ok": True})
+                return
+            if not self._authorized():
+                status = HTTPStatus.UNAUTHORIZED
+                self._send(status, {"error": "a valid 'Authorization: Bearer <token>' header is required "
+                                             "(the cluster's <cluster>-agent-token Secret)",
+                                    "kind": "unauthorized"}, {"WWW-Authenticate": 'Bearer realm="slurmk8s-agent"'})
+                return
+            handler, groups = self._route(method, url.path)
+            body = self._body()
+            query = parse_qs(url.query)
+            result = handler(self.server.slurm, query, body, **groups)
+            self._send(status, result if isinstance(result, dict) else {})
+        except _Fail as f:
+            status = f.status
+            self._send(status, {"error": f.message, "kind": f.kind, **f.extra})
+        except NotOurDrain as exc:
+            status = HTTPStatus.CONFLICT
+            self._send(status, {"error": str(exc), "kind": "not-our-drain"})
+        except ValueError as exc:
+            status = HTTPStatus.BAD_REQUEST
+            self._send(status, {"error": str(exc), "kind": "invalid"})
+        except SlurmError as exc:
+            status = HTTPStatus.SERVICE_UNAVAILABLE if exc.unreachable else HTTPStatus.BAD_GATEWAY
+            self._send(status, {"error": str(exc), "kind": "slurm-unreachable" if exc.unreachable else "slurm",
+                                "argv": exc.argv, "returncode": exc.returncode, "stderr": exc.stderr})
+        except OSError as exc:
+            status = HTTPStatus.SERVICE_UNAVAILABLE
+            self._send(status, {"error": f"{exc.__class__.__name__}: {exc}", "kind": "unavailable"})
+        except Exception as exc:  # a bug: say so, keep serving
+            status = HTTPStatus.INTERNAL_SERVER_ERROR
+            log.get("slurmk8s.agent").exception("request failed", method=method, path=url.path)
+            self._send(status, {"error": f"{exc.__class__.__name__}: {exc}", "kind": "internal"})
+        finally:
+            if url.path != "/healthz":
+                log.get("slurmk8s.agent").info(
+                    "request", method=method, path=url.path, status=int(status),
+                    ms=round((time.monotonic() - started) * 1000))
+
+
+class AgentServer(ThreadingHTTPServer):
+    """The HTTP server; one thread per request (Slurm commands block)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], slurm: SlurmControl, token: bytes):
+        if len(token) < 16:
+            raise ValueError("the agent token must be at least 16 characters")
+        self.slurm = slurm
+        self.token = token
+        super().__init__(address, _RequestHandler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> threading.Thread:
+        """Serve in a background thread (tests, embedding); stop with :meth:`stop`."""
+        thread = threading.Thread(target=self.serve_forever, name="slurmk8s-agent", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--listen {value!r}: use HOST:PORT, e.g. 0.0.0.0:{DEFAULT_PORT}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def make_server(listen: str, slurm: SlurmControl, token: bytes) -> AgentServer:
+    return AgentServer(parse_listen(listen), slurm, token)

@@ -1,0 +1,62 @@
+"""What the operator and the bridge may do to Slurm: one interface, two ends.
+
+:class:`SlurmControl` is the narrow set of operations slurmk8s's controllers
+use. :class:`~.client.SlurmClient` implements it by running the Slurm
+commands (beside slurmctld, in the agent); :class:`~.remote.RemoteSlurm`
+implements it by asking that agent over HTTP. The safety rules (prefixed
+drains, never clearing someone else's drain, checked names, reasons and
+signals) are enforced once, in ``SlurmClient``, on the agent's side; the
+remote end only carries the calls and maps the refusals back to the same
+exceptions.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+from .model import Job, Node
+
+__all__ = ["SlurmControl", "OPERATIONS"]
+
+
+@runtime_checkable
+class SlurmControl(Protocol):
+    def ping(self) -> bool:
+        """True when slurmctld answers."""
+
+    def nodes(self) -> list[Node]:
+        """Every node slurmctld knows, by name. Raises when Slurm cannot be asked."""
+
+    def node(self, name: str) -> Node | None:
+        """The node, or None when Slurm has no such node. Raises when Slurm cannot be asked."""
+
+    def jobs(self, nodes: Sequence[str] = ()) -> list[Job]:
+        """Jobs Slurm still tracks; with ``nodes``, only those allocated there."""
+
+    def drain(self, name: str, reason: str) -> None:
+        """Drain a node; the reason Slurm shows is ``slurmk8s: <reason>``."""
+
+    def undrain(self, name: str) -> None:
+        """Clear a slurmk8s drain; raises NotOurDrain for anyone else's."""
+
+    def signal_node_jobs(self, name: str, signal: str) -> list[int]:
+        """Signal the batch shell of every running job on a node; returns their ids."""
+
+    def requeue(self, job_id: int) -> None:
+        """Requeue a job and make it eligible to start again at once."""
+
+    def delete_node(self, name: str) -> None:
+        """Remove a dynamic node record (gone already is fine)."""
+
+    def reconfigure(self) -> None:
+        """``scontrol reconfigure``: slurmctld and the slurmd nodes re-read the config."""
+
+    def config_hash(self) -> str:
+        """Hash of the config files slurmctld would read now (the renderer's hash)."""
+
+
+#: The operations, by name: the agent serves exactly these.
+OPERATIONS = (
+    "ping", "nodes", "node", "jobs", "drain", "undrain", "signal_node_jobs",
+    "requeue", "delete_node", "reconfigure", "config_hash",
+)

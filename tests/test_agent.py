@@ -1,0 +1,262 @@
+"""The Slurm agent and its client, end to end against real slurmctld + slurmd (Debian's 22.05).
+
+The agent runs here in-process on a loopback port, driving the Slurm commands
+inside the test cluster's namespaces; one test runs the installed
+``slurmk8s agent`` command inside those namespaces, as the sidecar runs in
+the controller pod. The client is the operator's: :class:`RemoteSlurm`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from slurmk8s.api import load_cluster
+from slurmk8s.render import config_files, config_hash, node_conf
+from slurmk8s.slurm import (
+    DRAIN_PREFIX, AgentUnauthorized, AgentUnreachable, NotOurDrain, RemoteSlurm, SlurmClient, SlurmControl,
+    SlurmError,
+)
+from slurmk8s.slurm.agent import AgentServer, read_token
+from slurmk8s.slurm.control import OPERATIONS
+
+from .realslurm import SlurmNamespace, missing_tools
+
+pytestmark = pytest.mark.slurm
+NODE = "demo-cpu-0"
+SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, example_doc, keys):
+    assert os.geteuid() == 0 and not missing_tools(), "run hack/test.sh: it installs Slurm and runs as root"
+    c = load_cluster(example_doc)
+    work = tmp_path_factory.mktemp("agent")
+    with SlurmNamespace(config_files(c), keys, work, nodes=[(NODE, node_conf(c, c.spec.node_sets[0]))]) as ns:
+        yield ns
+
+
+@pytest.fixture(scope="module")
+def local(cluster) -> SlurmClient:
+    """The facade inside the cluster's namespaces, reading its config directory."""
+    return SlurmClient(lambda argv, stdin: cluster.run(argv, input=stdin, check=False),
+                       config_dir=cluster.work / "conf")
+
+
+@pytest.fixture(scope="module")
+def agent(local, keys):
+    server = AgentServer(("127.0.0.1", 0), local, keys.agent_token)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def remote(agent, keys) -> RemoteSlurm:
+    return RemoteSlurm(agent.url, keys.agent_token)
+
+
+def wait_until(predicate, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def raw(url: str, method: str = "GET", headers: dict | None = None, body: bytes | None = None):
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, dict(resp.headers), json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), json.loads(exc.read())
+
+
+def test_both_ends_implement_the_same_interface(local, remote):
+    for impl in (local, remote):
+        assert isinstance(impl, SlurmControl)
+        for op in OPERATIONS:
+            assert callable(getattr(impl, op)), (type(impl).__name__, op)
+
+
+def test_requests_without_the_token_get_401(agent, keys, local):
+    status, headers, body = raw(agent.url + "/v1/nodes")
+    assert status == 401 and body["kind"] == "unauthorized"
+    assert headers["WWW-Authenticate"].startswith("Bearer")
+    wrong = keys.agent_token[:-1] + (b"0" if keys.agent_token[-1:] != b"0" else b"1")
+    for header in (f"Bearer {wrong.decode()}", f"Basic {keys.agent_token.decode()}", "Bearer"):
+        status, _, _ = raw(agent.url + "/v1/nodes/x/drain", "POST", {"Authorization": header}, b'{"reason": "r"}')
+        assert status == 401, header
+    with pytest.raises(AgentUnauthorized, match="refused the token"):
+        RemoteSlurm(agent.url, wrong).drain(NODE, "r")
+    assert not local.node(NODE).drain_set  # nothing reached Slurm
+    # Liveness needs no token and touches nothing.
+    assert raw(agent.url + "/healthz")[:3:2] == (200, {"ok": True})
+
+
+def test_unknown_operations_and_methods_are_refused(agent, keys):
+    auth = {"Authorization": f"Bearer {keys.agent_token.decode()}"}
+    assert raw(agent.url + "/v1/exec", "POST", auth, b"{}")[0] == 404
+    assert raw(agent.url + "/v1/nodes", "POST", auth, b"{}")[0] == 405
+    assert raw(agent.url + "/v1/jobs/1;reboot/requeue", "POST", auth, b"{}")[0] == 404
+    status, _, body = raw(agent.url + f"/v1/nodes/{NODE}/drain", "POST", auth, b"[1]")
+    assert status == 400 and "JSON object" in body["error"]
+
+
+def test_nodes_and_jobs_cross_the_wire_unchanged(local, remote):
+    assert remote.ping()
+    assert remote.nodes() == local.nodes()
+    node = remote.node(NODE)
+    assert node.state == "idle" and "cpu" in node.features and "DYNAMIC_NORM" in node.flags
+    assert remote.node("demo-cpu-9") is None
+    assert remote.jobs() == local.jobs() == []
+
+
+def test_drains_are_prefixed_and_a_foreign_drain_is_refused(cluster, local, remote):
+    remote.drain(NODE, "scale-in")
+    node = local.node(NODE)
+    assert node.drain_is_ours and node.reason == f"{DRAIN_PREFIX} scale-in"
+    remote.undrain(NODE)
+    assert not local.node(NODE).drain_set
+
+    cluster.run(["scontrol", "update", f"nodename={NODE}", "state=drain", "reason=bad DIMM"])
+    with pytest.raises(NotOurDrain, match="bad DIMM"):
+        remote.undrain(NODE)
+    assert local.node(NODE).reason == "bad DIMM"  # untouched
+    cluster.run(["scontrol", "update", f"nodename={NODE}", "state=resume"])
+
+    with pytest.raises(ValueError, match="is not a Slurm node name"):
+        remote.drain("x state=resume", "r")
+    with pytest.raises(ValueError, match="drain reason"):
+        remote.drain(NODE, "two\nlines")
+    with pytest.raises(ValueError, match="is not a signal"):
+        remote.signal_node_jobs(NODE, "USR1; reboot")
+    assert not local.node(NODE).drain_set
+
+
+def test_signal_then_requeue_makes_the_job_eligible_at_once(cluster, local, remote, tmp_path):
+    marks = tmp_path / "marks"
+    script = (
+        "#!/bin/bash\n"
+        f"trap 'echo USR1 >> {marks}' USR1\n"
+        f"echo start >> {marks}\n"
+        "for i in $(seq 600); do sleep 0.1; done\n"
+    )
+    job = local.submit(script, ["--job-name=ckpt", "--requeue", f"--output={tmp_path}/out.txt"])
+    wait_until(lambda: any(j.job_id == job and j.state == "RUNNING" for j in remote.jobs()), what="job to run")
+    assert [j.job_id for j in remote.jobs(nodes=[NODE])] == [job]
+
+    assert remote.signal_node_jobs(NODE, "USR1") == [job]
+    wait_until(lambda: marks.exists() and "USR1" in marks.read_text(), what="USR1 in the batch shell")
+
+    remote.requeue(job)
+    after = time.time()
+    queued = json.loads(cluster.run(["squeue", "--json", "--jobs", str(job)]).stdout)["jobs"][0]
+    # Without the facade's start-now step Slurm holds a requeued job back
+    # (credentialLifetime + 1 s here, ~121 s by default).
+    assert queued["restart_cnt"] == 1
+    assert queued["eligible_time"] <= after
+    wait_until(lambda: marks.read_text().count("start") == 2, what="the requeued job to start again")
+    local.cancel(job)
+    wait_until(lambda: not any(j.active for j in remote.jobs(nodes=[NODE])), what="the node to be free")
+
+
+def test_slurm_failures_keep_slurms_message(remote):
+    with pytest.raises(SlurmError) as info:
+        remote.requeue(999999)
+    assert "Invalid job id" in info.value.stderr
+    assert not info.value.unreachable
+
+
+def test_reconfigure_keeps_slurmctld_and_the_dynamic_node(local, remote):
+    remote.reconfigure()
+    assert remote.ping()
+    assert remote.node(NODE).responding
+
+
+def test_config_hash_is_the_renderers_hash_of_the_files_slurmctld_reads(cluster, remote, example_doc):
+    files = config_files(load_cluster(example_doc))
+    assert remote.config_hash() == config_hash(files)
+    conf = cluster.work / "conf" / "slurm.conf"
+    original = conf.read_text()
+    try:
+        conf.write_text(original + "# changed by a test\n")
+        changed = {**files, "slurm.conf": conf.read_text()}
+        assert remote.config_hash() == config_hash(changed) != config_hash(files)
+        remote.reconfigure()  # slurmctld reads the changed file
+        assert remote.ping()
+    finally:
+        conf.write_text(original)
+    assert remote.config_hash() == config_hash(files)
+
+
+def test_config_hash_reads_a_kubelet_configmap_volume(tmp_path, example_doc):
+    """The kubelet mounts keys as links into a hidden, atomically swapped ``..data``."""
+    files = config_files(load_cluster(example_doc))
+    stamp = tmp_path / "..2026_11_21_00_00_00.000000001"
+    stamp.mkdir()
+    for name, text in files.items():
+        (stamp / name).write_text(text)
+        (tmp_path / name).symlink_to(f"..data/{name}")
+    (tmp_path / "..data").symlink_to(stamp.name)
+    assert SlurmClient(config_dir=tmp_path).config_hash() == config_hash(files)
+
+
+def test_the_installed_command_serves_the_agent_inside_the_controllers_namespaces(cluster, keys, local):
+    token = cluster.work / "agent.token"
+    token.write_bytes(keys.agent_token + b"\n")
+    assert read_token(token) == keys.agent_token
+    proc = subprocess.Popen(
+        ["nsenter", "-t", str(cluster.pid), "--mount", "--uts", "--net", "--pid", "--",
+         SLURMK8S, "--log-format", "json", "agent", "--listen", "127.0.0.1:6830", "--token-file", str(token)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    # A client in the same network namespace, as the operator reaches the pod.
+    client = (
+        "import json, sys, time\n"
+        "from slurmk8s.slurm import RemoteSlurm, AgentUnreachable\n"
+        "from slurmk8s.slurm.model import node_to_dict\n"
+        "r = RemoteSlurm('http://127.0.0.1:6830', sys.argv[1], timeout=5)\n"
+        "for _ in range(100):\n"
+        "    if r.healthy(): break\n"
+        "    time.sleep(0.1)\n"
+        "print(json.dumps({'nodes': [node_to_dict(n) for n in r.nodes()], 'hash': r.config_hash()}))\n"
+    )
+    try:
+        out = subprocess.run(
+            ["nsenter", "-t", str(cluster.pid), "--net", "--", sys.executable, "-c", client,
+             keys.agent_token.decode()], capture_output=True, text=True, timeout=60)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert out.returncode == 0, out.stderr + err
+    seen = json.loads(out.stdout)
+    assert [n["name"] for n in seen["nodes"]] == [n.name for n in local.nodes()] == [NODE]
+    assert seen["hash"] == local.config_hash()
+    logged = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert any(e.get("path") == "/v1/nodes" and e.get("status") == 200 for e in logged)
+    assert keys.agent_token.decode() not in err  # the token is never logged
+
+
+def test_an_agent_that_is_not_there_is_unreachable_not_empty():
+    with pytest.raises(AgentUnreachable, match="did not answer"):
+        RemoteSlurm("http://127.0.0.1:9", "t" * 32, timeout=2).nodes()
+
+
+def test_delete_node_removes_the_record_and_is_idempotent(local, remote):
+    remote.drain(NODE, "removing")
+    remote.delete_node(NODE)
+    assert remote.node(NODE) is None and local.node(NODE) is None
+    remote.delete_node(NODE)  # already gone: fine

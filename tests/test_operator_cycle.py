@@ -1,0 +1,361 @@
+"""Rounds of the operator (slurmk8s.operator.cycle) against real Slurm through the real agent.
+
+Kubernetes is an in-memory stand-in (tests/fakekube.py) that plays the API
+server and the StatefulSet controller; Slurm is Debian's slurmctld and a
+dynamic slurmd in private namespaces, reached only through the agent and
+RemoteSlurm, as in a cluster. Every round uses a new Operator: nothing is
+carried in memory from one round to the next.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+
+import pytest
+
+from slurmk8s.api import load_cluster
+from slurmk8s.operator import cycle
+from slurmk8s.operator.cycle import Operator
+from slurmk8s.operator.kube import ApiError
+from slurmk8s.render import config_files, names, node_conf
+from slurmk8s.slurm import RemoteSlurm, SlurmClient
+from slurmk8s.slurm.agent import AgentServer
+
+from .fakekube import FakeKube
+from .realslurm import SlurmNamespace, missing_tools
+
+NODE = "demo-cpu-0"
+T0 = 1_800_000_000.0
+
+
+def cpu_only(example_doc) -> dict:
+    doc = copy.deepcopy(example_doc)
+    doc["metadata"].update(uid="c0ffee00-0000-4000-8000-000000000001", generation=1)
+    doc["spec"]["nodeSets"] = [ns for ns in doc["spec"]["nodeSets"] if ns["name"] == "cpu"]
+    doc["spec"]["partitions"] = [p for p in doc["spec"]["partitions"] if p["name"] == "cpu"]
+    return doc
+
+
+class World:
+    """A SlurmCluster in the fake API server, the real Slurm behind its agent, and a clock."""
+
+    def __init__(self, doc: dict, keys, agent_url: str | None, work=None):
+        self.kube = FakeKube()
+        self.keys = keys
+        self.agent_url = agent_url or "http://127.0.0.1:9"
+        self.work = work
+        self.now = T0
+        self.events: list = []
+        self.kube.add({**copy.deepcopy(doc), "status": {}})
+
+    @property
+    def body(self) -> dict:
+        return copy.deepcopy(self.kube.of_kind("SlurmCluster")["demo"])
+
+    def spec(self, change) -> None:
+        obj = self.kube.of_kind("SlurmCluster")["demo"]
+        change(obj["spec"])
+        obj["metadata"]["generation"] += 1
+
+    def round(self, advance: float = 1.0) -> cycle.Outcome:
+        """One round by a freshly started operator."""
+        self.now += advance
+        op = Operator(self.kube, agent=lambda c, token, pod: RemoteSlurm(self.agent_url, token, timeout=10),
+                      clock=lambda: self.now, fresh_keys=lambda: self.keys)
+        out = op.reconcile(self.body)
+        self.events += out.events
+        return out
+
+    def kubelet_syncs_config(self) -> None:
+        """What the kubelet does in the controller pod: the ConfigMap's files appear in /etc/slurm."""
+        data = self.kube.of_kind("ConfigMap")["demo-slurm-config"]["data"]
+        for name, text in data.items():
+            (self.work / "conf" / name).write_text(text)
+
+    def pod(self, name: str) -> dict | None:
+        return self.kube.of_kind("Pod").get(name)
+
+    def reasons(self) -> list[str]:
+        return [e.reason for e in self.events]
+
+
+# Without Slurm: the agent does not answer.
+
+
+@pytest.fixture
+def offline(example_doc, keys):
+    return World(cpu_only(example_doc), keys, None)
+
+
+def test_the_first_round_creates_everything_and_later_rounds_write_nothing(offline):
+    w = offline
+    out = w.round()
+    created = {(k, n) for verb, k, n in w.kube.writes if verb in ("create", "apply")}
+    assert ("StatefulSet", "demo-controller") in created and ("Secret", "demo-agent-token") in created
+    assert out.status.phase == "Pending" and not out.problems
+    w.kube.run_controllers()
+    w.kube.writes.clear()
+    out = w.round()
+    assert [x for x in w.kube.writes if x[0] != "patch/status"] == []
+    assert out.status.phase == "Provisioning"
+    conds = {c.type: c.reason for c in out.status.conditions}
+    assert conds["ControllerReady"] == "AgentUnreachable"
+    w.kube.writes.clear()
+    w.round()
+    assert w.kube.writes == []  # nothing changed, not even the status
+
+
+def test_keys_are_generated_once_and_read_back(offline, keys):
+    w = offline
+    w.round()
+    secrets = {n: o["data"] for n, o in w.kube.of_kind("Secret").items()}
+    w.keys = type(keys).generate()  # a restarted operator would generate different keys...
+    w.kube.writes.clear()
+    w.round()
+    assert {n: o["data"] for n, o in w.kube.of_kind("Secret").items()} == secrets  # ...and not use them
+    assert not [x for x in w.kube.writes if x[1] == "Secret"]
+
+
+def test_an_invalid_spec_fails_the_status_and_changes_nothing_else(offline):
+    w = offline
+    w.round()
+    w.kube.writes.clear()
+    w.spec(lambda s: s["partitions"][0].update(name="cpu\nProlog=/x"))
+    out = w.round()
+    assert out.status.phase == "Failed"
+    assert w.kube.writes == [("patch/status", "SlurmCluster", "demo")]
+    assert "spec.partitions[0].name" in w.body["status"]["conditions"][0]["message"]
+    assert w.reasons()[-1] == "InvalidSpec"
+
+
+def test_a_failed_lookup_stops_the_round_before_any_write(offline):
+    w = offline
+    w.round()
+    w.kube.run_controllers()
+    w.kube.fail[("list", "Pod")] = ApiError("GET", "/api/v1/pods", 500, "InternalError", "etcd timeout")
+    w.spec(lambda s: s.update(nodeSets=[], partitions=[]))
+    w.kube.writes.clear()
+    with pytest.raises(ApiError):
+        w.round()
+    assert w.kube.writes == []
+
+
+def test_nothing_is_deleted_in_a_round_where_a_write_failed_and_failures_are_announced_once(offline):
+    w = offline
+    w.spec(lambda s: s.update(restApi={"enabled": True}))
+    w.round()
+    w.kube.run_controllers()
+    w.spec(lambda s: s.update(restApi={"enabled": False}))
+    w.kube.fail[("apply", "StatefulSet")] = ApiError(
+        "PATCH", "/apis/apps/v1/namespaces/default/statefulsets/demo-controller", 422, "Invalid",
+        "spec: Forbidden: updates to statefulset spec for fields other than ... are forbidden")
+    out = w.round()
+    assert "demo-restapi" in w.kube.of_kind("Deployment")  # no deletes after a failed write
+    assert out.status.phase != "Ready"
+    ready = next(c for c in out.status.conditions if c.type == "Ready")
+    assert ready.reason == "ReconcileFailed" and "Forbidden" in ready.message
+    assert [e.reason for e in out.events].count("ActionFailed") == 2  # controller and workers
+    out = w.round()
+    assert "ActionFailed" not in [e.reason for e in out.events]  # the status says it already
+    del w.kube.fail[("apply", "StatefulSet")]
+    out = w.round()
+    assert not out.problems and "demo-restapi" not in w.kube.of_kind("Deployment")
+
+
+def test_scale_in_and_removal_wait_while_slurm_cannot_be_asked(offline):
+    w = offline
+    w.round()
+    w.kube.run_controllers()
+    w.spec(lambda s: s.update(nodeSets=[], partitions=[]))
+    out = w.round()
+    sts = w.kube.of_kind("StatefulSet")["demo-cpu"]
+    assert sts["spec"]["replicas"] == 1 and w.pod(NODE) is not None
+    assert "PodDisruptionBudget" in {k for k, _, _ in w.kube.objects}
+    assert any("waits for the Slurm agent" in m for m in out.waiting)
+
+
+def test_teardown_removes_the_cluster_but_keeps_its_data(offline):
+    w = offline
+    w.round()
+    w.kube.run_controllers()
+    op = Operator(w.kube, agent=lambda c, t, p: RemoteSlurm(w.agent_url, t, timeout=2), fresh_keys=lambda: w.keys)
+    done, why = op.teardown(w.body, attempt=0)
+    assert not done and "waiting to drain the Slurm nodes" in why
+    assert "demo-cpu" in w.kube.of_kind("StatefulSet")  # nothing deleted while it waits
+    done, _ = op.teardown(w.body, attempt=cycle.TEARDOWN_PATIENCE)
+    assert done
+    left = sorted((k, n) for k, _, n in w.kube.objects if k not in ("SlurmCluster", "Pod"))
+    assert left == [("PersistentVolumeClaim", "demo-shared"),
+                    ("PersistentVolumeClaim", names.controller_state_claim(load_cluster(w.body)))]
+
+
+def test_teardown_with_deletion_policy_delete_removes_the_claims(offline):
+    w = offline
+    w.spec(lambda s: s.update(deletionPolicy="Delete"))
+    w.round()
+    w.kube.run_controllers()
+    op = Operator(w.kube, agent=lambda c, t, p: RemoteSlurm(w.agent_url, t, timeout=2), fresh_keys=lambda: w.keys)
+    done, _ = op.teardown(w.body, attempt=cycle.TEARDOWN_PATIENCE)
+    assert done
+    assert [k for k, _, _ in w.kube.objects if k not in ("SlurmCluster", "Pod")] == []
+
+
+# With real Slurm behind the real agent.
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory, example_doc, keys):
+    assert os.geteuid() == 0 and not missing_tools(), "run hack/test.sh: it installs Slurm and runs as root"
+    c = load_cluster(cpu_only(example_doc))
+    work = tmp_path_factory.mktemp("cycle")
+    with SlurmNamespace(config_files(c), keys, work, nodes=[(NODE, node_conf(c, c.spec.node_sets[0]))]) as ns:
+        local = SlurmClient(lambda argv, stdin: ns.run(argv, input=stdin, check=False), config_dir=work / "conf")
+        server = AgentServer(("127.0.0.1", 0), local, keys.agent_token)
+        server.start()
+        yield ns, local, server
+        server.stop()
+
+
+@pytest.fixture
+def world(slurm, example_doc, keys):
+    ns, local, server = slurm
+    doc = cpu_only(example_doc)
+    w = World(doc, keys, server.url, ns.work)
+    for name, text in config_files(load_cluster(doc)).items():  # the files slurmctld was started with
+        (ns.work / "conf" / name).write_text(text)
+    w.ns, w.local = ns, local
+    return w
+
+
+def settle(w: World) -> cycle.Outcome:
+    """Create the cluster and let the controllers and the first reconfigure happen."""
+    w.round()
+    w.kube.run_controllers()
+    out = w.round()
+    w.kube.run_controllers()
+    return out
+
+
+def config_value(w: World, key: str) -> str:
+    for line in w.ns.run(["scontrol", "show", "config"]).stdout.splitlines():
+        if line.split("=", 1)[0].strip() == key:
+            return line.split("=", 1)[1].strip()
+    raise AssertionError(f"{key} not in scontrol show config")
+
+
+def test_a_config_change_is_reconfigured_once_the_pod_sees_it_without_a_restart(world):
+    w = world
+    out = settle(w)
+    assert "scontrol reconfigure" in out.applied  # the first round adopts the running config
+    rendered = w.kube.of_kind("ConfigMap")["demo-slurm-config"]["metadata"]["annotations"][names.CONFIG_HASH]
+    assert w.body["status"]["configHash"] == rendered and out.status.phase == "Ready"
+    boot = config_value(w, "BOOT_TIME")
+    pods = {n: p["metadata"]["uid"] for n, p in w.kube.of_kind("Pod").items()}
+
+    w.spec(lambda s: s["slurmConfig"].update(killWait=45))
+    out = w.round()
+    assert ("apply", "ConfigMap", "demo-slurm-config") in w.kube.writes
+    assert "scontrol reconfigure" not in out.applied
+    assert any("kubelet" in m for m in out.waiting)
+    ready = next(c for c in out.status.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "ConfigPending")
+    assert config_value(w, "KillWait") == "30 sec"
+
+    w.kubelet_syncs_config()
+    out = w.round()
+    assert "scontrol reconfigure" in out.applied and "Reconfigured" in w.reasons()
+    assert config_value(w, "KillWait") == "45 sec"
+    assert config_value(w, "BOOT_TIME") == boot  # slurmctld was not restarted
+    assert w.body["status"]["configHash"] != rendered and out.status.phase == "Ready"
+    # No pod template changed: a config change restarts no pod.
+    w.kube.run_controllers()
+    assert {n: p["metadata"]["uid"] for n, p in w.kube.of_kind("Pod").items()} == pods
+
+
+def test_an_image_update_restarts_each_worker_drained_first(world):
+    w = world
+    settle(w)
+    old = w.pod(NODE)["metadata"]["uid"]
+    w.spec(lambda s: s["slurm"].update(image={"tag": "22.05-2"}))
+    w.round()
+    w.kube.run_controllers()  # OnDelete: the worker keeps its old pod
+    assert w.pod(NODE)["metadata"]["uid"] == old
+
+    w.round()
+    node = w.local.node(NODE)
+    assert node.drain_set and node.reason == "slurmk8s: rolling update"
+    assert w.pod(NODE)["metadata"]["annotations"][names.DRAIN_PURPOSE] == "rolling update"
+    w.round()  # empty: the pod is deleted
+    assert w.pod(NODE) is None and "Restarting" in w.reasons()
+    w.kube.run_controllers()
+    new = w.pod(NODE)
+    assert new["metadata"]["uid"] != old and "22.05-2" in new["spec"]["containers"][0]["image"]
+    out = w.round()  # the restarted node's old record is still drained: ours, so cleared
+    assert not w.local.node(NODE).drain_set and "Undrained" in w.reasons()
+    assert out.status.phase == "Ready"
+
+
+def test_a_foreign_drain_is_left_alone(world):
+    w = world
+    settle(w)
+    w.ns.run(["scontrol", "update", f"nodename={NODE}", "state=drain", "reason=bad DIMM"])
+    try:
+        out = w.round()
+        w.round()
+        assert w.local.node(NODE).reason == "bad DIMM"
+        assert out.status.node_counts.drain == 1
+    finally:
+        w.ns.run(["scontrol", "update", f"nodename={NODE}", "state=resume"])
+
+
+def test_scale_in_drains_signals_waits_requeues_then_removes_the_node(world, tmp_path):
+    w = world
+    w.spec(lambda s: s["nodeSets"][0].update(drain={"gracePeriod": 60, "signal": "USR1"}))
+    settle(w)
+    marks = tmp_path / "marks"
+    job = w.local.submit(
+        "#!/bin/bash\n"
+        f"trap 'echo USR1 >> {marks}' USR1\n"
+        f"echo start >> {marks}\n"
+        "for i in $(seq 1200); do sleep 0.1; done\n",
+        ["--job-name=ckpt", "--requeue", f"--output={tmp_path}/out.txt"])
+    deadline = time.monotonic() + 30
+    while not any(j.job_id == job and j.state == "RUNNING" for j in w.local.jobs()):
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.2)
+
+    w.spec(lambda s: s["nodeSets"][0].update(replicas=0))
+    w.round()
+    assert w.pod(NODE)["metadata"]["labels"][names.BUSY_LABEL] == "true"  # no eviction while it runs jobs
+    node = w.local.node(NODE)
+    assert node.drain_set and node.reason == "slurmk8s: scale-in"
+    assert w.kube.of_kind("StatefulSet")["demo-cpu"]["spec"]["replicas"] == 1
+
+    w.round()
+    assert w.pod(NODE)["metadata"]["annotations"][names.JOBS_SIGNALLED]
+    deadline = time.monotonic() + 30
+    while not (marks.exists() and "USR1" in marks.read_text()):
+        assert time.monotonic() < deadline, "the job did not get USR1"
+        time.sleep(0.2)
+
+    w.round(advance=30)  # within the grace period: nothing goes
+    assert w.kube.of_kind("StatefulSet")["demo-cpu"]["spec"]["replicas"] == 1
+    assert any(j.job_id == job and j.state == "RUNNING" for j in w.local.jobs())
+
+    out = w.round(advance=30)  # grace over: requeued, eligible at once, the pod may go
+    assert w.kube.of_kind("StatefulSet")["demo-cpu"]["spec"]["replicas"] == 0
+    queued = json.loads(w.ns.run(["squeue", "--json", "--jobs", str(job)]).stdout)["jobs"][0]
+    assert queued["restart_cnt"] == 1 and queued["job_state"] == "PENDING"
+    assert queued["eligible_time"] <= time.time()
+    assert {"JobsSignalled", "JobsRequeued", "ScaledIn"} <= set(w.reasons())
+
+    w.kube.run_controllers()  # the StatefulSet controller removes the pod
+    assert w.pod(NODE) is None
+    out = w.round()
+    assert w.local.node(NODE) is None and "NodeRemoved" in w.reasons()
+    out = w.round()
+    assert out.status.node_counts.total == 0 and not out.problems
+    w.local.cancel(job)

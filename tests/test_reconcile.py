@@ -1,0 +1,245 @@
+"""Desired vs observed objects -> plan (slurmk8s.operator.reconcile), without I/O."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+from hypothesis import HealthCheck, given, settings
+
+from slurmk8s.api import InvalidSpec, load_cluster
+from slurmk8s.operator.reconcile import (
+    MANAGED_KINDS, Create, Delete, Update, differences, is_ours, key, plan, with_replicas,
+)
+from slurmk8s.render import ClusterKeys, render
+from slurmk8s.render import names
+
+from .test_property import specs
+
+KEYS = ClusterKeys.generate()
+UID = "0b5e2c6e-1111-4c2b-9c57-3a9a4d3c2e01"
+_uids = itertools.count(1)
+
+
+def cluster_of(doc):
+    doc = copy.deepcopy(doc)
+    doc["metadata"]["uid"] = UID
+    return load_cluster(doc)
+
+
+def serve(obj: dict, previous: dict | None = None) -> dict:
+    """What an API server holds after a write of ``obj``: server fields and defaults added."""
+    o = copy.deepcopy(obj)
+    meta = o["metadata"]
+    old = (previous or {}).get("metadata", {})
+    meta["uid"] = old.get("uid") or f"uid-{next(_uids)}"
+    meta["resourceVersion"] = str(next(_uids))
+    meta["creationTimestamp"] = "2026-11-21T00:00:00Z"
+    meta["managedFields"] = [{"manager": names.FIELD_MANAGER, "operation": "Apply"}]
+    meta.setdefault("annotations", {})["deployment.kubernetes.io/revision"] = "1"
+    spec = o.get("spec", {})
+    if o["kind"] == "Service":
+        spec.setdefault("clusterIP", "10.0.0.7")
+        spec["sessionAffinity"] = "None"
+        spec["ipFamilies"] = ["IPv4"]
+        for p in spec["ports"]:
+            p["protocol"] = "TCP"
+    template = spec.get("template")
+    if template:
+        pod = template["spec"]
+        pod.update(restartPolicy="Always", dnsPolicy="ClusterFirst", schedulerName="default-scheduler",
+                   securityContext={})
+        for c in pod["containers"]:
+            c.update(terminationMessagePath="/dev/termination-log", terminationMessagePolicy="File")
+            for p in c.get("ports", []):
+                p["protocol"] = "TCP"
+        for v in pod.get("volumes", []):
+            if "configMap" in v:
+                v["configMap"]["defaultMode"] = 420
+        spec["revisionHistoryLimit"] = 10
+        o["status"] = {"replicas": spec.get("replicas", 1), "readyReplicas": spec.get("replicas", 1)}
+    if o["kind"] == "PersistentVolumeClaim":
+        spec["volumeName"] = "pv-1"
+        spec["volumeMode"] = "Filesystem"
+        o["status"] = {"phase": "Bound"}
+    return o
+
+
+def apply(p, observed: list[dict]) -> list[dict]:
+    """The API server after the plan: creates and updates served, deletes gone."""
+    by_key = {key(o): o for o in observed}
+    for action in p:
+        if isinstance(action, Delete):
+            by_key.pop(action.key)
+        else:
+            by_key[action.key] = serve(action.obj, by_key.get(action.key))
+    return list(by_key.values())
+
+
+def test_a_new_cluster_creates_every_object_in_dependency_order(doc):
+    c = cluster_of(doc)
+    desired = render(c, KEYS)
+    p = plan(desired, [], cluster_name=c.name)
+    assert [a.obj for a in p.creates] == sorted(desired, key=lambda o: MANAGED_KINDS.index(o["kind"]))
+    assert not p.updates and not p.deletes
+    kinds = [a.obj["kind"] for a in p.creates]
+    assert kinds.index("ConfigMap") < kinds.index("Secret") < kinds.index("StatefulSet")
+
+
+def test_every_object_is_owned_by_the_cluster_except_retained_claims(doc):
+    c = cluster_of(doc)
+    for action in plan(render(c, KEYS), [], cluster_name=c.name).creates:
+        refs = action.obj["metadata"].get("ownerReferences")
+        if action.obj["kind"] == "PersistentVolumeClaim":
+            assert refs is None  # deletionPolicy Retain
+        else:
+            assert refs == [{"apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster", "name": "demo",
+                             "uid": UID, "controller": True, "blockOwnerDeletion": True}]
+
+
+def test_applying_the_plan_yields_an_empty_plan(doc):
+    c = cluster_of(doc)
+    desired = render(c, KEYS)
+    observed = apply(plan(desired, [], cluster_name=c.name), [])
+    assert plan(desired, observed, cluster_name=c.name).empty
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs(), specs())
+def test_any_change_of_spec_converges_in_one_plan(first, second):
+    """From any valid cluster to any other: one plan, then nothing left to do."""
+    try:
+        a, b = cluster_of(first), cluster_of(second)
+    except InvalidSpec:
+        return
+    second = copy.deepcopy(second)
+    second["metadata"]["name"] = a.name
+    try:
+        b = cluster_of(second)
+    except InvalidSpec:
+        return
+    observed = apply(plan(render(a, KEYS), [], cluster_name=a.name), [])
+    desired = render(b, KEYS)
+    p = plan(desired, observed, cluster_name=a.name)
+    after = apply(p, observed)
+    assert plan(desired, after, cluster_name=a.name).empty
+    # Nothing desired is deleted, no key Secret is rewritten, and every
+    # object left is desired or not ours to delete.
+    wanted = {key(o) for o in desired}
+    assert not any(d.key in wanted for d in p.deletes)
+    assert not any(u.obj["kind"] == "Secret" for u in p.updates)
+    for o in after:
+        assert key(o) in wanted or o["metadata"]["annotations"].get(names.CREATE_ONLY) == "true" or \
+            o["kind"] == "PersistentVolumeClaim"
+
+
+def test_updates_happen_only_when_a_rendered_field_differs(doc):
+    c = cluster_of(doc)
+    desired = render(c, KEYS)
+    observed = apply(plan(desired, [], cluster_name=c.name), [])
+    sts = next(o for o in observed if key(o) == ("StatefulSet", "demo-gpu"))
+    sts["spec"]["replicas"] = 5  # someone scaled it by hand
+    sts["metadata"]["labels"]["team"] = "hpc"  # someone else's label: not ours to judge
+    cm = next(o for o in observed if key(o) == ("ConfigMap", "demo-slurm-config"))
+    cm["data"]["slurm.conf"] += "# edited by hand\n"
+    p = plan(desired, observed, cluster_name=c.name)
+    assert {(u.key, u.changed) for u in p.updates} == {
+        (("StatefulSet", "demo-gpu"), ("spec.replicas",)),
+        (("ConfigMap", "demo-slurm-config"), ("data.slurm.conf",)),
+    }
+    assert not p.creates and not p.deletes
+
+
+def test_key_secrets_are_never_updated_or_deleted(doc):
+    c = cluster_of(doc)
+    observed = apply(plan(render(c, KEYS), [], cluster_name=c.name), [])
+    other = ClusterKeys.generate()
+    p = plan(render(c, other), observed, cluster_name=c.name)
+    assert not [u for u in p.updates if u.obj["kind"] == "Secret"]
+    # Even when the cluster no longer wants a key Secret, it stays.
+    p = plan([], observed, cluster_name=c.name)
+    deleted = {d.key for d in p.deletes}
+    assert not any(kind == "Secret" for kind, _ in deleted)
+    assert ("StatefulSet", "demo-gpu") in deleted
+
+
+def test_quantities_compare_by_value():
+    desired = {"spec": {"resources": {"requests": {"cpu": "0.5", "memory": "1Gi"}, "limits": {"memory": "1024Mi"}}}}
+    observed = {"spec": {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}}}
+    assert differences(desired, observed) == []
+    observed["spec"]["resources"]["requests"]["cpu"] = "1"
+    assert differences(desired, observed) == ["spec.resources.requests.cpu"]
+    # Outside requests/limits strings are strings.
+    assert differences({"data": {"x": "0.5"}}, {"data": {"x": "500m"}}) == ["data.x"]
+    assert differences({"a": [1, 2]}, {"a": [1]}) == ["a"]
+    assert differences({"a": True}, {"a": 1}) == ["a"]
+    assert differences({"a": {"b": 1}}, {"a": "x"}) == ["a"]
+
+
+def test_a_removed_node_set_is_deleted_only_when_released(doc):
+    c = cluster_of(doc)
+    observed = apply(plan(render(c, KEYS), [], cluster_name=c.name), [])
+    doc = copy.deepcopy(doc)
+    doc["spec"]["nodeSets"] = [ns for ns in doc["spec"]["nodeSets"] if ns["name"] != "gpu"]
+    doc["spec"]["partitions"] = [p for p in doc["spec"]["partitions"] if p["name"] != "gpu"]
+    smaller = cluster_of(doc)
+    desired = render(smaller, KEYS)
+    held = plan(desired, observed, cluster_name=c.name,
+                keep={("StatefulSet", "demo-gpu"), ("PodDisruptionBudget", "demo-gpu-busy")})
+    assert held.deletes == ()
+    released = plan(desired, observed, cluster_name=c.name)
+    assert [d.key for d in released.deletes] == [("PodDisruptionBudget", "demo-gpu-busy"),
+                                                 ("StatefulSet", "demo-gpu")]
+    assert all(d.uid and d.namespace == "default" for d in released.deletes)
+
+
+def test_objects_that_are_not_ours_are_never_deleted(doc):
+    c = cluster_of(doc)
+    observed = apply(plan(render(c, KEYS), [], cluster_name=c.name), [])
+    foreign = serve({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": "demo-notes", "namespace": "default",
+                                  "labels": {names.CLUSTER_LABEL: "demo"}}})  # not managed-by us
+    other = serve({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "other-slurm-config", "namespace": "default",
+                                "labels": names.labels(load_cluster({**doc, "metadata": {"name": "other"}}),
+                                                       "config")}})
+    pod = serve({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "demo-cpu-0", "namespace": "default", "labels": names.labels(c, "worker")}})
+    state = serve({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                   "metadata": {"name": names.controller_state_claim(c), "namespace": "default",
+                                "labels": names.labels(c, "controller")}, "spec": {}})
+    p = plan([], observed + [foreign, other, pod, state], cluster_name=c.name)
+    deleted = {d.key for d in p.deletes}
+    assert not deleted & {key(foreign), key(other), key(pod), key(state)}
+    assert is_ours(state, "demo") and not is_ours(other, "demo") and not is_ours(foreign, "demo")
+    # The retained shared claim stays; with deletionPolicy Delete it goes.
+    assert ("PersistentVolumeClaim", "demo-shared") not in deleted
+    doc = copy.deepcopy(doc)
+    doc["spec"]["deletionPolicy"] = "Delete"
+    c2 = cluster_of(doc)
+    observed = apply(plan(render(c2, KEYS), [], cluster_name=c.name), [])
+    assert ("PersistentVolumeClaim", "demo-shared") in {d.key for d in plan([], observed, cluster_name="demo").deletes}
+
+
+def test_objects_being_deleted_are_left_to_finish(doc):
+    c = cluster_of(doc)
+    desired = render(c, KEYS)
+    observed = apply(plan(desired, [], cluster_name=c.name), [])
+    for o in observed:
+        o["metadata"]["deletionTimestamp"] = "2026-11-21T00:00:00Z"
+    observed[0]["data"] = {}
+    p = plan(desired, observed, cluster_name=c.name)
+    assert p.empty and set(p.waiting) == {key(o) for o in desired}
+    assert plan([], observed, cluster_name=c.name).deletes == ()
+
+
+def test_with_replicas_changes_only_the_named_statefulsets(doc):
+    c = cluster_of(doc)
+    desired = render(c, KEYS)
+    out = with_replicas(desired, {"demo-gpu": 7})
+    by = {key(o): o for o in out}
+    assert by[("StatefulSet", "demo-gpu")]["spec"]["replicas"] == 7
+    assert by[("StatefulSet", "demo-cpu")]["spec"]["replicas"] == 1
+    assert {key(o): o for o in desired}[("StatefulSet", "demo-gpu")]["spec"]["replicas"] == 2  # not mutated
+    assert [Create(o).key for o in out] == [key(o) for o in desired]
+    assert Update(out[0], ()).key == key(out[0])

@@ -1,0 +1,171 @@
+"""SlurmCluster status from observed state (slurmk8s.operator.status), without I/O."""
+
+from __future__ import annotations
+
+import copy
+
+import jsonschema
+import pytest
+import yaml
+
+from slurmk8s.api import load_cluster
+from slurmk8s.api.cluster import SlurmClusterStatus
+from slurmk8s.operator.status import COMPONENTS, compute, conditions_changed, invalid, node_counts
+from slurmk8s.slurm.model import Node
+
+from .conftest import ROOT
+
+NOW, LATER = "2026-11-21T10:00:00Z", "2026-11-21T10:05:00Z"
+
+
+def node(name, state="idle", flags=(), reason=""):
+    return Node(name=name, state=state, flags=frozenset({"DYNAMIC_NORM", *flags}), reason=reason, features=(),
+                partitions=(), cpus=2, alloc_cpus=0, gres="", address="")
+
+
+def workload(kind, name, replicas, ready=None):
+    ready = replicas if ready is None else ready
+    field = "readyReplicas" if kind == "StatefulSet" else "availableReplicas"
+    return {"kind": kind, "metadata": {"name": name}, "spec": {"replicas": replicas}, "status": {field: ready}}
+
+
+@pytest.fixture
+def cluster(doc):
+    doc = copy.deepcopy(doc)
+    doc["metadata"]["generation"] = 4
+    return load_cluster(doc)
+
+
+def healthy():
+    return [workload("StatefulSet", "demo-controller", 1), workload("StatefulSet", "demo-cpu", 1),
+            workload("StatefulSet", "demo-gpu", 2), workload("Deployment", "demo-login", 1)]
+
+
+NODES = [node("demo-cpu-0"), node("demo-gpu-0", "mixed"), node("demo-gpu-1", "allocated")]
+
+
+def conds(st: SlurmClusterStatus) -> dict:
+    return {c.type: (c.status, c.reason) for c in st.conditions}
+
+
+def test_a_healthy_cluster_is_ready_with_counts_and_the_applied_hash(cluster):
+    st = compute(cluster, None, observed=healthy(), nodes=NODES, applied_hash="abc", rendered_hash="abc", now=NOW)
+    assert st.phase == "Ready"
+    assert conds(st) == {"Ready": ("True", "Ready"), "ControllerReady": ("True", "Running"),
+                         "WorkersReady": ("True", "Running"), "LoginReady": ("True", "Running"),
+                         "RestApiReady": ("True", "Disabled")}
+    assert [c.type for c in st.conditions] == ["Ready", *COMPONENTS]
+    assert all(c.observed_generation == 4 and c.last_transition_time == NOW for c in st.conditions)
+    assert st.observed_generation == 4 and st.config_hash == "abc"
+    assert st.node_counts.model_dump() == {"total": 3, "idle": 1, "mixed": 1, "allocated": 1, "drain": 0,
+                                           "down": 0, "other": 0}
+
+
+def test_phases_follow_the_cluster_through_its_life(cluster):
+    args = dict(nodes=NODES, applied_hash="h", rendered_hash="h")
+    pending = compute(cluster, None, observed=[], now=NOW, **args)
+    assert pending.phase == "Pending" and conds(pending)["ControllerReady"] == ("False", "NotCreated")
+    starting = [workload("StatefulSet", "demo-controller", 1, ready=0)]
+    prov = compute(cluster, pending, observed=starting, now=NOW, **args)
+    assert prov.phase == "Provisioning" and conds(prov)["Ready"] == ("False", "ControllerNotReady")
+    ready = compute(cluster, prov, observed=healthy(), now=LATER, **args)
+    assert ready.phase == "Ready"
+    broken = healthy()
+    broken[2]["status"]["readyReplicas"] = 1
+    degraded = compute(cluster, ready, observed=broken, now=LATER, **args)
+    assert degraded.phase == "Degraded"
+    assert conds(degraded)["WorkersReady"] == ("False", "NodesNotReady")
+    assert "node set gpu: 1/2 pods ready" in next(c.message for c in degraded.conditions if c.type == "WorkersReady")
+    assert compute(cluster, degraded, observed=broken, now=LATER, **args).phase == "Degraded"
+    deleting = compute(cluster, ready, observed=healthy(), now=LATER, deleting=True, **args)
+    assert deleting.phase == "Deleting" and conds(deleting)["Ready"] == ("False", "Deleting")
+
+
+def test_transition_times_move_only_when_a_status_changes(cluster):
+    args = dict(nodes=NODES, applied_hash="h", rendered_hash="h")
+    first = compute(cluster, None, observed=healthy(), now=NOW, **args)
+    same = compute(cluster, first, observed=healthy(), now=LATER, **args)
+    assert [c.last_transition_time for c in same.conditions] == [NOW] * 5
+    assert conditions_changed(first, same) == []
+    broken = healthy()[:-1]  # the login Deployment is gone
+    changed = compute(cluster, same, observed=broken, now=LATER, **args)
+    times = {c.type: c.last_transition_time for c in changed.conditions}
+    assert times == {"Ready": LATER, "LoginReady": LATER, "ControllerReady": NOW, "WorkersReady": NOW,
+                     "RestApiReady": NOW}
+    assert {c.type for c in conditions_changed(same, changed)} == {"Ready", "LoginReady"}
+    assert {c.type for c in conditions_changed(None, first)} == {"Ready", *COMPONENTS}
+
+
+def test_slurm_nodes_must_register_not_just_pods_run(cluster):
+    st = compute(cluster, None, observed=healthy(), nodes=NODES[:2], applied_hash="h", rendered_hash="h", now=NOW)
+    workers = next(c for c in st.conditions if c.type == "WorkersReady")
+    assert (workers.status, workers.reason) == ("False", "NodesNotReady")
+    assert "node set gpu: 1/2 Slurm nodes registered and responding" in workers.message
+    down = [NODES[0], NODES[1], node("demo-gpu-1", "down", ("NOT_RESPONDING",))]
+    st = compute(cluster, None, observed=healthy(), nodes=down, applied_hash="h", rendered_hash="h", now=NOW)
+    assert conds(st)["WorkersReady"][0] == "False" and st.node_counts.down == 1
+
+
+def test_an_unreachable_agent_keeps_the_last_counts_and_says_so(cluster):
+    ready = compute(cluster, None, observed=healthy(), nodes=NODES, applied_hash="h", rendered_hash="h", now=NOW)
+    st = compute(cluster, ready, observed=healthy(), nodes=None, applied_hash="h", rendered_hash="h", now=LATER)
+    assert conds(st)["ControllerReady"] == ("False", "AgentUnreachable")
+    assert conds(st)["WorkersReady"] == ("Unknown", "SlurmUnknown")
+    assert st.node_counts == ready.node_counts and st.phase == "Degraded"
+
+
+def test_a_pending_config_and_failures_keep_the_cluster_from_ready(cluster):
+    st = compute(cluster, None, observed=healthy(), nodes=NODES, applied_hash="old", rendered_hash="new",
+                 waiting=["the config changed; waiting for the kubelet"], now=NOW)
+    ready = next(c for c in st.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "ConfigPending") and "kubelet" in ready.message
+    assert st.config_hash == "old"
+    st = compute(cluster, None, observed=healthy(), nodes=NODES, applied_hash="h", rendered_hash="h",
+                 problems=["StatefulSet demo-controller: spec.volumeClaimTemplates is immutable"], now=NOW)
+    assert conds(st)["Ready"] == ("False", "ReconcileFailed")
+
+
+def test_scale_in_in_progress_is_noted_but_not_a_failure(cluster):
+    observed = healthy()
+    observed[2]["spec"]["replicas"] = 3
+    st = compute(cluster, None, observed=observed, nodes=NODES, applied_hash="h", rendered_hash="h", now=NOW)
+    workers = next(c for c in st.conditions if c.type == "WorkersReady")
+    assert workers.status == "True" and "scaling in from 3 to 2" in workers.message
+
+
+def test_optional_components(doc):
+    doc = copy.deepcopy(doc)
+    doc["spec"]["login"]["replicas"] = 0
+    doc["spec"]["restApi"] = {"enabled": True, "replicas": 2}
+    doc["spec"]["nodeSets"], doc["spec"]["partitions"] = [], []
+    c = load_cluster(doc)
+    observed = [workload("StatefulSet", "demo-controller", 1), workload("Deployment", "demo-restapi", 2, ready=1)]
+    st = compute(c, None, observed=observed, nodes=[], applied_hash="h", rendered_hash="h", now=NOW)
+    assert conds(st)["LoginReady"] == ("True", "NoReplicas")
+    assert conds(st)["WorkersReady"] == ("True", "NoNodeSets")
+    assert conds(st)["RestApiReady"] == ("False", "NotReady")
+    assert conds(st)["Ready"] == ("False", "RestApiNotReady")
+
+
+def test_an_invalid_spec_fails_without_forgetting_the_rest(cluster):
+    ready = compute(cluster, None, observed=healthy(), nodes=NODES, applied_hash="h", rendered_hash="h", now=NOW)
+    st = invalid(ready, "SlurmCluster 'demo' is invalid (1 problem):\n  spec.x: bad", 5, LATER)
+    assert st.phase == "Failed" and st.observed_generation == 5 and st.config_hash == "h"
+    assert conds(st)["Ready"] == ("False", "InvalidSpec")
+    assert conds(st)["ControllerReady"] == ("True", "Running")
+    assert st.node_counts == ready.node_counts
+
+
+def test_node_counts_by_bucket():
+    nodes = [node("a"), node("b", "idle", ("DRAIN",)), node("c", "down"), node("d", "future"),
+             node("e", "mixed", ("NOT_RESPONDING",))]
+    assert node_counts(nodes).model_dump() == {"total": 5, "idle": 1, "mixed": 0, "allocated": 0, "drain": 1,
+                                               "down": 2, "other": 1}
+
+
+def test_the_status_validates_against_the_generated_crd(cluster):
+    crd = yaml.safe_load((ROOT / "charts/slurmk8s/crds/slurmclusters.slurmk8s.dev.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    st = compute(cluster, None, observed=healthy(), nodes=NODES, applied_hash="h", rendered_hash="h", now=NOW)
+    jsonschema.validate(st.dump(), schema)
+    jsonschema.validate(invalid(st, "x", 1, NOW).dump(), schema)
