@@ -126,7 +126,12 @@ class Sandbox:
 
     def up(self, cluster: SlurmCluster, *, subnet: str = DEFAULT_SUBNET, timeout: float = 300) -> State:
         t0 = time.monotonic()
-        old = self.state()
+        try:
+            old = self.state()
+        except (TypeError, KeyError, ValueError):
+            self.progress("found a sandbox written by another slurmk8s version; cleaning it up first")
+            self.down()
+            old = None
         if old is not None:
             if old.cluster == cluster.name and self._healthy(old):
                 self.progress(f"sandbox {old.cluster} is already running; checking its nodes")
@@ -360,16 +365,18 @@ class Sandbox:
     def down(self, purge: bool = False) -> list[str]:
         """Stop everything the sandbox started. Idempotent. Returns what it removed."""
         removed = []
-        state = self.state()
+        # Only the fields every version of state.json has: down must work on a
+        # sandbox that an older or newer slurmk8s started.
+        state = json.loads(self.state_file.read_text()) if self.state_file.exists() else None
         if state is not None:
-            for p in reversed(state.pods):
-                if runtime.alive(p.holder):
-                    self.progress(f"stopping pod {p.name}")
-                    runtime.stop(p.holder, grace=min(p.grace, 30))
-                    removed.append(f"pod {p.name}")
-            net = self.network(state)
-            for p in state.pods:
-                net.detach(p.name, p.index)
+            for p in reversed(state["pods"]):
+                if runtime.alive(p["holder"]):
+                    self.progress(f"stopping pod {p['name']}")
+                    runtime.stop(p["holder"], grace=min(p["grace"], 30))
+                    removed.append(f"pod {p['name']}")
+            net = runtime.Network(state["sid"], state["subnet"], state["gateway"])
+            for p in state["pods"]:
+                net.detach(p["name"], p["index"])
             net.delete()
             spaces, links = net.leftovers()
             for ns in spaces:
