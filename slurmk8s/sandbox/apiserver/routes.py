@@ -194,7 +194,9 @@ class Routes:
             return None
         ctype = (request.content_type or "application/json").lower()
         if "protobuf" in ctype or "cbor" in ctype:
-            raise APIError(415, f"{ctype} is not supported: send JSON (or YAML)", "UnsupportedMediaType")
+            raise APIError(415, f"{ctype} is not supported by this Kubernetes stand-in, which reads JSON and YAML only; "
+                           "kubectl's `create <kind>` generators send protobuf: pipe `kubectl create ... --dry-run=client -o yaml` "
+                           "into `kubectl apply -f -` (or `kubectl create -f -`) instead", "UnsupportedMediaType")
         try:
             if "yaml" in ctype:
                 return yaml.safe_load(raw)
