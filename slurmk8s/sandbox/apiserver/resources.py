@@ -81,6 +81,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _rt("", "v1", "pods", "Pod", short=("po",), sub=("status", "binding", "eviction"), cats=("all",)),
     _rt("", "v1", "services", "Service", short=("svc",), sub=("status",), cats=("all",),
         verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")),
+    _rt("", "v1", "bindings", "Binding", verbs=("create",)),  # POST only: binds the pod named in the body
     _rt("", "v1", "endpoints", "Endpoints", short=("ep",), singular="endpoints"),
     _rt("", "v1", "configmaps", "ConfigMap", short=("cm",)),
     _rt("", "v1", "secrets", "Secret"),

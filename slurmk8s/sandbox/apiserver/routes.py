@@ -261,6 +261,11 @@ class Routes:
                 return json_response(api.bind(t.namespace or "", t.name, body, opts), 201)
             if t.sub == "eviction" and t.name:
                 return json_response(api.evict(t.namespace or "", t.name, body), 201)
+            if rt.storage == ("", "bindings") and t.name is None:
+                pod = ((body or {}).get("metadata") or {}).get("name") if isinstance(body, dict) else None
+                if not pod:
+                    raise bad_request("a Binding names the pod to bind in metadata.name")
+                return json_response(api.bind(t.namespace or "", pod, body, opts), 201)
             if t.name is not None:
                 raise APIError(405, f"POST is not supported on a named {rt.singular}: create with POST {rt.base_path}"
                                + (f"/namespaces/{t.namespace}" if t.namespace else "") + f"/{rt.plural}", "MethodNotAllowed")
