@@ -243,7 +243,7 @@ def test_bookmarks_and_initial_events_end(cluster: Cluster, ns: str) -> None:
     cluster.core.create_namespaced_config_map(ns, cm("b1"))
     resp = cluster.core.list_namespaced_config_map(
         ns, watch=True, allow_watch_bookmarks=True, send_initial_events=True, resource_version_match="NotOlderThan",
-        resource_version="", timeout_seconds=2, _preload_content=False)
+        resource_version="", timeout_seconds=1, _preload_content=False)
     lines = [json.loads(line) for line in resp.read().decode().splitlines() if line]
     kinds = [(ev["type"], ev["object"]["metadata"].get("name")) for ev in lines]
     assert ("ADDED", "b1") in kinds

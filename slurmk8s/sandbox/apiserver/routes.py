@@ -164,6 +164,9 @@ class Routes:
         sub = rest[2] if len(rest) > 2 else None
         if namespace is not None and not rt.namespaced:
             raise APIError(404, f"{rt.plural} are cluster-scoped: use {rt.base_path}/{rt.plural} (without /namespaces/{namespace})", "NotFound")
+        if sub in ("log", "exec", "attach", "portforward", "proxy") and rt.storage == ("", "pods"):
+            raise APIError(404, f"pods/{sub} is not served: this Kubernetes stand-in has no kubelet; the sandbox's pod runtime "
+                           "runs the containers (look there for their logs and processes)", "NotFound")
         if sub is not None and sub not in rt.subresources:
             raise APIError(404, f"{rt.plural} has no subresource {sub!r} here (served: {', '.join(rt.subresources) or 'none'})", "NotFound")
         if name is not None and rt.namespaced and namespace is None:
