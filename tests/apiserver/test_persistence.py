@@ -12,7 +12,7 @@ import pytest
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
-from .conftest import CRDS, ROOT, Cluster, start_server
+from .conftest import CRDS, ROOT, start_server
 
 
 def test_objects_survive_a_restart(tmp_path) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import apply as ssa
-from . import jsonpath, patch as patches, quantity, schema as crdschema, strategy, timeutil
+from . import jsonpath, patch as patches, schema as crdschema, strategy, timeutil
 from .errors import (
     APIError,
     FieldError,
@@ -38,7 +38,7 @@ from .selectors import (
     object_fields,
     selectable_fields,
 )
-from .store import Event, Store, meta
+from .store import Store, meta
 
 PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")
 CRD_STORAGE = ("apiextensions.k8s.io", "customresourcedefinitions")
@@ -234,7 +234,7 @@ class API:
         if kind not in (None, "") and kind != expected_kind:
             raise bad_request(f"the kind in the data ({kind}) does not match the expected kind ({expected_kind})")
         body = copy.deepcopy(body)
-        body["apiVersion"] = rt.group_version if not rt.custom else rt.group_version
+        body["apiVersion"] = rt.group_version
         body["kind"] = expected_kind
         if not isinstance(body.get("metadata"), dict):
             body["metadata"] = {}
@@ -734,7 +734,3 @@ def _later(seconds: int) -> str:
     from datetime import timedelta
 
     return timeutil.rfc3339(timeutil.now() + timedelta(seconds=seconds))
-
-
-def resource_quantity(value: Any) -> Any:
-    return quantity.parse(value)

@@ -118,7 +118,7 @@ def crd_errors(crd: dict) -> list[FieldError]:
     if plural and not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", plural):
         errs.append(FieldError("spec.names.plural", "Invalid", "a lowercase RFC 1123 label", plural))
     if plural and group and crd.get("metadata", {}).get("name") != f"{plural}.{group}":
-        errs.append(FieldError("metadata.name", "Invalid", f'must be spec.names.plural+"."+spec.group', crd.get("metadata", {}).get("name")))
+        errs.append(FieldError("metadata.name", "Invalid", 'must be spec.names.plural+"."+spec.group', crd.get("metadata", {}).get("name")))
     if spec.get("scope") not in ("Namespaced", "Cluster"):
         errs.append(FieldError("spec.scope", "NotSupported", 'supported values: "Cluster", "Namespaced"', spec.get("scope")))
     versions = spec.get("versions") or []
