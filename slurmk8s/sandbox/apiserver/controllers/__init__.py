@@ -1,0 +1,29 @@
+"""Controllers inside the stand-in: what Kubernetes' controller manager and
+scheduler would do for the objects slurmk8s uses. There is no kubelet: pods
+stay Pending (scheduled) until something reports their status through the API."""
+
+from __future__ import annotations
+
+from .base import Controller, Manager
+from .cluster import DisruptionBudgets, Endpoints, VolumeBinder
+from .deployment import Deployments, ReplicaSets
+from .lifecycle import CRDCleanup, GarbageCollector, Namespaces, PodGC
+from .scheduler import Scheduler, TaintEviction
+from .statefulset import StatefulSets
+
+ALL: list[type[Controller]] = [
+    Namespaces,
+    GarbageCollector,
+    CRDCleanup,
+    PodGC,
+    VolumeBinder,
+    StatefulSets,
+    Deployments,
+    ReplicaSets,
+    Scheduler,
+    TaintEviction,
+    Endpoints,
+    DisruptionBudgets,
+]
+
+__all__ = ["ALL", "Controller", "Manager"]

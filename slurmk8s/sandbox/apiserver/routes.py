@@ -1,0 +1,489 @@
+"""The Kubernetes REST protocol over aiohttp: paths, verbs, content negotiation,
+watch streams and bearer-token authentication. Thin: the semantics are in
+:mod:`.api`."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import yaml
+from aiohttp import web
+
+from ...log import get as get_logger
+from . import discovery, tables
+from .api import API, DeleteOptions, Options
+from .errors import APIError, bad_request, gone
+from .resources import ResourceType
+from .selectors import parse_field_selector, parse_label_selector, selectable_fields
+from .store import TooOld, meta
+
+log = get_logger("slurmk8s.apiserver")
+DEFAULT_WATCH_TIMEOUT = 1800
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), default=str).encode()
+
+
+def json_response(obj: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
+    resp = web.Response(body=dumps(obj), status=status, content_type="application/json")
+    for w in warnings or []:
+        resp.headers.add("Warning", '299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return resp
+
+
+@dataclass
+class Target:
+    group: str
+    version: str
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    sub: str | None
+    watch_path: bool
+
+
+@dataclass
+class Accept:
+    table: bool = False
+    metadata: bool = False
+
+
+def parse_accept(header: str) -> Accept:
+    out = Accept()
+    if not header:
+        return out
+    json_ok = False
+    for part in header.split(","):
+        fields = [f.strip() for f in part.split(";")]
+        mtype = fields[0].lower()
+        params = dict(f.split("=", 1) for f in fields[1:] if "=" in f)
+        if mtype in ("application/json", "*/*", "application/*", "application/yaml"):
+            json_ok = True
+            as_ = params.get("as")
+            if as_ == "Table" and not out.metadata:
+                out.table = True
+                return out
+            if as_ in ("PartialObjectMetadata", "PartialObjectMetadataList"):
+                out.metadata = True
+                return out
+            if as_ is None:
+                return out
+    if not json_ok:
+        raise APIError(406, f"only application/json is served (asked for {header!r})", "NotAcceptable")
+    return out
+
+
+class Routes:
+    def __init__(self, api: API, token: str, server_address: Callable[[], str], bookmark_interval: float = 30.0) -> None:
+        self.api = api
+        self.token = token
+        self.server_address = server_address
+        self.bookmark_interval = bookmark_interval
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._middleware], client_max_size=16 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        return app
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler):
+        header = request.headers.get("Authorization", "")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(value.strip().encode(), self.token.encode()):
+            return json_response(APIError(401, "Unauthorized: send 'Authorization: Bearer <token>' with the token "
+                                          "in the sandbox data directory (or use the kubeconfig it wrote)").status(), 401)
+        try:
+            return await handler(request)
+        except APIError as e:
+            if e.code >= 500:
+                log.warning("request failed", method=request.method, path=request.path, code=e.code, error=e.message)
+            return json_response(e.status(), e.code)
+        except (asyncio.CancelledError, web.HTTPException, ConnectionResetError):
+            raise
+        except Exception as e:  # a bug: say so, keep serving
+            log.exception("internal error", method=request.method, path=request.path)
+            return json_response(APIError(500, f"internal error in the Kubernetes stand-in: {type(e).__name__}: {e}").status(), 500)
+
+    # --- dispatch ---------------------------------------------------------------
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        parts = [p for p in path.split("/") if p]
+        method = request.method
+        if path in ("/healthz", "/livez", "/readyz"):
+            return web.Response(text="ok")
+        if path == "/version":
+            return json_response(discovery.VERSION)
+        if parts and parts[0] == "openapi":
+            return self._openapi(parts)
+        if not parts or parts[0] not in ("api", "apis"):
+            raise APIError(404, f"the server could not find the requested resource ({path})", "NotFound")
+        if method != "GET" and (len(parts) <= (2 if parts[0] == "api" else 3)):
+            raise APIError(405, f"{method} is not supported on {path}", "MethodNotAllowed")
+        if parts == ["api"]:
+            return json_response(discovery.api_versions(self.server_address()))
+        if parts == ["apis"]:
+            return json_response(discovery.api_group_list(self.api.registry))
+        if parts[0] == "apis" and len(parts) == 2:
+            doc = discovery.api_group(self.api.registry, parts[1])
+            if doc is None:
+                raise APIError(404, f"the server could not find the requested resource (API group {parts[1]!r})", "NotFound")
+            return json_response(doc)
+        if parts[0] == "api":
+            group, version, rest = "", parts[1], parts[2:]
+        else:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        if not rest:
+            doc = discovery.resource_list(self.api.registry, group, version)
+            if doc is None:
+                gv = f"{group}/{version}" if group else version
+                raise APIError(404, f"the server could not find the requested resource (group version {gv!r})", "NotFound")
+            return json_response(doc)
+        target = self._target(group, version, rest)
+        return await self._serve(request, target)
+
+    def _target(self, group: str, version: str, rest: list[str]) -> Target:
+        watch_path = False
+        if rest[0] == "watch":
+            watch_path, rest = True, rest[1:]
+            if not rest:
+                raise APIError(404, "the server could not find the requested resource", "NotFound")
+        namespace = None
+        if rest[0] == "namespaces" and len(rest) >= 3 and not (group == "" and len(rest) == 3 and rest[2] in ("status", "finalize")):
+            namespace, rest = rest[1], rest[2:]
+        if len(rest) > 3:
+            raise APIError(404, "the server could not find the requested resource", "NotFound")
+        rt = self.api.resource(group, version, rest[0])
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if namespace is not None and not rt.namespaced:
+            raise APIError(404, f"{rt.plural} are cluster-scoped: use {rt.base_path}/{rt.plural} (without /namespaces/{namespace})", "NotFound")
+        if sub in ("log", "exec", "attach", "portforward", "proxy") and rt.storage == ("", "pods"):
+            raise APIError(404, f"pods/{sub} is not served: this Kubernetes stand-in has no kubelet; the sandbox's pod runtime "
+                           "runs the containers (look there for their logs and processes)", "NotFound")
+        if sub is not None and sub not in rt.subresources:
+            raise APIError(404, f"{rt.plural} has no subresource {sub!r} here (served: {', '.join(rt.subresources) or 'none'})", "NotFound")
+        if name is not None and rt.namespaced and namespace is None:
+            raise APIError(404, f"{rt.plural} are namespaced: use {rt.base_path}/namespaces/<namespace>/{rt.plural}/{name}", "NotFound")
+        return Target(group, version, rt, namespace, name, sub, watch_path)
+
+    def _openapi(self, parts: list[str]) -> web.Response:
+        if parts == ["openapi", "v3"]:
+            return json_response(discovery.openapi_root(self.api.registry))
+        if len(parts) >= 4 and parts[1] == "v3":
+            rest = parts[2:]
+            if rest[0] == "api" and len(rest) == 2:
+                doc = discovery.openapi_gv(self.api.registry, "", rest[1])
+            elif rest[0] == "apis" and len(rest) == 3:
+                doc = discovery.openapi_gv(self.api.registry, rest[1], rest[2])
+            else:
+                doc = None
+            if doc is not None:
+                return json_response(doc)
+        raise APIError(404, "this server serves OpenAPI v3 only (/openapi/v3), with schemas for custom resources; "
+                       "/openapi/v2 is not served", "NotFound")
+
+    # --- bodies and options ------------------------------------------------------
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        if not raw:
+            return None
+        ctype = (request.content_type or "application/json").lower()
+        if "protobuf" in ctype or "cbor" in ctype:
+            raise APIError(415, f"{ctype} is not supported by this Kubernetes stand-in, which reads JSON and YAML only; "
+                           "kubectl's `create <kind>` generators send protobuf: pipe `kubectl create ... --dry-run=client -o yaml` "
+                           "into `kubectl apply -f -` (or `kubectl create -f -`) instead", "UnsupportedMediaType")
+        try:
+            if "yaml" in ctype:
+                return yaml.safe_load(raw)
+            return json.loads(raw)
+        except (ValueError, yaml.YAMLError) as e:
+            raise bad_request(f"the request body is not valid {'YAML' if 'yaml' in ctype else 'JSON'}: {e}") from e
+
+    @staticmethod
+    def _options(q) -> Options:
+        dry = q.getall("dryRun", [])
+        for d in dry:
+            if d != "All":
+                raise bad_request(f"dryRun must be 'All', not {d!r}")
+        fv = q.get("fieldValidation") or "Warn"
+        if fv not in ("Strict", "Warn", "Ignore"):
+            raise bad_request(f"fieldValidation must be Strict, Warn or Ignore, not {fv!r}")
+        manager = q.get("fieldManager")
+        if manager is not None and len(manager) > 128:
+            raise bad_request("fieldManager must not be longer than 128 characters")
+        return Options(dry_run=bool(dry), field_manager=manager, field_validation=fv, force=q.get("force") == "true")
+
+    # --- serve ------------------------------------------------------------------
+
+    async def _serve(self, request: web.Request, t: Target) -> web.StreamResponse:
+        method, q, rt, api = request.method, request.query, t.rt, self.api
+        verb = None
+        if method == "GET":
+            if t.name is None:
+                verb = "watch" if t.watch_path or q.get("watch") in ("true", "1") else "list"
+            else:
+                verb = "watch" if t.watch_path else "get"
+        elif method == "POST":
+            verb = "create"
+        elif method == "PUT":
+            verb = "update"
+        elif method == "PATCH":
+            verb = "patch"
+        elif method == "DELETE":
+            verb = "delete" if t.name else "deletecollection"
+        if verb is None or (t.sub is None and verb not in rt.verbs):
+            raise APIError(405, f"{method} is not supported on {rt.plural}" + (f" (verb {verb!r}; this resource supports: {', '.join(rt.verbs)})" if verb else ""),
+                           "MethodNotAllowed", {"kind": rt.plural, "group": rt.group} if rt.group else {"kind": rt.plural})
+        if verb == "watch":
+            if t.name is not None:
+                q = dict(q)
+                q["fieldSelector"] = ",".join(filter(None, [q.get("fieldSelector"), f"metadata.name={t.name}"]))
+            return await self._watch(request, t, q)
+        accept = parse_accept(request.headers.get("Accept", ""))
+        if verb == "list":
+            return self._list(t, q, accept)
+        if verb == "get":
+            if t.sub == "scale":
+                return json_response(api.get_scale(rt, t.namespace, t.name))
+            if t.sub not in (None, "status"):
+                raise APIError(405, f"GET is not supported on {rt.plural}/{t.sub}", "MethodNotAllowed")
+            obj = api.get(rt, t.namespace, t.name)
+            return self._render_one(rt, obj, accept, q)
+        if verb == "create":
+            body = await self._body(request)
+            opts = self._options(q)
+            if t.sub == "binding" and t.name:
+                return json_response(api.bind(t.namespace or "", t.name, body, opts), 201)
+            if t.sub == "eviction" and t.name:
+                return json_response(api.evict(t.namespace or "", t.name, body), 201)
+            if rt.storage == ("", "bindings") and t.name is None:
+                pod = ((body or {}).get("metadata") or {}).get("name") if isinstance(body, dict) else None
+                if not pod:
+                    raise bad_request("a Binding names the pod to bind in metadata.name")
+                return json_response(api.bind(t.namespace or "", pod, body, opts), 201)
+            if t.name is not None:
+                raise APIError(405, f"POST is not supported on a named {rt.singular}: create with POST {rt.base_path}"
+                               + (f"/namespaces/{t.namespace}" if t.namespace else "") + f"/{rt.plural}", "MethodNotAllowed")
+            if rt.namespaced and t.namespace is None:
+                raise APIError(405, f"create {rt.plural} under {rt.base_path}/namespaces/<namespace>/{rt.plural}", "MethodNotAllowed")
+            obj = api.create(rt, t.namespace, body, opts)
+            return json_response(obj, 201, opts.warnings)
+        if verb == "update":
+            body = await self._body(request)
+            opts = self._options(q)
+            if t.sub == "scale":
+                return json_response(api.update_scale(rt, t.namespace, t.name, body, opts))
+            if t.sub == "finalize":
+                return json_response(self._finalize(t.name, body, opts))
+            if t.sub not in (None, "status"):
+                raise APIError(405, f"PUT is not supported on {rt.plural}/{t.sub}", "MethodNotAllowed")
+            obj = api.update(rt, t.namespace, t.name, body, opts, subresource=t.sub)
+            return json_response(obj, 200, opts.warnings)
+        if verb == "patch":
+            body = await self._body_for_patch(request)
+            opts = self._options(q)
+            ctype = request.headers.get("Content-Type", "")
+            if t.sub == "scale":
+                return json_response(api.patch_scale(rt, t.namespace, t.name, ctype, body, opts))
+            if t.sub not in (None, "status"):
+                raise APIError(405, f"PATCH is not supported on {rt.plural}/{t.sub}", "MethodNotAllowed")
+            obj, created = api.patch(rt, t.namespace, t.name, ctype, body, opts, subresource=t.sub)
+            return json_response(obj, 201 if created else 200, opts.warnings)
+        if verb == "delete":
+            if t.sub is not None:
+                raise APIError(405, f"DELETE is not supported on {rt.plural}/{t.sub}", "MethodNotAllowed")
+            body = await self._body(request)
+            dopts = DeleteOptions.from_body(body, dict(q))
+            out, code = api.delete(rt, t.namespace, t.name, dopts)
+            return json_response(out, code)
+        # deletecollection
+        body = await self._body(request)
+        dopts = DeleteOptions.from_body(body, dict(q))
+        labels = parse_label_selector(q.get("labelSelector"))
+        fields = parse_field_selector(q.get("fieldSelector"), selectable_fields(rt.storage, rt.selectable))
+        return json_response(api.delete_collection(rt, t.namespace, labels, fields, dopts))
+
+    async def _body_for_patch(self, request: web.Request) -> Any:
+        ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        raw = await request.read()
+        if not raw:
+            raise bad_request("a PATCH needs a body")
+        try:
+            if ctype.endswith("yaml"):
+                return yaml.safe_load(raw)
+            return json.loads(raw)
+        except (ValueError, yaml.YAMLError) as e:
+            raise bad_request(f"the patch is not valid {'YAML' if ctype.endswith('yaml') else 'JSON'}: {e}") from e
+
+    def _finalize(self, name: str | None, body: Any, opts: Options) -> dict:
+        api = self.api
+        rt = api.resource("", "v1", "namespaces")
+        current = api.raw(rt, None, name or "")
+        if current is None:
+            raise APIError(404, f'namespaces "{name}" not found', "NotFound", {"name": name, "kind": "namespaces"})
+        if not isinstance(body, dict):
+            raise bad_request("the body must be a Namespace")
+        new = json.loads(json.dumps(current))
+        new.setdefault("spec", {})["finalizers"] = list((body.get("spec") or {}).get("finalizers") or [])
+        rv = (body.get("metadata") or {}).get("resourceVersion")
+        if rv:
+            new["metadata"]["resourceVersion"] = rv
+        return api.update(rt, None, name or "", new, opts, old=current)
+
+    def _render_one(self, rt: ResourceType, obj: dict, accept: Accept, q) -> web.Response:
+        if accept.table:
+            return json_response(tables.table(rt, [obj], q.get("includeObject", "Metadata"), meta(obj).get("resourceVersion")))
+        if accept.metadata:
+            return json_response({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta(obj)})
+        return json_response(obj)
+
+    def _list(self, t: Target, q, accept: Accept) -> web.Response:
+        rt, api = t.rt, self.api
+        labels = parse_label_selector(q.get("labelSelector"))
+        fields = parse_field_selector(q.get("fieldSelector"), selectable_fields(rt.storage, rt.selectable))
+        current = api.store.rv
+        rv_s, match = q.get("resourceVersion", ""), q.get("resourceVersionMatch", "")
+        if match and not rv_s:
+            raise bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")
+        if match not in ("", "NotOlderThan", "Exact"):
+            raise bad_request(f"resourceVersionMatch must be NotOlderThan or Exact, not {match!r}")
+        if rv_s not in ("", "0"):
+            try:
+                rv = int(rv_s)
+            except ValueError as e:
+                raise bad_request(f"resourceVersion must be an integer, not {rv_s!r}") from e
+            if rv > current:
+                raise APIError(504, f"Too large resource version: {rv}, current: {current}", "Timeout",
+                               {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1})
+            if match == "Exact" and rv != current:
+                raise gone(f"too old resource version: {rv} ({current}); this server lists only its current state")
+        items = api.select(rt, t.namespace, labels, fields)
+        cont_in, limit_s = q.get("continue"), q.get("limit")
+        if cont_in:
+            try:
+                token = json.loads(base64.urlsafe_b64decode(cont_in.encode()))
+                start = tuple(token["start"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise bad_request(f"continue token is not valid: {e}") from e
+            items = [o for o in items if ((meta(o).get("namespace") or ""), meta(o)["name"]) > start]
+        cont = None
+        remaining = None
+        if limit_s:
+            try:
+                limit = int(limit_s)
+            except ValueError as e:
+                raise bad_request(f"limit must be an integer, not {limit_s!r}") from e
+            if 0 < limit < len(items):
+                last = items[limit - 1]
+                remaining = len(items) - limit
+                items = items[:limit]
+                cont = base64.urlsafe_b64encode(json.dumps({"rv": current, "start": [meta(last).get("namespace") or "", meta(last)["name"]]}).encode()).decode()
+        items = [api.present(rt, o) for o in items]
+        if accept.table:
+            return json_response(tables.table(rt, items, q.get("includeObject", "Metadata"), str(current), cont, remaining))
+        md: dict[str, Any] = {"resourceVersion": str(current)}
+        if cont:
+            md["continue"] = cont
+            md["remainingItemCount"] = remaining
+        if accept.metadata:
+            return json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": md,
+                                  "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta(o)} for o in items]})
+        return json_response({"kind": f"{rt.kind}List", "apiVersion": rt.group_version, "metadata": md, "items": items})
+
+    async def _watch(self, request: web.Request, t: Target, q) -> web.StreamResponse:
+        rt, api, store = t.rt, self.api, self.api.store
+        accept = parse_accept(request.headers.get("Accept", ""))
+        labels = parse_label_selector(q.get("labelSelector"))
+        fields = parse_field_selector(q.get("fieldSelector"), selectable_fields(rt.storage, rt.selectable))
+        predicate = api.matcher(rt, labels, fields)
+        namespace = t.namespace if rt.namespaced else None
+        rv_s = q.get("resourceVersion", "")
+        send_initial = q.get("sendInitialEvents") == "true"
+        bookmarks = q.get("allowWatchBookmarks") == "true"
+        try:
+            timeout = int(q.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+        except ValueError as e:
+            raise bad_request(f"timeoutSeconds must be an integer, not {q.get('timeoutSeconds')!r}") from e
+        if send_initial and not bookmarks:
+            raise bad_request("sendInitialEvents=true requires allowWatchBookmarks=true")
+        error = None
+        watcher = None
+        start_rv = store.rv
+        if send_initial or rv_s in ("", "0"):
+            watcher = store.watch(rt.storage, namespace, predicate, None, api.select(rt, namespace, labels, fields))
+        else:
+            try:
+                since = int(rv_s)
+            except ValueError as e:
+                raise bad_request(f"resourceVersion must be an integer, not {rv_s!r}") from e
+            try:
+                watcher = store.watch(rt.storage, namespace, predicate, since)
+            except TooOld as e:
+                error = APIError(410, str(e), "Expired").status()
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(1, timeout)
+        first = True
+
+        def encode(kind: str, obj: dict) -> bytes:
+            nonlocal first
+            if kind not in ("ERROR", "BOOKMARK"):
+                obj = api.present(rt, obj)
+                if accept.table:
+                    obj = tables.table(rt, [obj], q.get("includeObject", "Metadata"), meta(obj).get("resourceVersion"), columns=first)
+                    first = False
+                elif accept.metadata:
+                    obj = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta(obj)}
+            return dumps({"type": kind, "object": obj}) + b"\n"
+
+        def bookmark(rv: int, initial_end: bool = False) -> dict:
+            md: dict[str, Any] = {"resourceVersion": str(rv)}
+            if initial_end:
+                md["annotations"] = {"k8s.io/initial-events-end": "true"}
+            return {"kind": rt.kind, "apiVersion": rt.group_version, "metadata": md}
+
+        try:
+            if error is not None:
+                await resp.write(encode("ERROR", error))
+                return resp
+            assert watcher is not None
+            if send_initial:
+                # everything queued so far is the initial state
+                pending = []
+                while not watcher.queue.empty():
+                    pending.append(watcher.queue.get_nowait())
+                for item in pending:
+                    if item is None:
+                        return resp
+                    await resp.write(encode(item[0], item[1]))
+                await resp.write(encode("BOOKMARK", bookmark(start_rv, True)))
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                wait = min(remaining, self.bookmark_interval) if bookmarks else remaining
+                try:
+                    item = await asyncio.wait_for(watcher.queue.get(), wait)
+                except asyncio.TimeoutError:
+                    if bookmarks and watcher.queue.empty() and loop.time() < deadline:
+                        await resp.write(encode("BOOKMARK", bookmark(store.rv)))
+                    continue
+                if item is None:
+                    break
+                await resp.write(encode(item[0], item[1]))
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        finally:
+            if watcher is not None:
+                store.unwatch(watcher)
+        return resp
