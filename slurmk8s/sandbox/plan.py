@@ -211,12 +211,13 @@ def _hosts(pods: Sequence[PodPlan], services: Mapping[str, dict], domain: str) -
         if p.fqdn:
             names = [f"{p.fqdn}.{domain}", p.fqdn, f"{p.hostname}.{p.subdomain}", p.hostname]
         entries.append((p.ip, names))
-    for name, svc in sorted(services.items()):
-        selector = svc["spec"].get("selector", {})
-        members = [p for p in pods if all(p.labels.get(k) == v for k, v in selector.items())]
+    for _, svc in sorted(services.items()):
+        name, ns = svc["metadata"]["name"], svc["metadata"]["namespace"]
+        selector = svc["spec"].get("selector")
+        members = [p for p in pods if selector and p.namespace in ("", ns)
+                   and all(p.labels.get(k) == v for k, v in selector.items())]
         if not members:
             continue
-        ns = svc["metadata"]["namespace"]
         names = [f"{name}.{ns}.svc.{domain}", f"{name}.{ns}.svc", f"{name}.{ns}", name]
         entries += [(m.ip, names) for m in members]
     return render_template("hosts", entries=entries)
@@ -299,3 +300,46 @@ def _supply_user_keys(spec: dict, secrets: dict, user_keys: Mapping[str, str], n
                 text = user_keys.get(item["path"], "")
                 data[item["key"]] = base64.b64encode(text.encode()).decode()
             secrets[ref] = {"metadata": {"name": ref, "namespace": namespace}, "data": data}
+
+
+def pod_plan(pod: dict, config_maps: Mapping[str, dict], secrets: Mapping[str, dict], ip: str) -> PodPlan:
+    """One bound Pod object (as the API serves it) -> what the runtime runs. Pure.
+
+    ``config_maps`` and ``secrets`` are the objects of the pod's namespace, by
+    name; a persistent volume claim becomes ``/claims/<namespace>/<claim>``.
+    Raises ``LookupError`` naming a ConfigMap or Secret that does not exist
+    (yet): the kubelet waits for it, as Kubernetes does.
+    """
+    meta, spec = pod["metadata"], pod["spec"]
+    ns = meta.get("namespace", "default")
+    for vol in spec.get("volumes", []):
+        for kind, ref, store in (("configMap", "name", config_maps), ("secret", "secretName", secrets)):
+            if kind in vol and vol[kind][ref] not in store and not vol[kind].get("optional"):
+                raise LookupError(f"{kind} {ns}/{vol[kind][ref]} (volume {vol['name']}) does not exist")
+        for src in vol.get("projected", {}).get("sources", []):
+            if "secret" in src and src["secret"]["name"] not in secrets:
+                raise LookupError(f"secret {ns}/{src['secret']['name']} (volume {vol['name']}) does not exist")
+    claims = {v["persistentVolumeClaim"]["claimName"]: f"claims/{ns}/{v['persistentVolumeClaim']['claimName']}"
+              for v in spec.get("volumes", []) if "persistentVolumeClaim" in v}
+    sources, files = _volumes(meta["name"], pod, {}, config_maps, secrets, claims)
+    gpus = sum(int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)) for c in spec["containers"])
+    owner = next((o for o in meta.get("ownerReferences", []) if o.get("controller")), {})
+    return PodPlan(
+        name=meta["name"],
+        namespace=ns,
+        owner_kind=owner.get("kind", ""),
+        owner=owner.get("name", ""),
+        labels=dict(meta.get("labels", {})),
+        hostname=spec.get("hostname") or meta["name"],
+        subdomain=spec.get("subdomain"),
+        ip=ip,
+        containers=[_container(c, sources) for c in spec["containers"]],
+        files=files,
+        gpus=gpus,
+        termination_grace=spec.get("terminationGracePeriodSeconds", 30),
+    )
+
+
+def hosts_file(pods: Sequence[PodPlan], services: Mapping[str, dict], domain: str = "cluster.local") -> str:
+    """/etc/hosts for a sandbox whose pods come and go: pods and Services by their DNS names."""
+    return _hosts(pods, services, domain)

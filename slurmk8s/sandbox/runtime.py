@@ -114,8 +114,10 @@ def container_env(pod: PodPlan, container: ContainerPlan) -> dict[str, str]:
 
 
 def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path) -> None:
-    """Write everything the pod needs into ``pod_dir``."""
+    """Write everything the pod needs into ``pod_dir``; a restarted pod keeps its logs."""
+    previous = {}
     if pod_dir.exists():
+        previous = {log.parent.name: log.read_bytes() for log in pod_dir.glob("containers/*/log")}
         shutil.rmtree(pod_dir)
     pod_dir.mkdir(parents=True)
     for f in pod.files:
@@ -149,7 +151,23 @@ def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path) -> Non
         env = container_env(pod, container)
         (ctr / "env").write_bytes(_nul([f"{k}={v}" for k, v in env.items()]))
         (ctr / "argv").write_bytes(_nul([ENTRYPOINT, *container.args]))
-        (ctr / "log").touch()
+        old = previous.get(str(i))
+        (ctr / "log").write_bytes(old + b"--- the pod restarted ---\n" if old else b"")
+
+
+def refresh_volumes(pod: PodPlan, pod_dir: Path) -> None:
+    """Bring ConfigMap and Secret volume files up to date in a running pod.
+
+    Each file is replaced by a rename inside its directory: the containers
+    bind-mount the directory, so they see the new file whole, never half.
+    """
+    for f in pod.files:
+        path = pod_dir / f.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.new")
+        tmp.write_bytes(f.content)
+        tmp.chmod(f.mode)
+        tmp.replace(path)
 
 
 def container_log(pod_dir: Path, index: int = 0) -> Path:

@@ -1,0 +1,376 @@
+"""The sandbox's kubelet: runs the pods an API server binds to the sandbox's
+Nodes, with the pod runtime, and reports them back through the API.
+
+What a kubelet does, for the objects slurmk8s uses:
+- registers its Nodes (capacity, labels, taints) and keeps their Ready
+  condition fresh;
+- starts a bound pod once its ConfigMaps and Secrets exist: an address on
+  the sandbox bridge, the containers through their images' entrypoints, and
+  status (phase, podIP, conditions, containerStatuses);
+- runs readiness probes and reports Ready as it changes;
+- keeps ConfigMap and Secret volumes in step with the API, as Kubernetes
+  does (here within seconds), and /etc/hosts with the pods and Services;
+- on graceful deletion stops the pod (SIGTERM, SIGKILL after the grace
+  period) and then removes the object; a pod whose containers ended is
+  restarted in place when its restartPolicy says so.
+
+Everything it starts is written to ``kubelet.json`` first, so a kubelet that
+is killed and started again adopts the pods still running and stops those
+the API no longer has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from . import runtime
+from .plan import PodPlan, hosts_file, pod_plan
+
+Progress = Callable[[str], None]
+GPU = "nvidia.com/gpu"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class SandboxNode:
+    """A Kubernetes Node the sandbox serves. All share this host's CPUs; the
+    numbers are what the scheduler counts."""
+
+    name: str
+    cpu: str = "8"
+    memory: str = "32Gi"
+    gpus: int = 0
+    gpu_product: str = "h100"
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[dict] = field(default_factory=list)
+
+    def object(self) -> dict:
+        capacity = {"cpu": self.cpu, "memory": self.memory, "pods": "110"}
+        labels = {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux",
+                  "node.slurmk8s.dev/sandbox": "true", **self.labels}
+        if self.gpus:
+            capacity[GPU] = str(self.gpus)
+            labels.setdefault("nvidia.com/gpu.product", self.gpu_product)
+            labels.setdefault("nvidia.com/gpu.count", str(self.gpus))
+        return {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": self.name, "labels": labels},
+                "spec": {"taints": list(self.taints)} if self.taints else {},
+                "status": {"capacity": capacity, "allocatable": capacity}}
+
+
+@dataclass
+class LocalPod:
+    """A pod this kubelet runs, as kubelet.json records it."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    index: int  # veth number
+    ip: str
+    holder: int | None = None
+    restarts: int = 0
+    started: str = ""
+    ready: bool = False
+    volumes: str = ""  # hash of the ConfigMap/Secret files last written
+
+
+class Kubelet:
+    def __init__(self, api: client.ApiClient, nodes: list[SandboxNode], state_dir: Path,
+                 network: runtime.Network, progress: Progress = lambda _: None):
+        self.core = client.CoreV1Api(api)
+        self.nodes = {n.name: n for n in nodes}
+        self.dir = state_dir
+        self.net = network
+        self.progress = progress
+        self.pods: dict[str, LocalPod] = {}
+        self.stopping: set[str] = set()
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kubelet-stop")
+        self._hosts = ""
+        self._heartbeat = 0.0
+        self._probed: dict[str, float] = {}
+        self._load()
+
+    # State
+
+    @property
+    def state_file(self) -> Path:
+        return self.dir / "kubelet.json"
+
+    @property
+    def hosts_path(self) -> Path:
+        return self.dir / "hosts"
+
+    def _load(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.state_file.exists():
+            data = json.loads(self.state_file.read_text())
+            self.pods = {uid: LocalPod(**p) for uid, p in data["pods"].items()}
+        if not self.hosts_path.exists():
+            self.hosts_path.write_text("127.0.0.1 localhost\n")
+
+    def _save(self) -> None:
+        with self.lock:
+            data = {"pods": {uid: asdict(p) for uid, p in self.pods.items()}}
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(self.state_file)
+
+    def pod_dir(self, p: LocalPod) -> Path:
+        return self.dir / "pods" / f"{p.namespace}_{p.name}_{p.uid[:8]}"
+
+    @staticmethod
+    def _netns_key(p: LocalPod) -> str:
+        return f"{p.name[:40]}-{p.uid[:8]}"
+
+    def _free_address(self) -> tuple[int, str]:
+        net = ipaddress.ip_network(self.net.subnet)
+        taken = {p.ip for p in self.pods.values()} | {self.net.gateway}
+        used = {p.index for p in self.pods.values()}
+        index = next(i for i in range(len(used) + 1) if i not in used)
+        ip = next(str(h) for h in net.hosts() if str(h) not in taken)
+        return index, ip
+
+    # The loop
+
+    def run(self, stop: threading.Event, period: float = 0.5) -> None:
+        self.register_nodes()
+        while not stop.is_set():
+            try:
+                self.sync()
+            except (ApiException, OSError) as exc:  # the API server restarting: try again
+                self.progress(f"kubelet: {exc}")
+            stop.wait(period)
+
+    def register_nodes(self) -> None:
+        for node in self.nodes.values():
+            obj = node.object()
+            try:
+                self.core.create_node(obj)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                self.core.patch_node(node.name, {"metadata": {"labels": obj["metadata"]["labels"]}})
+            self.core.patch_node_status(node.name, {"status": obj["status"]})
+        self._heartbeat = 0.0
+
+    def _heartbeats(self) -> None:
+        if time.monotonic() - self._heartbeat < 10:
+            return
+        self._heartbeat = time.monotonic()
+        stamp = now()
+        for name in self.nodes:
+            self.core.patch_node_status(name, {"status": {"conditions": [{
+                "type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "slurmk8s sandbox kubelet is posting ready status",
+                "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}],
+                "addresses": [{"type": "InternalIP", "address": self.net.gateway},
+                              {"type": "Hostname", "address": name}]}})
+
+    def sync(self) -> None:
+        self._heartbeats()
+        bound = {}
+        for name in self.nodes:
+            for pod in self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
+                bound[pod.metadata.uid] = self.core.api_client.sanitize_for_serialization(pod)
+        for uid, local in list(self.pods.items()):
+            if uid not in bound and uid not in self.stopping:
+                self._stop(local, grace=0, delete=False)
+        for uid, pod in bound.items():
+            meta, status = pod["metadata"], pod.get("status", {})
+            local = self.pods.get(uid)
+            if meta.get("deletionTimestamp"):
+                if uid not in self.stopping:
+                    if local is None:
+                        self._delete(meta)
+                    else:
+                        self._stop(local, grace=int(meta.get("deletionGracePeriodSeconds") or 0), delete=True)
+                continue
+            if local is None:
+                if status.get("phase") in (None, "", "Pending"):
+                    self._admit(pod)
+                continue
+            if uid in self.stopping:
+                continue
+            self._tend(pod, local)
+        self._write_hosts(bound)
+
+    # Pods
+
+    def _namespace_objects(self, ns: str) -> tuple[dict, dict]:
+        ser = self.core.api_client.sanitize_for_serialization
+        cms = {o.metadata.name: ser(o) for o in self.core.list_namespaced_config_map(ns).items}
+        secrets = {o.metadata.name: ser(o) for o in self.core.list_namespaced_secret(ns).items}
+        return cms, secrets
+
+    def _plan(self, pod: dict, ip: str) -> PodPlan:
+        cms, secrets = self._namespace_objects(pod["metadata"]["namespace"])
+        return pod_plan(pod, cms, secrets, ip)
+
+    def _admit(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        index, ip = self._free_address()
+        try:
+            plan = self._plan(pod, ip)
+        except LookupError as exc:  # a ConfigMap or Secret not there yet: wait, and say so
+            self._status(meta, {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "message": str(exc)}]})
+            return
+        local = LocalPod(meta["uid"], meta["namespace"], meta["name"], pod["spec"]["nodeName"], index, ip)
+        with self.lock:
+            self.pods[local.uid] = local
+        self._save()  # before anything exists: a restarted kubelet finds and removes it
+        self._start(local, plan)
+
+    def _start(self, local: LocalPod, plan: PodPlan) -> None:
+        key = self._netns_key(local)
+        pod_dir = self.pod_dir(local)
+        self.net.detach(key, local.index)  # what a killed kubelet may have left
+        self.net.attach(key, local.index, local.ip)
+        runtime.prepare(plan, pod_dir, self.hosts_path, self.dir / "storage")
+        local.volumes = self._volume_hash(plan)
+        local.holder = runtime.start(self.net.netns(key), pod_dir)
+        local.started = now()
+        local.ready = False
+        self._save()
+        self.progress(f"kubelet: started pod {local.namespace}/{local.name} on {local.node} ({local.ip})")
+        self._report(local, plan)
+
+    @staticmethod
+    def _volume_hash(plan: PodPlan) -> str:
+        h = hashlib.sha256()
+        for f in sorted(plan.files, key=lambda f: f.path):
+            h.update(f.path.encode() + b"\0" + f.content + b"\0")
+        return h.hexdigest()[:16]
+
+    def _tend(self, pod: dict, local: LocalPod) -> None:
+        plan = None
+        if not runtime.alive(local.holder):
+            if pod["spec"].get("restartPolicy", "Always") == "Never":
+                self._status(pod["metadata"], {"phase": "Failed", "conditions": [
+                    {"type": "Ready", "status": "False", "reason": "PodFailed"}]})
+                return
+            local.restarts += 1
+            self.progress(f"kubelet: pod {local.namespace}/{local.name} ended; restarting it ({local.restarts})")
+            plan = self._plan(pod, local.ip)
+            self._start(local, plan)
+            return
+        if time.monotonic() - self._probed.get(local.uid, 0) < 2:
+            return
+        self._probed[local.uid] = time.monotonic()
+        try:
+            plan = self._plan(pod, local.ip)
+        except LookupError:
+            return
+        digest = self._volume_hash(plan)
+        if digest != local.volumes:
+            runtime.refresh_volumes(plan, self.pod_dir(local))
+            local.volumes = digest
+            self._save()
+        ready = runtime.ready(local.holder, self.pod_dir(local), plan)
+        if ready != local.ready or pod.get("status", {}).get("phase") != "Running":
+            local.ready = ready
+            self._save()
+            self._report(local, plan)
+
+    def _report(self, local: LocalPod, plan: PodPlan) -> None:
+        ready = "True" if local.ready else "False"
+        stamp = now()
+        self._status({"name": local.name, "namespace": local.namespace}, {
+            "phase": "Running", "podIP": local.ip, "podIPs": [{"ip": local.ip}], "hostIP": self.net.gateway,
+            "startTime": local.started,
+            "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Initialized", "status": "True"},
+                {"type": "ContainersReady", "status": ready, "lastTransitionTime": stamp},
+                {"type": "Ready", "status": ready, "lastTransitionTime": stamp},
+            ],
+            "containerStatuses": [{
+                "name": c.name, "ready": local.ready, "restartCount": local.restarts, "started": True,
+                "image": c.component, "imageID": "", "containerID": f"sandbox://{local.holder}",
+                "state": {"running": {"startedAt": local.started}},
+            } for c in plan.containers],
+        })
+
+    def _status(self, meta: dict, status: dict) -> None:
+        try:
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def _stop(self, local: LocalPod, grace: int, delete: bool) -> None:
+        self.stopping.add(local.uid)
+
+        def work():
+            try:
+                runtime.stop(local.holder, grace=grace)
+                self.net.detach(self._netns_key(local), local.index)
+                with self.lock:
+                    self.pods.pop(local.uid, None)
+                self._save()
+                self.progress(f"kubelet: stopped pod {local.namespace}/{local.name}")
+                if delete:
+                    self._delete({"name": local.name, "namespace": local.namespace, "uid": local.uid})
+            finally:
+                self.stopping.discard(local.uid)
+
+        self.pool.submit(work)
+
+    def _delete(self, meta: dict) -> None:
+        try:
+            self.core.delete_namespaced_pod(meta["name"], meta["namespace"], grace_period_seconds=0,
+                                            body=client.V1DeleteOptions(
+                                                grace_period_seconds=0,
+                                                preconditions=client.V1Preconditions(uid=meta["uid"])))
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    # Names
+
+    def _write_hosts(self, bound: dict[str, dict]) -> None:
+        plans = []
+        for uid, pod in bound.items():
+            local = self.pods.get(uid)
+            if local is None:
+                continue
+            meta, spec = pod["metadata"], pod["spec"]
+            plans.append(PodPlan(name=meta["name"], namespace=meta["namespace"], owner_kind="", owner="",
+                                 labels=meta.get("labels", {}), hostname=spec.get("hostname") or meta["name"],
+                                 subdomain=spec.get("subdomain"), ip=local.ip))
+        ser = self.core.api_client.sanitize_for_serialization
+        services = {f"{s.metadata.namespace}/{s.metadata.name}": ser(s)
+                    for s in self.core.list_service_for_all_namespaces().items}
+        text = hosts_file(plans, services)
+        if text != self._hosts:
+            # In place: every pod bind-mounts this very file.
+            with open(self.hosts_path, "r+") as f:
+                f.seek(0)
+                f.write(text)
+                f.truncate()
+            self._hosts = text
+
+    def stop_all(self) -> None:
+        """Stop every pod this kubelet runs (the sandbox is going down)."""
+        for local in list(self.pods.values()):
+            if local.uid not in self.stopping:
+                self._stop(local, grace=30, delete=False)
+        self.pool.shutdown(wait=True)

@@ -1,0 +1,154 @@
+"""The sandbox's kubelet against the Kubernetes stand-in, with real Slurm: the
+rendered objects go in through kubectl, the stand-in's controllers make pods,
+its scheduler binds them to sandbox Nodes, and the kubelet runs them through
+the images' entrypoints until every Slurm node is idle (asked through the
+Slurm agent, as the operator asks)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from slurmk8s.api import load_cluster
+from slurmk8s.render import ClusterKeys, render
+from slurmk8s.sandbox import runtime
+from slurmk8s.sandbox.apiserver import APIServer
+from slurmk8s.sandbox.kubelet import Kubelet, SandboxNode
+from slurmk8s.slurm.remote import RemoteSlurm
+
+from .conftest import EXAMPLE
+
+pytestmark = pytest.mark.slurm
+GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+NODES = [SandboxNode("sbx-cpu-0"), SandboxNode("sbx-gpu-0", gpus=4, taints=[GPU_TAINT]),
+         SandboxNode("sbx-gpu-1", gpus=4, taints=[GPU_TAINT])]
+
+
+def wait_for(what: str, predicate, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except Exception as exc:  # noqa: BLE001 - retried until the deadline, then reported
+            value, last = None, exc
+        else:
+            last = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}" + (f": {last}" if last else ""))
+        time.sleep(0.5)
+
+
+class World:
+    def __init__(self, tmp):
+        assert os.geteuid() == 0, "the kubelet needs root (namespaces, mounts, veths)"
+        self.dir = tmp
+        self.server = APIServer(tmp / "api").start()
+        self.kubeconfig = self.server.write_kubeconfig(tmp / "kubeconfig")
+        self.api = config.new_client_from_config(str(self.kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.net = runtime.Network("kltest", "10.253.91.0/24", "10.253.91.1")
+        self.net.create()
+        self.keys = ClusterKeys.generate()
+        self.kubelet = None
+        self.start_kubelet()
+
+    def start_kubelet(self):
+        self.stop = threading.Event()
+        self.kubelet = Kubelet(self.api, NODES, self.dir / "kubelet", self.net)
+        self.thread = threading.Thread(target=self.kubelet.run, args=(self.stop,), daemon=True)
+        self.thread.start()
+
+    def kill_kubelet(self):
+        """The kubelet process goes away; its pods keep running."""
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        proc = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args], input=input,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    def pod(self, name: str):
+        return self.core.read_namespaced_pod(name, "default")
+
+    def slurm(self) -> RemoteSlurm:
+        ip = self.pod("demo-controller-0").status.pod_ip
+        return RemoteSlurm(f"http://{ip}:6830", self.keys.agent_token)
+
+    def idle_nodes(self) -> set[str]:
+        return {n.name for n in self.slurm().nodes() if n.state == "idle" and not n.flags - {"DYNAMIC_NORM"}}
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(timeout=10)
+        self.kubelet.stop_all()
+        self.net.delete()
+        for ns in self.net.leftovers()[0]:
+            runtime.sh("ip", "netns", "del", ns, check=False)
+        self.server.stop()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    w = World(tmp_path_factory.mktemp("kubelet"))
+    try:
+        cluster = load_cluster(yaml.safe_load(EXAMPLE.read_text()))
+        objs = render(cluster, w.keys)
+        # The Secret the example's login user takes its SSH keys from.
+        objs.append({"apiVersion": "v1", "kind": "Secret",
+                     "metadata": {"name": "researcher-ssh", "namespace": "default"},
+                     "data": {"authorized_keys": base64.b64encode(b"ssh-ed25519 AAAAC3Nza x@y\n").decode()}})
+        w.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objs))
+        w.expected = {f"demo-{ns.name}-{i}" for ns in cluster.spec.node_sets for i in range(ns.replicas)}
+        wait_for("every Slurm node idle", lambda: w.idle_nodes() >= w.expected)
+        yield w
+    finally:
+        w.close()
+
+
+def test_rendered_objects_become_running_pods_and_idle_slurm_nodes(world):
+    pods = {p.metadata.name: p for p in world.core.list_namespaced_pod("default").items}
+    assert world.expected <= set(pods)
+    wait_for("every pod Ready", lambda: all(
+        any(c.type == "Ready" and c.status == "True" for c in world.pod(n).status.conditions) for n in pods))
+    for name, pod in pods.items():
+        assert pod.status.phase == "Running" and pod.status.pod_ip.startswith("10.253.91.")
+    # GPU workers landed on GPU nodes (the scheduler honoured resources and taints).
+    assert {pods[n].spec.node_name for n in pods if n.startswith("demo-gpu-")} == {"sbx-gpu-0", "sbx-gpu-1"}
+    table = world.kubectl("get", "pods", "-o", "wide")
+    assert "demo-controller-0" in table and "2/2" in table  # slurmctld and its agent
+    nodes = world.core.list_node().items
+    assert {n.metadata.name for n in nodes} == {n.name for n in NODES}
+    assert all(any(c.type == "Ready" and c.status == "True" for c in n.status.conditions) for n in nodes)
+
+
+def test_a_restarted_kubelet_adopts_its_pods(world):
+    before = {p.uid: p.holder for p in world.kubelet.pods.values()}
+    world.kill_kubelet()
+    world.start_kubelet()
+    time.sleep(3)  # a few rounds of the new kubelet
+    after = {p.uid: p.holder for p in world.kubelet.pods.values()}
+    assert after == before
+    assert all(runtime.alive(h) for h in after.values())
+    assert world.idle_nodes() >= world.expected
+
+
+def test_a_deleted_worker_leaves_slurm_and_its_statefulset_brings_it_back(world):
+    old = world.pod("demo-gpu-1").metadata.uid
+    world.kubectl("delete", "pod", "demo-gpu-1", "--wait=true", "--timeout=90s")
+    # The entrypoint drained its node and deleted the record on SIGTERM (graceful deletion).
+    logs = (world.dir / "kubelet" / "pods").glob(f"default_demo-gpu-1_{old[:8]}/containers/0/log")
+    assert any("deleted node demo-gpu-1 from slurmctld" in log.read_text() for log in logs)
+    new = wait_for("a new demo-gpu-1 pod", lambda: (p := world.pod("demo-gpu-1")).metadata.uid != old and p)
+    assert new.spec.node_name in {"sbx-gpu-0", "sbx-gpu-1"}
+    wait_for("demo-gpu-1 idle again", lambda: "demo-gpu-1" in world.idle_nodes())
