@@ -8,8 +8,10 @@ credentials, the namespaces it watches, /healthz and /metrics.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -45,9 +47,52 @@ DISCOVERY = {
 }
 
 
+CLUSTER = {
+    "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster",
+    "metadata": {"name": "demo", "namespace": "hpc", "uid": "c0ffee00-0000-4000-8000-00000000000a",
+                 "resourceVersion": "7", "generation": 1},
+    "spec": {"nodeSets": [{"name": "cpu", "replicas": 1}], "partitions": [{"name": "cpu", "nodeSets": ["cpu"]}]},
+}
+
+
+def json_patch(doc: dict, ops: list[dict]) -> dict:
+    """RFC 6902, the operations kopf sends (test, add, replace, remove)."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        target = doc
+        for p in parents:
+            target = target.setdefault(p, {})
+        if op["op"] == "test" and target.get(last) != op["value"]:
+            raise ValueError(f"test failed at {op['path']}")
+        if op["op"] in ("add", "replace"):
+            target[last] = op["value"]
+        elif op["op"] == "remove":
+            target.pop(last, None)
+    return doc
+
+
+def merge(target, patch):
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge(out.get(k), v)
+    return out
+
+
 class _Api(BaseHTTPRequestHandler):
+    """Discovery, lists (namespaces; the SlurmClusters in ``clusters``, kept and watched;
+    nothing else); writes to other objects are recorded and answered with their body."""
+
     protocol_version = "HTTP/1.1"
     seen: list[tuple[str, str, str]] = []
+    writes: list[tuple[str, str, str, str, dict]] = []  # method, path, query, content type, body
+    clusters: list[dict] = []
+    watchers: list[queue.Queue] = []
 
     def log_message(self, *args) -> None:
         pass
@@ -70,19 +115,52 @@ class _Api(BaseHTTPRequestHandler):
                                                                   "resourceVersion": "1"}}])}
         if path.endswith("/slurmclusters") or path in lists:
             if "watch=true" in query:
+                events: queue.Queue = queue.Queue()
+                if path.endswith("/slurmclusters"):
+                    self.watchers.append(events)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 self.wfile.flush()
-                time.sleep(5)  # an idle watch; kopf reconnects
-                self.wfile.write(b"0\r\n\r\n")
+                try:
+                    while True:  # stream the cluster's changes; end after 5 s of quiet (kopf reconnects)
+                        line = json.dumps(events.get(timeout=5)).encode() + b"\n"
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                        self.wfile.flush()
+                except queue.Empty:
+                    self.wfile.write(b"0\r\n\r\n")
+                finally:
+                    if events in self.watchers:
+                        self.watchers.remove(events)
                 return
-            api_version, kind, items = lists.get(path, ("slurmk8s.dev/v1alpha1", "SlurmClusterList", []))
+            api_version, kind, items = lists.get(path, ("slurmk8s.dev/v1alpha1", "SlurmClusterList", self.clusters))
             return self._json(200, {"apiVersion": api_version, "kind": kind,
                                     "metadata": {"resourceVersion": "1"}, "items": items})
+        if "labelSelector=" in query:  # the operator's observation of a cluster: nothing exists yet
+            return self._json(200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": []})
         return self._json(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
                                 "message": f"{path} not found", "code": 404})
+
+
+    def _write(self) -> None:
+        path, _, query = self.path.partition("?")
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        self.writes.append((self.command, path, query, self.headers.get("Content-Type", ""), body))
+        if "/slurmclusters/demo" in path and self.clusters:  # kopf's bookkeeping, the operator's status
+            current = self.clusters[0]
+            try:
+                changed = json_patch(current, body) if isinstance(body, list) else merge(current, body)
+            except ValueError as exc:
+                return self._json(409, {"kind": "Status", "reason": "Conflict", "message": str(exc), "code": 409})
+            changed["metadata"]["resourceVersion"] = str(int(current["metadata"]["resourceVersion"]) + 1)
+            self.clusters[0] = body = changed
+            for events in list(self.watchers):
+                events.put({"type": "MODIFIED", "object": changed})
+        self._json(201 if self.command == "POST" else 200, body)
+
+    do_POST = do_PATCH = _write
 
 
 def free_port() -> int:
@@ -95,7 +173,7 @@ def free_port() -> int:
 def api(tmp_path):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
     server.daemon_threads = True
-    _Api.seen = []
+    _Api.seen, _Api.writes, _Api.clusters = [], [], []
     threading.Thread(target=server.serve_forever, daemon=True).start()
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({
@@ -163,4 +241,51 @@ def test_it_starts_against_an_api_server_and_serves_health_and_metrics(api):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             _, err = proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+
+
+def test_a_slurmcluster_is_picked_up_and_rendered_with_one_field_manager(api):
+    _Api.clusters = [copy.deepcopy(CLUSTER)]
+    proc = subprocess.Popen(
+        [SLURMK8S, "operator", "--namespace", "hpc", "--kubeconfig", str(api), "--interval", "3600"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        def handled() -> bool:
+            annotations = _Api.clusters[0]["metadata"].get("annotations") or {}
+            return "slurmk8s.dev/last-handled-configuration" in annotations and \
+                any("/events" in w[1] for w in _Api.writes)
+
+        while not handled():
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, f"the cluster was not handled: {[w[:2] for w in _Api.writes]}"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    writes = list(_Api.writes)
+    finalizers = [w for w in writes if w[1] == "/apis/slurmk8s.dev/v1alpha1/namespaces/hpc/slurmclusters/demo"
+                  and "slurmk8s.dev/teardown" in json.dumps(w[4])]
+    assert finalizers, "kopf did not add the teardown finalizer"
+    applied = {w[1].rsplit("/", 2)[-2:][0] + "/" + w[4]["metadata"]["name"]: w for w in writes
+               if w[0] == "PATCH" and w[3] == "application/apply-patch+yaml"}
+    assert {"configmaps/demo-slurm-config", "statefulsets/demo-controller", "statefulsets/demo-cpu",
+            "services/demo-controller"} <= set(applied)
+    for method, path, query, ctype, body in writes:
+        if "slurmclusters" in path and not path.endswith("/status"):
+            continue  # kopf's own bookkeeping patches
+        if "/events" in path:
+            continue  # kopf posts the Events
+        assert "fieldManager=slurmk8s-operator" in query, (method, path, query)
+    created = [w for w in writes if w[0] == "POST" and "/secrets" in w[1]]
+    assert {w[4]["metadata"]["name"] for w in created} >= {"demo-munge-key", "demo-agent-token"}
+    status = next(w for w in writes if w[1].endswith("/status"))
+    assert status[3] == "application/merge-patch+json" and status[4]["status"]["phase"] == "Pending"
+    # kopf keeps its bookkeeping in our annotations, not in the status (whose schema is ours).
+    final = _Api.clusters[0]
+    assert final["status"]["phase"] == "Pending" and set(final["status"]) <= {
+        "phase", "conditions", "observedGeneration", "nodeCounts", "configHash"}
+    assert not [k for k in final["metadata"].get("annotations", {}) if k.startswith("kopf.")]
+    events = [w[4] for w in writes if w[0] == "POST" and w[1] == "/api/v1/namespaces/hpc/events"]
+    assert any(e.get("reason") == "Pending" and e["involvedObject"]["name"] == "demo" for e in events)
     assert proc.returncode == 0, err[-3000:]
