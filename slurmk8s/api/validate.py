@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 from pydantic import ValidationError
 
-from .cluster import SlurmCluster
+from .cluster import SlurmCluster, lent_nodeset
 from .errors import FieldError, InvalidSpec, from_pydantic
 from .fields import quote
 
@@ -135,6 +135,17 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
                 yield FieldError(
                     f"spec.partitions[{i}].nodeSets[{j}]",
                     f"{quote(ref)} is not a node set; known node sets: {', '.join(known) or '(none)'}",
+                )
+
+    lent_features = {lent_nodeset(p.name): i for i, p in enumerate(spec.partitions) if p.accept_lent_nodes}
+    for i, ns in enumerate(spec.node_sets):
+        for j, feature in enumerate(ns.features):
+            if feature in lent_features:
+                yield FieldError(
+                    f"spec.nodeSets[{i}].features[{j}]",
+                    f"{quote(feature)} is the feature of the nodes lent to partition "
+                    f"spec.partitions[{lent_features[feature]}]; this node set's nodes would join "
+                    "that partition as lent nodes. Choose another feature name",
                 )
 
     users = spec.login.users
