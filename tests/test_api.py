@@ -58,7 +58,7 @@ def test_every_schema_node_has_a_type_and_a_description(name, version):
 @pytest.mark.parametrize("name,version", list(_committed_schemas()))
 def test_crd_is_structural_with_status_defaults_and_columns(name, version):
     text = yaml.safe_dump(version)
-    for forbidden in ("$ref", "anyOf", "allOf", "oneOf", "title:", "$defs"):
+    for forbidden in ("$ref", "anyOf", "allOf", "oneOf", "title:", "$defs", "patternProperties", "&id"):
         assert forbidden not in text, f"{name}: {forbidden} is not allowed in a structural schema"
     assert version["subresources"] == {"status": {}}
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}

@@ -113,8 +113,19 @@ def _structural(node: dict, defs: dict, path: str) -> dict:
             node["default"] = _strip_none(node["default"])
     if node.get("additionalProperties") is False:
         del node["additionalProperties"]
+    if "patternProperties" in node:
+        # A map with constrained keys (dict[LabelKey, X]). CRDs do not support
+        # patternProperties, and an object schema without additionalProperties
+        # would have its keys pruned: the values' schema becomes
+        # additionalProperties, and the key check stays with the validators.
+        patterns = node.pop("patternProperties")
+        if len(patterns) != 1 or "additionalProperties" in node:
+            raise SchemaError(f"{path}: a map needs exactly one key pattern")
+        node["additionalProperties"] = next(iter(patterns.values()))
     if isinstance(node.get("additionalProperties"), dict):
         node["additionalProperties"] = _structural(node["additionalProperties"], defs, path + "{}")
+        if "description" not in node["additionalProperties"]:
+            node["additionalProperties"]["description"] = f"One value of {path.rsplit('.', 1)[-1]}."
     node.pop("propertyNames", None)  # key patterns are checked by the validators
     if "properties" in node:
         node["properties"] = {
@@ -206,7 +217,11 @@ def crd_filename(obj: dict) -> str:
 
 
 class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (config files) as literal blocks, readable in the output."""
+    """Multi-line strings (config files) as literal blocks, readable in the output;
+    no YAML anchors, so a schema shared by two fields is written out twice."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
 
 
 def _str(dumper: yaml.SafeDumper, value: str):
