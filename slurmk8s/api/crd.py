@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from . import cluster
+from . import cluster, lending
 
 __all__ = ["CrdSpec", "CRDS", "crd", "all_crds", "dump_yaml", "SchemaError"]
 
@@ -70,6 +70,30 @@ CRDS: tuple[CrdSpec, ...] = (
              "description": "Slurm nodes without jobs"},
             {"name": "Config", "type": "string", "jsonPath": ".status.configHash", "priority": 1,
              "description": "Hash of the applied Slurm config"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ),
+    ),
+    CrdSpec(
+        kind=lending.KIND,
+        plural=lending.PLURAL,
+        singular="nodelendingpolicy",
+        short_names=("nlp", "lending"),
+        spec_model=lending.NodeLendingPolicySpec,
+        status_model=lending.NodeLendingPolicyStatus,
+        description=(lending.NodeLendingPolicy.__doc__ or "").replace("\n    ", " ").strip(),
+        printer_columns=(
+            {"name": "Cluster", "type": "string", "jsonPath": ".spec.clusterRef.name",
+             "description": "SlurmCluster the nodes are lent to"},
+            {"name": "Partition", "type": "string", "jsonPath": ".spec.partition",
+             "description": "Partition the lent nodes join"},
+            {"name": "Lent", "type": "integer", "jsonPath": ".status.counts.lent",
+             "description": "Nodes lent and taking Slurm jobs"},
+            {"name": "Selected", "type": "integer", "jsonPath": ".status.counts.selected", "priority": 1,
+             "description": "GPU nodes the selector matches"},
+            _ready_column("Whether the policy is valid and can lend"),
+            {"name": "Reason", "type": "string", "priority": 1,
+             "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+             "description": "Why the policy is (not) ready"},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ),
     ),
