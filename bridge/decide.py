@@ -41,7 +41,7 @@ from ..api.lending import (
 )
 from ..render.lent import UnlendableNode, lent_node
 from ..slurm.hostlist import HostlistError, expand
-from ..slurm.model import Job, Node
+from ..slurm.model import ACTIVE_JOB_STATES, Job, Node
 from .actions import (
     Action,
     CancelJobs,
@@ -72,7 +72,16 @@ from .nodestate import (
     TAINT_EFFECT,
     TAINT_KEY,
 )
-from .observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, Observed, PolicyGone, SlurmState
+from .observed import (
+    TERMINAL_PHASES,
+    InvalidPolicy,
+    KubeNode,
+    KubePod,
+    NodeTaint,
+    Observed,
+    PolicyGone,
+    SlurmState,
+)
 from .windows import in_window
 
 __all__ = [
@@ -155,23 +164,27 @@ class _World:
         self.pending: list[KubePod] = []
         #: nodes that still have a lent slurmd pod (in any phase): not idle yet
         self.slurmd_nodes: set[str] = set()
+        # One pass over the pods; the common cases are tested first.
+        gpu_pods, used_gpus, pending = self.gpu_pods, self.used_gpus, self.pending
         for pod in observed.pods:
             ours = pod.labels.get(COMPONENT_LABEL) == SLURMD_COMPONENT
             if ours:
                 self.slurmd_pods[(pod.namespace, pod.name)] = pod
                 if pod.node is not None:
                     self.slurmd_nodes.add(pod.node)
-            if pod.terminal or pod.gpus <= 0:
+            gpus = pod.gpus
+            if gpus <= 0 or pod.phase in TERMINAL_PHASES:
                 continue
-            if pod.node is None:
+            node = pod.node
+            if node is None:
                 if (pod.phase == "Pending" and pod.unschedulable and not pod.deleting and not ours
                         and pod.owner_kind != "DaemonSet"):
-                    self.pending.append(pod)
+                    pending.append(pod)
                 continue
             if pod.owner_kind != "DaemonSet":
-                self.gpu_pods[pod.node] += 1
+                gpu_pods[node] += 1
             if not pod.deleting and not ours:
-                self.used_gpus[pod.node] += pod.gpus
+                used_gpus[node] += gpus
 
         slurm = observed.slurm
         self.slurm_known = slurm.known
@@ -182,7 +195,7 @@ class _World:
         if slurm.known:
             cache: dict[str, list[str]] = {}
             for job in slurm.jobs:
-                if not job.active or not job.nodes:
+                if job.state not in ACTIVE_JOB_STATES or not job.nodes:
                     continue
                 names = cache.get(job.nodes)
                 if names is None:

@@ -61,8 +61,11 @@ def expand(hostlist: str) -> list[str]:
     Several bracket groups in one name expand to every combination
     (``"r[1-2]n[1-2]"`` -> r1n1, r1n2, r2n1, r2n2). Raises :class:`HostlistError`.
     """
+    hostlist = hostlist.strip()
+    if "[" not in hostlist and "]" not in hostlist:  # plain names: the common case
+        return [name for name in hostlist.split(",") if name]
     names: list[str] = []
-    for item in _split_top(hostlist.strip()):
+    for item in _split_top(hostlist):
         pieces = re.split(r"\[([^\]]*)\]", item)
         # pieces alternate: literal, group, literal, group, ..., literal
         choices = [[p] if i % 2 == 0 else _expand_group(p, hostlist) for i, p in enumerate(pieces)]
