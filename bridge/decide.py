@@ -119,7 +119,7 @@ REASONS = {
     CORDONED: "the node was cordoned",
     WINDOW: "outside the policy's lending windows",
     LIMITS: "maxLentNodes or minKubernetesNodes",
-    PARTITION: "the partition no longer takes lent nodes from this policy",
+    PARTITION: "the policy now lends to another partition",
     POLICY_GONE: "the NodeLendingPolicy was deleted",
     SLURMD_LOST: "the node's slurmd pod is gone or failed",
     SLURM_NODE_LOST: "Slurm no longer knows the node",
@@ -241,6 +241,8 @@ class _Plan:
     policy: NodeLendingPolicy | None
     reclaim: ReclaimSpec
     registration_timeout: int
+    #: namespace/name of the SlurmCluster of a policy that is gone
+    cluster: str = ""
 
 
 @dataclass
@@ -270,7 +272,8 @@ class _Decider:
             self.cluster_name = plan.policy.spec.cluster_ref.name
             self.cluster_key = f"{plan.namespace}/{self.cluster_name}"
         else:
-            self.cluster_key = self.cluster_name = ""
+            self.cluster_key = plan.cluster
+            self.cluster_name = plan.cluster.split("/")[-1]
         self.r = _Round()
 
     # -- small helpers ------------------------------------------------------
@@ -312,8 +315,15 @@ class _Decider:
 
         problem = self.problem(selected) if policy is not None else None
 
+        if self.cluster is None and policy is not None:
+            # Maybe a typo in clusterRef: report it, and leave the nodes as they are.
+            for n in mine:
+                self.r.projected[n.name] = n.record.state
+            self.record_idle(kube, lending=set())
+            return self.finish(selected, kube, problem, window_open=True)
         if self.cluster is None:
-            # No SlurmCluster, so no Slurm and no jobs: give the nodes back.
+            # The policy and its SlurmCluster are gone, and with the cluster
+            # Slurm and every job: give the nodes back.
             for n in mine:
                 if n.record.state not in STATES:
                     self.r.unknown_state.append(n.name)
@@ -348,13 +358,18 @@ class _Decider:
             if rec.state == RECLAIMING:
                 reclaiming.append(n)
                 continue
-            reason = self.failure(n) or self.must_go(n, selector, problem, window_open)
+            # A policy problem (a typo in the partition or the selector, say)
+            # must not take every lent node back at once: only failures and
+            # pending pods do then.
+            reason = self.failure(n) or (None if problem else self.must_go(n, selector, window_open))
             if reason:
                 leaving[n.name] = reason
             else:
                 held.append(n)
 
-        # Limits: too many lent, or too few left to Kubernetes.
+        # Limits: too many lent, or too few left to Kubernetes. The cap holds
+        # even with a policy problem (maxLentNodes: 0 takes every node back);
+        # the minimum counts selected nodes, which a problem makes unreliable.
         held.sort(key=self.reclaim_order)
         if policy is not None:
             spec = policy.spec
@@ -363,6 +378,7 @@ class _Decider:
                 for n in held[: len(held) - cap]:
                     leaving[n.name] = LIMITS
                 held = held[len(held) - cap:]
+        if policy is not None and problem is None:
             selected_names = {n.name for n in selected}
             returning = sum(1 for n in [*reclaiming, *(by_name[x] for x in leaving)] if n.name in selected_names)
             short = spec.min_kubernetes_nodes - len(kube) - returning
@@ -390,7 +406,7 @@ class _Decider:
         for n in held:
             self.keep(n)
 
-        ghosts = self.clean_ghosts(kube)
+        ghosts = self.clean_ghosts(kube) if problem is None else set()
         lending: set[str] = set()
         if policy is not None and problem is None and window_open:
             # Nodes handed back this round serve Kubernetes from now on.
@@ -474,13 +490,11 @@ class _Decider:
             return SLURM_NODE_DOWN
         return None
 
-    def must_go(self, node: KubeNode, selector: LabelSelector | None, problem, window_open: bool) -> str | None:
+    def must_go(self, node: KubeNode, selector: LabelSelector | None, window_open: bool) -> str | None:
         """A reason to give the node back gracefully (signal, grace, jobAction), or None."""
         policy = self.plan.policy
         if policy is None:
             return POLICY_GONE
-        if problem is not None and problem[0] in ("PartitionNotFound", "PartitionNotLendable"):
-            return PARTITION
         if node.record.partition != policy.spec.partition:
             return PARTITION
         if selector is None or not selector.matches(node.labels) or node.gpus <= 0:
@@ -795,6 +809,10 @@ class _Decider:
                                       lending=counts[LENDING], lent=counts[LENT], reclaiming=counts[RECLAIMING])
         if problem is not None:
             ready, reason, message = "False", problem[0], problem[1]
+            if holding and problem[0] != "SlurmUnreachable":
+                message += (f". Nothing is lent meanwhile; the {len(holding)} node(s) this policy holds are "
+                            "taken back only when they fail or pending pods need them (set maxLentNodes: 0 "
+                            "or delete the policy to take them all back)")
         else:
             ready, reason = "True", "Lending"
             message = (f"{counts[LENT]} of {len(selected_names)} selected nodes lent to partition "
@@ -873,7 +891,7 @@ def decide(observed: Observed, policy: NodeLendingPolicy | PolicyGone | InvalidP
                                message, holding, counts, old, now)
     if isinstance(policy, PolicyGone):
         plan = _Plan(policy.key, policy.namespace, policy.name, None, DEFAULT_RECLAIM,
-                     DEFAULT_REGISTRATION_TIMEOUT)
+                     DEFAULT_REGISTRATION_TIMEOUT, cluster=policy.cluster)
     else:
         plan = _Plan(policy.key, policy.namespace, policy.name, policy, policy.spec.reclaim,
                      policy.spec.registration_timeout_seconds)
@@ -882,12 +900,14 @@ def decide(observed: Observed, policy: NodeLendingPolicy | PolicyGone | InvalidP
 
 def orphaned_policies(nodes: Iterable[KubeNode], existing: Iterable[str]) -> list[PolicyGone]:
     """Policies that Nodes still name but that no longer exist (``existing``:
-    ``namespace/name`` of every NodeLendingPolicy): decide on each with a
-    :class:`PolicyGone` to take their nodes back."""
+    ``namespace/name`` of every NodeLendingPolicy), one per SlurmCluster their
+    nodes were lent to: decide on each, with that cluster observed (or None
+    when it is gone too), to take the nodes back."""
     alive = set(existing)
-    gone = sorted({n.record.policy for n in nodes
-                   if n.record.state is not None and n.record.policy and n.record.policy not in alive})
-    return [PolicyGone(*key.split("/", 1)) for key in gone if "/" in key]
+    gone = sorted({(n.record.policy, n.record.cluster) for n in nodes
+                   if n.record.state is not None and n.record.policy and n.record.cluster
+                   and n.record.policy not in alive})
+    return [PolicyGone(*key.split("/", 1), cluster) for key, cluster in gone if "/" in key]
 
 
 @dataclass(frozen=True)

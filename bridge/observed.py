@@ -131,10 +131,13 @@ class Observed:
 @dataclass(frozen=True)
 class PolicyGone:
     """A policy that Nodes still name (``slurmk8s.dev/lending-policy``) but that
-    no longer exists: its nodes are taken back with the default reclaim settings."""
+    no longer exists: its nodes lent to ``cluster`` (``namespace/name``, from
+    their ``slurmk8s.dev/lending-cluster``) are taken back with the default
+    reclaim settings."""
 
     namespace: str
     name: str
+    cluster: str
 
     @property
     def key(self) -> str:

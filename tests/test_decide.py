@@ -362,11 +362,12 @@ def test_pod_selector_or_min_priority_pick_the_pods_that_trigger(reclaim, labels
     (dict(unschedulable=True), POLICY, "cordoned"),
     ({}, policy(windows=[{"start": "00:00", "end": "06:00"}]), "window"),
     ({}, policy(maxLentNodes=0), "limits"),
-    ({}, policy(minKubernetesNodes=1), "limits"),
+    ({}, policy(minKubernetesNodes=2), "limits"),
     ({}, policy(partition="other"), "partition"),
 ])
 def test_graceful_reclaim_reasons(change, pol, reason):
-    w = lent_world("n1", jobs=[job(1, "n1")])
+    w = lent_world("n1", jobs=[job(1, "n1")], pods=[gpu_pod("svc", "k", gpus=8)])
+    w.nodes["k"] = gpu_node("k")  # busy, but selected: the selector still matches something
     node = w.nodes["n1"]
     w.nodes["n1"] = replace(node, labels={**change.get("labels", node.labels), STATE_LABEL: LENT},
                             unschedulable=change.get("unschedulable", False))
@@ -560,36 +561,62 @@ def test_nodes_lent_to_another_cluster_are_left_alone():
 # -- policy problems ------------------------------------------------------------------------
 
 
-def test_a_missing_cluster_is_reported_and_its_nodes_are_handed_back_without_slurm():
-    w = lent_world("n1", jobs=[job(1, "n1")])
+def test_a_missing_cluster_is_reported_and_its_nodes_are_left_as_they_are():
+    w = lent_world("n1", jobs=[job(1, "n1")], pods=[gpu_pod("want", None, gpus=8)])
     w.cluster = None
+    w.slurm_known = False   # no cluster, no Slurm to read
     w.nodes["idle"] = gpu_node("idle", annotations=IDLE)
     acts = w.decide(POLICY, T0)
-    assert kinds(acts) == ["SetLendingState", "DeleteSlurmdPod", "Untaint", "ClearLending"]
-    assert only(acts, A.SetLendingState).reason == "cluster-gone"
+    assert kinds(acts) == []
     cond = status(acts).conditions[0]
     assert (cond.status, cond.reason) == ("False", "ClusterNotFound")
-    assert "fix spec.clusterRef.name" in cond.message
+    assert "fix spec.clusterRef.name" in cond.message and "the 1 node(s) this policy holds" in cond.message
+
+
+def test_when_policy_and_cluster_are_gone_the_nodes_are_handed_back_without_slurm():
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    w.nodes["n2"] = held_node("n2", LENDING)
+    w.cluster = None
+    acts = decide(w.observed(), PolicyGone("hpc", "lend", "hpc/demo"), T0)
+    assert kinds(acts) == ["SetLendingState", "DeleteSlurmdPod", "Untaint", "ClearLending",
+                           "SetLendingState", "Untaint", "ClearLending"]
+    assert {a.reason for a in of(acts, A.SetLendingState)} == {"cluster-gone"}
 
 
 @pytest.mark.parametrize("accept,partition,reason,hint", [
     (False, "gpu", "PartitionNotLendable", "set spec.partitions[1].acceptLentNodes: true"),
     (True, "nope", "PartitionNotFound", "partitions: cpu, gpu"),
 ])
-def test_a_partition_that_takes_no_lent_nodes_is_reported_and_lent_nodes_come_back(accept, partition, reason, hint):
-    w = lent_world("n1", jobs=[job(1, "n1")], cluster=cluster(accept=accept))
+def test_a_partition_problem_is_reported_and_stops_lending_but_not_what_keeps_nodes_safe(
+        accept, partition, reason, hint):
+    w = lent_world("n1", "n2", jobs=[job(1, "n1")], cluster=cluster(accept=accept))
     w.nodes["idle"] = gpu_node("idle", annotations=IDLE)
-    acts = w.decide(policy(partition=partition), T0)
+    pol = policy(partition=partition)
+    acts = w.decide(pol, T0)
+    assert kinds(acts) == []   # a typo does not take every lent node back
     cond = status(acts).conditions[0]
     assert (cond.status, cond.reason) == ("False", reason) and hint in cond.message
-    assert [(a.node, a.state, a.reason) for a in of(acts, A.SetLendingState)] == [("n1", RECLAIMING, "partition")]
+    # Failures and pending pods are still handled; maxLentNodes still holds.
+    w.nodes.pop("idle")
+    w.pods[("apps", "want")] = gpu_pod("want", None, gpus=8)
+    w.pods[("apps", "want2")] = gpu_pod("want2", None, gpus=8)
+    w.pods.pop(("hpc", slurmd_pod_name("demo", "n1")))
+    assert [(a.node, a.reason) for a in of(w.decide(pol, T0), A.SetLendingState)] == [
+        ("n1", "slurmd-lost"), ("n2", "demand")]   # n1, coming back, takes one pod
+    w.pods.pop(("apps", "want"))
+    w.pods.pop(("apps", "want2"))
+    pol = policy(partition=partition, maxLentNodes=0)
+    assert [(a.node, a.reason) for a in of(w.decide(pol, T0), A.SetLendingState)] == [
+        ("n1", "slurmd-lost"), ("n2", "limits")]
 
 
-def test_a_selector_matching_no_gpu_node_is_reported():
-    w = World.of(nodes=[gpu_node("n1", labels={"other": "x"})])
-    cond = status(w.decide(POLICY, T0)).conditions[0]
+def test_a_selector_matching_no_gpu_node_is_reported_and_lent_nodes_stay():
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    acts = w.decide(policy(nodeSelector={"matchLabels": {"slurmk8s.dev/lendabel": "true"}}), T0)
+    assert kinds(acts) == []
+    cond = status(acts).conditions[0]
     assert (cond.status, cond.reason) == ("False", "NoMatchingNodes")
-    assert "slurmk8s.dev/lendable=true" in cond.message
+    assert "slurmk8s.dev/lendabel=true" in cond.message
 
 
 def test_an_invalid_policy_gets_a_status_and_no_node_action():
@@ -607,7 +634,7 @@ def test_a_deleted_policy_gets_its_nodes_back_with_the_default_settings():
     w = lent_world("n1", jobs=[job(1, "n1")])
     w.nodes["idle"] = gpu_node("idle", annotations=IDLE)
     [gone] = orphaned_policies(w.nodes.values(), existing=["hpc/another"])
-    assert gone == PolicyGone("hpc", "lend")
+    assert gone == PolicyGone("hpc", "lend", "hpc/demo")
     acts = decide(w.observed(), gone, T0)
     assert only(acts, A.SetLendingState).reason == "policy-gone"
     assert only(acts, A.SignalJobs).signal == DEFAULT_RECLAIM.signal
