@@ -36,7 +36,7 @@ from slurmk8s.bridge.nodestate import (
     TAINT_KEY,
     format_time,
 )
-from slurmk8s.bridge.observed import InvalidPolicy, KubePod, NodeTaint, PolicyGone
+from slurmk8s.bridge.observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, PolicyGone
 from slurmk8s.render.lent import lent_node
 
 from .lending_sim import (
@@ -81,7 +81,7 @@ def status(actions):
 
 
 def held_node(name: str, state: str, *, since=T0 - timedelta(seconds=300), taint=True, key=POLICY.key,
-              labels=GPU_LABELS, **annotations) -> "gpu_node":
+              labels=GPU_LABELS, **annotations) -> KubeNode:
     ann = {POLICY_ANNOTATION: key, CLUSTER_ANNOTATION: "hpc/demo", PARTITION_ANNOTATION: "gpu",
            SINCE_ANNOTATION: format_time(since), **annotations}
     return gpu_node(name, labels={**labels, STATE_LABEL: state}, annotations=ann,
@@ -102,7 +102,7 @@ def lent_world(*names: str, jobs=(), pods=(), **kw) -> World:
                     jobs=jobs, **kw)
 
 
-def reclaiming_node(name: str, reason: str = "demand", signalled=None, forced=None) -> "gpu_node":
+def reclaiming_node(name: str, reason: str = "demand", signalled=None, forced=None) -> KubeNode:
     ann = {REASON_ANNOTATION: reason}
     if signalled is not None:
         ann[SIGNALLED_ANNOTATION] = format_time(signalled)

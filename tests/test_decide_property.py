@@ -4,7 +4,6 @@ same end state as one that was not."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import HealthCheck, given, settings
