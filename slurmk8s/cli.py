@@ -11,7 +11,7 @@ import click
 from . import __version__, log
 from .api import InvalidSpec
 from .api.crd import all_crds, crd_filename, dump_yaml
-from .manifest import clusters
+from .manifest import clusters, policies
 from .render import ClusterKeys, render
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -87,15 +87,16 @@ def render_cmd(filename: str, keys_dir: Path | None) -> None:
 @main.command("validate")
 @FILE_OPTION
 def validate_cmd(filename: str) -> None:
-    """Check the SlurmClusters in FILE; exit 1 with every problem, by field path."""
+    """Check the SlurmClusters and NodeLendingPolicies in FILE; exit 1 with
+    every problem, by field path."""
     try:
-        found = list(clusters(filename))
+        found = [*clusters(filename), *policies(filename)]
     except InvalidSpec as exc:
         _fail(exc)
     if not found:
-        raise click.UsageError(f"{filename} holds no SlurmCluster document")
-    for c in found:
-        click.echo(f"SlurmCluster {c.namespace}/{c.name} is valid")
+        raise click.UsageError(f"{filename} holds no SlurmCluster or NodeLendingPolicy document")
+    for obj in found:
+        click.echo(f"{obj.kind} {obj.namespace}/{obj.name} is valid")
 
 
 @main.command("crd")

@@ -8,8 +8,9 @@ from typing import Iterator
 
 import yaml
 
-from .api import InvalidSpec, SlurmCluster, load_cluster
+from .api import InvalidSpec, NodeLendingPolicy, SlurmCluster, load_cluster, load_policy
 from .api.cluster import API_VERSION, KIND
+from .api.lending import KIND as POLICY_KIND
 from .api.errors import FieldError
 
 
@@ -32,3 +33,14 @@ def clusters(path: str) -> Iterator[SlurmCluster]:
             raise InvalidSpec([FieldError(
                 "apiVersion", f"{doc['apiVersion']!r} is not served; use {API_VERSION}")])
         yield load_cluster(doc)
+
+
+def policies(path: str) -> Iterator[NodeLendingPolicy]:
+    """The NodeLendingPolicies of a file; other kinds are skipped, bad ones raise InvalidSpec."""
+    for doc in read_documents(path):
+        if not isinstance(doc, dict) or doc.get("kind") != POLICY_KIND:
+            continue
+        if doc.get("apiVersion", API_VERSION) != API_VERSION:
+            raise InvalidSpec([FieldError(
+                "apiVersion", f"{doc['apiVersion']!r} is not served; use {API_VERSION}")], kind=POLICY_KIND)
+        yield load_policy(doc)

@@ -89,6 +89,21 @@ class SlurmNamespace:
             input=input, capture_output=True, text=True, timeout=60, check=check,
         )
 
+    def start_local_node(self, name: str, node_conf: str, conf_dir: Path, timeout: float = 30) -> str:
+        """Start a dynamic slurmd that reads ``conf_dir`` (not configless), as a
+        lent node does, and wait until it is registered; returns its state."""
+        log = self.work / f"slurmd-{name}.log"
+        self.run(["slurmd", "-Z", "-N", name, "-f", str(conf_dir / "slurm.conf"),
+                  "-L", str(log), "--conf", node_conf])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.run(["sinfo", "-h", "-N", "-n", name, "-o", "%T"], check=False).stdout.strip()
+            if state and not state.startswith(("unk", "down", "inval")):
+                return state
+            time.sleep(0.2)
+        raise AssertionError(f"node {name} did not register within {timeout}s (state {state!r}):\n"
+                             f"{log.read_text() if log.exists() else ''}\n{self.log()[-3000:]}")
+
     def log(self) -> str:
         path = self.work / "slurmctld.log"
         return path.read_text() if path.exists() else ""

@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 import yaml
 
-from slurmk8s.api import load_cluster
+from slurmk8s.api import load_cluster, load_policy
 from slurmk8s.api.crd import all_crds, crd_filename, dump_yaml
 
 from .conftest import ROOT, minimal
@@ -48,7 +48,7 @@ def _committed_schemas():
 def test_every_schema_node_has_a_type_and_a_description(name, version):
     schema = version["schema"]["openAPIV3Schema"]
     nodes = list(_walk(schema, name))
-    assert len(nodes) > 100  # the walk really descends into the schema
+    assert len(nodes) > 50  # the walk really descends into the schema
     untyped = [p for p, n in nodes if "type" not in n]
     assert untyped == [], f"schema nodes without a type: {untyped}"
     undocumented = [p for p, n in nodes if not n.get("description")]
@@ -58,15 +58,28 @@ def test_every_schema_node_has_a_type_and_a_description(name, version):
 @pytest.mark.parametrize("name,version", list(_committed_schemas()))
 def test_crd_is_structural_with_status_defaults_and_columns(name, version):
     text = yaml.safe_dump(version)
-    for forbidden in ("$ref", "anyOf", "allOf", "oneOf", "title:", "$defs"):
+    for forbidden in ("$ref", "anyOf", "allOf", "oneOf", "title:", "$defs", "patternProperties", "&id"):
         assert forbidden not in text, f"{name}: {forbidden} is not allowed in a structural schema"
     assert version["subresources"] == {"status": {}}
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
-    assert {"Phase", "Ready", "Age"} <= set(columns)
+    assert {"Phase", "Ready", "Age"} <= set(columns) or {"Cluster", "Partition", "Lent", "Ready", "Age"} <= set(columns)
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     defaults = [p for p, n in _walk(spec, "spec") if "default" in n]
-    assert "spec.slurm.version" in defaults
-    assert "spec.slurmConfig.maxNodeCount" in defaults
+    assert EXPECTED_DEFAULTS[name] <= set(defaults)
+
+
+EXPECTED_DEFAULTS = {
+    "slurmclusters.slurmk8s.dev": {"spec.slurm.version", "spec.slurmConfig.maxNodeCount"},
+    "nodelendingpolicies.slurmk8s.dev": {
+        "spec.idleAfterSeconds", "spec.minKubernetesNodes", "spec.reclaim.gracePeriodSeconds",
+        "spec.reclaim.signal", "spec.reclaim.jobAction", "spec.timeZone",
+    },
+}
+
+
+def test_both_kinds_are_generated():
+    assert {c["spec"]["names"]["kind"] for c in all_crds()} == {"SlurmCluster", "NodeLendingPolicy"}
+    assert {c["spec"]["scope"] for c in all_crds()} == {"Namespaced"}
 
 
 def _validator_for(kind_plural: str) -> jsonschema.Validator:
@@ -76,16 +89,37 @@ def _validator_for(kind_plural: str) -> jsonschema.Validator:
 
 
 def test_every_example_validates_against_the_generated_crd():
-    validator = _validator_for("slurmclusters")
-    checked = 0
+    validators = {"SlurmCluster": (_validator_for("slurmclusters"), load_cluster),
+                  "NodeLendingPolicy": (_validator_for("nodelendingpolicies"), load_policy)}
+    checked = {kind: 0 for kind in validators}
     for path in sorted((ROOT / "examples").rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") == "SlurmCluster":
+            if doc and doc.get("kind") in validators:
+                validator, load = validators[doc["kind"]]
                 errors = [e.message for e in validator.iter_errors(doc)]
                 assert errors == [], f"{path}: {errors}"
-                load_cluster(doc)
-                checked += 1
-    assert checked >= 1
+                load(doc)
+                checked[doc["kind"]] += 1
+    assert min(checked.values()) >= 1, checked
+
+
+def test_the_example_policy_lends_to_a_partition_of_the_example_cluster_that_accepts_lent_nodes():
+    policy = load_policy(yaml.safe_load((ROOT / "examples" / "nodelendingpolicy.yaml").read_text()))
+    cluster = load_cluster(yaml.safe_load((ROOT / "examples" / "slurmcluster.yaml").read_text()))
+    assert policy.spec.cluster_ref.name == cluster.name and policy.namespace == cluster.namespace
+    partition = next(p for p in cluster.spec.partitions if p.name == policy.spec.partition)
+    assert partition.accept_lent_nodes
+
+
+def test_the_policy_crd_rejects_what_the_model_rejects():
+    validator = _validator_for("nodelendingpolicies")
+    bad = {"apiVersion": "slurmk8s.dev/v1alpha1", "kind": "NodeLendingPolicy", "metadata": {"name": "p"},
+           "spec": {"clusterRef": {"name": "Demo"}, "partition": "gpu\nProlog=/x",
+                    "nodeSelector": {"matchLabels": {"a": "b c"}}, "idleAfterSeconds": -1,
+                    "reclaim": {"signal": "KILL", "jobAction": "drop"}}}
+    paths = sorted(".".join(map(str, e.absolute_path)) for e in validator.iter_errors(bad))
+    assert paths == ["spec.clusterRef.name", "spec.idleAfterSeconds", "spec.nodeSelector.matchLabels.a",
+                     "spec.partition", "spec.reclaim.jobAction", "spec.reclaim.signal"]
 
 
 def test_the_crd_schema_rejects_what_the_model_rejects():

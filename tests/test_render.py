@@ -75,7 +75,8 @@ def test_slurm_conf_has_what_configless_dynamic_nodes_need(doc, keys):
     assert "NodeSet=gpu Feature=gpu" in lines
     assert not any(x.startswith("NodeName=") for x in lines)
     part = next(x for x in lines if x.startswith("PartitionName=gpu "))
-    assert " Nodes=gpu " in part and " GraceTime=60 " in part and " PreemptMode=REQUEUE " in part
+    assert " Nodes=gpu,lent_gpu " in part and " GraceTime=60 " in part  # the example accepts lent nodes
+    assert "NodeSet=lent_gpu Feature=lent_gpu" in lines and " PreemptMode=REQUEUE " in part
 
 
 @pytest.mark.parametrize("version,expect,absent", [
@@ -291,3 +292,30 @@ def test_every_object_validates_against_the_official_kubernetes_schemas(doc, key
     assert len(objs) >= 18
     for o in objs:
         kubernetes_validate.validate(o, k8s_version, strict=True)
+
+
+def test_partitions_that_accept_lent_nodes_get_a_lent_node_set(keys):
+    c = load_cluster(minimal(
+        nodeSets=[{"name": "cpu"}],
+        partitions=[{"name": "cpu", "nodeSets": ["cpu"]},
+                    {"name": "burst.v1", "acceptLentNodes": True},
+                    {"name": "mixed", "nodeSets": ["cpu"], "acceptLentNodes": True}],
+    ))
+    lines = conf_lines(config_files(c)["slurm.conf"])
+    assert [x for x in lines if x.startswith("NodeSet=")] == [
+        "NodeSet=cpu Feature=cpu",
+        f"NodeSet={names.lent_nodeset('burst.v1')} Feature={names.lent_nodeset('burst.v1')}",
+        f"NodeSet={names.lent_nodeset('mixed')} Feature={names.lent_nodeset('mixed')}",
+    ]
+    parts = {x.split()[0]: x for x in lines if x.startswith("PartitionName=")}
+    assert " Nodes=cpu " in parts["PartitionName=cpu"]
+    assert f" Nodes={names.lent_nodeset('burst.v1')} " in parts["PartitionName=burst.v1"]
+    assert f" Nodes=cpu,{names.lent_nodeset('mixed')} " in parts["PartitionName=mixed"]
+    # Lent nodes bring GPUs, though no node set has any.
+    assert "GresTypes=gpu" in lines
+
+
+def test_no_partition_accepting_lent_nodes_means_no_lent_node_set(keys):
+    lines = conf_lines(config_files(load_cluster(minimal(partitions=[{"name": "p"}])))["slurm.conf"])
+    assert not any(names.LENT_PREFIX in x for x in lines)
+    assert "GresTypes=gpu" not in lines

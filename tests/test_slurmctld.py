@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import stat
+import time
 
 import pytest
 
 from slurmk8s.api import load_cluster
 from slurmk8s.render import TopologyNode, config_files
+
+from slurmk8s.render.lent import lent_node
 
 from .realslurm import SlurmNamespace, missing_tools, parse_config, parse_oneliners
 
@@ -45,7 +49,7 @@ def test_slurmctld_accepts_the_example_and_configures_it_as_rendered(doc, keys, 
     assert cfg["PreemptType"] == "preempt/partition_prio"
     assert set(parts) == {p.name for p in cluster.spec.partitions}
     assert parts["cpu"]["Default"] == "YES" and parts["gpu"]["Default"] == "NO"
-    assert parts["gpu"]["NodeSets"] == "gpu"
+    assert parts["gpu"]["NodeSets"] == "gpu,lent_gpu"  # acceptLentNodes
     assert parts["gpu"]["MaxTime"] == "2-00:00:00"
     assert parts["gpu"]["PreemptMode"] == "REQUEUE"
     assert parts["gpu"]["GraceTime"] == "60"
@@ -87,3 +91,40 @@ def test_a_dynamic_node_joins_its_node_set_partition(doc, keys, tmp_path):
                         nodes=[("demo-cpu-0", node_conf(cluster, cpu))]) as ns:
         out = ns.run(["sinfo", "-h", "-N", "-o", "%N %P %T %c %f"]).stdout.split()
     assert out == ["demo-cpu-0", "cpu*", "idle", "2", "cpu"]
+
+
+def _char_devices(directory, count: int) -> str:
+    """``count`` GPU-like character devices (major 195, as /dev/nvidiaN); returns the path prefix."""
+    directory.mkdir()
+    for i in range(count):
+        os.mknod(directory / f"nvidia{i}", 0o600 | stat.S_IFCHR, os.makedev(195, i))
+    return str(directory / "nvidia")
+
+
+def test_a_lent_node_joins_its_partition_by_feature_with_its_gpus(doc, keys, tmp_path):
+    cluster = load_cluster(doc)  # the example's gpu partition accepts lent nodes
+    files = config_files(cluster)
+    # A Kubernetes node's name, with a dot, as cloud providers name them.
+    node = lent_node(
+        "demo", "gpu-node-7.example", {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "4"},
+        {"nvidia.com/gpu.product": "NVIDIA-H100-80GB"}, "gpu",
+        device=_char_devices(tmp_path / "dev", 4),
+    )
+    # The lent slurmd reads the cluster's config files with its own gres.conf.
+    local = tmp_path / "lent-conf"
+    local.mkdir()
+    for name, text in {**files, "gres.conf": node.gres_conf}.items():
+        (local / name).write_text(text)
+    out = tmp_path / "job.out"
+    with SlurmNamespace(files, keys, tmp_path / "slurm") as ns:
+        ns.start_local_node(node.name, node.conf, local)
+        info = ns.run(["sinfo", "-h", "-N", "-n", node.name, "-o", "%N %P %f %G"]).stdout.split()
+        ns.run(["sbatch", "-p", "gpu", f"--gpus={node.gpu_type}:2", "-o", str(out),
+                "--wrap", "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"])
+        for _ in range(150):  # wait for the job to finish (bounded)
+            if not ns.run(["squeue", "-h"]).stdout.strip() and out.exists():
+                break
+            time.sleep(0.2)
+        log = ns.log()
+    assert info == [node.name, "gpu", "lent_gpu", f"gpu:{node.gpu_type}:4"]
+    assert out.read_text().split() == ["CUDA_VISIBLE_DEVICES=0,1"], log[-2000:]

@@ -122,3 +122,11 @@ def test_every_owned_key_is_refused_in_extra_lines():
 def test_an_allowed_extra_line_is_accepted():
     c = load_cluster(minimal(slurmConfig={"extraLines": ["SchedulerTimeSlice=60", "Waittime=5"]}))
     assert c.spec.slurm_config.extra_lines == ["SchedulerTimeSlice=60", "Waittime=5"]
+
+
+def test_a_node_set_feature_may_not_be_a_lent_node_feature():
+    doc = minimal(nodeSets=[{"name": "a", "features": ["fast", "lent_gpu"]}],
+                  partitions=[{"name": "gpu", "nodeSets": ["a"], "acceptLentNodes": True}])
+    found = errors_of(doc)
+    assert len(found) == 1
+    assert found[0].startswith("spec.nodeSets[0].features[1]: ") and "lent to partition spec.partitions[0]" in found[0]

@@ -1,10 +1,11 @@
-"""The typed API (SlurmCluster, group slurmk8s.dev/v1alpha1) and its CRD generator."""
+"""The typed API (SlurmCluster and NodeLendingPolicy, group slurmk8s.dev/v1alpha1) and its CRD generator."""
 
 from .cluster import API_VERSION, GROUP, KIND, PLURAL, VERSION, SlurmCluster
 from .errors import FieldError, InvalidSpec
-from .validate import load_cluster
+from .lending import NodeLendingPolicy
+from .validate import load_cluster, load_policy
 
 __all__ = [
     "API_VERSION", "GROUP", "KIND", "PLURAL", "VERSION",
-    "SlurmCluster", "FieldError", "InvalidSpec", "load_cluster",
+    "SlurmCluster", "NodeLendingPolicy", "FieldError", "InvalidSpec", "load_cluster", "load_policy",
 ]

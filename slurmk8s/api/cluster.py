@@ -56,6 +56,19 @@ SecretKey = constrained(
     r"[-._a-zA-Z0-9]+", "use a Secret key of letters, digits, '-', '_' and '.'", 253, slurm=False
 )
 
+#: Slurm node sets and features of lent nodes start with this. Node set names
+#: are DNS labels (no '_'), so no node set can take a lent node set's name.
+LENT_PREFIX = "lent_"
+
+
+def lent_nodeset(partition: str) -> str:
+    """The node set, and the Slurm feature, of the nodes lent to ``partition``.
+
+    A lent node's slurmd registers with this feature and so joins the
+    partition, whose Nodes list names this node set.
+    """
+    return f"{LENT_PREFIX}{partition}"
+
 
 def _list_map(key: str = "name") -> dict:
     """Mark a list of objects as a map keyed by ``key`` (server-side apply merges by it)."""
@@ -199,6 +212,13 @@ class Partition(ApiModel):
     jobs of lower tiers whose preemption mode is not off."""
     preemption: Preemption = Preemption()
     """How this partition's jobs are preempted."""
+    accept_lent_nodes: bool = False
+    """Accept idle Kubernetes GPU nodes that a NodeLendingPolicy lends to this
+    partition. slurm.conf then gets a node set `lent_<partition>` (Slurm
+    feature `lent_<partition>`) in the partition's nodes, so a lent node joins
+    by registering with that feature: no config change per node. Jobs on lent
+    nodes get the policy's signal, then are requeued, when Kubernetes takes
+    the node back."""
 
 
 class SecretKeyRef(ApiModel):

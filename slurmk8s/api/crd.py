@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from . import cluster
+from . import cluster, lending
 
 __all__ = ["CrdSpec", "CRDS", "crd", "all_crds", "dump_yaml", "SchemaError"]
 
@@ -73,6 +73,30 @@ CRDS: tuple[CrdSpec, ...] = (
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ),
     ),
+    CrdSpec(
+        kind=lending.KIND,
+        plural=lending.PLURAL,
+        singular="nodelendingpolicy",
+        short_names=("nlp", "lending"),
+        spec_model=lending.NodeLendingPolicySpec,
+        status_model=lending.NodeLendingPolicyStatus,
+        description=(lending.NodeLendingPolicy.__doc__ or "").replace("\n    ", " ").strip(),
+        printer_columns=(
+            {"name": "Cluster", "type": "string", "jsonPath": ".spec.clusterRef.name",
+             "description": "SlurmCluster the nodes are lent to"},
+            {"name": "Partition", "type": "string", "jsonPath": ".spec.partition",
+             "description": "Partition the lent nodes join"},
+            {"name": "Lent", "type": "integer", "jsonPath": ".status.counts.lent",
+             "description": "Nodes lent and taking Slurm jobs"},
+            {"name": "Selected", "type": "integer", "jsonPath": ".status.counts.selected", "priority": 1,
+             "description": "GPU nodes the selector matches"},
+            _ready_column("Whether the policy is valid and can lend"),
+            {"name": "Reason", "type": "string", "priority": 1,
+             "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+             "description": "Why the policy is (not) ready"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ),
+    ),
 )
 
 
@@ -113,8 +137,19 @@ def _structural(node: dict, defs: dict, path: str) -> dict:
             node["default"] = _strip_none(node["default"])
     if node.get("additionalProperties") is False:
         del node["additionalProperties"]
+    if "patternProperties" in node:
+        # A map with constrained keys (dict[LabelKey, X]). CRDs do not support
+        # patternProperties, and an object schema without additionalProperties
+        # would have its keys pruned: the values' schema becomes
+        # additionalProperties, and the key check stays with the validators.
+        patterns = node.pop("patternProperties")
+        if len(patterns) != 1 or "additionalProperties" in node:
+            raise SchemaError(f"{path}: a map needs exactly one key pattern")
+        node["additionalProperties"] = next(iter(patterns.values()))
     if isinstance(node.get("additionalProperties"), dict):
         node["additionalProperties"] = _structural(node["additionalProperties"], defs, path + "{}")
+        if "description" not in node["additionalProperties"]:
+            node["additionalProperties"]["description"] = f"One value of {path.rsplit('.', 1)[-1]}."
     node.pop("propertyNames", None)  # key patterns are checked by the validators
     if "properties" in node:
         node["properties"] = {
@@ -206,7 +241,11 @@ def crd_filename(obj: dict) -> str:
 
 
 class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (config files) as literal blocks, readable in the output."""
+    """Multi-line strings (config files) as literal blocks, readable in the output;
+    no YAML anchors, so a schema shared by two fields is written out twice."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
 
 
 def _str(dumper: yaml.SafeDumper, value: str):

@@ -11,11 +11,12 @@ from typing import Any, Iterator
 
 from pydantic import ValidationError
 
-from .cluster import SlurmCluster
+from .cluster import SlurmCluster, lent_nodeset
+from .lending import NodeLendingPolicy
 from .errors import FieldError, InvalidSpec, from_pydantic
 from .fields import quote
 
-__all__ = ["load_cluster", "semantic_errors", "OWNED_KEYS", "KNOB_FOR_KEY", "RESERVED_MOUNTS"]
+__all__ = ["load_cluster", "load_policy", "semantic_errors", "policy_errors", "OWNED_KEYS", "KNOB_FOR_KEY", "RESERVED_MOUNTS"]
 
 #: slurm.conf keys that slurmk8s writes, mapped to the typed knob that sets
 #: them (None: managed by slurmk8s, not settable). Lower-case: Slurm keys are
@@ -137,6 +138,17 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
                     f"{quote(ref)} is not a node set; known node sets: {', '.join(known) or '(none)'}",
                 )
 
+    lent_features = {lent_nodeset(p.name): i for i, p in enumerate(spec.partitions) if p.accept_lent_nodes}
+    for i, ns in enumerate(spec.node_sets):
+        for j, feature in enumerate(ns.features):
+            if feature in lent_features:
+                yield FieldError(
+                    f"spec.nodeSets[{i}].features[{j}]",
+                    f"{quote(feature)} is the feature of the nodes lent to partition "
+                    f"spec.partitions[{lent_features[feature]}]; this node set's nodes would join "
+                    "that partition as lent nodes. Choose another feature name",
+                )
+
     users = spec.login.users
     yield from _duplicates(users, "name", "spec.login.users", "user names")
     yield from _duplicates(users, "uid", "spec.login.users", "uids")
@@ -233,3 +245,62 @@ def _extra_line_errors(i: int, line: str, seen: dict[str, int]) -> Iterator[Fiel
         )
     else:
         seen[lower] = i
+
+
+def load_policy(obj: Any) -> NodeLendingPolicy:
+    """Parse and check a NodeLendingPolicy manifest, reporting every problem by field path."""
+    if not isinstance(obj, dict):
+        raise InvalidSpec([FieldError("(document)", "must be a mapping (a NodeLendingPolicy object)")],
+                          kind="NodeLendingPolicy")
+    name = obj.get("metadata", {}).get("name", "") if isinstance(obj.get("metadata"), dict) else ""
+    try:
+        policy = NodeLendingPolicy.model_validate(obj)
+    except ValidationError as exc:
+        raise InvalidSpec(sorted(from_pydantic(exc)), kind="NodeLendingPolicy", name=str(name)) from None
+    errors = list(policy_errors(policy))
+    if errors:
+        raise InvalidSpec(errors, kind="NodeLendingPolicy", name=policy.name)
+    return policy
+
+
+def _selector_errors(sel, path: str) -> Iterator[FieldError]:
+    for i, req in enumerate(sel.match_expressions):
+        where = f"{path}.matchExpressions[{i}]"
+        if req.operator in ("In", "NotIn") and not req.values:
+            yield FieldError(f"{where}.values", f"operator {req.operator} needs at least one value")
+        if req.operator in ("Exists", "DoesNotExist") and req.values:
+            yield FieldError(f"{where}.values", f"must be empty with operator {req.operator}, which only looks at the key")
+
+
+def policy_errors(p: NodeLendingPolicy) -> Iterator[FieldError]:
+    """Rules of a NodeLendingPolicy that involve more than one field."""
+    spec = p.spec
+    if spec.node_selector.empty:
+        yield FieldError(
+            "spec.nodeSelector",
+            "is empty and would lend every GPU node of the cluster; give matchLabels or matchExpressions, "
+            'e.g. matchLabels: {slurmk8s.dev/lendable: "true"}',
+        )
+    yield from _selector_errors(spec.node_selector, "spec.nodeSelector")
+    pod_selector = spec.reclaim.pod_selector
+    if pod_selector is not None:
+        if pod_selector.empty:
+            yield FieldError(
+                "spec.reclaim.podSelector",
+                "is empty and matches every pod; leave podSelector out (then every pending GPU pod "
+                "triggers a reclaim, or those with minPriority) or give matchLabels or matchExpressions",
+            )
+        yield from _selector_errors(pod_selector, "spec.reclaim.podSelector")
+    for i, w in enumerate(spec.windows):
+        where = f"spec.windows[{i}]"
+        if w.start == "24:00":
+            yield FieldError(f"{where}.start", '"24:00" is the end of a day; start the window at 00:00')
+        elif w.start == w.end:
+            yield FieldError(
+                f"{where}.end",
+                f"{quote(w.end)} equals start, which leaves an empty window; for a whole day use "
+                "start 00:00 and end 24:00",
+            )
+        for j, day in enumerate(w.days):
+            if day in w.days[:j]:
+                yield FieldError(f"{where}.days[{j}]", f"{quote(day)} is listed twice")

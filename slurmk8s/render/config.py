@@ -81,6 +81,7 @@ def slurm_conf_context(c: SlurmCluster) -> dict:
         else:
             ctld_params.append("preempt_send_user_signal")
     default = _default_partition(c)
+    lending = [p for p in spec.partitions if p.accept_lent_nodes]
     return {
         "namespace": c.namespace,
         "cluster": c.name,
@@ -94,7 +95,8 @@ def slurm_conf_context(c: SlurmCluster) -> dict:
         "rest_api": spec.rest_api.enabled,
         "jwt_key_path": JWT_KEY_PATH,
         "cgroups": cfg.cgroups,
-        "gpus": any(ns.gpus for ns in spec.node_sets),
+        # Lent nodes are GPU nodes: their slurmd registers a gpu GRES.
+        "gpus": any(ns.gpus for ns in spec.node_sets) or bool(lending),
         "ctld_params": ",".join(ctld_params),
         "preempt_params": ",".join(preempt_params),
         "preempting": preempting,
@@ -104,10 +106,17 @@ def slurm_conf_context(c: SlurmCluster) -> dict:
         "node_sets": [
             {"name": ns.name, "feature": ns.name} for ns in spec.node_sets
         ],
+        "lent_node_sets": [
+            {"name": names.lent_nodeset(p.name), "feature": names.lent_nodeset(p.name),
+             "partition": p.name}
+            for p in lending
+        ],
         "partitions": [
             {
                 "name": p.name,
-                "nodes": ",".join(p.node_sets),
+                "nodes": ",".join(
+                    [*p.node_sets, *([names.lent_nodeset(p.name)] if p.accept_lent_nodes else [])]
+                ),
                 "default": p.name == default,
                 "max_time": p.max_time,
                 "priority_tier": p.priority,
@@ -120,6 +129,11 @@ def slurm_conf_context(c: SlurmCluster) -> dict:
     }
 
 
+def gpu_files(count: int, device: str = GPU_DEVICE) -> str:
+    """gres.conf File= of ``count`` GPUs: /dev/nvidia0 or /dev/nvidia[0-N]."""
+    return device + (f"[0-{count - 1}]" if count > 1 else "0")
+
+
 def gres_context(c: SlurmCluster) -> dict:
     last = c.spec.slurm_config.max_node_count - 1
     return {
@@ -130,7 +144,7 @@ def gres_context(c: SlurmCluster) -> dict:
                 # needs a gres.conf change.
                 "nodes": f"{names.nodeset(c, ns.name)}-[0-{last}]",
                 "type": ns.gpus.type,
-                "files": GPU_DEVICE + (f"[0-{ns.gpus.count - 1}]" if ns.gpus.count > 1 else "0"),
+                "files": gpu_files(ns.gpus.count),
             }
             for ns in c.spec.node_sets
             if ns.gpus

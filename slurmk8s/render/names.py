@@ -6,7 +6,7 @@ here, so they agree on them without looking anything up.
 
 from __future__ import annotations
 
-from ..api.cluster import SlurmCluster
+from ..api.cluster import LENT_PREFIX, SlurmCluster, lent_nodeset  # noqa: F401 (re-exported)
 
 GROUP = "slurmk8s.dev"
 CONFIG_HASH = f"{GROUP}/config-hash"

@@ -62,6 +62,10 @@ class Node:
         return "other"
 
 
+#: Job states in which a job holds its nodes.
+ACTIVE_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED"})
+
+
 @dataclass(frozen=True)
 class Job:
     job_id: int
@@ -79,7 +83,7 @@ class Job:
 
     @property
     def active(self) -> bool:
-        return self.state in ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED")
+        return self.state in ACTIVE_JOB_STATES
 
 
 def _split(value: Any) -> tuple[str, ...]:

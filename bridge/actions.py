@@ -1,0 +1,233 @@
+"""What ``decide`` asks the loop to do: typed, frozen, in order.
+
+The loop applies a round's actions in the order given. Actions about one
+node form a chain: when one fails, the loop skips the rest of that node's
+actions for this round (the next round decides again from what it then
+observes). That is what makes a chain such as drain -> delete the Slurm node
+-> delete the slurmd pod -> untaint safe: Slurm refuses to delete a node
+that still runs a job, and nothing after it happens.
+
+Slurm actions name the cluster as ``<namespace>/<name>``; the loop runs them
+through that cluster's :class:`slurmk8s.slurm.SlurmClient`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Mapping, Union
+
+from ..api.lending import NodeLendingPolicyStatus
+
+__all__ = [
+    "SetLendingState", "ClearLending", "RecordIdleSince", "ClearIdleSince", "RecordSignalled",
+    "RecordForced", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "DrainSlurmNode",
+    "SignalJobs", "RequeueJobs", "CancelJobs", "DeleteSlurmNode", "Event", "PolicyStatus",
+    "Action", "NodeAction", "SLURM_ACTIONS", "DESTRUCTIVE_ACTIONS", "node_of",
+]
+
+
+# Node bookkeeping: label, annotations and taint of one Kubernetes Node.
+
+
+@dataclass(frozen=True)
+class SetLendingState:
+    """Label the node ``slurmk8s.dev/lending=<state>`` and annotate it with the
+    policy, cluster, partition and ``since``, in one patch. Entering
+    ``reclaiming`` also records ``reason``; entering ``lending`` drops
+    ``idle-since``."""
+
+    node: str
+    state: str
+    policy: str
+    cluster: str
+    partition: str
+    since: datetime
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ClearLending:
+    """Remove the lending label and every lending annotation: the node is
+    Kubernetes' again."""
+
+    node: str
+
+
+@dataclass(frozen=True)
+class RecordIdleSince:
+    """Annotate ``slurmk8s.dev/idle-since=<at>``: the first round the node was seen without GPU pods."""
+
+    node: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ClearIdleSince:
+    """Remove ``slurmk8s.dev/idle-since``: a GPU pod runs on the node again."""
+
+    node: str
+
+
+@dataclass(frozen=True)
+class RecordSignalled:
+    """Annotate ``slurmk8s.dev/reclaim-signalled=<at>``: the grace period runs from here."""
+
+    node: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class RecordForced:
+    """Annotate ``slurmk8s.dev/reclaim-forced=<at>``: remaining jobs were requeued or cancelled."""
+
+    node: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Taint:
+    """Add the taint ``key=value:effect`` to the node (a no-op when it is there)."""
+
+    node: str
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class Untaint:
+    """Remove every taint with ``key`` from the node."""
+
+    node: str
+    key: str
+
+
+# The lent slurmd pod.
+
+
+@dataclass(frozen=True)
+class CreateSlurmdPod:
+    """Create the slurmd pod of a lent node, pinned to it (``spec.nodeName``).
+
+    The loop renders the Pod: the cluster's slurmd image, tolerating the
+    lending taint, requesting all ``gpus`` nvidia.com/gpu, with ``labels``;
+    its slurmd runs ``slurmd -Z -N <slurm_node> -f <dir>/slurm.conf --conf
+    <conf>`` where ``<dir>`` holds the cluster's config files with
+    ``gres_conf`` as gres.conf (see slurmk8s.render.lent). Creating a pod
+    that exists is a no-op.
+    """
+
+    namespace: str
+    name: str
+    node: str
+    slurm_node: str
+    cluster: str
+    partition: str
+    conf: str
+    gres_conf: str
+    gpus: int
+    gpu_type: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DeleteSlurmdPod:
+    """Delete the slurmd pod of a node (gone already: fine)."""
+
+    namespace: str
+    name: str
+    node: str
+
+
+# Slurm, through the facade.
+
+
+@dataclass(frozen=True)
+class DrainSlurmNode:
+    """``SlurmClient.drain(node, reason)``: the facade prefixes ``slurmk8s:``."""
+
+    cluster: str
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SignalJobs:
+    """``SlurmClient.signal(job, signal)`` for each job: the jobs' cue to checkpoint."""
+
+    cluster: str
+    node: str
+    job_ids: tuple[int, ...]
+    signal: str
+
+
+@dataclass(frozen=True)
+class RequeueJobs:
+    """``SlurmClient.requeue(job)`` for each job (eligible again at once). A job
+    that is already pending is fine."""
+
+    cluster: str
+    node: str
+    job_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CancelJobs:
+    """``SlurmClient.cancel(job)`` for each job."""
+
+    cluster: str
+    node: str
+    job_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DeleteSlurmNode:
+    """``SlurmClient.delete_node(node)``. Slurm refuses while jobs run there:
+    the loop then stops this node's chain."""
+
+    cluster: str
+    node: str
+
+
+# Reports.
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event about ``kind`` ``namespace/name`` (Nodes: namespace "")."""
+
+    kind: str
+    namespace: str
+    name: str
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PolicyStatus:
+    """Write the policy's status subresource."""
+
+    namespace: str
+    name: str
+    status: NodeLendingPolicyStatus
+
+
+NodeAction = Union[
+    SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordSignalled, RecordForced,
+    Taint, Untaint, CreateSlurmdPod, DeleteSlurmdPod, DrainSlurmNode, SignalJobs, RequeueJobs,
+    CancelJobs, DeleteSlurmNode,
+]
+Action = Union[NodeAction, Event, PolicyStatus]
+
+SLURM_ACTIONS = (DrainSlurmNode, SignalJobs, RequeueJobs, CancelJobs, DeleteSlurmNode)
+#: Actions that stop or disturb Slurm work, or hand a node back to Kubernetes.
+DESTRUCTIVE_ACTIONS = (*SLURM_ACTIONS, DeleteSlurmdPod, Untaint, ClearLending)
+
+
+def node_of(action: Action) -> str | None:
+    """The Kubernetes node an action is about (a chain key), if any."""
+    if isinstance(action, Event):
+        return action.name if action.kind == "Node" else None
+    return getattr(action, "node", None)

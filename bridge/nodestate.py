@@ -1,0 +1,120 @@
+"""Where a node's lending state lives: its own labels, annotations and taint.
+
+The bridge keeps nothing in memory between rounds. Everything ``decide``
+needs to remember about a Kubernetes Node is written on that Node by the
+actions it returns, and read back here the next round, so the bridge may be
+killed at any instant and pick up where it left off.
+
+| key | kind | value |
+| --- | --- | --- |
+| ``slurmk8s.dev/lending`` | label | ``lending``, ``lent`` or ``reclaiming``; absent: the node serves Kubernetes |
+| ``slurmk8s.dev/lending-policy`` | annotation | ``<namespace>/<name>`` of the NodeLendingPolicy that lent it |
+| ``slurmk8s.dev/lending-cluster`` | annotation | ``<namespace>/<name>`` of the SlurmCluster |
+| ``slurmk8s.dev/lending-partition`` | annotation | the partition it joined |
+| ``slurmk8s.dev/lending-since`` | annotation | when it entered its current state (RFC 3339, UTC) |
+| ``slurmk8s.dev/reclaim-reason`` | annotation | why it is being reclaimed |
+| ``slurmk8s.dev/reclaim-signalled`` | annotation | when its jobs were signalled |
+| ``slurmk8s.dev/reclaim-forced`` | annotation | when its remaining jobs were requeued or cancelled |
+| ``slurmk8s.dev/idle-since`` | annotation | when it was first seen without GPU pods (Kubernetes state only) |
+| ``slurmk8s.dev/lent`` | taint | ``<cluster>:NoSchedule`` while it is not serving Kubernetes |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Mapping
+
+__all__ = [
+    "STATE_LABEL", "LENDING", "LENT", "RECLAIMING", "STATES",
+    "POLICY_ANNOTATION", "CLUSTER_ANNOTATION", "PARTITION_ANNOTATION", "SINCE_ANNOTATION",
+    "REASON_ANNOTATION", "SIGNALLED_ANNOTATION", "FORCED_ANNOTATION", "IDLE_SINCE_ANNOTATION",
+    "LENDING_ANNOTATIONS", "TAINT_KEY", "TAINT_EFFECT", "SLURMD_COMPONENT", "COMPONENT_LABEL",
+    "LendingRecord", "format_time", "parse_time",
+]
+
+GROUP = "slurmk8s.dev"
+STATE_LABEL = f"{GROUP}/lending"
+LENDING = "lending"
+LENT = "lent"
+RECLAIMING = "reclaiming"
+STATES = (LENDING, LENT, RECLAIMING)
+
+POLICY_ANNOTATION = f"{GROUP}/lending-policy"
+CLUSTER_ANNOTATION = f"{GROUP}/lending-cluster"
+PARTITION_ANNOTATION = f"{GROUP}/lending-partition"
+SINCE_ANNOTATION = f"{GROUP}/lending-since"
+REASON_ANNOTATION = f"{GROUP}/reclaim-reason"
+SIGNALLED_ANNOTATION = f"{GROUP}/reclaim-signalled"
+FORCED_ANNOTATION = f"{GROUP}/reclaim-forced"
+IDLE_SINCE_ANNOTATION = f"{GROUP}/idle-since"
+#: Every annotation the lending state machine writes; a node returned to
+#: Kubernetes carries none of them.
+LENDING_ANNOTATIONS = (
+    POLICY_ANNOTATION, CLUSTER_ANNOTATION, PARTITION_ANNOTATION, SINCE_ANNOTATION,
+    REASON_ANNOTATION, SIGNALLED_ANNOTATION, FORCED_ANNOTATION, IDLE_SINCE_ANNOTATION,
+)
+
+#: Keeps new Kubernetes pods off a node while Slurm has it; the lent slurmd
+#: pod tolerates it. The value is the SlurmCluster's name.
+TAINT_KEY = f"{GROUP}/lent"
+TAINT_EFFECT = "NoSchedule"
+
+#: The lent slurmd pods carry app.kubernetes.io/component=lent-slurmd.
+COMPONENT_LABEL = "app.kubernetes.io/component"
+SLURMD_COMPONENT = "lent-slurmd"
+
+
+def format_time(t: datetime) -> str:
+    """RFC 3339 in UTC to the second: ``2025-01-31T23:59:59Z``."""
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """The time an annotation holds; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return t
+
+
+@dataclass(frozen=True)
+class LendingRecord:
+    """What a Node says about its lending: read from its label, annotations and taint."""
+
+    #: lending, lent or reclaiming; None: the node serves Kubernetes. Any
+    #: other label value is kept as is (and left alone by decide).
+    state: str | None
+    policy: str | None
+    cluster: str | None
+    partition: str | None
+    since: datetime | None
+    reason: str | None
+    signalled: datetime | None
+    forced: datetime | None
+    idle_since: datetime | None
+    #: The value of our taint, or None when the node does not carry it.
+    taint: str | None
+
+    @classmethod
+    def read(cls, labels: Mapping[str, str], annotations: Mapping[str, str],
+             taints: tuple = ()) -> "LendingRecord":
+        ann = annotations.get
+        taint = next((t.value for t in taints if t.key == TAINT_KEY and t.effect == TAINT_EFFECT), None)
+        return cls(
+            state=labels.get(STATE_LABEL) or None,
+            policy=ann(POLICY_ANNOTATION),
+            cluster=ann(CLUSTER_ANNOTATION),
+            partition=ann(PARTITION_ANNOTATION),
+            since=parse_time(ann(SINCE_ANNOTATION)),
+            reason=ann(REASON_ANNOTATION),
+            signalled=parse_time(ann(SIGNALLED_ANNOTATION)),
+            forced=parse_time(ann(FORCED_ANNOTATION)),
+            idle_since=parse_time(ann(IDLE_SINCE_ANNOTATION)),
+            taint=taint,
+        )

@@ -1,0 +1,210 @@
+"""What ``decide`` is given: Nodes, Pods, the SlurmCluster and Slurm, as observed.
+
+Small frozen records, and pure parsers from the Kubernetes API's JSON
+(``node_from_api``, ``pod_from_api``). The loop reads everything once per
+round and passes it in; ``decide`` does no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Mapping
+
+from ..api.cluster import SlurmCluster
+from ..api.fields import parse_quantity
+from ..api.lending import NodeLendingPolicyStatus
+from ..render.lent import GPU_RESOURCE
+from ..slurm.model import Job, Node
+from .nodestate import LendingRecord
+
+__all__ = [
+    "NodeTaint", "KubeNode", "KubePod", "SlurmState", "Observed", "PolicyGone", "InvalidPolicy",
+    "node_from_api", "pod_from_api", "gpu_count",
+]
+
+#: Pod phases of pods that hold no resources any more.
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class NodeTaint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+def gpu_count(resources: Mapping[str, Any]) -> int:
+    """Whole nvidia.com/gpu in a resource list; 0 when absent or unreadable."""
+    raw = resources.get(GPU_RESOURCE)
+    if raw is None:
+        return 0
+    try:
+        value = parse_quantity(str(raw))
+    except (ValueError, KeyError):
+        return 0
+    return int(value) if 0 <= value < 1 << 20 else 0
+
+
+@dataclass(frozen=True)
+class KubeNode:
+    """A Kubernetes Node."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[NodeTaint, ...] = ()
+    #: status.allocatable: cpu, memory, nvidia.com/gpu, ...
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+    #: The Ready condition is True.
+    ready: bool = True
+    #: spec.unschedulable (cordoned).
+    unschedulable: bool = False
+
+    @cached_property
+    def gpus(self) -> int:
+        return gpu_count(self.allocatable)
+
+    @cached_property
+    def record(self) -> LendingRecord:
+        return LendingRecord.read(self.labels, self.annotations, self.taints)
+
+
+@dataclass(frozen=True)
+class KubePod:
+    """A Kubernetes Pod, as far as lending cares."""
+
+    namespace: str
+    name: str
+    #: spec.nodeName; None while unscheduled.
+    node: str | None = None
+    #: Pending, Running, Succeeded, Failed or Unknown.
+    phase: str = "Pending"
+    #: nvidia.com/gpu the pod requests.
+    gpus: int = 0
+    priority: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: Kind of the controlling owner (DaemonSet, ReplicaSet, Job, ...), if any.
+    owner_kind: str | None = None
+    #: metadata.deletionTimestamp is set.
+    deleting: bool = False
+    #: The scheduler could not place it (PodScheduled False, reason Unschedulable).
+    unschedulable: bool = False
+    #: spec.nodeSelector: a lent node can only serve the pod if it carries these labels.
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+
+@dataclass(frozen=True)
+class SlurmState:
+    """Slurm's nodes and jobs, or the fact that Slurm could not be read.
+
+    ``known`` False means the facade did not answer: ``decide`` then changes
+    nothing that depends on Slurm (fail closed); ``nodes`` and ``jobs`` are
+    ignored. An empty but known state means Slurm has no nodes or jobs.
+    """
+
+    known: bool
+    nodes: tuple[Node, ...] = ()
+    jobs: tuple[Job, ...] = ()
+
+    @classmethod
+    def unknown(cls) -> "SlurmState":
+        return cls(known=False)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One round's view of the world, for one policy."""
+
+    nodes: tuple[KubeNode, ...]
+    pods: tuple[KubePod, ...]
+    #: The policy's SlurmCluster; None when the API server says there is none
+    #: (not when it could not be asked: then the loop skips the round).
+    cluster: SlurmCluster | None
+    slurm: SlurmState
+
+
+@dataclass(frozen=True)
+class PolicyGone:
+    """A policy that Nodes still name (``slurmk8s.dev/lending-policy``) but that
+    no longer exists: its nodes lent to ``cluster`` (``namespace/name``, from
+    their ``slurmk8s.dev/lending-cluster``) are taken back with the default
+    reclaim settings."""
+
+    namespace: str
+    name: str
+    cluster: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class InvalidPolicy:
+    """A policy object that failed validation (``load_policy`` raised)."""
+
+    namespace: str
+    name: str
+    errors: tuple[str, ...]
+    generation: int | None = None
+    status: NodeLendingPolicyStatus | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+# Parsers from the Kubernetes API's JSON (as `kubectl get -o json` prints it).
+
+
+def node_from_api(obj: Mapping[str, Any]) -> KubeNode:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return KubeNode(
+        name=meta["name"],
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        taints=tuple(
+            NodeTaint(t.get("key", ""), t.get("value") or "", t.get("effect", ""))
+            for t in spec.get("taints") or []
+        ),
+        allocatable={k: str(v) for k, v in (status.get("allocatable") or {}).items()},
+        ready=conditions.get("Ready") == "True",
+        unschedulable=bool(spec.get("unschedulable", False)),
+    )
+
+
+def _container_gpus(container: Mapping[str, Any]) -> int:
+    res = container.get("resources") or {}
+    # Extended resources need requests == limits; either may be written.
+    return max(gpu_count(res.get("requests") or {}), gpu_count(res.get("limits") or {}))
+
+
+def pod_from_api(obj: Mapping[str, Any]) -> KubePod:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    gpus = sum(_container_gpus(c) for c in spec.get("containers") or [])
+    gpus = max([gpus, *(_container_gpus(c) for c in spec.get("initContainers") or [])])
+    owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+    return KubePod(
+        namespace=meta.get("namespace", "default"),
+        name=meta["name"],
+        node=spec.get("nodeName") or None,
+        phase=status.get("phase", "Pending"),
+        gpus=gpus,
+        priority=int(spec.get("priority") or 0),
+        labels=dict(meta.get("labels") or {}),
+        owner_kind=owner.get("kind") if owner else None,
+        deleting=bool(meta.get("deletionTimestamp")),
+        unschedulable=scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable",
+        node_selector=dict(spec.get("nodeSelector") or {}),
+    )

@@ -1,0 +1,88 @@
+"""How the Node bookkeeping actions change a Node: merge patches. Pure.
+
+The loop sends ``node_patch(action, node)`` to the API server as a JSON
+merge patch (``kubectl patch --type merge``); the tests apply the same patch
+to their simulated Nodes, so both agree on what an action means.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .actions import (
+    ClearIdleSince,
+    ClearLending,
+    RecordForced,
+    RecordIdleSince,
+    RecordSignalled,
+    SetLendingState,
+    Taint,
+    Untaint,
+)
+from .nodestate import (
+    CLUSTER_ANNOTATION,
+    FORCED_ANNOTATION,
+    IDLE_SINCE_ANNOTATION,
+    LENDING,
+    LENDING_ANNOTATIONS,
+    PARTITION_ANNOTATION,
+    POLICY_ANNOTATION,
+    REASON_ANNOTATION,
+    RECLAIMING,
+    SIGNALLED_ANNOTATION,
+    SINCE_ANNOTATION,
+    STATE_LABEL,
+    format_time,
+)
+from .observed import KubeNode
+
+__all__ = ["NODE_PATCH_ACTIONS", "node_patch"]
+
+NODE_PATCH_ACTIONS = (
+    SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordSignalled, RecordForced,
+    Taint, Untaint,
+)
+
+
+def _taints(node: KubeNode) -> list[dict]:
+    return [{"key": t.key, **({"value": t.value} if t.value else {}), "effect": t.effect} for t in node.taints]
+
+
+def node_patch(action: Any, node: KubeNode) -> dict:
+    """The merge patch that applies ``action`` to ``node`` (None deletes a key).
+
+    Taints are a list, which a merge patch replaces whole: the patch carries
+    the node's taints as observed, changed; the loop should send it with the
+    Node's resourceVersion so that a concurrent change is not lost.
+    """
+    if isinstance(action, SetLendingState):
+        annotations: dict[str, str | None] = {
+            POLICY_ANNOTATION: action.policy,
+            CLUSTER_ANNOTATION: action.cluster,
+            PARTITION_ANNOTATION: action.partition,
+            SINCE_ANNOTATION: format_time(action.since),
+        }
+        if action.state == LENDING:
+            annotations |= {IDLE_SINCE_ANNOTATION: None, REASON_ANNOTATION: None,
+                            SIGNALLED_ANNOTATION: None, FORCED_ANNOTATION: None}
+        if action.state == RECLAIMING:
+            annotations |= {REASON_ANNOTATION: action.reason, SIGNALLED_ANNOTATION: None, FORCED_ANNOTATION: None}
+        return {"metadata": {"labels": {STATE_LABEL: action.state}, "annotations": annotations}}
+    if isinstance(action, ClearLending):
+        return {"metadata": {"labels": {STATE_LABEL: None},
+                             "annotations": {k: None for k in LENDING_ANNOTATIONS}}}
+    if isinstance(action, RecordIdleSince):
+        return {"metadata": {"annotations": {IDLE_SINCE_ANNOTATION: format_time(action.at)}}}
+    if isinstance(action, ClearIdleSince):
+        return {"metadata": {"annotations": {IDLE_SINCE_ANNOTATION: None}}}
+    if isinstance(action, RecordSignalled):
+        return {"metadata": {"annotations": {SIGNALLED_ANNOTATION: format_time(action.at)}}}
+    if isinstance(action, RecordForced):
+        return {"metadata": {"annotations": {FORCED_ANNOTATION: format_time(action.at)}}}
+    if isinstance(action, Taint):
+        taints = [t for t in _taints(node) if not (t["key"] == action.key and t["effect"] == action.effect)]
+        taints.append({"key": action.key, "value": action.value, "effect": action.effect})
+        return {"spec": {"taints": taints}}
+    if isinstance(action, Untaint):
+        return {"spec": {"taints": [t for t in _taints(node) if t["key"] != action.key] or None}}
+    raise TypeError(f"{type(action).__name__} does not patch a Node")

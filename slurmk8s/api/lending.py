@@ -1,0 +1,274 @@
+"""The NodeLendingPolicy resource (group slurmk8s.dev, version v1alpha1).
+
+A policy lends idle Kubernetes GPU nodes to one partition of a SlurmCluster in
+its namespace, and says when Kubernetes takes them back and how Slurm jobs on
+them are treated (signal, grace period, requeue or cancel). The bridge
+(``slurmk8s.bridge``) acts on it; the CRD is generated from these models.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from typing import Annotated, Literal, Mapping
+
+from pydantic import AfterValidator, Field
+
+from ..slurm.client import SIGNALS
+from .base import ApiModel
+from .cluster import API_VERSION, Condition, DnsSubdomain
+from .fields import DnsLabel, LabelKey, LabelValue, SlurmName, constrained, refuse
+
+__all__ = [
+    "KIND", "PLURAL", "NodeLendingPolicy", "NodeLendingPolicySpec", "NodeLendingPolicyStatus",
+    "LabelSelector", "LabelSelectorRequirement", "LendingWindow", "ReclaimSpec", "ClusterRef",
+    "WEEKDAYS", "RECLAIM_SIGNALS", "describe_selector",
+]
+
+KIND = "NodeLendingPolicy"
+PLURAL = "nodelendingpolicies"
+
+#: Signals a reclaim may send: those the Slurm facade sends, less the two a
+#: job cannot catch (it would get no chance to write a checkpoint).
+RECLAIM_SIGNALS = tuple(sorted(SIGNALS - {"KILL", "STOP"}))
+
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+Weekday = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+
+ClockTime = constrained(
+    r"([01][0-9]|2[0-3]):[0-5][0-9]|24:00",
+    "use a time of day as HH:MM from 00:00 to 24:00, e.g. 08:30",
+    5,
+    slurm=False,
+)
+
+
+def _signal(value: str) -> str:
+    if value not in RECLAIM_SIGNALS:
+        hint = ""
+        if value.upper().removeprefix("SIG") in RECLAIM_SIGNALS:
+            hint = f"; write it as {value.upper().removeprefix('SIG')}"
+        elif value.upper().removeprefix("SIG") in SIGNALS:
+            hint = " (it cannot be caught, so jobs could not checkpoint)"
+        raise refuse(value, f"is not a signal a reclaim sends{hint}; use one of {', '.join(RECLAIM_SIGNALS)}")
+    return value
+
+
+Signal = Annotated[str, AfterValidator(_signal), Field(json_schema_extra={"enum": list(RECLAIM_SIGNALS)})]
+
+
+def _time_zone(value: str) -> str:
+    if not value or "\n" in value or ".." in value or value.startswith("/") or len(value) > 64:
+        raise refuse(value, "is not a time zone name; use an IANA name such as Europe/Berlin or UTC")
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise refuse(value, "is not a known time zone; use an IANA name such as Europe/Berlin or UTC") from None
+    return value
+
+
+TimeZone = Annotated[
+    str,
+    AfterValidator(_time_zone),
+    Field(json_schema_extra={"pattern": r"^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$", "maxLength": 64}),
+]
+
+
+class LabelSelectorRequirement(ApiModel):
+    """One requirement of a label selector, as in Kubernetes' metav1.LabelSelector."""
+
+    key: LabelKey
+    """Label key the requirement applies to."""
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    """In and NotIn compare the label's value with values; Exists and
+    DoesNotExist only look at the key."""
+    values: list[LabelValue] = Field(default_factory=list)
+    """Values for In and NotIn (at least one); empty for Exists and DoesNotExist."""
+
+
+class LabelSelector(ApiModel):
+    """A Kubernetes label selector: every matchLabels pair and every
+    matchExpressions requirement must hold."""
+
+    match_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    """Labels an object must carry, with these values."""
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+    """Further requirements on the object's labels."""
+
+    @property
+    def empty(self) -> bool:
+        return not self.match_labels and not self.match_expressions
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether an object with ``labels`` satisfies the selector."""
+        get = labels.get
+        for key, value in self.match_labels.items():
+            if get(key) != value:
+                return False
+        for req in self.match_expressions:
+            present = req.key in labels
+            if req.operator == "Exists":
+                ok = present
+            elif req.operator == "DoesNotExist":
+                ok = not present
+            elif req.operator == "In":
+                ok = present and get(req.key) in req.values
+            else:  # NotIn: also true when the label is absent, as in Kubernetes
+                ok = not present or get(req.key) not in req.values
+            if not ok:
+                return False
+        return True
+
+
+class ClusterRef(ApiModel):
+    name: DnsLabel
+    """Name of the SlurmCluster, in the policy's namespace."""
+
+
+class LendingWindow(ApiModel):
+    """A time of the week when nodes may be lent."""
+
+    days: list[Weekday] = Field(default_factory=lambda: list(WEEKDAYS), min_length=1, max_length=7)
+    """Days the window starts on (Mon ... Sun); every day when unset."""
+    start: ClockTime
+    """Start, HH:MM in the policy's timeZone."""
+    end: ClockTime
+    """End, HH:MM. An end at or before start runs past midnight into the
+    next day; 24:00 is midnight at the end of the day."""
+
+
+class ReclaimSpec(ApiModel):
+    pod_selector: LabelSelector | None = None
+    """Pending, unschedulable pods that request nvidia.com/gpu and carry these
+    labels make the bridge take lent nodes back. Without podSelector and
+    minPriority, every such pod does."""
+    min_priority: int | None = Field(None, ge=-2147483648, le=2000001000)
+    """Pending GPU pods with at least this priority also trigger a reclaim
+    (in addition to those podSelector picks)."""
+    grace_period_seconds: int = Field(60, ge=0, le=86400)
+    """Seconds a Slurm job on a reclaimed node gets after the signal to write
+    a checkpoint, before jobAction is applied."""
+    signal: Signal = "USR1"
+    """Signal sent to the batch shell of each job on a reclaimed node, as
+    `#SBATCH --signal=B:USR1@...` would: the job's cue to checkpoint."""
+    job_action: Literal["requeue", "cancel"] = "requeue"
+    """What happens to jobs still running when the grace period is over:
+    requeue (eligible to start again at once, elsewhere) or cancel. Jobs
+    submitted with --no-requeue are cancelled either way."""
+
+
+class NodeLendingPolicySpec(ApiModel):
+    cluster_ref: ClusterRef
+    """The SlurmCluster the nodes are lent to."""
+    partition: SlurmName
+    """Partition of that cluster the lent nodes join; it must have
+    acceptLentNodes: true."""
+    node_selector: LabelSelector
+    """Kubernetes Nodes that may be lent. Only nodes with allocatable
+    nvidia.com/gpu are lent; an empty selector is refused."""
+    idle_after_seconds: int = Field(120, ge=0, le=604800)
+    """How long a node must have run no pod (other than DaemonSet pods) that
+    requests nvidia.com/gpu before it is lent."""
+    min_kubernetes_nodes: int = Field(0, ge=0, le=100000)
+    """Selected nodes always kept for Kubernetes, lent never."""
+    max_lent_nodes: int | None = Field(None, ge=0, le=100000)
+    """Most nodes lent at once; no limit when unset. 0 lends none (and takes
+    lent nodes back)."""
+    windows: list[LendingWindow] = Field(default_factory=list, max_length=64)
+    """When lending is allowed; always when empty. Outside every window, lent
+    nodes are taken back gracefully (signal, grace period, jobAction)."""
+    time_zone: TimeZone = "UTC"
+    """IANA time zone of the windows, e.g. Europe/Berlin."""
+    registration_timeout_seconds: int = Field(600, ge=30, le=86400)
+    """How long a node may take from lending to registering with Slurm (pulling
+    the slurmd image included) before it is given back to Kubernetes."""
+    reclaim: ReclaimSpec = ReclaimSpec()
+    """Which pending pods take nodes back, and how Slurm jobs are treated."""
+
+
+class PolicyCondition(Condition):
+    type: str = Field(max_length=316)
+    """Ready: the policy is valid, its cluster and partition accept lent
+    nodes, its selector matches GPU nodes and Slurm answers."""
+
+
+class LendingCounts(ApiModel):
+    selected: int = 0
+    """GPU nodes the nodeSelector matches."""
+    kubernetes: int = 0
+    """Selected nodes serving Kubernetes (not lent)."""
+    lending: int = 0
+    """Nodes whose slurmd is starting."""
+    lent: int = 0
+    """Nodes registered with Slurm and taking jobs."""
+    reclaiming: int = 0
+    """Nodes on their way back to Kubernetes."""
+
+
+class NodeLendingPolicyStatus(ApiModel):
+    conditions: list[PolicyCondition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """Ready, with a reason and a message that says what to fix."""
+    observed_generation: int | None = None
+    """The .metadata.generation the bridge last acted on."""
+    lent_nodes: list[str] = Field(default_factory=list)
+    """Nodes this policy holds for Slurm (lending, lent or reclaiming), by name."""
+    counts: LendingCounts = LendingCounts()
+    """Nodes by lending state."""
+
+
+class PolicyMeta(ApiModel):
+    """The parts of Kubernetes object metadata that slurmk8s reads."""
+
+    model_config = ApiModel.model_config | {"extra": "allow"}
+    name: DnsSubdomain
+    """Policy name."""
+    namespace: DnsLabel = "default"
+    """Namespace of the policy: the namespace of its SlurmCluster."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Labels; Kubernetes' own."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations; Kubernetes' own."""
+    uid: str | None = None
+    """Set by the API server."""
+    generation: int | None = None
+    """Set by the API server."""
+
+
+class NodeLendingPolicy(ApiModel):
+    """Lends idle Kubernetes GPU nodes to a partition of a SlurmCluster, and
+    takes them back when Kubernetes workloads need them: signal, checkpoint,
+    requeue, resume."""
+
+    api_version: Literal["slurmk8s.dev/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["NodeLendingPolicy"] = KIND
+    metadata: PolicyMeta
+    spec: NodeLendingPolicySpec
+    status: NodeLendingPolicyStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``: how Nodes record which policy lent them."""
+        return f"{self.namespace}/{self.name}"
+
+
+def describe_selector(sel: LabelSelector) -> str:
+    """A selector in kubectl's -l syntax, for messages."""
+    parts = [f"{k}={v}" for k, v in sel.match_labels.items()]
+    for r in sel.match_expressions:
+        if r.operator == "Exists":
+            parts.append(r.key)
+        elif r.operator == "DoesNotExist":
+            parts.append(f"!{r.key}")
+        else:
+            parts.append(f"{r.key} {r.operator.lower()} ({','.join(r.values)})")
+    return ",".join(parts) or "(everything)"

@@ -1,0 +1,125 @@
+"""The Slurm side of a lent node: what its slurmd registers with. Pure.
+
+A Kubernetes GPU node lent to a partition runs one slurmd pod. Its Slurm node
+is named like the Kubernetes node, and it joins the partition by registering
+with the partition's lent-node feature (``slurmd -Z --conf "... Feature=lent_<partition>"``),
+so slurm.conf needs no change per node.
+
+The node's name is not known when the cluster's gres.conf is rendered, and a
+node whose gres.conf has no line for it reports no GPUs (slurmctld then marks
+it INVAL). So the lent slurmd does not fetch its config (configless): it runs
+with the cluster's config files and the one-line gres.conf made here
+(``slurmd -Z -N <node> -f <dir>/slurm.conf --conf <conf>``). Checked against
+Slurm 22.05: the node registers with its GPUs and jobs get CUDA_VISIBLE_DEVICES.
+
+Every value that reaches the command line or gres.conf comes from the
+Kubernetes Node and is checked here; a node that cannot be described safely
+raises :class:`UnlendableNode`, and is not lent.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..api.cluster import lent_nodeset
+from ..api.fields import SLURM_NAME_RE, parse_quantity
+from ..slurm.client import NODE_NAME
+from .config import GPU_DEVICE, gpu_files, render_template
+
+__all__ = ["GPU_RESOURCE", "GPU_PRODUCT_LABEL", "MAX_GPUS", "LentNode", "UnlendableNode", "lent_node"]
+
+#: The extended resource the NVIDIA device plugin advertises.
+GPU_RESOURCE = "nvidia.com/gpu"
+#: The node label (set by NVIDIA's GPU feature discovery) that names the GPU model.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+#: GRES type when the node does not say which GPU it has.
+DEFAULT_GPU_TYPE = "gpu"
+MAX_GPUS = 64
+
+_SLURM_NAME = re.compile(SLURM_NAME_RE)
+
+
+class UnlendableNode(ValueError):
+    """The Kubernetes node cannot be described to Slurm; the message says why."""
+
+
+@dataclass(frozen=True)
+class LentNode:
+    """How a lent node registers with Slurm."""
+
+    #: Slurm node name: the Kubernetes node's name.
+    name: str
+    partition: str
+    cpus: int
+    memory_mib: int
+    gpus: int
+    #: GRES type users ask for: ``--gpus=<gpu_type>:N``.
+    gpu_type: str
+    #: ``slurmd -Z --conf`` value.
+    conf: str
+    #: The gres.conf the node's slurmd reads (one line, for this node).
+    gres_conf: str
+
+
+def _whole(resources: Mapping[str, str], key: str, node: str, scale: float = 1) -> int:
+    raw = resources.get(key)
+    if raw is None:
+        raise UnlendableNode(f"node {node} reports no allocatable {key}")
+    try:
+        value = parse_quantity(str(raw)) / scale
+    except (ValueError, KeyError) as exc:
+        raise UnlendableNode(f"node {node}: allocatable {key} {raw!r} is not a quantity") from exc
+    if not math.isfinite(value) or value < 1:
+        raise UnlendableNode(f"node {node}: allocatable {key} {raw!r} is less than one whole unit")
+    return int(value)
+
+
+def gpu_type(labels: Mapping[str, str], label: str = GPU_PRODUCT_LABEL) -> str:
+    """The GRES type of a node: its GPU product label if that is a safe Slurm
+    name (e.g. ``NVIDIA-H100-80GB-HBM3``), else ``gpu``."""
+    value = labels.get(label, "")
+    if value and len(value) <= 64 and _SLURM_NAME.fullmatch(value):
+        return value
+    return DEFAULT_GPU_TYPE
+
+
+def lent_node(
+    cluster: str,
+    node: str,
+    allocatable: Mapping[str, str],
+    labels: Mapping[str, str],
+    partition: str,
+    *,
+    device: str = GPU_DEVICE,
+) -> LentNode:
+    """Describe Kubernetes node ``node`` to Slurm as a node lent to ``partition``.
+
+    ``allocatable`` is the Node's ``status.allocatable`` (cpu, memory,
+    nvidia.com/gpu); ``labels`` its labels. Raises :class:`UnlendableNode`.
+    """
+    if not NODE_NAME.fullmatch(node):
+        raise UnlendableNode(
+            f"node name {node!r} cannot be a Slurm node name (letters, digits, '_', '.' and '-', "
+            "at most 128 characters)"
+        )
+    if len(partition) > 64 or not _SLURM_NAME.fullmatch(partition):
+        raise UnlendableNode(f"partition {partition!r} is not a Slurm partition name")
+    if not re.fullmatch(r"/[A-Za-z0-9._/-]+", device):
+        raise UnlendableNode(f"GPU device path {device!r} is not a plain absolute path")
+    cpus = _whole(allocatable, "cpu", node)
+    memory = _whole(allocatable, "memory", node, scale=2**20)
+    gpus = _whole(allocatable, GPU_RESOURCE, node)
+    if gpus > MAX_GPUS:
+        raise UnlendableNode(f"node {node} has {gpus} GPUs; at most {MAX_GPUS} per node are supported")
+    kind = gpu_type(labels)
+    feature = lent_nodeset(partition)
+    conf = f"CPUs={cpus} RealMemory={memory} Gres=gpu:{kind}:{gpus} Feature={feature}"
+    gres = render_template(
+        "gres.conf",
+        cluster=cluster,
+        entries=[{"nodes": node, "type": kind, "files": gpu_files(gpus, device)}],
+    )
+    return LentNode(node, partition, cpus, memory, gpus, kind, conf, gres)

@@ -1,0 +1,231 @@
+"""A simulated world for the lending decision: Nodes, Pods, Slurm nodes and jobs.
+
+``World.apply`` does what the bridge's loop does with a round's actions
+(Node patches through ``slurmk8s.bridge.patches.node_patch``, pods created
+and deleted, Slurm drained, jobs requeued, nodes deleted), including its
+rule that a node's chain of actions stops at the first one that fails.
+``World.step`` is everything else moving: pods start and stop, slurmd
+registers, jobs finish ending.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+
+from slurmk8s.api import NodeLendingPolicy, SlurmCluster, load_cluster, load_policy
+from slurmk8s.api.cluster import lent_nodeset
+from slurmk8s.bridge import actions as A
+from slurmk8s.bridge.decide import decide
+from slurmk8s.bridge.nodestate import COMPONENT_LABEL, SLURMD_COMPONENT
+from slurmk8s.bridge.observed import KubeNode, KubePod, NodeTaint, Observed, PolicyGone, SlurmState
+from slurmk8s.bridge.patches import NODE_PATCH_ACTIONS, node_patch
+from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node
+
+T0 = datetime(2025, 3, 3, 12, 0, 0, tzinfo=timezone.utc)  # a Monday
+GPU_LABELS = {"slurmk8s.dev/lendable": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB"}
+ALLOCATABLE = {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"}
+
+
+def cluster(accept: bool = True, namespace: str = "hpc") -> SlurmCluster:
+    return load_cluster({
+        "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster",
+        "metadata": {"name": "demo", "namespace": namespace},
+        "spec": {"partitions": [{"name": "cpu"}, {"name": "gpu", "acceptLentNodes": accept}]},
+    })
+
+
+def policy(namespace: str = "hpc", **spec) -> NodeLendingPolicy:
+    base = {"clusterRef": {"name": "demo"}, "partition": "gpu",
+            "nodeSelector": {"matchLabels": {"slurmk8s.dev/lendable": "true"}}, "idleAfterSeconds": 120}
+    reclaim = spec.pop("reclaim", {})
+    return load_policy({
+        "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "NodeLendingPolicy",
+        "metadata": {"name": "lend", "namespace": namespace, "generation": 1},
+        "spec": {**base, **spec, "reclaim": reclaim},
+    })
+
+
+def gpu_node(name: str, **kw) -> KubeNode:
+    return KubeNode(name=name, labels=dict(kw.pop("labels", GPU_LABELS)),
+                    allocatable=dict(kw.pop("allocatable", ALLOCATABLE)), **kw)
+
+
+def gpu_pod(name: str, node: str | None = None, gpus: int = 1, **kw) -> KubePod:
+    phase = kw.pop("phase", "Running" if node else "Pending")
+    return KubePod(namespace=kw.pop("namespace", "apps"), name=name, node=node, phase=phase, gpus=gpus,
+                   unschedulable=kw.pop("unschedulable", node is None), **kw)
+
+
+def slurm_node(name: str, partition: str = "gpu", state: str = "idle", flags=(), reason: str = "") -> Node:
+    return Node(name=name, state=state, flags=frozenset(flags), reason=reason,
+                features=(lent_nodeset(partition),), partitions=(partition,), cpus=32,
+                alloc_cpus=0, gres="gpu:NVIDIA-H100-80GB:8", address="")
+
+
+def job(job_id: int, nodes: str, state: str = "RUNNING", requeue: bool = True) -> Job:
+    return Job(job_id=job_id, name=f"job{job_id}", user="researcher", state=state, partition="gpu",
+               nodes=nodes, requeue=requeue, restart_count=0, reason="")
+
+
+def _merge(target: dict, patch: dict) -> dict:
+    out = dict(target)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
+def patched(node: KubeNode, patch: dict) -> KubeNode:
+    meta = patch.get("metadata", {})
+    taints = node.taints
+    if "spec" in patch:
+        taints = tuple(NodeTaint(t["key"], t.get("value", ""), t["effect"])
+                       for t in patch["spec"]["taints"] or [])
+    return replace(
+        node,
+        labels=_merge(node.labels, meta.get("labels", {})),
+        annotations=_merge(node.annotations, meta.get("annotations", {})),
+        taints=taints,
+    )
+
+
+@dataclass
+class World:
+    nodes: dict[str, KubeNode] = field(default_factory=dict)
+    pods: dict[tuple[str, str], KubePod] = field(default_factory=dict)
+    snodes: dict[str, Node] = field(default_factory=dict)
+    jobs: dict[int, Job] = field(default_factory=dict)
+    cluster: SlurmCluster | None = field(default_factory=cluster)
+    slurm_known: bool = True
+    #: what was done to Slurm jobs: (kind, job id, extra)
+    log: list[tuple] = field(default_factory=list)
+    #: the policy's status as last written
+    status: object = None
+
+    @classmethod
+    def of(cls, nodes=(), pods=(), snodes=(), jobs=(), **kw) -> "World":
+        return cls(nodes={n.name: n for n in nodes}, pods={(p.namespace, p.name): p for p in pods},
+                   snodes={s.name: s for s in snodes}, jobs={j.job_id: j for j in jobs}, **kw)
+
+    def copy(self) -> "World":
+        return copy.deepcopy(self)
+
+    def observed(self) -> Observed:
+        slurm = SlurmState(True, tuple(self.snodes.values()), tuple(self.jobs.values())) \
+            if self.slurm_known else SlurmState.unknown()
+        return Observed(tuple(self.nodes.values()), tuple(self.pods.values()), self.cluster, slurm)
+
+    def summary(self) -> str:
+        """A compact picture of the world, for failure messages."""
+        lines = []
+        for n in self.nodes.values():
+            ann = {k.split("/")[-1]: v for k, v in n.annotations.items()}
+            lines.append(f"node {n.name} state={n.labels.get('slurmk8s.dev/lending')} "
+                         f"sel={n.labels.get('slurmk8s.dev/lendable')} gpus={n.gpus} ready={n.ready} "
+                         f"cordoned={n.unschedulable} taint={[t.key for t in n.taints]} {ann}")
+        for p in self.pods.values():
+            lines.append(f"pod {p.namespace}/{p.name} node={p.node} {p.phase} gpus={p.gpus} prio={p.priority} "
+                         f"owner={p.owner_kind} deleting={p.deleting} sel={dict(p.node_selector)} "
+                         f"labels={dict(p.labels)}")
+        for sn in self.snodes.values():
+            lines.append(f"slurm {sn.name} {sn.state} {sorted(sn.flags)} {sn.reason!r} {sn.partitions}")
+        for j in self.jobs.values():
+            lines.append(f"job {j.job_id} {j.state} on {j.nodes!r} requeue={j.requeue}")
+        lines.append(f"cluster={'yes' if self.cluster else 'none'} slurm_known={self.slurm_known}")
+        return "\n".join(lines)
+
+    def decide(self, pol, now: datetime) -> list:
+        if isinstance(pol, NodeLendingPolicy) and self.status is not None:
+            pol = pol.model_copy(update={"status": self.status})
+        return decide(self.observed(), pol, now)
+
+    def active_jobs(self, node: str) -> list[Job]:
+        from slurmk8s.slurm.hostlist import expand
+        return [j for j in self.jobs.values() if j.active and j.nodes and node in expand(j.nodes)]
+
+    # -- what the loop does ---------------------------------------------------
+
+    def apply(self, actions, fail=None) -> int:
+        """Apply actions in order; ``fail(action) -> bool`` makes one fail.
+        Returns how many were applied."""
+        failed_nodes: set[str] = set()
+        applied = 0
+        for action in actions:
+            node = A.node_of(action)
+            if node is not None and node in failed_nodes and not isinstance(action, A.Event):
+                continue
+            ok = not (fail and fail(action)) and self._apply(action)
+            if not ok and node is not None:
+                failed_nodes.add(node)
+            applied += ok
+        return applied
+
+    def _apply(self, a) -> bool:
+        if isinstance(a, NODE_PATCH_ACTIONS):
+            self.nodes[a.node] = patched(self.nodes[a.node], node_patch(a, self.nodes[a.node]))
+        elif isinstance(a, A.CreateSlurmdPod):
+            self.pods.setdefault((a.namespace, a.name), KubePod(
+                namespace=a.namespace, name=a.name, node=a.node, phase="Pending", gpus=a.gpus,
+                labels=dict(a.labels)))
+        elif isinstance(a, A.DeleteSlurmdPod):
+            pod = self.pods.get((a.namespace, a.name))
+            if pod is not None:
+                self.pods[(a.namespace, a.name)] = replace(pod, deleting=True)
+        elif isinstance(a, A.DrainSlurmNode):
+            s = self.snodes.get(a.node)
+            if s is None:
+                return False  # scontrol: Invalid node name
+            if not s.drain_set:
+                self.snodes[a.node] = replace(s, flags=s.flags | {"DRAIN"}, reason=f"{DRAIN_PREFIX} {a.reason}")
+        elif isinstance(a, A.SignalJobs):
+            self.log.extend(("signal", j, a.signal) for j in a.job_ids)
+        elif isinstance(a, (A.RequeueJobs, A.CancelJobs)):
+            kind = "requeue" if isinstance(a, A.RequeueJobs) else "cancel"
+            for j in a.job_ids:
+                self.log.append((kind, j, a.node))
+                if j in self.jobs and self.jobs[j].state == "RUNNING":
+                    self.jobs[j] = replace(self.jobs[j], state="COMPLETING")
+        elif isinstance(a, A.DeleteSlurmNode):
+            if self.active_jobs(a.node):
+                return False  # Slurm: Requested nodes are busy
+            self.snodes.pop(a.node, None)
+        elif isinstance(a, A.PolicyStatus):
+            self.status = a.status
+        return True
+
+    # -- the world moving -----------------------------------------------------
+
+    def step(self) -> None:
+        """Pods start and end, slurmd registers, ending jobs end."""
+        for key, pod in list(self.pods.items()):
+            if pod.deleting:
+                del self.pods[key]
+            elif pod.labels.get(COMPONENT_LABEL) == SLURMD_COMPONENT and pod.phase == "Pending":
+                self.pods[key] = replace(pod, phase="Running")
+                if pod.node not in self.snodes and self.cluster is not None:
+                    self.snodes[pod.node] = slurm_node(pod.node)
+        cancelled = {e[1] for e in self.log if e[0] == "cancel"}
+        for j in list(self.jobs.values()):
+            if j.state == "COMPLETING":
+                if j.job_id in cancelled:
+                    del self.jobs[j.job_id]
+                else:
+                    self.jobs[j.job_id] = replace(j, state="PENDING", nodes="")
+
+
+def settle(world: World, pol, now: datetime, rounds: int = 20, step: timedelta = timedelta(seconds=10)):
+    """Decide, apply and let the world move until nothing more happens."""
+    for _ in range(rounds):
+        acts = [a for a in world.decide(pol, now) if not isinstance(a, (A.Event, A.PolicyStatus))]
+        world.apply(acts)
+        world.step()
+        now += step
+    return now
+
+
+__all__ = ["T0", "World", "cluster", "policy", "gpu_node", "gpu_pod", "slurm_node", "job", "settle",
+           "PolicyGone"]

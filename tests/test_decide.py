@@ -1,0 +1,699 @@
+"""The lending decision, transition by transition and guard by guard."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from slurmk8s.bridge import actions as A
+from slurmk8s.bridge.decide import (
+    DEFAULT_RECLAIM,
+    FORCE_RETRY_SECONDS,
+    REASONS,
+    decide,
+    lending_metrics,
+    orphaned_policies,
+    slurmd_pod_name,
+)
+from slurmk8s.bridge.nodestate import (
+    CLUSTER_ANNOTATION,
+    COMPONENT_LABEL,
+    FORCED_ANNOTATION,
+    IDLE_SINCE_ANNOTATION,
+    LENDING,
+    LENT,
+    PARTITION_ANNOTATION,
+    POLICY_ANNOTATION,
+    REASON_ANNOTATION,
+    RECLAIMING,
+    SIGNALLED_ANNOTATION,
+    SINCE_ANNOTATION,
+    SLURMD_COMPONENT,
+    STATE_LABEL,
+    TAINT_EFFECT,
+    TAINT_KEY,
+    format_time,
+)
+from slurmk8s.bridge.observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, PolicyGone
+from slurmk8s.render.lent import lent_node
+
+from .lending_sim import (
+    ALLOCATABLE,
+    GPU_LABELS,
+    T0,
+    World,
+    cluster,
+    gpu_node,
+    gpu_pod,
+    job,
+    policy,
+    settle,
+    slurm_node,
+)
+
+POLICY = policy()
+IDLE = {IDLE_SINCE_ANNOTATION: format_time(T0 - timedelta(seconds=600))}
+
+
+def kinds(actions) -> list[str]:
+    """Action names in order, reports left out."""
+    return [type(a).__name__ for a in actions if not isinstance(a, (A.Event, A.PolicyStatus))]
+
+
+def of(actions, kind):
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def only(actions, kind):
+    found = of(actions, kind)
+    assert len(found) == 1, (kind.__name__, actions)
+    return found[0]
+
+
+def events(actions) -> list[tuple[str, str]]:
+    return [(e.name, e.reason) for e in of(actions, A.Event)]
+
+
+def status(actions):
+    return only(actions, A.PolicyStatus).status
+
+
+def held_node(name: str, state: str, *, since=T0 - timedelta(seconds=300), taint=True, key=POLICY.key,
+              labels=GPU_LABELS, **annotations) -> KubeNode:
+    ann = {POLICY_ANNOTATION: key, CLUSTER_ANNOTATION: "hpc/demo", PARTITION_ANNOTATION: "gpu",
+           SINCE_ANNOTATION: format_time(since), **annotations}
+    return gpu_node(name, labels={**labels, STATE_LABEL: state}, annotations=ann,
+                    taints=(NodeTaint(TAINT_KEY, "demo", TAINT_EFFECT),) if taint else ())
+
+
+def slurmd(node: str, phase: str = "Running", **kw) -> KubePod:
+    return KubePod("hpc", slurmd_pod_name("demo", node), node=node, phase=phase, gpus=8,
+                   labels={COMPONENT_LABEL: SLURMD_COMPONENT}, **kw)
+
+
+def lent_world(*names: str, jobs=(), pods=(), **kw) -> World:
+    """Nodes lent and registered, with their slurmd pods running."""
+    return World.of(nodes=[held_node(n, LENT) for n in names],
+                    pods=[*(slurmd(n) for n in names), *pods],
+                    snodes=[slurm_node(n, state="mixed" if any(n in j.nodes for j in jobs) else "idle")
+                            for n in names],
+                    jobs=jobs, **kw)
+
+
+def reclaiming_node(name: str, reason: str = "demand", signalled=None, forced=None) -> KubeNode:
+    ann = {REASON_ANNOTATION: reason}
+    if signalled is not None:
+        ann[SIGNALLED_ANNOTATION] = format_time(signalled)
+    if forced is not None:
+        ann[FORCED_ANNOTATION] = format_time(forced)
+    return held_node(name, RECLAIMING, **ann)
+
+
+def drained(s):
+    return replace(s, flags=s.flags | {"DRAIN"}, reason="slurmk8s: reclaimed by Kubernetes (demand)")
+
+
+# -- Kubernetes: idle bookkeeping ---------------------------------------------------------
+
+
+def test_a_node_first_seen_idle_gets_idle_since_and_is_not_lent_yet():
+    w = World.of(nodes=[gpu_node("n1")])
+    acts = w.decide(policy(idleAfterSeconds=0), T0)
+    assert kinds(acts) == ["RecordIdleSince"]
+    assert only(acts, A.RecordIdleSince) == A.RecordIdleSince("n1", T0)
+
+
+@pytest.mark.parametrize("pod,idle", [
+    (gpu_pod("train", "n1"), False),
+    (gpu_pod("plugin", "n1", owner_kind="DaemonSet"), True),    # DaemonSets do not count
+    (gpu_pod("done", "n1", phase="Succeeded"), True),            # finished pods hold nothing
+    (gpu_pod("web", "n1", gpus=0), True),                        # CPU-only pods do not count
+    (gpu_pod("ending", "n1", deleting=True), False),             # still there until gone
+])
+def test_what_makes_a_node_busy(pod, idle):
+    w = World.of(nodes=[gpu_node("n1")], pods=[pod])
+    assert (kinds(w.decide(POLICY, T0)) == ["RecordIdleSince"]) is idle
+
+
+def test_a_gpu_pod_clears_idle_since():
+    w = World.of(nodes=[gpu_node("n1", annotations=IDLE)], pods=[gpu_pod("train", "n1")])
+    assert kinds(w.decide(POLICY, T0)) == ["ClearIdleSince"]
+
+
+# -- Kubernetes -> lending -----------------------------------------------------------------
+
+
+def test_an_idle_node_is_lent_after_idle_after_seconds_and_not_before():
+    since = T0
+    w = World.of(nodes=[gpu_node("n1", annotations={IDLE_SINCE_ANNOTATION: format_time(since)})])
+    idle_after = POLICY.spec.idle_after_seconds
+    assert kinds(w.decide(POLICY, since + timedelta(seconds=idle_after - 1))) == []
+    now = since + timedelta(seconds=idle_after)
+    acts = w.decide(POLICY, now)
+    assert kinds(acts) == ["SetLendingState", "Taint", "CreateSlurmdPod"]
+    assert only(acts, A.SetLendingState) == A.SetLendingState("n1", LENDING, "hpc/lend", "hpc/demo", "gpu", now)
+    assert only(acts, A.Taint) == A.Taint("n1", TAINT_KEY, "demo", TAINT_EFFECT)
+    pod = only(acts, A.CreateSlurmdPod)
+    desc = lent_node("demo", "n1", ALLOCATABLE, GPU_LABELS, "gpu")
+    assert (pod.namespace, pod.name, pod.node, pod.slurm_node) == ("hpc", slurmd_pod_name("demo", "n1"), "n1", "n1")
+    assert (pod.conf, pod.gres_conf, pod.gpus, pod.gpu_type) == (desc.conf, desc.gres_conf, desc.gpus, desc.gpu_type)
+    assert pod.labels[COMPONENT_LABEL] == SLURMD_COMPONENT
+    assert events(acts) == [("n1", "Lending")]
+
+
+def test_idle_after_zero_lends_one_round_after_the_node_is_first_seen_idle():
+    pol = policy(idleAfterSeconds=0)
+    w = World.of(nodes=[gpu_node("n1")])
+    w.apply(w.decide(pol, T0))
+    assert kinds(w.decide(pol, T0)) == []
+    assert "SetLendingState" in kinds(w.decide(pol, T0 + timedelta(seconds=1)))
+
+
+def test_the_longest_idle_node_is_lent_first():
+    w = World.of(nodes=[
+        gpu_node("a", annotations={IDLE_SINCE_ANNOTATION: format_time(T0 - timedelta(seconds=200))}),
+        gpu_node("b", annotations={IDLE_SINCE_ANNOTATION: format_time(T0 - timedelta(seconds=900))}),
+    ])
+    acts = w.decide(policy(maxLentNodes=1), T0)
+    assert [a.node for a in of(acts, A.SetLendingState)] == ["b"]
+
+
+@pytest.mark.parametrize("change,reason", [
+    (dict(ready=False), "not Ready"),
+    (dict(unschedulable=True), "cordoned"),
+    (dict(labels={"other": "x"}), "not selected"),
+    (dict(allocatable={"cpu": "8", "memory": "8Gi"}), "no GPUs"),
+    (dict(taints=(NodeTaint(TAINT_KEY, "other", TAINT_EFFECT),)), "carries the lending taint"),
+])
+def test_nodes_that_are_not_lent(change, reason):
+    w = World.of(nodes=[replace(gpu_node("n1", annotations=IDLE), **change)])
+    assert "SetLendingState" not in kinds(w.decide(POLICY, T0)), reason
+
+
+def test_a_node_held_by_another_policy_is_left_alone():
+    w = World.of(nodes=[held_node("n1", LENT, key="hpc/other")], pods=[gpu_pod("want", None, gpus=8)])
+    acts = w.decide(POLICY, T0)
+    assert kinds(acts) == []
+    assert status(acts).counts.selected == 1 and status(acts).counts.kubernetes == 0
+
+
+def test_min_kubernetes_nodes_are_kept():
+    nodes = [gpu_node(f"n{i}", annotations=IDLE) for i in range(4)]
+    acts = World.of(nodes=nodes).decide(policy(minKubernetesNodes=3), T0)
+    assert len(of(acts, A.SetLendingState)) == 1
+    assert status(acts).counts.kubernetes == 3 and status(acts).counts.lending == 1
+
+
+def test_max_lent_nodes_counts_the_nodes_already_lent():
+    nodes = [gpu_node(f"n{i}", annotations=IDLE) for i in range(4)]
+    w = lent_world("lent1")
+    for n in nodes:
+        w.nodes[n.name] = n
+    acts = w.decide(policy(maxLentNodes=2), T0)
+    assert len(of(acts, A.SetLendingState)) == 1
+    assert status(acts).counts.lent == 1 and status(acts).counts.lending == 1
+
+
+def test_nothing_is_lent_outside_the_windows():
+    pol = policy(windows=[{"days": ["Mon"], "start": "18:00", "end": "06:00"}], timeZone="Europe/Berlin")
+    w = World.of(nodes=[gpu_node("n1", annotations=IDLE)])
+    assert kinds(w.decide(pol, T0)) == []               # Monday 13:00 in Berlin
+    assert "SetLendingState" in kinds(w.decide(pol, T0.replace(hour=20)))   # 21:00 in Berlin
+    assert "outside the lending windows" in status(w.decide(pol, T0)).conditions[0].message
+
+
+def test_a_node_slurm_already_knows_is_not_lent():
+    foreign = replace(slurm_node("n1"), features=("gpu",))  # a node set's node, not a lent one
+    w = World.of(nodes=[gpu_node("n1", annotations=IDLE)], snodes=[foreign])
+    acts = w.decide(POLICY, T0)
+    assert kinds(acts) == []
+    assert "n1 (Slurm already has a node of that name)" in status(acts).conditions[0].message
+
+
+def test_a_node_that_cannot_be_described_to_slurm_is_not_lent_and_is_reported():
+    w = World.of(nodes=[gpu_node("n1", annotations=IDLE, allocatable={**ALLOCATABLE, "cpu": "100m"})])
+    acts = w.decide(POLICY, T0)
+    assert kinds(acts) == []
+    assert "cannot be lent: n1" in status(acts).conditions[0].message
+
+
+def test_a_node_a_pending_pod_can_take_is_not_lent():
+    w = World.of(nodes=[gpu_node("n1", annotations=IDLE)], pods=[gpu_pod("want", None, gpus=8)])
+    assert "SetLendingState" not in kinds(w.decide(POLICY, T0))
+
+
+def test_a_leftover_lent_slurm_node_is_removed_before_the_node_is_lent_again():
+    w = World.of(nodes=[gpu_node("n1", annotations=IDLE)], snodes=[slurm_node("n1", state="down")])
+    assert kinds(w.decide(POLICY, T0)) == ["DeleteSlurmNode", "SetLendingState", "Taint", "CreateSlurmdPod"]
+
+
+# -- lending -> lent ---------------------------------------------------------------------------
+
+
+def test_a_lending_node_becomes_lent_when_slurm_has_it_in_the_partition():
+    w = World.of(nodes=[held_node("n1", LENDING)], pods=[slurmd("n1")], snodes=[slurm_node("n1")])
+    acts = w.decide(POLICY, T0)
+    assert kinds(acts) == ["SetLendingState"]
+    assert only(acts, A.SetLendingState).state == LENT
+    assert events(acts) == [("n1", "Lent")]
+
+
+@pytest.mark.parametrize("pod,snode", [
+    (slurmd("n1", phase="Pending"), None),
+    (slurmd("n1"), None),
+    (slurmd("n1"), slurm_node("n1", partition="cpu")),
+    (slurmd("n1"), slurm_node("n1", flags={"NOT_RESPONDING"})),
+    (slurmd("n1"), slurm_node("n1", state="unknown")),
+])
+def test_a_lending_node_waits_until_registered(pod, snode):
+    w = World.of(nodes=[held_node("n1", LENDING)], pods=[pod], snodes=[snode] if snode else [])
+    assert kinds(w.decide(POLICY, T0)) == []
+
+
+def test_a_lending_node_gets_its_taint_and_pod_back_after_a_crash():
+    w = World.of(nodes=[held_node("n1", LENDING, taint=False)])
+    assert kinds(w.decide(POLICY, T0)) == ["Taint", "CreateSlurmdPod"]
+
+
+@pytest.mark.parametrize("pods,snodes,since,reason", [
+    ([slurmd("n1", phase="Failed")], [], T0, "slurmd-lost"),
+    ([slurmd("n1", deleting=True)], [], T0, "slurmd-lost"),
+    ([], [slurm_node("n1")], T0, "slurmd-lost"),
+    ([slurmd("n1")], [], T0 - timedelta(seconds=601), "registration-timeout"),
+])
+def test_a_lending_node_that_fails_goes_back_to_kubernetes(pods, snodes, since, reason):
+    w = World.of(nodes=[held_node("n1", LENDING, since=since)], pods=pods, snodes=snodes)
+    acts = w.decide(POLICY, T0)
+    assert only(acts, A.SetLendingState).reason == reason
+    assert ("n1", "Reclaiming") in events(acts) and ("n1", "Returned") in events(acts)
+    done = kinds(acts)
+    assert done.index("Untaint") + 1 == done.index("ClearLending")
+    assert not of(acts, A.SignalJobs)
+
+
+# -- lent -> reclaiming: triggers ---------------------------------------------------------------
+
+
+def test_a_pending_gpu_pod_takes_back_the_idle_node_before_busy_ones():
+    jobs = [job(1, "busy1"), job(2, "busy2"), job(3, "busy2")]
+    w = lent_world("busy1", "busy2", "idle", jobs=jobs, pods=[gpu_pod("want", None, gpus=8)])
+    acts = w.decide(POLICY, T0)
+    assert [(a.node, a.reason) for a in of(acts, A.SetLendingState)] == [("idle", "demand")]
+
+
+def test_then_the_node_with_the_fewest_jobs():
+    jobs = [job(1, "one"), job(2, "two"), job(3, "two")]
+    w = lent_world("one", "two", jobs=jobs, pods=[gpu_pod("want", None, gpus=8)])
+    assert [a.node for a in of(w.decide(POLICY, T0), A.SetLendingState)] == ["one"]
+
+
+def test_as_few_nodes_as_cover_the_demand():
+    pods = [gpu_pod(f"want{i}", None, gpus=4) for i in range(3)]   # 12 GPUs: two 8-GPU nodes
+    w = lent_world("a", "b", "c", "d", pods=pods)
+    assert len(of(w.decide(POLICY, T0), A.SetLendingState)) == 2
+
+
+def test_a_pending_pod_that_a_free_kubernetes_node_can_take_reclaims_nothing():
+    w = lent_world("lent1", pods=[gpu_pod("want", None, gpus=4)])
+    w.nodes["free"] = gpu_node("free")
+    assert "SetLendingState" not in kinds(w.decide(POLICY, T0))
+
+
+def test_nodes_already_on_their_way_back_count_towards_the_demand():
+    w = lent_world("lent1", pods=[gpu_pod("want", None, gpus=8)])
+    w.nodes["back"] = reclaiming_node("back", signalled=T0)
+    w.snodes["back"] = drained(slurm_node("back", state="mixed"))
+    w.jobs[7] = job(7, "back")
+    w.pods[("hpc", slurmd_pod_name("demo", "back"))] = slurmd("back")
+    assert of(w.decide(POLICY, T0), A.SetLendingState) == []
+
+
+@pytest.mark.parametrize("pod,triggers", [
+    (gpu_pod("want", None, gpus=8), True),
+    (gpu_pod("want", None, gpus=8, unschedulable=False), False),       # the scheduler has not given up
+    (gpu_pod("want", None, gpus=0), False),                            # no GPU
+    (gpu_pod("want", None, gpus=8, owner_kind="DaemonSet"), False),
+    (gpu_pod("want", None, gpus=8, deleting=True), False),
+    (gpu_pod("want", None, gpus=8, node_selector={"zone": "b"}), False),  # wants other nodes
+    (gpu_pod("want", None, gpus=16), False),                           # no lent node is big enough
+])
+def test_which_pending_pods_trigger_a_reclaim(pod, triggers):
+    w = lent_world("n1", pods=[pod])
+    assert bool(of(w.decide(POLICY, T0), A.SetLendingState)) is triggers
+
+
+@pytest.mark.parametrize("reclaim,labels,priority,triggers", [
+    ({"podSelector": {"matchLabels": {"team": "inference"}}}, {"team": "inference"}, 0, True),
+    ({"podSelector": {"matchLabels": {"team": "inference"}}}, {"team": "research"}, 0, False),
+    ({"minPriority": 1000}, {}, 1000, True),
+    ({"minPriority": 1000}, {}, 999, False),
+    ({"podSelector": {"matchLabels": {"team": "inference"}}, "minPriority": 1000}, {}, 2000, True),
+    ({"podSelector": {"matchLabels": {"team": "inference"}}, "minPriority": 1000}, {"team": "x"}, 0, False),
+])
+def test_pod_selector_or_min_priority_pick_the_pods_that_trigger(reclaim, labels, priority, triggers):
+    w = lent_world("n1", pods=[gpu_pod("want", None, gpus=8, labels=labels, priority=priority)])
+    assert bool(of(w.decide(policy(reclaim=reclaim), T0), A.SetLendingState)) is triggers
+
+
+@pytest.mark.parametrize("change,pol,reason", [
+    (dict(labels={"other": "x"}), POLICY, "unselected"),
+    (dict(unschedulable=True), POLICY, "cordoned"),
+    ({}, policy(windows=[{"start": "00:00", "end": "06:00"}]), "window"),
+    ({}, policy(maxLentNodes=0), "limits"),
+    ({}, policy(minKubernetesNodes=2), "limits"),
+    ({}, policy(partition="other"), "partition"),
+])
+def test_graceful_reclaim_reasons(change, pol, reason):
+    w = lent_world("n1", jobs=[job(1, "n1")], pods=[gpu_pod("svc", "k", gpus=8)])
+    w.nodes["k"] = gpu_node("k")  # busy, but selected: the selector still matches something
+    node = w.nodes["n1"]
+    w.nodes["n1"] = replace(node, labels={**change.get("labels", node.labels), STATE_LABEL: LENT},
+                            unschedulable=change.get("unschedulable", False))
+    if pol.spec.partition == "other":
+        w.cluster = cluster().model_copy(deep=True)
+        w.cluster.spec.partitions.append(w.cluster.spec.partitions[1].model_copy(update={"name": "other"}))
+    acts = w.decide(pol, T0)
+    assert only(acts, A.SetLendingState).reason == reason
+    assert only(acts, A.SignalJobs).job_ids == (1,)
+
+
+def test_lowering_max_lent_nodes_gives_back_the_idle_nodes_first():
+    w = lent_world("busy", "idle1", "idle2", jobs=[job(1, "busy")])
+    acts = w.decide(policy(maxLentNodes=1), T0)
+    assert sorted(a.node for a in of(acts, A.SetLendingState)) == ["idle1", "idle2"]
+
+
+def test_raising_min_kubernetes_nodes_takes_back_what_is_missing():
+    w = lent_world("a", "b", "c")
+    w.nodes["k"] = gpu_node("k")
+    w.pods[("apps", "train")] = gpu_pod("train", "k", gpus=8)
+    acts = w.decide(policy(minKubernetesNodes=3), T0)
+    assert len(of(acts, A.SetLendingState)) == 2
+
+
+# -- reclaiming ----------------------------------------------------------------------------
+
+
+def test_a_reclaim_drains_signals_and_records_the_time():
+    w = lent_world("n1", jobs=[job(1, "n1"), job(2, "n1,n2")], pods=[gpu_pod("want", None, gpus=8)])
+    acts = w.decide(policy(reclaim={"signal": "USR2"}), T0)
+    assert kinds(acts) == ["SetLendingState", "DrainSlurmNode", "SignalJobs", "RecordSignalled"]
+    assert only(acts, A.DrainSlurmNode) == A.DrainSlurmNode("hpc/demo", "n1", "reclaimed by Kubernetes (demand)")
+    assert only(acts, A.SignalJobs) == A.SignalJobs("hpc/demo", "n1", (1, 2), "USR2")
+    assert only(acts, A.RecordSignalled) == A.RecordSignalled("n1", T0)
+    message = dict(((e.name, e.reason), e.message) for e in of(acts, A.Event))[("n1", "Reclaiming")]
+    assert REASONS["demand"] in message and "SIGUSR2" in message
+
+
+def test_jobs_get_the_grace_period_then_are_requeued_or_cancelled():
+    grace = 60
+    w = World.of(nodes=[reclaiming_node("n1", signalled=T0)], pods=[slurmd("n1")],
+                 snodes=[drained(slurm_node("n1", state="mixed"))],
+                 jobs=[job(1, "n1"), job(2, "n1", requeue=False), job(3, "n1", state="COMPLETING")])
+    assert kinds(w.decide(POLICY, T0 + timedelta(seconds=grace - 1))) == []
+    acts = w.decide(POLICY, T0 + timedelta(seconds=grace))
+    assert kinds(acts) == ["RequeueJobs", "CancelJobs", "RecordForced"]
+    assert only(acts, A.RequeueJobs).job_ids == (1,)
+    assert only(acts, A.CancelJobs).job_ids == (2,)   # submitted with --no-requeue
+
+
+def test_job_action_cancel_cancels_every_job():
+    w = World.of(nodes=[reclaiming_node("n1", signalled=T0)], pods=[slurmd("n1")],
+                 snodes=[drained(slurm_node("n1", state="mixed"))], jobs=[job(1, "n1"), job(2, "n1")])
+    acts = w.decide(policy(reclaim={"jobAction": "cancel"}), T0 + timedelta(seconds=60))
+    assert kinds(acts) == ["CancelJobs", "RecordForced"]
+
+
+def test_jobs_that_survive_their_requeue_get_it_again_later():
+    forced = T0 + timedelta(seconds=60)
+    w = World.of(nodes=[reclaiming_node("n1", signalled=T0, forced=forced)], pods=[slurmd("n1")],
+                 snodes=[drained(slurm_node("n1", state="mixed"))], jobs=[job(1, "n1")])
+    assert kinds(w.decide(POLICY, forced + timedelta(seconds=FORCE_RETRY_SECONDS - 1))) == []
+    assert kinds(w.decide(POLICY, forced + timedelta(seconds=FORCE_RETRY_SECONDS))) == ["RequeueJobs", "RecordForced"]
+
+
+def test_ending_jobs_are_waited_for():
+    w = World.of(nodes=[reclaiming_node("n1", signalled=T0)], pods=[slurmd("n1")],
+                 snodes=[drained(slurm_node("n1", state="mixed", flags={"COMPLETING"}))],
+                 jobs=[job(1, "n1", state="COMPLETING")])
+    assert kinds(w.decide(POLICY, T0 + timedelta(hours=1))) == []
+
+
+def test_once_its_jobs_are_gone_the_node_goes_back_to_kubernetes():
+    w = World.of(nodes=[reclaiming_node("n1", signalled=T0)], pods=[slurmd("n1")],
+                 snodes=[drained(slurm_node("n1"))], jobs=[job(1, "", state="PENDING")])
+    acts = w.decide(POLICY, T0 + timedelta(seconds=5))
+    assert kinds(acts) == ["DeleteSlurmNode", "DeleteSlurmdPod", "Untaint", "ClearLending"]
+    assert only(acts, A.DeleteSlurmdPod) == A.DeleteSlurmdPod("hpc", slurmd_pod_name("demo", "n1"), "n1")
+    assert only(acts, A.Untaint) == A.Untaint("n1", TAINT_KEY)
+    assert events(acts) == [("n1", "Returned")]
+
+
+def test_an_idle_lent_node_goes_back_in_one_round():
+    w = lent_world("n1", pods=[gpu_pod("want", None, gpus=8)])
+    acts = w.decide(POLICY, T0)
+    assert kinds(acts) == ["SetLendingState", "DrainSlurmNode", "RecordSignalled", "DeleteSlurmNode",
+                           "DeleteSlurmdPod", "Untaint", "ClearLending"]
+
+
+def test_a_job_that_slips_in_stops_the_chain_before_the_node_is_handed_back():
+    w = lent_world("n1", pods=[gpu_pod("want", None, gpus=8)])
+    acts = w.decide(POLICY, T0)
+    w.jobs[9] = job(9, "n1")   # scheduled between observing and draining
+    w.apply(acts)
+    n1 = w.nodes["n1"]
+    assert n1.labels[STATE_LABEL] == RECLAIMING and n1.taints  # still Slurm's
+    assert "n1" in w.snodes and not w.pods[("hpc", slurmd_pod_name("demo", "n1"))].deleting
+    acts = w.decide(POLICY, T0 + timedelta(seconds=5))
+    assert kinds(acts) == []   # job 9 gets its grace period from the recorded signal time
+    acts = w.decide(POLICY, T0 + timedelta(seconds=60))
+    assert only(acts, A.RequeueJobs).job_ids == (9,)
+
+
+# -- failures while lent ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mutate,reason", [
+    (lambda w: w.pods.pop(("hpc", slurmd_pod_name("demo", "n1"))), "slurmd-lost"),
+    (lambda w: w.pods.update({("hpc", slurmd_pod_name("demo", "n1")): slurmd("n1", phase="Failed")}), "slurmd-lost"),
+    (lambda w: w.snodes.update({"n1": slurm_node("n1", state="down")}), "slurm-node-down"),
+    (lambda w: w.snodes.update({"n1": slurm_node("n1", state="mixed", flags={"NOT_RESPONDING"})}),
+     "slurm-node-down"),
+    (lambda w: w.snodes.pop("n1"), "slurm-node-lost"),
+    (lambda w: w.nodes.update({"n1": replace(w.nodes["n1"], ready=False)}), "node-not-ready"),
+])
+def test_a_failed_lent_node_requeues_its_jobs_at_once(mutate, reason):
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    mutate(w)
+    acts = w.decide(POLICY, T0)
+    assert only(acts, A.SetLendingState).reason == reason
+    assert not of(acts, A.SignalJobs)
+    assert only(acts, A.RequeueJobs).job_ids == (1,)
+    assert of(acts, A.DrainSlurmNode) == ([] if "n1" not in w.snodes else
+                                         [A.DrainSlurmNode("hpc/demo", "n1", f"reclaimed by Kubernetes ({reason})")])
+    assert [e for e in of(acts, A.Event) if e.reason == "Reclaiming"][0].type == "Warning"
+
+
+def test_a_slurm_node_in_unknown_state_is_not_a_failure():
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    w.snodes["n1"] = slurm_node("n1", state="unknown")
+    assert kinds(w.decide(POLICY, T0)) == []
+
+
+# -- safety --------------------------------------------------------------------------------
+
+
+def test_when_slurm_cannot_be_read_nothing_that_depends_on_it_changes():
+    w = lent_world("n1", jobs=[job(1, "n1")], pods=[gpu_pod("want", None, gpus=8)])
+    w.nodes["n2"] = reclaiming_node("n2", signalled=T0 - timedelta(hours=1))
+    w.nodes["idle"] = gpu_node("idle", annotations=IDLE)
+    w.slurm_known = False
+    acts = w.decide(POLICY, T0)
+    assert kinds(acts) == []
+    cond = status(acts).conditions[0]
+    assert (cond.status, cond.reason) == ("False", "SlurmUnreachable")
+
+
+def test_an_unreadable_job_node_list_counts_as_unknown_slurm():
+    w = lent_world("n1", jobs=[job(1, "n[1-")], pods=[gpu_pod("want", None, gpus=8)])
+    acts = w.decide(POLICY, T0)
+    assert kinds(acts) == []
+    assert "job 1's node list could not be read" in status(acts).conditions[0].message
+
+
+def test_an_admin_drain_is_left_alone_and_reported():
+    w = lent_world("n1")
+    w.snodes["n1"] = replace(w.snodes["n1"], flags=frozenset({"DRAIN"}), reason="admin: flaky GPU 3")
+    acts = w.decide(POLICY, T0)
+    assert kinds(acts) == []
+    assert "drained by an administrator, left drained: n1 (admin: flaky GPU 3)" in status(acts).conditions[0].message
+    # Reclaimed anyway when Kubernetes needs it, without touching the drain.
+    w.pods[("apps", "want")] = gpu_pod("want", None, gpus=8)
+    acts = w.decide(POLICY, T0)
+    assert not of(acts, A.DrainSlurmNode)
+    assert ("n1", "AdminDrain") in events(acts)
+
+
+def test_a_lost_taint_is_put_back():
+    w = lent_world("n1")
+    w.nodes["n1"] = replace(w.nodes["n1"], taints=())
+    assert kinds(w.decide(POLICY, T0)) == ["Taint"]
+
+
+def test_nodes_with_an_unknown_state_value_are_left_alone_and_reported():
+    w = World.of(nodes=[held_node("n1", "borrowed")])
+    acts = w.decide(POLICY, T0)
+    assert kinds(acts) == []
+    assert "unknown value of label slurmk8s.dev/lending, left alone: n1" in status(acts).conditions[0].message
+
+
+def test_nodes_lent_to_another_cluster_are_left_alone():
+    w = lent_world("n1", pods=[gpu_pod("want", None, gpus=8)])
+    w.nodes["n1"] = replace(w.nodes["n1"], annotations={**w.nodes["n1"].annotations,
+                                                       CLUSTER_ANNOTATION: "hpc/old"})
+    acts = w.decide(POLICY, T0)
+    assert kinds(acts) == []
+    assert "still lent to another SlurmCluster" in status(acts).conditions[0].message
+
+
+# -- policy problems ------------------------------------------------------------------------
+
+
+def test_a_missing_cluster_is_reported_and_its_nodes_are_left_as_they_are():
+    w = lent_world("n1", jobs=[job(1, "n1")], pods=[gpu_pod("want", None, gpus=8)])
+    w.cluster = None
+    w.slurm_known = False   # no cluster, no Slurm to read
+    w.nodes["idle"] = gpu_node("idle", annotations=IDLE)
+    acts = w.decide(POLICY, T0)
+    assert kinds(acts) == []
+    cond = status(acts).conditions[0]
+    assert (cond.status, cond.reason) == ("False", "ClusterNotFound")
+    assert "fix spec.clusterRef.name" in cond.message and "the 1 node(s) this policy holds" in cond.message
+
+
+def test_when_policy_and_cluster_are_gone_the_nodes_are_handed_back_without_slurm():
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    w.nodes["n2"] = held_node("n2", LENDING)
+    w.cluster = None
+    acts = decide(w.observed(), PolicyGone("hpc", "lend", "hpc/demo"), T0)
+    assert kinds(acts) == ["SetLendingState", "DeleteSlurmdPod", "Untaint", "ClearLending",
+                           "SetLendingState", "Untaint", "ClearLending"]
+    assert {a.reason for a in of(acts, A.SetLendingState)} == {"cluster-gone"}
+
+
+@pytest.mark.parametrize("accept,partition,reason,hint", [
+    (False, "gpu", "PartitionNotLendable", "set spec.partitions[1].acceptLentNodes: true"),
+    (True, "nope", "PartitionNotFound", "partitions: cpu, gpu"),
+])
+def test_a_partition_problem_is_reported_and_stops_lending_but_not_what_keeps_nodes_safe(
+        accept, partition, reason, hint):
+    w = lent_world("n1", "n2", jobs=[job(1, "n1")], cluster=cluster(accept=accept))
+    w.nodes["idle"] = gpu_node("idle", annotations=IDLE)
+    pol = policy(partition=partition)
+    acts = w.decide(pol, T0)
+    assert kinds(acts) == []   # a typo does not take every lent node back
+    cond = status(acts).conditions[0]
+    assert (cond.status, cond.reason) == ("False", reason) and hint in cond.message
+    # Failures and pending pods are still handled; maxLentNodes still holds.
+    w.nodes.pop("idle")
+    w.pods[("apps", "want")] = gpu_pod("want", None, gpus=8)
+    w.pods[("apps", "want2")] = gpu_pod("want2", None, gpus=8)
+    w.pods.pop(("hpc", slurmd_pod_name("demo", "n1")))
+    assert [(a.node, a.reason) for a in of(w.decide(pol, T0), A.SetLendingState)] == [
+        ("n1", "slurmd-lost"), ("n2", "demand")]   # n1, coming back, takes one pod
+    w.pods.pop(("apps", "want"))
+    w.pods.pop(("apps", "want2"))
+    pol = policy(partition=partition, maxLentNodes=0)
+    assert [(a.node, a.reason) for a in of(w.decide(pol, T0), A.SetLendingState)] == [
+        ("n1", "slurmd-lost"), ("n2", "limits")]
+
+
+def test_a_selector_matching_no_gpu_node_is_reported_and_lent_nodes_stay():
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    acts = w.decide(policy(nodeSelector={"matchLabels": {"slurmk8s.dev/lendabel": "true"}}), T0)
+    assert kinds(acts) == []
+    cond = status(acts).conditions[0]
+    assert (cond.status, cond.reason) == ("False", "NoMatchingNodes")
+    assert "slurmk8s.dev/lendabel=true" in cond.message
+
+
+def test_an_invalid_policy_gets_a_status_and_no_node_action():
+    w = lent_world("n1", pods=[gpu_pod("want", None, gpus=8)])
+    bad = InvalidPolicy("hpc", "lend", ("spec.reclaim.signal: \"KILL\" is not a signal a reclaim sends",), 3)
+    acts = decide(w.observed(), bad, T0)
+    assert kinds(acts) == []
+    st = status(acts)
+    assert st.observed_generation == 3
+    cond = st.conditions[0]
+    assert (cond.status, cond.reason) == ("False", "InvalidPolicy") and "spec.reclaim.signal" in cond.message
+
+
+def test_a_deleted_policy_gets_its_nodes_back_with_the_default_settings():
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    w.nodes["idle"] = gpu_node("idle", annotations=IDLE)
+    [gone] = orphaned_policies(w.nodes.values(), existing=["hpc/another"])
+    assert gone == PolicyGone("hpc", "lend", "hpc/demo")
+    acts = decide(w.observed(), gone, T0)
+    assert only(acts, A.SetLendingState).reason == "policy-gone"
+    assert only(acts, A.SignalJobs).signal == DEFAULT_RECLAIM.signal
+    assert not of(acts, A.PolicyStatus)
+    assert orphaned_policies(w.nodes.values(), existing=["hpc/lend"]) == []
+
+
+# -- status --------------------------------------------------------------------------------
+
+
+def test_status_counts_and_names_the_nodes_and_is_written_only_when_it_changes():
+    w = lent_world("a", "b")
+    w.nodes["k"] = gpu_node("k")
+    w.pods[("apps", "train")] = gpu_pod("train", "k", gpus=8)
+    first = w.decide(POLICY, T0)
+    st = status(first)
+    assert st.lent_nodes == ["a", "b"]
+    assert st.counts.model_dump() == {"selected": 3, "kubernetes": 1, "lending": 0, "lent": 2, "reclaiming": 0}
+    assert st.observed_generation == POLICY.metadata.generation
+    cond = st.conditions[0]
+    assert (cond.type, cond.status, cond.reason) == ("Ready", "True", "Lending")
+    assert cond.message.startswith("2 of 3 selected nodes lent to partition gpu of SlurmCluster hpc/demo")
+    w.apply(first)
+    assert w.decide(POLICY, T0 + timedelta(minutes=5)) == []
+    # A change keeps the condition's transition time while Ready stays True.
+    w.nodes["b"] = replace(w.nodes["b"], labels={"other": "x", STATE_LABEL: LENT})
+    later = status(w.decide(POLICY, T0 + timedelta(minutes=10)))
+    assert later.conditions[0].last_transition_time == cond.last_transition_time == format_time(T0)
+    assert later.counts.lent == 1
+
+
+def test_metrics_count_nodes_by_state_and_policy():
+    w = lent_world("a", "b")
+    w.nodes["c"] = reclaiming_node("c")
+    w.nodes["d"] = held_node("d", LENDING, key="hpc/other")
+    w.nodes["k"] = gpu_node("k")
+    w.nodes["cpu"] = gpu_node("cpu", allocatable={"cpu": "8"})
+    m = lending_metrics(w.observed())
+    assert m.by_state == {"kubernetes": 1, LENDING: 1, LENT: 2, RECLAIMING: 1}
+    assert m.by_policy == {"hpc/lend": {LENDING: 0, LENT: 2, RECLAIMING: 1},
+                           "hpc/other": {LENDING: 1, LENT: 0, RECLAIMING: 0}}
+
+
+# -- whole cycles ----------------------------------------------------------------------------
+
+
+def test_a_full_cycle_lend_run_a_job_reclaim_checkpoint_requeue_return():
+    w = World.of(nodes=[gpu_node("n1"), gpu_node("busy")], pods=[gpu_pod("svc", "busy", gpus=8)])
+    now = settle(w, POLICY, T0, rounds=20, step=timedelta(seconds=30))
+    assert w.nodes["n1"].labels[STATE_LABEL] == LENT and "n1" in w.snodes
+    w.jobs[1] = job(1, "n1")
+    w.pods[("apps", "burst")] = gpu_pod("burst", None, gpus=8)
+    now = settle(w, POLICY, now, rounds=10, step=timedelta(seconds=30))
+    assert STATE_LABEL not in w.nodes["n1"].labels and w.nodes["n1"].taints == ()
+    assert "n1" not in w.snodes and not any(p.labels.get(COMPONENT_LABEL) for p in w.pods.values())
+    assert [e[0] for e in w.log] == ["signal", "requeue"]
+    assert w.jobs[1].state == "PENDING"   # eligible to run again, elsewhere
+    # Held for the pending pod (not lent again) until the scheduler places it.
+    assert set(w.nodes["n1"].annotations) == {IDLE_SINCE_ANNOTATION}
+    w.pods[("apps", "burst")] = gpu_pod("burst", "n1", gpus=8)
+    settle(w, POLICY, now, rounds=3)
+    assert w.nodes["n1"].annotations == {}

@@ -1,0 +1,251 @@
+"""Random worlds (hypothesis): the lending decision keeps its safety rules,
+is idempotent, and a bridge killed in the middle of a round converges to the
+same end state as one that was not."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurmk8s.bridge import actions as A
+from slurmk8s.bridge.nodestate import (
+    COMPONENT_LABEL,
+    FORCED_ANNOTATION,
+    IDLE_SINCE_ANNOTATION,
+    LENDING,
+    LENT,
+    POLICY_ANNOTATION,
+    RECLAIMING,
+    SIGNALLED_ANNOTATION,
+    SINCE_ANNOTATION,
+    SLURMD_COMPONENT,
+    STATE_LABEL,
+    TAINT_EFFECT,
+    TAINT_KEY,
+    format_time,
+)
+from slurmk8s.bridge.decide import slurmd_pod_name
+from slurmk8s.bridge.observed import KubePod, NodeTaint, PolicyGone
+from slurmk8s.slurm.model import DRAIN_PREFIX
+
+from .lending_sim import GPU_LABELS, T0, World, cluster, gpu_node, gpu_pod, job, policy, slurm_node
+
+NAMES = [f"n{i}" for i in range(6)]
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def policies(draw):
+    spec = {
+        "idleAfterSeconds": draw(st.sampled_from([0, 60, 120])),
+        "minKubernetesNodes": draw(st.sampled_from([0, 0, 0, 1, 3])),
+        "registrationTimeoutSeconds": draw(st.sampled_from([60, 600])),
+    }
+    if draw(st.booleans()):
+        spec["maxLentNodes"] = draw(st.integers(0, 4))
+    if draw(st.integers(0, 3)) == 0:
+        spec["windows"] = [{"start": draw(st.sampled_from(["08:00", "11:00", "13:00"])),
+                            "end": draw(st.sampled_from(["12:30", "18:00", "02:00"]))}]
+    reclaim = {"gracePeriodSeconds": draw(st.sampled_from([0, 30, 90])),
+               "jobAction": draw(st.sampled_from(["requeue", "cancel"])),
+               "signal": draw(st.sampled_from(["USR1", "TERM"]))}
+    choice = draw(st.integers(0, 2))
+    if choice == 1:
+        reclaim["podSelector"] = {"matchLabels": {"team": "inference"}}
+    elif choice == 2:
+        reclaim["minPriority"] = 100
+    return policy(reclaim=reclaim, **spec)
+
+
+@st.composite
+def worlds(draw):
+    pol = draw(policies())
+    if draw(st.integers(0, 7)) == 0:
+        pol = PolicyGone("hpc", "lend", "hpc/demo")  # deleted: its nodes come back
+    now = T0 + timedelta(seconds=draw(st.integers(0, 3600)))
+    w = World()
+    names = NAMES[: draw(st.integers(1, len(NAMES)))]
+    for name in names:
+        state = draw(st.sampled_from([None, None, LENDING, LENT, LENT, RECLAIMING, "bogus"]))
+        labels = dict(GPU_LABELS) if draw(st.integers(0, 5)) else {"other": "x"}
+        annotations = {}
+        taints = ()
+        if state is not None:
+            labels[STATE_LABEL] = state
+            other_policy = draw(st.integers(0, 9)) == 0
+            annotations = {
+                POLICY_ANNOTATION: "hpc/other" if other_policy else pol.key,
+                "slurmk8s.dev/lending-cluster": "hpc/demo",
+                "slurmk8s.dev/lending-partition": "gpu",
+                SINCE_ANNOTATION: format_time(now - timedelta(seconds=draw(st.integers(0, 900)))),
+            }
+            if state == RECLAIMING:
+                annotations["slurmk8s.dev/reclaim-reason"] = draw(st.sampled_from(["demand", "window", "slurmd-lost"]))
+                if draw(st.booleans()):
+                    annotations[SIGNALLED_ANNOTATION] = format_time(now - timedelta(seconds=draw(st.integers(0, 200))))
+                if draw(st.booleans()):
+                    annotations[FORCED_ANNOTATION] = format_time(now - timedelta(seconds=draw(st.integers(0, 60))))
+            if draw(st.integers(0, 4)):
+                taints = (NodeTaint(TAINT_KEY, "demo", TAINT_EFFECT),)
+        elif draw(st.booleans()):
+            annotations[IDLE_SINCE_ANNOTATION] = format_time(now - timedelta(seconds=draw(st.integers(0, 300))))
+        node = gpu_node(name, labels=labels, annotations=annotations, taints=taints,
+                        ready=draw(st.integers(0, 11)) > 0, unschedulable=draw(st.integers(0, 11)) == 0,
+                        allocatable={"cpu": "32", "memory": "256Gi",
+                                     "nvidia.com/gpu": str(draw(st.sampled_from([0, 4, 8, 8, 8])))})
+        w.nodes[name] = node
+        held_state = state in (LENDING, LENT, RECLAIMING)
+        # A GPU pod (or a DaemonSet's) may run there.
+        if draw(st.integers(0, 3)) == 0:
+            w.pods[("apps", f"app-{name}")] = gpu_pod(
+                f"app-{name}", name, gpus=draw(st.sampled_from([1, 4, 8])),
+                owner_kind=draw(st.sampled_from([None, "ReplicaSet", "DaemonSet"])))
+        # The lent slurmd pod, in some phase: usually there on held nodes.
+        if draw(st.integers(0, 5)) > 0 if held_state else draw(st.integers(0, 7)) == 0:
+            pod_name = slurmd_pod_name("demo", name)
+            w.pods[("hpc", pod_name)] = KubePod(
+                "hpc", pod_name, node=name,
+                phase=draw(st.sampled_from(["Running", "Running", "Running", "Pending", "Failed"])),
+                gpus=8, labels={COMPONENT_LABEL: SLURMD_COMPONENT}, deleting=draw(st.integers(0, 7)) == 0)
+        # Its Slurm node, in some state: usually there on lent nodes.
+        if draw(st.integers(0, 5)) > 0 if state in (LENT, RECLAIMING) else \
+                draw(st.booleans()) if state == LENDING else draw(st.integers(0, 3)) == 0:
+            flag = draw(st.sampled_from([None, None, None, "DRAIN", "NOT_RESPONDING", "COMPLETING"]))
+            flags = {flag} if flag else set()
+            reason = ""
+            if "DRAIN" in flags:
+                reason = draw(st.sampled_from([f"{DRAIN_PREFIX} reclaimed", "admin: bad GPU"]))
+            w.snodes[name] = slurm_node(
+                name, partition=draw(st.sampled_from(["gpu", "gpu", "gpu", "cpu"])),
+                state=draw(st.sampled_from(["idle", "idle", "mixed", "allocated", "down", "unknown"])),
+                flags=flags, reason=reason)
+    # Jobs, some spanning nodes.
+    for job_id in range(1, draw(st.integers(0, 5)) + 1):
+        on = draw(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True))
+        w.jobs[job_id] = job(job_id, ",".join(sorted(on)),
+                             state=draw(st.sampled_from(["RUNNING", "RUNNING", "COMPLETING", "PENDING"])),
+                             requeue=draw(st.integers(0, 4)) > 0)
+    # Pending GPU pods.
+    for i in range(draw(st.sampled_from([0, 0, 1, 2, 3]))):
+        w.pods[("apps", f"want-{i}")] = gpu_pod(
+            f"want-{i}", None, gpus=draw(st.sampled_from([1, 4, 8])),
+            priority=draw(st.sampled_from([0, 100])),
+            labels={"team": draw(st.sampled_from(["inference", "research"]))},
+            node_selector=draw(st.sampled_from([{}, {}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB"},
+                                                {"zone": "b"}])))
+    w.slurm_known = draw(st.integers(0, 5)) > 0
+    if draw(st.integers(0, 9)) == 0:
+        w.cluster = None
+    elif draw(st.integers(0, 9)) == 0:
+        w.cluster = cluster(accept=False)
+    return w, pol, now
+
+
+def held(w: World, key: str) -> int:
+    return sum(1 for n in w.nodes.values()
+               if n.labels.get(STATE_LABEL) in (LENDING, LENT) and n.annotations.get(POLICY_ANNOTATION) == key)
+
+
+def kube_selected(w: World) -> int:
+    return sum(1 for n in w.nodes.values()
+               if STATE_LABEL not in n.labels and n.gpus > 0 and n.labels.get("slurmk8s.dev/lendable") == "true")
+
+
+@SETTINGS
+@given(worlds())
+def test_unknown_slurm_means_no_destructive_action(case):
+    w, pol, now = case
+    w.slurm_known = False
+    if w.cluster is None:
+        w.cluster = cluster()
+    acts = w.decide(pol, now)
+    bad = [a for a in acts if isinstance(a, (*A.DESTRUCTIVE_ACTIONS, A.SetLendingState, A.CreateSlurmdPod))]
+    assert bad == []
+
+
+@SETTINGS
+@given(worlds())
+def test_no_node_with_slurm_jobs_is_untainted_or_handed_back(case):
+    w, pol, now = case
+    if w.cluster is None:
+        return  # no cluster, no Slurm: nothing can run there (covered elsewhere)
+    acts = w.decide(pol, now)
+    for a in acts:
+        if isinstance(a, (A.Untaint, A.ClearLending)):
+            assert w.slurm_known
+            assert w.active_jobs(a.node) == [], (a, w.active_jobs(a.node))
+
+
+@SETTINGS
+@given(worlds())
+def test_lending_never_passes_max_lent_nodes_or_goes_below_min_kubernetes_nodes(case):
+    w, pol, now = case
+    before_held, before_kube = held(w, pol.key), kube_selected(w)
+    acts = w.decide(pol, now)
+    w.apply(acts)
+    after_held, after_kube = held(w, pol.key), kube_selected(w)
+    if isinstance(pol, PolicyGone):
+        assert not any(isinstance(a, A.SetLendingState) and a.state != RECLAIMING for a in acts)
+        return
+    spec = pol.spec
+    if any(isinstance(a, A.SetLendingState) and a.state == LENDING for a in acts):
+        if spec.max_lent_nodes is not None:
+            assert after_held <= spec.max_lent_nodes
+        assert after_kube >= spec.min_kubernetes_nodes
+    if spec.max_lent_nodes is not None:
+        assert after_held <= max(spec.max_lent_nodes, before_held)
+    assert after_kube >= min(spec.min_kubernetes_nodes, before_kube)
+
+
+@SETTINGS
+@given(worlds())
+def test_deciding_again_on_the_result_changes_nothing(case):
+    w, pol, now = case
+    before = w.summary()
+    first = w.decide(pol, now)
+    w.apply(first)
+    again = w.decide(pol, now)
+    assert again == [], (f"\n{before}\npolicy {getattr(pol, 'spec', pol)}\n"
+                         f"first: {first}\nafter:\n{w.summary()}")
+
+
+def end_state(w: World) -> dict:
+    """What must agree after convergence (times differ with the rounds lost)."""
+    bookkeeping = {SIGNALLED_ANNOTATION, FORCED_ANNOTATION}
+    nodes = {n.name: (n.labels.get(STATE_LABEL), tuple(sorted(t.key for t in n.taints)),
+                      tuple(sorted(k for k in n.annotations if k not in bookkeeping)))
+             for n in w.nodes.values()}
+    pods = sorted((k, p.phase, p.deleting) for k, p in w.pods.items())
+    snodes = sorted((s.name, s.state, s.drain_set) for s in w.snodes.values())
+    jobs = sorted((j.job_id, j.state, j.nodes) for j in w.jobs.values())
+    return {"nodes": nodes, "pods": pods, "slurm": snodes, "jobs": jobs}
+
+
+def run(w: World, pol, now, rounds: int = 60):
+    for _ in range(rounds):
+        w.apply(w.decide(pol, now))
+        w.step()
+        now += timedelta(seconds=30)
+    return w
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds(), st.data())
+def test_a_bridge_killed_after_any_prefix_of_its_actions_converges_to_the_same_end(case, data):
+    w, pol, now = case
+    acts = w.decide(pol, now)
+    cut = data.draw(st.integers(0, len(acts)), label="actions applied before the kill")
+    whole, killed = w.copy(), w.copy()
+    whole.apply(acts)
+    killed.apply(acts[:cut])
+    # The restarted bridge decides again on the partially updated world.
+    killed.apply(killed.decide(pol, now))
+    later = now + timedelta(seconds=30)
+    whole.step()
+    killed.step()
+    before = w.summary()
+    a, b = end_state(run(whole, pol, later)), end_state(run(killed, pol, later))
+    assert a == b, (f"\n{before}\npolicy {getattr(pol, 'spec', pol)}\nactions {acts}\n"
+                    f"cut after {cut}\nwhole:\n{whole.summary()}\nkilled:\n{killed.summary()}")

@@ -1,0 +1,68 @@
+"""How a lent Kubernetes node describes itself to Slurm (slurmk8s.render.lent)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slurmk8s.render import names
+from slurmk8s.render.lent import DEFAULT_GPU_TYPE, GPU_PRODUCT_LABEL, UnlendableNode, lent_node
+
+ALLOCATABLE = {"cpu": "95500m", "memory": "1031880Mi", "nvidia.com/gpu": "8", "pods": "110"}
+LABELS = {GPU_PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"}
+
+
+def test_a_gpu_node_becomes_a_slurmd_conf_and_a_one_line_gres_conf():
+    node = lent_node("demo", "ip-10-0-3-7.ec2.internal", ALLOCATABLE, LABELS, "gpu")
+    assert (node.cpus, node.memory_mib, node.gpus) == (95, 1031880, 8)  # whole CPUs only
+    assert node.gpu_type == LABELS[GPU_PRODUCT_LABEL]
+    feature = names.lent_nodeset("gpu")
+    assert node.conf == f"CPUs=95 RealMemory=1031880 Gres=gpu:{node.gpu_type}:8 Feature={feature}"
+    lines = [x for x in node.gres_conf.splitlines() if x and not x.startswith("#")]
+    assert lines == [f"NodeName=ip-10-0-3-7.ec2.internal Name=gpu Type={node.gpu_type} File=/dev/nvidia[0-7]"]
+
+
+def test_one_gpu_and_no_product_label():
+    node = lent_node("demo", "n1", {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}, {}, "gpu")
+    assert node.gpu_type == DEFAULT_GPU_TYPE
+    assert "File=/dev/nvidia0\n" in node.gres_conf
+    assert node.memory_mib == 16 * 1024
+
+
+@pytest.mark.parametrize("label", ["", "a" * 65, "-leading-dash"])
+def test_an_unusable_product_label_falls_back_to_gpu(label):
+    node = lent_node("demo", "n1", ALLOCATABLE, {GPU_PRODUCT_LABEL: label}, "gpu")
+    assert node.gpu_type == DEFAULT_GPU_TYPE
+
+
+@pytest.mark.parametrize("node,allocatable,partition,reason", [
+    ("n 1", ALLOCATABLE, "gpu", "cannot be a Slurm node name"),
+    ("n1;reboot", ALLOCATABLE, "gpu", "cannot be a Slurm node name"),
+    ("n" * 129, ALLOCATABLE, "gpu", "cannot be a Slurm node name"),
+    ("n1", ALLOCATABLE, "gpu Nodes=ALL", "not a Slurm partition name"),
+    ("n1", ALLOCATABLE, "gpu\nProlog=/x", "not a Slurm partition name"),
+    ("n1", {**ALLOCATABLE, "cpu": "500m"}, "gpu", "less than one whole unit"),
+    ("n1", {**ALLOCATABLE, "memory": "512Ki"}, "gpu", "less than one whole unit"),
+    ("n1", {**ALLOCATABLE, "memory": "lots"}, "gpu", "not a quantity"),
+    ("n1", {**ALLOCATABLE, "cpu": "1e999"}, "gpu", "less than one whole unit"),
+    ("n1", {**ALLOCATABLE, "nvidia.com/gpu": "0"}, "gpu", "less than one whole unit"),
+    ("n1", {**ALLOCATABLE, "nvidia.com/gpu": "65"}, "gpu", "at most 64"),
+    ("n1", {"cpu": "4", "memory": "1Gi"}, "gpu", "no allocatable nvidia.com/gpu"),
+])
+def test_what_cannot_be_described_safely_is_refused(node, allocatable, partition, reason):
+    with pytest.raises(UnlendableNode, match=reason):
+        lent_node("demo", node, allocatable, {}, partition)
+
+
+@given(value=st.text(max_size=40))
+def test_nothing_unsafe_reaches_the_command_line(value):
+    """Whatever a node reports, the --conf value is four plain Key=Value words."""
+    try:
+        node = lent_node("demo", "n1", {"cpu": value, "memory": value, "nvidia.com/gpu": value},
+                         {GPU_PRODUCT_LABEL: value}, "gpu")
+    except UnlendableNode:
+        return
+    words = node.conf.split(" ")
+    assert [w.split("=", 1)[0] for w in words] == ["CPUs", "RealMemory", "Gres", "Feature"]
+    assert all(c.isalnum() or c in "=:_.-" for c in node.conf.replace(" ", ""))
