@@ -361,3 +361,8 @@ def _extra_line(value: str) -> str:
 #: One ``Key=Value`` line for slurm.conf. Whether the key is one slurmk8s owns
 #: is checked in :mod:`slurmk8s.api.validate`.
 ExtraLine = Annotated[str, AfterValidator(_extra_line), _schema(f"^{EXTRA_LINE_RE}$", 1024)]
+
+
+#: The signals slurmk8s sends to Slurm jobs (``scontrol``/``scancel --signal``
+#: names). The Slurm facade checks every signal against this set.
+SLURM_SIGNALS = frozenset("USR1 USR2 TERM INT HUP CONT STOP KILL".split())

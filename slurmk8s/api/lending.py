@@ -13,7 +13,7 @@ from typing import Annotated, Literal, Mapping
 
 from pydantic import AfterValidator, Field
 
-from ..slurm.client import SIGNALS
+from .fields import SLURM_SIGNALS as SIGNALS
 from .base import ApiModel
 from .cluster import API_VERSION, Condition, DnsSubdomain
 from .fields import DnsLabel, LabelKey, LabelValue, SlurmName, constrained, refuse

@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
+from ..api.fields import SLURM_SIGNALS
 from ..render.config import config_hash
 from .model import DRAIN_PREFIX, Job, Node, job_from_json, node_from_json
 
@@ -33,7 +34,7 @@ __all__ = ["Runner", "local_runner", "SlurmClient", "SlurmError", "NotOurDrain",
 Runner = Callable[[Sequence[str], "str | None"], subprocess.CompletedProcess]
 
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-SIGNALS = frozenset("USR1 USR2 TERM INT HUP CONT STOP KILL".split())
+SIGNALS = SLURM_SIGNALS
 
 
 def local_runner(argv: Sequence[str], stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
