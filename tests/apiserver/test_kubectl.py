@@ -141,7 +141,8 @@ def test_delete_and_clear_errors(cluster: Cluster, ns: str) -> None:
     assert out.returncode != 0 and "--dry-run=client -o yaml" in out.stderr  # protobuf is refused, with the way around
     generated = cluster.kubectl("create", "configmap", "-n", ns, "gone", "--from-literal=a=b", "--dry-run=client", "-o", "yaml").stdout
     cluster.kubectl("create", "-f", "-", stdin=generated)
-    assert cluster.kubectl("delete", "-n", ns, "configmap", "gone").stdout.strip() == 'configmap "gone" deleted'
+    # kubectl 1.32 says 'configmap "gone" deleted'; newer ones add 'from <ns> namespace'
+    assert cluster.kubectl("delete", "-n", ns, "configmap", "gone").stdout.startswith('configmap "gone" deleted')
     out = cluster.kubectl("get", "-n", ns, "configmap", "gone", check=False)
     assert out.returncode != 0 and 'configmaps "gone" not found' in out.stderr
     out = cluster.kubectl("get", "daemonsets", check=False)
