@@ -2,7 +2,9 @@
 """Benchmark the sandbox: prints figures, asserts nothing.
 
 1. `sandbox up` -> every Slurm node IDLE, over several rounds (each round
-   brings the example cluster up in a fresh state directory and takes it down).
+   brings the example cluster up in a fresh state directory and takes it down):
+   the API stand-in, the kubelet and the operator start, the manifest is
+   applied, the operator renders the cluster and the kubelet runs its pods.
 2. sbatch -> the job's first instruction running, through the sandbox (sbatch
    in the login pod, the job on a worker pod) and, in the same run, on a bare
    slurmctld + slurmd started by hand in private namespaces on this machine
@@ -79,7 +81,7 @@ def bench_sandbox_latency(cluster, jobs: int, partition: str) -> list[float]:
         box = Sandbox(Path(d))
         state = box.up(cluster, subnet=SUBNET, timeout=120)
         try:
-            login = next(p.name for p in state.pods if p.component == "login")
+            login = next(p["name"] for p in box.status()["pods"] if p["name"].startswith(f"{state.cluster}-login-"))
             shared = state.shared_storage["mountPath"]
             argv = box.exec(login, ["bash", "-c", LATENCY, "bench", f"{shared}/bench", str(jobs), partition])
             out = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True).stdout

@@ -234,11 +234,19 @@ def sandbox() -> None:
               help="Private subnet for the pods' addresses (the host takes the first one).")
 @click.option("--timeout", default=300, show_default=True, help="Seconds to wait for every node to be idle.")
 def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int) -> None:
-    """Start the cluster in FILE and wait until every Slurm node is idle.
+    """Start the cluster in FILE and wait until it is Ready and every Slurm node idle.
 
-    If a sandbox is already running it is checked and kept; one left behind
-    by a crash is cleaned up first.
+    The sandbox is a small Kubernetes on this machine: an API server (with
+    the slurmk8s CRDs), a kubelet that runs pods in Linux namespaces, and the
+    slurmk8s operator. FILE is applied through the API, as with
+    `kubectl apply -f FILE`, and the operator does the rest. Run it again
+    after editing FILE to apply the change; after a crash it starts again
+    whatever is not running. kubectl works too:
+
+    \b
+      kubectl --kubeconfig "$(slurmk8s sandbox status -o json | jq -r .kubeconfig)" get slurmclusters
     """
+    from .manifest import read_documents
     from .sandbox import SandboxFailed
 
     try:
@@ -249,11 +257,13 @@ def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int)
         raise click.UsageError(f"{filename} must hold exactly one SlurmCluster (found {len(found)})")
     box = _sandbox(state_dir)
     try:
-        state = box.up(found[0], subnet=subnet, timeout=timeout)
+        state = box.up(found[0], [d for d in read_documents(filename) if isinstance(d, dict)],
+                       subnet=subnet, timeout=timeout)
     except SandboxFailed as exc:
         click.echo(f"sandbox: {exc}", err=True)
         sys.exit(1)
-    click.echo(f"Sandbox {state.cluster} is up: {len(state.pods)} pods.")
+    click.echo(f"Sandbox {state.cluster} is up.")
+    click.echo(f"  kubectl:  kubectl --kubeconfig {box.kubeconfig} get slurmclusters,pods")
     if state.login:
         click.echo(f"  Log in:   slurmk8s sandbox ssh        ({state.login['user']}@{state.login['host']})")
     if state.shared_storage:
@@ -261,6 +271,22 @@ def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int)
         click.echo(f"  Shared:   {s['mountPath']} in the pods is {s['hostPath']} here")
     click.echo("  Status:   slurmk8s sandbox status")
     click.echo("  Stop:     slurmk8s sandbox down")
+
+
+@sandbox.command("kubelet", hidden=True)
+@STATE_DIR_OPTION
+def sandbox_kubelet(state_dir: Path | None) -> None:
+    """Run the sandbox's kubelet in the foreground (`sandbox up` starts it)."""
+    import signal
+    import threading
+
+    from .sandbox import DEFAULT_STATE_DIR
+    from .sandbox.kubelet import run_for_sandbox
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    run_for_sandbox(state_dir or DEFAULT_STATE_DIR, stop, progress=lambda msg: click.echo(msg, err=True))
 
 
 @sandbox.command("status")
@@ -280,10 +306,13 @@ def sandbox_status(state_dir: Path | None, output: str) -> None:
     if output == "json":
         click.echo(json.dumps(st, indent=2))
         return
-    click.echo(f"{'POD':<24} {'COMPONENT':<11} {'IP':<15} {'PHASE':<8} {'READY':<6} SLURM")
+    click.echo(f"{'POD':<30} {'NODE':<16} {'IP':<15} {'PHASE':<8} {'READY':<6} SLURM")
     for p in st["pods"]:
-        click.echo(f"{p['name']:<24} {p['component']:<11} {p['ip']:<15} {p['phase']:<8} "
+        click.echo(f"{p['name']:<30} {p['node'] or '-':<16} {p['ip'] or '-':<15} {p['phase'] or '-':<8} "
                    f"{'yes' if p['ready'] else 'no':<6} {p['slurmState'] or '-'}")
+    for name, proc in st["processes"].items():
+        click.echo(f"{name}: {'running' if proc['running'] else 'NOT RUNNING'} (pid {proc['pid']}, log {proc['log']})")
+    click.echo(f"kubeconfig: {st['kubeconfig']}")
     if st["login"]:
         click.echo(f"\nlogin: {st['login']['user']}@{st['login']['host']} (slurmk8s sandbox ssh)")
     if st["sharedStorage"]:

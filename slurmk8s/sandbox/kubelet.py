@@ -203,7 +203,10 @@ class Kubelet:
                         self._stop(local, grace=int(meta.get("deletionGracePeriodSeconds") or 0), delete=True)
                 continue
             if local is None:
-                if status.get("phase") in (None, "", "Pending"):
+                # New, or left from before this host's pods went away (a
+                # sandbox stopped and started again): run it, as a kubelet
+                # does after a reboot. Finished pods stay finished.
+                if status.get("phase") not in ("Succeeded", "Failed"):
                     self._admit(pod)
                 continue
             if uid in self.stopping:
@@ -374,3 +377,21 @@ class Kubelet:
             if local.uid not in self.stopping:
                 self._stop(local, grace=30, delete=False)
         self.pool.shutdown(wait=True)
+
+
+def run_for_sandbox(state_dir: Path, stop: threading.Event, progress: Progress = lambda _: None) -> None:
+    """The kubelet of the sandbox in ``state_dir`` (its state.json names the Nodes and the network).
+
+    Stopping it leaves its pods running, as stopping a kubelet does; the
+    next one adopts them. ``sandbox down`` stops the pods.
+    """
+    from kubernetes import config
+
+    state = json.loads((state_dir / "state.json").read_text())
+    net = runtime.Network(state["sid"], state["subnet"], state["gateway"])
+    api = config.new_client_from_config(str(state_dir / "kubeconfig"))
+    kubelet = Kubelet(api, [SandboxNode(**n) for n in state["nodes"]], state_dir, net, progress)
+    try:
+        kubelet.run(stop)
+    finally:
+        kubelet.pool.shutdown(wait=True)

@@ -1,25 +1,23 @@
-"""Plan a sandbox: rendered Kubernetes objects -> pods to run on this host. Pure.
+"""What the sandbox's kubelet runs for a Pod object, and its /etc/hosts. Pure.
 
-The sandbox plays the parts of the Kubernetes controllers and the kubelet for
-the objects ``slurmk8s.render`` produces: StatefulSets and Deployments become
-pods, Services become host names, ConfigMaps, Secrets, PVCs and emptyDirs
-become files and directories mounted where the pod spec says.
+``pod_plan`` turns a bound Pod (with the ConfigMaps and Secrets of its
+namespace) into containers, mounts and files for the pod runtime:
+ConfigMaps, Secrets and emptyDirs become files and directories, claims
+become directories of the sandbox's storage, all mounted where the pod
+spec says. ``hosts_file`` gives pods and Services their DNS names.
 """
 
 from __future__ import annotations
 
 import base64
-import ipaddress
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..render.config import render_template
 
 #: Where the images keep their entrypoint.
 ENTRYPOINT = "/usr/local/bin/slurmk8s-entrypoint"
-#: The bridge (host side) takes the first address of the subnet; pods follow.
-GPU_MAJOR = 195
 
 
 @dataclass(frozen=True)
@@ -89,39 +87,9 @@ class PodPlan:
         return None if not self.subdomain else f"{self.hostname}.{self.subdomain}.{self.namespace}.svc"
 
 
-@dataclass
-class SandboxPlan:
-    cluster: str
-    namespace: str
-    cluster_domain: str
-    subnet: str
-    gateway: str
-    pods: list[PodPlan]
-    hosts: str
-    claims: dict[str, str]  # claim name -> host directory (relative to the storage root)
-
-
 def _component(image: str) -> str:
     """``ghcr.io/slurmk8s/slurmd:22.05`` -> ``slurmd``."""
     return image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
-
-
-def _by_kind(objs: Iterable[dict], kind: str) -> dict[str, dict]:
-    return {o["metadata"]["name"]: o for o in objs if o["kind"] == kind}
-
-
-def _expand(objs: Sequence[dict]) -> list[tuple[str, dict, str | None]]:
-    """(pod name, owning workload, subdomain) for each replica."""
-    out = []
-    for o in objs:
-        kind, name, spec = o["kind"], o["metadata"]["name"], o.get("spec", {})
-        if kind == "StatefulSet":
-            for i in range(spec.get("replicas", 1)):
-                out.append((f"{name}-{i}", o, spec.get("serviceName")))
-        elif kind == "Deployment":
-            for i in range(spec.get("replicas", 1)):
-                out.append((f"{name}-{i}", o, None))
-    return out
 
 
 def _volumes(
@@ -221,85 +189,6 @@ def _hosts(pods: Sequence[PodPlan], services: Mapping[str, dict], domain: str) -
         names = [f"{name}.{ns}.svc.{domain}", f"{name}.{ns}.svc", f"{name}.{ns}", name]
         entries += [(m.ip, names) for m in members]
     return render_template("hosts", entries=entries)
-
-
-def plan(objs: Sequence[dict], *, subnet: str, user_keys: Mapping[str, str] = {}) -> SandboxPlan:
-    """Plan the pods of a rendered cluster.
-
-    ``user_keys`` maps login user names to extra authorized_keys text the
-    sandbox supplies (so ``sandbox ssh`` can log in); Secrets the manifest
-    refers to but does not render (``sshPublicKeysFrom``) are filled from it.
-    """
-    net = ipaddress.ip_network(subnet)
-    hosts_iter = net.hosts()
-    gateway = str(next(hosts_iter))
-    config_maps = _by_kind(objs, "ConfigMap")
-    secrets = dict(_by_kind(objs, "Secret"))
-    services = _by_kind(objs, "Service")
-    workloads = [o for o in objs if o["kind"] in ("StatefulSet", "Deployment")]
-    first = workloads[0]["metadata"] if workloads else {"namespace": "default", "labels": {}}
-    cluster = first.get("labels", {}).get("app.kubernetes.io/instance", "sandbox")
-    namespace = first["namespace"]
-
-    claims: dict[str, str] = {}
-    for o in objs:
-        if o["kind"] == "PersistentVolumeClaim":
-            claims[o["metadata"]["name"]] = f"claims/{o['metadata']['name']}"
-
-    pods: list[PodPlan] = []
-    for pod_name, owner, subdomain in _expand(workloads):
-        template = owner["spec"]["template"]
-        spec = template["spec"]
-        _supply_user_keys(spec, secrets, user_keys, namespace)
-        sources, files = _volumes(pod_name, template, owner, config_maps, secrets, claims)
-        gpus = sum(int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)) for c in spec["containers"])
-        pods.append(PodPlan(
-            name=pod_name,
-            namespace=owner["metadata"]["namespace"],
-            owner_kind=owner["kind"],
-            owner=owner["metadata"]["name"],
-            labels=dict(template["metadata"].get("labels", {})),
-            hostname=pod_name,
-            subdomain=subdomain,
-            ip=str(next(hosts_iter)),
-            containers=[_container(c, sources) for c in spec["containers"]],
-            files=files,
-            gpus=gpus,
-            termination_grace=spec.get("terminationGracePeriodSeconds", 30),
-        ))
-    domain = _cluster_domain(pods)
-    return SandboxPlan(
-        cluster=cluster,
-        namespace=namespace,
-        cluster_domain=domain,
-        subnet=str(net),
-        gateway=gateway,
-        pods=pods,
-        hosts=_hosts(pods, services, domain),
-        claims=claims,
-    )
-
-
-def _cluster_domain(pods: Sequence[PodPlan]) -> str:
-    for p in pods:
-        addr = p.env.get("SLURMK8S_CONTROLLER", "")
-        if ".svc." in addr:
-            return addr.split(".svc.", 1)[1]
-    return "cluster.local"
-
-
-def _supply_user_keys(spec: dict, secrets: dict, user_keys: Mapping[str, str], namespace: str) -> None:
-    """Stand in for Secrets the cluster would hold: ``sshPublicKeysFrom`` references."""
-    for vol in spec.get("volumes", []):
-        for src in vol.get("projected", {}).get("sources", []):
-            ref = src["secret"]["name"]
-            if ref in secrets:
-                continue
-            data = {}
-            for item in src["secret"].get("items", []):
-                text = user_keys.get(item["path"], "")
-                data[item["key"]] = base64.b64encode(text.encode()).decode()
-            secrets[ref] = {"metadata": {"name": ref, "namespace": namespace}, "data": data}
 
 
 def pod_plan(pod: dict, config_maps: Mapping[str, dict], secrets: Mapping[str, dict], ip: str) -> PodPlan:

