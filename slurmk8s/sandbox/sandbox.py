@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -471,11 +472,16 @@ class Sandbox:
                     removed.append(process)
             holders = [(p["name"], p["holder"], p.get("grace", 30)) for p in state.get("pods", [])]
             holders += [(p["name"], p["holder"], 30) for p in self._local_pods().values()]
-            for name, holder, grace in holders:
-                if runtime.alive(holder):
-                    self.progress(f"stopping pod {name}")
-                    runtime.stop(holder, grace=min(grace, 30))
-                    removed.append(f"pod {name}")
+            live = [h for h in holders if runtime.alive(h[1])]
+            # Workers and login pods together (each drains its node with
+            # slurmctld still there), then the controller.
+            last = [h for h in live if h[0] == f"{state['cluster']}-controller-0"]
+            for group in ([h for h in live if h not in last], last):
+                with ThreadPoolExecutor(max_workers=max(1, len(group))) as pool:
+                    for name, holder, grace in group:
+                        self.progress(f"stopping pod {name}")
+                        pool.submit(runtime.stop, holder, min(grace, 30))
+                removed += [f"pod {name}" for name, _, _ in group]
             if self._kill(processes.get("apiserver")):
                 removed.append("apiserver")
             net = runtime.Network(state["sid"], state["subnet"], state["gateway"])
