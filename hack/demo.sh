@@ -61,7 +61,8 @@ say "The cluster is still running. Next:"
 cat <<NEXT
   $sk sandbox ssh                  a shell on the login pod as $user (sinfo, sbatch, squeue, srun)
   $sk sandbox ssh -- sinfo         one command
-  $sk sandbox status               pods, addresses, Slurm node states
+  $sk sandbox status               pods, addresses, Slurm node states, the kubeconfig
+  .venv/bin/kubectl --kubeconfig $("$sk" sandbox status -o json | .venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)["kubeconfig"])') get slurmclusters,pods
   $sk sandbox logs POD             a pod's log
-  $sk sandbox down                 stop everything (--purge also deletes keys and storage)
+  $sk sandbox down                 stop everything (--purge also deletes the objects and storage)
 NEXT

@@ -14,9 +14,22 @@ from .api.lending import KIND as POLICY_KIND
 from .api.errors import FieldError
 
 
+_stdin: str | None = None
+
+
+def _read(path: str) -> str:
+    """The text of ``path``; '-' is stdin, read once however often a command asks."""
+    global _stdin
+    if path != "-":
+        return Path(path).read_text()
+    if _stdin is None:
+        _stdin = sys.stdin.read()
+    return _stdin
+
+
 def read_documents(path: str) -> list[dict]:
     """Every non-empty YAML document of ``path`` ('-' reads stdin)."""
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    text = _read(path)
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:

@@ -1,0 +1,121 @@
+"""The operator end to end, the way a platform engineer works: kubectl against
+the sandbox's API, a SlurmCluster changed while real Slurm runs a job on it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmk8s.sandbox import Sandbox
+
+pytestmark = pytest.mark.slurm
+SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
+SUBNET = "10.253.93.0/24"
+
+
+def wait_for(what: str, predicate, timeout: float = 120, show=lambda: ""):
+    """Poll ``predicate`` until it holds; ``show`` adds context to a timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what} {show()}")
+        time.sleep(0.5)
+
+
+class Platform:
+    """A platform engineer's view: kubectl, plus Slurm as its admin sees it."""
+
+    def __init__(self, box: Sandbox):
+        self.box = box
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        proc = self.box.kubectl(*args, input=input)
+        assert not check or proc.returncode == 0, proc.stderr
+        return proc
+
+    def cluster(self) -> dict:
+        return json.loads(self.kubectl("get", "slurmcluster", "ops", "-o", "json").stdout)
+
+    def ready(self) -> bool:
+        c = self.cluster()
+        st = c.get("status", {})
+        return st.get("phase") == "Ready" and st.get("observedGeneration") == c["metadata"]["generation"]
+
+    def scontrol(self, *args: str) -> str:
+        proc = subprocess.run(self.box.exec("ops-controller-0", ["scontrol", *args]), capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    def sbatch(self, *args: str) -> int:
+        proc = subprocess.run(self.box.exec("ops-controller-0", ["sbatch", "--parsable", *args]),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return int(proc.stdout.strip())
+
+    def job(self, job: int) -> dict[str, str]:
+        return dict(f.split("=", 1) for f in self.scontrol("show", "job", "--oneliner", str(job)).split() if "=" in f)
+
+    def ctld_pid(self) -> str:
+        proc = subprocess.run(self.box.exec("ops-controller-0", ["pgrep", "-x", "slurmctld"]), capture_output=True,
+                              text=True, timeout=30)
+        return proc.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory):
+    assert os.geteuid() == 0, "the sandbox needs root"
+    work = tmp_path_factory.mktemp("operator-e2e")
+    doc = {
+        "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster", "metadata": {"name": "ops"},
+        "spec": {
+            "nodeSets": [{"name": "cpu", "replicas": 2, "cpus": 1, "memory": "1Gi",
+                          "drain": {"gracePeriod": 15}}],
+            "partitions": [{"name": "cpu", "nodeSets": ["cpu"], "default": True}],
+        },
+    }
+    path = work / "ops.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(work / "state")}
+    up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(path), "--subnet", SUBNET, "--timeout", "180"],
+                        capture_output=True, text=True, env=env, timeout=240)
+    box = Sandbox(work / "state")
+    try:
+        assert up.returncode == 0, up.stderr
+        yield Platform(box)
+    finally:
+        subprocess.run([SLURMK8S, "sandbox", "down", "--purge"], capture_output=True, env=env, timeout=240)
+
+
+def test_kubectl_shows_the_cluster_with_its_printer_columns(platform):
+    table = platform.kubectl("get", "slurmclusters").stdout
+    header, row = table.splitlines()[:2]
+    assert header.split()[:4] == ["NAME", "PHASE", "READY", "VERSION"]
+    assert row.split()[:3] == ["ops", "Ready", "True"]
+
+
+def test_a_config_change_is_applied_by_reconfigure_without_losing_a_job(platform):
+    job = platform.sbatch("--wrap", "sleep 300", "-o", "/dev/null")
+    wait_for("the job to run", lambda: platform.job(job)["JobState"] == "RUNNING")
+    pid = platform.ctld_pid()
+    assert pid
+    # A slurm.conf-only setting: no pod template changes, so no pod restarts.
+    platform.kubectl("patch", "slurmcluster", "ops", "--type", "merge", "-p",
+                     json.dumps({"spec": {"slurmConfig": {"schedulerParameters": ["bf_max_job_test=321"]}}}))
+    wait_for("slurmctld to read the new SchedulerParameters",
+             lambda: "bf_max_job_test=321" in platform.scontrol("show", "config"), timeout=120)
+    assert platform.job(job)["JobState"] == "RUNNING"  # the job kept running
+    assert platform.ctld_pid() == pid  # reconfigured, not restarted
+    wait_for("the cluster Ready again", platform.ready)
+    subprocess.run(platform.box.exec("ops-controller-0", ["scancel", str(job)]), check=True, timeout=30)
+    wait_for("the job cancelled", lambda: platform.job(job)["JobState"] == "CANCELLED", timeout=90)
