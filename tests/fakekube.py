@@ -14,24 +14,12 @@ import copy
 import hashlib
 import itertools
 import json
-from typing import Any, Mapping
+from typing import Mapping
 
 from slurmk8s.operator.kube import RESOURCES, ApiError
+from slurmk8s.sandbox.apiserver.patch import merge_patch
 
 _ids = itertools.count(1)
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386."""
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, Mapping) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge_patch(out.get(k), v)
-    return out
 
 
 class FakeKube:

@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slurmk8s.sandbox.apiserver.patch import merge_patch
+
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
 
 DISCOVERY = {
@@ -70,18 +72,6 @@ def json_patch(doc: dict, ops: list[dict]) -> dict:
         elif op["op"] == "remove":
             target.pop(last, None)
     return doc
-
-
-def merge(target, patch):
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge(out.get(k), v)
-    return out
 
 
 class _Api(BaseHTTPRequestHandler):
@@ -151,7 +141,7 @@ class _Api(BaseHTTPRequestHandler):
         if "/slurmclusters/demo" in path and self.clusters:  # kopf's bookkeeping, the operator's status
             current = self.clusters[0]
             try:
-                changed = json_patch(current, body) if isinstance(body, list) else merge(current, body)
+                changed = json_patch(current, body) if isinstance(body, list) else merge_patch(current, body)
             except ValueError as exc:
                 return self._json(409, {"kind": "Status", "reason": "Conflict", "message": str(exc), "code": 409})
             changed["metadata"]["resourceVersion"] = str(int(current["metadata"]["resourceVersion"]) + 1)
