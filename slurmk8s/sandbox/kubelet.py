@@ -105,6 +105,7 @@ class Kubelet:
         self._hosts = ""
         self._heartbeat = 0.0
         self._probed: dict[str, float] = {}
+        self._round_objects: dict[str, tuple[dict, dict]] = {}
         self._load()
 
     # State
@@ -184,6 +185,7 @@ class Kubelet:
                               {"type": "Hostname", "address": name}]}})
 
     def sync(self) -> None:
+        self._round_objects: dict[str, tuple[dict, dict]] = {}
         self._heartbeats()
         bound = {}
         for name in self.nodes:
@@ -217,10 +219,13 @@ class Kubelet:
     # Pods
 
     def _namespace_objects(self, ns: str) -> tuple[dict, dict]:
-        ser = self.core.api_client.sanitize_for_serialization
-        cms = {o.metadata.name: ser(o) for o in self.core.list_namespaced_config_map(ns).items}
-        secrets = {o.metadata.name: ser(o) for o in self.core.list_namespaced_secret(ns).items}
-        return cms, secrets
+        """The ConfigMaps and Secrets of ``ns``, read once per round however many pods need them."""
+        if ns not in self._round_objects:
+            ser = self.core.api_client.sanitize_for_serialization
+            cms = {o.metadata.name: ser(o) for o in self.core.list_namespaced_config_map(ns).items}
+            secrets = {o.metadata.name: ser(o) for o in self.core.list_namespaced_secret(ns).items}
+            self._round_objects[ns] = (cms, secrets)
+        return self._round_objects[ns]
 
     def _plan(self, pod: dict, ip: str) -> PodPlan:
         cms, secrets = self._namespace_objects(pod["metadata"]["namespace"])

@@ -171,7 +171,7 @@ def _container(container: dict, sources: Mapping[str, tuple[str, str]]) -> Conta
     )
 
 
-def _hosts(pods: Sequence[PodPlan], services: Mapping[str, dict], domain: str) -> str:
+def hosts_file(pods: Sequence[PodPlan], services: Mapping[str, dict], domain: str = "cluster.local") -> str:
     """/etc/hosts for every pod: pods by name and FQDN, Services by their DNS names."""
     entries: list[tuple[str, list[str]]] = []
     for p in pods:
@@ -228,7 +228,3 @@ def pod_plan(pod: dict, config_maps: Mapping[str, dict], secrets: Mapping[str, d
         termination_grace=spec.get("terminationGracePeriodSeconds", 30),
     )
 
-
-def hosts_file(pods: Sequence[PodPlan], services: Mapping[str, dict], domain: str = "cluster.local") -> str:
-    """/etc/hosts for a sandbox whose pods come and go: pods and Services by their DNS names."""
-    return _hosts(pods, services, domain)
