@@ -8,7 +8,6 @@ so the sandbox reads those instructions instead of keeping its own list.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil

@@ -176,10 +176,6 @@ def refresh_volumes(pod: PodPlan, pod_dir: Path) -> None:
         tmp.replace(path)
 
 
-def container_log(pod_dir: Path, index: int = 0) -> Path:
-    return pod_dir / "containers" / str(index) / "log"
-
-
 def start(netns: str, pod_dir: Path) -> int:
     """Start the pod; returns the host PID of its namespace holder (unshare)."""
     log = open(pod_dir / "log", "ab")
