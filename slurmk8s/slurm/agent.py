@@ -101,6 +101,10 @@ ROUTES: list[tuple[str, re.Pattern, Callable[..., Any]]] = [
     ("DELETE", re.compile(r"/v1/nodes/(?P<name>[^/]+)"), lambda s, q, b, name: s.delete_node(name)),
     ("POST", re.compile(r"/v1/jobs/(?P<job_id>[0-9]{1,10})/requeue"),
      lambda s, q, b, job_id: s.requeue(int(job_id))),
+    ("POST", re.compile(r"/v1/jobs/(?P<job_id>[0-9]{1,10})/start-now"),
+     lambda s, q, b, job_id: s.start_now(int(job_id))),
+    ("POST", re.compile(r"/v1/jobs/(?P<job_id>[0-9]{1,10})/cancel"),
+     lambda s, q, b, job_id: s.cancel(int(job_id))),
     ("POST", re.compile(r"/v1/reconfigure"), lambda s, q, b: s.reconfigure()),
 ]
 

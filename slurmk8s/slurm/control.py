@@ -45,6 +45,12 @@ class SlurmControl(Protocol):
     def requeue(self, job_id: int) -> None:
         """Requeue a job and make it eligible to start again at once."""
 
+    def start_now(self, job_id: int) -> None:
+        """Make a pending job eligible now (clears a requeue's begin-time delay)."""
+
+    def cancel(self, job_id: int) -> None:
+        """Cancel a job (``scancel``): for jobs that may not be requeued."""
+
     def delete_node(self, name: str) -> None:
         """Remove a dynamic node record (gone already is fine)."""
 
@@ -58,5 +64,5 @@ class SlurmControl(Protocol):
 #: The operations, by name: the agent serves exactly these.
 OPERATIONS = (
     "ping", "nodes", "node", "jobs", "drain", "undrain", "signal_node_jobs",
-    "requeue", "delete_node", "reconfigure", "config_hash",
+    "requeue", "start_now", "cancel", "delete_node", "reconfigure", "config_hash",
 )

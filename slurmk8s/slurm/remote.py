@@ -127,6 +127,12 @@ class RemoteSlurm:
     def requeue(self, job_id: int) -> None:
         self._call("POST", f"/v1/jobs/{int(job_id)}/requeue", {}, timeout=self.requeue_timeout)
 
+    def start_now(self, job_id: int) -> None:
+        self._call("POST", f"/v1/jobs/{int(job_id)}/start-now", {})
+
+    def cancel(self, job_id: int) -> None:
+        self._call("POST", f"/v1/jobs/{int(job_id)}/cancel", {})
+
     def delete_node(self, name: str) -> None:
         self._call("DELETE", f"/v1/nodes/{_seg(name)}")
 
