@@ -22,7 +22,7 @@ from ..api.lending import NodeLendingPolicyStatus
 __all__ = [
     "SetLendingState", "ClearLending", "RecordIdleSince", "ClearIdleSince", "RecordSignalled",
     "RecordForced", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "DrainSlurmNode",
-    "SignalJobs", "RequeueJobs", "CancelJobs", "DeleteSlurmNode", "Event", "PolicyStatus",
+    "SignalJobs", "RequeueJobs", "StartJobsNow", "CancelJobs", "DeleteSlurmNode", "Event", "PolicyStatus",
     "Action", "NodeAction", "SLURM_ACTIONS", "DESTRUCTIVE_ACTIONS", "node_of",
 ]
 
@@ -71,10 +71,14 @@ class ClearIdleSince:
 
 @dataclass(frozen=True)
 class RecordSignalled:
-    """Annotate ``slurmk8s.dev/reclaim-signalled=<at>``: the grace period runs from here."""
+    """Annotate ``slurmk8s.dev/reclaim-signalled=<at>``: the grace period runs
+    from here; and ``slurmk8s.dev/reclaim-jobs`` with the jobs signalled, so
+    that a job that requeues itself on the signal can be started again at
+    once (:class:`StartJobsNow`)."""
 
     node: str
     at: datetime
+    jobs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,18 @@ class RequeueJobs:
 
 
 @dataclass(frozen=True)
+class StartJobsNow:
+    """``SlurmClient.start_now(job)`` for each job: jobs signalled on a
+    reclaimed node that requeued themselves (``scontrol requeue
+    $SLURM_JOB_ID`` in a checkpoint handler) would otherwise wait Slurm's
+    requeue delay (about two minutes) before they may start again."""
+
+    cluster: str
+    node: str
+    job_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class CancelJobs:
     """``SlurmClient.cancel(job)`` for each job."""
 
@@ -217,13 +233,14 @@ class PolicyStatus:
 NodeAction = Union[
     SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordSignalled, RecordForced,
     Taint, Untaint, CreateSlurmdPod, DeleteSlurmdPod, DrainSlurmNode, SignalJobs, RequeueJobs,
-    CancelJobs, DeleteSlurmNode,
+    StartJobsNow, CancelJobs, DeleteSlurmNode,
 ]
 Action = Union[NodeAction, Event, PolicyStatus]
 
-SLURM_ACTIONS = (DrainSlurmNode, SignalJobs, RequeueJobs, CancelJobs, DeleteSlurmNode)
+SLURM_ACTIONS = (DrainSlurmNode, SignalJobs, RequeueJobs, StartJobsNow, CancelJobs, DeleteSlurmNode)
 #: Actions that stop or disturb Slurm work, or hand a node back to Kubernetes.
-DESTRUCTIVE_ACTIONS = (*SLURM_ACTIONS, DeleteSlurmdPod, Untaint, ClearLending)
+DESTRUCTIVE_ACTIONS = (DrainSlurmNode, SignalJobs, RequeueJobs, CancelJobs, DeleteSlurmNode, DeleteSlurmdPod,
+                       Untaint, ClearLending)
 
 
 def node_of(action: Action) -> str | None:

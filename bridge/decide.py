@@ -48,8 +48,8 @@ from .actions import (
     ClearIdleSince,
     ClearLending,
     CreateSlurmdPod,
-    DeleteSlurmdPod,
     DeleteSlurmNode,
+    DeleteSlurmdPod,
     DrainSlurmNode,
     Event,
     PolicyStatus,
@@ -59,6 +59,7 @@ from .actions import (
     RequeueJobs,
     SetLendingState,
     SignalJobs,
+    StartJobsNow,
     Taint,
     Untaint,
 )
@@ -212,6 +213,13 @@ class _World:
 
     def free_gpus(self, node: KubeNode) -> int:
         return node.gpus - self.used_gpus.get(node.name, 0)
+
+    def jobs_by_id(self, ids: Sequence[int]) -> list[Job]:
+        """Slurm's jobs with these ids (any state); none when Slurm is unknown."""
+        if not ids or not self.slurm_known:
+            return []
+        wanted = set(ids)
+        return [j for j in self.observed.slurm.jobs if j.job_id in wanted]
 
     def idle(self, node: str) -> bool:
         """No GPU pod (DaemonSets aside) and no lent slurmd pod left on the node."""
@@ -566,8 +574,13 @@ class _Decider:
         if not failure and signalled is None:
             if running:
                 acts.append(SignalJobs(self.cluster_key, name, _job_ids(running), spec.signal))
-            acts.append(RecordSignalled(name, self.now))
+            acts.append(RecordSignalled(name, self.now, _job_ids(running)))
             signalled = self.now
+        # Jobs that requeued themselves on the signal: eligible again at once.
+        delayed = [j for j in self.w.jobs_by_id(rec.signalled_jobs)
+                   if j.state == "PENDING" and j.reason == "BeginTime"]
+        if delayed:
+            acts.append(StartJobsNow(self.cluster_key, name, _job_ids(delayed)))
         if running:
             due = self.now if failure else signalled + timedelta(seconds=spec.grace_period_seconds)
             retry = forced is None or self.now >= forced + timedelta(seconds=FORCE_RETRY_SECONDS)

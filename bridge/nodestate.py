@@ -14,6 +14,7 @@ killed at any instant and pick up where it left off.
 | ``slurmk8s.dev/lending-since`` | annotation | when it entered its current state (RFC 3339, UTC) |
 | ``slurmk8s.dev/reclaim-reason`` | annotation | why it is being reclaimed |
 | ``slurmk8s.dev/reclaim-signalled`` | annotation | when its jobs were signalled |
+| ``slurmk8s.dev/reclaim-jobs`` | annotation | the jobs signalled (comma-separated ids) |
 | ``slurmk8s.dev/reclaim-forced`` | annotation | when its remaining jobs were requeued or cancelled |
 | ``slurmk8s.dev/idle-since`` | annotation | when it was first seen without GPU pods (Kubernetes state only) |
 | ``slurmk8s.dev/lent`` | taint | ``<cluster>:NoSchedule`` while it is not serving Kubernetes |
@@ -28,7 +29,7 @@ from typing import Mapping
 __all__ = [
     "STATE_LABEL", "LENDING", "LENT", "RECLAIMING", "STATES",
     "POLICY_ANNOTATION", "CLUSTER_ANNOTATION", "PARTITION_ANNOTATION", "SINCE_ANNOTATION",
-    "REASON_ANNOTATION", "SIGNALLED_ANNOTATION", "FORCED_ANNOTATION", "IDLE_SINCE_ANNOTATION",
+    "REASON_ANNOTATION", "SIGNALLED_ANNOTATION", "JOBS_ANNOTATION", "FORCED_ANNOTATION", "IDLE_SINCE_ANNOTATION",
     "LENDING_ANNOTATIONS", "TAINT_KEY", "TAINT_EFFECT", "SLURMD_COMPONENT", "COMPONENT_LABEL",
     "LendingRecord", "format_time", "parse_time",
 ]
@@ -46,13 +47,14 @@ PARTITION_ANNOTATION = f"{GROUP}/lending-partition"
 SINCE_ANNOTATION = f"{GROUP}/lending-since"
 REASON_ANNOTATION = f"{GROUP}/reclaim-reason"
 SIGNALLED_ANNOTATION = f"{GROUP}/reclaim-signalled"
+JOBS_ANNOTATION = f"{GROUP}/reclaim-jobs"
 FORCED_ANNOTATION = f"{GROUP}/reclaim-forced"
 IDLE_SINCE_ANNOTATION = f"{GROUP}/idle-since"
 #: Every annotation the lending state machine writes; a node returned to
 #: Kubernetes carries none of them.
 LENDING_ANNOTATIONS = (
     POLICY_ANNOTATION, CLUSTER_ANNOTATION, PARTITION_ANNOTATION, SINCE_ANNOTATION,
-    REASON_ANNOTATION, SIGNALLED_ANNOTATION, FORCED_ANNOTATION, IDLE_SINCE_ANNOTATION,
+    REASON_ANNOTATION, SIGNALLED_ANNOTATION, JOBS_ANNOTATION, FORCED_ANNOTATION, IDLE_SINCE_ANNOTATION,
 )
 
 #: Keeps new Kubernetes pods off a node while Slurm has it; the lent slurmd
@@ -83,6 +85,15 @@ def parse_time(value: str | None) -> datetime | None:
     return t
 
 
+def format_job_ids(jobs: tuple[int, ...]) -> str:
+    return ",".join(str(j) for j in jobs)
+
+
+def parse_job_ids(value: str | None) -> tuple[int, ...]:
+    """Job ids an annotation holds; unreadable entries are dropped."""
+    return tuple(int(v) for v in (value or "").split(",") if v.strip().isdigit() and len(v.strip()) <= 10)
+
+
 @dataclass(frozen=True)
 class LendingRecord:
     """What a Node says about its lending: read from its label, annotations and taint."""
@@ -96,6 +107,8 @@ class LendingRecord:
     since: datetime | None
     reason: str | None
     signalled: datetime | None
+    #: The jobs signalled when the reclaim started.
+    signalled_jobs: tuple[int, ...]
     forced: datetime | None
     idle_since: datetime | None
     #: The value of our taint, or None when the node does not carry it.
@@ -114,6 +127,7 @@ class LendingRecord:
             since=parse_time(ann(SINCE_ANNOTATION)),
             reason=ann(REASON_ANNOTATION),
             signalled=parse_time(ann(SIGNALLED_ANNOTATION)),
+            signalled_jobs=parse_job_ids(ann(JOBS_ANNOTATION)),
             forced=parse_time(ann(FORCED_ANNOTATION)),
             idle_since=parse_time(ann(IDLE_SINCE_ANNOTATION)),
             taint=taint,

@@ -23,6 +23,7 @@ from .nodestate import (
     CLUSTER_ANNOTATION,
     FORCED_ANNOTATION,
     IDLE_SINCE_ANNOTATION,
+    JOBS_ANNOTATION,
     LENDING,
     LENDING_ANNOTATIONS,
     PARTITION_ANNOTATION,
@@ -32,6 +33,7 @@ from .nodestate import (
     SIGNALLED_ANNOTATION,
     SINCE_ANNOTATION,
     STATE_LABEL,
+    format_job_ids,
     format_time,
 )
 from .observed import KubeNode
@@ -64,9 +66,10 @@ def node_patch(action: Any, node: KubeNode) -> dict:
         }
         if action.state == LENDING:
             annotations |= {IDLE_SINCE_ANNOTATION: None, REASON_ANNOTATION: None,
-                            SIGNALLED_ANNOTATION: None, FORCED_ANNOTATION: None}
+                            SIGNALLED_ANNOTATION: None, JOBS_ANNOTATION: None, FORCED_ANNOTATION: None}
         if action.state == RECLAIMING:
-            annotations |= {REASON_ANNOTATION: action.reason, SIGNALLED_ANNOTATION: None, FORCED_ANNOTATION: None}
+            annotations |= {REASON_ANNOTATION: action.reason, SIGNALLED_ANNOTATION: None, JOBS_ANNOTATION: None,
+                            FORCED_ANNOTATION: None}
         return {"metadata": {"labels": {STATE_LABEL: action.state}, "annotations": annotations}}
     if isinstance(action, ClearLending):
         return {"metadata": {"labels": {STATE_LABEL: None},
@@ -76,7 +79,8 @@ def node_patch(action: Any, node: KubeNode) -> dict:
     if isinstance(action, ClearIdleSince):
         return {"metadata": {"annotations": {IDLE_SINCE_ANNOTATION: None}}}
     if isinstance(action, RecordSignalled):
-        return {"metadata": {"annotations": {SIGNALLED_ANNOTATION: format_time(action.at)}}}
+        return {"metadata": {"annotations": {SIGNALLED_ANNOTATION: format_time(action.at),
+                                             JOBS_ANNOTATION: format_job_ids(action.jobs) or None}}}
     if isinstance(action, RecordForced):
         return {"metadata": {"annotations": {FORCED_ANNOTATION: format_time(action.at)}}}
     if isinstance(action, Taint):

@@ -189,6 +189,8 @@ class World:
                 self.log.append((kind, j, a.node))
                 if j in self.jobs and self.jobs[j].state == "RUNNING":
                     self.jobs[j] = replace(self.jobs[j], state="COMPLETING")
+        elif isinstance(a, A.StartJobsNow):
+            self.log.extend(("start-now", j, a.node) for j in a.job_ids)
         elif isinstance(a, A.DeleteSlurmNode):
             if self.active_jobs(a.node):
                 return False  # Slurm: Requested nodes are busy

@@ -14,6 +14,7 @@ from slurmk8s.bridge import actions as A
 from slurmk8s.bridge.nodestate import (
     FORCED_ANNOTATION,
     IDLE_SINCE_ANNOTATION,
+    JOBS_ANNOTATION,
     LENDING,
     LENDING_ANNOTATIONS,
     POLICY_ANNOTATION,
@@ -125,7 +126,7 @@ def test_the_whole_state_machine_is_written_and_cleared_by_patches():
         A.SetLendingState("n1", LENDING, "hpc/lend", "hpc/demo", "gpu", T0),
         A.Taint("n1", TAINT_KEY, "demo", "NoSchedule"),
         A.SetLendingState("n1", RECLAIMING, "hpc/lend", "hpc/demo", "gpu", T0, reason="demand"),
-        A.RecordSignalled("n1", T0),
+        A.RecordSignalled("n1", T0, (7, 8)),
         A.RecordForced("n1", T0),
     ]
     for action in steps:
@@ -134,6 +135,7 @@ def test_the_whole_state_machine_is_written_and_cleared_by_patches():
     assert (rec.state, rec.policy, rec.cluster, rec.partition, rec.reason) == (
         RECLAIMING, "hpc/lend", "hpc/demo", "gpu", "demand")
     assert rec.since == rec.signalled == rec.forced == T0 and rec.taint == "demo"
+    assert rec.signalled_jobs == (7, 8)
     assert rec.idle_since is None   # lending dropped it
     for action in (A.Untaint("n1", TAINT_KEY), A.ClearLending("n1")):
         node = patched(node, node_patch(action, node))
@@ -145,7 +147,7 @@ def test_entering_a_state_clears_the_bookkeeping_of_the_last_one():
     patch = node_patch(A.SetLendingState("n1", RECLAIMING, "p", "c", "gpu", T0, reason="window"), KubeNode("n1"))
     ann = patch["metadata"]["annotations"]
     assert ann[REASON_ANNOTATION] == "window"
-    assert ann[SIGNALLED_ANNOTATION] is None and ann[FORCED_ANNOTATION] is None
+    assert ann[SIGNALLED_ANNOTATION] is None and ann[FORCED_ANNOTATION] is None and ann[JOBS_ANNOTATION] is None
     assert ann[POLICY_ANNOTATION] == "p" and ann[SINCE_ANNOTATION] == format_time(T0)
     assert patch["metadata"]["labels"] == {STATE_LABEL: RECLAIMING}
     clear = node_patch(A.ClearLending("n1"), KubeNode("n1"))["metadata"]["annotations"]

@@ -402,9 +402,30 @@ def test_a_reclaim_drains_signals_and_records_the_time():
     assert kinds(acts) == ["SetLendingState", "DrainSlurmNode", "SignalJobs", "RecordSignalled"]
     assert only(acts, A.DrainSlurmNode) == A.DrainSlurmNode("hpc/demo", "n1", "reclaimed by Kubernetes (demand)")
     assert only(acts, A.SignalJobs) == A.SignalJobs("hpc/demo", "n1", (1, 2), "USR2")
-    assert only(acts, A.RecordSignalled) == A.RecordSignalled("n1", T0)
+    assert only(acts, A.RecordSignalled) == A.RecordSignalled("n1", T0, (1, 2))
     message = dict(((e.name, e.reason), e.message) for e in of(acts, A.Event))[("n1", "Reclaiming")]
     assert REASONS["demand"] in message and "SIGUSR2" in message
+
+
+def test_a_job_that_requeued_itself_on_the_signal_may_start_again_at_once():
+    """train.sh's pattern: trap USR1, checkpoint, `scontrol requeue $SLURM_JOB_ID`.
+    Slurm then holds the job ~2 minutes (reason BeginTime) unless told otherwise."""
+    w = lent_world("n1", jobs=[job(1, "n1"), job(2, "n1")], pods=[gpu_pod("want", None, gpus=8)])
+    pol = policy(reclaim={"gracePeriodSeconds": 300})
+    w.apply(w.decide(pol, T0))
+    assert w.nodes["n1"].record.signalled_jobs == (1, 2)
+    # Job 1 requeued itself and waits for its begin time; job 2 still runs.
+    w.jobs[1] = replace(w.jobs[1], state="PENDING", nodes="", reason="BeginTime", restart_count=1)
+    acts = w.decide(pol, T0 + timedelta(seconds=5))
+    assert kinds(acts) == ["StartJobsNow"]
+    assert only(acts, A.StartJobsNow) == A.StartJobsNow("hpc/demo", "n1", (1,))
+    # Job 2 does the same: it is started, and the empty node handed back, in one round.
+    w.jobs[1] = replace(w.jobs[1], reason="Resources")
+    w.jobs[2] = replace(w.jobs[2], state="PENDING", nodes="", reason="BeginTime", restart_count=1)
+    w.snodes["n1"] = replace(w.snodes["n1"], state="idle")
+    acts = w.decide(pol, T0 + timedelta(seconds=10))
+    assert kinds(acts)[:2] == ["StartJobsNow", "DeleteSlurmNode"] and "ClearLending" in kinds(acts)
+    assert only(acts, A.StartJobsNow).job_ids == (2,)
 
 
 def test_jobs_get_the_grace_period_then_are_requeued_or_cancelled():
