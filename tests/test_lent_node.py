@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -66,3 +68,32 @@ def test_nothing_unsafe_reaches_the_command_line(value):
     words = node.conf.split(" ")
     assert [w.split("=", 1)[0] for w in words] == ["CPUs", "RealMemory", "Gres", "Feature"]
     assert all(c.isalnum() or c in "=:_.-" for c in node.conf.replace(" ", ""))
+
+
+def test_the_lent_slurmd_pod_is_pinned_tolerates_the_taint_and_shares_the_storage():
+    import kubernetes_validate
+    import yaml
+
+    from slurmk8s.api import load_cluster
+    from slurmk8s.bridge.nodestate import TAINT_KEY
+    from slurmk8s.render.manifests import lent_slurmd_pod
+
+    root = Path(__file__).resolve().parents[1]
+    cluster = load_cluster(yaml.safe_load((root / "examples" / "slurmcluster.yaml").read_text()))
+    node = lent_node(cluster.name, "gpu-node-7", ALLOCATABLE, LABELS, "gpu")
+    pod = lent_slurmd_pod(cluster, "abc", name="demo-lent-gpu-node-7", node=node.name, conf=node.conf,
+                          gres_conf=node.gres_conf, gpus=node.gpus, labels={"extra": "yes"}, taint_key=TAINT_KEY)
+    kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
+    spec = pod["spec"]
+    assert spec["nodeName"] == "gpu-node-7"
+    assert {t["key"] for t in spec["tolerations"]} == {TAINT_KEY}
+    (container,) = spec["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["SLURMK8S_NODE_NAME"] == "gpu-node-7" and env["SLURMK8S_NODE_CONF"] == node.conf
+    assert env["SLURMK8S_GRES_CONF"] == node.gres_conf and env["SLURMK8S_GPU_COUNT"] == "8"
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    storage = cluster.spec.shared_storage
+    assert "/etc/slurm" in mounts and {v.mount_path for v in storage.volumes} <= mounts
+    assert pod["metadata"]["labels"]["extra"] == "yes"
+    assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "slurmk8s-bridge"

@@ -4,6 +4,7 @@
 #   slurmk8s-entrypoint [SLURMD_ARGS...]   set up the pod, wait for slurmctld,
 #                                          then run slurmd as a dynamic,
 #                                          configless node named `hostname -s`
+#                                          (a lent node: see SLURMK8S_GRES_CONF)
 #   slurmk8s-entrypoint ready              exit 0 when this node is registered
 #                                          and not DOWN/INVAL/NOT_RESPONDING
 #
@@ -16,6 +17,13 @@
 # SLURMK8S_NODE_CONF (slurmd --conf), optional SLURMK8S_GPU_COUNT (GPU node
 # sets: /dev/nvidia0..N-1 must exist), SLURMK8S_WAIT_TIMEOUT (seconds to wait
 # for slurmctld, default 300), SLURMK8S_DRAIN_TIMEOUT.
+#
+# A lent node (a Kubernetes node the bridge lends to Slurm) sets
+# SLURMK8S_NODE_NAME (its Slurm node name: the Kubernetes node's name) and
+# SLURMK8S_GRES_CONF (its one-line gres.conf). Its slurmd is not configless:
+# it reads the cluster's config files, mounted at /etc/slurm, through links
+# in its own config dir that hold that gres.conf instead of the cluster's
+# (which has no line for a node it did not know of).
 set -euo pipefail
 SK_COMPONENT=slurmd
 here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
@@ -24,14 +32,19 @@ lib=$here/../common/slurmk8s-lib.sh
 # shellcheck source=images/common/slurmk8s-lib.sh
 . "$lib"
 
-node=$(hostname -s)
+node=${SLURMK8S_NODE_NAME:-$(hostname -s)}
 spool=/var/spool/slurmd
-# A configless slurmd keeps the config it fetched in SlurmdSpoolDir/conf-cache
-# and links /run/slurm/conf to it. Slurm 22.05 commands fall back to
-# /run/slurm/conf/slurm.conf only when /etc/slurm/slurm.conf is absent, so
-# name it outright: the node's own scontrol/squeue then never read a stale or
-# foreign /etc/slurm.
-export SLURM_CONF=/run/slurm/conf/slurm.conf
+lent_dir=/run/slurm/lent
+if [ -n "${SLURMK8S_GRES_CONF:-}" ]; then
+  export SLURM_CONF=$lent_dir/slurm.conf
+else
+  # A configless slurmd keeps the config it fetched in SlurmdSpoolDir/conf-cache
+  # and links /run/slurm/conf to it. Slurm 22.05 commands fall back to
+  # /run/slurm/conf/slurm.conf only when /etc/slurm/slurm.conf is absent, so
+  # name it outright: the node's own scontrol/squeue then never read a stale or
+  # foreign /etc/slurm.
+  export SLURM_CONF=/run/slurm/conf/slurm.conf
+fi
 
 node_state() {  # the node's State= field, e.g. IDLE+DRAIN
   sk_quick scontrol -o show node "$node" 2>/dev/null | tr ' ' '\n' | sed -n 's/^State=//p'
@@ -166,6 +179,18 @@ drain_and_leave() {
   exit 0
 }
 
-sk_spawn slurmd -D -Z -N "$node" --conf-server "$SLURMK8S_CONTROLLER:$port" --conf "$SLURMK8S_NODE_CONF" "$@"
+if [ -n "${SLURMK8S_GRES_CONF:-}" ]; then
+  # Links follow the ConfigMap's updates, so `scontrol reconfigure` reads new files.
+  [ -r /etc/slurm/slurm.conf ] || sk_die "a lent node reads the cluster's config files at /etc/slurm, but /etc/slurm/slurm.conf is missing: mount the cluster's ConfigMap there"
+  mkdir -p "$lent_dir"
+  for f in /etc/slurm/*; do
+    [ "$(basename "$f")" = gres.conf ] || ln -sfn "$f" "$lent_dir/$(basename "$f")"
+  done
+  printf '%s\n' "$SLURMK8S_GRES_CONF" >"$lent_dir/gres.conf"
+  sk_log "lent node: slurmd reads $lent_dir (links to /etc/slurm) with gres.conf: $SLURMK8S_GRES_CONF"
+  sk_spawn slurmd -D -Z -N "$node" -f "$SLURM_CONF" --conf "$SLURMK8S_NODE_CONF" "$@"
+else
+  sk_spawn slurmd -D -Z -N "$node" --conf-server "$SLURMK8S_CONTROLLER:$port" --conf "$SLURMK8S_NODE_CONF" "$@"
+fi
 trap drain_and_leave TERM INT
 sk_supervise

@@ -22,7 +22,7 @@ from .config import (
 )
 from .keys import ClusterKeys
 
-__all__ = ["render", "node_conf"]
+__all__ = ["render", "node_conf", "lent_slurmd_pod"]
 
 # Mount points inside every Slurm container (the images' contract).
 CONFIG_DIR = "/etc/slurm"
@@ -443,3 +443,44 @@ def render(
     if c.spec.rest_api.enabled:
         objs += _restapi(b)
     return objs
+
+
+def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, name: str, node: str, conf: str, gres_conf: str,
+                    gpus: int, labels: dict[str, str], taint_key: str) -> dict:
+    """The slurmd pod the bridge starts on a lent Kubernetes node.
+
+    Pinned to ``node`` (``spec.nodeName``), tolerating the lending taint
+    ``taint_key``, holding the node's ``gpus``. Its slurmd registers as the
+    dynamic Slurm node ``node`` with ``conf`` and reads the cluster's config
+    files with ``gres_conf`` (one line, for this node) as gres.conf (see
+    :mod:`.lent`). It mounts the same shared storage as the cluster's own
+    workers, at the same paths. ``chash`` is the cluster's config hash
+    (an annotation, as on every object rendered for it).
+    """
+    c = cluster
+    b = _Builder(c, chash)
+    volumes, mounts = _base_volumes(c, config=True)
+    shared_vols, shared_mounts = _shared_volumes(c)
+    volumes += [*shared_vols, {"name": "shm", "emptyDir": {"medium": "Memory"}}]
+    mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}]
+    env = {**_common_env(c), "SLURMK8S_NODE_NAME": node, "SLURMK8S_NODE_CONF": conf,
+           "SLURMK8S_GRES_CONF": gres_conf, "SLURMK8S_GPU_COUNT": str(gpus)}
+    container = _container(
+        c, "slurmd", "slurmd", env=env, mounts=mounts,
+        ports=[{"name": "slurmd", "containerPort": names.SLURMD_PORT}],
+        resources={"limits": {"nvidia.com/gpu": str(gpus)}},
+        readinessProbe=_probe("ready"),
+    )
+    meta = b.meta(name, "lent-slurmd")
+    meta["labels"].update({"app.kubernetes.io/managed-by": "slurmk8s-bridge", **labels})
+    return b.obj("v1", "Pod", meta, spec={
+        "nodeName": node,
+        "containers": [container],
+        "volumes": volumes,
+        "enableServiceLinks": False,
+        # The bridge deletes the pod only once Slurm has no job on the node.
+        "terminationGracePeriodSeconds": 30,
+        "restartPolicy": "Always",
+        "tolerations": [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"},
+                        {"key": taint_key, "operator": "Exists", "effect": "NoExecute"}],
+    })
