@@ -12,12 +12,15 @@ package's loaders (token refresh, exec plugins). What it uses:
   merge patch when the server does not take apply patches (415);
 - ``PATCH`` as JSON merge patch for pod annotations and the status subresource.
 
-Every write carries ``fieldManager=slurmk8s-operator``.
+Every write carries one field manager: ``slurmk8s-operator`` by default
+(the bridge passes its own).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
+import secrets
 import ssl
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -52,6 +55,8 @@ RESOURCES: dict[str, Resource] = {
     "Deployment": Resource("apps/v1", "deployments"),
     "PodDisruptionBudget": Resource("policy/v1", "poddisruptionbudgets"),
     "SlurmCluster": Resource("slurmk8s.dev/v1alpha1", "slurmclusters"),
+    "NodeLendingPolicy": Resource("slurmk8s.dev/v1alpha1", "nodelendingpolicies"),
+    "Event": Resource("v1", "events"),
 }
 
 
@@ -90,8 +95,10 @@ def load_configuration(kubeconfig: str | None = None):
 
 
 class Kube:
-    def __init__(self, configuration: Any, *, timeout: float = 30):
+    def __init__(self, configuration: Any, *, timeout: float = 30, field_manager: str = FIELD_MANAGER):
         self.configuration = configuration
+        #: Every write's fieldManager, and the User-Agent.
+        self.field_manager = field_manager
         self.server = configuration.host.rstrip("/")
         self.timeout = timeout
         kwargs: dict[str, Any] = {"timeout": urllib3.Timeout(total=timeout), "retries": False}
@@ -108,8 +115,8 @@ class Kube:
         self._http = urllib3.PoolManager(num_pools=4, maxsize=8, **kwargs)
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: str | None = None) -> "Kube":
-        return cls(load_configuration(kubeconfig))
+    def from_kubeconfig(cls, kubeconfig: str | None = None, **kwargs: Any) -> "Kube":
+        return cls(load_configuration(kubeconfig), **kwargs)
 
     def bearer_token(self) -> str | None:
         """The current token (refreshed by the loader's hook when it expires)."""
@@ -120,7 +127,7 @@ class Kube:
         return value.split(" ", 1)[1] if value.lower().startswith("bearer ") else value
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": "slurmk8s-operator"}
+        headers = {"Accept": "application/json", "User-Agent": self.field_manager}
         token = self.bearer_token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -196,26 +203,26 @@ class Kube:
         obj.setdefault("apiVersion", RESOURCES[kind].api_version)
         return obj
 
-    # Writes, all as slurmk8s-operator.
+    # Writes, all as ``field_manager``.
 
     def create(self, obj: Mapping) -> dict:
         meta = obj["metadata"]
         return self.request("POST", self.path(obj["kind"], meta.get("namespace")),
-                            query=[("fieldManager", FIELD_MANAGER)], body=obj)
+                            query=[("fieldManager", self.field_manager)], body=obj)
 
     def apply(self, obj: Mapping) -> dict:
         """Server-side apply of ``obj`` (creates it when missing)."""
         meta = obj["metadata"]
         path = self.path(obj["kind"], meta.get("namespace"), meta["name"])
         try:
-            return self.request("PATCH", path, query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+            return self.request("PATCH", path, query=[("fieldManager", self.field_manager), ("force", "true")],
                                 body=obj, content_type="application/apply-patch+yaml")
         except ApiError as exc:
             if exc.status != 415:
                 raise
         # A server without server-side apply: merge patch, or create.
         try:
-            return self.request("PATCH", path, query=[("fieldManager", FIELD_MANAGER)], body=obj,
+            return self.request("PATCH", path, query=[("fieldManager", self.field_manager)], body=obj,
                                 content_type="application/merge-patch+json")
         except ApiError as exc:
             if not exc.not_found:
@@ -226,7 +233,7 @@ class Kube:
               subresource: str | None = None) -> dict:
         """JSON merge patch (``subresource``: e.g. ``status``)."""
         return self.request("PATCH", self.path(kind, namespace, name, subresource),
-                            query=[("fieldManager", FIELD_MANAGER)], body=patch,
+                            query=[("fieldManager", self.field_manager)], body=patch,
                             content_type="application/merge-patch+json")
 
     def delete(self, kind: str, namespace: str | None, name: str, *, uid: str | None = None,
@@ -242,3 +249,22 @@ class Kube:
                 return False
             raise
         return True
+
+    def event(self, involved: Mapping, type_: str, reason: str, message: str, *, component: str) -> dict:
+        """Record a core/v1 Event about ``involved`` (an object as the API
+        returns it: kind, apiVersion, metadata). Events of cluster-scoped
+        objects (Nodes) go to the ``default`` namespace, as the kubelet's do."""
+        meta = involved["metadata"]
+        namespace = meta.get("namespace") or "default"
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        ref = {"kind": involved["kind"], "apiVersion": involved.get("apiVersion", "v1"), "name": meta["name"]}
+        for key in ("namespace", "uid", "resourceVersion"):
+            if meta.get(key):
+                ref[key] = meta[key]
+        return self.create({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": namespace},
+            "involvedObject": ref, "type": type_, "reason": reason, "message": message[:1024],
+            "source": {"component": component}, "reportingComponent": component,
+            "firstTimestamp": now, "lastTimestamp": now, "eventTime": None, "count": 1,
+        })

@@ -162,6 +162,45 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
         pass
 
 
+@main.command("bridge")
+@click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS",
+              help="Act on NodeLendingPolicies in NS; repeat for several namespaces.")
+@click.option("-A", "--all-namespaces", is_flag=True, help="Act on NodeLendingPolicies in every namespace.")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
+              help="Kubeconfig to use. Default: the pod's service account inside a cluster, "
+                   "else $KUBECONFIG or ~/.kube/config.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
+              help="Serve Prometheus metrics on PORT at /metrics.")
+@click.option("--health-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
+              help="Serve the liveness probe on PORT at /healthz.")
+@click.option("--interval", type=click.FloatRange(0.2, 600), default=2.0, show_default=True, metavar="SECONDS",
+              help="Seconds between rounds. A reclaim starts at most this long after a GPU pod turns pending.")
+def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
+               metrics_port: int | None, health_port: int | None, interval: float) -> None:
+    """Run the node-lending bridge until stopped.
+
+    Lends idle Kubernetes GPU nodes to Slurm partitions as NodeLendingPolicies
+    say, and takes them back when Kubernetes needs them: the node is
+    drained in Slurm, its jobs get the policy's signal and grace period to
+    checkpoint, then are requeued (eligible again at once) and the node is
+    handed back. Every node's lending state is kept on the Node itself, so
+    the bridge can be stopped or killed at any time and picks up where it
+    left off. Slurm is reached only through each cluster's agent.
+
+    Run one replica.
+
+    \b
+      slurmk8s bridge --all-namespaces --metrics-port 8090 --health-port 8091
+      slurmk8s bridge --namespace hpc --kubeconfig ~/.kube/config --interval 5
+    """
+    if bool(namespaces) == all_namespaces:
+        raise click.UsageError("pass --namespace NS (repeatable) or --all-namespaces, not both and not neither")
+    from .bridge.main import run
+
+    run(namespaces=namespaces, all_namespaces=all_namespaces, kubeconfig=kubeconfig,
+        metrics_port=metrics_port, health_port=health_port, interval=interval)
+
+
 @main.command("agent")
 @click.option("--listen", default="0.0.0.0:6830", show_default=True, metavar="HOST:PORT",
               help="Address and port to serve on.")
@@ -233,12 +272,17 @@ def sandbox() -> None:
 @click.option("--subnet", default="10.253.0.0/24", show_default=True,
               help="Private subnet for the pods' addresses (the host takes the first one).")
 @click.option("--timeout", default=300, show_default=True, help="Seconds to wait for every node to be idle.")
-def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int) -> None:
+@click.option("--lendable-nodes", default=2, show_default=True, type=click.IntRange(0, 16),
+              help="GPU nodes of Kubernetes' own (no node set uses them), labelled slurmk8s.dev/lendable=true "
+                   "for a NodeLendingPolicy to lend. Fixed when the sandbox is first created.")
+def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int, lendable_nodes: int) -> None:
     """Start the cluster in FILE and wait until it is Ready and every Slurm node idle.
 
     The sandbox is a small Kubernetes on this machine: an API server (with
-    the slurmk8s CRDs), a kubelet that runs pods in Linux namespaces, and the
-    slurmk8s operator. FILE is applied through the API, as with
+    the slurmk8s CRDs), a kubelet that runs pods in Linux namespaces, the
+    slurmk8s operator and the node-lending bridge. Besides the nodes the
+    cluster's pods run on, it has --lendable-nodes idle GPU nodes that a
+    NodeLendingPolicy (examples/nodelendingpolicy.yaml) can lend to Slurm. FILE is applied through the API, as with
     `kubectl apply -f FILE`, and the operator does the rest. Run it again
     after editing FILE to apply the change; after a crash it starts again
     whatever is not running. kubectl works too:
@@ -258,7 +302,7 @@ def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int)
     box = _sandbox(state_dir)
     try:
         state = box.up(found[0], [d for d in read_documents(filename) if isinstance(d, dict)],
-                       subnet=subnet, timeout=timeout)
+                       subnet=subnet, timeout=timeout, lendable=lendable_nodes)
     except SandboxFailed as exc:
         click.echo(f"sandbox: {exc}", err=True)
         sys.exit(1)

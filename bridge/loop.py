@@ -1,0 +1,320 @@
+"""The bridge's loop: observe, decide, act. Thin; it keeps nothing between rounds.
+
+Every round reads the NodeLendingPolicies, Nodes and Pods from the API
+server and, per policy, its SlurmCluster and Slurm (through the cluster's
+agent), calls :func:`slurmk8s.bridge.decide.decide`, and applies the actions
+in order. The state of every node lives on the Node (see
+:mod:`.nodestate`), so the bridge may be killed at any instant: the next
+round, by this process or a new one, picks up where it stopped.
+
+Rules the loop keeps (bridge/README.md explains why):
+
+- Actions about one node form a chain: when one fails, the rest of that
+  node's actions wait for the next round.
+- Node patches that change taints carry the Node's resourceVersion, so two
+  writers cannot both take a node; a conflict fails the chain.
+- A SlurmCluster that cannot be read (other than 404) skips the policy's
+  round; Slurm that cannot be read is ``SlurmState.unknown()`` (decide then
+  fails closed).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, Mapping
+
+import structlog
+
+from ..api import load_cluster, load_policy
+from ..api.cluster import SlurmCluster
+from ..api.errors import InvalidSpec
+from ..api.lending import NodeLendingPolicy, NodeLendingPolicyStatus
+from ..render import names
+from ..render.manifests import lent_slurmd_pod
+from ..slurm import RemoteSlurm, SlurmControl
+from . import actions as A
+from . import metrics
+from .decide import decide, lending_metrics, orphaned_policies
+from .nodestate import LENT, RECLAIMING, TAINT_KEY
+from .observed import InvalidPolicy, KubeNode, Observed, PolicyGone, SlurmState, node_from_api, pod_from_api
+from .patches import NODE_PATCH_ACTIONS, node_patch
+
+__all__ = ["Bridge", "RoundReport", "FIELD_MANAGER"]
+
+log = structlog.get_logger("slurmk8s.bridge")
+
+FIELD_MANAGER = "slurmk8s-bridge"
+COMPONENT = "slurmk8s-bridge"
+
+Policy = NodeLendingPolicy | PolicyGone | InvalidPolicy
+#: (cluster, agent token, controller pod or None) -> a Slurm facade.
+AgentFactory = Callable[[SlurmCluster, bytes, Mapping | None], SlurmControl]
+
+
+def _default_agent(cluster: SlurmCluster, token: bytes, controller_pod: Mapping | None) -> SlurmControl:
+    ip = ((controller_pod or {}).get("status") or {}).get("podIP")
+    host = ip or names.controller_fqdn(cluster)
+    return RemoteSlurm(f"http://{host}:{names.AGENT_PORT}", token, timeout=15)
+
+
+@dataclass
+class RoundReport:
+    """What one round did: for logs, tests and the benchmark."""
+
+    applied: list[Any] = field(default_factory=list)
+    failed: list[tuple[Any, str]] = field(default_factory=list)
+    skipped: list[Any] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def _key(obj: Mapping) -> str:
+    meta = obj["metadata"]
+    return f"{meta.get('namespace')}/{meta['name']}"
+
+
+class Bridge:
+    """One bridge: ``kube`` is a :class:`slurmk8s.operator.kube.Kube` (or anything
+    with its ``list/get/create/patch/delete/event``); ``agent`` makes the
+    Slurm facade of a cluster; ``clock`` gives the time (UTC)."""
+
+    def __init__(self, kube: Any, *, agent: AgentFactory = _default_agent,
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 namespaces: Iterable[str] = ()):
+        self.kube = kube
+        self.agent = agent
+        self.clock = clock
+        #: Watch policies in these namespaces only; empty: every namespace.
+        self.namespaces = tuple(namespaces)
+
+    # Observing.
+
+    def _policies(self) -> list[dict]:
+        if not self.namespaces:
+            return self.kube.list("NodeLendingPolicy")
+        return [p for ns in self.namespaces for p in self.kube.list("NodeLendingPolicy", ns)]
+
+    @staticmethod
+    def _parse_policy(obj: dict) -> NodeLendingPolicy | InvalidPolicy:
+        try:
+            return load_policy(obj)
+        except InvalidSpec as exc:
+            meta = obj.get("metadata") or {}
+            try:
+                status = NodeLendingPolicyStatus.model_validate(obj.get("status") or {})
+            except ValueError:
+                status = None
+            return InvalidPolicy(meta.get("namespace", "default"), meta.get("name", ""),
+                                 tuple(str(e) for e in exc.errors), meta.get("generation"), status)
+
+    def _cluster(self, namespace: str, name: str) -> tuple[SlurmCluster | None, dict | None]:
+        """The SlurmCluster (None when there is none; raises when it cannot be read)."""
+        obj = self.kube.get("SlurmCluster", namespace, name)
+        if obj is None:
+            return None, None
+        try:
+            return load_cluster(obj), obj
+        except InvalidSpec:
+            # The operator reports an invalid cluster; lending waits for a valid one.
+            raise RuntimeError(f"SlurmCluster {namespace}/{name} is invalid") from None
+
+    def _slurm(self, cluster: SlurmCluster) -> tuple[SlurmState, SlurmControl | None]:
+        try:
+            secret = self.kube.get("Secret", cluster.namespace, names.agent_token_secret(cluster))
+            if secret is None:
+                raise RuntimeError(f"the agent token Secret {names.agent_token_secret(cluster)} is missing")
+            token = base64.b64decode((secret.get("data") or {})["token"])
+            pod = self.kube.get("Pod", cluster.namespace, names.controller_pod(cluster))
+            slurm = self.agent(cluster, token, pod)
+            return SlurmState(True, tuple(slurm.nodes()), tuple(slurm.jobs())), slurm
+        except Exception as exc:  # noqa: BLE001 - any failure means: Slurm unknown, fail closed
+            log.warning("slurm unreadable", cluster=f"{cluster.namespace}/{cluster.name}", error=str(exc))
+            return SlurmState.unknown(), None
+
+    # One round.
+
+    def round(self) -> RoundReport:
+        report = RoundReport()
+        started = time.monotonic()
+        try:
+            policy_objs = self._policies()
+        except Exception as exc:  # noqa: BLE001
+            report.errors.append(f"cannot list NodeLendingPolicies: {exc}")
+            metrics.ROUNDS.labels("error").inc()
+            return report
+        policies: list[tuple[Policy, dict | None]] = [(self._parse_policy(o), o) for o in policy_objs]
+        try:
+            nodes = [node_from_api(n) for n in self.kube.list("Node")]
+        except Exception as exc:  # noqa: BLE001
+            report.errors.append(f"cannot list Nodes: {exc}")
+            metrics.ROUNDS.labels("error").inc()
+            return report
+        existing = {_key(o) for o in policy_objs}
+        policies += [(gone, None) for gone in orphaned_policies(nodes, existing)
+                     if not self.namespaces or gone.namespace in self.namespaces]
+        for policy, obj in policies:
+            try:
+                self._policy_round(policy, obj, report)
+            except Exception as exc:  # noqa: BLE001 - one policy's failure must not stop the others
+                report.errors.append(f"{policy.key}: {exc}")
+                log.exception("policy round failed", policy=getattr(policy, "key", "?"))
+        metrics.ROUND_SECONDS.observe(time.monotonic() - started)
+        metrics.ROUNDS.labels("error" if report.errors else ("problem" if report.failed else "ok")).inc()
+        return report
+
+    def _policy_round(self, policy: Policy, obj: dict | None, report: RoundReport) -> None:
+        # Fresh Nodes and Pods for every policy: the previous one may have changed them.
+        node_objs = {n["metadata"]["name"]: n for n in self.kube.list("Node")}
+        pods = tuple(pod_from_api(p) for p in self.kube.list("Pod"))
+        nodes = tuple(node_from_api(n) for n in node_objs.values())
+        cluster: SlurmCluster | None = None
+        slurm_state, slurm = SlurmState.unknown(), None
+        if isinstance(policy, NodeLendingPolicy):
+            cluster, _ = self._cluster(policy.namespace, policy.spec.cluster_ref.name)
+        elif isinstance(policy, PolicyGone):
+            namespace, _, name = policy.cluster.partition("/")
+            cluster, _ = self._cluster(namespace, name)
+        if cluster is not None:
+            slurm_state, slurm = self._slurm(cluster)
+        observed = Observed(nodes, pods, cluster, slurm_state)
+        now = self.clock()
+        todo = decide(observed, policy, now)
+        metrics.observe_nodes(policy.key, lending_metrics(observed))
+        ctx = _Acting(self, cluster, slurm, node_objs, {n.name: n for n in nodes}, obj, policy, now, report)
+        ctx.run(todo)
+
+    def run_forever(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
+        """Run rounds every ``interval`` seconds until ``stop()`` says so."""
+        while not stop():
+            started = time.monotonic()
+            report = self.round()
+            for error in report.errors:
+                log.warning("round error", error=error)
+            for action, why in report.failed:
+                log.warning("action failed", action=type(action).__name__, node=A.node_of(action), error=why)
+            rest = interval - (time.monotonic() - started)
+            deadline = time.monotonic() + max(rest, 0)
+            while not stop() and time.monotonic() < deadline:
+                time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
+
+
+class _Acting:
+    """Applies one policy's actions for one round, with the chain rule."""
+
+    def __init__(self, bridge: Bridge, cluster: SlurmCluster | None, slurm: SlurmControl | None,
+                 node_objs: dict[str, dict], nodes: dict[str, KubeNode], policy_obj: dict | None,
+                 policy: Policy, now: datetime, report: RoundReport):
+        self.b, self.kube = bridge, bridge.kube
+        self.cluster, self.slurm = cluster, slurm
+        self.node_objs, self.nodes = node_objs, nodes
+        self.policy_obj, self.policy, self.now, self.report = policy_obj, policy, now, report
+
+    def run(self, todo: list) -> None:
+        broken: set[str] = set()
+        for action in todo:
+            node = A.node_of(action)
+            if node is not None and node in broken:
+                self.report.skipped.append(action)
+                continue
+            try:
+                self.apply(action)
+            except Exception as exc:  # noqa: BLE001 - a failed action stops its node's chain
+                self.report.failed.append((action, str(exc)))
+                metrics.ACTIONS.labels(type(action).__name__, "failed").inc()
+                if node is not None:
+                    broken.add(node)
+                continue
+            self.report.applied.append(action)
+            metrics.ACTIONS.labels(type(action).__name__, "ok").inc()
+
+    def _need_slurm(self) -> SlurmControl:
+        if self.slurm is None:
+            raise RuntimeError("Slurm is not reachable")
+        return self.slurm
+
+    def apply(self, action: Any) -> None:
+        if isinstance(action, NODE_PATCH_ACTIONS):
+            self.patch_node(action)
+        elif isinstance(action, A.CreateSlurmdPod):
+            self.create_pod(action)
+        elif isinstance(action, A.DeleteSlurmdPod):
+            self.kube.delete("Pod", action.namespace, action.name)
+        elif isinstance(action, A.DrainSlurmNode):
+            self._need_slurm().drain(action.node, action.reason)
+        elif isinstance(action, A.SignalJobs):
+            signalled = self._need_slurm().signal_node_jobs(action.node, action.signal)
+            metrics.JOBS.labels("signalled").inc(len(signalled))
+        elif isinstance(action, A.RequeueJobs):
+            slurm = self._need_slurm()
+            for job in action.job_ids:
+                slurm.requeue(job)
+                metrics.JOBS.labels("requeued").inc()
+        elif isinstance(action, A.StartJobsNow):
+            slurm = self._need_slurm()
+            for job in action.job_ids:
+                slurm.start_now(job)
+                metrics.JOBS.labels("started-now").inc()
+        elif isinstance(action, A.CancelJobs):
+            slurm = self._need_slurm()
+            for job in action.job_ids:
+                slurm.cancel(job)
+                metrics.JOBS.labels("cancelled").inc()
+        elif isinstance(action, A.DeleteSlurmNode):
+            self._need_slurm().delete_node(action.node)
+        elif isinstance(action, A.Event):
+            self.event(action)
+        elif isinstance(action, A.PolicyStatus):
+            self.kube.patch("NodeLendingPolicy", action.namespace, action.name,
+                            {"status": action.status.dump()}, subresource="status")
+        else:
+            raise TypeError(f"the loop does not know {type(action).__name__}")
+
+    def patch_node(self, action: Any) -> None:
+        node = self.nodes[action.node]
+        patch = node_patch(action, node)
+        if isinstance(action, (A.Taint, A.Untaint)):
+            rv = self.node_objs[action.node]["metadata"].get("resourceVersion")
+            patch = {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": rv}}
+        before = node.record
+        updated = self.kube.patch("Node", None, action.node, patch)
+        self.node_objs[action.node] = updated
+        self.nodes[action.node] = node_from_api(updated)
+        self.observe_latency(action, before)
+
+    def observe_latency(self, action: Any, before: Any) -> None:
+        since = before.since
+        if since is None:
+            return
+        seconds = max((self.now - since).total_seconds(), 0.0)
+        if isinstance(action, A.SetLendingState) and action.state == LENT:
+            metrics.LEND_SECONDS.observe(seconds)
+        elif isinstance(action, A.ClearLending) and before.state == RECLAIMING:
+            metrics.RECLAIM_SECONDS.labels(before.reason or "unknown").observe(seconds)
+
+    def create_pod(self, action: A.CreateSlurmdPod) -> None:
+        if self.cluster is None:
+            raise RuntimeError("the SlurmCluster is gone")
+        chash = (self.cluster.status.config_hash if self.cluster.status else None) or ""
+        pod = lent_slurmd_pod(self.cluster, chash, name=action.name, node=action.node, conf=action.conf,
+                              gres_conf=action.gres_conf, gpus=action.gpus, labels=dict(action.labels),
+                              taint_key=TAINT_KEY)
+        try:
+            self.kube.create(pod)
+        except Exception as exc:
+            if getattr(exc, "status", None) == 409:  # it exists: a bridge killed mid-round made it
+                return
+            raise
+
+    def event(self, action: A.Event) -> None:
+        if action.kind == "Node":
+            involved = self.node_objs.get(action.name) or {"kind": "Node", "apiVersion": "v1",
+                                                           "metadata": {"name": action.name}}
+            involved = {**involved, "kind": "Node", "apiVersion": "v1"}
+        elif self.policy_obj is not None and action.name == self.policy_obj["metadata"]["name"]:
+            involved = {**self.policy_obj, "kind": "NodeLendingPolicy", "apiVersion": "slurmk8s.dev/v1alpha1"}
+        else:
+            involved = {"kind": action.kind, "apiVersion": "slurmk8s.dev/v1alpha1",
+                        "metadata": {"name": action.name, "namespace": action.namespace}}
+        self.kube.event(involved, action.type, action.reason, action.message, component=COMPONENT)

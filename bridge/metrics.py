@@ -1,0 +1,36 @@
+"""Prometheus metrics of the bridge (served on --metrics-port at /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+__all__ = ["ROUNDS", "ROUND_SECONDS", "ACTIONS", "NODES", "POLICY_NODES", "LEND_SECONDS", "RECLAIM_SECONDS",
+           "JOBS", "observe_nodes"]
+
+#: Lending and reclaiming take seconds to minutes (a grace period is often 5 minutes).
+_LATENCY_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600)
+
+ROUNDS = Counter("slurmk8s_bridge_rounds_total", "Rounds of the bridge's loop, by result (ok; problem: an action "
+                 "failed and is retried next round; error: a policy's round failed).", ["result"])
+ROUND_SECONDS = Histogram("slurmk8s_bridge_round_seconds", "Duration of one round over every policy.")
+ACTIONS = Counter("slurmk8s_bridge_actions_total", "Actions applied, by kind and result (ok, failed).",
+                  ["action", "result"])
+NODES = Gauge("slurmk8s_bridge_nodes", "GPU nodes by lending state (kubernetes, lending, lent, reclaiming).",
+              ["state"])
+POLICY_NODES = Gauge("slurmk8s_bridge_policy_nodes", "Nodes a policy holds, by lending state.",
+                     ["policy", "state"])
+LEND_SECONDS = Histogram("slurmk8s_bridge_lend_seconds", "From the start of lending (node tainted, slurmd pod "
+                         "created) to the node registered in Slurm and marked lent.", buckets=_LATENCY_BUCKETS)
+RECLAIM_SECONDS = Histogram("slurmk8s_bridge_reclaim_seconds", "From the start of a reclaim to the node handed "
+                            "back to Kubernetes, by reason (demand, window, slurmd-lost, ...).", ["reason"],
+                            buckets=_LATENCY_BUCKETS)
+JOBS = Counter("slurmk8s_bridge_jobs_total", "Slurm jobs on reclaimed nodes that were signalled, requeued, "
+               "cancelled, or made eligible at once after they requeued themselves (started-now).", ["outcome"])
+
+
+def observe_nodes(policy: str, m) -> None:
+    """Set the node gauges from :func:`slurmk8s.bridge.decide.lending_metrics`."""
+    for state, count in m.by_state.items():
+        NODES.labels(state).set(count)
+    for state, count in m.by_policy.get(policy, {"lending": 0, "lent": 0, "reclaiming": 0}).items():
+        POLICY_NODES.labels(policy, state).set(count)
