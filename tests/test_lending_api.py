@@ -16,6 +16,7 @@ from slurmk8s.slurm.client import SIGNALS
 from .conftest import ROOT
 
 EXAMPLE = ROOT / "examples" / "nodelendingpolicy.yaml"
+NIGHTS = ROOT / "examples" / "nodelendingpolicy-nights.yaml"
 
 
 def policy_doc(**spec) -> dict:
@@ -43,11 +44,14 @@ def test_defaults():
     assert r.pod_selector is None and r.min_priority is None
 
 
-def test_the_example_round_trips():
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    p = load_policy(doc)
+@pytest.mark.parametrize("example", [EXAMPLE, NIGHTS], ids=lambda p: p.name)
+def test_the_examples_round_trip(example):
+    p = load_policy(yaml.safe_load(example.read_text()))
     assert load_policy(p.dump()) == p
-    assert p.spec.windows[1].end == "24:00"
+
+
+def test_a_window_may_end_at_midnight():
+    assert load_policy(yaml.safe_load(NIGHTS.read_text())).spec.windows[1].end == "24:00"
 
 
 def test_reclaim_signals_are_those_the_facade_sends_except_uncatchable_ones():

@@ -47,7 +47,10 @@ DEFAULT_STATE_DIR = Path(os.environ.get("SLURMK8S_SANDBOX_DIR", "/var/lib/slurmk
 DEFAULT_SUBNET = "10.253.0.0/24"
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "charts" / "slurmk8s" / "crds"
-PROCESSES = ("apiserver", "kubelet", "operator")
+PROCESSES = ("apiserver", "kubelet", "operator", "bridge")
+#: GPU nodes no node set uses, labelled for lending (examples/nodelendingpolicy.yaml selects them).
+DEFAULT_LENDABLE_NODES = 2
+LENDABLE_LABELS = {"slurmk8s.dev/lendable": "true"}
 
 Progress = Callable[[str], None]
 
@@ -69,6 +72,8 @@ class State:
     shared_storage: dict | None
     started: float
     processes: dict[str, int | None] = field(default_factory=dict)
+    #: Where the bridge serves /metrics (on this host).
+    bridge_metrics_port: int = 0
 
     @classmethod
     def load(cls, path: Path) -> "State | None":
@@ -82,14 +87,26 @@ class State:
         tmp.replace(path)  # atomic: a crash never leaves half a state file
 
 
-def sandbox_nodes(cluster: SlurmCluster) -> list[SandboxNode]:
+def sandbox_nodes(cluster: SlurmCluster, lendable: int = DEFAULT_LENDABLE_NODES) -> list[SandboxNode]:
     """The Kubernetes Nodes of a sandbox: one for the controller, login and
-    CPU workers, and one GPU node per GPU worker, like the machines a
-    cluster of that shape would run on."""
+    CPU workers, one GPU node per GPU worker, like the machines a cluster of
+    that shape would run on, and ``lendable`` GPU nodes that no node set
+    uses, labelled ``slurmk8s.dev/lendable=true``: Kubernetes' own GPU nodes,
+    which a NodeLendingPolicy can lend to Slurm.
+
+    A lent node registers with Slurm with its allocatable CPUs, and slurmd
+    refuses to register more CPUs than the host has: lendable nodes report
+    this host's CPU count."""
     nodes = [SandboxNode("sandbox-node-0", cpu="32", memory="128Gi")]
     gpu_workers = [ns.gpus for ns in cluster.spec.node_sets if ns.gpus for _ in range(ns.replicas)]
     for i, gpus in enumerate(gpu_workers):
-        nodes.append(SandboxNode(f"sandbox-gpu-{i}", cpu="32", memory="256Gi", gpus=gpus.count, gpu_product=gpus.type))
+        nodes.append(SandboxNode(f"sandbox-gpu-{i}", cpu="32", memory="256Gi", gpus=gpus.count, gpu_product=gpus.type,
+                                 labels={"nvidia.com/gpu.present": "true"}))
+    gpu_type = gpu_workers[0].type if gpu_workers else "h100"
+    for i in range(lendable):
+        nodes.append(SandboxNode(f"sandbox-lend-{i}", cpu=str(os.cpu_count() or 1), memory="8Gi", gpus=4,
+                                 gpu_product=gpu_type,
+                                 labels={**LENDABLE_LABELS, "nvidia.com/gpu.present": "true"}))
     return nodes
 
 
@@ -146,6 +163,9 @@ class Sandbox:
                     "--port", str(state.api_port), "--kubeconfig", str(self.kubeconfig), "--crds", str(CRDS)]
         if process == "kubelet":
             return [*slurmk8s, "sandbox", "kubelet", "--state-dir", str(self.dir)]
+        if process == "bridge":
+            return [*slurmk8s, "bridge", "--all-namespaces", "--kubeconfig", str(self.kubeconfig), "--interval", "1",
+                    "--metrics-port", str(state.bridge_metrics_port)]
         return [*slurmk8s, "operator", "--all-namespaces", "--kubeconfig", str(self.kubeconfig), "--interval", "3"]
 
     def _spawn(self, process: str, state: State) -> None:
@@ -210,7 +230,7 @@ class Sandbox:
     # Bring up
 
     def up(self, cluster: SlurmCluster, docs: list[dict] | None = None, *, subnet: str = DEFAULT_SUBNET,
-           timeout: float = 300) -> State:
+           timeout: float = 300, lendable: int = DEFAULT_LENDABLE_NODES) -> State:
         """Start (or recover) the sandbox, apply ``docs`` (the manifest) and wait until ``cluster`` is Ready."""
         t0 = time.monotonic()
         try:
@@ -229,8 +249,9 @@ class Sandbox:
             state = State(cluster=cluster.name, namespace=cluster.namespace,
                           sid=runtime.short_id(str(self.dir.resolve())), subnet=subnet,
                           gateway=str(next(ipaddress.ip_network(subnet).hosts())),
-                          api_port=_free_port(), nodes=[asdict(n) for n in sandbox_nodes(cluster)],
-                          login=None, shared_storage=self._shared_storage(cluster), started=time.time())
+                          api_port=_free_port(), nodes=[asdict(n) for n in sandbox_nodes(cluster, lendable)],
+                          login=None, shared_storage=self._shared_storage(cluster), started=time.time(),
+                          bridge_metrics_port=_free_port())
             state.save(self.state_file)  # before anything starts: down can always find it
         net = self.network(state)
         try:
@@ -445,6 +466,7 @@ class Sandbox:
             "slurmNodes": {n.name: self._node_state(n) for n in nodes.values()},
             "login": {k: v for k, v in (state.login or {}).items() if k != "knownHostsFile"} or None,
             "sharedStorage": state.shared_storage,
+            "bridgeMetrics": f"http://127.0.0.1:{state.bridge_metrics_port}/metrics",
         }
 
     @staticmethod
@@ -467,7 +489,7 @@ class Sandbox:
         state = json.loads(self.state_file.read_text()) if self.state_file.exists() else None
         if state is not None:
             processes = state.get("processes", {})
-            for process in ("operator", "kubelet"):  # nothing may start pods while they stop
+            for process in ("bridge", "operator", "kubelet"):  # nothing may start pods while they stop
                 if self._kill(processes.get(process)):
                     removed.append(process)
             holders = [(p["name"], p["holder"], p.get("grace", 30)) for p in state.get("pods", [])]
