@@ -181,9 +181,11 @@ class Bridge:
         observed = Observed(nodes, pods, cluster, slurm_state)
         now = self.clock()
         todo = decide(observed, policy, now)
-        metrics.observe_nodes(policy.key, lending_metrics(observed))
         ctx = _Acting(self, cluster, slurm, node_objs, {n.name: n for n in nodes}, obj, policy, now, report)
         ctx.run(todo)
+        # The gauges show the nodes as this round left them.
+        after = Observed(tuple(ctx.nodes.values()), pods, cluster, slurm_state)
+        metrics.observe_nodes(policy.key, lending_metrics(after))
 
     def run_forever(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
         """Run rounds every ``interval`` seconds until ``stop()`` says so."""

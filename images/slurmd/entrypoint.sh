@@ -165,6 +165,11 @@ drain_and_leave() {
   wait "$SK_MAIN_PID" || rc=$?
   sk_log "slurmd exited with status $rc"
   for i in 1 2 3 4 5; do
+    # Gone already: the bridge removes a lent node before it deletes the pod.
+    if ! sctl show node "$node" >/dev/null 2>&1 && sctl ping >/dev/null 2>&1; then
+      sk_log "node $node is not in slurmctld (any more)"
+      break
+    fi
     if sctl delete nodename="$node"; then
       sk_log "deleted node $node from slurmctld"
       break
