@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from .lending import GRACE, LEND, Lending, lending_sandbox, policy, wait_for
+from .lending import CHECKPOINT_JOB, GRACE, LEND, Lending, lending_sandbox, policy, wait_for
 
 pytestmark = pytest.mark.slurm
 SUBNET = "10.253.96.0/24"
