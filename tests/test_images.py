@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmk8s.render.config import TASK_PROLOG
 from slurmk8s.sandbox.image import copies, install
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,3 +76,10 @@ def test_the_sandbox_installs_what_the_dockerfile_copies(component, tmp_path):
     assert entry.stat().st_mode & 0o777 == 0o755
     lib = tmp_path / "usr/local/lib/slurmk8s/lib.sh"
     assert lib.read_bytes() == (ROOT / "images/common/slurmk8s-lib.sh").read_bytes()
+
+
+def test_the_slurmd_image_has_the_task_prolog_slurm_conf_names(tmp_path):
+    install("slurmd", tmp_path)
+    prolog = tmp_path / TASK_PROLOG.lstrip("/")
+    assert prolog.read_bytes() == (ROOT / "images/slurmd/task-prolog.sh").read_bytes()
+    assert prolog.stat().st_mode & 0o777 == 0o755

@@ -113,7 +113,9 @@ def test_two_node_job_runs_one_rank_per_node_with_a_master_address(researcher, w
     job = researcher.sbatch("two_nodes.sh", cwd=workdir)
     assert researcher.wait_state(job, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
     out = researcher.read(f"{workdir}/two-nodes-{job}.out")
-    ranks = dict(re.findall(r"^rank=(\d) host=(\S+) master=\S+ world=2$", out, re.M))
+    # Every rank, on either node, gets the job's checkpoint directory from the TaskProlog.
+    ranks = dict(re.findall(r"^rank=(\d) host=(\S+) master=\S+ world=2 ckpt=/shared/checkpoints/researcher/two-nodes$",
+                            out, re.M))
     assert set(ranks) == {"0", "1"} and ranks["0"] != ranks["1"], out
     assert set(re.findall(r"master=(\S+)", out)) == {ranks["0"]}  # every rank finds rank 0's node
 
@@ -121,8 +123,10 @@ def test_two_node_job_runs_one_rank_per_node_with_a_master_address(researcher, w
 def test_job_array(researcher, workdir):
     job = researcher.sbatch("array.sh", "--partition=gpu", cwd=workdir)
     for task in range(4):
-        text = researcher.wait_file(f"{workdir}/array-{job}_{task}.out", r"task \d")
-        assert text.strip() == f"task {task} of array {job}"
+        text = researcher.wait_file(f"{workdir}/array-{job}_{task}.out", r"checkpoints in")
+        # Each task of the array has a checkpoint directory of its own.
+        assert text.splitlines() == [f"task {task} of array {job}",
+                                     f"checkpoints in /shared/checkpoints/researcher/array_{task}"]
 
 
 def test_afterok_dependency_chain(researcher, workdir):
@@ -166,9 +170,15 @@ def test_a_request_larger_than_any_node_is_refused_by_slurm(researcher, workdir)
     assert "Requested node configuration is not available" in err
 
 
-def test_checkpoint_requeue_and_resume(researcher, workdir, slow_jobs):
+def test_checkpoint_requeue_and_resume(researcher, workdir, slow_jobs, status):
     job = slow_jobs["checkpoint"]
     out = researcher.wait_file(f"{workdir}/ckpt-{job}.out", r"done step=\d+", timeout=240)
+    # The TaskProlog's SLURMK8S_CHECKPOINT_DIR, the same before and after the requeue,
+    # created for the researcher.
+    ckpt = f"/shared/checkpoints/{researcher.user}/ckpt"
+    assert re.findall(r"^start restart=\d step=\d+ dir=(\S+)$", out, re.M) == [ckpt, ckpt], out
+    host = Path(status["sharedStorage"]["hostPath"]) / ckpt.removeprefix("/shared/")
+    assert host.stat().st_uid == 2001
     first, saved, resumed, done = (
         re.search(r"start restart=0 step=0", out),
         re.search(r"checkpoint step=(\d+)", out),
