@@ -27,7 +27,8 @@ HADOLINT = Path(sys.executable).parent / "hadolint"
 
 
 def test_every_component_has_an_image():
-    assert {p.parent.name for p in DOCKERFILES} == {"slurmctld", "slurmd", "login", "slurmrestd", "controller"}
+    assert {p.parent.name for p in DOCKERFILES} == {"slurmctld", "slurmd", "login", "slurmrestd", "controller",
+                                                      "serve"}
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -68,7 +69,7 @@ def test_copied_files_exist_and_are_in_the_build_context(dockerfile):
         assert not _ignored(src.rstrip("/"), patterns), f"{dockerfile}: {src} is excluded from the build context"
 
 
-@pytest.mark.parametrize("component", ["slurmctld", "slurmd", "login", "slurmrestd"])
+@pytest.mark.parametrize("component", ["slurmctld", "slurmd", "login", "slurmrestd", "serve"])
 def test_the_sandbox_installs_what_the_dockerfile_copies(component, tmp_path):
     install(component, tmp_path)
     entry = tmp_path / "usr/local/bin/slurmk8s-entrypoint"

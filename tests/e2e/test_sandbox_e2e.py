@@ -20,8 +20,9 @@ import yaml
 
 from slurmk8s.api import load_cluster
 from slurmk8s.sandbox import Sandbox
+from slurmk8s.serve import Follower
 
-from ..conftest import EXAMPLE
+from ..conftest import EXAMPLE, ROOT
 from .researcher import Researcher
 
 pytestmark = pytest.mark.slurm
@@ -192,6 +193,18 @@ def test_checkpoint_requeue_and_resume(researcher, workdir, slow_jobs, status):
     assert int(done.group(1)) == step + 5
     assert researcher.read(f"/shared/checkpoints/{researcher.user}/ckpt/step").strip() == str(step)
     assert researcher.wait_state(job, {"COMPLETED"})["Restarts"] == "1"
+
+
+def test_the_example_training_job_publishes_versions_a_server_loads(researcher, workdir, status):
+    """examples/train.sh on two GPU nodes; the serving side's loader reads what it published."""
+    researcher.put((ROOT / "examples/train.sh").read_text(), f"{workdir}/train.sh")
+    job = researcher.sbatch("train.sh", "--export=ALL,TRAIN_STEPS=6", cwd=workdir)
+    assert researcher.wait_state(job, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
+    out = researcher.read(f"{workdir}/train-{job}.out")
+    assert f"model version step-000006 in /shared/checkpoints/{researcher.user}/train" in out, out
+    follower = Follower(Path(status["sharedStorage"]["hostPath"]) / "checkpoints" / researcher.user / "train")
+    assert follower.refresh(), follower.error
+    assert (follower.model.version, follower.model.step) == ("step-000006", 6)
 
 
 def test_time_limit_is_enforced(researcher, workdir, slow_jobs):
