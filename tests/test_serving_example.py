@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from slurmk8s.api import load_cluster
+from slurmk8s.bridge.rollout import MODEL_DIR_ANNOTATION, check_model_dir
 from slurmk8s.render import names
 
 from .conftest import EXAMPLE, ROOT
@@ -45,7 +46,8 @@ def test_it_mounts_the_clusters_claim_read_only_where_the_slurm_pods_do(objects)
     model_dir = env["SLURMK8S_MODEL_DIR"]
     assert model_dir == f"{storage.checkpoint_dir}/{cluster.spec.login.users[0].name}/train"
     assert "#SBATCH --job-name=train" in (ROOT / "examples/train.sh").read_text()
-    assert objects["Deployment"]["metadata"]["annotations"]["slurmk8s.dev/model-dir"] == model_dir
+    assert objects["Deployment"]["metadata"]["annotations"][MODEL_DIR_ANNOTATION] == model_dir
+    assert check_model_dir(model_dir, [storage.checkpoint_dir]) == model_dir
 
 
 def test_it_asks_for_a_gpu_and_is_ready_only_with_a_model(objects):
