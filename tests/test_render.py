@@ -341,7 +341,6 @@ def test_no_checkpoint_dir_means_no_task_prolog(keys, storage):
     assert "TaskProlog" not in conf and "CheckpointDir" not in conf
 
 
-@pytest.mark.skipif(Path("/run/slurm/conf/slurm.conf").exists(), reason="a configless slurmd's config is here")
 @pytest.mark.parametrize("name, array_task, expected", [
     ("train", None, "train"),
     ("train", "7", "train_7"),

@@ -20,16 +20,19 @@
 # resubmitted array gets a new one.
 #
 # The checkpoint directory is read from the `#slurmk8s:CheckpointDir=` line the
-# renderer writes beside TaskProlog= (templates/slurm.conf.j2), from the
-# slurm.conf this configless slurmd fetched. The per-user directory
+# renderer writes beside TaskProlog= (templates/slurm.conf.j2), in the
+# slurm.conf this slurmd runs with. The per-user directory
 # <checkpointDir>/<user> is made by the login pod. This script never fails a
 # task: when something is amiss it prints one line to the task's output and
 # leaves the variable unset.
 set -u
 export LC_ALL=C  # the name is cleaned byte by byte, whatever the job's locale
 
+# The slurm.conf this node runs with: SLURM_CONF when slurmstepd passes it on,
+# else where a configless slurmd caches it, else where a slurmd started with
+# -f from mounted config files (a lent node) should have it.
 conf=
-for f in /run/slurm/conf/slurm.conf "${SLURM_CONF:-}" /etc/slurm/slurm.conf; do
+for f in "${SLURM_CONF:-}" /run/slurm/conf/slurm.conf /etc/slurm/slurm.conf; do
   if [ -n "$f" ] && [ -r "$f" ]; then
     conf=$f
     break
