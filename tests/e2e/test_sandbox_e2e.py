@@ -13,6 +13,8 @@ import os
 import re
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -195,16 +197,54 @@ def test_checkpoint_requeue_and_resume(researcher, workdir, slow_jobs, status):
     assert researcher.wait_state(job, {"COMPLETED"})["Restarts"] == "1"
 
 
-def test_the_example_training_job_publishes_versions_a_server_loads(researcher, workdir, status):
-    """examples/train.sh on two GPU nodes; the serving side's loader reads what it published."""
+@pytest.fixture(scope="module")
+def trained(researcher, workdir, status) -> Path:
+    """examples/train.sh run to the end on two GPU nodes; its model directory on the host."""
     researcher.put((ROOT / "examples/train.sh").read_text(), f"{workdir}/train.sh")
     job = researcher.sbatch("train.sh", "--export=ALL,TRAIN_STEPS=6", cwd=workdir)
     assert researcher.wait_state(job, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
     out = researcher.read(f"{workdir}/train-{job}.out")
     assert f"model version step-000006 in /shared/checkpoints/{researcher.user}/train" in out, out
-    follower = Follower(Path(status["sharedStorage"]["hostPath"]) / "checkpoints" / researcher.user / "train")
+    return Path(status["sharedStorage"]["hostPath"]) / "checkpoints" / researcher.user / "train"
+
+
+def test_the_example_training_job_publishes_versions_a_server_loads(trained):
+    follower = Follower(trained)
     assert follower.refresh(), follower.error
     assert (follower.model.version, follower.model.step) == ("step-000006", 6)
+
+
+def test_the_example_serving_deployment_serves_what_training_published(sandbox, trained):
+    """examples/serving.yaml, less its GPU request (the slurmd pods hold every GPU
+    of the sandbox), serves the model from the shared claim mounted read-only."""
+    box, _ = sandbox
+    docs = [d for d in yaml.safe_load_all((ROOT / "examples/serving.yaml").read_text()) if d]
+    for d in docs:
+        if d["kind"] == "Deployment":
+            for section in d["spec"]["template"]["spec"]["containers"][0]["resources"].values():
+                section.pop("nvidia.com/gpu")
+    manifest = yaml.safe_dump_all(docs)
+    applied = box.kubectl("apply", "-f", "-", input=manifest)
+    assert applied.returncode == 0, applied.stderr
+    try:
+        def ready_ip():
+            pods = json.loads(box.kubectl("get", "pods", "-l", "app.kubernetes.io/name=train-serve",
+                                          "-o", "json").stdout)["items"]
+            ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True"
+                                            for c in p["status"].get("conditions", []))]
+            return ready[0]["status"]["podIP"] if ready else None
+
+        deadline = time.monotonic() + 60
+        while (ip := ready_ip()) is None:
+            assert time.monotonic() < deadline, box.kubectl("describe", "pods", "-l",
+                                                            "app.kubernetes.io/name=train-serve").stdout
+            time.sleep(1)
+        with urllib.request.urlopen(f"http://{ip}:8080/", timeout=10) as r:
+            body = json.load(r)
+        assert body["version"] == "step-000006" and body["step"] == 6
+        assert body["path"] == "/shared/checkpoints/researcher/train/step-000006"
+    finally:
+        box.kubectl("delete", "-f", "-", "--wait=false", input=manifest)
 
 
 def test_time_limit_is_enforced(researcher, workdir, slow_jobs):
