@@ -14,10 +14,20 @@
 # the time limit, or when the node is reclaimed), requeues itself and resumes
 # from the checkpoint on its next start.
 #
+# Each checkpoint is published as a model version: it is written into a new
+# directory (.new-*), renamed to step-NNNNNN, and only then is LATEST (one line:
+# the version's directory name) replaced by a rename too. A reader such as the
+# serving Deployment (examples/serving.yaml) that goes through LATEST never
+# sees a half-written checkpoint. The three newest versions are kept.
+#
 #   sbatch train.sh               (TRAIN_STEPS=N sbatch train.sh for a longer run)
+#
+# SLURMK8S_CHECKPOINT_DIR comes from the cluster's TaskProlog; it is the same
+# for every run of this job name, requeues included.
 ckpt=${SLURMK8S_CHECKPOINT_DIR:-/shared/checkpoints/$USER/$SLURM_JOB_NAME}
 mkdir -p "$ckpt"
-step=$(cat "$ckpt/step" 2>/dev/null || echo 0)
+step=0
+latest=$(cat "$ckpt/LATEST" 2>/dev/null) && step=$(cat "$ckpt/$latest/step")
 steps=${TRAIN_STEPS:-20}
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_ADDR MASTER_PORT=29500
@@ -26,7 +36,21 @@ echo "job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELI
 srun bash -c 'echo "rank $SLURM_PROCID of $SLURM_NTASKS on $(hostname): GPUs $CUDA_VISIBLE_DEVICES"'
 
 save() {
-  echo "$step" >"$ckpt/step.new" && mv "$ckpt/step.new" "$ckpt/step"
+  local version tmp versions
+  version=$(printf 'step-%06d' "$step")
+  if [ ! -d "$ckpt/$version" ]; then
+    tmp=$(mktemp -d "$ckpt/.new-$version.XXXXXX") || return 1
+    echo "$step" >"$tmp/step"
+    printf '{"step": %d, "job": "%s"}\n' "$step" "$SLURM_JOB_ID" >"$tmp/model.json"  # the weights
+    chmod 0755 "$tmp"  # readable by the serving pods
+    mv -T "$tmp" "$ckpt/$version" || return 1
+  fi
+  echo "$version" >"$ckpt/.LATEST.new" && mv -f "$ckpt/.LATEST.new" "$ckpt/LATEST"
+  versions=("$ckpt"/step-*)
+  while [ ${#versions[@]} -gt 3 ]; do
+    rm -rf "${versions[0]}"
+    versions=("${versions[@]:1}")
+  done
 }
 on_usr1() {
   save
@@ -45,4 +69,4 @@ while [ "$step" -lt "$steps" ]; do
   fi
 done
 save
-echo "done: $steps steps; checkpoint in $ckpt"
+echo "done: $steps steps; model version $(cat "$ckpt/LATEST") in $ckpt"

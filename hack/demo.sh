@@ -57,6 +57,9 @@ say "Output of job $job ($dir/train-$job.out)"
 on_login "cat $dir/train-$job.out"
 [ "$state" = COMPLETED ] || { echo "job $job ended $state" >&2; exit 1; }
 
+say "Published model versions in $ckpt (LATEST names the newest; examples/serving.yaml serves it)"
+on_login "ls $ckpt && echo LATEST: \$(cat $ckpt/LATEST)"
+
 say "The cluster is still running. Next:"
 cat <<NEXT
   $sk sandbox ssh                  a shell on the login pod as $user (sinfo, sbatch, squeue, srun)

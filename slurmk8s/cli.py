@@ -238,6 +238,27 @@ def agent_cmd(listen: str, token_file: Path, config_dir: Path) -> None:
         server.server_close()
 
 
+@main.command("serve")
+@click.option("--model-dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              envvar="SLURMK8S_MODEL_DIR", help="The model (checkpoint) directory whose LATEST names the version.")
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, envvar="SLURMK8S_SERVE_PORT",
+              help="Port to listen on.")
+@click.option("--interval", type=click.FloatRange(0.1, 3600), default=2.0, show_default=True, metavar="SECONDS",
+              help="Seconds between looks at LATEST.")
+def serve_cmd(model_dir: Path, host: str, port: int, interval: float) -> None:
+    """Serve the newest published model version of a checkpoint directory.
+
+    Loads the version that MODEL_DIR/LATEST names (a directory beside it),
+    loads the next one when LATEST changes, and answers GET / with its
+    version, step and path. GET /healthz fails (503) until a model is
+    loaded: the readinessProbe of examples/serving.yaml. Never writes.
+    """
+    from .serve import serve
+
+    serve(model_dir, host, port, interval)
+
+
 STATE_DIR_OPTION = click.option(
     "--state-dir", type=click.Path(file_okay=False, path_type=Path), envvar="SLURMK8S_SANDBOX_DIR",
     default=None, show_default="/var/lib/slurmk8s/sandbox",

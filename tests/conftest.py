@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,29 @@ def minimal(**spec) -> dict:
         "metadata": {"name": "c1", "namespace": "hpc"},
         "spec": spec,
     }
+
+
+@pytest.fixture
+def fake_slurm(tmp_path) -> dict[str, str]:
+    """scontrol and srun stand-ins, so that examples/train.sh runs outside Slurm."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/sh\n[ \"$1\" = show ] && echo node-0\nexit 0\n")
+    (bin_dir / "srun").write_text("#!/bin/sh\nexec \"$@\"\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node-0",
+            "SLURM_JOB_NAME": "train", "USER": "researcher"}
+
+
+def publish(model_dir: Path, version: str, step: int | None = None) -> Path:
+    """What a training job does: write the version, then replace LATEST by a rename."""
+    tmp = model_dir / f".new-{version}"
+    tmp.mkdir(parents=True)
+    if step is not None:
+        (tmp / "step").write_text(f"{step}\n")
+    (tmp / "model.json").write_text("{}\n")
+    tmp.rename(model_dir / version)
+    (model_dir / ".LATEST.new").write_text(version + "\n")
+    (model_dir / ".LATEST.new").rename(model_dir / "LATEST")
+    return model_dir / version

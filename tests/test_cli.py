@@ -18,7 +18,7 @@ def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([SLURMK8S, *args], input=stdin, capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("args", [[], ["render"], ["validate"], ["crd"]])
+@pytest.mark.parametrize("args", [[], ["render"], ["validate"], ["crd"], ["serve"]])
 def test_help_explains_every_command(args):
     proc = run(*args, "--help")
     assert proc.returncode == 0

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmk8s.render.config import TASK_PROLOG
 from slurmk8s.sandbox.image import copies, install
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +27,8 @@ HADOLINT = Path(sys.executable).parent / "hadolint"
 
 
 def test_every_component_has_an_image():
-    assert {p.parent.name for p in DOCKERFILES} == {"slurmctld", "slurmd", "login", "slurmrestd", "controller"}
+    assert {p.parent.name for p in DOCKERFILES} == {"slurmctld", "slurmd", "login", "slurmrestd", "controller",
+                                                      "serve"}
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -67,7 +69,7 @@ def test_copied_files_exist_and_are_in_the_build_context(dockerfile):
         assert not _ignored(src.rstrip("/"), patterns), f"{dockerfile}: {src} is excluded from the build context"
 
 
-@pytest.mark.parametrize("component", ["slurmctld", "slurmd", "login", "slurmrestd"])
+@pytest.mark.parametrize("component", ["slurmctld", "slurmd", "login", "slurmrestd", "serve"])
 def test_the_sandbox_installs_what_the_dockerfile_copies(component, tmp_path):
     install(component, tmp_path)
     entry = tmp_path / "usr/local/bin/slurmk8s-entrypoint"
@@ -75,3 +77,10 @@ def test_the_sandbox_installs_what_the_dockerfile_copies(component, tmp_path):
     assert entry.stat().st_mode & 0o777 == 0o755
     lib = tmp_path / "usr/local/lib/slurmk8s/lib.sh"
     assert lib.read_bytes() == (ROOT / "images/common/slurmk8s-lib.sh").read_bytes()
+
+
+def test_the_slurmd_image_has_the_task_prolog_slurm_conf_names(tmp_path):
+    install("slurmd", tmp_path)
+    prolog = tmp_path / TASK_PROLOG.lstrip("/")
+    assert prolog.read_bytes() == (ROOT / "images/slurmd/task-prolog.sh").read_bytes()
+    assert prolog.stat().st_mode & 0o777 == 0o755

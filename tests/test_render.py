@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import os
 import re
+import subprocess
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -13,6 +16,7 @@ from slurmk8s.api.crd import dump_yaml
 from slurmk8s.api.validate import OWNED_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, config_hash, render
 from slurmk8s.render import names
+from slurmk8s.render.config import TASK_PROLOG
 
 from .conftest import minimal
 
@@ -319,3 +323,60 @@ def test_no_partition_accepting_lent_nodes_means_no_lent_node_set(keys):
     lines = conf_lines(config_files(load_cluster(minimal(partitions=[{"name": "p"}])))["slurm.conf"])
     assert not any(names.LENT_PREFIX in x for x in lines)
     assert "GresTypes=gpu" not in lines
+
+
+def test_a_checkpoint_dir_adds_the_task_prolog_that_exports_it(doc, keys):
+    conf = slurm_conf(render(load_cluster(doc), keys))
+    assert f"TaskProlog={TASK_PROLOG}" in conf_lines(conf)
+    # The TaskProlog reads the directory from this comment line (Slurm ignores it).
+    assert "#slurmk8s:CheckpointDir=/shared/checkpoints" in conf.splitlines()
+
+
+@pytest.mark.parametrize("storage", [None, {"volumes": [{"name": "s", "mountPath": "/s", "size": "1Gi"}]}])
+def test_no_checkpoint_dir_means_no_task_prolog(keys, storage):
+    spec = {"partitions": [{"name": "p"}]}
+    if storage:
+        spec["sharedStorage"] = storage
+    conf = config_files(load_cluster(minimal(**spec)))["slurm.conf"]
+    assert "TaskProlog" not in conf and "CheckpointDir" not in conf
+
+
+@pytest.mark.parametrize("name, array_task, expected", [
+    ("train", None, "train"),
+    ("train", "7", "train_7"),
+    ("../../etc x", None, "_._.._etc_x"),
+    (".hidden", None, "_hidden"),
+    ("", None, "job"),
+    ("a" * 300, None, "a" * 128),
+    ("réseau;rm -rf", "0", "r__seau_rm_-rf_0")  # bytes, whatever the locale,
+])
+def test_the_task_prolog_exports_a_per_user_per_job_dir(doc, keys, tmp_path, name, array_task, expected):
+    """images/slurmd/task-prolog.sh against the rendered slurm.conf, as slurmstepd runs it."""
+    root = tmp_path / "checkpoints"
+    doc["spec"]["sharedStorage"]["volumes"][0]["mountPath"] = str(tmp_path)
+    doc["spec"]["sharedStorage"]["checkpointDir"] = str(root)
+    (tmp_path / "slurm.conf").write_text(slurm_conf(render(load_cluster(doc), keys)))
+    (root / "researcher").mkdir(parents=True)
+    env = {"PATH": os.environ["PATH"], "SLURM_CONF": str(tmp_path / "slurm.conf"),
+           "SLURM_JOB_USER": "researcher", "SLURM_JOB_NAME": name, "LANG": "C.UTF-8",
+           **({"SLURM_ARRAY_TASK_ID": array_task} if array_task else {})}
+    script = Path(__file__).resolve().parent.parent / "images/slurmd/task-prolog.sh"
+    for _ in range(2):  # a requeued job gets the same directory
+        out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=True).stdout
+        assert out == f"export SLURMK8S_CHECKPOINT_DIR={root}/researcher/{expected}\n"
+    assert (root / "researcher" / expected).is_dir()
+    assert [p.name for p in (root / "researcher").iterdir()] == [expected]
+
+
+def test_the_task_prolog_leaves_the_variable_unset_when_it_cannot_create_the_dir(doc, keys, tmp_path):
+    doc["spec"]["sharedStorage"]["volumes"][0]["mountPath"] = str(tmp_path)
+    doc["spec"]["sharedStorage"]["checkpointDir"] = f"{tmp_path}/checkpoints"
+    (tmp_path / "slurm.conf").write_text(slurm_conf(render(load_cluster(doc), keys)))
+    (tmp_path / "checkpoints").write_text("a file where the directory should be")
+    env = {"PATH": os.environ["PATH"], "SLURM_CONF": str(tmp_path / "slurm.conf"),
+           "SLURM_JOB_USER": "researcher", "SLURM_JOB_NAME": "train"}
+    script = Path(__file__).resolve().parent.parent / "images/slurmd/task-prolog.sh"
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("print slurmk8s: cannot create the checkpoint directory")
+    assert "export" not in proc.stdout

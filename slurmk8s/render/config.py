@@ -26,6 +26,9 @@ STATE_DIR = "/var/spool/slurmctld"
 SLURMD_SPOOL = "/var/spool/slurmd"
 JWT_KEY_PATH = "/run/slurmk8s/jwt/jwt_hs256.key"
 GPU_DEVICE = "/dev/nvidia"
+#: The slurmd image's TaskProlog (images/slurmd/task-prolog.sh): it gives jobs
+#: SLURMK8S_CHECKPOINT_DIR under the directory slurm.conf names beside it.
+TASK_PROLOG = "/usr/local/lib/slurmk8s/task-prolog"
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ def slurm_conf_context(c: SlurmCluster) -> dict:
             ctld_params.append("preempt_send_user_signal")
     default = _default_partition(c)
     lending = [p for p in spec.partitions if p.accept_lent_nodes]
+    storage = spec.shared_storage
     return {
         "namespace": c.namespace,
         "cluster": c.name,
@@ -103,6 +107,8 @@ def slurm_conf_context(c: SlurmCluster) -> dict:
         "cfg": cfg,
         "scheduler_parameters": ",".join(cfg.scheduler_parameters),
         "topology": spec.topology is not None,
+        "checkpoint_dir": storage.checkpoint_dir if storage else None,
+        "task_prolog": TASK_PROLOG,
         "node_sets": [
             {"name": ns.name, "feature": ns.name} for ns in spec.node_sets
         ],

@@ -13,6 +13,8 @@ import os
 import re
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,8 +22,9 @@ import yaml
 
 from slurmk8s.api import load_cluster
 from slurmk8s.sandbox import Sandbox
+from slurmk8s.serve import Follower
 
-from ..conftest import EXAMPLE
+from ..conftest import EXAMPLE, ROOT
 from .researcher import Researcher
 
 pytestmark = pytest.mark.slurm
@@ -113,7 +116,9 @@ def test_two_node_job_runs_one_rank_per_node_with_a_master_address(researcher, w
     job = researcher.sbatch("two_nodes.sh", cwd=workdir)
     assert researcher.wait_state(job, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
     out = researcher.read(f"{workdir}/two-nodes-{job}.out")
-    ranks = dict(re.findall(r"^rank=(\d) host=(\S+) master=\S+ world=2$", out, re.M))
+    # Every rank, on either node, gets the job's checkpoint directory from the TaskProlog.
+    ranks = dict(re.findall(r"^rank=(\d) host=(\S+) master=\S+ world=2 ckpt=/shared/checkpoints/researcher/two-nodes$",
+                            out, re.M))
     assert set(ranks) == {"0", "1"} and ranks["0"] != ranks["1"], out
     assert set(re.findall(r"master=(\S+)", out)) == {ranks["0"]}  # every rank finds rank 0's node
 
@@ -121,8 +126,10 @@ def test_two_node_job_runs_one_rank_per_node_with_a_master_address(researcher, w
 def test_job_array(researcher, workdir):
     job = researcher.sbatch("array.sh", "--partition=gpu", cwd=workdir)
     for task in range(4):
-        text = researcher.wait_file(f"{workdir}/array-{job}_{task}.out", r"task \d")
-        assert text.strip() == f"task {task} of array {job}"
+        text = researcher.wait_file(f"{workdir}/array-{job}_{task}.out", r"checkpoints in")
+        # Each task of the array has a checkpoint directory of its own.
+        assert text.splitlines() == [f"task {task} of array {job}",
+                                     f"checkpoints in /shared/checkpoints/researcher/array_{task}"]
 
 
 def test_afterok_dependency_chain(researcher, workdir):
@@ -166,9 +173,15 @@ def test_a_request_larger_than_any_node_is_refused_by_slurm(researcher, workdir)
     assert "Requested node configuration is not available" in err
 
 
-def test_checkpoint_requeue_and_resume(researcher, workdir, slow_jobs):
+def test_checkpoint_requeue_and_resume(researcher, workdir, slow_jobs, status):
     job = slow_jobs["checkpoint"]
     out = researcher.wait_file(f"{workdir}/ckpt-{job}.out", r"done step=\d+", timeout=240)
+    # The TaskProlog's SLURMK8S_CHECKPOINT_DIR, the same before and after the requeue,
+    # created for the researcher.
+    ckpt = f"/shared/checkpoints/{researcher.user}/ckpt"
+    assert re.findall(r"^start restart=\d step=\d+ dir=(\S+)$", out, re.M) == [ckpt, ckpt], out
+    host = Path(status["sharedStorage"]["hostPath"]) / ckpt.removeprefix("/shared/")
+    assert host.stat().st_uid == 2001
     first, saved, resumed, done = (
         re.search(r"start restart=0 step=0", out),
         re.search(r"checkpoint step=(\d+)", out),
@@ -182,6 +195,56 @@ def test_checkpoint_requeue_and_resume(researcher, workdir, slow_jobs):
     assert int(done.group(1)) == step + 5
     assert researcher.read(f"/shared/checkpoints/{researcher.user}/ckpt/step").strip() == str(step)
     assert researcher.wait_state(job, {"COMPLETED"})["Restarts"] == "1"
+
+
+@pytest.fixture(scope="module")
+def trained(researcher, workdir, status) -> Path:
+    """examples/train.sh run to the end on two GPU nodes; its model directory on the host."""
+    researcher.put((ROOT / "examples/train.sh").read_text(), f"{workdir}/train.sh")
+    job = researcher.sbatch("train.sh", "--export=ALL,TRAIN_STEPS=6", cwd=workdir)
+    assert researcher.wait_state(job, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
+    out = researcher.read(f"{workdir}/train-{job}.out")
+    assert f"model version step-000006 in /shared/checkpoints/{researcher.user}/train" in out, out
+    return Path(status["sharedStorage"]["hostPath"]) / "checkpoints" / researcher.user / "train"
+
+
+def test_the_example_training_job_publishes_versions_a_server_loads(trained):
+    follower = Follower(trained)
+    assert follower.refresh(), follower.error
+    assert (follower.model.version, follower.model.step) == ("step-000006", 6)
+
+
+def test_the_example_serving_deployment_serves_what_training_published(sandbox, trained):
+    """examples/serving.yaml, less its GPU request (the slurmd pods hold every GPU
+    of the sandbox), serves the model from the shared claim mounted read-only."""
+    box, _ = sandbox
+    docs = [d for d in yaml.safe_load_all((ROOT / "examples/serving.yaml").read_text()) if d]
+    for d in docs:
+        if d["kind"] == "Deployment":
+            for section in d["spec"]["template"]["spec"]["containers"][0]["resources"].values():
+                section.pop("nvidia.com/gpu")
+    manifest = yaml.safe_dump_all(docs)
+    applied = box.kubectl("apply", "-f", "-", input=manifest)
+    assert applied.returncode == 0, applied.stderr
+    try:
+        def ready_ip():
+            pods = json.loads(box.kubectl("get", "pods", "-l", "app.kubernetes.io/name=train-serve",
+                                          "-o", "json").stdout)["items"]
+            ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True"
+                                            for c in p["status"].get("conditions", []))]
+            return ready[0]["status"]["podIP"] if ready else None
+
+        deadline = time.monotonic() + 60
+        while (ip := ready_ip()) is None:
+            assert time.monotonic() < deadline, box.kubectl("describe", "pods", "-l",
+                                                            "app.kubernetes.io/name=train-serve").stdout
+            time.sleep(1)
+        with urllib.request.urlopen(f"http://{ip}:8080/", timeout=10) as r:
+            body = json.load(r)
+        assert body["version"] == "step-000006" and body["step"] == 6
+        assert body["path"] == "/shared/checkpoints/researcher/train/step-000006"
+    finally:
+        box.kubectl("delete", "-f", "-", "--wait=false", input=manifest)
 
 
 def test_time_limit_is_enforced(researcher, workdir, slow_jobs):

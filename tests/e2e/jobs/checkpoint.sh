@@ -7,10 +7,10 @@
 #SBATCH --output=ckpt-%j.out
 # A training loop that checkpoints on USR1, requeues itself, and resumes.
 # Slurm sends the signal 60 to 90 s before the limit (it checks every 30 s).
-ckpt=/shared/checkpoints/$USER/$SLURM_JOB_NAME
-mkdir -p "$ckpt"
+# The TaskProlog gives it SLURMK8S_CHECKPOINT_DIR, the same after the requeue.
+ckpt=${SLURMK8S_CHECKPOINT_DIR:?the TaskProlog did not set SLURMK8S_CHECKPOINT_DIR}
 step=$(cat "$ckpt/step" 2>/dev/null || echo 0)
-echo "start restart=${SLURM_RESTART_COUNT:-0} step=$step"
+echo "start restart=${SLURM_RESTART_COUNT:-0} step=$step dir=$ckpt"
 save_and_requeue() {
   echo "$step" > "$ckpt/step"
   echo "checkpoint step=$step"

@@ -1,0 +1,221 @@
+"""Model-version rollouts: roll a serving Deployment when training publishes a model.
+
+A Slurm job publishes model versions in its checkpoint directory (a version
+directory, then the one-line file ``LATEST`` naming it, replaced by a rename:
+``examples/train.sh``). A Deployment that serves them names that directory in
+its annotation ``slurmk8s.dev/model-dir`` (the path as the Slurm pods see it,
+e.g. ``/shared/checkpoints/researcher/train``). Every round the bridge reads
+each such directory's ``LATEST`` and, when it names a version the pod template
+does not carry yet, sets the pod-template annotation
+``slurmk8s.dev/model-version`` to it: the Deployment rolls its pods, so
+servers that load a model only at start pick up the new one.
+
+The model directory must be a normalised absolute path inside one of the
+allowed roots (the clusters' ``spec.sharedStorage.checkpointDir``), so that a
+Deployment cannot make the bridge read other files. A Deployment whose
+annotation breaks that gets a Warning Event (``InvalidModelDir``) and is left
+alone. Only a plain version name (``slurmk8s.serve.VERSION``) from ``LATEST``
+ever reaches an annotation.
+
+:func:`rollout_patch` and :func:`check_model_dir` are pure;
+:func:`apply_rollouts` is the thin I/O around them that the bridge calls once
+per round.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Sequence
+
+from .. import log
+from ..serve import LATEST, VERSION
+
+__all__ = [
+    "MODEL_DIR_ANNOTATION", "MODEL_VERSION_ANNOTATION", "BadModelDir", "RolloutReport",
+    "check_model_dir", "parse_latest", "rollout_patch", "apply_rollouts",
+]
+
+MODEL_DIR_ANNOTATION = "slurmk8s.dev/model-dir"
+MODEL_VERSION_ANNOTATION = "slurmk8s.dev/model-version"
+#: The reason of the Warning Event a Deployment with a bad model-dir gets.
+INVALID_REASON = "InvalidModelDir"
+COMPONENT = "slurmk8s-bridge"
+#: The most of LATEST that is looked at: a version name is short.
+LATEST_MAX = 256
+_MAX_PATH = 4096
+
+_log = log.get("slurmk8s.bridge.rollout")
+
+
+class BadModelDir(ValueError):
+    """A model-dir annotation the bridge refuses; the message says why."""
+
+
+def _normal_absolute(path: str) -> bool:
+    return path.startswith("/") and posixpath.normpath(path) == path and not path.startswith("//")
+
+
+def check_model_dir(path: Any, allowed_roots: Sequence[str]) -> str:
+    """``path`` if it is a model directory the bridge may read, else :class:`BadModelDir`.
+
+    It must be an absolute path, normalised (no ``.`` or ``..`` parts, no
+    ``//``, no trailing ``/``), without control characters, and inside (or
+    equal to) one of ``allowed_roots``.
+    """
+    if not isinstance(path, str) or not path:
+        raise BadModelDir("is empty; set it to the absolute path of the training job's checkpoint directory")
+    shown = repr(path[:200])
+    if len(path) > _MAX_PATH:
+        raise BadModelDir(f"{shown}... is longer than {_MAX_PATH} characters")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+        raise BadModelDir(f"{shown} contains a control character")
+    if not path.startswith("/"):
+        raise BadModelDir(f"{shown} is not an absolute path")
+    if ".." in path.split("/"):
+        raise BadModelDir(f"{shown} contains '..'")
+    if not _normal_absolute(path):
+        raise BadModelDir(f"{shown} is not a normalised path (write it as {posixpath.normpath(path)!r})")
+    roots = [r for r in allowed_roots if _normal_absolute(r)]
+    if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots):
+        where = ", ".join(sorted(roots)) or "(none: no SlurmCluster has a checkpointDir)"
+        raise BadModelDir(f"{shown} is outside the checkpoint directories the bridge may read: {where}")
+    return path
+
+
+def parse_latest(text: str) -> str | None:
+    """The version a LATEST file's text names, or None if it names none."""
+    version = text[:LATEST_MAX].strip()
+    return version if VERSION.fullmatch(version) else None
+
+
+def _annotations(obj: Any) -> dict:
+    value = obj.get("annotations") if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def rollout_patch(deployment: dict, published_version: str | None) -> dict | None:
+    """The merge patch that rolls ``deployment`` to ``published_version``, or None.
+
+    None when the Deployment does not follow a model directory (no
+    ``slurmk8s.dev/model-dir`` annotation), nothing is published (None), the
+    version is not a plain version name, or its pod template already carries
+    that version.
+    """
+    if MODEL_DIR_ANNOTATION not in _annotations(deployment.get("metadata")):
+        return None
+    if published_version is None or not VERSION.fullmatch(published_version):
+        return None
+    template = (deployment.get("spec") or {}).get("template") or {}
+    if _annotations(template.get("metadata")).get(MODEL_VERSION_ANNOTATION) == published_version:
+        return None
+    return {"spec": {"template": {"metadata": {"annotations": {MODEL_VERSION_ANNOTATION: published_version}}}}}
+
+
+@dataclass
+class RolloutReport:
+    """What one round did, by ``namespace/name``."""
+
+    rolled: dict[str, str] = field(default_factory=dict)  # -> the version now on the pod template
+    invalid: dict[str, str] = field(default_factory=dict)  # -> why the annotation was refused
+    unpublished: list[str] = field(default_factory=list)  # no LATEST (yet), or it names no version
+    failed: dict[str, str] = field(default_factory=dict)  # -> the error reading LATEST or patching
+
+
+def _event(deployment: dict, message: str, now: datetime) -> dict:
+    """A Warning Event on the Deployment. Its name depends on the Deployment
+    and the message only, so a bad annotation gives one Event, not one per
+    round (creating it again is refused as AlreadyExists)."""
+    meta = deployment["metadata"]
+    digest = hashlib.sha256(f"{meta.get('uid', '')}\n{message}".encode()).hexdigest()[:12]
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta['name'][:200]}.{INVALID_REASON.lower()}.{digest}", "namespace": meta["namespace"]},
+        "involvedObject": {"apiVersion": "apps/v1", "kind": "Deployment", "name": meta["name"],
+                           "namespace": meta["namespace"], **({"uid": meta["uid"]} if meta.get("uid") else {})},
+        "type": "Warning",
+        "reason": INVALID_REASON,
+        "message": message[:1024],
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+def apply_rollouts(apps: Any, read_file: Callable[[str], str], allowed_roots: Sequence[str], *,
+                   core: Any = None, namespace: str | None = None,
+                   now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> RolloutReport:
+    """One round: roll every Deployment whose model directory published a new version.
+
+    ``apps`` is a ``kubernetes.client.AppsV1Api``, ``core`` a ``CoreV1Api``
+    for Events (none are sent without it), ``read_file(path)`` returns the
+    text of the file at ``path`` as the Slurm pods name it (raising
+    ``FileNotFoundError`` when there is none), ``allowed_roots`` the
+    directories model directories must lie in. ``namespace`` None: every
+    namespace. Errors on one Deployment do not stop the others.
+    """
+    if namespace is None:
+        listed = apps.list_deployment_for_all_namespaces()
+    else:
+        listed = apps.list_namespaced_deployment(namespace)
+    report = RolloutReport()
+    for item in listed.items:
+        dep = apps.api_client.sanitize_for_serialization(item)
+        meta = dep.get("metadata") or {}
+        model_dir = _annotations(meta).get(MODEL_DIR_ANNOTATION)
+        if model_dir is None:
+            continue
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        try:
+            check_model_dir(model_dir, allowed_roots)
+        except BadModelDir as exc:
+            message = f"annotation {MODEL_DIR_ANNOTATION} {exc}; the Deployment is not rolled to new model versions"
+            report.invalid[key] = message
+            _warn(core, dep, message, now())
+            continue
+        try:
+            version = parse_latest(read_file(f"{model_dir}/{LATEST}"))
+        except FileNotFoundError:
+            version = None
+        except (OSError, UnicodeDecodeError) as exc:
+            report.failed[key] = f"cannot read {model_dir}/{LATEST}: {exc}"
+            _log.warning("cannot read the published model version", deployment=key, error=str(exc))
+            continue
+        patch = rollout_patch(dep, version)
+        if version is None:
+            report.unpublished.append(key)
+            continue
+        if patch is None:
+            continue
+        try:
+            apps.patch_namespaced_deployment(meta["name"], meta["namespace"], patch,
+                                             _content_type="application/merge-patch+json")
+        except Exception as exc:  # an ApiException, or the connection
+            report.failed[key] = f"patch failed: {exc}"
+            _log.warning("could not roll the Deployment", deployment=key, version=version, error=str(exc))
+            continue
+        report.rolled[key] = version
+        _log.info("rolling the Deployment to a new model version", deployment=key, version=version,
+                  model_dir=model_dir)
+    return report
+
+
+def _warn(core: Any, dep: dict, message: str, when: datetime) -> None:
+    key = f"{dep['metadata'].get('namespace')}/{dep['metadata'].get('name')}"
+    if core is None:
+        _log.warning("refused a model directory", deployment=key, problem=message)
+        return
+    try:
+        core.create_namespaced_event(dep["metadata"]["namespace"], _event(dep, message, when))
+    except Exception as exc:
+        if getattr(exc, "status", None) == 409:  # the same Event exists: told already
+            _log.debug("refused a model directory (Event exists)", deployment=key)
+            return
+        _log.warning("could not record an Event", deployment=key, error=str(exc))
+    _log.warning("refused a model directory", deployment=key, problem=message)

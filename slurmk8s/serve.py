@@ -1,0 +1,218 @@
+"""Serve the newest published model version of a checkpoint directory over HTTP.
+
+A training job publishes a checkpoint by writing it into a new directory of
+the model directory and then replacing the one-line file ``LATEST`` (the
+version's directory name) with a rename (``examples/train.sh`` does this).
+This server follows ``LATEST``: it loads the version it names, polls it every
+few seconds, loads a new version when it changes, and keeps serving the old
+one if the new one cannot be loaded. It never writes to the model directory,
+which the serving pods mount read-only.
+
+    GET /         200 {"version", "step", "path", "files", "loadedAt"}; 503 before a model is loaded
+    GET /healthz  200 once a model is loaded, else 503: the pod's readinessProbe
+
+Loading here means reading the version's ``step`` file and listing its files;
+a real server loads its weights in :func:`load` instead.
+
+Standard library only, so that the serve image (``images/serve/``) needs only
+``python3``: it runs this file as ``python3 serve.py``; with slurmk8s installed
+it is also ``slurmk8s serve --model-dir DIR --port 8080``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+LATEST = "LATEST"
+#: A version is one directory name in the model directory: no '/', no leading '.'.
+VERSION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+#: Seconds between looks at LATEST.
+DEFAULT_INTERVAL = 2.0
+
+logger = logging.getLogger("slurmk8s.serve")
+
+
+class LoadError(Exception):
+    """A version that cannot be loaded; the message says why."""
+
+
+@dataclass(frozen=True)
+class Model:
+    version: str
+    step: int | None
+    path: str
+    files: tuple[str, ...]
+    loaded_at: float
+
+    def as_json(self) -> dict:
+        return {"version": self.version, "step": self.step, "path": self.path,
+                "files": list(self.files), "loadedAt": self.loaded_at}
+
+
+def read_latest(model_dir: Path) -> str:
+    """The version ``LATEST`` names. Raises :class:`LoadError` if there is none
+    or it is not a plain directory name."""
+    try:
+        text = (model_dir / LATEST).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        raise LoadError(f"{model_dir / LATEST} does not exist yet: no model has been published") from None
+    except OSError as exc:
+        raise LoadError(f"cannot read {model_dir / LATEST}: {exc.strerror}") from None
+    version = text.strip()
+    if not VERSION.fullmatch(version):
+        raise LoadError(f"{model_dir / LATEST} holds {version[:80]!r}, which is not a version directory name "
+                        "(letters, digits, '.', '_', '-'; not starting with '.')")
+    return version
+
+
+def load(model_dir: Path, version: str, now: float | None = None) -> Model:
+    """Load ``model_dir/version``. Raises :class:`LoadError`."""
+    path = model_dir / version
+    try:
+        if not path.resolve().is_relative_to(model_dir.resolve()):
+            raise LoadError(f"{path} leads out of {model_dir}")
+        files = tuple(sorted(p.name for p in path.iterdir() if not p.name.startswith(".")))
+        raw = (path / "step").read_text(errors="replace").strip() if "step" in files else None
+    except OSError as exc:
+        raise LoadError(f"cannot read version {version!r} at {path}: {exc.strerror}") from None
+    step = None
+    if raw is not None:
+        if not raw.isdigit():
+            raise LoadError(f"{path / 'step'} holds {raw[:40]!r}, not a step number")
+        step = int(raw)
+    return Model(version, step, str(path), files, time.time() if now is None else now)
+
+
+class Follower:
+    """The loaded model, and the LATEST it was loaded from; thread-safe."""
+
+    def __init__(self, model_dir: Path):
+        self.model_dir = model_dir
+        self._lock = threading.Lock()
+        self._model: Model | None = None
+        self._error: str | None = "not looked at LATEST yet"
+
+    @property
+    def model(self) -> Model | None:
+        with self._lock:
+            return self._model
+
+    @property
+    def error(self) -> str | None:
+        with self._lock:
+            return self._error
+
+    def refresh(self) -> bool:
+        """Look at LATEST once; load what it names if that is new. True if a model was loaded."""
+        current = self.model
+        try:
+            version = read_latest(self.model_dir)
+            if current is not None and current.version == version:
+                return False
+            model = load(self.model_dir, version)
+        except LoadError as exc:
+            with self._lock:
+                changed = self._error != str(exc)
+                self._error = str(exc)
+            if changed:
+                logger.warning("%s%s", exc, f"; still serving {current.version}" if current else "")
+            return False
+        with self._lock:
+            self._model, self._error = model, None
+        logger.info("loaded model version %s (step %s) from %s", model.version, model.step, model.path)
+        return True
+
+
+def _handler(follower: Follower) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "slurmk8s-serve"
+
+        def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            model = follower.model
+            if self.path not in ("/", "/healthz"):
+                self._send(404, {"error": f"no such path {self.path}; try / or /healthz"})
+            elif model is None:
+                self._send(503, {"error": "no model loaded", "detail": follower.error})
+            elif self.path == "/healthz":
+                self._send(200, {"status": "ok", "version": model.version})
+            else:
+                self._send(200, model.as_json())
+
+        def _send(self, code: int, body: dict) -> None:
+            data = json.dumps(body, sort_keys=True).encode() + b"\n"
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args) -> None:  # noqa: A002 - the http.server signature
+            logger.debug("%s %s", self.address_string(), format % args)
+
+    return Handler
+
+
+def make_server(model_dir: Path, host: str = "0.0.0.0", port: int = 8080) -> tuple[ThreadingHTTPServer, Follower]:
+    follower = Follower(model_dir)
+    server = ThreadingHTTPServer((host, port), _handler(follower))
+    server.daemon_threads = True
+    return server, follower
+
+
+def follow(follower: Follower, stop: threading.Event, interval: float = DEFAULT_INTERVAL) -> None:
+    """Refresh every ``interval`` seconds until ``stop`` is set."""
+    while True:
+        follower.refresh()
+        if stop.wait(interval):
+            return
+
+
+def serve(model_dir: Path, host: str = "0.0.0.0", port: int = 8080, interval: float = DEFAULT_INTERVAL) -> None:
+    """Serve until SIGTERM or SIGINT."""
+    server, follower = make_server(model_dir, host, port)
+    stop = threading.Event()
+    watcher = threading.Thread(target=follow, args=(follower, stop, interval), name="follow-latest", daemon=True)
+
+    def shut_down(signum, _frame) -> None:
+        logger.info("got %s: stopping", signal.Signals(signum).name)
+        stop.set()
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, shut_down)
+    signal.signal(signal.SIGINT, shut_down)
+    watcher.start()
+    logger.info("serving %s on %s:%d (LATEST checked every %gs)", model_dir, host, server.server_port, interval)
+    try:
+        server.serve_forever()
+    finally:
+        stop.set()
+        server.server_close()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="serve.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model-dir", type=Path, required=True, help="the model (checkpoint) directory with LATEST")
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL,
+                   help=f"seconds between looks at LATEST (default {DEFAULT_INTERVAL:g})")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve(args.model_dir, args.host, args.port, args.interval)
+
+
+if __name__ == "__main__":
+    main()

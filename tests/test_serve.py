@@ -1,0 +1,149 @@
+"""slurmk8s/serve.py: follows LATEST of a model directory and serves what it names.
+
+The last tests run the serve image's entrypoint on this host against a
+directory that examples/train.sh publishes into (with the `fake_slurm` stand-ins of conftest),
+as the serving pod would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from slurmk8s.serve import Follower, LoadError, load, make_server, read_latest
+
+from .apiserver.conftest import wait_for
+from .conftest import publish
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_read_latest_names_the_version(tmp_path):
+    (tmp_path / "LATEST").write_text("step-000020\n")
+    assert read_latest(tmp_path) == "step-000020"
+
+
+@pytest.mark.parametrize("content, why", [
+    (None, "does not exist yet"),
+    ("", "not a version directory name"),
+    ("../../etc", "not a version directory name"),
+    ("a/b", "not a version directory name"),
+    (".hidden", "not a version directory name"),
+    ("x" * 200, "not a version directory name"),
+])
+def test_read_latest_refuses_what_is_not_a_version(tmp_path, content, why):
+    if content is not None:
+        (tmp_path / "LATEST").write_text(content)
+    with pytest.raises(LoadError, match=why):
+        read_latest(tmp_path)
+
+
+def test_load_reads_the_step_and_lists_the_files(tmp_path):
+    path = publish(tmp_path, "step-000020", 20)
+    (path / ".partial").write_text("")
+    model = load(tmp_path, "step-000020", now=5.0)
+    assert model.as_json() == {"version": "step-000020", "step": 20, "path": str(path),
+                               "files": ["model.json", "step"], "loadedAt": 5.0}
+    publish(tmp_path, "final")
+    assert load(tmp_path, "final").step is None  # a version without a step file
+
+
+def test_load_refuses_a_missing_version_a_bad_step_and_a_symlink_out(tmp_path):
+    with pytest.raises(LoadError, match="cannot read version 'gone'"):
+        load(tmp_path, "gone")
+    (publish(tmp_path, "bad") / "step").write_text("twelve")
+    with pytest.raises(LoadError, match="not a step number"):
+        load(tmp_path, "bad")
+    (tmp_path / "out").symlink_to("/etc")
+    with pytest.raises(LoadError, match="leads out of"):
+        load(tmp_path, "out")
+
+
+def test_the_follower_loads_new_versions_and_keeps_the_last_good_one(tmp_path):
+    follower = Follower(tmp_path)
+    assert not follower.refresh() and follower.model is None
+    assert "does not exist yet" in follower.error
+    publish(tmp_path, "step-000005", 5)
+    assert follower.refresh() and follower.model.step == 5
+    assert not follower.refresh()  # LATEST unchanged: nothing is reloaded
+    publish(tmp_path, "step-000010", 10)
+    assert follower.refresh() and follower.model.version == "step-000010"
+    (tmp_path / "LATEST").write_text("missing\n")
+    assert not follower.refresh()
+    assert follower.model.version == "step-000010" and "missing" in follower.error
+
+
+def get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def test_http_answers_503_until_a_model_is_loaded_then_the_model(tmp_path):
+    server, follower = make_server(tmp_path, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        follower.refresh()
+        code, body = get(f"{url}/healthz")
+        assert code == 503 and "does not exist yet" in body["detail"]
+        assert get(f"{url}/")[0] == 503
+        publish(tmp_path, "step-000005", 5)
+        follower.refresh()
+        assert get(f"{url}/healthz") == (200, {"status": "ok", "version": "step-000005"})
+        code, body = get(f"{url}/")
+        assert code == 200 and body["version"] == "step-000005" and body["step"] == 5
+        assert body["path"] == str(tmp_path / "step-000005")
+        assert get(f"{url}/other")[0] == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_serve_image_follows_what_train_sh_publishes(tmp_path, fake_slurm):
+    """The image's entrypoint serves each version examples/train.sh publishes."""
+    model_dir = tmp_path / "checkpoints/researcher/train"
+    port = free_port()
+    env = {"PATH": os.environ["PATH"], "SLURMK8S_MODEL_DIR": str(model_dir), "SLURMK8S_SERVE_PORT": str(port)}
+    server = subprocess.Popen(["bash", str(ROOT / "images/serve/entrypoint.sh")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def answers():
+            try:
+                return get(f"{url}/healthz")
+            except OSError:
+                return None
+        assert wait_for("the server", answers, timeout=15)[0] == 503  # up, but nothing published yet
+        job = {**fake_slurm, "SLURMK8S_CHECKPOINT_DIR": str(model_dir), "TRAIN_STEPS": "6"}
+        train = subprocess.run(["bash", str(ROOT / "examples/train.sh")], env=job, capture_output=True,
+                               text=True, timeout=60)
+        assert train.returncode == 0, train.stderr
+        assert "done: 6 steps; model version step-000006" in train.stdout
+        body = wait_for("step 6 served", lambda: (r := get(f"{url}/")) and r[0] == 200 and r[1]["step"] == 6 and r[1],
+                        timeout=15)
+        assert body["version"] == "step-000006" and body["path"] == str(model_dir / "step-000006")
+        assert sorted(p.name for p in model_dir.iterdir()) == ["LATEST", "step-000005", "step-000006"]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, _ = server.communicate(timeout=10)
+    assert server.returncode == 0, out
+    assert "loaded model version step-000006" in out
