@@ -385,3 +385,97 @@ subjects:
     name: {{ .serviceAccountName }}
     namespace: {{ .ctx.Release.Namespace }}
 {{- end }}
+
+{{/* The bridge's object name prefix: <fullname>-bridge. */}}
+{{- define "slurmk8s.bridge.fullname" -}}
+{{- printf "%s-bridge" (include "slurmk8s.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The ServiceAccount the bridge runs as. */}}
+{{- define "slurmk8s.bridge.serviceAccountName" -}}
+{{- include "slurmk8s.serviceAccountNameOf" (list .Values.bridge.serviceAccount (include "slurmk8s.bridge.fullname" .)) }}
+{{- end }}
+
+{{/*
+The namespaces whose NodeLendingPolicies the bridge acts on, as a JSON list
+(read it with fromJsonArray): bridge.watchNamespaces, or the operator's
+watchNamespaces when that is unset. Empty: every namespace.
+*/}}
+{{- define "slurmk8s.bridge.namespaces" -}}
+{{- if kindIs "invalid" .Values.bridge.watchNamespaces }}
+{{- toJson .Values.watchNamespaces }}
+{{- else }}
+{{- toJson .Values.bridge.watchNamespaces }}
+{{- end }}
+{{- end }}
+
+{{/* The bridge's arguments. */}}
+{{- define "slurmk8s.bridge.args" -}}
+{{- include "slurmk8s.commandArgs" (list . "bridge" .Values.bridge (include "slurmk8s.bridge.namespaces" . | fromJsonArray)) }}
+- --interval
+- {{ .Values.bridge.interval | toString | quote }}
+{{- end }}
+
+{{/*
+What the bridge needs whichever namespaces it acts on: Nodes are
+cluster-scoped, and a node's idleness and the demand for it depend on GPU
+pods in every namespace. No wildcards.
+*/}}
+{{- define "slurmk8s.bridge.clusterRules" -}}
+# Lending state lives on the Node: the slurmk8s.dev/lending label, the
+# lending annotations and the slurmk8s.dev/lent taint are written with merge
+# patches (taint changes carry the resourceVersion). No create, no delete.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get", "list", "watch", "patch"]
+# Read-only, every namespace: GPU pods on a node keep it from being lent,
+# pending GPU pods take lent nodes back, and the controller pod's address is
+# how the bridge reaches a cluster's Slurm agent. Creating and deleting pods
+# is confined to the policies' namespaces (below). No pods/exec, no eviction.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+
+{{/*
+What the bridge needs inside each namespace whose NodeLendingPolicies it acts
+on (a policy's SlurmCluster, lent slurmd pods, agent token Secret and serving
+Deployments are all in the policy's namespace). Used by a ClusterRole when
+every namespace is watched, otherwise by one Role per watched namespace.
+*/}}
+{{- define "slurmk8s.bridge.namespacedRules" -}}
+# Read the NodeLendingPolicies every round; the bridge never changes their spec.
+- apiGroups: ["slurmk8s.dev"]
+  resources: ["nodelendingpolicies"]
+  verbs: ["get", "list", "watch"]
+# Report the lent, lending and reclaiming nodes and the Ready condition in
+# each policy's .status.
+- apiGroups: ["slurmk8s.dev"]
+  resources: ["nodelendingpolicies/status"]
+  verbs: ["patch"]
+# Read the SlurmCluster a policy lends to (by name: its partitions, slurmd
+# image, config hash). The operator, not the bridge, manages it.
+- apiGroups: ["slurmk8s.dev"]
+  resources: ["slurmclusters"]
+  verbs: ["get"]
+# The lent slurmd pod (<cluster>-lent-<node>) is created on a lent node and
+# deleted when the node is handed back. Reading pods is cluster-wide (above).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["create", "delete"]
+# The <cluster>-agent-token Secret, read by name to authenticate to the
+# cluster's Slurm agent. No list or watch: no other Secret can be enumerated.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+# Serving Deployments that follow a model directory are rolled (a pod-template
+# annotation patch) when a job publishes a new model version.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "patch"]
+# Events on policies, lent nodes and serving Deployments (core API). Each is
+# created once, never updated, so no patch.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end }}
