@@ -419,7 +419,9 @@ watchNamespaces when that is unset. Empty: every namespace.
 {{/*
 What the bridge needs whichever namespaces it acts on: Nodes are
 cluster-scoped, and a node's idleness and the demand for it depend on GPU
-pods in every namespace. No wildcards.
+pods in every namespace. No wildcards. Rounds read by listing (decision
+record 8); watch, granted beside list, shows nothing list does not and lets
+the loop move to informers without an RBAC change.
 */}}
 {{- define "slurmk8s.bridge.clusterRules" -}}
 # Lending state lives on the Node: the slurmk8s.dev/lending label, the
