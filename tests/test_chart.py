@@ -556,6 +556,16 @@ def test_bridge_values_reach_its_deployment_and_not_the_operators():
     assert svc["metadata"]["annotations"]["prometheus.io/port"] == "9190"
 
 
+
+def test_a_long_full_name_keeps_the_bridges_names_apart_and_valid():
+    objs = objects({"fullnameOverride": "x" * 63})
+    names = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objs}
+    assert len(names) == len(objs)
+    for o in objs:
+        if o["kind"] in ("Service", "Deployment", "ServiceAccount"):
+            assert len(o["metadata"]["name"]) <= 63, o["metadata"]["name"]
+    assert deployment(objs, "bridge")["metadata"]["name"] == "x" * 56 + "-bridge"
+
 def test_bridge_disabled_renders_none_of_its_objects():
     objs = objects(VALUE_SETS["bridgeless"])
     assert of(objs, "bridge") == []

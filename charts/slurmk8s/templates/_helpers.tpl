@@ -318,7 +318,8 @@ ctx, component, name, values (metrics.port and metrics.service.*).
 apiVersion: v1
 kind: Service
 metadata:
-  name: {{ .name }}
+  # A Service name is a DNS label: 63 characters at most.
+  name: {{ .name | trunc 63 | trimSuffix "-" }}
   namespace: {{ $.Release.Namespace }}
   labels:
     {{- include "slurmk8s.componentLabels" (list $ .component) | nindent 4 }}
@@ -386,9 +387,13 @@ subjects:
     namespace: {{ .ctx.Release.Namespace }}
 {{- end }}
 
-{{/* The bridge's object name prefix: <fullname>-bridge. */}}
+{{/*
+The bridge's object name prefix: <fullname>-bridge, the full name cut so the
+suffix always fits (else a long full name would give the bridge the
+operator's names).
+*/}}
 {{- define "slurmk8s.bridge.fullname" -}}
-{{- printf "%s-bridge" (include "slurmk8s.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-bridge" (include "slurmk8s.fullname" . | trunc 56 | trimSuffix "-") }}
 {{- end }}
 
 {{/* The ServiceAccount the bridge runs as. */}}
