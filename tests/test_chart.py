@@ -56,21 +56,48 @@ def objects(values: dict | None = None) -> list[dict]:
     return out
 
 
+def of(objs: list[dict], component: str) -> list[dict]:
+    """The objects of one component: "operator" or "bridge"."""
+    return [o for o in objs if o["metadata"]["labels"]["app.kubernetes.io/component"] == component]
+
+
 def one(objs: list[dict], kind: str, name: str | None = None) -> dict:
     found = [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
     assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
     return found[0]
 
 
-def container(objs: list[dict]) -> dict:
-    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+def deployment(objs: list[dict], component: str = "operator") -> dict:
+    return one(of(objs, component), "Deployment")
+
+
+def container(objs: list[dict], component: str = "operator") -> dict:
+    pod = deployment(objs, component)["spec"]["template"]["spec"]
     assert len(pod["containers"]) == 1
+    assert pod["containers"][0]["name"] == component
     return pod["containers"][0]
 
 
-def rbac_rules(objs: list[dict]) -> list[dict]:
-    return [r for o in objs if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]]
+def rbac_rules(objs: list[dict], component: str = "operator") -> list[dict]:
+    return [r for o in of(objs, component) if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]]
 
+
+#: Every bridge value set away from its default (watchNamespaces: the operator's).
+BRIDGE_OVERRIDES = {
+    "interval": 0.5,
+    "metrics": {"port": 9190, "service": {"port": 81, "annotations": {"team": "lending"}}},
+    "health": {"port": 9191},
+    "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+    "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
+    "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {
+            "matchLabels": {"app.kubernetes.io/component": "operator"}}}}]}},
+    "podAnnotations": {"example.com/owner": "lending"},
+    "podLabels": {"example.com/tier": "control"},
+    "priorityClassName": "system-node-critical",
+    "serviceAccount": {"name": "slurm-bridge", "annotations": {"iam.example.com/role": "lending"}},
+}
 
 VALUE_SETS = {
     "defaults": {},
@@ -89,9 +116,12 @@ VALUE_SETS = {
         "podAnnotations": {"example.com/owner": "platform"},
         "priorityClassName": "system-cluster-critical",
         "serviceAccount": {"name": "slurm-operator", "annotations": {"iam.example.com/role": "ops"}},
+        "bridge": BRIDGE_OVERRIDES,
     },
     "bare": {"rbac": {"create": False}, "serviceAccount": {"create": False},
-             "metrics": {"service": {"enabled": False}}},
+             "metrics": {"service": {"enabled": False}},
+             "bridge": {"serviceAccount": {"create": False}, "metrics": {"service": {"enabled": False}}}},
+    "bridgeless": {"bridge": {"enabled": False}},
 }
 
 
@@ -113,6 +143,7 @@ def test_helm_lint_is_clean(name):
 def test_every_rendered_object_validates_against_the_official_schemas(name, k8s_version):
     objs = objects(VALUE_SETS[name])
     assert any(o["kind"] == "Deployment" for o in objs)
+    assert len({(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objs}) == len(objs)
     for o in objs:
         kubernetes_validate.validate(o, k8s_version, strict=True)
 
@@ -131,7 +162,7 @@ def test_helm_installs_the_generated_crds(chart):
 def test_chart_yaml_is_what_the_templates_use(chart):
     meta = chart.metadata
     assert meta["apiVersion"] == "v2" and meta["type"] == "application"
-    labels = one(objects(), "Deployment")["metadata"]["labels"]
+    labels = deployment(objects())["metadata"]["labels"]
     assert labels["app.kubernetes.io/version"] == meta["appVersion"]
     assert labels["helm.sh/chart"] == f"{meta['name']}-{meta['version']}"
     assert labels["app.kubernetes.io/instance"] == RELEASE
@@ -143,7 +174,7 @@ def test_chart_yaml_is_what_the_templates_use(chart):
 
 def test_default_deployment_runs_one_operator_safely(chart):
     objs = objects()
-    dep = one(objs, "Deployment")
+    dep = deployment(objs)
     assert dep["metadata"]["namespace"] == NAMESPACE
     assert dep["spec"]["replicas"] == 1
     assert dep["spec"]["strategy"] == {"type": "Recreate"}
@@ -151,7 +182,7 @@ def test_default_deployment_runs_one_operator_safely(chart):
     pod = dep["spec"]["template"]
     assert selector.items() <= pod["metadata"]["labels"].items()
     assert pod["spec"]["automountServiceAccountToken"] is True
-    assert pod["spec"]["serviceAccountName"] == one(objs, "ServiceAccount")["metadata"]["name"]
+    assert pod["spec"]["serviceAccountName"] == one(of(objs, "operator"), "ServiceAccount")["metadata"]["name"]
 
     c = container(objs)
     assert c["image"] == f"{chart.values['image']['repository']}:{chart.metadata['appVersion']}"
@@ -187,28 +218,29 @@ def test_schema_log_choices_are_the_clis():
     assert schema["logFormat"]["enum"] == list(fmt.type.choices)
 
 
-def test_pod_runs_as_the_images_non_root_user_with_nothing_extra():
+@pytest.mark.parametrize("component", ["operator", "bridge"])
+def test_pod_runs_as_the_images_non_root_user_with_nothing_extra(component):
     dockerfile = (ROOT / "images" / "controller" / "Dockerfile").read_text()
     uid, gid = map(int, re.findall(r"^USER (\d+):(\d+)$", dockerfile, re.M)[-1])
     objs = objects()
-    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    pod = deployment(objs, component)["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (uid, gid)
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    sc = container(objs)["securityContext"]
+    sc = container(objs, component)["securityContext"]
     assert sc["runAsUser"] == uid and sc["runAsNonRoot"] is True
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     # A read-only root still needs a writable /tmp.
-    assert {"name": "tmp", "mountPath": "/tmp"} in container(objs)["volumeMounts"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in container(objs, component)["volumeMounts"]
 
 
 def test_overrides_reach_the_deployment():
     values = VALUE_SETS["namespaced"]
     objs = objects(values)
-    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    pod = deployment(objs)["spec"]["template"]["spec"]
     c = container(objs)
     assert c["image"].endswith(":v9.9.9") and c["imagePullPolicy"] == "Always"
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
@@ -219,7 +251,7 @@ def test_overrides_reach_the_deployment():
     for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
         assert pod[key] == values[key]
     assert pod["serviceAccountName"] == "slurm-operator"
-    assert one(objs, "Deployment")["spec"]["template"]["metadata"]["annotations"] == values["podAnnotations"]
+    assert deployment(objs)["spec"]["template"]["metadata"]["annotations"] == values["podAnnotations"]
     sa = one(objs, "ServiceAccount", "slurm-operator")
     assert sa["metadata"]["annotations"] == values["serviceAccount"]["annotations"]
 
@@ -227,10 +259,10 @@ def test_overrides_reach_the_deployment():
 @pytest.mark.parametrize("name", ["defaults", "namespaced"])
 def test_metrics_service_targets_the_metrics_port(chart, name):
     values = VALUE_SETS[name]
-    objs = objects(values)
+    objs = of(objects(values), "operator")
     svc = one(objs, "Service")
     port = next(p for p in container(objs)["ports"] if p["name"] == "metrics")["containerPort"]
-    assert svc["spec"]["selector"] == one(objs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["selector"] == deployment(objs)["spec"]["selector"]["matchLabels"]
     assert [p["targetPort"] for p in svc["spec"]["ports"]] == ["metrics"]
     annotations = svc["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
@@ -242,10 +274,12 @@ def test_metrics_service_targets_the_metrics_port(chart, name):
     assert svc["spec"]["ports"][0]["port"] == merged["port"]
 
 
-def test_bare_values_create_only_the_deployment():
+def test_bare_values_create_only_the_deployments():
     objs = objects(VALUE_SETS["bare"])
-    assert [o["kind"] for o in objs] == ["Deployment"]
-    assert one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "default"
+    assert sorted((o["kind"], o["metadata"]["labels"]["app.kubernetes.io/component"]) for o in objs) == [
+        ("Deployment", "bridge"), ("Deployment", "operator")]
+    for component in ("operator", "bridge"):
+        assert deployment(objs, component)["spec"]["template"]["spec"]["serviceAccountName"] == "default"
 
 
 def test_notes_tell_how_to_create_a_first_cluster():
@@ -258,6 +292,19 @@ def test_notes_tell_how_to_create_a_first_cluster():
     assert f"kubectl create secret generic {secret} " in notes
     namespaced = rendered(VALUE_SETS["namespaced"])[f"{CHART.name}/templates/NOTES.txt"]
     assert ", ".join(WATCHED) in namespaced
+
+
+def test_notes_tell_how_to_lend_a_first_node():
+    notes = rendered()[f"{CHART.name}/templates/NOTES.txt"]
+    policy = ROOT / "examples" / "nodelendingpolicy.yaml"
+    assert f"kubectl apply -f {policy.relative_to(ROOT)}" in notes
+    labels = yaml.safe_load(policy.read_text())["spec"]["nodeSelector"]["matchLabels"]
+    for key, value in labels.items():
+        assert f"kubectl label node <gpu-node> {key}={value}" in notes
+    assert f"logs deployment/{deployment(objects(), 'bridge')['metadata']['name']}" in notes
+    own = rendered({"bridge": {"watchNamespaces": ["lending"]}})[f"{CHART.name}/templates/NOTES.txt"]
+    assert "acts on NodeLendingPolicies in the namespaces: lending." in own
+    assert "change it to its SlurmCluster's namespace, one of lending." in own
 
 
 # --- RBAC ---------------------------------------------------------------------------
@@ -288,7 +335,7 @@ def _granted(rules: list[dict], verb: str) -> set[tuple[str, str]]:
 @pytest.mark.parametrize("name", ["defaults", "namespaced"])
 def test_rbac_has_no_wildcards_no_exec_and_no_secret_listing(name):
     objs = objects(VALUE_SETS[name])
-    rules = rbac_rules(objs)
+    rules = rbac_rules(objs, "operator") + rbac_rules(objs, "bridge")
     assert len(rules) > 5
     for rule in rules:
         assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no nonResourceURLs, no resourceNames tricks
@@ -297,7 +344,8 @@ def test_rbac_has_no_wildcards_no_exec_and_no_secret_listing(name):
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
     resources = {r for rule in rules for r in rule["resources"]}
     assert not {r for r in resources if r.startswith("pods/")}, "no pods/exec, attach, portforward, eviction"
-    assert {r for r in resources if "/" in r} == {"slurmclusters/status", "slurmclusters/finalizers"}
+    assert {r for r in resources if "/" in r} == {"slurmclusters/status", "slurmclusters/finalizers",
+                                                  "nodelendingpolicies/status"}
     for verb in ("list", "watch"):
         assert ("", "secrets") not in _granted(rules, verb)
 
@@ -328,7 +376,7 @@ def test_rbac_pods_and_nodes_are_what_scale_in_and_topology_need():
 
 
 def test_all_namespaces_uses_cluster_roles():
-    objs = objects()
+    objs = of(objects(), "operator")
     assert not [o for o in objs if o["kind"] in ("Role", "RoleBinding")]
     sa = one(objs, "ServiceAccount")["metadata"]
     bindings = [o for o in objs if o["kind"] == "ClusterRoleBinding"]
@@ -341,7 +389,7 @@ def test_all_namespaces_uses_cluster_roles():
 
 def test_watch_namespaces_gives_a_role_per_namespace_and_no_cluster_wide_access():
     default_rules = rbac_rules(objects())
-    objs = objects(VALUE_SETS["namespaced"])
+    objs = of(objects(VALUE_SETS["namespaced"]), "operator")
     roles = [o for o in objs if o["kind"] == "Role"]
     bindings = [o for o in objs if o["kind"] == "RoleBinding"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == WATCHED
@@ -364,13 +412,215 @@ def test_watch_namespaces_gives_a_role_per_namespace_and_no_cluster_wide_access(
 
 
 def test_rbac_rules_each_say_why():
-    for name in ("clusterrole.yaml", "_helpers.tpl"):
-        lines = (CHART / "templates" / name).read_text().splitlines()
+    templates = sorted((CHART / "templates").glob("*.*"))
+    checked = 0
+    for path in templates:
+        lines = path.read_text().splitlines()
         rules = [i for i, line in enumerate(lines) if re.match(r"\s*- apiGroups:", line)]
-        assert rules
+        checked += len(rules)
         for i in rules:
             assert lines[i - 1].strip().startswith("#"), (
-                f"{name}:{i + 1}: add a comment above this rule saying which operation needs it")
+                f"{path.name}:{i + 1}: add a comment above this rule saying which operation needs it")
+    assert checked > 15
+
+
+# --- the node-lending bridge ----------------------------------------------------------
+
+#: What the bridge may do wherever its policies are, as (API group, resource, verb):
+#: Nodes and reading pods (bridge/loop.py lists every Pod; GPU pods anywhere decide
+#: whether a node is idle and whether lent nodes must come back).
+BRIDGE_CLUSTER_GRANTS = {
+    ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"), ("", "nodes", "patch"),
+    ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
+}
+#: ... and in each namespace whose NodeLendingPolicies it acts on.
+BRIDGE_NAMESPACED_GRANTS = {
+    ("slurmk8s.dev", "nodelendingpolicies", "get"), ("slurmk8s.dev", "nodelendingpolicies", "list"),
+    ("slurmk8s.dev", "nodelendingpolicies", "watch"), ("slurmk8s.dev", "nodelendingpolicies/status", "patch"),
+    ("slurmk8s.dev", "slurmclusters", "get"),
+    ("", "pods", "create"), ("", "pods", "delete"),
+    ("", "secrets", "get"),
+    ("apps", "deployments", "get"), ("apps", "deployments", "list"), ("apps", "deployments", "watch"),
+    ("apps", "deployments", "patch"),
+    ("", "events", "create"),
+}
+NODE_EVENTS = {("", "events", "create")}
+
+
+def _grants(rules: list[dict]) -> set[tuple[str, str, str]]:
+    out = set()
+    for rule in rules:
+        for g in rule["apiGroups"]:
+            for r in rule["resources"]:
+                for v in rule["verbs"]:
+                    out.add((g, r, v))
+    return out
+
+
+def _bridge_grants_by_scope(objs: list[dict]) -> dict[str | None, set]:
+    """Namespace (None: cluster-wide) -> what the bridge's ServiceAccount may do there,
+    following each binding to its role."""
+    mine = of(objs, "bridge")
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+             for o in mine if o["kind"] in ("Role", "ClusterRole")}
+    sa = one(mine, "ServiceAccount")["metadata"]
+    out: dict[str | None, set] = {}
+    for b in (o for o in mine if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa["name"], "namespace": sa["namespace"]}]
+        namespace = b["metadata"].get("namespace")
+        ref = b["roleRef"]
+        role = roles[(ref["kind"], namespace if ref["kind"] == "Role" else None, ref["name"])]
+        out.setdefault(namespace, set()).update(_grants(role["rules"]))
+    assert len(roles) == sum(1 for o in mine if o["kind"].endswith("Binding")), "a role without a binding"
+    return out
+
+
+def test_bridge_renders_by_default_beside_the_operator(chart):
+    objs = objects()
+    bridge = of(objs, "bridge")
+    assert sorted(o["kind"] for o in bridge) == sorted([
+        "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding",
+        "Deployment", "Service", "ServiceAccount"])
+    dep = deployment(objs, "bridge")
+    assert dep["metadata"]["namespace"] == NAMESPACE
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    selector = dep["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    # Neither Deployment's selector picks the other's pods.
+    operator_selector = deployment(objs)["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= deployment(objs)["spec"]["template"]["metadata"]["labels"].items()
+    assert not operator_selector.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    pod = dep["spec"]["template"]["spec"]
+    sa = one(bridge, "ServiceAccount")["metadata"]["name"]
+    assert pod["serviceAccountName"] == sa != deployment(objs)["spec"]["template"]["spec"]["serviceAccountName"]
+    c = container(objs, "bridge")
+    assert c["image"] == container(objs)["image"]
+    v = chart.values["bridge"]
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {
+        "metrics": v["metrics"]["port"], "health": v["health"]["port"]}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["resources"] == v["resources"]
+    svc = one(bridge, "Service")
+    assert svc["spec"]["selector"] == selector
+    assert svc["spec"]["ports"] == [{"name": "metrics", "port": v["metrics"]["service"]["port"],
+                                     "targetPort": "metrics", "protocol": "TCP"}]
+    assert svc["metadata"]["annotations"]["prometheus.io/port"] == str(v["metrics"]["port"])
+    assert svc["metadata"]["name"] != one(of(objs, "operator"), "Service")["metadata"]["name"]
+
+
+@pytest.mark.parametrize("name", ["defaults", "namespaced"])
+def test_bridge_args_are_what_the_bridge_command_accepts(chart, name):
+    values = chart.merge_values(VALUE_SETS[name])
+    args = container(objects(VALUE_SETS[name]), "bridge")["args"]
+    at = args.index("bridge")
+    assert args[:at] == ["--log-level", values["logLevel"], "--log-format", values["logFormat"]]
+    group = cli.main.make_context("slurmk8s", args[:at])
+    assert group.params == {"log_level": values["logLevel"], "log_format": values["logFormat"]}
+    assert group.args == []
+    params = cli.bridge_cmd.make_context("bridge", args[at + 1:]).params
+    v = values["bridge"]
+    assert params["metrics_port"] == v["metrics"]["port"]
+    assert params["health_port"] == v["health"]["port"]
+    assert params["interval"] == v["interval"]
+    assert params["namespaces"] == tuple(values["watchNamespaces"])
+    assert params["all_namespaces"] is not bool(values["watchNamespaces"])
+    assert params["kubeconfig"] is None  # in the cluster: the pod's ServiceAccount
+
+
+def test_bridge_values_reach_its_deployment_and_not_the_operators():
+    objs = objects(VALUE_SETS["namespaced"])
+    v = BRIDGE_OVERRIDES
+    dep = deployment(objs, "bridge")
+    pod = dep["spec"]["template"]["spec"]
+    for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
+        assert pod[key] == v[key]
+        assert deployment(objs)["spec"]["template"]["spec"][key] == VALUE_SETS["namespaced"][key]
+    assert dep["spec"]["template"]["metadata"]["annotations"] == v["podAnnotations"]
+    assert v["podLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert "example.com/tier" not in deployment(objs)["spec"]["template"]["metadata"]["labels"]
+    c = container(objs, "bridge")
+    assert c["resources"] == v["resources"]
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9190, "health": 9191}
+    assert c["args"][c["args"].index("--interval") + 1] == "0.5"
+    # The top-level image settings are shared.
+    assert c["image"].endswith(":v9.9.9") and c["imagePullPolicy"] == "Always"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["serviceAccountName"] == "slurm-bridge"
+    sa = one(objs, "ServiceAccount", "slurm-bridge")
+    assert sa["metadata"]["annotations"] == v["serviceAccount"]["annotations"]
+    svc = one(of(objs, "bridge"), "Service")
+    assert svc["spec"]["ports"][0]["port"] == 81
+    assert svc["metadata"]["annotations"]["team"] == "lending"
+    assert svc["metadata"]["annotations"]["prometheus.io/port"] == "9190"
+
+
+
+def test_a_long_full_name_keeps_the_bridges_names_apart_and_valid():
+    objs = objects({"fullnameOverride": "x" * 63})
+    names = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objs}
+    assert len(names) == len(objs)
+    for o in objs:
+        if o["kind"] in ("Service", "Deployment", "ServiceAccount"):
+            assert len(o["metadata"]["name"]) <= 63, o["metadata"]["name"]
+    assert deployment(objs, "bridge")["metadata"]["name"] == "x" * 56 + "-bridge"
+
+def test_bridge_disabled_renders_none_of_its_objects():
+    objs = objects(VALUE_SETS["bridgeless"])
+    assert of(objs, "bridge") == []
+    assert objs == of(objects(), "operator")
+    notes = rendered(VALUE_SETS["bridgeless"])[f"{CHART.name}/templates/NOTES.txt"]
+    assert "bridge" not in notes
+
+
+def test_bridge_rbac_is_exactly_what_it_does():
+    objs = objects()
+    rules = rbac_rules(objs, "bridge")
+    for rule in rules:
+        assert set(rule) == {"apiGroups", "resources", "verbs"}, rule
+        assert not any("*" in x for field in ("apiGroups", "resources", "verbs") for x in rule[field])
+    assert _bridge_grants_by_scope(objs) == {None: BRIDGE_CLUSTER_GRANTS | BRIDGE_NAMESPACED_GRANTS}
+    granted = _grants(rules)
+    assert not {g for g in granted if g[1] == "secrets" and g[2] != "get"}, "Secrets: get by name only"
+    assert not {g for g in granted if g[1].startswith("pods/")}, "no pods/exec, attach, eviction"
+    assert not {g for g in granted if g[1] == "nodes" and g[2] in ("create", "update", "delete")}
+    assert not {g for g in granted if g[0] == "slurmk8s.dev" and g[2] in ("create", "update", "delete")}
+    assert not {g for g in granted if g[1] == "nodelendingpolicies" and g[2] == "patch"}, "the spec is the user's"
+    # Its own cluster-wide ClusterRole holds only Nodes and reading pods.
+    cluster = one(of(objs, "bridge"), "ClusterRole", f"{deployment(objs, 'bridge')['metadata']['name']}-cluster")
+    assert _grants(cluster["rules"]) == BRIDGE_CLUSTER_GRANTS
+
+
+@pytest.mark.parametrize("values,scoped", [
+    ({"watchNamespaces": WATCHED}, WATCHED),
+    ({"bridge": {"watchNamespaces": ["lending"]}}, ["lending"]),
+    ({"watchNamespaces": WATCHED, "bridge": {"watchNamespaces": ["lending"]}}, ["lending"]),
+    ({"watchNamespaces": WATCHED, "bridge": {"watchNamespaces": []}}, []),
+    ({"bridge": {"watchNamespaces": ["default", "lending"]}}, ["default", "lending"]),
+], ids=["operators", "own", "own-over-operators", "all-over-operators", "default-listed"])
+def test_bridge_watch_namespaces_confine_the_namespaced_rules_to_roles(values, scoped):
+    objs = objects(values)
+    args = container(objs, "bridge")["args"]
+    if scoped:
+        assert args[args.index("--health-port") + 2:] == [
+            *(x for ns in scoped for x in ("--namespace", ns)), "--interval", "2"]
+    else:
+        assert "--all-namespaces" in args and "--namespace" not in args
+    grants = _bridge_grants_by_scope(objs)
+    if not scoped:
+        assert grants == {None: BRIDGE_CLUSTER_GRANTS | BRIDGE_NAMESPACED_GRANTS}
+        return
+    # Nodes and reading pods stay cluster-wide; everything else is in Roles.
+    assert grants.pop(None) == BRIDGE_CLUSTER_GRANTS
+    # Node Events go to "default": creating Events there, and nothing else.
+    expected = {ns: BRIDGE_NAMESPACED_GRANTS for ns in scoped}
+    expected.setdefault("default", NODE_EVENTS)
+    assert grants == expected
+    assert {o["kind"] for o in of(objs, "bridge")} >= {"Role", "RoleBinding"}
+    for kind in ("Role", "RoleBinding"):
+        assert sorted({o["metadata"]["namespace"] for o in of(objs, "bridge") if o["kind"] == kind}) == sorted(
+            expected)
 
 
 # --- bad values ---------------------------------------------------------------------
@@ -388,6 +638,14 @@ def test_rbac_rules_each_say_why():
     ({"replicaCount": 2}, "additional properties 'replicaCount' not allowed"),
     ({"serviceAccount": {"create": "yes"}}, "at '/serviceAccount/create': got string, want boolean"),
     ({"rbac": {"enable": True}}, "additional properties 'enable' not allowed"),
+    ({"bridge": {"replicas": 2}}, "at '/bridge': additional properties 'replicas' not allowed"),
+    ({"bridge": {"metrics": {"port": 8090.5}}}, "at '/bridge/metrics/port': got number, want integer"),
+    ({"bridge": {"health": {"port": "8091"}}}, "at '/bridge/health/port': got string, want integer"),
+    ({"bridge": {"interval": 0}}, "at '/bridge/interval'"),
+    ({"bridge": {"interval": "2s"}}, "at '/bridge/interval': got string, want number"),
+    ({"bridge": {"enabled": "false"}}, "at '/bridge/enabled': got string, want boolean"),
+    ({"bridge": {"watchNamespaces": "hpc"}}, "at '/bridge/watchNamespaces'"),
+    ({"bridge": {"serviceAccount": {"role": "x"}}}, "additional properties 'role' not allowed"),
 ])
 def test_schema_refuses_bad_values_naming_the_field(chart, values, message):
     with pytest.raises(helm.HelmValuesError) as err:
@@ -398,6 +656,8 @@ def test_schema_refuses_bad_values_naming_the_field(chart, values, message):
 
 @pytest.mark.parametrize("values,message", [
     ({"health": {"port": 8080}}, "metrics.port and health.port are both 8080: give them different ports"),
+    ({"bridge": {"health": {"port": 8090}}},
+     "bridge.metrics.port and bridge.health.port are both 8090: give them different ports"),
     ({"image": {"repository": "ghcr.io/slurmk8s/controller:0.1.0"}},
      "holds a tag or digest: set image.repository to the part before it and image.tag to the tag"),
 ])
@@ -423,7 +683,7 @@ def _leaf_paths(node, prefix=""):
 
 
 #: Values documented as one block rather than field by field.
-DOCUMENTED_WHOLE = {"resources", "podSecurityContext", "securityContext"}
+DOCUMENTED_WHOLE = {"resources", "podSecurityContext", "securityContext", "bridge.resources"}
 
 
 def _commented_keys(lines: list[str]) -> dict[str, bool]:

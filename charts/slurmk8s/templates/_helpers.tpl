@@ -30,29 +30,53 @@ Kubernetes names are at most 63 characters for some kinds, so it is cut there.
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Labels that select the operator's pods; never change them after a release exists. */}}
-{{- define "slurmk8s.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "slurmk8s.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/component: operator
+{{/*
+Labels that select one component's pods, given (list $ component) where the
+component is "operator" or "bridge"; never change them after a release exists.
+*/}}
+{{- define "slurmk8s.componentSelectorLabels" -}}
+{{- $ := index . 0 -}}
+app.kubernetes.io/name: {{ include "slurmk8s.name" $ }}
+app.kubernetes.io/instance: {{ $.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 
-{{/* Labels on every object the chart creates. */}}
-{{- define "slurmk8s.labels" -}}
-helm.sh/chart: {{ include "slurmk8s.chart" . }}
-{{ include "slurmk8s.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{/* Labels on every object of one component, given (list $ component). */}}
+{{- define "slurmk8s.componentLabels" -}}
+{{- $ := index . 0 -}}
+helm.sh/chart: {{ include "slurmk8s.chart" $ }}
+{{ include "slurmk8s.componentSelectorLabels" . }}
+app.kubernetes.io/version: {{ $.Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: slurmk8s
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/managed-by: {{ $.Release.Service }}
+{{- end }}
+
+{{/* Labels that select the operator's pods. */}}
+{{- define "slurmk8s.selectorLabels" -}}
+{{- include "slurmk8s.componentSelectorLabels" (list . "operator") }}
+{{- end }}
+
+{{/* Labels on the operator's objects. */}}
+{{- define "slurmk8s.labels" -}}
+{{- include "slurmk8s.componentLabels" (list . "operator") }}
+{{- end }}
+
+{{/*
+The name of a ServiceAccount, given (list serviceAccountValues defaultName):
+its name value, else defaultName when the chart creates it, else "default".
+*/}}
+{{- define "slurmk8s.serviceAccountNameOf" -}}
+{{- $sa := index . 0 }}
+{{- if $sa.create }}
+{{- default (index . 1) $sa.name }}
+{{- else }}
+{{- default "default" $sa.name }}
+{{- end }}
 {{- end }}
 
 {{/* The ServiceAccount the operator runs as. */}}
 {{- define "slurmk8s.serviceAccountName" -}}
-{{- if .Values.serviceAccount.create }}
-{{- default (include "slurmk8s.fullname" .) .Values.serviceAccount.name }}
-{{- else }}
-{{- default "default" .Values.serviceAccount.name }}
-{{- end }}
+{{- include "slurmk8s.serviceAccountNameOf" (list .Values.serviceAccount (include "slurmk8s.fullname" .)) }}
 {{- end }}
 
 {{/* repository:tag of the controller image; the tag defaults to the chart's appVersion. */}}
@@ -126,23 +150,339 @@ Service. No wildcards.
   verbs: ["create", "patch"]
 {{- end }}
 
-{{/* Arguments of the controller image's entrypoint, i.e. of `slurmk8s`. */}}
-{{- define "slurmk8s.args" -}}
+{{/*
+Arguments of the controller image's entrypoint, i.e. of `slurmk8s`, for one
+long-running command, given (list $ command componentValues namespaces):
+the global options first, then the command with the component's metrics and
+health ports and `--namespace N` per namespace, or `--all-namespaces` when the
+list is empty.
+*/}}
+{{- define "slurmk8s.commandArgs" -}}
+{{- $ := index . 0 }}
+{{- $values := index . 2 -}}
 - --log-level
-- {{ .Values.logLevel | quote }}
+- {{ $.Values.logLevel | quote }}
 - --log-format
-- {{ .Values.logFormat | quote }}
-- operator
+- {{ $.Values.logFormat | quote }}
+- {{ index . 1 }}
 - --metrics-port
-- {{ .Values.metrics.port | int | quote }}
+- {{ $values.metrics.port | int | quote }}
 - --health-port
-- {{ .Values.health.port | int | quote }}
-{{- if .Values.watchNamespaces }}
-{{- range .Values.watchNamespaces }}
+- {{ $values.health.port | int | quote }}
+{{- range index . 3 }}
 - --namespace
 - {{ . | quote }}
-{{- end }}
 {{- else }}
 - --all-namespaces
 {{- end }}
+{{- end }}
+
+{{/* The operator's arguments. */}}
+{{- define "slurmk8s.args" -}}
+{{- include "slurmk8s.commandArgs" (list . "operator" .Values .Values.watchNamespaces) }}
+{{- end }}
+
+{{/*
+The Deployment of one component (operator or bridge): one replica, replaced
+with Recreate, probes on /healthz, the top-level image and security contexts.
+Given a dict:
+  ctx        the root context ($)
+  component  "operator" or "bridge": the container's name and the component label
+  name       the Deployment's name
+  values     the component's values: metrics.port, health.port, resources,
+             nodeSelector, tolerations, affinity, podAnnotations, podLabels,
+             priorityClassName
+  prefix     where those values live, for error messages ("" or "bridge.")
+  serviceAccountName, args (rendered YAML list)
+*/}}
+{{- define "slurmk8s.deployment" -}}
+{{- $ := .ctx }}
+{{- $v := .values }}
+{{- if eq (int $v.metrics.port) (int $v.health.port) }}
+{{- fail (printf "%smetrics.port and %shealth.port are both %d: give them different ports" .prefix .prefix (int $v.metrics.port)) }}
+{{- end }}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .name }}
+  namespace: {{ $.Release.Namespace }}
+  labels:
+    {{- include "slurmk8s.componentLabels" (list $ .component) | nindent 4 }}
+spec:
+  replicas: 1
+  # Recreate: the old pod is gone before the new one starts, even during an upgrade.
+  strategy:
+    type: Recreate
+  selector:
+    matchLabels:
+      {{- include "slurmk8s.componentSelectorLabels" (list $ .component) | nindent 6 }}
+  template:
+    metadata:
+      labels:
+        {{- include "slurmk8s.componentLabels" (list $ .component) | nindent 8 }}
+        {{- with $v.podLabels }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      {{- with $v.podAnnotations }}
+      annotations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    spec:
+      serviceAccountName: {{ .serviceAccountName }}
+      automountServiceAccountToken: true
+      {{- with $.Values.image.pullSecrets }}
+      imagePullSecrets:
+        {{- range . }}
+        - name: {{ . | quote }}
+        {{- end }}
+      {{- end }}
+      {{- with $v.priorityClassName }}
+      priorityClassName: {{ . | quote }}
+      {{- end }}
+      {{- with $.Values.podSecurityContext }}
+      securityContext:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      containers:
+        - name: {{ .component }}
+          image: {{ include "slurmk8s.image" $ | quote }}
+          imagePullPolicy: {{ $.Values.image.pullPolicy }}
+          args:
+            {{- .args | nindent 12 }}
+          env:
+            # Where the pod itself runs (the release namespace).
+            - name: POD_NAMESPACE
+              valueFrom:
+                fieldRef:
+                  fieldPath: metadata.namespace
+          ports:
+            - name: metrics
+              containerPort: {{ $v.metrics.port }}
+              protocol: TCP
+            - name: health
+              containerPort: {{ $v.health.port }}
+              protocol: TCP
+          livenessProbe:
+            httpGet:
+              path: /healthz
+              port: health
+            initialDelaySeconds: 15
+            periodSeconds: 20
+            timeoutSeconds: 5
+            failureThreshold: 3
+          readinessProbe:
+            httpGet:
+              path: /healthz
+              port: health
+            initialDelaySeconds: 5
+            periodSeconds: 10
+            timeoutSeconds: 5
+            failureThreshold: 3
+          {{- with $v.resources }}
+          resources:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+          {{- with $.Values.securityContext }}
+          securityContext:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+          volumeMounts:
+            # The root filesystem is read-only; Python and kopf may write temporary files.
+            - name: tmp
+              mountPath: /tmp
+      volumes:
+        - name: tmp
+          emptyDir:
+            sizeLimit: 64Mi
+      {{- with $v.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+{{- end }}
+
+{{/*
+The ClusterIP Service in front of one component's metrics port, given a dict:
+ctx, component, name, values (metrics.port and metrics.service.*).
+*/}}
+{{- define "slurmk8s.metricsService" -}}
+{{- $ := .ctx }}
+{{- $metrics := .values.metrics }}
+apiVersion: v1
+kind: Service
+metadata:
+  # A Service name is a DNS label: 63 characters at most.
+  name: {{ .name | trunc 63 | trimSuffix "-" }}
+  namespace: {{ $.Release.Namespace }}
+  labels:
+    {{- include "slurmk8s.componentLabels" (list $ .component) | nindent 4 }}
+  {{- $annotations := dict }}
+  {{- if $metrics.service.prometheusAnnotations }}
+  {{- $_ := set $annotations "prometheus.io/scrape" "true" }}
+  {{- $_ := set $annotations "prometheus.io/port" ($metrics.port | int | toString) }}
+  {{- $_ := set $annotations "prometheus.io/path" "/metrics" }}
+  {{- end }}
+  {{- $annotations = merge (deepCopy $metrics.service.annotations) $annotations }}
+  {{- with $annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+spec:
+  type: ClusterIP
+  selector:
+    {{- include "slurmk8s.componentSelectorLabels" (list $ .component) | nindent 4 }}
+  ports:
+    - name: metrics
+      port: {{ $metrics.service.port }}
+      targetPort: metrics
+      protocol: TCP
+{{- end }}
+
+{{/* One component's ServiceAccount, given a dict: ctx, component, name, values (serviceAccount.*). */}}
+{{- define "slurmk8s.serviceAccount" -}}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ .name }}
+  namespace: {{ .ctx.Release.Namespace }}
+  labels:
+    {{- include "slurmk8s.componentLabels" (list .ctx .component) | nindent 4 }}
+  {{- with .values.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+automountServiceAccountToken: true
+{{- end }}
+
+{{/*
+A RoleBinding or ClusterRoleBinding of the Role or ClusterRole of the same
+name to one ServiceAccount in the release namespace, given a dict: ctx,
+component, kind (Role or ClusterRole), name, namespace (Roles only),
+serviceAccountName.
+*/}}
+{{- define "slurmk8s.binding" -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: {{ .kind }}Binding
+metadata:
+  name: {{ .name }}
+  {{- with .namespace }}
+  namespace: {{ . }}
+  {{- end }}
+  labels:
+    {{- include "slurmk8s.componentLabels" (list .ctx .component) | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: {{ .kind }}
+  name: {{ .name }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ .serviceAccountName }}
+    namespace: {{ .ctx.Release.Namespace }}
+{{- end }}
+
+{{/*
+The bridge's object name prefix: <fullname>-bridge, the full name cut so the
+suffix always fits (else a long full name would give the bridge the
+operator's names).
+*/}}
+{{- define "slurmk8s.bridge.fullname" -}}
+{{- printf "%s-bridge" (include "slurmk8s.fullname" . | trunc 56 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The ServiceAccount the bridge runs as. */}}
+{{- define "slurmk8s.bridge.serviceAccountName" -}}
+{{- include "slurmk8s.serviceAccountNameOf" (list .Values.bridge.serviceAccount (include "slurmk8s.bridge.fullname" .)) }}
+{{- end }}
+
+{{/*
+The namespaces whose NodeLendingPolicies the bridge acts on, as a JSON list
+(read it with fromJsonArray): bridge.watchNamespaces, or the operator's
+watchNamespaces when that is unset. Empty: every namespace.
+*/}}
+{{- define "slurmk8s.bridge.namespaces" -}}
+{{- if kindIs "invalid" .Values.bridge.watchNamespaces }}
+{{- toJson .Values.watchNamespaces }}
+{{- else }}
+{{- toJson .Values.bridge.watchNamespaces }}
+{{- end }}
+{{- end }}
+
+{{/* The bridge's arguments. */}}
+{{- define "slurmk8s.bridge.args" -}}
+{{- include "slurmk8s.commandArgs" (list . "bridge" .Values.bridge (include "slurmk8s.bridge.namespaces" . | fromJsonArray)) }}
+- --interval
+- {{ .Values.bridge.interval | toString | quote }}
+{{- end }}
+
+{{/*
+What the bridge needs whichever namespaces it acts on: Nodes are
+cluster-scoped, and a node's idleness and the demand for it depend on GPU
+pods in every namespace. No wildcards. Rounds read by listing (decision
+record 8); watch, granted beside list, shows nothing list does not and lets
+the loop move to informers without an RBAC change.
+*/}}
+{{- define "slurmk8s.bridge.clusterRules" -}}
+# Lending state lives on the Node: the slurmk8s.dev/lending label, the
+# lending annotations and the slurmk8s.dev/lent taint are written with merge
+# patches (taint changes carry the resourceVersion). No create, no delete.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get", "list", "watch", "patch"]
+# Read-only, every namespace: GPU pods on a node keep it from being lent,
+# pending GPU pods take lent nodes back, and the controller pod's address is
+# how the bridge reaches a cluster's Slurm agent. Creating and deleting pods
+# is confined to the policies' namespaces (below). No pods/exec, no eviction.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+
+{{/*
+What the bridge needs inside each namespace whose NodeLendingPolicies it acts
+on (a policy's SlurmCluster, lent slurmd pods, agent token Secret and serving
+Deployments are all in the policy's namespace). Used by a ClusterRole when
+every namespace is watched, otherwise by one Role per watched namespace.
+*/}}
+{{- define "slurmk8s.bridge.namespacedRules" -}}
+# Read the NodeLendingPolicies every round; the bridge never changes their spec.
+- apiGroups: ["slurmk8s.dev"]
+  resources: ["nodelendingpolicies"]
+  verbs: ["get", "list", "watch"]
+# Report the lent, lending and reclaiming nodes and the Ready condition in
+# each policy's .status.
+- apiGroups: ["slurmk8s.dev"]
+  resources: ["nodelendingpolicies/status"]
+  verbs: ["patch"]
+# Read the SlurmCluster a policy lends to (by name: its partitions, slurmd
+# image, config hash). The operator, not the bridge, manages it.
+- apiGroups: ["slurmk8s.dev"]
+  resources: ["slurmclusters"]
+  verbs: ["get"]
+# The lent slurmd pod (<cluster>-lent-<node>) is created on a lent node and
+# deleted when the node is handed back. Reading pods is cluster-wide (above).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["create", "delete"]
+# The <cluster>-agent-token Secret, read by name to authenticate to the
+# cluster's Slurm agent. No list or watch: no other Secret can be enumerated.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+# Serving Deployments that follow a model directory are rolled (a pod-template
+# annotation patch) when a job publishes a new model version.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "patch"]
+# Events on policies, lent nodes and serving Deployments (core API). Each is
+# created once, never updated, so no patch.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
 {{- end }}
