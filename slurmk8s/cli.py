@@ -209,7 +209,10 @@ def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: st
               help="File holding the bearer token (the mounted <cluster>-agent-token Secret).")
 @click.option("--config-dir", type=click.Path(file_okay=False, path_type=Path), default="/etc/slurm",
               show_default=True, help="The Slurm config directory slurmctld reads; its hash is served.")
-def agent_cmd(listen: str, token_file: Path, config_dir: Path) -> None:
+@click.option("--checkpoint-root", default=None, metavar="DIR",
+              help="The cluster's checkpoint directory (shared storage, mounted read-only): model versions "
+                   "jobs publish below it are served at /v1/published, for the bridge's rollouts.")
+def agent_cmd(listen: str, token_file: Path, config_dir: Path, checkpoint_root: str | None) -> None:
     """Serve the Slurm agent: the operator's authenticated way to change Slurm.
 
     Runs beside slurmctld (a sidecar in its pod, with the munge key and
@@ -225,7 +228,7 @@ def agent_cmd(listen: str, token_file: Path, config_dir: Path) -> None:
 
     try:
         token = read_token(token_file)
-        server = make_server(listen, SlurmClient(config_dir=config_dir), token)
+        server = make_server(listen, SlurmClient(config_dir=config_dir), token, checkpoint_root)
     except (ValueError, OSError) as exc:
         click.echo(f"agent: {exc}", err=True)
         sys.exit(1)

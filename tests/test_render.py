@@ -180,7 +180,12 @@ def test_the_slurm_agent_runs_beside_slurmctld_with_its_token(doc):
     assert agent["securityContext"]["runAsUser"] == 0  # the entrypoint starts munged as root
     mounts = {m["mountPath"]: m["name"] for m in agent["volumeMounts"]}
     assert mounts == {"/etc/slurm": "slurm-config", "/run/slurmk8s/munge": "munge-key",
-                      "/run/slurmk8s/agent": "agent-token"}
+                      "/run/slurmk8s/agent": "agent-token", "/shared": "shared-shared"}
+    # The shared volume with the checkpoint directory, read-only: the bridge
+    # reads published model versions through the agent.
+    assert next(m for m in agent["volumeMounts"] if m["mountPath"] == "/shared")["readOnly"] is True
+    assert agent["args"][agent["args"].index("--checkpoint-root") + 1] == c.spec.shared_storage.checkpoint_dir
+    assert not any(m["mountPath"] == "/shared" for m in ctld["volumeMounts"])
     token_file = agent["args"][agent["args"].index("--token-file") + 1]
     assert token_file == "/run/slurmk8s/agent/token"
     volumes = {v["name"]: v for v in pod["volumes"]}

@@ -197,6 +197,9 @@ def _controller(b: _Builder, with_jwt: bool) -> list[dict]:
     )
     volumes.append({"name": "agent-token", "secret": {
         "secretName": names.agent_token_secret(c), "defaultMode": 0o400}})
+    checkpoints = _checkpoint_volume(c)
+    if checkpoints is not None:
+        volumes.append(checkpoints[0])
     vol = c.spec.controller.state_volume
     claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": vol.size}}}
     if vol.storage_class_name:
@@ -228,27 +231,48 @@ def _controller(b: _Builder, with_jwt: bool) -> list[dict]:
     return [service, sts]
 
 
+def _checkpoint_volume(c: SlurmCluster) -> tuple[dict, dict] | None:
+    """The shared volume that holds the checkpoint directory, mounted read-only."""
+    storage = c.spec.shared_storage
+    if storage is None or not storage.checkpoint_dir:
+        return None
+    volumes, mounts = _shared_volumes(c)
+    for volume, mount in zip(volumes, mounts):
+        root = mount["mountPath"].rstrip("/") + "/"
+        if storage.checkpoint_dir == mount["mountPath"] or storage.checkpoint_dir.startswith(root):
+            return volume, {**mount, "readOnly": True}
+    return None
+
+
 def _agent(c: SlurmCluster) -> dict:
     """The Slurm agent beside slurmctld: the operator's (and the bridge's) only
     way to drain, requeue, delete nodes and reconfigure (docs/decisions/0006).
+    With a checkpoint directory it also reads, read-only, the model versions
+    jobs publish there, for the bridge's rollouts of serving Deployments.
 
     It runs the controller image, whose entrypoint starts munged as root when
     the munge key is mounted; the Slurm commands find slurmctld through the
     mounted slurm.conf.
     """
     http = {"httpGet": {"path": "/healthz", "port": "agent"}, "periodSeconds": 10, "timeoutSeconds": 5}
+    mounts = [
+        {"name": "slurm-config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "munge-key", "mountPath": MUNGE_DIR, "readOnly": True},
+        {"name": "agent-token", "mountPath": AGENT_TOKEN_DIR, "readOnly": True},
+    ]
+    args = ["agent", "--listen", f"0.0.0.0:{names.AGENT_PORT}",
+            "--token-file", f"{AGENT_TOKEN_DIR}/token", "--config-dir", CONFIG_DIR]
+    checkpoints = _checkpoint_volume(c)
+    if checkpoints is not None:
+        mounts.append(checkpoints[1])
+        args += ["--checkpoint-root", c.spec.shared_storage.checkpoint_dir]
     return _container(
         c, "agent", "controller",
         env={"SLURMK8S_CLUSTER": c.name},
-        mounts=[
-            {"name": "slurm-config", "mountPath": CONFIG_DIR, "readOnly": True},
-            {"name": "munge-key", "mountPath": MUNGE_DIR, "readOnly": True},
-            {"name": "agent-token", "mountPath": AGENT_TOKEN_DIR, "readOnly": True},
-        ],
+        mounts=mounts,
         ports=[{"name": "agent", "containerPort": names.AGENT_PORT}],
         resources={"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-        args=["agent", "--listen", f"0.0.0.0:{names.AGENT_PORT}",
-              "--token-file", f"{AGENT_TOKEN_DIR}/token", "--config-dir", CONFIG_DIR],
+        args=args,
         readinessProbe=http,
         livenessProbe={**http, "failureThreshold": 6},
         # munged and the Slurm commands need root in this image (it defaults to uid 10001).

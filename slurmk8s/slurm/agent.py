@@ -19,7 +19,11 @@ constant time. Routes (JSON in and out)::
     POST   /v1/nodes/<name>/signal          {"signal": "USR1"} -> {"jobs": [ids]}
     DELETE /v1/nodes/<name>
     POST   /v1/jobs/<id>/requeue            requeue, then eligible at once
+    POST   /v1/jobs/<id>/start-now          a pending job may start at once
+    POST   /v1/jobs/<id>/cancel
     POST   /v1/reconfigure
+    GET    /v1/published?dir=D              {"latest": "..."}: D/LATEST, the model version a job
+                                            published (D inside --checkpoint-root, read-only)
 
 Errors are ``{"error": message, "kind": kind}`` with status 400 (invalid
 name, reason or signal), 401 (token), 404, 405, 409 (not our drain), 502 (a
@@ -198,9 +202,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
                                              "(the cluster's <cluster>-agent-token Secret)",
                                     "kind": "unauthorized"}, {"WWW-Authenticate": 'Bearer realm="slurmk8s-agent"'})
                 return
+            query = parse_qs(url.query)
+            if method == "GET" and url.path == "/v1/published":
+                self._send(status, _published(self.server.checkpoint_root, query))
+                return
             handler, groups = self._route(method, url.path)
             body = self._body()
-            query = parse_qs(url.query)
             result = handler(self.server.slurm, query, body, **groups)
             self._send(status, result if isinstance(result, dict) else {})
         except _Fail as f:
@@ -241,6 +248,9 @@ class AgentServer(ThreadingHTTPServer):
             raise ValueError("the agent token must be at least 16 characters")
         self.slurm = slurm
         self.token = token
+        #: The checkpoint directory on the shared storage (mounted read-only):
+        #: /v1/published reads model versions below it. None: not served.
+        self.checkpoint_root: str | None = None
         super().__init__(address, _RequestHandler)
 
     @property
@@ -267,5 +277,30 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def make_server(listen: str, slurm: SlurmControl, token: bytes) -> AgentServer:
-    return AgentServer(parse_listen(listen), slurm, token)
+def make_server(listen: str, slurm: SlurmControl, token: bytes, checkpoint_root: str | None = None) -> AgentServer:
+    server = AgentServer(parse_listen(listen), slurm, token)
+    server.checkpoint_root = checkpoint_root
+    return server
+
+
+def _published(root: str | None, query: dict) -> dict:
+    """``<dir>/LATEST`` for the bridge's model-version rollouts (bridge/rollout.py)."""
+    from ..bridge.rollout import LATEST_MAX, BadModelDir, check_model_dir
+
+    if root is None:
+        raise _Fail(HTTPStatus.NOT_FOUND, "not-found", "this cluster has no spec.sharedStorage.checkpointDir; "
+                    "no model versions are published")
+    dirs = query.get("dir") or []
+    if len(dirs) != 1:
+        raise _Fail(HTTPStatus.BAD_REQUEST, "invalid", "name one model directory: ?dir=<path>")
+    try:
+        model_dir = check_model_dir(dirs[0], [root])
+    except BadModelDir as exc:
+        raise _Fail(HTTPStatus.FORBIDDEN, "forbidden", f"model directory {exc}") from None
+    try:
+        with open(Path(model_dir) / "LATEST", "rb") as f:
+            text = f.read(LATEST_MAX).decode("utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError):
+        raise _Fail(HTTPStatus.NOT_FOUND, "not-found", f"{model_dir}/LATEST does not exist (nothing published yet)") \
+            from None
+    return {"latest": text}

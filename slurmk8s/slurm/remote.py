@@ -142,6 +142,16 @@ class RemoteSlurm:
     def config_hash(self) -> str:
         return str(self._call("GET", "/v1/config-hash")["hash"])
 
+    def published(self, model_dir: str) -> str:
+        """The text of ``<model_dir>/LATEST`` on the cluster's shared storage
+        (FileNotFoundError when nothing is published there)."""
+        try:
+            return str(self._call("GET", "/v1/published", query=[("dir", model_dir)])["latest"])
+        except AgentError as exc:
+            if exc.status == 404:
+                raise FileNotFoundError(f"{model_dir}/LATEST: {exc}") from None
+            raise
+
     def healthy(self) -> bool:
         """The agent answers /healthz (no token needed); says nothing about Slurm."""
         try:
