@@ -55,6 +55,14 @@ class Life(Platform):
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 
+    def config(self, key: str) -> str:
+        """A setting as slurmctld holds it (`scontrol show config`)."""
+        for line in self.scontrol("show", "config").splitlines():
+            k, _, v = line.partition("=")
+            if k.strip() == key:
+                return v.strip()
+        raise AssertionError(f"{key} not in scontrol show config")
+
     def patch(self, spec: dict) -> None:
         self.kubectl("patch", "slurmcluster", NAME, "--type", "merge", "-p", json.dumps({"spec": spec}))
 
@@ -239,6 +247,24 @@ def test_an_operator_killed_mid_change_converges_without_duplicates(life):
     assert len(login) == 1 and len(life.names("replicasets")) == 1
     assert life.names("pods") == sorted([CONTROLLER, *workers, *login])
     assert "cpu" in life.scontrol("show", "node", workers[1])  # the partition took the new node set
+
+
+def test_a_kill_wait_change_is_reconfigured_and_restarts_no_worker(life):
+    """killWait sets the workers' termination grace period too; the running
+    workers keep theirs (the restart hash leaves it out) and are not restarted."""
+    uids = lambda: {p: json.loads(life.kubectl("get", "pod", p, "-o", "json").stdout)["metadata"]["uid"]
+                    for p in life.names("pods")}
+    before, pid = uids(), life.ctld_pid()
+    seen = {e["metadata"]["name"] for e in life.events()}
+    life.patch({"slurmConfig": {"killWait": 45}})
+    wait_for("slurmctld to read KillWait=45", lambda: life.config("KillWait") == "45 sec", timeout=90)
+    template = json.loads(life.kubectl("get", "statefulset", f"{NAME}-cpu", "-o", "json").stdout)["spec"]["template"]
+    assert template["spec"]["terminationGracePeriodSeconds"] == 105
+    wait_for("the cluster Ready", life.ready, timeout=30)
+    time.sleep(7)  # two more rounds of the operator (every 3s) would start a rolling update
+    assert uids() == before and life.ctld_pid() == pid
+    assert not {"Draining", "Restarting"} & {e["reason"] for e in life.events() if e["metadata"]["name"] not in seen}
+    assert life.settled([f"{NAME}-cpu-0", f"{NAME}-extra-0"])
 
 
 def test_deleting_the_cluster_leaves_only_its_state_claim(life):
