@@ -105,11 +105,14 @@ def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping],
                 revision=(meta.get("labels") or {}).get("controller-revision-hash"),
                 annotations=dict(meta.get("annotations") or {}),
                 busy_label=(meta.get("labels") or {}).get(names.BUSY_LABEL) == "true",
+                restart_hash=(meta.get("annotations") or {}).get(names.RESTART_HASH),
             ))
+        template = ((sts or {}).get("spec") or {}).get("template") or {}
         out.append(scalein.NodeSetState(
             name=set_name, statefulset=sts_name, desired=ns.replicas if ns else 0,
             current=None if sts is None else int((sts.get("spec") or {}).get("replicas", 1)),
             update_revision=((sts or {}).get("status") or {}).get("updateRevision"),
+            restart_hash=((template.get("metadata") or {}).get("annotations") or {}).get(names.RESTART_HASH),
             pods=tuple(sorted(set_pods, key=lambda p: p.ordinal)),
             grace_period=drain.grace_period, signal=drain.signal,
         ))

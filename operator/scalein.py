@@ -7,7 +7,9 @@ node first, the same way (:func:`_empty`):
   The highest ordinals go, as a StatefulSet removes them.
 - **rolling update**: the pod template changed (an image update). Worker
   StatefulSets use ``OnDelete``; the operator restarts one pod per node set
-  at a time.
+  at a time. A change of the termination grace period alone (it follows
+  ``killWait``, a config setting) restarts nothing: the templates' restart
+  hash leaves it out.
 - and afterwards, **leftover records**: a Slurm node whose pod is gone is
   deleted from slurmctld (the worker's entrypoint normally does this itself).
 
@@ -95,6 +97,8 @@ class Pod:
     annotations: Mapping[str, str] = field(default_factory=dict)
     #: Whether the pod carries the busy label now.
     busy_label: bool = False
+    #: The pod's restart hash annotation (names.RESTART_HASH), None when it has none.
+    restart_hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,8 @@ class NodeSetState:
     pods: tuple[Pod, ...] = ()
     grace_period: int = 300
     signal: str | None = None
+    #: The restart hash of the StatefulSet's pod template (None when it has none).
+    restart_hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -416,8 +422,17 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState | None, now: float) -
 
 
 def _outdated(s: NodeSetState, p: Pod) -> bool:
-    return bool(s.update_revision and p.revision and p.revision != s.update_revision and s.current is not None
-                and p.ordinal < s.current)
+    """The pod runs an older template that differs in something it must restart for.
+
+    The restart hashes say so when the template and the pod both carry one
+    (a change of the termination grace period alone is not such a
+    difference); otherwise the StatefulSet's revisions do.
+    """
+    if s.current is None or p.ordinal >= s.current:
+        return False
+    if s.restart_hash and p.restart_hash:
+        return p.restart_hash != s.restart_hash
+    return bool(s.update_revision and p.revision and p.revision != s.update_revision)
 
 
 def _restart(r: _Round, s: NodeSetState, deletions: list[DeletePod]) -> None:

@@ -142,7 +142,8 @@ class FakeKube:
             self.add({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": pod_name, "namespace": ns,
-                             "labels": {**template["metadata"]["labels"], "controller-revision-hash": revision}},
+                             "labels": {**template["metadata"]["labels"], "controller-revision-hash": revision},
+                             "annotations": dict(template["metadata"].get("annotations") or {})},
                 "spec": copy.deepcopy(template["spec"]),
                 "status": {"podIP": pod_ips.get(pod_name, "10.0.0.9"),
                            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},

@@ -270,9 +270,15 @@ def test_a_config_change_is_reconfigured_once_the_pod_sees_it_without_a_restart(
     assert config_value(w, "KillWait") == "45 sec"
     assert config_value(w, "BOOT_TIME") == boot  # slurmctld was not restarted
     assert w.body["status"]["configHash"] != rendered and out.status.phase == "Ready"
-    # No pod template changed: a config change restarts no pod.
-    w.kube.run_controllers()
+    # killWait also sets the workers' termination grace period, which the
+    # restart hash leaves out: a config change restarts no pod, round after round.
+    sts = w.kube.of_kind("StatefulSet")["demo-cpu"]["spec"]["template"]["spec"]
+    assert sts["terminationGracePeriodSeconds"] == 105
+    for _ in range(3):
+        w.kube.run_controllers()
+        out = w.round()
     assert {n: p["metadata"]["uid"] for n, p in w.kube.of_kind("Pod").items()} == pods
+    assert not {"Draining", "Restarting"} & set(w.reasons()) and out.status.phase == "Ready"
 
 
 def test_an_image_update_restarts_each_worker_drained_first(world):

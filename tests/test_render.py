@@ -131,12 +131,21 @@ def test_a_config_change_changes_the_hash_and_leaves_keys_alone(doc, keys):
     secret = ("Secret", "demo-munge-key")
     assert before[secret]["data"] == after[secret]["data"]
     # Pod templates carry no config hash: a config change is applied by
-    # `scontrol reconfigure`, not by restarting pods.
-    for key in (("StatefulSet", "demo-controller"), ("StatefulSet", "demo-gpu")):
-        assert before[key]["spec"]["template"] == after[key]["spec"]["template"] or \
-            before[key]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] != \
-            after[key]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    # `scontrol reconfigure`, not by restarting pods. The workers' grace
+    # period follows killWait, but their restart hash leaves it out.
+    controller = ("StatefulSet", "demo-controller")
+    assert before[controller]["spec"]["template"] == after[controller]["spec"]["template"]
+    worker = lambda objs: objs[("StatefulSet", "demo-gpu")]["spec"]["template"]
+    assert worker(before)["spec"]["terminationGracePeriodSeconds"] == 90
+    assert worker(after)["spec"]["terminationGracePeriodSeconds"] == 105
+    assert worker(before)["metadata"]["annotations"] == worker(after)["metadata"]["annotations"]
+    for key in (controller, ("StatefulSet", "demo-gpu")):
         assert names.CONFIG_HASH not in str(after[key]["spec"]["template"].get("metadata", {}))
+    # Anything else in a worker's template is a restart.
+    doc["spec"]["nodeSets"][-1]["memory"] = "2Gi"
+    changed = by_kind(render(load_cluster(doc), keys))
+    assert worker(changed)["metadata"]["annotations"][names.RESTART_HASH] != \
+        worker(after)["metadata"]["annotations"][names.RESTART_HASH]
 
 
 def test_munge_key_secret_is_immutable_and_holds_the_given_key(doc):

@@ -301,6 +301,22 @@ def test_a_rolling_update_waits_for_terminating_and_starting_pods():
     assert not d.slurm_actions
 
 
+def test_the_restart_hash_decides_over_the_revision():
+    """A new revision whose template differs only in terminationGracePeriodSeconds
+    (a killWait change, applied by reconfigure) keeps the restart hash: no restart."""
+    state = slurm(*(node(f"{STS}-{o}") for o in range(2)))
+    same = [replace(pod(o, revision="old"), restart_hash="h1") for o in range(2)]
+    s = replace(nodeset(2, 2, pods=same, revision="new"), restart_hash="h1")
+    d = decide_fully([s], state, T0)
+    assert not d.slurm_actions and not d.pod_deletions and not d.events
+    # A real template change: the highest ordinal drains first, as any rolling update.
+    d = decide_fully([replace(s, restart_hash="h2")], state, T0)
+    assert [a for a in d.slurm_actions if isinstance(a, Drain)] == [Drain(f"{STS}-1", ROLLING_UPDATE)]
+    # A pod from before restart hashes existed: the revision decides.
+    d = decide_fully([replace(s, pods=(same[0], pod(1, revision="old")))], state, T0)
+    assert [a for a in d.slurm_actions if isinstance(a, Drain)] == [Drain(f"{STS}-1", ROLLING_UPDATE)]
+
+
 def test_a_rolling_update_mends_broken_pods_first_and_passes_by_foreign_drains():
     pods = [pod(0, revision="old"), pod(1, revision="old", ready=False), pod(2, revision="old")]
     state = slurm(node(f"{STS}-0"), node(f"{STS}-1", state="down"), node(f"{STS}-2", drain="bad DIMM"))

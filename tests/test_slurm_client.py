@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -65,6 +67,7 @@ def test_a_job_runs_is_signalled_requeued_and_resumes(client, cluster, tmp_path)
     job = client.submit(script, ["--job-name=ckpt", "--requeue", f"--output={tmp_path}/out.txt"])
     wait_until(lambda: job_state(client, job) == "RUNNING", what="job to run")
     assert [j.job_id for j in client.jobs(nodes=[NODE])] == [job]
+    assert client.jobs(nodes=["demo-cpu-9"]) == []  # squeue --json ignores --nodelist: we filter
     assert client.node(NODE).busy
 
     client.signal(job, "USR1")
@@ -77,6 +80,29 @@ def test_a_job_runs_is_signalled_requeued_and_resumes(client, cluster, tmp_path)
     wait_until(lambda: marks.read_text().count("start") == 2, what="second start")
     client.cancel(job)
     wait_until(lambda: job_state(client, job) in (None, "CANCELLED", "COMPLETING"), what="cancel")
+
+
+def test_jobs_of_a_node_are_only_those_allocated_there():
+    """``squeue --json`` prints every job whatever filter it is given; the
+    facade keeps the jobs whose host list names the node. Draining one node
+    for a scale-in must never see (and requeue) the jobs of another."""
+    jobs = [{"job_id": 1, "job_state": "RUNNING", "nodes": "c-cpu-0"},
+            {"job_id": 2, "job_state": "RUNNING", "nodes": "c-cpu-[1-2]"},
+            {"job_id": 3, "job_state": "PENDING", "nodes": ""},
+            {"job_id": 4, "job_state": "COMPLETING", "nodes": "c-cpu-2,c-gpu-0"}]
+    calls = []
+
+    def runner(argv, stdin):
+        calls.append(list(argv))
+        return subprocess.CompletedProcess(argv, 0, json.dumps({"jobs": jobs}), "")
+
+    client = SlurmClient(runner)
+    assert [j.job_id for j in client.jobs(nodes=["c-cpu-2"])] == [2, 4]
+    assert [j.job_id for j in client.jobs(nodes=["c-cpu-0", "c-cpu-1"])] == [1, 2]
+    assert client.jobs(nodes=["c-cpu-3"]) == []
+    assert [j.job_id for j in client.jobs()] == [1, 2, 3, 4]
+    client.signal_node_jobs("c-cpu-0", "USR1")  # only job 1 runs there
+    assert [c for c in calls if c[0] != "squeue"] == [["scancel", "--signal=USR1", "--batch", "1"]]
 
 
 def test_drains_are_prefixed_and_only_ours_are_cleared(client, cluster):

@@ -305,7 +305,10 @@ class SlurmConfig(ApiModel):
     def_mem_per_cpu: int | None = Field(None, ge=1, alias="defMemPerCPU")
     """MiB per allocated CPU for jobs that give no --mem (DefMemPerCPU)."""
     kill_wait: int = Field(30, ge=0, le=65533)
-    """Seconds between SIGTERM and SIGKILL when a job's time runs out (KillWait)."""
+    """Seconds between SIGTERM and SIGKILL when a job's time runs out (KillWait).
+    Worker pods get killWait + 60 seconds to terminate. A change is applied by
+    `scontrol reconfigure`; running workers keep their termination grace
+    period until they restart for another reason (it alone restarts no pod)."""
     credential_lifetime: int = Field(120, ge=10, le=86400)
     """Seconds a job credential stays valid (AuthInfo cred_expire). Slurm also
     holds a requeued job back this long plus one second before it may start

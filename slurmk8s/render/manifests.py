@@ -7,6 +7,8 @@ described in docs/architecture.md and images/README.md.
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 from typing import Sequence
 
 from ..api.cluster import NodeSet, Resources, SlurmCluster
@@ -178,6 +180,15 @@ def _pod_template(c: SlurmCluster, selector: dict, labels: dict, containers: lis
     }
 
 
+def _worker_template(template: dict) -> dict:
+    """``template`` with its restart hash (names.RESTART_HASH): what a worker
+    restarts for, which is everything but the termination grace period."""
+    spec = {k: v for k, v in template["spec"].items() if k != "terminationGracePeriodSeconds"}
+    digest = hashlib.sha256(json.dumps({"metadata": template["metadata"], "spec": spec}, sort_keys=True).encode())
+    template["metadata"]["annotations"] = {names.RESTART_HASH: digest.hexdigest()[:16]}
+    return template
+
+
 def _controller(b: _Builder, with_jwt: bool) -> list[dict]:
     c = b.c
     name = names.controller(c)
@@ -313,7 +324,8 @@ def _workers(b: _Builder) -> list[dict]:
         if not container["securityContext"]:
             del container["securityContext"]
         pod_spec = {
-            # Time for the entrypoint to drain the node and let jobs get their signal.
+            # Time for the entrypoint to drain the node and let jobs get their
+            # signal. Not part of the restart hash: running pods keep theirs.
             "terminationGracePeriodSeconds": c.spec.slurm_config.kill_wait + 60,
         }
         if ns.node_selector:
@@ -328,7 +340,7 @@ def _workers(b: _Builder) -> list[dict]:
             # time and each drained first (operator/scalein.py).
             "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": sel},
-            "template": _pod_template(c, sel, labels, [container], volumes, **pod_spec),
+            "template": _worker_template(_pod_template(c, sel, labels, [container], volumes, **pod_spec)),
         }))
         # Busy nodes (the operator labels pods that run jobs) may not be evicted.
         out.append(b.obj("policy/v1", "PodDisruptionBudget",

@@ -25,6 +25,12 @@ DELETION_POLICY = f"{GROUP}/deletion-policy"
 DRAIN_STARTED = f"{GROUP}/drain-started"
 DRAIN_PURPOSE = f"{GROUP}/drain-purpose"
 JOBS_SIGNALLED = f"{GROUP}/jobs-signalled"
+#: On worker pod templates (and so on their pods): a digest of the template
+#: without terminationGracePeriodSeconds. The operator restarts a worker only
+#: when its pod's digest differs from the StatefulSet's. The grace period
+#: follows slurmConfig.killWait, which `scontrol reconfigure` applies: a
+#: killWait change alone restarts no worker.
+RESTART_HASH = f"{GROUP}/restart-hash"
 #: Field manager of every write the operator makes.
 FIELD_MANAGER = "slurmk8s-operator"
 

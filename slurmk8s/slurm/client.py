@@ -25,6 +25,7 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 
 from ..api.fields import SLURM_SIGNALS
 from ..render.config import config_hash
+from .hostlist import expand
 from .model import DRAIN_PREFIX, Job, Node, job_from_json, node_from_json
 
 __all__ = ["Runner", "local_runner", "SlurmClient", "SlurmError", "NotOurDrain", "DRAIN_PREFIX"]
@@ -125,12 +126,17 @@ class SlurmClient:
 
     @_reads
     def jobs(self, nodes: Sequence[str] = ()) -> list[Job]:
-        """Jobs Slurm still tracks; with ``nodes``, only those allocated there."""
-        argv = ["squeue", "--json"]
-        if nodes:
-            argv.append("--nodelist=" + ",".join(_check_node(n) for n in nodes))
-        data = json.loads(self._run(*argv))
-        return sorted((job_from_json(j) for j in data.get("jobs", [])), key=lambda j: j.job_id)
+        """Jobs Slurm still tracks; with ``nodes``, only those allocated there.
+
+        ``squeue --json`` ignores every filtering option (its man page says so),
+        so the node filter is applied here, on each job's host list.
+        """
+        wanted = {_check_node(n) for n in nodes}
+        data = json.loads(self._run("squeue", "--json"))
+        jobs = (job_from_json(j) for j in data.get("jobs", []))
+        if wanted:
+            jobs = (j for j in jobs if j.nodes and wanted.intersection(expand(j.nodes)))
+        return sorted(jobs, key=lambda j: j.job_id)
 
     # Changes.
 

@@ -35,8 +35,10 @@ def wait_for(what: str, predicate, timeout: float = 120, show=lambda: ""):
 class Platform:
     """A platform engineer's view: kubectl, plus Slurm as its admin sees it."""
 
-    def __init__(self, box: Sandbox):
+    def __init__(self, box: Sandbox, name: str = "ops"):
         self.box = box
+        self.name = name
+        self.controller = f"{name}-controller-0"
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         proc = self.box.kubectl(*args, input=input)
@@ -44,7 +46,7 @@ class Platform:
         return proc
 
     def cluster(self) -> dict:
-        return json.loads(self.kubectl("get", "slurmcluster", "ops", "-o", "json").stdout)
+        return json.loads(self.kubectl("get", "slurmcluster", self.name, "-o", "json").stdout)
 
     def ready(self) -> bool:
         c = self.cluster()
@@ -52,13 +54,13 @@ class Platform:
         return st.get("phase") == "Ready" and st.get("observedGeneration") == c["metadata"]["generation"]
 
     def scontrol(self, *args: str) -> str:
-        proc = subprocess.run(self.box.exec("ops-controller-0", ["scontrol", *args]), capture_output=True,
+        proc = subprocess.run(self.box.exec(self.controller, ["scontrol", *args]), capture_output=True,
                               text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 
     def sbatch(self, *args: str) -> int:
-        proc = subprocess.run(self.box.exec("ops-controller-0", ["sbatch", "--parsable", *args]),
+        proc = subprocess.run(self.box.exec(self.controller, ["sbatch", "--parsable", *args]),
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
         return int(proc.stdout.strip())
@@ -67,7 +69,7 @@ class Platform:
         return dict(f.split("=", 1) for f in self.scontrol("show", "job", "--oneliner", str(job)).split() if "=" in f)
 
     def ctld_pid(self) -> str:
-        proc = subprocess.run(self.box.exec("ops-controller-0", ["pgrep", "-x", "slurmctld"]), capture_output=True,
+        proc = subprocess.run(self.box.exec(self.controller, ["pgrep", "-x", "slurmctld"]), capture_output=True,
                               text=True, timeout=30)
         return proc.stdout.strip()
 

@@ -1,0 +1,292 @@
+"""A SlurmCluster's life with kubectl against the sandbox, real Slurm behind it:
+conflicting edits, scaling out and in with a job on the node that goes, the
+operator killed in the middle of a change, and deletion.
+
+The tests share one sandbox and run in order; the last one deletes the cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmk8s.api import load_cluster
+from slurmk8s.render import ClusterKeys, names, render
+from slurmk8s.sandbox import Sandbox, runtime
+
+from .test_operator_e2e import Platform, wait_for
+
+pytestmark = pytest.mark.slurm
+SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
+SUBNET = "10.253.94.0/24"
+NAME = "life"
+CONTROLLER = f"{NAME}-controller-0"
+MANIFEST = {
+    "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster", "metadata": {"name": NAME},
+    "spec": {
+        "nodeSets": [{"name": "cpu", "replicas": 2, "cpus": 1, "memory": "1Gi", "drain": {"gracePeriod": 5}}],
+        "partitions": [{"name": "cpu", "nodeSets": ["cpu"], "default": True}],
+    },
+}
+
+
+class Life(Platform):
+    def __init__(self, box: Sandbox, work: Path, env: dict):
+        super().__init__(box, NAME)
+        self.work, self.env = work, env
+
+    def up(self, doc: dict) -> subprocess.CompletedProcess:
+        path = self.work / f"{NAME}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        return subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(path), "--subnet", SUBNET, "--timeout", "150"],
+                              capture_output=True, text=True, env=self.env, timeout=200)
+
+    def run(self, *argv: str, pod: str = CONTROLLER) -> str:
+        proc = subprocess.run(self.box.exec(pod, list(argv)), capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    def config(self, key: str) -> str:
+        """A setting as slurmctld holds it (`scontrol show config`)."""
+        for line in self.scontrol("show", "config").splitlines():
+            k, _, v = line.partition("=")
+            if k.strip() == key:
+                return v.strip()
+        raise AssertionError(f"{key} not in scontrol show config")
+
+    def patch(self, spec: dict) -> None:
+        self.kubectl("patch", "slurmcluster", NAME, "--type", "merge", "-p", json.dumps({"spec": spec}))
+
+    def names(self, kind: str) -> list[str]:
+        out = self.kubectl("get", kind, "-l", f"{names.CLUSTER_LABEL}={NAME}", "-o", "json").stdout
+        return sorted(o["metadata"]["name"] for o in json.loads(out)["items"])
+
+    def events(self) -> list[dict]:
+        out = self.kubectl("get", "events", "--field-selector", f"involvedObject.name={NAME}", "-o", "json").stdout
+        return json.loads(out)["items"]
+
+    def slurm_nodes(self) -> dict[str, str]:
+        """Slurm node -> state, as the operator sees them through the agent."""
+        return {n.name: self.box._node_state(n) for n in self.box.slurm().nodes()}
+
+    def settled(self, workers: list[str]) -> bool:
+        """Ready at the current generation, and exactly ``workers`` in Slurm, all idle."""
+        return self.ready() and self.slurm_nodes() == {w: "idle" for w in workers}
+
+    def expected(self, kind: str, doc: dict) -> list[str]:
+        """The names of ``kind`` the cluster should have: rendered, and for claims also those
+        of the StatefulSets' volumeClaimTemplates (`<template>-<pod>`)."""
+        objs = render(load_cluster(copy.deepcopy(doc)), ClusterKeys.generate())
+        out = [o["metadata"]["name"] for o in objs if o["kind"] == kind]
+        if kind == "PersistentVolumeClaim":
+            out += [f"{t['metadata']['name']}-{o['metadata']['name']}-{i}" for o in objs if o["kind"] == "StatefulSet"
+                    for t in o["spec"].get("volumeClaimTemplates", []) for i in range(o["spec"]["replicas"])]
+        return sorted(out)
+
+    def diagnose(self) -> str:
+        """What a timed-out wait shows: pods, Slurm nodes, the status and the operator's last words."""
+        status = self.cluster().get("status", {})
+        return (f"\npods: {self.names('pods')}\nslurm: {self.slurm_nodes()}\n"
+                f"status: {json.dumps(status.get('conditions'))}\n"
+                f"operator log:\n{self.box.logs('operator', tail=40)}")
+
+    def pod_processes(self) -> dict[int, str]:
+        """Every process of every pod (host PID -> its pid namespace), from the kubelet's records."""
+        spaces = set()
+        for pod in self.box._local_pods().values():
+            init = runtime.init_pid(pod["holder"])
+            if init:
+                spaces.add(os.readlink(f"/proc/{init}/ns/pid"))
+        return {pid: ns for pid, ns in all_pid_namespaces().items() if ns in spaces}
+
+    def wait_for_log(self, process: str, offset: int, needle: str, timeout: float = 60) -> str:
+        """The first new line of ``process``'s log (from ``offset``) that holds ``needle``."""
+        log = self.box.log_path(process)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with open(log, "rb") as f:
+                f.seek(offset)
+                for line in f.read().decode(errors="replace").splitlines():
+                    if needle in line:
+                        return line
+            time.sleep(0.005)
+        raise AssertionError(f"no {needle!r} in {log} within {timeout}s")
+
+
+def all_pid_namespaces() -> dict[int, str]:
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                out[int(entry.name)] = os.readlink(entry / "ns" / "pid")
+            except OSError:
+                pass  # gone meanwhile
+    return out
+
+
+@pytest.fixture(scope="module")
+def life(tmp_path_factory):
+    assert os.geteuid() == 0, "the sandbox needs root"
+    work = tmp_path_factory.mktemp("operator-lifecycle")
+    env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(work / "state")}
+    p = Life(Sandbox(work / "state"), work, env)
+    try:
+        up = p.up(MANIFEST)
+        assert up.returncode == 0, up.stderr
+        yield p
+    finally:
+        subprocess.run([SLURMK8S, "sandbox", "down", "--purge"], capture_output=True, env=env, timeout=240)
+
+
+def test_of_two_edits_read_at_the_same_resource_version_the_second_conflicts(life):
+    for _ in range(5):  # the operator may write in between: then read again
+        seen = life.cluster()
+        first, second = copy.deepcopy(seen), copy.deepcopy(seen)
+        first["metadata"].setdefault("annotations", {})["example.com/owner"] = "first"
+        second["metadata"].setdefault("annotations", {})["example.com/owner"] = "second"
+        one = life.kubectl("replace", "-f", "-", input=json.dumps(first), check=False)
+        if one.returncode == 0:
+            break
+        assert "the object has been modified" in one.stderr
+    else:
+        raise AssertionError(f"the first replace kept conflicting: {one.stderr}")
+    two = life.kubectl("replace", "-f", "-", input=json.dumps(second), check=False)
+    assert two.returncode != 0
+    assert "the object has been modified; please apply your changes to the latest version and try again" \
+        in two.stderr
+    assert life.cluster()["metadata"]["annotations"]["example.com/owner"] == "first"
+
+    # The same with the official client: 409 Conflict, nothing changed.
+    client, api = life.box.api()
+    custom = client.CustomObjectsApi(api)
+    second["metadata"]["annotations"]["example.com/owner"] = "python"
+    with pytest.raises(client.ApiException) as err:
+        custom.replace_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "slurmclusters", NAME, second)
+    assert err.value.status == 409
+    assert json.loads(err.value.body)["reason"] == "Conflict"
+    assert life.cluster()["metadata"]["annotations"]["example.com/owner"] == "first"
+
+
+def test_scaling_2_3_1_requeues_the_job_on_the_node_that_goes(life):
+    cpu = [f"{NAME}-cpu-{i}" for i in range(3)]
+    nodeset = MANIFEST["spec"]["nodeSets"][0]
+    life.patch({"nodeSets": [{**nodeset, "replicas": 3}]})
+    wait_for("three idle nodes", lambda: life.settled(cpu), timeout=90, show=life.diagnose)
+
+    goes = life.sbatch("--requeue", "-w", cpu[2], "-J", "goes", "-o", "/dev/null", "--wrap", "sleep 600")
+    stays = life.sbatch("--requeue", "-w", cpu[0], "-J", "stays", "-o", "/dev/null", "--wrap", "sleep 600")
+    try:
+        wait_for("both jobs to run", lambda: life.job(goes)["JobState"] == life.job(stays)["JobState"] == "RUNNING")
+        life.patch({"nodeSets": [{**nodeset, "replicas": 1}]})
+
+        # Drained first: the job is not killed; it runs out its grace period, then is requeued.
+        wait_for("the node drained", lambda: "drain" in life.slurm_nodes().get(cpu[2], "drain"))
+        # Its node is gone and the one that stays is busy: it waits in the queue.
+        wait_for("the job requeued", lambda: (life.job(goes)["JobState"], life.job(goes)["Restarts"]) == (
+            "PENDING", "1"), timeout=60, show=life.diagnose)
+        assert life.job(goes)["Requeue"] == "1"
+        wait_for("the JobsRequeued Event", lambda: any(
+            e["reason"] == "JobsRequeued" and str(goes) in e["message"] for e in life.events()), timeout=30,
+            show=lambda: [(e["reason"], e["message"]) for e in life.events()])
+
+        login = [p for p in life.names("pods") if p.startswith(f"{NAME}-login-")]
+        wait_for("the pods of nodes 1 and 2 gone", lambda: life.names("pods") == sorted(
+            [CONTROLLER, cpu[0], *login]), timeout=90, show=life.diagnose)
+        wait_for("their Slurm records gone", lambda: set(life.slurm_nodes()) == {cpu[0]}, timeout=90,
+                 show=life.diagnose)
+        # The job on the node that stays was never touched.
+        kept = life.job(stays)
+        assert (kept["JobState"], kept["Restarts"], kept["NodeList"]) == ("RUNNING", "0", cpu[0]), kept
+        assert life.job(goes)["Restarts"] == "1"
+    finally:
+        life.run("scancel", str(goes), str(stays))
+    wait_for("the jobs cancelled", lambda: life.job(goes)["JobState"] == life.job(stays)["JobState"] == "CANCELLED",
+             timeout=60)
+    wait_for("the node that stays idle, the cluster Ready", lambda: life.settled([cpu[0]]), timeout=60,
+             show=life.diagnose)
+
+
+GROWN = copy.deepcopy(MANIFEST)
+GROWN["spec"]["nodeSets"] = [{**MANIFEST["spec"]["nodeSets"][0], "replicas": 1},
+                             {"name": "extra", "replicas": 1, "cpus": 1, "memory": "1Gi", "drain": {"gracePeriod": 5}}]
+GROWN["spec"]["partitions"] = [{"name": "cpu", "nodeSets": ["cpu", "extra"], "default": True}]
+MANAGED = {"ConfigMap": "configmaps", "Secret": "secrets", "PersistentVolumeClaim": "persistentvolumeclaims",
+           "Service": "services", "StatefulSet": "statefulsets", "Deployment": "deployments",
+           "PodDisruptionBudget": "poddisruptionbudgets"}
+
+
+def test_an_operator_killed_mid_change_converges_without_duplicates(life):
+    pid = life.box.state().processes["operator"]
+    offset = life.box.log_path("operator").stat().st_size
+    path = life.work / "grown.yaml"
+    path.write_text(yaml.safe_dump(GROWN))
+    life.kubectl("apply", "-f", str(path))
+    # The round writes its creates, then its updates; it dies at the first update.
+    life.wait_for_log("operator", offset, "updated")
+    os.kill(pid, signal.SIGKILL)
+    wait_for("the operator gone", lambda: not runtime.alive(pid), timeout=10)
+    log = life.box.log_path("operator").read_bytes()[offset:].decode(errors="replace")
+    assert "Handler 'reconcile-update/spec' succeeded" not in log, f"the round finished before the kill:\n{log}"
+
+    up = life.up(GROWN)  # `sandbox up` starts what is missing: the operator
+    assert up.returncode == 0, up.stderr
+    assert life.box.state().processes["operator"] != pid
+    workers = [f"{NAME}-cpu-0", f"{NAME}-extra-0"]
+    wait_for("the grown cluster settled", lambda: life.settled(workers), timeout=60, show=life.diagnose)
+    for kind, plural in MANAGED.items():
+        assert life.names(plural) == life.expected(kind, GROWN), kind
+    login = [p for p in life.names("pods") if p.startswith(f"{NAME}-login-")]
+    assert len(login) == 1 and len(life.names("replicasets")) == 1
+    assert life.names("pods") == sorted([CONTROLLER, *workers, *login])
+    assert "cpu" in life.scontrol("show", "node", workers[1])  # the partition took the new node set
+
+
+def test_a_kill_wait_change_is_reconfigured_and_restarts_no_worker(life):
+    """killWait sets the workers' termination grace period too; the running
+    workers keep theirs (the restart hash leaves it out) and are not restarted."""
+    uids = lambda: {p: json.loads(life.kubectl("get", "pod", p, "-o", "json").stdout)["metadata"]["uid"]
+                    for p in life.names("pods")}
+    before, pid = uids(), life.ctld_pid()
+    seen = {e["metadata"]["name"] for e in life.events()}
+    life.patch({"slurmConfig": {"killWait": 45}})
+    wait_for("slurmctld to read KillWait=45", lambda: life.config("KillWait") == "45 sec", timeout=90)
+    template = json.loads(life.kubectl("get", "statefulset", f"{NAME}-cpu", "-o", "json").stdout)["spec"]["template"]
+    assert template["spec"]["terminationGracePeriodSeconds"] == 105
+    wait_for("the cluster Ready", life.ready, timeout=30)
+    time.sleep(7)  # two more rounds of the operator (every 3s) would start a rolling update
+    assert uids() == before and life.ctld_pid() == pid
+    assert not {"Draining", "Restarting"} & {e["reason"] for e in life.events() if e["metadata"]["name"] not in seen}
+    assert life.settled([f"{NAME}-cpu-0", f"{NAME}-extra-0"])
+
+
+def test_deleting_the_cluster_leaves_only_its_state_claim(life):
+    assert life.kubectl("get", "slurmcluster", NAME, "-o", "name").stdout.strip() == f"slurmcluster.slurmk8s.dev/{NAME}"
+    claims = life.expected("PersistentVolumeClaim", GROWN)
+    assert claims and life.names("persistentvolumeclaims") == claims
+    processes = life.pod_processes()
+    assert len(processes) > 5  # slurmctld, slurmd, munged, sshd... in their pods
+
+    deleted = life.kubectl("delete", "slurmcluster", NAME, "--timeout=150s")
+    assert f'slurmcluster.slurmk8s.dev "{NAME}" deleted' in deleted.stdout
+    gone = life.kubectl("get", "slurmcluster", NAME, check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
+
+    # The controller and login pods end gracefully after their owners are gone.
+    left = lambda: sorted(life.kubectl("get", "all,cm,secret,pvc", "-o", "name").stdout.split())
+    wait_for("nothing left but the namespace's CA and the claims", lambda: left() == sorted(
+        ["configmap/kube-root-ca.crt", *(f"persistentvolumeclaim/{c}" for c in claims)]), timeout=60, show=left)
+    wait_for("the teardown's Event", lambda: any(e["reason"] == "Deleted" for e in life.events()), timeout=30,
+             show=lambda: [(e["reason"], e["message"]) for e in life.events()])
+    wait_for("every process of the cluster's pods gone", lambda: not any(
+        all_pid_namespaces().get(pid) == ns for pid, ns in processes.items()), timeout=30)
+    state = life.box.dir / "storage" / "claims" / "default"
+    assert all(any((state / c).iterdir()) for c in claims)  # the retained claims keep their data
