@@ -21,7 +21,7 @@ from ..api.lending import NodeLendingPolicyStatus
 
 __all__ = [
     "SetLendingState", "ClearLending", "RecordIdleSince", "ClearIdleSince", "RecordSignalled",
-    "RecordForced", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "DrainSlurmNode",
+    "RecordForced", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "DrainSlurmNode", "DownSlurmNode",
     "SignalJobs", "RequeueJobs", "StartJobsNow", "CancelJobs", "DeleteSlurmNode", "Event", "PolicyStatus",
     "Action", "NodeAction", "SLURM_ACTIONS", "DESTRUCTIVE_ACTIONS", "node_of",
 ]
@@ -157,6 +157,17 @@ class DrainSlurmNode:
 
 
 @dataclass(frozen=True)
+class DownSlurmNode:
+    """``SlurmClient.set_down(node, reason)``: the node's slurmd is gone, so its
+    jobs cannot end by themselves; slurmctld ends them at once, requeueing
+    those that may be requeued, instead of after SlurmdTimeout."""
+
+    cluster: str
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class SignalJobs:
     """``SlurmClient.signal(job, signal)`` for each job: the jobs' cue to checkpoint."""
 
@@ -232,14 +243,14 @@ class PolicyStatus:
 
 NodeAction = Union[
     SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordSignalled, RecordForced,
-    Taint, Untaint, CreateSlurmdPod, DeleteSlurmdPod, DrainSlurmNode, SignalJobs, RequeueJobs,
+    Taint, Untaint, CreateSlurmdPod, DeleteSlurmdPod, DrainSlurmNode, DownSlurmNode, SignalJobs, RequeueJobs,
     StartJobsNow, CancelJobs, DeleteSlurmNode,
 ]
 Action = Union[NodeAction, Event, PolicyStatus]
 
-SLURM_ACTIONS = (DrainSlurmNode, SignalJobs, RequeueJobs, StartJobsNow, CancelJobs, DeleteSlurmNode)
+SLURM_ACTIONS = (DrainSlurmNode, DownSlurmNode, SignalJobs, RequeueJobs, StartJobsNow, CancelJobs, DeleteSlurmNode)
 #: Actions that stop or disturb Slurm work, or hand a node back to Kubernetes.
-DESTRUCTIVE_ACTIONS = (DrainSlurmNode, SignalJobs, RequeueJobs, CancelJobs, DeleteSlurmNode, DeleteSlurmdPod,
+DESTRUCTIVE_ACTIONS = (DrainSlurmNode, DownSlurmNode, SignalJobs, RequeueJobs, CancelJobs, DeleteSlurmNode, DeleteSlurmdPod,
                        Untaint, ClearLending)
 
 

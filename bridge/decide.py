@@ -51,6 +51,7 @@ from .actions import (
     DeleteSlurmNode,
     DeleteSlurmdPod,
     DrainSlurmNode,
+    DownSlurmNode,
     Event,
     PolicyStatus,
     RecordForced,
@@ -132,6 +133,9 @@ REASONS = {
 }
 #: Reclaims where the jobs cannot be saved by a checkpoint signal: they are
 #: requeued (or cancelled) at once.
+#: Failures where the node's slurmd is gone: its jobs cannot end by
+#: themselves, so the Slurm node is set DOWN, which ends them at once.
+SLURMD_GONE = frozenset({SLURMD_LOST, NODE_NOT_READY})
 FAILURES = frozenset({SLURMD_LOST, SLURM_NODE_LOST, SLURM_NODE_DOWN, NODE_NOT_READY,
                       REGISTRATION_TIMEOUT, UNLENDABLE, CLUSTER_GONE})
 
@@ -569,6 +573,18 @@ class _Decider:
                     f"Slurm node {name} was drained by someone else ({snode.reason or 'no reason'}); slurmk8s "
                     "leaves that drain alone and removes the node from Slurm once its jobs are gone",
                     warning=True))
+        if reason in SLURMD_GONE and snode is not None and snode.state != "down" and jobs:
+            # Nothing answers for these jobs: Slurm would wait SlurmdTimeout
+            # (minutes) before it gave up on them. DOWN ends them now, and
+            # requeues those that may be requeued; the drain keeps the node
+            # out of service should its slurmd come back.
+            if not snode.drain_set:
+                acts.append(DrainSlurmNode(self.cluster_key, name, f"reclaimed by Kubernetes ({reason})"))
+            acts.append(DownSlurmNode(self.cluster_key, name, f"reclaimed by Kubernetes ({reason})"))
+            if signalled is None:
+                acts.append(RecordSignalled(name, self.now, _job_ids(jobs)))
+            self.emit(*acts)
+            return
         if snode is not None and not snode.drain_set:
             acts.append(DrainSlurmNode(self.cluster_key, name, f"reclaimed by Kubernetes ({reason})"))
         if not failure and signalled is None:

@@ -21,6 +21,7 @@ Rules the loop keeps (bridge/README.md explains why):
 from __future__ import annotations
 
 import base64
+import posixpath
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -35,12 +36,14 @@ from ..api.lending import NodeLendingPolicy, NodeLendingPolicyStatus
 from ..render import names
 from ..render.manifests import lent_slurmd_pod
 from ..slurm import RemoteSlurm, SlurmControl
+from ..slurm.remote import AgentError
 from . import actions as A
 from . import metrics
 from .decide import decide, lending_metrics, orphaned_policies
 from .nodestate import LENT, RECLAIMING, TAINT_KEY
 from .observed import InvalidPolicy, KubeNode, Observed, PolicyGone, SlurmState, node_from_api, pod_from_api
 from .patches import NODE_PATCH_ACTIONS, node_patch
+from .rollout import apply_rollouts
 
 __all__ = ["Bridge", "RoundReport", "FIELD_MANAGER"]
 
@@ -68,6 +71,8 @@ class RoundReport:
     failed: list[tuple[Any, str]] = field(default_factory=list)
     skipped: list[Any] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: Deployments rolled to a new model version: namespace/name -> version.
+    rolled: dict[str, str] = field(default_factory=dict)
 
 
 def _key(obj: Mapping) -> str:
@@ -88,6 +93,7 @@ class Bridge:
         self.clock = clock
         #: Watch policies in these namespaces only; empty: every namespace.
         self.namespaces = tuple(namespaces)
+        self._api_clients = None
 
     # Observing.
 
@@ -120,14 +126,17 @@ class Bridge:
             # The operator reports an invalid cluster; lending waits for a valid one.
             raise RuntimeError(f"SlurmCluster {namespace}/{name} is invalid") from None
 
+    def _agent_of(self, cluster: SlurmCluster) -> SlurmControl:
+        secret = self.kube.get("Secret", cluster.namespace, names.agent_token_secret(cluster))
+        if secret is None:
+            raise RuntimeError(f"the agent token Secret {names.agent_token_secret(cluster)} is missing")
+        token = base64.b64decode((secret.get("data") or {})["token"])
+        pod = self.kube.get("Pod", cluster.namespace, names.controller_pod(cluster))
+        return self.agent(cluster, token, pod)
+
     def _slurm(self, cluster: SlurmCluster) -> tuple[SlurmState, SlurmControl | None]:
         try:
-            secret = self.kube.get("Secret", cluster.namespace, names.agent_token_secret(cluster))
-            if secret is None:
-                raise RuntimeError(f"the agent token Secret {names.agent_token_secret(cluster)} is missing")
-            token = base64.b64decode((secret.get("data") or {})["token"])
-            pod = self.kube.get("Pod", cluster.namespace, names.controller_pod(cluster))
-            slurm = self.agent(cluster, token, pod)
+            slurm = self._agent_of(cluster)
             return SlurmState(True, tuple(slurm.nodes()), tuple(slurm.jobs())), slurm
         except Exception as exc:  # noqa: BLE001 - any failure means: Slurm unknown, fail closed
             log.warning("slurm unreadable", cluster=f"{cluster.namespace}/{cluster.name}", error=str(exc))
@@ -160,9 +169,54 @@ class Bridge:
             except Exception as exc:  # noqa: BLE001 - one policy's failure must not stop the others
                 report.errors.append(f"{policy.key}: {exc}")
                 log.exception("policy round failed", policy=getattr(policy, "key", "?"))
+        try:
+            self._rollouts(report)
+        except Exception as exc:  # noqa: BLE001 - rollouts never hold up lending
+            report.errors.append(f"model-version rollouts: {exc}")
+            log.exception("rollouts failed")
         metrics.ROUND_SECONDS.observe(time.monotonic() - started)
         metrics.ROUNDS.labels("error" if report.errors else ("problem" if report.failed else "ok")).inc()
         return report
+
+    def _rollouts(self, report: RoundReport) -> None:
+        """Roll serving Deployments to the model versions jobs published
+        (bridge/rollout.py), in the namespaces of SlurmClusters with a
+        checkpoint directory; ``LATEST`` is read through each cluster's agent."""
+        namespaces = self.namespaces or (None,)
+        clusters: dict[str, list[SlurmCluster]] = {}
+        for ns in namespaces:
+            for obj in self.kube.list("SlurmCluster", ns):
+                try:
+                    c = load_cluster(obj)
+                except InvalidSpec:
+                    continue
+                if c.spec.shared_storage and c.spec.shared_storage.checkpoint_dir:
+                    clusters.setdefault(c.namespace, []).append(c)
+        if not clusters:
+            return
+        apps, core = self._clients()
+        for namespace, found in sorted(clusters.items()):
+            roots = {c.spec.shared_storage.checkpoint_dir: c for c in found}
+
+            def read_file(path: str, roots=roots) -> str:
+                model_dir = posixpath.dirname(path)
+                owner = next(c for root, c in roots.items() if model_dir == root or model_dir.startswith(root + "/"))
+                try:
+                    return self._agent_of(owner).published(model_dir)
+                except AgentError as exc:  # the agent refused or did not answer: this Deployment waits
+                    raise OSError(str(exc)) from None
+
+            done = apply_rollouts(apps, read_file, sorted(roots), core=core, namespace=namespace, now=self.clock)
+            report.rolled.update(done.rolled)
+
+    def _clients(self):
+        """The official client's AppsV1Api and CoreV1Api, on the same credentials (rollout.py uses them)."""
+        if self._api_clients is None:
+            from kubernetes import client
+
+            api = client.ApiClient(self.kube.configuration)
+            self._api_clients = (client.AppsV1Api(api), client.CoreV1Api(api))
+        return self._api_clients
 
     def _policy_round(self, policy: Policy, obj: dict | None, report: RoundReport) -> None:
         # Fresh Nodes and Pods for every policy: the previous one may have changed them.
@@ -245,6 +299,8 @@ class _Acting:
             self.kube.delete("Pod", action.namespace, action.name)
         elif isinstance(action, A.DrainSlurmNode):
             self._need_slurm().drain(action.node, action.reason)
+        elif isinstance(action, A.DownSlurmNode):
+            self._need_slurm().set_down(action.node, action.reason)
         elif isinstance(action, A.SignalJobs):
             signalled = self._need_slurm().signal_node_jobs(action.node, action.signal)
             metrics.JOBS.labels("signalled").inc(len(signalled))

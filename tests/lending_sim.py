@@ -181,6 +181,15 @@ class World:
                 return False  # scontrol: Invalid node name
             if not s.drain_set:
                 self.snodes[a.node] = replace(s, flags=s.flags | {"DRAIN"}, reason=f"{DRAIN_PREFIX} {a.reason}")
+        elif isinstance(a, A.DownSlurmNode):
+            s = self.snodes.get(a.node)
+            if s is None:
+                return False
+            self.snodes[a.node] = replace(s, state="down", reason=f"{DRAIN_PREFIX} {a.reason}")
+            for j in list(self.jobs.values()):  # Slurm ends them: requeued, or gone when they may not be
+                if a.node in j.nodes.split(",") and j.state == "RUNNING":
+                    self.log.append(("node-fail" if j.requeue else "cancel", j.job_id, a.node))
+                    self.jobs[j.job_id] = replace(j, state="COMPLETING")
         elif isinstance(a, A.SignalJobs):
             self.log.extend(("signal", j, a.signal) for j in a.job_ids)
         elif isinstance(a, (A.RequeueJobs, A.CancelJobs)):

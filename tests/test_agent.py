@@ -23,10 +23,10 @@ import pytest
 from slurmk8s.api import load_cluster
 from slurmk8s.render import config_files, config_hash, node_conf
 from slurmk8s.slurm import (
-    DRAIN_PREFIX, AgentUnauthorized, AgentUnreachable, NotOurDrain, RemoteSlurm, SlurmClient, SlurmControl,
+    DRAIN_PREFIX, AgentError, AgentUnauthorized, AgentUnreachable, NotOurDrain, RemoteSlurm, SlurmClient, SlurmControl,
     SlurmError,
 )
-from slurmk8s.slurm.agent import AgentServer, read_token
+from slurmk8s.slurm.agent import AgentServer, make_server, read_token
 from slurmk8s.slurm.control import OPERATIONS
 
 from .realslurm import SlurmNamespace, missing_tools
@@ -260,3 +260,27 @@ def test_delete_node_removes_the_record_and_is_idempotent(local, remote):
     remote.delete_node(NODE)
     assert remote.node(NODE) is None and local.node(NODE) is None
     remote.delete_node(NODE)  # already gone: fine
+
+
+def test_published_model_versions_are_read_only_below_the_checkpoint_root(tmp_path, keys):
+    """GET /v1/published: what the bridge's rollouts read; nothing outside the root."""
+
+    root = tmp_path / "checkpoints"
+    model = root / "researcher" / "train"
+    model.mkdir(parents=True)
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "LATEST").write_text("not-for-you\n")
+    server = make_server("127.0.0.1:0", SlurmClient(lambda argv, stdin: None), keys.agent_token, str(root))
+    server.start()
+    try:
+        remote = RemoteSlurm(server.url, keys.agent_token)
+        with pytest.raises(FileNotFoundError, match="nothing published yet"):
+            remote.published(str(model))
+        (model / "LATEST").write_text("step-000003\n")
+        assert remote.published(str(model)) == "step-000003\n"
+        for outside in (str(tmp_path / "secret"), f"{model}/../../../secret", "relative/dir"):
+            with pytest.raises(AgentError) as info:
+                remote.published(outside)
+            assert info.value.status == 403, outside
+    finally:
+        server.stop()

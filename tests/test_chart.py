@@ -437,7 +437,8 @@ BRIDGE_CLUSTER_GRANTS = {
 BRIDGE_NAMESPACED_GRANTS = {
     ("slurmk8s.dev", "nodelendingpolicies", "get"), ("slurmk8s.dev", "nodelendingpolicies", "list"),
     ("slurmk8s.dev", "nodelendingpolicies", "watch"), ("slurmk8s.dev", "nodelendingpolicies/status", "patch"),
-    ("slurmk8s.dev", "slurmclusters", "get"),
+    ("slurmk8s.dev", "slurmclusters", "get"), ("slurmk8s.dev", "slurmclusters", "list"),
+    ("slurmk8s.dev", "slurmclusters", "watch"),
     ("", "pods", "create"), ("", "pods", "delete"),
     ("", "secrets", "get"),
     ("apps", "deployments", "get"), ("apps", "deployments", "list"), ("apps", "deployments", "watch"),

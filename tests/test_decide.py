@@ -511,10 +511,21 @@ def test_a_failed_lent_node_requeues_its_jobs_at_once(mutate, reason):
     acts = w.decide(POLICY, T0)
     assert only(acts, A.SetLendingState).reason == reason
     assert not of(acts, A.SignalJobs)
+    assert [e for e in of(acts, A.Event) if e.reason == "Reclaiming"][0].type == "Warning"
+    if reason in ("slurmd-lost", "node-not-ready"):
+        # No slurmd answers for the job: Slurm is told the node is DOWN, which
+        # ends (and requeues) it now instead of after SlurmdTimeout.
+        assert only(acts, A.DownSlurmNode) == A.DownSlurmNode("hpc/demo", "n1", f"reclaimed by Kubernetes ({reason})")
+        assert not of(acts, A.RequeueJobs) and kinds(acts)[1:3] == ["DrainSlurmNode", "DownSlurmNode"]
+        w.apply(acts)
+        assert w.decide(POLICY, T0) == []  # the job is ending
+        w.step()
+        assert w.jobs[1].state == "PENDING"
+        assert "ClearLending" in kinds(w.decide(POLICY, T0 + timedelta(seconds=1)))
+        return
     assert only(acts, A.RequeueJobs).job_ids == (1,)
     assert of(acts, A.DrainSlurmNode) == ([] if "n1" not in w.snodes else
                                          [A.DrainSlurmNode("hpc/demo", "n1", f"reclaimed by Kubernetes ({reason})")])
-    assert [e for e in of(acts, A.Event) if e.reason == "Reclaiming"][0].type == "Warning"
 
 
 def test_a_slurm_node_in_unknown_state_is_not_a_failure():

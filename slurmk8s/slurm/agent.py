@@ -16,6 +16,7 @@ constant time. Routes (JSON in and out)::
     GET    /v1/config-hash                  {"hash": "0123456789abcdef"}
     POST   /v1/nodes/<name>/drain           {"reason": "scale-in"}
     POST   /v1/nodes/<name>/undrain
+    POST   /v1/nodes/<name>/down            {"reason": "slurmd lost"}
     POST   /v1/nodes/<name>/signal          {"signal": "USR1"} -> {"jobs": [ids]}
     DELETE /v1/nodes/<name>
     POST   /v1/jobs/<id>/requeue            requeue, then eligible at once
@@ -100,6 +101,8 @@ ROUTES: list[tuple[str, re.Pattern, Callable[..., Any]]] = [
     ("POST", re.compile(r"/v1/nodes/(?P<name>[^/]+)/drain"),
      lambda s, q, b, name: s.drain(name, _string(b, "reason"))),
     ("POST", re.compile(r"/v1/nodes/(?P<name>[^/]+)/undrain"), lambda s, q, b, name: s.undrain(name)),
+    ("POST", re.compile(r"/v1/nodes/(?P<name>[^/]+)/down"),
+     lambda s, q, b, name: s.set_down(name, _string(b, "reason"))),
     ("POST", re.compile(r"/v1/nodes/(?P<name>[^/]+)/signal"),
      lambda s, q, b, name: {"jobs": s.signal_node_jobs(name, _string(b, "signal"))}),
     ("DELETE", re.compile(r"/v1/nodes/(?P<name>[^/]+)"), lambda s, q, b, name: s.delete_node(name)),

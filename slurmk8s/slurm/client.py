@@ -145,6 +145,13 @@ class SlurmClient:
         self._run("scontrol", "update", f"nodename={_check_node(name)}", "state=drain",
                   f"reason={DRAIN_PREFIX} {_check_reason(reason)}")
 
+    def set_down(self, name: str, reason: str) -> None:
+        """Mark a node DOWN with a ``slurmk8s:``-prefixed reason: for a node whose
+        slurmd is gone. slurmctld ends its jobs at once (requeueing those that
+        may be) instead of waiting for SlurmdTimeout."""
+        self._run("scontrol", "update", f"nodename={_check_node(name)}", "state=down",
+                  f"reason={DRAIN_PREFIX} {_check_reason(reason)}")
+
     def undrain(self, name: str) -> None:
         """Clear a drain slurmk8s set. Raises NotOurDrain for anyone else's drain."""
         node = self.node(name)

@@ -36,6 +36,9 @@ class SlurmControl(Protocol):
     def drain(self, name: str, reason: str) -> None:
         """Drain a node; the reason Slurm shows is ``slurmk8s: <reason>``."""
 
+    def set_down(self, name: str, reason: str) -> None:
+        """Mark a node DOWN (its slurmd is gone); the reason Slurm shows is ``slurmk8s: <reason>``."""
+
     def undrain(self, name: str) -> None:
         """Clear a slurmk8s drain; raises NotOurDrain for anyone else's."""
 
@@ -63,6 +66,6 @@ class SlurmControl(Protocol):
 
 #: The operations, by name: the agent serves exactly these.
 OPERATIONS = (
-    "ping", "nodes", "node", "jobs", "drain", "undrain", "signal_node_jobs",
+    "ping", "nodes", "node", "jobs", "drain", "set_down", "undrain", "signal_node_jobs",
     "requeue", "start_now", "cancel", "delete_node", "reconfigure", "config_hash",
 )

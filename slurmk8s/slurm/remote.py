@@ -117,6 +117,9 @@ class RemoteSlurm:
     def drain(self, name: str, reason: str) -> None:
         self._call("POST", f"/v1/nodes/{_seg(name)}/drain", {"reason": reason})
 
+    def set_down(self, name: str, reason: str) -> None:
+        self._call("POST", f"/v1/nodes/{_seg(name)}/down", {"reason": reason})
+
     def undrain(self, name: str) -> None:
         self._call("POST", f"/v1/nodes/{_seg(name)}/undrain", {})
 

@@ -6,6 +6,7 @@ order, and each leaves both lendable nodes lent again.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -174,3 +175,36 @@ def test_a_policy_that_selects_nothing_or_names_no_partition_says_so_and_touches
     assert {n: (world.node(n).metadata.labels, world.node(n).metadata.annotations) for n in LEND} == before
     assert world.state("sandbox-node-0") is None
     world.kubectl("delete", "nodelendingpolicy", "selects-nothing", "wrong-partition")
+
+
+def test_a_published_model_version_rolls_the_serving_deployment(world):
+    """Train on Slurm, serve on Kubernetes: the bridge reads LATEST through the
+    cluster's agent (read-only) and rolls the Deployment that follows it."""
+    model_dir = "/shared/checkpoints/researcher/model"
+
+    def deployment(name: str, follows: str) -> dict:
+        return {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": "default",
+                             "annotations": {"slurmk8s.dev/model-dir": follows}},
+                "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
+                         "template": {"metadata": {"labels": {"app": name}},
+                                      "spec": {"containers": [{"name": "serve", "image": "slurmk8s/serve:22.05"}]}}}}
+
+    def version(name: str) -> str | None:
+        dep = world.kubectl("get", "deployment", name, "-o", "json")
+        return (json.loads(dep)["spec"]["template"]["metadata"].get("annotations") or {}).get(
+            "slurmk8s.dev/model-version")
+
+    world.apply(deployment("serve-model", model_dir))
+    world.apply(deployment("serve-elsewhere", "/etc"))
+    r = world.researcher
+    for step in (1, 2):
+        # What a training job does: the version first, then LATEST by a rename.
+        r.check(f"mkdir -p {model_dir}/step-{step:06d} && echo {step} > {model_dir}/step-{step:06d}/step && "
+                f"echo step-{step:06d} > {model_dir}/.LATEST.new && mv {model_dir}/.LATEST.new {model_dir}/LATEST")
+        wait_for(f"the Deployment rolled to step-{step:06d}", lambda: version("serve-model") == f"step-{step:06d}",
+                 timeout=30)
+    warnings = world.events("InvalidModelDir", "serve-elsewhere")
+    assert warnings and "outside the checkpoint directories" in warnings[0].message
+    assert version("serve-elsewhere") is None
+    world.kubectl("delete", "deployment", "serve-model", "serve-elsewhere")

@@ -461,10 +461,12 @@ every namespace is watched, otherwise by one Role per watched namespace.
   resources: ["nodelendingpolicies/status"]
   verbs: ["patch"]
 # Read the SlurmCluster a policy lends to (by name: its partitions, slurmd
-# image, config hash). The operator, not the bridge, manages it.
+# image, config hash), and list them to find the checkpoint directories whose
+# published model versions roll serving Deployments. The operator, not the
+# bridge, manages them.
 - apiGroups: ["slurmk8s.dev"]
   resources: ["slurmclusters"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch"]
 # The lent slurmd pod (<cluster>-lent-<node>) is created on a lent node and
 # deleted when the node is handed back. Reading pods is cluster-wide (above).
 - apiGroups: [""]
