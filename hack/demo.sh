@@ -2,7 +2,10 @@
 # The main job: bring the example SlurmCluster up in the sandbox (real Slurm
 # 22.05 daemons in per-pod Linux namespaces; no Docker, no Kubernetes), then do
 # what a researcher does: SSH to the login pod, put an unchanged sbatch script
-# on shared storage, submit it, and read its output.
+# on shared storage, submit it, and read its output. Then the node-lending
+# story (hack/demo_lending.py): idle Kubernetes GPU nodes are lent to Slurm,
+# train.sh runs across them, a serving Deployment takes one back, the job
+# checkpoints, the serving pod serves that checkpoint, and the job resumes.
 #
 #   hack/demo.sh [MANIFEST]        default: examples/slurmcluster.yaml
 #
@@ -59,6 +62,9 @@ on_login "cat $dir/train-$job.out"
 
 say "Published model versions in $ckpt (LATEST names the newest; examples/serving.yaml serves it)"
 on_login "ls $ckpt && echo LATEST: \$(cat $ckpt/LATEST)"
+
+# Act 2: lend idle GPU nodes, train on them, take one back for serving, resume.
+.venv/bin/python hack/demo_lending.py
 
 say "The cluster is still running. Next:"
 cat <<NEXT
