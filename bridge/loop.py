@@ -256,6 +256,14 @@ class Bridge:
                 time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
 
 
+#: Actions that run one facade operation per job: (operation, metrics outcome).
+_PER_JOB = {
+    A.RequeueJobs: ("requeue", "requeued"),
+    A.StartJobsNow: ("start_now", "started-now"),
+    A.CancelJobs: ("cancel", "cancelled"),
+}
+
+
 class _Acting:
     """Applies one policy's actions for one round, with the chain rule."""
 
@@ -304,21 +312,12 @@ class _Acting:
         elif isinstance(action, A.SignalJobs):
             signalled = self._need_slurm().signal_node_jobs(action.node, action.signal)
             metrics.JOBS.labels("signalled").inc(len(signalled))
-        elif isinstance(action, A.RequeueJobs):
+        elif type(action) in _PER_JOB:
+            operation, outcome = _PER_JOB[type(action)]
             slurm = self._need_slurm()
             for job in action.job_ids:
-                slurm.requeue(job)
-                metrics.JOBS.labels("requeued").inc()
-        elif isinstance(action, A.StartJobsNow):
-            slurm = self._need_slurm()
-            for job in action.job_ids:
-                slurm.start_now(job)
-                metrics.JOBS.labels("started-now").inc()
-        elif isinstance(action, A.CancelJobs):
-            slurm = self._need_slurm()
-            for job in action.job_ids:
-                slurm.cancel(job)
-                metrics.JOBS.labels("cancelled").inc()
+                getattr(slurm, operation)(job)
+                metrics.JOBS.labels(outcome).inc()
         elif isinstance(action, A.DeleteSlurmNode):
             self._need_slurm().delete_node(action.node)
         elif isinstance(action, A.Event):

@@ -30,6 +30,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.e2e.common import wait_for  # noqa: E402
 SK = str(ROOT / ".venv" / "bin" / "slurmk8s")
 KUBECTL = str(ROOT / ".venv" / "bin" / "kubectl")
 STEPS = 240  # train.sh steps of 0.5 s: long enough to be reclaimed mid-run
@@ -66,14 +69,7 @@ def on_login(command: str, input: str | None = None) -> str:
 
 
 def wait(what: str, predicate, timeout: float = 180, every: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            sys.exit(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
+    return wait_for(what, predicate, timeout=timeout, every=every)
 
 
 def slurm_nodes() -> dict[str, str]:
@@ -192,4 +188,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except AssertionError as exc:  # a wait timed out: say what for, without a traceback
+        sys.exit(f"demo: {exc}")

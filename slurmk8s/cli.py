@@ -118,17 +118,28 @@ def crd_cmd(write_dir: Path | None) -> None:
         click.echo(f"wrote {path}", err=True)
 
 
+def _controller_options(watched: str, verb: str):
+    """The options the operator and the bridge share: namespaces, credentials, ports."""
+    def decorate(f):
+        for option in reversed([
+            click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS",
+                         help=f"{verb} {watched} in NS; repeat for several namespaces."),
+            click.option("-A", "--all-namespaces", is_flag=True, help=f"{verb} {watched} in every namespace."),
+            click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
+                         help="Kubeconfig to use. Default: the pod's service account inside a cluster, "
+                              "else $KUBECONFIG or ~/.kube/config."),
+            click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
+                         help="Serve Prometheus metrics on PORT at /metrics."),
+            click.option("--health-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
+                         help="Serve the liveness probe on PORT at /healthz."),
+        ]):
+            f = option(f)
+        return f
+    return decorate
+
+
 @main.command("operator")
-@click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS",
-              help="Watch SlurmClusters in NS; repeat for several namespaces.")
-@click.option("-A", "--all-namespaces", is_flag=True, help="Watch SlurmClusters in every namespace.")
-@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
-              help="Kubeconfig to use. Default: the pod's service account inside a cluster, "
-                   "else $KUBECONFIG or ~/.kube/config.")
-@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
-              help="Serve Prometheus metrics on PORT at /metrics.")
-@click.option("--health-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
-              help="Serve the liveness probe on PORT at /healthz.")
+@_controller_options("SlurmClusters", "Watch")
 @click.option("--interval", type=click.FloatRange(1, 3600), default=10.0, show_default=True, metavar="SECONDS",
               help="Seconds between rounds for each SlurmCluster (besides rounds on every change).")
 def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
@@ -163,16 +174,7 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
 
 
 @main.command("bridge")
-@click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS",
-              help="Act on NodeLendingPolicies in NS; repeat for several namespaces.")
-@click.option("-A", "--all-namespaces", is_flag=True, help="Act on NodeLendingPolicies in every namespace.")
-@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
-              help="Kubeconfig to use. Default: the pod's service account inside a cluster, "
-                   "else $KUBECONFIG or ~/.kube/config.")
-@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
-              help="Serve Prometheus metrics on PORT at /metrics.")
-@click.option("--health-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
-              help="Serve the liveness probe on PORT at /healthz.")
+@_controller_options("NodeLendingPolicies", "Act on")
 @click.option("--interval", type=click.FloatRange(0.2, 600), default=2.0, show_default=True, metavar="SECONDS",
               help="Seconds between rounds. A reclaim starts at most this long after a GPU pod turns pending.")
 def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,

@@ -14,20 +14,17 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-import yaml
 
 from slurmk8s.bridge.nodestate import STATE_LABEL
 from slurmk8s.sandbox import Sandbox
 
 from .researcher import Researcher
+from .common import SLURMK8S, running_sandbox, wait_for
 
-SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
 LEND = ("sandbox-lend-0", "sandbox-lend-1")
 GRACE = 10
 
@@ -75,17 +72,6 @@ while true; do
   sleep 1 & wait $!
 done
 """
-
-
-def wait_for(what: str, predicate, timeout: float = 90, show=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what} {show()}")
-        time.sleep(0.3)
 
 
 class Lending:
@@ -209,19 +195,9 @@ class Lending:
 @contextlib.contextmanager
 def lending_sandbox(work: Path, subnet: str) -> Iterator[Lending]:
     """Bring the cluster up in a sandbox under ``work``; take it down after."""
-    assert os.geteuid() == 0, "the sandbox needs root"
-    manifest = work / "lend.yaml"
-    manifest.write_text(yaml.safe_dump(CLUSTER))
-    env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(work / "state")}
-    up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(manifest), "--subnet", subnet, "--timeout", "180"],
-                        capture_output=True, text=True, env=env, timeout=240)
-    box = Sandbox(work / "state")
-    try:
-        assert up.returncode == 0, up.stderr
+    with running_sandbox(work, CLUSTER, subnet) as (box, env, manifest):
         w = Lending(box, env, manifest, subnet)
         try:
             yield w
         finally:
             w.researcher.close()
-    finally:
-        subprocess.run([SLURMK8S, "sandbox", "down", "--purge"], capture_output=True, env=env, timeout=240)

@@ -4,32 +4,19 @@ the sandbox's API, a SlurmCluster changed while real Slurm runs a job on it."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmk8s.sandbox import Sandbox
+
+from .common import running_sandbox, wait_for
 
 pytestmark = pytest.mark.slurm
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
 SUBNET = "10.253.93.0/24"
-
-
-def wait_for(what: str, predicate, timeout: float = 120, show=lambda: ""):
-    """Poll ``predicate`` until it holds; ``show`` adds context to a timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what} {show()}")
-        time.sleep(0.5)
 
 
 class Platform:
@@ -76,8 +63,6 @@ class Platform:
 
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory):
-    assert os.geteuid() == 0, "the sandbox needs root"
-    work = tmp_path_factory.mktemp("operator-e2e")
     doc = {
         "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster", "metadata": {"name": "ops"},
         "spec": {
@@ -86,17 +71,8 @@ def platform(tmp_path_factory):
             "partitions": [{"name": "cpu", "nodeSets": ["cpu"], "default": True}],
         },
     }
-    path = work / "ops.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(work / "state")}
-    up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(path), "--subnet", SUBNET, "--timeout", "180"],
-                        capture_output=True, text=True, env=env, timeout=240)
-    box = Sandbox(work / "state")
-    try:
-        assert up.returncode == 0, up.stderr
+    with running_sandbox(tmp_path_factory.mktemp("operator-e2e"), doc, SUBNET) as (box, _, _):
         yield Platform(box)
-    finally:
-        subprocess.run([SLURMK8S, "sandbox", "down", "--purge"], capture_output=True, env=env, timeout=240)
 
 
 def test_kubectl_shows_the_cluster_with_its_printer_columns(platform):

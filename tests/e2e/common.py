@@ -1,0 +1,48 @@
+"""What the sandbox e2e tests share: a sandbox for the length of a module, and waiting."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import yaml
+
+from slurmk8s.sandbox import Sandbox
+
+SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
+
+
+def wait_for(what: str, predicate, timeout: float = 120, show=lambda: "", every: float = 0.3):
+    """Poll ``predicate`` until it returns something true, and return that;
+    ``show`` adds context to the timeout's message."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what} {show()}")
+        time.sleep(every)
+
+
+@contextlib.contextmanager
+def running_sandbox(work: Path, doc: dict, subnet: str) -> Iterator[tuple[Sandbox, dict, Path]]:
+    """`sandbox up` with the SlurmCluster ``doc`` in a state directory under
+    ``work``; yields the sandbox, the environment that names it, and the
+    manifest's path. `sandbox down --purge` afterwards."""
+    assert os.geteuid() == 0, "the sandbox needs root"
+    manifest = work / f"{doc['metadata']['name']}.yaml"
+    manifest.write_text(yaml.safe_dump(doc))
+    env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(work / "state")}
+    up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(manifest), "--subnet", subnet, "--timeout", "180"],
+                        capture_output=True, text=True, env=env, timeout=240)
+    try:
+        assert up.returncode == 0, up.stderr
+        yield Sandbox(work / "state"), env, manifest
+    finally:
+        subprocess.run([SLURMK8S, "sandbox", "down", "--purge"], capture_output=True, env=env, timeout=240)
