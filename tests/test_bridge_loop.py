@@ -1,0 +1,156 @@
+"""The bridge's loop against the Kubernetes stand-in: what each action becomes
+through the API, and the chain rule. Slurm is an in-memory SlurmControl here
+(the sandbox tests, tests/e2e/test_bridge_e2e.py, run the loop with real Slurm)."""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from slurmk8s.bridge.loop import Bridge
+from slurmk8s.bridge.nodestate import IDLE_SINCE_ANNOTATION, STATE_LABEL, TAINT_KEY, format_time
+from slurmk8s.operator.kube import Kube
+from slurmk8s.slurm.model import Job, Node
+
+from .apiserver.conftest import CRDS, start_server
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
+GPU = {"nvidia.com/gpu": "4"}
+
+
+class MemorySlurm:
+    """Slurm as the agent would show it; records what was asked of it."""
+
+    def __init__(self):
+        self.nodes: dict[str, Node] = {}
+        self.jobs: list[Job] = []
+        self.calls: list[tuple] = []
+        #: Nodes Slurm refuses to delete (as it does while a job runs there).
+        self.busy: set[str] = set()
+
+    def _do(self, op: str, *args) -> None:
+        self.calls.append((op, *args))
+
+    def register(self, name: str, state: str = "idle") -> None:
+        self.nodes[name] = Node(name=name, state=state, flags=frozenset(), reason="", features=("lent_gpu",),
+                                partitions=("gpu",), cpus=8, alloc_cpus=0, gres="gpu:h100:4", address="")
+
+    # SlurmControl, as far as the loop uses it.
+    def nodes_(self):
+        return list(self.nodes.values())
+
+    def drain(self, name, reason):
+        self._do("drain", name)
+
+    def set_down(self, name, reason):
+        self._do("down", name)
+
+    def signal_node_jobs(self, name, signal):
+        self._do("signal", name, signal)
+        return [j.job_id for j in self.jobs if name in j.nodes]
+
+    def requeue(self, job):
+        self._do("requeue", job)
+
+    def start_now(self, job):
+        self._do("start-now", job)
+
+    def cancel(self, job):
+        self._do("cancel", job)
+
+    def delete_node(self, name):
+        self._do("delete", name)
+        if name in self.busy:
+            raise RuntimeError("scontrol: error: Requested nodes are busy")
+        self.nodes.pop(name, None)
+
+
+class Facade:
+    def __init__(self, memory: MemorySlurm):
+        self.m = memory
+
+    def __getattr__(self, name):
+        return getattr(self.m, name)
+
+    def nodes(self):
+        return self.m.nodes_()
+
+    def jobs(self, nodes=()):
+        return list(self.m.jobs)
+
+
+@pytest.fixture()
+def world(tmp_path):
+    cluster = start_server(tmp_path, crds=sorted(CRDS.glob("*.yaml")))
+    core, custom = cluster.core, cluster.custom
+    custom.create_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "slurmclusters", {
+        "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster", "metadata": {"name": "demo"},
+        "spec": {"partitions": [{"name": "gpu", "acceptLentNodes": True}]}})
+    core.create_namespaced_secret("default", {"metadata": {"name": "demo-agent-token"},
+                                              "data": {"token": base64.b64encode(b"t" * 32).decode()}})
+    custom.create_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies", {
+        "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "NodeLendingPolicy", "metadata": {"name": "lend"},
+        "spec": {"clusterRef": {"name": "demo"}, "partition": "gpu", "idleAfterSeconds": 60,
+                 "nodeSelector": {"matchLabels": {"lendable": "true"}}}})
+    memory = MemorySlurm()
+    bridge = Bridge(Kube.from_kubeconfig(str(cluster.kubeconfig), field_manager="slurmk8s-bridge"),
+                    agent=lambda c, token, pod: Facade(memory), clock=lambda: NOW)
+    yield cluster, bridge, memory
+    cluster.api_client.close()
+    cluster.srv.stop()
+
+
+def idle_node(cluster, name: str) -> None:
+    cluster.node(name, cpu="8", memory="64Gi", labels={"lendable": "true"}, extra=GPU, ready=True)
+    cluster.core.patch_node(name, {"metadata": {"annotations": {
+        IDLE_SINCE_ANNOTATION: format_time(NOW - timedelta(minutes=5))}}})
+
+
+def test_lending_becomes_a_label_a_taint_a_pinned_slurmd_pod_and_events(world):
+    cluster, bridge, memory = world
+    idle_node(cluster, "gpu-a")
+    report = bridge.round()
+    assert not report.errors and not report.failed, report
+    node = cluster.core.read_node("gpu-a")
+    assert node.metadata.labels[STATE_LABEL] == "lending"
+    assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [(TAINT_KEY, "demo", "NoSchedule")]
+    pod = cluster.core.read_namespaced_pod("demo-lent-gpu-a", "default")
+    assert pod.spec.node_name == "gpu-a" and pod.metadata.labels["app.kubernetes.io/managed-by"] == "slurmk8s-bridge"
+    assert {e.reason for e in cluster.core.list_namespaced_event("default").items
+            if e.involved_object.name == "gpu-a"} >= {"Lending"}
+    # The pod runs and slurmd registers: lent, with the policy's status saying so.
+    cluster.report_running("default", "demo-lent-gpu-a")
+    memory.register("gpu-a")
+    assert not bridge.round().failed
+    assert cluster.core.read_node("gpu-a").metadata.labels[STATE_LABEL] == "lent"
+    status = cluster.custom.get_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default",
+                                                         "nodelendingpolicies", "lend")["status"]
+    assert status["lentNodes"] == ["gpu-a"]
+
+
+def test_a_failed_action_stops_its_nodes_chain_and_no_other(world):
+    cluster, bridge, memory = world
+    for name in ("gpu-a", "gpu-b"):
+        idle_node(cluster, name)
+    bridge.round()
+    for name in ("gpu-a", "gpu-b"):
+        cluster.report_running("default", f"demo-lent-{name}")
+        memory.register(name)
+    bridge.round()
+    # Take both back (maxLentNodes 0); Slurm refuses to delete gpu-a's node.
+    cluster.custom.patch_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies",
+                                                  "lend", {"spec": {"maxLentNodes": 0}})
+    memory.busy.add("gpu-a")
+    report = bridge.round()
+    failed = [(type(a).__name__, a.node) for a, _ in report.failed]
+    assert failed == [("DeleteSlurmNode", "gpu-a")]
+    assert {type(a).__name__ for a in report.skipped} >= {"DeleteSlurmdPod", "Untaint", "ClearLending"}
+    assert all(getattr(a, "node", getattr(a, "name", None)) == "gpu-a" for a in report.skipped)
+    a, b = cluster.core.read_node("gpu-a"), cluster.core.read_node("gpu-b")
+    assert a.metadata.labels[STATE_LABEL] == "reclaiming" and any(t.key == TAINT_KEY for t in a.spec.taints)
+    assert STATE_LABEL not in (b.metadata.labels or {}) and not any(t.key == TAINT_KEY for t in b.spec.taints or [])
+    returned = {e.involved_object.name for e in cluster.core.list_namespaced_event("default").items
+                if e.reason == "Returned"}
+    assert returned == {"gpu-b"}  # no Event claims gpu-a came back
