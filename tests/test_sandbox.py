@@ -125,3 +125,12 @@ def recover_and_tear_down(state: Path, path: str, subnet: list[str]) -> None:
     assert_nothing_left(box, before)
     again = sandbox("down", state=state, check=True)
     assert again.stdout.strip() == "Nothing was running."
+
+
+@pytest.mark.parametrize("prefix,shown", [("/tmp/ci/.venv", True), ("/run/x/venv", True),
+                                          ("/opt/work/.venv", False)])
+def test_the_sandboxs_own_python_is_visible_in_containers_with_a_private_tmp(monkeypatch, prefix, shown):
+    """A checkout under /tmp (as a CI runner may make) has its venv hidden by each
+    container's private /tmp unless it is bind-mounted back."""
+    monkeypatch.setattr(sys, "prefix", prefix)
+    assert (prefix in runtime.hidden_software()) is shown

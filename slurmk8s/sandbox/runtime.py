@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -119,6 +120,23 @@ def container_env(pod: PodPlan, container: ContainerPlan) -> dict[str, str]:
             **container.env}
 
 
+#: Directories container-init.sh mounts privately in every container.
+PRIVATE_DIRS = ("/tmp", "/run")
+
+
+def hidden_software() -> list[str]:
+    """The sandbox's own Python environment (what stands in for the controller
+    image's /opt/slurmk8s) and repository (an editable install imports from
+    it), when they lie under a directory each container gets a private copy
+    of: bind-mounted at the same path, read-only, so the containers find them."""
+    here = [Path(sys.prefix).resolve(), Path(__file__).resolve().parents[2]]
+    out: list[str] = []
+    for path in here:
+        if any(path.is_relative_to(d) for d in PRIVATE_DIRS) and str(path) not in out:
+            out.append(str(path))
+    return out
+
+
 def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path) -> None:
     """Write everything the pod needs into ``pod_dir``; a restarted pod keeps its logs."""
     previous = {}
@@ -145,6 +163,7 @@ def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path) -> Non
         (image / "etc/hostname").write_text(pod.hostname + "\n")
         # /etc/hosts is the sandbox's one file, bind-mounted: a rewrite reaches every pod.
         mounts = [Mount("bind", str(hosts_file.resolve()), "/etc/hosts", read_only=True)]
+        mounts += [Mount("bind", path, path, read_only=True) for path in hidden_software()]
         for m in container.mounts:
             if m.source.startswith("/claims/"):
                 host = storage / m.source.lstrip("/")
