@@ -134,3 +134,32 @@ def test_the_sandboxs_own_python_is_visible_in_containers_with_a_private_tmp(mon
     container's private /tmp unless it is bind-mounted back."""
     monkeypatch.setattr(sys, "prefix", prefix)
     assert (prefix in runtime.hidden_software()) is shown
+
+
+def test_a_process_started_but_not_recorded_is_adopted_by_up_and_stopped_by_down(tmp_path, monkeypatch):
+    """An `up` killed between starting a process and writing its pid leaves it
+    running: the next `up` keeps it instead of starting a second one (which
+    would find its port taken), and `down` stops it."""
+    import uuid
+
+    from slurmk8s.sandbox.sandbox import State
+
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", f"slurmk8s-{uuid.uuid4().hex}"]
+    monkeypatch.setattr(Sandbox, "_argv", lambda self, process, state: argv)
+    box = Sandbox(tmp_path)
+    state = State(cluster="c", namespace="d", sid="s", subnet="10.253.80.0/24", gateway="10.253.80.1",
+                  api_port=1, nodes=[], login=None, shared_storage=None, started=0)
+    state.save(box.state_file)
+    orphan = subprocess.Popen(argv)
+    try:
+        assert box._unrecorded("bridge", state) == [orphan.pid]
+        box._ensure_processes(state, 0, 10)
+        assert State.load(box.state_file).processes["bridge"] == orphan.pid  # kept, none started
+        monkeypatch.setattr(runtime, "Network", lambda *a: type("N", (), {
+            "delete": lambda self: None, "leftovers": lambda self: ([], []), "bridge": "none"})())
+        removed = box.down()
+        assert "bridge" in removed
+        assert orphan.wait(timeout=20) is not None  # stopped
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()

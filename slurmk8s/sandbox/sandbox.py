@@ -179,9 +179,35 @@ class Sandbox:
         state.save(self.state_file)
         self.progress(f"started {process} (pid {proc.pid}, log {log})")
 
+    def _unrecorded(self, process: str, state: State) -> list[int]:
+        """Live processes that run exactly what ``process`` is here but whose
+        pid state.json does not hold: an `up` killed between starting one and
+        recording it left them behind."""
+        want = [a.encode() for a in self._argv(process, state)]
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == state.processes.get(process):
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
+            except OSError:
+                continue
+            if argv == want and runtime.alive(int(entry.name)):
+                found.append(int(entry.name))
+        return sorted(found)
+
     def _ensure_processes(self, state: State, t0: float, timeout: float) -> None:
         for process in PROCESSES:
             if _running(state.processes.get(process), "slurmk8s"):
+                continue
+            orphans = self._unrecorded(process, state)
+            if orphans:
+                state.processes[process] = orphans[0]
+                state.save(self.state_file)
+                self.progress(f"found {process} running (pid {orphans[0]}), started by an `up` that did not "
+                              "finish; keeping it")
+                for extra in orphans[1:]:
+                    self._kill(extra)
                 continue
             self._spawn(process, state)
             if process == "apiserver":
@@ -489,9 +515,18 @@ class Sandbox:
         state = json.loads(self.state_file.read_text()) if self.state_file.exists() else None
         if state is not None:
             processes = state.get("processes", {})
-            for process in ("bridge", "operator", "kubelet"):  # nothing may start pods while they stop
-                if self._kill(processes.get(process)):
+            try:
+                typed = State.load(self.state_file)
+            except (TypeError, KeyError, ValueError):
+                typed = None  # another version's state: only its recorded pids are known
+
+            def kill(process: str) -> None:
+                pids = [processes.get(process), *(self._unrecorded(process, typed) if typed else [])]
+                if [pid for pid in pids if self._kill(pid)]:
                     removed.append(process)
+
+            for process in ("bridge", "operator", "kubelet"):  # nothing may start pods while they stop
+                kill(process)
             holders = [(p["name"], p["holder"], p.get("grace", 30)) for p in state.get("pods", [])]
             holders += [(p["name"], p["holder"], 30) for p in self._local_pods().values()]
             live = [h for h in holders if runtime.alive(h[1])]
@@ -504,8 +539,7 @@ class Sandbox:
                         self.progress(f"stopping pod {name}")
                         pool.submit(runtime.stop, holder, min(grace, 30))
                 removed += [f"pod {name}" for name, _, _ in group]
-            if self._kill(processes.get("apiserver")):
-                removed.append("apiserver")
+            kill("apiserver")
             net = runtime.Network(state["sid"], state["subnet"], state["gateway"])
             net.delete()
             spaces, links = net.leftovers()
