@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pytest
 import yaml
@@ -108,6 +109,12 @@ class _Api(BaseHTTPRequestHandler):
                 events: queue.Queue = queue.Queue()
                 if path.endswith("/slurmclusters"):
                     self.watchers.append(events)
+                    # A change made between the client's list and this watch is
+                    # sent first, as an API server does from its history.
+                    since = int(parse_qs(query).get("resourceVersion", ["0"])[0] or 0)
+                    for cluster in self.clusters:
+                        if int(cluster["metadata"]["resourceVersion"]) > since:
+                            events.put({"type": "MODIFIED", "object": cluster})
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -125,8 +132,9 @@ class _Api(BaseHTTPRequestHandler):
                         self.watchers.remove(events)
                 return
             api_version, kind, items = lists.get(path, ("slurmk8s.dev/v1alpha1", "SlurmClusterList", self.clusters))
+            latest = max([1, *(int(i["metadata"]["resourceVersion"]) for i in items)])
             return self._json(200, {"apiVersion": api_version, "kind": kind,
-                                    "metadata": {"resourceVersion": "1"}, "items": items})
+                                    "metadata": {"resourceVersion": str(latest)}, "items": items})
         if "labelSelector=" in query:  # the operator's observation of a cluster: nothing exists yet
             return self._json(200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": []})
         return self._json(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
