@@ -51,8 +51,12 @@ def test_lent_nodes_join_the_partition_and_run_a_job_across_them(world):
     assert sorted(status["lentNodes"]) == list(LEND) and status["counts"]["lent"] == 2
     assert {e.involved_object.name for e in world.events("Lent")} >= set(LEND)
     out = world.researcher.check(
-        "srun -p gpu -N2 --gpus-per-node=4 bash -c 'echo $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES' | sort")
-    assert out.split("\n")[:2] == [f"{LEND[0]} 0,1,2,3", f"{LEND[1]} 0,1,2,3"]
+        "srun -p gpu -N2 --gpus-per-node=4 --job-name=probe "
+        "bash -c 'echo $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES $SLURMK8S_CHECKPOINT_DIR' | sort")
+    # Each lent node runs its task with its GPUs, and the cluster's TaskProlog
+    # gives it the same checkpoint directory as on the cluster's own nodes.
+    ckpt = "/shared/checkpoints/researcher/probe"
+    assert out.split("\n")[:2] == [f"{LEND[0]} 0,1,2,3 {ckpt}", f"{LEND[1]} 0,1,2,3 {ckpt}"]
     lent = ("slurmk8s_bridge_nodes", (("state", "lent"),))
     wait_for("the metrics to show 2 lent nodes", lambda: world.metrics().get(lent) == 2, timeout=20)
     assert world.metrics()[("slurmk8s_bridge_lend_seconds_count", ())] >= 2
