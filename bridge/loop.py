@@ -5,7 +5,9 @@ server and, per policy, its SlurmCluster and Slurm (through the cluster's
 agent), calls :func:`slurmk8s.bridge.decide.decide`, and applies the actions
 in order. The state of every node lives on the Node (see
 :mod:`.nodestate`), so the bridge may be killed at any instant: the next
-round, by this process or a new one, picks up where it stopped.
+round, by this process or a new one, picks up where it stopped. After the
+policies, it rolls serving Deployments to newly published model versions
+(:mod:`.rollout`), reading them through each cluster's agent.
 
 Rules the loop keeps (bridge/README.md explains why):
 
