@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,9 @@ def test_a_process_started_but_not_recorded_is_adopted_by_up_and_stopped_by_down
     state.save(box.state_file)
     orphan = subprocess.Popen(argv)
     try:
+        deadline = time.monotonic() + 10  # until it has exec'd: its command line is its own
+        while not box._unrecorded("bridge", state) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert box._unrecorded("bridge", state) == [orphan.pid]
         box._ensure_processes(state, 0, 10)
         assert State.load(box.state_file).processes["bridge"] == orphan.pid  # kept, none started
