@@ -380,9 +380,15 @@ def sandbox_status(state_dir: Path | None, output: str) -> None:
     for p in st["pods"]:
         click.echo(f"{p['name']:<30} {p['node'] or '-':<16} {p['ip'] or '-':<15} {p['phase'] or '-':<8} "
                    f"{'yes' if p['ready'] else 'no':<6} {p['slurmState'] or '-'}")
+    click.echo(f"\n{'NODE':<20} {'GPUS':<5} {'LENDING':<12} SLURM")
+    for n in st["kubernetesNodes"]:
+        lending = n["lending"] or ("lendable" if n["lendable"] else "-")
+        click.echo(f"{n['name']:<20} {n['gpus'] or '-':<5} {lending:<12} {n['slurmState'] or '-'}")
+    click.echo()
     for name, proc in st["processes"].items():
         click.echo(f"{name}: {'running' if proc['running'] else 'NOT RUNNING'} (pid {proc['pid']}, log {proc['log']})")
     click.echo(f"kubeconfig: {st['kubeconfig']}")
+    click.echo(f"bridge metrics: {st['bridgeMetrics']}")
     if st["login"]:
         click.echo(f"\nlogin: {st['login']['user']}@{st['login']['host']} (slurmk8s sandbox ssh)")
     if st["sharedStorage"]:

@@ -475,11 +475,23 @@ class Sandbox:
         pods = []
         for p in core.list_namespaced_pod(state.namespace).items:
             conditions = {c.type: c.status for c in (p.status.conditions or [])}
+            # A lent node's slurmd registers under its Kubernetes node's name.
+            lent = (p.metadata.labels or {}).get("app.kubernetes.io/component") == "lent-slurmd"
+            slurm_name = p.spec.node_name if lent else p.metadata.name
             pods.append({
                 "name": p.metadata.name, "node": p.spec.node_name, "ip": p.status.pod_ip,
                 "phase": p.status.phase, "ready": conditions.get("Ready") == "True",
                 "containers": [c.name for c in p.spec.containers],
-                "slurmState": self._node_state(nodes[p.metadata.name]) if p.metadata.name in nodes else None,
+                "slurmState": self._node_state(nodes[slurm_name]) if slurm_name in nodes else None,
+            })
+        kube_nodes = []
+        for n in core.list_node().items:
+            labels = n.metadata.labels or {}
+            kube_nodes.append({
+                "name": n.metadata.name, "gpus": int((n.status.allocatable or {}).get("nvidia.com/gpu", 0)),
+                "lendable": labels.get("slurmk8s.dev/lendable") == "true",
+                "lending": labels.get("slurmk8s.dev/lending"),
+                "slurmState": self._node_state(nodes[n.metadata.name]) if n.metadata.name in nodes else None,
             })
         return {
             "cluster": state.cluster, "namespace": state.namespace, "stateDir": str(self.dir.resolve()),
@@ -488,6 +500,7 @@ class Sandbox:
                           for k, v in state.processes.items()},
             "network": {"bridge": self.network(state).bridge, "subnet": state.subnet, "gateway": state.gateway},
             "nodes": [n["name"] for n in state.nodes],
+            "kubernetesNodes": sorted(kube_nodes, key=lambda n: n["name"]),
             "pods": sorted(pods, key=lambda p: p["name"]),
             "slurmNodes": {n.name: self._node_state(n) for n in nodes.values()},
             "login": {k: v for k, v in (state.login or {}).items() if k != "knownHostsFile"} or None,

@@ -50,6 +50,11 @@ def test_lent_nodes_join_the_partition_and_run_a_job_across_them(world):
     status = world.policy()["status"]
     assert sorted(status["lentNodes"]) == list(LEND) and status["counts"]["lent"] == 2
     assert {e.involved_object.name for e in world.events("Lent")} >= set(LEND)
+    # `sandbox status` shows both worlds' view of a lent node.
+    st = world.box.status()
+    nodes = {n["name"]: n for n in st["kubernetesNodes"]}
+    assert all((nodes[n]["lending"], nodes[n]["gpus"], nodes[n]["slurmState"]) == ("lent", 4, "idle") for n in LEND)
+    assert sorted(p["node"] for p in st["pods"] if p["slurmState"] == "idle" and p["node"] in LEND) == list(LEND)
     out = world.researcher.check(
         "srun -p gpu -N2 --gpus-per-node=4 --job-name=probe "
         "bash -c 'echo $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES $SLURMK8S_CHECKPOINT_DIR' | sort")
