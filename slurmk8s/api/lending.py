@@ -15,7 +15,7 @@ from pydantic import AfterValidator, Field
 
 from .fields import SLURM_SIGNALS as SIGNALS
 from .base import ApiModel
-from .cluster import API_VERSION, Condition, DnsSubdomain
+from .cluster import API_VERSION, Condition, DnsSubdomain, ObjectMeta
 from .fields import DnsLabel, LabelKey, LabelValue, SlurmName, constrained, refuse
 
 __all__ = [
@@ -218,22 +218,12 @@ class NodeLendingPolicyStatus(ApiModel):
     """Nodes by lending state."""
 
 
-class PolicyMeta(ApiModel):
-    """The parts of Kubernetes object metadata that slurmk8s reads."""
+class PolicyMeta(ObjectMeta):
+    """A SlurmCluster's metadata, but any DNS subdomain names a policy (a
+    cluster's name prefixes its objects, so it must be a DNS label)."""
 
-    model_config = ApiModel.model_config | {"extra": "allow"}
     name: DnsSubdomain
     """Policy name."""
-    namespace: DnsLabel = "default"
-    """Namespace of the policy: the namespace of its SlurmCluster."""
-    labels: dict[str, str] = Field(default_factory=dict)
-    """Labels; Kubernetes' own."""
-    annotations: dict[str, str] = Field(default_factory=dict)
-    """Annotations; Kubernetes' own."""
-    uid: str | None = None
-    """Set by the API server."""
-    generation: int | None = None
-    """Set by the API server."""
 
 
 class NodeLendingPolicy(ApiModel):
