@@ -95,7 +95,6 @@ class Bridge:
         self.clock = clock
         #: Watch policies in these namespaces only; empty: every namespace.
         self.namespaces = tuple(namespaces)
-        self._api_clients = None
 
     # Observing.
 
@@ -117,13 +116,13 @@ class Bridge:
             return InvalidPolicy(meta.get("namespace", "default"), meta.get("name", ""),
                                  tuple(str(e) for e in exc.errors), meta.get("generation"), status)
 
-    def _cluster(self, namespace: str, name: str) -> tuple[SlurmCluster | None, dict | None]:
+    def _cluster(self, namespace: str, name: str) -> SlurmCluster | None:
         """The SlurmCluster (None when there is none; raises when it cannot be read)."""
         obj = self.kube.get("SlurmCluster", namespace, name)
         if obj is None:
-            return None, None
+            return None
         try:
-            return load_cluster(obj), obj
+            return load_cluster(obj)
         except InvalidSpec:
             # The operator reports an invalid cluster; lending waits for a valid one.
             raise RuntimeError(f"SlurmCluster {namespace}/{name} is invalid") from None
@@ -157,20 +156,25 @@ class Bridge:
             return report
         policies: list[tuple[Policy, dict | None]] = [(self._parse_policy(o), o) for o in policy_objs]
         try:
-            nodes = [node_from_api(n) for n in self.kube.list("Node")]
+            world = self._world()
         except Exception as exc:  # noqa: BLE001
-            report.errors.append(f"cannot list Nodes: {exc}")
+            report.errors.append(f"cannot list Nodes and Pods: {exc}")
             metrics.ROUNDS.labels("error").inc()
             return report
         existing = {_key(o) for o in policy_objs}
-        policies += [(gone, None) for gone in orphaned_policies(nodes, existing)
+        policies += [(gone, None) for gone in orphaned_policies(world[1], existing)
                      if not self.namespaces or gone.namespace in self.namespaces]
         for policy, obj in policies:
+            acted = len(report.applied) + len(report.failed)
             try:
-                self._policy_round(policy, obj, report)
+                if world is None:  # the previous policy changed Nodes or Pods: read them again
+                    world = self._world()
+                self._policy_round(policy, obj, world, report)
             except Exception as exc:  # noqa: BLE001 - one policy's failure must not stop the others
                 report.errors.append(f"{policy.key}: {exc}")
                 log.exception("policy round failed", policy=getattr(policy, "key", "?"))
+            if len(report.applied) + len(report.failed) != acted:
+                world = None
         try:
             self._rollouts(report)
         except Exception as exc:  # noqa: BLE001 - rollouts never hold up lending
@@ -196,7 +200,14 @@ class Bridge:
                     clusters.setdefault(c.namespace, []).append(c)
         if not clusters:
             return
-        apps, core = self._clients()
+        agents: dict[str, SlurmControl] = {}  # one per cluster and round, however many Deployments follow it
+
+        def agent(cluster: SlurmCluster) -> SlurmControl:
+            key = f"{cluster.namespace}/{cluster.name}"
+            if key not in agents:
+                agents[key] = self._agent_of(cluster)
+            return agents[key]
+
         for namespace, found in sorted(clusters.items()):
             roots = {c.spec.shared_storage.checkpoint_dir: c for c in found}
 
@@ -204,34 +215,28 @@ class Bridge:
                 model_dir = posixpath.dirname(path)
                 owner = next(c for root, c in roots.items() if model_dir == root or model_dir.startswith(root + "/"))
                 try:
-                    return self._agent_of(owner).published(model_dir)
+                    return agent(owner).published(model_dir)
                 except AgentError as exc:  # the agent refused or did not answer: this Deployment waits
                     raise OSError(str(exc)) from None
 
-            done = apply_rollouts(apps, read_file, sorted(roots), core=core, namespace=namespace, now=self.clock)
+            done = apply_rollouts(self.kube, read_file, sorted(roots), namespace=namespace)
             report.rolled.update(done.rolled)
 
-    def _clients(self):
-        """The official client's AppsV1Api and CoreV1Api, on the same credentials (rollout.py uses them)."""
-        if self._api_clients is None:
-            from kubernetes import client
-
-            api = client.ApiClient(self.kube.configuration)
-            self._api_clients = (client.AppsV1Api(api), client.CoreV1Api(api))
-        return self._api_clients
-
-    def _policy_round(self, policy: Policy, obj: dict | None, report: RoundReport) -> None:
-        # Fresh Nodes and Pods for every policy: the previous one may have changed them.
+    def _world(self) -> tuple[dict[str, dict], tuple[KubeNode, ...], tuple]:
+        """Nodes (as the API returns them, and parsed) and Pods, as they are now."""
         node_objs = {n["metadata"]["name"]: n for n in self.kube.list("Node")}
         pods = tuple(pod_from_api(p) for p in self.kube.list("Pod"))
-        nodes = tuple(node_from_api(n) for n in node_objs.values())
+        return node_objs, tuple(node_from_api(n) for n in node_objs.values()), pods
+
+    def _policy_round(self, policy: Policy, obj: dict | None, world: tuple, report: RoundReport) -> None:
+        node_objs, nodes, pods = dict(world[0]), world[1], world[2]
         cluster: SlurmCluster | None = None
         slurm_state, slurm = SlurmState.unknown(), None
         if isinstance(policy, NodeLendingPolicy):
-            cluster, _ = self._cluster(policy.namespace, policy.spec.cluster_ref.name)
+            cluster = self._cluster(policy.namespace, policy.spec.cluster_ref.name)
         elif isinstance(policy, PolicyGone):
             namespace, _, name = policy.cluster.partition("/")
-            cluster, _ = self._cluster(namespace, name)
+            cluster = self._cluster(namespace, name)
         if cluster is not None:
             slurm_state, slurm = self._slurm(cluster)
         observed = Observed(nodes, pods, cluster, slurm_state)

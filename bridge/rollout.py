@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import posixpath
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
 from .. import log
@@ -124,49 +123,28 @@ class RolloutReport:
     failed: dict[str, str] = field(default_factory=dict)  # -> the error reading LATEST or patching
 
 
-def _event(deployment: dict, message: str, now: datetime) -> dict:
-    """A Warning Event on the Deployment. Its name depends on the Deployment
-    and the message only, so a bad annotation gives one Event, not one per
-    round (creating it again is refused as AlreadyExists)."""
+def _event_name(deployment: dict, message: str) -> str:
+    """The name of the Warning Event about a refused annotation. It depends on
+    the Deployment and the message only, so a bad annotation gives one Event,
+    not one per round (creating it again is refused as AlreadyExists)."""
     meta = deployment["metadata"]
     digest = hashlib.sha256(f"{meta.get('uid', '')}\n{message}".encode()).hexdigest()[:12]
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{meta['name'][:200]}.{INVALID_REASON.lower()}.{digest}", "namespace": meta["namespace"]},
-        "involvedObject": {"apiVersion": "apps/v1", "kind": "Deployment", "name": meta["name"],
-                           "namespace": meta["namespace"], **({"uid": meta["uid"]} if meta.get("uid") else {})},
-        "type": "Warning",
-        "reason": INVALID_REASON,
-        "message": message[:1024],
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+    return f"{meta['name'][:200]}.{INVALID_REASON.lower()}.{digest}"
 
 
-def apply_rollouts(apps: Any, read_file: Callable[[str], str], allowed_roots: Sequence[str], *,
-                   core: Any = None, namespace: str | None = None,
-                   now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> RolloutReport:
+def apply_rollouts(kube: Any, read_file: Callable[[str], str], allowed_roots: Sequence[str], *,
+                   namespace: str | None = None, events: bool = True) -> RolloutReport:
     """One round: roll every Deployment whose model directory published a new version.
 
-    ``apps`` is a ``kubernetes.client.AppsV1Api``, ``core`` a ``CoreV1Api``
-    for Events (none are sent without it), ``read_file(path)`` returns the
-    text of the file at ``path`` as the Slurm pods name it (raising
-    ``FileNotFoundError`` when there is none), ``allowed_roots`` the
-    directories model directories must lie in. ``namespace`` None: every
-    namespace. Errors on one Deployment do not stop the others.
+    ``kube`` is the bridge's :class:`slurmk8s.operator.kube.Kube`;
+    ``read_file(path)`` returns the text of the file at ``path`` as the Slurm
+    pods name it (raising ``FileNotFoundError`` when there is none),
+    ``allowed_roots`` the directories model directories must lie in.
+    ``namespace`` None: every namespace. ``events`` False: a refused
+    annotation is only logged. Errors on one Deployment do not stop the others.
     """
-    if namespace is None:
-        listed = apps.list_deployment_for_all_namespaces()
-    else:
-        listed = apps.list_namespaced_deployment(namespace)
     report = RolloutReport()
-    for item in listed.items:
-        dep = apps.api_client.sanitize_for_serialization(item)
+    for dep in kube.list("Deployment", namespace):
         meta = dep.get("metadata") or {}
         model_dir = _annotations(meta).get(MODEL_DIR_ANNOTATION)
         if model_dir is None:
@@ -177,7 +155,7 @@ def apply_rollouts(apps: Any, read_file: Callable[[str], str], allowed_roots: Se
         except BadModelDir as exc:
             message = f"annotation {MODEL_DIR_ANNOTATION} {exc}; the Deployment is not rolled to new model versions"
             report.invalid[key] = message
-            _warn(core, dep, message, now())
+            _warn(kube if events else None, dep, message)
             continue
         try:
             version = parse_latest(read_file(f"{model_dir}/{LATEST}"))
@@ -194,9 +172,8 @@ def apply_rollouts(apps: Any, read_file: Callable[[str], str], allowed_roots: Se
         if patch is None:
             continue
         try:
-            apps.patch_namespaced_deployment(meta["name"], meta["namespace"], patch,
-                                             _content_type="application/merge-patch+json")
-        except Exception as exc:  # an ApiException, or the connection
+            kube.patch("Deployment", meta["namespace"], meta["name"], patch)
+        except Exception as exc:  # an ApiError, or the connection
             report.failed[key] = f"patch failed: {exc}"
             _log.warning("could not roll the Deployment", deployment=key, version=version, error=str(exc))
             continue
@@ -206,13 +183,13 @@ def apply_rollouts(apps: Any, read_file: Callable[[str], str], allowed_roots: Se
     return report
 
 
-def _warn(core: Any, dep: dict, message: str, when: datetime) -> None:
+def _warn(kube: Any, dep: dict, message: str) -> None:
     key = f"{dep['metadata'].get('namespace')}/{dep['metadata'].get('name')}"
-    if core is None:
+    if kube is None:
         _log.warning("refused a model directory", deployment=key, problem=message)
         return
     try:
-        core.create_namespaced_event(dep["metadata"]["namespace"], _event(dep, message, when))
+        kube.event(dep, "Warning", INVALID_REASON, message, component=COMPONENT, name=_event_name(dep, message))
     except Exception as exc:
         if getattr(exc, "status", None) == 409:  # the same Event exists: told already
             _log.debug("refused a model directory (Event exists)", deployment=key)

@@ -250,10 +250,13 @@ class Kube:
             raise
         return True
 
-    def event(self, involved: Mapping, type_: str, reason: str, message: str, *, component: str) -> dict:
+    def event(self, involved: Mapping, type_: str, reason: str, message: str, *, component: str,
+              name: str | None = None) -> dict:
         """Record a core/v1 Event about ``involved`` (an object as the API
         returns it: kind, apiVersion, metadata). Events of cluster-scoped
-        objects (Nodes) go to the ``default`` namespace, as the kubelet's do."""
+        objects (Nodes) go to the ``default`` namespace, as the kubelet's do.
+        ``name``: the Event's name, for an Event that must exist only once
+        (creating it again is refused with 409); by default a fresh one."""
         meta = involved["metadata"]
         namespace = meta.get("namespace") or "default"
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -263,7 +266,7 @@ class Kube:
                 ref[key] = meta[key]
         return self.create({
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": namespace},
+            "metadata": {"name": name or f"{meta['name']}.{secrets.token_hex(8)}", "namespace": namespace},
             "involvedObject": ref, "type": type_, "reason": reason, "message": message[:1024],
             "source": {"component": component}, "reportingComponent": component,
             "firstTimestamp": now, "lastTimestamp": now, "eventTime": None, "count": 1,

@@ -1,14 +1,12 @@
 """Model-version rollouts (slurmk8s.bridge.rollout): the pure patch and path
-checks exhaustively and by property, the round against a fake client, and
-once against the Kubernetes stand-in with the official client."""
+checks exhaustively and by property, the round through the bridge's Kube
+client with its HTTP faked, and once against the Kubernetes stand-in."""
 
 from __future__ import annotations
 
 import copy
 import posixpath
-from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -25,13 +23,13 @@ from slurmk8s.bridge.rollout import (
     parse_latest,
     rollout_patch,
 )
+from slurmk8s.operator.kube import ApiError, Kube
 from slurmk8s.sandbox.apiserver.patch import merge_patch
 from slurmk8s.serve import VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOTS = ["/shared/checkpoints"]
 MODEL_DIR = "/shared/checkpoints/researcher/train"
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 def deployment(name: str = "serve", namespace: str = "default", model_dir: str | None = MODEL_DIR,
@@ -178,40 +176,38 @@ def test_parse_latest(text, version):
 # -- apply_rollouts against fakes -----------------------------------------------------------------
 
 
-class Conflict(Exception):
-    status = 409
+class FakeKube(Kube):
+    """The bridge's Kube client with its HTTP replaced: the paths, content
+    types and errors of the real client, Deployments and Events in memory."""
 
-
-class FakeApps:
     def __init__(self, *deployments: dict):
+        self.field_manager = "slurmk8s-bridge"
         self.deployments = {(d["metadata"]["namespace"], d["metadata"]["name"]): d for d in deployments}
         self.patches: list[tuple[str, str, dict, str]] = []
-        self.api_client = SimpleNamespace(sanitize_for_serialization=copy.deepcopy)
+        self.events: dict[str, dict] = {}
         self.fail_patch = False
 
-    def list_deployment_for_all_namespaces(self):
-        return SimpleNamespace(items=list(self.deployments.values()))
-
-    def list_namespaced_deployment(self, namespace):
-        return SimpleNamespace(items=[d for (ns, _), d in self.deployments.items() if ns == namespace])
-
-    def patch_namespaced_deployment(self, name, namespace, body, _content_type=None):
-        if self.fail_patch:
-            raise RuntimeError("connection refused")
-        self.patches.append((namespace, name, body, _content_type))
-        key = (namespace, name)
-        self.deployments[key] = merge_patch(self.deployments[key], body)
-
-
-class FakeCore:
-    def __init__(self):
-        self.events: dict[str, dict] = {}
-
-    def create_namespaced_event(self, namespace, body):
-        name = body["metadata"]["name"]
-        if name in self.events:
-            raise Conflict()
-        self.events[name] = body
+    def request(self, method, path, *, query=(), body=None, content_type="application/json"):
+        parts = path.split("/")
+        if method == "GET" and parts[-1] == "deployments":
+            namespace = parts[-2] if "namespaces" in parts else None
+            return {"items": [copy.deepcopy(d) for (ns, _), d in self.deployments.items()
+                              if namespace in (None, ns)]}
+        if method == "PATCH" and parts[-2] == "deployments":
+            if self.fail_patch:
+                raise RuntimeError("connection refused")
+            namespace, name = parts[-3], parts[-1]
+            self.patches.append((namespace, name, body, content_type))
+            key = (namespace, name)
+            self.deployments[key] = merge_patch(self.deployments[key], body)
+            return self.deployments[key]
+        if method == "POST" and parts[-1] == "events":
+            name = body["metadata"]["name"]
+            if name in self.events:
+                raise ApiError(method, path, 409, "AlreadyExists", f"events {name!r} already exists")
+            self.events[name] = body
+            return body
+        raise AssertionError(f"unexpected request {method} {path}")
 
 
 def reader(files: dict[str, str]):
@@ -225,12 +221,12 @@ def reader(files: dict[str, str]):
     return read
 
 
-def run(apps, files, core=None, **kw):
-    return apply_rollouts(apps, reader(files), ROOTS, core=core, now=lambda: NOW, **kw)
+def run(kube, files, events=False, **kw):
+    return apply_rollouts(kube, reader(files), ROOTS, events=events, **kw)
 
 
 def test_a_round_rolls_what_published_a_new_version_and_leaves_the_rest():
-    apps = FakeApps(
+    apps = FakeKube(
         deployment("new"),
         deployment("current", model_dir=f"{ROOTS[0]}/r/current", version="v2"),
         deployment("unpublished", model_dir=f"{ROOTS[0]}/r/none"),
@@ -254,8 +250,7 @@ def test_a_round_rolls_what_published_a_new_version_and_leaves_the_rest():
 
 
 def test_a_bad_annotation_gets_one_event_and_nothing_is_read_or_patched():
-    apps = FakeApps(deployment("evil", model_dir="/shared/checkpoints/../../run/secrets"))
-    core = FakeCore()
+    apps = FakeKube(deployment("evil", model_dir="/shared/checkpoints/../../run/secrets"))
     read: list[str] = []
 
     def spy(path):
@@ -263,10 +258,10 @@ def test_a_bad_annotation_gets_one_event_and_nothing_is_read_or_patched():
         raise FileNotFoundError(path)
 
     for _ in range(3):
-        report = apply_rollouts(apps, spy, ROOTS, core=core, now=lambda: NOW)
+        report = apply_rollouts(apps, spy, ROOTS)
         assert list(report.invalid) == ["default/evil"] and "contains '..'" in report.invalid["default/evil"]
     assert read == [] and apps.patches == []
-    (event,) = core.events.values()
+    (event,) = apps.events.values()
     assert event["type"] == "Warning" and event["reason"] == INVALID_REASON
     assert event["involvedObject"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "evil",
                                        "namespace": "default", "uid": "uid-evil"}
@@ -274,12 +269,12 @@ def test_a_bad_annotation_gets_one_event_and_nothing_is_read_or_patched():
 
 
 def test_without_an_events_client_a_bad_annotation_is_only_logged():
-    apps = FakeApps(deployment("rel", model_dir="relative/dir"))
+    apps = FakeKube(deployment("rel", model_dir="relative/dir"))
     assert "not an absolute path" in run(apps, {}).invalid["default/rel"]
 
 
 def test_read_and_patch_failures_are_reported_and_do_not_stop_the_round():
-    apps = FakeApps(deployment("a", model_dir=f"{ROOTS[0]}/a"), deployment("b", model_dir=f"{ROOTS[0]}/b"))
+    apps = FakeKube(deployment("a", model_dir=f"{ROOTS[0]}/a"), deployment("b", model_dir=f"{ROOTS[0]}/b"))
     files = {f"{ROOTS[0]}/a/LATEST": PermissionError("denied"), f"{ROOTS[0]}/b/LATEST": "v1"}
     report = run(apps, files)
     assert "denied" in report.failed["default/a"] and report.rolled == {"default/b": "v1"}
@@ -290,17 +285,15 @@ def test_read_and_patch_failures_are_reported_and_do_not_stop_the_round():
 
 
 def test_a_latest_that_names_no_version_is_unpublished():
-    apps = FakeApps(deployment())
+    apps = FakeKube(deployment())
     assert run(apps, {f"{MODEL_DIR}/LATEST": "../../etc/passwd"}).unpublished == ["default/serve"]
     assert apps.patches == []
 
 
-# -- against the Kubernetes stand-in, with the official client --------------------------------------
+# -- against the Kubernetes stand-in --------------------------------------------------------------------
 
 
 def test_the_example_serving_deployment_rolls_in_the_stand_in(tmp_path):
-    from kubernetes import client
-
     from .apiserver.conftest import start_server
 
     cluster = start_server(tmp_path)
@@ -320,16 +313,16 @@ def test_the_example_serving_deployment_rolls_in_the_stand_in(tmp_path):
         def read(path: str) -> str:  # the shared volume, mounted at /shared in the Slurm pods
             return (storage / path.removeprefix("/shared/")).read_text()
 
-        core = client.CoreV1Api(cluster.api_client)
-        report = apply_rollouts(cluster.apps, read, ROOTS, core=core)
+        kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
+        report = apply_rollouts(kube, read, ROOTS)
         assert report.unpublished == ["default/train-serve"] and list(report.invalid) == ["default/bad-serve"]
         (storage / model_dir.removeprefix("/shared/") / "LATEST").write_text("step-000020\n")
-        assert apply_rollouts(cluster.apps, read, ROOTS, core=core).rolled == {"default/train-serve": "step-000020"}
+        assert apply_rollouts(kube, read, ROOTS).rolled == {"default/train-serve": "step-000020"}
         live = cluster.apps.read_namespaced_deployment("train-serve", "default")
         assert live.spec.template.metadata.annotations == {MODEL_VERSION_ANNOTATION: "step-000020"}
         assert live.metadata.generation == 2  # a template change: the Deployment rolls
-        assert apply_rollouts(cluster.apps, read, ROOTS, core=core).rolled == {}
-        events = [e for e in core.list_namespaced_event("default").items if e.reason == INVALID_REASON]
+        assert apply_rollouts(kube, read, ROOTS).rolled == {}
+        events = [e for e in cluster.core.list_namespaced_event("default").items if e.reason == INVALID_REASON]
         assert [(e.type, e.involved_object.kind, e.involved_object.name) for e in events] == [
             ("Warning", "Deployment", "bad-serve")]
     finally:
