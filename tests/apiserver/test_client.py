@@ -578,3 +578,22 @@ def test_immutable_secret(cluster: Cluster, ns: str) -> None:
     with pytest.raises(ApiException) as e:
         cluster.core.patch_namespaced_secret("key", ns, {"data": {"k": "eA=="}})
     assert e.value.status == 422 and "field is immutable" in status_of(e.value)["message"]
+
+
+def test_openapi_v2_serves_the_official_built_in_schemas_and_the_crds(cluster: Cluster, crds) -> None:
+    http = urllib3.PoolManager(ca_certs=str(cluster.srv.ca_path))
+    auth = {"Authorization": f"Bearer {cluster.srv.token}"}
+    doc = json.loads(http.request("GET", cluster.srv.url + "/openapi/v2",
+                                  headers={**auth, "Accept": "application/json"}).data)
+    assert doc["swagger"] == "2.0"
+    sa = doc["definitions"]["io.k8s.api.core.v1.ServiceAccount"]
+    assert sa["x-kubernetes-group-version-kind"] == [{"group": "", "version": "v1", "kind": "ServiceAccount"}]
+    assert sa["properties"]["automountServiceAccountToken"]["type"] == "boolean"
+    deployment = doc["definitions"]["io.k8s.api.apps.v1.Deployment"]
+    assert deployment["properties"]["spec"]["$ref"] == "#/definitions/io.k8s.api.apps.v1.DeploymentSpec"
+    assert doc["definitions"]["dev.slurmk8s.v1alpha1.SlurmCluster"]["x-kubernetes-group-version-kind"][0]["kind"] \
+        == "SlurmCluster"
+    # client-go (kubectl's and Helm's validators) asks for protobuf only: a gnostic Document it can parse
+    r = http.request("GET", cluster.srv.url + "/openapi/v2",
+                     headers={**auth, "Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"})
+    assert r.status == 200 and r.headers["Content-Type"].endswith("+protobuf") and r.data == b"\x0a\x032.0"

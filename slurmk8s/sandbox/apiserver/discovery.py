@@ -12,7 +12,9 @@ types compiled into it.
 from __future__ import annotations
 
 import hashlib
+import functools
 import json
+from pathlib import Path
 from typing import Any
 
 from .resources import Registry, ResourceType
@@ -172,3 +174,86 @@ def openapi_root(reg: Registry) -> dict:
             key = _gv_path(g, v)
             paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={digest}"}
     return {"paths": paths}
+
+
+#: The Kubernetes release whose built-in schemas /openapi/v2 serves (the one /version names).
+SCHEMA_RELEASE = f"v{VERSION['major']}.{VERSION['minor']}.0-local"
+
+
+@functools.lru_cache(maxsize=1)
+def builtin_definitions() -> dict[str, Any]:
+    """The official schemas of the built-in types, as swagger 2.0 ``definitions``,
+    from the ``kubernetes-validate`` package's copy of Kubernetes' own OpenAPI
+    (JSON Schema form, converted back: nullable type lists become one type,
+    ``$defs`` references become ``definitions`` ones, and every top-level kind
+    gets its ``x-kubernetes-group-version-kind``). Empty when the package is
+    not installed: clients then validate nothing themselves and the server
+    still validates what it stores."""
+    try:
+        import kubernetes_validate
+    except ImportError:
+        return {}
+    path = (Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / SCHEMA_RELEASE
+            / "_definitions.json")
+    if not path.exists():
+        return {}
+    defs = json.loads(path.read_text())["$defs"]
+    out = {}
+    for name, schema in defs.items():
+        converted = _swagger(schema)
+        props = schema.get("properties") or {}
+        versions, kinds = (props.get("apiVersion") or {}).get("enum"), (props.get("kind") or {}).get("enum")
+        if versions and kinds:
+            group, _, version = versions[0].rpartition("/")
+            converted["x-kubernetes-group-version-kind"] = [{"group": group, "version": version, "kind": kinds[0]}]
+        out[name] = converted
+    return out
+
+
+def _swagger(s: Any) -> Any:
+    if isinstance(s, list):
+        return [_swagger(x) for x in s]
+    if not isinstance(s, dict):
+        return s
+    out = {}
+    for key, value in s.items():
+        if key == "type" and isinstance(value, list):
+            types = [t for t in value if t != "null"]
+            if len(types) == 1:
+                out[key] = types[0]
+            continue
+        if key == "$ref" and isinstance(value, str):
+            out[key] = value.replace("#/$defs/", "#/definitions/")
+            continue
+        if key == "enum" and isinstance(value, list):
+            value = [v for v in value if v is not None]
+        out[key] = _swagger(value) if key not in ("properties", "patternProperties") else {
+            k: _swagger(v) for k, v in value.items()}
+    return out
+
+
+def openapi_v2(reg: Registry) -> dict:
+    """The swagger 2.0 document at /openapi/v2: the built-in types' official
+    schemas and every served custom resource's schema, each with its
+    group-version-kind. kubectl's and Helm's client-side validation load it;
+    paths are listed in the OpenAPI v3 documents, where clients look for
+    server-side field validation."""
+    definitions = dict(builtin_definitions())
+    for g, versions in reg.groups():
+        for v in versions:
+            for rt in reg.in_group_version(g, v):
+                if rt.custom and rt.schema:
+                    s = dict(_explainable(rt.schema))
+                    s["x-kubernetes-group-version-kind"] = [{"group": rt.group, "version": rt.version, "kind": rt.kind}]
+                    definitions[schema_name(rt)] = s
+    return {"swagger": "2.0", "info": {"title": "Kubernetes", "version": VERSION["gitVersion"]}, "paths": {},
+            "definitions": definitions}
+
+
+#: /openapi/v2 for clients that accept only protobuf (client-go's discovery):
+#: a gnostic ``openapi_v2.Document`` holding just ``swagger: "2.0"`` (field 1).
+#: It names no definitions, so kubectl and Helm validate nothing on the
+#: client and leave validation to this server (``fieldValidation``), which is
+#: what they do against a real server whose OpenAPI v3 shows that parameter.
+OPENAPI_V2_PROTOBUF = b"\x0a\x032.0"
+OPENAPI_V2_PROTOBUF_TYPE = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"

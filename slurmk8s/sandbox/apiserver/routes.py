@@ -121,7 +121,7 @@ class Routes:
         if path == "/version":
             return json_response(discovery.VERSION)
         if parts and parts[0] == "openapi":
-            return self._openapi(parts)
+            return self._openapi(parts, request.headers.get("Accept", ""))
         if not parts or parts[0] not in ("api", "apis"):
             raise APIError(404, f"the server could not find the requested resource ({path})", "NotFound")
         if method != "GET" and (len(parts) <= (2 if parts[0] == "api" else 3)):
@@ -173,7 +173,12 @@ class Routes:
             raise APIError(404, f"{rt.plural} are namespaced: use {rt.base_path}/namespaces/<namespace>/{rt.plural}/{name}", "NotFound")
         return Target(group, version, rt, namespace, name, sub, watch_path)
 
-    def _openapi(self, parts: list[str]) -> web.Response:
+    def _openapi(self, parts: list[str], accept: str = "") -> web.Response:
+        if parts == ["openapi", "v2"]:
+            if "protobuf" in accept and "json" not in accept:
+                # client-go asks for protobuf only (kubectl's and Helm's validators load it)
+                return web.Response(body=discovery.OPENAPI_V2_PROTOBUF, content_type=discovery.OPENAPI_V2_PROTOBUF_TYPE)
+            return json_response(discovery.openapi_v2(self.api.registry))
         if parts == ["openapi", "v3"]:
             return json_response(discovery.openapi_root(self.api.registry))
         if len(parts) >= 4 and parts[1] == "v3":
@@ -186,8 +191,8 @@ class Routes:
                 doc = None
             if doc is not None:
                 return json_response(doc)
-        raise APIError(404, "this server serves OpenAPI v3 only (/openapi/v3), with schemas for custom resources; "
-                       "/openapi/v2 is not served", "NotFound")
+        raise APIError(404, "the server could not find the requested resource: OpenAPI documents are at "
+                       "/openapi/v2 and /openapi/v3/<api|apis/group>/<version>", "NotFound")
 
     # --- bodies and options ------------------------------------------------------
 
