@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m slurmk8s.sandbox.apiserver", description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", required=True, type=Path, help="where objects, the token and the certificates are kept")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--advertise-address", metavar="IP",
+                   help="the address pods reach the server at: listened on too, put in the certificate, and "
+                        "published as the endpoint of the `kubernetes` Service in `default`")
     p.add_argument("--port", default=0, type=int, help="port to listen on (default: any free port)")
     p.add_argument("--kubeconfig", type=Path, help="write a kubeconfig for this server here")
     p.add_argument("--namespace", default="default", help="the kubeconfig's namespace (default: default)")
@@ -34,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-format", default="console", choices=("console", "json"))
     args = p.parse_args(argv)
     logconf.configure(args.log_level, args.log_format)
-    srv = APIServer(args.data_dir, args.host, args.port, history_limit=args.history, tls_sans=args.tls_san, crds=args.crds)
+    srv = APIServer(args.data_dir, args.host, args.port, history_limit=args.history, tls_sans=args.tls_san, crds=args.crds,
+                    advertise_address=args.advertise_address)
     try:
         srv.start()
     except StartupError as e:

@@ -29,6 +29,8 @@ from .store import Store, meta
 log = get_logger("slurmk8s.apiserver")
 
 BOOTSTRAP_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+#: The first address of the Service range, which Kubernetes gives the ``kubernetes`` Service.
+KUBERNETES_SERVICE_IP = "10.96.0.1"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
@@ -82,10 +84,15 @@ class APIServer:
         crds: Sequence[Path] = (),
         controllers: bool = True,
         bookmark_interval: float = 30.0,
+        advertise_address: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
+        #: The address pods reach the API server at (kube-apiserver's
+        #: --advertise-address): listened on as well, in the certificate, and
+        #: the endpoint of the ``kubernetes`` Service in ``default``.
+        self.advertise_address = advertise_address
         self.history_limit = history_limit
         self.tls_sans = tuple(tls_sans)
         self.crd_files = tuple(Path(p) for p in crds)
@@ -124,8 +131,9 @@ class APIServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.token = self._load_token()
         names = ["127.0.0.1", "localhost", *self.tls_sans]
-        if self.host not in ("0.0.0.0", "", "::") and self.host not in names:
-            names.append(self.host)
+        for address in (self.host, self.advertise_address):
+            if address and address not in ("0.0.0.0", "", "::") and address not in names:
+                names.append(address)
         self.pki = tls.ensure(self.data_dir / "pki", names)
         self._crd_docs = load_crd_documents(self.crd_files)
         self._ready.clear()
@@ -255,6 +263,9 @@ class APIServer:
         try:
             await site.start()
             self.port = runner.addresses[0][1]
+            if self.advertise_address and self.advertise_address != self.host:
+                await web.TCPSite(runner, self.advertise_address, self.port, ssl_context=ctx, reuse_address=True).start()
+            self._kubernetes_service(api)
             if manager is not None:
                 manager.start()
             log.info("Kubernetes stand-in listening", url=self.url, data_dir=str(self.data_dir), resource_version=store.rv)
@@ -268,6 +279,29 @@ class APIServer:
             await runner.cleanup()
             store.close()
             self.api = None
+
+    def _kubernetes_service(self, api: API) -> None:
+        """The ``kubernetes`` Service in ``default`` with this server as its endpoint, as
+        kube-apiserver keeps it; kubelets give pods KUBERNETES_SERVICE_HOST/PORT from it."""
+        if not self.advertise_address:
+            return
+        svc_rt, ep_rt = api.resource("", "v1", "services"), api.resource("", "v1", "endpoints")
+        labels = {"component": "apiserver", "provider": "kubernetes"}
+        opts = Options(field_manager="slurmk8s-apiserver")
+        if api.raw(svc_rt, "default", "kubernetes") is None:
+            api.create(svc_rt, "default", {"metadata": {"name": "kubernetes", "namespace": "default", "labels": labels},
+                                           "spec": {"type": "ClusterIP", "clusterIP": str(KUBERNETES_SERVICE_IP),
+                                                    "ports": [{"name": "https", "port": 443, "protocol": "TCP",
+                                                               "targetPort": self.port}]}}, opts)
+        endpoints = {"metadata": {"name": "kubernetes", "namespace": "default", "labels": labels},
+                     "subsets": [{"addresses": [{"ip": self.advertise_address}],
+                                  "ports": [{"name": "https", "port": self.port, "protocol": "TCP"}]}]}
+        current = api.raw(ep_rt, "default", "kubernetes")
+        if current is None:
+            api.create(ep_rt, "default", endpoints, opts)
+        elif current.get("subsets") != endpoints["subsets"]:
+            endpoints["metadata"]["resourceVersion"] = meta(current)["resourceVersion"]
+            api.update(ep_rt, "default", "kubernetes", endpoints, opts)
 
     def _bootstrap(self, api: API) -> None:
         ns_rt = api.resource("", "v1", "namespaces")
