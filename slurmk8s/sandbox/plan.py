@@ -99,6 +99,7 @@ def _volumes(
     config_maps: Mapping[str, dict],
     secrets: Mapping[str, dict],
     claims: dict[str, str],
+    tokens: Mapping[tuple[str, str], str],
 ) -> tuple[dict[str, tuple[str, str]], list[VolumeFile]]:
     """Resolve the pod's volumes: {volume: (mount kind, source)} and the files to write."""
     spec = template["spec"]
@@ -127,10 +128,24 @@ def _volumes(
         elif "projected" in vol:
             mode = vol["projected"].get("defaultMode", 0o644)
             for src in vol["projected"]["sources"]:
-                secret = secrets[src["secret"]["name"]]
-                for item in src["secret"].get("items", []):
-                    content = base64.b64decode(secret["data"][item["key"]])
-                    files.append(VolumeFile(f"{local}/{item['path']}", content, mode))
+                if "secret" in src:
+                    secret = secrets.get(src["secret"]["name"], {})
+                    data = {k: base64.b64decode(v) for k, v in secret.get("data", {}).items()}
+                    files += _items(local, data, src["secret"].get("items"), mode)
+                elif "configMap" in src:
+                    data = {k: v.encode() for k, v in config_maps.get(src["configMap"]["name"], {}).get("data", {}).items()}
+                    files += _items(local, data, src["configMap"].get("items"), mode)
+                elif "downwardAPI" in src:
+                    files += [VolumeFile(f"{local}/{i['path']}", _field(template, i["fieldRef"]["fieldPath"], "").encode(),
+                                         mode) for i in src["downwardAPI"].get("items", [])]
+                elif "serviceAccountToken" in src:
+                    path = src["serviceAccountToken"]["path"]
+                    files.append(VolumeFile(f"{local}/{path}", tokens[(name, path)].encode(), mode))
+            sources[name] = ("bind", local)
+        elif "downwardAPI" in vol:
+            mode = vol["downwardAPI"].get("defaultMode", 0o644)
+            files += [VolumeFile(f"{local}/{i['path']}", _field(template, i["fieldRef"]["fieldPath"], "").encode(), mode)
+                      for i in vol["downwardAPI"].get("items", [])]
             sources[name] = ("bind", local)
         elif "persistentVolumeClaim" in vol:
             claim = vol["persistentVolumeClaim"]["claimName"]
@@ -147,7 +162,94 @@ def _volumes(
     return sources, files
 
 
-def _container(container: dict, sources: Mapping[str, tuple[str, str]]) -> ContainerPlan:
+def _items(local: str, data: Mapping[str, bytes], items: list[dict] | None, mode: int) -> list[VolumeFile]:
+    """The files of a ConfigMap or Secret projection: every key, or the ``items`` chosen (key -> path)."""
+    if items is None:
+        return [VolumeFile(f"{local}/{k}", v, mode) for k, v in sorted(data.items())]
+    return [VolumeFile(f"{local}/{i['path']}", data[i["key"]], i.get("mode", mode)) for i in items]
+
+
+def _field(pod: dict, path: str, ip: str) -> str:
+    """A downward-API ``fieldRef`` of the pod, as the kubelet resolves it."""
+    meta, spec = pod["metadata"], pod["spec"]
+    simple = {
+        "metadata.name": meta.get("name", ""), "metadata.namespace": meta.get("namespace", "default"),
+        "metadata.uid": meta.get("uid", ""), "spec.nodeName": spec.get("nodeName", ""),
+        "spec.serviceAccountName": spec.get("serviceAccountName", ""), "status.podIP": ip, "status.podIPs": ip,
+        "status.hostIP": "", "status.hostIPs": "",
+    }
+    if path in simple:
+        return simple[path]
+    for prefix, values in (("metadata.labels", meta.get("labels") or {}),
+                           ("metadata.annotations", meta.get("annotations") or {})):
+        if path == prefix:
+            return "\n".join(f'{k}="{v}"' for k, v in sorted(values.items()))
+        if path.startswith(prefix + "['") and path.endswith("']"):
+            return values.get(path[len(prefix) + 2:-2], "")
+    raise ValueError(f"pod {meta.get('name')}: fieldRef {path!r} is not supported")
+
+
+def _env(container: dict, pod: dict, ip: str, config_maps: Mapping[str, dict], secrets: Mapping[str, dict],
+         service_env: Mapping[str, str]) -> dict[str, str]:
+    """A container's environment as the kubelet builds it: the Service variables
+    (KUBERNETES_SERVICE_HOST ...), then ``envFrom``, then ``env`` with ``valueFrom``
+    resolved. A missing ConfigMap, Secret or key that is not optional is a
+    ``LookupError``: the kubelet waits for it (CreateContainerConfigError)."""
+    ns = pod["metadata"].get("namespace", "default")
+
+    def source(kind: str, ref: dict) -> dict[str, str] | None:
+        store = config_maps if kind == "configMap" else secrets
+        obj = store.get(ref.get("name", ""))
+        if obj is None:
+            if ref.get("optional"):
+                return None
+            raise LookupError(f"{kind} {ns}/{ref.get('name')} does not exist")
+        data = obj.get("data") or {}
+        return dict(data) if kind == "configMap" else {k: base64.b64decode(v).decode() for k, v in data.items()}
+
+    env = dict(service_env)
+    for ef in container.get("envFrom", []):
+        for kind, key in (("configMap", "configMapRef"), ("secret", "secretRef")):
+            if key in ef:
+                env.update({ef.get("prefix", "") + k: v for k, v in (source(kind, ef[key]) or {}).items()})
+    for e in container.get("env", []):
+        value_from = e.get("valueFrom")
+        if value_from is None:
+            env[e["name"]] = e.get("value", "")
+        elif "fieldRef" in value_from:
+            env[e["name"]] = _field(pod, value_from["fieldRef"]["fieldPath"], ip)
+        elif "resourceFieldRef" in value_from:
+            ref = value_from["resourceFieldRef"]
+            kind, _, res = ref["resource"].partition(".")
+            env[e["name"]] = str((container.get("resources", {}).get(kind, {}) or {}).get(res, ""))
+        else:
+            kind, key = ("configMap", "configMapKeyRef") if "configMapKeyRef" in value_from else ("secret", "secretKeyRef")
+            ref = value_from[key]
+            data = source(kind, ref)
+            if data is None:
+                continue
+            if ref["key"] not in data:
+                if ref.get("optional"):
+                    continue
+                raise LookupError(f"{kind} {ns}/{ref['name']} has no key {ref['key']!r}")
+            env[e["name"]] = data[ref["key"]]
+    return env
+
+
+def token_requests(pod: dict) -> list[tuple[str, str, str | None, int]]:
+    """The ServiceAccount tokens a pod's projected volumes ask for:
+    (volume, path, audience or None, expirationSeconds). The kubelet requests
+    them (TokenRequest) before it plans the pod. Pure."""
+    out = []
+    for vol in pod["spec"].get("volumes", []):
+        for src in (vol.get("projected") or {}).get("sources", []):
+            tok = src.get("serviceAccountToken")
+            if tok is not None:
+                out.append((vol["name"], tok["path"], tok.get("audience"), int(tok.get("expirationSeconds", 3600))))
+    return out
+
+
+def _container(container: dict, sources: Mapping[str, tuple[str, str]], env: dict[str, str]) -> ContainerPlan:
     mounts = []
     for vm in sorted(container.get("volumeMounts", []), key=lambda m: PurePosixPath(m["mountPath"]).parts):
         kind, source = sources[vm["name"]]
@@ -162,7 +264,7 @@ def _container(container: dict, sources: Mapping[str, tuple[str, str]]) -> Conta
     return ContainerPlan(
         name=container["name"],
         component=_component(container["image"]),
-        env={e["name"]: e["value"] for e in container.get("env", [])},
+        env=env,
         args=list(container.get("command", [])[1:] + container.get("args", [])),
         mounts=mounts,
         readiness=probe.get("exec", {}).get("command"),
@@ -191,13 +293,19 @@ def hosts_file(pods: Sequence[PodPlan], services: Mapping[str, dict], domain: st
     return render_template("hosts", entries=entries)
 
 
-def pod_plan(pod: dict, config_maps: Mapping[str, dict], secrets: Mapping[str, dict], ip: str) -> PodPlan:
+def pod_plan(pod: dict, config_maps: Mapping[str, dict], secrets: Mapping[str, dict], ip: str,
+             tokens: Mapping[tuple[str, str], str] | None = None,
+             service_env: Mapping[str, str] | None = None) -> PodPlan:
     """One bound Pod object (as the API serves it) -> what the runtime runs. Pure.
 
     ``config_maps`` and ``secrets`` are the objects of the pod's namespace, by
     name; a persistent volume claim becomes ``/claims/<namespace>/<claim>``.
-    Raises ``LookupError`` naming a ConfigMap or Secret that does not exist
-    (yet): the kubelet waits for it, as Kubernetes does.
+    ``tokens`` holds the ServiceAccount tokens the kubelet requested for the
+    pod's projected volumes, by (volume, path) (``token_requests``);
+    ``service_env`` the Service variables every container gets
+    (KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT, ...).
+    Raises ``LookupError`` naming a ConfigMap, Secret, key or token that does
+    not exist (yet): the kubelet waits for it, as Kubernetes does.
     """
     meta, spec = pod["metadata"], pod["spec"]
     ns = meta.get("namespace", "default")
@@ -206,11 +314,16 @@ def pod_plan(pod: dict, config_maps: Mapping[str, dict], secrets: Mapping[str, d
             if kind in vol and vol[kind][ref] not in store and not vol[kind].get("optional"):
                 raise LookupError(f"{kind} {ns}/{vol[kind][ref]} (volume {vol['name']}) does not exist")
         for src in vol.get("projected", {}).get("sources", []):
-            if "secret" in src and src["secret"]["name"] not in secrets:
-                raise LookupError(f"secret {ns}/{src['secret']['name']} (volume {vol['name']}) does not exist")
+            for kind, store in (("secret", secrets), ("configMap", config_maps)):
+                if kind in src and src[kind]["name"] not in store and not src[kind].get("optional"):
+                    raise LookupError(f"{kind} {ns}/{src[kind]['name']} (volume {vol['name']}) does not exist")
     claims = {v["persistentVolumeClaim"]["claimName"]: f"claims/{ns}/{v['persistentVolumeClaim']['claimName']}"
               for v in spec.get("volumes", []) if "persistentVolumeClaim" in v}
-    sources, files = _volumes(meta["name"], pod, {}, config_maps, secrets, claims)
+    tokens = tokens or {}
+    for vol, path, _, _ in token_requests(pod):
+        if (vol, path) not in tokens:
+            raise LookupError(f"no ServiceAccount token for volume {vol} ({path}) yet")
+    sources, files = _volumes(meta["name"], pod, {}, config_maps, secrets, claims, tokens)
     gpus = sum(int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)) for c in spec["containers"])
     owner = next((o for o in meta.get("ownerReferences", []) if o.get("controller")), {})
     return PodPlan(
@@ -222,7 +335,8 @@ def pod_plan(pod: dict, config_maps: Mapping[str, dict], secrets: Mapping[str, d
         hostname=spec.get("hostname") or meta["name"],
         subdomain=spec.get("subdomain"),
         ip=ip,
-        containers=[_container(c, sources) for c in spec["containers"]],
+        containers=[_container(c, sources, _env(c, pod, ip, config_maps, secrets, service_env or {}))
+                    for c in spec["containers"]],
         files=files,
         gpus=gpus,
         termination_grace=spec.get("terminationGracePeriodSeconds", 30),
