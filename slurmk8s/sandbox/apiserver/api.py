@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from . import admission
 from . import apply as ssa
 from . import jsonpath, patch as patches, schema as crdschema, strategy, timeutil
 from .errors import (
@@ -293,6 +294,9 @@ class API:
                 raise APIError(405, f"create not allowed while custom resource definition {rt.crd_name} is terminating", "MethodNotAllowed")
         if m.get("resourceVersion"):
             raise bad_request("resourceVersion should not be set on objects to be created")
+        if rt.storage == ("", "pods"):
+            sa = self.store.get(("", "serviceaccounts"), ns or "", admission.service_account_name(obj))
+            admission.admit_pod(obj, sa, random_suffix())
         if not m.get("name"):
             base = m.get("generateName")
             if not base:
@@ -327,7 +331,17 @@ class API:
             return self.present(rt, obj)
         self.store.put(rt.storage, obj)
         self._after_write(rt, obj)
+        if rt.storage == ("", "namespaces"):
+            self._default_service_account(m["name"])
         return self.present(rt, obj)
+
+    def _default_service_account(self, ns: str) -> None:
+        """The namespace's ``default`` ServiceAccount, made with the namespace so
+        a pod created right after it passes ServiceAccount admission (the
+        namespace controller makes it again if it is deleted)."""
+        if self.store.get(("", "serviceaccounts"), ns, "default") is None:
+            self.create(self.resource("", "v1", "serviceaccounts"), ns, {"metadata": {"name": "default"}},
+                        Options(field_manager="serviceaccount-controller"))
 
     def _check_crd_names(self, crd: dict) -> None:
         spec = crd["spec"]

@@ -16,7 +16,7 @@ import yaml
 from aiohttp import web
 
 from ...log import get as get_logger
-from . import audit, authn, discovery, rbac, tables, timeutil
+from . import audit, authn, discovery, protobuf, rbac, tables, timeutil
 from .api import API, DeleteOptions, Options
 from .errors import APIError, FieldError, bad_request, gone, invalid, not_found
 from .resources import REVIEWS, ResourceType
@@ -306,6 +306,11 @@ class Routes:
         if not raw:
             return None
         ctype = (request.content_type or "application/json").lower()
+        if "protobuf" in ctype:
+            try:
+                return protobuf.decode(raw)  # the review and token kinds kubectl sends as protobuf
+            except protobuf.DecodeError:
+                pass
         if "protobuf" in ctype or "cbor" in ctype:
             raise APIError(415, f"{ctype} is not supported by this Kubernetes stand-in, which reads JSON and YAML only; "
                            "kubectl's `create <kind>` generators send protobuf: pipe `kubectl create ... --dry-run=client -o yaml` "
@@ -450,7 +455,6 @@ class Routes:
                 out["status"] = {"authenticated": True, "user": who.info(), "audiences": audiences or [self.authn.issuer]}
             except authn.TokenError as e:
                 out["status"] = {"authenticated": False, "user": {}, "error": f"[invalid bearer token, {e}]"}
-            out["spec"] = {k: v for k, v in spec.items() if k != "token"}  # the token is not echoed
             return out
         if plural == "selfsubjectrulesreviews":
             ns = spec.get("namespace") or ""
