@@ -455,3 +455,36 @@ def test_every_request_is_audited(cluster: Cluster, ns: str) -> None:
     assert health and health[-1]["code"] == 200 and health[-1]["verb"] == "get"
     text = cluster.srv.audit_path.read_text()
     assert token not in text and cluster.srv.token not in text
+
+
+# --- escalation prevention -----------------------------------------------------------------
+
+
+def test_you_may_only_grant_what_you_hold(cluster: Cluster, ns: str) -> None:
+    service_account(cluster, ns, "granter")
+    grant(cluster, ns, "granter", [{"apiGroups": [RBAC], "resources": ["roles", "rolebindings"], "verbs": ["create", "update", "patch"]},
+                                   {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}])
+    rbac = client.RbacAuthorizationV1Api(client_for(cluster, cluster.srv.issue_token(ns, "granter")))
+    rbac.create_namespaced_role(ns, {"metadata": {"name": "ok"}, "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]})
+    with pytest.raises(ApiException) as e:
+        rbac.create_namespaced_role(ns, {"metadata": {"name": "more"}, "rules": [
+            {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get"]}]})
+    assert e.value.status == 403
+    message = json.loads(e.value.body)["message"]
+    assert message.startswith(f'roles.rbac.authorization.k8s.io "more" is forbidden: user "system:serviceaccount:{ns}:granter" ')
+    assert 'is attempting to grant RBAC permissions not currently held:\n{APIGroups:[""], Resources:["secrets"], Verbs:["get"]}' in message
+    subject = [{"kind": "ServiceAccount", "name": "default", "namespace": ns}]
+    rbac.create_namespaced_role_binding(ns, {"metadata": {"name": "ok"}, "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "ok"},
+                                             "subjects": subject})
+    with pytest.raises(ApiException) as e:
+        rbac.create_namespaced_role_binding(ns, {"metadata": {"name": "admin"}, "subjects": subject,
+                                                 "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "admin"}})
+    assert e.value.status == 403
+    # `bind` on the ClusterRole lets it bind what it does not hold
+    admin_rbac = client.RbacAuthorizationV1Api(cluster.api_client)
+    admin_rbac.create_namespaced_role(ns, {"metadata": {"name": "binder"}, "rules": [
+        {"apiGroups": [RBAC], "resources": ["clusterroles"], "verbs": ["bind"], "resourceNames": ["view"]}]})
+    admin_rbac.create_namespaced_role_binding(ns, {"metadata": {"name": "binder"}, "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "binder"},
+                                                   "subjects": [{"kind": "ServiceAccount", "name": "granter", "namespace": ns}]})
+    rbac.create_namespaced_role_binding(ns, {"metadata": {"name": "view"}, "subjects": subject,
+                                             "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "view"}})

@@ -284,3 +284,34 @@ def test_named_rules_never_match_unnamed_requests(a: Attributes, r: dict) -> Non
 @given(attributes)
 def test_wildcard_rule_allows_every_resource_request(a: Attributes) -> None:
     assert rule_allows(a, rule(["*"], ["*"], ["*"]))
+
+
+def test_escalation_coverage_as_kubernetes_compares_rules() -> None:
+    from slurmk8s.sandbox.apiserver.rbac import uncovered
+
+    held = [rule([""], ["pods", "*/status"], ["get", "list"]), rule(["apps"], ["*"], ["*"]), {"nonResourceURLs": ["/apis/*"], "verbs": ["get"]}]
+    assert uncovered(held, [rule([""], ["pods"], ["get"])]) == []
+    assert uncovered(held, [rule([""], ["pods/status"], ["list"])]) == []
+    assert uncovered(held, [rule(["apps"], ["deployments/scale"], ["patch"], ["d"])]) == []
+    assert uncovered(held, [{"nonResourceURLs": ["/apis/apps"], "verbs": ["get"]}]) == []
+    assert uncovered(held, [rule([""], ["pods"], ["get", "delete"])]) == [{"verbs": ["delete"], "apiGroups": [""], "resources": ["pods"]}]
+    assert uncovered(held, [rule(["*"], ["pods"], ["get"])]) == [{"verbs": ["get"], "apiGroups": ["*"], "resources": ["pods"]}]
+    named = [rule([""], ["secrets"], ["get"], ["a"])]
+    assert uncovered(named, [rule([""], ["secrets"], ["get"], ["a"])]) == []
+    assert uncovered(named, [rule([""], ["secrets"], ["get"])]) != []
+
+
+@given(st.lists(rules, max_size=4))
+def test_every_rule_set_covers_itself(rs: list) -> None:
+    from slurmk8s.sandbox.apiserver.rbac import uncovered
+
+    assert uncovered(rs, rs) == []
+
+
+@given(st.lists(rules, min_size=1, max_size=3), attributes)
+def test_covered_rules_allow_nothing_the_holder_could_not(rs: list, a: Attributes) -> None:
+    from slurmk8s.sandbox.apiserver.rbac import breakdown
+
+    held = [one for r in rs for one in breakdown(r)][:3]
+    if any(rule_allows(a, r) for r in held):
+        assert any(rule_allows(a, r) for r in rs)

@@ -65,6 +65,9 @@ class Options:
     field_validation: str = "Warn"  # Strict | Warn | Ignore
     force: bool = False
     warnings: list[str] = field(default_factory=list)
+    # called with (rt, new, old) once an object is defaulted and valid, before it is stored:
+    # the HTTP routes' RBAC escalation check (in-process controllers pass none)
+    admit: Callable[[ResourceType, dict, "dict | None"], None] | None = None
 
 
 @dataclass
@@ -322,6 +325,8 @@ class API:
         if rt.has_status or rt.storage == ("apiextensions.k8s.io", "customresourcedefinitions"):
             strategy.reset_status_on_create(rt, obj)
         obj = self._process(rt, obj, opts, None)
+        if opts.admit is not None:
+            opts.admit(rt, obj, None)
         if rt.storage == ("apiextensions.k8s.io", "customresourcedefinitions"):
             strategy.reset_status_on_create(rt, obj)
             self._check_crd_names(obj)
@@ -431,6 +436,8 @@ class API:
         if managed_fields is not None:
             meta(new)["managedFields"] = managed_fields
         new = self._process(rt, new, opts, old)
+        if opts.admit is not None:
+            opts.admit(rt, new, old)
         if rt.generation and subresource != "status":
             if _spec_view(rt, new) != _spec_view(rt, old):
                 meta(new)["generation"] = int(meta(old).get("generation") or 1) + 1

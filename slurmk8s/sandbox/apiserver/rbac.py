@@ -329,3 +329,73 @@ def request_attributes(method: str, path: str, query: Mapping[str, Any]) -> Attr
         verb = "create"  # a websocket upgrade (GET) runs a command as a POST would
     return Attributes(verb=verb, namespace=namespace, api_group=group, api_version=version,
                       resource=resource, subresource=sub, name=name)
+
+
+# --- escalation prevention (Kubernetes' rbac/validation policy comparator) -------------
+
+
+def breakdown(rule: Mapping) -> list[dict]:
+    """A rule as rules of one verb, one group, one resource and at most one name."""
+    out: list[dict] = []
+    verbs = list(rule.get("verbs") or ())
+    if rule.get("nonResourceURLs"):
+        for url in rule["nonResourceURLs"]:
+            for v in verbs:
+                out.append({"verbs": [v], "nonResourceURLs": [url]})
+        return out
+    names = list(rule.get("resourceNames") or ()) or [None]
+    for g in rule.get("apiGroups") or ():
+        for r in rule.get("resources") or ():
+            for v in verbs:
+                for n in names:
+                    one = {"verbs": [v], "apiGroups": [g], "resources": [r]}
+                    if n is not None:
+                        one["resourceNames"] = [n]
+                    out.append(one)
+    return out
+
+
+def _has_all(owner: Sequence[str], wanted: Sequence[str]) -> bool:
+    return all(w in owner for w in wanted)
+
+
+def _resources_cover(owner: Sequence[str], wanted: Sequence[str]) -> bool:
+    for w in wanted:
+        if "*" in owner or w in owner:
+            continue
+        _, slash, sub = w.partition("/")
+        if slash and "*/" + sub in owner:
+            continue
+        return False
+    return True
+
+
+def _urls_cover(owner: Sequence[str], wanted: Sequence[str]) -> bool:
+    return all(any(o == w or (o.endswith("*") and w.startswith(o[:-1])) for o in owner) for w in wanted)
+
+
+def rule_covers(owner: Mapping, sub: Mapping) -> bool:
+    ov, sv = owner.get("verbs") or (), sub.get("verbs") or ()
+    og, sg = owner.get("apiGroups") or (), sub.get("apiGroups") or ()
+    on, sn = owner.get("resourceNames") or (), sub.get("resourceNames") or ()
+    names = (not on) if not sn else (not on or _has_all(on, sn))
+    return (("*" in ov or _has_all(ov, sv)) and ("*" in og or _has_all(og, sg))
+            and _resources_cover(owner.get("resources") or (), sub.get("resources") or ())
+            and _urls_cover(owner.get("nonResourceURLs") or (), sub.get("nonResourceURLs") or ()) and names)
+
+
+def uncovered(owner_rules: Sequence[Mapping], wanted_rules: Sequence[Mapping]) -> list[dict]:
+    """The pieces of ``wanted_rules`` no owner rule covers (empty: no escalation)."""
+    return [one for r in wanted_rules for one in breakdown(r) if not any(rule_covers(o, one) for o in owner_rules)]
+
+
+def escalation_message(user: User, missing: Sequence[Mapping]) -> str:
+    def show(r: Mapping) -> str:
+        if r.get("nonResourceURLs"):
+            return f'{{NonResourceURLs:["{r["nonResourceURLs"][0]}"], Verbs:["{r["verbs"][0]}"]}}'
+        names = f', ResourceNames:["{r["resourceNames"][0]}"]' if r.get("resourceNames") else ""
+        return f'{{APIGroups:["{r["apiGroups"][0]}"], Resources:["{r["resources"][0]}"]{names}, Verbs:["{r["verbs"][0]}"]}}'
+
+    groups = " ".join(f'"{g}"' for g in user.groups)
+    return (f'user "{user.name}" (groups=[{groups}]) is attempting to grant RBAC permissions not currently held:\n'
+            + "\n".join(show(r) for r in missing))

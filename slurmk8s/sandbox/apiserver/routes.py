@@ -375,6 +375,7 @@ class Routes:
         if verb == "create":
             body = await self._body(request)
             opts = self._options(q)
+            opts.admit = self._escalation_check(request[USER_KEY])
             if rt.storage in REVIEWS:
                 return json_response(self._review(request, t, body), 201)
             if t.sub == "token" and t.name and rt.storage == ("", "serviceaccounts"):
@@ -398,6 +399,7 @@ class Routes:
         if verb == "update":
             body = await self._body(request)
             opts = self._options(q)
+            opts.admit = self._escalation_check(request[USER_KEY])
             if t.sub == "scale":
                 return json_response(api.update_scale(rt, t.namespace, t.name, body, opts))
             if t.sub == "finalize":
@@ -409,6 +411,7 @@ class Routes:
         if verb == "patch":
             body = await self._body_for_patch(request)
             opts = self._options(q)
+            opts.admit = self._escalation_check(request[USER_KEY])
             ctype = request.headers.get("Content-Type", "")
             if t.sub == "scale":
                 return json_response(api.patch_scale(rt, t.namespace, t.name, ctype, body, opts))
@@ -429,6 +432,44 @@ class Routes:
         labels = parse_label_selector(q.get("labelSelector"))
         fields = parse_field_selector(q.get("fieldSelector"), selectable_fields(rt.storage, rt.selectable))
         return json_response(api.delete_collection(rt, t.namespace, labels, fields, dopts))
+
+    def _escalation_check(self, user: rbac.User):
+        """Kubernetes' escalation prevention for Roles, ClusterRoles and bindings:
+        you may only grant what you hold, unless RBAC gives you ``escalate``
+        (roles) or ``bind`` (the role a binding references)."""
+
+        def check(rt: ResourceType, obj: dict, old: dict | None) -> None:
+            if rt.group != RBAC_GROUP or rbac.MASTERS in user.groups:
+                return
+            md = meta(obj)
+            ns, name = md.get("namespace") or "", md.get("name") or ""
+            is_role = rt.plural in ("roles", "clusterroles")
+            fields = ("rules", "aggregationRule") if is_role else ("roleRef", "subjects")
+            if old is not None and all(old.get(f) == obj.get(f) for f in fields):
+                return  # metadata-only changes grant nothing
+            if is_role:
+                if self.authz.authorize(user, rbac.Attributes("escalate", namespace=ns, api_group=RBAC_GROUP, resource=rt.plural, name=name))[0]:
+                    return
+                if obj.get("aggregationRule"):
+                    raise APIError(403, f'{rt.plural}.{RBAC_GROUP} "{name}" is forbidden: must have cluster-admin privileges '
+                                   "(or escalate on clusterroles) to use the aggregationRule", "Forbidden",
+                                   {"name": name, "group": RBAC_GROUP, "kind": rt.plural})
+                wanted = list(obj.get("rules") or [])
+            else:
+                ref = obj.get("roleRef") or {}
+                target = "clusterroles" if ref.get("kind") == "ClusterRole" else "roles"
+                if self.authz.authorize(user, rbac.Attributes("bind", namespace=ns, api_group=RBAC_GROUP, resource=target,
+                                                              name=ref.get("name") or ""))[0]:
+                    return
+                found = self.authz.policy().role_rules(ref, ns)
+                wanted = found[0] if found else []
+            held, held_urls = self.authz.rules_for(user, ns)
+            missing = rbac.uncovered(held + held_urls, wanted)
+            if missing:
+                raise APIError(403, f'{rt.plural}.{RBAC_GROUP} "{name}" is forbidden: {rbac.escalation_message(user, missing)}',
+                               "Forbidden", {"name": name, "group": RBAC_GROUP, "kind": rt.plural})
+
+        return check
 
     # --- reviews and tokens (answered, not stored) --------------------------------
 
