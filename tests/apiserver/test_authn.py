@@ -124,3 +124,26 @@ def test_admission_automount_precedence_and_missing_account() -> None:
         admission.admit_pod(pod(serviceAccountName="ghost"), None, "x")
     assert e.value.code == 403
     assert e.value.message == 'pods "p" is forbidden: error looking up service account n/ghost: serviceaccount "ghost" not found'
+
+
+def test_audit_lines_and_rotation(tmp_path) -> None:
+    from slurmk8s.sandbox.apiserver import audit
+    from slurmk8s.sandbox.apiserver.rbac import Attributes, User
+
+    sa = User("system:serviceaccount:x:y", ("system:serviceaccounts",))
+    line = audit.entry(sa, Attributes("list", namespace="x", resource="secrets"), 403, time="T")
+    assert line == {"time": "T", "user": "system:serviceaccount:x:y", "groups": ["system:serviceaccounts"], "verb": "list",
+                    "apiGroup": "", "resource": "secrets", "namespace": "x", "code": 403}
+    admin = User("sandbox-admin", ("system:masters",))
+    line = audit.entry(sa, Attributes("get", resource_request=False, path="/api"), 200, impersonated_by=admin, time="T")
+    assert line["impersonatedBy"] == "sandbox-admin" and line["path"] == "/api" and "resource" not in line
+    log = audit.AuditLog(tmp_path / "audit.log", max_bytes=400)
+    for i in range(10):
+        log.write(audit.entry(sa, Attributes("get", namespace="x", resource="pods", name=f"p{i}"), 200 if i % 2 else 403))
+    log.close()
+    assert (tmp_path / "audit.log.1").exists()
+    lines = audit.read(tmp_path / "audit.log")
+    names = [ln["name"] for ln in lines]
+    assert names == sorted(names, key=lambda n: int(n[1:])) and names[-1] == "p9"
+    assert [ln["name"] for ln in audit.forbidden(lines)] == [n for n in names if int(n[1:]) % 2 == 0]
+    assert audit.forbidden(lines, ("someone-else",)) == []
