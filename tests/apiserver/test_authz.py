@@ -488,3 +488,18 @@ def test_you_may_only_grant_what_you_hold(cluster: Cluster, ns: str) -> None:
                                                    "subjects": [{"kind": "ServiceAccount", "name": "granter", "namespace": ns}]})
     rbac.create_namespaced_role_binding(ns, {"metadata": {"name": "view"}, "subjects": subject,
                                              "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "view"}})
+
+
+def test_a_running_watch_is_audited_when_it_starts(cluster: Cluster, ns: str) -> None:
+    ctx = ssl.create_default_context(cafile=str(cluster.srv.ca_path))
+    req = urllib.request.Request(f"{cluster.srv.url}/api/v1/namespaces/{ns}/configmaps?watch=true&timeoutSeconds=30",
+                                 headers={"Authorization": f"Bearer {cluster.srv.token}"})
+
+    def started():
+        return [ln for ln in audit.read(cluster.srv.audit_path) if ln.get("verb") == "watch" and ln.get("namespace") == ns]
+
+    with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:  # headers are in: the watch runs
+        assert resp.status == 200
+        lines = wait_for("the watch's audit line while it runs", started, timeout=5)
+    assert lines[0]["code"] == 200 and lines[0]["resource"] == "configmaps" and lines[0]["user"] == "sandbox-admin"
+    assert len(started()) == 1

@@ -214,7 +214,10 @@ def test_bootstrap_policy_gives_the_kubelet_what_it_needs() -> None:
     kubelet = User("system:node:sandbox", ("system:nodes", "system:authenticated"))
     for a in (res("patch", "nodes", name="n", sub="status"), res("list", "pods"), res("patch", "pods", "x", "p", sub="status"),
               res("delete", "pods", "x", "p"), res("create", "serviceaccounts", "x", "s", sub="token"), res("get", "secrets", "x", "s"),
-              res("create", "events", "x"), res("update", "leases", "kube-node-lease", "n", "coordination.k8s.io")):
+              res("create", "events", "x"), res("update", "leases", "kube-node-lease", "n", "coordination.k8s.io"),
+              # what slurmk8s/sandbox/kubelet.py calls
+              res("create", "nodes"), res("patch", "nodes", name="n"), res("list", "services"), res("list", "configmaps", "x"),
+              res("list", "secrets", "x"), res("get", "configmaps", "x", "kube-root-ca.crt")):
         assert authorize(kubelet, a, policy=p)[0], a
     assert not authorize(kubelet, res("list", "clusterroles", group="rbac.authorization.k8s.io"), policy=p)[0]
     anyone = User("bob", ("system:authenticated",))

@@ -3,7 +3,8 @@
 Fields: ``time``, ``user``, ``groups``, ``impersonatedBy`` (when
 impersonating), ``verb``, ``apiGroup``, ``resource``, ``subresource``,
 ``namespace``, ``name`` (resource requests) or ``path`` (the others), and
-``code``, the HTTP status (for a watch, the one it started with). Empty fields
+``code``, the HTTP status (for a watch, the one it started with, written as it
+starts). Empty fields
 are left out. The file is rotated to ``audit.log.1`` past ``max_bytes``.
 Tokens are never written.
 """

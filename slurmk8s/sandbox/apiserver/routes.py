@@ -82,7 +82,7 @@ def parse_accept(header: str) -> Accept:
 
 _key = getattr(web, "RequestKey", None)  # aiohttp >= 3.12; plain strings before
 USER_KEY: Any = _key("user", rbac.User) if _key else "user"
-WATCH_CODE_KEY: Any = _key("watch_code", int) if _key else "watch_code"
+AUDIT_KEY: Any = _key("audit", object) if _key else "audit"  # writes the request's audit line once
 PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version")
 RBAC_GROUP = "rbac.authorization.k8s.io"
 RBAC_STORAGES = tuple((RBAC_GROUP, p) for p in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"))
@@ -185,6 +185,21 @@ class Routes:
             all_groups.append(rbac.AUTHENTICATED)
         return rbac.User(name, tuple(all_groups), uid or "", extra), user
 
+    def _audit_once(self, user: rbac.User | None, attrs: rbac.Attributes | None, by: rbac.User | None, path: str):
+        written = False
+
+        def write(code: int) -> None:
+            nonlocal written
+            if written or self.audit is None:
+                return
+            written = True
+            try:
+                self.audit.write(audit.entry(user, attrs, code, by, path=path))
+            except OSError as e:  # a full disk must not stop the API
+                log.warning("cannot write the audit log", error=str(e))
+
+        return write
+
     @web.middleware
     async def _middleware(self, request: web.Request, handler):
         user: rbac.User | None = None
@@ -198,6 +213,7 @@ class Routes:
                 attrs = rbac.request_attributes(request.method, request.path, request.query)
                 request[USER_KEY] = user
                 self.authz.require(user, attrs)
+                request[AUDIT_KEY] = self._audit_once(user, attrs, by, request.path)  # a watch writes it when it starts
                 resp = await handler(request)
                 code = resp.status
                 return resp
@@ -212,13 +228,8 @@ class Routes:
                 log.exception("internal error", method=request.method, path=request.path)
                 return json_response(APIError(500, f"internal error in the Kubernetes stand-in: {type(e).__name__}: {e}").status(), 500)
         finally:
-            if self.audit is not None:
-                if request.get(WATCH_CODE_KEY) is not None:
-                    code = request[WATCH_CODE_KEY]
-                try:
-                    self.audit.write(audit.entry(user, attrs, code, by, path=request.path))
-                except OSError as e:  # a full disk must not stop the API
-                    log.warning("cannot write the audit log", error=str(e))
+            write = request.get(AUDIT_KEY) or self._audit_once(user, attrs, by, request.path)
+            write(code)
 
     # --- dispatch ---------------------------------------------------------------
 
@@ -699,7 +710,7 @@ class Routes:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
-        request[WATCH_CODE_KEY] = resp.status
+        request[AUDIT_KEY](resp.status)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(1, timeout)
         first = True
