@@ -196,6 +196,16 @@ def test_workload_controllers_retry_until_the_service_account_exists(cluster: Cl
     pods = wait_for("the ReplicaSet controller to create the pod once the account exists",
                     lambda: cluster.core.list_namespaced_pod(ns).items, timeout=15)
     assert pods[0].spec.service_account_name == "late"
+    cluster.apps.create_namespaced_stateful_set(ns, {
+        "metadata": {"name": "s"},
+        "spec": {"replicas": 1, "serviceName": "s", "selector": {"matchLabels": {"app": "s"}},
+                 "template": {"metadata": {"labels": {"app": "s"}},
+                              "spec": {"serviceAccountName": "later", "containers": [{"name": "c", "image": "busybox:1.36"}]}}}})
+    time.sleep(0.5)
+    assert [p.metadata.name for p in cluster.core.list_namespaced_pod(ns, label_selector="app=s").items] == []
+    service_account(cluster, ns, "later")
+    wait_for("the StatefulSet controller to create s-0 once the account exists",
+             lambda: cluster.core.list_namespaced_pod(ns, label_selector="app=s").items, timeout=15)
 
 
 # --- authentication ---------------------------------------------------------------------
@@ -503,3 +513,24 @@ def test_a_running_watch_is_audited_when_it_starts(cluster: Cluster, ns: str) ->
         lines = wait_for("the watch's audit line while it runs", started, timeout=5)
     assert lines[0]["code"] == 200 and lines[0]["resource"] == "configmaps" and lines[0]["user"] == "sandbox-admin"
     assert len(started()) == 1
+
+
+def test_the_kubelet_resolves_a_token_volume_with_the_python_client(cluster: Cluster, ns: str) -> None:
+    """What the sandbox kubelet does for a kube-api-access volume: TokenRequest bound to the pod, with its own identity."""
+    kubelet = client.CoreV1Api(config.new_client_from_config(
+        config_file=str(cluster.srv.write_kubeconfig(cluster.workdir / "kubelet2.kubeconfig", identity="kubelet"))))
+    pod = cluster.pod(ns, "p")
+    source = next(v.projected.sources[0].service_account_token for v in pod.spec.volumes if v.name.startswith("kube-api-access-"))
+    tr = kubelet.create_namespaced_service_account_token(pod.spec.service_account_name, ns, {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"audiences": [source.audience] if source.audience else [], "expirationSeconds": source.expiration_seconds,
+                 "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": pod.metadata.uid}}})
+    assert tr.spec.expiration_seconds == 3607 and tr.spec.bound_object_ref.uid == pod.metadata.uid
+    assert tr.status.expiration_timestamp is not None
+    code, me = whoami(cluster, tr.status.token)
+    assert code == 201 and me["status"]["userInfo"]["username"] == f"system:serviceaccount:{ns}:default"
+    # the default account may discover the API but not read anything
+    api = client.CoreV1Api(client_for(cluster, tr.status.token, "pod"))
+    with pytest.raises(ApiException) as e:
+        api.list_namespaced_pod(ns)
+    assert e.value.status == 403
