@@ -81,3 +81,66 @@ def test_the_foreground_process_is_killed_and_restarted(tmp_path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
+
+
+def test_identities_survive_a_restart_and_bootstrap_policy_is_reconciled(tmp_path) -> None:
+    from kubernetes import client
+
+    a = start_server(tmp_path)
+    ns = a.namespace()
+    a.core.create_namespaced_service_account(ns, {"metadata": {"name": "bot"}})
+    sa_token = a.srv.issue_token(ns, "bot")
+    kubelet_token = a.srv.kubelet_token
+    rbac = client.RbacAuthorizationV1Api(a.api_client)
+    view = a.api_client.sanitize_for_serialization(rbac.read_cluster_role("view"))
+    view["rules"] = view["rules"][:1]
+    rbac.replace_cluster_role("view", view)
+    edit = a.api_client.sanitize_for_serialization(rbac.read_cluster_role("edit"))
+    edit["rules"] = edit["rules"][:1]
+    edit["metadata"]["annotations"]["rbac.authorization.kubernetes.io/autoupdate"] = "false"
+    rbac.replace_cluster_role("edit", edit)
+    rbac.create_cluster_role({"metadata": {"name": "mine"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
+    a.api_client.close()
+    a.srv.stop()
+
+    b = start_server(tmp_path)
+    try:
+        assert b.srv.kubelet_token == kubelet_token
+        rbac = client.RbacAuthorizationV1Api(b.api_client)
+        assert len(rbac.read_cluster_role("view").rules) > 1  # put back
+        assert len(rbac.read_cluster_role("edit").rules) == 1  # autoupdate "false": left alone
+        assert [r.resources for r in rbac.read_cluster_role("mine").rules] == [["pods"]]
+        from .test_authz import whoami
+
+        code, me = whoami(b, sa_token)
+        assert code == 201 and me["status"]["userInfo"]["username"] == f"system:serviceaccount:{ns}:bot"
+        code, me = whoami(b, kubelet_token)
+        assert me["status"]["userInfo"]["username"] == "system:node:sandbox"
+    finally:
+        b.api_client.close()
+        b.srv.stop()
+
+
+def test_the_foreground_process_writes_the_kubelet_kubeconfig(tmp_path) -> None:
+    import yaml
+
+    data, admin, kubelet = tmp_path / "data", tmp_path / "admin", tmp_path / "kubelet"
+    proc = subprocess.Popen([sys.executable, "-m", "slurmk8s.sandbox.apiserver", "--data-dir", str(data), "--kubeconfig", str(admin),
+                             "--kubelet-kubeconfig", str(kubelet)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert proc.stdout.readline().startswith("https://127.0.0.1:")
+
+        def whoami(path):
+            out = subprocess.run(["kubectl", "--kubeconfig", str(path), "--cache-dir", str(tmp_path / "kcache"), "auth", "whoami", "-o",
+                                  "jsonpath={.status.userInfo.username}"], capture_output=True, text=True, timeout=60,
+                                 env=dict(os.environ, HOME=str(tmp_path)))
+            assert out.returncode == 0, out.stderr
+            return out.stdout
+
+        assert whoami(admin) == "sandbox-admin"
+        assert whoami(kubelet) == "system:node:sandbox"
+        assert yaml.safe_load(kubelet.read_text())["users"][0]["user"]["token"] != yaml.safe_load(admin.read_text())["users"][0]["user"]["token"]
+        assert oct(kubelet.stat().st_mode & 0o777) == "0o600"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from . import admission
 from . import apply as ssa
 from . import jsonpath, patch as patches, schema as crdschema, strategy, timeutil
 from .errors import (
@@ -64,6 +65,9 @@ class Options:
     field_validation: str = "Warn"  # Strict | Warn | Ignore
     force: bool = False
     warnings: list[str] = field(default_factory=list)
+    # called with (rt, new, old) once an object is defaulted and valid, before it is stored:
+    # the HTTP routes' RBAC escalation check (in-process controllers pass none)
+    admit: Callable[[ResourceType, dict, "dict | None"], None] | None = None
 
 
 @dataclass
@@ -293,6 +297,9 @@ class API:
                 raise APIError(405, f"create not allowed while custom resource definition {rt.crd_name} is terminating", "MethodNotAllowed")
         if m.get("resourceVersion"):
             raise bad_request("resourceVersion should not be set on objects to be created")
+        if rt.storage == ("", "pods"):
+            sa = self.store.get(("", "serviceaccounts"), ns or "", admission.service_account_name(obj))
+            admission.admit_pod(obj, sa, random_suffix())
         if not m.get("name"):
             base = m.get("generateName")
             if not base:
@@ -318,6 +325,8 @@ class API:
         if rt.has_status or rt.storage == ("apiextensions.k8s.io", "customresourcedefinitions"):
             strategy.reset_status_on_create(rt, obj)
         obj = self._process(rt, obj, opts, None)
+        if opts.admit is not None:
+            opts.admit(rt, obj, None)
         if rt.storage == ("apiextensions.k8s.io", "customresourcedefinitions"):
             strategy.reset_status_on_create(rt, obj)
             self._check_crd_names(obj)
@@ -327,7 +336,17 @@ class API:
             return self.present(rt, obj)
         self.store.put(rt.storage, obj)
         self._after_write(rt, obj)
+        if rt.storage == ("", "namespaces"):
+            self._default_service_account(m["name"])
         return self.present(rt, obj)
+
+    def _default_service_account(self, ns: str) -> None:
+        """The namespace's ``default`` ServiceAccount, made with the namespace so
+        a pod created right after it passes ServiceAccount admission (the
+        namespace controller makes it again if it is deleted)."""
+        if self.store.get(("", "serviceaccounts"), ns, "default") is None:
+            self.create(self.resource("", "v1", "serviceaccounts"), ns, {"metadata": {"name": "default"}},
+                        Options(field_manager="serviceaccount-controller"))
 
     def _check_crd_names(self, crd: dict) -> None:
         spec = crd["spec"]
@@ -417,6 +436,8 @@ class API:
         if managed_fields is not None:
             meta(new)["managedFields"] = managed_fields
         new = self._process(rt, new, opts, old)
+        if opts.admit is not None:
+            opts.admit(rt, new, old)
         if rt.generation and subresource != "status":
             if _spec_view(rt, new) != _spec_view(rt, old):
                 meta(new)["generation"] = int(meta(old).get("generation") or 1) + 1

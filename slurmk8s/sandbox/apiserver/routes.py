@@ -1,24 +1,25 @@
 """The Kubernetes REST protocol over aiohttp: paths, verbs, content negotiation,
-watch streams and bearer-token authentication. Thin: the semantics are in
-:mod:`.api`."""
+watch streams, authentication (:mod:`.authn`), impersonation, RBAC
+authorization (:mod:`.rbac`), the review APIs and the audit log. Thin: the
+semantics are in :mod:`.api`."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
-import secrets
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 import yaml
 from aiohttp import web
 
 from ...log import get as get_logger
-from . import discovery, tables
+from . import audit, authn, discovery, protobuf, rbac, tables, timeutil
 from .api import API, DeleteOptions, Options
-from .errors import APIError, bad_request, gone
-from .resources import ResourceType
+from .errors import APIError, FieldError, bad_request, gone, invalid, not_found
+from .resources import REVIEWS, ResourceType
 from .selectors import parse_field_selector, parse_label_selector, selectable_fields
 from .store import TooOld, meta
 
@@ -79,36 +80,156 @@ def parse_accept(header: str) -> Accept:
     return out
 
 
-class Routes:
-    def __init__(self, api: API, token: str, server_address: Callable[[], str], bookmark_interval: float = 30.0) -> None:
+_key = getattr(web, "RequestKey", None)  # aiohttp >= 3.12; plain strings before
+USER_KEY: Any = _key("user", rbac.User) if _key else "user"
+AUDIT_KEY: Any = _key("audit", object) if _key else "audit"  # writes the request's audit line once
+PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version")
+RBAC_GROUP = "rbac.authorization.k8s.io"
+RBAC_STORAGES = tuple((RBAC_GROUP, p) for p in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"))
+
+
+class Authorizer:
+    """RBAC decisions over the objects in the store (the policy is re-indexed
+    when the store has changed since the last decision)."""
+
+    def __init__(self, api: API) -> None:
         self.api = api
-        self.token = token
+        self._policy: rbac.Policy | None = None
+        self._rv = -1
+
+    def policy(self) -> rbac.Policy:
+        store = self.api.store
+        if self._policy is None or self._rv != store.rv:
+            self._policy = rbac.Policy(*(store.list(s) for s in RBAC_STORAGES))
+            self._rv = store.rv
+        return self._policy
+
+    def authorize(self, user: rbac.User, attrs: rbac.Attributes) -> tuple[bool, str]:
+        return rbac.authorize(user, attrs, policy=self.policy())
+
+    def rules_for(self, user: rbac.User, namespace: str) -> tuple[list[dict], list[dict]]:
+        return rbac.rules_for(user, namespace, policy=self.policy())
+
+    def require(self, user: rbac.User, attrs: rbac.Attributes) -> None:
+        allowed, reason = self.authorize(user, attrs)
+        if not allowed:
+            raise forbidden(user, attrs, reason)
+
+
+def forbidden(user: rbac.User, attrs: rbac.Attributes, reason: str = "") -> APIError:
+    return APIError(403, rbac.forbidden_message(user, attrs, reason), "Forbidden", rbac.forbidden_details(attrs))
+
+
+class Routes:
+    def __init__(self, api: API, authenticator: "authn.Authenticator", server_address: Callable[[], str],
+                 bookmark_interval: float = 30.0, audit_log: "audit.AuditLog | None" = None) -> None:
+        self.api = api
+        self.authn = authenticator
+        self.authz = Authorizer(api)
         self.server_address = server_address
         self.bookmark_interval = bookmark_interval
+        self.audit = audit_log
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=16 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
         return app
 
+    def _authenticate(self, request: web.Request) -> rbac.User:
+        header = request.headers.get("Authorization", "")
+        if not header and request.path.rstrip("/") in PUBLIC_PATHS:
+            return rbac.User(rbac.ANONYMOUS, (rbac.UNAUTHENTICATED,))
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            try:
+                return self.authn.authenticate(value)
+            except authn.TokenError as e:
+                log.info("token refused", path=request.path, why=str(e))
+        raise APIError(401, "Unauthorized: send 'Authorization: Bearer <token>' with a token this server knows: the sandbox "
+                       "kubeconfig's, one from tokens.csv in its data directory, or a ServiceAccount token from TokenRequest "
+                       "(one that has not expired, whose ServiceAccount and Pod still exist)", "Unauthorized")
+
+    def _impersonate(self, request: web.Request, user: rbac.User) -> tuple[rbac.User, rbac.User | None]:
+        """The user the request acts as, and who asked (if impersonating)."""
+        h = request.headers
+        name = h.get("Impersonate-User")
+        groups = h.getall("Impersonate-Group", [])
+        uid = h.get("Impersonate-Uid")
+        extra_keys = [k for k in h if k.lower().startswith("impersonate-extra-")]
+        if name is None:
+            if groups or uid or extra_keys:
+                raise bad_request("requested impersonation of groups, a uid or extra fields without impersonating a user "
+                                  "(add Impersonate-User, kubectl --as)")
+            return user, None
+        sa = rbac.split_service_account(name)
+        if sa is not None:
+            self.authz.require(user, rbac.Attributes("impersonate", namespace=sa[0], resource="serviceaccounts", name=sa[1]))
+            all_groups = list(rbac.service_account_groups(sa[0])[:2])
+        else:
+            self.authz.require(user, rbac.Attributes("impersonate", resource="users", name=name))
+            all_groups = []
+        for g in groups:
+            self.authz.require(user, rbac.Attributes("impersonate", resource="groups", name=g))
+            if g not in all_groups:
+                all_groups.append(g)
+        if uid is not None:
+            self.authz.require(user, rbac.Attributes("impersonate", api_group="authentication.k8s.io", resource="uids", name=uid))
+        extra: dict[str, tuple[str, ...]] = {}
+        for k in extra_keys:
+            key = k[len("impersonate-extra-"):].lower()
+            for v in h.getall(k):
+                self.authz.require(user, rbac.Attributes("impersonate", api_group="authentication.k8s.io",
+                                                         resource="userextras", subresource=key, name=v))
+            extra[key] = tuple(h.getall(k))
+        if name != rbac.ANONYMOUS and not any(g in (rbac.AUTHENTICATED, rbac.UNAUTHENTICATED) for g in all_groups):
+            all_groups.append(rbac.AUTHENTICATED)
+        return rbac.User(name, tuple(all_groups), uid or "", extra), user
+
+    def _audit_once(self, user: rbac.User | None, attrs: rbac.Attributes | None, by: rbac.User | None, path: str):
+        written = False
+
+        def write(code: int) -> None:
+            nonlocal written
+            if written or self.audit is None:
+                return
+            written = True
+            try:
+                self.audit.write(audit.entry(user, attrs, code, by, path=path))
+            except OSError as e:  # a full disk must not stop the API
+                log.warning("cannot write the audit log", error=str(e))
+
+        return write
+
     @web.middleware
     async def _middleware(self, request: web.Request, handler):
-        header = request.headers.get("Authorization", "")
-        scheme, _, value = header.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(value.strip().encode(), self.token.encode()):
-            return json_response(APIError(401, "Unauthorized: send 'Authorization: Bearer <token>' with the token "
-                                          "in the sandbox data directory (or use the kubeconfig it wrote)").status(), 401)
+        user: rbac.User | None = None
+        by: rbac.User | None = None
+        attrs: rbac.Attributes | None = None
+        code = 500
         try:
-            return await handler(request)
-        except APIError as e:
-            if e.code >= 500:
-                log.warning("request failed", method=request.method, path=request.path, code=e.code, error=e.message)
-            return json_response(e.status(), e.code)
-        except (asyncio.CancelledError, web.HTTPException, ConnectionResetError):
-            raise
-        except Exception as e:  # a bug: say so, keep serving
-            log.exception("internal error", method=request.method, path=request.path)
-            return json_response(APIError(500, f"internal error in the Kubernetes stand-in: {type(e).__name__}: {e}").status(), 500)
+            try:
+                user = self._authenticate(request)
+                user, by = self._impersonate(request, user)
+                attrs = rbac.request_attributes(request.method, request.path, request.query)
+                request[USER_KEY] = user
+                self.authz.require(user, attrs)
+                request[AUDIT_KEY] = self._audit_once(user, attrs, by, request.path)  # a watch writes it when it starts
+                resp = await handler(request)
+                code = resp.status
+                return resp
+            except APIError as e:
+                code = e.code
+                if e.code >= 500:
+                    log.warning("request failed", method=request.method, path=request.path, code=e.code, error=e.message)
+                return json_response(e.status(), e.code)
+            except (asyncio.CancelledError, web.HTTPException, ConnectionResetError):
+                raise
+            except Exception as e:  # a bug: say so, keep serving
+                log.exception("internal error", method=request.method, path=request.path)
+                return json_response(APIError(500, f"internal error in the Kubernetes stand-in: {type(e).__name__}: {e}").status(), 500)
+        finally:
+            write = request.get(AUDIT_KEY) or self._audit_once(user, attrs, by, request.path)
+            write(code)
 
     # --- dispatch ---------------------------------------------------------------
 
@@ -201,6 +322,11 @@ class Routes:
         if not raw:
             return None
         ctype = (request.content_type or "application/json").lower()
+        if "protobuf" in ctype:
+            try:
+                return protobuf.decode(raw)  # the review and token kinds kubectl sends as protobuf
+            except protobuf.DecodeError:
+                pass
         if "protobuf" in ctype or "cbor" in ctype:
             raise APIError(415, f"{ctype} is not supported by this Kubernetes stand-in, which reads JSON and YAML only; "
                            "kubectl's `create <kind>` generators send protobuf: pipe `kubectl create ... --dry-run=client -o yaml` "
@@ -265,6 +391,11 @@ class Routes:
         if verb == "create":
             body = await self._body(request)
             opts = self._options(q)
+            opts.admit = self._escalation_check(request[USER_KEY])
+            if rt.storage in REVIEWS:
+                return json_response(self._review(request, t, body), 201)
+            if t.sub == "token" and t.name and rt.storage == ("", "serviceaccounts"):
+                return json_response(self._token_request(t.namespace or "", t.name, body, opts), 201)
             if t.sub == "binding" and t.name:
                 return json_response(api.bind(t.namespace or "", t.name, body, opts), 201)
             if t.sub == "eviction" and t.name:
@@ -284,6 +415,7 @@ class Routes:
         if verb == "update":
             body = await self._body(request)
             opts = self._options(q)
+            opts.admit = self._escalation_check(request[USER_KEY])
             if t.sub == "scale":
                 return json_response(api.update_scale(rt, t.namespace, t.name, body, opts))
             if t.sub == "finalize":
@@ -295,6 +427,7 @@ class Routes:
         if verb == "patch":
             body = await self._body_for_patch(request)
             opts = self._options(q)
+            opts.admit = self._escalation_check(request[USER_KEY])
             ctype = request.headers.get("Content-Type", "")
             if t.sub == "scale":
                 return json_response(api.patch_scale(rt, t.namespace, t.name, ctype, body, opts))
@@ -315,6 +448,152 @@ class Routes:
         labels = parse_label_selector(q.get("labelSelector"))
         fields = parse_field_selector(q.get("fieldSelector"), selectable_fields(rt.storage, rt.selectable))
         return json_response(api.delete_collection(rt, t.namespace, labels, fields, dopts))
+
+    def _escalation_check(self, user: rbac.User):
+        """Kubernetes' escalation prevention for Roles, ClusterRoles and bindings:
+        you may only grant what you hold, unless RBAC gives you ``escalate``
+        (roles) or ``bind`` (the role a binding references)."""
+
+        def check(rt: ResourceType, obj: dict, old: dict | None) -> None:
+            if rt.group != RBAC_GROUP or rbac.MASTERS in user.groups:
+                return
+            md = meta(obj)
+            ns, name = md.get("namespace") or "", md.get("name") or ""
+            is_role = rt.plural in ("roles", "clusterroles")
+            fields = ("rules", "aggregationRule") if is_role else ("roleRef", "subjects")
+            if old is not None and all(old.get(f) == obj.get(f) for f in fields):
+                return  # metadata-only changes grant nothing
+            if is_role:
+                if self.authz.authorize(user, rbac.Attributes("escalate", namespace=ns, api_group=RBAC_GROUP, resource=rt.plural, name=name))[0]:
+                    return
+                if obj.get("aggregationRule"):
+                    raise APIError(403, f'{rt.plural}.{RBAC_GROUP} "{name}" is forbidden: must have cluster-admin privileges '
+                                   "(or escalate on clusterroles) to use the aggregationRule", "Forbidden",
+                                   {"name": name, "group": RBAC_GROUP, "kind": rt.plural})
+                wanted = list(obj.get("rules") or [])
+            else:
+                ref = obj.get("roleRef") or {}
+                target = "clusterroles" if ref.get("kind") == "ClusterRole" else "roles"
+                if self.authz.authorize(user, rbac.Attributes("bind", namespace=ns, api_group=RBAC_GROUP, resource=target,
+                                                              name=ref.get("name") or ""))[0]:
+                    return
+                found = self.authz.policy().role_rules(ref, ns)
+                wanted = found[0] if found else []
+            held, held_urls = self.authz.rules_for(user, ns)
+            missing = rbac.uncovered(held + held_urls, wanted)
+            if missing:
+                raise APIError(403, f'{rt.plural}.{RBAC_GROUP} "{name}" is forbidden: {rbac.escalation_message(user, missing)}',
+                               "Forbidden", {"name": name, "group": RBAC_GROUP, "kind": rt.plural})
+
+        return check
+
+    # --- reviews and tokens (answered, not stored) --------------------------------
+
+    def _review(self, request: web.Request, t: Target, body: Any) -> dict:
+        rt = t.rt
+        if not isinstance(body, dict):
+            raise bad_request(f"the request body must be a {rt.kind}")
+        if body.get("kind") not in (None, "", rt.kind) or body.get("apiVersion") not in (None, "", rt.group_version):
+            raise bad_request(f"the body is a {body.get('apiVersion')}/{body.get('kind')}, expected {rt.group_version}/{rt.kind}")
+        me: rbac.User = request[USER_KEY]
+        spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+        out: dict[str, Any] = {"kind": rt.kind, "apiVersion": rt.group_version,
+                               "metadata": dict(body.get("metadata") or {}, creationTimestamp=None), "spec": spec}
+        plural = rt.plural
+        if plural == "selfsubjectreviews":
+            out.pop("spec")
+            out["status"] = {"userInfo": me.info()}
+            return out
+        if plural == "tokenreviews":
+            token = spec.get("token") or ""
+            audiences = list(spec.get("audiences") or []) or None
+            try:
+                who = self.authn.authenticate(token, audiences)
+                out["status"] = {"authenticated": True, "user": who.info(), "audiences": audiences or [self.authn.issuer]}
+            except authn.TokenError as e:
+                out["status"] = {"authenticated": False, "user": {}, "error": f"[invalid bearer token, {e}]"}
+            return out
+        if plural == "selfsubjectrulesreviews":
+            ns = spec.get("namespace") or ""
+            res, nonres = self.authz.rules_for(me, ns)
+            out["status"] = {"resourceRules": res, "nonResourceRules": nonres, "incomplete": False}
+            return out
+        if plural == "selfsubjectaccessreviews":
+            subject = me
+        else:
+            if not spec.get("user") and not spec.get("groups"):
+                raise APIError(422, f"{rt.kind}.{rt.group} \"\" is invalid: spec.user: Invalid value: \"\": at least one of user or group must be specified",
+                               "Invalid", {"kind": rt.kind, "group": rt.group})
+            extra = {k: tuple(v or ()) for k, v in (spec.get("extra") or {}).items()}
+            subject = rbac.User(spec.get("user") or "", tuple(spec.get("groups") or ()), spec.get("uid") or "", extra)
+        ra, nra = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
+        if bool(ra) == bool(nra):
+            raise APIError(422, f'{rt.kind}.{rt.group} "" is invalid: spec.resourceAttributes: Invalid value: "null": '
+                           "exactly one of nonResourceAttributes or resourceAttributes must be specified", "Invalid",
+                           {"kind": rt.kind, "group": rt.group})
+        if ra:
+            if plural == "localsubjectaccessreviews" and (ra.get("namespace") or "") != (t.namespace or ""):
+                raise APIError(422, f'{rt.kind}.{rt.group} "" is invalid: spec.resourceAttributes.namespace: Invalid value: '
+                               f'"{ra.get("namespace") or ""}": must match metadata.namespace', "Invalid", {"kind": rt.kind, "group": rt.group})
+            attrs = rbac.Attributes(verb=ra.get("verb") or "", namespace=ra.get("namespace") or "", api_group=ra.get("group") or "",
+                                    api_version=ra.get("version") or "", resource=ra.get("resource") or "",
+                                    subresource=ra.get("subresource") or "", name=ra.get("name") or "")
+        else:
+            attrs = rbac.Attributes(verb=nra.get("verb") or "", resource_request=False, path=nra.get("path") or "")
+        allowed, reason = self.authz.authorize(subject, attrs)
+        status: dict[str, Any] = {"allowed": allowed}
+        if reason:
+            status["reason"] = reason
+        out["status"] = status
+        if plural == "localsubjectaccessreviews":
+            out["metadata"]["namespace"] = t.namespace
+        return out
+
+    def _token_request(self, namespace: str, name: str, body: Any, opts: Options) -> dict:
+        """TokenRequest (authentication.k8s.io/v1) for ServiceAccount ``namespace/name``."""
+        api = self.api
+        sa = api.raw(api.resource("", "v1", "serviceaccounts"), namespace, name)
+        if sa is None:
+            raise not_found("serviceaccounts", "", name)
+        if not isinstance(body, dict):
+            raise bad_request("the body must be an authentication.k8s.io/v1 TokenRequest")
+        if body.get("kind") not in (None, "", "TokenRequest") or body.get("apiVersion") not in (None, "", "authentication.k8s.io/v1"):
+            raise bad_request(f"the body is a {body.get('apiVersion')}/{body.get('kind')}, expected authentication.k8s.io/v1 TokenRequest")
+        spec = dict(body.get("spec") or {})
+        try:
+            expiration = authn.expiration_of(spec)
+        except ValueError as e:
+            raise invalid("TokenRequest", "authentication.k8s.io", name, [FieldError("spec.expirationSeconds", "Invalid", str(e), spec.get("expirationSeconds"))]) from e
+        audiences = [a for a in spec.get("audiences") or [] if a] or [self.authn.issuer]
+        pod = None
+        ref = spec.get("boundObjectRef")
+        if ref:
+            kind, ref_name = ref.get("kind"), ref.get("name") or ""
+            if kind != "Pod" or ref.get("apiVersion", "v1") != "v1":
+                raise invalid("TokenRequest", "authentication.k8s.io", name, [FieldError("spec.boundObjectRef.kind", "NotSupported",
+                              'supported values: "Pod" (v1); Secret and Node bindings are not served by this stand-in', kind)])
+            pobj = api.raw(api.resource("", "v1", "pods"), namespace, ref_name)
+            if pobj is None:
+                raise not_found("pods", "", ref_name)
+            uid = meta(pobj).get("uid")
+            if ref.get("uid") and ref["uid"] != uid:
+                raise APIError(409, f'Operation cannot be fulfilled on pods "{ref_name}": the UID in the bound object reference '
+                               f'({ref["uid"]}) does not match the UID in record. The object might have been deleted and then recreated',
+                               "Conflict", {"name": ref_name, "kind": "pods"})
+            if meta(pobj).get("deletionTimestamp"):
+                raise bad_request(f"pod {namespace}/{ref_name} is being deleted: no new tokens are bound to it")
+            if (pobj.get("spec") or {}).get("serviceAccountName", "default") != name:
+                raise bad_request(f"pod {namespace}/{ref_name} runs as service account "
+                                  f"{(pobj.get('spec') or {}).get('serviceAccountName')!r}, not {name!r}")
+            pod = (ref_name, uid)
+            spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": ref_name, "uid": uid}
+        spec["audiences"] = audiences
+        spec["expirationSeconds"] = expiration
+        token, exp = ("", 0) if opts.dry_run else self.authn.issue(namespace, name, meta(sa)["uid"], audiences, expiration, pod)
+        md = dict(body.get("metadata") or {})
+        md.update(name=name, namespace=namespace, creationTimestamp=timeutil.rfc3339())
+        return {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1", "metadata": md, "spec": spec,
+                "status": {"token": token, "expirationTimestamp": timeutil.rfc3339(datetime.fromtimestamp(exp, timezone.utc)) if exp else None}}
 
     async def _body_for_patch(self, request: web.Request) -> Any:
         ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
@@ -436,6 +715,7 @@ class Routes:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
+        request[AUDIT_KEY](resp.status)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(1, timeout)
         first = True

@@ -1,0 +1,180 @@
+"""Just enough of Kubernetes' protobuf encoding to read the review and token
+requests kubectl sends that way (``kubectl auth can-i``, ``auth whoami``,
+``create token``): the ``k8s\\0`` envelope (``runtime.Unknown``) and the
+messages of authorization.k8s.io/v1 and authentication.k8s.io/v1 those
+commands use. Pure; answers are JSON (clients accept it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAGIC = b"k8s\x00"
+
+# field number -> (json name, kind, repeated); kind is "string", "int", "bytes", or a schema name
+Schema = dict[int, tuple[str, str, bool]]
+
+SCHEMAS: dict[str, Schema] = {
+    "Unknown": {1: ("typeMeta", "TypeMeta", False), 2: ("raw", "bytes", False), 3: ("contentEncoding", "string", False),
+                4: ("contentType", "string", False)},
+    "TypeMeta": {1: ("apiVersion", "string", False), 2: ("kind", "string", False)},
+    "ObjectMeta": {1: ("name", "string", False), 2: ("generateName", "string", False), 3: ("namespace", "string", False)},
+    "ResourceAttributes": {1: ("namespace", "string", False), 2: ("verb", "string", False), 3: ("group", "string", False),
+                           4: ("version", "string", False), 5: ("resource", "string", False),
+                           6: ("subresource", "string", False), 7: ("name", "string", False)},
+    "NonResourceAttributes": {1: ("path", "string", False), 2: ("verb", "string", False)},
+    "SelfSubjectAccessReviewSpec": {1: ("resourceAttributes", "ResourceAttributes", False),
+                                    2: ("nonResourceAttributes", "NonResourceAttributes", False)},
+    "SubjectAccessReviewSpec": {1: ("resourceAttributes", "ResourceAttributes", False),
+                                2: ("nonResourceAttributes", "NonResourceAttributes", False),
+                                3: ("user", "string", False), 4: ("groups", "string", True),
+                                5: ("extra", "ExtraEntry", True), 6: ("uid", "string", False)},
+    "ExtraEntry": {1: ("key", "string", False), 2: ("value", "ExtraValue", False)},
+    "ExtraValue": {1: ("items", "string", True)},
+    "SelfSubjectRulesReviewSpec": {1: ("namespace", "string", False)},
+    "TokenReviewSpec": {1: ("token", "string", False), 2: ("audiences", "string", True)},
+    "TokenRequestSpec": {1: ("audiences", "string", True), 3: ("boundObjectRef", "BoundObjectReference", False),
+                         4: ("expirationSeconds", "int", False)},
+    "BoundObjectReference": {1: ("kind", "string", False), 2: ("apiVersion", "string", False), 3: ("name", "string", False),
+                             4: ("uid", "string", False)},
+}
+
+# kind -> spec schema (every one of these is metadata=1, spec=2)
+KINDS = {
+    "SelfSubjectAccessReview": "SelfSubjectAccessReviewSpec",
+    "SubjectAccessReview": "SubjectAccessReviewSpec",
+    "LocalSubjectAccessReview": "SubjectAccessReviewSpec",
+    "SelfSubjectRulesReview": "SelfSubjectRulesReviewSpec",
+    "SelfSubjectReview": "",
+    "TokenReview": "TokenReviewSpec",
+    "TokenRequest": "TokenRequestSpec",
+}
+
+
+class DecodeError(ValueError):
+    pass
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if i >= len(data):
+            raise DecodeError("truncated varint")
+        b = data[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, i
+        shift += 7
+        if shift > 63:
+            raise DecodeError("varint too long")
+
+
+def fields(data: bytes):
+    """(field number, wire type, value) of every field of a message."""
+    i = 0
+    while i < len(data):
+        key, i = _varint(data, i)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(data, i)
+        elif wire == 2:
+            n, i = _varint(data, i)
+            if i + n > len(data):
+                raise DecodeError("truncated field")
+            value, i = data[i:i + n], i + n
+        elif wire == 1:
+            value, i = data[i:i + 8], i + 8
+        elif wire == 5:
+            value, i = data[i:i + 4], i + 4
+        else:
+            raise DecodeError(f"unsupported wire type {wire}")
+        yield num, wire, value
+
+
+def decode_message(data: bytes, schema: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    spec = SCHEMAS[schema]
+    for num, wire, value in fields(data):
+        if num not in spec:
+            continue  # fields we do not read
+        name, kind, repeated = spec[num]
+        if kind == "string":
+            v: Any = bytes(value).decode()
+        elif kind == "bytes":
+            v = bytes(value)
+        elif kind == "int":
+            v = value if wire == 0 else int.from_bytes(value, "little")
+        else:
+            v = decode_message(bytes(value), kind)
+        if repeated:
+            out.setdefault(name, []).append(v)
+        else:
+            out[name] = v
+    return out
+
+
+def decode(body: bytes) -> dict[str, Any]:
+    """A JSON-shaped object from a protobuf request body; raises :class:`DecodeError`
+    for anything but the kinds in :data:`KINDS`."""
+    if not body.startswith(MAGIC):
+        raise DecodeError("not a Kubernetes protobuf envelope (no k8s\\0 prefix)")
+    unknown = decode_message(body[len(MAGIC):], "Unknown")
+    tm = unknown.get("typeMeta") or {}
+    kind = tm.get("kind", "")
+    if kind not in KINDS:
+        raise DecodeError(f"protobuf bodies are read only for {', '.join(sorted(KINDS))}, not {kind or 'this kind'}")
+    obj: dict[str, Any] = {"apiVersion": tm.get("apiVersion", ""), "kind": kind}
+    for num, _wire, value in fields(unknown.get("raw", b"")):
+        if num == 1:
+            obj["metadata"] = decode_message(bytes(value), "ObjectMeta")
+        elif num == 2 and KINDS[kind]:
+            obj["spec"] = decode_message(bytes(value), KINDS[kind])
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and "extra" in spec:
+        spec["extra"] = {e.get("key", ""): (e.get("value") or {}).get("items", []) for e in spec["extra"]}
+    return obj
+
+
+# --- encoding (tests build kubectl-shaped bodies with these) ------------------------------
+
+
+def _enc_varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _field(num: int, payload: bytes) -> bytes:
+    return _enc_varint(num << 3 | 2) + _enc_varint(len(payload)) + payload
+
+
+def encode_message(obj: dict[str, Any], schema: str) -> bytes:
+    out = b""
+    for num, (name, kind, repeated) in sorted(SCHEMAS[schema].items()):
+        if name not in obj:
+            continue
+        values = obj[name] if repeated else [obj[name]]
+        for v in values:
+            if kind == "string":
+                out += _field(num, v.encode())
+            elif kind == "bytes":
+                out += _field(num, v)
+            elif kind == "int":
+                out += _enc_varint(num << 3) + _enc_varint(v)
+            else:
+                out += _field(num, encode_message(v, kind))
+    return out
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    kind = obj["kind"]
+    raw = _field(1, encode_message(obj.get("metadata") or {}, "ObjectMeta"))
+    if KINDS.get(kind) and "spec" in obj:
+        raw += _field(2, encode_message(obj["spec"], KINDS[kind]))
+    return MAGIC + encode_message({"typeMeta": {"apiVersion": obj.get("apiVersion", ""), "kind": kind}, "raw": raw}, "Unknown")
