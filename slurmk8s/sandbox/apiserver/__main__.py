@@ -23,7 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", required=True, type=Path, help="where objects, the token and the certificates are kept")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", default=0, type=int, help="port to listen on (default: any free port)")
-    p.add_argument("--kubeconfig", type=Path, help="write a kubeconfig for this server here")
+    p.add_argument("--kubeconfig", type=Path, help="write an admin kubeconfig (system:masters) for this server here")
+    p.add_argument("--kubelet-kubeconfig", type=Path,
+                   help="write the kubelet's kubeconfig (user system:node:sandbox, group system:nodes) here")
     p.add_argument("--namespace", default="default", help="the kubeconfig's namespace (default: default)")
     p.add_argument("--crds", nargs="+", type=Path, default=[], metavar="DIR_OR_FILE",
                    help="CustomResourceDefinition YAML files or directories to create or update at start")
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.kubeconfig:
         srv.write_kubeconfig(args.kubeconfig, args.namespace)
+    if args.kubelet_kubeconfig:
+        srv.write_kubeconfig(args.kubelet_kubeconfig, args.namespace, identity="kubelet")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

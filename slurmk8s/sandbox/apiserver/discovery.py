@@ -30,7 +30,7 @@ VERSION = {
 }
 
 SUB_VERBS = {"status": ["get", "patch", "update"], "scale": ["get", "patch", "update"], "binding": ["create"],
-             "eviction": ["create"], "finalize": ["update"]}
+             "eviction": ["create"], "finalize": ["update"], "token": ["create"]}
 
 
 def api_versions(server_address: str) -> dict:
@@ -89,6 +89,8 @@ def resource_list(reg: Registry, group: str, version: str) -> dict | None:
                 s["kind"] = "Binding"
             elif sub == "eviction":
                 s.update(group="policy", version="v1", kind="Eviction")
+            elif sub == "token":
+                s.update(group="authentication.k8s.io", version="v1", kind="TokenRequest")
             resources.append(s)
     gv = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}

@@ -87,7 +87,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _rt("", "v1", "secrets", "Secret"),
     _rt("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", short=("pvc",), sub=("status",)),
     _rt("", "v1", "events", "Event", short=("ev",)),
-    _rt("", "v1", "serviceaccounts", "ServiceAccount", short=("sa",)),
+    _rt("", "v1", "serviceaccounts", "ServiceAccount", short=("sa",), sub=("token",)),
     _rt("apps", "v1", "statefulsets", "StatefulSet", short=("sts",), sub=("status", "scale"), cats=("all",), generation=True),
     _rt("apps", "v1", "deployments", "Deployment", short=("deploy",), sub=("status", "scale"), cats=("all",), generation=True),
     _rt("apps", "v1", "replicasets", "ReplicaSet", short=("rs",), sub=("status", "scale"), cats=("all",), generation=True),
@@ -96,9 +96,30 @@ BUILTINS: tuple[ResourceType, ...] = (
         short=("crd", "crds"), sub=("status",), cats=("api-extensions",), generation=True),
     _rt("events.k8s.io", "v1", "events", "Event", short=("ev",), storage_group=""),
     _rt("coordination.k8s.io", "v1", "leases", "Lease"),
+    _rt("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+    _rt("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+    _rt("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
+    _rt("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False),
+    # answered, never stored (create only)
+    _rt("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", namespaced=False, verbs=("create",)),
+    _rt("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", namespaced=False, verbs=("create",)),
+    _rt("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False, verbs=("create",)),
+    _rt("authorization.k8s.io", "v1", "localsubjectaccessreviews", "LocalSubjectAccessReview", verbs=("create",)),
+    _rt("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", namespaced=False, verbs=("create",)),
+    _rt("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False, verbs=("create",)),
 )
 
-PREFERRED_GROUP_ORDER = ("", "apps", "events.k8s.io", "policy", "apiextensions.k8s.io", "coordination.k8s.io")
+REVIEWS = {
+    ("authorization.k8s.io", "selfsubjectaccessreviews"),
+    ("authorization.k8s.io", "selfsubjectrulesreviews"),
+    ("authorization.k8s.io", "subjectaccessreviews"),
+    ("authorization.k8s.io", "localsubjectaccessreviews"),
+    ("authentication.k8s.io", "selfsubjectreviews"),
+    ("authentication.k8s.io", "tokenreviews"),
+}
+
+PREFERRED_GROUP_ORDER = ("", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "policy",
+                         "rbac.authorization.k8s.io", "apiextensions.k8s.io", "coordination.k8s.io")
 
 
 def crd_errors(crd: dict) -> list[FieldError]:

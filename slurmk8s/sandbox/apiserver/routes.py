@@ -1,24 +1,25 @@
 """The Kubernetes REST protocol over aiohttp: paths, verbs, content negotiation,
-watch streams and bearer-token authentication. Thin: the semantics are in
-:mod:`.api`."""
+watch streams, authentication (:mod:`.authn`), impersonation, RBAC
+authorization (:mod:`.rbac`), the review APIs and the audit log. Thin: the
+semantics are in :mod:`.api`."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
-import secrets
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 import yaml
 from aiohttp import web
 
 from ...log import get as get_logger
-from . import discovery, tables
+from . import audit, authn, discovery, rbac, tables, timeutil
 from .api import API, DeleteOptions, Options
-from .errors import APIError, bad_request, gone
-from .resources import ResourceType
+from .errors import APIError, FieldError, bad_request, gone, invalid, not_found
+from .resources import REVIEWS, ResourceType
 from .selectors import parse_field_selector, parse_label_selector, selectable_fields
 from .store import TooOld, meta
 
@@ -79,36 +80,145 @@ def parse_accept(header: str) -> Accept:
     return out
 
 
-class Routes:
-    def __init__(self, api: API, token: str, server_address: Callable[[], str], bookmark_interval: float = 30.0) -> None:
+_key = getattr(web, "RequestKey", None)  # aiohttp >= 3.12; plain strings before
+USER_KEY: Any = _key("user", rbac.User) if _key else "user"
+WATCH_CODE_KEY: Any = _key("watch_code", int) if _key else "watch_code"
+PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version")
+RBAC_GROUP = "rbac.authorization.k8s.io"
+RBAC_STORAGES = tuple((RBAC_GROUP, p) for p in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"))
+
+
+class Authorizer:
+    """RBAC decisions over the objects in the store (the policy is re-indexed
+    when the store has changed since the last decision)."""
+
+    def __init__(self, api: API) -> None:
         self.api = api
-        self.token = token
+        self._policy: rbac.Policy | None = None
+        self._rv = -1
+
+    def policy(self) -> rbac.Policy:
+        store = self.api.store
+        if self._policy is None or self._rv != store.rv:
+            self._policy = rbac.Policy(*(store.list(s) for s in RBAC_STORAGES))
+            self._rv = store.rv
+        return self._policy
+
+    def authorize(self, user: rbac.User, attrs: rbac.Attributes) -> tuple[bool, str]:
+        return rbac.authorize(user, attrs, policy=self.policy())
+
+    def rules_for(self, user: rbac.User, namespace: str) -> tuple[list[dict], list[dict]]:
+        return rbac.rules_for(user, namespace, policy=self.policy())
+
+    def require(self, user: rbac.User, attrs: rbac.Attributes) -> None:
+        allowed, reason = self.authorize(user, attrs)
+        if not allowed:
+            raise forbidden(user, attrs, reason)
+
+
+def forbidden(user: rbac.User, attrs: rbac.Attributes, reason: str = "") -> APIError:
+    return APIError(403, rbac.forbidden_message(user, attrs, reason), "Forbidden", rbac.forbidden_details(attrs))
+
+
+class Routes:
+    def __init__(self, api: API, authenticator: "authn.Authenticator", server_address: Callable[[], str],
+                 bookmark_interval: float = 30.0, audit_log: "audit.AuditLog | None" = None) -> None:
+        self.api = api
+        self.authn = authenticator
+        self.authz = Authorizer(api)
         self.server_address = server_address
         self.bookmark_interval = bookmark_interval
+        self.audit = audit_log
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=16 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
         return app
 
+    def _authenticate(self, request: web.Request) -> rbac.User:
+        header = request.headers.get("Authorization", "")
+        if not header and request.path.rstrip("/") in PUBLIC_PATHS:
+            return rbac.User(rbac.ANONYMOUS, (rbac.UNAUTHENTICATED,))
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            try:
+                return self.authn.authenticate(value)
+            except authn.TokenError as e:
+                log.info("token refused", path=request.path, why=str(e))
+        raise APIError(401, "Unauthorized: send 'Authorization: Bearer <token>' with a token this server knows: the sandbox "
+                       "kubeconfig's, one from tokens.csv in its data directory, or a ServiceAccount token from TokenRequest "
+                       "(one that has not expired, whose ServiceAccount and Pod still exist)", "Unauthorized")
+
+    def _impersonate(self, request: web.Request, user: rbac.User) -> tuple[rbac.User, rbac.User | None]:
+        """The user the request acts as, and who asked (if impersonating)."""
+        h = request.headers
+        name = h.get("Impersonate-User")
+        groups = h.getall("Impersonate-Group", [])
+        uid = h.get("Impersonate-Uid")
+        extra_keys = [k for k in h if k.lower().startswith("impersonate-extra-")]
+        if name is None:
+            if groups or uid or extra_keys:
+                raise bad_request("requested impersonation of groups, a uid or extra fields without impersonating a user "
+                                  "(add Impersonate-User, kubectl --as)")
+            return user, None
+        sa = rbac.split_service_account(name)
+        if sa is not None:
+            self.authz.require(user, rbac.Attributes("impersonate", namespace=sa[0], resource="serviceaccounts", name=sa[1]))
+            all_groups = list(rbac.service_account_groups(sa[0])[:2])
+        else:
+            self.authz.require(user, rbac.Attributes("impersonate", resource="users", name=name))
+            all_groups = []
+        for g in groups:
+            self.authz.require(user, rbac.Attributes("impersonate", resource="groups", name=g))
+            if g not in all_groups:
+                all_groups.append(g)
+        if uid is not None:
+            self.authz.require(user, rbac.Attributes("impersonate", api_group="authentication.k8s.io", resource="uids", name=uid))
+        extra: dict[str, tuple[str, ...]] = {}
+        for k in extra_keys:
+            key = k[len("impersonate-extra-"):].lower()
+            for v in h.getall(k):
+                self.authz.require(user, rbac.Attributes("impersonate", api_group="authentication.k8s.io",
+                                                         resource="userextras", subresource=key, name=v))
+            extra[key] = tuple(h.getall(k))
+        if name != rbac.ANONYMOUS and not any(g in (rbac.AUTHENTICATED, rbac.UNAUTHENTICATED) for g in all_groups):
+            all_groups.append(rbac.AUTHENTICATED)
+        return rbac.User(name, tuple(all_groups), uid or "", extra), user
+
     @web.middleware
     async def _middleware(self, request: web.Request, handler):
-        header = request.headers.get("Authorization", "")
-        scheme, _, value = header.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(value.strip().encode(), self.token.encode()):
-            return json_response(APIError(401, "Unauthorized: send 'Authorization: Bearer <token>' with the token "
-                                          "in the sandbox data directory (or use the kubeconfig it wrote)").status(), 401)
+        user: rbac.User | None = None
+        by: rbac.User | None = None
+        attrs: rbac.Attributes | None = None
+        code = 500
         try:
-            return await handler(request)
-        except APIError as e:
-            if e.code >= 500:
-                log.warning("request failed", method=request.method, path=request.path, code=e.code, error=e.message)
-            return json_response(e.status(), e.code)
-        except (asyncio.CancelledError, web.HTTPException, ConnectionResetError):
-            raise
-        except Exception as e:  # a bug: say so, keep serving
-            log.exception("internal error", method=request.method, path=request.path)
-            return json_response(APIError(500, f"internal error in the Kubernetes stand-in: {type(e).__name__}: {e}").status(), 500)
+            try:
+                user = self._authenticate(request)
+                user, by = self._impersonate(request, user)
+                attrs = rbac.request_attributes(request.method, request.path, request.query)
+                request[USER_KEY] = user
+                self.authz.require(user, attrs)
+                resp = await handler(request)
+                code = resp.status
+                return resp
+            except APIError as e:
+                code = e.code
+                if e.code >= 500:
+                    log.warning("request failed", method=request.method, path=request.path, code=e.code, error=e.message)
+                return json_response(e.status(), e.code)
+            except (asyncio.CancelledError, web.HTTPException, ConnectionResetError):
+                raise
+            except Exception as e:  # a bug: say so, keep serving
+                log.exception("internal error", method=request.method, path=request.path)
+                return json_response(APIError(500, f"internal error in the Kubernetes stand-in: {type(e).__name__}: {e}").status(), 500)
+        finally:
+            if self.audit is not None:
+                if request.get(WATCH_CODE_KEY) is not None:
+                    code = request[WATCH_CODE_KEY]
+                try:
+                    self.audit.write(audit.entry(user, attrs, code, by, path=request.path))
+                except OSError as e:  # a full disk must not stop the API
+                    log.warning("cannot write the audit log", error=str(e))
 
     # --- dispatch ---------------------------------------------------------------
 
@@ -260,6 +370,10 @@ class Routes:
         if verb == "create":
             body = await self._body(request)
             opts = self._options(q)
+            if rt.storage in REVIEWS:
+                return json_response(self._review(request, t, body), 201)
+            if t.sub == "token" and t.name and rt.storage == ("", "serviceaccounts"):
+                return json_response(self._token_request(t.namespace or "", t.name, body, opts), 201)
             if t.sub == "binding" and t.name:
                 return json_response(api.bind(t.namespace or "", t.name, body, opts), 201)
             if t.sub == "eviction" and t.name:
@@ -310,6 +424,115 @@ class Routes:
         labels = parse_label_selector(q.get("labelSelector"))
         fields = parse_field_selector(q.get("fieldSelector"), selectable_fields(rt.storage, rt.selectable))
         return json_response(api.delete_collection(rt, t.namespace, labels, fields, dopts))
+
+    # --- reviews and tokens (answered, not stored) --------------------------------
+
+    def _review(self, request: web.Request, t: Target, body: Any) -> dict:
+        rt = t.rt
+        if not isinstance(body, dict):
+            raise bad_request(f"the request body must be a {rt.kind}")
+        if body.get("kind") not in (None, "", rt.kind) or body.get("apiVersion") not in (None, "", rt.group_version):
+            raise bad_request(f"the body is a {body.get('apiVersion')}/{body.get('kind')}, expected {rt.group_version}/{rt.kind}")
+        me: rbac.User = request[USER_KEY]
+        spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+        out: dict[str, Any] = {"kind": rt.kind, "apiVersion": rt.group_version,
+                               "metadata": dict(body.get("metadata") or {}, creationTimestamp=None), "spec": spec}
+        plural = rt.plural
+        if plural == "selfsubjectreviews":
+            out.pop("spec")
+            out["status"] = {"userInfo": me.info()}
+            return out
+        if plural == "tokenreviews":
+            token = spec.get("token") or ""
+            audiences = list(spec.get("audiences") or []) or None
+            try:
+                who = self.authn.authenticate(token, audiences)
+                out["status"] = {"authenticated": True, "user": who.info(), "audiences": audiences or [self.authn.issuer]}
+            except authn.TokenError as e:
+                out["status"] = {"authenticated": False, "user": {}, "error": f"[invalid bearer token, {e}]"}
+            out["spec"] = {k: v for k, v in spec.items() if k != "token"}  # the token is not echoed
+            return out
+        if plural == "selfsubjectrulesreviews":
+            ns = spec.get("namespace") or ""
+            res, nonres = self.authz.rules_for(me, ns)
+            out["status"] = {"resourceRules": res, "nonResourceRules": nonres, "incomplete": False}
+            return out
+        if plural == "selfsubjectaccessreviews":
+            subject = me
+        else:
+            if not spec.get("user") and not spec.get("groups"):
+                raise APIError(422, f"{rt.kind}.{rt.group} \"\" is invalid: spec.user: Invalid value: \"\": at least one of user or group must be specified",
+                               "Invalid", {"kind": rt.kind, "group": rt.group})
+            extra = {k: tuple(v or ()) for k, v in (spec.get("extra") or {}).items()}
+            subject = rbac.User(spec.get("user") or "", tuple(spec.get("groups") or ()), spec.get("uid") or "", extra)
+        ra, nra = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
+        if bool(ra) == bool(nra):
+            raise APIError(422, f'{rt.kind}.{rt.group} "" is invalid: spec.resourceAttributes: Invalid value: "null": '
+                           "exactly one of nonResourceAttributes or resourceAttributes must be specified", "Invalid",
+                           {"kind": rt.kind, "group": rt.group})
+        if ra:
+            if plural == "localsubjectaccessreviews" and (ra.get("namespace") or "") != (t.namespace or ""):
+                raise APIError(422, f'{rt.kind}.{rt.group} "" is invalid: spec.resourceAttributes.namespace: Invalid value: '
+                               f'"{ra.get("namespace") or ""}": must match metadata.namespace', "Invalid", {"kind": rt.kind, "group": rt.group})
+            attrs = rbac.Attributes(verb=ra.get("verb") or "", namespace=ra.get("namespace") or "", api_group=ra.get("group") or "",
+                                    api_version=ra.get("version") or "", resource=ra.get("resource") or "",
+                                    subresource=ra.get("subresource") or "", name=ra.get("name") or "")
+        else:
+            attrs = rbac.Attributes(verb=nra.get("verb") or "", resource_request=False, path=nra.get("path") or "")
+        allowed, reason = self.authz.authorize(subject, attrs)
+        status: dict[str, Any] = {"allowed": allowed}
+        if reason:
+            status["reason"] = reason
+        out["status"] = status
+        if plural == "localsubjectaccessreviews":
+            out["metadata"]["namespace"] = t.namespace
+        return out
+
+    def _token_request(self, namespace: str, name: str, body: Any, opts: Options) -> dict:
+        """TokenRequest (authentication.k8s.io/v1) for ServiceAccount ``namespace/name``."""
+        api = self.api
+        sa = api.raw(api.resource("", "v1", "serviceaccounts"), namespace, name)
+        if sa is None:
+            raise not_found("serviceaccounts", "", name)
+        if not isinstance(body, dict):
+            raise bad_request("the body must be an authentication.k8s.io/v1 TokenRequest")
+        if body.get("kind") not in (None, "", "TokenRequest") or body.get("apiVersion") not in (None, "", "authentication.k8s.io/v1"):
+            raise bad_request(f"the body is a {body.get('apiVersion')}/{body.get('kind')}, expected authentication.k8s.io/v1 TokenRequest")
+        spec = dict(body.get("spec") or {})
+        try:
+            expiration = authn.expiration_of(spec)
+        except ValueError as e:
+            raise invalid("TokenRequest", "authentication.k8s.io", name, [FieldError("spec.expirationSeconds", "Invalid", str(e), spec.get("expirationSeconds"))]) from e
+        audiences = [a for a in spec.get("audiences") or [] if a] or [self.authn.issuer]
+        pod = None
+        ref = spec.get("boundObjectRef")
+        if ref:
+            kind, ref_name = ref.get("kind"), ref.get("name") or ""
+            if kind != "Pod" or ref.get("apiVersion", "v1") != "v1":
+                raise invalid("TokenRequest", "authentication.k8s.io", name, [FieldError("spec.boundObjectRef.kind", "NotSupported",
+                              'supported values: "Pod" (v1); Secret and Node bindings are not served by this stand-in', kind)])
+            pobj = api.raw(api.resource("", "v1", "pods"), namespace, ref_name)
+            if pobj is None:
+                raise not_found("pods", "", ref_name)
+            uid = meta(pobj).get("uid")
+            if ref.get("uid") and ref["uid"] != uid:
+                raise APIError(409, f'Operation cannot be fulfilled on pods "{ref_name}": the UID in the bound object reference '
+                               f'({ref["uid"]}) does not match the UID in record. The object might have been deleted and then recreated',
+                               "Conflict", {"name": ref_name, "kind": "pods"})
+            if meta(pobj).get("deletionTimestamp"):
+                raise bad_request(f"pod {namespace}/{ref_name} is being deleted: no new tokens are bound to it")
+            if (pobj.get("spec") or {}).get("serviceAccountName", "default") != name:
+                raise bad_request(f"pod {namespace}/{ref_name} runs as service account "
+                                  f"{(pobj.get('spec') or {}).get('serviceAccountName')!r}, not {name!r}")
+            pod = (ref_name, uid)
+            spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": ref_name, "uid": uid}
+        spec["audiences"] = audiences
+        spec["expirationSeconds"] = expiration
+        token, exp = ("", 0) if opts.dry_run else self.authn.issue(namespace, name, meta(sa)["uid"], audiences, expiration, pod)
+        md = dict(body.get("metadata") or {})
+        md.update(name=name, namespace=namespace, creationTimestamp=timeutil.rfc3339())
+        return {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1", "metadata": md, "spec": spec,
+                "status": {"token": token, "expirationTimestamp": timeutil.rfc3339(datetime.fromtimestamp(exp, timezone.utc)) if exp else None}}
 
     async def _body_for_patch(self, request: web.Request) -> Any:
         ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
@@ -431,6 +654,7 @@ class Routes:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
+        request[WATCH_CODE_KEY] = resp.status
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(1, timeout)
         first = True

@@ -19,7 +19,7 @@ import yaml
 from aiohttp import web
 
 from ...log import get as get_logger
-from . import tls
+from . import audit, authn, policy, tls
 from .api import API, CRD_STORAGE, Options
 from .errors import APIError
 from .resources import Registry
@@ -92,6 +92,8 @@ class APIServer:
         self.run_controllers = controllers
         self.bookmark_interval = bookmark_interval
         self.token = ""
+        self.kubelet_token = ""
+        self.authenticator: authn.Authenticator | None = None
         self.pki: tls.Pki | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -123,10 +125,12 @@ class APIServer:
             raise RuntimeError("this APIServer is already started")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.token = self._load_token()
+        self._token_rows, self.kubelet_token = authn.ensure_token_file(self.data_dir / "tokens.csv", self.token)
         names = ["127.0.0.1", "localhost", *self.tls_sans]
         if self.host not in ("0.0.0.0", "", "::") and self.host not in names:
             names.append(self.host)
         self.pki = tls.ensure(self.data_dir / "pki", names)
+        self._sa_key = authn.load_or_create_key(self.data_dir / "pki" / "sa.key")
         self._crd_docs = load_crd_documents(self.crd_files)
         self._ready.clear()
         self._thread = threading.Thread(target=self._run, name="slurmk8s-apiserver", daemon=True)
@@ -164,20 +168,26 @@ class APIServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def kubeconfig(self, namespace: str = "default") -> dict:
+    def kubeconfig(self, namespace: str = "default", identity: str = "admin") -> dict:
+        """A kubeconfig for ``identity``: ``admin`` (``sandbox-admin``, group
+        ``system:masters``) or ``kubelet`` (``system:node:sandbox``, group ``system:nodes``)."""
+        tokens = {"admin": self.token, "kubelet": self.kubelet_token}
+        if identity not in tokens:
+            raise ValueError(f"identity must be one of {', '.join(tokens)}, not {identity!r}")
         ca = base64.b64encode(self.ca_pem.encode()).decode()
         name = "slurmk8s-sandbox"
+        user = name if identity == "admin" else f"{name}-{identity}"
         return {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": name, "cluster": {"server": self.url, "certificate-authority-data": ca}}],
-            "users": [{"name": name, "user": {"token": self.token}}],
-            "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}],
-            "current-context": name,
+            "users": [{"name": user, "user": {"token": tokens[identity]}}],
+            "contexts": [{"name": user, "context": {"cluster": name, "user": user, "namespace": namespace}}],
+            "current-context": user,
             "preferences": {},
         }
 
-    def write_kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+    def write_kubeconfig(self, path: Path, namespace: str = "default", identity: str = "admin") -> Path:
         if not self.port:
             raise RuntimeError("start() the server before writing a kubeconfig: its port is not known yet")
         path = Path(path)
@@ -185,9 +195,24 @@ class APIServer:
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            yaml.safe_dump(self.kubeconfig(namespace), f, sort_keys=False)
+            yaml.safe_dump(self.kubeconfig(namespace, identity), f, sort_keys=False)
         os.replace(tmp, path)
         return path
+
+    @property
+    def audit_path(self) -> Path:
+        return self.data_dir / "audit.log"
+
+    def issue_token(self, namespace: str, service_account: str, audiences: list[str] | None = None,
+                    expiration: int = authn.DEFAULT_EXPIRATION) -> str:
+        """A ServiceAccount token, as TokenRequest gives (for tools and tests)."""
+        def issue(api: API) -> str:
+            sa = api.raw(api.resource("", "v1", "serviceaccounts"), namespace, service_account)
+            if sa is None:
+                raise APIError(404, f'serviceaccounts "{service_account}" not found in namespace {namespace}', "NotFound")
+            assert self.authenticator is not None
+            return self.authenticator.issue(namespace, service_account, meta(sa)["uid"], audiences, expiration)[0]
+        return self.call(issue)
 
     def call(self, fn, *args, timeout: float = 30):
         """Run ``fn(api, *args)`` on the server's loop and return its result (for tools and tests)."""
@@ -244,7 +269,9 @@ class APIServer:
         api = API(store, registry, self.pki.ca_pem if self.pki else "")
         self.api = api
         self._bootstrap(api)
-        routes = Routes(api, self.token, lambda: f"{self.host}:{self.port}", self.bookmark_interval)
+        self.authenticator = authn.Authenticator(self._token_rows, self._sa_key, service_account=self._sa_uid, pod=self._pod_state)
+        audit_log = audit.AuditLog(self.audit_path)
+        routes = Routes(api, self.authenticator, lambda: f"{self.host}:{self.port}", self.bookmark_interval, audit_log)
         runner = web.AppRunner(routes.app(), handle_signals=False, shutdown_timeout=2.0, handler_cancellation=True, access_log=None)
         await runner.setup()
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -266,14 +293,30 @@ class APIServer:
             for w in list(store.watchers):
                 w.close()
             await runner.cleanup()
+            audit_log.close()
             store.close()
             self.api = None
+
+    def _sa_uid(self, namespace: str, name: str) -> str | None:
+        api = self.api
+        if api is None:
+            return None
+        sa = api.store.get(("", "serviceaccounts"), namespace, name)
+        return meta(sa).get("uid") if sa is not None else None
+
+    def _pod_state(self, namespace: str, name: str) -> tuple[str, bool] | None:
+        api = self.api
+        if api is None:
+            return None
+        pod = api.store.get(("", "pods"), namespace, name)
+        return (meta(pod).get("uid"), bool(meta(pod).get("deletionTimestamp"))) if pod is not None else None
 
     def _bootstrap(self, api: API) -> None:
         ns_rt = api.resource("", "v1", "namespaces")
         for ns in BOOTSTRAP_NAMESPACES:
             if api.raw(ns_rt, None, ns) is None:
                 api.create(ns_rt, None, {"metadata": {"name": ns}})
+        self._bootstrap_rbac(api)
         crd_rt = api.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         for doc in self._crd_docs:
             name = (doc.get("metadata") or {}).get("name", "")
@@ -292,3 +335,20 @@ class APIServer:
                     api.update(crd_rt, None, name, body, Options(field_manager="slurmk8s-apiserver"))
             except APIError as e:
                 raise StartupError(f"CRD {name!r} was refused: {e.message}") from e
+
+    def _bootstrap_rbac(self, api: API) -> None:
+        """Creates the bootstrap ClusterRoles and ClusterRoleBindings, and brings
+        back what is missing from them on restart (as kube-apiserver's
+        reconciliation: objects annotated ``autoupdate: "false"`` are left alone)."""
+        opts = Options(field_manager="slurmk8s-apiserver")
+        for plural, docs in (("clusterroles", policy.cluster_roles()), ("clusterrolebindings", policy.cluster_role_bindings())):
+            rt = api.resource("rbac.authorization.k8s.io", "v1", plural)
+            for doc in docs:
+                current = api.raw(rt, None, doc["metadata"]["name"])
+                body = policy.reconcile(current, doc)
+                if body is None:
+                    continue
+                if current is None:
+                    api.create(rt, None, body, opts)
+                else:
+                    api.update(rt, None, doc["metadata"]["name"], body, opts, old=current)

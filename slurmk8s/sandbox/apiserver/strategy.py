@@ -38,6 +38,9 @@ def name_errors(rt: ResourceType, name: str, path: str = "metadata.name") -> lis
     if rt.storage in (("", "namespaces"),):
         ok = len(name) <= 63 and DNS1123_LABEL.match(name)
         what = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc')"
+    elif rt.group == "rbac.authorization.k8s.io":  # path segment names, as Kubernetes' RBAC types
+        ok = name not in (".", "..") and "/" not in name and "%" not in name
+        what = 'may not be "." or "..", and may not contain "/" or "%"'
     elif rt.storage == ("", "services"):
         ok = len(name) <= 63 and DNS1035_LABEL.match(name)
         what = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123')"
@@ -389,6 +392,35 @@ def _pod_spec_changed(old: dict, new: dict) -> bool:
     return o != n
 
 
+def _rbac_binding(obj: dict, old: dict | None, errs: list[FieldError], namespaced: bool) -> None:
+    ref = obj.get("roleRef") if isinstance(obj.get("roleRef"), dict) else {}
+    if not ref.get("name"):
+        errs.append(FieldError("roleRef.name", "Required"))
+    kinds = ("Role", "ClusterRole") if namespaced else ("ClusterRole",)
+    if ref.get("kind") not in kinds:
+        errs.append(FieldError("roleRef.kind", "NotSupported", "supported values: " + ", ".join(f'"{k}"' for k in kinds), ref.get("kind")))
+    if ref.get("apiGroup") != "rbac.authorization.k8s.io":
+        errs.append(FieldError("roleRef.apiGroup", "NotSupported", 'supported values: "rbac.authorization.k8s.io"', ref.get("apiGroup")))
+    if old is not None and (old.get("roleRef") or {}) != ref:
+        errs.append(FieldError("roleRef", "Invalid", "cannot change roleRef", ref))
+    for i, sub in enumerate(obj.get("subjects") or []):
+        if not isinstance(sub, dict):
+            errs.append(FieldError(f"subjects[{i}]", "Invalid", "must be an object", sub))
+            continue
+        if not sub.get("name"):
+            errs.append(FieldError(f"subjects[{i}].name", "Required"))
+        kind = sub.get("kind")
+        if kind not in ("User", "Group", "ServiceAccount"):
+            errs.append(FieldError(f"subjects[{i}].kind", "NotSupported", 'supported values: "Group", "ServiceAccount", "User"', kind))
+        elif kind == "ServiceAccount":
+            if sub.get("apiGroup"):
+                errs.append(FieldError(f"subjects[{i}].apiGroup", "NotSupported", 'supported values: ""', sub.get("apiGroup")))
+            if not sub.get("namespace") and not namespaced:  # a RoleBinding's defaults to its own namespace
+                errs.append(FieldError(f"subjects[{i}].namespace", "Required"))
+        elif sub.get("apiGroup") != "rbac.authorization.k8s.io":
+            errs.append(FieldError(f"subjects[{i}].apiGroup", "NotSupported", 'supported values: "rbac.authorization.k8s.io"', sub.get("apiGroup")))
+
+
 def validate(rt: ResourceType, obj: dict, old: dict | None = None) -> list[FieldError]:
     """Field-path problems with an object about to be stored (``old``: on update)."""
     errs = meta_errors(rt, obj)
@@ -422,6 +454,20 @@ def validate(rt: ResourceType, obj: dict, old: dict | None = None) -> list[Field
                 errs.append(FieldError("spec.strategy.type", "NotSupported", 'supported values: "Recreate", "RollingUpdate"', st))
             if st == "Recreate" and (spec.get("strategy") or {}).get("rollingUpdate"):
                 errs.append(FieldError("spec.strategy.rollingUpdate", "Forbidden", "may not be specified when strategy `type` is 'Recreate'"))
+    elif s in (("rbac.authorization.k8s.io", "rolebindings"), ("rbac.authorization.k8s.io", "clusterrolebindings")):
+        _rbac_binding(obj, old, errs, s[1] == "rolebindings")
+    elif s in (("rbac.authorization.k8s.io", "roles"), ("rbac.authorization.k8s.io", "clusterroles")):
+        for i, r in enumerate(obj.get("rules") or []):
+            if not isinstance(r, dict) or not r.get("verbs"):
+                errs.append(FieldError(f"rules[{i}].verbs", "Required"))
+            elif r.get("nonResourceURLs") and (r.get("resources") or r.get("apiGroups")):
+                errs.append(FieldError(f"rules[{i}].nonResourceURLs", "Invalid", "rules cannot apply to both regular resources and non-resource URLs", r["nonResourceURLs"]))
+            elif r.get("nonResourceURLs") and s[1] == "roles":
+                errs.append(FieldError(f"rules[{i}].nonResourceURLs", "Invalid", "namespaced rules cannot apply to non-resource URLs", r["nonResourceURLs"]))
+            elif not r.get("nonResourceURLs") and not r.get("resources"):
+                errs.append(FieldError(f"rules[{i}].resources", "Required", "resource rules must supply at least one resource"))
+            elif not r.get("nonResourceURLs") and not r.get("apiGroups"):
+                errs.append(FieldError(f"rules[{i}].apiGroups", "Required", "resource rules must supply at least one api group"))
     elif s == ("", "services"):
         for i, p in enumerate(spec.get("ports") or []):
             port = p.get("port")

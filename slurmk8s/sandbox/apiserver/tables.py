@@ -144,7 +144,31 @@ def _pdb(p: dict) -> list:
             (p.get("status") or {}).get("disruptionsAllowed", 0), _age(p)]
 
 
+def _role_ref(b: dict) -> str:
+    ref = b.get("roleRef") or {}
+    return f"{ref.get('kind', '')}/{ref.get('name', '')}"
+
+
+def _subjects(b: dict, kind: str) -> str:
+    names = []
+    for s in b.get("subjects") or []:
+        if s.get("kind") == kind:
+            names.append(f"{s.get('namespace', '')}/{s.get('name', '')}" if kind == "ServiceAccount" else s.get("name", ""))
+    return ", ".join(names)
+
+
+def _binding(b: dict) -> list:
+    return [_name(b), _role_ref(b), _age(b), _subjects(b, "User"), _subjects(b, "Group"), _subjects(b, "ServiceAccount")]
+
+
+_BINDING_COLS = [NAME, _col("Role"), AGE, _col("Users", priority=1), _col("Groups", priority=1), _col("ServiceAccounts", priority=1)]
+
+
 PRINTERS: dict[tuple[str, str], tuple[list[Column], Callable[[dict], list]]] = {
+    ("rbac.authorization.k8s.io", "roles"): ([NAME, _col("Created At")], lambda o: [_name(o), (o.get("metadata") or {}).get("creationTimestamp", "")]),
+    ("rbac.authorization.k8s.io", "clusterroles"): ([NAME, _col("Created At")], lambda o: [_name(o), (o.get("metadata") or {}).get("creationTimestamp", "")]),
+    ("rbac.authorization.k8s.io", "rolebindings"): (_BINDING_COLS, _binding),
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): (_BINDING_COLS, _binding),
     ("", "pods"): ([NAME, _col("Ready"), _col("Status"), _col("Restarts"), AGE, _col("IP", priority=1), _col("Node", priority=1),
                     _col("Nominated Node", priority=1), _col("Readiness Gates", priority=1)], _pod),
     ("", "nodes"): ([NAME, _col("Status"), _col("Roles"), AGE, _col("Version"), _col("Internal-IP", priority=1),
