@@ -52,10 +52,10 @@ def of_kind(kind: str) -> tuple[str, str]:
 
 def _rendered() -> tuple[Permission, ...]:
     """The kinds ``slurmk8s render`` produces (``reconcile.MANAGED_KINDS``)
-    but Secrets: listed by the cluster's label each round, created (a merge
-    patch's fallback when the server has no server-side apply), applied
-    (server-side apply is a PATCH), deleted when a spec change drops them and
-    at teardown."""
+    but Secrets: listed by the cluster's label each round, applied
+    (server-side apply is a PATCH; Kubernetes authorizes one that creates the
+    object as create too, and create is the fallback of a server without
+    apply), deleted when a spec change drops them and at teardown."""
     out = []
     for kind in MANAGED_KINDS:
         if kind == "Secret":

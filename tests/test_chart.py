@@ -458,7 +458,7 @@ def test_the_bridge_cannot_run_pods_or_read_secrets_in_kube_system(name):
 
 
 @pytest.mark.parametrize("name", RBAC_VALUE_SETS)
-def test_the_operator_cannot_list_secrets_anywhere(name):
+def test_neither_can_list_or_change_secrets_anywhere(name):
     objs = objects(RBAC_VALUE_SETS[name])
     for component in ("operator", "bridge"):
         have = granted(objs, component)
@@ -642,7 +642,7 @@ def test_bridge_disabled_renders_none_of_its_objects():
     assert "bridge" not in notes
 
 
-def test_bridge_rbac_never_touches_specs_secrets_beyond_get_or_whole_nodes():
+def test_the_bridge_reads_secrets_only_by_name_and_never_changes_specs_or_creates_nodes():
     have = set().union(*granted(objects(VALUE_SETS["clusterwide"]), "bridge").values())
     assert {t for t in have if t[2] == "secrets"} == {("get", "", "secrets")}, "Secrets: get by name only"
     assert not {t for t in have if t[2] == "nodes" and t[0] in ("create", "update", "delete")}

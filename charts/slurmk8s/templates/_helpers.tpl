@@ -132,8 +132,9 @@ server-side apply and merge patches), no wildcards.
   verbs: ["update"]
 # Rendered ConfigMaps (slurm.conf, gres.conf, users), Services (controller,
 # workers, login, restapi) and PersistentVolumeClaims (shared storage): listed
-# by the cluster's label, applied (server-side apply is a patch; create is its
-# fallback), deleted when a spec change drops them and at teardown.
+# by the cluster's label, applied (server-side apply is a patch, and also
+# needs create when it creates the object), deleted when a spec change drops
+# them and at teardown.
 - apiGroups: [""]
   resources: ["configmaps", "services", "persistentvolumeclaims"]
   verbs: ["list", "create", "patch", "delete"]
