@@ -121,10 +121,11 @@ def test_rounds_read_key_secrets_by_name_and_never_list_secrets(offline, keys):
     assert {r[0] for r in secrets} == {"get"}
     assert sorted(r for r in secrets) == sorted(
         ("get", "", "secrets", "default") for _ in ("munge", "jwt", "ssh host", "agent token"))
-    # And RBAC as the chart grants it would refuse a list: the stand-in says so.
+    # And RBAC as the chart grants it would refuse a list, saying what to do.
     with pytest.raises(ApiError) as refused:
         w.kube.list("Secret", "default")
     assert refused.value.status == 403
+    assert "list this one there" in str(refused.value) and "watchNamespaces" in str(refused.value)
 
 
 def test_a_missing_key_secret_is_created_and_the_others_are_kept(offline, keys):
