@@ -32,7 +32,7 @@ from slurmk8s import log
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.api.cluster import DrainSpec, SlurmCluster, SlurmClusterStatus
 from slurmk8s.render import ClusterKeys, TopologyNode, names, render
-from slurmk8s.render.keys import BadKeySecret, keys_from_secrets
+from slurmk8s.render.keys import BadKeySecret, key_secret_names, keys_from_secrets
 from slurmk8s.slurm import NotOurDrain, RemoteSlurm, SlurmControl, SlurmError
 from slurmk8s.slurm.model import Node
 
@@ -154,11 +154,22 @@ class Operator:
     # Observing.
 
     def _observe(self, namespace: str, cluster_name: str) -> list[dict]:
+        """The cluster's objects and pods, listed by the cluster's label, and
+        its key Secrets, read by name: the operator never lists Secrets (it
+        has get on them, not list), so it cannot enumerate anyone else's."""
         selector = f"{names.CLUSTER_LABEL}={cluster_name}"
         objs: list[dict] = []
         for kind in (*reconcile.MANAGED_KINDS, "Pod"):
-            objs += self.kube.list(kind, namespace, selector)
+            if kind == "Secret":
+                objs += self._key_secrets(namespace, cluster_name)
+            else:
+                objs += self.kube.list(kind, namespace, selector)
         return objs
+
+    def _key_secrets(self, namespace: str, cluster_name: str) -> list[dict]:
+        """The cluster's key Secrets that exist (a 404 means missing: the round creates it)."""
+        found = (self.kube.get("Secret", namespace, name) for name in key_secret_names(cluster_name))
+        return [s for s in found if s is not None]
 
     def _topology(self, cluster: SlurmCluster, pods: Sequence[Mapping]) -> list[TopologyNode]:
         nodes: dict[str, dict] = {}
@@ -403,7 +414,7 @@ class Operator:
             bases = {w["metadata"]["name"] for w in workers}
             try:
                 cluster = load_cluster({k: v for k, v in body.items() if k != "status"})
-                secrets = {o["metadata"]["name"]: o for o in ours if o["kind"] == "Secret"}
+                secrets = {o["metadata"]["name"]: o for o in observed if o["kind"] == "Secret"}
                 keys, missing = keys_from_secrets(cluster, secrets, self.fresh_keys())
                 if names.agent_token_secret(cluster) in missing:
                     raise RuntimeError("the agent token Secret is gone")

@@ -60,12 +60,19 @@ RESOURCES: dict[str, Resource] = {
 }
 
 
+#: What to do about a 403: the chart grants exactly the declared permissions, in the watched namespaces.
+FORBIDDEN_HINT = ("RBAC refused it: installed with the Helm chart, the operator and the bridge may act only in "
+                  "their watched namespaces (watchNamespaces, else the release namespace): list this one there; "
+                  "operator/permissions.py and bridge/permissions.py say what each needs")
+
+
 class ApiError(RuntimeError):
     """The API server refused a request; ``status`` is the HTTP code, ``reason`` its Status reason."""
 
     def __init__(self, method: str, path: str, status: int, reason: str, message: str):
         self.method, self.path, self.status, self.reason, self.message = method, path, status, reason, message
-        super().__init__(f"{method} {path}: {status} {reason}: {message}")
+        hint = f" ({FORBIDDEN_HINT})" if status == 403 else ""
+        super().__init__(f"{method} {path}: {status} {reason}: {message}{hint}")
 
     @property
     def not_found(self) -> bool:

@@ -17,18 +17,35 @@ import json
 from typing import Mapping
 
 from slurmk8s.operator.kube import RESOURCES, ApiError
+from slurmk8s.operator.permissions import allows, of_kind
 from slurmk8s.sandbox.apiserver.patch import merge_patch
 
 _ids = itertools.count(1)
 
 
 class FakeKube:
-    def __init__(self):
+    """``granted``: what the client may do, as ``permissions.grants`` returns
+    it; any other request is refused with 403, as RBAC refuses it. None: everything."""
+
+    def __init__(self, granted: Mapping[str | None, set] | None = None):
         self.objects: dict[tuple[str, str, str], dict] = {}
         self.writes: list[tuple[str, str, str]] = []  # (verb, kind, name)
         self.fail: dict[tuple[str, str], ApiError] = {}  # (verb, kind) -> error to raise
+        #: Every request as RBAC sees it: (verb, API group, resource[/subresource], namespace or None).
+        self.requests: list[tuple[str, str, str, str | None]] = []
+        self.granted = granted
 
     # The operator's client interface.
+
+    def _authorize(self, verb: str, kind: str, namespace: str | None, subresource: str | None = None) -> None:
+        group, resource = of_kind(kind)
+        resource += f"/{subresource}" if subresource else ""
+        namespace = namespace if RESOURCES[kind].namespaced else None
+        self.requests.append((verb, group, resource, namespace))
+        if self.granted is not None and not allows(self.granted, verb, group, resource, namespace):
+            where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+            raise ApiError(verb.upper(), "/", 403, "Forbidden",
+                           f'cannot {verb} resource "{resource}" in API group "{group}" {where}')
 
     def _key(self, kind: str, namespace: str | None, name: str) -> tuple[str, str, str]:
         return kind, namespace or "", name
@@ -38,6 +55,7 @@ class FakeKube:
             raise self.fail[(verb, kind)]
 
     def list(self, kind: str, namespace: str | None = None, selector: str | None = None) -> list[dict]:
+        self._authorize("list", kind, namespace)
         self._check("list", kind)
         want = dict(part.split("=", 1) for part in selector.split(",")) if selector else {}
         out = []
@@ -48,6 +66,8 @@ class FakeKube:
         return out
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        self._authorize("get", kind, namespace)
+        self._check("get", kind)
         o = self.objects.get(self._key(kind, namespace, name))
         return copy.deepcopy(o) if o else None
 
@@ -64,6 +84,7 @@ class FakeKube:
         return copy.deepcopy(obj)
 
     def create(self, obj: Mapping) -> dict:
+        self._authorize("create", obj["kind"], obj["metadata"].get("namespace"))
         self._check("create", obj["kind"])
         key = self._key(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
         if key in self.objects:
@@ -72,6 +93,7 @@ class FakeKube:
         return self._store(dict(obj), None)
 
     def apply(self, obj: Mapping) -> dict:
+        self._authorize("patch", obj["kind"], obj["metadata"].get("namespace"))  # server-side apply is a PATCH
         self._check("apply", obj["kind"])
         key = self._key(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
         self.writes.append(("apply", obj["kind"], obj["metadata"]["name"]))
@@ -79,6 +101,7 @@ class FakeKube:
 
     def patch(self, kind: str, namespace: str | None, name: str, patch: Mapping, *,
               subresource: str | None = None) -> dict:
+        self._authorize("patch", kind, namespace, subresource)
         self._check("patch", kind)
         key = self._key(kind, namespace, name)
         o = self.objects.get(key)
@@ -98,6 +121,7 @@ class FakeKube:
 
     def delete(self, kind: str, namespace: str | None, name: str, *, uid: str | None = None,
                propagation: str = "Background") -> bool:
+        self._authorize("delete", kind, namespace)
         self._check("delete", kind)
         key = self._key(kind, namespace, name)
         o = self.objects.get(key)

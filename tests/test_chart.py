@@ -18,6 +18,9 @@ import yaml
 from slurmk8s import cli, log
 from slurmk8s.api import load_cluster
 from slurmk8s.api.crd import all_crds
+from slurmk8s.bridge.permissions import BRIDGE
+from slurmk8s.operator.permissions import OPERATOR, allows, grants, of_kind
+from slurmk8s.operator.reconcile import MANAGED_KINDS
 from slurmk8s.render import render
 
 from .conftest import EXAMPLE, ROOT
@@ -103,6 +106,7 @@ VALUE_SETS = {
     "defaults": {},
     "namespaced": {
         "watchNamespaces": WATCHED,
+        "interval": 30,
         "image": {"tag": "v9.9.9", "pullPolicy": "Always", "pullSecrets": ["regcred"]},
         "logLevel": "debug",
         "logFormat": "console",
@@ -122,6 +126,7 @@ VALUE_SETS = {
              "metrics": {"service": {"enabled": False}},
              "bridge": {"serviceAccount": {"create": False}, "metrics": {"service": {"enabled": False}}}},
     "bridgeless": {"bridge": {"enabled": False}},
+    "clusterwide": {"watchAllNamespaces": True},
 }
 
 
@@ -194,21 +199,41 @@ def test_default_deployment_runs_one_operator_safely(chart):
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
 
 
-def test_default_args_watch_every_namespace_with_the_global_flags_first(chart):
+def test_default_args_watch_the_release_namespace_with_the_global_flags_first(chart):
     args = container(objects())["args"]
     v = chart.values
     assert args == ["--log-level", v["logLevel"], "--log-format", v["logFormat"], "operator",
                     "--metrics-port", str(v["metrics"]["port"]), "--health-port", str(v["health"]["port"]),
-                    "--all-namespaces"]
+                    "--namespace", NAMESPACE, "--interval", str(v["interval"])]
 
 
-@pytest.mark.parametrize("name", ["defaults", "namespaced"])
-def test_the_cli_accepts_the_global_options_the_chart_passes(name):
+def test_the_operators_default_interval_is_the_clis():
+    with helm.Chart.load(CHART) as loaded:
+        default = loaded.values["interval"]
+    option = next(p for p in cli.operator_cmd.params if p.name == "interval")
+    assert default == option.default == 10
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["interval"]
+    assert (schema["minimum"], schema["maximum"]) == (option.type.min, option.type.max)
+
+
+@pytest.mark.parametrize("name", ["defaults", "namespaced", "clusterwide"])
+def test_the_cli_accepts_the_options_the_chart_passes(chart, name):
+    values = chart.merge_values(VALUE_SETS[name])
     args = container(objects(VALUE_SETS[name]))["args"]
+    at = args.index("operator")
     # Everything before the subcommand is the `slurmk8s` group's own options.
-    ctx = cli.main.make_context("slurmk8s", args[:args.index("operator")])
+    ctx = cli.main.make_context("slurmk8s", args[:at])
     assert ctx.params == {"log_level": args[1], "log_format": args[3]}
     assert ctx.args == []
+    params = cli.operator_cmd.make_context("operator", args[at + 1:]).params
+    assert params["interval"] == values["interval"]
+    assert params["metrics_port"] == values["metrics"]["port"]
+    if values["watchAllNamespaces"]:
+        assert params["namespaces"] == () and params["all_namespaces"] is True
+    else:
+        assert params["namespaces"] == tuple(values["watchNamespaces"] or [NAMESPACE])
+        assert params["all_namespaces"] is False
+    assert params["kubeconfig"] is None  # in the cluster: the pod's ServiceAccount
 
 
 def test_schema_log_choices_are_the_clis():
@@ -246,7 +271,7 @@ def test_overrides_reach_the_deployment():
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     assert c["args"][:5] == ["--log-level", "debug", "--log-format", "console", "operator"]
     assert c["args"][5:9] == ["--metrics-port", "9090", "--health-port", "9091"]
-    assert c["args"][9:] == ["--namespace", "hpc-a", "--namespace", "hpc-b"]
+    assert c["args"][9:] == ["--namespace", "hpc-a", "--namespace", "hpc-b", "--interval", "30"]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
     for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
         assert pod[key] == values[key]
@@ -282,113 +307,198 @@ def test_bare_values_create_only_the_deployments():
         assert deployment(objs, component)["spec"]["template"]["spec"]["serviceAccountName"] == "default"
 
 
-def test_notes_tell_how_to_create_a_first_cluster():
-    notes = rendered()[f"{CHART.name}/templates/NOTES.txt"]
-    assert f"kubectl apply -f {EXAMPLE.relative_to(ROOT)}" in notes
-    assert "kubectl get slurmclusters" in notes
-    assert "kubectl apply -f charts/slurmk8s/crds/" in notes
-    # The Secret the example's login user needs, by the name the example uses.
+def notes(values: dict | None = None) -> str:
+    return rendered(values)[f"{CHART.name}/templates/NOTES.txt"]
+
+
+@pytest.mark.parametrize("name,namespace", [("defaults", NAMESPACE), ("namespaced", WATCHED[0]),
+                                            ("clusterwide", "default")])
+def test_notes_tell_how_to_create_a_first_cluster_where_it_is_watched(name, namespace):
+    text = notes(VALUE_SETS[name])
+    example = EXAMPLE.relative_to(ROOT)
+    # The example is in "default"; elsewhere the notes move it to a watched namespace.
+    assert yaml.safe_load(EXAMPLE.read_text())["metadata"]["namespace"] == "default"
+    if namespace == "default":
+        assert f"kubectl apply -f {example}" in text
+    else:
+        assert f"sed 's/namespace: default$/namespace: {namespace}/' {example} | kubectl apply -f -" in text
+    assert f"kubectl get slurmclusters -n {namespace}" in text
+    assert "kubectl apply -f charts/slurmk8s/crds/" in text
+    # The Secret the example's login user needs, by the name the example uses, where the cluster goes.
     secret = load_cluster(yaml.safe_load(EXAMPLE.read_text())).spec.login.users[0].ssh_public_keys_from.name
-    assert f"kubectl create secret generic {secret} " in notes
-    namespaced = rendered(VALUE_SETS["namespaced"])[f"{CHART.name}/templates/NOTES.txt"]
-    assert ", ".join(WATCHED) in namespaced
+    assert f"kubectl create secret generic {secret} -n {namespace} " in text
+
+
+def test_notes_say_which_namespaces_are_watched_and_what_every_namespace_costs():
+    assert f"It watches SlurmClusters in this namespace only ({NAMESPACE})." in notes()
+    assert "--set 'watchNamespaces={X}'" in notes()
+    assert f"the namespaces: {', '.join(WATCHED)}." in notes(VALUE_SETS["namespaced"])
+    assert "every namespace (watchAllNamespaces: it may read,\ncreate and delete Secrets" in notes(
+        VALUE_SETS["clusterwide"])
 
 
 def test_notes_tell_how_to_lend_a_first_node():
-    notes = rendered()[f"{CHART.name}/templates/NOTES.txt"]
+    text = notes()
     policy = ROOT / "examples" / "nodelendingpolicy.yaml"
-    assert f"kubectl apply -f {policy.relative_to(ROOT)}" in notes
+    assert yaml.safe_load(policy.read_text())["metadata"]["namespace"] == "default"
+    assert f"sed 's/namespace: default$/namespace: {NAMESPACE}/' {policy.relative_to(ROOT)} | kubectl apply -f -" \
+        in text
+    assert f"kubectl apply -f {policy.relative_to(ROOT)}" in notes(VALUE_SETS["clusterwide"])
     labels = yaml.safe_load(policy.read_text())["spec"]["nodeSelector"]["matchLabels"]
     for key, value in labels.items():
-        assert f"kubectl label node <gpu-node> {key}={value}" in notes
-    assert f"logs deployment/{deployment(objects(), 'bridge')['metadata']['name']}" in notes
-    own = rendered({"bridge": {"watchNamespaces": ["lending"]}})[f"{CHART.name}/templates/NOTES.txt"]
+        assert f"kubectl label node <gpu-node> {key}={value}" in text
+    assert f"logs deployment/{deployment(objects(), 'bridge')['metadata']['name']}" in text
+    own = notes({"bridge": {"watchNamespaces": ["lending"]}})
     assert "acts on NodeLendingPolicies in the namespaces: lending." in own
-    assert "change it to its SlurmCluster's namespace, one of lending." in own
+    assert "its metadata.namespace changed to one of: lending" in own
 
 
 # --- RBAC ---------------------------------------------------------------------------
 
+#: Value sets whose RBAC is checked against the declared permissions, and
+#: through SubjectAccessReviews (tests/test_chart_rbac.py).
+RBAC_VALUE_SETS = {
+    "defaults": {},
+    "namespaced": VALUE_SETS["namespaced"],
+    "clusterwide": VALUE_SETS["clusterwide"],
+    "bridge-own": {"watchNamespaces": WATCHED, "bridge": {"watchNamespaces": ["lending"]}},
+    "bridge-own-clusterwide": {"watchAllNamespaces": True, "bridge": {"watchNamespaces": ["lending"]}},
+    "bridge-default-listed": {"bridge": {"watchNamespaces": ["default", "lending"]}},
+}
+DECLARED = {"operator": OPERATOR, "bridge": BRIDGE}
 
-def _plural(kind: str) -> str:
-    return kind.lower() + "s"
+
+def watched(values: dict, component: str) -> list[str] | None:
+    """The namespaces a component watches with these values (None: every namespace),
+    as the chart documents them: an empty watchNamespaces is the release namespace."""
+    own = (values.get("bridge") or {}).get("watchNamespaces") if component == "bridge" else None
+    if own:
+        return list(own)
+    if values.get("watchAllNamespaces"):
+        return None
+    return list(values.get("watchNamespaces") or [NAMESPACE])
 
 
-def _rendered_kinds(keys) -> set[tuple[str, str]]:
-    """(API group, resource) of every object the operator creates for a SlurmCluster
-    with every optional component on."""
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    doc["spec"]["restApi"] = {"enabled": True}
-    doc["metadata"]["uid"] = "0b5e2c6e-1111-4c2b-9c57-3a9a4d3c2e01"
-    out = set()
-    for o in render(load_cluster(doc), keys):
-        group = o["apiVersion"].rpartition("/")[0]
-        out.add((group, _plural(o["kind"])))
+def declared(values: dict, component: str) -> dict[str | None, set]:
+    """Namespace (None: cluster-wide) -> (verb, group, resource) the component declares it needs."""
+    return grants(DECLARED[component], watched(values, component))
+
+
+def _triples(rules: list[dict]) -> set[tuple[str, str, str]]:
+    """(verb, group, resource) of every combination the rules grant."""
+    return {(v, g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+def granted(objs: list[dict], component: str) -> dict[str | None, set]:
+    """Namespace (None: cluster-wide) -> what the component's ServiceAccount may do
+    there, following each of its bindings to its role."""
+    mine = of(objs, component)
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+             for o in mine if o["kind"] in ("Role", "ClusterRole")}
+    sa = one(mine, "ServiceAccount")["metadata"]
+    out: dict[str | None, set] = {}
+    for b in (o for o in mine if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa["name"], "namespace": sa["namespace"]}]
+        namespace = b["metadata"].get("namespace")
+        ref = b["roleRef"]
+        role = roles[(ref["kind"], namespace if ref["kind"] == "Role" else None, ref["name"])]
+        out.setdefault(namespace, set()).update(_triples(role["rules"]))
+    assert len(roles) == sum(1 for o in mine if o["kind"].endswith("Binding")), "a role without a binding"
     return out
 
 
-def _granted(rules: list[dict], verb: str) -> set[tuple[str, str]]:
-    return {(g, r) for rule in rules if verb in rule["verbs"]
-            for g in rule["apiGroups"] for r in rule["resources"]}
+def rbac_rules_of(objs: list[dict], kind: str) -> list[dict]:
+    return [r for o in objs if o["kind"] == kind for r in o["rules"]]
+
+
+@pytest.mark.parametrize("component", ["operator", "bridge"])
+@pytest.mark.parametrize("name", RBAC_VALUE_SETS)
+def test_rbac_grants_exactly_the_declared_permissions_where_they_are_needed(name, component):
+    values = RBAC_VALUE_SETS[name]
+    have, want = granted(objects(values), component), declared(values, component)
+    for namespace in sorted(set(want) | set(have), key=str):
+        missing = want.get(namespace, set()) - have.get(namespace, set())
+        assert not missing, f"{component} lacks {sorted(missing)} in {namespace or 'the cluster'}"
+        surplus = have.get(namespace, set()) - want.get(namespace, set())
+        assert not surplus, f"{component} is granted {sorted(surplus)} in {namespace or 'the cluster'}, undeclared"
+    assert have == want
+
+
+#: What may be granted cluster-wide without watchAllNamespaces: cluster-scoped
+#: reads, Node patches (lending state), and listing pods (the bridge's view of GPU demand).
+CLUSTER_WIDE_ALLOWED = {
+    ("list", "apiextensions.k8s.io", "customresourcedefinitions"),
+    ("watch", "apiextensions.k8s.io", "customresourcedefinitions"),
+    ("list", "", "namespaces"), ("watch", "", "namespaces"),
+    ("get", "", "nodes"), ("list", "", "nodes"), ("patch", "", "nodes"),
+    ("list", "", "pods"),
+}
+
+
+@pytest.mark.parametrize("name", ["defaults", "namespaced", "bridge-own", "bridge-default-listed"])
+def test_without_the_opt_in_no_namespaced_power_is_cluster_wide(name):
+    objs = objects(RBAC_VALUE_SETS[name])
+    cluster_wide = _triples(rbac_rules_of(objs, "ClusterRole"))
+    assert cluster_wide <= CLUSTER_WIDE_ALLOWED
+    assert not {t for t in cluster_wide if t[2] in ("secrets", "deployments", "statefulsets", "configmaps",
+                                                   "events", "slurmclusters", "nodelendingpolicies")}
+    assert not {t for t in cluster_wide if t[2] == "pods" and t[0] != "list"}
+    for component in ("operator", "bridge"):
+        assert set(granted(objs, component).get(None, set())) <= CLUSTER_WIDE_ALLOWED
 
 
 @pytest.mark.parametrize("name", ["defaults", "namespaced"])
-def test_rbac_has_no_wildcards_no_exec_and_no_secret_listing(name):
-    objs = objects(VALUE_SETS[name])
+def test_the_bridge_cannot_run_pods_or_read_secrets_in_kube_system(name):
+    have = granted(objects(RBAC_VALUE_SETS[name]), "bridge")
+    for verb, resource in (("create", "pods"), ("delete", "pods"), ("get", "secrets"), ("list", "secrets")):
+        assert not allows(have, verb, "", resource, "kube-system"), f"bridge may {verb} {resource} in kube-system"
+    # ... while it may where its policies are.
+    (namespace, *_) = watched(RBAC_VALUE_SETS[name], "bridge")
+    assert allows(have, "create", "", "pods", namespace) and allows(have, "get", "", "secrets", namespace)
+
+
+@pytest.mark.parametrize("name", RBAC_VALUE_SETS)
+def test_neither_can_list_or_change_secrets_anywhere(name):
+    objs = objects(RBAC_VALUE_SETS[name])
+    for component in ("operator", "bridge"):
+        have = granted(objs, component)
+        for namespace in [None, "kube-system", NAMESPACE, *WATCHED, *filter(None, have)]:
+            for verb in ("list", "watch", "update", "patch"):
+                assert not allows(have, verb, "", "secrets", namespace), (component, verb, namespace)
+    if not RBAC_VALUE_SETS[name].get("watchAllNamespaces"):
+        assert not allows(granted(objs, "operator"), "get", "", "secrets", "kube-system")
+
+
+@pytest.mark.parametrize("name", RBAC_VALUE_SETS)
+def test_rbac_has_no_wildcards_no_exec_and_no_escalation(name):
+    objs = objects(RBAC_VALUE_SETS[name])
     rules = rbac_rules(objs, "operator") + rbac_rules(objs, "bridge")
     assert len(rules) > 5
     for rule in rules:
         assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no nonResourceURLs, no resourceNames tricks
         for field in ("apiGroups", "resources", "verbs"):
             assert not any("*" in x for x in rule[field]), f"wildcard in {rule}"
-        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+        assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(rule["verbs"])
     resources = {r for rule in rules for r in rule["resources"]}
     assert not {r for r in resources if r.startswith("pods/")}, "no pods/exec, attach, portforward, eviction"
     assert {r for r in resources if "/" in r} == {"slurmclusters/status", "slurmclusters/finalizers",
                                                   "nodelendingpolicies/status"}
-    for verb in ("list", "watch"):
-        assert ("", "secrets") not in _granted(rules, verb)
 
 
-def test_rbac_manages_exactly_the_kinds_the_renderer_creates(keys):
-    rules = rbac_rules(objects())
-    kinds = _rendered_kinds(keys)
-    assert len(kinds) >= 6
-    for verb in ("get", "create", "delete"):
-        missing = kinds - _granted(rules, verb)
-        assert not missing, f"the operator cannot {verb} {sorted(missing)}: add them to slurmk8s.namespacedRules"
-    # Nothing else may be created: a grant without a rendered kind is surplus.
-    assert _granted(rules, "create") - kinds == {("", "events"), ("events.k8s.io", "events")}
-    # What it changes in place: rendered kinds except the create-only Secrets,
-    # the SlurmCluster (finalizers, status) and worker pods (busy label).
-    assert _granted(rules, "patch") - kinds == {
-        ("slurmk8s.dev", "slurmclusters"), ("slurmk8s.dev", "slurmclusters/status"),
-        ("", "pods"), ("", "events"), ("events.k8s.io", "events")}
-    assert ("", "secrets") not in _granted(rules, "patch") | _granted(rules, "update")
+def test_the_declared_kinds_are_exactly_the_kinds_the_renderer_creates(keys):
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["restApi"] = {"enabled": True}
+    doc["metadata"]["uid"] = "0b5e2c6e-1111-4c2b-9c57-3a9a4d3c2e01"
+    rendered_kinds = {(o["apiVersion"].rpartition("/")[0], o["kind"].lower() + "s")
+                      for o in render(load_cluster(doc), keys)}
+    assert rendered_kinds == {of_kind(k) for k in MANAGED_KINDS}
+    assert len(rendered_kinds) >= 6
+    created = {(g, r) for v, g, r, _ in OPERATOR if v == "create"}
+    assert created == rendered_kinds | {("", "events")}, "the operator creates only what it renders, and Events"
+    assert not {p for p in OPERATOR if p.resource == "secrets" and p.verb in ("list", "watch", "patch", "update")}
 
 
-def test_rbac_pods_and_nodes_are_what_scale_in_and_topology_need():
-    rules = rbac_rules(objects())
-    pods = [r for r in rules if "pods" in r["resources"]]
-    assert [sorted(r["verbs"]) for r in pods] == [["delete", "get", "list", "patch", "watch"]]
-    nodes = [r for r in rules if "nodes" in r["resources"]]
-    assert [sorted(r["verbs"]) for r in nodes] == [["get", "list", "watch"]]  # read-only
-
-
-def test_all_namespaces_uses_cluster_roles():
-    objs = of(objects(), "operator")
-    assert not [o for o in objs if o["kind"] in ("Role", "RoleBinding")]
-    sa = one(objs, "ServiceAccount")["metadata"]
-    bindings = [o for o in objs if o["kind"] == "ClusterRoleBinding"]
-    assert len(bindings) == 2
-    roles = {o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRole"}
-    for b in bindings:
-        assert b["roleRef"]["name"] in roles
-        assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa["name"], "namespace": sa["namespace"]}]
-
-
-def test_watch_namespaces_gives_a_role_per_namespace_and_no_cluster_wide_access():
-    default_rules = rbac_rules(objects())
+def test_a_role_per_watched_namespace_bound_to_the_operator_only():
     objs = of(objects(VALUE_SETS["namespaced"]), "operator")
     roles = [o for o in objs if o["kind"] == "Role"]
     bindings = [o for o in objs if o["kind"] == "RoleBinding"]
@@ -398,17 +508,20 @@ def test_watch_namespaces_gives_a_role_per_namespace_and_no_cluster_wide_access(
         assert b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                 "name": roles[0]["metadata"]["name"]}
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": "slurm-operator", "namespace": NAMESPACE}]
-    (cluster_role,) = [o for o in objs if o["kind"] == "ClusterRole"]
-    (cluster_binding,) = [o for o in objs if o["kind"] == "ClusterRoleBinding"]
-    assert cluster_binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
-    # Cluster-wide: only reads of cluster-scoped kinds, nothing namespaced.
-    assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {
-        "customresourcedefinitions", "namespaces", "nodes"}
-    assert not {v for rule in cluster_role["rules"] for v in rule["verbs"]} - {"get", "list", "watch"}
-    # Together, the Roles and the small ClusterRole grant what the ClusterRoles
-    # grant when every namespace is watched.
-    for role in roles:
-        assert sorted(map(json.dumps, role["rules"] + cluster_role["rules"])) == sorted(map(json.dumps, default_rules))
+    # With defaults: one Role, in the release namespace.
+    defaults = of(objects(), "operator")
+    assert [(o["kind"], o["metadata"]["namespace"]) for o in defaults if o["kind"] in ("Role", "RoleBinding")] \
+        == [("Role", NAMESPACE), ("RoleBinding", NAMESPACE)]
+
+
+def test_watch_all_namespaces_uses_cluster_roles_and_refuses_a_list_beside_it():
+    objs = of(objects(VALUE_SETS["clusterwide"]), "operator")
+    assert not [o for o in objs if o["kind"] in ("Role", "RoleBinding")]
+    assert sorted(o["kind"] for o in objs if "Cluster" in o["kind"]) == [
+        "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding"]
+    with pytest.raises(helm.HelmRenderError, match=re.escape(
+            "watchAllNamespaces is true and watchNamespaces lists hpc-a, hpc-b: empty watchNamespaces")):
+        objects({"watchAllNamespaces": True, "watchNamespaces": WATCHED})
 
 
 def test_rbac_rules_each_say_why():
@@ -426,62 +539,16 @@ def test_rbac_rules_each_say_why():
 
 # --- the node-lending bridge ----------------------------------------------------------
 
-#: What the bridge may do wherever its policies are, as (API group, resource, verb):
-#: Nodes and reading pods (bridge/loop.py lists every Pod; GPU pods anywhere decide
-#: whether a node is idle and whether lent nodes must come back).
-BRIDGE_CLUSTER_GRANTS = {
-    ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"), ("", "nodes", "patch"),
-    ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
-}
-#: ... and in each namespace whose NodeLendingPolicies it acts on.
-BRIDGE_NAMESPACED_GRANTS = {
-    ("slurmk8s.dev", "nodelendingpolicies", "get"), ("slurmk8s.dev", "nodelendingpolicies", "list"),
-    ("slurmk8s.dev", "nodelendingpolicies", "watch"), ("slurmk8s.dev", "nodelendingpolicies/status", "patch"),
-    ("slurmk8s.dev", "slurmclusters", "get"), ("slurmk8s.dev", "slurmclusters", "list"),
-    ("slurmk8s.dev", "slurmclusters", "watch"),
-    ("", "pods", "create"), ("", "pods", "delete"),
-    ("", "secrets", "get"),
-    ("apps", "deployments", "get"), ("apps", "deployments", "list"), ("apps", "deployments", "watch"),
-    ("apps", "deployments", "patch"),
-    ("", "events", "create"),
-}
-NODE_EVENTS = {("", "events", "create")}
-
-
-def _grants(rules: list[dict]) -> set[tuple[str, str, str]]:
-    out = set()
-    for rule in rules:
-        for g in rule["apiGroups"]:
-            for r in rule["resources"]:
-                for v in rule["verbs"]:
-                    out.add((g, r, v))
-    return out
-
-
-def _bridge_grants_by_scope(objs: list[dict]) -> dict[str | None, set]:
-    """Namespace (None: cluster-wide) -> what the bridge's ServiceAccount may do there,
-    following each binding to its role."""
-    mine = of(objs, "bridge")
-    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
-             for o in mine if o["kind"] in ("Role", "ClusterRole")}
-    sa = one(mine, "ServiceAccount")["metadata"]
-    out: dict[str | None, set] = {}
-    for b in (o for o in mine if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
-        assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa["name"], "namespace": sa["namespace"]}]
-        namespace = b["metadata"].get("namespace")
-        ref = b["roleRef"]
-        role = roles[(ref["kind"], namespace if ref["kind"] == "Role" else None, ref["name"])]
-        out.setdefault(namespace, set()).update(_grants(role["rules"]))
-    assert len(roles) == sum(1 for o in mine if o["kind"].endswith("Binding")), "a role without a binding"
-    return out
-
-
 def test_bridge_renders_by_default_beside_the_operator(chart):
     objs = objects()
     bridge = of(objs, "bridge")
-    assert sorted(o["kind"] for o in bridge) == sorted([
-        "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding",
-        "Deployment", "Service", "ServiceAccount"])
+    assert sorted((o["kind"], o["metadata"].get("namespace")) for o in bridge
+                  if o["kind"] not in ("Deployment", "Service", "ServiceAccount")) == [
+        ("ClusterRole", None), ("ClusterRoleBinding", None),
+        # Its policies' namespace, and Events about Nodes in "default".
+        ("Role", "default"), ("Role", NAMESPACE), ("RoleBinding", "default"), ("RoleBinding", NAMESPACE)]
+    assert sorted(o["kind"] for o in bridge if o["kind"] in ("Deployment", "Service", "ServiceAccount")) == [
+        "Deployment", "Service", "ServiceAccount"]
     dep = deployment(objs, "bridge")
     assert dep["metadata"]["namespace"] == NAMESPACE
     assert dep["spec"]["replicas"] == 1
@@ -525,8 +592,8 @@ def test_bridge_args_are_what_the_bridge_command_accepts(chart, name):
     assert params["metrics_port"] == v["metrics"]["port"]
     assert params["health_port"] == v["health"]["port"]
     assert params["interval"] == v["interval"]
-    assert params["namespaces"] == tuple(values["watchNamespaces"])
-    assert params["all_namespaces"] is not bool(values["watchNamespaces"])
+    assert params["namespaces"] == tuple(values["watchNamespaces"] or [NAMESPACE])
+    assert params["all_namespaces"] is False
     assert params["kubeconfig"] is None  # in the cluster: the pod's ServiceAccount
 
 
@@ -575,31 +642,27 @@ def test_bridge_disabled_renders_none_of_its_objects():
     assert "bridge" not in notes
 
 
-def test_bridge_rbac_is_exactly_what_it_does():
+def test_the_bridge_reads_secrets_only_by_name_and_never_changes_specs_or_creates_nodes():
+    have = set().union(*granted(objects(VALUE_SETS["clusterwide"]), "bridge").values())
+    assert {t for t in have if t[2] == "secrets"} == {("get", "", "secrets")}, "Secrets: get by name only"
+    assert not {t for t in have if t[2] == "nodes" and t[0] in ("create", "update", "delete")}
+    assert not {t for t in have if t[1] == "slurmk8s.dev" and t[0] in ("create", "delete", "patch")
+                and "/" not in t[2]}, "the bridge never changes a SlurmCluster or a policy's spec"
+    # Its own cluster-wide ClusterRole holds only Nodes and listing pods.
     objs = objects()
-    rules = rbac_rules(objs, "bridge")
-    for rule in rules:
-        assert set(rule) == {"apiGroups", "resources", "verbs"}, rule
-        assert not any("*" in x for field in ("apiGroups", "resources", "verbs") for x in rule[field])
-    assert _bridge_grants_by_scope(objs) == {None: BRIDGE_CLUSTER_GRANTS | BRIDGE_NAMESPACED_GRANTS}
-    granted = _grants(rules)
-    assert not {g for g in granted if g[1] == "secrets" and g[2] != "get"}, "Secrets: get by name only"
-    assert not {g for g in granted if g[1].startswith("pods/")}, "no pods/exec, attach, eviction"
-    assert not {g for g in granted if g[1] == "nodes" and g[2] in ("create", "update", "delete")}
-    assert not {g for g in granted if g[0] == "slurmk8s.dev" and g[2] in ("create", "update", "delete")}
-    assert not {g for g in granted if g[1] == "nodelendingpolicies" and g[2] == "patch"}, "the spec is the user's"
-    # Its own cluster-wide ClusterRole holds only Nodes and reading pods.
     cluster = one(of(objs, "bridge"), "ClusterRole", f"{deployment(objs, 'bridge')['metadata']['name']}-cluster")
-    assert _grants(cluster["rules"]) == BRIDGE_CLUSTER_GRANTS
+    assert _triples(cluster["rules"]) == {("list", "", "nodes"), ("patch", "", "nodes"), ("list", "", "pods")}
 
 
 @pytest.mark.parametrize("values,scoped", [
+    ({}, [NAMESPACE]),
     ({"watchNamespaces": WATCHED}, WATCHED),
     ({"bridge": {"watchNamespaces": ["lending"]}}, ["lending"]),
     ({"watchNamespaces": WATCHED, "bridge": {"watchNamespaces": ["lending"]}}, ["lending"]),
-    ({"watchNamespaces": WATCHED, "bridge": {"watchNamespaces": []}}, []),
+    ({"watchAllNamespaces": True, "bridge": {"watchNamespaces": ["lending"]}}, ["lending"]),
+    ({"watchAllNamespaces": True}, []),
     ({"bridge": {"watchNamespaces": ["default", "lending"]}}, ["default", "lending"]),
-], ids=["operators", "own", "own-over-operators", "all-over-operators", "default-listed"])
+], ids=["defaults", "operators", "own", "own-over-operators", "own-over-all", "all", "default-listed"])
 def test_bridge_watch_namespaces_confine_the_namespaced_rules_to_roles(values, scoped):
     objs = objects(values)
     args = container(objs, "bridge")["args"]
@@ -608,20 +671,12 @@ def test_bridge_watch_namespaces_confine_the_namespaced_rules_to_roles(values, s
             *(x for ns in scoped for x in ("--namespace", ns)), "--interval", "2"]
     else:
         assert "--all-namespaces" in args and "--namespace" not in args
-    grants = _bridge_grants_by_scope(objs)
-    if not scoped:
-        assert grants == {None: BRIDGE_CLUSTER_GRANTS | BRIDGE_NAMESPACED_GRANTS}
+        assert not [o for o in of(objs, "bridge") if o["kind"] in ("Role", "RoleBinding")]
         return
-    # Nodes and reading pods stay cluster-wide; everything else is in Roles.
-    assert grants.pop(None) == BRIDGE_CLUSTER_GRANTS
-    # Node Events go to "default": creating Events there, and nothing else.
-    expected = {ns: BRIDGE_NAMESPACED_GRANTS for ns in scoped}
-    expected.setdefault("default", NODE_EVENTS)
-    assert grants == expected
-    assert {o["kind"] for o in of(objs, "bridge")} >= {"Role", "RoleBinding"}
+    # Node Events go to "default": a Role there unless it is one of the namespaces.
+    expected = sorted({*scoped, "default"})
     for kind in ("Role", "RoleBinding"):
-        assert sorted({o["metadata"]["namespace"] for o in of(objs, "bridge") if o["kind"] == kind}) == sorted(
-            expected)
+        assert sorted(o["metadata"]["namespace"] for o in of(objs, "bridge") if o["kind"] == kind) == expected
 
 
 # --- bad values ---------------------------------------------------------------------
@@ -646,6 +701,9 @@ def test_bridge_watch_namespaces_confine_the_namespaced_rules_to_roles(values, s
     ({"bridge": {"interval": "2s"}}, "at '/bridge/interval': got string, want number"),
     ({"bridge": {"enabled": "false"}}, "at '/bridge/enabled': got string, want boolean"),
     ({"bridge": {"watchNamespaces": "hpc"}}, "at '/bridge/watchNamespaces'"),
+    ({"watchAllNamespaces": "yes"}, "at '/watchAllNamespaces': got string, want boolean"),
+    ({"interval": 0.5}, "at '/interval'"),
+    ({"interval": "10s"}, "at '/interval': got string, want number"),
     ({"bridge": {"serviceAccount": {"role": "x"}}}, "additional properties 'role' not allowed"),
 ])
 def test_schema_refuses_bad_values_naming_the_field(chart, values, message):
@@ -661,6 +719,12 @@ def test_schema_refuses_bad_values_naming_the_field(chart, values, message):
      "bridge.metrics.port and bridge.health.port are both 8090: give them different ports"),
     ({"image": {"repository": "ghcr.io/slurmk8s/controller:0.1.0"}},
      "holds a tag or digest: set image.repository to the part before it and image.tag to the tag"),
+    ({"watchAllNamespaces": True, "watchNamespaces": ["hpc"]},
+     "watchAllNamespaces is true and watchNamespaces lists hpc: empty watchNamespaces to watch every namespace, "
+     "or set watchAllNamespaces=false to watch only those"),
+    ({"bridge": {"watchNamespaces": []}},
+     "bridge.watchNamespaces is empty: list the namespaces of the bridge's NodeLendingPolicies, or leave it "
+     "unset (null) to follow watchNamespaces (with watchAllNamespaces=true: every namespace)"),
 ])
 def test_templates_refuse_inconsistent_values_saying_what_to_do(chart, values, message):
     with pytest.raises(helm.HelmRenderError, match=re.escape(message)):

@@ -20,6 +20,7 @@ from slurmk8s.api import load_cluster
 from slurmk8s.operator import cycle
 from slurmk8s.operator.cycle import Operator
 from slurmk8s.operator.kube import ApiError
+from slurmk8s.operator.permissions import OPERATOR, grants
 from slurmk8s.render import config_files, names, node_conf
 from slurmk8s.slurm import RemoteSlurm, SlurmClient
 from slurmk8s.slurm.agent import AgentServer
@@ -43,7 +44,8 @@ class World:
     """A SlurmCluster in the fake API server, the real Slurm behind its agent, and a clock."""
 
     def __init__(self, doc: dict, keys, agent_url: str | None, work=None):
-        self.kube = FakeKube()
+        # The operator may do only what it declares, in the cluster's namespace (what the chart grants).
+        self.kube = FakeKube(granted=grants(OPERATOR, [doc["metadata"]["namespace"]]))
         self.keys = keys
         self.agent_url = agent_url or "http://127.0.0.1:9"
         self.work = work
@@ -106,6 +108,55 @@ def test_the_first_round_creates_everything_and_later_rounds_write_nothing(offli
     w.kube.writes.clear()
     w.round()
     assert w.kube.writes == []  # nothing changed, not even the status
+
+
+def test_rounds_read_key_secrets_by_name_and_never_list_secrets(offline, keys):
+    w = offline
+    w.round()
+    w.kube.run_controllers()
+    w.kube.requests.clear()
+    out = w.round()
+    assert not out.problems
+    secrets = [r for r in w.kube.requests if r[2] == "secrets"]
+    assert {r[0] for r in secrets} == {"get"}
+    assert sorted(r for r in secrets) == sorted(
+        ("get", "", "secrets", "default") for _ in ("munge", "jwt", "ssh host", "agent token"))
+    # And RBAC as the chart grants it would refuse a list, saying what to do.
+    with pytest.raises(ApiError) as refused:
+        w.kube.list("Secret", "default")
+    assert refused.value.status == 403
+    assert "list this one there" in str(refused.value) and "watchNamespaces" in str(refused.value)
+
+
+def test_a_missing_key_secret_is_created_and_the_others_are_kept(offline, keys):
+    w = offline
+    w.round()
+    before = {n: o["data"] for n, o in w.kube.of_kind("Secret").items()}
+    del w.kube.objects[("Secret", "default", "demo-munge-key")]
+    w.keys = type(keys).generate()
+    w.kube.writes.clear()
+    w.round()
+    after = {n: o["data"] for n, o in w.kube.of_kind("Secret").items()}
+    assert [x for x in w.kube.writes if x[1] == "Secret"] == [("create", "Secret", "demo-munge-key")]
+    assert after["demo-munge-key"] != before["demo-munge-key"]
+    assert {n: d for n, d in after.items() if n != "demo-munge-key"} == {
+        n: d for n, d in before.items() if n != "demo-munge-key"}
+
+
+def test_every_request_of_a_round_and_a_teardown_is_declared(offline):
+    w = offline
+    w.spec(lambda s: s.update(restApi={"enabled": True}, deletionPolicy="Delete"))
+    w.round()
+    w.kube.run_controllers()
+    w.spec(lambda s: s.update(restApi={"enabled": False}))
+    w.round()
+    op = Operator(w.kube, agent=lambda c, t, p: RemoteSlurm(w.agent_url, t, timeout=2), fresh_keys=lambda: w.keys)
+    assert op.teardown(w.body, attempt=cycle.TEARDOWN_PATIENCE)[0]
+    made = {(verb, group, resource) for verb, group, resource, _ in w.kube.requests}
+    # FakeKube refuses anything undeclared; this checks the rounds got that far.
+    assert {("list", "", "pods"), ("get", "", "secrets"), ("create", "", "secrets"), ("patch", "apps", "statefulsets"),
+            ("delete", "apps", "deployments"), ("delete", "", "secrets"), ("delete", "", "persistentvolumeclaims"),
+            ("patch", "slurmk8s.dev", "slurmclusters/status")} <= made
 
 
 def test_keys_are_generated_once_and_read_back(offline, keys):

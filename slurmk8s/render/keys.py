@@ -105,6 +105,12 @@ SECRETS = {
 }
 
 
+def key_secret_names(cluster: SlurmCluster | str) -> list[str]:
+    """The names of a cluster's key Secrets (the cluster or its name): the
+    operator reads them one by one, never by listing Secrets."""
+    return [name_of(cluster) for name_of, _ in SECRETS.values()]
+
+
 class BadKeySecret(ValueError):
     """An existing key Secret cannot be read; it is never replaced automatically."""
 

@@ -81,20 +81,28 @@ def users_config(c: SlurmCluster) -> str:
     return f"{c.name}-users"
 
 
-def munge_secret(c: SlurmCluster) -> str:
-    return f"{c.name}-munge-key"
+# The generated key Secrets take the cluster or only its name: a teardown
+# finds them by name even when the SlurmCluster's spec no longer loads.
 
 
-def jwt_secret(c: SlurmCluster) -> str:
-    return f"{c.name}-jwt-key"
+def _cluster_name(c: SlurmCluster | str) -> str:
+    return c if isinstance(c, str) else c.name
 
 
-def ssh_host_keys_secret(c: SlurmCluster) -> str:
-    return f"{c.name}-ssh-host-keys"
+def munge_secret(c: SlurmCluster | str) -> str:
+    return f"{_cluster_name(c)}-munge-key"
 
 
-def agent_token_secret(c: SlurmCluster) -> str:
-    return f"{c.name}-agent-token"
+def jwt_secret(c: SlurmCluster | str) -> str:
+    return f"{_cluster_name(c)}-jwt-key"
+
+
+def ssh_host_keys_secret(c: SlurmCluster | str) -> str:
+    return f"{_cluster_name(c)}-ssh-host-keys"
+
+
+def agent_token_secret(c: SlurmCluster | str) -> str:
+    return f"{_cluster_name(c)}-agent-token"
 
 
 def controller_state_claim(c: SlurmCluster) -> str:

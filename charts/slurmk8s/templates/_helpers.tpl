@@ -88,23 +88,42 @@ its name value, else defaultName when the chart creates it, else "default".
 {{- end }}
 
 {{/*
-The permissions the operator needs inside each namespace it watches: exactly
-the kinds `slurmk8s render` produces for a SlurmCluster, plus the SlurmClusters
-themselves, their worker pods and Events. Used by the ClusterRole when every
-namespace is watched, otherwise by one Role per watched namespace.
-No pods/exec: slurmctld is reached through the cluster's authenticated agent
-Service. No wildcards.
+The namespaces whose SlurmClusters the operator watches, as a JSON list (read
+it with fromJsonArray): watchNamespaces, or the release namespace when that
+is empty; an empty list means every namespace (watchAllNamespaces).
+*/}}
+{{- define "slurmk8s.namespaces" -}}
+{{- if .Values.watchAllNamespaces }}
+{{- if .Values.watchNamespaces }}
+{{- fail (printf "watchAllNamespaces is true and watchNamespaces lists %s: empty watchNamespaces to watch every namespace, or set watchAllNamespaces=false to watch only those" (join ", " .Values.watchNamespaces)) }}
+{{- end }}
+{{- toJson list }}
+{{- else if .Values.watchNamespaces }}
+{{- toJson .Values.watchNamespaces }}
+{{- else }}
+{{- toJson (list .Release.Namespace) }}
+{{- end }}
+{{- end }}
+
+{{/*
+What the operator does inside each namespace it watches, exactly as
+operator/permissions.py declares it (tests/test_chart.py compares them): the
+SlurmClusters themselves, the kinds `slurmk8s render` produces, their pods
+and Events. Used by one Role per watched namespace, or by a ClusterRole with
+watchAllNamespaces. No pods/exec: slurmctld is reached through the cluster's
+authenticated agent Service. No update (the operator writes with
+server-side apply and merge patches), no wildcards.
 */}}
 {{- define "slurmk8s.namespacedRules" -}}
-# Watch SlurmClusters and reconcile them; kopf patches its finalizer and
-# progress annotations onto the object.
+# kopf lists and watches SlurmClusters, and patches its finalizer and its
+# bookkeeping annotations onto them.
 - apiGroups: ["slurmk8s.dev"]
   resources: ["slurmclusters"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["list", "watch", "patch"]
 # Report phase, conditions and configHash in .status.
 - apiGroups: ["slurmk8s.dev"]
   resources: ["slurmclusters/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["patch"]
 # Rendered objects carry an ownerReference to their SlurmCluster with
 # blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
 # admission plugin allows only with update on the owner's finalizers.
@@ -112,50 +131,49 @@ Service. No wildcards.
   resources: ["slurmclusters/finalizers"]
   verbs: ["update"]
 # Rendered ConfigMaps (slurm.conf, gres.conf, users), Services (controller,
-# workers, login, restapi) and PersistentVolumeClaims (StateSaveLocation,
-# shared storage): create, apply changes, prune what a spec change drops.
+# workers, login, restapi) and PersistentVolumeClaims (shared storage): listed
+# by the cluster's label, applied (server-side apply is a patch, and also
+# needs create when it creates the object), deleted when a spec change drops
+# them and at teardown.
 - apiGroups: [""]
   resources: ["configmaps", "services", "persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
-# Secrets: the generated munge, JWT and SSH host key Secrets are created once
-# and never updated (immutable, slurmk8s.dev/create-only); login users' SSH
-# keys are read by the name the SlurmCluster gives. Everything is by name, so
-# no list or watch: the operator cannot enumerate other workloads' Secrets.
-# delete prunes a key Secret that a spec change drops.
+  verbs: ["list", "create", "patch", "delete"]
+# The generated munge, JWT, SSH host key and agent token Secrets: read by
+# name every round, created once and never updated (immutable), deleted at
+# teardown. No list or watch: the operator cannot enumerate other workloads'
+# Secrets.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "create", "delete"]
-# Worker pods: drain-first scale-in deletes a worker pod only once its Slurm
-# node is drained; patch sets the slurmk8s.dev/slurm-busy label that the
-# busy-worker PodDisruptionBudget selects. No pods/exec, no pods/eviction.
+# The cluster's pods, listed by its label: drain annotations and the
+# slurmk8s.dev/slurm-busy label the busy-worker PodDisruptionBudget selects
+# are patched on; drain-first scale-in deletes a worker only once drained.
+# No pods/exec, no pods/eviction.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "patch", "delete"]
-# slurmctld and worker StatefulSets, login and slurmrestd Deployments.
+  verbs: ["list", "patch", "delete"]
+# slurmctld and worker StatefulSets (scaled with a patch), login and
+# slurmrestd Deployments.
 - apiGroups: ["apps"]
   resources: ["statefulsets", "deployments"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["list", "create", "patch", "delete"]
 # PodDisruptionBudgets that protect busy workers and login pods.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
-# Events about reconciliation, drains and errors on the SlurmCluster, as
-# kopf posts them (core API).
+  verbs: ["list", "create", "patch", "delete"]
+# Events about reconciliation, drains and errors on the SlurmCluster, as kopf
+# posts them (core API, created once each).
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
-# The same Events through events.k8s.io, which newer clients use.
-- apiGroups: ["events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 {{- end }}
 
 {{/*
 Arguments of the controller image's entrypoint, i.e. of `slurmk8s`, for one
 long-running command, given (list $ command componentValues namespaces):
 the global options first, then the command with the component's metrics and
-health ports and `--namespace N` per namespace, or `--all-namespaces` when the
-list is empty.
+health ports, `--namespace N` per namespace, or `--all-namespaces` when the
+list is empty, and `--interval`.
 */}}
 {{- define "slurmk8s.commandArgs" -}}
 {{- $ := index . 0 }}
@@ -175,11 +193,13 @@ list is empty.
 {{- else }}
 - --all-namespaces
 {{- end }}
+- --interval
+- {{ $values.interval | toString | quote }}
 {{- end }}
 
 {{/* The operator's arguments. */}}
 {{- define "slurmk8s.args" -}}
-{{- include "slurmk8s.commandArgs" (list . "operator" .Values .Values.watchNamespaces) }}
+{{- include "slurmk8s.commandArgs" (list . "operator" .Values (include "slurmk8s.namespaces" . | fromJsonArray)) }}
 {{- end }}
 
 {{/*
@@ -404,29 +424,29 @@ operator's names).
 {{/*
 The namespaces whose NodeLendingPolicies the bridge acts on, as a JSON list
 (read it with fromJsonArray): bridge.watchNamespaces, or the operator's
-watchNamespaces when that is unset. Empty: every namespace.
+namespaces when that is unset (null). Empty: every namespace.
 */}}
 {{- define "slurmk8s.bridge.namespaces" -}}
-{{- if kindIs "invalid" .Values.bridge.watchNamespaces }}
-{{- toJson .Values.watchNamespaces }}
+{{- $own := .Values.bridge.watchNamespaces }}
+{{- if kindIs "invalid" $own }}
+{{- include "slurmk8s.namespaces" . }}
+{{- else if not $own }}
+{{- fail "bridge.watchNamespaces is empty: list the namespaces of the bridge's NodeLendingPolicies, or leave it unset (null) to follow watchNamespaces (with watchAllNamespaces=true: every namespace)" }}
 {{- else }}
-{{- toJson .Values.bridge.watchNamespaces }}
+{{- toJson $own }}
 {{- end }}
 {{- end }}
 
 {{/* The bridge's arguments. */}}
 {{- define "slurmk8s.bridge.args" -}}
 {{- include "slurmk8s.commandArgs" (list . "bridge" .Values.bridge (include "slurmk8s.bridge.namespaces" . | fromJsonArray)) }}
-- --interval
-- {{ .Values.bridge.interval | toString | quote }}
 {{- end }}
 
 {{/*
-What the bridge needs whichever namespaces it acts on: Nodes are
-cluster-scoped, and a node's idleness and the demand for it depend on GPU
-pods in every namespace. No wildcards. Rounds read by listing (decision
-record 8); watch, granted beside list, shows nothing list does not and lets
-the loop move to informers without an RBAC change.
+What the bridge does whichever namespaces it acts on, exactly as
+bridge/permissions.py declares it: Nodes are cluster-scoped, and a node's
+idleness and the demand for it depend on GPU pods in every namespace. No
+wildcards. Rounds read by listing (decision record 8), so no watch.
 */}}
 {{- define "slurmk8s.bridge.clusterRules" -}}
 # Lending state lives on the Node: the slurmk8s.dev/lending label, the
@@ -434,27 +454,27 @@ the loop move to informers without an RBAC change.
 # patches (taint changes carry the resourceVersion). No create, no delete.
 - apiGroups: [""]
   resources: ["nodes"]
-  verbs: ["get", "list", "watch", "patch"]
-# Read-only, every namespace: GPU pods on a node keep it from being lent,
-# pending GPU pods take lent nodes back, and the controller pod's address is
-# how the bridge reaches a cluster's Slurm agent. Creating and deleting pods
-# is confined to the policies' namespaces (below). No pods/exec, no eviction.
+  verbs: ["list", "patch"]
+# Listing every pod: GPU pods on a node keep it from being lent, and pending
+# GPU pods take lent nodes back. Creating, deleting and getting pods is
+# confined to the policies' namespaces (below). No pods/exec, no eviction.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list"]
 {{- end }}
 
 {{/*
-What the bridge needs inside each namespace whose NodeLendingPolicies it acts
-on (a policy's SlurmCluster, lent slurmd pods, agent token Secret and serving
-Deployments are all in the policy's namespace). Used by a ClusterRole when
-every namespace is watched, otherwise by one Role per watched namespace.
+What the bridge does inside each namespace whose NodeLendingPolicies it acts
+on (a policy's SlurmCluster, agent token Secret, lent slurmd pods and
+serving Deployments are all in the policy's namespace), exactly as
+bridge/permissions.py declares it. Used by one Role per namespace, or by a
+ClusterRole when the bridge acts on every namespace.
 */}}
 {{- define "slurmk8s.bridge.namespacedRules" -}}
-# Read the NodeLendingPolicies every round; the bridge never changes their spec.
+# List the NodeLendingPolicies every round; the bridge never changes their spec.
 - apiGroups: ["slurmk8s.dev"]
   resources: ["nodelendingpolicies"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list"]
 # Report the lent, lending and reclaiming nodes and the Ready condition in
 # each policy's .status.
 - apiGroups: ["slurmk8s.dev"]
@@ -466,24 +486,31 @@ every namespace is watched, otherwise by one Role per watched namespace.
 # bridge, manages them.
 - apiGroups: ["slurmk8s.dev"]
   resources: ["slurmclusters"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list"]
+# The lent slurmd pod has an ownerReference to its SlurmCluster with
+# blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
+# admission plugin allows only with update on the owner's finalizers.
+- apiGroups: ["slurmk8s.dev"]
+  resources: ["slurmclusters/finalizers"]
+  verbs: ["update"]
 # The lent slurmd pod (<cluster>-lent-<node>) is created on a lent node and
-# deleted when the node is handed back. Reading pods is cluster-wide (above).
+# deleted when the node is handed back; the controller pod is read by name
+# for the agent's address.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["create", "delete"]
+  verbs: ["get", "create", "delete"]
 # The <cluster>-agent-token Secret, read by name to authenticate to the
 # cluster's Slurm agent. No list or watch: no other Secret can be enumerated.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
-# Serving Deployments that follow a model directory are rolled (a pod-template
-# annotation patch) when a job publishes a new model version.
+# Serving Deployments that follow a model directory are listed, and rolled
+# (a pod-template annotation patch) when a job publishes a new model version.
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "patch"]
-# Events on policies, lent nodes and serving Deployments (core API). Each is
-# created once, never updated, so no patch.
+  verbs: ["list", "patch"]
+# Events on policies and serving Deployments (core API). Each is created
+# once, never updated, so no patch.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
