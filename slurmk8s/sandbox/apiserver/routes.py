@@ -9,13 +9,14 @@ import base64
 import json
 import secrets
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 from aiohttp import web
 
 from ...log import get as get_logger
-from . import discovery, tables
+from . import discovery, podproxy, tables
 from .api import API, DeleteOptions, Options
 from .errors import APIError, bad_request, gone
 from .resources import ResourceType
@@ -80,8 +81,10 @@ def parse_accept(header: str) -> Accept:
 
 
 class Routes:
-    def __init__(self, api: API, token: str, server_address: Callable[[], str], bookmark_interval: float = 30.0) -> None:
+    def __init__(self, api: API, token: str, server_address: Callable[[], str], bookmark_interval: float = 30.0,
+                 kubelet_client: tuple[Path, Path] | None = None) -> None:
         self.api = api
+        self.podproxy = podproxy.PodProxy(api, kubelet_client)
         self.token = token
         self.server_address = server_address
         self.bookmark_interval = bookmark_interval
@@ -164,10 +167,9 @@ class Routes:
         sub = rest[2] if len(rest) > 2 else None
         if namespace is not None and not rt.namespaced:
             raise APIError(404, f"{rt.plural} are cluster-scoped: use {rt.base_path}/{rt.plural} (without /namespaces/{namespace})", "NotFound")
-        if sub in ("log", "exec", "attach", "portforward", "proxy") and rt.storage == ("", "pods"):
-            raise APIError(404, f"pods/{sub} is not served: this Kubernetes stand-in has no kubelet; the sandbox's pod runtime "
-                           "runs the containers (look there for their logs and processes)", "NotFound")
-        if sub is not None and sub not in rt.subresources:
+        if sub in (*podproxy.SERVED, *podproxy.REFUSED) and rt.storage == ("", "pods"):
+            podproxy.refuse_unserved(sub)
+        elif sub is not None and sub not in rt.subresources:
             raise APIError(404, f"{rt.plural} has no subresource {sub!r} here (served: {', '.join(rt.subresources) or 'none'})", "NotFound")
         if name is not None and rt.namespaced and namespace is None:
             raise APIError(404, f"{rt.plural} are namespaced: use {rt.base_path}/namespaces/<namespace>/{rt.plural}/{name}", "NotFound")
@@ -225,6 +227,8 @@ class Routes:
 
     async def _serve(self, request: web.Request, t: Target) -> web.StreamResponse:
         method, q, rt, api = request.method, request.query, t.rt, self.api
+        if t.sub in podproxy.SERVED and rt.storage == ("", "pods"):  # to the pod's kubelet
+            return await self.podproxy.serve(request, t.namespace or "", t.name or "", t.sub)
         verb = None
         if method == "GET":
             if t.name is None:

@@ -244,7 +244,8 @@ class APIServer:
         api = API(store, registry, self.pki.ca_pem if self.pki else "")
         self.api = api
         self._bootstrap(api)
-        routes = Routes(api, self.token, lambda: f"{self.host}:{self.port}", self.bookmark_interval)
+        routes = Routes(api, self.token, lambda: f"{self.host}:{self.port}", self.bookmark_interval,
+                        tls.ensure_kubelet_client(self.data_dir / "pki"))
         runner = web.AppRunner(routes.app(), handle_signals=False, shutdown_timeout=2.0, handler_cancellation=True, access_log=None)
         await runner.setup()
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
