@@ -7,6 +7,7 @@ kubectl and the official Python client."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
 import select
@@ -16,10 +17,13 @@ import subprocess
 import termios
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
+import websocket
 import yaml
 from kubernetes import client, config
 from kubernetes.stream import stream
@@ -158,27 +162,31 @@ def test_kubectl_picks_the_default_container(world):
 
 
 def test_follow_streams_until_the_container_ends_and_previous_after_a_restart(world):
-    wait_for("counter restarted once", lambda: world.kubelet.pods and any(
-        p.name == "counter" and p.restarts >= 1 for p in world.kubelet.pods.values()), timeout=60)
-    wait_for("counter running again", lambda: world.running("counter"), timeout=30)
+    wait_for("counter restarted once", lambda: any(
+        p.name == "counter" and p.restarts >= 1 for p in list(world.kubelet.pods.values())), timeout=60)
+
+    def ok(*args):  # the pod may be in the moment of its restart: "waiting to start", then again
+        proc = world.kubectl(*args, check=False)
+        return proc.returncode == 0 and proc
+
     start = time.monotonic()
-    follow = world.kubectl("logs", "-f", "counter")
+    follow = wait_for("kubectl logs -f counter", lambda: ok("logs", "-f", "counter"), timeout=20)
     assert follow.stdout.splitlines()[-1] == "count 5", follow.stdout
-    assert time.monotonic() - start < 10  # it ended with the container, not at a timeout
-    previous = world.kubectl("logs", "counter", "--previous").stdout
-    assert previous.splitlines() == [f"count {i}" for i in range(1, 6)]
+    assert time.monotonic() - start < 15  # it ended with the container, not at a timeout
+    previous = wait_for("kubectl logs --previous counter", lambda: ok("logs", "counter", "--previous"), timeout=20)
+    assert previous.stdout.splitlines() == [f"count {i}" for i in range(1, 6)]
 
 
-def test_follow_ends_when_the_client_goes(world):
+def test_follow_streams_new_lines_until_the_client_goes(world):
+    now = int(world.kubectl("logs", "two", "-c", "main", "--tail=1").stdout.split()[1])
     proc = subprocess.Popen(["kubectl", "--kubeconfig", str(world.kubeconfig), "logs", "-f", "two", "-c", "main"],
                             stdout=subprocess.PIPE, text=True)
     try:
-        seen = [proc.stdout.readline() for _ in range(4)]
-        assert seen[:2] == ["line1\n", "line2\n"]
-        first = int(seen[3].split()[1])
-        # New lines arrive while the container writes them.
-        later = proc.stdout.readline()
-        assert later == f"tick {first + 1}\n"
+        assert proc.stdout.readline() == "line1\n"
+        # Written about a second after kubectl started following: it comes as the container writes it.
+        later = f"tick {now + 3}\n"
+        assert any(proc.stdout.readline() == later for _ in range(now + 4)), later
+        assert proc.poll() is None
     finally:
         proc.kill()
         proc.wait()
@@ -265,6 +273,25 @@ def test_exec_with_the_python_client(world):
     assert resp.read_stdout().strip() == "got ping"
     assert resp.returncode == 9
     resp.close()
+
+
+def test_exec_over_the_older_v4_protocol(world):
+    query = urlencode([("command", "sh"), ("command", "-c"), ("command", "echo hi; echo oops >&2; exit 3"),
+                       ("container", "main"), ("stdout", "true"), ("stderr", "true")])
+    ws = websocket.create_connection(
+        world.server.url.replace("https://", "wss://") + f"/api/v1/namespaces/default/pods/two/exec?{query}",
+        header=[f"Authorization: Bearer {world.server.token}"], subprotocols=["v4.channel.k8s.io"],
+        sslopt={"ca_certs": str(world.server.ca_path)}, timeout=20)
+    assert ws.subprotocol == "v4.channel.k8s.io"
+    got: dict[int, bytes] = {}
+    while True:
+        opcode, data = ws.recv_data()
+        if opcode == websocket.ABNF.OPCODE_CLOSE:
+            break
+        got[data[0]] = got.get(data[0], b"") + data[1:]
+    assert got[1] == b"hi\n" and got[2] == b"oops\n"
+    status = json.loads(got[3])
+    assert status["reason"] == "NonZeroExitCode" and status["details"]["causes"][0]["message"] == "3"
 
 
 def test_exec_errors_say_what_is_wrong(world):

@@ -168,3 +168,24 @@ def test_attach_and_port_forward_are_refused_with_what_to_use():
         podproxy.refuse_unserved("attach")
     with pytest.raises(APIError, match="pod's IP"):
         podproxy.refuse_unserved("portforward")
+
+
+def test_sandbox_logs_reads_the_same_files(tmp_path):
+    from slurmk8s.sandbox.sandbox import Sandbox
+
+    uid = "0123456789abcdef"
+    (tmp_path / "kubelet.json").write_text(json.dumps({"pods": {uid: {"uid": uid, "namespace": "default", "name": "p"}}}))
+    pod = tmp_path / "pods" / f"default_p_{uid[:8]}"
+    for i, (name, previous, current) in enumerate((("main", b"old 1\nold 2\n", b"new 1\n"), ("side", None, b"s\n"))):
+        ctr = pod / "containers" / str(i)
+        ctr.mkdir(parents=True)
+        (ctr / "name").write_text(name)
+        podlogs.start_instance(ctr, previous)
+        podlogs.log_file(ctr).write_bytes(current)
+    (pod / "log").write_text("pod-init: container main exited with status 1; stopping the pod\n")
+    box = Sandbox(tmp_path)
+    assert box.logs("p").splitlines() == ["old 1", "old 2", "--- the pod restarted ---", "new 1",
+                                          "pod-init: container main exited with status 1; stopping the pod"]
+    assert box.logs("p", container="side", tail=2).splitlines()[0] == "s"
+    with pytest.raises(KeyError, match="containers: main, side"):
+        box.logs("p", container="nope")

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 FOLLOW_POLL = 0.2  # seconds between looks at a followed log
 DRAIN_AFTER_EXIT = 2.0  # how long output may still come after an exec'd command ended
+EXEC_IDLE_TIMEOUT = 4 * 3600.0  # an exec session with no traffic either way for this long ends
 CHUNK = 32 * 1024
 
 
@@ -77,6 +78,7 @@ class KubeletServer:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._until: threading.Event | None = None
+        self._traffic: dict[web.WebSocketResponse, float] = {}  # exec session -> when data last went either way
 
     # Lifecycle
 
@@ -249,6 +251,7 @@ class KubeletServer:
                            "without KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false, or kubernetes.stream.stream")
         ws = web.WebSocketResponse(protocols=(protocol,), max_msg_size=0)
         await ws.prepare(request)
+        self._traffic[ws] = asyncio.get_running_loop().time()
         try:
             if opts.tty:
                 code = await self._run_tty(ws, argv, opts)
@@ -260,6 +263,8 @@ class KubeletServer:
         else:
             if code is not None:
                 await self._send(ws, remotecommand.ERROR, _dumps(remotecommand.exit_status(code, opts.command)))
+        finally:
+            self._traffic.pop(ws, None)
         await ws.close()
         return ws
 
@@ -270,8 +275,8 @@ class KubeletServer:
             env.setdefault("TERM", "xterm")
         return env
 
-    @staticmethod
-    async def _send(ws: web.WebSocketResponse, channel: int, data: bytes) -> None:
+    async def _send(self, ws: web.WebSocketResponse, channel: int, data: bytes) -> None:
+        self._traffic[ws] = asyncio.get_running_loop().time()
         if not ws.closed:
             try:
                 await ws.send_bytes(remotecommand.frame(channel, data))
@@ -356,6 +361,7 @@ class KubeletServer:
 
         async def client():
             async for msg in ws:
+                self._traffic[ws] = asyncio.get_running_loop().time()
                 if msg.type not in (WSMsgType.BINARY, WSMsgType.TEXT) or not msg.data:
                     continue
                 channel, data = remotecommand.parse(msg.data)
@@ -369,18 +375,24 @@ class KubeletServer:
                 except (ProtocolError, BrokenPipeError, ConnectionResetError, OSError):
                     continue
 
+        async def idle():
+            loop = asyncio.get_running_loop()
+            while (left := self._traffic.get(ws, 0) + EXEC_IDLE_TIMEOUT - loop.time()) > 0:
+                await asyncio.sleep(min(left, 60))
+
         reader = asyncio.create_task(client())
         waiter = asyncio.create_task(proc.wait())
+        watchdog = asyncio.create_task(idle())
         try:
-            await asyncio.wait({reader, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            if not waiter.done():  # the client went
+            await asyncio.wait({reader, waiter, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+            if not waiter.done():  # the client went, or nothing happened for EXEC_IDLE_TIMEOUT
                 return None
             if pumps:
                 await asyncio.wait(pumps, timeout=DRAIN_AFTER_EXIT)
             code = proc.returncode
             return code if code >= 0 else 128 - code
         finally:
-            for task in (reader, *pumps):
+            for task in (reader, watchdog, *pumps):
                 task.cancel()
             if proc.returncode is None:
                 try:
