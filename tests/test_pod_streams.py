@@ -232,6 +232,14 @@ def test_exec_with_stdin(world):
     assert (counted.returncode, counted.stdout.strip()) == (4, "3")
 
 
+def test_kubectl_cp_goes_through_exec(world, tmp_path):
+    (tmp_path / "notes.txt").write_text("hello pod\n")
+    world.kubectl("cp", str(tmp_path / "notes.txt"), "two:/tmp/notes.txt", "-c", "main")
+    assert world.kubectl("exec", "two", "-c", "main", "--", "cat", "/tmp/notes.txt").stdout == "hello pod\n"
+    world.kubectl("cp", "two:/tmp/notes.txt", str(tmp_path / "back.txt"), "-c", "main")
+    assert (tmp_path / "back.txt").read_text() == "hello pod\n"
+
+
 def test_exec_with_a_terminal(world):
     pid, fd = pty.fork()
     if pid == 0:

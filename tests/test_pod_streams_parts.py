@@ -99,6 +99,15 @@ def test_last_lines():
     assert podlogs.last_lines(b"a\nno newline", 1) == b"no newline"
 
 
+@pytest.mark.parametrize("data", [b"", b"a\n", b"a\nb\nc\n", b"a\nno newline", b"\n\n\n", b"x" * 300 + b"\ny\n" * 200])
+@pytest.mark.parametrize("n", [None, 0, 1, 2, 3, 150, 1000])
+def test_tail_offset_reads_back_from_the_end_as_last_lines_counts(tmp_path, data, n):
+    path = tmp_path / "log"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        assert data[podlogs.tail_offset(f, n, block=7):] == podlogs.last_lines(data, n)
+
+
 def test_a_restarted_instance_keeps_the_last_ones_log_as_previous(tmp_path):
     pod = tmp_path / "pod"
     for i, name in enumerate(("main", "side")):

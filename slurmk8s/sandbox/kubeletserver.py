@@ -157,8 +157,10 @@ class KubeletServer:
 
     def _find(self, namespace: str, pod: str, container: str) -> tuple["LocalPod", Path, Path]:
         k = self.kubelet
-        with k.lock:
-            local = next((p for p in k.pods.values() if p.namespace == namespace and p.name == pod), None)
+        with k.lock:  # one being stopped only if there is no other (a StatefulSet's pod coming back)
+            named = sorted((p for p in k.pods.values() if p.namespace == namespace and p.name == pod),
+                           key=lambda p: p.uid in k.stopping)
+        local = named[0] if named else None
         if local is None:
             raise _waiting(container, pod)
         pod_dir = k.pod_dir(local)
@@ -189,7 +191,9 @@ class KubeletServer:
             resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
             await resp.prepare(request)
             budget = q.limit_bytes
-            budget = await self._write(resp, podlogs.last_lines(f.read(), q.tail_lines), budget)
+            f.seek(podlogs.tail_offset(f, q.tail_lines))
+            while (budget is None or budget > 0) and (chunk := f.read(CHUNK)):
+                budget = await self._write(resp, chunk, budget)
             if q.follow and not q.previous:
                 await self._follow(resp, f, path, local, pod_dir, podlogs.index(ctr), budget)
             await resp.write_eof()

@@ -13,9 +13,10 @@ line selection are pure.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import BinaryIO, Mapping
 
 CURRENT, PREVIOUS = "log", "previous.log"
 
@@ -69,6 +70,34 @@ def last_lines(data: bytes, n: int | None) -> bytes:
         return b""
     lines = data.splitlines(keepends=True)
     return b"".join(lines[-n:])
+
+
+def tail_offset(f: BinaryIO, n: int | None, block: int = 64 * 1024) -> int:
+    """Where the last ``n`` lines of the open file ``f`` start (0 for all, as
+    ``last_lines`` counts them), reading back from its end a block at a time,
+    so a long log is not read whole."""
+    end = f.seek(0, os.SEEK_END)
+    if n is None:
+        return 0
+    if n == 0:
+        return end
+    pos = end
+    if end:
+        f.seek(end - 1)
+        if f.read(1) == b"\n":
+            pos = end - 1  # the last line's own newline
+    found = 0
+    while pos > 0:
+        start = max(0, pos - block)
+        f.seek(start)
+        chunk = f.read(pos - start)
+        i = len(chunk)
+        while (i := chunk.rfind(b"\n", 0, i)) != -1:
+            found += 1
+            if found == n:
+                return start + i + 1
+        pos = start
+    return 0
 
 
 def containers(pod_dir: Path) -> dict[str, Path]:
