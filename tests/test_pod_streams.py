@@ -7,6 +7,7 @@ kubectl and the official Python client."""
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import pty
@@ -230,6 +231,12 @@ def test_exec_with_stdin(world):
     counted = world.kubectl("exec", "-i", "two", "-c", "main", "--", "sh", "-c", "wc -l; exit 4",
                             input="a\nb\nc\n", check=False)
     assert (counted.returncode, counted.stdout.strip()) == (4, "3")
+    # Megabytes each way arrive whole, in order.
+    big = "".join(f"{i:07d}\n" for i in range(400_000))
+    assert world.kubectl("exec", "-i", "two", "-c", "main", "--", "md5sum", input=big).stdout.split()[0] == \
+        hashlib.md5(big.encode()).hexdigest()
+    assert world.kubectl("exec", "two", "-c", "main", "--", "seq", "-w", "0", "399999").stdout == \
+        "".join(f"{i:06d}\n" for i in range(400_000))
 
 
 def test_kubectl_cp_goes_through_exec(world, tmp_path):
