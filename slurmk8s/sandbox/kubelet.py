@@ -36,6 +36,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from . import runtime
+from .kubeletserver import KubeletServer
 from .plan import PodPlan, hosts_file, pod_plan
 
 Progress = Callable[[str], None]
@@ -151,6 +152,8 @@ class Kubelet:
     # The loop
 
     def run(self, stop: threading.Event, period: float = 0.5) -> None:
+        # Its API (logs, exec) until `stop` is set; the Nodes say where it listens.
+        self.server = KubeletServer(self, self.core.api_client.configuration.ssl_ca_cert, self.dir / "pki").start(stop)
         self.register_nodes()
         while not stop.is_set():
             try:
@@ -168,7 +171,7 @@ class Kubelet:
                 if exc.status != 409:
                     raise
                 self.core.patch_node(node.name, {"metadata": {"labels": obj["metadata"]["labels"]}})
-            self.core.patch_node_status(node.name, {"status": obj["status"]})
+            self.core.patch_node_status(node.name, {"status": {**obj["status"], **self.server.node_status()}})
         self._heartbeat = 0.0
 
     def _heartbeats(self) -> None:

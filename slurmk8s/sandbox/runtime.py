@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from . import podlogs
 from .image import ImageError, image_env, install
 from .plan import ENTRYPOINT, ContainerPlan, Mount, PodPlan
 
@@ -138,10 +139,11 @@ def hidden_software() -> list[str]:
 
 
 def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path) -> None:
-    """Write everything the pod needs into ``pod_dir``; a restarted pod keeps its logs."""
+    """Write everything the pod needs into ``pod_dir``; a restarted pod keeps the
+    last instance's logs as each container's previous log (``podlogs``)."""
     previous = {}
     if pod_dir.exists():
-        previous = {log.parent.name: log.read_bytes() for log in pod_dir.glob("containers/*/log")}
+        previous = podlogs.keep_previous(pod_dir)
         shutil.rmtree(pod_dir)
     pod_dir.mkdir(parents=True)
     for f in pod.files:
@@ -176,8 +178,7 @@ def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path) -> Non
         env = container_env(pod, container)
         (ctr / "env").write_bytes(_nul([f"{k}={v}" for k, v in env.items()]))
         (ctr / "argv").write_bytes(_nul([ENTRYPOINT, *container.args]))
-        old = previous.get(str(i))
-        (ctr / "log").write_bytes(old + b"--- the pod restarted ---\n" if old else b"")
+        podlogs.start_instance(ctr, previous.get(str(i)))
 
 
 def refresh_volumes(pod: PodPlan, pod_dir: Path) -> None:

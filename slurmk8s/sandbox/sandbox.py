@@ -40,7 +40,7 @@ from ..api.cluster import SlurmCluster
 from ..render import names
 from ..render.keys import ssh_keypair
 from ..slurm import RemoteSlurm, SlurmControl
-from . import runtime
+from . import podlogs, runtime
 from .kubelet import SandboxNode
 
 DEFAULT_STATE_DIR = Path(os.environ.get("SLURMK8S_SANDBOX_DIR", "/var/lib/slurmk8s/sandbox"))
@@ -453,13 +453,16 @@ class Sandbox:
             lines = self.log_path(pod).read_text(errors="replace").splitlines()
             return "\n".join(lines[-tail:] if tail else lines)
         pod_dir = self.pod_dir(pod)
-        ctrs = sorted(pod_dir.glob("containers/*"), key=lambda d: int(d.name))
-        # A restarting pod's directory is being written again: names may be missing for a moment.
-        names_ = [(d / "name").read_text() if (d / "name").exists() else d.name for d in ctrs]
-        if container is not None and container not in names_:
-            raise KeyError(f"pod {pod} has no container {container!r}; containers: {', '.join(names_)}")
-        ctr = ctrs[names_.index(container) if container else 0]
-        lines = (ctr / "log").read_text(errors="replace").splitlines() if (ctr / "log").exists() else []
+        ctrs = podlogs.containers(pod_dir)
+        if container is not None and container not in ctrs:
+            raise KeyError(f"pod {pod} has no container {container!r}; containers: {', '.join(ctrs)}")
+        ctr = ctrs[container] if container else next(iter(ctrs.values()), None)
+        lines = []
+        if ctr is not None:
+            if podlogs.log_file(ctr, previous=True).exists():
+                lines = podlogs.read(ctr, previous=True).decode(errors="replace").splitlines()
+                lines.append("--- the pod restarted ---")
+            lines += podlogs.read(ctr).decode(errors="replace").splitlines()
         if (pod_dir / "log").exists():
             lines += (pod_dir / "log").read_text(errors="replace").splitlines()
         return "\n".join(lines[-tail:] if tail else lines)

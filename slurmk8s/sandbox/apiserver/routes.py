@@ -10,13 +10,14 @@ import base64
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 from aiohttp import web
 
 from ...log import get as get_logger
-from . import audit, authn, discovery, protobuf, rbac, tables, timeutil
+from . import audit, authn, discovery, podproxy, protobuf, rbac, tables, timeutil
 from .api import API, DeleteOptions, Options
 from .errors import APIError, FieldError, bad_request, gone, invalid, not_found
 from .resources import REVIEWS, ResourceType
@@ -122,8 +123,10 @@ def forbidden(user: rbac.User, attrs: rbac.Attributes, reason: str = "") -> APIE
 
 class Routes:
     def __init__(self, api: API, authenticator: "authn.Authenticator", server_address: Callable[[], str],
-                 bookmark_interval: float = 30.0, audit_log: "audit.AuditLog | None" = None) -> None:
+                 bookmark_interval: float = 30.0, audit_log: "audit.AuditLog | None" = None,
+                 kubelet_client: tuple[Path, Path] | None = None) -> None:
         self.api = api
+        self.podproxy = podproxy.PodProxy(api, kubelet_client)
         self.authn = authenticator
         self.authz = Authorizer(api)
         self.server_address = server_address
@@ -285,10 +288,9 @@ class Routes:
         sub = rest[2] if len(rest) > 2 else None
         if namespace is not None and not rt.namespaced:
             raise APIError(404, f"{rt.plural} are cluster-scoped: use {rt.base_path}/{rt.plural} (without /namespaces/{namespace})", "NotFound")
-        if sub in ("log", "exec", "attach", "portforward", "proxy") and rt.storage == ("", "pods"):
-            raise APIError(404, f"pods/{sub} is not served: this Kubernetes stand-in has no kubelet; the sandbox's pod runtime "
-                           "runs the containers (look there for their logs and processes)", "NotFound")
-        if sub is not None and sub not in rt.subresources:
+        if sub in (*podproxy.SERVED, *podproxy.REFUSED) and rt.storage == ("", "pods"):
+            podproxy.refuse_unserved(sub)
+        elif sub is not None and sub not in rt.subresources:
             raise APIError(404, f"{rt.plural} has no subresource {sub!r} here (served: {', '.join(rt.subresources) or 'none'})", "NotFound")
         if name is not None and rt.namespaced and namespace is None:
             raise APIError(404, f"{rt.plural} are namespaced: use {rt.base_path}/namespaces/<namespace>/{rt.plural}/{name}", "NotFound")
@@ -356,6 +358,8 @@ class Routes:
 
     async def _serve(self, request: web.Request, t: Target) -> web.StreamResponse:
         method, q, rt, api = request.method, request.query, t.rt, self.api
+        if t.sub in podproxy.SERVED and rt.storage == ("", "pods"):  # to the pod's kubelet
+            return await self.podproxy.serve(request, t.namespace or "", t.name or "", t.sub)
         verb = None
         if method == "GET":
             if t.name is None:

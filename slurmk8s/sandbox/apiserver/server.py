@@ -279,7 +279,8 @@ class APIServer:
         self._bootstrap(api)
         self.authenticator = authn.Authenticator(self._token_rows, self._sa_key, service_account=self._sa_uid, pod=self._pod_state)
         audit_log = audit.AuditLog(self.audit_path)
-        routes = Routes(api, self.authenticator, lambda: f"{self.host}:{self.port}", self.bookmark_interval, audit_log)
+        routes = Routes(api, self.authenticator, lambda: f"{self.host}:{self.port}", self.bookmark_interval, audit_log,
+                        tls.ensure_kubelet_client(self.data_dir / "pki"))
         runner = web.AppRunner(routes.app(), handle_signals=False, shutdown_timeout=2.0, handler_cancellation=True, access_log=None)
         await runner.setup()
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -109,3 +109,71 @@ def ensure(directory: Path, names: list[str]) -> Pki:
     _write(key_p, _key_pem(key), private=True)
     _write(crt_p, cert.public_bytes(serialization.Encoding.PEM))
     return Pki(ca_cert_p, crt_p, key_p)
+
+
+#: The name the API server's client certificate carries when it calls kubelets.
+KUBELET_CLIENT = "kube-apiserver-kubelet-client"
+
+
+def ensure_kubelet_client(directory: Path) -> tuple[Path, Path]:
+    """The certificate (and key) the API server shows kubelets: signed by the CA
+    in ``directory`` (call ``ensure`` first), common name ``KUBELET_CLIENT``,
+    organisation ``system:masters``, for client authentication only. Kubelets
+    accept it because they trust the CA their kubeconfig names."""
+    crt_p, key_p = directory / "kubelet-client.crt", directory / "kubelet-client.key"
+    ca_cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if crt_p.exists() and key_p.exists():
+        current = x509.load_pem_x509_certificate(crt_p.read_bytes())
+        if current.issuer == ca_cert.subject and current.not_valid_after_utc > now + datetime.timedelta(days=1):
+            return crt_p, key_p
+    ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                                 x509.NameAttribute(NameOID.COMMON_NAME, KUBELET_CLIENT)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    _write(key_p, _key_pem(key), private=True)
+    _write(crt_p, cert.public_bytes(serialization.Encoding.PEM))
+    return crt_p, key_p
+
+
+def ensure_self_signed(directory: Path, names: list[str], common_name: str) -> tuple[Path, Path]:
+    """A self-signed serving certificate for ``names`` (what a kubelet serves
+    with when no CA signs one for it, as kubelets do by default)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    crt_p, key_p = directory / "server.crt", directory / "server.key"
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if crt_p.exists() and key_p.exists():
+        current = x509.load_pem_x509_certificate(crt_p.read_bytes())
+        if set(names) <= _cert_names(current) and current.not_valid_after_utc > now + datetime.timedelta(days=1):
+            return crt_p, key_p
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=3650))
+        .add_extension(x509.SubjectAlternativeName(_sans(sorted(set(names)))), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    _write(key_p, _key_pem(key), private=True)
+    _write(crt_p, cert.public_bytes(serialization.Encoding.PEM))
+    return crt_p, key_p
