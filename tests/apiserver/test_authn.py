@@ -84,9 +84,20 @@ def test_protobuf_review_bodies_decode() -> None:
           "spec": {"audiences": ["a", "b"], "expirationSeconds": 3607, "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p"}}}
     assert protobuf.decode(protobuf.encode(tr)) == tr
     with pytest.raises(protobuf.DecodeError):
-        protobuf.decode(protobuf.encode({"apiVersion": "v1", "kind": "Secret"}))
+        protobuf.decode(protobuf.encode({"apiVersion": "v1", "kind": "Pod"}))
     with pytest.raises(protobuf.DecodeError):
         protobuf.decode(b'{"kind": "Secret"}')
+
+
+def test_protobuf_secrets_and_config_maps_decode_as_helm_stores_releases() -> None:
+    release = {"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1", "immutable": True,
+               "metadata": {"name": "sh.helm.release.v1.slurmk8s.v1", "namespace": "sys", "resourceVersion": "42",
+                            "labels": {"name": "slurmk8s", "owner": "helm", "status": "deployed", "version": "1"}},
+               "data": {"release": "SDRzSUFBQUFBQUFDLzZ4Vw=="}}
+    assert protobuf.decode(protobuf.encode(release)) == release
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "annotations": {"a": "b"}},
+          "data": {"k": "v\n"}, "binaryData": {"b": "AAE="}}
+    assert protobuf.decode(protobuf.encode(cm)) == cm
 
 
 @given(st.binary(max_size=64))

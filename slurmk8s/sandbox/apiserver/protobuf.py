@@ -1,11 +1,13 @@
-"""Just enough of Kubernetes' protobuf encoding to read the review and token
-requests kubectl sends that way (``kubectl auth can-i``, ``auth whoami``,
-``create token``): the ``k8s\\0`` envelope (``runtime.Unknown``) and the
-messages of authorization.k8s.io/v1 and authentication.k8s.io/v1 those
-commands use. Pure; answers are JSON (clients accept it)."""
+"""Just enough of Kubernetes' protobuf encoding to read what clients send that
+way: the review and token requests of ``kubectl auth can-i``, ``auth
+whoami`` and ``create token``, and the Secrets and ConfigMaps that Helm
+keeps its releases in (client-go's typed clients write built-in kinds as
+protobuf): the ``k8s\\0`` envelope (``runtime.Unknown``) and those
+messages. Pure; answers are JSON (clients accept it)."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 MAGIC = b"k8s\x00"
@@ -17,7 +19,14 @@ SCHEMAS: dict[str, Schema] = {
     "Unknown": {1: ("typeMeta", "TypeMeta", False), 2: ("raw", "bytes", False), 3: ("contentEncoding", "string", False),
                 4: ("contentType", "string", False)},
     "TypeMeta": {1: ("apiVersion", "string", False), 2: ("kind", "string", False)},
-    "ObjectMeta": {1: ("name", "string", False), 2: ("generateName", "string", False), 3: ("namespace", "string", False)},
+    "ObjectMeta": {1: ("name", "string", False), 2: ("generateName", "string", False), 3: ("namespace", "string", False),
+                   5: ("uid", "string", False), 6: ("resourceVersion", "string", False),
+                   11: ("labels", "map:string", False), 12: ("annotations", "map:string", False),
+                   14: ("finalizers", "string", True)},
+    "Secret": {2: ("data", "map:bytes", False), 3: ("type", "string", False), 4: ("stringData", "map:string", False),
+               5: ("immutable", "bool", False)},
+    "ConfigMap": {2: ("data", "map:string", False), 3: ("binaryData", "map:bytes", False),
+                  4: ("immutable", "bool", False)},
     "ResourceAttributes": {1: ("namespace", "string", False), 2: ("verb", "string", False), 3: ("group", "string", False),
                            4: ("version", "string", False), 5: ("resource", "string", False),
                            6: ("subresource", "string", False), 7: ("name", "string", False)},
@@ -37,6 +46,9 @@ SCHEMAS: dict[str, Schema] = {
     "BoundObjectReference": {1: ("kind", "string", False), 2: ("apiVersion", "string", False), 3: ("name", "string", False),
                              4: ("uid", "string", False)},
 }
+
+#: Kinds whose fields sit beside metadata (field 1) instead of in a spec, by schema.
+FLAT_KINDS = {"Secret": "Secret", "ConfigMap": "ConfigMap"}
 
 # kind -> spec schema (every one of these is metadata=1, spec=2)
 KINDS = {
@@ -104,6 +116,14 @@ def decode_message(data: bytes, schema: str) -> dict[str, Any]:
             v = bytes(value)
         elif kind == "int":
             v = value if wire == 0 else int.from_bytes(value, "little")
+        elif kind == "bool":
+            v = bool(value)
+        elif kind.startswith("map:"):
+            entry = {n: bytes(x) for n, _w, x in fields(bytes(value))}
+            key, val = entry.get(1, b"").decode(), entry.get(2, b"")
+            out.setdefault(name, {})[key] = (base64.b64encode(val).decode() if kind == "map:bytes"
+                                             else val.decode())
+            continue
         else:
             v = decode_message(bytes(value), kind)
         if repeated:
@@ -121,9 +141,16 @@ def decode(body: bytes) -> dict[str, Any]:
     unknown = decode_message(body[len(MAGIC):], "Unknown")
     tm = unknown.get("typeMeta") or {}
     kind = tm.get("kind", "")
-    if kind not in KINDS:
-        raise DecodeError(f"protobuf bodies are read only for {', '.join(sorted(KINDS))}, not {kind or 'this kind'}")
+    if kind not in KINDS and kind not in FLAT_KINDS:
+        raise DecodeError(f"protobuf bodies are read only for {', '.join(sorted([*KINDS, *FLAT_KINDS]))}, "
+                          f"not {kind or 'this kind'}")
     obj: dict[str, Any] = {"apiVersion": tm.get("apiVersion", ""), "kind": kind}
+    if kind in FLAT_KINDS:
+        raw = unknown.get("raw", b"")
+        meta_ = [bytes(v) for n, _w, v in fields(raw) if n == 1]
+        obj["metadata"] = decode_message(meta_[0], "ObjectMeta") if meta_ else {}
+        obj.update(decode_message(raw, FLAT_KINDS[kind]))
+        return obj
     for num, _wire, value in fields(unknown.get("raw", b"")):
         if num == 1:
             obj["metadata"] = decode_message(bytes(value), "ObjectMeta")
@@ -165,8 +192,12 @@ def encode_message(obj: dict[str, Any], schema: str) -> bytes:
                 out += _field(num, v.encode())
             elif kind == "bytes":
                 out += _field(num, v)
-            elif kind == "int":
-                out += _enc_varint(num << 3) + _enc_varint(v)
+            elif kind in ("int", "bool"):
+                out += _enc_varint(num << 3) + _enc_varint(int(v))
+            elif kind.startswith("map:"):
+                for key, val in sorted(v.items()):
+                    val = base64.b64decode(val) if kind == "map:bytes" else val.encode()
+                    out += _field(num, _field(1, key.encode()) + _field(2, val))
             else:
                 out += _field(num, encode_message(v, kind))
     return out
@@ -175,6 +206,8 @@ def encode_message(obj: dict[str, Any], schema: str) -> bytes:
 def encode(obj: dict[str, Any]) -> bytes:
     kind = obj["kind"]
     raw = _field(1, encode_message(obj.get("metadata") or {}, "ObjectMeta"))
-    if KINDS.get(kind) and "spec" in obj:
+    if kind in FLAT_KINDS:
+        raw += encode_message(obj, FLAT_KINDS[kind])
+    elif KINDS.get(kind) and "spec" in obj:
         raw += _field(2, encode_message(obj["spec"], KINDS[kind]))
     return MAGIC + encode_message({"typeMeta": {"apiVersion": obj.get("apiVersion", ""), "kind": kind}, "raw": raw}, "Unknown")
