@@ -62,11 +62,14 @@ for ((i = 0; i < gpus; i++)); do
 done
 
 # The container's volumes, in the order planned (parents before children).
+# A target is resolved inside the container's root, symlinks on its way
+# followed as the container sees them (/var/run -> /run), never into the
+# host's file system, as container runtimes do.
 for line in "${mounts[@]}"; do
   IFS=$'\t' read -r kind source target access mode <<< "$line"
   [ -n "$kind" ] || continue
   case $source in /*) ;; *) source=$pod/$source ;; esac
-  target=$root$target
+  target=$root$(chroot "$root" realpath -m -- "$target")
   case $kind in
     bind)
       if [ -d "$source" ]; then mkdir -p "$target"; else mkdir -p "$(dirname "$target")"; touch "$target"; fi
