@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +38,7 @@ from kubernetes.client.rest import ApiException
 
 from . import runtime
 from .kubeletserver import KubeletServer
-from .plan import PodPlan, hosts_file, pod_plan
+from .plan import PodPlan, hosts_file, pod_plan, token_requests
 
 Progress = Callable[[str], None]
 GPU = "nvidia.com/gpu"
@@ -107,6 +108,12 @@ class Kubelet:
         self._heartbeat = 0.0
         self._probed: dict[str, float] = {}
         self._round_objects: dict[str, tuple[dict, dict]] = {}
+        self._service_env: dict[str, str] | None = None
+        #: ServiceAccount tokens of projected volumes: pod uid -> (volume, path) -> (token, renew at).
+        self._tokens: dict[str, dict[tuple[str, str], tuple[str, float]]] = {}
+        #: Set once the first round after start has reported every pod: a
+        #: pod the API shows Ready from before then is not known to be.
+        self.synced = False
         self._load()
 
     # State
@@ -129,7 +136,8 @@ class Kubelet:
 
     def _save(self) -> None:
         with self.lock:
-            data = {"pods": {uid: asdict(p) for uid, p in self.pods.items()}}
+            data = {"pods": {uid: asdict(p) for uid, p in self.pods.items()},
+                    "pid": os.getpid(), "synced": self.synced}
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=2))
         tmp.replace(self.state_file)
@@ -158,9 +166,30 @@ class Kubelet:
         while not stop.is_set():
             try:
                 self.sync()
+                if not self.synced:
+                    self.synced = True
+                    self._save()
             except (ApiException, OSError) as exc:  # the API server restarting: try again
                 self.progress(f"kubelet: {exc}")
             stop.wait(period)
+
+    def _forget_stale_readiness(self, bound: dict[str, dict]) -> None:
+        """Pods the API shows Ready that this kubelet does not run (the
+        sandbox stopped and started again, or a pod's processes died while no
+        kubelet watched): not Ready until their probes pass again, as a
+        kubelet reports after a node restarts."""
+        for uid, pod in bound.items():
+            local = self.pods.get(uid)
+            if local is not None and runtime.alive(local.holder):
+                continue
+            conditions = {c.get("type"): c.get("status") for c in pod.get("status", {}).get("conditions", [])}
+            if conditions.get("Ready") == "True" and not pod["metadata"].get("deletionTimestamp"):
+                stamp = now()
+                self._status(pod["metadata"], {"conditions": [
+                    {"type": "ContainersReady", "status": "False", "reason": "KubeletRestarted",
+                     "lastTransitionTime": stamp},
+                    {"type": "Ready", "status": "False", "reason": "KubeletRestarted", "lastTransitionTime": stamp,
+                     "message": "the kubelet has not run this pod's readiness probe since it started"}]})
 
     def register_nodes(self) -> None:
         for node in self.nodes.values():
@@ -188,15 +217,19 @@ class Kubelet:
                               {"type": "Hostname", "address": name}]}})
 
     def sync(self) -> None:
-        self._round_objects: dict[str, tuple[dict, dict]] = {}
+        self._round_objects = {}
+        self._service_env = None
         self._heartbeats()
         bound = {}
         for name in self.nodes:
             for pod in self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
                 bound[pod.metadata.uid] = self.core.api_client.sanitize_for_serialization(pod)
+        if not self.synced:
+            self._forget_stale_readiness(bound)
         for uid, local in list(self.pods.items()):
             if uid not in bound and uid not in self.stopping:
                 self._stop(local, grace=0, delete=False)
+                self._tokens.pop(uid, None)
         for uid, pod in bound.items():
             meta, status = pod["metadata"], pod.get("status", {})
             local = self.pods.get(uid)
@@ -232,7 +265,55 @@ class Kubelet:
 
     def _plan(self, pod: dict, ip: str) -> PodPlan:
         cms, secrets = self._namespace_objects(pod["metadata"]["namespace"])
-        return pod_plan(pod, cms, secrets, ip)
+        return pod_plan(pod, cms, secrets, ip, self._pod_tokens(pod), self._kubernetes_env())
+
+    def _kubernetes_env(self) -> dict[str, str]:
+        """KUBERNETES_SERVICE_HOST/PORT for every container, from the
+        ``kubernetes`` Service's endpoints in ``default``. A real kubelet gives
+        the Service's cluster IP, which kube-proxy routes; the sandbox routes
+        no cluster IPs, so it gives the endpoint (the API server's address on
+        the pods' network) itself."""
+        if self._service_env is None:
+            try:
+                ep = self.core.read_namespaced_endpoints("kubernetes", "default")
+                subset = (ep.subsets or [])[0]
+                host, port = subset.addresses[0].ip, subset.ports[0].port
+            except (ApiException, IndexError, TypeError):
+                self._service_env = {}
+            else:
+                self._service_env = {
+                    "KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": str(port),
+                    "KUBERNETES_SERVICE_PORT_HTTPS": str(port), "KUBERNETES_PORT": f"tcp://{host}:{port}",
+                    f"KUBERNETES_PORT_{port}_TCP": f"tcp://{host}:{port}",
+                    f"KUBERNETES_PORT_{port}_TCP_PROTO": "tcp", f"KUBERNETES_PORT_{port}_TCP_PORT": str(port),
+                    f"KUBERNETES_PORT_{port}_TCP_ADDR": host}
+        return self._service_env
+
+    def _pod_tokens(self, pod: dict) -> dict[tuple[str, str], str]:
+        """The ServiceAccount tokens of the pod's projected volumes, requested
+        with TokenRequest (bound to the pod) and renewed at 80% of their
+        lifetime, as the kubelet does. An API refusal leaves the token out:
+        ``pod_plan`` then waits for it."""
+        meta = pod["metadata"]
+        have = self._tokens.setdefault(meta["uid"], {})
+        for volume, path, audience, seconds in token_requests(pod):
+            token, renew = have.get((volume, path), ("", 0.0))
+            if token and time.time() < renew:
+                continue
+            spec = {"expirationSeconds": seconds,
+                    "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}}
+            if audience:
+                spec["audiences"] = [audience]
+            body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+            try:
+                answer = self.core.create_namespaced_service_account_token(
+                    pod["spec"].get("serviceAccountName") or "default", meta["namespace"], body)
+            except ApiException as exc:
+                self.progress(f"kubelet: no ServiceAccount token for pod {meta['namespace']}/{meta['name']}: "
+                              f"{exc.status} {exc.reason}")
+                continue
+            have[(volume, path)] = (answer.status.token, time.time() + 0.8 * seconds)
+        return {key: token for key, (token, _) in have.items()}
 
     def _admit(self, pod: dict) -> None:
         meta = pod["metadata"]
@@ -278,9 +359,12 @@ class Kubelet:
                 self._status(pod["metadata"], {"phase": "Failed", "conditions": [
                     {"type": "Ready", "status": "False", "reason": "PodFailed"}]})
                 return
+            try:
+                plan = self._plan(pod, local.ip)
+            except LookupError:  # what it mounts is gone for now: try again next round
+                return
             local.restarts += 1
             self.progress(f"kubelet: pod {local.namespace}/{local.name} ended; restarting it ({local.restarts})")
-            plan = self._plan(pod, local.ip)
             self._start(local, plan)
             return
         if time.monotonic() - self._probed.get(local.uid, 0) < 2:
@@ -397,7 +481,8 @@ def run_for_sandbox(state_dir: Path, stop: threading.Event, progress: Progress =
 
     state = json.loads((state_dir / "state.json").read_text())
     net = runtime.Network(state["sid"], state["subnet"], state["gateway"])
-    api = config.new_client_from_config(str(state_dir / "kubeconfig"))
+    # The kubelet's own identity (system:node:...), not the administrator's.
+    api = config.new_client_from_config(str(state_dir / "kubelet.kubeconfig"))
     kubelet = Kubelet(api, [SandboxNode(**n) for n in state["nodes"]], state_dir, net, progress)
     try:
         kubelet.run(stop)
