@@ -304,14 +304,18 @@ def sandbox() -> None:
 def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int, lendable_nodes: int) -> None:
     """Start the cluster in FILE and wait until it is Ready and every Slurm node idle.
 
-    The sandbox is a small Kubernetes on this machine: an API server (with
-    the slurmk8s CRDs), a kubelet that runs pods in Linux namespaces, the
-    slurmk8s operator and the node-lending bridge. Besides the nodes the
-    cluster's pods run on, it has --lendable-nodes idle GPU nodes that a
-    NodeLendingPolicy (examples/nodelendingpolicy.yaml) can lend to Slurm. FILE is applied through the API, as with
-    `kubectl apply -f FILE`, and the operator does the rest. Run it again
-    after editing FILE to apply the change; after a crash it starts again
-    whatever is not running. kubectl works too:
+    The sandbox is a small Kubernetes on this machine: an API server that
+    enforces authentication and RBAC, and a kubelet that runs pods in Linux
+    namespaces. slurmk8s is installed into it with its Helm chart
+    (charts/slurmk8s, release slurmk8s-system/slurmk8s): the operator and
+    the node-lending bridge run as pods under the chart's ServiceAccounts and
+    RBAC. Besides the nodes the cluster's pods run on, it has
+    --lendable-nodes idle GPU nodes that a NodeLendingPolicy
+    (examples/nodelendingpolicy.yaml) can lend to Slurm. FILE is applied
+    through the API, as with `kubectl apply -f FILE`, and the operator does
+    the rest. Run it again after editing FILE to apply the change (the chart
+    is upgraded too); after a crash it starts again whatever is not running.
+    kubectl and helm work too:
 
     \b
       kubectl --kubeconfig "$(slurmk8s sandbox status -o json | jq -r .kubeconfig)" get slurmclusters
@@ -387,8 +391,10 @@ def sandbox_status(state_dir: Path | None, output: str) -> None:
     click.echo()
     for name, proc in st["processes"].items():
         click.echo(f"{name}: {'running' if proc['running'] else 'NOT RUNNING'} (pid {proc['pid']}, log {proc['log']})")
+    for name, c in sorted(st["components"].items()):
+        click.echo(f"{name}: pod {c['pod']} {'ready' if c['ready'] else 'NOT READY'}, {c['restarts']} restarts, "
+                   f"ServiceAccount {c['serviceAccount']}, metrics {c['metrics'] or '-'}")
     click.echo(f"kubeconfig: {st['kubeconfig']}")
-    click.echo(f"bridge metrics: {st['bridgeMetrics']}")
     if st["login"]:
         click.echo(f"\nlogin: {st['login']['user']}@{st['login']['host']} (slurmk8s sandbox ssh)")
     if st["sharedStorage"]:

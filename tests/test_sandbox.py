@@ -94,7 +94,8 @@ def test_up_after_a_crash_recovers_and_down_leaves_nothing(tmp_path):
     first = subprocess.Popen([SLURMK8S, "sandbox", "up", "-f", path, *subnet, "--state-dir", str(state)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for line in first.stderr:
-        if "started operator" in line:
+        if "helm: installing" in line:  # or in the middle of Helm's install
+            time.sleep(0.5)
             first.send_signal(signal.SIGKILL)
             break
     first.wait(timeout=30)
@@ -154,15 +155,15 @@ def test_a_process_started_but_not_recorded_is_adopted_by_up_and_stopped_by_down
     orphan = subprocess.Popen(argv)
     try:
         deadline = time.monotonic() + 10  # until it has exec'd: its command line is its own
-        while not box._unrecorded("bridge", state) and time.monotonic() < deadline:
+        while not box._unrecorded("kubelet", state) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert box._unrecorded("bridge", state) == [orphan.pid]
+        assert box._unrecorded("kubelet", state) == [orphan.pid]
         box._ensure_processes(state, 0, 10)
-        assert State.load(box.state_file).processes["bridge"] == orphan.pid  # kept, none started
+        assert State.load(box.state_file).processes["kubelet"] == orphan.pid  # kept, none started
         monkeypatch.setattr(runtime, "Network", lambda *a: type("N", (), {
             "delete": lambda self: None, "leftovers": lambda self: ([], []), "bridge": "none"})())
         removed = box.down()
-        assert "bridge" in removed
+        assert "kubelet" in removed
         assert orphan.wait(timeout=20) is not None  # stopped
     finally:
         if orphan.poll() is None:

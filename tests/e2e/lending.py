@@ -158,21 +158,24 @@ class Lending:
         return {(s.name, tuple(sorted(s.labels.items()))): s.value
                 for family in text_string_to_metric_families(text) for s in family.samples}
 
-    def bridge_pid(self) -> int:
-        return json.loads((self.box.dir / "state.json").read_text())["processes"]["bridge"]
+    def bridge_restarts(self) -> int:
+        return self.box.status()["components"]["bridge"]["restarts"]
 
-    def kill_bridge(self) -> None:
-        pid = self.bridge_pid()
+    def kill_bridge(self) -> int:
+        """SIGKILL the bridge's process in its pod, as an OOM kill or a crash would; returns the
+        pod's restart count from before."""
+        restarts = self.bridge_restarts()
+        pid = self.box.component_pid("bridge")
+        assert pid, "the bridge's process is not running"
         os.kill(pid, signal.SIGKILL)
         wait_for("the bridge to die", lambda: not Path(f"/proc/{pid}").exists() or
                  Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", timeout=10)
+        return restarts
 
-    def restart_bridge(self) -> None:
-        """`sandbox up` starts again whatever is not running."""
-        up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(self.manifest), "--subnet", self.subnet],
-                            capture_output=True, text=True, env=self.env, timeout=240)
-        assert up.returncode == 0, up.stderr
-        assert "started bridge" in up.stderr
+    def bridge_restarted(self, restarts: int) -> None:
+        """The kubelet restarted the bridge's pod (restartPolicy Always), and it is Ready again."""
+        wait_for("the bridge restarted and Ready", lambda: (lambda c: c["restarts"] > restarts and c["ready"])(
+            self.box.status()["components"]["bridge"]), timeout=60)
 
     def until_state(self, name: str, state: str, timeout: float = 60) -> None:
         """Watch the Node (no polling gap) until its lending label is ``state``."""

@@ -21,7 +21,7 @@ import yaml
 
 from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, names, render
-from slurmk8s.sandbox import Sandbox, runtime
+from slurmk8s.sandbox import Sandbox, install, runtime
 
 from .test_operator_e2e import Platform, wait_for
 
@@ -225,7 +225,8 @@ MANAGED = {"ConfigMap": "configmaps", "Secret": "secrets", "PersistentVolumeClai
 
 
 def test_an_operator_killed_mid_change_converges_without_duplicates(life):
-    pid = life.box.state().processes["operator"]
+    pid = life.box.component_pid("operator")
+    restarts = life.box.status()["components"]["operator"]["restarts"]
     offset = life.box.log_path("operator").stat().st_size
     path = life.work / "grown.yaml"
     path.write_text(yaml.safe_dump(GROWN))
@@ -234,12 +235,17 @@ def test_an_operator_killed_mid_change_converges_without_duplicates(life):
     life.wait_for_log("operator", offset, "updated")
     os.kill(pid, signal.SIGKILL)
     wait_for("the operator gone", lambda: not runtime.alive(pid), timeout=10)
-    log = life.box.log_path("operator").read_bytes()[offset:].decode(errors="replace")
+    # The kubelet restarts the pod and keeps the killed instance's log apart (kubectl logs --previous).
+    wait_for("the operator restarted", lambda: life.box.status()["components"]["operator"]["restarts"] > restarts,
+             timeout=30)
+    previous = life.kubectl("-n", install.RELEASE_NAMESPACE, "logs", "--previous",
+                            life.box.component_pod("operator")).stdout
+    log = previous.encode()[offset:].decode(errors="replace")
     assert "Handler 'reconcile-update/spec' succeeded" not in log, f"the round finished before the kill:\n{log}"
 
-    up = life.up(GROWN)  # `sandbox up` starts what is missing: the operator
+    up = life.up(GROWN)  # finds the operator running again
     assert up.returncode == 0, up.stderr
-    assert life.box.state().processes["operator"] != pid
+    assert life.box.component_pid("operator") != pid
     workers = [f"{NAME}-cpu-0", f"{NAME}-extra-0"]
     wait_for("the grown cluster settled", lambda: life.settled(workers), timeout=60, show=life.diagnose)
     for kind, plural in MANAGED.items():
