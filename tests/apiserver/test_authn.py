@@ -50,16 +50,18 @@ def test_claims_are_checked(tmp_path) -> None:
 def test_authenticator_checks_the_account_and_pod_still_exist(tmp_path) -> None:
     key = authn.load_or_create_key(tmp_path / "sa.key")
     accounts = {("n", "s"): "u"}
-    pods: dict = {("n", "p"): ("pu", False)}
+    pods: dict = {("n", "p"): ("pu", None)}
     a = authn.Authenticator([], key, service_account=lambda ns, n: accounts.get((ns, n)), pod=lambda ns, n: pods.get((ns, n)),
                             clock=lambda: 1000)
     token, exp = a.issue("n", "s", "u", None, 3600, ("p", "pu"))
     assert exp == 4600
     assert a.authenticate(token).name == "system:serviceaccount:n:s"
-    pods[("n", "p")] = ("pu", True)
-    with pytest.raises(authn.TokenError, match="being deleted"):
+    pods[("n", "p")] = ("pu", 1000 + 30.0)  # being deleted, grace period not over: still valid
+    assert a.authenticate(token).name == "system:serviceaccount:n:s"
+    pods[("n", "p")] = ("pu", 1000 - 61.0)  # deleted more than 60 s ago
+    with pytest.raises(authn.TokenError, match="deleted more than 60 s ago"):
         a.authenticate(token)
-    pods[("n", "p")] = ("other", False)
+    pods[("n", "p")] = ("other", None)
     with pytest.raises(authn.TokenError, match="does not match"):
         a.authenticate(token)
     accounts[("n", "s")] = "u2"

@@ -354,6 +354,9 @@ def test_impersonation_needs_the_impersonate_verb(cluster: Cluster, ns: str) -> 
     assert code == 403
     code, _ = raw(cluster, "GET", "/api", token, headers={"Impersonate-Group": "system:masters"})
     assert code == 400
+    line = next(ln for ln in audit.read(cluster.srv.audit_path)
+                if ln.get("user") == f"system:serviceaccount:{ns}:plain" and ln.get("verb") == "impersonate" and ln.get("resource") == "users")
+    assert line == dict(line, code=403, name="alice", apiGroup="")
 
 
 def test_kubectl_auth_can_i_as_a_service_account(cluster: Cluster, ns: str) -> None:

@@ -8,7 +8,8 @@ Two kinds of tokens, as kube-apiserver knows them:
 - ServiceAccount tokens: RS256 JWTs issued by TokenRequest
   (``POST .../serviceaccounts/<name>/token``), signed with ``D/pki/sa.key``,
   bound to a Pod or not, checked against the ServiceAccount (and Pod) still
-  existing with the same uid.
+  existing with the same uid (a Pod being deleted: until 60 s past its
+  deletionTimestamp).
 
 The parsing, claim building and claim checking are pure; :class:`Authenticator`
 holds the keys and asks a lookup for the objects.
@@ -43,6 +44,9 @@ ISSUER = "https://kubernetes.default.svc.cluster.local"
 MIN_EXPIRATION = 600
 DEFAULT_EXPIRATION = 3600
 MAX_EXPIRATION = 2**32  # Kubernetes caps at 2^32 seconds
+# a token bound to a pod being deleted stays valid until 60 s past the pod's
+# deletionTimestamp (the end of its grace period), as Kubernetes' validator allows
+DELETED_GRACE = 60
 
 
 class TokenError(Exception):
@@ -269,14 +273,14 @@ class Authenticator:
     """Bearer token -> :class:`User` (or :class:`TokenError`)."""
 
     def __init__(self, rows: list[StaticToken], key: rsa.RSAPrivateKey, issuer: str = ISSUER,
-                 service_account: Lookup | None = None, pod: Callable[[str, str], "tuple[str, bool] | None"] | None = None,
+                 service_account: Lookup | None = None, pod: Callable[[str, str], "tuple[str, float | None] | None"] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.rows = rows
         self.key = key
         self.public_key = key.public_key()
         self.issuer = issuer
         self.service_account = service_account or (lambda ns, name: None)
-        self.pod = pod or (lambda ns, name: None)  # -> (uid, being deleted)
+        self.pod = pod or (lambda ns, name: None)  # -> (uid, deletionTimestamp as Unix seconds or None)
         self.clock = clock
 
     def issue(self, namespace: str, sa_name: str, sa_uid: str, audiences: list[str] | None, expiration: int,
@@ -315,8 +319,8 @@ class Authenticator:
                 raise TokenError(f"pod {c.namespace}/{c.pod_name} the token is bound to has been deleted")
             if pod[0] != c.pod_uid:
                 raise TokenError(f"pod UID ({c.pod_uid}) does not match the existing {c.namespace}/{c.pod_name} ({pod[0]})")
-            if pod[1]:
-                raise TokenError(f"pod {c.namespace}/{c.pod_name} the token is bound to is being deleted")
+            if pod[1] is not None and pod[1] < self.clock() - DELETED_GRACE:
+                raise TokenError(f"pod {c.namespace}/{c.pod_name} the token is bound to was deleted more than {DELETED_GRACE} s ago")
         return sa_user(c)
 
 

@@ -114,7 +114,9 @@ class Authorizer:
     def require(self, user: rbac.User, attrs: rbac.Attributes) -> None:
         allowed, reason = self.authorize(user, attrs)
         if not allowed:
-            raise forbidden(user, attrs, reason)
+            err = forbidden(user, attrs, reason)
+            err.attrs = attrs  # type: ignore[attr-defined]  # what the audit line records
+            raise err
 
 
 def forbidden(user: rbac.User, attrs: rbac.Attributes, reason: str = "") -> APIError:
@@ -222,6 +224,8 @@ class Routes:
                 return resp
             except APIError as e:
                 code = e.code
+                if attrs is None:  # refused while impersonating: record the impersonation asked for
+                    attrs = getattr(e, "attrs", None)
                 if e.code >= 500:
                     log.warning("request failed", method=request.method, path=request.path, code=e.code, error=e.message)
                 return json_response(e.status(), e.code)

@@ -19,7 +19,7 @@ import yaml
 from aiohttp import web
 
 from ...log import get as get_logger
-from . import audit, authn, policy, tls
+from . import audit, authn, policy, timeutil, tls
 from .api import API, CRD_STORAGE, Options
 from .errors import APIError
 from .resources import Registry
@@ -339,12 +339,15 @@ class APIServer:
         sa = api.store.get(("", "serviceaccounts"), namespace, name)
         return meta(sa).get("uid") if sa is not None else None
 
-    def _pod_state(self, namespace: str, name: str) -> tuple[str, bool] | None:
+    def _pod_state(self, namespace: str, name: str) -> tuple[str, float | None] | None:
         api = self.api
         if api is None:
             return None
         pod = api.store.get(("", "pods"), namespace, name)
-        return (meta(pod).get("uid"), bool(meta(pod).get("deletionTimestamp"))) if pod is not None else None
+        if pod is None:
+            return None
+        deleted = timeutil.parse(meta(pod).get("deletionTimestamp") or "")
+        return meta(pod).get("uid"), deleted.timestamp() if deleted else None
 
     def _bootstrap(self, api: API) -> None:
         ns_rt = api.resource("", "v1", "namespaces")
