@@ -243,6 +243,20 @@ def test_teardown_removes_the_cluster_but_keeps_its_data(offline):
                     ("PersistentVolumeClaim", names.controller_state_claim(load_cluster(w.body)))]
 
 
+def test_teardown_of_a_spec_that_no_longer_loads_finds_the_key_secrets_by_name(offline):
+    w = offline
+    w.round()
+    w.kube.run_controllers()
+    w.kube.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-jwt-key", "namespace": "default"},
+                "data": {"jwt_hs256.key": "c2VjcmV0"}})  # someone else's, by a name the operator would use
+    w.spec(lambda s: s["partitions"][0].update(name="cpu\nProlog=/x"))
+    op = Operator(w.kube, agent=lambda c, t, p: RemoteSlurm(w.agent_url, t, timeout=2), fresh_keys=lambda: w.keys)
+    done, _ = op.teardown(w.body, attempt=cycle.TEARDOWN_PATIENCE)
+    assert done
+    assert sorted(w.kube.of_kind("Secret")) == ["demo-jwt-key"]  # ours deleted, theirs (unlabelled) kept
+    assert ("list", "", "secrets", "default") not in w.kube.requests
+
+
 def test_teardown_with_deletion_policy_delete_removes_the_claims(offline):
     w = offline
     w.spec(lambda s: s.update(deletionPolicy="Delete"))

@@ -111,8 +111,8 @@ operator/permissions.py declares it (tests/test_chart.py compares them): the
 SlurmClusters themselves, the kinds `slurmk8s render` produces, their pods
 and Events. Used by one Role per watched namespace, or by a ClusterRole with
 watchAllNamespaces. No pods/exec: slurmctld is reached through the cluster's
-authenticated agent Service. No update (the operator writes with
-server-side apply and merge patches), no wildcards.
+authenticated agent Service. No update but on slurmclusters/finalizers (the
+operator writes with server-side apply and merge patches), no wildcards.
 */}}
 {{- define "slurmk8s.namespacedRules" -}}
 # kopf lists and watches SlurmClusters, and patches its finalizer and its
