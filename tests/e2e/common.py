@@ -12,7 +12,8 @@ from typing import Iterator
 
 import yaml
 
-from slurmk8s.sandbox import Sandbox
+from slurmk8s.sandbox import Sandbox, install
+from slurmk8s.sandbox.apiserver import audit
 
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
 
@@ -30,6 +31,20 @@ def wait_for(what: str, predicate, timeout: float = 120, show=lambda: "", every:
         time.sleep(every)
 
 
+def product_identity(user: str) -> bool:
+    """The operator's and bridge's ServiceAccounts, and the kubelet's node identity."""
+    return user.startswith((f"system:serviceaccount:{install.RELEASE_NAMESPACE}:", "system:node:"))
+
+
+def assert_nothing_forbidden(box: Sandbox) -> None:
+    """No request of the product's identities was refused (403) by the API server's RBAC,
+    all the while the sandbox ran: what a real cluster would refuse fails here too."""
+    lines = audit.read(box.dir / "api" / "audit.log")
+    assert any(product_identity(ln.get("user", "")) for ln in lines), "the audit log has no product request"
+    refused = [ln for ln in audit.forbidden(lines) if product_identity(ln.get("user", ""))]
+    assert refused == [], "requests the chart's RBAC does not allow:\n" + "\n".join(map(str, refused[:20]))
+
+
 @contextlib.contextmanager
 def running_sandbox(work: Path, doc: dict, subnet: str) -> Iterator[tuple[Sandbox, dict, Path]]:
     """`sandbox up` with the SlurmCluster ``doc`` in a state directory under
@@ -44,5 +59,6 @@ def running_sandbox(work: Path, doc: dict, subnet: str) -> Iterator[tuple[Sandbo
     try:
         assert up.returncode == 0, up.stderr
         yield Sandbox(work / "state"), env, manifest
+        assert_nothing_forbidden(Sandbox(work / "state"))
     finally:
         subprocess.run([SLURMK8S, "sandbox", "down", "--purge"], capture_output=True, env=env, timeout=240)

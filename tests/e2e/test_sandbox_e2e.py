@@ -25,6 +25,7 @@ from slurmk8s.sandbox import Sandbox
 from slurmk8s.serve import Follower
 
 from ..conftest import EXAMPLE, ROOT
+from .common import assert_nothing_forbidden
 from .researcher import Researcher
 
 pytestmark = pytest.mark.slurm
@@ -45,6 +46,7 @@ def sandbox(tmp_path_factory):
         assert up.returncode == 0, f"sandbox up failed:\n{up.stderr}"
         assert "all 3 Slurm nodes idle" in up.stderr  # progress output
         yield box, env
+        assert_nothing_forbidden(box)
     finally:
         if up.returncode != 0 or os.environ.get("SLURMK8S_KEEP_LOGS"):
             for log in sorted((state / "pods").glob("*/containers/*/log")):
@@ -252,3 +254,19 @@ def test_time_limit_is_enforced(researcher, workdir, slow_jobs):
     info = researcher.wait_state(job, {"TIMEOUT", "COMPLETED", "FAILED"}, timeout=180)
     assert info["JobState"] == "TIMEOUT"
     assert "should never" not in researcher.read(f"{workdir}/time-limit-{job}.out")
+
+
+def test_after_down_and_up_the_login_pod_answers_as_soon_as_up_returns(sandbox):
+    """`sandbox down` (keeping the objects) then `up`: the pods' Ready from
+    before the restart is stale, so `up` must wait for the kubelet to probe
+    them again. sshd answers the moment `up` returns. (Last in this module:
+    the pods get new addresses.)"""
+    box, env = sandbox
+    down = subprocess.run([SLURMK8S, "sandbox", "down"], capture_output=True, text=True, env=env, timeout=180)
+    assert down.returncode == 0, down.stderr
+    up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(EXAMPLE), "--subnet", SUBNET, "--timeout", "120"],
+                        capture_output=True, text=True, env=env, timeout=180)
+    assert up.returncode == 0, up.stderr
+    answer = subprocess.run(box.ssh_argv(["sinfo", "-h", "-o", "%P"]), capture_output=True, text=True, timeout=30)
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout.split() == ["cpu*", "gpu"]
