@@ -4,13 +4,16 @@ the sandbox's API, a SlurmCluster changed while real Slurm runs a job on it."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from slurmk8s.sandbox import Sandbox
+from slurmk8s.bridge import permissions as bridge_permissions
+from slurmk8s.operator import permissions
+from slurmk8s.sandbox import Sandbox, install
 
 from .common import running_sandbox, wait_for
 
@@ -97,3 +100,40 @@ def test_a_config_change_is_applied_by_reconfigure_without_losing_a_job(platform
     wait_for("the cluster Ready again", platform.ready)
     subprocess.run(platform.box.exec("ops-controller-0", ["scancel", str(job)]), check=True, timeout=30)
     wait_for("the job cancelled", lambda: platform.job(job)["JobState"] == "CANCELLED", timeout=90)
+
+
+def can_i_list(platform: Platform, account: str, namespace: str) -> set[tuple[str, str, str]]:
+    """`kubectl auth can-i --list --as=<ServiceAccount>` as (verb, group, resource) triples;
+    the self-reviews every authenticated user may make are left out."""
+    out = platform.kubectl("auth", "can-i", "--list", "-n", namespace,
+                           f"--as=system:serviceaccount:{install.RELEASE_NAMESPACE}:{account}").stdout
+    found = set()
+    for line in out.splitlines()[1:]:
+        match = re.match(r"^(\S+)\s+\[\]\s+\[\]\s+\[(.*)\]$", line)
+        if not match:
+            continue  # non-resource URLs (discovery)
+        resource, _, sub = match.group(1).partition("/")
+        plural, _, group = resource.partition(".")
+        if group in ("authentication.k8s.io", "authorization.k8s.io"):
+            continue
+        found |= {(verb, group, plural + (f"/{sub}" if sub else "")) for verb in match.group(2).split()}
+    return found
+
+
+def test_the_operator_and_the_bridge_run_as_the_charts_pods_with_exactly_its_rbac(platform):
+    """What a platform engineer checks after `helm install`: the components'
+    pods run under their ServiceAccounts, `kubectl auth can-i --list` shows
+    what the chart grants (what operator/permissions.py and
+    bridge/permissions.py declare), and `kubectl logs`/`exec` reach the pods."""
+    components = platform.box.status()["components"]
+    assert {k: (v["ready"], v["serviceAccount"]) for k, v in components.items()} == {
+        "operator": (True, "slurmk8s"), "bridge": (True, "slurmk8s-bridge")}
+    for account, declared in (("slurmk8s", permissions.OPERATOR), ("slurmk8s-bridge", bridge_permissions.BRIDGE)):
+        granted = permissions.grants(declared, ["default"])
+        want = granted.get("default", set()) | granted.get(None, set())
+        assert can_i_list(platform, account, "default") == want, account
+    assert ("get", "", "secrets") not in can_i_list(platform, "slurmk8s-bridge", "kube-system")
+    logs = platform.kubectl("-n", install.RELEASE_NAMESPACE, "logs", "deployment/slurmk8s", "--tail", "50").stdout
+    assert logs.strip()
+    ping = platform.kubectl("exec", platform.controller, "-c", "slurmctld", "--", "scontrol", "ping").stdout
+    assert "UP" in ping
