@@ -137,10 +137,11 @@ def test_server_side_apply(cluster: Cluster, ns: str) -> None:
 
 
 def test_delete_and_clear_errors(cluster: Cluster, ns: str) -> None:
-    out = cluster.kubectl("create", "configmap", "-n", ns, "gone", "--from-literal=a=b", check=False)
+    out = cluster.kubectl("create", "service", "clusterip", "-n", ns, "gone", "--tcp=80:80", check=False)
     assert out.returncode != 0 and "--dry-run=client -o yaml" in out.stderr  # protobuf is refused, with the way around
-    generated = cluster.kubectl("create", "configmap", "-n", ns, "gone", "--from-literal=a=b", "--dry-run=client", "-o", "yaml").stdout
-    cluster.kubectl("create", "-f", "-", stdin=generated)
+    # ConfigMaps and Secrets are read as protobuf too (Helm stores its releases in them)
+    cluster.kubectl("create", "configmap", "-n", ns, "gone", "--from-literal=a=b")
+    assert cluster.core.read_namespaced_config_map("gone", ns).data == {"a": "b"}
     # kubectl 1.32 says 'configmap "gone" deleted'; newer ones add 'from <ns> namespace'
     assert cluster.kubectl("delete", "-n", ns, "configmap", "gone").stdout.startswith('configmap "gone" deleted')
     out = cluster.kubectl("get", "-n", ns, "configmap", "gone", check=False)

@@ -288,8 +288,10 @@ def test_deleting_the_cluster_leaves_only_its_state_claim(life):
 
     # The controller and login pods end gracefully after their owners are gone.
     left = lambda: sorted(life.kubectl("get", "all,cm,secret,pvc", "-o", "name").stdout.split())
+    # (and, in default, the API server's own Service)
     wait_for("nothing left but the namespace's CA and the claims", lambda: left() == sorted(
-        ["configmap/kube-root-ca.crt", *(f"persistentvolumeclaim/{c}" for c in claims)]), timeout=60, show=left)
+        ["configmap/kube-root-ca.crt", "service/kubernetes", *(f"persistentvolumeclaim/{c}" for c in claims)]),
+        timeout=60, show=left)
     wait_for("the teardown's Event", lambda: any(e["reason"] == "Deleted" for e in life.events()), timeout=30,
              show=lambda: [(e["reason"], e["message"]) for e in life.events()])
     wait_for("every process of the cluster's pods gone", lambda: not any(
