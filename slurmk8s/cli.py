@@ -105,7 +105,7 @@ def validate_cmd(filename: str) -> None:
 def crd_cmd(write_dir: Path | None) -> None:
     """Print the CustomResourceDefinitions, generated from the typed API models.
 
-    The chart's copies are made with: slurmk8s crd --write charts/slurmk8s/crds
+    The chart's copies are made with: slurmk8s crd --write charts/slurmk8s/files/crds
     """
     crds = all_crds()
     if write_dir is None:

@@ -13,7 +13,7 @@ from slurmk8s.api.crd import all_crds, crd_filename, dump_yaml
 
 from .conftest import ROOT, minimal
 
-CRD_DIR = ROOT / "charts" / "slurmk8s" / "crds"
+CRD_DIR = ROOT / "charts" / "slurmk8s" / "files" / "crds"
 
 
 def test_committed_crds_match_a_fresh_generation():
@@ -21,7 +21,7 @@ def test_committed_crds_match_a_fresh_generation():
         committed = CRD_DIR / crd_filename(obj)
         assert committed.exists(), f"{committed} is missing: run `slurmk8s crd --write {CRD_DIR}`"
         assert committed.read_text() == dump_yaml([obj]), (
-            f"{committed} is stale: run `slurmk8s crd --write charts/slurmk8s/crds`"
+            f"{committed} is stale: run `slurmk8s crd --write charts/slurmk8s/files/crds`"
         )
     generated = {crd_filename(o) for o in all_crds()}
     assert {p.name for p in CRD_DIR.glob("*.yaml")} == generated

@@ -122,7 +122,7 @@ VALUE_SETS = {
         "serviceAccount": {"name": "slurm-operator", "annotations": {"iam.example.com/role": "ops"}},
         "bridge": BRIDGE_OVERRIDES,
     },
-    "bare": {"rbac": {"create": False}, "serviceAccount": {"create": False},
+    "bare": {"crds": {"install": False}, "rbac": {"create": False}, "serviceAccount": {"create": False},
              "metrics": {"service": {"enabled": False}},
              "bridge": {"serviceAccount": {"create": False}, "metrics": {"service": {"enabled": False}}}},
     "bridgeless": {"bridge": {"enabled": False}},
@@ -153,15 +153,20 @@ def test_every_rendered_object_validates_against_the_official_schemas(name, k8s_
         kubernetes_validate.validate(o, k8s_version, strict=True)
 
 
-def test_helm_installs_the_generated_crds(chart):
+def test_the_release_holds_the_generated_crds_and_keeps_them_on_uninstall(chart):
     # The files' content is checked against `slurmk8s crd` in test_api.py; here:
-    # Helm's loader takes every one of them as a CRD to install before the templates.
-    shipped = [yaml.safe_load(c["data"]) for c in chart.crds]
-    assert sorted(o["metadata"]["name"] for o in shipped) == sorted(
-        o["metadata"]["name"] for o in all_crds())
+    # the release renders every one of them unchanged but for its labels and the keep policy.
+    assert chart.crds == []  # not Helm's crds/ folder, which is never upgraded
+    shipped = [o for o in objects() if o["kind"] == "CustomResourceDefinition"]
+    generated = {o["metadata"]["name"]: o for o in all_crds()}
+    assert sorted(o["metadata"]["name"] for o in shipped) == sorted(generated)
     for o in shipped:
+        assert o["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert o["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        assert o["spec"] == generated[o["metadata"]["name"]]["spec"]
         for version in K8S_VERSIONS:
             kubernetes_validate.validate(o, version, strict=True)
+    assert not [o for o in objects({"crds": {"install": False}}) if o["kind"] == "CustomResourceDefinition"]
 
 
 def test_chart_yaml_is_what_the_templates_use(chart):
@@ -323,7 +328,7 @@ def test_notes_tell_how_to_create_a_first_cluster_where_it_is_watched(name, name
     else:
         assert f"sed 's/namespace: default$/namespace: {namespace}/' {example} | kubectl apply -f -" in text
     assert f"kubectl get slurmclusters -n {namespace}" in text
-    assert "kubectl apply -f charts/slurmk8s/crds/" in text
+    assert "`helm upgrade` updates the CRDs" in text
     # The Secret the example's login user needs, by the name the example uses, where the cluster goes.
     secret = load_cluster(yaml.safe_load(EXAMPLE.read_text())).spec.login.users[0].ssh_public_keys_from.name
     assert f"kubectl create secret generic {secret} -n {namespace} " in text
@@ -637,7 +642,7 @@ def test_a_long_full_name_keeps_the_bridges_names_apart_and_valid():
 def test_bridge_disabled_renders_none_of_its_objects():
     objs = objects(VALUE_SETS["bridgeless"])
     assert of(objs, "bridge") == []
-    assert objs == of(objects(), "operator")
+    assert [o for o in objs if o["kind"] != "CustomResourceDefinition"] == of(objects(), "operator")
     notes = rendered(VALUE_SETS["bridgeless"])[f"{CHART.name}/templates/NOTES.txt"]
     assert "bridge" not in notes
 

@@ -87,7 +87,7 @@ def test_crd_prints_what_the_chart_holds():
     proc = run("crd")
     assert proc.returncode == 0
     printed = {d["metadata"]["name"]: d for d in yaml.safe_load_all(proc.stdout)}
-    committed = {p.stem: yaml.safe_load(p.read_text()) for p in (ROOT / "charts" / "slurmk8s" / "crds").glob("*.yaml")}
+    committed = {p.stem: yaml.safe_load(p.read_text()) for p in (ROOT / "charts" / "slurmk8s" / "files" / "crds").glob("*.yaml")}
     assert printed == committed
 
 

@@ -164,7 +164,7 @@ def test_node_counts_by_bucket():
 
 
 def test_the_status_validates_against_the_generated_crd(cluster):
-    crd = yaml.safe_load((ROOT / "charts/slurmk8s/crds/slurmclusters.slurmk8s.dev.yaml").read_text())
+    crd = yaml.safe_load((ROOT / "charts/slurmk8s/files/crds/slurmclusters.slurmk8s.dev.yaml").read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
     st = compute(cluster, None, observed=healthy(), nodes=NODES, applied_hash="h", rendered_hash="h", now=NOW)
     jsonschema.validate(st.dump(), schema)

@@ -3,7 +3,7 @@
 The pydantic JSON schema is turned into a *structural* OpenAPI v3 schema, as
 apiextensions.k8s.io/v1 requires: every ``$ref`` inlined, ``Optional[X]``
 written as plain ``X``, no ``title``, ``null`` left out of defaults, and every
-node typed. ``charts/slurmk8s/crds/`` holds the committed result; a test
+node typed. ``charts/slurmk8s/files/crds/`` holds the committed result; a test
 regenerates it and fails on any difference.
 """
 
@@ -236,7 +236,7 @@ def all_crds() -> list[dict]:
 
 
 def crd_filename(obj: dict) -> str:
-    """File name of a CRD under charts/slurmk8s/crds/."""
+    """File name of a CRD under charts/slurmk8s/files/crds/."""
     return f"{obj['metadata']['name']}.yaml"
 
 

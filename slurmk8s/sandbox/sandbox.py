@@ -52,7 +52,6 @@ from .kubelet import SandboxNode
 DEFAULT_STATE_DIR = Path(os.environ.get("SLURMK8S_SANDBOX_DIR", "/var/lib/slurmk8s/sandbox"))
 DEFAULT_SUBNET = "10.253.0.0/24"
 REPO = Path(__file__).resolve().parents[2]
-CRDS = REPO / "charts" / "slurmk8s" / "crds"
 PROCESSES = ("apiserver", "kubelet")
 #: The product's components: pods of the chart's Deployments in the release namespace.
 COMPONENTS = ("operator", "bridge")
@@ -260,11 +259,6 @@ class Sandbox:
         return subprocess.run([kubectl, "--kubeconfig", str(self.kubeconfig), *args], input=input,
                               capture_output=True, text=True, timeout=120)
 
-    def _apply_files(self, path: Path) -> None:
-        proc = self.kubectl("apply", "-f", str(path))
-        if proc.returncode != 0:
-            raise SandboxFailed(f"the API refused {path}:\n{proc.stderr.strip()}")
-
     def _apply(self, docs: list[dict]) -> None:
         proc = self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
         if proc.returncode != 0:
@@ -316,9 +310,6 @@ class Sandbox:
         """helm upgrade --install of the chart; CRDs, ServiceAccounts, RBAC, the operator and the bridge."""
         self.progress(f"helm: installing {install.CHART.relative_to(REPO)} as {install.RELEASE_NAMESPACE}/"
                       f"{install.RELEASE} (operator and bridge watch namespace {cluster.namespace})")
-        # Helm creates CRDs on the first install only; the chart's README says to
-        # apply them before every upgrade, and so does the sandbox.
-        self._apply_files(CRDS)
         try:
             release = install.install(self.kubeconfig, install.values(cluster.namespace))
         except install.InstallFailed as exc:

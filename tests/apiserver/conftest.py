@@ -18,7 +18,7 @@ from kubernetes import client, config
 from slurmk8s.sandbox.apiserver import APIServer
 
 ROOT = Path(__file__).resolve().parents[2]
-CRDS = ROOT / "charts" / "slurmk8s" / "crds"
+CRDS = ROOT / "charts" / "slurmk8s" / "files" / "crds"
 EXAMPLE = ROOT / "examples" / "slurmcluster.yaml"
 
 

@@ -100,6 +100,9 @@ def test_protobuf_secrets_and_config_maps_decode_as_helm_stores_releases() -> No
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "annotations": {"a": "b"}},
           "data": {"k": "v\n"}, "binaryData": {"b": "AAE="}}
     assert protobuf.decode(protobuf.encode(cm)) == cm
+    delete = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background", "gracePeriodSeconds": 0,
+              "preconditions": {"uid": "u-1", "resourceVersion": "7"}}
+    assert protobuf.decode(protobuf.encode(delete)) == delete
 
 
 @given(st.binary(max_size=64))

@@ -1,8 +1,8 @@
 """Just enough of Kubernetes' protobuf encoding to read what clients send that
 way: the review and token requests of ``kubectl auth can-i``, ``auth
 whoami`` and ``create token``, and the Secrets and ConfigMaps that Helm
-keeps its releases in (client-go's typed clients write built-in kinds as
-protobuf): the ``k8s\\0`` envelope (``runtime.Unknown``) and those
+keeps its releases in, with the DeleteOptions it removes them with
+(client-go's typed clients write built-in kinds as protobuf): the ``k8s\\0`` envelope (``runtime.Unknown``) and those
 messages. Pure; answers are JSON (clients accept it)."""
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ SCHEMAS: dict[str, Schema] = {
                5: ("immutable", "bool", False)},
     "ConfigMap": {2: ("data", "map:string", False), 3: ("binaryData", "map:bytes", False),
                   4: ("immutable", "bool", False)},
+    "DeleteOptions": {1: ("gracePeriodSeconds", "int", False), 2: ("preconditions", "Preconditions", False),
+                      3: ("orphanDependents", "bool", False), 4: ("propagationPolicy", "string", False),
+                      5: ("dryRun", "string", True)},
+    "Preconditions": {1: ("uid", "string", False), 2: ("resourceVersion", "string", False)},
     "ResourceAttributes": {1: ("namespace", "string", False), 2: ("verb", "string", False), 3: ("group", "string", False),
                            4: ("version", "string", False), 5: ("resource", "string", False),
                            6: ("subresource", "string", False), 7: ("name", "string", False)},
@@ -49,6 +53,8 @@ SCHEMAS: dict[str, Schema] = {
 
 #: Kinds whose fields sit beside metadata (field 1) instead of in a spec, by schema.
 FLAT_KINDS = {"Secret": "Secret", "ConfigMap": "ConfigMap"}
+#: Kinds without metadata: every field is the message's own (a DELETE's body).
+BARE_KINDS = {"DeleteOptions": "DeleteOptions"}
 
 # kind -> spec schema (every one of these is metadata=1, spec=2)
 KINDS = {
@@ -141,10 +147,13 @@ def decode(body: bytes) -> dict[str, Any]:
     unknown = decode_message(body[len(MAGIC):], "Unknown")
     tm = unknown.get("typeMeta") or {}
     kind = tm.get("kind", "")
-    if kind not in KINDS and kind not in FLAT_KINDS:
-        raise DecodeError(f"protobuf bodies are read only for {', '.join(sorted([*KINDS, *FLAT_KINDS]))}, "
+    if kind not in KINDS and kind not in FLAT_KINDS and kind not in BARE_KINDS:
+        raise DecodeError(f"protobuf bodies are read only for {', '.join(sorted([*KINDS, *FLAT_KINDS, *BARE_KINDS]))}, "
                           f"not {kind or 'this kind'}")
     obj: dict[str, Any] = {"apiVersion": tm.get("apiVersion", ""), "kind": kind}
+    if kind in BARE_KINDS:
+        obj.update(decode_message(unknown.get("raw", b""), BARE_KINDS[kind]))
+        return obj
     if kind in FLAT_KINDS:
         raw = unknown.get("raw", b"")
         meta_ = [bytes(v) for n, _w, v in fields(raw) if n == 1]
@@ -206,7 +215,9 @@ def encode_message(obj: dict[str, Any], schema: str) -> bytes:
 def encode(obj: dict[str, Any]) -> bytes:
     kind = obj["kind"]
     raw = _field(1, encode_message(obj.get("metadata") or {}, "ObjectMeta"))
-    if kind in FLAT_KINDS:
+    if kind in BARE_KINDS:
+        raw = encode_message(obj, BARE_KINDS[kind])
+    elif kind in FLAT_KINDS:
         raw += encode_message(obj, FLAT_KINDS[kind])
     elif KINDS.get(kind) and "spec" in obj:
         raw += _field(2, encode_message(obj["spec"], KINDS[kind]))

@@ -1,0 +1,104 @@
+"""The chart's life cycle as a platform engineer lives it: `helm install`,
+`upgrade` and `uninstall` of charts/slurmk8s with the real Helm engine
+(helm-python-sdk) against the Kubernetes stand-in, as its administrator,
+with the stand-in enforcing RBAC (Helm creates the chart's Roles and
+bindings, which it may only do holding what they grant)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from slurmk8s.sandbox import install
+
+from .apiserver.conftest import start_server, wait_for
+from .conftest import EXAMPLE, ROOT
+
+CHART = ROOT / "charts" / "slurmk8s"
+SYSTEM = install.RELEASE_NAMESPACE
+CRD = "slurmclusters.slurmk8s.dev"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = start_server(tmp_path_factory.mktemp("helm"))
+    yield c
+    c.api_client.close()
+    c.srv.stop()
+
+
+def operator_args(c) -> list[str]:
+    return c.apps.read_namespaced_deployment("slurmk8s", SYSTEM).spec.template.spec.containers[0].args
+
+
+def newer_chart(tmp_path):
+    """The chart as a next version ships it: a CRD with a changed description."""
+    chart = tmp_path / "slurmk8s"
+    shutil.copytree(CHART, chart)
+    path = chart / "files" / "crds" / f"{CRD}.yaml"
+    crd = yaml.safe_load(path.read_text())
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["description"] = "A Slurm cluster (next version)."
+    path.write_text(yaml.safe_dump(crd))
+    return chart
+
+
+def test_install_upgrade_and_uninstall(cluster, tmp_path):
+    c = cluster
+    ns = c.namespace("hpc")
+    values = {"watchNamespaces": [ns]}
+
+    first = install.install(c.kubeconfig, values)
+    assert (first["status"], first["revision"]) == ("deployed", 1)
+    crds = {o.metadata.name for o in c.ext.list_custom_resource_definition().items}
+    assert {CRD, "nodelendingpolicies.slurmk8s.dev"} <= crds
+    assert "--namespace" in operator_args(c) and ns in operator_args(c)
+    # The Deployments' pods exist, admitted with their ServiceAccounts' token volumes.
+    pods = wait_for("the operator's and bridge's pods", lambda: [
+        p for p in c.core.list_namespaced_pod(SYSTEM).items] if len(c.core.list_namespaced_pod(SYSTEM).items) == 2
+        else None)
+    assert sorted(p.spec.service_account_name for p in pods) == ["slurmk8s", "slurmk8s-bridge"]
+    assert all(any(v.name.startswith("kube-api-access-") for v in p.spec.volumes) for p in pods)
+    # The chart's Roles exist, and the operator may do in ns what it needs, and nothing in kube-system.
+    can = c.kubectl("auth", "can-i", "create", "statefulsets", "-n", ns,
+                    f"--as=system:serviceaccount:{SYSTEM}:slurmk8s", check=False)
+    assert can.stdout.strip() == "yes", can.stderr
+    cannot = c.kubectl("auth", "can-i", "get", "secrets", "-n", "kube-system",
+                       f"--as=system:serviceaccount:{SYSTEM}:slurmk8s", check=False)
+    assert cannot.stdout.strip() == "no"
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["namespace"] = ns
+    created = c.custom.create_namespaced_custom_object("slurmk8s.dev", "v1alpha1", ns, "slurmclusters", doc)
+
+    # A newer chart: its CRD changes with the release, and the operator is rolled.
+    old_template = c.apps.read_namespaced_deployment("slurmk8s", SYSTEM).spec.template
+    second = install.install(c.kubeconfig, {**values, "logLevel": "debug"}, chart=newer_chart(tmp_path))
+    assert (second["status"], second["revision"]) == ("deployed", 2)
+    crd = c.ext.read_custom_resource_definition(CRD)
+    assert crd.spec.versions[0].schema.open_apiv3_schema.description == "A Slurm cluster (next version)."
+    args = operator_args(c)
+    assert args[args.index("--log-level") + 1] == "debug"
+    assert c.apps.read_namespaced_deployment("slurmk8s", SYSTEM).spec.template != old_template
+    def operator_replica_sets():
+        return sorted((r.spec.replicas for r in c.apps.list_namespaced_replica_set(
+            SYSTEM, label_selector="app.kubernetes.io/component=operator").items))
+
+    # One ReplicaSet per pod template: the upgrade rolled the operator (Recreate: old one at 0).
+    wait_for("the operator rolled to its new ReplicaSet", lambda: operator_replica_sets() == [0, 1])
+
+    # Uninstall: the controllers and their RBAC go; the CRDs and the SlurmCluster stay.
+    install.uninstall(c.kubeconfig)
+    wait_for("the Deployments gone", lambda: not c.apps.list_namespaced_deployment(SYSTEM).items)
+    assert not [s for s in c.core.list_namespaced_service_account(SYSTEM).items if s.metadata.name != "default"]
+    rbac = c.kubectl_json("get", "clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/instance=slurmk8s")
+    assert rbac["items"] == []
+    assert c.kubectl_json("get", "roles", "-n", ns)["items"] == []
+    assert {CRD, "nodelendingpolicies.slurmk8s.dev"} <= {
+        o.metadata.name for o in c.ext.list_custom_resource_definition().items}
+    kept = c.custom.get_namespaced_custom_object("slurmk8s.dev", "v1alpha1", ns, "slurmclusters", doc["metadata"]["name"])
+    assert kept["metadata"]["uid"] == created["metadata"]["uid"]  # the very object, not a new one
+
+    # Installing again adopts the kept CRDs.
+    third = install.install(c.kubeconfig, values)
+    assert (third["status"], third["revision"]) == ("deployed", 1)
