@@ -15,7 +15,7 @@ from slurmk8s.manifest import clusters
 from slurmk8s.render import ClusterKeys, names, render
 from slurmk8s.sandbox import images as rules
 from slurmk8s.sandbox.images import IgnoreRules, ImageConfig, ImageError, Recipe, container_process
-from slurmk8s.sandbox.imagestore import ImageStore, context_listing
+from slurmk8s.sandbox.imagestore import ImageBuildFailed, ImageStore, context_listing
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = sorted(p.parent.name for p in ROOT.glob("images/*/Dockerfile"))
@@ -315,3 +315,21 @@ def test_ensure_refuses_a_reference_no_image_is_tagged_with(tmp_path):
 
 def test_the_image_directories_are_safe_names():
     assert all(rules.normalize_ref(t) == t for n in NAMES for t in rules.tags(n))
+
+
+def test_a_failed_build_names_the_step_shows_the_tail_and_says_what_to_do(tmp_path):
+    store = ImageStore(tmp_path)
+    (tmp_path / "logs").mkdir()
+    script = ("echo 'STEP 1/3: FROM base'; echo 'STEP 2/3: RUN apt-get install -y slurmd'; "
+              "echo 'E: Unable to locate package slurmd'; exit 100")
+    progress: list[str] = []
+    with pytest.raises(ImageBuildFailed) as failed:
+        store._run_logged("slurmd-22.05", ["bash", "-c", script], progress.append, what="slurmd")
+    message = str(failed.value)
+    assert "building slurmd failed at step 2/3 RUN apt-get install -y slurmd (exit status 100)" in message
+    assert "    E: Unable to locate package slurmd" in message
+    assert f"The whole output: {tmp_path}/logs/slurmd-22.05.log" in message
+    assert "What to do: a package is not in the base's archive" in message
+    assert [p.split(" (")[0] for p in progress] == ["slurmd: step 1/3 FROM base",
+                                                    "slurmd: step 2/3 RUN apt-get install -y slurmd"]
+    assert "Unable to locate package" in (tmp_path / "logs/slurmd-22.05.log").read_text()
