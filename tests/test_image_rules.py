@@ -333,3 +333,15 @@ def test_a_failed_build_names_the_step_shows_the_tail_and_says_what_to_do(tmp_pa
     assert [p.split(" (")[0] for p in progress] == ["slurmd: step 1/3 FROM base",
                                                     "slurmd: step 2/3 RUN apt-get install -y slurmd"]
     assert "Unable to locate package" in (tmp_path / "logs/slurmd-22.05.log").read_text()
+
+
+def test_the_cli_refuses_an_unknown_image_or_release_before_building(tmp_path):
+    from click.testing import CliRunner
+
+    from slurmk8s.cli import main
+
+    result = CliRunner().invoke(main, ["images", "build", "--cache-dir", str(tmp_path), "nginx"])
+    assert result.exit_code == 1 and "no image nginx: images/ has controller" in result.output
+    result = CliRunner().invoke(main, ["images", "build", "--cache-dir", str(tmp_path), "--slurm-version", "24.11"])
+    assert result.exit_code == 1 and "no Debian suite for Slurm 24.11" in result.output
+    assert not os.listdir(tmp_path)
