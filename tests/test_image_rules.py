@@ -345,3 +345,13 @@ def test_the_cli_refuses_an_unknown_image_or_release_before_building(tmp_path):
     result = CliRunner().invoke(main, ["images", "build", "--cache-dir", str(tmp_path), "--slurm-version", "24.11"])
     assert result.exit_code == 1 and "no Debian suite for Slurm 24.11" in result.output
     assert not os.listdir(tmp_path)
+
+
+def test_prune_removes_only_the_exports_no_reference_names(tmp_path):
+    current = _fake_export(tmp_path, "slurmd", "new", ["ghcr.io/slurmk8s/slurmd:22.05"])
+    old = tmp_path / "slurmd" / "old"
+    (old / "rootfs").mkdir(parents=True)
+    (old / "image.json").write_text("{}")
+    removed = ImageStore(tmp_path, repo=ROOT).prune()
+    assert removed == [old] and not old.exists() and current.is_dir()
+    assert ImageStore(tmp_path).lookup("ghcr.io/slurmk8s/slurmd:22.05").path == current

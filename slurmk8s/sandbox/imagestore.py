@@ -146,6 +146,25 @@ class ImageStore:
                 out.append(image)
         return out
 
+    def prune(self, progress: Progress | None = None) -> list[Path]:
+        """Remove the exports no reference names any more (earlier builds of an image).
+        Not while a container runs from such an export. (buildah's own storage is pruned
+        with ``buildah rmi --prune``, which also drops its layer cache.)"""
+        progress = progress or _quiet
+        if not self.cache.is_dir():
+            return []
+        named = {(i.name, i.key) for i in self.list()}
+        removed = []
+        with self._locked(progress):
+            for name in self.names():
+                for path in sorted((self.cache / name).glob("*")):
+                    if path.is_dir() and (name, path.name) not in named:
+                        shutil.rmtree(path)
+                        removed.append(path)
+                        progress(f"removed {path}")
+            shutil.rmtree(self.cache / "tmp", ignore_errors=True)
+        return removed
+
     # --- the build ---
 
     def _build(self, recipes: list[Recipe], progress: Progress, refresh_base: bool = False) -> dict[Recipe, Image]:
