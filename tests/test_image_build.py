@@ -57,6 +57,9 @@ def test_every_image_is_built_with_its_entrypoint(built):
         proc = chroot(image, "bash", "-n", ENTRYPOINT)
         assert proc.returncode == 0, f"{name}: {proc.stderr}"
         assert (image.rootfs / "usr/local/lib/slurmk8s/lib.sh").is_file(), name
+        # Nothing of the build host: its DNS server and name are the runtime's to provide.
+        for f in ("etc/resolv.conf", "etc/hostname"):
+            assert not (image.rootfs / f).exists() or (image.rootfs / f).stat().st_size == 0, f"{name}: {f}"
 
 
 @pytest.mark.parametrize("name", sorted(SLURM_VERSION_OF))

@@ -72,7 +72,9 @@ def test_recipes_default_to_every_image_and_refuse_unknown_ones():
 
 def test_a_recipe_builds_on_its_suites_base():
     r = Recipe("slurmd", "22.05")
-    assert r.build_args == {"BASE_IMAGE": "localhost/slurmk8s/base:bookworm"}
+    base = r.build_args["BASE_IMAGE"]
+    assert list(r.build_args) == ["BASE_IMAGE"]
+    assert base == f"localhost/slurmk8s/base:bookworm-{rules.base_recipe(r.suite)[:12]}"
     assert r.tags == ["ghcr.io/slurmk8s/slurmd:22.05"]
 
 

@@ -77,6 +77,9 @@ MMDEBSTRAP_OPTIONS = (
     "--dpkgopt=path-exclude=/usr/share/man/*",
     "--dpkgopt=path-exclude=/usr/share/info/*",
     "--dpkgopt=path-exclude=/usr/share/locale/*",
+    # mmdebstrap copies the build host's resolv.conf and hostname in: no image may carry the
+    # build machine's DNS server or name (the runtime provides both).
+    '--customize-hook=rm -f "$1/etc/resolv.conf" "$1/etc/hostname"',
 )
 #: Packages beyond minbase that the Dockerfiles' RUN steps need before they install their own
 #: (none: install-packages.sh needs bash, apt and dpkg; useradd is in passwd, which is required).
@@ -97,7 +100,9 @@ def suite_for(slurm_version: str) -> Suite:
 
 
 def base_ref(suite: Suite) -> str:
-    return f"localhost/slurmk8s/base:{suite.name}"
+    """The base image of ``suite``, tagged with its recipe, so checkouts whose recipes differ
+    (branches) keep their own bases instead of remaking one another's."""
+    return f"localhost/slurmk8s/base:{suite.name}-{base_recipe(suite)[:12]}"
 
 
 def mmdebstrap_argv(suite: Suite, out: str) -> list[str]:

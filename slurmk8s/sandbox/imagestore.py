@@ -2,7 +2,7 @@
 
 The base of each image is Debian's minbase, bootstrapped with mmdebstrap
 from the archive apt is configured with and committed as a local image
-(``localhost/slurmk8s/base:<suite>``); the Dockerfiles get it through their
+(``localhost/slurmk8s/base:<suite>-<recipe digest>``); the Dockerfiles get it through their
 ``BASE_IMAGE`` argument and are built unchanged (``buildah bud``). Every
 built image is exported into the cache as a root file system plus its OCI
 image config, under a key of everything the build reads (``images.cache_key``),
