@@ -357,3 +357,13 @@ def test_prune_removes_only_the_exports_no_reference_names(tmp_path):
     removed = ImageStore(tmp_path, repo=ROOT).prune()
     assert removed == [old] and not old.exists() and current.is_dir()
     assert ImageStore(tmp_path).lookup("ghcr.io/slurmk8s/slurmd:22.05").path == current
+
+
+def test_an_image_without_a_dockerignore_is_refused(tmp_path):
+    (tmp_path / "images/x").mkdir(parents=True)
+    (tmp_path / "images/x/Dockerfile").write_text("FROM scratch\n")
+    with pytest.raises(ImageError, match="Dockerfile.dockerignore is missing"):
+        ImageStore(tmp_path / "cache", repo=tmp_path).key(Recipe("x", "22.05"), "sha256:1", "buildah")
+    (tmp_path / "images/x/Dockerfile.dockerignore").write_text("*\n!images/x/\n")
+    key = ImageStore(tmp_path / "cache", repo=tmp_path).key(Recipe("x", "22.05"), "sha256:1", "buildah")
+    assert len(key) == 64

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -192,7 +193,11 @@ class ImageStore:
 
     def key(self, r: Recipe, base_image_id: str, builder: str) -> str:
         dockerfile = self.repo / "images" / r.name / "Dockerfile"
-        ignore = rules.IgnoreRules.parse(_read(dockerfile.with_name("Dockerfile.dockerignore")))
+        ignore_file = dockerfile.with_name("Dockerfile.dockerignore")
+        if not ignore_file.is_file():
+            raise ImageError(f"{ignore_file} is missing: every image keeps its build context to what it copies "
+                             "(see images/slurmd/Dockerfile.dockerignore)")
+        ignore = rules.IgnoreRules.parse(ignore_file.read_text())
         return rules.cache_key(dockerfile=dockerfile.read_text(), context=list(context_listing(self.repo, ignore)),
                                base_image_id=base_image_id, build_args=r.build_args, tags=r.tags, builder=builder)
 
@@ -310,8 +315,6 @@ class ImageStore:
 def context_listing(root: Path, ignore: rules.IgnoreRules) -> Iterator[str]:
     """Every path of the build context at ``root`` that ``ignore`` leaves, one line each
     (``images.context_entry``), sorted: what COPY can carry into the image."""
-    import hashlib
-
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
         rel_dir = "" if rel_dir == "." else rel_dir
@@ -406,13 +409,6 @@ def _step_text(step: tuple[int, int, str] | None) -> str:
         return "the start"
     n, total, text = step
     return f"step {n}/{total} {text[:100]}"
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        return ""
 
 
 def _write_atomic(path: Path, text: str) -> None:
