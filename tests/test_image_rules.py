@@ -26,6 +26,7 @@ SLURM_IMAGES = ["login", "slurmctld", "slurmd", "slurmrestd"]
 
 def test_each_slurm_release_maps_to_one_suite():
     assert rules.suite_for("22.05").name == "bookworm"
+    assert rules.suite_for("24.11").name == "trixie"
     assert rules.DEFAULT_SLURM in rules.SUITES
     with pytest.raises(ImageError, match="no Debian suite for Slurm 21.08.*22.05"):
         rules.suite_for("21.08")
@@ -83,13 +84,14 @@ def test_a_recipe_builds_on_its_suites_base():
     ("ghcr.io/slurmk8s/controller:22.05", "controller"),
     (f"ghcr.io/slurmk8s/controller:{__version__}", "controller"),
     (f"ghcr.io/slurmk8s/serve:{__version__}", "serve"),
+    ("ghcr.io/slurmk8s/slurmd:24.11", "slurmd"),
 ])
 def test_a_reference_leads_back_to_its_recipe(ref, name):
     r = rules.recipe_for(ref, NAMES)
     assert r is not None and r.name == name and ref in r.tags
 
 
-@pytest.mark.parametrize("ref", ["ghcr.io/slurmk8s/slurmd:24.11", "busybox", "registry.example.org/hpc/slurmd:22.05",
+@pytest.mark.parametrize("ref", ["ghcr.io/slurmk8s/slurmd:23.02", "busybox", "registry.example.org/hpc/slurmd:22.05",
                                  "ghcr.io/slurmk8s/serve:22.05"])
 def test_other_references_have_no_recipe(ref):
     assert rules.recipe_for(ref, NAMES) is None
@@ -344,8 +346,8 @@ def test_the_cli_refuses_an_unknown_image_or_release_before_building(tmp_path):
 
     result = CliRunner().invoke(main, ["images", "build", "--cache-dir", str(tmp_path), "nginx"])
     assert result.exit_code == 1 and "no image nginx: images/ has controller" in result.output
-    result = CliRunner().invoke(main, ["images", "build", "--cache-dir", str(tmp_path), "--slurm-version", "24.11"])
-    assert result.exit_code == 1 and "no Debian suite for Slurm 24.11" in result.output
+    result = CliRunner().invoke(main, ["images", "build", "--cache-dir", str(tmp_path), "--slurm-version", "23.02"])
+    assert result.exit_code == 1 and "no Debian suite for Slurm 23.02" in result.output
     assert not os.listdir(tmp_path)
 
 

@@ -45,10 +45,11 @@ class Suite:
 
 
 #: Slurm release -> the Debian suite whose own Slurm packages are that release.
-#: Adding a release is one line here (trixie has 24.11, forky 26.05; forky's
-#: archive here needs ``--aptopt=Acquire::Check-Valid-Until "false"``).
+#: Adding a release is one line here (forky has 26.05; its archive here needs
+#: ``Suite("forky", ('--aptopt=Acquire::Check-Valid-Until "false"',))``).
 SUITES: dict[str, Suite] = {
     "22.05": Suite("bookworm"),
+    "24.11": Suite("trixie"),
 }
 
 #: The release the renderer defaults to (``spec.slurm.version``) and the chart's images are built for.
