@@ -43,6 +43,18 @@ case $SLURM_SOURCE in
       find /tmp/slurmk8s-keyrings -maxdepth 1 -type f \( -name '*.gpg' -o -name '*.asc' \) \
         -exec install -m 0644 -t /usr/share/keyrings/ {} +
     fi
+    # apt verifies https repositories against ca-certificates, which slim
+    # Debian images lack ("The certificate issuer is unknown"): install it
+    # from the base's archive before adding the repository.
+    case $SLURM_APT_LINE in
+      *https://*)
+        if [ ! -s /etc/ssl/certs/ca-certificates.crt ]; then
+          log "installing ca-certificates for the https repository"
+          apt-get update
+          apt-get install -y --no-install-recommends ca-certificates
+        fi
+        ;;
+    esac
     printf '%s\n' "$SLURM_APT_LINE" >/etc/apt/sources.list.d/slurm.list
     log "Slurm packages from: $SLURM_APT_LINE"
     ;;
@@ -74,6 +86,16 @@ apt-get install -y --no-install-recommends "${packages[@]}"
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
 [ "$own_policy" = 0 ] || rm -f "$policy"
+
+# Debian's mpi/pmix plugin dlopens <multiarch>/pmix2/lib/libpmix.so, a name
+# only libpmix-dev (with headers and their dependencies, ~100 MB) provides:
+# link it to the runtime library instead.
+for lib in /usr/lib/*/pmix2/lib/libpmix.so.2; do
+  if [ -e "$lib" ] && [ ! -e "${lib%.2}" ]; then
+    ln -s libpmix.so.2 "${lib%.2}"
+    log "linked ${lib%.2} for mpi/pmix"
+  fi
+done
 
 # Every cluster brings its own munge key (a Secret); never ship one.
 rm -f /etc/munge/munge.key
