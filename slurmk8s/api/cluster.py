@@ -55,6 +55,7 @@ DnsSubdomain = constrained(
     253,
     slurm=False,
 )
+ObjectUid = constrained(r"[A-Za-z0-9-]+", "use the uid the API server set (a UUID)", 128, slurm=False)
 SecretKey = constrained(
     r"[-._a-zA-Z0-9]+", "use a Secret key of letters, digits, '-', '_' and '.'", 253, slurm=False
 )
@@ -422,16 +423,19 @@ class SlurmClusterStatus(ApiModel):
 class ObjectMeta(ApiModel):
     """The parts of Kubernetes object metadata that slurmk8s reads."""
 
-    model_config = ApiModel.model_config | {"extra": "allow"}
+    # The API server adds fields slurmk8s does not read (resourceVersion,
+    # managedFields, ...): they are dropped, not kept, so nothing unchecked
+    # travels on with the object.
+    model_config = ApiModel.model_config | {"extra": "ignore"}
     name: ClusterName
     """Cluster name; also Slurm's ClusterName and the prefix of every object."""
     namespace: DnsLabel = "default"
     """Namespace of the cluster and all its objects."""
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """Labels copied to nothing; Kubernetes' own."""
-    annotations: dict[str, str] = Field(default_factory=dict)
-    """Annotations; Kubernetes' own."""
-    uid: str | None = None
+    annotations: dict[LabelKey, str] = Field(default_factory=dict)
+    """Annotations; Kubernetes' own (free text, rendered nowhere)."""
+    uid: ObjectUid | None = None
     """Set by the API server; used for ownerReferences."""
     generation: int | None = None
     """Set by the API server."""
