@@ -15,6 +15,8 @@ from slurmk8s.api.validate import OWNED_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
 from slurmk8s.sandbox.apiserver import schema
 
+from .test_corpus import _check_name as check_name
+
 KEYS = ClusterKeys.generate()
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x@y"
 
@@ -146,6 +148,7 @@ def test_random_specs_render_valid_output_or_raise_field_errors(doc):
     objs = render(cluster, KEYS, nodes)
     for o in objs:
         kubernetes_validate.validate(o, kubernetes_validate.latest_version(), strict=True)
+        check_name(o)  # valid for its kind: Services DNS-1035, StatefulSets short enough for their pods
 
 
 # -- the validator and the CRD agree ---------------------------------------------------------
