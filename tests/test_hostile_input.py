@@ -243,3 +243,17 @@ def test_every_reserved_mount_is_refused():
     for path in RESERVED_MOUNTS:
         doc = minimal(sharedStorage={"volumes": [{"name": "s", "mountPath": path, "size": "1Gi"}]})
         refused_at(doc, "spec.sharedStorage.volumes[0].mountPath", "system directory")
+
+
+def test_the_largest_spec_the_caps_allow_fits_its_configmaps():
+    """Node sets, partitions and extraLines at their caps, names at their longest."""
+    sets = [{"name": f"n{i:02d}" + "x" * 17, "replicas": 0, "features": [f"f{j}" + "y" * 60 for j in range(32)],
+             "gpus": {"type": "t" * 64, "count": 64}} for i in range(64)]
+    parts = [{"name": f"p{i:02d}" + "z" * 61, "nodeSets": [s["name"] for s in sets]} for i in range(64)]
+    lines = [f"{key}=" + "1" * (1024 - len(key) - 1) for key in sorted(EXTRA_LINE_KEYS)]
+    doc = minimal(nodeSets=sets, partitions=parts, slurmConfig={"extraLines": lines, "maxNodeCount": 65533})
+    doc["metadata"]["name"] = "c" * 20
+    c = load_cluster(doc)
+    for cm in (o for o in render(c, KEYS) if o["kind"] == "ConfigMap"):
+        size = sum(len(k.encode()) + len(v.encode()) for k, v in cm["data"].items())
+        assert size <= 1 << 20, (cm["metadata"]["name"], size)
