@@ -34,6 +34,8 @@ def read_documents(path: str) -> list[dict]:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         raise InvalidSpec([FieldError("(file)", f"is not valid YAML: {exc}")]) from None
+    except RecursionError:
+        raise InvalidSpec([FieldError("(file)", "is nested too deeply to be a manifest")]) from None
     return docs
 
 

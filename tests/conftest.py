@@ -65,3 +65,14 @@ def publish(model_dir: Path, version: str, step: int | None = None) -> Path:
     (model_dir / ".LATEST.new").write_text(version + "\n")
     (model_dir / ".LATEST.new").rename(model_dir / "LATEST")
     return model_dir / version
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The hostile-input corpus's counts (tests/test_corpus.py), when it ran."""
+    import sys
+
+    for name in ("tests.test_corpus", "tests.apiserver.test_corpus_crd"):
+        module = sys.modules.get(name)
+        counts = getattr(module, "COUNTS", None)
+        if counts:
+            terminalreporter.write_line(f"{name.split('.')[-1]}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import kubernetes_validate
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.api.validate import OWNED_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
+from slurmk8s.sandbox.apiserver import schema
+
+from .test_corpus import _check_name as check_name
 
 KEYS = ClusterKeys.generate()
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x@y"
@@ -143,3 +148,51 @@ def test_random_specs_render_valid_output_or_raise_field_errors(doc):
     objs = render(cluster, KEYS, nodes)
     for o in objs:
         kubernetes_validate.validate(o, kubernetes_validate.latest_version(), strict=True)
+        check_name(o)  # valid for its kind: Services DNS-1035, StatefulSets short enough for their pods
+
+
+# -- the validator and the CRD agree ---------------------------------------------------------
+
+CRD_SCHEMA = yaml.safe_load(
+    (Path(__file__).resolve().parent.parent / "charts/slurmk8s/files/crds/slurmclusters.slurmk8s.dev.yaml").read_text()
+)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+#: Values of the wrong type, length or alphabet, put in place of one scalar of a spec.
+MUTANTS = st.sampled_from(["3", True, 3.0, None, "x" * 20_000, "١٢", "12\u200b", [], {}, -1, 2**70, "a\nb"])
+
+
+def _scalars(node, loc=()):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _scalars(v, (*loc, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _scalars(v, (*loc, i))
+    else:
+        yield loc
+
+
+@st.composite
+def mutated_specs(draw):
+    doc = draw(specs())
+    spots = [loc for loc in _scalars(doc["spec"]) if loc]
+    if spots:
+        loc = draw(st.sampled_from(spots))
+        parent = doc["spec"]
+        for part in loc[:-1]:
+            parent = parent[part]
+        parent[loc[-1]] = draw(MUTANTS)
+    return doc
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_specs())
+def test_what_the_validator_accepts_the_crd_schema_accepts(doc):
+    """Schema-level agreement: a spec `slurmk8s validate` passes is one the API
+    server stores as given (no error, nothing pruned). The CRD may accept more:
+    the rules across fields are the validator's alone."""
+    try:
+        load_cluster(doc)
+    except InvalidSpec:
+        return
+    outcome = schema.process(doc, CRD_SCHEMA)
+    assert not outcome.errors and not outcome.unknown, (outcome.errors, outcome.unknown)

@@ -20,6 +20,10 @@ class ApiModel(BaseModel):
         frozen=True,
         use_attribute_docstrings=True,
         validate_default=False,
+        # As the CRD: "3" is not an integer and 1 is not true. YAML already
+        # gives each scalar its type; converting would accept what the API
+        # server refuses.
+        strict=True,
     )
 
     def dump(self) -> dict:

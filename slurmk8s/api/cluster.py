@@ -14,7 +14,10 @@ from pydantic import Field
 from .base import ApiModel
 from .fields import (
     AbsPath,
+    ClusterName,
     DnsLabel,
+    MemberName,
+    PartitionName,
     ExtraLine,
     LabelKey,
     LabelValue,
@@ -52,6 +55,7 @@ DnsSubdomain = constrained(
     253,
     slurm=False,
 )
+ObjectUid = constrained(r"[A-Za-z0-9-]+", "use the uid the API server set (a UUID)", 128, slurm=False)
 SecretKey = constrained(
     r"[-._a-zA-Z0-9]+", "use a Secret key of letters, digits, '-', '_' and '.'", 253, slurm=False
 )
@@ -167,22 +171,23 @@ class DrainSpec(ApiModel):
 class NodeSet(ApiModel):
     """A group of identical slurmd pods; each pod is one Slurm dynamic node."""
 
-    name: DnsLabel
-    """Name of the node set. Its pods and Slurm nodes are called
+    name: MemberName
+    """Name of the node set: lower-case letters and digits, starting with a
+    letter, not a reserved word. Its pods and Slurm nodes are called
     `<cluster>-<name>-<ordinal>`, and its nodes carry the Slurm feature `<name>`."""
     replicas: int = Field(1, ge=0, le=1024)
     """Number of slurmd pods (Slurm nodes)."""
     cpus: int = Field(1, ge=1, le=4096)
     """CPUs each node offers to Slurm; also the pod's CPU request."""
     memory: Quantity = "1Gi"
-    """Memory each node offers to Slurm (RealMemory); also the pod's memory request."""
+    """Memory each node offers to Slurm (RealMemory, at least 1Mi); also the pod's memory request."""
     gpus: GpuSpec | None = None
     """GPUs per node, as Slurm GRES `gpu:<type>:<count>`."""
     features: list[SlurmName] = Field(default_factory=list, max_length=32)
     """Extra Slurm features for `--constraint`."""
-    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
     """Kubernetes node labels the pods must land on."""
-    tolerations: list[Toleration] = Field(default_factory=list)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
     """Taints the pods tolerate, e.g. the GPU nodes' taint."""
     drain: DrainSpec = DrainSpec()
     """How a node is emptied before the operator removes its pod: on scale-in
@@ -201,9 +206,9 @@ class Preemption(ApiModel):
 class Partition(ApiModel):
     """A Slurm partition (queue) made of node sets."""
 
-    name: SlurmName
-    """Partition name users pass to `--partition`."""
-    node_sets: list[DnsLabel] = Field(default_factory=list)
+    name: PartitionName
+    """Partition name users pass to `--partition` (not `default`, Slurm's keyword)."""
+    node_sets: list[DnsLabel] = Field(default_factory=list, max_length=64)
     """Node sets whose nodes belong to this partition."""
     default: bool = False
     """Jobs without `--partition` go here. At most one partition is the default."""
@@ -239,7 +244,7 @@ class LoginUser(ApiModel):
     """Numeric user id, the same in every pod: files on shared storage belong to it."""
     gid: int | None = Field(None, ge=1000, le=60000)
     """Primary group id; defaults to the uid (a group named like the user)."""
-    ssh_public_keys: list[SshPublicKey] = Field(default_factory=list)
+    ssh_public_keys: list[SshPublicKey] = Field(default_factory=list, max_length=32)
     """OpenSSH public keys allowed to log in as this user."""
     ssh_public_keys_from: SecretKeyRef | None = None
     """More public keys, read from a Secret key."""
@@ -255,8 +260,10 @@ class LoginService(ApiModel):
 class LoginSpec(ApiModel):
     replicas: int = Field(1, ge=0, le=16)
     """Number of login pods behind the login Service."""
-    users: list[LoginUser] = Field(default_factory=list, json_schema_extra=_list_map())
-    """Researchers who may log in over SSH and submit jobs."""
+    users: list[LoginUser] = Field(default_factory=list, max_length=1000, json_schema_extra=_list_map())
+    """Researchers who may log in over SSH and submit jobs (at most 1000, and
+    their inline keys must fit the users ConfigMap; more keys go in
+    sshPublicKeysFrom)."""
     service: LoginService = LoginService()
     """The SSH Service."""
     resources: Resources = Resources(requests=ResourceList(cpu="250m", memory="512Mi"))
@@ -273,8 +280,9 @@ class RestApiSpec(ApiModel):
 class SharedVolume(ApiModel):
     """A ReadWriteMany volume mounted at the same path in every Slurm pod."""
 
-    name: DnsLabel
-    """Volume name; a created claim is called `<cluster>-<name>`."""
+    name: MemberName
+    """Volume name (lower-case letters and digits, starting with a letter);
+    a created claim is called `<cluster>-<name>`."""
     mount_path: AbsPath
     """Where the volume appears, the same path in every Slurm pod and in the
     Kubernetes workloads that mount the claim."""
@@ -289,7 +297,7 @@ class SharedVolume(ApiModel):
 
 
 class SharedStorage(ApiModel):
-    volumes: list[SharedVolume] = Field(min_length=1, json_schema_extra=_list_map())
+    volumes: list[SharedVolume] = Field(min_length=1, max_length=16, json_schema_extra=_list_map())
     """ReadWriteMany volumes mounted in every Slurm pod."""
     checkpoint_dir: AbsPath | None = None
     """Directory for job checkpoints, inside one of the volumes."""
@@ -318,7 +326,7 @@ class SlurmConfig(ApiModel):
     again, which is when a self-requeueing checkpoint job resumes."""
     return_to_service: int = Field(2, ge=0, le=2)
     """ReturnToService: 2 lets a node that re-registers healthy become available again."""
-    scheduler_parameters: list[SlurmWord] = Field(default_factory=list)
+    scheduler_parameters: list[SlurmWord] = Field(default_factory=list, max_length=64)
     """SchedulerParameters items, e.g. bf_continue or bf_max_job_test=500."""
     slurmctld_debug: DebugLevel = "info"
     """SlurmctldDebug log level."""
@@ -328,8 +336,11 @@ class SlurmConfig(ApiModel):
     """Track and confine jobs with cgroups (proctrack/cgroup, task/cgroup).
     Needs privileged slurmd pods; off, jobs are tracked by process tree."""
     extra_lines: list[ExtraLine] = Field(default_factory=list, max_length=256)
-    """Extra `Key=Value` lines appended to slurm.conf. Keys the operator sets
-    itself are refused; so are comments, whitespace in values and newlines."""
+    """Extra `Key=Value` lines appended to slurm.conf. Only scheduling, limit
+    and timing keys may be set this way (the allowlist in
+    docs/decisions/0012-extra-lines-allowlist.md); keys that name programs,
+    plugins or files, and keys the operator sets itself, are refused; so are
+    comments, whitespace, control characters and a trailing backslash."""
 
 
 class Topology(ApiModel):
@@ -344,9 +355,9 @@ class SlurmClusterSpec(ApiModel):
     """Slurm release and images."""
     controller: ControllerSpec = ControllerSpec()
     """The slurmctld StatefulSet."""
-    node_sets: list[NodeSet] = Field(default_factory=list, json_schema_extra=_list_map())
-    """Groups of identical slurmd pods that join as Slurm dynamic nodes."""
-    partitions: list[Partition] = Field(default_factory=list, json_schema_extra=_list_map())
+    node_sets: list[NodeSet] = Field(default_factory=list, max_length=64, json_schema_extra=_list_map())
+    """Groups of identical slurmd pods that join as Slurm dynamic nodes (at most 64)."""
+    partitions: list[Partition] = Field(default_factory=list, max_length=64, json_schema_extra=_list_map())
     """Slurm partitions (queues)."""
     login: LoginSpec = LoginSpec()
     """SSH login pods where researchers run sbatch, srun and squeue."""
@@ -415,16 +426,19 @@ class SlurmClusterStatus(ApiModel):
 class ObjectMeta(ApiModel):
     """The parts of Kubernetes object metadata that slurmk8s reads."""
 
-    model_config = ApiModel.model_config | {"extra": "allow"}
-    name: DnsLabel
+    # The API server adds fields slurmk8s does not read (resourceVersion,
+    # managedFields, ...): they are dropped, not kept, so nothing unchecked
+    # travels on with the object.
+    model_config = ApiModel.model_config | {"extra": "ignore"}
+    name: ClusterName
     """Cluster name; also Slurm's ClusterName and the prefix of every object."""
     namespace: DnsLabel = "default"
     """Namespace of the cluster and all its objects."""
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """Labels copied to nothing; Kubernetes' own."""
-    annotations: dict[str, str] = Field(default_factory=dict)
-    """Annotations; Kubernetes' own."""
-    uid: str | None = None
+    annotations: dict[LabelKey, str] = Field(default_factory=dict)
+    """Annotations; Kubernetes' own (free text, rendered nowhere)."""
+    uid: ObjectUid | None = None
     """Set by the API server; used for ownerReferences."""
     generation: int | None = None
     """Set by the API server."""

@@ -7,6 +7,8 @@ from typing import Iterable, Sequence
 
 from pydantic import ValidationError
 
+from .fields import escape
+
 __all__ = ["FieldError", "InvalidSpec", "field_path", "from_pydantic"]
 
 
@@ -18,7 +20,7 @@ class FieldError:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
+        return f"{escape(self.path)}: {escape(self.message)}"
 
 
 class InvalidSpec(ValueError):
@@ -33,7 +35,7 @@ class InvalidSpec(ValueError):
     def __str__(self) -> str:
         what = f"{self.kind} {self.name!r}" if self.name else self.kind
         lines = [f"{what} is invalid ({len(self.errors)} problem{'s' if len(self.errors) != 1 else ''}):"]
-        lines += [f"  {e}" for e in self.errors]
+        lines = [escape(lines[0])] + [f"  {e}" for e in self.errors]
         return "\n".join(lines)
 
 
@@ -44,7 +46,8 @@ def field_path(loc: Iterable[str | int], root: str = "") -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            part = escape(str(part))  # a map key is user input: no raw newlines in messages
+            out += f".{part}" if out else part
     return out
 
 
@@ -57,6 +60,8 @@ _REPHRASE = {
     "int_parsing": "must be an integer",
     "bool_type": "must be true or false",
     "bool_parsing": "must be true or false",
+    "float_type": "must be a number",
+    "recursion_loop": "is nested too deeply",
     "list_type": "must be a list",
     "dict_type": "must be a mapping",
     "model_type": "must be a mapping",
@@ -87,7 +92,9 @@ def from_pydantic(exc: ValidationError, root: str = "") -> list[FieldError]:
         elif typ in _REPHRASE:
             msg = _REPHRASE[typ]
         elif typ in _BOUNDS:
-            msg = _BOUNDS[typ].format(input=err.get("input"), **err.get("ctx", {}))
+            shown = err.get("input")
+            shown = shown if isinstance(shown, (int, float)) else "it"
+            msg = _BOUNDS[typ].format(input=shown, **err.get("ctx", {}))
         elif typ == "literal_error" or typ == "enum":
             msg = f"{err['input']!r} is not allowed; {err['msg'][0].lower()}{err['msg'][1:]}"
         else:

@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
+from decimal import Decimal, InvalidOperation
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
 __all__ = [
+    "ClusterName",
+    "MemberName",
+    "PartitionName",
+    "RESERVED_NAMES",
     "ExtraLine",
     "DnsLabel",
     "SlurmName",
@@ -47,9 +53,45 @@ def _schema(pattern: str, max_length: int):
     return Field(json_schema_extra={"pattern": pattern, "maxLength": max_length})
 
 
+#: What Python's str.splitlines (and so many a reader of a rendered file)
+#: takes as a line break, beyond LF and CR.
+LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def unprintable(c: str) -> bool:
+    """A character that must not reach a config file or a log line as itself:
+    control characters (NUL, C1 controls such as U+0085 included), format
+    characters (zero-width spaces and joiners, bidirectional overrides, BOM),
+    line and paragraph separators, unassigned and private-use code points."""
+    return unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+
+
+def escape(text: str) -> str:
+    """``text`` with every unprintable character written as an escape (``\\n``, ``\\u2028``)."""
+    if not any(unprintable(c) for c in text):
+        return text
+    return "".join(json.dumps(c)[1:-1] if c in "\n\r\t" else f"\\u{ord(c):04x}" if unprintable(c) else c
+                   for c in text)
+
+
 def quote(value: str) -> str:
-    """Quote a user value for an error message (escapes newlines and quotes)."""
-    return json.dumps(value, ensure_ascii=False)
+    """Quote a user value for an error message: JSON-style, and every control,
+    zero-width or line-separator character escaped (a newline shows as ``\\n``)."""
+    return escape(json.dumps(value, ensure_ascii=False))
+
+
+def _bad_char(value: str) -> str | None:
+    """Why ``value`` may not be written anywhere, or None."""
+    if "\n" in value or "\r" in value:
+        return "contains a newline"
+    for c in value:
+        if c in LINE_BREAKS:
+            return f"contains a line break (U+{ord(c):04X})"
+        if c == "\0":
+            return "contains a NUL character"
+        if unprintable(c):
+            return f"contains an invisible or control character (U+{ord(c):04X})"
+    return None
 
 
 def refuse(value: str, reason: str) -> PydanticCustomError:
@@ -60,8 +102,9 @@ def refuse(value: str, reason: str) -> PydanticCustomError:
 
 def _no_injection(value: str) -> None:
     """Refuse the characters that would let a value escape its slurm.conf slot."""
-    if "\n" in value or "\r" in value:
-        raise refuse(value, "contains a newline")
+    bad = _bad_char(value)
+    if bad:
+        raise refuse(value, bad)
     if "#" in value:
         raise refuse(value, "contains '#', which starts a comment in Slurm config files")
     if "=" in value:
@@ -80,8 +123,8 @@ def _pattern_check(pattern: str, what: str, max_len: int, *, slurm: bool = True)
     def check(value: str) -> str:
         if slurm:
             _no_injection(value)
-        elif "\n" in value or "\r" in value:
-            raise refuse(value, "contains a newline")
+        elif _bad_char(value):
+            raise refuse(value, _bad_char(value))
         if not value:
             raise refuse(value, f"is empty; {what}")
         if len(value) > max_len:
@@ -118,6 +161,51 @@ DnsLabel = Annotated[
     _schema(f"^{DNS_LABEL_RE}$", 40),
 ]
 
+DNS_1035_RE = r"[a-z]([-a-z0-9]*[a-z0-9])?"
+
+#: The SlurmCluster's name. It prefixes every object, Services included, whose
+#: names must start with a letter (DNS-1035).
+ClusterName = Annotated[
+    str,
+    AfterValidator(
+        _pattern_check(
+            DNS_1035_RE,
+            "use lower-case letters, digits and '-', starting with a letter and ending with a "
+            "letter or digit (a DNS-1035 label: it prefixes Service names)",
+            40,
+        )
+    ),
+    _schema(f"^{DNS_1035_RE}$", 40),
+]
+
+#: Words slurmk8s puts after ``<cluster>-`` in its own object names, and words
+#: Slurm reads specially in a node list or a partition line. A node set or
+#: volume may not take one (see :data:`MemberName`).
+RESERVED_NAMES = frozenset("controller workers login restapi all default none".split())
+MEMBER_NAME_RE = r"[a-z][a-z0-9]*"
+
+
+def _member_name(value: str) -> str:
+    _pattern_check(
+        MEMBER_NAME_RE,
+        "use lower-case letters and digits, starting with a letter (no '-': the name follows "
+        "'<cluster>-' in object names, and a '-' would let it collide with another cluster's "
+        "objects)",
+        20,
+    )(value)
+    if value in RESERVED_NAMES:
+        raise refuse(value, "is a reserved name (slurmk8s's own objects and Slurm's keywords use "
+                     f"{', '.join(sorted(RESERVED_NAMES))}); choose another")
+    return value
+
+
+#: A node set or shared volume name: one word that follows ``<cluster>-`` in
+#: object names. Without '-' in it, ``<cluster>-<name>`` names exactly one
+#: pair, so no two clusters' objects in a namespace can share a name.
+MemberName = Annotated[
+    str, AfterValidator(_member_name), _schema(f"^{MEMBER_NAME_RE}$", 20)
+]
+
 SLURM_NAME_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 
 #: A Slurm partition, feature or GRES type name.
@@ -146,9 +234,26 @@ SlurmWord = Annotated[
 ]
 
 
+def _partition_name(value: str) -> str:
+    _pattern_check(
+        SLURM_NAME_RE, "use letters, digits, '_', '.' and '-', starting with a letter or digit", 64
+    )(value)
+    if value.lower() == "default":
+        raise refuse(value, "is Slurm's keyword for the defaults line (PartitionName=DEFAULT); choose another name")
+    return value
+
+
+#: A Slurm partition name: a SlurmName that Slurm does not read as a keyword.
+PartitionName = Annotated[
+    str, AfterValidator(_partition_name), _schema(f"^{SLURM_NAME_RE}$", 64)
+]
+
+
 def _slurm_word(value: str) -> str:
-    if "\n" in value or "\r" in value:
-        raise refuse(value, "contains a newline")
+    if _bad_char(value):
+        raise refuse(value, _bad_char(value))
+    if len(value) > 128:
+        raise refuse(value[:40] + "...", f"is {len(value)} characters long; at most 128 are allowed")
     if "#" in value:
         raise refuse(value, "contains '#', which starts a comment in Slurm config files")
     if any(c.isspace() for c in value) or "," in value:
@@ -159,8 +264,8 @@ def _slurm_word(value: str) -> str:
 
 
 DURATION_RE = (
-    r"UNLIMITED|INFINITE|\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}"
-    r"|\d+-\d{1,2}|\d+-\d{1,2}:\d{1,2}|\d+-\d{1,2}:\d{1,2}:\d{1,2}"
+    r"UNLIMITED|INFINITE|[0-9]{1,9}|[0-9]{1,9}:[0-9]{1,2}|[0-9]{1,9}:[0-9]{1,2}:[0-9]{1,2}"
+    r"|[0-9]{1,9}-[0-9]{1,2}|[0-9]{1,9}-[0-9]{1,2}:[0-9]{1,2}|[0-9]{1,9}-[0-9]{1,2}:[0-9]{1,2}:[0-9]{1,2}"
 )
 
 #: A Slurm time limit: minutes, [H:]MM:SS, D-HH[:MM[:SS]] or UNLIMITED.
@@ -181,32 +286,69 @@ QUANTITY_RE = (
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?"
 )
 
+#: What the CRD publishes: the same, without a sign (no negative amounts).
+NONNEGATIVE_QUANTITY_RE = QUANTITY_RE.removeprefix(r"(\+|-)?")
+
 _SUFFIX = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "n": 10**-9, "u": 10**-6, "m": 10**-3, "": 1,
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+    "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12),
+    "P": Decimal(10**15), "E": Decimal(10**18),
 }
 
 
+def quantity_value(value: str) -> Decimal:
+    """The exact value of a Kubernetes quantity string ("8Gi" -> 8589934592)."""
+    m = re.fullmatch(r"([+-]?[0-9.]+)([eE][+-]?[0-9.]+|[A-Za-z]*)", value, re.ASCII)
+    if not m:
+        raise ValueError(f"not a quantity: {value!r}")
+    number, suffix = m.groups()
+    try:
+        if suffix[:1] in ("e", "E"):
+            exponent = Decimal(suffix[1:])
+            if abs(exponent) > 64:  # Decimal would happily build 1e400000
+                raise ValueError(f"quantity out of range: {value!r}")
+            return Decimal(number).scaleb(exponent)
+        if suffix not in _SUFFIX:
+            raise ValueError(f"not a quantity: {value!r}")
+        return Decimal(number) * _SUFFIX[suffix]
+    except InvalidOperation:
+        raise ValueError(f"not a quantity: {value!r}") from None
+
+
 def parse_quantity(value: str) -> float:
-    """The numeric value of a Kubernetes quantity string ("8Gi" -> 8589934592)."""
-    m = re.fullmatch(r"([+-]?[0-9.]+)([eE][+-]?[0-9.]+|[A-Za-z]*)", value)
+    """The numeric value of a Kubernetes quantity string ("8Gi" -> 8589934592.0);
+    out of a float's range, inf or 0.0. Checks on user input use
+    :func:`quantity_value`, which is exact."""
+    m = re.fullmatch(r"([+-]?[0-9.]+)([eE][+-]?[0-9.]+|[A-Za-z]*)", value, re.ASCII)
     if not m:
         raise ValueError(f"not a quantity: {value!r}")
     number, suffix = m.groups()
     if suffix[:1] in ("e", "E"):
         return float(number + suffix)
-    return float(number) * _SUFFIX[suffix]
+    return float(number) * float(_SUFFIX[suffix])
+
+
+#: Kubernetes keeps quantities in a signed 64-bit integer: 8Ei - 1 is the most.
+MAX_QUANTITY = 2**63 - 1
+
+
+def _quantity(value: str) -> str:
+    _pattern_check(QUANTITY_RE, "use a Kubernetes quantity such as 500m, 4 or 16Gi", 32)(value)
+    try:
+        amount = quantity_value(value)
+    except ValueError:
+        raise refuse(value, "is not a quantity Kubernetes can hold; use one such as 500m, 4 or 16Gi") from None
+    if amount < 0:
+        raise refuse(value, "is negative; a resource amount must be 0 or more")
+    if amount > MAX_QUANTITY:
+        raise refuse(value, "is larger than Kubernetes can hold (8Ei)")
+    return value
 
 
 #: A Kubernetes resource quantity such as ``500m``, ``4`` or ``16Gi``.
-Quantity = Annotated[
-    str,
-    AfterValidator(
-        _pattern_check(QUANTITY_RE, "use a Kubernetes quantity such as 500m, 4 or 16Gi", 32)
-    ),
-    _schema(f"^{QUANTITY_RE}$", 32),
-]
+Quantity = Annotated[str, AfterValidator(_quantity), _schema(f"^{NONNEGATIVE_QUANTITY_RE}$", 32)]
 
 LABEL_NAME_RE = r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
 LABEL_KEY_RE = rf"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{LABEL_NAME_RE}"
@@ -298,9 +440,14 @@ SSH_KEY_TYPES = (
 SSH_KEY_RE = r"(" + "|".join(re.escape(t) for t in SSH_KEY_TYPES) + r") [A-Za-z0-9+/]+={0,3}( [ -~]*)?"
 
 
+SSH_KEY_MAX = 16384
+
+
 def _ssh_key(value: str) -> str:
     if "\n" in value or "\r" in value:
         raise refuse(value[:40] + ("..." if len(value) > 40 else ""), "contains a newline; give one key per list item")
+    if len(value) > SSH_KEY_MAX:
+        raise refuse(value[:40] + "...", f"is {len(value)} characters long; at most {SSH_KEY_MAX} are allowed")
     if not re.fullmatch(SSH_KEY_RE, value):
         raise refuse(
             value[:40] + ("..." if len(value) > 40 else ""),
@@ -313,10 +460,10 @@ def _ssh_key(value: str) -> str:
 
 #: One line of an OpenSSH authorized_keys file, without options.
 SshPublicKey = Annotated[
-    str, AfterValidator(_ssh_key), _schema(f"^{SSH_KEY_RE}$", 16384)
+    str, AfterValidator(_ssh_key), _schema(f"^{SSH_KEY_RE}$", SSH_KEY_MAX)
 ]
 
-VERSION_RE = r"\d{2}\.\d{2}(\.\d+)?"
+VERSION_RE = r"[0-9]{2}\.[0-9]{2}(\.[0-9]{1,6})?"
 
 #: The oldest Slurm release slurmk8s renders configuration for.
 MIN_SLURM = (22, 5)
@@ -341,26 +488,34 @@ SlurmVersion = Annotated[
 ]
 
 
-EXTRA_LINE_RE = r"[A-Za-z][A-Za-z0-9]*=[^\s#]+"
+EXTRA_LINE_VALUE_RE = r"[A-Za-z0-9_.,:/=+*@%-]+"
+EXTRA_LINE_RE = rf"[A-Za-z][A-Za-z0-9]*={EXTRA_LINE_VALUE_RE}"
+EXTRA_LINE_MAX = 1024
 
 
 def _extra_line(value: str) -> str:
     if "\n" in value or "\r" in value:
         raise refuse(value, "contains a newline; give one line per list item")
+    if _bad_char(value):
+        raise refuse(value, _bad_char(value))
+    if len(value) > EXTRA_LINE_MAX:
+        raise refuse(value[:40] + "...", f"is {len(value)} characters long; at most {EXTRA_LINE_MAX} are allowed")
     if "#" in value:
         raise refuse(value, "contains '#', which starts a comment in slurm.conf")
+    if value.endswith("\\"):
+        raise refuse(value, "ends with '\\', which makes Slurm join the next line to it")
     if not re.fullmatch(EXTRA_LINE_RE, value):
         raise refuse(
             value,
-            "is not a single Key=Value setting (no spaces around '=' or in the value), "
-            "e.g. SchedulerTimeSlice=60",
+            "is not a single Key=Value setting: no spaces, and the value made of letters, digits "
+            "and _ . , : / = + * @ % - (e.g. SchedulerTimeSlice=60)",
         )
     return value
 
 
-#: One ``Key=Value`` line for slurm.conf. Whether the key is one slurmk8s owns
-#: is checked in :mod:`slurmk8s.api.validate`.
-ExtraLine = Annotated[str, AfterValidator(_extra_line), _schema(f"^{EXTRA_LINE_RE}$", 1024)]
+#: One ``Key=Value`` line for slurm.conf. Whether the key may be set this way
+#: (an allowlist) is checked in :mod:`slurmk8s.api.validate`.
+ExtraLine = Annotated[str, AfterValidator(_extra_line), _schema(f"^{EXTRA_LINE_RE}$", EXTRA_LINE_MAX)]
 
 
 #: The signals slurmk8s sends to Slurm jobs (``scontrol``/``scancel --signal``

@@ -16,7 +16,7 @@ from pydantic import AfterValidator, Field
 from .fields import SLURM_SIGNALS as SIGNALS
 from .base import ApiModel
 from .cluster import API_VERSION, Condition, DnsSubdomain, ObjectMeta
-from .fields import DnsLabel, LabelKey, LabelValue, SlurmName, constrained, refuse
+from .fields import DnsLabel, LabelKey, LabelValue, PartitionName, constrained, refuse
 
 __all__ = [
     "KIND", "PLURAL", "NodeLendingPolicy", "NodeLendingPolicySpec", "NodeLendingPolicyStatus",
@@ -81,7 +81,7 @@ class LabelSelectorRequirement(ApiModel):
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
     """In and NotIn compare the label's value with values; Exists and
     DoesNotExist only look at the key."""
-    values: list[LabelValue] = Field(default_factory=list)
+    values: list[LabelValue] = Field(default_factory=list, max_length=64)
     """Values for In and NotIn (at least one); empty for Exists and DoesNotExist."""
 
 
@@ -89,9 +89,9 @@ class LabelSelector(ApiModel):
     """A Kubernetes label selector: every matchLabels pair and every
     matchExpressions requirement must hold."""
 
-    match_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    match_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
     """Labels an object must carry, with these values."""
-    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list, max_length=32)
     """Further requirements on the object's labels."""
 
     @property
@@ -159,7 +159,7 @@ class ReclaimSpec(ApiModel):
 class NodeLendingPolicySpec(ApiModel):
     cluster_ref: ClusterRef
     """The SlurmCluster the nodes are lent to."""
-    partition: SlurmName
+    partition: PartitionName
     """Partition of that cluster the lent nodes join; it must have
     acceptLentNodes: true."""
     node_selector: LabelSelector

@@ -13,10 +13,13 @@ from pydantic import ValidationError
 
 from .cluster import SlurmCluster, lent_nodeset
 from .lending import NodeLendingPolicy
-from .errors import FieldError, InvalidSpec, from_pydantic
-from .fields import quote
+from .errors import FieldError, InvalidSpec, field_path, from_pydantic
+from .fields import quantity_value, quote
 
-__all__ = ["load_cluster", "load_policy", "semantic_errors", "policy_errors", "OWNED_KEYS", "KNOB_FOR_KEY", "RESERVED_MOUNTS"]
+__all__ = [
+    "load_cluster", "load_policy", "semantic_errors", "policy_errors", "OWNED_KEYS", "KNOB_FOR_KEY",
+    "EXTRA_LINE_KEYS", "RESERVED_MOUNTS", "MAX_DEPTH", "USERS_CONFIG_BUDGET", "users_config_bytes",
+]
 
 #: slurm.conf keys that slurmk8s writes, mapped to the typed knob that sets
 #: them (None: managed by slurmk8s, not settable). Lower-case: Slurm keys are
@@ -57,11 +60,90 @@ KNOB_FOR_KEY: dict[str, str | None] = {
 }
 OWNED_KEYS = frozenset(KNOB_FOR_KEY)
 
-#: Paths the images use themselves; shared storage may not be mounted over them.
-RESERVED_MOUNTS = (
-    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run", "/sbin",
-    "/sys", "/usr", "/var/lib/slurm", "/var/log", "/var/run", "/var/spool",
+#: The slurm.conf keys extraLines may set, lower-case: scheduling, limits and
+#: timing knobs only (decision record 12). None of them names a program, a
+#: plugin, a file or a directory, or changes who runs what; any other key
+#: needs a typed field in the spec. Values are further limited by the model
+#: (letters, digits and _ . , : / = + * @ % -).
+EXTRA_LINE_KEYS = frozenset(
+    k.lower()
+    for k in (
+        # scheduling
+        "SchedulerTimeSlice DefCpuPerGPU DefMemPerGPU DefMemPerNode MaxMemPerCPU MaxMemPerNode "
+        "EnforcePartLimits JobRequeue DisableRootJobs OverTimeLimit VSizeFactor "
+        "PriorityType PriorityWeightAge PriorityWeightFairshare PriorityWeightJobSize "
+        "PriorityWeightPartition PriorityWeightQOS PriorityWeightTRES PriorityWeightAssoc "
+        "PriorityDecayHalfLife PriorityMaxAge PriorityFavorSmall PriorityUsageResetPeriod "
+        "PriorityCalcPeriod PriorityFlags FairShareDampeningFactor "
+        # limits
+        "MaxJobCount MaxArraySize MaxStepCount MaxTasksPerNode MaxJobId FirstJobId MaxBatchRequeue "
+        # timing
+        "Waittime MessageTimeout SlurmctldTimeout SlurmdTimeout InactiveLimit MinJobAge "
+        "BatchStartTimeout CompleteWait EpilogMsgTime GetEnvTimeout PrologEpilogTimeout "
+        "UnkillableStepTimeout TCPTimeout KeepAliveTime ResumeTimeout SuspendTimeout"
+    ).split()
 )
+#: The keys that run or load something: the reason for an allowlist. Each is
+#: refused with its own reason; the corpus test checks none reaches slurm.conf.
+PROGRAM_KEYS = frozenset(
+    k.lower()
+    for k in (
+        "HealthCheckProgram RebootProgram UnkillableStepProgram PlugStackConfig PluginDir "
+        "PrologSlurmctld EpilogSlurmctld ResumeProgram SuspendProgram ResumeFailProgram "
+        "SlurmctldPrimaryOnProg SlurmctldPrimaryOffProg ResvProlog ResvEpilog TaskProlog TaskEpilog "
+        "SrunProlog SrunEpilog Prolog Epilog MailProg JobCompLoc JobCredentialPrivateKey "
+        "JobCredentialPublicCertificate JobSubmitPlugins JobCompType AccountingStorageType "
+        "BurstBufferType Include SlurmctldLogFile SlurmdLogFile SlurmSchedLogFile"
+    ).split()
+)
+
+#: The deepest nesting a manifest may have. The models are at most 7 levels
+#: deep; this guard keeps pathological input (50,000 nested lists) away from
+#: the recursive validators.
+MAX_DEPTH = 32
+
+#: Bytes of the <cluster>-users ConfigMap the login users may fill: Kubernetes
+#: refuses a ConfigMap over 1 MiB; the rest is headroom for keys' names.
+USERS_CONFIG_BUDGET = 1_000_000
+
+#: System directories: shared storage may be mounted neither over one, nor
+#: under one, nor over a parent of one (a mount at /var hides /var/spool).
+#: /opt holds the agent's own install (/opt/slurmk8s).
+RESERVED_MOUNTS = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc",
+    "/root", "/run", "/sbin", "/sys", "/usr", "/var/cache", "/var/lib", "/var/log", "/var/run",
+    "/var/spool",
+)
+
+
+def _depth_error(obj: Any) -> FieldError | None:
+    """The path of the first value nested deeper than MAX_DEPTH, found without recursion."""
+    stack: list[tuple[Any, tuple, int]] = [(obj, (), 0)]
+    while stack:
+        value, loc, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return FieldError(field_path(loc) or "(document)",
+                              f"is nested more than {MAX_DEPTH} levels deep; no field of the resource is")
+        if isinstance(value, dict):
+            stack.extend((v, (*loc, str(k)), depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, (*loc, i), depth + 1) for i, v in enumerate(value))
+    return None
+
+
+def _name_of(obj: dict) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name", "") if isinstance(meta, dict) else ""
+    return name if isinstance(name, str) else ""
+
+
+def _precheck(obj: Any, kind: str) -> None:
+    """What must hold before the models may look at ``obj`` at all."""
+    if not isinstance(obj, dict):
+        raise InvalidSpec([FieldError("(document)", f"must be a mapping (a {kind} object)")], kind=kind)
+    too_deep = _depth_error(obj)
+    if too_deep is not None:
+        raise InvalidSpec([too_deep], kind=kind, name=_name_of(obj))
 
 def load_cluster(obj: Any) -> SlurmCluster:
     """Parse and check a SlurmCluster manifest (a dict, as read from YAML).
@@ -69,13 +151,12 @@ def load_cluster(obj: Any) -> SlurmCluster:
     Schema problems are reported first, all of them; the rules that span
     fields run once the schema holds.
     """
-    name = obj.get("metadata", {}).get("name", "") if isinstance(obj, dict) else ""
-    if not isinstance(obj, dict):
-        raise InvalidSpec([FieldError("(document)", "must be a mapping (a SlurmCluster object)")])
+    _precheck(obj, "SlurmCluster")
+    name = _name_of(obj)
     try:
         cluster = SlurmCluster.model_validate(obj)
     except ValidationError as exc:
-        raise InvalidSpec(sorted(from_pydantic(exc)), name=str(name)) from None
+        raise InvalidSpec(sorted(from_pydantic(exc)), name=name) from None
     errors = list(semantic_errors(cluster))
     if errors:
         raise InvalidSpec(errors, name=cluster.name)
@@ -114,6 +195,12 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
                 f"spec.nodeSets[{i}].name",
                 f"{quote(ns.name)} makes the StatefulSet name {quote(full)} {len(full)} characters "
                 "long; cluster and node set names together must stay within 51 characters",
+            )
+    for i, ns in enumerate(spec.node_sets):
+        if quantity_value(ns.memory) < 2**20:
+            yield FieldError(
+                f"spec.nodeSets[{i}].memory",
+                f"{quote(ns.memory)} is less than 1Mi; Slurm counts a node's memory (RealMemory) in MiB",
             )
     total = sum(ns.replicas for ns in spec.node_sets)
     if total > spec.slurm_config.max_node_count:
@@ -160,6 +247,15 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
                 "set sshPublicKeys or sshPublicKeysFrom",
             )
 
+    size = users_config_bytes(c)
+    if size > USERS_CONFIG_BUDGET:
+        yield FieldError(
+            "spec.login.users",
+            f"the users and their inline SSH keys take {size} bytes of the {c.name}-users ConfigMap; "
+            f"at most {USERS_CONFIG_BUDGET} fit (Kubernetes' limit is 1 MiB). Move keys to "
+            "sshPublicKeysFrom Secrets",
+        )
+
     if spec.shared_storage is not None:
         yield from _storage_errors(spec.shared_storage)
 
@@ -181,6 +277,18 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
                 yield FieldError(f"spec.topology.labelKeys[{i}]", f"{quote(k)} is listed twice")
 
 
+def users_config_bytes(c: SlurmCluster) -> int:
+    """An upper bound of the size of the ``<cluster>-users`` ConfigMap's data
+    (passwd, group and one authorized_keys per user; keys and values), as
+    Kubernetes counts it. A test checks it against the rendered ConfigMap."""
+    total = len("passwd") + len("group")
+    for u in c.spec.login.users:
+        total += 2 * (len(u.name) + 40)  # passwd and group lines: name, ids, home, shell
+        total += len(u.name) + len(".authorized_keys")
+        total += sum(len(k.encode()) + 1 for k in u.ssh_public_keys)
+    return total
+
+
 def _storage_errors(storage) -> Iterator[FieldError]:
     vols = storage.volumes
     yield from _duplicates(vols, "name", "spec.sharedStorage.volumes", "volume names")
@@ -197,14 +305,16 @@ def _storage_errors(storage) -> Iterator[FieldError]:
                 "only applies to a claim the operator creates; drop it or drop existingClaim",
             )
         mp = v.mount_path
-        for reserved in ("/", *RESERVED_MOUNTS):
-            if mp == reserved or (reserved != "/" and mp.startswith(reserved + "/")):
-                yield FieldError(
-                    f"{path}.mountPath",
-                    f"{quote(mp)} is a system directory the images use; mount under another path "
-                    "such as /shared",
-                )
-                break
+        for reserved in RESERVED_MOUNTS:
+            if mp == "/" or mp == reserved or mp.startswith(reserved + "/"):
+                why = "is a system directory the images use" if mp in ("/", reserved) else \
+                    f"is inside the system directory {reserved}"
+            elif reserved.startswith(mp + "/"):
+                why = f"contains the system directory {reserved}, which the mount would hide"
+            else:
+                continue
+            yield FieldError(f"{path}.mountPath", f"{quote(mp)} {why}; mount under another path such as /shared")
+            break
         for j, other in enumerate(vols[:i]):
             if mp.startswith(other.mount_path + "/") or other.mount_path.startswith(mp + "/"):
                 yield FieldError(
@@ -239,6 +349,19 @@ def _extra_line_errors(i: int, line: str, seen: dict[str, int]) -> Iterator[Fiel
         knob = KNOB_FOR_KEY[lower]
         hint = f"use {knob} instead" if knob else "it cannot be overridden"
         yield FieldError(path, f"{quote(line)} sets {key}, which slurmk8s writes itself; {hint}")
+    elif lower in PROGRAM_KEYS:
+        yield FieldError(
+            path,
+            f"{quote(line)} sets {key}, which makes Slurm run or load a program or file; extraLines "
+            "may only set scheduling, limit and timing keys",
+        )
+    elif lower not in EXTRA_LINE_KEYS:
+        yield FieldError(
+            path,
+            f"{quote(line)} sets {key}, which extraLines may not set: only scheduling, limit and "
+            "timing keys pass through (see docs/decisions/0012-extra-lines-allowlist.md); other "
+            "settings need a typed field in the spec",
+        )
     elif lower in seen:
         yield FieldError(
             path, f"{quote(line)} sets {key} again; it is already set by extraLines[{seen[lower]}]"
@@ -249,14 +372,12 @@ def _extra_line_errors(i: int, line: str, seen: dict[str, int]) -> Iterator[Fiel
 
 def load_policy(obj: Any) -> NodeLendingPolicy:
     """Parse and check a NodeLendingPolicy manifest, reporting every problem by field path."""
-    if not isinstance(obj, dict):
-        raise InvalidSpec([FieldError("(document)", "must be a mapping (a NodeLendingPolicy object)")],
-                          kind="NodeLendingPolicy")
-    name = obj.get("metadata", {}).get("name", "") if isinstance(obj.get("metadata"), dict) else ""
+    _precheck(obj, "NodeLendingPolicy")
+    name = _name_of(obj)
     try:
         policy = NodeLendingPolicy.model_validate(obj)
     except ValidationError as exc:
-        raise InvalidSpec(sorted(from_pydantic(exc)), kind="NodeLendingPolicy", name=str(name)) from None
+        raise InvalidSpec(sorted(from_pydantic(exc)), kind="NodeLendingPolicy", name=name) from None
     errors = list(policy_errors(policy))
     if errors:
         raise InvalidSpec(errors, kind="NodeLendingPolicy", name=policy.name)

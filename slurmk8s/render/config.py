@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 import jinja2
 
 from ..api.cluster import SlurmCluster
-from ..api.fields import parse_quantity, parse_version
+from ..api.fields import parse_version, quantity_value
 from . import names
 
 CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")
@@ -59,7 +59,7 @@ def render_template(name: str, **context) -> str:
 
 
 def memory_mib(quantity: str) -> int:
-    return int(parse_quantity(quantity) // 2**20)
+    return int(quantity_value(quantity) // 2**20)
 
 
 def _default_partition(c: SlurmCluster) -> str | None:

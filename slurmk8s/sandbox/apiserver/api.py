@@ -283,6 +283,10 @@ class API:
         opts = opts or Options()
         obj = self._check_body(rt, body)
         m = obj["metadata"]
+        for key in ("name", "namespace", "generateName"):
+            if m.get(key) is not None and not isinstance(m[key], str):
+                # As Kubernetes' decoder: "cannot unmarshal array into ... of type string".
+                raise bad_request(f"metadata.{key}: must be a string")
         if rt.namespaced:
             if m.get("namespace") and ns and m["namespace"] != ns:
                 raise bad_request("the namespace of the provided object does not match the namespace sent on the request")

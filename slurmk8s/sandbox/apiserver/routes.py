@@ -35,6 +35,10 @@ def dumps(obj: Any) -> bytes:
 def json_response(obj: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
     resp = web.Response(body=dumps(obj), status=status, content_type="application/json")
     for w in warnings or []:
+        # A warning may quote a field name from the request: control characters
+        # in it would break the header (aiohttp drops the connection), and
+        # non-ASCII has no place in one. Both are escaped.
+        w = "".join(c if " " <= c <= "~" else f"\\u{ord(c):04x}" for c in w)
         resp.headers.add("Warning", '299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"')
     return resp
 

@@ -1,0 +1,480 @@
+"""The hostile-input corpus (issue 13, item 10): every case is refused with a
+field path or accepted and safe; none is accepted and unsafe, none crashes.
+
+The cases: ``tests/corpus/slurmcluster.yaml`` and ``nodelendingpolicy.yaml``
+(hand-written, each a ``merge`` onto the matching ``base-*.yaml`` or a whole
+``manifest``), the large ones built by :func:`generated_cases` (they do not
+fit a file), the examples, the injection sweep (LF, CR, NUL, U+2028 and U+0085
+put into every string of each base, map keys included) and pairs of clusters
+in one namespace whose names used to collide.
+
+Each case gets exactly one class; the definitions are mechanical:
+
+refused-with-path
+    The loader raises InvalidSpec; every error has a path that starts with
+    ``apiVersion``, ``kind``, ``metadata``, ``spec``, ``status``,
+    ``(document)`` or ``(file)`` (or is an unknown top-level key, escaped)
+    and a non-empty reason, and the printed
+    error is one line per problem with no unprintable character (control,
+    zero-width, line separator) in it.
+crashed
+    Any other exception while loading or rendering, or a refusal that
+    breaks the rules above.
+accepted-and-unsafe
+    Loaded and rendered, and one of these holds (U1-U10; a policy renders
+    nothing alone, so U10 and U11 apply to it):
+
+    U1  a rendered config file has an unprintable character other than the
+        LF ending its lines, or a line ending in a backslash;
+    U2  a slurm.conf line that is not blank, a comment, or
+        ``Key=Value( Key=Value)*``;
+    U3  a slurm.conf key neither written by slurmk8s (OWNED_KEYS) nor set by
+        the spec's extraLines and in the allowlist (EXTRA_LINE_KEYS); or a key
+        that runs or loads a program (PROGRAM_KEYS) with a value slurmk8s does
+        not write itself;
+    U4  a PartitionName or NodeSet line naming DEFAULT or ALL, or a count of
+        them that differs from the spec's partitions and node sets (plus the
+        lent node sets);
+    U5  a rendered object whose name is invalid for its kind (Service: a
+        DNS-1035 label; StatefulSet: a DNS-1123 label of at most 52, so its
+        pods' names and hash labels fit; others: a DNS-1123 subdomain), or
+        one kubernetes_validate refuses;
+    U6  two rendered objects with one kind and name (for the cluster pairs:
+        across the two clusters);
+    U7  a ConfigMap whose data is over 1 MiB;
+    U8  a container request of memory or cpu that is not positive, or a
+        node's RealMemory below 1 MiB;
+    U9  a shared volume mounted at, inside or over a directory the images
+        use (IMAGE_PATHS) or another mount of the same container;
+    U10 an unprintable character in any string of a rendered object (Secrets'
+        base64 data aside) or of an accepted policy (its annotations' values
+        aside: free text, read by nothing);
+    U11 an accepted policy whose partition is not a Slurm partition name.
+accepted-and-safe
+    Loaded, rendered, and none of U1-U11.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from slurmk8s.api import InvalidSpec, load_cluster, load_policy
+from slurmk8s.api.fields import SLURM_NAME_RE, quantity_value, unprintable
+from slurmk8s.api.validate import EXTRA_LINE_KEYS, OWNED_KEYS, PROGRAM_KEYS
+from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
+from slurmk8s.render.config import TASK_PROLOG
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path(__file__).resolve().parent / "corpus"
+KEYS = ClusterKeys.generate()
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop"
+
+#: The characters of the injection sweep.
+SWEEP = {"LF": "\n", "CR": "\r", "NUL": "\0", "U+2028": "\u2028", "U+0085": "\x85"}
+#: Directories the images use (images/*/): shared storage must not cover them.
+IMAGE_PATHS = (
+    "/bin", "/dev", "/etc", "/etc/munge", "/etc/slurm", "/etc/ssh", "/lib", "/lib64", "/opt/slurmk8s",
+    "/proc", "/root", "/run", "/run/munge", "/sbin", "/sys", "/usr/bin", "/usr/lib", "/usr/local/lib/slurmk8s",
+    "/usr/sbin", "/var/lib/slurm", "/var/log", "/var/run", "/var/spool/slurmctld", "/var/spool/slurmd",
+)
+#: What slurmk8s itself writes for the program keys it owns.
+OWN_PROGRAMS = {"taskprolog": TASK_PROLOG, "mailprog": "/bin/true"}
+ROOTS = re.compile(r"(apiVersion|kind|metadata|spec|status)([.\[]|$)|\(document\)$|\(file\)$")
+SETTING = re.compile(r"[A-Za-z]+=[^\s#\\]+( [A-Za-z]+=[^\s#\\]+)*")
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+DNS_1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+CLASSES = ("refused-with-path", "accepted-and-safe", "accepted-and-unsafe", "crashed")
+
+
+@dataclass
+class Case:
+    id: str
+    kind: str  # SlurmCluster, NodeLendingPolicy, or Pair (two SlurmClusters)
+    doc: Any
+    why: str = ""
+    #: Whether the document can be sent as JSON (50,000 nested lists cannot).
+    sendable: bool = True
+    docs: list = field(default_factory=list)  # for a Pair
+
+
+# -- building the corpus ----------------------------------------------------------------------
+
+DELETE = "$delete"
+
+
+def merge(base: Any, patch: Any) -> Any:
+    """``patch`` over ``base``: mappings merge, anything else replaces; "$delete" removes a key."""
+    if not (isinstance(base, dict) and isinstance(patch, dict)):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(base)
+    for k, v in patch.items():
+        if v == DELETE:
+            out.pop(k, None)
+        else:
+            out[k] = merge(out.get(k), v) if k in out else copy.deepcopy(v)
+    return out
+
+
+def base(kind: str) -> dict:
+    return yaml.safe_load((CORPUS / f"base-{kind.lower()}.yaml").read_text())
+
+
+def file_cases(kind: str) -> Iterator[Case]:
+    for entry in yaml.safe_load((CORPUS / f"{kind.lower()}.yaml").read_text()):
+        doc = entry["manifest"] if "manifest" in entry else merge(base(kind), entry["merge"])
+        yield Case(f"{kind}/{entry['case']}", kind, doc, entry["why"])
+
+
+def _strings(node: Any, loc: tuple = ()) -> Iterator[tuple[tuple, bool]]:
+    """Every string of a document: (location, is-a-map-key)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield (*loc, k), True
+            if isinstance(v, str):
+                yield (*loc, k), False
+            else:
+                yield from _strings(v, (*loc, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            if isinstance(v, str):
+                yield (*loc, i), False
+            else:
+                yield from _strings(v, (*loc, i))
+
+
+def _inject(doc: Any, loc: tuple, is_key: bool, char: str) -> Any:
+    out = copy.deepcopy(doc)
+    parent = out
+    for part in loc[:-1]:
+        parent = parent[part]
+    last = loc[-1]
+    if is_key:
+        parent[last + char + "x"] = parent.pop(last)
+    else:
+        parent[last] = parent[last] + char + "PrologSlurmctld=/tmp/x"
+    return out
+
+
+def sweep_cases(kind: str) -> Iterator[Case]:
+    doc = base(kind)
+    for loc, is_key in _strings(doc):
+        where = ".".join(str(p) for p in loc) + (" (key)" if is_key else "")
+        for name, char in SWEEP.items():
+            yield Case(f"{kind}/sweep/{where}/{name}", kind, _inject(doc, loc, is_key, char), "10: injection sweep")
+
+
+def _deep(n: int) -> list:
+    out: list = []
+    for _ in range(n):
+        out = [out]
+    return out
+
+
+def generated_cases() -> Iterator[Case]:
+    c, p = base("SlurmCluster"), base("NodeLendingPolicy")
+    big_key = "ssh-ed25519 " + "A" * 100_000
+    yield Case("SlurmCluster/ssh-key-100kB", "SlurmCluster", merge(c, {"spec": {"login": {"users": [
+        {"name": "alice", "uid": 3000, "sshPublicKeys": [big_key]}]}}}), "2: over the CRD's maxLength")
+    yield Case("SlurmCluster/extra-line-5MB", "SlurmCluster", merge(c, {"spec": {"slurmConfig": {
+        "extraLines": ["Waittime=" + "5" * 5_000_000]}}}), "2: over the CRD's maxLength")
+    users = [{"name": f"u{i}", "uid": 1000 + i % 59_000, "sshPublicKeys": [KEY]} for i in range(20_000)]
+    yield Case("SlurmCluster/users-20000", "SlurmCluster", merge(c, {"spec": {"login": {"users": users}}}),
+               "2: a users ConfigMap over 1 MiB")
+    fat = [{"name": f"u{i}", "uid": 2000 + i, "sshPublicKeys": ["ssh-rsa " + "A" * 16_000] * 8} for i in range(10)]
+    yield Case("SlurmCluster/users-fat-keys", "SlurmCluster", merge(c, {"spec": {"login": {"users": fat}}}),
+               "2: inline keys over 1 MiB")
+    sets = [{"name": f"n{i}", "replicas": 0} for i in range(65)]
+    yield Case("SlurmCluster/node-sets-65", "SlurmCluster",
+               merge(c, {"spec": {"nodeSets": sets, "partitions": [{"name": "p", "nodeSets": ["n0"]}]}}),
+               "2: too many node sets")
+    lines = [f"{k}=1" for k in sorted(EXTRA_LINE_KEYS)]
+    yield Case("SlurmCluster/extra-lines-every-allowed-key", "SlurmCluster",
+               merge(c, {"spec": {"slurmConfig": {"extraLines": lines}}}), "1: the whole allowlist")
+    for kind, doc in (("SlurmCluster", c), ("NodeLendingPolicy", p)):
+        for part, why in (("spec", "3: RecursionError"), ("metadata", "3: accepted, then no one could dump it")):
+            deep = copy.deepcopy(doc)
+            deep[part]["x"] = _deep(50_000)  # not through merge(): deepcopy would recurse
+            yield Case(f"{kind}/nested-50000-{part}", kind, deep, why, sendable=False)
+    for path in sorted((ROOT / "examples").glob("*.yaml")):
+        for i, doc in enumerate(yaml.safe_load_all(path.read_text())):
+            if isinstance(doc, dict) and doc.get("kind") in ("SlurmCluster", "NodeLendingPolicy"):
+                yield Case(f"{doc['kind']}/example/{path.name}[{i}]", doc["kind"], doc, "examples stay valid")
+
+
+def _cluster(name: str, **spec) -> dict:
+    return {"apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster",
+            "metadata": {"name": name, "namespace": "hpc"}, "spec": spec}
+
+
+def _vol(name: str) -> dict:
+    return {"sharedStorage": {"volumes": [{"name": name, "mountPath": "/shared", "size": "1Gi"}]}}
+
+
+PAIRS = {
+    "nodeset-b-controller-vs-cluster-a-b": (_cluster("a", nodeSets=[{"name": "b-controller"}]), _cluster("a-b")),
+    "nodeset-b-x-vs-cluster-a-b-nodeset-x": (_cluster("a", nodeSets=[{"name": "b-x"}]),
+                                             _cluster("a-b", nodeSets=[{"name": "x"}])),
+    "nodeset-bx-vs-cluster-a-b-nodeset-x": (_cluster("a", nodeSets=[{"name": "bx"}]),
+                                            _cluster("a-b", nodeSets=[{"name": "x"}])),
+    "volume-b-x-vs-cluster-a-b-volume-x": (_cluster("a", **_vol("b-x")), _cluster("a-b", **_vol("x"))),
+    "volume-0-vs-controller-claim": (_cluster("state-a-controller", **_vol("0")), _cluster("a")),
+    "nodeset-controller": (_cluster("a", nodeSets=[{"name": "controller"}]), _cluster("b")),
+    "nodeset-login-vs-cluster-a-login": (_cluster("a", nodeSets=[{"name": "login"}]), _cluster("a-login")),
+}
+
+
+def pair_cases() -> Iterator[Case]:
+    for name, docs in PAIRS.items():
+        yield Case(f"Pair/{name}", "Pair", None, "4: two clusters in one namespace", docs=list(docs))
+
+
+def corpus() -> list[Case]:
+    return [
+        *file_cases("SlurmCluster"), *file_cases("NodeLendingPolicy"), *generated_cases(),
+        *sweep_cases("SlurmCluster"), *sweep_cases("NodeLendingPolicy"), *pair_cases(),
+    ]
+
+
+# -- classifying ----------------------------------------------------------------------------
+
+
+class Unsafe(Exception):
+    """Accepted, but one of U1-U11 holds."""
+
+
+def _check_refusal(exc: InvalidSpec) -> str | None:
+    """Why a refusal breaks the rules of refused-with-path, or None."""
+    if not exc.errors:
+        return "no errors"
+    for e in exc.errors:
+        top_level_key = "." not in e.path and "[" not in e.path and "not a known field" in e.message
+        if not (ROOTS.match(e.path) or top_level_key) or not e.message.strip():
+            return f"error without a field path or a reason: {e!r}"
+    text = str(exc)
+    lines = text.split("\n")
+    if len(lines) != len(exc.errors) + 1 or any(unprintable(ch) for ch in text.replace("\n", "")):
+        return f"printed error is not one clean line per problem: {ascii(text)[:300]}"
+    return None
+
+
+def _strings_of(obj: Any) -> Iterator[str]:
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield str(k)
+            yield from _strings_of(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _strings_of(v)
+
+
+def _no_unprintable(where: str, obj: Any) -> None:
+    for s in _strings_of(obj):
+        if any(unprintable(ch) for ch in s.replace("\n", "")):
+            raise Unsafe(f"U10 {where}: unprintable character in {ascii(s)[:120]}")
+
+
+def _check_config(cluster, files: dict[str, str]) -> None:
+    extra = {line.split("=", 1)[0].lower() for line in cluster.spec.slurm_config.extra_lines}
+    counts = {"partitionname": 0, "nodeset": 0}
+    for fname, text in files.items():
+        for line in text.split("\n"):
+            if any(unprintable(ch) for ch in line) or line.endswith("\\"):
+                raise Unsafe(f"U1 {fname}: {ascii(line)}")
+            if not line.strip() or line.startswith("#"):
+                continue
+            if not SETTING.fullmatch(line):
+                raise Unsafe(f"U2 {fname}: {line!r}")
+            if fname != "slurm.conf":
+                continue
+            key, value = line.split(" ", 1)[0].split("=", 1)
+            key = key.lower()
+            if key not in OWNED_KEYS and not (key in extra and key in EXTRA_LINE_KEYS):
+                raise Unsafe(f"U3 slurm.conf key {key} is neither slurmk8s's nor an allowed extra line")
+            if key in PROGRAM_KEYS and OWN_PROGRAMS.get(key) != value:
+                raise Unsafe(f"U3 slurm.conf runs {value!r} through {key}")
+            if key in counts:
+                counts[key] += 1
+                if value.upper() in ("DEFAULT", "ALL"):
+                    raise Unsafe(f"U4 slurm.conf: {line!r}")
+    lent = sum(p.accept_lent_nodes for p in cluster.spec.partitions)
+    if counts != {"partitionname": len(cluster.spec.partitions), "nodeset": len(cluster.spec.node_sets) + lent}:
+        raise Unsafe(f"U4 slurm.conf has {counts}")
+
+
+def _check_name(obj: dict) -> None:
+    kind, name = obj["kind"], obj["metadata"]["name"]
+    if kind == "Service":
+        ok = DNS_1035.fullmatch(name)
+    elif kind == "StatefulSet":
+        ok = DNS_1123_LABEL.fullmatch(name) and len(name) <= 52
+    else:
+        ok = DNS_1123_SUBDOMAIN.fullmatch(name) and len(name) <= 253
+    if not ok:
+        raise Unsafe(f"U5 {kind} name {name!r} is invalid for its kind")
+
+
+def _pod_specs(obj: dict) -> list[dict]:
+    spec = obj.get("spec", {})
+    return [spec["template"]["spec"]] if "template" in spec else []
+
+
+def _check_objects(cluster, objs: list[dict]) -> None:
+    seen: set[tuple[str, str]] = set()
+    shared = {v.mount_path for v in (cluster.spec.shared_storage.volumes if cluster.spec.shared_storage else [])}
+    for o in objs:
+        _check_name(o)
+        try:
+            kubernetes_validate.validate(o, kubernetes_validate.latest_version(), strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            raise Unsafe(f"U5 {o['kind']} {o['metadata']['name']}: {exc}") from None
+        ident = (o["kind"], o["metadata"]["name"])
+        if ident in seen:
+            raise Unsafe(f"U6 two {ident[0]}s named {ident[1]}")
+        seen.add(ident)
+        if o["kind"] == "ConfigMap":
+            size = sum(len(k.encode()) + len(v.encode()) for k, v in o.get("data", {}).items())
+            if size > 1 << 20:
+                raise Unsafe(f"U7 ConfigMap {o['metadata']['name']} holds {size} bytes")
+        if o["kind"] != "Secret":
+            _no_unprintable(f"{o['kind']} {o['metadata']['name']}", o)
+        for pod in _pod_specs(o):
+            for ctr in pod["containers"] + pod.get("initContainers", []):
+                for what in ("cpu", "memory"):
+                    req = ctr.get("resources", {}).get("requests", {}).get(what)
+                    if req is not None and quantity_value(str(req)) <= 0:
+                        raise Unsafe(f"U8 {o['metadata']['name']}/{ctr['name']} requests {what} {req}")
+                for env in ctr.get("env", []):
+                    m = re.search(r"RealMemory=(\S+)", env.get("value", ""))
+                    if m and int(m.group(1)) < 1:
+                        raise Unsafe(f"U8 {o['metadata']['name']}: RealMemory={m.group(1)}")
+                mounts = [m["mountPath"] for m in ctr.get("volumeMounts", [])]
+                for mp in (m for m in mounts if m in shared):
+                    others = [*IMAGE_PATHS, *(m for m in mounts if m != mp)]
+                    for other in others:
+                        if mp == other or other.startswith(mp.rstrip("/") + "/") or mp.startswith(other + "/"):
+                            raise Unsafe(f"U9 shared volume at {mp} covers or sits in {other}")
+
+
+def _render(cluster) -> list[dict]:
+    nodes = [TopologyNode(f"{cluster.name}-n{i}", {"example.com/spine": f"s{i % 2}", "example.com/leaf": f"l{i}"})
+             for i in range(3)]
+    _check_config(cluster, config_files(cluster, nodes))
+    objs = render(cluster, KEYS, nodes)
+    _check_objects(cluster, objs)
+    return objs
+
+
+def _load(case_kind: str, doc: Any):
+    return (load_policy if case_kind == "NodeLendingPolicy" else load_cluster)(doc)
+
+
+def classify(case: Case) -> tuple[str, str]:
+    """(class, detail) of one case."""
+    try:
+        if case.kind == "Pair":
+            clusters = [load_cluster(d) for d in case.docs]
+            names: dict[tuple[str, str], int] = {}
+            for i, cl in enumerate(clusters):
+                for o in _render(cl):
+                    ident = (o["kind"], o["metadata"]["name"])
+                    if names.setdefault(ident, i) != i:
+                        raise Unsafe(f"U6 both clusters render {ident[0]} {ident[1]}")
+            return "accepted-and-safe", ""
+        obj = _load(case.kind, case.doc)
+        if case.kind == "NodeLendingPolicy":
+            dumped = obj.dump()
+            dumped["metadata"].pop("annotations", None)  # free text by Kubernetes' definition, used nowhere
+            _no_unprintable("policy", dumped)
+            if not re.fullmatch(SLURM_NAME_RE, obj.spec.partition) or obj.spec.partition.upper() == "DEFAULT":
+                raise Unsafe(f"U11 partition {obj.spec.partition!r}")
+        else:
+            _render(obj)
+        return "accepted-and-safe", ""
+    except InvalidSpec as exc:
+        broken = _check_refusal(exc)
+        return ("crashed", broken) if broken else ("refused-with-path", exc.errors[0].path)
+    except Unsafe as exc:
+        return "accepted-and-unsafe", str(exc)
+    except Exception as exc:  # noqa: BLE001 - that is the point: anything else is a crash
+        return "crashed", f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+# -- the tests ------------------------------------------------------------------------------
+
+#: Filled by test_the_corpus; printed in the test session's summary (conftest.py).
+COUNTS: dict[str, int] = {}
+
+
+@pytest.fixture(scope="module")
+def results() -> list[tuple[Case, str, str]]:
+    return [(case, *classify(case)) for case in corpus()]
+
+
+def test_the_corpus_has_no_unsafe_acceptance_and_no_crash(results):
+    counts = {k: 0 for k in ("cases", *CLASSES)}
+    for _, cls, _ in results:
+        counts["cases"] += 1
+        counts[cls] += 1
+    COUNTS.clear()
+    COUNTS.update(counts)
+    bad = [f"{cls}: {case.id}: {detail}" for case, cls, detail in results
+           if cls in ("accepted-and-unsafe", "crashed")]
+    assert not bad, f"{counts}\n" + "\n".join(bad[:40])
+    assert counts["refused-with-path"] and counts["accepted-and-safe"], counts
+
+
+def test_every_category_of_the_issue_is_in_the_corpus(results):
+    ids = {case.id for case, _, _ in results}
+    for needed in ("SlurmCluster/extra-line-HealthCheckProgram", "SlurmCluster/ssh-key-100kB",
+                   "SlurmCluster/replicas-string", "SlurmCluster/memory-1e400", "SlurmCluster/metadata-null",
+                   "SlurmCluster/nested-50000-spec", "SlurmCluster/version-nonascii-\\u0662\\u0663.\\u0660\\u0662",
+                   "SlurmCluster/nodeset-name-controller", "SlurmCluster/partition-default",
+                   "SlurmCluster/cluster-name-9demo", "SlurmCluster/mount-/opt",
+                   "Pair/nodeset-b-controller-vs-cluster-a-b", "NodeLendingPolicy/partition-default"):
+        assert needed in ids, needed
+    for kind in ("SlurmCluster", "NodeLendingPolicy"):
+        for name in SWEEP:
+            assert any(i.startswith(f"{kind}/sweep/") and i.endswith(f"/{name}") for i in ids), (kind, name)
+
+
+@pytest.mark.parametrize("case_id,expected", [
+    ("SlurmCluster/extra-line-HealthCheckProgram", "refused-with-path"),
+    ("SlurmCluster/memory-1e400", "refused-with-path"),
+    ("SlurmCluster/metadata-string", "refused-with-path"),
+    ("SlurmCluster/mount-/var", "refused-with-path"),
+    ("SlurmCluster/extra-line-allowed", "accepted-and-safe"),
+    ("SlurmCluster/mount-ok-/home", "accepted-and-safe"),
+    ("Pair/nodeset-bx-vs-cluster-a-b-nodeset-x", "accepted-and-safe"),
+    ("NodeLendingPolicy/partition-default", "refused-with-path"),
+])
+def test_known_cases_land_in_their_class(results, case_id, expected):
+    found = {case.id: cls for case, cls, _ in results}
+    assert found[case_id] == expected
+
+
+def test_the_unsafe_checks_catch_what_they_define():
+    """The classifier itself: a program line, a stray key and a hidden character are unsafe."""
+    cluster = load_cluster(base("SlurmCluster"))
+    files = config_files(cluster)
+    for bad, rule in [("HealthCheckProgram=/tmp/x\n", "U3"), ("Waittime=5\\\n", "U1"),
+                      ("PartitionName=DEFAULT State=UP\n", "U4"), ("X=1\u2028Y=2\n", "U1"), ("a b\n", "U2")]:
+        with pytest.raises(Unsafe, match=rule):
+            _check_config(cluster, {**files, "slurm.conf": files["slurm.conf"] + bad})
+    objs = render(cluster, KEYS)
+    svc = next(o for o in objs if o["kind"] == "Service")
+    with pytest.raises(Unsafe, match="U5"):
+        _check_objects(cluster, [{**svc, "metadata": {**svc["metadata"], "name": "9demo-controller"}}])
+    with pytest.raises(Unsafe, match="U6"):
+        _check_objects(cluster, [svc, svc])
