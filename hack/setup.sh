@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what slurmk8s needs on Debian bookworm, as root: Debian's Slurm,
-# munge and OpenSSH (the same packages the images use), the tools the tests
+# munge and OpenSSH (the same packages the images use), buildah, mmdebstrap
+# and runc (the images, built and run without Docker), the tools the tests
 # use, and a virtual environment in .venv with slurmk8s installed editable.
 #
 # Idempotent and quick when nothing is missing. Safe to run again.
@@ -22,6 +23,7 @@ PACKAGES=(
   slurm-wlm-jwt-plugin                             # auth/jwt: slurmctld with slurmrestd
   openssh-server openssh-client                    # login pods
   iproute2 util-linux procps                       # namespaces, veth, nsenter
+  buildah mmdebstrap runc                          # images without Docker (slurmk8s images build)
   shellcheck                                       # lints images/ and hack/
   python3 python3-venv python3-pip git
 )

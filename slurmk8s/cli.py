@@ -448,5 +448,67 @@ def sandbox_down(state_dir: Path | None, purge: bool) -> None:
     click.echo("Removed: " + ", ".join(removed) if removed else "Nothing was running.")
 
 
+@main.group()
+def images() -> None:
+    """Build the images of images/ without Docker, for the sandbox's runtime.
+
+    Each Dockerfile is built unchanged with buildah on a Debian base that
+    mmdebstrap bootstraps from the archive apt is configured with (the Slurm
+    release picks the suite), tagged as the renderer and the chart name the
+    images, and exported as a root file system plus its OCI config into the
+    cache ($SLURMK8S_IMAGE_CACHE, default /var/cache/slurmk8s/images). An
+    image whose inputs did not change is not built again. Needs root and
+    buildah, mmdebstrap (hack/setup.sh installs them).
+
+    \b
+      slurmk8s images build              # every image, for Slurm 22.05
+      slurmk8s images build slurmd login
+      slurmk8s images list
+    """
+
+
+CACHE_OPTION = click.option(
+    "--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="SLURMK8S_IMAGE_CACHE", default=None,
+    show_default="/var/cache/slurmk8s/images", help="Where built images are exported.")
+
+
+@images.command("build")
+@click.argument("names", nargs=-1)
+@click.option("--slurm-version", default=None, show_default="22.05",
+              help="The Slurm release of the Slurm images; it picks the Debian suite they are built on.")
+@click.option("--refresh-base", is_flag=True,
+              help="Bootstrap the Debian base again (to take in security updates); every image is then rebuilt.")
+@CACHE_OPTION
+def images_build(names: tuple[str, ...], slurm_version: str | None, refresh_base: bool,
+                 cache_dir: Path | None) -> None:
+    """Build NAMES (default: every image of images/), reusing what is cached."""
+    import time
+
+    from .sandbox.images import DEFAULT_SLURM, ImageError
+    from .sandbox.imagestore import ImageBuildFailed, ImageStore
+
+    start = time.monotonic()
+    store = ImageStore(cache_dir)
+    try:
+        built = store.build(names, slurm_version or DEFAULT_SLURM, refresh_base=refresh_base,
+                            progress=lambda msg: click.echo(f"images: {msg}", err=True))
+    except (ImageError, ImageBuildFailed) as exc:
+        click.echo(f"images: {exc}", err=True)
+        sys.exit(1)
+    for image in built:
+        click.echo(f"{' '.join(image.meta['tags'])}\t{image.rootfs}")
+    click.echo(f"images: {len(built)} image(s) ready in {time.monotonic() - start:.0f}s", err=True)
+
+
+@images.command("list")
+@CACHE_OPTION
+def images_list(cache_dir: Path | None) -> None:
+    """The references the cache holds an image for, with its root file system."""
+    from .sandbox.imagestore import ImageStore
+
+    for image in ImageStore(cache_dir).list():
+        click.echo(f"{image.ref}\t{image.key[:12]}\t{image.rootfs}")
+
+
 if __name__ == "__main__":
     main()

@@ -8,13 +8,13 @@ import json
 import shutil
 import subprocess
 import sys
-from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 
 from slurmk8s.render.config import TASK_PROLOG
 from slurmk8s.sandbox.image import copies, install
+from slurmk8s.sandbox.images import IgnoreRules
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = sorted(ROOT.glob("images/*/Dockerfile"))
@@ -46,27 +46,14 @@ def test_hadolint(dockerfile):
     assert findings == [], "\n".join(f"{f['line']}: {f['code']} {f['message']}" for f in findings)
 
 
-def _ignored(path: str, patterns: list[str]) -> bool:
-    """Docker's rule: the last matching pattern wins; '!' re-includes."""
-    ignored = False
-    for pattern in patterns:
-        negate = pattern.startswith("!")
-        pattern = pattern.lstrip("!").rstrip("/")
-        parts = path.split("/")
-        if any(fnmatch("/".join(parts[:i]), pattern) for i in range(1, len(parts) + 1)):
-            ignored = not negate
-    return ignored
-
-
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
 def test_copied_files_exist_and_are_in_the_build_context(dockerfile):
-    ignore = dockerfile.with_name("Dockerfile.dockerignore").read_text().splitlines()
-    patterns = [line.strip() for line in ignore if line.strip() and not line.startswith("#")]
+    ignore = IgnoreRules.parse(dockerfile.with_name("Dockerfile.dockerignore").read_text())
     sources = [s for c in copies(dockerfile.read_text()) if c.stage is None for s in c.sources]
     assert sources, f"{dockerfile} copies nothing"
     for src in sources:
         assert (ROOT / src).exists(), f"{dockerfile}: COPY {src} does not exist"
-        assert not _ignored(src.rstrip("/"), patterns), f"{dockerfile}: {src} is excluded from the build context"
+        assert not ignore.ignored(src.rstrip("/")), f"{dockerfile}: {src} is excluded from the build context"
 
 
 @pytest.mark.parametrize("component", ["slurmctld", "slurmd", "login", "slurmrestd", "serve"])

@@ -43,6 +43,18 @@ case $SLURM_SOURCE in
       find /tmp/slurmk8s-keyrings -maxdepth 1 -type f \( -name '*.gpg' -o -name '*.asc' \) \
         -exec install -m 0644 -t /usr/share/keyrings/ {} +
     fi
+    # apt verifies https repositories against ca-certificates, which slim
+    # Debian images lack ("The certificate issuer is unknown"): install it
+    # from the base's archive before adding the repository.
+    case $SLURM_APT_LINE in
+      *https://*)
+        if [ ! -s /etc/ssl/certs/ca-certificates.crt ]; then
+          log "installing ca-certificates for the https repository"
+          apt-get update
+          apt-get install -y --no-install-recommends ca-certificates
+        fi
+        ;;
+    esac
     printf '%s\n' "$SLURM_APT_LINE" >/etc/apt/sources.list.d/slurm.list
     log "Slurm packages from: $SLURM_APT_LINE"
     ;;

@@ -1,0 +1,406 @@
+"""Build images/ with buildah, without Docker, and keep each image unpacked for a runtime.
+
+The base of each image is Debian's minbase, bootstrapped with mmdebstrap
+from the archive apt is configured with and committed as a local image
+(``localhost/slurmk8s/base:<suite>``); the Dockerfiles get it through their
+``BASE_IMAGE`` argument and are built unchanged (``buildah bud``). Every
+built image is exported into the cache as a root file system plus its OCI
+image config, under a key of everything the build reads (``images.cache_key``),
+so the next run finds it and builds nothing:
+
+    <cache>/<name>/<key>/rootfs/       the image's files, as a container sees them
+    <cache>/<name>/<key>/config.json   its OCI image configuration (config.Entrypoint, Cmd, Env, ...)
+    <cache>/<name>/<key>/image.json    name, key, tags, Slurm release, buildah image ID; written last
+    <cache>/refs/<ref>.json            which export a reference names now
+    <cache>/logs/<name>-<release>.log  buildah's output of the last build
+
+The cache is ``$SLURMK8S_IMAGE_CACHE``, else /var/cache/slurmk8s/images;
+buildah keeps its own storage (base, layers, tagged images) in
+/var/lib/containers. A runtime uses ``ImageStore.lookup`` and ``ensure``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import selectors
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from urllib.parse import quote
+
+from . import images as rules
+from .images import ImageConfig, ImageError, Recipe, Suite
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_CACHE = Path("/var/cache/slurmk8s/images")
+CACHE_ENV = "SLURMK8S_IMAGE_CACHE"
+#: Bumped when the export layout or the way images are built changes: every key changes with it.
+LAYOUT = "1"
+BASE_LABEL = "dev.slurmk8s.base-recipe"
+TAIL_LINES = 25
+HEARTBEAT_S = 20.0
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+Progress = Callable[[str], None]
+
+
+class ImageBuildFailed(RuntimeError):
+    """A build or a tool failed; the message names the image, the step and what to do."""
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image exported for a runtime: ``rootfs`` and ``config`` are what runc needs."""
+
+    ref: str  # the reference it was looked up by, normalized
+    name: str  # images/<name>
+    key: str
+    path: Path  # <cache>/<name>/<key>
+
+    @property
+    def rootfs(self) -> Path:
+        return self.path / "rootfs"
+
+    @cached_property
+    def oci_config(self) -> dict:
+        """The OCI image configuration, as buildah committed it."""
+        return json.loads((self.path / "config.json").read_text())
+
+    @property
+    def config(self) -> ImageConfig:
+        return ImageConfig.from_oci(self.oci_config)
+
+    @cached_property
+    def meta(self) -> dict:
+        return json.loads((self.path / "image.json").read_text())
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
+
+
+class ImageStore:
+    """The built images of a checkout (``repo``), exported under ``cache``."""
+
+    def __init__(self, cache: Path | None = None, repo: Path = REPO):
+        self.cache = Path(cache) if cache is not None else default_cache()
+        self.repo = Path(repo)
+
+    # --- what the runtime calls ---
+
+    def lookup(self, ref: str) -> Image | None:
+        """The export ``ref`` names, or None if it was never built here. Does not check that the
+        sources are unchanged since; ``ensure`` does."""
+        want = rules.normalize_ref(ref)
+        try:
+            entry = json.loads(self._ref_file(want).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        image = Image(want, entry["name"], entry["key"], self.cache / entry["name"] / entry["key"])
+        return image if (image.path / "image.json").exists() else None
+
+    def ensure(self, refs: Iterable[str], progress: Progress | None = None) -> dict[str, Image]:
+        """Build whatever of ``refs`` is missing or out of date; every ref's export, by ref.
+
+        A ref no image of images/ is tagged with is refused (ImageError): the sandbox has no registry.
+        """
+        known = self.names()
+        wanted: dict[str, Recipe] = {}
+        for ref in refs:
+            recipe = rules.recipe_for(ref, known)
+            if recipe is None:
+                raise ImageError(f"no image of images/ is tagged {ref!r} and there is no registry to pull it "
+                                 f"from: the sandbox builds {', '.join(sorted(known))}, tagged e.g. "
+                                 f"{rules.tags('slurmd')[0]} (`slurmk8s images build` lists what it tags)")
+            wanted[rules.normalize_ref(ref)] = recipe
+        built = self._build(list(dict.fromkeys(wanted.values())), progress or _quiet)
+        return {ref: Image(ref, b.name, b.key, b.path) for ref, r in wanted.items() for b in [built[r]]}
+
+    # --- what `slurmk8s images` calls ---
+
+    def names(self) -> list[str]:
+        return sorted(p.parent.name for p in (self.repo / "images").glob("*/Dockerfile"))
+
+    def build(self, names: Iterable[str] = (), slurm_version: str = rules.DEFAULT_SLURM,
+              progress: Progress | None = None, refresh_base: bool = False) -> list[Image]:
+        """Build images/<name> for each of ``names`` (all when empty), reusing cached exports."""
+        recipes = rules.recipes(names, slurm_version, self.names())
+        built = self._build(recipes, progress or _quiet, refresh_base=refresh_base)
+        return [built[r] for r in recipes]
+
+    def list(self) -> list[Image]:
+        out = []
+        for f in sorted((self.cache / "refs").glob("*.json")):
+            image = self.lookup(json.loads(f.read_text())["ref"])
+            if image is not None:
+                out.append(image)
+        return out
+
+    # --- the build ---
+
+    def _build(self, recipes: list[Recipe], progress: Progress, refresh_base: bool = False) -> dict[Recipe, Image]:
+        _need_tools()
+        for d in ("refs", "logs", "tmp"):
+            (self.cache / d).mkdir(parents=True, exist_ok=True)
+        out: dict[Recipe, Image] = {}
+        with self._locked(progress):
+            bases: dict[Suite, str] = {}
+            for r in recipes:
+                if r.suite not in bases:
+                    bases[r.suite] = self._ensure_base(r.suite, progress, refresh_base)
+            builder = f"layout {LAYOUT}; {_buildah_version()}"
+            for r in recipes:
+                key = self.key(r, bases[r.suite], builder)
+                path = self.cache / r.name / key
+                if (path / "image.json").exists():
+                    progress(f"{r.name}: cached ({', '.join(r.tags)})")
+                else:
+                    self._build_one(r, key, path, progress)
+                for tag in r.tags:
+                    _write_atomic(self._ref_file(tag), json.dumps({"ref": tag, "name": r.name, "key": key}))
+                out[r] = Image(r.tags[0], r.name, key, path)
+        return out
+
+    def key(self, r: Recipe, base_image_id: str, builder: str) -> str:
+        dockerfile = self.repo / "images" / r.name / "Dockerfile"
+        ignore = rules.IgnoreRules.parse(_read(dockerfile.with_name("Dockerfile.dockerignore")))
+        return rules.cache_key(dockerfile=dockerfile.read_text(), context=list(context_listing(self.repo, ignore)),
+                               base_image_id=base_image_id, build_args=r.build_args, tags=r.tags, builder=builder)
+
+    def _ensure_base(self, suite: Suite, progress: Progress, refresh: bool) -> str:
+        ref = rules.base_ref(suite)
+        recipe = rules.base_recipe(suite)
+        info = _inspect(ref)
+        if info is not None and not refresh:
+            labels = (info["OCIv1"].get("config") or {}).get("Labels") or {}
+            if labels.get(BASE_LABEL) == recipe:
+                return info["FromImageID"]
+        progress(f"base: bootstrapping Debian {suite.name} (minbase) with mmdebstrap, about a minute")
+        start = time.monotonic()
+        with tempfile.TemporaryDirectory(dir=self.cache / "tmp") as tmp:
+            tar = Path(tmp) / "rootfs.tar"
+            env = {**os.environ, "SOURCE_DATE_EPOCH": str(rules.SOURCE_DATE_EPOCH)}
+            self._run_logged(f"base-{suite.name}", rules.mmdebstrap_argv(suite, str(tar)), progress,
+                             what=f"the base (mmdebstrap {suite.name})", env=env)
+            container = _buildah("from", "scratch").strip()
+            try:
+                _buildah("add", "--quiet", container, str(tar), "/")
+                _buildah("config", *[f"--env={e}" for e in rules.BASE_ENV], f"--cmd={json.dumps(rules.BASE_CMD)}",
+                         f"--label={BASE_LABEL}={recipe}", container)
+                _buildah("commit", "--quiet", "--format=docker", f"--timestamp={rules.SOURCE_DATE_EPOCH}",
+                         container, ref)
+            finally:
+                _buildah("rm", container, check=False)
+        info = _inspect(ref)
+        assert info is not None, ref
+        progress(f"base: {ref} ready ({time.monotonic() - start:.0f}s)")
+        return info["FromImageID"]
+
+    def _build_one(self, r: Recipe, key: str, path: Path, progress: Progress) -> None:
+        if not _NAME.match(r.name):
+            raise ImageError(f"images/{r.name}: an image's directory name must be lowercase letters, digits and -")
+        for tag in r.tags:
+            rules.normalize_ref(tag)
+        dockerfile = self.repo / "images" / r.name / "Dockerfile"
+        start = time.monotonic()
+        progress(f"{r.name}: building for Slurm {r.slurm_version} on {rules.base_ref(r.suite)}")
+        tmp = Path(tempfile.mkdtemp(prefix=f"{r.name}-", dir=self.cache / "tmp"))
+        try:
+            iidfile = tmp / "iid"
+            argv = ["buildah", "bud", "--isolation=chroot", "--format=docker", "--layers", "--pull=never",
+                    f"--ignorefile={dockerfile.with_name('Dockerfile.dockerignore')}", f"--iidfile={iidfile}",
+                    f"--file={dockerfile}", *[f"--build-arg={k}={v}" for k, v in sorted(r.build_args.items())],
+                    *[f"--tag={t}" for t in r.tags], *_ca_secret(), str(self.repo)]
+            self._run_logged(f"{r.name}-{r.slurm_version}", argv, progress, what=r.name)
+            image_id = iidfile.read_text().strip()
+            progress(f"{r.name}: exporting the root file system")
+            _export(image_id, tmp / "out", f"slurmk8s-export-{r.name}")
+            (tmp / "out" / "image.json").write_text(json.dumps({
+                "name": r.name, "key": key, "tags": r.tags, "slurmVersion": r.slurm_version,
+                "suite": r.suite.name, "imageId": image_id, "builtAt": int(time.time()),
+                "buildSeconds": round(time.monotonic() - start, 1)}, indent=2) + "\n")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists():  # a half-made export of an earlier run that died: image.json was missing
+                shutil.rmtree(path)
+            (tmp / "out").rename(path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        progress(f"{r.name}: built {', '.join(r.tags)} in {time.monotonic() - start:.0f}s")
+
+    def _run_logged(self, log_name: str, argv: list[str], progress: Progress, *, what: str,
+                    env: dict | None = None) -> None:
+        """Run a build tool; progress per buildah step (and every HEARTBEAT_S); on failure raise
+        with the step and the tail of the output."""
+        log = self.cache / "logs" / f"{log_name}.log"
+        tail: deque[str] = deque(maxlen=TAIL_LINES)
+        step = None
+        start = step_start = time.monotonic()
+        with open(log, "w") as out:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, text=True, errors="replace", bufsize=1)
+            assert proc.stdout is not None
+            sel = selectors.DefaultSelector()
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while True:
+                if not sel.select(timeout=HEARTBEAT_S):
+                    progress(f"{what}: {_step_text(step)} still running ({time.monotonic() - step_start:.0f}s, "
+                             f"{time.monotonic() - start:.0f}s in all)")
+                    continue
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                out.write(line)
+                line = line.rstrip("\n")
+                tail.append(line)
+                parsed = rules.parse_step(line)
+                if parsed:
+                    step, step_start = parsed, time.monotonic()
+                    progress(f"{what}: {_step_text(step)} ({time.monotonic() - start:.0f}s)")
+            sel.close()
+            rc = proc.wait()
+        if rc != 0:
+            hint = rules.failure_hint(list(tail))
+            lines = "\n".join(f"    {t}" for t in tail)
+            raise ImageBuildFailed(f"building {what} failed at {_step_text(step)} (exit status {rc}); the last "
+                                   f"lines of its output:\n{lines}\nThe whole output: {log}\nWhat to do: {hint}")
+
+    @contextlib.contextmanager
+    def _locked(self, progress: Progress) -> Iterator[None]:
+        with open(self.cache / ".lock", "w") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                progress(f"waiting for another build in {self.cache} to finish")
+                fcntl.flock(f, fcntl.LOCK_EX)
+            yield
+
+    def _ref_file(self, ref: str) -> Path:
+        return self.cache / "refs" / (quote(ref, safe="") + ".json")
+
+
+def context_listing(root: Path, ignore: rules.IgnoreRules) -> Iterator[str]:
+    """Every path of the build context at ``root`` that ``ignore`` leaves, one line each
+    (``images.context_entry``), sorted: what COPY can carry into the image."""
+    import hashlib
+
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        rel_dir = "" if rel_dir == "." else rel_dir
+        keep = []
+        for d in sorted(dirnames):
+            rel = f"{rel_dir}/{d}" if rel_dir else d
+            full = os.path.join(dirpath, d)
+            if os.path.islink(full):
+                filenames.append(d)
+            elif not ignore.ignored(rel) or ignore.may_hold_included(rel):
+                keep.append(d)
+                if not ignore.ignored(rel):
+                    yield rules.context_entry(rel, "dir", os.lstat(full).st_mode, "-")
+        dirnames[:] = keep
+        for f in sorted(filenames):
+            rel = f"{rel_dir}/{f}" if rel_dir else f
+            if ignore.ignored(rel):
+                continue
+            full = os.path.join(dirpath, f)
+            st = os.lstat(full)
+            if os.path.islink(full):
+                yield rules.context_entry(rel, "link", st.st_mode, os.readlink(full))
+            else:
+                with open(full, "rb") as fh:
+                    yield rules.context_entry(rel, "file", st.st_mode, hashlib.file_digest(fh, "sha256").hexdigest())
+
+
+def _export(image_id: str, out: Path, container_name: str) -> None:
+    """The image's files into ``out/rootfs`` and its OCI config into ``out/config.json``:
+    a working container of the image, mounted, copied out with owners, modes, links and xattrs."""
+    info = _inspect(image_id)
+    if info is None:
+        raise ImageBuildFailed(f"buildah built image {image_id} but cannot find it now: run the build again")
+    (out / "rootfs").mkdir(parents=True)
+    (out / "config.json").write_text(json.dumps(info["OCIv1"], indent=2, sort_keys=True) + "\n")
+    _buildah("rm", container_name, check=False)
+    container = _buildah("from", "--pull=never", f"--name={container_name}", image_id).strip()
+    try:
+        mountpoint = _buildah("mount", container).strip()
+        try:
+            subprocess.run(["cp", "-a", "--reflink=auto", f"{mountpoint}/.", str(out / "rootfs")],
+                           check=True, capture_output=True, text=True)
+        except subprocess.CalledProcessError as exc:
+            raise ImageBuildFailed(f"copying the files of image {image_id} out of {mountpoint} failed: "
+                                   f"{exc.stderr.strip()}. Check the free space of {out}.") from None
+        finally:
+            _buildah("umount", container, check=False)
+    finally:
+        _buildah("rm", container, check=False)
+
+
+def _ca_secret() -> list[str]:
+    """The build host's CA bundle as the build secret ``ca-certificates``: pip in the controller
+    image's build stage trusts it, so a proxy that re-signs TLS works as it does on the host.
+    Secrets are not part of the image (nor of its cache key)."""
+    for candidate in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"),
+                      "/etc/ssl/certs/ca-certificates.crt"):
+        if candidate and "," not in candidate and Path(candidate).is_file():
+            return [f"--secret=id=ca-certificates,src={candidate}"]
+    return []
+
+
+def _buildah(*args: str, check: bool = True) -> str:
+    proc = subprocess.run(["buildah", *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if check and proc.returncode != 0:
+        raise ImageBuildFailed(f"`buildah {' '.join(args)}` failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout
+
+
+def _inspect(ref: str) -> dict | None:
+    proc = subprocess.run(["buildah", "inspect", "--type=image", ref], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL)
+    return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+def _buildah_version() -> str:
+    return _buildah("--version").strip()
+
+
+def _need_tools() -> None:
+    missing = [t for t in ("buildah", "mmdebstrap") if shutil.which(t) is None]
+    if missing:
+        raise ImageBuildFailed(f"{' and '.join(missing)} missing: run hack/setup.sh (installs buildah, "
+                               "mmdebstrap and runc from Debian)")
+    if os.geteuid() != 0:
+        raise ImageBuildFailed("building images needs root (buildah's storage in /var/lib/containers, "
+                               "chroot builds): run it as root")
+
+
+def _step_text(step: tuple[int, int, str] | None) -> str:
+    if step is None:
+        return "the start"
+    n, total, text = step
+    return f"step {n}/{total} {text[:100]}"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    tmp.rename(path)
+
+
+def _quiet(_: str) -> None:
+    pass
