@@ -239,11 +239,8 @@ class KubeletServer:
             raise APIError(400, str(exc)) from None
         local, pod_dir, ctr = self._find(ns, pod, container)
         try:
-            # With a terminal: a session of its own inside the pod's PID namespace (setsid -c), with
-            # the terminal as its controlling terminal, so shells do job control as in a container.
-            command = ["setsid", "-c", *opts.command] if opts.tty else list(opts.command)
-            argv = runtimes.exec_argv(local.holder, pod_dir, command, self._env(ctr, opts.tty),
-                                     container=podlogs.index(ctr))
+            argv = runtimes.exec_argv(local.holder, pod_dir, list(opts.command), self._env(ctr, opts.tty),
+                                      container=podlogs.index(ctr), tty=opts.tty)
         except runtime.SandboxError:
             raise APIError(400, f'container "{container}" in pod "{pod}" is not running (it is starting, '
                                 "restarting or has ended): see `kubectl get pod` and try again when it is Running") from None

@@ -183,15 +183,21 @@ def container_pid(holder: int | None, pod_dir: Path, index: int = 0) -> int | No
 
 
 def exec_argv(holder: int | None, pod_dir: Path, argv: Sequence[str], env: dict[str, str] | None = None,
-              container: int = 0) -> list[str]:
+              container: int = 0, tty: bool = False) -> list[str]:
     """argv that runs a command in a running container (``runc exec``), as the
-    container's user, in its working directory, with ``env`` over its own.
-    The caller's stdin/stdout/stderr (a terminal too) are the command's."""
+    container's user, in its working directory and cgroups, with ``env`` over its own.
+
+    With ``tty`` (the caller's stdin is a terminal): runc gives the command a
+    terminal of the container's own and copies between the two; it runs as
+    the session leader of the caller's terminal (setsid --ctty; --wait for its exit status), so a resize of
+    that terminal reaches it (SIGWINCH) and it resizes the container's."""
     record = _record(pod_dir)
     if record is None or container_pid(holder, pod_dir, container) is None:
         raise SandboxError("the pod or its container is not running")
     cid = record["containers"][container]["id"]
     flags = [f"--env={k}={v}" for k, v in (env or {}).items()]
+    if tty:
+        return ["setsid", "--wait", "--ctty", "runc", "exec", "--tty", *flags, cid, *argv]
     return ["runc", "exec", *flags, cid, *argv]
 
 

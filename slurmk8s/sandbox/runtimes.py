@@ -46,7 +46,7 @@ def container_pid(holder: int | None, pod_dir: Path, index: int = 0) -> int | No
     return of_pod(pod_dir).container_pid(holder, pod_dir, index)
 
 
-def exec_argv(holder: int | None, pod_dir: Path, argv, env=None, container: int = 0) -> list[str]:
+def exec_argv(holder: int | None, pod_dir: Path, argv, env=None, container: int = 0, tty: bool = False) -> list[str]:
     if holder is None:
         raise runtime.SandboxError("the pod or its container is not running")
-    return of_pod(pod_dir).exec_argv(holder, pod_dir, argv, env, container=container)
+    return of_pod(pod_dir).exec_argv(holder, pod_dir, argv, env, container=container, tty=tty)
