@@ -132,7 +132,10 @@ def test_the_pod_plan_carries_what_the_runc_runtime_needs():
                                     "args": ["-D"], "securityContext": {"runAsUser": 0},
                                     "resources": {"limits": {"memory": "1Gi"}},
                                     "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}]}}
+    pod["spec"]["volumes"].append({"name": "host", "hostPath": {"path": "/srv/data"}})
+    pod["spec"]["containers"][0]["volumeMounts"].append({"name": "host", "mountPath": "/data", "readOnly": True})
     c = pod_plan(pod, {}, {}, "10.0.0.2").main
     assert (c.image, c.command, c.container_args) == ("ghcr.io/slurmk8s/slurmd:22.05", ["slurmd"], ["-D"])
     assert c.security == {"runAsUser": 0, "fsGroup": 7}
-    assert c.mounts[0].kind == "tmpfs" and c.mounts[0].size == 2**30
+    assert [(m.kind, m.source, m.target, m.read_only, m.size) for m in c.mounts] == [
+        ("bind", "/srv/data", "/data", True, None), ("tmpfs", "tmpfs", "/dev/shm", False, 2**30)]

@@ -109,7 +109,10 @@ def world(tmp_path_factory):
             docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "motd", "namespace": "default"},
                      "data": {"motd": "from a ConfigMap\n"}},
                     pod("ctld", CTLD, MAIN),
-                    pod("ghost", "ghcr.io/slurmk8s/nosuchimage:22.05", MAIN, gpus=0)]
+                    pod("ghost", "ghcr.io/slurmk8s/nosuchimage:22.05", MAIN, gpus=0),
+                    pod("badvol", CTLD, MAIN, gpus=0)]
+            docs[-1]["spec"]["volumes"].append({"name": "nfs", "nfs": {"server": "x", "path": "/"}})
+            docs[-1]["spec"]["containers"][0]["volumeMounts"].append({"name": "nfs", "mountPath": "/nfs"})
             w.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
             wait_for("pod ctld ready", lambda: w.ready("ctld"), timeout=60)
             yield w
@@ -187,6 +190,16 @@ def test_an_image_that_is_not_built_is_image_pull_back_off_and_the_kubelet_goes_
     assert any(e.involved_object.name == "ghost" and e.type == "Warning" and "nosuchimage" in e.message
                for e in events)
     assert world.ready("ctld")  # the other pod runs on
+
+
+def test_a_pod_the_kubelet_cannot_make_waits_with_a_reason_and_an_event(world):
+    def waiting():
+        statuses = world.pod("badvol").status.container_statuses or []
+        return statuses and statuses[0].state.waiting and statuses[0].state.waiting.message
+    assert "volume nfs has a type the sandbox does not run" in wait_for("badvol waiting", waiting, timeout=30)
+    assert any(e.involved_object.name == "badvol" and e.reason == "Failed"
+               for e in world.core.list_namespaced_event("default").items)
+    assert world.ready("ctld")
 
 
 def test_a_container_that_ends_is_restarted_with_its_previous_log(world):

@@ -112,6 +112,8 @@ class Kubelet:
         self._hosts = ""
         self._heartbeat = 0.0
         self._probed: dict[str, float] = {}
+        #: Pods whose last step failed: uid -> when to try again.
+        self._failed: dict[str, float] = {}
         self._round_objects: dict[str, tuple[dict, dict]] = {}
         self._service_env: dict[str, str] | None = None
         #: ServiceAccount tokens of projected volumes: pod uid -> (volume, path) -> (token, renew at).
@@ -262,17 +264,30 @@ class Kubelet:
     def _isolated(self, pod: dict, step, *args) -> None:
         """One pod's step; what goes wrong with it is that pod's (a waiting
         reason and an Event), never the end of the kubelet's loop."""
+        meta = pod["metadata"]
+        if time.time() < self._failed.get(meta["uid"], 0.0):
+            return
         try:
             step(*args)
         except (runtime.SandboxError, ValueError, KeyError) as exc:
-            meta = pod["metadata"]
             local = self.pods.get(meta["uid"])
             self.progress(f"kubelet: pod {meta['namespace']}/{meta['name']}: {exc}")
+            names = [c["name"] for c in pod["spec"]["containers"]]
             if local is not None:
-                self._waiting(local, [c["name"] for c in pod["spec"]["containers"]], "CreateContainerError",
-                              str(exc), "Failed")
-            else:
+                self._waiting(local, names, "CreateContainerError", str(exc), "Failed")
+                self._failed[meta["uid"]] = local.retry_at
+            else:  # its plan failed: nothing of it exists; try again in a while
+                self._failed[meta["uid"]] = time.time() + 30
+                self._status(meta, {"phase": "Pending", "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "message": str(exc)}],
+                    "containerStatuses": [{"name": n, "ready": False, "restartCount": 0, "started": False,
+                                           "image": "", "imageID": "", "state": {"waiting": {
+                                               "reason": "CreateContainerConfigError", "message": str(exc)}}}
+                                          for n in names]})
                 self._event(meta, "Warning", "Failed", str(exc))
+        else:
+            self._failed.pop(meta["uid"], None)
 
     def _waiting(self, local: LocalPod, containers: list[str], reason: str, message: str, event: str) -> None:
         """The pod's containers could not start: report why, with an Event,

@@ -161,6 +161,11 @@ def _volumes(
             claim = vol["persistentVolumeClaim"]["claimName"]
             claims.setdefault(claim, f"claims/{claim}")
             sources[name] = ("bind", "/" + claims[claim])
+        elif "hostPath" in vol:
+            path = vol["hostPath"]["path"]
+            if not path.startswith("/"):
+                raise ValueError(f"pod {pod_name}: hostPath {path!r} of volume {name} is not an absolute path")
+            sources[name] = ("bind", path)
         elif "emptyDir" in vol:
             if vol["emptyDir"].get("medium") == "Memory":
                 limit = vol["emptyDir"].get("sizeLimit")
