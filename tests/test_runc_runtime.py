@@ -134,7 +134,10 @@ def test_the_pod_runs_from_its_image_not_from_this_hosts_root(world):
     assert log.splitlines()[:4] == ["slurm-wlm 22.05.8", "greeting=hello from the pod", "from a ConfigMap", "0"]
     ids = {c["id"] for c in json.loads(subprocess.run(["runc", "list", "--format", "json"], capture_output=True,
                                                       text=True, check=True).stdout)}
-    assert {f"sk8s-{SID}-{world.kubelet._netns_key(local)}-0", f"sk8s-{SID}-{world.kubelet._netns_key(local)}-pause"} <= ids
+    key = world.kubelet._netns_key(local)
+    assert {f"sk8s-{SID}-{key}-0", f"sk8s-{SID}-{key}-pause"} <= ids  # recorded as the pod's in runc.json
+    assert {c["id"] for c in json.loads((world.kubelet.pod_dir(local) / "runc.json").read_text())["containers"]} == \
+        {f"sk8s-{SID}-{key}-0"}
 
 
 def test_exec_sees_volumes_devices_limits_and_the_pods_namespaces(world):
