@@ -215,6 +215,16 @@ def test_a_container_that_ends_is_restarted_with_its_previous_log(world):
     assert world.kubectl("logs", "ctld").stdout.startswith("slurm-wlm 22.05.8\n")
 
 
+def test_a_killed_shims_containers_go_when_the_pod_starts_again(world):
+    local = world.local("ctld")
+    pod_dir = world.kubelet.pod_dir(local)
+    shim, old = local.holder, runcruntime.container_pid(local.holder, pod_dir)
+    os.kill(shim, 9)  # the containers run on without their shim
+    wait_for("ctld started again", lambda: world.local("ctld").holder != shim and world.ready("ctld"), timeout=60)
+    assert not runtime.alive(old)
+    assert runcruntime.container_pid(world.local("ctld").holder, pod_dir) != old
+
+
 def test_deletion_sends_term_and_waits_then_nothing_of_the_pod_is_left(world):
     local = world.local("ctld")
     pod_dir = world.kubelet.pod_dir(local)
@@ -245,3 +255,5 @@ def test_stop_all_leaves_no_container_mount_or_namespace(world):
     assert runcruntime.leftovers(SID) == []
     assert str(world.dir) not in Path("/proc/self/mountinfo").read_text()
     assert world.net.leftovers() == ([], [])
+    for hierarchy in ("memory", "devices", "pids"):
+        assert not list(Path(f"/sys/fs/cgroup/{hierarchy}/slurmk8s").glob(f"sk8s-{SID}-*"))

@@ -106,11 +106,12 @@ def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path, netns:
         path.chmod(f.mode)
     (pod_dir / "hostname").write_text(pod.hostname + "\n")
     netns_path = f"/var/run/netns/{netns}"
-    cgroup = f"/slurmk8s/{netns}"
+    # One level under /slurmk8s: runc removes a container's cgroup, and nothing else is left.
+    cgroup = "/slurmk8s"
     pause_bundle = pod_dir / "pause"
     pause_bundle.mkdir()
     (pause_bundle / "config.json").write_text(json.dumps(oci.pause_spec(
-        root=str(images[0].rootfs), hostname=pod.hostname, net=netns_path, cgroups_path=f"{cgroup}/pause"), indent=1))
+        root=str(images[0].rootfs), hostname=pod.hostname, net=netns_path, cgroups_path=f"{cgroup}/{container_id(netns, 'pause')}"), indent=1))
     record = {"pause": {"id": container_id(netns, "pause"), "bundle": str(pause_bundle)}, "containers": []}
     for i, (c, image) in enumerate(zip(pod.containers, images)):
         ctr = pod_dir / "containers" / str(i)
@@ -138,7 +139,7 @@ def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path, netns:
                 c, image.config, root=str(root), hostname=pod.hostname,
                 ns=oci.Namespaces(netns_path, oci.PAUSE_PLACEHOLDER), hosts_file=str(hosts_file.resolve()),
                 hostname_file=str(pod_dir / "hostname"), mounts=mounts, gpus=pod.gpus if i == 0 else 0,
-                cgroups_path=f"{cgroup}/{i}", passwd=read_in_root(image.rootfs, "etc/passwd"),
+                cgroups_path=f"{cgroup}/{container_id(netns, i)}", passwd=read_in_root(image.rootfs, "etc/passwd"),
                 group=read_in_root(image.rootfs, "etc/group"))
         except (oci.SpecError, ImageError) as exc:
             raise SandboxError(f"pod {pod.name}, container {c.name}: {exc}") from None
