@@ -439,7 +439,11 @@ class Kubelet:
         if not runtime.alive(local.holder) and local.waiting:
             if time.time() < local.retry_at:
                 return
-            self._start(local, self._plan(pod, local.ip))
+            try:
+                plan = self._plan(pod, local.ip)
+            except LookupError:  # what it mounts is gone for now: try again next round
+                return
+            self._start(local, plan)
             return
         if not runtime.alive(local.holder):
             if pod["spec"].get("restartPolicy", "Always") == "Never":
