@@ -3,8 +3,9 @@
 
 1. `sandbox up` -> every Slurm node IDLE, over several rounds (each round
    brings the example cluster up in a fresh state directory and takes it down):
-   the API stand-in, the kubelet and the operator start, the manifest is
-   applied, the operator renders the cluster and the kubelet runs its pods.
+   the API stand-in and the kubelet start, the chart is installed with Helm
+   (the operator and the bridge as pods), the manifest is applied, the
+   operator renders the cluster and the kubelet runs its pods.
 2. sbatch -> the job's first instruction running, through the sandbox (sbatch
    in the login pod, the job on a worker pod) and, in the same run, on a bare
    slurmctld + slurmd started by hand in private namespaces on this machine

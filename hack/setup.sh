@@ -21,6 +21,7 @@ fi
 PACKAGES=(
   slurmctld slurmd slurm-client slurmrestd munge   # Slurm 22.05 from Debian
   slurm-wlm-jwt-plugin                             # auth/jwt: slurmctld with slurmrestd
+  libpmix-dev                                      # srun --mpi=pmix: the plugin dlopens libpmix.so (the host keeps -dev)
   openssh-server openssh-client                    # login pods
   iproute2 util-linux procps                       # namespaces, veth, nsenter
   buildah mmdebstrap runc                          # images without Docker (slurmk8s images build)

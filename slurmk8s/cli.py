@@ -464,6 +464,7 @@ def images() -> None:
       slurmk8s images build              # every image, for Slurm 22.05
       slurmk8s images build slurmd login
       slurmk8s images list
+      slurmk8s images prune              # earlier builds no reference names
     """
 
 
@@ -508,6 +509,21 @@ def images_list(cache_dir: Path | None) -> None:
 
     for image in ImageStore(cache_dir).list():
         click.echo(f"{image.ref}\t{image.key[:12]}\t{image.rootfs}")
+
+
+@images.command("prune")
+@CACHE_OPTION
+def images_prune(cache_dir: Path | None) -> None:
+    """Remove exports no reference names any more (earlier builds of an image).
+
+    Run it when no sandbox runs containers from an earlier build. buildah's
+    own storage is pruned with `buildah rmi --prune` (which also drops its
+    layer cache).
+    """
+    from .sandbox.imagestore import ImageStore
+
+    removed = ImageStore(cache_dir).prune(progress=lambda msg: click.echo(f"images: {msg}", err=True))
+    click.echo(f"images: removed {len(removed)} earlier build(s)", err=True)
 
 
 if __name__ == "__main__":

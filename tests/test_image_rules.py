@@ -15,7 +15,7 @@ from slurmk8s.manifest import clusters
 from slurmk8s.render import ClusterKeys, names, render
 from slurmk8s.sandbox import images as rules
 from slurmk8s.sandbox.images import IgnoreRules, ImageConfig, ImageError, Recipe, container_process
-from slurmk8s.sandbox.imagestore import ImageStore, context_listing
+from slurmk8s.sandbox.imagestore import ImageBuildFailed, ImageStore, context_listing
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = sorted(p.parent.name for p in ROOT.glob("images/*/Dockerfile"))
@@ -26,6 +26,7 @@ SLURM_IMAGES = ["login", "slurmctld", "slurmd", "slurmrestd"]
 
 def test_each_slurm_release_maps_to_one_suite():
     assert rules.suite_for("22.05").name == "bookworm"
+    assert rules.suite_for("24.11").name == "trixie"
     assert rules.DEFAULT_SLURM in rules.SUITES
     with pytest.raises(ImageError, match="no Debian suite for Slurm 21.08.*22.05"):
         rules.suite_for("21.08")
@@ -72,7 +73,9 @@ def test_recipes_default_to_every_image_and_refuse_unknown_ones():
 
 def test_a_recipe_builds_on_its_suites_base():
     r = Recipe("slurmd", "22.05")
-    assert r.build_args == {"BASE_IMAGE": "localhost/slurmk8s/base:bookworm"}
+    base = r.build_args["BASE_IMAGE"]
+    assert list(r.build_args) == ["BASE_IMAGE"]
+    assert base == f"localhost/slurmk8s/base:bookworm-{rules.base_recipe(r.suite)[:12]}"
     assert r.tags == ["ghcr.io/slurmk8s/slurmd:22.05"]
 
 
@@ -81,13 +84,14 @@ def test_a_recipe_builds_on_its_suites_base():
     ("ghcr.io/slurmk8s/controller:22.05", "controller"),
     (f"ghcr.io/slurmk8s/controller:{__version__}", "controller"),
     (f"ghcr.io/slurmk8s/serve:{__version__}", "serve"),
+    ("ghcr.io/slurmk8s/slurmd:24.11", "slurmd"),
 ])
 def test_a_reference_leads_back_to_its_recipe(ref, name):
     r = rules.recipe_for(ref, NAMES)
     assert r is not None and r.name == name and ref in r.tags
 
 
-@pytest.mark.parametrize("ref", ["ghcr.io/slurmk8s/slurmd:24.11", "busybox", "registry.example.org/hpc/slurmd:22.05",
+@pytest.mark.parametrize("ref", ["ghcr.io/slurmk8s/slurmd:23.02", "busybox", "registry.example.org/hpc/slurmd:22.05",
                                  "ghcr.io/slurmk8s/serve:22.05"])
 def test_other_references_have_no_recipe(ref):
     assert rules.recipe_for(ref, NAMES) is None
@@ -315,3 +319,53 @@ def test_ensure_refuses_a_reference_no_image_is_tagged_with(tmp_path):
 
 def test_the_image_directories_are_safe_names():
     assert all(rules.normalize_ref(t) == t for n in NAMES for t in rules.tags(n))
+
+
+def test_a_failed_build_names_the_step_shows_the_tail_and_says_what_to_do(tmp_path):
+    store = ImageStore(tmp_path)
+    (tmp_path / "logs").mkdir()
+    script = ("echo 'STEP 1/3: FROM base'; echo 'STEP 2/3: RUN apt-get install -y slurmd'; "
+              "echo 'E: Unable to locate package slurmd'; exit 100")
+    progress: list[str] = []
+    with pytest.raises(ImageBuildFailed) as failed:
+        store._run_logged("slurmd-22.05", ["bash", "-c", script], progress.append, what="slurmd")
+    message = str(failed.value)
+    assert "building slurmd failed at step 2/3 RUN apt-get install -y slurmd (exit status 100)" in message
+    assert "    E: Unable to locate package slurmd" in message
+    assert f"The whole output: {tmp_path}/logs/slurmd-22.05.log" in message
+    assert "What to do: a package is not in the base's archive" in message
+    assert [p.split(" (")[0] for p in progress] == ["slurmd: step 1/3 FROM base",
+                                                    "slurmd: step 2/3 RUN apt-get install -y slurmd"]
+    assert "Unable to locate package" in (tmp_path / "logs/slurmd-22.05.log").read_text()
+
+
+def test_the_cli_refuses_an_unknown_image_or_release_before_building(tmp_path):
+    from click.testing import CliRunner
+
+    from slurmk8s.cli import main
+
+    result = CliRunner().invoke(main, ["images", "build", "--cache-dir", str(tmp_path), "nginx"])
+    assert result.exit_code == 1 and "no image nginx: images/ has controller" in result.output
+    result = CliRunner().invoke(main, ["images", "build", "--cache-dir", str(tmp_path), "--slurm-version", "23.02"])
+    assert result.exit_code == 1 and "no Debian suite for Slurm 23.02" in result.output
+    assert not os.listdir(tmp_path)
+
+
+def test_prune_removes_only_the_exports_no_reference_names(tmp_path):
+    current = _fake_export(tmp_path, "slurmd", "new", ["ghcr.io/slurmk8s/slurmd:22.05"])
+    old = tmp_path / "slurmd" / "old"
+    (old / "rootfs").mkdir(parents=True)
+    (old / "image.json").write_text("{}")
+    removed = ImageStore(tmp_path, repo=ROOT).prune()
+    assert removed == [old] and not old.exists() and current.is_dir()
+    assert ImageStore(tmp_path).lookup("ghcr.io/slurmk8s/slurmd:22.05").path == current
+
+
+def test_an_image_without_a_dockerignore_is_refused(tmp_path):
+    (tmp_path / "images/x").mkdir(parents=True)
+    (tmp_path / "images/x/Dockerfile").write_text("FROM scratch\n")
+    with pytest.raises(ImageError, match="Dockerfile.dockerignore is missing"):
+        ImageStore(tmp_path / "cache", repo=tmp_path).key(Recipe("x", "22.05"), "sha256:1", "buildah")
+    (tmp_path / "images/x/Dockerfile.dockerignore").write_text("*\n!images/x/\n")
+    key = ImageStore(tmp_path / "cache", repo=tmp_path).key(Recipe("x", "22.05"), "sha256:1", "buildah")
+    assert len(key) == 64

@@ -15,6 +15,7 @@ from slurmk8s.api import load_cluster
 from slurmk8s.api.crd import dump_yaml
 from slurmk8s.api.validate import OWNED_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, config_hash, render
+from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.render import names
 from slurmk8s.render.config import TASK_PROLOG
 
@@ -136,8 +137,8 @@ def test_a_config_change_changes_the_hash_and_leaves_keys_alone(doc, keys):
     controller = ("StatefulSet", "demo-controller")
     assert before[controller]["spec"]["template"] == after[controller]["spec"]["template"]
     worker = lambda objs: objs[("StatefulSet", "demo-gpu")]["spec"]["template"]
-    assert worker(before)["spec"]["terminationGracePeriodSeconds"] == 90
-    assert worker(after)["spec"]["terminationGracePeriodSeconds"] == 105
+    grace = lambda objs: worker(objs)["spec"]["terminationGracePeriodSeconds"]
+    assert grace(after) - grace(before) == 45 - 30
     assert worker(before)["metadata"]["annotations"] == worker(after)["metadata"]["annotations"]
     for key in (controller, ("StatefulSet", "demo-gpu")):
         assert names.CONFIG_HASH not in str(after[key]["spec"]["template"].get("metadata", {}))
@@ -394,3 +395,23 @@ def test_the_task_prolog_leaves_the_variable_unset_when_it_cannot_create_the_dir
     assert proc.returncode == 0
     assert proc.stdout.startswith("print slurmk8s: cannot create the checkpoint directory")
     assert "export" not in proc.stdout
+
+
+def test_slurm_pods_get_no_service_account_token_and_workers_drain_for_their_grace(doc, keys):
+    """Jobs and SSH users run in these pods: a mounted token would be theirs to
+    read. A worker deleted outside scale-in gives its jobs the node set's drain
+    grace, and the kubelet waits for it."""
+    doc["spec"]["nodeSets"][0]["drain"] = {"gracePeriod": 120}
+    cluster = load_cluster(doc)
+    objs = render(cluster, keys)
+    templates = [o["spec"]["template"] for o in objs if o["kind"] in ("StatefulSet", "Deployment")]
+    assert templates and all(t["spec"]["automountServiceAccountToken"] is False for t in templates)
+    for ns in cluster.spec.node_sets:
+        sts = next(o for o in objs if o["kind"] == "StatefulSet" and o["metadata"]["name"] == names.nodeset(cluster, ns.name))
+        spec = sts["spec"]["template"]["spec"]
+        env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+        assert env["SLURMK8S_DRAIN_TIMEOUT"] == str(ns.drain.grace_period)
+        assert spec["terminationGracePeriodSeconds"] > ns.drain.grace_period + cluster.spec.slurm_config.kill_wait
+    lent = lent_slurmd_pod(cluster, "h", name="demo-lent-n", node="n", conf="CPUs=1", gres_conf="", gpus=1,
+                           labels={}, taint_key="slurmk8s.dev/lent")
+    assert lent["spec"]["automountServiceAccountToken"] is False

@@ -87,6 +87,16 @@ apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
 [ "$own_policy" = 0 ] || rm -f "$policy"
 
+# Debian's mpi/pmix plugin dlopens <multiarch>/pmix2/lib/libpmix.so, a name
+# only libpmix-dev (with headers and their dependencies, ~100 MB) provides:
+# link it to the runtime library instead.
+for lib in /usr/lib/*/pmix2/lib/libpmix.so.2; do
+  if [ -e "$lib" ] && [ ! -e "${lib%.2}" ]; then
+    ln -s libpmix.so.2 "${lib%.2}"
+    log "linked ${lib%.2} for mpi/pmix"
+  fi
+done
+
 # Every cluster brings its own munge key (a Secret); never ship one.
 rm -f /etc/munge/munge.key
 # Debian's ssh host keys would be the same in every container of this image;

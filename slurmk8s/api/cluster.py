@@ -155,7 +155,9 @@ class DrainSpec(ApiModel):
     grace_period: int = Field(300, ge=0, le=604800)
     """Seconds the jobs on a drained node get to finish (counted from the
     signal when one is set, else from the drain). Then they are requeued and
-    the pod is removed; jobs submitted with --no-requeue end with the pod."""
+    the pod is removed; jobs submitted with --no-requeue end with the pod.
+    A worker pod deleted outside scale-in (a node drain, an eviction) gives
+    its jobs the same time before its slurmd requeues them."""
     signal: Signal | None = None
     """Signal sent to the batch shell of each job on the node when the grace
     period starts, for jobs that checkpoint on it (`trap ... USR1`). A batch
@@ -306,7 +308,8 @@ class SlurmConfig(ApiModel):
     """MiB per allocated CPU for jobs that give no --mem (DefMemPerCPU)."""
     kill_wait: int = Field(30, ge=0, le=65533)
     """Seconds between SIGTERM and SIGKILL when a job's time runs out (KillWait).
-    Worker pods get killWait + 60 seconds to terminate. A change is applied by
+    Worker pods get their node set's drain.gracePeriod + killWait + 60
+    seconds to terminate. A change is applied by
     `scontrol reconfigure`; running workers keep their termination grace
     period until they restart for another reason (it alone restarts no pod)."""
     credential_lifetime: int = Field(120, ge=10, le=86400)

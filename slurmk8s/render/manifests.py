@@ -176,7 +176,9 @@ def _pod_template(c: SlurmCluster, selector: dict, labels: dict, containers: lis
                   **spec) -> dict:
     return {
         "metadata": {"labels": {**labels, **selector}},
-        "spec": {"containers": containers, "volumes": volumes, "enableServiceLinks": False, **spec},
+        "spec": {"containers": containers, "volumes": volumes, "enableServiceLinks": False,
+                 # Slurm pods never call the Kubernetes API: no token for jobs and SSH users to read.
+                 "automountServiceAccountToken": False, **spec},
     }
 
 
@@ -311,7 +313,10 @@ def _workers(b: _Builder) -> list[dict]:
         resources = {"requests": {"cpu": str(ns.cpus), "memory": ns.memory}}
         if ns.gpus:
             resources["limits"] = {"nvidia.com/gpu": str(ns.gpus.count)}
-        env = {**_common_env(c), "SLURMK8S_NODESET": ns.name, "SLURMK8S_NODE_CONF": node_conf(c, ns)}
+        # A worker pod deleted outside the operator's scale-in (a node drain, an
+        # eviction, kubectl delete) gives its jobs the node set's grace too.
+        env = {**_common_env(c), "SLURMK8S_NODESET": ns.name, "SLURMK8S_NODE_CONF": node_conf(c, ns),
+               "SLURMK8S_DRAIN_TIMEOUT": str(ns.drain.grace_period)}
         if ns.gpus:
             env |= {"SLURMK8S_GPU_TYPE": ns.gpus.type, "SLURMK8S_GPU_COUNT": str(ns.gpus.count)}
         container = _container(
@@ -324,9 +329,10 @@ def _workers(b: _Builder) -> list[dict]:
         if not container["securityContext"]:
             del container["securityContext"]
         pod_spec = {
-            # Time for the entrypoint to drain the node and let jobs get their
-            # signal. Not part of the restart hash: running pods keep theirs.
-            "terminationGracePeriodSeconds": c.spec.slurm_config.kill_wait + 60,
+            # Time for the entrypoint to drain the node, wait out the drain
+            # grace, and requeue what still runs (Slurm's KillWait). Not part
+            # of the restart hash: running pods keep theirs.
+            "terminationGracePeriodSeconds": ns.drain.grace_period + c.spec.slurm_config.kill_wait + 60,
         }
         if ns.node_selector:
             pod_spec["nodeSelector"] = dict(ns.node_selector)
@@ -514,6 +520,7 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, name: str, node: str, 
         "containers": [container],
         "volumes": volumes,
         "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
         # The bridge deletes the pod only once Slurm has no job on the node.
         "terminationGracePeriodSeconds": 30,
         "restartPolicy": "Always",

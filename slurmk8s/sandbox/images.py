@@ -45,10 +45,11 @@ class Suite:
 
 
 #: Slurm release -> the Debian suite whose own Slurm packages are that release.
-#: Adding a release is one line here (trixie has 24.11, forky 26.05; forky's
-#: archive here needs ``--aptopt=Acquire::Check-Valid-Until "false"``).
+#: Adding a release is one line here (forky has 26.05; its archive here needs
+#: ``Suite("forky", ('--aptopt=Acquire::Check-Valid-Until "false"',))``).
 SUITES: dict[str, Suite] = {
     "22.05": Suite("bookworm"),
+    "24.11": Suite("trixie"),
 }
 
 #: The release the renderer defaults to (``spec.slurm.version``) and the chart's images are built for.
@@ -77,6 +78,9 @@ MMDEBSTRAP_OPTIONS = (
     "--dpkgopt=path-exclude=/usr/share/man/*",
     "--dpkgopt=path-exclude=/usr/share/info/*",
     "--dpkgopt=path-exclude=/usr/share/locale/*",
+    # mmdebstrap copies the build host's resolv.conf and hostname in: no image may carry the
+    # build machine's DNS server or name (the runtime provides both).
+    '--customize-hook=rm -f "$1/etc/resolv.conf" "$1/etc/hostname"',
 )
 #: Packages beyond minbase that the Dockerfiles' RUN steps need before they install their own
 #: (none: install-packages.sh needs bash, apt and dpkg; useradd is in passwd, which is required).
@@ -97,7 +101,9 @@ def suite_for(slurm_version: str) -> Suite:
 
 
 def base_ref(suite: Suite) -> str:
-    return f"localhost/slurmk8s/base:{suite.name}"
+    """The base image of ``suite``, tagged with its recipe, so checkouts whose recipes differ
+    (branches) keep their own bases instead of remaking one another's."""
+    return f"localhost/slurmk8s/base:{suite.name}-{base_recipe(suite)[:12]}"
 
 
 def mmdebstrap_argv(suite: Suite, out: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 The base of each image is Debian's minbase, bootstrapped with mmdebstrap
 from the archive apt is configured with and committed as a local image
-(``localhost/slurmk8s/base:<suite>``); the Dockerfiles get it through their
+(``localhost/slurmk8s/base:<suite>-<recipe digest>``); the Dockerfiles get it through their
 ``BASE_IMAGE`` argument and are built unchanged (``buildah bud``). Every
 built image is exported into the cache as a root file system plus its OCI
 image config, under a key of everything the build reads (``images.cache_key``),
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -146,6 +147,25 @@ class ImageStore:
                 out.append(image)
         return out
 
+    def prune(self, progress: Progress | None = None) -> list[Path]:
+        """Remove the exports no reference names any more (earlier builds of an image).
+        Not while a container runs from such an export. (buildah's own storage is pruned
+        with ``buildah rmi --prune``, which also drops its layer cache.)"""
+        progress = progress or _quiet
+        if not self.cache.is_dir():
+            return []
+        named = {(i.name, i.key) for i in self.list()}
+        removed = []
+        with self._locked(progress):
+            for name in self.names():
+                for path in sorted((self.cache / name).glob("*")):
+                    if path.is_dir() and (name, path.name) not in named:
+                        shutil.rmtree(path)
+                        removed.append(path)
+                        progress(f"removed {path}")
+            shutil.rmtree(self.cache / "tmp", ignore_errors=True)
+        return removed
+
     # --- the build ---
 
     def _build(self, recipes: list[Recipe], progress: Progress, refresh_base: bool = False) -> dict[Recipe, Image]:
@@ -173,7 +193,11 @@ class ImageStore:
 
     def key(self, r: Recipe, base_image_id: str, builder: str) -> str:
         dockerfile = self.repo / "images" / r.name / "Dockerfile"
-        ignore = rules.IgnoreRules.parse(_read(dockerfile.with_name("Dockerfile.dockerignore")))
+        ignore_file = dockerfile.with_name("Dockerfile.dockerignore")
+        if not ignore_file.is_file():
+            raise ImageError(f"{ignore_file} is missing: every image keeps its build context to what it copies "
+                             "(see images/slurmd/Dockerfile.dockerignore)")
+        ignore = rules.IgnoreRules.parse(ignore_file.read_text())
         return rules.cache_key(dockerfile=dockerfile.read_text(), context=list(context_listing(self.repo, ignore)),
                                base_image_id=base_image_id, build_args=r.build_args, tags=r.tags, builder=builder)
 
@@ -291,8 +315,6 @@ class ImageStore:
 def context_listing(root: Path, ignore: rules.IgnoreRules) -> Iterator[str]:
     """Every path of the build context at ``root`` that ``ignore`` leaves, one line each
     (``images.context_entry``), sorted: what COPY can carry into the image."""
-    import hashlib
-
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
         rel_dir = "" if rel_dir == "." else rel_dir
@@ -387,13 +409,6 @@ def _step_text(step: tuple[int, int, str] | None) -> str:
         return "the start"
     n, total, text = step
     return f"step {n}/{total} {text[:100]}"
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        return ""
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -100,9 +100,12 @@ class Life(Platform):
                 f"operator log:\n{self.box.logs('operator', tail=40)}")
 
     def pod_processes(self) -> dict[int, str]:
-        """Every process of every pod (host PID -> its pid namespace), from the kubelet's records."""
+        """Every process of every pod of the cluster (host PID -> its pid namespace), from the
+        kubelet's records; not the operator's and bridge's, which outlive it."""
         spaces = set()
         for pod in self.box._local_pods().values():
+            if pod["namespace"] == install.RELEASE_NAMESPACE:
+                continue
             init = runtime.init_pid(pod["holder"])
             if init:
                 spaces.add(os.readlink(f"/proc/{init}/ns/pid"))

@@ -57,6 +57,35 @@ def _cert_names(cert: x509.Certificate) -> set[str]:
     return {str(v) for v in ext.get_values_for_type(x509.IPAddress)} | set(ext.get_values_for_type(x509.DNSName))
 
 
+def _leaf(subject: x509.Name, usage, issuer, names: list[str] | None = None):
+    """A new key and a ten-year end-entity certificate for ``subject`` with
+    extended key usage ``usage`` (and ``names`` as its SANs), signed by
+    ``issuer`` (CA certificate, CA key), or self-signed when it is None."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    issuer_name, signer = (issuer[0].subject, issuer[1]) if issuer else (subject, key)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(_sans(names)), critical=False)
+    if issuer:
+        builder = (builder
+                   .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False),
+                                  critical=True)
+                   .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()),
+                                  critical=False))
+    return key, builder.sign(signer, hashes.SHA256())
+
+
 def ensure(directory: Path, names: list[str]) -> Pki:
     """The CA and a server certificate valid for ``names`` (IPs or DNS names)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -90,22 +119,8 @@ def ensure(directory: Path, names: list[str]) -> Pki:
         current = x509.load_pem_x509_certificate(crt_p.read_bytes())
         if want <= _cert_names(current) and current.not_valid_after_utc > now + datetime.timedelta(days=1):
             return Pki(ca_cert_p, crt_p, key_p)
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "slurmk8s-apiserver")]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=3650))
-        .add_extension(x509.SubjectAlternativeName(_sans(sorted(want))), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    key, cert = _leaf(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "slurmk8s-apiserver")]),
+                      ExtendedKeyUsageOID.SERVER_AUTH, issuer=(ca_cert, ca_key), names=sorted(want))
     _write(key_p, _key_pem(key), private=True)
     _write(crt_p, cert.public_bytes(serialization.Encoding.PEM))
     return Pki(ca_cert_p, crt_p, key_p)
@@ -128,22 +143,9 @@ def ensure_kubelet_client(directory: Path) -> tuple[Path, Path]:
         if current.issuer == ca_cert.subject and current.not_valid_after_utc > now + datetime.timedelta(days=1):
             return crt_p, key_p
     ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-                                 x509.NameAttribute(NameOID.COMMON_NAME, KUBELET_CLIENT)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=3650))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    key, cert = _leaf(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                                 x509.NameAttribute(NameOID.COMMON_NAME, KUBELET_CLIENT)]),
+                      ExtendedKeyUsageOID.CLIENT_AUTH, issuer=(ca_cert, ca_key))
     _write(key_p, _key_pem(key), private=True)
     _write(crt_p, cert.public_bytes(serialization.Encoding.PEM))
     return crt_p, key_p
@@ -159,21 +161,8 @@ def ensure_self_signed(directory: Path, names: list[str], common_name: str) -> t
         current = x509.load_pem_x509_certificate(crt_p.read_bytes())
         if set(names) <= _cert_names(current) and current.not_valid_after_utc > now + datetime.timedelta(days=1):
             return crt_p, key_p
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=3650))
-        .add_extension(x509.SubjectAlternativeName(_sans(sorted(set(names)))), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
+    key, cert = _leaf(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]),
+                      ExtendedKeyUsageOID.SERVER_AUTH, issuer=None, names=sorted(set(names)))
     _write(key_p, _key_pem(key), private=True)
     _write(crt_p, cert.public_bytes(serialization.Encoding.PEM))
     return crt_p, key_p
