@@ -119,6 +119,22 @@ _sk_merge_db() {
   sk_log "added $added entries from $fragment to $target"
 }
 
+# _sk_shadow_entries: an /etc/shadow line, with no password that can match
+# ("*"), for each user of the users ConfigMap that has none: PAM's account
+# check (su, runuser -l, cron) refuses a user without one. Users log in with
+# their SSH keys, which "*" does not lock.
+_sk_shadow_entries() {
+  local name added=0
+  [ -w /etc/shadow ] || return 0
+  while read -r name _; do
+    if ! cut -d: -f1 /etc/shadow | grep -qxF -- "$name"; then
+      printf '%s:*:%s:0:99999:7:::\n' "$name" "$(($(date +%s) / 86400))" >>/etc/shadow
+      added=$((added + 1))
+    fi
+  done < <(sk_users_each)
+  [ "$added" -eq 0 ] || sk_log "added $added entries to /etc/shadow (no password: SSH keys only)"
+}
+
 # sk_users_each: print "name uid gid home" for each user of the users ConfigMap.
 sk_users_each() {
   [ -r "$SK_USERS_DIR/passwd" ] || return 0
@@ -135,6 +151,7 @@ sk_setup_users() {
   fi
   _sk_merge_db "$SK_USERS_DIR/group" /etc/group 4
   _sk_merge_db "$SK_USERS_DIR/passwd" /etc/passwd 7
+  _sk_shadow_entries
   sk_users_each | while read -r name uid gid home; do
     case $home in /?*) ;; *) sk_log "warning: $name has no absolute home directory ($home)"; continue ;; esac
     if [ ! -e "$home" ]; then

@@ -36,7 +36,7 @@ from typing import Callable
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from . import runtime
+from . import runcruntime, runtime, runtimes
 from .kubeletserver import KubeletServer
 from .plan import PodPlan, hosts_file, pod_plan, token_requests
 
@@ -90,6 +90,9 @@ class LocalPod:
     started: str = ""
     ready: bool = False
     volumes: str = ""  # hash of the ConfigMap/Secret files last written
+    waiting: str = ""  # why its containers could not start (ErrImagePull, ...); "" once they run
+    attempts: int = 0  # failed starts in a row: the back-off grows with them
+    retry_at: float = 0.0  # wall-clock time of the next start when waiting
 
 
 class Kubelet:
@@ -100,6 +103,8 @@ class Kubelet:
         self.dir = state_dir
         self.net = network
         self.progress = progress
+        #: The pod runtime new pods start with (runtimes.ENV); a running pod keeps its own.
+        self.runtime = runtimes.selected()
         self.pods: dict[str, LocalPod] = {}
         self.stopping: set[str] = set()
         self.lock = threading.Lock()
@@ -107,6 +112,8 @@ class Kubelet:
         self._hosts = ""
         self._heartbeat = 0.0
         self._probed: dict[str, float] = {}
+        #: Pods whose last step failed: uid -> when to try again.
+        self._failed: dict[str, float] = {}
         self._round_objects: dict[str, tuple[dict, dict]] = {}
         self._service_env: dict[str, str] | None = None
         #: ServiceAccount tokens of projected volumes: pod uid -> (volume, path) -> (token, renew at).
@@ -245,14 +252,77 @@ class Kubelet:
                 # sandbox stopped and started again): run it, as a kubelet
                 # does after a reboot. Finished pods stay finished.
                 if status.get("phase") not in ("Succeeded", "Failed"):
-                    self._admit(pod)
+                    self._isolated(pod, self._admit, pod)
                 continue
             if uid in self.stopping:
                 continue
-            self._tend(pod, local)
+            self._isolated(pod, self._tend, pod, local)
         self._write_hosts(bound)
 
     # Pods
+
+    def _isolated(self, pod: dict, step, *args) -> None:
+        """One pod's step; what goes wrong with it is that pod's (a waiting
+        reason and an Event), never the end of the kubelet's loop."""
+        meta = pod["metadata"]
+        if time.time() < self._failed.get(meta["uid"], 0.0):
+            return
+        try:
+            step(*args)
+        except (runtime.SandboxError, ValueError, KeyError) as exc:
+            local = self.pods.get(meta["uid"])
+            self.progress(f"kubelet: pod {meta['namespace']}/{meta['name']}: {exc}")
+            names = [c["name"] for c in pod["spec"]["containers"]]
+            if local is not None:
+                self._waiting(local, names, "CreateContainerError", str(exc), "Failed")
+                self._failed[meta["uid"]] = local.retry_at
+            else:  # its plan failed: nothing of it exists; try again in a while
+                self._failed[meta["uid"]] = time.time() + 30
+                self._status(meta, {"phase": "Pending", "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "message": str(exc)}],
+                    "containerStatuses": [{"name": n, "ready": False, "restartCount": 0, "started": False,
+                                           "image": "", "imageID": "", "state": {"waiting": {
+                                               "reason": "CreateContainerConfigError", "message": str(exc)}}}
+                                          for n in names]})
+                self._event(meta, "Warning", "Failed", str(exc))
+        else:
+            self._failed.pop(meta["uid"], None)
+
+    def _waiting(self, local: LocalPod, containers: list[str], reason: str, message: str, event: str) -> None:
+        """The pod's containers could not start: report why, with an Event,
+        and try again after a back-off (10 s, doubling up to 5 minutes)."""
+        local.holder = None
+        local.ready = False
+        local.attempts += 1
+        local.waiting = reason
+        local.retry_at = time.time() + min(300, 10 * 2 ** (local.attempts - 1))
+        self._save()
+        meta = {"name": local.name, "namespace": local.namespace, "uid": local.uid}
+        self._status(meta, {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady"},
+            {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "message": message}],
+            "containerStatuses": [{"name": n, "ready": False, "restartCount": local.restarts, "started": False,
+                                   "image": "", "imageID": "",
+                                   "state": {"waiting": {"reason": reason, "message": message}}}
+                                  for n in containers]})
+        self._event(meta, "Warning", event, message)
+
+    def _event(self, meta: dict, kind: str, reason: str, message: str) -> None:
+        stamp = now()
+        body = {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                   "namespace": meta["namespace"], **({"uid": meta["uid"]} if "uid" in meta else {})},
+                "reason": reason, "message": message, "type": kind, "count": 1,
+                "firstTimestamp": stamp, "lastTimestamp": stamp,
+                "source": {"component": "kubelet", "host": next(iter(self.nodes), "")}}
+        try:
+            self.core.create_namespaced_event(meta["namespace"], body)
+        except ApiException as exc:
+            self.progress(f"kubelet: could not record an Event for {meta['namespace']}/{meta['name']}: "
+                          f"{exc.status} {exc.reason}")
 
     def _namespace_objects(self, ns: str) -> tuple[dict, dict]:
         """The ConfigMaps and Secrets of ``ns``, read once per round however many pods need them."""
@@ -336,11 +406,23 @@ class Kubelet:
         pod_dir = self.pod_dir(local)
         self.net.detach(key, local.index)  # what a killed kubelet may have left
         self.net.attach(key, local.index, local.ip)
-        runtime.prepare(plan, pod_dir, self.hosts_path, self.dir / "storage")
+        rt = self.runtime
+        names = [c.name for c in plan.containers]
+        try:
+            if rt is runcruntime:
+                runcruntime.prepare(plan, pod_dir, self.hosts_path, self.dir / "storage", netns=self.net.netns(key))
+            else:
+                rt.prepare(plan, pod_dir, self.hosts_path, self.dir / "storage")
+        except runcruntime.ImageNotBuilt as exc:
+            reason = "ErrImagePull" if local.waiting not in ("ErrImagePull", "ImagePullBackOff") else "ImagePullBackOff"
+            self.progress(f"kubelet: pod {local.namespace}/{local.name}: {exc}")
+            self._waiting(local, names, reason, str(exc), "Failed" if reason == "ErrImagePull" else "BackOff")
+            return
         local.volumes = self._volume_hash(plan)
-        local.holder = runtime.start(self.net.netns(key), pod_dir)
+        local.holder = rt.start(self.net.netns(key), pod_dir)
         local.started = now()
         local.ready = False
+        local.waiting, local.attempts = "", 0
         self._save()
         self.progress(f"kubelet: started pod {local.namespace}/{local.name} on {local.node} ({local.ip})")
         self._report(local, plan)
@@ -354,6 +436,15 @@ class Kubelet:
 
     def _tend(self, pod: dict, local: LocalPod) -> None:
         plan = None
+        if not runtime.alive(local.holder) and local.waiting:
+            if time.time() < local.retry_at:
+                return
+            try:
+                plan = self._plan(pod, local.ip)
+            except LookupError:  # what it mounts is gone for now: try again next round
+                return
+            self._start(local, plan)
+            return
         if not runtime.alive(local.holder):
             if pod["spec"].get("restartPolicy", "Always") == "Never":
                 self._status(pod["metadata"], {"phase": "Failed", "conditions": [
@@ -379,7 +470,7 @@ class Kubelet:
             runtime.refresh_volumes(plan, self.pod_dir(local))
             local.volumes = digest
             self._save()
-        ready = runtime.ready(local.holder, self.pod_dir(local), plan)
+        ready = runtimes.of_pod(self.pod_dir(local)).ready(local.holder, self.pod_dir(local), plan)
         if ready != local.ready or pod.get("status", {}).get("phase") != "Running":
             local.ready = ready
             self._save()
@@ -416,7 +507,9 @@ class Kubelet:
 
         def work():
             try:
-                runtime.stop(local.holder, grace=grace)
+                runtimes.stop(local.holder, grace=grace)
+                if (self.pod_dir(local) / "runc.json").exists():
+                    runcruntime.remove(self.pod_dir(local))  # also when its shim was gone already
                 self.net.detach(self._netns_key(local), local.index)
                 with self.lock:
                     self.pods.pop(local.uid, None)

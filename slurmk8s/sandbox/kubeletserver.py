@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import WSMsgType, web
 
-from . import podlogs, remotecommand, runtime
+from . import podlogs, remotecommand, runtime, runtimes
 from .apiserver.errors import APIError
 from .apiserver.tls import KUBELET_CLIENT, ensure_self_signed
 from .remotecommand import ProtocolError
@@ -218,7 +218,7 @@ class KubeletServer:
             if data:
                 budget = await self._write(resp, data, budget)
                 continue
-            running = runtime.alive(local.holder) and runtime.container_pid(local.holder, pod_dir, index) is not None
+            running = runtime.alive(local.holder) and runtimes.container_pid(local.holder, pod_dir, index) is not None
             seen = seen or running
             try:
                 replaced = os.stat(path).st_ino != inode
@@ -239,11 +239,8 @@ class KubeletServer:
             raise APIError(400, str(exc)) from None
         local, pod_dir, ctr = self._find(ns, pod, container)
         try:
-            # With a terminal: a session of its own inside the pod's PID namespace (setsid -c), with
-            # the terminal as its controlling terminal, so shells do job control as in a container.
-            command = ["setsid", "-c", *opts.command] if opts.tty else list(opts.command)
-            argv = runtime.exec_argv(local.holder, pod_dir, command, self._env(ctr, opts.tty),
-                                     container=podlogs.index(ctr))
+            argv = runtimes.exec_argv(local.holder, pod_dir, list(opts.command), self._env(ctr, opts.tty),
+                                      container=podlogs.index(ctr), tty=opts.tty)
         except runtime.SandboxError:
             raise APIError(400, f'container "{container}" in pod "{pod}" is not running (it is starting, '
                                 "restarting or has ended): see `kubectl get pod` and try again when it is Running") from None

@@ -15,6 +15,7 @@ from pathlib import PurePosixPath
 from typing import Mapping, Sequence
 
 from ..render.config import render_template
+from .apiserver.quantity import parse as parse_quantity
 
 #: Where the images keep their entrypoint.
 ENTRYPOINT = "/usr/local/bin/slurmk8s-entrypoint"
@@ -29,6 +30,7 @@ class Mount:
     target: str
     read_only: bool = False
     mode: str = ""
+    size: int | None = None  # tmpfs: bytes (an emptyDir's sizeLimit)
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,14 @@ class ContainerPlan:
     readiness: list[str] | None = None  # exec probe argv
     tcp_ready_port: int | None = None
     http_ready: tuple[int, str] | None = None  # httpGet probe: (port, path)
+    # What a runtime that runs the image itself needs (the runc runtime): the
+    # image reference, the container's own command and args (None: unset),
+    # its securityContext over the pod's, and its resources.
+    image: str = ""
+    command: list[str] | None = None
+    container_args: list[str] | None = None
+    security: dict = field(default_factory=dict)
+    resources: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -151,9 +161,15 @@ def _volumes(
             claim = vol["persistentVolumeClaim"]["claimName"]
             claims.setdefault(claim, f"claims/{claim}")
             sources[name] = ("bind", "/" + claims[claim])
+        elif "hostPath" in vol:
+            path = vol["hostPath"]["path"]
+            if not path.startswith("/"):
+                raise ValueError(f"pod {pod_name}: hostPath {path!r} of volume {name} is not an absolute path")
+            sources[name] = ("bind", path)
         elif "emptyDir" in vol:
             if vol["emptyDir"].get("medium") == "Memory":
-                sources[name] = ("tmpfs", "tmpfs")
+                limit = vol["emptyDir"].get("sizeLimit")
+                sources[name] = ("tmpfs", f"tmpfs:{int(parse_quantity(limit))}" if limit else "tmpfs")
             else:
                 sources[name] = ("bind", local)
                 files.append(VolumeFile(f"{local}/.keep", b""))
@@ -249,12 +265,16 @@ def token_requests(pod: dict) -> list[tuple[str, str, str | None, int]]:
     return out
 
 
-def _container(container: dict, sources: Mapping[str, tuple[str, str]], env: dict[str, str]) -> ContainerPlan:
+def _container(container: dict, sources: Mapping[str, tuple[str, str]], env: dict[str, str],
+               pod_security: Mapping | None = None) -> ContainerPlan:
     mounts = []
     for vm in sorted(container.get("volumeMounts", []), key=lambda m: PurePosixPath(m["mountPath"]).parts):
         kind, source = sources[vm["name"]]
+        size = None
+        if kind == "tmpfs" and source.startswith("tmpfs:"):
+            source, size = "tmpfs", int(source.split(":", 1)[1])
         mounts.append(Mount(kind, source, vm["mountPath"], read_only=bool(vm.get("readOnly")),
-                            mode="1777" if kind == "tmpfs" else ""))
+                            mode="1777" if kind == "tmpfs" else "", size=size))
     ports = {p["name"]: p["containerPort"] for p in container.get("ports", []) if "name" in p}
 
     def port(value):
@@ -270,7 +290,28 @@ def _container(container: dict, sources: Mapping[str, tuple[str, str]], env: dic
         readiness=probe.get("exec", {}).get("command"),
         tcp_ready_port=port(probe["tcpSocket"]["port"]) if "tcpSocket" in probe else None,
         http_ready=(port(probe["httpGet"]["port"]), probe["httpGet"].get("path", "/")) if "httpGet" in probe else None,
+        image=container["image"],
+        command=list(container["command"]) if container.get("command") else None,
+        container_args=list(container["args"]) if container.get("args") else None,
+        security=security_context(pod_security or {}, container.get("securityContext") or {}),
+        resources=dict(container.get("resources") or {}),
     )
+
+
+#: The fields of a PodSecurityContext that a container's securityContext also has (and overrides).
+_SHARED_SECURITY = ("runAsUser", "runAsGroup", "runAsNonRoot", "seLinuxOptions", "seccompProfile",
+                    "windowsOptions", "appArmorProfile")
+
+
+def security_context(pod: Mapping, container: Mapping) -> dict:
+    """A container's effective securityContext: the pod's shared fields, the
+    container's over them; ``supplementalGroups`` and ``fsGroup`` from the pod."""
+    out = {k: pod[k] for k in _SHARED_SECURITY if k in pod}
+    out.update(container)
+    for k in ("supplementalGroups", "fsGroup"):
+        if k in pod:
+            out[k] = pod[k]
+    return out
 
 
 def hosts_file(pods: Sequence[PodPlan], services: Mapping[str, dict], domain: str = "cluster.local") -> str:
@@ -335,7 +376,8 @@ def pod_plan(pod: dict, config_maps: Mapping[str, dict], secrets: Mapping[str, d
         hostname=spec.get("hostname") or meta["name"],
         subdomain=spec.get("subdomain"),
         ip=ip,
-        containers=[_container(c, sources, _env(c, pod, ip, config_maps, secrets, service_env or {}))
+        containers=[_container(c, sources, _env(c, pod, ip, config_maps, secrets, service_env or {}),
+                               spec.get("securityContext"))
                     for c in spec["containers"]],
         files=files,
         gpus=gpus,

@@ -248,11 +248,17 @@ def container_pid(holder: int, pod_dir: Path, index: int = 0) -> int | None:
 
 
 def exec_argv(holder: int, pod_dir: Path, argv: Sequence[str], env: dict[str, str] | None = None,
-              container: int = 0) -> list[str]:
-    """argv that runs a command inside a running pod's container, with the given environment."""
+              container: int = 0, tty: bool = False) -> list[str]:
+    """argv that runs a command inside a running pod's container, with the given environment.
+
+    With ``tty`` (the caller's stdin is a terminal): a session of its own inside
+    the pod's PID namespace (setsid -c), with the terminal as its controlling
+    terminal, so shells do job control as in a container."""
     pid = container_pid(holder, pod_dir, container)
     if pid is None:
         raise SandboxError("the pod or its container is not running")
+    if tty:
+        argv = ["setsid", "-c", *argv]
     prefix = ["nsenter", "-t", str(pid), "--net", "--uts", "--mount", "--pid", "--"]
     if env is not None:
         prefix += ["env", "-i", *(f"{k}={v}" for k, v in env.items())]

@@ -46,7 +46,7 @@ from ..api.cluster import SlurmCluster
 from ..render import names
 from ..render.keys import ssh_keypair
 from ..slurm import RemoteSlurm, SlurmControl
-from . import install, podlogs, runtime
+from . import install, podlogs, runcruntime, runtime, runtimes
 from .kubelet import SandboxNode
 
 DEFAULT_STATE_DIR = Path(os.environ.get("SLURMK8S_SANDBOX_DIR", "/var/lib/slurmk8s/sandbox"))
@@ -331,7 +331,7 @@ class Sandbox:
     def component_pid(self, component: str) -> int | None:
         """The host PID of a component's process (its pod's main container), or None."""
         name = self.component_pod(component)
-        return runtime.container_pid(self._local_pods()[name]["holder"], self.pod_dir(name))
+        return runtimes.container_pid(self._local_pods()[name]["holder"], self.pod_dir(name))
 
     def _login_secrets(self, cluster: SlurmCluster, state: State) -> list[dict]:
         """A key pair the sandbox logs in with, in the Secrets that ``sshPublicKeysFrom`` names.
@@ -489,7 +489,7 @@ class Sandbox:
         p = self._local_pods().get(pod)
         if p is None:
             raise KeyError(f"no pod {pod!r} runs in this sandbox")
-        return runtime.exec_argv(p["holder"], self.pod_dir(pod), argv,
+        return runtimes.exec_argv(p["holder"], self.pod_dir(pod), argv,
                                  {"PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
 
     def ssh_argv(self, command: list[str] | None = None) -> list[str]:
@@ -627,8 +627,12 @@ class Sandbox:
                 with ThreadPoolExecutor(max_workers=max(1, len(group))) as pool:
                     for name, holder, grace, _ in group:
                         self.progress(f"stopping pod {name}")
-                        pool.submit(runtime.stop, holder, min(grace, 30))
+                        pool.submit(runtimes.stop, holder, min(grace, 30))
                 removed += [f"pod {name}" for name, *_ in group]
+            # runc containers whose shim was gone (killed with the host's processes).
+            for cid in runcruntime.leftovers(state["sid"]):
+                runtime.sh("runc", "delete", "--force", cid, check=False)
+                removed.append(f"runc container {cid}")
             kill("apiserver")
             net = runtime.Network(state["sid"], state["subnet"], state["gateway"])
             net.delete()

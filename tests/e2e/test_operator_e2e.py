@@ -59,7 +59,7 @@ class Platform:
         return dict(f.split("=", 1) for f in self.scontrol("show", "job", "--oneliner", str(job)).split() if "=" in f)
 
     def ctld_pid(self) -> str:
-        proc = subprocess.run(self.box.exec(self.controller, ["pgrep", "-x", "slurmctld"]), capture_output=True,
+        proc = subprocess.run(self.box.exec(self.controller, ["pidof", "slurmctld"]), capture_output=True,
                               text=True, timeout=30)
         return proc.stdout.strip()
 
