@@ -26,11 +26,9 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Sequence
 
@@ -38,7 +36,7 @@ from . import oci, podlogs
 from .imagestore import ImageStore
 from .images import ImageError
 from .plan import ContainerPlan, Mount, PodPlan
-from .runtime import SandboxError, _nul, alive, refresh_volumes  # noqa: F401  (the shared part of the interface)
+from .runtime import SandboxError, _nul, alive, network_probe, refresh_volumes  # noqa: F401  (the shared part of the interface)
 
 NAME = "runc"
 
@@ -273,18 +271,6 @@ def _container_ready(holder: int, pod_dir: Path, pod: PodPlan, index: int, c: Co
         except (subprocess.TimeoutExpired, SandboxError):
             return False
         return proc.returncode == 0
-    if c.tcp_ready_port:
-        try:
-            with socket.create_connection((pod.ip, c.tcp_ready_port), timeout=2):
-                return True
-        except OSError:
-            return False
-    if c.http_ready:
-        port, path = c.http_ready
-        try:
-            with urllib.request.urlopen(f"http://{pod.ip}:{port}{path}", timeout=2) as resp:
-                return 200 <= resp.status < 400
-        except OSError:
-            return False
-    return True
+    answered = network_probe(pod, c)
+    return True if answered is None else answered
 

@@ -308,6 +308,13 @@ def _container_ready(holder: int, pod_dir: Path, pod: PodPlan, index: int, c: Co
         except (subprocess.TimeoutExpired, SandboxError):
             return False
         return proc.returncode == 0
+    answered = network_probe(pod, c)
+    return answered if answered is not None else container_pid(holder, pod_dir, index) is not None
+
+
+def network_probe(pod: PodPlan, c: ContainerPlan) -> bool | None:
+    """A container's tcpSocket or httpGet readiness probe, run once against the
+    pod's address (both runtimes); None when it has neither."""
     if c.tcp_ready_port:
         try:
             with socket.create_connection((pod.ip, c.tcp_ready_port), timeout=2):
@@ -321,4 +328,4 @@ def _container_ready(holder: int, pod_dir: Path, pod: PodPlan, index: int, c: Co
                 return 200 <= resp.status < 400
         except OSError:
             return False
-    return container_pid(holder, pod_dir, index) is not None
+    return None
