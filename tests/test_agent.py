@@ -284,3 +284,48 @@ def test_published_model_versions_are_read_only_below_the_checkpoint_root(tmp_pa
             assert info.value.status == 403, outside
     finally:
         server.stop()
+
+
+@pytest.fixture
+def published_agent(tmp_path, keys):
+    root = tmp_path / "checkpoints"
+    (root / "researcher" / "train").mkdir(parents=True)
+    os.chmod(tmp_path, 0o755)
+    server = make_server("127.0.0.1:0", SlurmClient(lambda argv, stdin: None), keys.agent_token, str(root))
+    server.start()
+    yield root, RemoteSlurm(server.url, keys.agent_token)
+    server.stop()
+
+
+def test_published_never_follows_a_link_a_job_made(published_agent, tmp_path):
+    """A job that makes LATEST, or a directory on the way to it, a symbolic
+    link to the agent's token must not get the token back (issue 13, item 6)."""
+    root, remote = published_agent
+    token = tmp_path / "token"
+    token.write_text("the-agent-token-0123456789\n")
+    model = root / "researcher" / "train"
+    (model / "LATEST").symlink_to(token)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "LATEST").symlink_to(token)
+    (root / "researcher" / "linked").symlink_to(elsewhere)
+    (root / "linkdir").symlink_to(tmp_path)
+    for model_dir in (model, root / "researcher" / "linked", root / "linkdir"):
+        with pytest.raises(AgentError) as info:
+            remote.published(str(model_dir))
+        assert info.value.status == 403, model_dir
+        assert "the-agent-token" not in str(info.value)
+
+
+def test_published_reads_as_an_unprivileged_user(published_agent):
+    """What only root may read stays unread, even below the root."""
+    root, remote = published_agent
+    model = root / "researcher" / "train"
+    latest = model / "LATEST"
+    latest.write_text("step-000007\n")
+    latest.chmod(0o644)
+    assert remote.published(str(model)) == "step-000007\n"
+    latest.chmod(0o600)
+    with pytest.raises(AgentError) as info:
+        remote.published(str(model))
+    assert info.value.status == 403 and "step-000007" not in str(info.value)
