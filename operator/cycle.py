@@ -35,6 +35,7 @@ from slurmk8s.render import ClusterKeys, TopologyNode, names, render
 from slurmk8s.render.keys import BadKeySecret, key_secret_names, keys_from_secrets
 from slurmk8s.slurm import NotOurDrain, RemoteSlurm, SlurmControl, SlurmError
 from slurmk8s.slurm.model import Node
+from slurmk8s.slurm.remote import agent_url as remote_agent_url
 
 from . import reconcile, scalein, status
 from .kube import ApiError, Kube
@@ -60,11 +61,10 @@ class Outcome:
     nodes: list[Node] | None = None
 
 
-def agent_url(cluster: SlurmCluster, controller_pod: Mapping | None) -> str:
-    """The agent's address: the controller pod's IP when known, else its DNS name."""
-    ip = ((controller_pod or {}).get("status") or {}).get("podIP")
-    host = ip or names.controller_fqdn(cluster)
-    return f"http://{host}:{names.AGENT_PORT}"
+def agent_url(cluster: SlurmCluster, controller_pod: Mapping | None) -> str | None:
+    """The agent's address: the controller pod's IP; None while it has none
+    (never a DNS name: the bearer token goes to the pod and nowhere else)."""
+    return remote_agent_url(controller_pod, names.AGENT_PORT)
 
 
 def _default_agent(cluster: SlurmCluster, token: bytes, controller_pod: Mapping | None) -> SlurmControl:
