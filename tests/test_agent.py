@@ -329,3 +329,31 @@ def test_published_reads_as_an_unprivileged_user(published_agent):
     with pytest.raises(AgentError) as info:
         remote.published(str(model))
     assert info.value.status == 403 and "step-000007" not in str(info.value)
+
+
+def test_idle_connections_are_capped_and_timed_out(keys):
+    """50 idle unauthenticated connections must not hold 50 threads, nor the
+    agent for long (issue 13, item 6)."""
+    import socket
+    import threading
+
+    server = make_server("127.0.0.1:0", SlurmClient(lambda argv, stdin: None), keys.agent_token)
+    server.max_connections, server.request_timeout = 8, 1.0
+    before = threading.active_count()
+    server.start()
+    host, port = server.server_address[:2]
+    idle = [socket.create_connection((host, port)) for _ in range(50)]
+    try:
+        time.sleep(0.5)
+        assert threading.active_count() - before <= 1 + 8
+        # The server closes every idle connection: refused at once over the
+        # cap, after request_timeout otherwise.
+        for s in idle:
+            s.settimeout(5)
+            assert s.recv(1) == b""
+        with urllib.request.urlopen(server.url + "/healthz", timeout=5) as resp:
+            assert resp.status == 200
+    finally:
+        for s in idle:
+            s.close()
+        server.stop()

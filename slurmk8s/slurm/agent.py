@@ -128,6 +128,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "slurmk8s-agent"
 
+    def setup(self) -> None:
+        self.timeout = self.server.request_timeout  # socket timeout for every read and write
+        super().setup()
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
         pass  # requests are logged by _handle, without headers
 
@@ -248,10 +252,17 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
 
 class AgentServer(ThreadingHTTPServer):
-    """The HTTP server; one thread per request (Slurm commands block)."""
+    """The HTTP server; one thread per connection (Slurm commands block), at
+    most ``max_connections`` at once: a connection over the cap is closed at
+    once. A connection that sends nothing for ``request_timeout`` seconds
+    (while it sends a request, or idle between requests) is closed."""
 
     daemon_threads = True
     allow_reuse_address = True
+    #: Connections served at once (the operator and the bridge need a few).
+    max_connections = 32
+    #: Seconds a client may stay silent on a connection.
+    request_timeout = 10.0
 
     def __init__(self, address: tuple[str, int], slurm: SlurmControl, token: bytes):
         if len(token) < 16:
@@ -261,7 +272,35 @@ class AgentServer(ThreadingHTTPServer):
         #: The checkpoint directory on the shared storage (mounted read-only):
         #: /v1/published reads model versions below it. None: not served.
         self.checkpoint_root: str | None = None
+        self._active = 0
+        self._active_lock = threading.Lock()
         super().__init__(address, _RequestHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._active_lock:
+            full = self._active >= self.max_connections
+            if not full:
+                self._active += 1
+        if full:
+            log.get("slurmk8s.agent").warning("connection refused: too many open",
+                                              limit=self.max_connections)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._active_lock:
+            self._active -= 1
 
     @property
     def url(self) -> str:
