@@ -461,7 +461,7 @@ def _claims(b: _Builder) -> list[dict]:
 def _agent_network_policy(b: _Builder, clients: AgentClients) -> dict:
     """Only ``clients`` reach the agent's port; slurmctld's port stays open to
     every pod (workers, login pods, lent slurmd pods, slurmrestd). Not
-    enforced without a CNI that implements NetworkPolicy (decision record 12)."""
+    enforced without a CNI that implements NetworkPolicy (decision record 13)."""
     c = b.c
     peers = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": clients.namespace}},
