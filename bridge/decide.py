@@ -582,7 +582,7 @@ class _Decider:
                          f"{spec.grace_period_seconds}s to checkpoint, then are {spec.job_action}d")
             elif running:
                 what += f"; its {len(_job_ids(running))} job(s) are {spec.job_action}d now"
-            acts.append(self.event(name, "Reclaiming", what, warning=failure))
+            acts.append(self.event(name, "Reclaiming", what, warning=failure or reason == NODE_NOT_READY))
             if snode is not None and snode.drain_set and not snode.drain_is_ours:
                 acts.append(self.event(
                     name, "AdminDrain",

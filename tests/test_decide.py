@@ -551,6 +551,7 @@ def test_a_not_ready_lent_node_is_reclaimed_gracefully(since, slurm_flags):
     assert only(acts, A.SetLendingState).reason == "node-not-ready"
     assert only(acts, A.SignalJobs).job_ids == (1,)
     assert not of(acts, A.DownSlurmNode) and not of(acts, A.RequeueJobs) and not of(acts, A.CancelJobs)
+    assert [e for e in of(acts, A.Event) if e.reason == "Reclaiming"][0].type == "Warning"
     w.apply(acts)
     w.step()
     # The grace period runs as for any graceful reclaim; the node is never set DOWN.
