@@ -9,6 +9,7 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slurmk8s.api.lending import NodeLendingPolicy
 from slurmk8s.bridge import actions as A
 from slurmk8s.bridge.nodestate import (
     COMPONENT_LABEL,
@@ -27,7 +28,7 @@ from slurmk8s.bridge.nodestate import (
     TAINT_KEY,
     format_time,
 )
-from slurmk8s.bridge.decide import slurmd_pod_name
+from slurmk8s.bridge.decide import DEFAULT_RECLAIM, slurmd_pod_name
 from slurmk8s.bridge.observed import KubePod, NodeTaint, PolicyGone
 from slurmk8s.slurm.model import DRAIN_PREFIX
 
@@ -83,7 +84,8 @@ def worlds(draw):
                 SINCE_ANNOTATION: format_time(now - timedelta(seconds=draw(st.integers(0, 900)))),
             }
             if state == RECLAIMING:
-                annotations["slurmk8s.dev/reclaim-reason"] = draw(st.sampled_from(["demand", "window", "slurmd-lost"]))
+                annotations["slurmk8s.dev/reclaim-reason"] = draw(
+                    st.sampled_from(["demand", "window", "slurmd-lost", "node-not-ready"]))
                 if draw(st.booleans()):
                     annotations[SIGNALLED_ANNOTATION] = format_time(now - timedelta(seconds=draw(st.integers(0, 200))))
                 if draw(st.booleans()):
@@ -92,8 +94,12 @@ def worlds(draw):
                 taints = (NodeTaint(TAINT_KEY, "demo", TAINT_EFFECT),)
         elif draw(st.booleans()):
             annotations[IDLE_SINCE_ANNOTATION] = format_time(now - timedelta(seconds=draw(st.integers(0, 300))))
+        ready = draw(st.integers(0, 11)) > 0
+        not_ready_since = None
+        if not ready and draw(st.integers(0, 3)):
+            not_ready_since = now - timedelta(seconds=draw(st.integers(0, 900)))
         node = gpu_node(name, labels=labels, annotations=annotations, taints=taints,
-                        ready=draw(st.integers(0, 11)) > 0, unschedulable=draw(st.integers(0, 11)) == 0,
+                        ready=ready, not_ready_since=not_ready_since, unschedulable=draw(st.integers(0, 11)) == 0,
                         allocatable={"cpu": "32", "memory": "256Gi",
                                      "nvidia.com/gpu": str(draw(st.sampled_from([0, 4, 8, 8, 8])))})
         w.nodes[name] = node
@@ -164,6 +170,27 @@ def test_unknown_slurm_means_no_destructive_action(case):
     acts = w.decide(pol, now)
     bad = [a for a in acts if isinstance(a, (*A.DESTRUCTIVE_ACTIONS, A.SetLendingState, A.CreateSlurmdPod))]
     assert bad == []
+
+
+@SETTINGS
+@given(worlds())
+def test_a_node_is_set_down_only_when_its_slurmd_is_gone_or_it_is_lost(case):
+    """A blip must not end a job: DOWN (which ends every job there) only for
+    a node whose slurmd pod is gone, or one Kubernetes has reported not
+    Ready for notReadyTimeoutSeconds while Slurm reports it NOT_RESPONDING."""
+    w, pol, now = case
+    acts = w.decide(pol, now)
+    timeout = (pol.spec.reclaim if isinstance(pol, NodeLendingPolicy) else DEFAULT_RECLAIM).not_ready_timeout_seconds
+    for a in acts:
+        if not isinstance(a, A.DownSlurmNode):
+            continue
+        node = w.nodes[a.node]
+        entering = [x.reason for x in acts if isinstance(x, A.SetLendingState) and x.node == a.node]
+        reason = entering[0] if entering else node.record.reason
+        snode = w.snodes.get(a.node)
+        lost = (not node.ready and node.not_ready_since is not None and snode is not None
+                and "NOT_RESPONDING" in snode.flags and now - node.not_ready_since >= timedelta(seconds=timeout))
+        assert reason == "slurmd-lost" or lost, (a, reason, node)
 
 
 @SETTINGS
