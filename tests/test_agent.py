@@ -357,3 +357,36 @@ def test_idle_connections_are_capped_and_timed_out(keys):
         for s in idle:
             s.close()
         server.stop()
+
+
+def test_a_request_sent_slowly_is_cut_off_after_the_request_timeout(keys):
+    """One byte every 0.3 s never trips a per-read timeout: the whole request
+    must arrive within request_timeout."""
+    import socket
+
+    server = make_server("127.0.0.1:0", SlurmClient(lambda argv, stdin: None), keys.agent_token)
+    server.request_timeout = 1.0
+    server.start()
+    s = socket.create_connection(server.server_address[:2])
+    try:
+        s.sendall(b"GET /v1/nodes HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        closed = False
+        while time.monotonic() - started < 4:
+            try:
+                s.sendall(b"X")
+            except OSError:
+                closed = True
+                break
+            s.settimeout(0.3)
+            try:
+                if s.recv(1024) == b"":
+                    closed = True
+                    break
+            except socket.timeout:
+                pass
+        assert closed, "the agent kept a trickling request open past its request timeout"
+        assert time.monotonic() - started < 3
+    finally:
+        s.close()
+        server.stop()

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import errno
 import hmac
+import io
 import json
 import os
 import re
@@ -123,6 +124,24 @@ ROUTES: list[tuple[str, re.Pattern, Callable[..., Any]]] = [
 ]
 
 
+class _DeadlineReader(io.RawIOBase):
+    """The socket, read with a deadline for the whole request."""
+
+    def __init__(self, sock: Any):
+        self.sock = sock
+        self.deadline = time.monotonic()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request did not arrive in time")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(buffer)
+
+
 class _RequestHandler(BaseHTTPRequestHandler):
     server: "AgentServer"
     protocol_version = "HTTP/1.1"
@@ -131,6 +150,14 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.timeout = self.server.request_timeout  # socket timeout for every read and write
         super().setup()
+        # Reads go through a deadline: a request (line, headers, body) must
+        # arrive within request_timeout in all, however slowly it trickles.
+        self._reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self) -> None:
+        self._reader.deadline = time.monotonic() + self.server.request_timeout
+        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
         pass  # requests are logged by _handle, without headers
@@ -152,6 +179,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def _send(self, status: HTTPStatus, payload: dict, headers: dict[str, str] = {}) -> None:
         data = json.dumps(payload).encode()
+        self.connection.settimeout(self.server.request_timeout)  # the reply gets its own time
         if status != HTTPStatus.OK:
             self.close_connection = True  # the request body may be unread
         self.send_response(status)
@@ -254,8 +282,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
 class AgentServer(ThreadingHTTPServer):
     """The HTTP server; one thread per connection (Slurm commands block), at
     most ``max_connections`` at once: a connection over the cap is closed at
-    once. A connection that sends nothing for ``request_timeout`` seconds
-    (while it sends a request, or idle between requests) is closed."""
+    once. A request (line, headers, body) must arrive within
+    ``request_timeout`` seconds of the connection, or of the previous reply
+    on it; otherwise the connection is closed."""
 
     daemon_threads = True
     allow_reuse_address = True
