@@ -131,12 +131,15 @@ REASONS = {
     UNLENDABLE: "the node cannot be described to Slurm",
     CLUSTER_GONE: "the SlurmCluster was deleted",
 }
-#: Reclaims where the jobs cannot be saved by a checkpoint signal: they are
-#: requeued (or cancelled) at once.
 #: Failures where the node's slurmd is gone: its jobs cannot end by
 #: themselves, so the Slurm node is set DOWN, which ends them at once.
-SLURMD_GONE = frozenset({SLURMD_LOST, NODE_NOT_READY})
-FAILURES = frozenset({SLURMD_LOST, SLURM_NODE_LOST, SLURM_NODE_DOWN, NODE_NOT_READY,
+#: (A node Kubernetes reports not Ready is not one of them: it may be a
+#: blip. It is reclaimed gracefully, and set DOWN only once it is lost:
+#: ``_Decider.lost``.)
+SLURMD_GONE = frozenset({SLURMD_LOST})
+#: Reclaims where the jobs cannot be saved by a checkpoint signal: they are
+#: requeued (or cancelled) at once.
+FAILURES = frozenset({SLURMD_LOST, SLURM_NODE_LOST, SLURM_NODE_DOWN,
                       REGISTRATION_TIMEOUT, UNLENDABLE, CLUSTER_GONE})
 
 _SERVING = frozenset({"idle", "mixed", "allocated"})
@@ -469,8 +472,21 @@ class _Decider:
         return (s is not None and s.state in _SERVING and s.responding
                 and partition in s.partitions)
 
+    def lost(self, node: KubeNode) -> bool:
+        """The node is gone for good, as far as anyone can tell: Kubernetes has
+        reported it not Ready for the policy's notReadyTimeoutSeconds and
+        Slurm reports it NOT_RESPONDING. Not knowing since when is not lost."""
+        if node.ready or node.not_ready_since is None:
+            return False
+        snode = self.w.slurm_nodes.get(node.name)
+        if snode is None or "NOT_RESPONDING" not in snode.flags:
+            return False
+        return self.now - node.not_ready_since >= timedelta(seconds=self.plan.reclaim.not_ready_timeout_seconds)
+
     def failure(self, node: KubeNode) -> str | None:
-        """A reason that leaves no time for a checkpoint, or None."""
+        """A reason to take the node back, or None: a failure (in FAILURES)
+        leaves no time for a checkpoint; a node that is not Ready is given
+        back gracefully (and set DOWN later if it is :meth:`lost`)."""
         rec = node.record
         if not node.ready:
             return NODE_NOT_READY
@@ -566,14 +582,14 @@ class _Decider:
                          f"{spec.grace_period_seconds}s to checkpoint, then are {spec.job_action}d")
             elif running:
                 what += f"; its {len(_job_ids(running))} job(s) are {spec.job_action}d now"
-            acts.append(self.event(name, "Reclaiming", what, warning=failure))
+            acts.append(self.event(name, "Reclaiming", what, warning=failure or reason == NODE_NOT_READY))
             if snode is not None and snode.drain_set and not snode.drain_is_ours:
                 acts.append(self.event(
                     name, "AdminDrain",
                     f"Slurm node {name} was drained by someone else ({snode.reason or 'no reason'}); slurmk8s "
                     "leaves that drain alone and removes the node from Slurm once its jobs are gone",
                     warning=True))
-        if reason in SLURMD_GONE and snode is not None and snode.state != "down" and jobs:
+        if (reason in SLURMD_GONE or self.lost(node)) and snode is not None and snode.state != "down" and jobs:
             # Nothing answers for these jobs: Slurm would wait SlurmdTimeout
             # (minutes) before it gave up on them. DOWN ends them now, and
             # requeues those that may be requeued; the drain keeps the node

@@ -38,7 +38,7 @@ from ..api.lending import NodeLendingPolicy, NodeLendingPolicyStatus
 from ..render import names
 from ..render.manifests import lent_slurmd_pod
 from ..slurm import RemoteSlurm, SlurmControl
-from ..slurm.remote import AgentError
+from ..slurm.remote import AgentError, agent_url
 from . import actions as A
 from . import metrics
 from .decide import decide, lending_metrics, orphaned_policies
@@ -60,9 +60,9 @@ AgentFactory = Callable[[SlurmCluster, bytes, Mapping | None], SlurmControl]
 
 
 def _default_agent(cluster: SlurmCluster, token: bytes, controller_pod: Mapping | None) -> SlurmControl:
-    ip = ((controller_pod or {}).get("status") or {}).get("podIP")
-    host = ip or names.controller_fqdn(cluster)
-    return RemoteSlurm(f"http://{host}:{names.AGENT_PORT}", token, timeout=15)
+    # The pod's IP only (None until it has one: every call then fails
+    # without sending the token anywhere).
+    return RemoteSlurm(agent_url(controller_pod, names.AGENT_PORT), token, timeout=15)
 
 
 @dataclass

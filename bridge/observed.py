@@ -8,6 +8,7 @@ round and passes it in; ``decide`` does no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 from typing import Any, Mapping
 
@@ -16,7 +17,7 @@ from ..api.fields import parse_quantity
 from ..api.lending import NodeLendingPolicyStatus
 from ..render.lent import GPU_RESOURCE
 from ..slurm.model import Job, Node
-from .nodestate import LendingRecord
+from .nodestate import LendingRecord, parse_time
 
 __all__ = [
     "NodeTaint", "KubeNode", "KubePod", "SlurmState", "Observed", "PolicyGone", "InvalidPolicy",
@@ -58,6 +59,9 @@ class KubeNode:
     allocatable: Mapping[str, str] = field(default_factory=dict)
     #: The Ready condition is True.
     ready: bool = True
+    #: When the Ready condition last changed, while it is not True (None:
+    #: Ready, or not known when).
+    not_ready_since: datetime | None = None
     #: spec.unschedulable (cordoned).
     unschedulable: bool = False
 
@@ -167,6 +171,8 @@ def node_from_api(obj: Mapping[str, Any]) -> KubeNode:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    ready_cond = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    ready = conditions.get("Ready") == "True"
     return KubeNode(
         name=meta["name"],
         labels=dict(meta.get("labels") or {}),
@@ -176,7 +182,8 @@ def node_from_api(obj: Mapping[str, Any]) -> KubeNode:
             for t in spec.get("taints") or []
         ),
         allocatable={k: str(v) for k, v in (status.get("allocatable") or {}).items()},
-        ready=conditions.get("Ready") == "True",
+        ready=ready,
+        not_ready_since=None if ready else parse_time(ready_cond.get("lastTransitionTime")),
         unschedulable=bool(spec.get("unschedulable", False)),
     )
 

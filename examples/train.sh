@@ -45,7 +45,8 @@ save() {
     chmod 0755 "$tmp"  # readable by the serving pods
     mv -T "$tmp" "$ckpt/$version" || return 1
   fi
-  echo "$version" >"$ckpt/.LATEST.new" && mv -f "$ckpt/.LATEST.new" "$ckpt/LATEST"
+  # A plain file others may read: the Slurm agent reads it as nobody, never through a link.
+  echo "$version" >"$ckpt/.LATEST.new" && chmod 0644 "$ckpt/.LATEST.new" && mv -f "$ckpt/.LATEST.new" "$ckpt/LATEST"
   versions=("$ckpt"/step-*)
   while [ ${#versions[@]} -gt 3 ]; do
     rm -rf "${versions[0]}"

@@ -33,8 +33,10 @@ from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.api.cluster import DrainSpec, SlurmCluster, SlurmClusterStatus
 from slurmk8s.render import ClusterKeys, TopologyNode, names, render
 from slurmk8s.render.keys import BadKeySecret, key_secret_names, keys_from_secrets
+from slurmk8s.render.manifests import AgentClients
 from slurmk8s.slurm import NotOurDrain, RemoteSlurm, SlurmControl, SlurmError
 from slurmk8s.slurm.model import Node
+from slurmk8s.slurm.remote import agent_url as remote_agent_url
 
 from . import reconcile, scalein, status
 from .kube import ApiError, Kube
@@ -60,11 +62,10 @@ class Outcome:
     nodes: list[Node] | None = None
 
 
-def agent_url(cluster: SlurmCluster, controller_pod: Mapping | None) -> str:
-    """The agent's address: the controller pod's IP when known, else its DNS name."""
-    ip = ((controller_pod or {}).get("status") or {}).get("podIP")
-    host = ip or names.controller_fqdn(cluster)
-    return f"http://{host}:{names.AGENT_PORT}"
+def agent_url(cluster: SlurmCluster, controller_pod: Mapping | None) -> str | None:
+    """The agent's address: the controller pod's IP; None while it has none
+    (never a DNS name: the bearer token goes to the pod and nowhere else)."""
+    return remote_agent_url(controller_pod, names.AGENT_PORT)
 
 
 def _default_agent(cluster: SlurmCluster, token: bytes, controller_pod: Mapping | None) -> SlurmControl:
@@ -140,13 +141,17 @@ class Operator:
     ``agent``: makes the Slurm client of a cluster from (cluster, agent
     token, controller pod) — by default :class:`RemoteSlurm` at
     :func:`agent_url`. ``clock`` and ``fresh_keys`` are injectable for tests.
+    ``agent_clients``: the pods a NetworkPolicy admits to each agent.
     """
 
     def __init__(self, kube: Kube, *,
                  agent: Callable[[SlurmCluster, bytes, Mapping | None], SlurmControl] = _default_agent,
                  clock: Callable[[], float] = time.time,
-                 fresh_keys: Callable[[], ClusterKeys] = ClusterKeys.generate):
+                 fresh_keys: Callable[[], ClusterKeys] = ClusterKeys.generate,
+                 agent_clients: AgentClients | None = None):
         self.kube = kube
+        #: Who the agent's NetworkPolicy admits (None: no policy is rendered).
+        self.agent_clients = agent_clients
         self.agent = agent
         self.clock = clock
         self.fresh_keys = fresh_keys
@@ -224,7 +229,7 @@ class Operator:
             self._patch_status(body, previous, out.status)
             return out
         topology = self._topology(cluster, pods) if cluster.spec.topology else []
-        desired = render(cluster, keys, topology)
+        desired = render(cluster, keys, topology, agent_clients=self.agent_clients)
         rendered_hash = desired[0]["metadata"]["annotations"][names.CONFIG_HASH]
 
         controller_pod = next((p for p in pods if p["metadata"]["name"] == names.controller_pod(cluster)), None)

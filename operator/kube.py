@@ -54,6 +54,7 @@ RESOURCES: dict[str, Resource] = {
     "StatefulSet": Resource("apps/v1", "statefulsets"),
     "Deployment": Resource("apps/v1", "deployments"),
     "PodDisruptionBudget": Resource("policy/v1", "poddisruptionbudgets"),
+    "NetworkPolicy": Resource("networking.k8s.io/v1", "networkpolicies"),
     "SlurmCluster": Resource("slurmk8s.dev/v1alpha1", "slurmclusters"),
     "NodeLendingPolicy": Resource("slurmk8s.dev/v1alpha1", "nodelendingpolicies"),
     "Event": Resource("v1", "events"),

@@ -8,6 +8,9 @@ from typing import Collection
 
 import kopf
 
+from slurmk8s import log
+from slurmk8s.render.manifests import AgentClients
+
 from .cycle import Operator
 from .handlers import register
 from .kube import Kube
@@ -15,10 +18,10 @@ from .kube import Kube
 __all__ = ["run", "build"]
 
 
-def build(kubeconfig: str | None = None, *, interval: float = 10.0,
-          metrics_port: int | None = None) -> tuple[kopf.OperatorRegistry, Operator]:
+def build(kubeconfig: str | None = None, *, interval: float = 10.0, metrics_port: int | None = None,
+          agent_clients: AgentClients | None = None) -> tuple[kopf.OperatorRegistry, Operator]:
     """A registry with the SlurmCluster handlers, and the Operator behind them."""
-    op = Operator(Kube.from_kubeconfig(kubeconfig))
+    op = Operator(Kube.from_kubeconfig(kubeconfig), agent_clients=agent_clients)
     registry = kopf.OperatorRegistry()
     register(registry, op, interval=interval, metrics_port=metrics_port)
     return registry, op
@@ -26,12 +29,15 @@ def build(kubeconfig: str | None = None, *, interval: float = 10.0,
 
 def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubeconfig: str | None = None,
         metrics_port: int | None = None, health_port: int | None = None, interval: float = 10.0,
-        stop_flag=None, ready_flag=None) -> None:
+        stop_flag=None, ready_flag=None, agent_clients: AgentClients | None = None) -> None:
     """Run the operator until stopped (SIGINT/SIGTERM, or ``stop_flag``).
 
     Watches SlurmClusters in ``namespaces``, or in every namespace with
     ``all_namespaces``. Standalone: no peering objects are needed. kopf's
     liveness endpoint answers on ``health_port`` at ``/healthz``.
+    ``agent_clients``: the operator's and the bridge's pods (from the
+    chart), admitted to each cluster's agent by a NetworkPolicy; None
+    renders none (and says so).
     """
     if not namespaces and not all_namespaces:
         raise ValueError("name the namespaces to watch (--namespace, repeatable) or pass --all-namespaces")
@@ -39,7 +45,11 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
         # kopf's own API client loads credentials through our login handler;
         # set KUBECONFIG too for anything that reads the default location.
         os.environ["KUBECONFIG"] = kubeconfig
-    registry, _ = build(kubeconfig, interval=interval, metrics_port=metrics_port)
+    if agent_clients is None:
+        log.get("slurmk8s.operator").warning(
+            "no --release-namespace and --release-name: no NetworkPolicy guards the clusters' Slurm agents; "
+            "every pod can reach their port (each request still needs the cluster's token)")
+    registry, _ = build(kubeconfig, interval=interval, metrics_port=metrics_port, agent_clients=agent_clients)
     liveness = f"http://0.0.0.0:{health_port}/healthz" if health_port else None
     asyncio.run(kopf.operator(
         registry=registry, standalone=True, clusterwide=all_namespaces,

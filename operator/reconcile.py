@@ -38,7 +38,7 @@ __all__ = [
 #: Kinds the renderer produces, in the order they are created.
 MANAGED_KINDS = (
     "ConfigMap", "Secret", "PersistentVolumeClaim", "Service", "StatefulSet", "Deployment",
-    "PodDisruptionBudget",
+    "PodDisruptionBudget", "NetworkPolicy",
 )
 #: Under these keys strings are Kubernetes quantities.
 _QUANTITY_PARENTS = frozenset({"requests", "limits", "capacity"})

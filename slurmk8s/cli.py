@@ -142,8 +142,14 @@ def _controller_options(watched: str, verb: str):
 @_controller_options("SlurmClusters", "Watch")
 @click.option("--interval", type=click.FloatRange(1, 3600), default=10.0, show_default=True, metavar="SECONDS",
               help="Seconds between rounds for each SlurmCluster (besides rounds on every change).")
+@click.option("--release-namespace", default=None, metavar="NS",
+              help="Namespace of the operator and bridge pods (the Helm release's). With --release-name, "
+                   "each cluster gets a NetworkPolicy that admits only them to its Slurm agent.")
+@click.option("--release-name", default=None, metavar="NAME",
+              help="The Helm release (their app.kubernetes.io/instance label).")
 def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
-                 metrics_port: int | None, health_port: int | None, interval: float) -> None:
+                 metrics_port: int | None, health_port: int | None, interval: float,
+                 release_namespace: str | None, release_name: str | None) -> None:
     """Run the SlurmCluster operator until stopped.
 
     For each SlurmCluster it renders the Kubernetes objects and applies what
@@ -164,11 +170,15 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
     """
     if bool(namespaces) == all_namespaces:
         raise click.UsageError("pass --namespace NS (repeatable) or --all-namespaces, not both and not neither")
+    if bool(release_namespace) != bool(release_name):
+        raise click.UsageError("pass both --release-namespace and --release-name, or neither")
     from .operator.main import run
+    from .render.manifests import AgentClients
 
+    clients = AgentClients(release_namespace, release_name) if release_namespace and release_name else None
     try:
         run(namespaces=namespaces, all_namespaces=all_namespaces, kubeconfig=kubeconfig,
-            metrics_port=metrics_port, health_port=health_port, interval=interval)
+            metrics_port=metrics_port, health_port=health_port, interval=interval, agent_clients=clients)
     except KeyboardInterrupt:
         pass
 

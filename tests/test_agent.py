@@ -284,3 +284,109 @@ def test_published_model_versions_are_read_only_below_the_checkpoint_root(tmp_pa
             assert info.value.status == 403, outside
     finally:
         server.stop()
+
+
+@pytest.fixture
+def published_agent(tmp_path, keys):
+    root = tmp_path / "checkpoints"
+    (root / "researcher" / "train").mkdir(parents=True)
+    os.chmod(tmp_path, 0o755)
+    server = make_server("127.0.0.1:0", SlurmClient(lambda argv, stdin: None), keys.agent_token, str(root))
+    server.start()
+    yield root, RemoteSlurm(server.url, keys.agent_token)
+    server.stop()
+
+
+def test_published_never_follows_a_link_a_job_made(published_agent, tmp_path):
+    """A job that makes LATEST, or a directory on the way to it, a symbolic
+    link to the agent's token must not get the token back (issue 13, item 6)."""
+    root, remote = published_agent
+    token = tmp_path / "token"
+    token.write_text("the-agent-token-0123456789\n")
+    model = root / "researcher" / "train"
+    (model / "LATEST").symlink_to(token)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "LATEST").symlink_to(token)
+    (root / "researcher" / "linked").symlink_to(elsewhere)
+    (root / "linkdir").symlink_to(tmp_path)
+    for model_dir in (model, root / "researcher" / "linked", root / "linkdir"):
+        with pytest.raises(AgentError) as info:
+            remote.published(str(model_dir))
+        assert info.value.status == 403, model_dir
+        assert "the-agent-token" not in str(info.value)
+
+
+def test_published_reads_as_an_unprivileged_user(published_agent):
+    """What only root may read stays unread, even below the root."""
+    root, remote = published_agent
+    model = root / "researcher" / "train"
+    latest = model / "LATEST"
+    latest.write_text("step-000007\n")
+    latest.chmod(0o644)
+    assert remote.published(str(model)) == "step-000007\n"
+    latest.chmod(0o600)
+    with pytest.raises(AgentError) as info:
+        remote.published(str(model))
+    assert info.value.status == 403 and "step-000007" not in str(info.value)
+
+
+def test_idle_connections_are_capped_and_timed_out(keys):
+    """50 idle unauthenticated connections must not hold 50 threads, nor the
+    agent for long (issue 13, item 6)."""
+    import socket
+    import threading
+
+    server = make_server("127.0.0.1:0", SlurmClient(lambda argv, stdin: None), keys.agent_token)
+    server.max_connections, server.request_timeout = 8, 1.0
+    before = threading.active_count()
+    server.start()
+    host, port = server.server_address[:2]
+    idle = [socket.create_connection((host, port)) for _ in range(50)]
+    try:
+        time.sleep(0.5)
+        assert threading.active_count() - before <= 1 + 8
+        # The server closes every idle connection: refused at once over the
+        # cap, after request_timeout otherwise.
+        for s in idle:
+            s.settimeout(5)
+            assert s.recv(1) == b""
+        with urllib.request.urlopen(server.url + "/healthz", timeout=5) as resp:
+            assert resp.status == 200
+    finally:
+        for s in idle:
+            s.close()
+        server.stop()
+
+
+def test_a_request_sent_slowly_is_cut_off_after_the_request_timeout(keys):
+    """One byte every 0.3 s never trips a per-read timeout: the whole request
+    must arrive within request_timeout."""
+    import socket
+
+    server = make_server("127.0.0.1:0", SlurmClient(lambda argv, stdin: None), keys.agent_token)
+    server.request_timeout = 1.0
+    server.start()
+    s = socket.create_connection(server.server_address[:2])
+    try:
+        s.sendall(b"GET /v1/nodes HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        closed = False
+        while time.monotonic() - started < 4:
+            try:
+                s.sendall(b"X")
+            except OSError:
+                closed = True
+                break
+            s.settimeout(0.3)
+            try:
+                if s.recv(1024) == b"":
+                    closed = True
+                    break
+            except socket.timeout:
+                pass
+        assert closed, "the agent kept a trickling request open past its request timeout"
+        assert time.monotonic() - started < 3
+    finally:
+        s.close()
+        server.stop()

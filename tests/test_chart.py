@@ -209,7 +209,25 @@ def test_default_args_watch_the_release_namespace_with_the_global_flags_first(ch
     v = chart.values
     assert args == ["--log-level", v["logLevel"], "--log-format", v["logFormat"], "operator",
                     "--metrics-port", str(v["metrics"]["port"]), "--health-port", str(v["health"]["port"]),
-                    "--namespace", NAMESPACE, "--interval", str(v["interval"])]
+                    "--namespace", NAMESPACE, "--interval", str(v["interval"]),
+                    "--release-namespace", NAMESPACE, "--release-name", RELEASE]
+
+
+def test_the_operator_learns_which_pods_its_agent_network_policies_admit(chart):
+    """The chart's operator and bridge pods are what the NetworkPolicy of each
+    cluster's Slurm agent admits: the release's namespace and instance label,
+    and their component labels."""
+    from slurmk8s.render.manifests import AgentClients
+
+    args = container(objects())["args"]
+    at = args.index("operator")
+    params = cli.operator_cmd.make_context("operator", args[at + 1:]).params
+    clients = AgentClients(params["release_namespace"], params["release_name"])
+    assert clients.namespace == NAMESPACE
+    for component in ("operator", "bridge"):
+        labels = deployment(objects(), component)["spec"]["template"]["metadata"]["labels"]
+        assert labels["app.kubernetes.io/instance"] == clients.release
+        assert labels["app.kubernetes.io/component"] in clients.components
 
 
 def test_the_operators_default_interval_is_the_clis():
@@ -239,6 +257,7 @@ def test_the_cli_accepts_the_options_the_chart_passes(chart, name):
         assert params["namespaces"] == tuple(values["watchNamespaces"] or [NAMESPACE])
         assert params["all_namespaces"] is False
     assert params["kubeconfig"] is None  # in the cluster: the pod's ServiceAccount
+    assert (params["release_namespace"], params["release_name"]) == (NAMESPACE, RELEASE)
 
 
 def test_schema_log_choices_are_the_clis():
@@ -276,7 +295,8 @@ def test_overrides_reach_the_deployment():
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     assert c["args"][:5] == ["--log-level", "debug", "--log-format", "console", "operator"]
     assert c["args"][5:9] == ["--metrics-port", "9090", "--health-port", "9091"]
-    assert c["args"][9:] == ["--namespace", "hpc-a", "--namespace", "hpc-b", "--interval", "30"]
+    assert c["args"][9:] == ["--namespace", "hpc-a", "--namespace", "hpc-b", "--interval", "30",
+                             "--release-namespace", NAMESPACE, "--release-name", RELEASE]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
     for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
         assert pod[key] == values[key]
@@ -494,8 +514,12 @@ def test_the_declared_kinds_are_exactly_the_kinds_the_renderer_creates(keys):
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["spec"]["restApi"] = {"enabled": True}
     doc["metadata"]["uid"] = "0b5e2c6e-1111-4c2b-9c57-3a9a4d3c2e01"
-    rendered_kinds = {(o["apiVersion"].rpartition("/")[0], o["kind"].lower() + "s")
-                      for o in render(load_cluster(doc), keys)}
+    from slurmk8s.render.manifests import AgentClients
+
+    objs = render(load_cluster(doc), keys, agent_clients=AgentClients(NAMESPACE, RELEASE))
+    plural = {"NetworkPolicy": "networkpolicies"}
+    rendered_kinds = {(o["apiVersion"].rpartition("/")[0], plural.get(o["kind"], o["kind"].lower() + "s"))
+                      for o in objs}
     assert rendered_kinds == {of_kind(k) for k in MANAGED_KINDS}
     assert len(rendered_kinds) >= 6
     created = {(g, r) for v, g, r, _ in OPERATOR if v == "create"}

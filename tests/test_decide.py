@@ -35,6 +35,7 @@ from slurmk8s.bridge.nodestate import (
     TAINT_EFFECT,
     TAINT_KEY,
     format_time,
+    parse_time,
 )
 from slurmk8s.bridge.observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, PolicyGone
 from slurmk8s.render.lent import lent_node
@@ -503,7 +504,6 @@ def test_a_job_that_slips_in_stops_the_chain_before_the_node_is_handed_back():
     (lambda w: w.snodes.update({"n1": slurm_node("n1", state="mixed", flags={"NOT_RESPONDING"})}),
      "slurm-node-down"),
     (lambda w: w.snodes.pop("n1"), "slurm-node-lost"),
-    (lambda w: w.nodes.update({"n1": replace(w.nodes["n1"], ready=False)}), "node-not-ready"),
 ])
 def test_a_failed_lent_node_requeues_its_jobs_at_once(mutate, reason):
     w = lent_world("n1", jobs=[job(1, "n1")])
@@ -512,7 +512,7 @@ def test_a_failed_lent_node_requeues_its_jobs_at_once(mutate, reason):
     assert only(acts, A.SetLendingState).reason == reason
     assert not of(acts, A.SignalJobs)
     assert [e for e in of(acts, A.Event) if e.reason == "Reclaiming"][0].type == "Warning"
-    if reason in ("slurmd-lost", "node-not-ready"):
+    if reason == "slurmd-lost":
         # No slurmd answers for the job: Slurm is told the node is DOWN, which
         # ends (and requeues) it now instead of after SlurmdTimeout.
         assert only(acts, A.DownSlurmNode) == A.DownSlurmNode("hpc/demo", "n1", f"reclaimed by Kubernetes ({reason})")
@@ -526,6 +526,80 @@ def test_a_failed_lent_node_requeues_its_jobs_at_once(mutate, reason):
     assert only(acts, A.RequeueJobs).job_ids == (1,)
     assert of(acts, A.DrainSlurmNode) == ([] if "n1" not in w.snodes else
                                          [A.DrainSlurmNode("hpc/demo", "n1", f"reclaimed by Kubernetes ({reason})")])
+
+
+# -- a node Kubernetes reports not Ready --------------------------------------------------------
+
+NOT_READY_TIMEOUT = POLICY.spec.reclaim.not_ready_timeout_seconds
+
+
+def not_ready(w: World, since, name: str = "n1") -> None:
+    w.nodes[name] = replace(w.nodes[name], ready=False, not_ready_since=since)
+
+
+@pytest.mark.parametrize("since,slurm_flags", [
+    (T0, ()),                                                         # a blip: Slurm still hears slurmd
+    (T0, ("NOT_RESPONDING",)),                                        # both, but only just
+    (T0 - timedelta(seconds=NOT_READY_TIMEOUT + 1), ()),              # long, but Slurm still hears slurmd
+    (None, ("NOT_RESPONDING",)),                                      # not Ready since when: unknown
+])
+def test_a_not_ready_lent_node_is_reclaimed_gracefully(since, slurm_flags):
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    not_ready(w, since)
+    w.snodes["n1"] = replace(w.snodes["n1"], flags=frozenset(slurm_flags))
+    acts = w.decide(POLICY, T0)
+    assert only(acts, A.SetLendingState).reason == "node-not-ready"
+    assert only(acts, A.SignalJobs).job_ids == (1,)
+    assert not of(acts, A.DownSlurmNode) and not of(acts, A.RequeueJobs) and not of(acts, A.CancelJobs)
+    assert [e for e in of(acts, A.Event) if e.reason == "Reclaiming"][0].type == "Warning"
+    w.apply(acts)
+    w.step()
+    # The grace period runs as for any graceful reclaim; the node is never set DOWN.
+    later = T0 + timedelta(seconds=POLICY.spec.reclaim.grace_period_seconds - 1)
+    assert not of(w.decide(POLICY, later), A.DownSlurmNode)
+    assert w.jobs[1].state == "RUNNING"
+
+
+def test_a_lent_node_not_ready_past_the_timeout_and_not_responding_to_slurm_is_set_down():
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    not_ready(w, T0 - timedelta(seconds=NOT_READY_TIMEOUT))
+    w.snodes["n1"] = replace(w.snodes["n1"], flags=frozenset({"NOT_RESPONDING"}))
+    acts = w.decide(POLICY, T0)
+    assert only(acts, A.SetLendingState).reason == "node-not-ready"
+    assert only(acts, A.DownSlurmNode) == A.DownSlurmNode("hpc/demo", "n1", "reclaimed by Kubernetes (node-not-ready)")
+    assert not of(acts, A.SignalJobs)
+
+
+def test_a_graceful_not_ready_reclaim_turns_into_down_once_the_node_is_lost():
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    not_ready(w, T0)
+    w.apply(w.decide(POLICY, T0))
+    w.step()
+    w.snodes["n1"] = replace(w.snodes["n1"], flags=w.snodes["n1"].flags | {"NOT_RESPONDING"})
+    assert not of(w.decide(POLICY, T0 + timedelta(seconds=NOT_READY_TIMEOUT - 1)), A.DownSlurmNode)
+    acts = w.decide(POLICY, T0 + timedelta(seconds=NOT_READY_TIMEOUT))
+    assert of(acts, A.DownSlurmNode)
+
+
+def test_the_not_ready_timeout_is_the_policys():
+    pol = policy(reclaim={"notReadyTimeoutSeconds": 30})
+    assert pol.spec.reclaim.not_ready_timeout_seconds == 30
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    not_ready(w, T0 - timedelta(seconds=30))
+    w.snodes["n1"] = replace(w.snodes["n1"], flags=frozenset({"NOT_RESPONDING"}))
+    assert of(w.decide(pol, T0), A.DownSlurmNode)
+
+
+def test_not_ready_since_is_read_from_the_ready_condition():
+    from slurmk8s.bridge.observed import node_from_api
+    obj = {"metadata": {"name": "n1"}, "status": {"conditions": [
+        {"type": "Ready", "status": "Unknown", "lastTransitionTime": "2026-01-05T10:00:00Z"}]}}
+    n = node_from_api(obj)
+    assert not n.ready and n.not_ready_since == parse_time("2026-01-05T10:00:00Z")
+    obj["status"]["conditions"][0]["lastTransitionTime"] = "garbage"
+    assert node_from_api(obj).not_ready_since is None
+    obj["status"]["conditions"][0]["status"] = "True"
+    assert node_from_api(obj).not_ready_since is None
 
 
 def test_a_slurm_node_in_unknown_state_is_not_a_failure():

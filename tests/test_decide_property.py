@@ -9,11 +9,13 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slurmk8s.api.lending import NodeLendingPolicy
 from slurmk8s.bridge import actions as A
 from slurmk8s.bridge.nodestate import (
     COMPONENT_LABEL,
     FORCED_ANNOTATION,
     IDLE_SINCE_ANNOTATION,
+    JOBS_ANNOTATION,
     LENDING,
     LENT,
     POLICY_ANNOTATION,
@@ -26,7 +28,7 @@ from slurmk8s.bridge.nodestate import (
     TAINT_KEY,
     format_time,
 )
-from slurmk8s.bridge.decide import slurmd_pod_name
+from slurmk8s.bridge.decide import DEFAULT_RECLAIM, slurmd_pod_name
 from slurmk8s.bridge.observed import KubePod, NodeTaint, PolicyGone
 from slurmk8s.slurm.model import DRAIN_PREFIX
 
@@ -82,7 +84,8 @@ def worlds(draw):
                 SINCE_ANNOTATION: format_time(now - timedelta(seconds=draw(st.integers(0, 900)))),
             }
             if state == RECLAIMING:
-                annotations["slurmk8s.dev/reclaim-reason"] = draw(st.sampled_from(["demand", "window", "slurmd-lost"]))
+                annotations["slurmk8s.dev/reclaim-reason"] = draw(
+                    st.sampled_from(["demand", "window", "slurmd-lost", "node-not-ready"]))
                 if draw(st.booleans()):
                     annotations[SIGNALLED_ANNOTATION] = format_time(now - timedelta(seconds=draw(st.integers(0, 200))))
                 if draw(st.booleans()):
@@ -91,8 +94,12 @@ def worlds(draw):
                 taints = (NodeTaint(TAINT_KEY, "demo", TAINT_EFFECT),)
         elif draw(st.booleans()):
             annotations[IDLE_SINCE_ANNOTATION] = format_time(now - timedelta(seconds=draw(st.integers(0, 300))))
+        ready = draw(st.integers(0, 11)) > 0
+        not_ready_since = None
+        if not ready and draw(st.integers(0, 3)):
+            not_ready_since = now - timedelta(seconds=draw(st.integers(0, 900)))
         node = gpu_node(name, labels=labels, annotations=annotations, taints=taints,
-                        ready=draw(st.integers(0, 11)) > 0, unschedulable=draw(st.integers(0, 11)) == 0,
+                        ready=ready, not_ready_since=not_ready_since, unschedulable=draw(st.integers(0, 11)) == 0,
                         allocatable={"cpu": "32", "memory": "256Gi",
                                      "nvidia.com/gpu": str(draw(st.sampled_from([0, 4, 8, 8, 8])))})
         w.nodes[name] = node
@@ -167,6 +174,27 @@ def test_unknown_slurm_means_no_destructive_action(case):
 
 @SETTINGS
 @given(worlds())
+def test_a_node_is_set_down_only_when_its_slurmd_is_gone_or_it_is_lost(case):
+    """A blip must not end a job: DOWN (which ends every job there) only for
+    a node whose slurmd pod is gone, or one Kubernetes has reported not
+    Ready for notReadyTimeoutSeconds while Slurm reports it NOT_RESPONDING."""
+    w, pol, now = case
+    acts = w.decide(pol, now)
+    timeout = (pol.spec.reclaim if isinstance(pol, NodeLendingPolicy) else DEFAULT_RECLAIM).not_ready_timeout_seconds
+    for a in acts:
+        if not isinstance(a, A.DownSlurmNode):
+            continue
+        node = w.nodes[a.node]
+        entering = [x.reason for x in acts if isinstance(x, A.SetLendingState) and x.node == a.node]
+        reason = entering[0] if entering else node.record.reason
+        snode = w.snodes.get(a.node)
+        lost = (not node.ready and node.not_ready_since is not None and snode is not None
+                and "NOT_RESPONDING" in snode.flags and now - node.not_ready_since >= timedelta(seconds=timeout))
+        assert reason == "slurmd-lost" or lost, (a, reason, node)
+
+
+@SETTINGS
+@given(worlds())
 def test_no_node_with_slurm_jobs_is_untainted_or_handed_back(case):
     w, pol, now = case
     if w.cluster is None:
@@ -212,8 +240,10 @@ def test_deciding_again_on_the_result_changes_nothing(case):
 
 
 def end_state(w: World) -> dict:
-    """What must agree after convergence (times differ with the rounds lost)."""
-    bookkeeping = {SIGNALLED_ANNOTATION, FORCED_ANNOTATION}
+    """What must agree after convergence (times differ with the rounds lost,
+    and so do the jobs signalled: a job that a cut round ended before the
+    restarted bridge signalled is not signalled)."""
+    bookkeeping = {SIGNALLED_ANNOTATION, FORCED_ANNOTATION, JOBS_ANNOTATION}
     nodes = {n.name: (n.labels.get(STATE_LABEL), tuple(sorted(t.key for t in n.taints)),
                       tuple(sorted(k for k in n.annotations if k not in bookkeeping)))
              for n in w.nodes.values()}

@@ -154,6 +154,12 @@ class ReclaimSpec(ApiModel):
     """What happens to jobs still running when the grace period is over:
     requeue (eligible to start again at once, elsewhere) or cancel. Jobs
     submitted with --no-requeue are cancelled either way."""
+    not_ready_timeout_seconds: int = Field(300, ge=0, le=86400)
+    """How long Kubernetes must have reported a lent node not Ready (NotReady
+    or Unknown) before the bridge sets its Slurm node DOWN, which ends its
+    jobs at once; Slurm must also report the node NOT_RESPONDING. Until then
+    a node that is not Ready is taken back gracefully (signal, grace period,
+    jobAction), so that a brief blip does not end a job."""
 
 
 class NodeLendingPolicySpec(ApiModel):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..api.cluster import NodeSet, Resources, SlurmCluster
@@ -24,7 +25,7 @@ from .config import (
 )
 from .keys import ClusterKeys
 
-__all__ = ["render", "node_conf", "lent_slurmd_pod"]
+__all__ = ["render", "node_conf", "lent_slurmd_pod", "AgentClients"]
 
 # Mount points inside every Slurm container (the images' contract).
 CONFIG_DIR = "/etc/slurm"
@@ -34,6 +35,17 @@ USER_KEYS_DIR = "/run/slurmk8s/user-keys"
 SSH_HOST_KEYS_DIR = "/run/slurmk8s/ssh-host-keys"
 AGENT_TOKEN_DIR = "/run/slurmk8s/agent"
 ENTRYPOINT = "/usr/local/bin/slurmk8s-entrypoint"
+
+
+@dataclass(frozen=True)
+class AgentClients:
+    """Who may reach the Slurm agent: the operator and bridge pods of the
+    Helm release ``release`` in ``namespace`` (the operator learns both from
+    the chart: ``--release-namespace``, ``--release-name``)."""
+
+    namespace: str
+    release: str
+    components: tuple[str, ...] = ("bridge", "operator")
 
 
 def _b64(data: bytes) -> str:
@@ -452,15 +464,43 @@ def _claims(b: _Builder) -> list[dict]:
     return out
 
 
+def _agent_network_policy(b: _Builder, clients: AgentClients) -> dict:
+    """Only ``clients`` reach the agent's port; slurmctld's port stays open to
+    every pod (workers, login pods, lent slurmd pods, slurmrestd). Not
+    enforced without a CNI that implements NetworkPolicy (decision record 13)."""
+    c = b.c
+    peers = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": clients.namespace}},
+        "podSelector": {
+            "matchLabels": {"app.kubernetes.io/instance": clients.release},
+            "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In",
+                                  "values": sorted(clients.components)}],
+        },
+    }
+    return b.obj("networking.k8s.io/v1", "NetworkPolicy", b.meta(f"{names.controller(c)}-agent", "controller"),
+                 spec={
+                     "podSelector": {"matchLabels": names.selector(c, "controller")},
+                     "policyTypes": ["Ingress"],
+                     "ingress": [
+                         {"ports": [{"protocol": "TCP", "port": names.AGENT_PORT}], "from": [peers]},
+                         {"ports": [{"protocol": "TCP", "port": names.SLURMCTLD_PORT}]},
+                     ],
+                 })
+
+
 def render(
     cluster: SlurmCluster,
     keys: ClusterKeys,
     topology_nodes: Sequence[TopologyNode] = (),
+    *,
+    agent_clients: AgentClients | None = None,
 ) -> list[dict]:
     """Every Kubernetes object of ``cluster``, in apply order.
 
     ``keys`` are the cluster's generated secrets (see :mod:`.keys`);
-    ``topology_nodes`` feed topology.conf when ``spec.topology`` is set.
+    ``topology_nodes`` feed topology.conf when ``spec.topology`` is set;
+    with ``agent_clients``, a NetworkPolicy admits only them to the agent's
+    port (without, there is none: the renderer does not know who they are).
     """
     c = cluster
     files = config_files(c, topology_nodes)
@@ -484,6 +524,8 @@ def render(
     objs += _login(b)
     if c.spec.rest_api.enabled:
         objs += _restapi(b)
+    if agent_clients is not None:
+        objs.append(_agent_network_policy(b, agent_clients))
     return objs
 
 

@@ -24,19 +24,27 @@ constant time. Routes (JSON in and out)::
     POST   /v1/jobs/<id>/cancel
     POST   /v1/reconfigure
     GET    /v1/published?dir=D              {"latest": "..."}: D/LATEST, the model version a job
-                                            published (D inside --checkpoint-root, read-only)
+                                            published (D inside --checkpoint-root, read-only;
+                                            opened one component at a time without following
+                                            links, by a child process running as nobody)
 
 Errors are ``{"error": message, "kind": kind}`` with status 400 (invalid
-name, reason or signal), 401 (token), 404, 405, 409 (not our drain), 502 (a
+name, reason or signal), 401 (token), 403 (a published path that is a link,
+not a plain file, or not readable by others), 404, 405, 409 (not our drain), 502 (a
 Slurm command failed: also ``argv``, ``returncode``, ``stderr``) or 503
 (slurmctld unreachable, or the config directory unreadable).
 """
 
 from __future__ import annotations
 
+import errno
 import hmac
+import io
 import json
+import os
 import re
+import select
+import stat
 import threading
 import time
 from http import HTTPStatus
@@ -116,10 +124,40 @@ ROUTES: list[tuple[str, re.Pattern, Callable[..., Any]]] = [
 ]
 
 
+class _DeadlineReader(io.RawIOBase):
+    """The socket, read with a deadline for the whole request."""
+
+    def __init__(self, sock: Any):
+        self.sock = sock
+        self.deadline = time.monotonic()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request did not arrive in time")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(buffer)
+
+
 class _RequestHandler(BaseHTTPRequestHandler):
     server: "AgentServer"
     protocol_version = "HTTP/1.1"
     server_version = "slurmk8s-agent"
+
+    def setup(self) -> None:
+        self.timeout = self.server.request_timeout  # socket timeout for every read and write
+        super().setup()
+        # Reads go through a deadline: a request (line, headers, body) must
+        # arrive within request_timeout in all, however slowly it trickles.
+        self._reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self) -> None:
+        self._reader.deadline = time.monotonic() + self.server.request_timeout
+        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
         pass  # requests are logged by _handle, without headers
@@ -141,6 +179,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def _send(self, status: HTTPStatus, payload: dict, headers: dict[str, str] = {}) -> None:
         data = json.dumps(payload).encode()
+        self.connection.settimeout(self.server.request_timeout)  # the reply gets its own time
         if status != HTTPStatus.OK:
             self.close_connection = True  # the request body may be unread
         self.send_response(status)
@@ -241,10 +280,18 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
 
 class AgentServer(ThreadingHTTPServer):
-    """The HTTP server; one thread per request (Slurm commands block)."""
+    """The HTTP server; one thread per connection (Slurm commands block), at
+    most ``max_connections`` at once: a connection over the cap is closed at
+    once. A request (line, headers, body) must arrive within
+    ``request_timeout`` seconds of the connection, or of the previous reply
+    on it; otherwise the connection is closed."""
 
     daemon_threads = True
     allow_reuse_address = True
+    #: Connections served at once (the operator and the bridge need a few).
+    max_connections = 32
+    #: Seconds a client may stay silent on a connection.
+    request_timeout = 10.0
 
     def __init__(self, address: tuple[str, int], slurm: SlurmControl, token: bytes):
         if len(token) < 16:
@@ -254,7 +301,35 @@ class AgentServer(ThreadingHTTPServer):
         #: The checkpoint directory on the shared storage (mounted read-only):
         #: /v1/published reads model versions below it. None: not served.
         self.checkpoint_root: str | None = None
+        self._active = 0
+        self._active_lock = threading.Lock()
         super().__init__(address, _RequestHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._active_lock:
+            full = self._active >= self.max_connections
+            if not full:
+                self._active += 1
+        if full:
+            log.get("slurmk8s.agent").warning("connection refused: too many open",
+                                              limit=self.max_connections)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._active_lock:
+            self._active -= 1
 
     @property
     def url(self) -> str:
@@ -300,10 +375,92 @@ def _published(root: str | None, query: dict) -> dict:
         model_dir = check_model_dir(dirs[0], [root])
     except BadModelDir as exc:
         raise _Fail(HTTPStatus.FORBIDDEN, "forbidden", f"model directory {exc}") from None
+    rel = [p for p in model_dir[len(root.rstrip("/")):].split("/") if p]
+    text = read_beneath(root, [*rel, "LATEST"], LATEST_MAX)
+    return {"latest": text.decode("utf-8", errors="replace")}
+
+
+#: Who reads published files when the agent runs as root: nobody.
+UNPRIVILEGED = (65534, 65534)
+
+
+def _walk(root_fd: int, parts: list[str], limit: int) -> bytes:
+    """Open ``parts`` below the directory ``root_fd`` one component at a time,
+    never following a link, and read at most ``limit`` bytes of a regular file."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    fds: list[int] = []
     try:
-        with open(Path(model_dir) / "LATEST", "rb") as f:
-            text = f.read(LATEST_MAX).decode("utf-8", errors="replace")
-    except (FileNotFoundError, NotADirectoryError):
-        raise _Fail(HTTPStatus.NOT_FOUND, "not-found", f"{model_dir}/LATEST does not exist (nothing published yet)") \
-            from None
-    return {"latest": text}
+        fd = root_fd
+        for part in parts[:-1]:
+            fd = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
+            fds.append(fd)
+        fd = os.open(parts[-1], flags, dir_fd=fd)
+        fds.append(fd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EISDIR, "not a regular file")
+        return os.read(fd, limit)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def read_beneath(root: str, parts: list[str], limit: int, timeout: float = 10) -> bytes:
+    """At most ``limit`` bytes of ``root/parts...``, opened component by
+    component below ``root`` without following any symbolic link (a job
+    controls everything below the root), in a child process that runs as an
+    unprivileged user when the agent runs as root (the agent's token and the
+    munge key are root's alone). Raises _Fail: 403 for a link, a non-regular
+    file or a file others may not read; 404 when it does not exist."""
+    if not parts or any(p in ("", ".", "..") or "/" in p or "\0" in p for p in parts):
+        raise _Fail(HTTPStatus.FORBIDDEN, "forbidden", "the path has an empty, '.' or '..' component")
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the administrator's path
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: only system calls, then _exit
+            code = 0
+            try:
+                os.close(r)
+                if os.geteuid() == 0:
+                    os.setgroups([])
+                    os.setgid(UNPRIVILEGED[1])
+                    os.setuid(UNPRIVILEGED[0])
+                os.write(w, b"D" + _walk(root_fd, parts, limit))
+            except OSError as exc:
+                os.write(w, b"E%d" % (exc.errno or 0))
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(w)
+        out = b""
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([r], [], [], left)[0]:
+                    os.kill(pid, 9)
+                    raise _Fail(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable",
+                                "reading the shared storage timed out")
+                chunk = os.read(r, 65536)
+                if not chunk:
+                    break
+                out += chunk
+        finally:
+            os.close(r)
+            os.waitpid(pid, 0)
+    finally:
+        os.close(root_fd)
+    if out[:1] == b"D":
+        return out[1:]
+    shown = "/".join(parts)
+    err = int(out[1:] or 0) if out[:1] == b"E" else None
+    if err == errno.ENOENT:
+        raise _Fail(HTTPStatus.NOT_FOUND, "not-found", f"{shown} does not exist (nothing published yet)")
+    if err in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM):
+        raise _Fail(HTTPStatus.FORBIDDEN, "forbidden",
+                    f"{shown} below the checkpoint root is a symbolic link, not a regular file, or not "
+                    "readable by others: publish LATEST as a plain world-readable file (examples/train.sh)")
+    if err is None:
+        raise _Fail(HTTPStatus.INTERNAL_SERVER_ERROR, "internal", f"reading {shown} failed")
+    raise _Fail(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", f"{shown}: {os.strerror(err)}")

@@ -12,17 +12,33 @@ node" or "no jobs".
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 import urllib.error
 import urllib.request
-from typing import Sequence
+from typing import Mapping, Sequence
 from urllib.parse import quote, urlencode
 
 from .client import NotOurDrain, SlurmError
 from .model import Job, Node, job_from_dict, node_from_dict
 
-__all__ = ["RemoteSlurm", "AgentError", "AgentUnreachable", "AgentUnauthorized"]
+__all__ = ["RemoteSlurm", "AgentError", "AgentUnreachable", "AgentUnauthorized", "agent_url"]
+
+
+def agent_url(controller_pod: Mapping | None, port: int) -> str | None:
+    """``http://<pod IP>:<port>`` of the agent in the controller pod, or None
+    while the pod has no IP. Only the IP the kubelet reported: never a DNS
+    name (one built from spec.clusterDomain could send the bearer token to
+    another host), and nothing that does not parse as an IP address."""
+    raw = ((controller_pod or {}).get("status") or {}).get("podIP")
+    try:
+        ip = ipaddress.ip_address(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    if ip is None:
+        return None
+    return f"http://[{ip}]:{int(port)}" if ip.version == 6 else f"http://{ip}:{int(port)}"
 
 
 class AgentError(RuntimeError):
@@ -49,8 +65,11 @@ class RemoteSlurm:
     ``requeue_timeout`` (the agent waits for the job to leave COMPLETING).
     """
 
-    def __init__(self, base_url: str, token: bytes | str, *, timeout: float = 30, requeue_timeout: float = 75):
-        self.base_url = base_url.rstrip("/")
+    def __init__(self, base_url: str | None, token: bytes | str, *, timeout: float = 30,
+                 requeue_timeout: float = 75):
+        #: None: the controller pod has no IP yet; every call raises
+        #: AgentUnreachable and nothing is sent.
+        self.base_url = base_url.rstrip("/") if base_url else None
         self._token = token.decode() if isinstance(token, bytes) else token
         self.timeout = timeout
         self.requeue_timeout = requeue_timeout
@@ -60,6 +79,9 @@ class RemoteSlurm:
 
     def _call(self, method: str, path: str, body: dict | None = None, *,
               query: Sequence[tuple[str, str]] = (), timeout: float | None = None) -> dict:
+        if self.base_url is None:
+            raise AgentUnreachable("the <cluster>-controller-0 pod has no IP yet, so its Slurm agent cannot be "
+                                   "reached; wait for the pod to be scheduled and started")
         url = self.base_url + path + (f"?{urlencode(list(query))}" if query else "")
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(url, data=data, method=method, headers={
@@ -157,6 +179,8 @@ class RemoteSlurm:
 
     def healthy(self) -> bool:
         """The agent answers /healthz (no token needed); says nothing about Slurm."""
+        if self.base_url is None:
+            return False
         try:
             with urllib.request.urlopen(self.base_url + "/healthz", timeout=self.timeout) as resp:
                 return resp.status == 200

@@ -597,3 +597,19 @@ def test_openapi_v2_serves_the_official_built_in_schemas_and_the_crds(cluster: C
     r = http.request("GET", cluster.srv.url + "/openapi/v2",
                      headers={**auth, "Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"})
     assert r.status == 200 and r.headers["Content-Type"].endswith("+protobuf") and r.data == b"\x0a\x032.0"
+
+
+def test_network_policies_are_stored(cluster: Cluster, ns: str) -> None:
+    """networking.k8s.io/v1 is served (stored, not enforced): the operator renders one per SlurmCluster."""
+    from kubernetes import client as k8s
+
+    api = k8s.NetworkingV1Api(cluster.api_client)
+    body = {"metadata": {"name": "demo-agent", "labels": {"app": "x"}}, "spec": {
+        "podSelector": {"matchLabels": {"app": "x"}}, "policyTypes": ["Ingress"],
+        "ingress": [{"ports": [{"protocol": "TCP", "port": 6830}]}]}}
+    api.create_namespaced_network_policy(ns, body)
+    got = api.read_namespaced_network_policy("demo-agent", ns)
+    assert got.spec.ingress[0].ports[0].port == 6830
+    assert [p.metadata.name for p in api.list_namespaced_network_policy(ns, label_selector="app=x").items] == [
+        "demo-agent"]
+    api.delete_namespaced_network_policy("demo-agent", ns)

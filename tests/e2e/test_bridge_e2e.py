@@ -130,6 +130,50 @@ def test_a_node_lost_while_lent_leaves_slurm_safe_and_requeues_its_job(world):
     wait_for("the node lent again", world.all_lent, timeout=120, show=world.states)
 
 
+def test_a_node_briefly_not_ready_is_reclaimed_gracefully_never_set_down(world):
+    """Kubernetes reporting a lent node Unknown for a moment (the kubelet's
+    next heartbeat, within 10 s, says Ready again) must not end its job: the
+    job gets the policy's signal and checkpoints; Slurm never sees the node
+    DOWN (issue 13, item 7)."""
+    world.apply(policy(minKubernetesNodes=0))
+    wait_for("both nodes lent", world.all_lent, timeout=120, show=world.states)
+    r = world.researcher
+    r.put(CHECKPOINT_JOB, "/shared/researcher/ckpt.sh")
+    job = r.sbatch("/shared/researcher/ckpt.sh", "-w", LEND[1], cwd="/shared/researcher")
+    wait_for("the job to run", lambda: r.job(job)["JobState"] == "RUNNING", timeout=60)
+    time.sleep(3)  # a few steps
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    world.core.patch_node_status(LEND[1], {"status": {"conditions": [
+        {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+         "message": "Kubelet stopped posting node status.", "lastHeartbeatTime": now, "lastTransitionTime": now}]}},
+        _content_type="application/merge-patch+json")
+    seen: set[str] = set()  # the Slurm node's states
+    lending: set[str | None] = set()  # the Kubernetes node's lending states
+
+    def watching(predicate):
+        def check():
+            node = next((n for n in world.slurm.nodes() if n.name == LEND[1]), None)
+            if node is not None:
+                seen.add(node.state)
+            lending.add(world.state(LEND[1]))
+            return predicate()
+        return check
+
+    # The job is signalled, checkpoints and requeues itself (-w: it waits for
+    # this node); the node goes back to Kubernetes and is lent again.
+    wait_for("the job requeued by itself", watching(lambda: int(r.job(job)["Restarts"]) >= 1),
+             timeout=GRACE + 60, every=0.2, show=lambda: (world.states(), r.job(job), seen))
+    wait_for("the node lent again", watching(world.all_lent), timeout=120, every=0.2,
+             show=lambda: (world.states(), seen))
+    assert "down" not in seen, seen
+    assert "reclaiming" in lending, lending
+    messages = [e.message for e in world.events("Reclaiming", LEND[1])]
+    assert any("not Ready" in m and "SIGUSR1" in m for m in messages), messages
+    log = r.read(f"/shared/researcher/ckpt-{job}.out")
+    assert "USR1 at step" in log, log  # it had its chance to checkpoint
+    r.check(f"scancel {job}")
+
+
 @pytest.mark.parametrize("stage", ["lending", "lent", "reclaiming"])
 def test_the_bridge_killed_in_any_state_converges_after_a_restart(world, stage):
     wait_for("both nodes lent", world.all_lent, show=world.states)

@@ -161,6 +161,11 @@ operator writes with server-side apply and merge patches), no wildcards.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["list", "create", "patch", "delete"]
+# The NetworkPolicy that admits only the operator and the bridge to each
+# cluster's Slurm agent port.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["list", "create", "patch", "delete"]
 # Events about reconciliation, drains and errors on the SlurmCluster, as kopf
 # posts them (core API, created once each).
 - apiGroups: [""]
@@ -200,6 +205,11 @@ list is empty, and `--interval`.
 {{/* The operator's arguments. */}}
 {{- define "slurmk8s.args" -}}
 {{- include "slurmk8s.commandArgs" (list . "operator" .Values (include "slurmk8s.namespaces" . | fromJsonArray)) }}
+{{- /* Who the NetworkPolicy of each cluster's Slurm agent admits: this release's operator and bridge pods. */}}
+- --release-namespace
+- {{ .Release.Namespace | quote }}
+- --release-name
+- {{ .Release.Name | quote }}
 {{- end }}
 
 {{/*
