@@ -7,23 +7,19 @@ Slurm agent, as the operator asks)."""
 from __future__ import annotations
 
 import base64
-import os
-import subprocess
-import threading
 import time
 
 import pytest
 import yaml
-from kubernetes import client, config
 
 from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, render
 from slurmk8s.sandbox import runtime
-from slurmk8s.sandbox.apiserver import APIServer
-from slurmk8s.sandbox.kubelet import Kubelet, SandboxNode
+from slurmk8s.sandbox.kubelet import SandboxNode
 from slurmk8s.slurm.remote import RemoteSlurm
 
 from .conftest import EXAMPLE
+from .kubeletworld import KubeletWorld
 
 pytestmark = pytest.mark.slurm
 GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
@@ -47,39 +43,13 @@ def wait_for(what: str, predicate, timeout: float = 120):
         time.sleep(0.5)
 
 
-class World:
+class World(KubeletWorld):
     def __init__(self, tmp):
-        assert os.geteuid() == 0, "the kubelet needs root (namespaces, mounts, veths)"
-        self.dir = tmp
-        self.server = APIServer(tmp / "api").start()
-        self.kubeconfig = self.server.write_kubeconfig(tmp / "kubeconfig")
-        self.api = config.new_client_from_config(str(self.kubeconfig))
-        self.core = client.CoreV1Api(self.api)
-        self.net = runtime.Network("kltest", "10.253.91.0/24", "10.253.91.1")
-        self.net.create()
         self.keys = ClusterKeys.generate()
-        self.kubelet = None
-        self.start_kubelet()
-
-    def start_kubelet(self):
-        self.stop = threading.Event()
-        self.kubelet = Kubelet(self.api, NODES, self.dir / "kubelet", self.net)
-        self.thread = threading.Thread(target=self.kubelet.run, args=(self.stop,), daemon=True)
-        self.thread.start()
-
-    def kill_kubelet(self):
-        """The kubelet process goes away; its pods keep running."""
-        self.stop.set()
-        self.thread.join(timeout=10)
+        super().__init__(tmp, "kltest", "10.253.91.0/24", NODES)
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
-        proc = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args], input=input,
-                              capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout
-
-    def pod(self, name: str):
-        return self.core.read_namespaced_pod(name, "default")
+        return self.run_kubectl(*args, input=input).stdout
 
     def slurm(self) -> RemoteSlurm:
         ip = self.pod("demo-controller-0").status.pod_ip
@@ -88,14 +58,6 @@ class World:
     def idle_nodes(self) -> set[str]:
         return {n.name for n in self.slurm().nodes() if n.state == "idle" and not n.flags - {"DYNAMIC_NORM"}}
 
-    def close(self):
-        self.stop.set()
-        self.thread.join(timeout=10)
-        self.kubelet.stop_all()
-        self.net.delete()
-        for ns in self.net.leftovers()[0]:
-            runtime.sh("ip", "netns", "del", ns, check=False)
-        self.server.stop()
 
 
 @pytest.fixture(scope="module")

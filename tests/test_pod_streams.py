@@ -16,7 +16,6 @@ import ssl
 import struct
 import subprocess
 import termios
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -26,13 +25,12 @@ from urllib.parse import urlencode
 import pytest
 import websocket
 import yaml
-from kubernetes import client, config
 from kubernetes.stream import stream
 
-from slurmk8s.sandbox import image, runtime
-from slurmk8s.sandbox.apiserver import APIServer
-from slurmk8s.sandbox.kubelet import Kubelet, SandboxNode
+from slurmk8s.sandbox import image
+from slurmk8s.sandbox.kubelet import SandboxNode
 
+from .kubeletworld import KubeletWorld
 from .test_kubelet import wait_for
 
 FIXTURE_IMAGES = Path(__file__).resolve().parent / "fixtures" / "images"
@@ -51,40 +49,17 @@ def pod(name: str, containers: dict[str, str], annotations: dict | None = None, 
                                     for c, script in containers.items()]}}
 
 
-class World:
+class World(KubeletWorld):
     def __init__(self, tmp: Path):
-        assert os.geteuid() == 0, "the kubelet needs root (namespaces, mounts, veths)"
-        self.dir = tmp
-        self.server = APIServer(tmp / "api").start()
-        self.kubeconfig = self.server.write_kubeconfig(tmp / "kubeconfig")
-        self.api = config.new_client_from_config(str(self.kubeconfig))
-        self.core = client.CoreV1Api(self.api)
-        self.net = runtime.Network("kstrm", "10.253.93.0/24", "10.253.93.1")
-        self.net.create()
-        self.stop = threading.Event()
-        self.kubelet = Kubelet(self.api, NODES, tmp / "kubelet", self.net)
-        self.thread = threading.Thread(target=self.kubelet.run, args=(self.stop,), daemon=True)
-        self.thread.start()
+        super().__init__(tmp, "kstrm", "10.253.93.0/24", NODES)
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args], input=input,
-                              capture_output=True, text=True, timeout=60)
-        if check:
-            assert proc.returncode == 0, proc.stderr
-        return proc
+        return self.run_kubectl(*args, input=input, check=check)
 
     def running(self, name: str) -> bool:
         p = self.core.read_namespaced_pod(name, "default")
         return p.status.phase == "Running"
 
-    def close(self):
-        self.stop.set()
-        self.thread.join(timeout=10)
-        self.kubelet.stop_all()
-        self.net.delete()
-        for ns in self.net.leftovers()[0]:
-            runtime.sh("ip", "netns", "del", ns, check=False)
-        self.server.stop()
 
 
 @pytest.fixture(scope="module")

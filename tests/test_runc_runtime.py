@@ -17,19 +17,17 @@ import select
 import struct
 import subprocess
 import termios
-import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes import client, config
 
 from slurmk8s.sandbox import runcruntime, runtime, runtimes
-from slurmk8s.sandbox.apiserver import APIServer
 from slurmk8s.sandbox.imagestore import ImageStore
-from slurmk8s.sandbox.kubelet import Kubelet, SandboxNode
+from slurmk8s.sandbox.kubelet import SandboxNode
 
+from .kubeletworld import KubeletWorld
 from .test_kubelet import wait_for
 
 CTLD = "ghcr.io/slurmk8s/slurmctld:22.05"
@@ -55,31 +53,13 @@ def pod(name: str, image: str, script: str, gpus: int = 2) -> dict:
                                                       {"name": "shm", "mountPath": "/dev/shm"}]}]}}
 
 
-class World:
+class World(KubeletWorld):
     def __init__(self, tmp: Path):
-        assert os.geteuid() == 0, "the kubelet needs root (namespaces, mounts, veths, runc)"
-        self.dir = tmp
-        self.server = APIServer(tmp / "api").start()
-        self.kubeconfig = self.server.write_kubeconfig(tmp / "kubeconfig")
-        self.api = config.new_client_from_config(str(self.kubeconfig))
-        self.core = client.CoreV1Api(self.api)
-        self.net = runtime.Network(SID, "10.253.95.0/24", "10.253.95.1")
-        self.net.create()
-        self.stop = threading.Event()
-        self.kubelet = Kubelet(self.api, NODES, tmp / "kubelet", self.net)
+        super().__init__(tmp, SID, "10.253.95.0/24", NODES)
         assert self.kubelet.runtime is runcruntime
-        self.thread = threading.Thread(target=self.kubelet.run, args=(self.stop,), daemon=True)
-        self.thread.start()
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args], input=input,
-                              capture_output=True, text=True, timeout=60)
-        if check:
-            assert proc.returncode == 0, proc.stderr
-        return proc
-
-    def pod(self, name: str):
-        return self.core.read_namespaced_pod(name, "default")
+        return self.run_kubectl(*args, input=input, check=check)
 
     def local(self, name: str):
         return next(p for p in self.kubelet.pods.values() if p.name == name)
@@ -87,14 +67,6 @@ class World:
     def ready(self, name: str) -> bool:
         return any(c.type == "Ready" and c.status == "True" for c in self.pod(name).status.conditions or [])
 
-    def close(self):
-        self.stop.set()
-        self.thread.join(timeout=10)
-        self.kubelet.stop_all()
-        self.net.delete()
-        for ns in self.net.leftovers()[0]:
-            runtime.sh("ip", "netns", "del", ns, check=False)
-        self.server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,61 @@
+"""A small Kubernetes for the kubelet tests: the API stand-in, a network for
+pods, and the sandbox's real kubelet running in a thread. Needs root."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+from kubernetes import client, config
+
+from slurmk8s.sandbox import runtime
+from slurmk8s.sandbox.apiserver import APIServer
+from slurmk8s.sandbox.kubelet import Kubelet, SandboxNode
+
+
+class KubeletWorld:
+    """``nodes`` served by one kubelet on network ``sid`` (``subnet``, gateway ``.1``)."""
+
+    def __init__(self, tmp: Path, sid: str, subnet: str, nodes: list[SandboxNode]):
+        assert os.geteuid() == 0, "the kubelet needs root (namespaces, mounts, veths)"
+        self.dir = tmp
+        self.nodes = nodes
+        self.server = APIServer(tmp / "api").start()
+        self.kubeconfig = self.server.write_kubeconfig(tmp / "kubeconfig")
+        self.api = config.new_client_from_config(str(self.kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.net = runtime.Network(sid, subnet, subnet.rsplit(".", 1)[0] + ".1")
+        self.net.create()
+        self.kubelet: Kubelet | None = None
+        self.start_kubelet()
+
+    def start_kubelet(self) -> None:
+        self.stop = threading.Event()
+        self.kubelet = Kubelet(self.api, self.nodes, self.dir / "kubelet", self.net)
+        self.thread = threading.Thread(target=self.kubelet.run, args=(self.stop,), daemon=True)
+        self.thread.start()
+
+    def kill_kubelet(self) -> None:
+        """The kubelet process goes away; its pods keep running."""
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+    def run_kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args], input=input,
+                              capture_output=True, text=True, timeout=60)
+        if check:
+            assert proc.returncode == 0, proc.stderr
+        return proc
+
+    def pod(self, name: str):
+        return self.core.read_namespaced_pod(name, "default")
+
+    def close(self) -> None:
+        self.kill_kubelet()
+        self.kubelet.stop_all()
+        self.net.delete()
+        for ns in self.net.leftovers()[0]:
+            runtime.sh("ip", "netns", "del", ns, check=False)
+        self.server.stop()
