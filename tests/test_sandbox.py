@@ -168,3 +168,21 @@ def test_a_process_started_but_not_recorded_is_adopted_by_up_and_stopped_by_down
     finally:
         if orphan.poll() is None:
             orphan.kill()
+
+
+def test_a_pods_own_tmp_volume_does_not_hide_the_sandboxs_python(tmp_path, monkeypatch):
+    """The chart's operator mounts an emptyDir at /tmp: with the checkout under
+    /tmp (a CI clone), the venv standing in for the controller image's
+    /opt/slurmk8s must be mounted after it, or the pod finds no slurmk8s."""
+    from slurmk8s.sandbox.plan import pod_plan
+
+    monkeypatch.setattr(sys, "prefix", "/tmp/ci/.venv")
+    pod = {"metadata": {"name": "op", "namespace": "sys", "uid": "u"},
+           "spec": {"nodeName": "n", "volumes": [{"name": "tmp", "emptyDir": {}}],
+                    "containers": [{"name": "operator", "image": "ghcr.io/slurmk8s/controller:0.1.0",
+                                    "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}]}}
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n")
+    runtime.prepare(pod_plan(pod, {}, {}, "10.0.0.2"), tmp_path / "pod", hosts, tmp_path / "storage")
+    targets = [line.split("\t")[2] for line in (tmp_path / "pod/containers/0/mounts").read_text().splitlines()]
+    assert targets.index("/tmp/ci/.venv") > targets.index("/tmp")

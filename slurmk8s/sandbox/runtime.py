@@ -165,13 +165,14 @@ def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path) -> Non
         (image / "etc/hostname").write_text(pod.hostname + "\n")
         # /etc/hosts is the sandbox's one file, bind-mounted: a rewrite reaches every pod.
         mounts = [Mount("bind", str(hosts_file.resolve()), "/etc/hosts", read_only=True)]
-        mounts += [Mount("bind", path, path, read_only=True) for path in hidden_software()]
         for m in container.mounts:
             if m.source.startswith("/claims/"):
                 host = storage / m.source.lstrip("/")
                 host.mkdir(parents=True, exist_ok=True)
                 m = Mount(m.kind, str(host), m.target, m.read_only, m.mode)
             mounts.append(m)
+        # Last: a pod's own volume at /tmp (the controller's emptyDir) must not hide them.
+        mounts += [Mount("bind", path, path, read_only=True) for path in hidden_software()]
         (ctr / "name").write_text(container.name)
         (ctr / "mounts").write_text("".join(
             f"{m.kind}\t{m.source}\t{m.target}\t{'ro' if m.read_only else 'rw'}\t{m.mode}\n" for m in mounts))
