@@ -3,9 +3,15 @@ pods, and the sandbox's real kubelet running in a thread. Needs root."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
+import select
+import struct
 import subprocess
+import termios
 import threading
+import time
 from pathlib import Path
 
 from kubernetes import client, config
@@ -48,6 +54,35 @@ class KubeletWorld:
         if check:
             assert proc.returncode == 0, proc.stderr
         return proc
+
+    def exec_in_terminal(self, target: list[str], script: bytes, size: tuple[int, int] = (33, 97),
+                         timeout: float = 30) -> tuple[str, int]:
+        """`kubectl exec -it <target> -- sh` under a pseudo-terminal of ``size``
+        (rows, columns), typing ``script``; returns what the terminal showed and
+        kubectl's exit code."""
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execvp("kubectl", ["kubectl", "--kubeconfig", str(self.kubeconfig), "exec", "-it", *target,
+                                  "--", "sh"])
+        try:
+            fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))
+            os.write(fd, script)
+            output = b""
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if not select.select([fd], [], [], 1)[0]:
+                    continue
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            _, status = os.waitpid(pid, 0)
+        finally:
+            os.close(fd)
+        return output.decode(errors="replace"), os.waitstatus_to_exitcode(status)
 
     def pod(self, name: str):
         return self.core.read_namespaced_pod(name, "default")

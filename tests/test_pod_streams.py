@@ -6,16 +6,11 @@ kubectl and the official Python client."""
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
-import pty
-import select
 import ssl
-import struct
 import subprocess
-import termios
 import time
 import urllib.error
 import urllib.request
@@ -223,32 +218,9 @@ def test_kubectl_cp_goes_through_exec(world, tmp_path):
 
 
 def test_exec_with_a_terminal(world):
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execvp("kubectl", ["kubectl", "--kubeconfig", str(world.kubeconfig), "exec", "-it", "two", "-c", "side",
-                              "--", "sh"])
-    try:
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 97, 0, 0))
-        os.write(fd, b"stty size; tty -s && echo has-a-tty; echo $((6*7)); exit 5\n")
-        output = b""
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 1)
-            if not ready:
-                continue
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            output += chunk
-        _, status = os.waitpid(pid, 0)
-    finally:
-        os.close(fd)
-    text = output.decode(errors="replace")
+    text, code = world.exec_in_terminal(["two", "-c", "side"], b"stty size; tty -s && echo has-a-tty; echo $((6*7)); exit 5\n")
     assert "33 97" in text and "has-a-tty" in text and "42" in text, text
-    assert os.waitstatus_to_exitcode(status) == 5, text
+    assert code == 5, text
 
 
 def test_exec_with_the_python_client(world):

@@ -9,14 +9,9 @@ Needs root, runc and the slurmctld image (built here if missing, with
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
-import select
-import struct
 import subprocess
-import termios
 import time
 from pathlib import Path
 
@@ -128,30 +123,9 @@ def test_exec_sees_volumes_devices_limits_and_the_pods_namespaces(world):
 
 
 def test_exec_with_a_terminal(world):
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execvp("kubectl", ["kubectl", "--kubeconfig", str(world.kubeconfig), "exec", "-it", "ctld", "--", "sh"])
-    try:
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 97, 0, 0))
-        os.write(fd, b"stty size; tty -s && echo has-a-tty; echo $((6*7)); exit 5\n")
-        output = b""
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if not select.select([fd], [], [], 1)[0]:
-                continue
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            output += chunk
-        _, status = os.waitpid(pid, 0)
-    finally:
-        os.close(fd)
-    text = output.decode(errors="replace")
+    text, code = world.exec_in_terminal(["ctld"], b"stty size; tty -s && echo has-a-tty; echo $((6*7)); exit 5\n")
     assert "33 97" in text and "has-a-tty" in text and "42" in text, text
-    assert os.waitstatus_to_exitcode(status) == 5, text
+    assert code == 5, text
 
 
 def test_an_image_that_is_not_built_is_image_pull_back_off_and_the_kubelet_goes_on(world):
