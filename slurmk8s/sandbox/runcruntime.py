@@ -36,7 +36,7 @@ from . import oci, podlogs
 from .imagestore import ImageStore
 from .images import ImageError
 from .plan import ContainerPlan, Mount, PodPlan
-from .runtime import SandboxError, _nul, alive, network_probe, refresh_volumes  # noqa: F401  (the shared part of the interface)
+from .runtime import SandboxError, _nul, alive, network_probe, refresh_volumes, write_files  # noqa: F401  (the shared part of the interface)
 
 NAME = "runc"
 
@@ -96,12 +96,7 @@ def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path, netns:
     if pod_dir.exists():
         previous = podlogs.keep_previous(pod_dir)
         subprocess.run(["rm", "-rf", "--one-file-system", str(pod_dir)], check=False)
-    pod_dir.mkdir(parents=True)
-    for f in pod.files:
-        path = pod_dir / f.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(f.content)
-        path.chmod(f.mode)
+    write_files(pod, pod_dir)
     (pod_dir / "hostname").write_text(pod.hostname + "\n")
     netns_path = f"/var/run/netns/{netns}"
     # One level under /slurmk8s: runc removes a container's cgroup, and nothing else is left.

@@ -145,12 +145,7 @@ def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path) -> Non
     if pod_dir.exists():
         previous = podlogs.keep_previous(pod_dir)
         shutil.rmtree(pod_dir)
-    pod_dir.mkdir(parents=True)
-    for f in pod.files:
-        path = pod_dir / f.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(f.content)
-        path.chmod(f.mode)
+    write_files(pod, pod_dir)
     (pod_dir / "hostname").write_text(pod.hostname)
     (pod_dir / "gpus").write_text(str(pod.gpus))
     for i, container in enumerate(pod.containers):
@@ -180,6 +175,16 @@ def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path) -> Non
         (ctr / "env").write_bytes(_nul([f"{k}={v}" for k, v in env.items()]))
         (ctr / "argv").write_bytes(_nul([ENTRYPOINT, *container.args]))
         podlogs.start_instance(ctr, previous.get(str(i)))
+
+
+def write_files(pod: PodPlan, pod_dir: Path) -> None:
+    """Make ``pod_dir`` with the files of the pod's ConfigMap, Secret and other volumes (both runtimes)."""
+    pod_dir.mkdir(parents=True)
+    for f in pod.files:
+        path = pod_dir / f.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(f.content)
+        path.chmod(f.mode)
 
 
 def refresh_volumes(pod: PodPlan, pod_dir: Path) -> None:
