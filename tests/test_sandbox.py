@@ -147,7 +147,7 @@ def test_a_process_started_but_not_recorded_is_adopted_by_up_and_stopped_by_down
     from slurmk8s.sandbox.sandbox import State
 
     argv = [sys.executable, "-c", "import time; time.sleep(60)", f"slurmk8s-{uuid.uuid4().hex}"]
-    monkeypatch.setattr(Sandbox, "_argv", lambda self, process, state: argv)
+    monkeypatch.setattr(Sandbox, "_command", lambda self, process, state: argv)
     box = Sandbox(tmp_path)
     state = State(cluster="c", namespace="d", sid="s", subnet="10.253.80.0/24", gateway="10.253.80.1",
                   api_port=1, nodes=[], login=None, shared_storage=None, started=0)

@@ -46,7 +46,7 @@ from ..api.cluster import SlurmCluster
 from ..render import names
 from ..render.keys import ssh_keypair
 from ..slurm import RemoteSlurm, SlurmControl
-from . import install, podlogs, runcruntime, runtime, runtimes
+from . import install, podlogs, runcruntime, runtime, runtimes, supervise
 from .kubelet import SandboxNode
 
 DEFAULT_STATE_DIR = Path(os.environ.get("SLURMK8S_SANDBOX_DIR", "/var/lib/slurmk8s/sandbox"))
@@ -181,11 +181,26 @@ class Sandbox:
                     "--kubeconfig", str(self.kubeconfig), "--kubelet-kubeconfig", str(self.kubelet_kubeconfig)]
         return [*slurmk8s, "sandbox", "kubelet", "--state-dir", str(self.dir)]
 
+    def supervisor_status(self, process: str) -> Path:
+        return self.dir / "run" / f"{process}.json"
+
+    def _command(self, process: str, state: State) -> list[str]:
+        """What `up` starts for ``process``: its supervisor, which restarts it when it dies."""
+        return [sys.executable, "-m", "slurmk8s.sandbox.supervise", "--status", str(self.supervisor_status(process)),
+                "--", *self._argv(process, state)]
+
+    def process_pid(self, process: str) -> int | None:
+        """The pid of ``process`` itself (not of its supervisor) while it runs."""
+        pid = supervise.read_status(self.supervisor_status(process)).get("pid")
+        return pid if _running(pid, "slurmk8s") else None
+
     def _spawn(self, process: str, state: State) -> None:
         log = self.log_path(process)
         log.parent.mkdir(parents=True, exist_ok=True)
+        self.supervisor_status(process).parent.mkdir(parents=True, exist_ok=True)
+        self.supervisor_status(process).unlink(missing_ok=True)
         with open(log, "ab") as out:
-            proc = subprocess.Popen(self._argv(process, state), stdin=subprocess.DEVNULL, stdout=out,
+            proc = subprocess.Popen(self._command(process, state), stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
         state.processes[process] = proc.pid
@@ -196,7 +211,7 @@ class Sandbox:
         """Live processes that run exactly what ``process`` is here but whose
         pid state.json does not hold: an `up` killed between starting one and
         recording it left them behind."""
-        want = [a.encode() for a in self._argv(process, state)]
+        want = [a.encode() for a in self._command(process, state)]
         found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == state.processes.get(process):
@@ -418,7 +433,7 @@ class Sandbox:
             data = json.loads((self.dir / "kubelet.json").read_text())
         except (OSError, ValueError):
             return False
-        return bool(data.get("synced")) and data.get("pid") == state.processes.get("kubelet")
+        return bool(data.get("synced")) and data.get("pid") == self.process_pid("kubelet")
 
     def _fail_pods(self, pods, why: str) -> SandboxFailed:
         worst = sorted(pods, key=lambda p: (
@@ -568,8 +583,9 @@ class Sandbox:
         return {
             "cluster": state.cluster, "namespace": state.namespace, "stateDir": str(self.dir.resolve()),
             "kubeconfig": str(self.kubeconfig.resolve()),
-            "processes": {k: {"pid": v, "running": _running(v, "slurmk8s"), "log": str(self.log_path(k))}
-                          for k, v in state.processes.items()},
+            "processes": {k: {"pid": self.process_pid(k), "supervisor": v, "running": _running(v, "slurmk8s"),
+                              "restarts": supervise.read_status(self.supervisor_status(k)).get("restarts", 0),
+                              "log": str(self.log_path(k))} for k, v in state.processes.items()},
             "network": {"bridge": self.network(state).bridge, "subnet": state.subnet, "gateway": state.gateway},
             "nodes": [n["name"] for n in state.nodes],
             "kubernetesNodes": sorted(kube_nodes, key=lambda n: n["name"]),
@@ -643,6 +659,7 @@ class Sandbox:
                 runtime.sh("ip", "link", "del", link, check=False)
             removed.append(f"network {net.bridge}")
         shutil.rmtree(self.dir / "pods", ignore_errors=True)
+        shutil.rmtree(self.dir / "run", ignore_errors=True)
         for name in ("state.json", "kubelet.json", "hosts", "kubelet.kubeconfig"):
             (self.dir / name).unlink(missing_ok=True)
         if purge:

@@ -21,9 +21,13 @@ from typing import Iterator
 
 from slurmk8s.bridge.nodestate import STATE_LABEL
 from slurmk8s.sandbox import Sandbox
+from slurmk8s.sandbox.images import tags
 
 from .researcher import Researcher
 from .common import SLURMK8S, running_sandbox, wait_for
+
+#: What a serving pod runs: the image examples/serving.yaml names.
+SERVE_IMAGE = tags("serve")[0]
 
 LEND = ("sandbox-lend-0", "sandbox-lend-1")
 GRACE = 10
@@ -135,7 +139,7 @@ class Lending:
         self.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default",
                                                                     "labels": {"app": "serve"}},
                     "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
-                             "containers": [{"name": "serve", "image": "slurmk8s/slurmd:22.05",
+                             "containers": [{"name": "serve", "image": SERVE_IMAGE,
                                              "command": ["sleep", "3600"],
                                              "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}})
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from .lending import CHECKPOINT_JOB, GRACE, LEND, Lending, lending_sandbox, policy, wait_for
+from .lending import CHECKPOINT_JOB, GRACE, LEND, SERVE_IMAGE, Lending, lending_sandbox, policy, wait_for
 
 pytestmark = pytest.mark.slurm
 SUBNET = "10.253.96.0/24"
@@ -238,7 +238,7 @@ def test_a_published_model_version_rolls_the_serving_deployment(world):
                              "annotations": {"slurmk8s.dev/model-dir": follows}},
                 "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
                          "template": {"metadata": {"labels": {"app": name}},
-                                      "spec": {"containers": [{"name": "serve", "image": "slurmk8s/serve:22.05"}]}}}}
+                                      "spec": {"containers": [{"name": "serve", "image": SERVE_IMAGE}]}}}}
 
     def version(name: str) -> str | None:
         dep = world.kubectl("get", "deployment", name, "-o", "json")
