@@ -9,8 +9,9 @@
 2. sbatch -> the job's first instruction running, through the sandbox (sbatch
    in the login pod, the job on a worker pod) and, in the same run, on a bare
    slurmctld + slurmd started by hand in private namespaces on this machine
-   (tests/realslurm.py), with the same rendered slurm.conf. The ratio of the
-   medians is the sandbox's overhead.
+   (tests/realslurm.py), with the same rendered slurm.conf, run from the same
+   images' root file systems as the sandbox's pods (the slurmctld and slurmd
+   images, one overlay). The ratio of the medians is the sandbox's overhead.
 
     hack/bench_sandbox.py [--rounds 5] [--jobs 20]     (root, after hack/setup.sh)
 """
@@ -33,6 +34,8 @@ import yaml  # noqa: E402
 from slurmk8s.api import load_cluster  # noqa: E402
 from slurmk8s.render import ClusterKeys, config_files, node_conf  # noqa: E402
 from slurmk8s.sandbox import Sandbox  # noqa: E402
+from slurmk8s.sandbox.images import tags  # noqa: E402
+from slurmk8s.sandbox.imagestore import ImageStore  # noqa: E402
 from tests.realslurm import SlurmNamespace  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "slurmcluster.yaml"
@@ -94,12 +97,16 @@ def bench_sandbox_latency(cluster, jobs: int, partition: str) -> list[float]:
 def bench_bare_latency(cluster, jobs: int, partition: str) -> list[float]:
     ns = next(n for n in cluster.spec.node_sets if any(partition == p.name and n.name in p.node_sets
                                                           for p in cluster.spec.partitions))
+    version = cluster.spec.slurm.version
+    built = ImageStore().ensure([tags("slurmd", version)[0], tags("slurmctld", version)[0]])
+    roots = [image.rootfs for image in built.values()]
     with tempfile.TemporaryDirectory(prefix="slurmk8s-bench-") as d:
         node = f"{cluster.name}-{ns.name}-0"
+        work = Path(d) / "slurm"
         # GPUs need device files; the CPU node set is what the bare run compares.
-        with SlurmNamespace(config_files(cluster), ClusterKeys.generate(), Path(d) / "slurm",
-                            nodes=[(node, node_conf(cluster, ns))]) as bare:
-            out = bare.run(["bash", "-c", LATENCY, "bench", f"{d}/bench", str(jobs), partition]).stdout
+        with SlurmNamespace(config_files(cluster), ClusterKeys.generate(), work,
+                            nodes=[(node, node_conf(cluster, ns))], roots=roots) as bare:
+            out = bare.run(["bash", "-c", LATENCY, "bench", f"{work}/bench", str(jobs), partition]).stdout
     return latencies(out)
 
 
@@ -124,7 +131,7 @@ def main() -> None:
     print(summary("sandbox up -> all nodes IDLE", ups))
     print(summary("sandbox down", downs))
     print(summary("sbatch -> RUNNING, sandbox", [x * 1000 for x in sandbox], "ms"))
-    print(summary("sbatch -> RUNNING, bare slurmctld + slurmd", [x * 1000 for x in bare], "ms"))
+    print(summary("sbatch -> RUNNING, bare (same images)", [x * 1000 for x in bare], "ms"))
     print(f"{'sandbox / bare (medians)':<44} {statistics.median(sandbox) / statistics.median(bare):7.2f} x")
 
 

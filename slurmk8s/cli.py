@@ -315,8 +315,10 @@ def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int,
     """Start the cluster in FILE and wait until it is Ready and every Slurm node idle.
 
     The sandbox is a small Kubernetes on this machine: an API server that
-    enforces authentication and RBAC, and a kubelet that runs pods in Linux
-    namespaces. slurmk8s is installed into it with its Helm chart
+    enforces authentication and RBAC, and a kubelet that runs each pod under
+    runc from the images built from images/ (whatever image is missing or
+    out of date is built first: minutes the first time, then seconds; see
+    `slurmk8s images --help`). slurmk8s is installed into it with its Helm chart
     (charts/slurmk8s, release slurmk8s-system/slurmk8s): the operator and
     the node-lending bridge run as pods under the chart's ServiceAccounts and
     RBAC. Besides the nodes the cluster's pods run on, it has
@@ -449,7 +451,7 @@ def sandbox_logs(state_dir: Path | None, pod: str, tail: int | None, container: 
 @STATE_DIR_OPTION
 @click.option("--purge", is_flag=True, help="Also delete the keys, the controller state and the shared storage.")
 def sandbox_down(state_dir: Path | None, purge: bool) -> None:
-    """Stop every pod and remove their namespaces, veths and bridge. Idempotent.
+    """Stop every pod and remove their runc containers, namespaces, veths and bridge. Idempotent.
 
     Data a PersistentVolume would keep (slurmctld state, shared storage) and
     the cluster keys stay for the next `up`, unless --purge.

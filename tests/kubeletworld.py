@@ -1,5 +1,7 @@
 """A small Kubernetes for the kubelet tests: the API stand-in, a network for
-pods, and the sandbox's real kubelet running in a thread. Needs root."""
+pods, and the sandbox's real kubelet running in a thread; its pods run under
+runc from images built from images/ (built here when missing, cached after).
+Needs root."""
 
 from __future__ import annotations
 
@@ -18,14 +20,17 @@ from kubernetes import client, config
 
 from slurmk8s.sandbox import runtime
 from slurmk8s.sandbox.apiserver import APIServer
+from slurmk8s.sandbox.imagestore import ImageStore
 from slurmk8s.sandbox.kubelet import Kubelet, SandboxNode
 
 
 class KubeletWorld:
-    """``nodes`` served by one kubelet on network ``sid`` (``subnet``, gateway ``.1``)."""
+    """``nodes`` served by one kubelet on network ``sid`` (``subnet``, gateway ``.1``),
+    whose pods may run the ``images`` (references)."""
 
-    def __init__(self, tmp: Path, sid: str, subnet: str, nodes: list[SandboxNode]):
+    def __init__(self, tmp: Path, sid: str, subnet: str, nodes: list[SandboxNode], images: list[str] = ()):
         assert os.geteuid() == 0, "the kubelet needs root (namespaces, mounts, veths)"
+        ImageStore().ensure(images, progress=print)  # seconds when all are cached
         self.dir = tmp
         self.nodes = nodes
         self.server = APIServer(tmp / "api").start()

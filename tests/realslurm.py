@@ -51,8 +51,12 @@ class SlurmNamespace:
     """slurmctld (and slurmd nodes) on ``files`` in private namespaces."""
 
     def __init__(self, files: dict[str, str], keys: ClusterKeys, work: Path,
-                 nodes: Sequence[tuple[str, str]] = (), timeout: float = 60):
+                 nodes: Sequence[tuple[str, str]] = (), timeout: float = 60,
+                 roots: Sequence[Path] = ()):
+        """``roots``: run the daemons and commands from these image root file
+        systems (an overlay, the first on top) instead of this host's."""
         self.work = work
+        self.root = work / "root" if roots else None
         conf = work / "conf"
         conf.mkdir(parents=True)
         for name, text in files.items():
@@ -65,6 +69,7 @@ class SlurmNamespace:
             ["unshare", "--mount", "--uts", "--net", "--pid", "--mount-proc", "--fork", "--kill-child",
              "bash", str(FIXTURES / "slurm-ns.sh"), str(conf), str(work), *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            env={**os.environ, "SLURM_ROOTS": ":".join(map(str, roots))},
         )
         deadline = time.monotonic() + timeout
         while not (work / "ready").exists():
@@ -84,8 +89,9 @@ class SlurmNamespace:
 
     def run(self, argv: Sequence[str], input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         """Run a command inside the namespaces (as a process on the controller)."""
+        chroot = ["chroot", str(self.root)] if self.root else []
         return subprocess.run(
-            ["nsenter", "-t", str(self.pid), "--mount", "--uts", "--net", "--pid", "--", *argv],
+            ["nsenter", "-t", str(self.pid), "--mount", "--uts", "--net", "--pid", "--", *chroot, *argv],
             input=input, capture_output=True, text=True, timeout=60, check=check,
         )
 

@@ -1,7 +1,7 @@
 """The sandbox's kubelet against the Kubernetes stand-in, with real Slurm: the
 rendered objects go in through kubectl, the stand-in's controllers make pods,
-its scheduler binds them to sandbox Nodes, and the kubelet runs them through
-the images' entrypoints until every Slurm node is idle (asked through the
+its scheduler binds them to sandbox Nodes, and the kubelet runs them under
+runc from the images (built when missing) until every Slurm node is idle (asked through the
 Slurm agent, as the operator asks)."""
 
 from __future__ import annotations
@@ -43,10 +43,20 @@ def wait_for(what: str, predicate, timeout: float = 120):
         time.sleep(0.5)
 
 
+def images(objs: list[dict]) -> list[str]:
+    """Every image the pod templates of ``objs`` name."""
+    out = set()
+    for obj in objs:
+        spec = (obj.get("spec") or {}).get("template", {}).get("spec", {})
+        out |= {c["image"] for c in spec.get("containers", []) + spec.get("initContainers", [])}
+    return sorted(out)
+
+
 class World(KubeletWorld):
     def __init__(self, tmp):
         self.keys = ClusterKeys.generate()
-        super().__init__(tmp, "kltest", "10.253.91.0/24", NODES)
+        self.objs = render(load_cluster(yaml.safe_load(EXAMPLE.read_text())), self.keys)
+        super().__init__(tmp, "kltest", "10.253.91.0/24", NODES, images=images(self.objs))
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         return self.run_kubectl(*args, input=input).stdout
@@ -65,7 +75,7 @@ def world(tmp_path_factory):
     w = World(tmp_path_factory.mktemp("kubelet"))
     try:
         cluster = load_cluster(yaml.safe_load(EXAMPLE.read_text()))
-        objs = render(cluster, w.keys)
+        objs = w.objs
         # The Secret the example's login user takes its SSH keys from.
         objs.append({"apiVersion": "v1", "kind": "Secret",
                      "metadata": {"name": "researcher-ssh", "namespace": "default"},

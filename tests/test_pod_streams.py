@@ -1,7 +1,7 @@
 """`kubectl logs` and `kubectl exec` against the Kubernetes stand-in and the
 sandbox's kubelet, as on a real cluster: the API server proxies pods/log and
 pods/exec to the kubelet of the pod's node, which serves them from the pod
-runtime. Pods run `sh` (tests/fixtures/images/shell); the clients are real
+runtime. Pods run `sh` in the controller image; the clients are real
 kubectl and the official Python client."""
 
 from __future__ import annotations
@@ -22,13 +22,16 @@ import websocket
 import yaml
 from kubernetes.stream import stream
 
-from slurmk8s.sandbox import image
+from slurmk8s.sandbox import oci
+from slurmk8s.sandbox.images import tags
+from slurmk8s.sandbox.imagestore import ImageStore
 from slurmk8s.sandbox.kubelet import SandboxNode
 
 from .kubeletworld import KubeletWorld
 from .test_kubelet import wait_for
 
-FIXTURE_IMAGES = Path(__file__).resolve().parent / "fixtures" / "images"
+#: Any image with a shell: the controller's (the sandbox needs it built anyway).
+IMAGE = tags("controller")[0]
 NODES = [SandboxNode("streams-0")]
 SIDE = "echo side-hello; echo side-to-stderr >&2; exec sleep 100000"
 MAIN = "echo line1; echo line2 >&2; i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.3; done"
@@ -39,14 +42,14 @@ def pod(name: str, containers: dict[str, str], annotations: dict | None = None, 
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}},
             "spec": {"terminationGracePeriodSeconds": 1, "volumes": volumes or [],
-                     "containers": [{"name": c, "image": "shell", "command": ["sh", "-c", script],
+                     "containers": [{"name": c, "image": IMAGE, "command": ["sh", "-c", script],
                                      "volumeMounts": [{"name": v["name"], "mountPath": "/v"} for v in volumes or []]}
                                     for c, script in containers.items()]}}
 
 
 class World(KubeletWorld):
     def __init__(self, tmp: Path):
-        super().__init__(tmp, "kstrm", "10.253.93.0/24", NODES)
+        super().__init__(tmp, "kstrm", "10.253.93.0/24", NODES, images=[IMAGE])
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         return self.run_kubectl(*args, input=input, check=check)
@@ -59,23 +62,21 @@ class World(KubeletWorld):
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(image, "IMAGES", FIXTURE_IMAGES)
-        w = World(tmp_path_factory.mktemp("streams"))
-        try:
-            docs = [pod("two", {"main": MAIN, "side": SIDE}),
-                    pod("picky", {"main": MAIN, "side": SIDE},
-                        annotations={"kubectl.kubernetes.io/default-container": "side"}),
-                    pod("counter", {"count": COUNTER}),
-                    # Waits for a ConfigMap nobody makes: admitted, never started.
-                    pod("stuck", {"main": MAIN}, volumes=[{"name": "cfg", "configMap": {"name": "missing"}}])]
-            w.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
-            for name in ("two", "picky", "counter"):
-                wait_for(f"pod {name} running", lambda n=name: w.running(n), timeout=60)
-            wait_for("two's containers writing", lambda: "side-hello" in w.kubectl("logs", "two", "-c", "side").stdout)
-            yield w
-        finally:
-            w.close()
+    w = World(tmp_path_factory.mktemp("streams"))
+    try:
+        docs = [pod("two", {"main": MAIN, "side": SIDE}),
+                pod("picky", {"main": MAIN, "side": SIDE},
+                    annotations={"kubectl.kubernetes.io/default-container": "side"}),
+                pod("counter", {"count": COUNTER}),
+                # Waits for a ConfigMap nobody makes: admitted, never started.
+                pod("stuck", {"main": MAIN}, volumes=[{"name": "cfg", "configMap": {"name": "missing"}}])]
+        w.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+        for name in ("two", "picky", "counter"):
+            wait_for(f"pod {name} running", lambda n=name: w.running(n), timeout=60)
+        wait_for("two's containers writing", lambda: "side-hello" in w.kubectl("logs", "two", "-c", "side").stdout)
+        yield w
+    finally:
+        w.close()
 
 
 # The kubelet's API: where it is, and who may call it
@@ -182,12 +183,14 @@ def test_log_errors_say_what_is_wrong(world):
 def test_exec_runs_in_the_containers_namespaces_and_propagates_the_exit_code(world):
     ip = world.core.read_namespaced_pod("two", "default").status.pod_ip
     out = world.kubectl("exec", "two", "-c", "side", "--", "sh", "-c",
-                        "hostname; echo $GREETING; tr '\\0' ' ' </proc/1/cmdline; echo; "
-                        "ip -o -4 addr show eth0; test -x /usr/local/bin/slurmk8s-entrypoint && echo own-root").stdout
+                        "hostname; echo $PATH; tr '\\0' ' ' </proc/1/cmdline; echo; "
+                        f"grep -c ' {ip}$' /proc/net/fib_trie; test -d /opt/slurmk8s/bin && echo own-root").stdout
     lines = out.splitlines()
-    assert lines[0] == "two" and lines[1] == "from-the-image"
-    assert "pod-init.sh" in lines[2]  # PID 1 of the pod's PID namespace
-    assert f"{ip}/24" in lines[3] and lines[4] == "own-root"
+    image_path = next(e.split("=", 1)[1] for e in ImageStore().lookup(IMAGE).config.env if e.startswith("PATH="))
+    assert lines[0] == "two" and lines[1] == image_path  # the image's ENV
+    pause = oci.pause_spec(root="/", hostname="", net="", cgroups_path="")["process"]["args"]
+    assert lines[2] == " ".join(pause) + " "  # PID 1 of the pod's PID namespace: its pause container
+    assert int(lines[3]) >= 1 and lines[4] == "own-root"  # the pod's own address; the image's root
     failed = world.kubectl("exec", "two", "-c", "side", "--", "sh", "-c", "echo out; echo err >&2; exit 7",
                            check=False)
     # kubectl reads the code from the Status on channel 3, says so, and exits with it.

@@ -1,5 +1,4 @@
-"""The sandbox's kubelet with the runc runtime (SLURMK8S_SANDBOX_RUNTIME=runc),
-against the Kubernetes stand-in: pods run from the built images themselves,
+"""The sandbox's kubelet and its runc runtime, against the Kubernetes stand-in: pods run from the built images themselves,
 not from this host's root; volumes, env, exec, logs, stop with grace and
 restart work; an image that is not built is ImagePullBackOff; nothing of a
 pod is left when the kubelet stops its pods.
@@ -18,8 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmk8s.sandbox import runcruntime, runtime, runtimes
-from slurmk8s.sandbox.imagestore import ImageStore
+from slurmk8s.sandbox import runcruntime, runtime
 from slurmk8s.sandbox.kubelet import SandboxNode
 
 from .kubeletworld import KubeletWorld
@@ -50,8 +48,7 @@ def pod(name: str, image: str, script: str, gpus: int = 2) -> dict:
 
 class World(KubeletWorld):
     def __init__(self, tmp: Path):
-        super().__init__(tmp, SID, "10.253.95.0/24", NODES)
-        assert self.kubelet.runtime is runcruntime
+        super().__init__(tmp, SID, "10.253.95.0/24", NODES, images=[CTLD])
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         return self.run_kubectl(*args, input=input, check=check)
@@ -66,26 +63,21 @@ class World(KubeletWorld):
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    store = ImageStore()
-    if store.lookup(CTLD) is None:
-        store.ensure([CTLD], progress=print)  # builds it once; cached after
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(runtimes.ENV, "runc")
-        w = World(tmp_path_factory.mktemp("runc"))
-        try:
-            docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "motd", "namespace": "default"},
-                     "data": {"motd": "from a ConfigMap\n"}},
-                    pod("ctld", CTLD, MAIN),
-                    pod("ghost", "ghcr.io/slurmk8s/nosuchimage:22.05", MAIN, gpus=0),
-                    pod("badvol", CTLD, MAIN, gpus=0)]
-            docs[-1]["spec"]["volumes"].append({"name": "nfs", "nfs": {"server": "x", "path": "/"}})
-            docs[-1]["spec"]["containers"][0]["volumeMounts"].append({"name": "nfs", "mountPath": "/nfs"})
-            w.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
-            wait_for("pod ctld ready", lambda: w.ready("ctld"), timeout=60)
-            yield w
-        finally:
-            if not w.stop.is_set():
-                w.close()
+    w = World(tmp_path_factory.mktemp("runc"))
+    try:
+        docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "motd", "namespace": "default"},
+                 "data": {"motd": "from a ConfigMap\n"}},
+                pod("ctld", CTLD, MAIN),
+                pod("ghost", "ghcr.io/slurmk8s/nosuchimage:22.05", MAIN, gpus=0),
+                pod("badvol", CTLD, MAIN, gpus=0)]
+        docs[-1]["spec"]["volumes"].append({"name": "nfs", "nfs": {"server": "x", "path": "/"}})
+        docs[-1]["spec"]["containers"][0]["volumeMounts"].append({"name": "nfs", "mountPath": "/nfs"})
+        w.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+        wait_for("pod ctld ready", lambda: w.ready("ctld"), timeout=60)
+        yield w
+    finally:
+        if not w.stop.is_set():
+            w.close()
 
 
 def test_the_pod_runs_from_its_image_not_from_this_hosts_root(world):

@@ -36,7 +36,7 @@ from typing import Callable
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from . import runcruntime, runtime, runtimes
+from . import runcruntime, runtime
 from .kubeletserver import KubeletServer
 from .plan import PodPlan, hosts_file, pod_plan, token_requests
 
@@ -103,8 +103,6 @@ class Kubelet:
         self.dir = state_dir
         self.net = network
         self.progress = progress
-        #: The pod runtime new pods start with (runtimes.ENV); a running pod keeps its own.
-        self.runtime = runtimes.selected()
         self.pods: dict[str, LocalPod] = {}
         self.stopping: set[str] = set()
         self.lock = threading.Lock()
@@ -406,20 +404,16 @@ class Kubelet:
         pod_dir = self.pod_dir(local)
         self.net.detach(key, local.index)  # what a killed kubelet may have left
         self.net.attach(key, local.index, local.ip)
-        rt = self.runtime
         names = [c.name for c in plan.containers]
         try:
-            if rt is runcruntime:
-                runcruntime.prepare(plan, pod_dir, self.hosts_path, self.dir / "storage", netns=self.net.netns(key))
-            else:
-                rt.prepare(plan, pod_dir, self.hosts_path, self.dir / "storage")
+            runcruntime.prepare(plan, pod_dir, self.hosts_path, self.dir / "storage", netns=self.net.netns(key))
         except runcruntime.ImageNotBuilt as exc:
             reason = "ErrImagePull" if local.waiting not in ("ErrImagePull", "ImagePullBackOff") else "ImagePullBackOff"
             self.progress(f"kubelet: pod {local.namespace}/{local.name}: {exc}")
             self._waiting(local, names, reason, str(exc), "Failed" if reason == "ErrImagePull" else "BackOff")
             return
         local.volumes = self._volume_hash(plan)
-        local.holder = rt.start(self.net.netns(key), pod_dir)
+        local.holder = runcruntime.start(self.net.netns(key), pod_dir)
         local.started = now()
         local.ready = False
         local.waiting, local.attempts = "", 0
@@ -470,7 +464,7 @@ class Kubelet:
             runtime.refresh_volumes(plan, self.pod_dir(local))
             local.volumes = digest
             self._save()
-        ready = runtimes.of_pod(self.pod_dir(local)).ready(local.holder, self.pod_dir(local), plan)
+        ready = runcruntime.ready(local.holder, self.pod_dir(local), plan)
         if ready != local.ready or pod.get("status", {}).get("phase") != "Running":
             local.ready = ready
             self._save()
@@ -490,7 +484,7 @@ class Kubelet:
             ],
             "containerStatuses": [{
                 "name": c.name, "ready": local.ready, "restartCount": local.restarts, "started": True,
-                "image": c.component, "imageID": "", "containerID": f"sandbox://{local.holder}",
+                "image": c.image, "imageID": "", "containerID": f"sandbox://{local.holder}",
                 "state": {"running": {"startedAt": local.started}},
             } for c in plan.containers],
         })
@@ -507,7 +501,7 @@ class Kubelet:
 
         def work():
             try:
-                runtimes.stop(local.holder, grace=grace)
+                runcruntime.stop(local.holder, grace=grace)
                 if (self.pod_dir(local) / "runc.json").exists():
                     runcruntime.remove(self.pod_dir(local))  # also when its shim was gone already
                 self.net.detach(self._netns_key(local), local.index)

@@ -15,7 +15,7 @@ its Nodes (``status.daemonEndpoints.kubeletEndpoint.Port``) with the address
 ``InternalDNS: localhost``; the API server dials that.
 
 Logs are what the container wrote (``podlogs`` knows the files); commands run
-in the container's namespaces and root through ``runtime.exec_argv``, with
+in the container's namespaces and root through ``runcruntime.exec_argv``, with
 the container's environment, under a pseudo-terminal for ``tty=true``.
 """
 
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import WSMsgType, web
 
-from . import podlogs, remotecommand, runtime, runtimes
+from . import podlogs, remotecommand, runcruntime, runtime
 from .apiserver.errors import APIError
 from .apiserver.tls import KUBELET_CLIENT, ensure_self_signed
 from .remotecommand import ProtocolError
@@ -218,7 +218,7 @@ class KubeletServer:
             if data:
                 budget = await self._write(resp, data, budget)
                 continue
-            running = runtime.alive(local.holder) and runtimes.container_pid(local.holder, pod_dir, index) is not None
+            running = runtime.alive(local.holder) and runcruntime.container_pid(local.holder, pod_dir, index) is not None
             seen = seen or running
             try:
                 replaced = os.stat(path).st_ino != inode
@@ -239,7 +239,7 @@ class KubeletServer:
             raise APIError(400, str(exc)) from None
         local, pod_dir, ctr = self._find(ns, pod, container)
         try:
-            argv = runtimes.exec_argv(local.holder, pod_dir, list(opts.command), self._env(ctr, opts.tty),
+            argv = runcruntime.exec_argv(local.holder, pod_dir, list(opts.command), self._env(ctr, opts.tty),
                                       container=podlogs.index(ctr), tty=opts.tty)
         except runtime.SandboxError:
             raise APIError(400, f'container "{container}" in pod "{pod}" is not running (it is starting, '

@@ -17,10 +17,6 @@ from typing import Mapping, Sequence
 from ..render.config import render_template
 from .apiserver.quantity import parse as parse_quantity
 
-#: Where the images keep their entrypoint.
-ENTRYPOINT = "/usr/local/bin/slurmk8s-entrypoint"
-
-
 @dataclass(frozen=True)
 class Mount:
     """One entry of a pod's mount plan, applied in order inside its mount namespace."""
@@ -44,19 +40,17 @@ class VolumeFile:
 
 @dataclass
 class ContainerPlan:
-    """One container of a pod: its image (``images/<component>/``), command and mounts."""
+    """One container of a pod: its image, command, environment, mounts and probes."""
 
     name: str
-    component: str
     env: dict[str, str] = field(default_factory=dict)
-    args: list[str] = field(default_factory=list)
     mounts: list[Mount] = field(default_factory=list)
     readiness: list[str] | None = None  # exec probe argv
     tcp_ready_port: int | None = None
     http_ready: tuple[int, str] | None = None  # httpGet probe: (port, path)
-    # What a runtime that runs the image itself needs (the runc runtime): the
-    # image reference, the container's own command and args (None: unset),
-    # its securityContext over the pod's, and its resources.
+    # The image reference, the container's own command and args (None: unset,
+    # the image's Entrypoint and Cmd apply), its securityContext over the
+    # pod's, and its resources.
     image: str = ""
     command: list[str] | None = None
     container_args: list[str] | None = None
@@ -81,12 +75,8 @@ class PodPlan:
 
     @property
     def main(self) -> ContainerPlan:
-        """The first container: it names the pod's component, and its end is the pod's."""
+        """The first container: its end is the pod's."""
         return self.containers[0]
-
-    @property
-    def component(self) -> str:
-        return self.main.component
 
     @property
     def env(self) -> dict[str, str]:
@@ -95,11 +85,6 @@ class PodPlan:
     @property
     def fqdn(self) -> str | None:
         return None if not self.subdomain else f"{self.hostname}.{self.subdomain}.{self.namespace}.svc"
-
-
-def _component(image: str) -> str:
-    """``ghcr.io/slurmk8s/slurmd:22.05`` -> ``slurmd``."""
-    return image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
 
 
 def _volumes(
@@ -283,9 +268,7 @@ def _container(container: dict, sources: Mapping[str, tuple[str, str]], env: dic
     probe = container.get("readinessProbe", {})
     return ContainerPlan(
         name=container["name"],
-        component=_component(container["image"]),
         env=env,
-        args=list(container.get("command", [])[1:] + container.get("args", [])),
         mounts=mounts,
         readiness=probe.get("exec", {}).get("command"),
         tcp_ready_port=port(probe["tcpSocket"]["port"]) if "tcpSocket" in probe else None,

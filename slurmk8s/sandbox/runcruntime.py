@@ -1,9 +1,9 @@
 """The sandbox's pod runtime with runc: each container runs from its image's
 root file system as an OCI bundle, as a kubelet with containerd runs it.
 
-Opt-in (``SLURMK8S_SANDBOX_RUNTIME=runc``, see ``runtimes``); the same
-interface as ``runtime`` (prepare, start, alive, ready, exec_argv, stop), so
-the kubelet, its API server and ``sandbox down`` do not know which runs.
+The kubelet, its API server and ``sandbox down`` run every pod through it
+(prepare, start, alive, ready, exec_argv, stop); ``runtime`` holds the host
+side it shares with them (network, volume files, network probes).
 
 - ``prepare`` looks each container's image up in the image store (``slurmk8s
   images build`` made it; a missing one is ``ImageNotBuilt``, which the

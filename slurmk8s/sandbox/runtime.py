@@ -1,13 +1,7 @@
-"""The sandbox's pod runtime: run a planned pod as processes in Linux namespaces.
-
-Each pod gets a network namespace with its own address on a private bridge,
-a UTS namespace for its host name, a PID namespace, and a mount namespace in
-which ``pod-init.sh`` builds the container's root file system (an overlay of
-the host's root and a private writable layer, plus /dev, /proc, /run, /tmp
-and the pod's volumes), switches into it and execs the image's entrypoint
-from ``images/<component>/``. ``nsenter --net`` is used, not
-``ip netns exec``: the latter remounts /sys, and slurmd then finds no cgroup
-file system.
+"""The host side of the sandbox's pods, whatever runs their containers
+(``runcruntime``): the private bridge and each pod's network namespace and
+veth, the files of its ConfigMap, Secret and other volumes, and the network
+readiness probes run against its address.
 """
 
 from __future__ import annotations
@@ -15,22 +9,15 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
-import shutil
-import signal
 import socket
 import subprocess
-import sys
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from . import podlogs
-from .image import ImageError, image_env, install
-from .plan import ENTRYPOINT, ContainerPlan, Mount, PodPlan
+from .plan import ContainerPlan, PodPlan
 
-POD_INIT = Path(__file__).with_name("pod-init.sh")
 
 class SandboxError(RuntimeError):
     """Something on this host kept the sandbox from doing its work; says what."""
@@ -112,73 +99,8 @@ def _nul(items: Sequence[str]) -> bytes:
     return b"".join(i.encode() + b"\0" for i in items)
 
 
-BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-
-
-def container_env(pod: PodPlan, container: ContainerPlan) -> dict[str, str]:
-    """What the container's process sees: the image's ENV, then the pod spec's."""
-    return {**BASE_ENV, **image_env(container.component, BASE_ENV), "HOSTNAME": pod.hostname, "HOME": "/root",
-            **container.env}
-
-
-#: Directories container-init.sh mounts privately in every container.
-PRIVATE_DIRS = ("/tmp", "/run")
-
-
-def hidden_software() -> list[str]:
-    """The sandbox's own Python environment (what stands in for the controller
-    image's /opt/slurmk8s) and repository (an editable install imports from
-    it), when they lie under a directory each container gets a private copy
-    of: bind-mounted at the same path, read-only, so the containers find them."""
-    here = [Path(sys.prefix).resolve(), Path(__file__).resolve().parents[2]]
-    out: list[str] = []
-    for path in here:
-        if any(path.is_relative_to(d) for d in PRIVATE_DIRS) and str(path) not in out:
-            out.append(str(path))
-    return out
-
-
-def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path) -> None:
-    """Write everything the pod needs into ``pod_dir``; a restarted pod keeps the
-    last instance's logs as each container's previous log (``podlogs``)."""
-    previous = {}
-    if pod_dir.exists():
-        previous = podlogs.keep_previous(pod_dir)
-        shutil.rmtree(pod_dir)
-    write_files(pod, pod_dir)
-    (pod_dir / "hostname").write_text(pod.hostname)
-    (pod_dir / "gpus").write_text(str(pod.gpus))
-    for i, container in enumerate(pod.containers):
-        ctr = pod_dir / "containers" / str(i)
-        image = ctr / "image"
-        ctr.mkdir(parents=True)
-        try:
-            install(container.component, image)
-        except ImageError as exc:
-            raise SandboxError(f"pod {pod.name}, container {container.name}: {exc}") from None
-        (image / "etc").mkdir(parents=True, exist_ok=True)
-        (image / "etc/hostname").write_text(pod.hostname + "\n")
-        # /etc/hosts is the sandbox's one file, bind-mounted: a rewrite reaches every pod.
-        mounts = [Mount("bind", str(hosts_file.resolve()), "/etc/hosts", read_only=True)]
-        for m in container.mounts:
-            if m.source.startswith("/claims/"):
-                host = storage / m.source.lstrip("/")
-                host.mkdir(parents=True, exist_ok=True)
-                m = Mount(m.kind, str(host), m.target, m.read_only, m.mode)
-            mounts.append(m)
-        # Last: a pod's own volume at /tmp (the controller's emptyDir) must not hide them.
-        mounts += [Mount("bind", path, path, read_only=True) for path in hidden_software()]
-        (ctr / "name").write_text(container.name)
-        (ctr / "mounts").write_text("".join(
-            f"{m.kind}\t{m.source}\t{m.target}\t{'ro' if m.read_only else 'rw'}\t{m.mode}\n" for m in mounts))
-        env = container_env(pod, container)
-        (ctr / "env").write_bytes(_nul([f"{k}={v}" for k, v in env.items()]))
-        (ctr / "argv").write_bytes(_nul([ENTRYPOINT, *container.args]))
-        podlogs.start_instance(ctr, previous.get(str(i)))
-
-
 def write_files(pod: PodPlan, pod_dir: Path) -> None:
-    """Make ``pod_dir`` with the files of the pod's ConfigMap, Secret and other volumes (both runtimes)."""
+    """Make ``pod_dir`` with the files of the pod's ConfigMap, Secret and other volumes."""
     pod_dir.mkdir(parents=True)
     for f in pod.files:
         path = pod_dir / f.path
@@ -202,19 +124,6 @@ def refresh_volumes(pod: PodPlan, pod_dir: Path) -> None:
         tmp.replace(path)
 
 
-def start(netns: str, pod_dir: Path) -> int:
-    """Start the pod; returns the host PID of its namespace holder (unshare)."""
-    log = open(pod_dir / "log", "ab")
-    proc = subprocess.Popen(
-        ["nsenter", f"--net=/var/run/netns/{netns}", "--",
-         "unshare", "--uts", "--mount", "--pid", "--fork", "--mount-proc", "--propagation", "private",
-         "--", "bash", str(POD_INIT), str(pod_dir)],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    log.close()
-    return proc.pid
-
-
 def alive(pid: int | None) -> bool:
     if not pid:
         return False
@@ -225,102 +134,9 @@ def alive(pid: int | None) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def init_pid(holder: int) -> int | None:
-    """The pod's PID 1, as the host numbers it (unshare's only child)."""
-    try:
-        children = Path(f"/proc/{holder}/task/{holder}/children").read_text().split()
-    except FileNotFoundError:
-        return None
-    return int(children[0]) if children else None
-
-
-def container_pid(holder: int, pod_dir: Path, index: int = 0) -> int | None:
-    """The host PID of a container's main process (a child of the pod's PID 1)."""
-    pid1 = init_pid(holder)
-    try:
-        nspid = (pod_dir / "containers" / str(index) / "nspid").read_text().strip()
-        children = Path(f"/proc/{pid1}/task/{pid1}/children").read_text().split() if pid1 else []
-    except FileNotFoundError:
-        return None
-    for child in children:
-        try:
-            status = Path(f"/proc/{child}/status").read_text()
-        except FileNotFoundError:
-            continue
-        ids = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
-        if ids and ids[-1] == nspid:
-            return int(child)
-    return None
-
-
-def exec_argv(holder: int, pod_dir: Path, argv: Sequence[str], env: dict[str, str] | None = None,
-              container: int = 0, tty: bool = False) -> list[str]:
-    """argv that runs a command inside a running pod's container, with the given environment.
-
-    With ``tty`` (the caller's stdin is a terminal): a session of its own inside
-    the pod's PID namespace (setsid -c), with the terminal as its controlling
-    terminal, so shells do job control as in a container."""
-    pid = container_pid(holder, pod_dir, container)
-    if pid is None:
-        raise SandboxError("the pod or its container is not running")
-    if tty:
-        argv = ["setsid", "-c", *argv]
-    prefix = ["nsenter", "-t", str(pid), "--net", "--uts", "--mount", "--pid", "--"]
-    if env is not None:
-        prefix += ["env", "-i", *(f"{k}={v}" for k, v in env.items())]
-    return prefix + list(argv)
-
-
-def stop(holder: int | None, grace: float) -> None:
-    """SIGTERM the pod's PID 1 (its entrypoint), then SIGKILL after ``grace`` seconds.
-
-    When PID 1 of a PID namespace dies, the kernel kills everything in it.
-    """
-    if not alive(holder):
-        return
-    pid1 = init_pid(holder)
-    if pid1:
-        try:
-            os.kill(pid1, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + grace
-    while alive(holder) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if alive(holder):
-        for pid in (init_pid(holder), holder):
-            if pid:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 10
-        while alive(holder) and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-
-def ready(holder: int, pod_dir: Path, pod: PodPlan) -> bool:
-    """Run the readiness probe of every container once; the pod is ready when all pass."""
-    if not alive(holder):
-        return False
-    return all(_container_ready(holder, pod_dir, pod, i, c) for i, c in enumerate(pod.containers))
-
-
-def _container_ready(holder: int, pod_dir: Path, pod: PodPlan, index: int, c: ContainerPlan) -> bool:
-    if c.readiness:
-        try:
-            argv = exec_argv(holder, pod_dir, c.readiness, container_env(pod, c), container=index)
-            proc = subprocess.run(argv, capture_output=True, timeout=15)
-        except (subprocess.TimeoutExpired, SandboxError):
-            return False
-        return proc.returncode == 0
-    answered = network_probe(pod, c)
-    return answered if answered is not None else container_pid(holder, pod_dir, index) is not None
-
-
 def network_probe(pod: PodPlan, c: ContainerPlan) -> bool | None:
     """A container's tcpSocket or httpGet readiness probe, run once against the
-    pod's address (both runtimes); None when it has neither."""
+    pod's address; None when it has neither."""
     if c.tcp_ready_port:
         try:
             with socket.create_connection((pod.ip, c.tcp_ready_port), timeout=2):

@@ -7,15 +7,17 @@ engineer would with helm and kubectl:
 - the API stand-in (``python -m slurmk8s.sandbox.apiserver``), which enforces
   authentication and RBAC; pods reach it at the network's gateway address;
 - the kubelet (``slurmk8s sandbox kubelet``), with its own node identity,
-  which serves the sandbox's Nodes and runs their pods in Linux namespaces
-  (``kubelet.py``, ``runtime.py``);
+  which serves the sandbox's Nodes and runs their pods under runc from the
+  images built from ``images/`` (``kubelet.py``, ``runcruntime.py``; ``up``
+  first builds whatever image is missing or out of date, ``imagestore.py``);
 - ``charts/slurmk8s`` installed by the real Helm engine (``install.py``): the
   operator and the bridge run as its Deployments' pods, with in-cluster
   ServiceAccount tokens and the chart's RBAC, never the administrator's token.
 
-The API server and the kubelet are processes of their own, so either may be
-killed and started again (``up`` restarts what is missing; the kubelet
-restarts the operator's and bridge's pods like any other). Everything is
+The API server and the kubelet are processes of their own, each under a
+supervisor that starts it again when it dies (``supervise.py``), as systemd
+does on a node; ``up`` starts a supervisor that is missing, and the kubelet
+restarts the operator's and bridge's pods like any other. Everything is
 written to ``state.json`` before it starts, so ``down`` (or ``up`` after a
 crash) finds all of it: processes, pods, network namespaces, veths, the
 bridge. Objects, keys and the data of volumes stay under the state directory
@@ -46,7 +48,7 @@ from ..api.cluster import SlurmCluster
 from ..render import names
 from ..render.keys import ssh_keypair
 from ..slurm import RemoteSlurm, SlurmControl
-from . import install, podlogs, runcruntime, runtime, runtimes, supervise
+from . import images, install, podlogs, runcruntime, runtime, supervise
 from .kubelet import SandboxNode
 
 DEFAULT_STATE_DIR = Path(os.environ.get("SLURMK8S_SANDBOX_DIR", "/var/lib/slurmk8s/sandbox"))
@@ -306,6 +308,7 @@ class Sandbox:
                           api_port=_free_port(), nodes=[asdict(n) for n in sandbox_nodes(cluster, lendable)],
                           login=None, shared_storage=self._shared_storage(cluster), started=time.time())
             state.save(self.state_file)  # before anything starts: down can always find it
+        self._images(cluster)
         net = self.network(state)
         try:
             net.create()
@@ -320,6 +323,22 @@ class Sandbox:
         self._publish_login(state, cluster)
         self.progress(f"sandbox {cluster.name} is up after {time.monotonic() - t0:.1f}s")
         return state
+
+    def _images(self, cluster: SlurmCluster) -> None:
+        """Build what is missing or out of date of the images the cluster's pods and the
+        chart's name (the sandbox has no registry); seconds when all are cached."""
+        from .imagestore import ImageBuildFailed, ImageStore
+
+        version = cluster.spec.slurm.version
+        store = ImageStore()
+        refs = [ref for name in store.names() for ref in images.tags(name, version)] + images.tags("controller")
+        self.progress(f"images: making sure {len(set(refs))} images are built from images/ "
+                      "(minutes the first time, then cached)")
+        try:
+            store.ensure(dict.fromkeys(refs), progress=lambda msg: self.progress(f"images: {msg}"))
+        except (ImageBuildFailed, images.ImageError) as exc:
+            raise SandboxFailed(f"{exc}\nFix the image and run `slurmk8s sandbox up` again "
+                                "(`slurmk8s images build` builds them on their own).") from None
 
     def _install(self, cluster: SlurmCluster) -> None:
         """helm upgrade --install of the chart; CRDs, ServiceAccounts, RBAC, the operator and the bridge."""
@@ -346,7 +365,7 @@ class Sandbox:
     def component_pid(self, component: str) -> int | None:
         """The host PID of a component's process (its pod's main container), or None."""
         name = self.component_pod(component)
-        return runtimes.container_pid(self._local_pods()[name]["holder"], self.pod_dir(name))
+        return runcruntime.container_pid(self._local_pods()[name]["holder"], self.pod_dir(name))
 
     def _login_secrets(self, cluster: SlurmCluster, state: State) -> list[dict]:
         """A key pair the sandbox logs in with, in the Secrets that ``sshPublicKeysFrom`` names.
@@ -504,7 +523,7 @@ class Sandbox:
         p = self._local_pods().get(pod)
         if p is None:
             raise KeyError(f"no pod {pod!r} runs in this sandbox")
-        return runtimes.exec_argv(p["holder"], self.pod_dir(pod), argv,
+        return runcruntime.exec_argv(p["holder"], self.pod_dir(pod), argv,
                                  {"PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
 
     def ssh_argv(self, command: list[str] | None = None) -> list[str]:
@@ -643,7 +662,7 @@ class Sandbox:
                 with ThreadPoolExecutor(max_workers=max(1, len(group))) as pool:
                     for name, holder, grace, _ in group:
                         self.progress(f"stopping pod {name}")
-                        pool.submit(runtimes.stop, holder, min(grace, 30))
+                        pool.submit(runcruntime.stop, holder, min(grace, 30))
                 removed += [f"pod {name}" for name, *_ in group]
             # runc containers whose shim was gone (killed with the host's processes).
             for cid in runcruntime.leftovers(state["sid"]):

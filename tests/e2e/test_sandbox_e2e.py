@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ from slurmk8s.sandbox import Sandbox
 from slurmk8s.serve import Follower
 
 from ..conftest import EXAMPLE, ROOT
-from .common import assert_nothing_forbidden
+from .common import assert_nothing_forbidden, wait_for
 from .researcher import Researcher
 
 pytestmark = pytest.mark.slurm
@@ -254,6 +255,32 @@ def test_time_limit_is_enforced(researcher, workdir, slow_jobs):
     info = researcher.wait_state(job, {"TIMEOUT", "COMPLETED", "FAILED"}, timeout=180)
     assert info["JobState"] == "TIMEOUT"
     assert "should never" not in researcher.read(f"{workdir}/time-limit-{job}.out")
+
+
+def test_a_killed_api_server_or_kubelet_is_restarted_and_the_cluster_carries_on(sandbox, researcher, workdir):
+    """As systemd restarts a node's kubelet: each control-plane process killed
+    outright is started again by its supervisor; no pod restarts, and the
+    researcher's next job runs."""
+    box, env = sandbox
+    client, api = box.api()
+    core = client.CoreV1Api(api)
+
+    def pods() -> dict[str, tuple]:
+        return {p.metadata.name: (p.metadata.uid, sum(c.restart_count for c in p.status.container_statuses or []))
+                for p in core.list_namespaced_pod("default").items}
+
+    before = pods()
+    for process in ("apiserver", "kubelet"):
+        old = box.process_pid(process)
+        os.kill(old, signal.SIGKILL)
+        wait_for(f"the {process} to be started again", lambda: box.process_pid(process) not in (None, old), timeout=30)
+    wait_for("the new kubelet's first round", lambda: box._kubelet_synced(box.state()))
+    status = json.loads(subprocess.run([SLURMK8S, "sandbox", "status", "-o", "json"], capture_output=True,
+                                       text=True, env=env, check=True).stdout)
+    assert all(status["processes"][p]["restarts"] == 1 for p in ("apiserver", "kubelet")), status["processes"]
+    assert pods() == before  # the same pods, none restarted
+    job = researcher.sbatch("single.sh", "--partition=gpu", cwd=workdir)
+    assert researcher.wait_state(job, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
 
 
 def test_after_down_and_up_the_login_pod_answers_as_soon_as_up_returns(sandbox):
