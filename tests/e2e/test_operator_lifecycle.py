@@ -21,7 +21,7 @@ import yaml
 
 from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, names, render
-from slurmk8s.sandbox import Sandbox, install, runtime
+from slurmk8s.sandbox import Sandbox, install, runcruntime, runtime
 
 from .test_operator_e2e import Platform, wait_for
 
@@ -106,9 +106,9 @@ class Life(Platform):
         for pod in self.box._local_pods().values():
             if pod["namespace"] == install.RELEASE_NAMESPACE:
                 continue
-            init = runtime.init_pid(pod["holder"])
-            if init:
-                spaces.add(os.readlink(f"/proc/{init}/ns/pid"))
+            pid = runcruntime.container_pid(pod["holder"], self.box.pod_dir(pod["name"]))
+            if pid:
+                spaces.add(os.readlink(f"/proc/{pid}/ns/pid"))
         return {pid: ns for pid, ns in all_pid_namespaces().items() if ns in spaces}
 
     def wait_for_log(self, process: str, offset: int, needle: str, timeout: float = 60) -> str:

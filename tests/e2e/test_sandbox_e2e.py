@@ -267,7 +267,7 @@ def test_a_killed_api_server_or_kubelet_is_restarted_and_the_cluster_carries_on(
 
     def pods() -> dict[str, tuple]:
         return {p.metadata.name: (p.metadata.uid, sum(c.restart_count for c in p.status.container_statuses or []))
-                for p in core.list_namespaced_pod("default").items}
+                for p in core.list_namespaced_pod("default", label_selector="app.kubernetes.io/instance=demo").items}
 
     before = pods()
     for process in ("apiserver", "kubelet"):
