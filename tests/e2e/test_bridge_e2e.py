@@ -172,7 +172,8 @@ def test_a_node_briefly_not_ready_is_reclaimed_gracefully_never_set_down(world):
     wait_for("the node lent again", watching(world.all_lent), timeout=120, every=0.2,
              show=lambda: (world.states(), seen))
     assert "down" not in seen, seen
-    assert "reclaiming" in lending, lending
+    assert None in lending, lending  # handed back to Kubernetes before it was lent again
+    # The graceful path (a sampled state can miss so short a reclaim; its Event cannot).
     messages = [e.message for e in world.events("Reclaiming", LEND[1])]
     assert any("not Ready" in m and "SIGUSR1" in m for m in messages), messages
     log = r.read(f"/shared/researcher/ckpt-{job}.out")
