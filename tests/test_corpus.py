@@ -49,9 +49,11 @@ accepted-and-unsafe
     U10 an unprintable character in any string of a rendered object (Secrets'
         base64 data aside) or of an accepted policy (its annotations' values
         aside: free text, read by nothing);
-    U11 an accepted policy whose partition is not a Slurm partition name.
+    U11 an accepted policy whose partition is not a Slurm partition name;
+    U12 an accepted policy whose nodeSelector matches a node with no labels
+        (it would select every node that lacks some label).
 accepted-and-safe
-    Loaded, rendered, and none of U1-U11.
+    Loaded, rendered, and none of U1-U12.
 """
 
 from __future__ import annotations
@@ -399,6 +401,8 @@ def classify(case: Case) -> tuple[str, str]:
             _no_unprintable("policy", dumped)
             if not re.fullmatch(SLURM_NAME_RE, obj.spec.partition) or obj.spec.partition.upper() == "DEFAULT":
                 raise Unsafe(f"U11 partition {obj.spec.partition!r}")
+            if obj.spec.node_selector.matches({}):
+                raise Unsafe(f"U12 nodeSelector {obj.spec.node_selector.dump()} matches a node with no labels")
         else:
             _render(obj)
         return "accepted-and-safe", ""
@@ -442,7 +446,8 @@ def test_every_category_of_the_issue_is_in_the_corpus(results):
                    "SlurmCluster/nested-50000-spec", "SlurmCluster/version-nonascii-\\u0662\\u0663.\\u0660\\u0662",
                    "SlurmCluster/nodeset-name-controller", "SlurmCluster/partition-default",
                    "SlurmCluster/cluster-name-9demo", "SlurmCluster/mount-/opt",
-                   "Pair/nodeset-b-controller-vs-cluster-a-b", "NodeLendingPolicy/partition-default"):
+                   "Pair/nodeset-b-controller-vs-cluster-a-b", "NodeLendingPolicy/partition-default",
+                   "NodeLendingPolicy/selector-does-not-exist-only"):
         assert needed in ids, needed
     for kind in ("SlurmCluster", "NodeLendingPolicy"):
         for name in SWEEP:
@@ -458,6 +463,9 @@ def test_every_category_of_the_issue_is_in_the_corpus(results):
     ("SlurmCluster/mount-ok-/home", "accepted-and-safe"),
     ("Pair/nodeset-bx-vs-cluster-a-b-nodeset-x", "accepted-and-safe"),
     ("NodeLendingPolicy/partition-default", "refused-with-path"),
+    ("NodeLendingPolicy/selector-empty", "refused-with-path"),
+    ("NodeLendingPolicy/selector-does-not-exist-only", "refused-with-path"),
+    ("NodeLendingPolicy/selector-notin-only", "refused-with-path"),
 ])
 def test_known_cases_land_in_their_class(results, case_id, expected):
     found = {case.id: cls for case, cls, _ in results}

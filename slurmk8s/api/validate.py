@@ -402,6 +402,13 @@ def policy_errors(p: NodeLendingPolicy) -> Iterator[FieldError]:
             "is empty and would lend every GPU node of the cluster; give matchLabels or matchExpressions, "
             'e.g. matchLabels: {slurmk8s.dev/lendable: "true"}',
         )
+    elif not spec.node_selector.positive:
+        yield FieldError(
+            "spec.nodeSelector",
+            "only says which labels a node must not have, so it matches every node without them; "
+            "ask for a label with matchLabels, or an In or Exists expression, "
+            'e.g. matchLabels: {slurmk8s.dev/lendable: "true"}',
+        )
     yield from _selector_errors(spec.node_selector, "spec.nodeSelector")
     pod_selector = spec.reclaim.pod_selector
     if pod_selector is not None:
