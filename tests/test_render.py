@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import os
 import re
 import subprocess
@@ -216,7 +217,7 @@ def test_worker_pods_are_restarted_by_the_operator_not_the_statefulset_controlle
 def test_keys_are_read_back_from_their_secrets_and_only_missing_ones_are_generated(doc):
     from slurmk8s.render.keys import BadKeySecret, keys_from_secrets
 
-    c = load_cluster(doc)
+    c = load_cluster({**doc, "metadata": {**doc["metadata"], "uid": "c0ffee00-0000-4000-8000-000000000001"}})
     first, second = ClusterKeys.generate(), ClusterKeys.generate()
     secrets = {o["metadata"]["name"]: o for o in render(c, first) if o["kind"] == "Secret"}
     # restApi is off, so no JWT Secret exists: only that key comes from `fresh`.
@@ -235,6 +236,47 @@ def test_keys_are_read_back_from_their_secrets_and_only_missing_ones_are_generat
     broken["demo-munge-key"] = {**secrets["demo-munge-key"], "data": {}}
     with pytest.raises(BadKeySecret, match="Secret demo-munge-key exists but has no 'munge.key' key"):
         keys_from_secrets(c, broken, second)
+
+
+@pytest.mark.parametrize("tamper", ["planted", "other-owner", "labels-only", "not-controller"])
+def test_a_key_secret_the_cluster_does_not_own_is_refused_not_adopted(doc, tamper):
+    """Issue 13, item 9: a pre-planted <cluster>-munge-key was mounted. A key
+    Secret is used only if it is labelled for the cluster and its controller
+    ownerReference is this SlurmCluster (by uid); else the round refuses it,
+    saying what to do, and it is never overwritten."""
+    from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, keys_from_secrets
+
+    doc = {**doc, "metadata": {**doc["metadata"], "uid": "c0ffee00-0000-4000-8000-000000000001"}}
+    c = load_cluster(doc)
+    secrets = {o["metadata"]["name"]: o for o in render(c, ClusterKeys.generate()) if o["kind"] == "Secret"}
+    keys_from_secrets(c, secrets, ClusterKeys.generate())  # its own Secrets are read back
+    planted = copy.deepcopy(secrets["demo-munge-key"])
+    meta = planted["metadata"]
+    if tamper == "planted":
+        planted["metadata"] = {"name": "demo-munge-key", "namespace": meta["namespace"]}
+    elif tamper == "other-owner":
+        meta["ownerReferences"][0]["uid"] = "c0ffee00-0000-4000-8000-00000000dead"
+    elif tamper == "labels-only":
+        del meta["ownerReferences"]
+    else:
+        meta["ownerReferences"][0]["controller"] = False
+    with pytest.raises(ForeignKeySecret) as refused:
+        keys_from_secrets(c, {**secrets, "demo-munge-key": planted}, ClusterKeys.generate())
+    assert isinstance(refused.value, BadKeySecret)
+    message = str(refused.value)
+    assert "Secret demo-munge-key" in message and "not created by slurmk8s" in message
+    assert "kubectl -n default delete secret demo-munge-key" in message
+
+
+def test_a_cluster_without_a_uid_owns_no_key_secret(doc):
+    """Without the uid nothing proves ownership: fail closed."""
+    from slurmk8s.render.keys import ForeignKeySecret, keys_from_secrets
+
+    c = load_cluster(doc)
+    secrets = {o["metadata"]["name"]: o for o in render(c, ClusterKeys.generate()) if o["kind"] == "Secret"}
+    with pytest.raises(ForeignKeySecret):
+        keys_from_secrets(c, secrets, ClusterKeys.generate())
+    assert keys_from_secrets(c, {}, ClusterKeys.generate())[1]  # none there: all generated
 
 
 def test_gres_conf_covers_every_ordinal_of_gpu_node_sets(doc, keys):
