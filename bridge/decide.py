@@ -781,6 +781,8 @@ class _Decider:
             gres_conf=desc.gres_conf,
             gpus=desc.gpus,
             gpu_type=desc.gpu_type,
+            memory_mib=desc.memory_mib,
+            shm_size=self.plan.policy.spec.shm_size,
             labels={
                 COMPONENT_LABEL: SLURMD_COMPONENT,
                 "app.kubernetes.io/name": "slurm",

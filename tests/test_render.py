@@ -63,7 +63,7 @@ def test_example_renders_every_component(doc, keys):
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["SLURMK8S_NODE_CONF"] == "CPUs=2 RealMemory=4096 Gres=gpu:h100:4 Feature=gpu"
     assert env["SLURMK8S_CONTROLLER"] == "demo-controller-0.demo-controller.default.svc.cluster.local"
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4", "memory": "4608Mi"}  # memory + 512Mi
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert "/shared" in mounts and "/etc/slurm" not in mounts  # workers are configless
     assert env["SLURMK8S_CHECKPOINT_ROOT"] == "/shared/checkpoints"
@@ -455,5 +455,43 @@ def test_slurm_pods_get_no_service_account_token_and_workers_drain_for_their_gra
         assert env["SLURMK8S_DRAIN_TIMEOUT"] == str(ns.drain.grace_period)
         assert spec["terminationGracePeriodSeconds"] > ns.drain.grace_period + cluster.spec.slurm_config.kill_wait
     lent = lent_slurmd_pod(cluster, "h", name="demo-lent-n", node="n", conf="CPUs=1", gres_conf="", gpus=1,
-                           labels={}, taint_key="slurmk8s.dev/lent")
+                           memory_mib=1024, shm_size="1Gi", labels={}, taint_key="slurmk8s.dev/lent")
     assert lent["spec"]["automountServiceAccountToken"] is False
+
+
+def _quantity(q: str) -> float:
+    from slurmk8s.api.fields import parse_quantity
+    return parse_quantity(q)
+
+
+def test_slurmd_pods_have_a_memory_limit_and_a_bounded_dev_shm(doc, keys):
+    """Issue 13, item 9: a job could take the Kubernetes node's memory (and
+    /dev/shm, a tmpfs, with it). Workers get memoryLimit (default: memory +
+    512Mi for slurmd, munged and slurmstepd) and /dev/shm shmSize."""
+    doc["spec"]["nodeSets"][0].update(memory="4Gi")
+    doc["spec"]["nodeSets"][1].update(memory="8Gi", memoryLimit="10Gi", shmSize="2Gi")
+    cluster = load_cluster(doc)
+    objs = render(cluster, keys)
+    for ns, limit, shm in zip(cluster.spec.node_sets, ("4608Mi", "10Gi"), ("1Gi", "2Gi")):
+        sts = next(o for o in objs if o["kind"] == "StatefulSet" and o["metadata"]["name"] == names.nodeset(cluster, ns.name))
+        spec = sts["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+        assert _quantity(container["resources"]["limits"]["memory"]) == _quantity(limit)
+        assert container["resources"]["requests"]["memory"] == ns.memory
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "shm"]
+        assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": shm}
+        kubernetes_validate.validate(sts, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_a_lent_slurmd_pod_has_a_memory_limit_and_a_bounded_dev_shm(doc):
+    cluster = load_cluster(doc)
+    pod = lent_slurmd_pod(cluster, "h", name="demo-lent-n", node="n", conf="CPUs=1", gres_conf="", gpus=1,
+                          memory_mib=65536, shm_size="4Gi", labels={}, taint_key="slurmk8s.dev/lent")
+    (container,) = pod["spec"]["containers"]
+    # The node's allocatable memory, the most Slurm hands out there; a small
+    # request, since the pod is bound to the node without the scheduler.
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "65536Mi"}
+    assert container["resources"]["requests"]["memory"] == "256Mi"
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "shm"]
+    assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "4Gi"}
+    kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)

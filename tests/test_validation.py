@@ -130,3 +130,15 @@ def test_a_node_set_feature_may_not_be_a_lent_node_feature():
     found = errors_of(doc)
     assert len(found) == 1
     assert found[0].startswith("spec.nodeSets[0].features[1]: ") and "lent to partition spec.partitions[0]" in found[0]
+
+
+@pytest.mark.parametrize("node_set,path,reason", [
+    ({"memory": "4Gi", "memoryLimit": "2Gi"}, "spec.nodeSets[0].memoryLimit", "less than memory"),
+    ({"memory": "4Gi", "memoryLimit": "5Gi", "shmSize": "6Gi"}, "spec.nodeSets[0].shmSize", "more than the memory limit"),
+    ({"memory": "1Gi", "shmSize": "2Gi"}, "spec.nodeSets[0].shmSize", "more than the memory limit (1536Mi"),
+    ({"shmSize": "0"}, "spec.nodeSets[0].shmSize", "at least 1Mi"),
+])
+def test_memory_limit_and_shm_size_are_checked(node_set, path, reason):
+    doc = minimal(nodeSets=[{"name": "cpu", **node_set}], partitions=[{"name": "cpu", "nodeSets": ["cpu"]}])
+    found = [e for e in errors_of(doc) if e.startswith(path + ": ")]
+    assert found and reason in found[0], errors_of(doc)

@@ -29,6 +29,7 @@ from .fields import (
     SlurmWord,
     SshPublicKey,
     constrained,
+    quantity_value,
 )
 
 GROUP = "slurmk8s.dev"
@@ -168,6 +169,18 @@ class DrainSpec(ApiModel):
     script that does not trap it ends, so none is sent unless you set one."""
 
 
+#: Memory slurmd, munged and slurmstepd use beside what Slurm hands to jobs:
+#: a worker's default memory limit is its memory plus this.
+SLURMD_MEMORY_OVERHEAD = 512 * 2**20
+#: /dev/shm of slurmd pods, unless set: enough for NCCL and data loaders of a
+#: few GPUs. A tmpfs counts against the pod's memory limit.
+DEFAULT_SHM_SIZE = "1Gi"
+
+
+def _mebibytes(n: int) -> str:
+    return f"{n // 2**20}Mi" if n % 2**20 == 0 else str(n)
+
+
 class NodeSet(ApiModel):
     """A group of identical slurmd pods; each pod is one Slurm dynamic node."""
 
@@ -181,6 +194,13 @@ class NodeSet(ApiModel):
     """CPUs each node offers to Slurm; also the pod's CPU request."""
     memory: Quantity = "1Gi"
     """Memory each node offers to Slurm (RealMemory, at least 1Mi); also the pod's memory request."""
+    memory_limit: Quantity | None = None
+    """Memory limit of each slurmd pod, jobs included: a job cannot take more
+    of the Kubernetes node than this. At least memory; default memory +
+    512Mi (slurmd, munged and slurmstepd)."""
+    shm_size: Quantity = DEFAULT_SHM_SIZE
+    """Size limit of /dev/shm (a memory-backed emptyDir) in each slurmd pod;
+    what jobs write there counts against memoryLimit, so at most that."""
     gpus: GpuSpec | None = None
     """GPUs per node, as Slurm GRES `gpu:<type>:<count>`."""
     features: list[SlurmName] = Field(default_factory=list, max_length=32)
@@ -192,6 +212,12 @@ class NodeSet(ApiModel):
     drain: DrainSpec = DrainSpec()
     """How a node is emptied before the operator removes its pod: on scale-in
     (the highest ordinals go first) and when an image update restarts it."""
+
+    def pod_memory_limit(self) -> str:
+        """memoryLimit, or memory + SLURMD_MEMORY_OVERHEAD."""
+        if self.memory_limit is not None:
+            return self.memory_limit
+        return _mebibytes(int(quantity_value(self.memory)) + SLURMD_MEMORY_OVERHEAD)
 
 
 class Preemption(ApiModel):

@@ -21,7 +21,7 @@ from pydantic import AfterValidator, Field
 from .fields import SLURM_SIGNALS as SIGNALS
 from .base import ApiModel
 from .cluster import API_VERSION, Condition, DnsSubdomain, ObjectMeta
-from .fields import DnsLabel, LabelKey, LabelValue, PartitionName, constrained, refuse
+from .fields import DnsLabel, LabelKey, LabelValue, PartitionName, Quantity, constrained, refuse
 
 __all__ = [
     "KIND", "PLURAL", "NodeLendingPolicy", "NodeLendingPolicySpec", "NodeLendingPolicyStatus",
@@ -212,6 +212,9 @@ class NodeLendingPolicySpec(ApiModel):
     nodes are taken back gracefully (signal, grace period, jobAction)."""
     time_zone: TimeZone = "UTC"
     """IANA time zone of the windows, e.g. Europe/Berlin."""
+    shm_size: Quantity = "1Gi"
+    """Size limit of /dev/shm in the lent slurmd pods (memory-backed, so it
+    counts against their memory limit, the node's allocatable memory)."""
     registration_timeout_seconds: int = Field(600, ge=30, le=86400)
     """How long a node may take from lending to registering with Slurm (pulling
     the slurmd image included) before it is given back to Kubernetes."""

@@ -202,6 +202,22 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
                 f"spec.nodeSets[{i}].memory",
                 f"{quote(ns.memory)} is less than 1Mi; Slurm counts a node's memory (RealMemory) in MiB",
             )
+            continue
+        limit = ns.pod_memory_limit()
+        if ns.memory_limit is not None and quantity_value(ns.memory_limit) < quantity_value(ns.memory):
+            yield FieldError(
+                f"spec.nodeSets[{i}].memoryLimit",
+                f"{quote(ns.memory_limit)} is less than memory ({quote(ns.memory)}), which Slurm hands to "
+                "jobs; leave it out (memory + 512Mi) or give at least memory plus what slurmd needs",
+            )
+        elif quantity_value(ns.shm_size) > quantity_value(limit):
+            yield FieldError(
+                f"spec.nodeSets[{i}].shmSize",
+                f"{quote(ns.shm_size)} is more than the memory limit ({limit}{'' if ns.memory_limit else ', memory + 512Mi'}), "
+                "which /dev/shm counts against; lower shmSize or raise memoryLimit",
+            )
+        if quantity_value(ns.shm_size) < 2**20:
+            yield FieldError(f"spec.nodeSets[{i}].shmSize", f"{quote(ns.shm_size)} is not at least 1Mi")
     total = sum(ns.replicas for ns in spec.node_sets)
     if total > spec.slurm_config.max_node_count:
         yield FieldError(
@@ -410,6 +426,8 @@ def policy_errors(p: NodeLendingPolicy) -> Iterator[FieldError]:
             'e.g. matchLabels: {slurmk8s.dev/lendable: "true"}',
         )
     yield from _selector_errors(spec.node_selector, "spec.nodeSelector")
+    if quantity_value(spec.shm_size) < 2**20:
+        yield FieldError("spec.shmSize", f"{quote(spec.shm_size)} is not at least 1Mi")
     pod_selector = spec.reclaim.pod_selector
     if pod_selector is not None:
         if pod_selector.empty:
