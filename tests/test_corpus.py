@@ -473,6 +473,7 @@ def test_every_category_of_the_issue_is_in_the_corpus(results):
     ("SlurmCluster/mount-ok-/home", "accepted-and-safe"),
     ("Pair/nodeset-bx-vs-cluster-a-b-nodeset-x", "accepted-and-safe"),
     ("NodeLendingPolicy/partition-default", "refused-with-path"),
+    ("SlurmCluster/cgroups-foreign-image", "refused-with-path"),
     ("SlurmCluster/memory-limit-below-memory", "refused-with-path"),
     ("SlurmCluster/shm-over-memory-limit", "refused-with-path"),
     ("NodeLendingPolicy/selector-empty", "refused-with-path"),

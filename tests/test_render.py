@@ -337,6 +337,8 @@ def test_slurm_conf_writes_only_keys_the_api_reserves(doc, keys):
         selectTypeParameters="CR_Core_Memory", defMemPerCPU=1024, cgroups=True,
         extraLines=["SchedulerTimeSlice=60"],
     )
+    for p in doc["spec"]["partitions"]:
+        p.pop("acceptLentNodes", None)  # lent nodes and cgroups do not mix
     conf = slurm_conf(render(load_cluster(doc), keys))
     written = {line.split("=", 1)[0].lower() for line in conf_lines(conf)}
     assert written - {"schedulertimeslice"} <= OWNED_KEYS
@@ -495,3 +497,29 @@ def test_a_lent_slurmd_pod_has_a_memory_limit_and_a_bounded_dev_shm(doc):
     (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "shm"]
     assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "4Gi"}
     kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
+
+
+@pytest.mark.parametrize("cgroups", [False, True])
+def test_only_slurmd_with_cgroups_is_privileged(doc, keys, cgroups):
+    """Privileged only where required: slurmd creates a cgroup per job with
+    cgroups on. No other container is privileged, none adds capabilities,
+    and a lent slurmd pod never is."""
+    doc["spec"]["slurmConfig"] = {**doc["spec"].get("slurmConfig", {}), "cgroups": cgroups}
+    for p in doc["spec"]["partitions"]:
+        p.pop("acceptLentNodes", None)
+    cluster = load_cluster(doc)
+    privileged = []
+    for o in render(cluster, keys):
+        if o["kind"] not in ("StatefulSet", "Deployment"):
+            continue
+        for ctr in o["spec"]["template"]["spec"]["containers"]:
+            sc = ctr.get("securityContext") or {}
+            assert "capabilities" not in sc and not sc.get("allowPrivilegeEscalation")
+            if sc.get("privileged"):
+                privileged.append((o["metadata"]["name"], ctr["name"], ctr["image"]))
+    workers = [names.nodeset(cluster, ns.name) for ns in cluster.spec.node_sets]
+    assert privileged == ([(w, "slurmd", f"ghcr.io/slurmk8s/slurmd:{cluster.spec.slurm.version}") for w in workers]
+                          if cgroups else [])
+    lent = lent_slurmd_pod(cluster, "h", name="demo-lent-n", node="n", conf="CPUs=1", gres_conf="", gpus=1,
+                           memory_mib=1024, shm_size="1Gi", labels={}, taint_key="slurmk8s.dev/lent")
+    assert not (lent["spec"]["containers"][0].get("securityContext") or {}).get("privileged")

@@ -142,3 +142,21 @@ def test_memory_limit_and_shm_size_are_checked(node_set, path, reason):
     doc = minimal(nodeSets=[{"name": "cpu", **node_set}], partitions=[{"name": "cpu", "nodeSets": ["cpu"]}])
     found = [e for e in errors_of(doc) if e.startswith(path + ": ")]
     assert found and reason in found[0], errors_of(doc)
+
+
+def test_privileged_workers_run_only_the_projects_images():
+    """Issue 13, item 9: cgroups makes slurmd pods privileged, root on the
+    Kubernetes node; the spec's image repository must then be the project's,
+    not one the namespace's admin chose."""
+    doc = minimal(slurm={"image": {"repository": "registry.example.com/mine"}}, slurmConfig={"cgroups": True})
+    found = [e for e in errors_of(doc) if e.startswith("spec.slurm.image.repository: ")]
+    assert found and "privileged" in found[0] and "ghcr.io/slurmk8s" in found[0], errors_of(doc)
+    load_cluster(minimal(slurm={"image": {"repository": "registry.example.com/mine"}}))  # unprivileged: any
+    load_cluster(minimal(slurm={"image": {"tag": "22.05-2"}}, slurmConfig={"cgroups": True}))
+
+
+def test_cgroups_and_lent_nodes_do_not_mix():
+    """Lent slurmd pods run unprivileged on other teams' nodes; slurmd with
+    proctrack/cgroup could not start there."""
+    doc = minimal(slurmConfig={"cgroups": True}, partitions=[{"name": "gpu", "acceptLentNodes": True}])
+    assert any(e.startswith("spec.partitions[0].acceptLentNodes: ") and "cgroups" in e for e in errors_of(doc))

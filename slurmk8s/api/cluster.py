@@ -80,10 +80,17 @@ def _list_map(key: str = "name") -> dict:
     return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]}
 
 
+#: Where the project publishes its images: the only repository whose images
+#: may run privileged (slurmd with slurmConfig.cgroups).
+PROJECT_REPOSITORY = "ghcr.io/slurmk8s"
+
+
 class ImageSpec(ApiModel):
-    repository: ImageRepository = "ghcr.io/slurmk8s"
+    repository: ImageRepository = PROJECT_REPOSITORY
     """Registry and path the component images are pulled from; each component
-    appends its own name (`<repository>/slurmd:<tag>`)."""
+    appends its own name (`<repository>/slurmd:<tag>`). With
+    slurmConfig.cgroups the slurmd pods are privileged, and the repository
+    must then be ghcr.io/slurmk8s."""
     tag: ImageTag | None = None
     """Image tag; defaults to the Slurm version."""
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
@@ -360,7 +367,11 @@ class SlurmConfig(ApiModel):
     """SlurmdDebug log level."""
     cgroups: bool = False
     """Track and confine jobs with cgroups (proctrack/cgroup, task/cgroup).
-    Needs privileged slurmd pods; off, jobs are tracked by process tree."""
+    slurmd creates a cgroup per job, so its pods run privileged (root on
+    their Kubernetes node): the images must then come from ghcr.io/slurmk8s,
+    and no partition may accept lent nodes (their slurmd runs unprivileged
+    on other teams' nodes). Off, jobs are tracked by process tree and no
+    pod is privileged."""
     extra_lines: list[ExtraLine] = Field(default_factory=list, max_length=256)
     """Extra `Key=Value` lines appended to slurm.conf. Only scheduling, limit
     and timing keys may be set this way (the allowlist in

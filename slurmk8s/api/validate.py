@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 from pydantic import ValidationError
 
-from .cluster import SlurmCluster, lent_nodeset
+from .cluster import PROJECT_REPOSITORY, SlurmCluster, lent_nodeset
 from .lending import NodeLendingPolicy
 from .errors import FieldError, InvalidSpec, field_path, from_pydantic
 from .fields import quantity_value, quote
@@ -218,6 +218,22 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
             )
         if quantity_value(ns.shm_size) < 2**20:
             yield FieldError(f"spec.nodeSets[{i}].shmSize", f"{quote(ns.shm_size)} is not at least 1Mi")
+    if spec.slurm_config.cgroups:
+        # Privileged pods are root on their node: their image is not the spec's to choose.
+        if spec.slurm.image.repository != PROJECT_REPOSITORY:
+            yield FieldError(
+                "spec.slurm.image.repository",
+                f"{quote(spec.slurm.image.repository)}: with slurmConfig.cgroups the slurmd pods run "
+                f"privileged, and only the project's images ({PROJECT_REPOSITORY}) may; leave repository "
+                "out, or turn cgroups off (jobs are then tracked by process tree)",
+            )
+        for i, p in enumerate(spec.partitions):
+            if p.accept_lent_nodes:
+                yield FieldError(
+                    f"spec.partitions[{i}].acceptLentNodes",
+                    "cannot be true with slurmConfig.cgroups: lent nodes run slurmd unprivileged, and "
+                    "slurmd with cgroups would not start there",
+                )
     total = sum(ns.replicas for ns in spec.node_sets)
     if total > spec.slurm_config.max_node_count:
         yield FieldError(
