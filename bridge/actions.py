@@ -118,8 +118,9 @@ class CreateSlurmdPod:
     lending taint, requesting all ``gpus`` nvidia.com/gpu, with ``labels``;
     its slurmd runs ``slurmd -Z -N <slurm_node> -f <dir>/slurm.conf --conf
     <conf>`` where ``<dir>`` holds the cluster's config files with
-    ``gres_conf`` as gres.conf (see slurmk8s.render.lent). Creating a pod
-    that exists is a no-op.
+    ``gres_conf`` as gres.conf (see slurmk8s.render.lent), its memory limited
+    to ``memory_mib`` and /dev/shm to ``shm_size``. Creating a pod that
+    exists is a no-op.
     """
 
     namespace: str
@@ -132,6 +133,10 @@ class CreateSlurmdPod:
     gres_conf: str
     gpus: int
     gpu_type: str
+    #: The pod's memory limit: the RealMemory the node registers with.
+    memory_mib: int
+    #: Size limit of its /dev/shm (the policy's shmSize).
+    shm_size: str
     labels: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -18,6 +18,9 @@ Safety rules, each enforced here:
 - Drains are set only with the facade's ``slurmk8s:`` prefix and never
   cleared; a node an administrator drained keeps its drain and is reported.
 - Lending never takes the policy past maxLentNodes or below minKubernetesNodes.
+- A node is lent only if its owner allows the policy's namespace
+  (label slurmk8s.dev/lendable-to; decision record 15), whatever the
+  selector says; a node whose owner withdraws that is taken back.
 """
 
 from __future__ import annotations
@@ -31,13 +34,14 @@ from typing import Iterable, Sequence
 
 from ..api.cluster import LENT_PREFIX
 from ..api.lending import (
-    LabelSelector,
+    LENDABLE_TO_LABEL,
     LendingCounts,
     NodeLendingPolicy,
     NodeLendingPolicyStatus,
     PolicyCondition,
     ReclaimSpec,
     describe_selector,
+    may_lend,
 )
 from ..render.lent import UnlendableNode, lent_node
 from ..slurm.hostlist import HostlistError, expand
@@ -114,6 +118,7 @@ NODE_NOT_READY = "node-not-ready"
 REGISTRATION_TIMEOUT = "registration-timeout"
 UNLENDABLE = "unlendable"
 CLUSTER_GONE = "cluster-gone"
+WITHDRAWN = "withdrawn"
 
 REASONS = {
     DEMAND: "pending GPU pods need the node",
@@ -130,6 +135,7 @@ REASONS = {
     REGISTRATION_TIMEOUT: "the node did not register with Slurm in time",
     UNLENDABLE: "the node cannot be described to Slurm",
     CLUSTER_GONE: "the SlurmCluster was deleted",
+    WITHDRAWN: f"the node's {LENDABLE_TO_LABEL} label no longer names the policy's namespace",
 }
 #: Failures where the node's slurmd is gone: its jobs cannot end by
 #: themselves, so the Slurm node is set DOWN, which ends them at once.
@@ -319,8 +325,7 @@ class _Decider:
         policy = plan.policy
         nodes = w.observed.nodes
         mine = [n for n in nodes if n.record.state is not None and n.record.policy == plan.key]
-        selector = policy.spec.node_selector if policy is not None else None
-        selected = [n for n in nodes if n.gpus > 0 and selector is not None and selector.matches(n.labels)]
+        selected = [n for n in nodes if self.selects(n)]
         kube = [n for n in selected if n.record.state is None]
 
         # Idle bookkeeping holds whatever Slurm says: it only reads pods.
@@ -376,7 +381,8 @@ class _Decider:
             # A policy problem (a typo in the partition or the selector, say)
             # must not take every lent node back at once: only failures and
             # pending pods do then.
-            reason = self.failure(n) or (None if problem else self.must_go(n, selector, window_open))
+            # A node whose owner withdrew it goes back whatever the policy says.
+            reason = self.failure(n) or self.withdrawn(n) or (None if problem else self.must_go(n, window_open))
             if reason:
                 leaving[n.name] = reason
             else:
@@ -426,7 +432,7 @@ class _Decider:
         if policy is not None and problem is None and window_open:
             # Nodes handed back this round serve Kubernetes from now on.
             returned = sum(1 for n in mine if self.r.projected.get(n.name, n.record.state) is None
-                           and n.gpus > 0 and selector is not None and selector.matches(n.labels))
+                           and self.selects(n))
             lending = self.lend(kube, len(kube) + returned, held, reserved, unmet, ghosts)
         self.record_idle(kube, lending)
         return self.finish(selected, kube, problem, window_open)
@@ -455,9 +461,18 @@ class _Decider:
                     f"partition {part.name!r} of SlurmCluster {self.cluster_key} does not accept lent nodes; "
                     f"set spec.partitions[{index}].acceptLentNodes: true on the SlurmCluster")
         if not selected:
+            forbidden = sum(1 for n in self.w.observed.nodes
+                            if n.gpus > 0 and spec.node_selector.matches(n.labels))
+            if forbidden:
+                return ("NoMatchingNodes",
+                        f"spec.nodeSelector ({describe_selector(spec.node_selector)}) matches {forbidden} GPU "
+                        f"node(s), but none is labelled {LENDABLE_TO_LABEL}={self.plan.namespace}: a cluster "
+                        f"administrator labels the nodes this namespace may lend "
+                        f"(kubectl label node <node> {LENDABLE_TO_LABEL}={self.plan.namespace})")
             return ("NoMatchingNodes",
-                    f"no Node with allocatable nvidia.com/gpu matches spec.nodeSelector "
-                    f"({describe_selector(spec.node_selector)}); label the nodes to lend, or fix the selector")
+                    f"no Node with allocatable nvidia.com/gpu and label {LENDABLE_TO_LABEL}={self.plan.namespace} "
+                    f"matches spec.nodeSelector ({describe_selector(spec.node_selector)}); label the nodes to "
+                    "lend, or fix the selector")
         if not self.w.slurm_known:
             return ("SlurmUnreachable",
                     f"Slurm of SlurmCluster {self.cluster_key} could not be read ({self.w.slurm_problem}); "
@@ -518,14 +533,27 @@ class _Decider:
             return SLURM_NODE_DOWN
         return None
 
-    def must_go(self, node: KubeNode, selector: LabelSelector | None, window_open: bool) -> str | None:
+    def selects(self, node: KubeNode) -> bool:
+        """The policy may lend the node (its owner allows the namespace) and
+        wants to: it has GPUs and matches the nodeSelector."""
+        policy = self.plan.policy
+        return (policy is not None and node.gpus > 0 and may_lend(policy.namespace, node.labels)
+                and policy.spec.node_selector.matches(node.labels))
+
+    def withdrawn(self, node: KubeNode) -> str | None:
+        """The node's owner no longer lets the policy's namespace lend it."""
+        if self.plan.policy is not None and not may_lend(self.plan.policy.namespace, node.labels):
+            return WITHDRAWN
+        return None
+
+    def must_go(self, node: KubeNode, window_open: bool) -> str | None:
         """A reason to give the node back gracefully (signal, grace, jobAction), or None."""
         policy = self.plan.policy
         if policy is None:
             return POLICY_GONE
         if node.record.partition != policy.spec.partition:
             return PARTITION
-        if selector is None or not selector.matches(node.labels) or node.gpus <= 0:
+        if not self.selects(node):
             return UNSELECTED
         if node.unschedulable:
             return CORDONED
@@ -649,9 +677,7 @@ class _Decider:
             acts.append(Untaint(node.name, TAINT_KEY))
         acts.append(ClearLending(node.name))
         acts.append(self.event(node.name, "Returned", "the node serves Kubernetes again"))
-        policy = self.plan.policy
-        if (policy is not None and self.w.idle(node.name) and node.gpus > 0
-                and policy.spec.node_selector.matches(node.labels)):
+        if self.w.idle(node.name) and self.selects(node):
             acts.append(RecordIdleSince(node.name, self.now))  # nothing left on it: idle from now
         self.emit(*acts)
         self.r.projected[node.name] = None
@@ -701,8 +727,7 @@ class _Decider:
             if n.ready and not n.unschedulable and n.record.taint is None:
                 add(n, self.w.free_gpus(n))
         for n in returning:  # counted as they will be next round: selected nodes only
-            if (n.ready and not n.unschedulable and n.gpus > 0 and self.plan.policy is not None
-                    and self.plan.policy.spec.node_selector.matches(n.labels)):
+            if n.ready and not n.unschedulable and self.selects(n):
                 add(n, self.w.free_gpus(n))
         candidates = [n for n in held if n.ready]  # held is in reclaim order
         kube_names = {n.name for n in kube}
@@ -756,6 +781,8 @@ class _Decider:
             gres_conf=desc.gres_conf,
             gpus=desc.gpus,
             gpu_type=desc.gpu_type,
+            memory_mib=desc.memory_mib,
+            shm_size=self.plan.policy.spec.shm_size,
             labels={
                 COMPONENT_LABEL: SLURMD_COMPONENT,
                 "app.kubernetes.io/name": "slurm",

@@ -362,7 +362,8 @@ class _Acting:
             raise RuntimeError("the SlurmCluster is gone")
         chash = (self.cluster.status.config_hash if self.cluster.status else None) or ""
         pod = lent_slurmd_pod(self.cluster, chash, name=action.name, node=action.node, conf=action.conf,
-                              gres_conf=action.gres_conf, gpus=action.gpus, labels=dict(action.labels),
+                              gres_conf=action.gres_conf, gpus=action.gpus, memory_mib=action.memory_mib,
+                              shm_size=action.shm_size, labels=dict(action.labels),
                               taint_key=TAINT_KEY)
         try:
             self.kube.create(pod)

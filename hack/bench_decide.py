@@ -49,7 +49,7 @@ from slurmk8s.bridge.observed import KubeNode, KubePod, NodeTaint, Observed, Slu
 from slurmk8s.slurm.model import Job, Node  # noqa: E402
 
 NOW = datetime(2025, 3, 3, 12, 0, tzinfo=timezone.utc)
-LABELS = {"slurmk8s.dev/lendable": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+LABELS = {"slurmk8s.dev/lendable": "true", "slurmk8s.dev/lendable-to": "hpc", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
           "topology.kubernetes.io/zone": "zone-a"}
 ALLOCATABLE = {"cpu": "95500m", "memory": "1031880Mi", "nvidia.com/gpu": "8", "pods": "110"}
 

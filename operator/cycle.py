@@ -32,7 +32,7 @@ from slurmk8s import log
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.api.cluster import DrainSpec, SlurmCluster, SlurmClusterStatus
 from slurmk8s.render import ClusterKeys, TopologyNode, names, render
-from slurmk8s.render.keys import BadKeySecret, key_secret_names, keys_from_secrets
+from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, key_secret_names, keys_from_secrets
 from slurmk8s.render.manifests import AgentClients
 from slurmk8s.slurm import NotOurDrain, RemoteSlurm, SlurmControl, SlurmError
 from slurmk8s.slurm.model import Node
@@ -221,11 +221,16 @@ class Operator:
         try:
             keys, _missing = keys_from_secrets(cluster, secrets, self.fresh_keys())
         except BadKeySecret as exc:
+            # Nothing is created or updated: no pod may mount a key that is not the cluster's.
+            reason = "ForeignKeySecret" if isinstance(exc, ForeignKeySecret) else "BadKeySecret"
             out.problems.append(str(exc))
-            out.events.append(scalein.Event("Warning", "BadKeySecret", str(exc)))
+            reported = _ready_message(previous) if previous else ""
+            if str(exc) not in reported:
+                out.events.append(scalein.Event("Warning", reason, str(exc)))
             out.status = status.compute(cluster, previous, observed=objects, nodes=None,
                                         applied_hash=previous.config_hash if previous else None,
-                                        rendered_hash="", problems=out.problems, now=_iso(now))
+                                        rendered_hash="", problems=out.problems, now=_iso(now),
+                                        problem_reason=reason)
             self._patch_status(body, previous, out.status)
             return out
         topology = self._topology(cluster, pods) if cluster.spec.topology else []
@@ -273,7 +278,8 @@ class Operator:
         wanted = reconcile.with_replicas(desired, decision.replicas)
         plan = reconcile.plan(wanted, objects, cluster_name=cluster.name, keep=keep)
         for action in (*plan.creates, *plan.updates):
-            self._write(action, out)
+            if not self._write(action, out) and _create_only(action.obj):
+                break  # a key Secret that could not be created: nothing may mount what is there
         desired_names = {o["metadata"]["name"] for o in desired if o["kind"] == "StatefulSet"}
         for s in sets:
             if s.statefulset not in desired_names and s.current is not None \
@@ -340,23 +346,19 @@ class Operator:
         out.applied.append(what)
         return True
 
-    def _write(self, action: reconcile.Create | reconcile.Update, out: Outcome) -> None:
+    def _write(self, action: reconcile.Create | reconcile.Update, out: Outcome) -> bool:
+        """Create or apply one object; False when that failed (a problem of the round).
+
+        A create-only object (a key Secret) that exists by the time it is
+        created (409) is a failure too: something made it between the read
+        and the create, and the next round checks whose it is."""
         obj = action.obj
         what = f"{'create' if isinstance(action, reconcile.Create) else 'update'} {obj['kind']}/{obj['metadata']['name']}"
-        create_only = (obj["metadata"].get("annotations") or {}).get(names.CREATE_ONLY) == "true"
-
-        def write():
-            if create_only:
-                try:
-                    self.kube.create(obj)
-                except ApiError as exc:
-                    if not exc.conflict:  # it exists: the existing key wins
-                        raise
-            else:
-                self.kube.apply(obj)
-
-        if self._try(out, what, write) and isinstance(action, reconcile.Update):
+        write = (lambda: self.kube.create(obj)) if _create_only(obj) else (lambda: self.kube.apply(obj))
+        ok = self._try(out, what, write)
+        if ok and isinstance(action, reconcile.Update):
             _log.info("updated", object=what, changed=list(action.changed)[:8])
+        return ok
 
     def _slurm_actions(self, cluster: SlurmCluster, slurm: SlurmControl,
                        actions: Sequence[Any], out: Outcome) -> bool:
@@ -446,6 +448,10 @@ class Operator:
                 continue  # Retain: the controller state and shared data stay
             self.kube.delete(kind, namespace, name, uid=o["metadata"].get("uid"))
         return True, "deleted"
+
+
+def _create_only(obj: Mapping) -> bool:
+    return (obj["metadata"].get("annotations") or {}).get(names.CREATE_ONLY) == "true"
 
 
 def _ready_message(st: SlurmClusterStatus) -> str:

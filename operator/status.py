@@ -115,13 +115,15 @@ def compute(
     waiting: Sequence[str] = (),
     now: str,
     deleting: bool = False,
+    problem_reason: str = "ReconcileFailed",
 ) -> SlurmClusterStatus:
     """The status after a round.
 
     ``observed``: the cluster's objects (workload statuses are read from
     them); ``nodes``: the agent's node list, None when it did not answer;
     ``applied_hash``: the config last reconfigured; ``problems``: what failed
-    this round (shown in Ready); ``waiting``: what waits (shown in Ready).
+    this round (shown in Ready, with ``problem_reason``); ``waiting``: what
+    waits (shown in Ready).
     """
     c = cluster
     w = _workloads(observed)
@@ -136,7 +138,7 @@ def compute(
     if deleting:
         ready: _Cond = ("False", "Deleting", "the cluster is being deleted: nodes drained, objects removed")
     elif problems:
-        ready = ("False", "ReconcileFailed", "; ".join(problems))
+        ready = ("False", problem_reason, "; ".join(problems))
     elif not_ready:
         first = next(t for t, (s, _, _) in components.items() if s != "True")
         ready = ("False", first.replace("Ready", "NotReady"), "; ".join(not_ready))

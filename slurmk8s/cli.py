@@ -310,7 +310,8 @@ def sandbox() -> None:
 @click.option("--timeout", default=300, show_default=True, help="Seconds to wait for every node to be idle.")
 @click.option("--lendable-nodes", default=2, show_default=True, type=click.IntRange(0, 16),
               help="GPU nodes of Kubernetes' own (no node set uses them), labelled slurmk8s.dev/lendable=true "
-                   "for a NodeLendingPolicy to lend. Fixed when the sandbox is first created.")
+                   "and slurmk8s.dev/lendable-to=<the cluster's namespace> for a NodeLendingPolicy there to "
+                   "lend. Fixed when the sandbox is first created.")
 def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int, lendable_nodes: int) -> None:
     """Start the cluster in FILE and wait until it is Ready and every Slurm node idle.
 

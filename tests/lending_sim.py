@@ -24,7 +24,9 @@ from slurmk8s.bridge.patches import NODE_PATCH_ACTIONS, node_patch
 from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node
 
 T0 = datetime(2025, 3, 3, 12, 0, 0, tzinfo=timezone.utc)  # a Monday
-GPU_LABELS = {"slurmk8s.dev/lendable": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB"}
+#: A GPU node its owner allows the policies of namespace hpc to lend (decision record 15).
+GPU_LABELS = {"slurmk8s.dev/lendable": "true", "slurmk8s.dev/lendable-to": "hpc",
+              "nvidia.com/gpu.product": "NVIDIA-H100-80GB"}
 ALLOCATABLE = {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"}
 
 
@@ -125,7 +127,7 @@ class World:
         for n in self.nodes.values():
             ann = {k.split("/")[-1]: v for k, v in n.annotations.items()}
             lines.append(f"node {n.name} state={n.labels.get('slurmk8s.dev/lending')} "
-                         f"sel={n.labels.get('slurmk8s.dev/lendable')} gpus={n.gpus} ready={n.ready} "
+                         f"sel={n.labels.get('slurmk8s.dev/lendable')} to={n.labels.get('slurmk8s.dev/lendable-to')} gpus={n.gpus} ready={n.ready} "
                          f"cordoned={n.unschedulable} taint={[t.key for t in n.taints]} {ann}")
         for p in self.pods.values():
             lines.append(f"pod {p.namespace}/{p.name} node={p.node} {p.phase} gpus={p.gpus} prio={p.priority} "

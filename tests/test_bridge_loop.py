@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from slurmk8s.api.lending import LENDABLE_TO_LABEL
 from slurmk8s.bridge.loop import Bridge
 from slurmk8s.bridge.nodestate import IDLE_SINCE_ANNOTATION, STATE_LABEL, TAINT_KEY, format_time
 from slurmk8s.operator.kube import Kube
@@ -102,8 +103,10 @@ def world(tmp_path):
     cluster.srv.stop()
 
 
-def idle_node(cluster, name: str) -> None:
-    cluster.node(name, cpu="8", memory="64Gi", labels={"lendable": "true"}, extra=GPU, ready=True)
+def idle_node(cluster, name: str, namespace: str = "default") -> None:
+    # Its owner lets the policies of ``namespace`` lend it (decision record 15).
+    cluster.node(name, cpu="8", memory="64Gi", labels={"lendable": "true", LENDABLE_TO_LABEL: namespace},
+                 extra=GPU, ready=True)
     cluster.core.patch_node(name, {"metadata": {"annotations": {
         IDLE_SINCE_ANNOTATION: format_time(NOW - timedelta(minutes=5))}}})
 

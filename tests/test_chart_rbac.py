@@ -259,7 +259,7 @@ def test_the_bridge_lends_a_node_with_only_the_charts_rbac(work):
         "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "NodeLendingPolicy", "metadata": {"name": "lend"},
         "spec": {"clusterRef": {"name": "demo"}, "partition": "gpu", "idleAfterSeconds": 60,
                  "nodeSelector": {"matchLabels": {"lendable": "true"}}}})
-    idle_node(cluster, "gpu-a")
+    idle_node(cluster, "gpu-a", WORK)
     memory = MemorySlurm()
     bridge = Bridge(kube_as("bridge", FIELD_MANAGER), agent=lambda c, token, pod: Facade(memory),
                     clock=lambda: NOW, namespaces=[WORK])

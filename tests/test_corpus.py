@@ -49,9 +49,13 @@ accepted-and-unsafe
     U10 an unprintable character in any string of a rendered object (Secrets'
         base64 data aside) or of an accepted policy (its annotations' values
         aside: free text, read by nothing);
-    U11 an accepted policy whose partition is not a Slurm partition name.
+    U11 an accepted policy whose partition is not a Slurm partition name;
+    U12 an accepted policy whose nodeSelector matches a node with no labels
+        (it would select every node that lacks some label);
+    U13 a slurmd container without a memory limit of at least its request,
+        or a memory-backed emptyDir (/dev/shm) without a sizeLimit.
 accepted-and-safe
-    Loaded, rendered, and none of U1-U11.
+    Loaded, rendered, and none of U1-U13.
 """
 
 from __future__ import annotations
@@ -355,11 +359,19 @@ def _check_objects(cluster, objs: list[dict]) -> None:
                     req = ctr.get("resources", {}).get("requests", {}).get(what)
                     if req is not None and quantity_value(str(req)) <= 0:
                         raise Unsafe(f"U8 {o['metadata']['name']}/{ctr['name']} requests {what} {req}")
+                if ctr["name"] == "slurmd":
+                    limit = ctr.get("resources", {}).get("limits", {}).get("memory")
+                    request = ctr.get("resources", {}).get("requests", {}).get("memory")
+                    if limit is None or quantity_value(str(limit)) < quantity_value(str(request or "0")):
+                        raise Unsafe(f"U13 {o['metadata']['name']}/slurmd: memory limit {limit} (request {request})")
                 for env in ctr.get("env", []):
                     m = re.search(r"RealMemory=(\S+)", env.get("value", ""))
                     if m and int(m.group(1)) < 1:
                         raise Unsafe(f"U8 {o['metadata']['name']}: RealMemory={m.group(1)}")
                 mounts = [m["mountPath"] for m in ctr.get("volumeMounts", [])]
+                for v in pod.get("volumes", []):
+                    if (v.get("emptyDir") or {}).get("medium") == "Memory" and not v["emptyDir"].get("sizeLimit"):
+                        raise Unsafe(f"U13 {o['metadata']['name']}: memory-backed volume {v['name']} has no sizeLimit")
                 for mp in (m for m in mounts if m in shared):
                     others = [*IMAGE_PATHS, *(m for m in mounts if m != mp)]
                     for other in others:
@@ -399,6 +411,8 @@ def classify(case: Case) -> tuple[str, str]:
             _no_unprintable("policy", dumped)
             if not re.fullmatch(SLURM_NAME_RE, obj.spec.partition) or obj.spec.partition.upper() == "DEFAULT":
                 raise Unsafe(f"U11 partition {obj.spec.partition!r}")
+            if obj.spec.node_selector.matches({}):
+                raise Unsafe(f"U12 nodeSelector {obj.spec.node_selector.dump()} matches a node with no labels")
         else:
             _render(obj)
         return "accepted-and-safe", ""
@@ -442,7 +456,8 @@ def test_every_category_of_the_issue_is_in_the_corpus(results):
                    "SlurmCluster/nested-50000-spec", "SlurmCluster/version-nonascii-\\u0662\\u0663.\\u0660\\u0662",
                    "SlurmCluster/nodeset-name-controller", "SlurmCluster/partition-default",
                    "SlurmCluster/cluster-name-9demo", "SlurmCluster/mount-/opt",
-                   "Pair/nodeset-b-controller-vs-cluster-a-b", "NodeLendingPolicy/partition-default"):
+                   "Pair/nodeset-b-controller-vs-cluster-a-b", "NodeLendingPolicy/partition-default",
+                   "NodeLendingPolicy/selector-does-not-exist-only"):
         assert needed in ids, needed
     for kind in ("SlurmCluster", "NodeLendingPolicy"):
         for name in SWEEP:
@@ -458,6 +473,12 @@ def test_every_category_of_the_issue_is_in_the_corpus(results):
     ("SlurmCluster/mount-ok-/home", "accepted-and-safe"),
     ("Pair/nodeset-bx-vs-cluster-a-b-nodeset-x", "accepted-and-safe"),
     ("NodeLendingPolicy/partition-default", "refused-with-path"),
+    ("SlurmCluster/cgroups-foreign-image", "refused-with-path"),
+    ("SlurmCluster/memory-limit-below-memory", "refused-with-path"),
+    ("SlurmCluster/shm-over-memory-limit", "refused-with-path"),
+    ("NodeLendingPolicy/selector-empty", "refused-with-path"),
+    ("NodeLendingPolicy/selector-does-not-exist-only", "refused-with-path"),
+    ("NodeLendingPolicy/selector-notin-only", "refused-with-path"),
 ])
 def test_known_cases_land_in_their_class(results, case_id, expected):
     found = {case.id: cls for case, cls, _ in results}

@@ -193,6 +193,73 @@ def test_nodes_that_are_not_lent(change, reason):
     assert "SetLendingState" not in kinds(w.decide(POLICY, T0)), reason
 
 
+# -- who may lend which nodes (decision record 15) ---------------------------------------
+
+
+def _unlabelled(**labels) -> dict:
+    return {k: v for k, v in {**GPU_LABELS, **labels}.items() if v is not None}
+
+
+@pytest.mark.parametrize("lendable_to", [None, "other", "", "hpc-x"])
+def test_a_node_not_lendable_to_the_policys_namespace_is_never_lent(lendable_to):
+    """The policy's selector matches, but the node's owner did not name this
+    namespace in slurmk8s.dev/lendable-to: a namespace admin cannot take it."""
+    w = World.of(nodes=[gpu_node("mine", annotations=IDLE),
+                        gpu_node("theirs", annotations=IDLE,
+                                 labels=_unlabelled(**{"slurmk8s.dev/lendable-to": lendable_to}))])
+    acts = w.decide(policy(idleAfterSeconds=0), T0)
+    assert [a.node for a in of(acts, A.SetLendingState)] == ["mine"]
+    assert [a.node for a in of(acts, A.CreateSlurmdPod)] == ["mine"]
+    assert status(acts).counts.selected == 1
+
+
+def test_a_selector_that_matches_every_node_still_lends_only_the_nodes_lendable_to_the_namespace():
+    """Defence in depth: the validator refuses a selector of DoesNotExist
+    alone, and a policy that got past it would still lend no other node."""
+    from slurmk8s.api.lending import NodeLendingPolicy
+    doc = policy().model_dump(by_alias=True, exclude_none=True)
+    doc["spec"]["nodeSelector"] = {"matchExpressions": [{"key": "no.such/label", "operator": "DoesNotExist"}]}
+    everything = NodeLendingPolicy.model_validate(doc)
+    w = World.of(nodes=[gpu_node("mine", annotations=IDLE),
+                        gpu_node("theirs", annotations=IDLE, labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB"}),
+                        gpu_node("team-b", annotations=IDLE,
+                                 labels=_unlabelled(**{"slurmk8s.dev/lendable-to": "team-b"}))])
+    assert [a.node for a in of(w.decide(everything, T0), A.SetLendingState)] == ["mine"]
+
+
+def test_a_policy_in_another_namespace_lends_only_the_nodes_labelled_for_it():
+    pol = policy(namespace="team-b")
+    w = World.of(nodes=[gpu_node("hpc-node", annotations=IDLE),
+                        gpu_node("b-node", annotations=IDLE,
+                                 labels=_unlabelled(**{"slurmk8s.dev/lendable-to": "team-b"}))],
+                 cluster=cluster(namespace="team-b"))
+    assert [a.node for a in of(w.decide(pol, T0), A.SetLendingState)] == ["b-node"]
+
+
+@pytest.mark.parametrize("lendable_to", [None, "other"])
+def test_a_lent_node_whose_owner_withdraws_it_is_taken_back_gracefully(lendable_to):
+    """Removing or changing the label takes the node back with the policy's
+    signal and grace period, even while the policy has a problem (here it
+    then selects nothing): the owner's word is not the policy's to hold."""
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    w.nodes["n1"] = replace(w.nodes["n1"], labels={**_unlabelled(**{"slurmk8s.dev/lendable-to": lendable_to}),
+                                                   STATE_LABEL: LENT})
+    acts = w.decide(POLICY, T0)
+    assert only(acts, A.SetLendingState).reason == "withdrawn"
+    assert only(acts, A.SignalJobs).job_ids == (1,)
+    assert not of(acts, A.DownSlurmNode) and not of(acts, A.RequeueJobs)
+    assert "slurmk8s.dev/lendable-to" in REASONS["withdrawn"]
+    cond = status(acts).conditions[0]
+    assert (cond.status, cond.reason) == ("False", "NoMatchingNodes")
+
+
+def test_no_matching_nodes_says_which_label_the_nodes_lack():
+    w = World.of(nodes=[gpu_node("n1", labels=_unlabelled(**{"slurmk8s.dev/lendable-to": None}))])
+    cond = status(w.decide(POLICY, T0)).conditions[0]
+    assert (cond.status, cond.reason) == ("False", "NoMatchingNodes")
+    assert "slurmk8s.dev/lendable-to=hpc" in cond.message and "1 GPU node" in cond.message
+
+
 def test_a_node_held_by_another_policy_is_left_alone():
     w = World.of(nodes=[held_node("n1", LENT, key="hpc/other")], pods=[gpu_pod("want", None, gpus=8)])
     acts = w.decide(POLICY, T0)
@@ -359,7 +426,7 @@ def test_pod_selector_or_min_priority_pick_the_pods_that_trigger(reclaim, labels
 
 
 @pytest.mark.parametrize("change,pol,reason", [
-    (dict(labels={"other": "x"}), POLICY, "unselected"),
+    (dict(labels={"other": "x", "slurmk8s.dev/lendable-to": "hpc"}), POLICY, "unselected"),
     (dict(unschedulable=True), POLICY, "cordoned"),
     ({}, policy(windows=[{"start": "00:00", "end": "06:00"}]), "window"),
     ({}, policy(maxLentNodes=0), "limits"),

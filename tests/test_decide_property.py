@@ -9,7 +9,7 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurmk8s.api.lending import NodeLendingPolicy
+from slurmk8s.api.lending import LENDABLE_TO_LABEL, NodeLendingPolicy
 from slurmk8s.bridge import actions as A
 from slurmk8s.bridge.nodestate import (
     COMPONENT_LABEL,
@@ -72,6 +72,11 @@ def worlds(draw):
     for name in names:
         state = draw(st.sampled_from([None, None, LENDING, LENT, LENT, RECLAIMING, "bogus"]))
         labels = dict(GPU_LABELS) if draw(st.integers(0, 5)) else {"other": "x"}
+        if draw(st.integers(0, 4)) == 0:
+            # Selected, but its owner lends it to another namespace, or to none.
+            labels = {k: v for k, v in labels.items() if k != LENDABLE_TO_LABEL}
+            if draw(st.booleans()):
+                labels[LENDABLE_TO_LABEL] = draw(st.sampled_from(["other", "hpc2", ""]))
         annotations = {}
         taints = ()
         if state is not None:
@@ -157,7 +162,8 @@ def held(w: World, key: str) -> int:
 
 def kube_selected(w: World) -> int:
     return sum(1 for n in w.nodes.values()
-               if STATE_LABEL not in n.labels and n.gpus > 0 and n.labels.get("slurmk8s.dev/lendable") == "true")
+               if STATE_LABEL not in n.labels and n.gpus > 0 and n.labels.get("slurmk8s.dev/lendable") == "true"
+               and n.labels.get(LENDABLE_TO_LABEL) == "hpc")
 
 
 @SETTINGS
@@ -225,6 +231,26 @@ def test_lending_never_passes_max_lent_nodes_or_goes_below_min_kubernetes_nodes(
     if spec.max_lent_nodes is not None:
         assert after_held <= max(spec.max_lent_nodes, before_held)
     assert after_kube >= min(spec.min_kubernetes_nodes, before_kube)
+
+
+@SETTINGS
+@given(worlds())
+def test_only_nodes_lendable_to_the_policys_namespace_are_lent_or_kept(case):
+    """A node whose owner did not name the policy's namespace in
+    slurmk8s.dev/lendable-to is never lent, never kept lent: whatever it
+    holds is on its way back (decision record 15)."""
+    w, pol, now = case
+    acts = w.decide(pol, now)
+    allowed = {n.name for n in w.nodes.values() if n.labels.get(LENDABLE_TO_LABEL) == pol.namespace}
+    for a in acts:
+        if isinstance(a, (A.CreateSlurmdPod, A.Taint)) or (isinstance(a, A.SetLendingState) and a.state != RECLAIMING):
+            assert a.node in allowed, (a, w.summary())
+    w.apply(acts)
+    if isinstance(pol, NodeLendingPolicy) and w.cluster is not None and w.slurm_known:
+        for n in w.nodes.values():
+            if n.name not in allowed and n.annotations.get(POLICY_ANNOTATION) == pol.key \
+                    and n.annotations.get("slurmk8s.dev/lending-cluster") == "hpc/demo":
+                assert n.labels.get(STATE_LABEL) in (None, RECLAIMING, "bogus"), (n, w.summary())
 
 
 @SETTINGS

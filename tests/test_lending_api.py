@@ -111,6 +111,28 @@ def test_every_problem_is_reported_at_once():
     assert paths == {"spec.nodeSelector", "spec.windows[0].end"}
 
 
+@pytest.mark.parametrize("expressions", [
+    [{"key": "no.such/label", "operator": "DoesNotExist"}],
+    [{"key": "team", "operator": "NotIn", "values": ["b"]}],
+    [{"key": "a", "operator": "DoesNotExist"}, {"key": "b", "operator": "NotIn", "values": ["x"]}],
+])
+def test_a_selector_that_only_excludes_labels_is_refused(expressions):
+    """Issue 13: matchExpressions [{key: no.such/label, operator: DoesNotExist}]
+    passed the empty-selector guard and matched every node."""
+    found = errors_of(policy_doc(nodeSelector={"matchExpressions": expressions}))
+    assert any(e.startswith("spec.nodeSelector: ") and "matches every node" in e for e in found), found
+
+
+@pytest.mark.parametrize("selector", [
+    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]},
+                          {"key": "x", "operator": "DoesNotExist"}]},
+    {"matchExpressions": [{"key": "pool", "operator": "Exists"}]},
+    {"matchLabels": {"pool": "a"}, "matchExpressions": [{"key": "x", "operator": "NotIn", "values": ["1"]}]},
+])
+def test_a_selector_that_asks_for_a_label_may_also_exclude_some(selector):
+    assert load_policy(policy_doc(nodeSelector=selector)).spec.node_selector.positive
+
+
 def test_a_policy_needs_its_cluster_partition_and_selector():
     doc = policy_doc()
     doc["spec"] = {}
@@ -166,3 +188,18 @@ def test_validate_command_checks_policies_too(tmp_path):
     assert result.exit_code == 1
     assert "NodeLendingPolicy 'lend' is invalid" in result.output
     assert "spec.reclaim.signal: " in result.output
+
+
+def test_the_sandboxs_lendable_nodes_are_ones_the_example_policy_may_lend():
+    """The sandbox labels its lendable nodes for the cluster's namespace, as a
+    platform team would (decision record 15), so the example policy lends them."""
+    from slurmk8s.api import load_cluster
+    from slurmk8s.api.lending import may_lend
+    from slurmk8s.sandbox.sandbox import sandbox_nodes
+    cluster = load_cluster(yaml.safe_load((ROOT / "examples" / "slurmcluster.yaml").read_text()))
+    pol = load_policy(yaml.safe_load(EXAMPLE.read_text()))
+    nodes = sandbox_nodes(cluster, lendable=2)
+    lendable = [n.name for n in nodes if may_lend(pol.namespace, n.labels) and pol.spec.node_selector.matches(n.labels)]
+    assert lendable == ["sandbox-lend-0", "sandbox-lend-1"]
+    # The cluster's own GPU nodes are not lendable.
+    assert not [n for n in nodes if n.name.startswith("sandbox-gpu") and may_lend(pol.namespace, n.labels)]

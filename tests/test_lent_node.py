@@ -82,7 +82,8 @@ def test_the_lent_slurmd_pod_is_pinned_tolerates_the_taint_and_shares_the_storag
     cluster = load_cluster(yaml.safe_load((root / "examples" / "slurmcluster.yaml").read_text()))
     node = lent_node(cluster.name, "gpu-node-7", ALLOCATABLE, LABELS, "gpu")
     pod = lent_slurmd_pod(cluster, "abc", name="demo-lent-gpu-node-7", node=node.name, conf=node.conf,
-                          gres_conf=node.gres_conf, gpus=node.gpus, labels={"extra": "yes"}, taint_key=TAINT_KEY)
+                          gres_conf=node.gres_conf, gpus=node.gpus, memory_mib=node.memory_mib, shm_size="1Gi",
+                          labels={"extra": "yes"}, taint_key=TAINT_KEY)
     kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
     spec = pod["spec"]
     assert spec["nodeName"] == "gpu-node-7"
@@ -91,7 +92,7 @@ def test_the_lent_slurmd_pod_is_pinned_tolerates_the_taint_and_shares_the_storag
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["SLURMK8S_NODE_NAME"] == "gpu-node-7" and env["SLURMK8S_NODE_CONF"] == node.conf
     assert env["SLURMK8S_GRES_CONF"] == node.gres_conf and env["SLURMK8S_GPU_COUNT"] == "8"
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "memory": f"{node.memory_mib}Mi"}
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     storage = cluster.spec.shared_storage
     assert "/etc/slurm" in mounts and {v.mount_path for v in storage.volumes} <= mounts

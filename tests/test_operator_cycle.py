@@ -9,6 +9,7 @@ carried in memory from one round to the next.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import os
@@ -141,6 +142,49 @@ def test_a_missing_key_secret_is_created_and_the_others_are_kept(offline, keys):
     assert after["demo-munge-key"] != before["demo-munge-key"]
     assert {n: d for n, d in after.items() if n != "demo-munge-key"} == {
         n: d for n, d in before.items() if n != "demo-munge-key"}
+
+
+def test_a_pre_planted_key_secret_is_refused_never_mounted_nor_overwritten(offline):
+    """Issue 13, item 9: someone who may create Secrets in the namespace
+    plants <cluster>-munge-key before the operator's first round. The
+    operator does not adopt it: nothing is created that would mount it, the
+    status and an Event say what to do, and the Secret is left as it is."""
+    w = offline
+    planted = {"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "demo-munge-key", "namespace": "default",
+                            "labels": {names.CLUSTER_LABEL: "demo",
+                                       "app.kubernetes.io/managed-by": "slurmk8s-operator"}},
+               "data": {"munge.key": base64.b64encode(b"k" * 1024).decode()}}
+    w.kube.add(copy.deepcopy(planted))
+    out = w.round()
+    assert not [x for x in w.kube.writes if x[0] in ("create", "apply")], w.kube.writes
+    assert w.kube.of_kind("Secret")["demo-munge-key"]["data"] == planted["data"]
+    ready = next(c for c in out.status.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "ForeignKeySecret")
+    assert "kubectl -n default delete secret demo-munge-key" in ready.message
+    assert "ForeignKeySecret" in w.reasons()
+    # Deleted by a person who checked: the next round makes the cluster's own.
+    del w.kube.objects[("Secret", "default", "demo-munge-key")]
+    out = w.round()
+    assert not out.problems
+    assert w.kube.of_kind("Secret")["demo-munge-key"]["data"] != planted["data"]
+    assert ("StatefulSet", "default", "demo-controller") in w.kube.objects
+
+
+def test_a_key_secret_that_appears_between_reading_and_creating_stops_the_round(offline):
+    """The 409 on creating a key Secret was swallowed, and the pods created in
+    the same round mounted whatever was there. Now it is a problem of the
+    round, and nothing after it is created."""
+    w = offline
+    real_get = w.kube.get
+    w.kube.get = lambda kind, ns, name: None if (kind, name) == ("Secret", "demo-munge-key") else real_get(kind, ns, name)
+    w.kube.add({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "demo-munge-key", "namespace": "default"},
+                "data": {"munge.key": base64.b64encode(b"k" * 1024).decode()}})
+    out = w.round()
+    assert any("demo-munge-key" in p and "already exists" in p for p in out.problems), out.problems
+    assert ("StatefulSet", "default", "demo-controller") not in w.kube.objects
+    assert not [x for x in w.kube.writes if x[1] in ("StatefulSet", "Deployment")]
 
 
 def test_every_request_of_a_round_and_a_teardown_is_declared(offline):

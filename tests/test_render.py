@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import os
 import re
 import subprocess
@@ -62,7 +63,7 @@ def test_example_renders_every_component(doc, keys):
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["SLURMK8S_NODE_CONF"] == "CPUs=2 RealMemory=4096 Gres=gpu:h100:4 Feature=gpu"
     assert env["SLURMK8S_CONTROLLER"] == "demo-controller-0.demo-controller.default.svc.cluster.local"
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4", "memory": "4608Mi"}  # memory + 512Mi
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert "/shared" in mounts and "/etc/slurm" not in mounts  # workers are configless
     assert env["SLURMK8S_CHECKPOINT_ROOT"] == "/shared/checkpoints"
@@ -216,7 +217,7 @@ def test_worker_pods_are_restarted_by_the_operator_not_the_statefulset_controlle
 def test_keys_are_read_back_from_their_secrets_and_only_missing_ones_are_generated(doc):
     from slurmk8s.render.keys import BadKeySecret, keys_from_secrets
 
-    c = load_cluster(doc)
+    c = load_cluster({**doc, "metadata": {**doc["metadata"], "uid": "c0ffee00-0000-4000-8000-000000000001"}})
     first, second = ClusterKeys.generate(), ClusterKeys.generate()
     secrets = {o["metadata"]["name"]: o for o in render(c, first) if o["kind"] == "Secret"}
     # restApi is off, so no JWT Secret exists: only that key comes from `fresh`.
@@ -235,6 +236,47 @@ def test_keys_are_read_back_from_their_secrets_and_only_missing_ones_are_generat
     broken["demo-munge-key"] = {**secrets["demo-munge-key"], "data": {}}
     with pytest.raises(BadKeySecret, match="Secret demo-munge-key exists but has no 'munge.key' key"):
         keys_from_secrets(c, broken, second)
+
+
+@pytest.mark.parametrize("tamper", ["planted", "other-owner", "labels-only", "not-controller"])
+def test_a_key_secret_the_cluster_does_not_own_is_refused_not_adopted(doc, tamper):
+    """Issue 13, item 9: a pre-planted <cluster>-munge-key was mounted. A key
+    Secret is used only if it is labelled for the cluster and its controller
+    ownerReference is this SlurmCluster (by uid); else the round refuses it,
+    saying what to do, and it is never overwritten."""
+    from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, keys_from_secrets
+
+    doc = {**doc, "metadata": {**doc["metadata"], "uid": "c0ffee00-0000-4000-8000-000000000001"}}
+    c = load_cluster(doc)
+    secrets = {o["metadata"]["name"]: o for o in render(c, ClusterKeys.generate()) if o["kind"] == "Secret"}
+    keys_from_secrets(c, secrets, ClusterKeys.generate())  # its own Secrets are read back
+    planted = copy.deepcopy(secrets["demo-munge-key"])
+    meta = planted["metadata"]
+    if tamper == "planted":
+        planted["metadata"] = {"name": "demo-munge-key", "namespace": meta["namespace"]}
+    elif tamper == "other-owner":
+        meta["ownerReferences"][0]["uid"] = "c0ffee00-0000-4000-8000-00000000dead"
+    elif tamper == "labels-only":
+        del meta["ownerReferences"]
+    else:
+        meta["ownerReferences"][0]["controller"] = False
+    with pytest.raises(ForeignKeySecret) as refused:
+        keys_from_secrets(c, {**secrets, "demo-munge-key": planted}, ClusterKeys.generate())
+    assert isinstance(refused.value, BadKeySecret)
+    message = str(refused.value)
+    assert "Secret demo-munge-key" in message and "not created by slurmk8s" in message
+    assert "kubectl -n default delete secret demo-munge-key" in message
+
+
+def test_a_cluster_without_a_uid_owns_no_key_secret(doc):
+    """Without the uid nothing proves ownership: fail closed."""
+    from slurmk8s.render.keys import ForeignKeySecret, keys_from_secrets
+
+    c = load_cluster(doc)
+    secrets = {o["metadata"]["name"]: o for o in render(c, ClusterKeys.generate()) if o["kind"] == "Secret"}
+    with pytest.raises(ForeignKeySecret):
+        keys_from_secrets(c, secrets, ClusterKeys.generate())
+    assert keys_from_secrets(c, {}, ClusterKeys.generate())[1]  # none there: all generated
 
 
 def test_gres_conf_covers_every_ordinal_of_gpu_node_sets(doc, keys):
@@ -295,6 +337,8 @@ def test_slurm_conf_writes_only_keys_the_api_reserves(doc, keys):
         selectTypeParameters="CR_Core_Memory", defMemPerCPU=1024, cgroups=True,
         extraLines=["SchedulerTimeSlice=60"],
     )
+    for p in doc["spec"]["partitions"]:
+        p.pop("acceptLentNodes", None)  # lent nodes and cgroups do not mix
     conf = slurm_conf(render(load_cluster(doc), keys))
     written = {line.split("=", 1)[0].lower() for line in conf_lines(conf)}
     assert written - {"schedulertimeslice"} <= OWNED_KEYS
@@ -413,5 +457,69 @@ def test_slurm_pods_get_no_service_account_token_and_workers_drain_for_their_gra
         assert env["SLURMK8S_DRAIN_TIMEOUT"] == str(ns.drain.grace_period)
         assert spec["terminationGracePeriodSeconds"] > ns.drain.grace_period + cluster.spec.slurm_config.kill_wait
     lent = lent_slurmd_pod(cluster, "h", name="demo-lent-n", node="n", conf="CPUs=1", gres_conf="", gpus=1,
-                           labels={}, taint_key="slurmk8s.dev/lent")
+                           memory_mib=1024, shm_size="1Gi", labels={}, taint_key="slurmk8s.dev/lent")
     assert lent["spec"]["automountServiceAccountToken"] is False
+
+
+def _quantity(q: str) -> float:
+    from slurmk8s.api.fields import parse_quantity
+    return parse_quantity(q)
+
+
+def test_slurmd_pods_have_a_memory_limit_and_a_bounded_dev_shm(doc, keys):
+    """Issue 13, item 9: a job could take the Kubernetes node's memory (and
+    /dev/shm, a tmpfs, with it). Workers get memoryLimit (default: memory +
+    512Mi for slurmd, munged and slurmstepd) and /dev/shm shmSize."""
+    doc["spec"]["nodeSets"][0].update(memory="4Gi")
+    doc["spec"]["nodeSets"][1].update(memory="8Gi", memoryLimit="10Gi", shmSize="2Gi")
+    cluster = load_cluster(doc)
+    objs = render(cluster, keys)
+    for ns, limit, shm in zip(cluster.spec.node_sets, ("4608Mi", "10Gi"), ("1Gi", "2Gi")):
+        sts = next(o for o in objs if o["kind"] == "StatefulSet" and o["metadata"]["name"] == names.nodeset(cluster, ns.name))
+        spec = sts["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+        assert _quantity(container["resources"]["limits"]["memory"]) == _quantity(limit)
+        assert container["resources"]["requests"]["memory"] == ns.memory
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "shm"]
+        assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": shm}
+        kubernetes_validate.validate(sts, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_a_lent_slurmd_pod_has_a_memory_limit_and_a_bounded_dev_shm(doc):
+    cluster = load_cluster(doc)
+    pod = lent_slurmd_pod(cluster, "h", name="demo-lent-n", node="n", conf="CPUs=1", gres_conf="", gpus=1,
+                          memory_mib=65536, shm_size="4Gi", labels={}, taint_key="slurmk8s.dev/lent")
+    (container,) = pod["spec"]["containers"]
+    # The node's allocatable memory, the most Slurm hands out there; a small
+    # request, since the pod is bound to the node without the scheduler.
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "65536Mi"}
+    assert container["resources"]["requests"]["memory"] == "256Mi"
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "shm"]
+    assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "4Gi"}
+    kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
+
+
+@pytest.mark.parametrize("cgroups", [False, True])
+def test_only_slurmd_with_cgroups_is_privileged(doc, keys, cgroups):
+    """Privileged only where required: slurmd creates a cgroup per job with
+    cgroups on. No other container is privileged, none adds capabilities,
+    and a lent slurmd pod never is."""
+    doc["spec"]["slurmConfig"] = {**doc["spec"].get("slurmConfig", {}), "cgroups": cgroups}
+    for p in doc["spec"]["partitions"]:
+        p.pop("acceptLentNodes", None)
+    cluster = load_cluster(doc)
+    privileged = []
+    for o in render(cluster, keys):
+        if o["kind"] not in ("StatefulSet", "Deployment"):
+            continue
+        for ctr in o["spec"]["template"]["spec"]["containers"]:
+            sc = ctr.get("securityContext") or {}
+            assert "capabilities" not in sc and not sc.get("allowPrivilegeEscalation")
+            if sc.get("privileged"):
+                privileged.append((o["metadata"]["name"], ctr["name"], ctr["image"]))
+    workers = [names.nodeset(cluster, ns.name) for ns in cluster.spec.node_sets]
+    assert privileged == ([(w, "slurmd", f"ghcr.io/slurmk8s/slurmd:{cluster.spec.slurm.version}") for w in workers]
+                          if cgroups else [])
+    lent = lent_slurmd_pod(cluster, "h", name="demo-lent-n", node="n", conf="CPUs=1", gres_conf="", gpus=1,
+                           memory_mib=1024, shm_size="1Gi", labels={}, taint_key="slurmk8s.dev/lent")
+    assert not (lent["spec"]["containers"][0].get("securityContext") or {}).get("privileged")

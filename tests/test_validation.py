@@ -130,3 +130,33 @@ def test_a_node_set_feature_may_not_be_a_lent_node_feature():
     found = errors_of(doc)
     assert len(found) == 1
     assert found[0].startswith("spec.nodeSets[0].features[1]: ") and "lent to partition spec.partitions[0]" in found[0]
+
+
+@pytest.mark.parametrize("node_set,path,reason", [
+    ({"memory": "4Gi", "memoryLimit": "2Gi"}, "spec.nodeSets[0].memoryLimit", "less than memory"),
+    ({"memory": "4Gi", "memoryLimit": "5Gi", "shmSize": "6Gi"}, "spec.nodeSets[0].shmSize", "more than the memory limit"),
+    ({"memory": "1Gi", "shmSize": "2Gi"}, "spec.nodeSets[0].shmSize", "more than the memory limit (1536Mi"),
+    ({"shmSize": "0"}, "spec.nodeSets[0].shmSize", "at least 1Mi"),
+])
+def test_memory_limit_and_shm_size_are_checked(node_set, path, reason):
+    doc = minimal(nodeSets=[{"name": "cpu", **node_set}], partitions=[{"name": "cpu", "nodeSets": ["cpu"]}])
+    found = [e for e in errors_of(doc) if e.startswith(path + ": ")]
+    assert found and reason in found[0], errors_of(doc)
+
+
+def test_privileged_workers_run_only_the_projects_images():
+    """Issue 13, item 9: cgroups makes slurmd pods privileged, root on the
+    Kubernetes node; the spec's image repository must then be the project's,
+    not one the namespace's admin chose."""
+    doc = minimal(slurm={"image": {"repository": "registry.example.com/mine"}}, slurmConfig={"cgroups": True})
+    found = [e for e in errors_of(doc) if e.startswith("spec.slurm.image.repository: ")]
+    assert found and "privileged" in found[0] and "ghcr.io/slurmk8s" in found[0], errors_of(doc)
+    load_cluster(minimal(slurm={"image": {"repository": "registry.example.com/mine"}}))  # unprivileged: any
+    load_cluster(minimal(slurm={"image": {"tag": "22.05-2"}}, slurmConfig={"cgroups": True}))
+
+
+def test_cgroups_and_lent_nodes_do_not_mix():
+    """Lent slurmd pods run unprivileged on other teams' nodes; slurmd with
+    proctrack/cgroup could not start there."""
+    doc = minimal(slurmConfig={"cgroups": True}, partitions=[{"name": "gpu", "acceptLentNodes": True}])
+    assert any(e.startswith("spec.partitions[0].acceptLentNodes: ") and "cgroups" in e for e in errors_of(doc))

@@ -141,8 +141,47 @@ sk_users_each() {
   awk -F: 'NF == 7 && $1 !~ /^#/ { print $1, $3, $4, $6 }' "$SK_USERS_DIR/passwd"
 }
 
+# sk_valid_keys [WHAT]: copy the OpenSSH public keys on stdin to stdout, one
+# per line, by the rule spec.login.users[].sshPublicKeys follows
+# (slurmk8s/api/fields.py, SSH_KEY_RE): '<type> <base64> [comment]' of
+# printable ASCII, a known type, at most 16384 characters, and no
+# authorized_keys options (command=, from=, environment=, ...). Blank lines
+# and comments are dropped; any other line is dropped and its number logged
+# (not its text) as a line of WHAT.
+sk_valid_keys() {
+  LC_ALL=C awk -v what="${1:-stdin}" '
+    /^$/ || /^#/ { next }
+    length($0) <= 16384 && $0 ~ /^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|sk-ssh-ed25519@openssh[.]com|sk-ecdsa-sha2-nistp256@openssh[.]com) [A-Za-z0-9+\/]+=?=?=?( [ -~]*)?$/ { print; next }
+    { printf "slurmk8s-entrypoint: warning: line %d of %s is not an OpenSSH public key without options (\"<type> <base64> [comment]\"): skipped\n", NR, what > "/dev/stderr" }'
+}
+
+# sk_fix_home NAME UID GID HOME: make HOME, an existing directory, belong to
+# the user and be writable by nobody else, as sshd's StrictModes requires.
+# A link is left alone (never followed as root); the mode is changed as the
+# user, so nothing in a user's home is changed by root but its owner.
+sk_fix_home() {
+  local name=$1 uid=$2 gid=$3 home=$4 owner
+  if [ -L "$home" ]; then
+    sk_log "warning: home directory $home of $name is a symbolic link: left as it is (sshd may refuse its keys)"
+    return 0
+  fi
+  [ -d "$home" ] || return 0
+  owner=$(stat -c '%u:%g' -- "$home")
+  if [ "$owner" != "$uid:$gid" ]; then
+    chown -h -- "$uid:$gid" "$home"
+    sk_log "home directory $home of $name belonged to $owner: now to $uid:$gid"
+  fi
+  if [ -n "$(find "$home" -maxdepth 0 -perm /022)" ]; then
+    if setpriv --reuid="$uid" --regid="$gid" --clear-groups -- chmod go-w -- "$home"; then
+      sk_log "home directory $home of $name was writable by others: no longer"
+    else
+      sk_log "warning: could not make $home of $name writable by $name only (sshd will refuse its keys)"
+    fi
+  fi
+}
+
 # sk_setup_users: the cluster's users and groups (same uid/gid in every pod)
-# and their home directories.
+# and their home directories, each owned by its user.
 sk_setup_users() {
   local name uid gid home
   if ! sk_is_root; then
@@ -154,9 +193,11 @@ sk_setup_users() {
   _sk_shadow_entries
   sk_users_each | while read -r name uid gid home; do
     case $home in /?*) ;; *) sk_log "warning: $name has no absolute home directory ($home)"; continue ;; esac
-    if [ ! -e "$home" ]; then
+    if [ ! -e "$home" ] && [ ! -L "$home" ]; then
       install -d -m 0700 -o "$uid" -g "$gid" "$home"
       sk_log "created home directory $home of $name"
+    else
+      sk_fix_home "$name" "$uid" "$gid" "$home"
     fi
   done
 }

@@ -10,7 +10,9 @@
 # (/run/slurmk8s/users/<user>.authorized_keys) plus those of a Secret
 # (/run/slurmk8s/user-keys/<user>); they are written, as that user, into a
 # marked block of ~/.ssh/authorized_keys, so keys a user added outside the block
-# survive a restart when the home directory is persistent.
+# survive a restart when the home directory is persistent. Keys from both are
+# checked by the rule the API applies to inline keys (sk_valid_keys): a line
+# with options such as command= or from= is skipped.
 set -euo pipefail
 SK_COMPONENT=login
 here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
@@ -38,11 +40,14 @@ sk_is_root || sk_die "the login entrypoint must run as root (sshd switches to ea
 BEGIN_MARK="# BEGIN slurmk8s keys (rewritten when the login pod starts; add your own keys outside this block)"
 END_MARK="# END slurmk8s keys"
 
-# user_keys NAME: the user's keys from both sources, one per line.
+# user_keys NAME: the user's keys from both sources, one per line, each a
+# plain OpenSSH public key (no options).
 user_keys() {
   local f
   for f in "$SK_USERS_DIR/$1.authorized_keys" "$SK_USER_KEYS_DIR/$1"; do
-    [ -r "$f" ] && awk 'NF && $1 !~ /^#/' "$f"
+    if [ -r "$f" ]; then
+      sk_valid_keys "$f (keys of $1)" <"$f"
+    fi
   done
   return 0
 }
@@ -62,6 +67,7 @@ install_keys() {
       set -e
       umask 077
       mkdir -p "$1/.ssh"
+      chmod go-w "$1/.ssh"  # StrictModes: writable by its owner only
       f=$1/.ssh/authorized_keys
       {
         if [ -f "$f" ]; then sed "/^# BEGIN slurmk8s keys/,/^# END slurmk8s keys/d" "$f"; fi

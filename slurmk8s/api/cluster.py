@@ -29,6 +29,7 @@ from .fields import (
     SlurmWord,
     SshPublicKey,
     constrained,
+    quantity_value,
 )
 
 GROUP = "slurmk8s.dev"
@@ -79,10 +80,17 @@ def _list_map(key: str = "name") -> dict:
     return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]}
 
 
+#: Where the project publishes its images: the only repository whose images
+#: may run privileged (slurmd with slurmConfig.cgroups).
+PROJECT_REPOSITORY = "ghcr.io/slurmk8s"
+
+
 class ImageSpec(ApiModel):
-    repository: ImageRepository = "ghcr.io/slurmk8s"
+    repository: ImageRepository = PROJECT_REPOSITORY
     """Registry and path the component images are pulled from; each component
-    appends its own name (`<repository>/slurmd:<tag>`)."""
+    appends its own name (`<repository>/slurmd:<tag>`). With
+    slurmConfig.cgroups the slurmd pods are privileged, and the repository
+    must then be ghcr.io/slurmk8s."""
     tag: ImageTag | None = None
     """Image tag; defaults to the Slurm version."""
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
@@ -168,6 +176,18 @@ class DrainSpec(ApiModel):
     script that does not trap it ends, so none is sent unless you set one."""
 
 
+#: Memory slurmd, munged and slurmstepd use beside what Slurm hands to jobs:
+#: a worker's default memory limit is its memory plus this.
+SLURMD_MEMORY_OVERHEAD = 512 * 2**20
+#: /dev/shm of slurmd pods, unless set: enough for NCCL and data loaders of a
+#: few GPUs. A tmpfs counts against the pod's memory limit.
+DEFAULT_SHM_SIZE = "1Gi"
+
+
+def _mebibytes(n: int) -> str:
+    return f"{n // 2**20}Mi" if n % 2**20 == 0 else str(n)
+
+
 class NodeSet(ApiModel):
     """A group of identical slurmd pods; each pod is one Slurm dynamic node."""
 
@@ -181,6 +201,13 @@ class NodeSet(ApiModel):
     """CPUs each node offers to Slurm; also the pod's CPU request."""
     memory: Quantity = "1Gi"
     """Memory each node offers to Slurm (RealMemory, at least 1Mi); also the pod's memory request."""
+    memory_limit: Quantity | None = None
+    """Memory limit of each slurmd pod, jobs included: a job cannot take more
+    of the Kubernetes node than this. At least memory; default memory +
+    512Mi (slurmd, munged and slurmstepd)."""
+    shm_size: Quantity = DEFAULT_SHM_SIZE
+    """Size limit of /dev/shm (a memory-backed emptyDir) in each slurmd pod;
+    what jobs write there counts against memoryLimit, so at most that."""
     gpus: GpuSpec | None = None
     """GPUs per node, as Slurm GRES `gpu:<type>:<count>`."""
     features: list[SlurmName] = Field(default_factory=list, max_length=32)
@@ -192,6 +219,12 @@ class NodeSet(ApiModel):
     drain: DrainSpec = DrainSpec()
     """How a node is emptied before the operator removes its pod: on scale-in
     (the highest ordinals go first) and when an image update restarts it."""
+
+    def pod_memory_limit(self) -> str:
+        """memoryLimit, or memory + SLURMD_MEMORY_OVERHEAD."""
+        if self.memory_limit is not None:
+            return self.memory_limit
+        return _mebibytes(int(quantity_value(self.memory)) + SLURMD_MEMORY_OVERHEAD)
 
 
 class Preemption(ApiModel):
@@ -334,7 +367,11 @@ class SlurmConfig(ApiModel):
     """SlurmdDebug log level."""
     cgroups: bool = False
     """Track and confine jobs with cgroups (proctrack/cgroup, task/cgroup).
-    Needs privileged slurmd pods; off, jobs are tracked by process tree."""
+    slurmd creates a cgroup per job, so its pods run privileged (root on
+    their Kubernetes node): the images must then come from ghcr.io/slurmk8s,
+    and no partition may accept lent nodes (their slurmd runs unprivileged
+    on other teams' nodes). Off, jobs are tracked by process tree and no
+    pod is privileged."""
     extra_lines: list[ExtraLine] = Field(default_factory=list, max_length=256)
     """Extra `Key=Value` lines appended to slurm.conf. Only scheduling, limit
     and timing keys may be set this way (the allowlist in

@@ -4,6 +4,11 @@ A policy lends idle Kubernetes GPU nodes to one partition of a SlurmCluster in
 its namespace, and says when Kubernetes takes them back and how Slurm jobs on
 them are treated (signal, grace period, requeue or cancel). The bridge
 (``slurmk8s.bridge``) acts on it; the CRD is generated from these models.
+
+Which nodes a policy may lend is not the policy's to say: a Node must carry
+the label ``slurmk8s.dev/lendable-to`` naming the policy's namespace
+(:func:`may_lend`; decision record 15). Labelling Nodes takes a cluster
+role, so a namespace's admin cannot lend nodes that belong to others.
 """
 
 from __future__ import annotations
@@ -16,12 +21,12 @@ from pydantic import AfterValidator, Field
 from .fields import SLURM_SIGNALS as SIGNALS
 from .base import ApiModel
 from .cluster import API_VERSION, Condition, DnsSubdomain, ObjectMeta
-from .fields import DnsLabel, LabelKey, LabelValue, PartitionName, constrained, refuse
+from .fields import DnsLabel, LabelKey, LabelValue, PartitionName, Quantity, constrained, refuse
 
 __all__ = [
     "KIND", "PLURAL", "NodeLendingPolicy", "NodeLendingPolicySpec", "NodeLendingPolicyStatus",
     "LabelSelector", "LabelSelectorRequirement", "LendingWindow", "ReclaimSpec", "ClusterRef",
-    "WEEKDAYS", "RECLAIM_SIGNALS", "describe_selector",
+    "WEEKDAYS", "RECLAIM_SIGNALS", "describe_selector", "LENDABLE_TO_LABEL", "may_lend",
 ]
 
 KIND = "NodeLendingPolicy"
@@ -30,6 +35,18 @@ PLURAL = "nodelendingpolicies"
 #: Signals a reclaim may send: those the Slurm facade sends, less the two a
 #: job cannot catch (it would get no chance to write a checkpoint).
 RECLAIM_SIGNALS = tuple(sorted(SIGNALS - {"KILL", "STOP"}))
+
+#: The Node label that names the one namespace whose NodeLendingPolicies may
+#: lend the node. Set by whoever may label Nodes (a cluster role); a node
+#: without it is lent by no policy (decision record 15).
+LENDABLE_TO_LABEL = "slurmk8s.dev/lendable-to"
+
+
+def may_lend(namespace: str, labels: Mapping[str, str]) -> bool:
+    """Whether a policy in ``namespace`` may lend a Node with ``labels``:
+    the Node's owner named that namespace in its lendable-to label."""
+    return labels.get(LENDABLE_TO_LABEL) == namespace
+
 
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 Weekday = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
@@ -97,6 +114,13 @@ class LabelSelector(ApiModel):
     @property
     def empty(self) -> bool:
         return not self.match_labels and not self.match_expressions
+
+    @property
+    def positive(self) -> bool:
+        """Some requirement asks for a label to be there (matchLabels, In,
+        Exists); a selector of NotIn and DoesNotExist alone matches every
+        object that lacks a label, e.g. every node."""
+        return bool(self.match_labels) or any(r.operator in ("In", "Exists") for r in self.match_expressions)
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Whether an object with ``labels`` satisfies the selector."""
@@ -169,8 +193,12 @@ class NodeLendingPolicySpec(ApiModel):
     """Partition of that cluster the lent nodes join; it must have
     acceptLentNodes: true."""
     node_selector: LabelSelector
-    """Kubernetes Nodes that may be lent. Only nodes with allocatable
-    nvidia.com/gpu are lent; an empty selector is refused."""
+    """Kubernetes Nodes to lend, among those whose owner allows it: only
+    Nodes labelled slurmk8s.dev/lendable-to=<this policy's namespace> (a
+    cluster administrator sets it) and with allocatable nvidia.com/gpu are
+    ever lent. The selector must ask for a label (matchLabels, In or
+    Exists); an empty one, or one of NotIn and DoesNotExist alone, is
+    refused."""
     idle_after_seconds: int = Field(120, ge=0, le=604800)
     """How long a node must have run no pod (other than DaemonSet pods) that
     requests nvidia.com/gpu before it is lent."""
@@ -184,6 +212,9 @@ class NodeLendingPolicySpec(ApiModel):
     nodes are taken back gracefully (signal, grace period, jobAction)."""
     time_zone: TimeZone = "UTC"
     """IANA time zone of the windows, e.g. Europe/Berlin."""
+    shm_size: Quantity = "1Gi"
+    """Size limit of /dev/shm in the lent slurmd pods (memory-backed, so it
+    counts against their memory limit, the node's allocatable memory)."""
     registration_timeout_seconds: int = Field(600, ge=30, le=86400)
     """How long a node may take from lending to registering with Slurm (pulling
     the slurmd image included) before it is given back to Kubernetes."""

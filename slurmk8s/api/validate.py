@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 from pydantic import ValidationError
 
-from .cluster import SlurmCluster, lent_nodeset
+from .cluster import PROJECT_REPOSITORY, SlurmCluster, lent_nodeset
 from .lending import NodeLendingPolicy
 from .errors import FieldError, InvalidSpec, field_path, from_pydantic
 from .fields import quantity_value, quote
@@ -202,6 +202,38 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
                 f"spec.nodeSets[{i}].memory",
                 f"{quote(ns.memory)} is less than 1Mi; Slurm counts a node's memory (RealMemory) in MiB",
             )
+            continue
+        limit = ns.pod_memory_limit()
+        if ns.memory_limit is not None and quantity_value(ns.memory_limit) < quantity_value(ns.memory):
+            yield FieldError(
+                f"spec.nodeSets[{i}].memoryLimit",
+                f"{quote(ns.memory_limit)} is less than memory ({quote(ns.memory)}), which Slurm hands to "
+                "jobs; leave it out (memory + 512Mi) or give at least memory plus what slurmd needs",
+            )
+        elif quantity_value(ns.shm_size) > quantity_value(limit):
+            yield FieldError(
+                f"spec.nodeSets[{i}].shmSize",
+                f"{quote(ns.shm_size)} is more than the memory limit ({limit}{'' if ns.memory_limit else ', memory + 512Mi'}), "
+                "which /dev/shm counts against; lower shmSize or raise memoryLimit",
+            )
+        if quantity_value(ns.shm_size) < 2**20:
+            yield FieldError(f"spec.nodeSets[{i}].shmSize", f"{quote(ns.shm_size)} is not at least 1Mi")
+    if spec.slurm_config.cgroups:
+        # Privileged pods are root on their node: their image is not the spec's to choose.
+        if spec.slurm.image.repository != PROJECT_REPOSITORY:
+            yield FieldError(
+                "spec.slurm.image.repository",
+                f"{quote(spec.slurm.image.repository)}: with slurmConfig.cgroups the slurmd pods run "
+                f"privileged, and only the project's images ({PROJECT_REPOSITORY}) may; leave repository "
+                "out, or turn cgroups off (jobs are then tracked by process tree)",
+            )
+        for i, p in enumerate(spec.partitions):
+            if p.accept_lent_nodes:
+                yield FieldError(
+                    f"spec.partitions[{i}].acceptLentNodes",
+                    "cannot be true with slurmConfig.cgroups: lent nodes run slurmd unprivileged, and "
+                    "slurmd with cgroups would not start there",
+                )
     total = sum(ns.replicas for ns in spec.node_sets)
     if total > spec.slurm_config.max_node_count:
         yield FieldError(
@@ -402,7 +434,16 @@ def policy_errors(p: NodeLendingPolicy) -> Iterator[FieldError]:
             "is empty and would lend every GPU node of the cluster; give matchLabels or matchExpressions, "
             'e.g. matchLabels: {slurmk8s.dev/lendable: "true"}',
         )
+    elif not spec.node_selector.positive:
+        yield FieldError(
+            "spec.nodeSelector",
+            "only says which labels a node must not have, so it matches every node without them; "
+            "ask for a label with matchLabels, or an In or Exists expression, "
+            'e.g. matchLabels: {slurmk8s.dev/lendable: "true"}',
+        )
     yield from _selector_errors(spec.node_selector, "spec.nodeSelector")
+    if quantity_value(spec.shm_size) < 2**20:
+        yield FieldError("spec.shmSize", f"{quote(spec.shm_size)} is not at least 1Mi")
     pod_selector = spec.reclaim.pod_selector
     if pod_selector is not None:
         if pod_selector.empty:

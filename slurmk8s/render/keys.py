@@ -115,6 +115,28 @@ class BadKeySecret(ValueError):
     """An existing key Secret cannot be read; it is never replaced automatically."""
 
 
+class ForeignKeySecret(BadKeySecret):
+    """A key Secret exists that slurmk8s did not create for this cluster (one
+    planted before it, say): its key is never used, and it is never replaced."""
+
+
+def owns(cluster: SlurmCluster, secret: Mapping) -> bool:
+    """Whether ``secret`` is one the operator created for ``cluster``: labelled
+    for it and managed by the operator, with a controller ownerReference to
+    this SlurmCluster's uid. The uid is set when the cluster is created, so a
+    Secret planted before that cannot carry it; a cluster without a uid
+    owns nothing (fail closed)."""
+    meta = secret.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    uid = cluster.metadata.uid
+    if (not uid or labels.get(names.CLUSTER_LABEL) != cluster.name
+            or labels.get("app.kubernetes.io/managed-by") != "slurmk8s-operator"):
+        return False
+    return any(isinstance(ref, Mapping) and ref.get("uid") == uid and ref.get("controller") is True
+               and ref.get("kind") == cluster.kind and ref.get("name") == cluster.name
+               for ref in meta.get("ownerReferences") or [])
+
+
 def keys_from_secrets(
     cluster: SlurmCluster, existing: Mapping[str, Mapping], fresh: ClusterKeys
 ) -> tuple[ClusterKeys, list[str]]:
@@ -123,7 +145,10 @@ def keys_from_secrets(
     Pure: the caller generates ``fresh``. Returns the keys and the names of the
     Secrets that did not exist (their keys come from ``fresh``). A Secret that
     exists but lacks its key raises :class:`BadKeySecret`: replacing a key
-    would cut every node off, so that is left to a person.
+    would cut every node off, so that is left to a person. One the cluster
+    does not :func:`own` raises :class:`ForeignKeySecret`: whoever made it
+    knows the key (a munge key forges any user's credentials), so it is
+    neither used nor replaced.
     """
     values, missing = {}, []
     for f in fields(ClusterKeys):
@@ -134,6 +159,13 @@ def keys_from_secrets(
             values[f.name] = getattr(fresh, f.name)
             missing.append(name)
             continue
+        if not owns(cluster, secret):
+            raise ForeignKeySecret(
+                f"Secret {name} exists but was not created by slurmk8s for SlurmCluster "
+                f"{cluster.namespace}/{cluster.name} (it lacks the cluster's labels or a controller "
+                f"ownerReference to its uid {cluster.metadata.uid or '(none)'}): its key is not used and the "
+                f"Secret is not overwritten. Find out who made it; then delete it "
+                f"(kubectl -n {cluster.namespace} delete secret {name}) and the operator creates a new one")
         encoded = (secret.get("data") or {}).get(data_key)
         if not encoded:
             raise BadKeySecret(

@@ -159,6 +159,12 @@ def _base_volumes(c: SlurmCluster, *, config: bool) -> tuple[list[dict], list[di
     return volumes, mounts
 
 
+def _shm_volume(size: str) -> dict:
+    """/dev/shm: memory-backed, so bounded (what is written there counts
+    against the pod's memory limit)."""
+    return {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}
+
+
 def _probe(kind: str, period: int = 10) -> dict:
     return {
         "exec": {"command": [ENTRYPOINT, kind]},
@@ -320,11 +326,13 @@ def _workers(b: _Builder) -> list[dict]:
         sel = names.selector(c, "worker", **{names.NODESET_LABEL: ns.name})
         labels = names.labels(c, "worker", **{names.NODESET_LABEL: ns.name})
         volumes, mounts = _base_volumes(c, config=False)
-        volumes += [*shared_vols, {"name": "shm", "emptyDir": {"medium": "Memory"}}]
+        volumes += [*shared_vols, _shm_volume(ns.shm_size)]
         mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}]
-        resources = {"requests": {"cpu": str(ns.cpus), "memory": ns.memory}}
+        # The limit bounds jobs too: they run inside the pod's memory cgroup.
+        resources = {"requests": {"cpu": str(ns.cpus), "memory": ns.memory},
+                     "limits": {"memory": ns.pod_memory_limit()}}
         if ns.gpus:
-            resources["limits"] = {"nvidia.com/gpu": str(ns.gpus.count)}
+            resources["limits"]["nvidia.com/gpu"] = str(ns.gpus.count)
         # A worker pod deleted outside the operator's scale-in (a node drain, an
         # eviction, kubectl delete) gives its jobs the node set's grace too.
         env = {**_common_env(c), "SLURMK8S_NODESET": ns.name, "SLURMK8S_NODE_CONF": node_conf(c, ns),
@@ -529,8 +537,14 @@ def render(
     return objs
 
 
+#: Memory a lent slurmd pod requests: it is bound to its node without the
+#: scheduler, so the kubelet admits it only if this fits beside the node's
+#: DaemonSet pods. Its limit is the node's allocatable memory.
+LENT_MEMORY_REQUEST = "256Mi"
+
+
 def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, name: str, node: str, conf: str, gres_conf: str,
-                    gpus: int, labels: dict[str, str], taint_key: str) -> dict:
+                    gpus: int, memory_mib: int, shm_size: str, labels: dict[str, str], taint_key: str) -> dict:
     """The slurmd pod the bridge starts on a lent Kubernetes node.
 
     Pinned to ``node`` (``spec.nodeName``), tolerating the lending taint
@@ -539,20 +553,24 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, name: str, node: str, 
     files with ``gres_conf`` (one line, for this node) as gres.conf (see
     :mod:`.lent`). It mounts the same shared storage as the cluster's own
     workers, at the same paths. ``chash`` is the cluster's config hash
-    (an annotation, as on every object rendered for it).
+    (an annotation, as on every object rendered for it). Its memory limit
+    is ``memory_mib``, the RealMemory the node registers with (the node's
+    allocatable memory), so jobs cannot take the node's own share; its
+    /dev/shm is bounded by ``shm_size``.
     """
     c = cluster
     b = _Builder(c, chash)
     volumes, mounts = _base_volumes(c, config=True)
     shared_vols, shared_mounts = _shared_volumes(c)
-    volumes += [*shared_vols, {"name": "shm", "emptyDir": {"medium": "Memory"}}]
+    volumes += [*shared_vols, _shm_volume(shm_size)]
     mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}]
     env = {**_common_env(c), "SLURMK8S_NODE_NAME": node, "SLURMK8S_NODE_CONF": conf,
            "SLURMK8S_GRES_CONF": gres_conf, "SLURMK8S_GPU_COUNT": str(gpus)}
     container = _container(
         c, "slurmd", "slurmd", env=env, mounts=mounts,
         ports=[{"name": "slurmd", "containerPort": names.SLURMD_PORT}],
-        resources={"limits": {"nvidia.com/gpu": str(gpus)}},
+        resources={"requests": {"memory": LENT_MEMORY_REQUEST},
+                   "limits": {"nvidia.com/gpu": str(gpus), "memory": f"{memory_mib}Mi"}},
         readinessProbe=_probe("ready"),
     )
     meta = b.meta(name, "lent-slurmd")

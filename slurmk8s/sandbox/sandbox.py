@@ -45,6 +45,7 @@ from typing import Callable
 import yaml
 
 from ..api.cluster import SlurmCluster
+from ..api.lending import LENDABLE_TO_LABEL
 from ..render import names
 from ..render.keys import ssh_keypair
 from ..slurm import RemoteSlurm, SlurmControl
@@ -99,7 +100,9 @@ def sandbox_nodes(cluster: SlurmCluster, lendable: int = DEFAULT_LENDABLE_NODES)
     CPU workers, one GPU node per GPU worker, like the machines a cluster of
     that shape would run on, and ``lendable`` GPU nodes that no node set
     uses, labelled ``slurmk8s.dev/lendable=true``: Kubernetes' own GPU nodes,
-    which a NodeLendingPolicy can lend to Slurm.
+    which a NodeLendingPolicy can lend to Slurm. Their owner, the platform
+    team, lets the policies of the cluster's namespace lend them:
+    ``slurmk8s.dev/lendable-to=<namespace>`` (decision record 15).
 
     A lent node registers with Slurm with its allocatable CPUs, and slurmd
     refuses to register more CPUs than the host has: lendable nodes report
@@ -113,7 +116,8 @@ def sandbox_nodes(cluster: SlurmCluster, lendable: int = DEFAULT_LENDABLE_NODES)
     for i in range(lendable):
         nodes.append(SandboxNode(f"sandbox-lend-{i}", cpu=str(os.cpu_count() or 1), memory="8Gi", gpus=4,
                                  gpu_product=gpu_type,
-                                 labels={**LENDABLE_LABELS, "nvidia.com/gpu.present": "true"}))
+                                 labels={**LENDABLE_LABELS, LENDABLE_TO_LABEL: cluster.namespace,
+                                         "nvidia.com/gpu.present": "true"}))
     return nodes
 
 

@@ -1,0 +1,191 @@
+"""The login image's sshd setup (issue 13, item 9): StrictModes on, home
+directories owned by their users, keys from Secrets checked as inline keys
+are, and TCP forwarding as docs/decisions/0016 decides.
+
+The shell functions run from images/common/slurmk8s-lib.sh, as the login
+entrypoint sources them; the key rule is compared with the API's own
+(`SshPublicKey`) on hostile lines and on random ones."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
+
+from slurmk8s.api.fields import SSH_KEY_TYPES, SshPublicKey
+
+ROOT = Path(__file__).resolve().parent.parent
+LIB = ROOT / "images/common/slurmk8s-lib.sh"
+SSHD_CONFIG = ROOT / "images/login/sshd_config"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+_inline = TypeAdapter(SshPublicKey)
+
+
+def inline_ok(line: str) -> bool:
+    try:
+        _inline.validate_python(line)
+        return True
+    except ValidationError:
+        return False
+
+
+def lib(script: str, stdin: bytes = b"", **env) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", f'set -euo pipefail; . "{LIB}"; {script}'], input=stdin,
+                          capture_output=True, env={**os.environ, **env}, timeout=30)
+
+
+def valid_keys(lines: list[str]) -> tuple[list[str], str]:
+    """The lines the lib's filter keeps, and what it logged."""
+    data = "".join(line + "\n" for line in lines).encode("utf-8", "surrogateescape")
+    proc = lib('sk_valid_keys "the Secret"', data)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.decode("utf-8", "surrogateescape").splitlines(), proc.stderr.decode(errors="replace")
+
+
+def sshd_options() -> dict[str, str]:
+    out = {}
+    for line in SSHD_CONFIG.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.strip().partition(" ")
+            out.setdefault(key.lower(), value.strip())
+    return out
+
+
+# -- sshd_config --------------------------------------------------------------------------
+
+
+def test_sshd_checks_the_modes_of_home_directories_and_keys():
+    assert sshd_options()["strictmodes"] == "yes"
+
+
+def test_tcp_forwarding_is_local_only_and_nothing_else_is_forwarded():
+    """docs/decisions/0016: -L (and so editors' and notebooks' tunnels to a
+    job's port) stays; remote forwards, gateways, tunnels, agent and X11
+    forwarding do not."""
+    opts = sshd_options()
+    assert opts["allowtcpforwarding"] == "local"
+    assert opts["gatewayports"] == "no"
+    assert opts["permittunnel"] == "no"
+    assert opts["allowagentforwarding"] == "no"
+    assert opts["allowstreamlocalforwarding"] == "no"
+    assert opts["x11forwarding"] == "no"
+
+
+# -- keys from Secrets --------------------------------------------------------------------
+
+HOSTILE = [
+    f'command="/bin/sh -c id" {KEY}',
+    f'from="10.0.0.0/8" {KEY}',
+    f'environment="LD_PRELOAD=/tmp/x.so" {KEY}',
+    f"no-pty,permitopen=\"*:*\" {KEY}",
+    f"restrict,command=\"x\" {KEY}",
+    f"{KEY}\r",
+    f" {KEY}",
+    f"\t{KEY}",
+    f"{KEY} comment\u2028command=x",
+    f"{KEY} comment\x00",
+    "ssh-dss AAAAB3NzaC1kc3MAAACBAP",
+    "ssh-ed25519",
+    "ssh-ed25519 ",
+    f"{KEY} " + "x" * 17000,
+    "cert-authority " + KEY,
+]
+
+
+@pytest.mark.parametrize("line", HOSTILE, ids=lambda s: repr(s)[:40])
+def test_a_secret_line_with_options_or_junk_is_skipped_as_an_inline_one_is_refused(line):
+    assert not inline_ok(line)
+    kept, log = valid_keys([KEY, line])
+    assert kept == [KEY]
+    assert "line 2 of the Secret is not an OpenSSH public key" in log
+
+
+def test_plain_keys_comments_and_blank_lines():
+    lines = [KEY, f"{KEY} alice@laptop", "", "# a comment", f"{KEY} with  two spaces", *(
+        f"{t} AAAAB3Nza= c" for t in SSH_KEY_TYPES)]
+    kept, log = valid_keys(lines)
+    assert kept == [line for line in lines if line and not line.startswith("#")]
+    assert log == ""
+
+
+_alphabet = st.sampled_from([*"aA09+/= ,\"#\t\r\x00\x1b~-_@.", "ssh-ed25519 ", "ssh-rsa ", "command=",
+                             "\u2028", "\u0085", "é", "AAAAC3Nza", "ecdsa-sha2-nistp256 "])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_alphabet, max_size=12).map("".join), min_size=1, max_size=40))
+def test_the_secret_filter_keeps_exactly_the_lines_the_api_accepts_inline(lines):
+    lines = [re.sub(r"[\n]", "", line) for line in lines]
+    kept, _ = valid_keys(lines)
+    assert kept == [line for line in lines if inline_ok(line)]
+
+
+# -- home directories ---------------------------------------------------------------------
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+
+
+@pytest.fixture
+def tmp_path():
+    """A directory every user may traverse, as /home is (pytest's own is root's only)."""
+    d = Path(tempfile.mkdtemp(prefix="slurmk8s-home-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d)
+
+
+@needs_root
+def test_a_home_directory_someone_else_owns_or_others_may_write_is_fixed(tmp_path):
+    home = tmp_path / "home" / "alice"
+    home.mkdir(parents=True)
+    os.chown(home, 12345, 12345)
+    home.chmod(0o777)
+    proc = lib(f'sk_fix_home alice 2001 2002 "{home}"')
+    assert proc.returncode == 0, proc.stderr
+    st_ = home.stat()
+    assert (st_.st_uid, st_.st_gid) == (2001, 2002)
+    assert st_.st_mode & 0o022 == 0
+    assert b"alice" in proc.stderr
+
+
+@needs_root
+def test_a_home_directory_that_is_a_link_is_left_alone(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    os.chown(target, 0, 0)
+    target.chmod(0o777)
+    home = tmp_path / "alice"
+    home.symlink_to(target)
+    proc = lib(f'sk_fix_home alice 2001 2001 "{home}"')
+    assert proc.returncode == 0, proc.stderr
+    assert (target.stat().st_uid, target.stat().st_mode & 0o777) == (0, 0o777)
+    assert b"symbolic link" in proc.stderr
+
+
+@needs_root
+def test_a_home_directory_in_order_is_not_touched(tmp_path):
+    home = tmp_path / "alice"
+    home.mkdir()
+    os.chown(home, 2001, 2001)
+    home.chmod(0o750)
+    proc = lib(f'sk_fix_home alice 2001 2001 "{home}"')
+    assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
+    assert home.stat().st_mode & 0o777 == 0o750
+
+
+@pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="OpenSSH's sshd is missing: run hack/setup.sh")
+def test_sshd_accepts_the_config(tmp_path):
+    key = tmp_path / "k"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    Path("/run/sshd").mkdir(exist_ok=True)
+    proc = subprocess.run(["/usr/sbin/sshd", "-t", "-f", str(SSHD_CONFIG), "-o", f"HostKey={key}"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
