@@ -24,7 +24,7 @@ def spec(c: ContainerPlan, image: ImageConfig = IMAGE, mounts=(), gpus: int = 0)
 
 
 def ctr(**kw) -> ContainerPlan:
-    return ContainerPlan(name="main", component="slurmctld", image="ghcr.io/slurmk8s/slurmctld:22.05", **kw)
+    return ContainerPlan(name="main", image="ghcr.io/slurmk8s/slurmctld:22.05", **kw)
 
 
 def test_the_image_runs_as_its_config_says_with_the_containers_env_over_it():
