@@ -23,8 +23,10 @@ killed at any instant and pick up where it left off.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Mapping
+
+from ..times import format_time, parse_time  # noqa: F401 (re-exported: the one RFC 3339 helper)
 
 __all__ = [
     "STATE_LABEL", "LENDING", "LENT", "RECLAIMING", "STATES",
@@ -65,24 +67,6 @@ TAINT_EFFECT = "NoSchedule"
 #: The lent slurmd pods carry app.kubernetes.io/component=lent-slurmd.
 COMPONENT_LABEL = "app.kubernetes.io/component"
 SLURMD_COMPONENT = "lent-slurmd"
-
-
-def format_time(t: datetime) -> str:
-    """RFC 3339 in UTC to the second: ``2025-01-31T23:59:59Z``."""
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """The time an annotation holds; None when absent or unreadable."""
-    if not value:
-        return None
-    try:
-        t = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=timezone.utc)
-    return t
 
 
 def format_job_ids(jobs: tuple[int, ...]) -> str:
