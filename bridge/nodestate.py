@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Mapping
 
+from ..evacuation import format_job_ids, parse_job_ids  # noqa: F401 (re-exported)
 from ..times import format_time, parse_time  # noqa: F401 (re-exported: the one RFC 3339 helper)
 
 __all__ = [
@@ -67,15 +68,6 @@ TAINT_EFFECT = "NoSchedule"
 #: The lent slurmd pods carry app.kubernetes.io/component=lent-slurmd.
 COMPONENT_LABEL = "app.kubernetes.io/component"
 SLURMD_COMPONENT = "lent-slurmd"
-
-
-def format_job_ids(jobs: tuple[int, ...]) -> str:
-    return ",".join(str(j) for j in jobs)
-
-
-def parse_job_ids(value: str | None) -> tuple[int, ...]:
-    """Job ids an annotation holds; unreadable entries are dropped."""
-    return tuple(int(v) for v in (value or "").split(",") if v.strip().isdigit() and len(v.strip()) <= 10)
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ the operator for scale-in, rolling updates and worker pods being deleted
    again.
 5. **Start at once**: a signalled job that requeued itself (a checkpoint
    handler's ``scontrol requeue $SLURM_JOB_ID``) waits Slurm's requeue delay
-   (reason ``BeginTime``, about two minutes by default); it is made eligible
-   now. The node is not given up while such a job is still on it, so the
-   record that names it lives until it is started.
+   (its eligible time, later reason ``BeginTime``; about two minutes by
+   default); it is made eligible now. The node is not given up while such a
+   job is still on it or still held, so the record that names it lives until
+   a round sees it eligible.
 6. When the node's slurmd is gone (``slurmd_gone``), nothing answers for its
    jobs: the node is set **DOWN**, which makes slurmctld end them at once and
    requeue those that may be; they are started again at once as in 5.
@@ -46,7 +47,7 @@ from .times import aware
 
 __all__ = [
     "Policy", "Record", "Drain", "SetDown", "Signal", "Requeue", "StartNow", "Cancel", "Action",
-    "Evacuation", "evacuate", "job_ids", "REQUEUE", "CANCEL", "DEFAULT_RETRY_SECONDS",
+    "Evacuation", "evacuate", "held", "job_ids", "format_job_ids", "parse_job_ids", "REQUEUE", "CANCEL", "DEFAULT_RETRY_SECONDS",
 ]
 
 REQUEUE = "requeue"
@@ -163,6 +164,23 @@ def job_ids(jobs: Iterable[Job]) -> tuple[int, ...]:
     return tuple(sorted({j.job_id for j in jobs}))
 
 
+def format_job_ids(ids: Sequence[int]) -> str:
+    """Job ids as an annotation holds them: comma-separated."""
+    return ",".join(str(j) for j in ids)
+
+
+def parse_job_ids(value: str | None) -> tuple[int, ...]:
+    """Job ids an annotation holds; unreadable entries are dropped."""
+    return tuple(int(v) for v in (value or "").split(",") if v.strip().isdigit() and len(v.strip()) <= 10)
+
+
+def held(job: Job, now: datetime) -> bool:
+    """A pending job Slurm holds back for a begin time (a requeue's delay)."""
+    if job.state != "PENDING":
+        return False
+    return job.reason == "BeginTime" or (job.eligible_time is not None and job.eligible_time > now.timestamp())
+
+
 def _ids(ids: Sequence[int]) -> str:
     return ",".join(map(str, ids))
 
@@ -184,7 +202,9 @@ def evacuate(name: str, node: Node | None, jobs: Sequence[Job] | None, record: R
         record = Record(purpose=policy.purpose, started=now)
     if node is None and not jobs:
         # Not a Slurm node (never registered, or removed): nothing of Slurm's runs there.
-        return Evacuation((), record, empty=True, released=True, waiting=None)
+        jobs = []
+        if not any(held(j, now) for j in recorded if j.job_id in record.jobs):
+            return Evacuation((), record, empty=True, released=True, waiting=None)
     acts: list[Action] = []
     drained = node is None or node.drain_set
     if not drained:
@@ -214,17 +234,17 @@ def evacuate(name: str, node: Node | None, jobs: Sequence[Job] | None, record: R
 
     # Signalled jobs that requeued themselves: eligible again at once.
     wanted = set(record.jobs)
-    delayed = [j for j in recorded if j.job_id in wanted and j.state == "PENDING" and j.reason == "BeginTime"]
+    delayed = [j for j in recorded if j.job_id in wanted and held(j, now)]
     if delayed:
         acts.append(StartNow(name, job_ids(delayed)))
 
     forced: set[int] = set()
     if running:
         since = record.signalled or record.started
-        left = since + timedelta(seconds=policy.grace_seconds) - now
+        grace_left = since + timedelta(seconds=policy.grace_seconds) - now
         verb = "requeued" if policy.job_action == REQUEUE else "cancelled"
-        if left > timedelta(0):
-            seconds = int(left.total_seconds() + 0.999)
+        if grace_left > timedelta(0):
+            seconds = int(grace_left.total_seconds() + 0.999)
             return waits(f"jobs {_ids(job_ids(active))} may run {seconds}s more before they are {verb}")
         if record.forced is not None and now < record.forced + timedelta(seconds=policy.retry_seconds):
             return waits(f"jobs {_ids(job_ids(running))} were {verb}; waiting for them to leave")
@@ -239,9 +259,14 @@ def evacuate(name: str, node: Node | None, jobs: Sequence[Job] | None, record: R
 
     remaining = [j for j in active if j.job_id not in forced]
     empty = not active and (node is None or "COMPLETING" not in node.flags)
-    held = [j for j in remaining if j.state != "COMPLETING" or j.job_id in wanted]
-    if held:
-        return waits(f"waiting for jobs {_ids(job_ids(held))} to leave and be started again")
+    left = [j for j in remaining if j.state != "COMPLETING" or j.job_id in wanted]
+    if left:
+        return waits(f"waiting for jobs {_ids(job_ids(left))} to leave and be started again")
+    if delayed:
+        # Confirmed next round: a start moved while Slurm still completes the
+        # job's last run is undone when it finishes, and the hold comes back.
+        return Evacuation(tuple(acts), record, empty=empty, released=False,
+                          waiting=f"jobs {_ids(job_ids(delayed))} requeued themselves; starting them again at once")
     if not drained:
         return Evacuation(tuple(acts), record, empty=empty, released=False,
                           waiting="drained now; looking again before it is given up")

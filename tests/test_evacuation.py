@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmk8s.evacuation import (
-    CANCEL, Cancel, Drain, Policy, Record, Requeue, SetDown, Signal, StartNow, evacuate,
+    CANCEL, Cancel, Drain, Policy, Record, Requeue, SetDown, Signal, StartNow, evacuate, held,
 )
 from slurmk8s.slurm.model import Job, Node
 from slurmk8s.times import format_time, from_epoch, parse_time
@@ -32,9 +32,10 @@ DRAINED = node(drain="slurmk8s: scale-in")
 
 
 def job(job_id: int, state: str = "RUNNING", *, requeue: bool = True, reason: str = "None",
-        nodes: str = N) -> Job:
+        nodes: str = N, eligible: datetime | None = None) -> Job:
     return Job(job_id=job_id, name="train", user="researcher", state=state, partition="gpu", nodes=nodes,
-               requeue=requeue, restart_count=0, reason=reason)
+               requeue=requeue, restart_count=0, reason=reason,
+               eligible_time=None if eligible is None else int(eligible.timestamp()))
 
 
 def at(seconds: float) -> datetime:
@@ -85,12 +86,13 @@ def test_a_job_that_requeued_itself_is_started_at_once_and_holds_the_node_until_
     # Requeued by its own checkpoint handler: completing on the node first.
     e = evacuate(N, DRAINED, [job(1, "COMPLETING")], rec, POLICY, at(3), recorded=[job(1, "COMPLETING")])
     assert e.actions == () and not e.released
-    # Then pending, held for its begin time: made eligible now; the node may go once that succeeded.
-    pending = job(1, "PENDING", reason="BeginTime", nodes="")
-    e = evacuate(N, DRAINED, [], rec, POLICY, at(4), recorded=[pending])
-    assert e.actions == (StartNow(N, (1,)),) and e.released and e.empty
-    # Eligible (another reason) or running elsewhere: nothing more to do.
-    for later in (replace(pending, reason="Resources"), job(1, nodes="demo-gpu-0")):
+    # Then pending and held for its requeue delay, first seen only in its eligible
+    # time, later as reason BeginTime: made eligible now, each time it is seen held.
+    for pending in (job(1, "PENDING", nodes="", eligible=at(4 + 31)), job(1, "PENDING", reason="BeginTime", nodes="")):
+        e = evacuate(N, DRAINED, [], rec, POLICY, at(4), recorded=[pending])
+        assert e.actions == (StartNow(N, (1,)),) and e.empty and not e.released
+    # Seen eligible (another reason), or running elsewhere: the node may go.
+    for later in (job(1, "PENDING", reason="Resources", nodes="", eligible=at(4)), job(1, nodes="demo-gpu-0")):
         e = evacuate(N, DRAINED, [], rec, POLICY, at(5), recorded=[later])
         assert e.actions == () and e.released
 
@@ -136,7 +138,7 @@ def test_a_lost_slurmd_sets_the_node_down_and_its_jobs_are_started_again_at_once
     down = node("down", drain="slurmk8s: scale-in")
     pending = [job(1, "PENDING", reason="BeginTime", nodes=""), job(2, "PENDING", reason="BeginTime", nodes="")]
     e = evacuate(N, down, [], e.record, POLICY, at(2), recorded=pending, slurmd_gone=True)
-    assert e.actions == (StartNow(N, (1, 2)),) and e.released
+    assert e.actions == (StartNow(N, (1, 2)),) and e.empty
 
 
 def test_a_record_for_another_purpose_starts_over():
@@ -169,7 +171,8 @@ def cases(draw):
     rec = Record(purpose=draw(st.sampled_from([None, "scale-in", "rolling update"])), started=draw(times),
                  signalled=draw(times), jobs=tuple(sorted(set(draw(st.lists(st.integers(1, 9), max_size=3))))),
                  forced=draw(times))
-    recorded = [job(i, draw(STATES), reason=draw(st.sampled_from(["BeginTime", "Resources"])), nodes="")
+    recorded = [job(i, draw(STATES), reason=draw(st.sampled_from(["BeginTime", "Resources"])), nodes="",
+                    eligible=draw(st.one_of(st.none(), st.integers(-60, 60).map(at))))
                 for i in rec.jobs if draw(st.booleans())]
     policy = Policy(purpose="scale-in", drain_reason="scale-in", signal=draw(st.sampled_from([None, "USR1"])),
                     grace_seconds=draw(st.sampled_from([0, 30, 300])), job_action=draw(st.sampled_from(
@@ -195,6 +198,7 @@ def test_invariants(case):
         for j in jobs or []:
             if j.active and j.job_id not in forced:
                 assert j.state == "COMPLETING" and j.job_id not in e.record.jobs
+        assert not any(held(j, T0) for j in recorded if j.job_id in e.record.jobs), "a held job keeps its record"
     if e.empty:
         assert not any(j.active for j in jobs or []) and (n is None or "COMPLETING" not in n.flags)
     for a in e.actions:
@@ -210,8 +214,7 @@ def test_invariants(case):
         if isinstance(a, Cancel):
             assert policy.job_action == "cancel" or not any(by_id[i].requeue for i in a.job_ids)
         if isinstance(a, StartNow):
-            pending = {j.job_id for j in recorded if j.state == "PENDING" and j.reason == "BeginTime"}
-            assert set(a.job_ids) <= pending & set(e.record.jobs)
+            assert set(a.job_ids) <= {j.job_id for j in recorded if held(j, T0)} & set(e.record.jobs)
         if isinstance(a, SetDown):
             assert gone and n is not None and n.state != "down"
     assert e.record.purpose == policy.purpose
