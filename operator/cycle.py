@@ -140,14 +140,16 @@ class Operator:
 
     ``agent``: makes the Slurm client of a cluster from (cluster, agent
     token, controller pod) — by default :class:`RemoteSlurm` at
-    :func:`agent_url`. ``clock`` and ``fresh_keys`` are injectable for tests.
+    :func:`agent_url`. ``clock`` and ``fresh_keys`` (the key set that
+    missing Secrets take their keys from; by default each missing key is
+    generated alone) are injectable for tests.
     ``agent_clients``: the pods a NetworkPolicy admits to each agent.
     """
 
     def __init__(self, kube: Kube, *,
                  agent: Callable[[SlurmCluster, bytes, Mapping | None], SlurmControl] = _default_agent,
                  clock: Callable[[], float] = time.time,
-                 fresh_keys: Callable[[], ClusterKeys] = ClusterKeys.generate,
+                 fresh_keys: Callable[[], ClusterKeys] | None = None,
                  agent_clients: AgentClients | None = None):
         self.kube = kube
         #: Who the agent's NetworkPolicy admits (None: no policy is rendered).
@@ -155,6 +157,10 @@ class Operator:
         self.agent = agent
         self.clock = clock
         self.fresh_keys = fresh_keys
+
+    def _new_key(self, name: str) -> bytes:
+        """A key for a missing Secret: generated (only that one), or from the injected set."""
+        return ClusterKeys.new_key(name) if self.fresh_keys is None else getattr(self.fresh_keys(), name)
 
     # Observing.
 
@@ -219,7 +225,7 @@ class Operator:
         objects = [o for o in observed if o["kind"] != "Pod"]
         secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
         try:
-            keys, _missing = keys_from_secrets(cluster, secrets, self.fresh_keys())
+            keys, _missing = keys_from_secrets(cluster, secrets, self._new_key)
         except BadKeySecret as exc:
             out.problems.append(str(exc))
             out.events.append(scalein.Event("Warning", "BadKeySecret", str(exc)))
@@ -420,7 +426,7 @@ class Operator:
             try:
                 cluster = load_cluster({k: v for k, v in body.items() if k != "status"})
                 secrets = {o["metadata"]["name"]: o for o in observed if o["kind"] == "Secret"}
-                keys, missing = keys_from_secrets(cluster, secrets, self.fresh_keys())
+                keys, missing = keys_from_secrets(cluster, secrets, self._new_key)
                 if names.agent_token_secret(cluster) in missing:
                     raise RuntimeError("the agent token Secret is gone")
                 pod = next((p for p in observed if p["metadata"]["name"] == names.controller_pod(cluster)), None)

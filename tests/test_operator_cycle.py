@@ -21,7 +21,7 @@ from slurmk8s.operator import cycle
 from slurmk8s.operator.cycle import Operator
 from slurmk8s.operator.kube import ApiError
 from slurmk8s.operator.permissions import OPERATOR, grants
-from slurmk8s.render import config_files, names, node_conf
+from slurmk8s.render import ClusterKeys, config_files, names, node_conf
 from slurmk8s.slurm import RemoteSlurm, SlurmClient
 from slurmk8s.slurm.agent import AgentServer
 
@@ -214,6 +214,27 @@ def test_nothing_is_deleted_in_a_round_where_a_write_failed_and_failures_are_ann
     del w.kube.fail[("apply", "StatefulSet")]
     out = w.round()
     assert not out.problems and "demo-restapi" not in w.kube.of_kind("Deployment")
+
+
+def test_a_round_generates_keys_only_when_a_key_secret_is_missing(offline, monkeypatch):
+    w = offline
+    made: list[str] = []
+    new_key = ClusterKeys.new_key
+    monkeypatch.setattr(ClusterKeys, "new_key", staticmethod(lambda name: made.append(name) or new_key(name)))
+
+    def round_() -> None:
+        Operator(w.kube, clock=lambda: w.now).reconcile(w.body)
+
+    round_()
+    # A new cluster: the keys of the Secrets it creates (no JWT key without slurmrestd).
+    assert sorted(made) == ["agent_token", "munge_key", "ssh_host_key"]
+    made.clear()
+    round_()
+    round_()
+    assert made == []  # every Secret exists: nothing generated and thrown away
+    del w.kube.objects[("Secret", "default", "demo-munge-key")]
+    round_()
+    assert made == ["munge_key"] and "demo-munge-key" in w.kube.of_kind("Secret")
 
 
 def test_scale_in_and_removal_wait_while_slurm_cannot_be_asked(offline):
