@@ -37,6 +37,7 @@ from slurmk8s.render.manifests import AgentClients
 from slurmk8s.slurm import NotOurDrain, RemoteSlurm, SlurmControl, SlurmError
 from slurmk8s.slurm.model import Node
 from slurmk8s.slurm.remote import agent_url as remote_agent_url
+from slurmk8s.times import format_time
 
 from . import reconcile, scalein, status
 from .kube import ApiError, Kube
@@ -60,6 +61,8 @@ class Outcome:
     waiting: list[str] = field(default_factory=list)
     applied: list[str] = field(default_factory=list)  # "create ConfigMap/x", "update ...", ...
     nodes: list[Node] | None = None
+    #: Run the next round soon (scalein.Decision.hurry): signalled jobs may requeue themselves.
+    hurry: bool = False
 
 
 def agent_url(cluster: SlurmCluster, controller_pod: Mapping | None) -> str | None:
@@ -132,7 +135,7 @@ def _previous_status(body: Mapping) -> SlurmClusterStatus | None:
 
 
 def _iso(now: float) -> str:
-    return scalein.timestamp(now)
+    return format_time(now)
 
 
 class Operator:
@@ -256,16 +259,16 @@ class Operator:
         sets = observe_nodesets(cluster, [o for o in objects if o["kind"] == "StatefulSet"], pods)
         state = scalein.SlurmState({n.name: n for n in nodes}) if nodes is not None else None
         decision = scalein.decide(sets, state, now)
-        if decision.missing_jobs and state is not None:
-            jobs: dict[str, tuple | None] = {}
-            for n in sorted(decision.missing_jobs):
-                try:
-                    jobs[n] = tuple(slurm.jobs(nodes=[n]))
-                except Exception as exc:
-                    jobs[n] = None
-                    _log.info("job lookup failed", node=n, error=str(exc))
-            decision = scalein.decide(sets, scalein.SlurmState(state.nodes, jobs), now)
+        if decision.needs_jobs and state is not None:
+            # Once a round, every job: the decision indexes them by node and by id.
+            try:
+                jobs: tuple | None = tuple(slurm.jobs())
+            except Exception as exc:
+                jobs = None
+                _log.info("job lookup failed", error=str(exc))
+            decision = scalein.decide(sets, scalein.SlurmState(state.nodes, jobs, jobs_read=True), now)
         out.waiting += decision.waiting
+        out.hurry = decision.hurry
 
         # 1. Slurm actions and their annotations.
         if not self._slurm_actions(cluster, slurm, decision.slurm_actions, out):
@@ -367,6 +370,17 @@ class Operator:
     def _slurm_actions(self, cluster: SlurmCluster, slurm: SlurmControl,
                        actions: Sequence[Any], out: Outcome) -> bool:
         """Run the decision's Slurm actions in order; False at the first failure."""
+        def per_job(a: Any, op: Callable[[int], None], reason: str) -> None:
+            for job_id in a.job_ids:
+                try:
+                    op(job_id)
+                except SlurmError as exc:
+                    if exc.unreachable:
+                        raise
+                    # The job ended meanwhile, or refuses: Slurm's answer is final for this job.
+                    out.events.append(scalein.Event(
+                        "Warning", reason, f"job {job_id} on {a.node}: {exc.stderr or exc}", object=f"job {job_id}"))
+
         for a in actions:
             try:
                 if isinstance(a, scalein.Drain):
@@ -376,17 +390,14 @@ class Operator:
                         slurm.undrain(a.node)
                     except NotOurDrain as exc:  # someone drained it in the meantime: theirs now
                         out.waiting.append(str(exc))
-                elif isinstance(a, scalein.SignalJobs):
+                elif isinstance(a, scalein.Signal):
                     slurm.signal_node_jobs(a.node, a.signal)
                 elif isinstance(a, scalein.Requeue):
-                    try:
-                        slurm.requeue(a.job_id)
-                    except SlurmError as exc:
-                        if exc.unreachable:
-                            raise
-                        # The job ended or refuses a requeue: it would end with the pod anyway.
-                        out.events.append(scalein.Event(
-                            "Warning", "RequeueRefused", f"job {a.job_id} on {a.node}: {exc.stderr or exc}"))
+                    per_job(a, slurm.requeue, "RequeueRefused")
+                elif isinstance(a, scalein.StartNow):
+                    per_job(a, slurm.start_now, "StartRefused")
+                elif isinstance(a, scalein.Cancel):
+                    per_job(a, slurm.cancel, "CancelRefused")
                 elif isinstance(a, scalein.AnnotatePod):
                     patch = {"metadata": {"uid": a.uid, "annotations": dict(a.annotations)}}
                     self.kube.patch("Pod", cluster.namespace, a.pod, patch)
