@@ -24,6 +24,7 @@ the API server and Slurm say.
 from __future__ import annotations
 
 import copy
+import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -328,10 +329,6 @@ class Operator:
         out.status = status.compute(cluster, previous, observed=objects, nodes=nodes, applied_hash=applied,
                                     rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
                                     now=_iso(now))
-        # A failure that the status already reports is not announced again every round.
-        reported = _ready_message(previous) if previous else ""
-        out.events = [e for e in out.events
-                      if not (e.reason in ("ActionFailed", "SlurmActionFailed") and e.message in reported)]
         if previous is None or previous.phase != out.status.phase:
             ready = next(c for c in out.status.conditions if c.type == "Ready")
             kind = "Normal" if out.status.phase in ("Ready", "Provisioning", "Pending") else "Warning"
@@ -340,11 +337,12 @@ class Operator:
         return out
 
     def _try(self, out: Outcome, what: str, fn: Callable[[], Any]) -> bool:
+        """``what``: a verb and the object (``create StatefulSet/x``)."""
         try:
             fn()
         except (ApiError, SlurmError, OSError, RuntimeError) as exc:
             out.problems.append(f"{what}: {exc}")
-            out.events.append(scalein.Event("Warning", "ActionFailed", f"{what}: {exc}"))
+            out.events.append(scalein.Event("Warning", "ActionFailed", f"{what}: {exc}", object=what))
             return False
         out.applied.append(what)
         return True
@@ -405,11 +403,30 @@ class Operator:
                     raise TypeError(f"no runner for {a!r}")
                 out.applied.append(f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}")
             except Exception as exc:
-                problem = f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}: {exc}"
-                out.problems.append(problem)
-                out.events.append(scalein.Event("Warning", "SlurmActionFailed", problem))
+                subject = f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}"
+                out.problems.append(f"{subject}: {exc}")
+                out.events.append(scalein.Event("Warning", "SlurmActionFailed", f"{subject}: {exc}", object=subject))
                 return False
         return True
+
+    def announce(self, body: Mapping, events: Sequence[scalein.Event]) -> None:
+        """Post a round's Events about the SlurmCluster, as ``slurmk8s-operator``.
+
+        A Warning about an object (a failed write, a refused Slurm action)
+        is named after the cluster, its reason and that object, so posting
+        it again while Kubernetes keeps it (an hour by default) is refused
+        with 409: a failure that lasts is announced once per reason and
+        object, whatever its message says. Other Events are posted as they come.
+        """
+        for e in events:
+            name = _event_name(body, e) if e.type == "Warning" and e.object else None
+            try:
+                self.kube.event(body, e.type, e.reason, e.message, component=names.FIELD_MANAGER, name=name)
+            except ApiError as exc:
+                if not exc.conflict:
+                    _log.warning("could not post an Event", reason=e.reason, error=str(exc))
+            except OSError as exc:
+                _log.warning("could not post an Event", reason=e.reason, error=str(exc))
 
     # Teardown.
 
@@ -463,6 +480,13 @@ class Operator:
                 continue  # Retain: the controller state and shared data stay
             self.kube.delete(kind, namespace, name, uid=o["metadata"].get("uid"))
         return True, "deleted"
+
+
+def _event_name(body: Mapping, e: scalein.Event) -> str:
+    """The one name of a failure Event: cluster, reason and object."""
+    meta = body["metadata"]
+    digest = hashlib.sha256(f"{meta.get('uid', '')}\0{e.reason}\0{e.object}".encode()).hexdigest()[:16]
+    return f"{meta['name']}.{digest}"
 
 
 def _ready_message(st: SlurmClusterStatus) -> str:

@@ -88,8 +88,7 @@ class Handlers:
         metrics.ROUND_SECONDS.observe(time.monotonic() - started)
         metrics.RECONCILES.labels(result="problem" if outcome.problems else "ok").inc()
         metrics.observe_cluster(body["metadata"].get("namespace", ""), body["metadata"]["name"], outcome)
-        for e in outcome.events:
-            (kopf.info if e.type == "Normal" else kopf.warn)(body, reason=e.reason, message=e.message[:1024])
+        self.op.announce(dict(body), outcome.events)
         for what in outcome.applied:
             _log.info("applied", cluster=body["metadata"]["name"], action=what)
 

@@ -14,6 +14,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -214,8 +215,18 @@ def test_nothing_is_deleted_in_a_round_where_a_write_failed_and_failures_are_ann
     ready = next(c for c in out.status.conditions if c.type == "Ready")
     assert ready.reason == "ReconcileFailed" and "Forbidden" in ready.message
     assert [e.reason for e in out.events].count("ActionFailed") == 2  # controller and workers
+
+    def posted() -> list[str]:
+        return sorted(e["message"] for e in w.kube.of_kind("Event").values() if e["reason"] == "ActionFailed")
+
+    Operator(w.kube).announce(w.body, out.events)
+    first = posted()
+    assert len(first) == 2 and all(e["source"]["component"] == "slurmk8s-operator"
+                                   for e in w.kube.of_kind("Event").values())
+    # The same failures again, worded differently: one Event per reason and object, already posted.
     out = w.round()
-    assert "ActionFailed" not in [e.reason for e in out.events]  # the status says it already
+    Operator(w.kube).announce(w.body, [replace(e, message=e.message + " (again)") for e in out.events])
+    assert posted() == first
     del w.kube.fail[("apply", "StatefulSet")]
     out = w.round()
     assert not out.problems and "demo-restapi" not in w.kube.of_kind("Deployment")
