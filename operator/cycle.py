@@ -434,8 +434,9 @@ class Operator:
         """One step of an orderly teardown; (done, what it waits for).
 
         Drain the cluster's Slurm nodes, delete the worker StatefulSets and
-        wait for their pods (their entrypoints requeue jobs and remove the
-        nodes while slurmctld still runs), then delete the rest of the
+        wait for their pods (their entrypoints wait for their jobs, set a node
+        still running some DOWN as a last resort, which requeues what may be
+        requeued, and remove the nodes while slurmctld still runs), then delete the rest of the
         cluster's objects. Claims stay unless spec.deletionPolicy is Delete.
         After TEARDOWN_PATIENCE attempts a step that waits goes on regardless.
         """
