@@ -1,7 +1,7 @@
 """What happens to Slurm nodes when their pods must go. Pure: state in, actions out.
 
-Three things remove or restart a worker pod, and all of them empty its Slurm
-node first, the same way (:func:`_empty`):
+What removes or restarts a worker pod empties its Slurm node first, the
+same way (:meth:`_Round.empty`):
 
 - **scale-in**: a node set's replicas go down (or the node set is removed).
   The highest ordinals go, as a StatefulSet removes them.
@@ -10,15 +10,21 @@ node first, the same way (:func:`_empty`):
   at a time. A change of the termination grace period alone (it follows
   ``killWait``, a config setting) restarts nothing: the templates' restart
   hash leaves it out.
+- a worker pod **someone else deletes** (kubectl delete, an eviction) whose
+  node runs jobs: its node is emptied while its entrypoint waits;
 - and afterwards, **leftover records**: a Slurm node whose pod is gone is
   deleted from slurmctld (the worker's entrypoint normally does this itself).
 
-Emptying a node: drain it (``slurmk8s: scale-in`` / ``slurmk8s: rolling
-update``); if it runs jobs, send the node set's signal to them (when one is
-set) and give them ``drain.gracePeriod`` seconds; then requeue them (eligible
-at once) and let the pod go. When the drain started and when jobs were
-signalled is kept on the pod (annotations), so an operator restart resumes the
-grace period instead of starting it again or forgetting it.
+Emptying a node is the one evacuation rule, :func:`slurmk8s.evacuation.evacuate`
+(the bridge's too): drain it (``slurmk8s: scale-in`` / ``rolling update`` /
+``pod terminating``); if it runs jobs, send the node set's signal to them
+(when one is set) and give them ``drain.gracePeriod`` seconds; then requeue
+them (eligible at once; ``--no-requeue`` jobs are cancelled); a signalled job
+that requeued itself is started again at once; then the pod may go. The
+rule's record is kept on the pod (annotations, :func:`read_record` /
+:func:`record_annotations`), so an operator restart resumes the grace period
+instead of starting it again or forgetting it. Slurm's jobs are read once a
+round, when a decision asks for them (:attr:`Decision.needs_jobs`).
 
 Safety rules, each tested:
 - Unknown Slurm state (the agent did not answer, a job lookup failed) means
