@@ -39,12 +39,12 @@ from ..api.lending import (
     ReclaimSpec,
     describe_selector,
 )
-from ..render.lent import UnlendableNode, lent_node
-from ..slurm.hostlist import HostlistError, expand
 from .. import evacuation
 from ..evacuation import DEFAULT_RETRY_SECONDS, evacuate
-from ..times import format_time as _rfc3339
+from ..render.lent import UnlendableNode, lent_node
+from ..slurm.hostlist import HostlistError, expand
 from ..slurm.model import ACTIVE_JOB_STATES, Job, Node
+from ..times import format_time as _rfc3339
 from .actions import (
     Action,
     CancelJobs,
