@@ -174,7 +174,9 @@ class DownSlurmNode:
 
 @dataclass(frozen=True)
 class SignalJobs:
-    """``SlurmClient.signal(job, signal)`` for each job: the jobs' cue to checkpoint."""
+    """``SlurmClient.signal_node_jobs(node, signal)``: the batch shell of every
+    job running on the node then gets it, the jobs' cue to checkpoint.
+    ``job_ids``: the jobs seen running, which the record remembers."""
 
     cluster: str
     node: str

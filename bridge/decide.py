@@ -43,9 +43,12 @@ from ..api.lending import (
     describe_selector,
     may_lend,
 )
+from .. import evacuation
+from ..evacuation import DEFAULT_RETRY_SECONDS, evacuate
 from ..render.lent import UnlendableNode, lent_node
 from ..slurm.hostlist import HostlistError, expand
 from ..slurm.model import ACTIVE_JOB_STATES, Job, Node
+from ..times import format_time as _rfc3339
 from .actions import (
     Action,
     CancelJobs,
@@ -77,6 +80,7 @@ from .nodestate import (
     STATES,
     TAINT_EFFECT,
     TAINT_KEY,
+    LendingRecord,
 )
 from .observed import (
     TERMINAL_PHASES,
@@ -101,7 +105,7 @@ __all__ = [
 DEFAULT_RECLAIM = ReclaimSpec()
 DEFAULT_REGISTRATION_TIMEOUT = 600
 #: Jobs still running this long after their requeue/cancel get it again.
-FORCE_RETRY_SECONDS = 30
+FORCE_RETRY_SECONDS = DEFAULT_RETRY_SECONDS
 
 # Why a node is reclaimed (the slurmk8s.dev/reclaim-reason annotation).
 DEMAND = "demand"
@@ -597,11 +601,9 @@ class _Decider:
         snode = self.w.slurm_nodes.get(name)
         jobs = self.jobs_on(name)
         running = [j for j in jobs if j.state != "COMPLETING"]
-        signalled, forced = rec.signalled, rec.forced
         acts: list[Action] = []
         self.r.projected[name] = RECLAIMING
         if entering is not None:
-            signalled = forced = None
             acts.append(SetLendingState(name, RECLAIMING, self.plan.key, self.cluster_key, rec.partition or "",
                                         self.now, reason=entering))
             what = f"taking the node back from Slurm: {REASONS.get(entering, entering)}"
@@ -617,49 +619,14 @@ class _Decider:
                     f"Slurm node {name} was drained by someone else ({snode.reason or 'no reason'}); slurmk8s "
                     "leaves that drain alone and removes the node from Slurm once its jobs are gone",
                     warning=True))
-        if (reason in SLURMD_GONE or self.lost(node)) and snode is not None and snode.state != "down" and jobs:
-            # Nothing answers for these jobs: Slurm would wait SlurmdTimeout
-            # (minutes) before it gave up on them. DOWN ends them now, and
-            # requeues those that may be requeued; the drain keeps the node
-            # out of service should its slurmd come back.
-            if not snode.drain_set:
-                acts.append(DrainSlurmNode(self.cluster_key, name, f"reclaimed by Kubernetes ({reason})"))
-            acts.append(DownSlurmNode(self.cluster_key, name, f"reclaimed by Kubernetes ({reason})"))
-            if signalled is None:
-                acts.append(RecordSignalled(name, self.now, _job_ids(jobs)))
-            self.emit(*acts)
-            return
-        if snode is not None and not snode.drain_set:
-            acts.append(DrainSlurmNode(self.cluster_key, name, f"reclaimed by Kubernetes ({reason})"))
-        if not failure and signalled is None:
-            if running:
-                acts.append(SignalJobs(self.cluster_key, name, _job_ids(running), spec.signal))
-            acts.append(RecordSignalled(name, self.now, _job_ids(running)))
-            signalled = self.now
-        # Jobs that requeued themselves on the signal: eligible again at once.
-        delayed = [j for j in self.w.jobs_by_id(rec.signalled_jobs)
-                   if j.state == "PENDING" and j.reason == "BeginTime"]
-        if delayed:
-            acts.append(StartJobsNow(self.cluster_key, name, _job_ids(delayed)))
-        if running:
-            due = self.now if failure else signalled + timedelta(seconds=spec.grace_period_seconds)
-            retry = forced is None or self.now >= forced + timedelta(seconds=FORCE_RETRY_SECONDS)
-            if self.now >= due and retry:
-                requeue = [j for j in running if spec.job_action == "requeue" and j.requeue]
-                cancel = [j for j in running if j not in requeue]
-                if requeue:
-                    acts.append(RequeueJobs(self.cluster_key, name, _job_ids(requeue)))
-                if cancel:
-                    acts.append(CancelJobs(self.cluster_key, name, _job_ids(cancel)))
-                acts.append(RecordForced(name, self.now))
-                acts.append(self.event(
-                    name, "JobsForced",
-                    f"{len(_job_ids(requeue))} job(s) requeued, {len(_job_ids(cancel))} cancelled"
-                    + ("" if failure else f" after the {spec.grace_period_seconds}s grace period")))
-            self.emit(*acts)
-            return
-        if jobs or (snode is not None and "COMPLETING" in snode.flags):
-            self.emit(*acts)  # jobs are ending: wait for Slurm to finish them
+        # The evacuation rule (slurmk8s.evacuation), with the record kept on the Node.
+        policy = self.evacuation_policy(reason)
+        evac = evacuate(name, snode, jobs, _evacuation_record(rec, entering, self.now), policy, self.now,
+                        recorded=self.w.jobs_by_id(rec.signalled_jobs if entering is None else ()),
+                        slurmd_gone=reason in SLURMD_GONE or self.lost(node))
+        acts += self.evacuation_actions(name, evac, policy, rec if entering is None else None)
+        if not evac.empty:
+            self.emit(*acts)  # jobs are ending, or have their grace period: wait
             return
         # No job left: remove the Slurm node (Slurm refuses if one slipped in,
         # which stops this chain), then the pod, then hand the node back.
@@ -667,6 +634,51 @@ class _Decider:
             acts.append(DeleteSlurmNode(self.cluster_key, name))
         self.emit(*acts)
         self.hand_back(node)
+
+    def evacuation_policy(self, reason: str) -> evacuation.Policy:
+        """A graceful reclaim signals and gives the grace period; a failure
+        leaves no time for a checkpoint: what runs is requeued (or cancelled) now."""
+        spec = self.plan.reclaim
+        failure = reason in FAILURES
+        return evacuation.Policy(
+            purpose=reason, drain_reason=f"reclaimed by Kubernetes ({reason})",
+            signal=None if failure else spec.signal, grace_seconds=0 if failure else spec.grace_period_seconds,
+            job_action=spec.job_action, retry_seconds=FORCE_RETRY_SECONDS)
+
+    def evacuation_actions(self, name: str, evac: evacuation.Evacuation, policy: evacuation.Policy,
+                           before: LendingRecord | None) -> list[Action]:
+        """The rule's actions as the loop's, then the record's changes as Node
+        annotations (``before``: the record on the Node; None when the
+        reclaim starts this round)."""
+        c = self.cluster_key
+        acts: list[Action] = []
+        new = evac.record
+        signalled = new.signalled is not None and (before is None or before.signalled is None)
+        for a in evac.actions:
+            if signalled and isinstance(a, (evacuation.StartNow, evacuation.Requeue, evacuation.Cancel)):
+                acts.append(RecordSignalled(name, new.signalled, new.jobs))
+                signalled = False
+            if isinstance(a, evacuation.Drain):
+                acts.append(DrainSlurmNode(c, name, a.reason))
+            elif isinstance(a, evacuation.SetDown):
+                acts.append(DownSlurmNode(c, name, a.reason))
+            elif isinstance(a, evacuation.Signal):
+                acts.append(SignalJobs(c, name, a.job_ids, a.signal))
+            elif isinstance(a, evacuation.StartNow):
+                acts.append(StartJobsNow(c, name, a.job_ids))
+            elif isinstance(a, evacuation.Requeue):
+                acts.append(RequeueJobs(c, name, a.job_ids))
+            elif isinstance(a, evacuation.Cancel):
+                acts.append(CancelJobs(c, name, a.job_ids))
+        if signalled:
+            acts.append(RecordSignalled(name, new.signalled, new.jobs))
+        if new.forced is not None and (before is None or before.forced != new.forced):
+            requeued = sum(len(a.job_ids) for a in evac.actions if isinstance(a, evacuation.Requeue))
+            cancelled = sum(len(a.job_ids) for a in evac.actions if isinstance(a, evacuation.Cancel))
+            acts.append(RecordForced(name, new.forced))
+            acts.append(self.event(name, "JobsForced", f"{requeued} job(s) requeued, {cancelled} cancelled" + (
+                f" after the {policy.grace_seconds}s grace period" if policy.signal else "")))
+        return acts
 
     def hand_back(self, node: KubeNode) -> None:
         pod = self.pod_of(node)
@@ -916,6 +928,15 @@ class _Decider:
                                holding, counts, old, self.now)
 
 
+def _evacuation_record(rec: LendingRecord, entering: str | None, now: datetime) -> evacuation.Record:
+    """The evacuation's record as the Node keeps it: the reclaim reason, the
+    time the node entered reclaiming, signalled (and which jobs), forced."""
+    if entering is not None:
+        return evacuation.Record(purpose=entering, started=now)
+    return evacuation.Record(purpose=rec.reason or "unknown", started=rec.since or now, signalled=rec.signalled,
+                             jobs=rec.signalled_jobs, forced=rec.forced)
+
+
 def _status_actions(namespace, name, generation, ready, reason, message, holding, counts,
                     old: NodeLendingPolicyStatus | None, now: datetime) -> list[Action]:
     previous = next((c for c in (old.conditions if old else []) if c.type == "Ready"), None)
@@ -932,10 +953,6 @@ def _status_actions(namespace, name, generation, ready, reason, message, holding
     if old is not None and old == status:
         return []
     return [PolicyStatus(namespace, name, status)]
-
-
-def _rfc3339(t: datetime) -> str:
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _fits(pod: KubePod, node: KubeNode) -> bool:

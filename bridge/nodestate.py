@@ -23,8 +23,11 @@ killed at any instant and pick up where it left off.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Mapping
+
+from ..evacuation import format_job_ids, parse_job_ids  # noqa: F401 (re-exported)
+from ..times import format_time, parse_time  # noqa: F401 (re-exported: the one RFC 3339 helper)
 
 __all__ = [
     "STATE_LABEL", "LENDING", "LENT", "RECLAIMING", "STATES",
@@ -65,33 +68,6 @@ TAINT_EFFECT = "NoSchedule"
 #: The lent slurmd pods carry app.kubernetes.io/component=lent-slurmd.
 COMPONENT_LABEL = "app.kubernetes.io/component"
 SLURMD_COMPONENT = "lent-slurmd"
-
-
-def format_time(t: datetime) -> str:
-    """RFC 3339 in UTC to the second: ``2025-01-31T23:59:59Z``."""
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """The time an annotation holds; None when absent or unreadable."""
-    if not value:
-        return None
-    try:
-        t = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=timezone.utc)
-    return t
-
-
-def format_job_ids(jobs: tuple[int, ...]) -> str:
-    return ",".join(str(j) for j in jobs)
-
-
-def parse_job_ids(value: str | None) -> tuple[int, ...]:
-    """Job ids an annotation holds; unreadable entries are dropped."""
-    return tuple(int(v) for v in (value or "").split(",") if v.strip().isdigit() and len(v.strip()) <= 10)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ the API server and Slurm say.
 from __future__ import annotations
 
 import copy
+import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -37,6 +38,7 @@ from slurmk8s.render.manifests import AgentClients
 from slurmk8s.slurm import NotOurDrain, RemoteSlurm, SlurmControl, SlurmError
 from slurmk8s.slurm.model import Node
 from slurmk8s.slurm.remote import agent_url as remote_agent_url
+from slurmk8s.times import format_time
 
 from . import reconcile, scalein, status
 from .kube import ApiError, Kube
@@ -60,6 +62,8 @@ class Outcome:
     waiting: list[str] = field(default_factory=list)
     applied: list[str] = field(default_factory=list)  # "create ConfigMap/x", "update ...", ...
     nodes: list[Node] | None = None
+    #: Run the next round soon (scalein.Decision.hurry): signalled jobs may requeue themselves.
+    hurry: bool = False
 
 
 def agent_url(cluster: SlurmCluster, controller_pod: Mapping | None) -> str | None:
@@ -132,7 +136,7 @@ def _previous_status(body: Mapping) -> SlurmClusterStatus | None:
 
 
 def _iso(now: float) -> str:
-    return scalein.timestamp(now)
+    return format_time(now)
 
 
 class Operator:
@@ -140,14 +144,16 @@ class Operator:
 
     ``agent``: makes the Slurm client of a cluster from (cluster, agent
     token, controller pod) — by default :class:`RemoteSlurm` at
-    :func:`agent_url`. ``clock`` and ``fresh_keys`` are injectable for tests.
+    :func:`agent_url`. ``clock`` and ``fresh_keys`` (the key set that
+    missing Secrets take their keys from; by default each missing key is
+    generated alone) are injectable for tests.
     ``agent_clients``: the pods a NetworkPolicy admits to each agent.
     """
 
     def __init__(self, kube: Kube, *,
                  agent: Callable[[SlurmCluster, bytes, Mapping | None], SlurmControl] = _default_agent,
                  clock: Callable[[], float] = time.time,
-                 fresh_keys: Callable[[], ClusterKeys] = ClusterKeys.generate,
+                 fresh_keys: Callable[[], ClusterKeys] | None = None,
                  agent_clients: AgentClients | None = None):
         self.kube = kube
         #: Who the agent's NetworkPolicy admits (None: no policy is rendered).
@@ -155,6 +161,10 @@ class Operator:
         self.agent = agent
         self.clock = clock
         self.fresh_keys = fresh_keys
+
+    def _new_key(self, name: str) -> bytes:
+        """A key for a missing Secret: generated (only that one), or from the injected set."""
+        return ClusterKeys.new_key(name) if self.fresh_keys is None else getattr(self.fresh_keys(), name)
 
     # Observing.
 
@@ -219,7 +229,7 @@ class Operator:
         objects = [o for o in observed if o["kind"] != "Pod"]
         secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
         try:
-            keys, _missing = keys_from_secrets(cluster, secrets, self.fresh_keys())
+            keys, _missing = keys_from_secrets(cluster, secrets, self._new_key)
         except BadKeySecret as exc:
             # Nothing is created or updated: no pod may mount a key that is not the cluster's.
             reason = "ForeignKeySecret" if isinstance(exc, ForeignKeySecret) else "BadKeySecret"
@@ -255,16 +265,16 @@ class Operator:
         sets = observe_nodesets(cluster, [o for o in objects if o["kind"] == "StatefulSet"], pods)
         state = scalein.SlurmState({n.name: n for n in nodes}) if nodes is not None else None
         decision = scalein.decide(sets, state, now)
-        if decision.missing_jobs and state is not None:
-            jobs: dict[str, tuple | None] = {}
-            for n in sorted(decision.missing_jobs):
-                try:
-                    jobs[n] = tuple(slurm.jobs(nodes=[n]))
-                except Exception as exc:
-                    jobs[n] = None
-                    _log.info("job lookup failed", node=n, error=str(exc))
-            decision = scalein.decide(sets, scalein.SlurmState(state.nodes, jobs), now)
+        if decision.needs_jobs and state is not None:
+            # Once a round, every job: the decision indexes them by node and by id.
+            try:
+                jobs: tuple | None = tuple(slurm.jobs())
+            except Exception as exc:
+                jobs = None
+                _log.info("job lookup failed", error=str(exc))
+            decision = scalein.decide(sets, scalein.SlurmState(state.nodes, jobs, jobs_read=True), now)
         out.waiting += decision.waiting
+        out.hurry = decision.hurry
 
         # 1. Slurm actions and their annotations.
         if not self._slurm_actions(cluster, slurm, decision.slurm_actions, out):
@@ -325,10 +335,6 @@ class Operator:
         out.status = status.compute(cluster, previous, observed=objects, nodes=nodes, applied_hash=applied,
                                     rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
                                     now=_iso(now))
-        # A failure that the status already reports is not announced again every round.
-        reported = _ready_message(previous) if previous else ""
-        out.events = [e for e in out.events
-                      if not (e.reason in ("ActionFailed", "SlurmActionFailed") and e.message in reported)]
         if previous is None or previous.phase != out.status.phase:
             ready = next(c for c in out.status.conditions if c.type == "Ready")
             kind = "Normal" if out.status.phase in ("Ready", "Provisioning", "Pending") else "Warning"
@@ -337,11 +343,12 @@ class Operator:
         return out
 
     def _try(self, out: Outcome, what: str, fn: Callable[[], Any]) -> bool:
+        """``what``: a verb and the object (``create StatefulSet/x``)."""
         try:
             fn()
         except (ApiError, SlurmError, OSError, RuntimeError) as exc:
             out.problems.append(f"{what}: {exc}")
-            out.events.append(scalein.Event("Warning", "ActionFailed", f"{what}: {exc}"))
+            out.events.append(scalein.Event("Warning", "ActionFailed", f"{what}: {exc}", object=what))
             return False
         out.applied.append(what)
         return True
@@ -363,6 +370,17 @@ class Operator:
     def _slurm_actions(self, cluster: SlurmCluster, slurm: SlurmControl,
                        actions: Sequence[Any], out: Outcome) -> bool:
         """Run the decision's Slurm actions in order; False at the first failure."""
+        def per_job(a: Any, op: Callable[[int], None], reason: str) -> None:
+            for job_id in a.job_ids:
+                try:
+                    op(job_id)
+                except SlurmError as exc:
+                    if exc.unreachable:
+                        raise
+                    # The job ended meanwhile, or refuses: Slurm's answer is final for this job.
+                    out.events.append(scalein.Event(
+                        "Warning", reason, f"job {job_id} on {a.node}: {exc.stderr or exc}", object=f"job {job_id}"))
+
         for a in actions:
             try:
                 if isinstance(a, scalein.Drain):
@@ -372,17 +390,14 @@ class Operator:
                         slurm.undrain(a.node)
                     except NotOurDrain as exc:  # someone drained it in the meantime: theirs now
                         out.waiting.append(str(exc))
-                elif isinstance(a, scalein.SignalJobs):
+                elif isinstance(a, scalein.Signal):
                     slurm.signal_node_jobs(a.node, a.signal)
                 elif isinstance(a, scalein.Requeue):
-                    try:
-                        slurm.requeue(a.job_id)
-                    except SlurmError as exc:
-                        if exc.unreachable:
-                            raise
-                        # The job ended or refuses a requeue: it would end with the pod anyway.
-                        out.events.append(scalein.Event(
-                            "Warning", "RequeueRefused", f"job {a.job_id} on {a.node}: {exc.stderr or exc}"))
+                    per_job(a, slurm.requeue, "RequeueRefused")
+                elif isinstance(a, scalein.StartNow):
+                    per_job(a, slurm.start_now, "StartRefused")
+                elif isinstance(a, scalein.Cancel):
+                    per_job(a, slurm.cancel, "CancelRefused")
                 elif isinstance(a, scalein.AnnotatePod):
                     patch = {"metadata": {"uid": a.uid, "annotations": dict(a.annotations)}}
                     self.kube.patch("Pod", cluster.namespace, a.pod, patch)
@@ -390,11 +405,30 @@ class Operator:
                     raise TypeError(f"no runner for {a!r}")
                 out.applied.append(f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}")
             except Exception as exc:
-                problem = f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}: {exc}"
-                out.problems.append(problem)
-                out.events.append(scalein.Event("Warning", "SlurmActionFailed", problem))
+                subject = f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}"
+                out.problems.append(f"{subject}: {exc}")
+                out.events.append(scalein.Event("Warning", "SlurmActionFailed", f"{subject}: {exc}", object=subject))
                 return False
         return True
+
+    def announce(self, body: Mapping, events: Sequence[scalein.Event]) -> None:
+        """Post a round's Events about the SlurmCluster, as ``slurmk8s-operator``.
+
+        A Warning about an object (a failed write, a refused Slurm action)
+        is named after the cluster, its reason and that object, so posting
+        it again while Kubernetes keeps it (an hour by default) is refused
+        with 409: a failure that lasts is announced once per reason and
+        object, whatever its message says. Other Events are posted as they come.
+        """
+        for e in events:
+            name = _event_name(body, e) if e.type == "Warning" and e.object else None
+            try:
+                self.kube.event(body, e.type, e.reason, e.message, component=names.FIELD_MANAGER, name=name)
+            except ApiError as exc:
+                if not exc.conflict:
+                    _log.warning("could not post an Event", reason=e.reason, error=str(exc))
+            except OSError as exc:
+                _log.warning("could not post an Event", reason=e.reason, error=str(exc))
 
     # Teardown.
 
@@ -402,8 +436,9 @@ class Operator:
         """One step of an orderly teardown; (done, what it waits for).
 
         Drain the cluster's Slurm nodes, delete the worker StatefulSets and
-        wait for their pods (their entrypoints requeue jobs and remove the
-        nodes while slurmctld still runs), then delete the rest of the
+        wait for their pods (their entrypoints wait for their jobs, set a node
+        still running some DOWN as a last resort, which requeues what may be
+        requeued, and remove the nodes while slurmctld still runs), then delete the rest of the
         cluster's objects. Claims stay unless spec.deletionPolicy is Delete.
         After TEARDOWN_PATIENCE attempts a step that waits goes on regardless.
         """
@@ -422,7 +457,7 @@ class Operator:
             try:
                 cluster = load_cluster({k: v for k, v in body.items() if k != "status"})
                 secrets = {o["metadata"]["name"]: o for o in observed if o["kind"] == "Secret"}
-                keys, missing = keys_from_secrets(cluster, secrets, self.fresh_keys())
+                keys, missing = keys_from_secrets(cluster, secrets, self._new_key)
                 if names.agent_token_secret(cluster) in missing:
                     raise RuntimeError("the agent token Secret is gone")
                 pod = next((p for p in observed if p["metadata"]["name"] == names.controller_pod(cluster)), None)
@@ -452,6 +487,13 @@ class Operator:
 
 def _create_only(obj: Mapping) -> bool:
     return (obj["metadata"].get("annotations") or {}).get(names.CREATE_ONLY) == "true"
+
+
+def _event_name(body: Mapping, e: scalein.Event) -> str:
+    """The one name of a failure Event: cluster, reason and object."""
+    meta = body["metadata"]
+    digest = hashlib.sha256(f"{meta.get('uid', '')}\0{e.reason}\0{e.object}".encode()).hexdigest()[:16]
+    return f"{meta['name']}.{digest}"
 
 
 def _ready_message(st: SlurmClusterStatus) -> str:

@@ -2,9 +2,12 @@
 
 :func:`register` puts the handlers on a kopf registry:
 
-- create / update / resume of a SlurmCluster, and a timer every
-  ``interval`` seconds: one round (render, plan, apply, drain-first scale-in,
-  rolling updates, reconfigure, status);
+- create / update / resume of a SlurmCluster: one round (render, plan,
+  apply, drain-first scale-in, rolling updates, reconfigure, status);
+- a daemon per SlurmCluster that runs a round every ``interval`` seconds,
+  and every HURRY_SECONDS while a round says so (``Outcome.hurry``: an evacuation
+  waits for signalled jobs that may requeue themselves, to start them again
+  at once instead of after Slurm's requeue delay);
 - delete: the finalizer ``slurmk8s.dev/teardown`` runs an orderly teardown;
 - login: the credentials the operator's own client uses;
 - startup: kopf's settings (annotations for its bookkeeping, the finalizer
@@ -37,15 +40,38 @@ FINALIZER = f"{GROUP}/teardown"
 _log = log.get("slurmk8s.operator")
 
 
+#: Seconds between rounds while a round asks to hurry.
+HURRY_SECONDS = 0.5
+
+
 class Handlers:
-    def __init__(self, op: Operator):
+    def __init__(self, op: Operator, interval: float = 10.0):
         self.op = op
+        self.interval = interval
         self._locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
+        #: When each cluster's next round is due (time.monotonic()).
+        self._due: dict[str, float] = {}
+
+    @staticmethod
+    def _key(body: Any) -> str:
+        return body["metadata"].get("uid") or body["metadata"]["name"]
 
     def _lock(self, body: Any) -> threading.Lock:
         with self._guard:
-            return self._locks[body["metadata"].get("uid") or body["metadata"]["name"]]
+            return self._locks[self._key(body)]
+
+    def rounds(self, stopped: Any, body: kopf.Body, **_: Any) -> None:
+        """The kopf daemon of one SlurmCluster: a round whenever one is due."""
+        key = self._key(body)
+        self._due.setdefault(key, time.monotonic() + self.interval)  # create/resume ran the first round
+        while not stopped:
+            if time.monotonic() >= self._due.get(key, 0.0):
+                try:
+                    self.reconcile(body)
+                except kopf.TemporaryError:
+                    self._due[key] = time.monotonic() + max(self.interval, 10.0)
+            stopped.wait(min(HURRY_SECONDS, self.interval))
 
     def reconcile(self, body: kopf.Body, **_: Any) -> None:
         if body["metadata"].get("deletionTimestamp"):
@@ -58,11 +84,11 @@ class Handlers:
                 metrics.RECONCILES.labels(result="error").inc()
                 _log.warning("round failed", cluster=body["metadata"]["name"], error=str(exc))
                 raise kopf.TemporaryError(f"round failed: {exc}", delay=10) from exc
+            self._due[self._key(body)] = time.monotonic() + (HURRY_SECONDS if outcome.hurry else self.interval)
         metrics.ROUND_SECONDS.observe(time.monotonic() - started)
         metrics.RECONCILES.labels(result="problem" if outcome.problems else "ok").inc()
         metrics.observe_cluster(body["metadata"].get("namespace", ""), body["metadata"]["name"], outcome)
-        for e in outcome.events:
-            (kopf.info if e.type == "Normal" else kopf.warn)(body, reason=e.reason, message=e.message[:1024])
+        self.op.announce(dict(body), outcome.events)
         for what in outcome.applied:
             _log.info("applied", cluster=body["metadata"]["name"], action=what)
 
@@ -78,12 +104,12 @@ class Handlers:
 def register(registry: kopf.OperatorRegistry, op: Operator, *, interval: float = 10.0,
              metrics_port: int | None = None) -> Handlers:
     """Register the SlurmCluster handlers of ``op`` on ``registry``."""
-    h = Handlers(op)
+    h = Handlers(op, interval)
     resource = dict(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
     kopf.on.create(**resource, id="reconcile-create")(h.reconcile)
     kopf.on.update(**resource, id="reconcile-update", field="spec")(h.reconcile)
     kopf.on.resume(**resource, id="reconcile-resume")(h.reconcile)
-    kopf.timer(**resource, id="reconcile-timer", interval=interval, initial_delay=interval)(h.reconcile)
+    kopf.daemon(**resource, id="reconcile-rounds", cancellation_timeout=5.0)(h.rounds)
     kopf.on.delete(**resource, id="teardown")(h.teardown)
 
     @kopf.on.login(registry=registry)

@@ -1,7 +1,7 @@
 """What happens to Slurm nodes when their pods must go. Pure: state in, actions out.
 
-Three things remove or restart a worker pod, and all of them empty its Slurm
-node first, the same way (:func:`_empty`):
+What removes or restarts a worker pod empties its Slurm node first, the
+same way (:meth:`_Round.empty`):
 
 - **scale-in**: a node set's replicas go down (or the node set is removed).
   The highest ordinals go, as a StatefulSet removes them.
@@ -10,15 +10,21 @@ node first, the same way (:func:`_empty`):
   at a time. A change of the termination grace period alone (it follows
   ``killWait``, a config setting) restarts nothing: the templates' restart
   hash leaves it out.
+- a worker pod **someone else deletes** (kubectl delete, an eviction) whose
+  node runs jobs: its node is emptied while its entrypoint waits;
 - and afterwards, **leftover records**: a Slurm node whose pod is gone is
   deleted from slurmctld (the worker's entrypoint normally does this itself).
 
-Emptying a node: drain it (``slurmk8s: scale-in`` / ``slurmk8s: rolling
-update``); if it runs jobs, send the node set's signal to them (when one is
-set) and give them ``drain.gracePeriod`` seconds; then requeue them (eligible
-at once) and let the pod go. When the drain started and when jobs were
-signalled is kept on the pod (annotations), so an operator restart resumes the
-grace period instead of starting it again or forgetting it.
+Emptying a node is the one evacuation rule, :func:`slurmk8s.evacuation.evacuate`
+(the bridge's too): drain it (``slurmk8s: scale-in`` / ``rolling update`` /
+``pod terminating``); if it runs jobs, send the node set's signal to them
+(when one is set) and give them ``drain.gracePeriod`` seconds; then requeue
+them (eligible at once; ``--no-requeue`` jobs are cancelled); a signalled job
+that requeued itself is started again at once; then the pod may go. The
+rule's record is kept on the pod (annotations, :func:`read_record` /
+:func:`record_annotations`), so an operator restart resumes the grace period
+instead of starting it again or forgetting it. Slurm's jobs are read once a
+round, when a decision asks for them (:attr:`Decision.needs_jobs`).
 
 Safety rules, each tested:
 - Unknown Slurm state (the agent did not answer, a job lookup failed) means
@@ -42,44 +48,65 @@ slurmctld is never restarted for a config change.
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Iterable, Mapping, Sequence
 
+from slurmk8s import evacuation
+from slurmk8s.evacuation import Cancel, Drain, Requeue, Signal, StartNow, format_job_ids, parse_job_ids
 from slurmk8s.render import names
+from slurmk8s.slurm.hostlist import HostlistError, expand
 from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node
+from slurmk8s.times import format_time, from_epoch, parse_time
 
 __all__ = [
-    "SCALE_IN", "ROLLING_UPDATE", "OPERATOR_DRAINS", "Pod", "NodeSetState", "SlurmState",
-    "Drain", "Undrain", "SignalJobs", "Requeue", "DeleteNodeRecord", "AnnotatePod", "LabelBusy", "DeletePod",
-    "Event",
-    "Decision", "decide", "decide_reconfigure", "timestamp", "parse_timestamp",
+    "SCALE_IN", "ROLLING_UPDATE", "POD_TERMINATING", "OPERATOR_DRAINS", "Pod", "NodeSetState", "SlurmState",
+    "Drain", "Undrain", "Signal", "Requeue", "StartNow", "Cancel", "DeleteNodeRecord", "AnnotatePod", "LabelBusy",
+    "DeletePod", "Event", "Decision", "decide", "decide_reconfigure", "read_record", "record_annotations",
 ]
 
 SCALE_IN = "scale-in"
 ROLLING_UPDATE = "rolling update"
+#: A worker pod someone deleted (kubectl delete, an eviction): its node is
+#: emptied by the same rule before the entrypoint's last resort would fire.
+POD_TERMINATING = "pod terminating"
 #: Drain reasons, as Slurm shows them, that slurmk8s's node lifecycle sets:
 #: the operator's own, and the worker entrypoint's on pod termination. Only
 #: these are ever cleared by the operator; other slurmk8s components (the
 #: bridge) use other reasons.
 OPERATOR_DRAINS = frozenset(
-    f"{DRAIN_PREFIX} {r}" for r in (SCALE_IN, ROLLING_UPDATE, "pod terminating")
+    f"{DRAIN_PREFIX} {r}" for r in (SCALE_IN, ROLLING_UPDATE, POD_TERMINATING)
 )
-_ANNOTATIONS = (names.DRAIN_STARTED, names.DRAIN_PURPOSE, names.JOBS_SIGNALLED)
+_ANNOTATIONS = (names.DRAIN_STARTED, names.DRAIN_PURPOSE, names.JOBS_SIGNALLED, names.SIGNALLED_JOBS,
+                names.JOBS_FORCED)
 
 
-def timestamp(now: float) -> str:
-    """RFC 3339, seconds, UTC: what the annotations hold."""
-    return datetime.fromtimestamp(int(now), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+# The evacuation's record (slurmk8s.evacuation.Record) as pod annotations.
 
 
-def parse_timestamp(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+def read_record(annotations: Mapping[str, str]) -> evacuation.Record:
+    return evacuation.Record(
+        purpose=annotations.get(names.DRAIN_PURPOSE),
+        started=parse_time(annotations.get(names.DRAIN_STARTED)),
+        signalled=parse_time(annotations.get(names.JOBS_SIGNALLED)),
+        jobs=parse_job_ids(annotations.get(names.SIGNALLED_JOBS)),
+        forced=parse_time(annotations.get(names.JOBS_FORCED)),
+    )
+
+
+def record_annotations(record: evacuation.Record) -> dict[str, str | None]:
+    """Every annotation of the record; None removes one."""
+    def t(value: datetime | None) -> str | None:
+        return None if value is None else format_time(value)
+
+    return {
+        names.DRAIN_STARTED: t(record.started),
+        names.DRAIN_PURPOSE: record.purpose,
+        names.JOBS_SIGNALLED: t(record.signalled),
+        names.SIGNALLED_JOBS: format_job_ids(record.jobs) or None,
+        names.JOBS_FORCED: t(record.forced),
+    }
 
 
 # Observed state.
@@ -121,36 +148,20 @@ class NodeSetState:
 
 @dataclass(frozen=True)
 class SlurmState:
-    """What the agent said. ``jobs`` holds the jobs of the nodes asked about;
-    None for a node whose lookup failed."""
+    """What the agent said: its nodes and, once a decision asked for them
+    (:attr:`Decision.needs_jobs`), every job it tracks, read once a round.
+    ``jobs`` None: that read failed (decisions that need jobs then wait)."""
 
     nodes: Mapping[str, Node]
-    jobs: Mapping[str, tuple[Job, ...] | None] = field(default_factory=dict)
+    jobs: Sequence[Job] | None = ()
+    jobs_read: bool = False
 
 
 # Actions.
 
 
 @dataclass(frozen=True)
-class Drain:
-    node: str
-    reason: str  # without the prefix, which the facade adds
-
-
-@dataclass(frozen=True)
 class Undrain:
-    node: str
-
-
-@dataclass(frozen=True)
-class SignalJobs:
-    node: str
-    signal: str
-
-
-@dataclass(frozen=True)
-class Requeue:
-    job_id: int
     node: str
 
 
@@ -185,9 +196,14 @@ class Event:
     type: str  # Normal | Warning
     reason: str
     message: str
+    #: What it is about when that is not the SlurmCluster as a whole (a
+    #: failed write's object, a Slurm node): a failure is announced once per
+    #: reason and object while it lasts (Operator.announce).
+    object: str = ""
 
 
-SlurmAction = Drain | Undrain | SignalJobs | Requeue | AnnotatePod
+#: Drain, Signal, Requeue, StartNow and Cancel are the evacuation rule's own (slurmk8s.evacuation).
+SlurmAction = Drain | Undrain | Signal | Requeue | StartNow | Cancel | AnnotatePod
 
 
 @dataclass(frozen=True)
@@ -205,19 +221,22 @@ class Decision:
     record_deletions: tuple[DeleteNodeRecord, ...]
     #: Node sets whose StatefulSet and PodDisruptionBudget must stay for now.
     keep: frozenset[str]
-    #: Nodes whose jobs the decision needs; ask the agent, then decide again.
-    missing_jobs: frozenset[str]
+    #: The decision needs Slurm's jobs: read them (once), then decide again.
+    needs_jobs: bool
     events: tuple[Event, ...]
     #: Why something waits, for people (status message, logs).
     waiting: tuple[str, ...]
+    #: An evacuation waits for signalled jobs that may requeue themselves at
+    #: any moment: decide again within a second or two, to start them at once.
+    hurry: bool = False
 
     def hold(self, sets: Iterable[NodeSetState]) -> "Decision":
         """This decision with no scale-in, restart or record removal: for a
         round where a Slurm action failed."""
         replicas = {s.statefulset: max(s.current, s.desired) if s.current is not None else s.desired
                     for s in sets}
-        return Decision(replicas, (), self.busy_labels, (), (), frozenset(s.name for s in sets), frozenset(),
-                        self.events, self.waiting)
+        return Decision(replicas, (), self.busy_labels, (), (), frozenset(s.name for s in sets), False,
+                        self.events, self.waiting, self.hurry)
 
 
 _ORDINAL = re.compile(r"(?P<base>.+)-(?P<ordinal>0|[1-9][0-9]*)")
@@ -233,7 +252,23 @@ class _Round:
         self.annotations: dict[tuple[str, str], dict[str, str | None]] = {}
         self.events: list[Event] = []
         self.waiting: list[str] = []
-        self.missing: set[str] = set()
+        self.needs_jobs = False
+        self.hurry = False
+        # Slurm's jobs by node and by id, indexed once; None: unknown (the
+        # read failed, or a job's node list could not be read: fail closed).
+        self.by_node: dict[str, list[Job]] | None = defaultdict(list)
+        self.by_id: dict[int, Job] = {}
+        if slurm is not None and slurm.jobs_read:
+            if slurm.jobs is None:
+                self.by_node = None
+            else:
+                try:
+                    for j in slurm.jobs:
+                        self.by_id[j.job_id] = j
+                        for n in (expand(j.nodes) if j.nodes else ()):
+                            self.by_node[n].append(j)
+                except HostlistError:
+                    self.by_node = None
 
     def annotate(self, pod: Pod, values: Mapping[str, str | None]) -> None:
         self.annotations.setdefault((pod.name, pod.uid), {}).update(values)
@@ -242,10 +277,11 @@ class _Round:
         self.events.append(Event(type_, reason, message))
 
     def empty(self, s: NodeSetState, node_name: str, pod: Pod | None, purpose: str) -> bool:
-        """Work towards an empty node; True once the pod may go.
+        """Work towards an empty node by the evacuation rule; True once the pod may go.
 
-        Requeue actions for jobs past their grace period are added first;
-        the caller removes the pod only after they succeeded.
+        The rule's actions (drain, signal, requeue, start now, cancel) come
+        first in the decision; the caller removes the pod only after they
+        succeeded. The rule's record lives in the pod's annotations.
         """
         assert self.slurm is not None
         node = self.slurm.nodes.get(node_name)
@@ -253,62 +289,50 @@ class _Round:
             # Not a Slurm node (never registered, or already removed), or no
             # pod left to protect: nothing of Slurm's runs there.
             return True
-        ann = pod.annotations
-        fresh = ann.get(names.DRAIN_PURPOSE) != purpose or parse_timestamp(ann.get(names.DRAIN_STARTED)) is None
-        if not node.drain_set:
-            self.actions.append(Drain(node_name, purpose))
-            if fresh:
-                self.annotate(pod, {names.DRAIN_STARTED: timestamp(self.now), names.DRAIN_PURPOSE: purpose,
-                                    names.JOBS_SIGNALLED: None})
-            self.event("Normal", "Draining", f"Slurm node {node_name} is draining for {purpose}: "
+        if not self.slurm.jobs_read:
+            self.needs_jobs = True
+            return False
+        before = read_record(pod.annotations)
+        jobs = None if self.by_node is None else self.by_node.get(node_name, [])
+        policy = evacuation.Policy(purpose=purpose, drain_reason=purpose, signal=s.signal,
+                                   grace_seconds=s.grace_period)
+        e = evacuation.evacuate(node_name, node, jobs, before, policy, from_epoch(self.now),
+                                recorded=[self.by_id[i] for i in before.jobs if i in self.by_id])
+        self.actions += e.actions
+        changed = {k: v for k, v in record_annotations(e.record).items() if pod.annotations.get(k) != v}
+        if changed:
+            self.annotate(pod, changed)
+        for a in e.actions:
+            self.report(a, s, purpose)
+        if not e.released:
+            self.waiting.append(f"{node_name}: {e.waiting} ({purpose})")
+            if e.record.jobs and any(i in self.by_id for i in e.record.jobs):
+                self.hurry = True  # a signalled job may requeue itself any moment: start it at once
+        return e.released
+
+    def report(self, a: SlurmAction, s: NodeSetState, purpose: str) -> None:
+        """The Event that says what an evacuation step did."""
+        if isinstance(a, Drain):
+            self.event("Normal", "Draining", f"Slurm node {a.node} is draining for {purpose}: "
                                              "no new jobs start there")
-            return False
-        started = self.now
-        if fresh:
-            self.annotate(pod, {names.DRAIN_STARTED: timestamp(self.now), names.DRAIN_PURPOSE: purpose,
-                                names.JOBS_SIGNALLED: None})
-            signalled = None
-        else:
-            started = parse_timestamp(ann[names.DRAIN_STARTED]) or self.now
-            signalled = parse_timestamp(ann.get(names.JOBS_SIGNALLED))
-        if node_name not in self.slurm.jobs:
-            self.missing.add(node_name)
-            return False
-        jobs = self.slurm.jobs[node_name]
-        if jobs is None:
-            self.waiting.append(f"{node_name}: the jobs on it could not be listed; waiting")
-            return False
-        active = [j for j in jobs if j.active]
-        if not active:
-            return True
-        if s.signal and signalled is None:
-            self.actions.append(SignalJobs(node_name, s.signal))
-            self.annotate(pod, {names.JOBS_SIGNALLED: timestamp(self.now)})
+        elif isinstance(a, Signal):
             self.event("Normal", "JobsSignalled",
-                       f"sent SIG{s.signal} to the jobs on {node_name} ({_ids(active)}); they have "
+                       f"sent SIG{a.signal} to the jobs on {a.node} ({_ids(a.job_ids)}); they have "
                        f"{s.grace_period}s to checkpoint before they are requeued")
-            return False
-        since = signalled if signalled is not None else started
-        left = since + s.grace_period - self.now
-        if left > 0:
-            self.waiting.append(f"{node_name}: jobs {_ids(active)} may run {int(left + 0.999)}s more "
-                                f"before they are requeued ({purpose})")
-            return False
-        running = [j for j in active if j.state != "COMPLETING"]
-        requeue = [j for j in running if j.requeue]
-        self.actions += [Requeue(j.job_id, node_name) for j in requeue]
-        if requeue:
-            self.event("Normal", "JobsRequeued", f"requeued jobs {_ids(requeue)} from {node_name} after the "
+        elif isinstance(a, Requeue):
+            self.event("Normal", "JobsRequeued", f"requeued jobs {_ids(a.job_ids)} from {a.node} after the "
                                                  f"{s.grace_period}s grace period; they may start again at once")
-        stuck = [j for j in running if not j.requeue]
-        if stuck:
-            self.event("Warning", "JobsNotRequeueable",
-                       f"jobs {_ids(stuck)} on {node_name} were submitted with --no-requeue and end with the pod")
-        return True
+        elif isinstance(a, Cancel):
+            self.event("Warning", "JobsCancelled",
+                       f"cancelled jobs {_ids(a.job_ids)} on {a.node} after the {s.grace_period}s grace period: "
+                       "they were submitted with --no-requeue")
+        elif isinstance(a, StartNow):
+            self.event("Normal", "JobsStarted", f"jobs {_ids(a.job_ids)} requeued themselves on the signal; "
+                                                "they may start again at once")
 
 
-def _ids(jobs: Sequence[Job]) -> str:
-    return ",".join(str(j.job_id) for j in jobs)
+def _ids(ids: Sequence[int]) -> str:
+    return ",".join(str(i) for i in ids)
 
 
 def _ordinal(node_name: str, statefulset: str) -> int | None:
@@ -368,6 +392,13 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState | None, now: float) -
                       and p.annotations.get(names.DRAIN_PURPOSE) == ROLLING_UPDATE}
         if not removing:
             _restart(r, s, pod_deletions)
+        # Worker pods someone else deletes: their nodes are emptied by the
+        # same rule while the entrypoint waits (its own step is a last resort).
+        for p in s.pods:
+            node = slurm.nodes.get(f"{s.statefulset}-{p.ordinal}")
+            if (p.deleting and p.ordinal < min(s.current, s.desired) and node is not None
+                    and (node.busy or p.annotations.get(names.DRAIN_PURPOSE) == POD_TERMINATING)):
+                r.empty(s, node.name, p, POD_TERMINATING)
         # Drains of ours that nothing needs any more.
         for p in s.pods:
             if p.ordinal >= s.desired or p.deleting or not p.ready or p.ordinal in restarting:
@@ -394,11 +425,10 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState | None, now: float) -
             if node.responding and not node.drain_set:
                 r.waiting.append(f"{node.name}: its pod is gone but slurmd still answers; waiting")
                 continue
-            if node.name not in slurm.jobs:
-                r.missing.add(node.name)
+            if not slurm.jobs_read:
+                r.needs_jobs = True
                 continue
-            jobs = slurm.jobs[node.name]
-            if jobs is None or any(j.active for j in jobs):
+            if r.by_node is None or any(j.active for j in r.by_node.get(node.name, ())):
                 r.waiting.append(f"{node.name}: its pod is gone; waiting for Slurm to end its jobs")
                 continue
             records.append(DeleteNodeRecord(node.name))
@@ -415,9 +445,10 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState | None, now: float) -
         pod_deletions=tuple(pod_deletions),
         record_deletions=tuple(records),
         keep=frozenset(keep),
-        missing_jobs=frozenset(r.missing),
+        needs_jobs=r.needs_jobs,
         events=tuple(r.events),
         waiting=tuple(r.waiting),
+        hurry=r.hurry,
     )
 
 

@@ -16,7 +16,7 @@ import itertools
 import json
 from typing import Mapping
 
-from slurmk8s.operator.kube import RESOURCES, ApiError
+from slurmk8s.operator.kube import RESOURCES, ApiError, Kube
 from slurmk8s.operator.permissions import allows, of_kind
 from slurmk8s.sandbox.apiserver.patch import merge_patch
 
@@ -82,6 +82,9 @@ class FakeKube:
         obj.setdefault("apiVersion", RESOURCES[obj["kind"]].api_version)
         self.objects[self._key(obj["kind"], meta.get("namespace"), meta["name"])] = obj
         return copy.deepcopy(obj)
+
+    #: Kube's own: it builds the core/v1 Event and creates it (409 when the name exists).
+    event = Kube.event
 
     def create(self, obj: Mapping) -> dict:
         self._authorize("create", obj["kind"], obj["metadata"].get("namespace"))

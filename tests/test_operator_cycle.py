@@ -13,17 +13,23 @@ import base64
 import copy
 import json
 import os
+import threading
 import time
+from dataclasses import replace
+from datetime import datetime, timezone
 
 import pytest
 
 from slurmk8s.api import load_cluster
+from slurmk8s.evacuation import held
 from slurmk8s.operator import cycle
 from slurmk8s.operator.cycle import Operator
+from slurmk8s.operator.handlers import HURRY_SECONDS, Handlers
 from slurmk8s.operator.kube import ApiError
 from slurmk8s.operator.permissions import OPERATOR, grants
-from slurmk8s.render import config_files, names, node_conf
+from slurmk8s.render import ClusterKeys, config_files, names, node_conf
 from slurmk8s.slurm import RemoteSlurm, SlurmClient
+from slurmk8s.slurm.model import Job
 from slurmk8s.slurm.agent import AgentServer
 
 from .fakekube import FakeKube
@@ -253,11 +259,74 @@ def test_nothing_is_deleted_in_a_round_where_a_write_failed_and_failures_are_ann
     ready = next(c for c in out.status.conditions if c.type == "Ready")
     assert ready.reason == "ReconcileFailed" and "Forbidden" in ready.message
     assert [e.reason for e in out.events].count("ActionFailed") == 2  # controller and workers
+
+    def posted() -> list[str]:
+        return sorted(e["message"] for e in w.kube.of_kind("Event").values() if e["reason"] == "ActionFailed")
+
+    Operator(w.kube).announce(w.body, out.events)
+    first = posted()
+    assert len(first) == 2 and all(e["source"]["component"] == "slurmk8s-operator"
+                                   for e in w.kube.of_kind("Event").values())
+    # The same failures again, worded differently: one Event per reason and object, already posted.
     out = w.round()
-    assert "ActionFailed" not in [e.reason for e in out.events]  # the status says it already
+    Operator(w.kube).announce(w.body, [replace(e, message=e.message + " (again)") for e in out.events])
+    assert posted() == first
     del w.kube.fail[("apply", "StatefulSet")]
     out = w.round()
     assert not out.problems and "demo-restapi" not in w.kube.of_kind("Deployment")
+
+
+def test_a_round_generates_keys_only_when_a_key_secret_is_missing(offline, monkeypatch):
+    w = offline
+    made: list[str] = []
+    new_key = ClusterKeys.new_key
+    monkeypatch.setattr(ClusterKeys, "new_key", staticmethod(lambda name: made.append(name) or new_key(name)))
+
+    def round_() -> None:
+        Operator(w.kube, clock=lambda: w.now).reconcile(w.body)
+
+    round_()
+    # A new cluster: the keys of the Secrets it creates (no JWT key without slurmrestd).
+    assert sorted(made) == ["agent_token", "munge_key", "ssh_host_key"]
+    made.clear()
+    round_()
+    round_()
+    assert made == []  # every Secret exists: nothing generated and thrown away
+    del w.kube.objects[("Secret", "default", "demo-munge-key")]
+    round_()
+    assert made == ["munge_key"] and "demo-munge-key" in w.kube.of_kind("Secret")
+
+
+def test_the_daemon_runs_a_round_every_interval_and_hurries_while_a_round_asks():
+    class Op:
+        def __init__(self):
+            self.rounds: list[float] = []
+
+        def reconcile(self, body):
+            self.rounds.append(time.monotonic())
+            return cycle.Outcome(hurry=len(self.rounds) <= 3)
+
+        def announce(self, body, events):
+            pass
+
+    class Stopped:
+        def __init__(self, seconds: float):
+            self.until = time.monotonic() + seconds
+
+        def __bool__(self) -> bool:
+            return time.monotonic() >= self.until
+
+        def wait(self, seconds: float) -> None:
+            time.sleep(seconds)
+
+    op = Op()
+    h = Handlers(op, interval=2.0)
+    body = {"metadata": {"name": "demo", "namespace": "hpc", "uid": "u1"}}
+    h.reconcile(body)  # what kopf's create or resume handler runs first
+    h.rounds(Stopped(4.0), body)
+    gaps = [b - a for a, b in zip(op.rounds, op.rounds[1:])]
+    # Three hurried rounds, HURRY_SECONDS apart; then the interval.
+    assert len(op.rounds) == 5 and all(g < HURRY_SECONDS + 0.3 for g in gaps[:3]) and gaps[3] >= 2.0
 
 
 def test_scale_in_and_removal_wait_while_slurm_cannot_be_asked(offline):
@@ -476,3 +545,96 @@ def test_scale_in_drains_signals_waits_requeues_then_removes_the_node(world, tmp
     out = w.round()
     assert out.status.node_counts.total == 0 and not out.problems
     w.local.cancel(job)
+
+
+# Two nodes: a checkpointing job evacuated by scale-in runs again on the node that stays.
+
+
+def held_back(j: Job, at: float) -> bool:
+    return held(j, datetime.fromtimestamp(at, tz=timezone.utc))
+
+NODES = ("demo-cpu-0", "demo-cpu-1")
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory, example_doc, keys):
+    assert os.geteuid() == 0 and not missing_tools(), "run hack/test.sh: it installs Slurm and runs as root"
+    doc = cpu_only(example_doc)
+    doc["spec"]["nodeSets"][0]["replicas"] = 2
+    c = load_cluster(doc)
+    work = tmp_path_factory.mktemp("cycle2")
+    with SlurmNamespace(config_files(c), keys, work, nodes=[(n, node_conf(c, c.spec.node_sets[0]))
+                                                           for n in NODES]) as ns:
+        local = SlurmClient(lambda argv, stdin: ns.run(argv, input=stdin, check=False), config_dir=work / "conf")
+        server = AgentServer(("127.0.0.1", 0), local, keys.agent_token)
+        server.start()
+        yield doc, ns, local, server
+        server.stop()
+
+
+def test_a_checkpointing_job_evacuated_by_scale_in_runs_again_at_once(two_nodes, keys, tmp_path):
+    """train.sh's pattern: on USR1 it checkpoints and requeues itself. Slurm
+    holds such a job for its requeue delay (credentialLifetime + 1 s, 31 s
+    here); the operator makes it eligible at once, so it runs again as soon
+    as Slurm has finished its last run, instead of half a minute later."""
+    doc, ns, local, server = two_nodes
+    doc = copy.deepcopy(doc)
+    doc["spec"]["nodeSets"][0]["drain"] = {"gracePeriod": 120, "signal": "USR1"}
+    w = World(doc, keys, server.url, ns.work)
+    w.ns, w.local = ns, local
+    settle(w)
+    marks = tmp_path / "marks"
+    ns.run(["scontrol", "update", f"nodename={NODES[0]}", "state=drain", "reason=test: start on the other node"])
+    job = local.submit(
+        "#!/bin/bash\n"
+        f"trap 'date +%s.%N > {tmp_path}/requeued; scontrol requeue $SLURM_JOB_ID; exit 0' USR1\n"
+        f"echo \"$(date +%s.%N) ${{SLURM_RESTART_COUNT:-0}}\" >> {marks}\n"
+        "for i in $(seq 1200); do sleep 0.1; done\n",
+        ["--job-name=ckpt", "--requeue", f"--output={tmp_path}/out.txt"])
+    seen: list[tuple[float, Job | None]] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # Slurm's view of the job, every 50 ms
+        while not stop.is_set():
+            seen.append((time.time(), next((j for j in local.jobs() if j.job_id == job), None)))
+            time.sleep(0.05)
+
+    try:
+        deadline = time.monotonic() + 30
+        while not (marks.exists() and marks.read_text().strip()):
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.2)
+        assert next(j for j in local.jobs() if j.job_id == job).nodes == NODES[1]
+        ns.run(["scontrol", "update", f"nodename={NODES[0]}", "state=resume"])
+        threading.Thread(target=watch, daemon=True).start()
+
+        # Scale-in: the node goes; the job gets USR1 and requeues itself. Rounds
+        # come as the operator's daemon runs them: every HURRY_SECONDS while it may.
+        w.spec(lambda s: s["nodeSets"][0].update(replicas=1))
+        hurried = False
+        deadline = time.monotonic() + 60
+        while len(marks.read_text().splitlines()) < 2:
+            assert time.monotonic() < deadline, f"the job did not run again: {w.reasons()}"
+            out = w.round()
+            w.kube.run_controllers()
+            hurried |= out.hurry
+            time.sleep(HURRY_SECONDS if out.hurry else 0.2)
+        stop.set()
+        requeued = float((tmp_path / "requeued").read_text())
+        started, restarts = marks.read_text().splitlines()[1].split()
+        eligible = max([t for t, j in seen if j is not None and held_back(j, t)], default=requeued)
+        print(f"\nrequeue -> eligible again {eligible - requeued:.2f}s, running again "
+              f"{float(started) - requeued:.2f}s (Slurm finishes its last run first)")
+        assert restarts == "1" and next(j for j in local.jobs() if j.job_id == job).nodes == NODES[0]
+        assert eligible - requeued < 2.0, "Slurm's hold was not lifted at once"
+        assert float(started) - requeued < 10, "it waited out Slurm's requeue delay"
+        assert hurried and {"Draining", "JobsSignalled", "JobsStarted"} <= set(w.reasons())
+        # The pod went once the job was seen eligible, and its node record after it.
+        for _ in range(3):
+            w.round()
+            w.kube.run_controllers()
+        assert w.kube.of_kind("StatefulSet")["demo-cpu"]["spec"]["replicas"] == 1 and w.pod(NODES[1]) is None
+        assert w.local.node(NODES[1]) is None
+    finally:
+        stop.set()
+        local.cancel(job)

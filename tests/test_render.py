@@ -7,6 +7,7 @@ import copy
 import os
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import kubernetes_validate
@@ -220,17 +221,21 @@ def test_keys_are_read_back_from_their_secrets_and_only_missing_ones_are_generat
     c = load_cluster({**doc, "metadata": {**doc["metadata"], "uid": "c0ffee00-0000-4000-8000-000000000001"}})
     first, second = ClusterKeys.generate(), ClusterKeys.generate()
     secrets = {o["metadata"]["name"]: o for o in render(c, first) if o["kind"] == "Secret"}
-    # restApi is off, so no JWT Secret exists: only that key comes from `fresh`.
-    keys, missing = keys_from_secrets(c, secrets, second)
-    assert missing == ["demo-jwt-key"]
+    # restApi is off, so no JWT Secret exists, and none is needed: no key is generated.
+    made: list[str] = []
+    keys, missing = keys_from_secrets(c, secrets, lambda name: made.append(name) or b"new")
+    assert missing == [] and made == [] and keys.jwt_key == b""
     assert (keys.munge_key, keys.ssh_host_key, keys.agent_token) == \
         (first.munge_key, first.ssh_host_key, first.agent_token)
-    assert keys.jwt_key == second.jwt_key
     # Rendering with the keys read back gives the same Secrets: nothing to replace.
     again = {o["metadata"]["name"]: o for o in render(c, keys) if o["kind"] == "Secret"}
     assert again == secrets
     keys, missing = keys_from_secrets(c, {}, second)
-    assert keys == second and len(missing) == 4
+    assert keys == replace(second, jwt_key=b"") and len(missing) == 3
+    # With slurmrestd the JWT key is used: only that one comes from `fresh`.
+    doc["spec"]["restApi"] = {"enabled": True}
+    keys, missing = keys_from_secrets(load_cluster(doc), secrets, lambda name: made.append(name) or b"new")
+    assert missing == ["demo-jwt-key"] and made == ["jwt_key"] and keys.jwt_key == b"new"
 
     broken = dict(secrets)
     broken["demo-munge-key"] = {**secrets["demo-munge-key"], "data": {}}

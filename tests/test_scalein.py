@@ -8,17 +8,21 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurmk8s.evacuation import Record
 from slurmk8s.operator.scalein import (
-    OPERATOR_DRAINS, ROLLING_UPDATE, SCALE_IN, AnnotatePod, DeleteNodeRecord, DeletePod, Drain, LabelBusy,
-    NodeSetState, Pod,
-    Requeue, SignalJobs, SlurmState, Undrain, decide, decide_reconfigure, parse_timestamp, timestamp,
+    OPERATOR_DRAINS, POD_TERMINATING, ROLLING_UPDATE, SCALE_IN, AnnotatePod, Cancel, DeleteNodeRecord, DeletePod,
+    Drain, LabelBusy, NodeSetState, Pod, Requeue, Signal, SlurmState, StartNow, Undrain, decide, decide_reconfigure,
+    read_record, record_annotations,
 )
 from slurmk8s.render import names
 from slurmk8s.slurm.model import Job, Node
+from slurmk8s.times import format_time as timestamp
+from slurmk8s.times import from_epoch
 
 T0 = 1_800_000_000.0
 STS = "demo-gpu"
 STARTED, PURPOSE, SIGNALLED = names.DRAIN_STARTED, names.DRAIN_PURPOSE, names.JOBS_SIGNALLED
+SIGNALLED_JOBS, FORCED = names.SIGNALLED_JOBS, names.JOBS_FORCED
 
 
 def node(name: str, state: str = "idle", *, drain: str | None = None, flags: tuple = ()) -> Node:
@@ -29,9 +33,9 @@ def node(name: str, state: str = "idle", *, drain: str | None = None, flags: tup
                 partitions=("gpu",), cpus=2, alloc_cpus=0, gres="", address="10.0.0.1")
 
 
-def job(job_id: int, state: str = "RUNNING", requeue: bool = True) -> Job:
+def job(job_id: int, state: str = "RUNNING", requeue: bool = True, reason: str = "None") -> Job:
     return Job(job_id=job_id, name="train", user="researcher", state=state, partition="gpu", nodes="",
-               requeue=requeue, restart_count=0, reason="None")
+               requeue=requeue, restart_count=0, reason=reason)
 
 
 def pod(o: int, *, ready: bool = True, deleting: bool = False, revision: str | None = "r1", **ann: str) -> Pod:
@@ -46,8 +50,13 @@ def nodeset(current: int | None, desired: int, *, pods=None, revision="r1", grac
                         pods=tuple(pods), grace_period=grace, signal=signal)
 
 
-def slurm(*nodes: Node, jobs: dict | None = None) -> SlurmState:
-    return SlurmState({n.name: n for n in nodes}, jobs or {})
+def slurm(*nodes: Node) -> SlurmState:
+    return SlurmState({n.name: n for n in nodes})
+
+
+def jobs_on(jobs: dict | None) -> tuple[Job, ...]:
+    """Slurm's job list from {node: jobs there}; a job with no node is listed as it is."""
+    return tuple(replace(j, nodes=n) if j.active else j for n, js in (jobs or {}).items() for j in js)
 
 
 def drained(o: int, reason: str = SCALE_IN) -> Node:
@@ -55,15 +64,12 @@ def drained(o: int, reason: str = SCALE_IN) -> Node:
 
 
 def decide_fully(sets, state: SlurmState | None, now: float, jobs: dict | None = None):
-    """Decide, answer the job lookups it asks for from ``jobs`` (missing: no jobs), decide again."""
+    """Decide; when it asks for Slurm's jobs, answer from ``jobs`` ({node: jobs there}) and decide again."""
     first = decide(sets, state, now)
-    if not first.missing_jobs or state is None:
+    if not first.needs_jobs or state is None:
         return first
-    known = dict(state.jobs)
-    for n in first.missing_jobs:
-        known[n] = tuple((jobs or {}).get(n, ()))
-    second = decide(sets, SlurmState(state.nodes, known), now)
-    assert not second.missing_jobs
+    second = decide(sets, SlurmState(state.nodes, jobs_on(jobs), jobs_read=True), now)
+    assert not second.needs_jobs
     return second
 
 
@@ -99,7 +105,7 @@ def test_scale_in_drains_the_highest_ordinals_first_and_keeps_the_pods():
     drains = [a for a in d.slurm_actions if isinstance(a, Drain)]
     assert drains == [Drain(f"{STS}-3", SCALE_IN), Drain(f"{STS}-2", SCALE_IN)]
     for o in (2, 3):
-        assert annotations_of(d, f"{STS}-{o}") == {STARTED: timestamp(T0), PURPOSE: SCALE_IN, SIGNALLED: None}
+        assert annotations_of(d, f"{STS}-{o}") == {STARTED: timestamp(T0), PURPOSE: SCALE_IN}
     assert not annotations_of(d, f"{STS}-1")
     assert [e.reason for e in d.events] == ["Draining", "Draining"]
     assert "gpu" in d.keep
@@ -110,7 +116,7 @@ def test_drained_empty_nodes_let_the_statefulset_shrink():
                                 pod(3, **{STARTED: timestamp(T0), PURPOSE: SCALE_IN})])]
     state = slurm(node(f"{STS}-0"), node(f"{STS}-1"), drained(2), drained(3))
     first = decide(sets, state, T0 + 1)
-    assert first.missing_jobs == {f"{STS}-2", f"{STS}-3"} and first.replicas == {STS: 4}
+    assert first.needs_jobs and first.replicas == {STS: 4}  # Slurm's jobs are read once, then decided again
     d = decide_fully(sets, state, T0 + 1)
     assert d.replicas == {STS: 2}
     assert not [a for a in d.slurm_actions if isinstance(a, (Drain, Undrain, Requeue))]
@@ -122,24 +128,26 @@ def test_busy_nodes_get_the_signal_then_the_grace_period_then_a_requeue():
     state = slurm(node(f"{STS}-0"), drained(1))
     busy = {f"{STS}-1": [job(7), job(8, state="COMPLETING"), job(9, requeue=False), job(3, state="COMPLETED")]}
 
-    # The drain is set: the jobs get the node set's signal once.
+    # The drain is set: the running jobs get the node set's signal once.
     d = decide_fully([nodeset(2, 1, pods=[pod(0), pod(1, **base)], signal="USR1")], state, T0 + 5, busy)
-    assert [a for a in d.slurm_actions if isinstance(a, SignalJobs)] == [SignalJobs(f"{STS}-1", "USR1")]
-    assert annotations_of(d, f"{STS}-1") == {SIGNALLED: timestamp(T0 + 5)}
-    assert d.replicas == {STS: 2}
+    assert [a for a in d.slurm_actions if isinstance(a, Signal)] == [Signal(f"{STS}-1", (7, 9), "USR1")]
+    assert annotations_of(d, f"{STS}-1") == {SIGNALLED: timestamp(T0 + 5), SIGNALLED_JOBS: "7,9"}
+    assert d.replicas == {STS: 2} and d.hurry  # jobs 7 and 9 may requeue themselves any moment
 
     # Within the grace period (from the signal): wait, and say why.
-    signalled = {**base, SIGNALLED: timestamp(T0 + 5)}
+    signalled = {**base, SIGNALLED: timestamp(T0 + 5), SIGNALLED_JOBS: "7,9"}
     sets = [nodeset(2, 1, pods=[pod(0), pod(1, **signalled)], signal="USR1", grace=60)]
     d = decide_fully(sets, state, T0 + 64, busy)
     assert d.replicas == {STS: 2} and not d.slurm_actions
     assert d.waiting == (f"{STS}-1: jobs 7,8,9 may run 1s more before they are requeued (scale-in)",)
 
-    # Grace over: running, requeueable jobs are requeued; then the pod may go.
+    # Grace over: running, requeueable jobs are requeued, the others cancelled; then the pod may go.
     d = decide_fully(sets, state, T0 + 65, busy)
-    assert [a for a in d.slurm_actions if isinstance(a, Requeue)] == [Requeue(7, f"{STS}-1")]
+    assert [a for a in d.slurm_actions if isinstance(a, (Requeue, Cancel))] == [Requeue(f"{STS}-1", (7,)),
+                                                                                 Cancel(f"{STS}-1", (9,))]
+    assert annotations_of(d, f"{STS}-1") == {FORCED: timestamp(T0 + 65)}
     assert d.replicas == {STS: 1}
-    assert {e.reason for e in d.events} == {"JobsRequeued", "JobsNotRequeueable", "ScaledIn"}
+    assert {e.reason for e in d.events} == {"JobsRequeued", "JobsCancelled", "ScaledIn"}
     assert any("9" in e.message and e.type == "Warning" for e in d.events)
 
 
@@ -151,7 +159,7 @@ def test_without_a_signal_the_grace_period_runs_from_the_drain():
     d = decide_fully(sets, state, T0 + 99, busy)
     assert d.replicas == {STS: 1} and not d.slurm_actions
     d = decide_fully(sets, state, T0 + 100, busy)
-    assert d.slurm_actions == (Requeue(1, f"{STS}-0"),) and d.replicas == {STS: 0}
+    assert d.slurm_actions[0] == Requeue(f"{STS}-0", (1,)) and d.replicas == {STS: 0}
 
 
 def test_the_grace_period_lives_on_the_pod_not_in_the_operator():
@@ -161,8 +169,43 @@ def test_the_grace_period_lives_on_the_pod_not_in_the_operator():
     busy = {f"{STS}-0": [job(1)]}
     for now, requeued in ((T0 + 39, False), (T0 + 40, True), (T0 + 4000, True)):
         d = decide_fully(sets, slurm(drained(0)), now, busy)
-        assert (Requeue(1, f"{STS}-0") in d.slurm_actions) is requeued
-        assert not any(isinstance(a, SignalJobs) for a in d.slurm_actions)  # never signalled twice
+        assert (Requeue(f"{STS}-0", (1,)) in d.slurm_actions) is requeued
+        assert not any(isinstance(a, Signal) for a in d.slurm_actions)  # never signalled twice
+
+
+def test_a_job_that_requeued_itself_on_the_signal_starts_again_at_once_before_the_pod_goes():
+    """train.sh's pattern under scale-in: trap USR1, checkpoint, `scontrol requeue $SLURM_JOB_ID`.
+    Slurm would hold the job for its requeue delay (reason BeginTime); the rule starts it now."""
+    ann = {STARTED: timestamp(T0), PURPOSE: SCALE_IN, SIGNALLED: timestamp(T0), SIGNALLED_JOBS: "7"}
+    sets = [nodeset(2, 1, pods=[pod(0), pod(1, **ann)], signal="USR1", grace=300)]
+    state = slurm(node(f"{STS}-0"), drained(1))
+    # Requeued by itself: still completing on the node, so the pod (and the record on it) stays.
+    d = decide_fully(sets, state, T0 + 3, {f"{STS}-1": [job(7, "COMPLETING")]})
+    assert d.replicas == {STS: 2} and not d.slurm_actions and d.hurry
+    # Pending for its begin time: made eligible now; the pod goes once a round sees it eligible.
+    d = decide_fully(sets, state, T0 + 4, {"": [job(7, "PENDING", reason="BeginTime")]})
+    assert d.slurm_actions[0] == StartNow(f"{STS}-1", (7,)) and d.replicas == {STS: 2} and d.hurry
+    assert "JobsStarted" in [e.reason for e in d.events]
+    d = decide_fully(sets, state, T0 + 5, {"": [job(7, "PENDING", reason="Priority")]})
+    assert not d.slurm_actions and d.replicas == {STS: 1}
+
+
+def test_a_worker_pod_someone_deletes_is_emptied_by_the_same_rule():
+    state = slurm(node(f"{STS}-0", "allocated"), node(f"{STS}-1", "allocated", drain="slurmk8s: pod terminating"))
+    pods = [pod(0), pod(1, deleting=True)]
+    busy = {f"{STS}-1": [job(4)]}
+    d = decide_fully([nodeset(2, 2, pods=pods, signal="USR1", grace=60)], state, T0, busy)
+    assert [a for a in d.slurm_actions if not isinstance(a, AnnotatePod)] == [Signal(f"{STS}-1", (4,), "USR1")]
+    assert annotations_of(d, f"{STS}-1")[PURPOSE] == POD_TERMINATING
+    ann = record_annotations(Record(purpose=POD_TERMINATING, started=from_epoch(T0), signalled=from_epoch(T0),
+                                    jobs=(4,)))
+    pods = [pod(0), pod(1, deleting=True, **ann)]
+    d = decide_fully([nodeset(2, 2, pods=pods, signal="USR1", grace=60)], state, T0 + 60, busy)
+    assert Requeue(f"{STS}-1", (4,)) in d.slurm_actions and d.replicas == {STS: 2}
+    # A terminating pod with nothing on its node is left to its entrypoint.
+    idle = slurm(node(f"{STS}-0"), drained(1, ROLLING_UPDATE))
+    d = decide_fully([nodeset(2, 2, pods=[pod(0), pod(1, deleting=True)])], idle, T0)
+    assert not d.slurm_actions and not d.needs_jobs
 
 
 def test_only_the_empty_top_of_the_statefulset_goes():
@@ -182,13 +225,13 @@ def test_an_unknown_slurm_state_holds_everything():
     d = decide(sets, None, T0)
     assert d.replicas == {STS: 3} and not d.slurm_actions and not d.pod_deletions and not d.record_deletions
     assert d.keep == {"gpu"} and "waits for the Slurm agent" in d.waiting[0]
-    # A failed job lookup holds that node (and so every node below it).
+    # A failed job read holds every node that needs it.
     ann = {STARTED: timestamp(T0), PURPOSE: SCALE_IN}
-    state = SlurmState({n.name: n for n in (node(f"{STS}-0"), drained(1), drained(2))},
-                       {f"{STS}-1": (), f"{STS}-2": None})
+    state = SlurmState({n.name: n for n in (node(f"{STS}-0"), drained(1), drained(2))}, None, jobs_read=True)
     d = decide([nodeset(3, 1, pods=[pod(0), pod(1, **ann), pod(2, **ann)])], state, T0 + 1)
-    assert d.replicas == {STS: 3}
-    assert d.waiting == (f"{STS}-2: the jobs on it could not be listed; waiting",)
+    assert d.replicas == {STS: 3} and not d.slurm_actions
+    assert d.waiting == (f"{STS}-2: the jobs on it could not be listed; waiting (scale-in)",
+                         f"{STS}-1: the jobs on it could not be listed; waiting (scale-in)")
 
 
 def test_nodes_unknown_to_slurm_or_without_a_pod_go_at_once():
@@ -211,7 +254,7 @@ def test_a_called_off_scale_in_clears_only_its_own_drains():
     d = decide_fully([nodeset(4, 4, pods=pods)], state, T0 + 1)
     assert [a for a in d.slurm_actions if isinstance(a, Undrain)] == [Undrain(f"{STS}-1"), Undrain(f"{STS}-2")]
     for o in (1, 2):
-        assert annotations_of(d, f"{STS}-{o}") == {STARTED: None, PURPOSE: None, SIGNALLED: None}
+        assert annotations_of(d, f"{STS}-{o}") == {a: None for a in record_annotations(Record())}
     assert d.replicas == {STS: 4}
 
 
@@ -375,25 +418,27 @@ def worlds(draw):
             nodes.append(node(name, state=draw(st.sampled_from(["idle", "mixed", "allocated", "down"])),
                               drain=draw(reasons), flags=draw(st.sampled_from([(), (), ("NOT_RESPONDING",)]))))
         if draw(MOSTLY):
-            jobs[name] = draw(st.one_of(st.none(), st.lists(st.builds(
-                job, st.integers(1, 50), st.sampled_from(["RUNNING", "COMPLETING", "PENDING", "COMPLETED"]),
-                st.booleans()), max_size=3).map(tuple)))
+            jobs[name] = draw(st.lists(st.builds(
+                job, st.integers(10 * o + 1, 10 * o + 9),
+                st.sampled_from(["RUNNING", "COMPLETING", "PENDING", "COMPLETED"]), st.booleans(),
+                st.sampled_from(["None", "BeginTime"])), max_size=3, unique_by=lambda j: j.job_id))
     s = nodeset(current, desired, pods=pods, revision=revision, grace=draw(st.sampled_from([0, 0, 60, 300])),
                 signal=draw(st.sampled_from([None, "USR1"])))
     known = draw(MOSTLY)
-    return s, (SlurmState({n.name: n for n in nodes}, jobs) if known else None)
+    listed = draw(MOSTLY)  # the job read succeeds
+    state = SlurmState({n.name: n for n in nodes}, jobs_on(jobs) if listed else None, jobs_read=True)
+    return s, (state if known else None), jobs if listed else None
 
 
 @settings(max_examples=1000, deadline=None)
 @given(worlds())
 def test_invariants(world):
-    s, state = world
+    s, state, by_node = world
+    if state is not None:
+        first = decide([s], SlurmState(state.nodes), T0)  # before the jobs are read: nothing done to a job
+        assert not any(isinstance(a, (Signal, Requeue, Cancel, StartNow)) for a in first.slurm_actions)
     d = decide([s], state, T0)
-    # A lookup the first pass asked for and did not get is answered as failed.
-    if state is not None and d.missing_jobs:
-        state = SlurmState(state.nodes, {**state.jobs, **{n: None for n in d.missing_jobs}})
-        d = decide([s], state, T0)
-        assert not d.missing_jobs
+    assert not d.needs_jobs
     new = d.replicas[STS]
     assert new >= s.desired
     if s.current is None:
@@ -411,36 +456,36 @@ def test_invariants(world):
         if isinstance(a, Drain):
             assert not nodes[a.node].drain_set  # never overwrite a drain
     pods = {p.ordinal: p for p in s.pods}
-    requeued = {a.job_id for a in d.slurm_actions if isinstance(a, Requeue)}
+    ended = {i for a in d.slurm_actions if isinstance(a, (Requeue, Cancel)) for i in a.job_ids}
     for o in range(new, s.current):  # pods that go now
         name = f"{STS}-{o}"
         n, p = nodes.get(name), pods.get(o)
         if n is None or p is None:
             continue
         assert n.drain_set, "a pod goes only once its node is drained"
-        jobs = state.jobs.get(name)
-        assert jobs is not None, "a pod never goes on a failed or missing job lookup"
-        running = [j for j in jobs if j.active and j.state != "COMPLETING" and j.requeue]
-        assert all(j.job_id in requeued for j in running) or not running
+        assert by_node is not None, "a pod never goes on a failed job read"
+        running = [j for j in by_node.get(name, ()) if j.active and j.state != "COMPLETING"]
+        assert all(j.job_id in ended for j in running), "nothing runs on a node whose pod goes"
     assert len(d.pod_deletions) <= 1
     for dp in d.pod_deletions:
         p = next(p for p in s.pods if p.name == dp.pod)
         assert dp.uid == p.uid and not p.deleting and p.revision != s.update_revision
-        jobs = state.jobs.get(dp.pod)
-        assert dp.pod not in nodes or jobs is not None
+        assert dp.pod not in nodes or by_node is not None
     for rec in d.record_deletions:
         o = int(rec.node.rsplit("-", 1)[1])
         assert o >= s.current and o not in pods
-        assert not any(j.active for j in state.jobs[rec.node])
+        assert by_node is not None and not any(j.active for j in by_node.get(rec.node, ()))
         assert not (nodes[rec.node].responding and not nodes[rec.node].drain_set)
 
 
 # Timestamps and reconfigure.
 
 
-def test_timestamps_round_trip_and_bad_ones_read_as_none():
-    assert parse_timestamp(timestamp(T0)) == T0
-    assert parse_timestamp("yesterday") is None and parse_timestamp(None) is None
+def test_the_record_round_trips_through_annotations_and_bad_times_read_as_none():
+    rec = Record(purpose=SCALE_IN, started=from_epoch(T0), signalled=from_epoch(T0 + 5), jobs=(3, 7),
+                 forced=from_epoch(T0 + 65))
+    assert read_record(record_annotations(rec)) == rec
+    assert read_record({STARTED: "yesterday", PURPOSE: SCALE_IN}) == Record(purpose=SCALE_IN)
     # A hand-edited annotation restarts the drain clock instead of failing.
     d = decide_fully([nodeset(1, 0, pods=[pod(0, **{STARTED: "yesterday", PURPOSE: SCALE_IN})])],
                      slurm(drained(0)), T0, {f"{STS}-0": [job(1)]})

@@ -8,10 +8,17 @@
 #   slurmk8s-entrypoint ready              exit 0 when this node is registered
 #                                          and not DOWN/INVAL/NOT_RESPONDING
 #
-# On SIGTERM (pod deletion) the node is drained ("slurmk8s: pod terminating"),
-# its jobs get up to SLURMK8S_DRAIN_TIMEOUT seconds (default 30) to finish or
-# be requeued, slurmd stops, and the node is deleted from slurmctld so that no
-# ghost node is left behind.
+# On SIGTERM (pod deletion) the node is drained ("slurmk8s: pod terminating")
+# and the entrypoint waits while jobs run there. Emptying the node is not its
+# job: the operator does that by the one evacuation rule (slurmk8s.evacuation:
+# signal, grace period, requeue or cancel, start again at once) for scale-in,
+# rolling updates and worker pods deleted by anyone; the bridge does it before
+# it deletes a lent node's pod. Only as a last resort, when jobs still run
+# SLURMK8S_DRAIN_TIMEOUT seconds (the node set's grace period; default 30)
+# plus 30 s later (no operator is running, say), the node is set DOWN:
+# slurmctld then ends its jobs and requeues those that may be requeued, as for
+# any failed node. Then slurmd stops and the node is deleted from slurmctld so
+# that no ghost node is left behind.
 #
 # Environment: SLURMK8S_CONTROLLER, SLURMK8S_CONTROLLER_PORT (default 6817),
 # SLURMK8S_NODE_CONF (slurmd --conf), optional SLURMK8S_GPU_COUNT (GPU node
@@ -65,6 +72,10 @@ sk_require_env SLURMK8S_CONTROLLER SLURMK8S_NODE_CONF
 port=${SLURMK8S_CONTROLLER_PORT:-6817}
 drain_timeout=${SLURMK8S_DRAIN_TIMEOUT:-30}
 case $drain_timeout in '' | *[!0-9]*) sk_die "SLURMK8S_DRAIN_TIMEOUT must be a whole number of seconds, not '$drain_timeout'" ;; esac
+# The operator's rule signals at its next round and gives the grace period
+# from there: 30 s more before the last resort (the pod's termination grace
+# period is the grace period + KillWait + 60 s).
+drain_limit=$((drain_timeout + 30))
 
 # GPU node sets: gres.conf names /dev/nvidia0..N-1, and slurmd rejects
 # anything but character devices there (the node would turn INVAL).
@@ -108,35 +119,23 @@ jobs_on_node() {
     -t RUNNING,COMPLETING,CONFIGURING,SUSPENDED,SIGNALING,STOPPED,STAGE_OUT 2>/dev/null | paste -sd, -
 }
 
-# requeue_jobs JOBS: the pod is going away with these jobs still on it. Requeue
-# them while slurmd still runs (so their processes get SIGTERM, then SIGKILL
-# after KillWait, and none is left behind), make them eligible again at once
-# (a requeued job otherwise waits ~2 minutes), and cancel those that refuse a
-# requeue (--no-requeue): they would die with the pod anyway.
+# last_resort JOBS: the pod is going away with these jobs still on it and
+# nobody emptied the node. Set it DOWN while slurmd still runs: slurmctld ends
+# the jobs there (their processes get SIGTERM, then SIGKILL after KillWait)
+# and requeues those that may be requeued, with Slurm's requeue delay. This is
+# Slurm's handling of a failed node, not a policy of ours.
 # shellcheck disable=SC2317 # run from a trap
-requeue_jobs() {
-  local jobs=$1 job start=$SECONDS limit kill_wait requeued=()
-  sk_log "warning: jobs $jobs still on $node after ${drain_timeout}s (SLURMK8S_DRAIN_TIMEOUT): requeueing them"
-  for job in ${jobs//,/ }; do
-    if sctl requeue "$job"; then
-      requeued+=("$job")
-    else
-      sk_log "warning: job $job cannot be requeued: cancelling it"
-      timeout 15 scancel "$job" || true
-    fi
-  done
+last_resort() {
+  local jobs=$1 start=$SECONDS limit kill_wait
+  sk_log "warning: jobs $jobs still on $node after ${drain_limit}s and nobody emptied the node (is the slurmk8s operator running?): setting it DOWN, Slurm ends them and requeues what it may"
+  sctl update nodename="$node" state=down reason="slurmk8s: pod terminating" ||
+    sk_log "warning: could not set $node DOWN"
   kill_wait=$(sk_conf_value "$SLURM_CONF" KillWait)
   limit=$((${kill_wait:-30} + 10))
   while jobs=$(jobs_on_node) && [ -n "$jobs" ] && [ $((SECONDS - start)) -lt "$limit" ]; do
     sleep 1
   done
   [ -z "$jobs" ] || sk_log "warning: jobs $jobs still on $node after ${limit}s; stopping slurmd anyway"
-  # Only a job that has left the node takes a new start time; scontrol may
-  # answer non-zero ("partition configuration not available") yet apply it.
-  for job in "${requeued[@]}"; do
-    sctl update jobid="$job" starttime=now >/dev/null 2>&1 || true
-  done
-  [ ${#requeued[@]} -eq 0 ] || sk_log "requeued jobs ${requeued[*]}; they may start again at once"
 }
 
 # shellcheck disable=SC2317 # run from a trap
@@ -150,12 +149,12 @@ drain_and_leave() {
     sk_log "warning: could not drain $node (is slurmctld reachable?); stopping anyway"
   fi
   while jobs=$(jobs_on_node) && [ -n "$jobs" ]; do
-    if [ $((SECONDS - start)) -ge "$drain_timeout" ]; then
-      requeue_jobs "$jobs"
+    if [ $((SECONDS - start)) -ge "$drain_limit" ]; then
+      last_resort "$jobs"
       break
     fi
     if [ "$SECONDS" -ge "$next" ]; then
-      sk_log "waiting for jobs $jobs on $node to finish or be requeued ($((SECONDS - start))s of ${drain_timeout}s)"
+      sk_log "waiting for jobs $jobs on $node to leave: the operator signals and requeues them ($((SECONDS - start))s of ${drain_limit}s)"
       next=$((SECONDS + 5))
     fi
     sleep 1

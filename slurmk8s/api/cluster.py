@@ -162,14 +162,15 @@ Signal = Literal["USR1", "USR2", "TERM", "INT", "HUP", "CONT"]
 
 
 class DrainSpec(ApiModel):
-    """How the operator empties a node before its pod goes away (scale-in, image update)."""
+    """How the operator empties a node before its pod goes away (scale-in, image update, a deleted pod)."""
 
     grace_period: int = Field(300, ge=0, le=604800)
     """Seconds the jobs on a drained node get to finish (counted from the
-    signal when one is set, else from the drain). Then they are requeued and
-    the pod is removed; jobs submitted with --no-requeue end with the pod.
-    A worker pod deleted outside scale-in (a node drain, an eviction) gives
-    its jobs the same time before its slurmd requeues them."""
+    signal when one is set, else from the drain). Then they are requeued,
+    eligible to start again at once (jobs submitted with --no-requeue are
+    cancelled), and the pod is removed. A job that requeues itself on the
+    signal starts again at once too. A worker pod deleted outside scale-in
+    (a node drain, an eviction) is emptied the same way."""
     signal: Signal | None = None
     """Signal sent to the batch shell of each job on the node when the grace
     period starts, for jobs that checkpoint on it (`trap ... USR1`). A batch

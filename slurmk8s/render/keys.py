@@ -2,8 +2,9 @@
 
 Generating keys is the one impure step of rendering, so it happens outside
 ``render()``: the caller passes a :class:`ClusterKeys`. The operator reads the
-existing Secrets and generates keys only for a cluster that has none; the
-Secrets are immutable, so a later render can never replace them.
+existing Secrets and generates a key only for a Secret that is missing (a
+round that finds them all generates nothing); the Secrets are immutable, so
+a later render can never replace them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import secrets
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -56,13 +57,20 @@ class ClusterKeys:
 
     @classmethod
     def generate(cls) -> "ClusterKeys":
-        host, _ = ssh_keypair()
-        return cls(
-            munge_key=os.urandom(MUNGE_KEY_BYTES),
-            jwt_key=os.urandom(JWT_KEY_BYTES),
-            ssh_host_key=host,
-            agent_token=secrets.token_hex(AGENT_TOKEN_BYTES).encode(),
-        )
+        return cls(**{f.name: cls.new_key(f.name) for f in fields(cls)})
+
+    @staticmethod
+    def new_key(name: str) -> bytes:
+        """A new key for the field ``name`` (munge_key, jwt_key, ssh_host_key, agent_token)."""
+        if name == "munge_key":
+            return os.urandom(MUNGE_KEY_BYTES)
+        if name == "jwt_key":
+            return os.urandom(JWT_KEY_BYTES)
+        if name == "ssh_host_key":
+            return ssh_keypair()[0]
+        if name == "agent_token":
+            return secrets.token_hex(AGENT_TOKEN_BYTES).encode()
+        raise ValueError(f"no key called {name!r}")
 
     #: File names of the keys in a keys directory.
     FILES = {
@@ -79,14 +87,13 @@ class ClusterKeys:
         Returns the keys and the files that were newly written.
         """
         directory.mkdir(parents=True, exist_ok=True)
-        fresh = cls.generate()
         values, written = {}, []
         for f in fields(cls):
             path = directory / cls.FILES[f.name]
             if path.exists():
                 values[f.name] = path.read_bytes()
             else:
-                values[f.name] = getattr(fresh, f.name)
+                values[f.name] = cls.new_key(f.name)  # only the keys that are missing
                 path.touch(mode=0o600)
                 path.write_bytes(values[f.name])
                 written.append(path)
@@ -102,6 +109,15 @@ SECRETS = {
     "jwt_key": (names.jwt_secret, "jwt_hs256.key"),
     "ssh_host_key": (names.ssh_host_keys_secret, "ssh_host_ed25519_key"),
     "agent_token": (names.agent_token_secret, "token"),
+}
+
+
+#: Whether a cluster uses each key: the JWT key only with slurmrestd (spec.restApi).
+USED: dict[str, Callable[[SlurmCluster], bool]] = {
+    "munge_key": lambda c: True,
+    "jwt_key": lambda c: c.spec.rest_api.enabled,
+    "ssh_host_key": lambda c: True,
+    "agent_token": lambda c: True,
 }
 
 
@@ -138,25 +154,32 @@ def owns(cluster: SlurmCluster, secret: Mapping) -> bool:
 
 
 def keys_from_secrets(
-    cluster: SlurmCluster, existing: Mapping[str, Mapping], fresh: ClusterKeys
+    cluster: SlurmCluster, existing: Mapping[str, Mapping],
+    fresh: ClusterKeys | Callable[[str], bytes] = ClusterKeys.new_key,
 ) -> tuple[ClusterKeys, list[str]]:
     """The cluster's keys from its existing Secrets (by name), ``fresh`` ones where none exists.
 
-    Pure: the caller generates ``fresh``. Returns the keys and the names of the
-    Secrets that did not exist (their keys come from ``fresh``). A Secret that
-    exists but lacks its key raises :class:`BadKeySecret`: replacing a key
-    would cut every node off, so that is left to a person. One the cluster
-    does not :func:`own` raises :class:`ForeignKeySecret`: whoever made it
-    knows the key (a munge key forges any user's credentials), so it is
-    neither used nor replaced.
+    ``fresh``: new keys, or what makes one by field name
+    (:meth:`ClusterKeys.new_key`), called only for a Secret that is missing:
+    a round that finds its keys generates none, and a key the cluster does
+    not use (:data:`USED`) is left empty. Returns the keys and the names of
+    the Secrets that did not exist (their keys come from ``fresh``).
+    A Secret that exists but lacks its key raises :class:`BadKeySecret`:
+    replacing a key would cut every node off, so that is left to a person.
+    One the cluster does not :func:`own` raises :class:`ForeignKeySecret`:
+    whoever made it knows the key (a munge key forges any user's
+    credentials), so it is neither used nor replaced.
     """
     values, missing = {}, []
     for f in fields(ClusterKeys):
         name_of, data_key = SECRETS[f.name]
         name = name_of(cluster)
         secret = existing.get(name)
+        if secret is None and not USED[f.name](cluster):
+            values[f.name] = b""  # rendered nowhere: nothing to generate
+            continue
         if secret is None:
-            values[f.name] = getattr(fresh, f.name)
+            values[f.name] = getattr(fresh, f.name) if isinstance(fresh, ClusterKeys) else fresh(f.name)
             missing.append(name)
             continue
         if not owns(cluster, secret):

@@ -19,12 +19,17 @@ NODESET_LABEL = f"{GROUP}/nodeset"
 CREATE_ONLY = f"{GROUP}/create-only"
 DELETION_POLICY = f"{GROUP}/deletion-policy"
 
-#: On worker pods the operator is draining: when the drain started, what for
-#: (scale-in or rolling update) and when the jobs were signalled (RFC 3339).
+#: On worker pods the operator is emptying: the evacuation's record
+#: (slurmk8s.evacuation.Record): when the drain started, what for (scale-in,
+#: rolling update, pod terminating), when the jobs were signalled and which
+#: (to start them again at once once they requeue themselves), and when what
+#: still ran after the grace period was requeued or cancelled (RFC 3339).
 #: They make a drain's grace period survive an operator restart.
 DRAIN_STARTED = f"{GROUP}/drain-started"
 DRAIN_PURPOSE = f"{GROUP}/drain-purpose"
 JOBS_SIGNALLED = f"{GROUP}/jobs-signalled"
+SIGNALLED_JOBS = f"{GROUP}/signalled-jobs"
+JOBS_FORCED = f"{GROUP}/jobs-forced"
 #: On worker pod templates (and so on their pods): a digest of the template
 #: without terminationGracePeriodSeconds. The operator restarts a worker only
 #: when its pod's digest differs from the StatefulSet's. The grace period

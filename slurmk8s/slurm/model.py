@@ -80,6 +80,10 @@ class Job:
     reason: str
     array_job_id: int | None = None
     array_task_id: int | None = None
+    #: When a pending job may start (POSIX seconds; None: not reported). A
+    #: requeued job is held here for Slurm's requeue delay, reported as
+    #: reason BeginTime only once it has left COMPLETING.
+    eligible_time: int | None = None
 
     @property
     def active(self) -> bool:
@@ -133,6 +137,7 @@ def job_from_json(d: dict) -> Job:
         reason=d.get("state_reason", ""),
         array_job_id=array_job or None,
         array_task_id=_number(d.get("array_task_id")),
+        eligible_time=_number(d.get("eligible_time")) or None,
     )
 
 
@@ -161,7 +166,7 @@ def job_to_dict(j: Job) -> dict:
         "job_id": j.job_id, "name": j.name, "user": j.user, "state": j.state,
         "partition": j.partition, "nodes": j.nodes, "requeue": j.requeue,
         "restart_count": j.restart_count, "reason": j.reason,
-        "array_job_id": j.array_job_id, "array_task_id": j.array_task_id,
+        "array_job_id": j.array_job_id, "array_task_id": j.array_task_id, "eligible_time": j.eligible_time,
     }
 
 
@@ -174,4 +179,5 @@ def job_from_dict(d: dict) -> Job:
         partition=str(d["partition"]), nodes=str(d["nodes"]), requeue=bool(d["requeue"]),
         restart_count=int(d["restart_count"]), reason=str(d["reason"]),
         array_job_id=opt(d.get("array_job_id")), array_task_id=opt(d.get("array_task_id")),
+        eligible_time=opt(d.get("eligible_time")),
     )
