@@ -234,7 +234,8 @@ def test_keys_are_read_back_from_their_secrets_and_only_missing_ones_are_generat
     assert keys == replace(second, jwt_key=b"") and len(missing) == 3
     # With slurmrestd the JWT key is used: only that one comes from `fresh`.
     doc["spec"]["restApi"] = {"enabled": True}
-    keys, missing = keys_from_secrets(load_cluster(doc), secrets, lambda name: made.append(name) or b"new")
+    rest = load_cluster({**doc, "metadata": {**doc["metadata"], "uid": c.metadata.uid}})
+    keys, missing = keys_from_secrets(rest, secrets, lambda name: made.append(name) or b"new")
     assert missing == ["demo-jwt-key"] and made == ["jwt_key"] and keys.jwt_key == b"new"
 
     broken = dict(secrets)
