@@ -71,9 +71,15 @@ class KubeletWorld:
                                   "--", "sh"])
         try:
             fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))
-            os.write(fd, script)
             output = b""
             deadline = time.monotonic() + timeout
+            # Typed once the shell shows its prompt ($ or #), as a person does: kubectl sends
+            # the terminal's size beside the session, and a loaded machine may let a
+            # command typed ahead run before the size arrived.
+            while not (b"$ " in output or b"# " in output) and time.monotonic() < deadline:
+                if select.select([fd], [], [], 1)[0]:
+                    output += os.read(fd, 4096)
+            os.write(fd, script)
             while time.monotonic() < deadline:
                 if not select.select([fd], [], [], 1)[0]:
                     continue

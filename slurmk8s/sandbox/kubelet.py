@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -174,7 +175,7 @@ class Kubelet:
                 if not self.synced:
                     self.synced = True
                     self._save()
-            except (ApiException, OSError) as exc:  # the API server restarting: try again
+            except (ApiException, OSError, urllib3.exceptions.HTTPError) as exc:  # the API server restarting: try again
                 self.progress(f"kubelet: {exc}")
             stop.wait(period)
 

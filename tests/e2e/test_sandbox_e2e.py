@@ -271,13 +271,13 @@ def test_a_killed_api_server_or_kubelet_is_restarted_and_the_cluster_carries_on(
 
     before = pods()
     for process in ("apiserver", "kubelet"):
-        old = box.process_pid(process)
+        old = wait_for(f"the {process} running", lambda: box.process_pid(process), timeout=30)
         os.kill(old, signal.SIGKILL)
         wait_for(f"the {process} to be started again", lambda: box.process_pid(process) not in (None, old), timeout=30)
     wait_for("the new kubelet's first round", lambda: box._kubelet_synced(box.state()))
     status = json.loads(subprocess.run([SLURMK8S, "sandbox", "status", "-o", "json"], capture_output=True,
                                        text=True, env=env, check=True).stdout)
-    assert all(status["processes"][p]["restarts"] == 1 for p in ("apiserver", "kubelet")), status["processes"]
+    assert all(status["processes"][p]["restarts"] >= 1 for p in ("apiserver", "kubelet")), status["processes"]
     assert pods() == before  # the same pods, none restarted
     job = researcher.sbatch("single.sh", "--partition=gpu", cwd=workdir)
     assert researcher.wait_state(job, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
