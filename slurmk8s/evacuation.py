@@ -262,6 +262,11 @@ def evacuate(name: str, node: Node | None, jobs: Sequence[Job] | None, record: R
     left = [j for j in remaining if j.state != "COMPLETING" or j.job_id in wanted]
     if left:
         return waits(f"waiting for jobs {_ids(job_ids(left))} to leave and be started again")
+    if wanted and node is not None and "COMPLETING" in node.flags:
+        # A job that requeued itself shows PENDING while Slurm still completes its
+        # last run here; Slurm sets the requeue's hold when that ends. Seen next round.
+        return Evacuation(tuple(acts), record, empty=False, released=False,
+                          waiting="Slurm is completing the last run of the jobs signalled here")
     if delayed:
         # Confirmed next round: a start moved while Slurm still completes the
         # job's last run is undone when it finishes, and the hold comes back.

@@ -97,6 +97,17 @@ def test_a_job_that_requeued_itself_is_started_at_once_and_holds_the_node_until_
         assert e.actions == () and e.released
 
 
+def test_the_node_is_kept_while_slurm_completes_the_last_run_of_a_signalled_job():
+    """Requeued by itself, the job shows PENDING (no hold yet) while the node
+    still completes its last run; Slurm sets the requeue's hold only then."""
+    rec = started(signalled=T0, jobs=(1,))
+    pending = job(1, "PENDING", nodes="")
+    e = evacuate(N, node(drain="slurmk8s: scale-in", flags=("COMPLETING",)), [], rec, POLICY, at(3),
+                 recorded=[pending])
+    assert e.actions == () and not e.released and "completing" in e.waiting
+    assert evacuate(N, DRAINED, [], rec, POLICY, at(4), recorded=[pending]).released
+
+
 def test_jobs_that_survive_their_requeue_get_it_again_after_the_retry_interval():
     rec = started(signalled=T0, forced=at(60))
     assert evacuate(N, DRAINED, [job(1)], rec, POLICY, at(89)).actions == ()
