@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Mapping
 import structlog
 
 from ..api import load_cluster, load_policy
-from ..api.cluster import SlurmCluster
+from ..api.cluster import API_VERSION, SlurmCluster
 from ..api.errors import InvalidSpec
 from ..api.lending import NodeLendingPolicy, NodeLendingPolicyStatus
 from ..render import names
@@ -378,7 +378,7 @@ class _Acting:
                                                            "metadata": {"name": action.name}}
             involved = {**involved, "kind": "Node", "apiVersion": "v1"}
         elif self.policy_obj is not None and action.name == self.policy_obj["metadata"]["name"]:
-            involved = {**self.policy_obj, "kind": "NodeLendingPolicy", "apiVersion": "slurmk8s.dev/v1alpha1"}
+            involved = {**self.policy_obj, "kind": "NodeLendingPolicy", "apiVersion": API_VERSION}
         else:
             involved = {"kind": action.kind, "apiVersion": "slurmk8s.dev/v1alpha1",
                         "metadata": {"name": action.name, "namespace": action.namespace}}

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Mapping
 
 from ..evacuation import format_job_ids, parse_job_ids  # noqa: F401 (re-exported)
+from ..api.cluster import GROUP
 from ..times import format_time, parse_time  # noqa: F401 (re-exported: the one RFC 3339 helper)
 
 __all__ = [
@@ -37,7 +38,6 @@ __all__ = [
     "LendingRecord", "format_time", "parse_time",
 ]
 
-GROUP = "slurmk8s.dev"
 STATE_LABEL = f"{GROUP}/lending"
 LENDING = "lending"
 LENT = "lent"

@@ -28,6 +28,8 @@ from urllib.parse import quote, urlencode
 
 import urllib3
 
+from slurmk8s.api.cluster import API_VERSION, PLURAL as CLUSTER_PLURAL
+from slurmk8s.api.lending import PLURAL as POLICY_PLURAL
 from slurmk8s.render.names import FIELD_MANAGER
 
 __all__ = ["Kube", "ApiError", "RESOURCES", "Resource", "load_configuration"]
@@ -55,8 +57,8 @@ RESOURCES: dict[str, Resource] = {
     "Deployment": Resource("apps/v1", "deployments"),
     "PodDisruptionBudget": Resource("policy/v1", "poddisruptionbudgets"),
     "NetworkPolicy": Resource("networking.k8s.io/v1", "networkpolicies"),
-    "SlurmCluster": Resource("slurmk8s.dev/v1alpha1", "slurmclusters"),
-    "NodeLendingPolicy": Resource("slurmk8s.dev/v1alpha1", "nodelendingpolicies"),
+    "SlurmCluster": Resource(API_VERSION, CLUSTER_PLURAL),
+    "NodeLendingPolicy": Resource(API_VERSION, POLICY_PLURAL),
     "Event": Resource("v1", "events"),
 }
 

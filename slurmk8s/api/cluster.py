@@ -32,6 +32,7 @@ from .fields import (
     quantity_value,
 )
 
+#: The API group of every slurmk8s resource, label and annotation: the one place it is written.
 GROUP = "slurmk8s.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"

@@ -20,7 +20,7 @@ from pydantic import AfterValidator, Field
 
 from .fields import SLURM_SIGNALS as SIGNALS
 from .base import ApiModel
-from .cluster import API_VERSION, Condition, DnsSubdomain, ObjectMeta
+from .cluster import API_VERSION, GROUP, Condition, DnsSubdomain, ObjectMeta
 from .fields import DnsLabel, LabelKey, LabelValue, PartitionName, Quantity, constrained, refuse
 
 __all__ = [
@@ -39,7 +39,7 @@ RECLAIM_SIGNALS = tuple(sorted(SIGNALS - {"KILL", "STOP"}))
 #: The Node label that names the one namespace whose NodeLendingPolicies may
 #: lend the node. Set by whoever may label Nodes (a cluster role); a node
 #: without it is lent by no policy (decision record 15).
-LENDABLE_TO_LABEL = "slurmk8s.dev/lendable-to"
+LENDABLE_TO_LABEL = f"{GROUP}/lendable-to"
 
 
 def may_lend(namespace: str, labels: Mapping[str, str]) -> bool:

@@ -6,9 +6,8 @@ here, so they agree on them without looking anything up.
 
 from __future__ import annotations
 
-from ..api.cluster import LENT_PREFIX, SlurmCluster, lent_nodeset  # noqa: F401 (re-exported)
+from ..api.cluster import GROUP, LENT_PREFIX, SlurmCluster, lent_nodeset  # noqa: F401 (re-exported)
 
-GROUP = "slurmk8s.dev"
 CONFIG_HASH = f"{GROUP}/config-hash"
 #: Set by the operator on worker pods that run Slurm jobs; the busy-worker
 #: PodDisruptionBudget selects on it.

@@ -44,7 +44,8 @@ from typing import Callable
 
 import yaml
 
-from ..api.cluster import SlurmCluster
+from ..api.cluster import GROUP, VERSION, SlurmCluster
+from ..bridge.nodestate import STATE_LABEL
 from ..api.lending import LENDABLE_TO_LABEL
 from ..render import names
 from ..render.keys import ssh_keypair
@@ -60,7 +61,7 @@ PROCESSES = ("apiserver", "kubelet")
 COMPONENTS = ("operator", "bridge")
 #: GPU nodes no node set uses, labelled for lending (examples/nodelendingpolicy.yaml selects them).
 DEFAULT_LENDABLE_NODES = 2
-LENDABLE_LABELS = {"slurmk8s.dev/lendable": "true"}
+LENDABLE_LABELS = {f"{GROUP}/lendable": "true"}
 
 Progress = Callable[[str], None]
 
@@ -411,7 +412,7 @@ class Sandbox:
                 if not _running(state.processes.get(process), "slurmk8s"):
                     raise self._fail_process(process, "exited")
             try:
-                obj = custom.get_namespaced_custom_object("slurmk8s.dev", "v1alpha1", cluster.namespace,
+                obj = custom.get_namespaced_custom_object(GROUP, VERSION, cluster.namespace,
                                                           "slurmclusters", cluster.name)
                 pods = core.list_namespaced_pod(cluster.namespace).items
                 product = core.list_namespaced_pod(install.RELEASE_NAMESPACE, label_selector=(
@@ -599,8 +600,8 @@ class Sandbox:
             labels = n.metadata.labels or {}
             kube_nodes.append({
                 "name": n.metadata.name, "gpus": int((n.status.allocatable or {}).get("nvidia.com/gpu", 0)),
-                "lendable": labels.get("slurmk8s.dev/lendable") == "true",
-                "lending": labels.get("slurmk8s.dev/lending"),
+                "lendable": labels.get(f"{GROUP}/lendable") == "true",
+                "lending": labels.get(STATE_LABEL),
                 "slurmState": self._node_state(nodes[n.metadata.name]) if n.metadata.name in nodes else None,
             })
         return {
