@@ -23,6 +23,7 @@ Rules the loop keeps (bridge/README.md explains why):
 from __future__ import annotations
 
 import base64
+import functools
 import posixpath
 import time
 from dataclasses import dataclass, field
@@ -37,8 +38,8 @@ from ..api.errors import InvalidSpec
 from ..api.lending import NodeLendingPolicy, NodeLendingPolicyStatus
 from ..render import names
 from ..render.manifests import lent_slurmd_pod
-from ..slurm import RemoteSlurm, SlurmControl
-from ..slurm.remote import AgentError, agent_url
+from ..slurm import SlurmControl
+from ..slurm.remote import AgentError, cluster_agent
 from . import actions as A
 from . import metrics
 from .decide import decide, lending_metrics, orphaned_policies
@@ -59,10 +60,7 @@ Policy = NodeLendingPolicy | PolicyGone | InvalidPolicy
 AgentFactory = Callable[[SlurmCluster, bytes, Mapping | None], SlurmControl]
 
 
-def _default_agent(cluster: SlurmCluster, token: bytes, controller_pod: Mapping | None) -> SlurmControl:
-    # The pod's IP only (None until it has one: every call then fails
-    # without sending the token anywhere).
-    return RemoteSlurm(agent_url(controller_pod, names.AGENT_PORT), token, timeout=15)
+_default_agent = functools.partial(cluster_agent, port=names.AGENT_PORT, timeout=15)
 
 
 @dataclass

@@ -24,6 +24,7 @@ the API server and Slurm say.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -35,9 +36,9 @@ from slurmk8s.api.cluster import DrainSpec, SlurmCluster, SlurmClusterStatus
 from slurmk8s.render import ClusterKeys, TopologyNode, names, render
 from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, key_secret_names, keys_from_secrets
 from slurmk8s.render.manifests import AgentClients
-from slurmk8s.slurm import NotOurDrain, RemoteSlurm, SlurmControl, SlurmError
+from slurmk8s.slurm import NotOurDrain, SlurmControl, SlurmError
 from slurmk8s.slurm.model import Node
-from slurmk8s.slurm.remote import agent_url as remote_agent_url
+from slurmk8s.slurm.remote import agent_url as remote_agent_url, cluster_agent
 from slurmk8s.times import format_time
 
 from . import reconcile, scalein, status
@@ -72,8 +73,7 @@ def agent_url(cluster: SlurmCluster, controller_pod: Mapping | None) -> str | No
     return remote_agent_url(controller_pod, names.AGENT_PORT)
 
 
-def _default_agent(cluster: SlurmCluster, token: bytes, controller_pod: Mapping | None) -> SlurmControl:
-    return RemoteSlurm(agent_url(cluster, controller_pod), token)
+_default_agent = functools.partial(cluster_agent, port=names.AGENT_PORT)
 
 
 def _ready(pod: Mapping) -> bool:
@@ -143,7 +143,7 @@ class Operator:
     """Runs rounds for SlurmClusters against one API server.
 
     ``agent``: makes the Slurm client of a cluster from (cluster, agent
-    token, controller pod) — by default :class:`RemoteSlurm` at
+    token, controller pod) — by default :func:`~slurmk8s.slurm.remote.cluster_agent` at
     :func:`agent_url`. ``clock`` and ``fresh_keys`` (the key set that
     missing Secrets take their keys from; by default each missing key is
     generated alone) are injectable for tests.

@@ -49,7 +49,8 @@ from ..bridge.nodestate import STATE_LABEL
 from ..api.lending import LENDABLE_TO_LABEL
 from ..render import names
 from ..render.keys import ssh_keypair
-from ..slurm import RemoteSlurm, SlurmControl
+from ..slurm import SlurmControl
+from ..slurm.remote import cluster_agent
 from . import images, install, podlogs, runcruntime, runtime, supervise
 from .kubelet import SandboxNode
 
@@ -522,7 +523,8 @@ class Sandbox:
         cluster = SimpleNamespace(name=state.cluster, namespace=state.namespace)
         token = core.read_namespaced_secret(names.agent_token_secret(cluster), state.namespace).data["token"]
         pod = core.read_namespaced_pod(f"{state.cluster}-controller-0", state.namespace)
-        return RemoteSlurm(f"http://{pod.status.pod_ip}:{names.AGENT_PORT}", base64.b64decode(token))
+        return cluster_agent(cluster, base64.b64decode(token), {"status": {"podIP": pod.status.pod_ip}},
+                             port=names.AGENT_PORT)
 
     def exec(self, pod: str, argv: list[str]) -> list[str]:
         p = self._local_pods().get(pod)

@@ -41,6 +41,15 @@ def agent_url(controller_pod: Mapping | None, port: int) -> str | None:
     return f"http://[{ip}]:{int(port)}" if ip.version == 6 else f"http://{ip}:{int(port)}"
 
 
+def cluster_agent(cluster: object, token: bytes | str, controller_pod: Mapping | None, *, port: int,
+                  timeout: float = 30) -> "RemoteSlurm":
+    """A cluster's Slurm through its agent: the one way the operator, the bridge
+    and the sandbox make that client. ``cluster`` is not used to address it:
+    only the controller pod's IP is (:func:`agent_url`; while the pod has
+    none, every call fails without sending the token anywhere)."""
+    return RemoteSlurm(agent_url(controller_pod, port), token, timeout=timeout)
+
+
 class AgentError(RuntimeError):
     """The agent answered with an error that has no Slurm equivalent."""
 
