@@ -23,7 +23,7 @@ __all__ = [
     "SetLendingState", "ClearLending", "RecordIdleSince", "ClearIdleSince", "RecordSignalled",
     "RecordForced", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "DrainSlurmNode", "DownSlurmNode",
     "SignalJobs", "RequeueJobs", "StartJobsNow", "CancelJobs", "DeleteSlurmNode", "Event", "PolicyStatus",
-    "Action", "NodeAction", "SLURM_ACTIONS", "DESTRUCTIVE_ACTIONS", "node_of",
+    "Action", "NodeAction", "DESTRUCTIVE_ACTIONS", "node_of",
 ]
 
 
@@ -255,7 +255,6 @@ NodeAction = Union[
 ]
 Action = Union[NodeAction, Event, PolicyStatus]
 
-SLURM_ACTIONS = (DrainSlurmNode, DownSlurmNode, SignalJobs, RequeueJobs, StartJobsNow, CancelJobs, DeleteSlurmNode)
 #: Actions that stop or disturb Slurm work, or hand a node back to Kubernetes.
 DESTRUCTIVE_ACTIONS = (DrainSlurmNode, DownSlurmNode, SignalJobs, RequeueJobs, CancelJobs, DeleteSlurmNode, DeleteSlurmdPod,
                        Untaint, ClearLending)

@@ -24,7 +24,7 @@ Applying the plan and observing the result yields an empty plan.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
 
 from slurmk8s.api.fields import parse_quantity
@@ -89,8 +89,6 @@ class Plan:
     creates: tuple[Create, ...] = ()
     updates: tuple[Update, ...] = ()
     deletes: tuple[Delete, ...] = ()
-    #: Desired objects that exist but are being deleted: created again once gone.
-    waiting: tuple[Key, ...] = field(default=())
 
     @property
     def empty(self) -> bool:
@@ -182,7 +180,7 @@ def plan(desired: Sequence[dict], observed: Iterable[dict], *, cluster_name: str
     for o in observed:
         if o.get("kind") in MANAGED_KINDS:
             seen[key(o)] = o
-    creates, updates, waiting = [], [], []
+    creates, updates = [], []
     wanted = set()
     for d in desired:
         k = key(d)
@@ -191,7 +189,7 @@ def plan(desired: Sequence[dict], observed: Iterable[dict], *, cluster_name: str
         if o is None:
             creates.append(Create(d))
         elif _deleting(o):
-            waiting.append(k)
+            continue  # being deleted: created again once gone
         elif not _create_only(d):
             changed = differences(_comparable(d), o)
             if changed:
@@ -207,7 +205,7 @@ def plan(desired: Sequence[dict], observed: Iterable[dict], *, cluster_name: str
     creates.sort(key=lambda c: order[c.key[0]])
     # Deletes run in the reverse order: workloads before the config they mount.
     deletes.sort(key=lambda d: -order[d.kind])
-    return Plan(tuple(creates), tuple(updates), tuple(deletes), tuple(waiting))
+    return Plan(tuple(creates), tuple(updates), tuple(deletes))
 
 
 def _comparable(obj: dict) -> dict:

@@ -15,7 +15,7 @@ from slurmk8s.api.cluster import Condition, NodeCounts, SlurmCluster, SlurmClust
 from slurmk8s.render import names
 from slurmk8s.slurm.model import Node
 
-__all__ = ["COMPONENTS", "compute", "invalid", "node_counts", "conditions_changed"]
+__all__ = ["COMPONENTS", "compute", "invalid", "node_counts"]
 
 COMPONENTS = ("ControllerReady", "WorkersReady", "LoginReady", "RestApiReady")
 
@@ -179,9 +179,3 @@ def invalid(previous: SlurmClusterStatus | None, message: str, generation: int |
         node_counts=previous.node_counts if previous else NodeCounts(),
         config_hash=previous.config_hash if previous else None,
     )
-
-
-def conditions_changed(before: SlurmClusterStatus | None, after: SlurmClusterStatus) -> list[Condition]:
-    """Conditions whose status changed: the transitions worth an Event."""
-    old = {c.type: c.status for c in (before.conditions if before else [])}
-    return [c for c in after.conditions if old.get(c.type) != c.status]

@@ -18,7 +18,6 @@ from ..api.cluster import SlurmCluster
 from ..api.fields import parse_version, quantity_value
 from . import names
 
-CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")
 USER_FILES = ("passwd", "group")
 
 #: Where the images expect things (see images/README.md).
