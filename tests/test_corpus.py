@@ -61,11 +61,10 @@ accepted-and-safe
 from __future__ import annotations
 
 import copy
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import kubernetes_validate
 import pytest

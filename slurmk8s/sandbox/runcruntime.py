@@ -2,7 +2,7 @@
 root file system as an OCI bundle, as a kubelet with containerd runs it.
 
 The kubelet, its API server and ``sandbox down`` run every pod through it
-(prepare, start, alive, ready, exec_argv, stop); ``runtime`` holds the host
+(prepare, start, ready, exec_argv, stop); ``runtime`` holds the host
 side it shares with them (network, volume files, network probes).
 
 - ``prepare`` looks each container's image up in the image store (``slurmk8s
@@ -36,7 +36,7 @@ from . import oci, podlogs
 from .imagestore import ImageStore
 from .images import ImageError
 from .plan import ContainerPlan, Mount, PodPlan
-from .runtime import SandboxError, _nul, alive, network_probe, refresh_volumes, write_files  # noqa: F401  (the shared part of the interface)
+from .runtime import SandboxError, _nul, alive, network_probe, write_files
 
 NAME = "runc"
 

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import urllib.request
 from pathlib import Path
 from typing import Iterator
@@ -24,7 +23,7 @@ from slurmk8s.sandbox import Sandbox
 from slurmk8s.sandbox.images import tags
 
 from .researcher import Researcher
-from .common import SLURMK8S, running_sandbox, wait_for
+from .common import running_sandbox, wait_for
 
 #: What a serving pod runs: the image examples/serving.yaml names.
 SERVE_IMAGE = tags("serve")[0]
