@@ -21,6 +21,7 @@ the API server and in Slurm.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import defaultdict
@@ -30,6 +31,7 @@ import kopf
 
 from slurmk8s import log
 from slurmk8s.api.cluster import GROUP, PLURAL, VERSION
+from slurmk8s.render import names
 
 from . import metrics
 from .cycle import Operator
@@ -131,6 +133,10 @@ def register(registry: kopf.OperatorRegistry, op: Operator, *, interval: float =
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix=GROUP, key="last-handled-configuration")
         settings.posting.level = logging.INFO
+        # kopf's own Events say who posted them as the operator's do, not "kopf".
+        settings.posting.reporting_component = names.FIELD_MANAGER
+        settings.posting.reporting_instance = os.environ.get("HOSTNAME", names.FIELD_MANAGER)
+        settings.posting.event_name_prefix = f"{names.FIELD_MANAGER}-"
         settings.execution.max_workers = 8
         if metrics_port is not None:
             metrics.serve(metrics_port)

@@ -286,4 +286,7 @@ def test_a_slurmcluster_is_picked_up_and_rendered_with_one_field_manager(api):
     assert not [k for k in final["metadata"].get("annotations", {}) if k.startswith("kopf.")]
     events = [w[4] for w in writes if w[0] == "POST" and w[1] == "/api/v1/namespaces/hpc/events"]
     assert any(e.get("reason") == "Pending" and e["involvedObject"]["name"] == "demo" for e in events)
+    # `kubectl describe` shows who posted each: the operator, never the framework.
+    assert events and all(e["source"]["component"] == "slurmk8s-operator" for e in events), \
+        [e.get("source") for e in events]
     assert proc.returncode == 0, err[-3000:]
