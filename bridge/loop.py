@@ -81,7 +81,7 @@ def _key(obj: Mapping) -> str:
 
 
 class Bridge:
-    """One bridge: ``kube`` is a :class:`slurmk8s.operator.kube.Kube` (or anything
+    """One bridge: ``kube`` is a :class:`slurmk8s.kube.Kube` (or anything
     with its ``list/get/create/patch/delete/event``); ``agent`` makes the
     Slurm facade of a cluster; ``clock`` gives the time (UTC)."""
 

@@ -12,7 +12,7 @@ from typing import Collection
 import structlog
 from prometheus_client import start_http_server
 
-from ..operator.kube import Kube
+from ..kube import Kube
 from .loop import FIELD_MANAGER, Bridge
 
 __all__ = ["run"]

@@ -1,7 +1,7 @@
 """What the bridge may do through the Kubernetes API: the one declared list.
 
 Every call ``loop.py`` and ``rollout.py`` make, as
-:class:`slurmk8s.operator.permissions.Permission` (verb, API group,
+:class:`slurmk8s.permissions.Permission` (verb, API group,
 resource, scope; that module explains the scopes). :data:`WATCHED` are the
 namespaces whose NodeLendingPolicies the bridge acts on: a policy's
 SlurmCluster, agent token, lent slurmd pods and serving Deployments live in
@@ -13,7 +13,7 @@ come back. The Helm chart grants exactly these (``tests/test_chart.py``).
 from __future__ import annotations
 
 from ..api.cluster import GROUP
-from ..operator.permissions import CLUSTER, WATCHED, Permission
+from ..permissions import CLUSTER, WATCHED, Permission
 
 __all__ = ["BRIDGE", "NODE_EVENTS_NAMESPACE"]
 

@@ -25,12 +25,11 @@ per round.
 from __future__ import annotations
 
 import hashlib
-import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .. import log
-from ..serve import LATEST, VERSION
+from ..serve import LATEST, LATEST_MAX, VERSION, BadModelDir, check_model_dir  # noqa: F401 (re-exported)
 
 __all__ = [
     "MODEL_DIR_ANNOTATION", "MODEL_VERSION_ANNOTATION", "BadModelDir", "RolloutReport",
@@ -42,46 +41,8 @@ MODEL_VERSION_ANNOTATION = "slurmk8s.dev/model-version"
 #: The reason of the Warning Event a Deployment with a bad model-dir gets.
 INVALID_REASON = "InvalidModelDir"
 COMPONENT = "slurmk8s-bridge"
-#: The most of LATEST that is looked at: a version name is short.
-LATEST_MAX = 256
-_MAX_PATH = 4096
 
 _log = log.get("slurmk8s.bridge.rollout")
-
-
-class BadModelDir(ValueError):
-    """A model-dir annotation the bridge refuses; the message says why."""
-
-
-def _normal_absolute(path: str) -> bool:
-    return path.startswith("/") and posixpath.normpath(path) == path and not path.startswith("//")
-
-
-def check_model_dir(path: Any, allowed_roots: Sequence[str]) -> str:
-    """``path`` if it is a model directory the bridge may read, else :class:`BadModelDir`.
-
-    It must be an absolute path, normalised (no ``.`` or ``..`` parts, no
-    ``//``, no trailing ``/``), without control characters, and inside (or
-    equal to) one of ``allowed_roots``.
-    """
-    if not isinstance(path, str) or not path:
-        raise BadModelDir("is empty; set it to the absolute path of the training job's checkpoint directory")
-    shown = repr(path[:200])
-    if len(path) > _MAX_PATH:
-        raise BadModelDir(f"{shown}... is longer than {_MAX_PATH} characters")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
-        raise BadModelDir(f"{shown} contains a control character")
-    if not path.startswith("/"):
-        raise BadModelDir(f"{shown} is not an absolute path")
-    if ".." in path.split("/"):
-        raise BadModelDir(f"{shown} contains '..'")
-    if not _normal_absolute(path):
-        raise BadModelDir(f"{shown} is not a normalised path (write it as {posixpath.normpath(path)!r})")
-    roots = [r for r in allowed_roots if _normal_absolute(r)]
-    if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots):
-        where = ", ".join(sorted(roots)) or "(none: no SlurmCluster has a checkpointDir)"
-        raise BadModelDir(f"{shown} is outside the checkpoint directories the bridge may read: {where}")
-    return path
 
 
 def parse_latest(text: str) -> str | None:
@@ -136,7 +97,7 @@ def apply_rollouts(kube: Any, read_file: Callable[[str], str], allowed_roots: Se
                    namespace: str | None = None, events: bool = True) -> RolloutReport:
     """One round: roll every Deployment whose model directory published a new version.
 
-    ``kube`` is the bridge's :class:`slurmk8s.operator.kube.Kube`;
+    ``kube`` is the bridge's :class:`slurmk8s.kube.Kube`;
     ``read_file(path)`` returns the text of the file at ``path`` as the Slurm
     pods name it (raising ``FileNotFoundError`` when there is none),
     ``allowed_roots`` the directories model directories must lie in.

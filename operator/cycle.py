@@ -42,7 +42,7 @@ from slurmk8s.slurm.remote import agent_url as remote_agent_url, cluster_agent
 from slurmk8s.times import format_time
 
 from . import reconcile, scalein, status
-from .kube import ApiError, Kube
+from slurmk8s.kube import ApiError, Kube
 
 __all__ = ["Operator", "Outcome", "agent_url", "observe_nodesets", "TEARDOWN_REASON"]
 

@@ -13,7 +13,7 @@ from slurmk8s.render.manifests import AgentClients
 
 from .cycle import Operator
 from .handlers import register
-from .kube import Kube
+from slurmk8s.kube import Kube
 
 __all__ = ["run", "build"]
 

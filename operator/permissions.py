@@ -1,7 +1,7 @@
 """What the operator may do through the Kubernetes API: the one declared list.
 
 Each :class:`Permission` is an API call the operator makes, through its own
-client (``cycle.py`` with ``kube.py``) or through kopf (``handlers.py``,
+client (``cycle.py`` with ``slurmk8s/kube.py``) or through kopf (``handlers.py``,
 ``main.py``), as the RBAC authorizer sees it: a verb, an API group, a
 resource (``resource/subresource`` for a subresource) and where:
 
@@ -11,7 +11,8 @@ resource (``resource/subresource`` for a subresource) and where:
   namespaces (``--namespace``), not with ``--all-namespaces``;
 - a namespace's name: in that namespace only.
 
-The Helm chart grants exactly these, no more (``tests/test_chart.py`` compares
+The kinds of permission, and what a set of them grants, are
+``slurmk8s.permissions``'s. The Helm chart grants exactly these, no more (``tests/test_chart.py`` compares
 the rendered Roles and ClusterRoles with :func:`grants` and asks the API
 stand-in with SubjectAccessReviews). A new call in the code is a new line
 here, and the test then names the rule the chart lacks.
@@ -23,32 +24,13 @@ at start; Kubernetes grants it to every authenticated client
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from slurmk8s.api.cluster import GROUP
+from slurmk8s.permissions import CLUSTER, LISTED, WATCHED, Permission, of_kind
 
-from .kube import RESOURCES
 from .reconcile import MANAGED_KINDS
 
-__all__ = ["Permission", "WATCHED", "CLUSTER", "LISTED", "OPERATOR", "grants", "allows", "of_kind"]
-
-WATCHED = "watched"
-CLUSTER = "cluster"
-LISTED = "cluster-when-namespaces-are-listed"
-
-
-class Permission(NamedTuple):
-    verb: str
-    group: str  # "" is the core API
-    resource: str  # plural, or plural/subresource
-    scope: str  # WATCHED, CLUSTER, LISTED or a namespace
-
-
-def of_kind(kind: str) -> tuple[str, str]:
-    """(API group, resource) of a kind the operator's client knows (``kube.RESOURCES``)."""
-    r = RESOURCES[kind]
-    return r.api_version.rpartition("/")[0], r.plural
-
+__all__ = ["OPERATOR"]
 
 def _rendered() -> tuple[Permission, ...]:
     """The kinds ``slurmk8s render`` produces (``reconcile.MANAGED_KINDS``)
@@ -102,33 +84,3 @@ OPERATOR: tuple[Permission, ...] = (
     Permission("list", "", "namespaces", LISTED),
     Permission("watch", "", "namespaces", LISTED),
 )
-
-Grant = tuple[str, str, str]  # (verb, group, resource)
-
-
-def grants(permissions: Iterable[Permission], namespaces: Sequence[str] | None) -> dict[str | None, set[Grant]]:
-    """Where each permission is needed, for a component watching ``namespaces``
-    (None: every namespace): namespace -> {(verb, group, resource)}, with
-    None for cluster-wide. Pure; what a chart's roles must add up to."""
-    out: dict[str | None, set[Grant]] = {}
-    for p in permissions:
-        g = (p.verb, p.group, p.resource)
-        if p.scope == LISTED:
-            where: Iterable[str | None] = () if namespaces is None else (None,)
-        elif p.scope == CLUSTER or namespaces is None:
-            where = (None,)
-        elif p.scope == WATCHED:
-            where = namespaces
-        else:
-            where = (p.scope,)
-        for ns in where:
-            out.setdefault(ns, set()).add(g)
-    return out
-
-
-def allows(granted: Mapping[str | None, set[Grant]], verb: str, group: str, resource: str,
-           namespace: str | None) -> bool:
-    """Whether ``granted`` (as :func:`grants` returns) allows one request;
-    ``namespace`` None: a cluster-wide request or a cluster-scoped kind."""
-    g = (verb, group, resource)
-    return g in granted.get(None, ()) or (namespace is not None and g in granted.get(namespace, ()))

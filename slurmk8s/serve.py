@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import posixpath
 import logging
 import re
 import signal
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -216,3 +218,46 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# What of a model directory may be read: the bridge's rule for the model-dir
+# annotation, and the agent's before it reads LATEST for the bridge.
+
+#: The most of LATEST that is looked at: a version name is short.
+LATEST_MAX = 256
+_MAX_PATH = 4096
+
+
+class BadModelDir(ValueError):
+    """A model-dir annotation the bridge refuses; the message says why."""
+
+
+def _normal_absolute(path: str) -> bool:
+    return path.startswith("/") and posixpath.normpath(path) == path and not path.startswith("//")
+
+
+def check_model_dir(path: Any, allowed_roots: Sequence[str]) -> str:
+    """``path`` if it is a model directory the bridge may read, else :class:`BadModelDir`.
+
+    It must be an absolute path, normalised (no ``.`` or ``..`` parts, no
+    ``//``, no trailing ``/``), without control characters, and inside (or
+    equal to) one of ``allowed_roots``.
+    """
+    if not isinstance(path, str) or not path:
+        raise BadModelDir("is empty; set it to the absolute path of the training job's checkpoint directory")
+    shown = repr(path[:200])
+    if len(path) > _MAX_PATH:
+        raise BadModelDir(f"{shown}... is longer than {_MAX_PATH} characters")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+        raise BadModelDir(f"{shown} contains a control character")
+    if not path.startswith("/"):
+        raise BadModelDir(f"{shown} is not an absolute path")
+    if ".." in path.split("/"):
+        raise BadModelDir(f"{shown} contains '..'")
+    if not _normal_absolute(path):
+        raise BadModelDir(f"{shown} is not a normalised path (write it as {posixpath.normpath(path)!r})")
+    roots = [r for r in allowed_roots if _normal_absolute(r)]
+    if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots):
+        where = ", ".join(sorted(roots)) or "(none: no SlurmCluster has a checkpointDir)"
+        raise BadModelDir(f"{shown} is outside the checkpoint directories the bridge may read: {where}")
+    return path

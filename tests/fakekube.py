@@ -5,7 +5,7 @@ honours uid preconditions and label selectors, and keeps status apart from
 what the operator applies. :meth:`FakeKube.run_controllers` plays the
 StatefulSet and Deployment controllers (pods per ordinal, revision labels,
 OnDelete, claims from volumeClaimTemplates) for as long as a test needs.
-It is a test double of :class:`slurmk8s.operator.kube.Kube`, not a sandbox.
+It is a test double of :class:`slurmk8s.kube.Kube`, not a sandbox.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import itertools
 import json
 from typing import Mapping
 
-from slurmk8s.operator.kube import RESOURCES, ApiError, Kube
-from slurmk8s.operator.permissions import allows, of_kind
+from slurmk8s.kube import RESOURCES, ApiError, Kube
+from slurmk8s.permissions import allows, of_kind
 from slurmk8s.sandbox.apiserver.patch import merge_patch
 
 _ids = itertools.count(1)

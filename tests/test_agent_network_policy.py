@@ -8,7 +8,7 @@ import pytest
 
 from slurmk8s import cli
 from slurmk8s.api import load_cluster
-from slurmk8s.operator.kube import RESOURCES
+from slurmk8s.kube import RESOURCES
 from slurmk8s.operator.permissions import OPERATOR
 from slurmk8s.operator.reconcile import MANAGED_KINDS
 from slurmk8s.render import names, render

@@ -12,7 +12,7 @@ import pytest
 from slurmk8s.api.lending import LENDABLE_TO_LABEL
 from slurmk8s.bridge.loop import Bridge
 from slurmk8s.bridge.nodestate import IDLE_SINCE_ANNOTATION, STATE_LABEL, TAINT_KEY, format_time
-from slurmk8s.operator.kube import Kube
+from slurmk8s.kube import Kube
 from slurmk8s.slurm.model import Job, Node
 
 from .apiserver.conftest import CRDS, start_server

@@ -19,7 +19,8 @@ from slurmk8s import cli, log
 from slurmk8s.api import load_cluster
 from slurmk8s.api.crd import all_crds
 from slurmk8s.bridge.permissions import BRIDGE
-from slurmk8s.operator.permissions import OPERATOR, allows, grants, of_kind
+from slurmk8s.operator.permissions import OPERATOR
+from slurmk8s.permissions import allows, grants, of_kind
 from slurmk8s.operator.reconcile import MANAGED_KINDS
 from slurmk8s.render import render
 

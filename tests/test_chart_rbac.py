@@ -25,8 +25,8 @@ from slurmk8s.bridge.nodestate import STATE_LABEL
 from slurmk8s.operator import cycle
 from slurmk8s.operator.cycle import Operator
 from slurmk8s.operator.handlers import FINALIZER, register
-from slurmk8s.operator.kube import ApiError, Kube
-from slurmk8s.operator.permissions import allows
+from slurmk8s.kube import ApiError, Kube
+from slurmk8s.permissions import allows
 from slurmk8s.render import names
 from slurmk8s.render.keys import key_secret_names
 from slurmk8s.sandbox.apiserver import audit

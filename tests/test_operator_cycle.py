@@ -25,8 +25,9 @@ from slurmk8s.evacuation import held
 from slurmk8s.operator import cycle
 from slurmk8s.operator.cycle import Operator
 from slurmk8s.operator.handlers import HURRY_SECONDS, Handlers
-from slurmk8s.operator.kube import ApiError
-from slurmk8s.operator.permissions import OPERATOR, grants
+from slurmk8s.kube import ApiError
+from slurmk8s.operator.permissions import OPERATOR
+from slurmk8s.permissions import grants
 from slurmk8s.render import ClusterKeys, config_files, names, node_conf
 from slurmk8s.slurm import RemoteSlurm, SlurmClient
 from slurmk8s.slurm.model import Job

@@ -23,7 +23,7 @@ from slurmk8s.bridge.rollout import (
     parse_latest,
     rollout_patch,
 )
-from slurmk8s.operator.kube import ApiError, Kube
+from slurmk8s.kube import ApiError, Kube
 from slurmk8s.sandbox.apiserver.patch import merge_patch
 from slurmk8s.serve import VERSION
 

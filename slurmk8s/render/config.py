@@ -7,7 +7,6 @@ text. Every value that comes from the user was checked by the API model.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.resources
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
@@ -15,6 +14,7 @@ from typing import Mapping, Sequence
 import jinja2
 
 from ..api.cluster import SlurmCluster
+from ..slurm.model import config_hash  # noqa: F401 (re-exported: the rendered files' digest)
 from ..api.fields import parse_version, quantity_value
 from . import names
 
@@ -219,9 +219,3 @@ def user_files(c: SlurmCluster) -> dict[str, str]:
     return files
 
 
-def config_hash(files: Mapping[str, str]) -> str:
-    """A short, stable digest of config files (order-independent)."""
-    h = hashlib.sha256()
-    for name in sorted(files):
-        h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
-    return h.hexdigest()[:16]

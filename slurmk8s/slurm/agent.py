@@ -363,7 +363,7 @@ def make_server(listen: str, slurm: SlurmControl, token: bytes, checkpoint_root:
 
 def _published(root: str | None, query: dict) -> dict:
     """``<dir>/LATEST`` for the bridge's model-version rollouts (bridge/rollout.py)."""
-    from ..bridge.rollout import LATEST_MAX, BadModelDir, check_model_dir
+    from ..serve import LATEST_MAX, BadModelDir, check_model_dir
 
     if root is None:
         raise _Fail(HTTPStatus.NOT_FOUND, "not-found", "this cluster has no spec.sharedStorage.checkpointDir; "

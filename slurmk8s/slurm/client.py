@@ -24,9 +24,8 @@ from typing import Callable, Sequence
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from ..api.fields import SLURM_SIGNALS
-from ..render.config import config_hash
 from .hostlist import expand
-from .model import DRAIN_PREFIX, Job, Node, job_from_json, node_from_json
+from .model import DRAIN_PREFIX, Job, Node, config_hash, job_from_json, node_from_json
 
 __all__ = ["Runner", "local_runner", "SlurmClient", "SlurmError", "NotOurDrain", "DRAIN_PREFIX"]
 

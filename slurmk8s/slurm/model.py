@@ -6,8 +6,9 @@ keys in later releases) to small frozen records.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 #: Every drain slurmk8s sets starts with this; drains without it belong to an
 #: administrator and are never cleared by slurmk8s.
@@ -181,3 +182,12 @@ def job_from_dict(d: dict) -> Job:
         array_job_id=opt(d.get("array_job_id")), array_task_id=opt(d.get("array_task_id")),
         eligible_time=opt(d.get("eligible_time")),
     )
+
+
+def config_hash(files: Mapping[str, str]) -> str:
+    """A short, stable digest of config files (order-independent): the operator
+    renders it, the agent reports what slurmctld reads; equal when they agree."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    return h.hexdigest()[:16]

@@ -13,6 +13,7 @@ import pytest
 
 from slurmk8s.bridge import permissions as bridge_permissions
 from slurmk8s.operator import permissions
+from slurmk8s.permissions import grants
 from slurmk8s.sandbox import Sandbox, install
 
 from .common import running_sandbox, wait_for
@@ -129,7 +130,7 @@ def test_the_operator_and_the_bridge_run_as_the_charts_pods_with_exactly_its_rba
     assert {k: (v["ready"], v["serviceAccount"]) for k, v in components.items()} == {
         "operator": (True, "slurmk8s"), "bridge": (True, "slurmk8s-bridge")}
     for account, declared in (("slurmk8s", permissions.OPERATOR), ("slurmk8s-bridge", bridge_permissions.BRIDGE)):
-        granted = permissions.grants(declared, ["default"])
+        granted = grants(declared, ["default"])
         want = granted.get("default", set()) | granted.get(None, set())
         assert can_i_list(platform, account, "default") == want, account
     assert ("get", "", "secrets") not in can_i_list(platform, "slurmk8s-bridge", "kube-system")

@@ -1,4 +1,5 @@
-"""A thin client for the Kubernetes REST API: the operator's only way to the API server.
+"""A thin client for the Kubernetes REST API, used by the operator (beside kopf,
+which watches and patches SlurmClusters itself) and by the bridge.
 
 Plain HTTP on the documented paths, so it works against any API server
 (a real one, or the sandbox's stand-in) without discovery. Credentials come

@@ -1,0 +1,80 @@
+"""The import layers of the product: each part imports only parts below it,
+never one beside it (the operator and the bridge never import each other).
+A new top-level module fails here until it is given its layer."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Where each importable package lives in the tree.
+TREES = {"slurmk8s": ROOT / "slurmk8s", "slurmk8s.operator": ROOT / "operator",
+         "slurmk8s.bridge": ROOT / "bridge", "slurmk8s.templates": ROOT / "templates"}
+#: Lower imports nothing of higher; equal ranks import nothing of each other.
+RANK = {
+    "slurmk8s.log": 0, "slurmk8s.times": 0, "slurmk8s.serve": 0, "slurmk8s.templates": 0,
+    "slurmk8s.api": 1,
+    "slurmk8s.manifest": 2, "slurmk8s.slurm": 2,
+    "slurmk8s.render": 3, "slurmk8s.evacuation": 3,
+    "slurmk8s.kube": 4,
+    "slurmk8s.permissions": 5,
+    "slurmk8s.operator": 6, "slurmk8s.bridge": 6,
+    "slurmk8s.sandbox": 7,
+    "slurmk8s.cli": 8,
+}
+
+
+def modules():
+    """(file, dotted module name, is a package's __init__) of every product module."""
+    for package, tree in TREES.items():
+        for path in sorted(tree.rglob("*.py")):
+            parts = [p for p in path.relative_to(tree).with_suffix("").parts if p != "__init__"]
+            if package == "slurmk8s" and parts and parts[0] in ("operator", "bridge", "templates"):
+                continue
+            yield path, ".".join([package, *parts]), path.name == "__init__.py"
+
+
+def part(name: str) -> str:
+    """``slurmk8s.render.config`` -> ``slurmk8s.render``: the layered part a module belongs to."""
+    return ".".join(name.split(".")[:2])
+
+
+def imports(path: Path, module: str, is_package: bool):
+    """Every slurmk8s module ``module`` imports, also inside functions."""
+    here = module.split(".") if is_package else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.split(".")[0] == "slurmk8s")
+        elif isinstance(node, ast.ImportFrom):
+            base = here[:len(here) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            if target.split(".")[0] != "slurmk8s":
+                continue
+            if target == "slurmk8s":  # from slurmk8s import log: the module named (not __version__)
+                yield from (f"slurmk8s.{a.name}" for a in node.names if not a.name.startswith("__"))
+            else:
+                yield target
+
+
+def test_every_part_imports_only_parts_below_it():
+    wrong, unranked = [], set()
+    for path, module, is_package in modules():
+        mine = part(module)
+        if module == "slurmk8s":
+            continue
+        for target in imports(path, module, is_package):
+            theirs = part(target)
+            if theirs == mine:
+                continue
+            unranked |= {p for p in (mine, theirs) if p not in RANK}
+            if mine in RANK and theirs in RANK and RANK[theirs] >= RANK[mine]:
+                wrong.append(f"{path.relative_to(ROOT)}: {module} imports {target}")
+    assert not unranked, f"give these a layer in RANK: {sorted(unranked)}"
+    assert wrong == [], "imports against the layer order:\n" + "\n".join(wrong)
+
+
+def test_the_check_sees_imports_inside_functions(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    from ..bridge.rollout import x\n")
+    assert list(imports(f, "slurmk8s.slurm.agent", False)) == ["slurmk8s.bridge.rollout"]
