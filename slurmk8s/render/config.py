@@ -57,6 +57,13 @@ def render_template(name: str, **context) -> str:
     return _ENV.get_template(f"{name}.j2").render(**context)
 
 
+def dynamic_node_conf(*, cpus: int, memory_mib: int, gpus: int, gpu_type: str, features: Sequence[str]) -> str:
+    """The node definition a dynamic slurmd registers with (``slurmd -Z --conf``):
+    a node set's worker and a lent node alike."""
+    return render_template("node-conf", cpus=cpus, memory_mib=memory_mib, gpus=gpus, gpu_type=gpu_type,
+                           features=list(features)).strip()
+
+
 def memory_mib(quantity: str) -> int:
     return int(quantity_value(quantity) // 2**20)
 

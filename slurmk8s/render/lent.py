@@ -27,7 +27,7 @@ from typing import Mapping
 from ..api.cluster import lent_nodeset
 from ..api.fields import SLURM_NAME_RE, parse_quantity
 from ..slurm.client import NODE_NAME
-from .config import GPU_DEVICE, gpu_files, render_template
+from .config import GPU_DEVICE, dynamic_node_conf, gpu_files, render_template
 
 __all__ = ["GPU_RESOURCE", "GPU_PRODUCT_LABEL", "MAX_GPUS", "LentNode", "UnlendableNode", "lent_node"]
 
@@ -116,7 +116,7 @@ def lent_node(
         raise UnlendableNode(f"node {node} has {gpus} GPUs; at most {MAX_GPUS} per node are supported")
     kind = gpu_type(labels)
     feature = lent_nodeset(partition)
-    conf = f"CPUs={cpus} RealMemory={memory} Gres=gpu:{kind}:{gpus} Feature={feature}"
+    conf = dynamic_node_conf(cpus=cpus, memory_mib=memory, gpus=gpus, gpu_type=kind, features=[feature])
     gres = render_template(
         "gres.conf",
         cluster=cluster,

@@ -20,6 +20,7 @@ from .config import (
     TopologyNode,
     config_files,
     config_hash,
+    dynamic_node_conf,
     memory_mib,
     user_files,
 )
@@ -99,12 +100,8 @@ def _env(pairs: dict[str, str]) -> list[dict]:
 
 def node_conf(c: SlurmCluster, ns: NodeSet) -> str:
     """The node definition a worker passes to ``slurmd -Z --conf``."""
-    features = ",".join([ns.name, *ns.features])
-    parts = [f"CPUs={ns.cpus}", f"RealMemory={memory_mib(ns.memory)}"]
-    if ns.gpus:
-        parts.append(f"Gres=gpu:{ns.gpus.type}:{ns.gpus.count}")
-    parts.append(f"Feature={features}")
-    return " ".join(parts)
+    return dynamic_node_conf(cpus=ns.cpus, memory_mib=memory_mib(ns.memory), gpus=ns.gpus.count if ns.gpus else 0,
+                             gpu_type=ns.gpus.type if ns.gpus else "", features=[ns.name, *ns.features])
 
 
 def _common_env(c: SlurmCluster) -> dict[str, str]:

@@ -45,8 +45,8 @@ from typing import Callable
 import yaml
 
 from ..api.cluster import GROUP, VERSION, SlurmCluster
-from ..bridge.nodestate import STATE_LABEL
 from ..api.lending import LENDABLE_TO_LABEL
+from ..bridge.nodestate import STATE_LABEL
 from ..render import names
 from ..render.keys import ssh_keypair
 from ..slurm import SlurmControl
