@@ -191,10 +191,10 @@ def test_sandbox_logs_reads_the_same_files(tmp_path):
         (ctr / "name").write_text(name)
         podlogs.start_instance(ctr, previous)
         podlogs.log_file(ctr).write_bytes(current)
-    (pod / "log").write_text("pod-init: container main exited with status 1; stopping the pod\n")
+    (pod / "log").write_text("runc-shim: container main exited with status 1; stopping the pod\n")
     box = Sandbox(tmp_path)
     assert box.logs("p").splitlines() == ["old 1", "old 2", "--- the pod restarted ---", "new 1",
-                                          "pod-init: container main exited with status 1; stopping the pod"]
+                                          "runc-shim: container main exited with status 1; stopping the pod"]
     assert box.logs("p", container="side", tail=2).splitlines()[0] == "s"
     with pytest.raises(KeyError, match="containers: main, side"):
         box.logs("p", container="nope")

@@ -4,10 +4,10 @@
     POD_DIR/containers/<i>/name          the container's name (i: its place in the pod spec)
     POD_DIR/containers/<i>/log           what the running instance wrote (stdout and stderr)
     POD_DIR/containers/<i>/previous.log  what the instance before the last restart wrote
-    POD_DIR/log                          what the pod's own PID 1 (pod-init.sh) said
+    POD_DIR/log                          what the pod's shim (runcshim) and runc said
 
-``pod-init.sh`` writes ``log``; ``runtime.prepare`` moves it to
-``previous.log`` when the kubelet restarts the pod. The query parsing and
+``runcshim`` writes ``log``; ``runcruntime.prepare`` keeps each container's
+log as its ``previous.log`` when the kubelet restarts the pod. The query parsing and
 line selection are pure.
 """
 

@@ -14,7 +14,7 @@ container ids in it, before anything ran), then:
    PID into the bundle's namespace paths and runs it with runc, detached,
    its stdout and stderr appended to the container's log;
 3. reaps the containers' processes (it is their subreaper) and ends the pod
-   when one of them ends, as ``pod-init.sh`` does: the kubelet restarts it.
+   when one of them ends: the kubelet restarts it.
 
 SIGTERM: each container gets SIGTERM (``runc kill``); SIGINT: SIGKILL to
 every process of every container. When all have ended it removes them and
