@@ -1,10 +1,12 @@
 """The one facade that talks to Slurm.
 
-:class:`SlurmClient` is the narrow interface the operator, the bridge and the
-sandbox use. Its only backend drives the Slurm commands (``scontrol``,
-``sinfo --json``, ``squeue --json``, ``sbatch``, ``scancel``) through a
-:data:`Runner`, so the same code works on a slurmctld host, inside a pod, or
-in a test namespace. pyslurm is not used: PyPI has no build for Slurm 22.05.
+:class:`SlurmClient` runs where the Slurm commands are: in the agent beside
+slurmctld (``agent.py``), and in tests. The operator, the bridge and the
+sandbox reach it through that agent (``remote.RemoteSlurm``, the same
+:class:`~slurmk8s.slurm.control.SlurmControl` interface). Its only backend
+drives the Slurm commands (``scontrol``, ``sinfo --json``, ``squeue --json``,
+``sbatch``, ``scancel``) through a :data:`Runner`, so the same code works on
+a slurmctld host, inside a pod, or in a test namespace. pyslurm is not used: PyPI has no build for Slurm 22.05.
 
 Rules that keep jobs safe live here, once:
 - every drain slurmk8s sets carries the ``slurmk8s:`` prefix, and

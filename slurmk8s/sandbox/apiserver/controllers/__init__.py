@@ -1,6 +1,7 @@
 """Controllers inside the stand-in: what Kubernetes' controller manager and
-scheduler would do for the objects slurmk8s uses. There is no kubelet: pods
-stay Pending (scheduled) until something reports their status through the API."""
+scheduler would do for the objects slurmk8s uses. No kubelet runs in it: pods
+stay Pending (scheduled) until a kubelet (the sandbox's ``sandbox/kubelet.py``,
+or a test acting as one) reports their status through the API."""
 
 from __future__ import annotations
 
