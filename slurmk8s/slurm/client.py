@@ -6,7 +6,8 @@ sandbox reach it through that agent (``remote.RemoteSlurm``, the same
 :class:`~slurmk8s.slurm.control.SlurmControl` interface). Its only backend
 drives the Slurm commands (``scontrol``, ``sinfo --json``, ``squeue --json``,
 ``sbatch``, ``scancel``) through a :data:`Runner`, so the same code works on
-a slurmctld host, inside a pod, or in a test namespace. pyslurm is not used: PyPI has no build for Slurm 22.05.
+a slurmctld host, inside a pod, or in a test namespace. pyslurm is not used:
+PyPI has no build for Slurm 22.05.
 
 Rules that keep jobs safe live here, once:
 - every drain slurmk8s sets carries the ``slurmk8s:`` prefix, and
