@@ -503,8 +503,7 @@ class Kubelet:
         def work():
             try:
                 runcruntime.stop(local.holder, grace=grace)
-                if (self.pod_dir(local) / "runc.json").exists():
-                    runcruntime.remove(self.pod_dir(local))  # also when its shim was gone already
+                runcruntime.remove(self.pod_dir(local))  # also when its shim was gone already
                 self.net.detach(self._netns_key(local), local.index)
                 with self.lock:
                     self.pods.pop(local.uid, None)
