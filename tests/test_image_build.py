@@ -6,15 +6,17 @@ each component runs."""
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from slurmk8s import __version__
-from slurmk8s.manifest import clusters
-from slurmk8s.render import ClusterKeys, render
+from slurmk8s import __version__, versions
+from slurmk8s.api import load_cluster
+from slurmk8s.render import ClusterKeys, TopologyNode, render
 from slurmk8s.sandbox import images as rules
 from slurmk8s.sandbox.imagestore import Image, ImageStore
 
@@ -130,31 +132,101 @@ def test_a_second_build_is_cached_and_ensure_finds_the_renderers_names(built):
         assert image is not None and image.key == built[image.name].key and image.rootfs.is_dir(), ref
 
 
-def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(built, tmp_path):
+def _config_map(objects: list[dict], name: str) -> dict[str, str]:
+    return next(o["data"] for o in objects if o["kind"] in ("ConfigMap", "Secret") and o["metadata"]["name"] == name)
+
+
+def _show_config(text: str) -> dict[str, str]:
+    """``scontrol show config``: ``Key = value`` lines."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+@pytest.mark.parametrize("version", versions.SUPPORTED)
+def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(version, tmp_path):
     """The images' entrypoints as a runtime starts them: each in an overlay root over the
-    exported rootfs, with the renderer's slurm.conf and munge key mounted."""
-    cluster = next(clusters(str(ROOT / "examples/slurmcluster.yaml")))
-    objects = render(cluster, ClusterKeys.generate())
+    exported rootfs, with the renderer's slurm.conf for ``version`` and munge key mounted.
+    Every supported release runs the example (preemption, lending, GPUs, a checkpoint
+    directory), with a switch topology where the release places dynamic nodes in one
+    (the node is in topology.conf, and `scontrol reconfigure` runs after it registered,
+    as the operator does); slurmctld's view of the config shows what the version table
+    says."""
+    release = versions.release(version)
+    doc = yaml.safe_load((ROOT / "examples/slurmcluster.yaml").read_text())
+    doc["spec"]["slurm"]["version"] = version
+    if release.topology_places_dynamic_nodes:
+        doc["spec"]["topology"] = {"labelKeys": ["net/spine", "net/leaf"]}
+    cluster = load_cluster(doc)
+    built = {i.name: i for i in ImageStore().build(["slurmctld", "slurmd"], version)}
+    nodes = [TopologyNode("node-1", {"net/spine": "s0", "net/leaf": "l0"})]
+    objects = render(cluster, ClusterKeys.generate(), nodes)
     conf = tmp_path / "etc-slurm"
     conf.mkdir()
-    for o in objects:
-        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == f"{cluster.name}-slurm-config":
-            for name, text in o["data"].items():
-                (conf / name).write_text(text)
-        if o["kind"] == "Secret" and o["metadata"]["name"] == f"{cluster.name}-munge-key":
-            (tmp_path / "munge.key").write_bytes(base64.b64decode(o["data"]["munge.key"]))
-    assert (conf / "slurm.conf").exists() and (tmp_path / "munge.key").exists()
+    for name, text in _config_map(objects, f"{cluster.name}-slurm-config").items():
+        (conf / name).write_text(text)
+    key = _config_map(objects, f"{cluster.name}-munge-key")["munge.key"]
+    (tmp_path / "munge.key").write_bytes(base64.b64decode(key))
     work = tmp_path / "run"
     work.mkdir()
+    mpi = "pmix" if "pmix" in release.mpi_types else release.mpi_types[0]
     proc = subprocess.run([str(ROOT / "tests/fixtures/image-cluster.sh"), str(built["slurmctld"].rootfs),
                            str(built["slurmd"].rootfs), str(conf), str(tmp_path / "munge.key"), str(work)],
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "SLURMK8S_TEST_MPI": mpi})
     logs = "\n".join(f"--- {f.name}\n{f.read_text()}" for f in sorted(work.glob("*.log")))
     out = proc.stdout
     assert "node ready: yes" in out, out + proc.stderr + logs
+    assert "node ready after reconfigure: yes" in out, out + proc.stderr + logs
     assert "node-1 idle" in out, out + logs
-    assert "job on demo-controller-0 in debian 12" in out, out + proc.stderr + logs
-    assert "pmix rank 0" in out, out + proc.stderr + logs
+    assert "job on demo-controller-0 in debian" in out, out + proc.stderr + logs
+    assert "mpi rank 0" in out, out + proc.stderr + logs
     slurmd_log = (work / "slurmd.log").read_text()
     assert "deleted node node-1 from slurmctld" in slurmd_log, logs
     assert "can not load PMIx library" not in slurmd_log
+    assert f"slurmctld version {version}." in (work / "ctld.log").read_text(), logs
+    for log in ("ctld.log", "slurmd.log"):
+        text = (work / log).read_text()
+        assert "fatal" not in text and "Unknown parameter" not in text, f"{log}:\n{text}"
+
+    shown = _show_config((work / "config.txt").read_text())
+    assert shown["SLURM_VERSION"].startswith(f"{version}."), shown
+    assert shown["SelectType"] == release.select_type
+    assert shown["TopologyPlugin"] == (release.topology_tree_plugin if cluster.spec.topology
+                                       else release.topology_flat_plugin)
+    assert shown["AuthType"] in release.auth_types
+    signal_key, signal_value = release.preempt_user_signal
+    assert signal_value in shown[signal_key].split(","), shown[signal_key]
+    assert "enable_configless" in shown["SlurmctldParameters"].split(",")
+
+
+PLUGIN_DIR = "usr/lib/x86_64-linux-gnu/slurm-wlm"
+
+
+@pytest.mark.parametrize("version", versions.SUPPORTED)
+def test_the_version_table_matches_the_plugins_and_commands_of_each_release(version):
+    """What the table says a release has, its Debian build has: plugin files and --json."""
+    release = versions.release(version)
+    slurmd = {i.name: i for i in ImageStore().build(["slurmd"], version)}["slurmd"]
+    plugins = {p.stem for p in (slurmd.rootfs / PLUGIN_DIR).glob("*.so")}
+
+    def plugin(name: str) -> str:  # "auth/munge" -> "auth_munge"
+        return name.replace("/", "_")
+
+    assert {p for p in plugins if p.startswith("auth_")} - {"auth_none"} == {plugin(a) for a in release.auth_types}
+    assert plugin(release.select_type) in plugins
+    assert {plugin(release.topology_tree_plugin), plugin(release.topology_flat_plugin)} <= plugins
+    containers = {"JobContainerType": "job_container_", "NamespaceType": "namespace_"}
+    for key, prefix in containers.items():
+        assert any(p.startswith(prefix) for p in plugins) == (key == release.job_container_key), (key, plugins)
+    assert {p for p in plugins if p.startswith("mpi_") and p.count("_") == 1} - {"mpi_none", "mpi_cray"} == \
+        {f"mpi_{t}" for t in release.mpi_types}, plugins
+    parsers = {p.removeprefix("data_parser_").replace("_", ".") for p in plugins if p.startswith("data_parser_")}
+    assert parsers == (set(release.rest_parsers) if release.rest_data_parser else set())
+    # The commands need a reachable config even for --help; their usage text is in the binary.
+    for command in ("scontrol", "sinfo", "squeue", "sacctmgr"):
+        binary = (slurmd.rootfs / "usr/bin" / command).read_bytes()
+        assert (b"--json" in binary) == (command in release.json_commands), command

@@ -61,6 +61,8 @@ def test_the_newline_example_from_the_spec():
         ({"slurm": {"version": "23.02"}}, "spec.slurm.version", "not a supported Slurm release"),
         ({"slurm": {"version": "24.11.1"}}, "spec.slurm.version", "not a supported Slurm release"),
         ({"slurm": {"version": "latest"}}, "spec.slurm.version", "Slurm release"),
+        ({"slurm": {"version": "22.05"}, "topology": {"labelKeys": ["net/leaf"]}}, "spec.topology",
+         "does not place dynamic nodes"),
         ({"slurm": {"image": {"repository": "Registry/x"}}}, "spec.slurm.image.repository", "image repository"),
         ({"login": {"users": [{"name": "root", "uid": 3000, "sshPublicKeys": [KEY]}]}}, "spec.login.users[0].name", "system account"),
         ({"login": {"users": [{"name": "a;rm", "uid": 3000, "sshPublicKeys": [KEY]}]}}, "spec.login.users[0].name", "is not valid"),
