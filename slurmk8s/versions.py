@@ -70,6 +70,10 @@ class Release:
     # --- Commands and their JSON ----------------------------------------------------------------
     #: Commands with --json (sinfo and squeue everywhere; scontrol and sacctmgr from 23.02).
     json_commands: tuple[str, ...]
+    #: The command whose JSON has one record per node under "nodes". 22.05's sinfo --json has;
+    #: from 23.02 sinfo --json groups nodes by state ("sinfo"), and scontrol --json show nodes
+    #: has the records (state a list: base state, then flags).
+    nodes_command: tuple[str, ...]
 
     # --- Dynamic nodes (slurmd -Z) ------------------------------------------------------------
     #: The node state flag a dynamic node carries in sinfo/scontrol (DYNAMIC_NORM).
@@ -97,6 +101,7 @@ RELEASES: dict[str, Release] = {
             rest_data_parser=None,
             mpi_types=("pmi2", "pmix"),
             json_commands=("sinfo", "squeue"),
+            nodes_command=("sinfo", "--json"),
             dynamic_node_flag="DYNAMIC_NORM",
             dynamic_node_topology=False,
         ),
@@ -116,6 +121,7 @@ RELEASES: dict[str, Release] = {
             rest_data_parser="v0.0.42",
             mpi_types=("pmi2", "pmix"),
             json_commands=("sinfo", "squeue", "scontrol", "sacctmgr"),
+            nodes_command=("scontrol", "--json", "show", "nodes"),
             dynamic_node_flag="DYNAMIC_NORM",
             dynamic_node_topology=False,
         ),
@@ -135,6 +141,7 @@ RELEASES: dict[str, Release] = {
             rest_data_parser="v0.0.45",
             mpi_types=("pmi2",),
             json_commands=("sinfo", "squeue", "scontrol", "sacctmgr"),
+            nodes_command=("scontrol", "--json", "show", "nodes"),
             dynamic_node_flag="DYNAMIC_NORM",
             dynamic_node_topology=True,
         ),

@@ -6,6 +6,7 @@ each component runs."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import time
@@ -19,6 +20,7 @@ from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, TopologyNode, render
 from slurmk8s.sandbox import images as rules
 from slurmk8s.sandbox.imagestore import Image, ImageStore
+from slurmk8s.slurm.model import job_from_json, node_from_json, release_of
 
 pytestmark = [pytest.mark.images, pytest.mark.timeout(1800)]
 
@@ -191,6 +193,15 @@ def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(version, tmp
     for log in ("ctld.log", "slurmd.log"):
         text = (work / log).read_text()
         assert "fatal" not in text and "Unknown parameter" not in text, f"{log}:\n{text}"
+
+    # The facade's parsers read what this release's commands printed (fixtures/slurm-json/ keeps a copy).
+    [job] = [job_from_json(j) for j in json.loads((work / "squeue.json").read_text())["jobs"]]
+    assert (job.name, job.state, job.nodes) == ("sleeper", "RUNNING", "node-1")
+    nodes_file = "sinfo-drain.json" if release.nodes_command[0] == "sinfo" else "scontrol-nodes.json"
+    data = json.loads((work / nodes_file).read_text())
+    assert release_of(data) == version
+    [node] = [node_from_json(n) for n in data["nodes"]]
+    assert node.name == "node-1" and node.drain_is_ours and release.dynamic_node_flag in node.flags
 
     shown = _show_config((work / "config.txt").read_text())
     assert shown["SLURM_VERSION"].startswith(f"{version}."), shown

@@ -1,11 +1,17 @@
 """What slurmk8s reads from Slurm: nodes and jobs, parsed from ``--json`` output.
 
-Pure functions from Slurm's JSON (openapi v0.0.38 shape in 22.05, the same
-keys in later releases) to small frozen records.
+Pure functions from Slurm's JSON to small frozen records, for every supported
+release: 22.05's openapi shape (``sinfo --json`` nodes with ``state`` and
+``state_flags``; plain numbers) and the data_parser shapes of later releases
+(``scontrol --json show nodes`` with ``state`` a list; numbers wrapped as
+``{"set", "number"}``; job states as lists). Which command gives the node
+records is the version table's ``nodes_command``; ``tests/fixtures/slurm-json/``
+holds each release's real output.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,9 +98,25 @@ def _split(value: Any) -> tuple[str, ...]:
     return tuple(v for v in str(value or "").split(",") if v)
 
 
+def release_of(data: dict) -> str:
+    """The Slurm release (``YY.MM``) whose command printed ``data``, from its ``meta``."""
+    meta = data.get("meta") or {}
+    slurm = meta.get("slurm") or meta.get("Slurm") or {}
+    version = slurm.get("version") or {}
+    try:
+        return f"{int(version['major']):02d}.{int(version['minor']):02d}"
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"no Slurm version in the JSON's meta: {json.dumps(meta)[:200]}") from None
+
+
 def node_from_json(d: dict) -> Node:
-    state = str(d.get("state", "unknown")).lower()
-    flags = {str(f).upper() for f in d.get("state_flags", [])}
+    state = d.get("state", "unknown")
+    if isinstance(state, list):  # data_parser (23.02+): the base state, then its flags
+        base, *rest = state or ["unknown"]
+        state, flags = str(base).lower(), {str(f).upper() for f in rest}
+    else:
+        state = str(state).lower()
+        flags = {str(f).upper() for f in d.get("state_flags", [])}
     return Node(
         name=d["name"],
         state=state,
