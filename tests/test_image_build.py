@@ -151,7 +151,8 @@ def _show_config(text: str) -> dict[str, str]:
 @pytest.mark.parametrize("version", versions.SUPPORTED)
 def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(version, tmp_path):
     """The images' entrypoints as a runtime starts them: each in an overlay root over the
-    exported rootfs, with the renderer's slurm.conf for ``version`` and munge key mounted.
+    exported rootfs, with the renderer's slurm.conf for ``version`` and munge key mounted;
+    the agent's Slurm facade from the controller image of the same release.
     Every supported release runs the example (preemption, lending, GPUs, a checkpoint
     directory), with a switch topology where the release places dynamic nodes in one
     (the node is in topology.conf, and `scontrol reconfigure` runs after it registered,
@@ -163,7 +164,7 @@ def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(version, tmp
     if release.topology_places_dynamic_nodes:
         doc["spec"]["topology"] = {"labelKeys": ["net/spine", "net/leaf"]}
     cluster = load_cluster(doc)
-    built = {i.name: i for i in ImageStore().build(["slurmctld", "slurmd"], version)}
+    built = {i.name: i for i in ImageStore().build(["slurmctld", "slurmd", "controller"], version)}
     nodes = [TopologyNode("node-1", {"net/spine": "s0", "net/leaf": "l0"})]
     objects = render(cluster, ClusterKeys.generate(), nodes)
     conf = tmp_path / "etc-slurm"
@@ -176,7 +177,8 @@ def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(version, tmp
     work.mkdir()
     mpi = "pmix" if "pmix" in release.mpi_types else release.mpi_types[0]
     proc = subprocess.run([str(ROOT / "tests/fixtures/image-cluster.sh"), str(built["slurmctld"].rootfs),
-                           str(built["slurmd"].rootfs), str(conf), str(tmp_path / "munge.key"), str(work)],
+                           str(built["slurmd"].rootfs), str(conf), str(tmp_path / "munge.key"), str(work),
+                           str(built["controller"].rootfs)],
                           capture_output=True, text=True, timeout=240,
                           env={**os.environ, "SLURMK8S_TEST_MPI": mpi})
     logs = "\n".join(f"--- {f.name}\n{f.read_text()}" for f in sorted(work.glob("*.log")))
@@ -202,6 +204,12 @@ def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(version, tmp
     assert release_of(data) == version
     [node] = [node_from_json(n) for n in data["nodes"]]
     assert node.name == "node-1" and node.drain_is_ours and release.dynamic_node_flag in node.flags
+
+    # The agent's facade, run from the controller image of this release, reads the drained
+    # node and its job: a Slurm client of the cluster's own release.
+    assert f"facade release: {version}\n" in out, out + proc.stderr
+    assert f"facade node: node-1 allocated DRAIN,{release.dynamic_node_flag} ours\n" in out, out + proc.stderr
+    assert "facade job: 1 sleeper RUNNING\n" in out, out + proc.stderr
 
     shown = _show_config((work / "config.txt").read_text())
     assert shown["SLURM_VERSION"].startswith(f"{version}."), shown
@@ -237,7 +245,40 @@ def test_the_version_table_matches_the_plugins_and_commands_of_each_release(vers
         {f"mpi_{t}" for t in release.mpi_types}, plugins
     parsers = {p.removeprefix("data_parser_").replace("_", ".") for p in plugins if p.startswith("data_parser_")}
     assert parsers == (set(release.rest_parsers) if release.rest_data_parser else set())
+    restd = {i.name: i for i in ImageStore().build(["slurmrestd"], version)}["slurmrestd"]
+    openapi = {p.stem.removeprefix("openapi_") for p in (restd.rootfs / PLUGIN_DIR).glob("openapi_*.so")}
+    assert release.rest_openapi_plugin.removeprefix("openapi/").replace(".", "_") in openapi, openapi
+    if release.rest_data_parser is None:  # one openapi plugin per data parser (and a db one each)
+        assert openapi == {p.replace(".", "_") for p in release.rest_parsers} | \
+            {"db" + p.replace(".", "_") for p in release.rest_parsers}, openapi
     # The commands need a reachable config even for --help; their usage text is in the binary.
     for command in ("scontrol", "sinfo", "squeue", "sacctmgr"):
         binary = (slurmd.rootfs / "usr/bin" / command).read_bytes()
         assert (b"--json" in binary) == (command in release.json_commands), command
+
+
+@pytest.mark.parametrize("version", versions.SUPPORTED)
+def test_slurmrestd_serves_the_data_parser_the_renderer_names(version, tmp_path):
+    """slurmrestd's image started as the rendered pod starts it: the table's plugin loads and
+    its data parser answers; a parser of the release that is not loaded does not."""
+    release = versions.release(version)
+    doc = yaml.safe_load((ROOT / "examples/slurmcluster.yaml").read_text())
+    doc["spec"]["slurm"]["version"] = version
+    doc["spec"]["restApi"] = {"enabled": True}
+    objects = render(load_cluster(doc), ClusterKeys.generate())
+    conf = tmp_path / "etc-slurm"
+    conf.mkdir()
+    for name, text in _config_map(objects, "demo-slurm-config").items():
+        (conf / name).write_text(text)
+    deployment = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "demo-restapi")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("SLURMK8S_RESTD_")}
+    restd = {i.name: i for i in ImageStore().build(["slurmrestd"], version)}["slurmrestd"]
+    served = release.rest_data_parser or release.rest_openapi_plugin.removeprefix("openapi/")
+    other = next(p for p in release.rest_parsers if p != served)
+    log = tmp_path / "slurmrestd.log"
+    proc = subprocess.run([str(ROOT / "tests/fixtures/slurmrestd-probe.sh"), str(restd.rootfs), str(conf), str(log),
+                           served, other], capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+    assert proc.stdout.splitlines() == [f"{served} served", f"{other} absent"], \
+        proc.stdout + proc.stderr + log.read_text()
+    assert f"plugins {release.rest_openapi_plugin}" in log.read_text()
