@@ -4,9 +4,10 @@ This table is the only place version differences live (``tests/test_versions.py`
 fails on a Slurm release written anywhere else in the code, the templates or the
 entrypoints). The renderer, the API's enum, the image builds and the Slurm
 facade read their per-release values from here; none of them compares
-versions. Each row was checked against that release's real daemons, built from
-its Debian suite (``tests/test_image_build.py``, ``test_image_cluster_per_version``);
-SchedMD's release notes say where a value comes from.
+versions. Each column is checked against every release's real daemons, plugin
+files and commands, from the images built on its Debian suite
+(``tests/test_image_build.py``, ``tests/test_slurm_json.py``); SchedMD's release
+notes say where a value comes from, the daemons whether it holds.
 
 Pure: no imports from the rest of slurmk8s, so every layer may use it.
 """
@@ -53,6 +54,9 @@ class Release:
     auth_types: tuple[str, ...]
     #: The key that names a job container plugin: JobContainerType, NamespaceType from 25.11.
     job_container_key: str
+    #: srun --mpi types of Debian's build of this release, beside none. forky's 26.05 has no
+    #: mpi/pmix (its libpmix is 7.0): MPI jobs use pmi2 there.
+    mpi_types: tuple[str, ...]
 
     # --- slurmrestd ---------------------------------------------------------------------------
     #: The openapi data parser versions slurmrestd offers, oldest first.
@@ -63,23 +67,17 @@ class Release:
     #: slurmrestd -d: the data parser it loads (the newest), or None before data_parser plugins.
     rest_data_parser: str | None
 
-    #: srun --mpi types of Debian's build of this release, beside none. forky's 26.05 has no
-    #: mpi/pmix (its libpmix is 7.0): MPI jobs use pmi2 there.
-    mpi_types: tuple[str, ...]
-
     # --- Commands and their JSON ----------------------------------------------------------------
     #: Commands with --json (sinfo and squeue everywhere; scontrol and sacctmgr from 23.02).
     json_commands: tuple[str, ...]
     #: The command whose JSON has one record per node under "nodes". 22.05's sinfo --json has;
-    #: from 23.02 sinfo --json groups nodes by state ("sinfo"), and scontrol --json show nodes
-    #: has the records (state a list: base state, then flags).
+    #: 24.11's and 26.05's sinfo --json groups nodes by state ("sinfo"), and their
+    #: scontrol --json show nodes has the records (state a list: base state, then flags).
     nodes_command: tuple[str, ...]
 
     # --- Dynamic nodes (slurmd -Z) ------------------------------------------------------------
     #: The node state flag a dynamic node carries in sinfo/scontrol (DYNAMIC_NORM).
     dynamic_node_flag: str
-    #: Whether slurmd -Z --conf takes topology= (25.11+), so a dynamic node places itself.
-    dynamic_node_topology: bool
 
 
 RELEASES: dict[str, Release] = {
@@ -103,7 +101,6 @@ RELEASES: dict[str, Release] = {
             json_commands=("sinfo", "squeue"),
             nodes_command=("sinfo", "--json"),
             dynamic_node_flag="DYNAMIC_NORM",
-            dynamic_node_topology=False,
         ),
         Release(
             version="24.11",
@@ -123,7 +120,6 @@ RELEASES: dict[str, Release] = {
             json_commands=("sinfo", "squeue", "scontrol", "sacctmgr"),
             nodes_command=("scontrol", "--json", "show", "nodes"),
             dynamic_node_flag="DYNAMIC_NORM",
-            dynamic_node_topology=False,
         ),
         Release(
             version="26.05",
@@ -143,7 +139,6 @@ RELEASES: dict[str, Release] = {
             json_commands=("sinfo", "squeue", "scontrol", "sacctmgr"),
             nodes_command=("scontrol", "--json", "show", "nodes"),
             dynamic_node_flag="DYNAMIC_NORM",
-            dynamic_node_topology=True,
         ),
     )
 }
