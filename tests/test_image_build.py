@@ -66,15 +66,18 @@ def test_every_image_is_built_with_its_entrypoint(built):
             assert not (image.rootfs / f).exists() or (image.rootfs / f).stat().st_size == 0, f"{name}: {f}"
 
 
+@pytest.mark.parametrize("version", versions.SUPPORTED)
 @pytest.mark.parametrize("name", sorted(SLURM_VERSION_OF))
-def test_the_image_has_the_slurm_release_its_tag_names(built, name):
-    image = built[name]
+def test_the_image_has_the_slurm_release_its_tag_names(built, name, version):
+    image = built[name] if version == versions.DEFAULT else \
+        {i.name: i for i in ImageStore().build([name], version)}[name]
     argv, prefix = SLURM_VERSION_OF[name]
     proc = chroot(image, *argv)
     assert proc.returncode == 0, proc.stderr
-    release = image.meta["slurmVersion"]
-    assert proc.stdout.strip().startswith(f"{prefix}{release}."), proc.stdout
-    assert f"ghcr.io/slurmk8s/{name}:{release}" in image.meta["tags"]
+    assert image.meta["slurmVersion"] == version
+    assert image.meta["suite"] == versions.release(version).debian_suite
+    assert proc.stdout.strip().startswith(f"{prefix}{version}."), proc.stdout
+    assert f"ghcr.io/slurmk8s/{name}:{version}" in image.meta["tags"]
 
 
 def test_the_image_user_has_its_own_group(built):
@@ -148,22 +151,24 @@ def _show_config(text: str) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize("version", versions.SUPPORTED)
-def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(version, tmp_path):
-    """The images' entrypoints as a runtime starts them: each in an overlay root over the
-    exported rootfs, with the renderer's slurm.conf for ``version`` and munge key mounted;
-    the agent's Slurm facade from the controller image of the same release.
-    Every supported release runs the example (preemption, lending, GPUs, a checkpoint
-    directory), with a switch topology where the release places dynamic nodes in one
-    (the node is in topology.conf, and `scontrol reconfigure` runs after it registered,
-    as the operator does); slurmctld's view of the config shows what the version table
-    says."""
+def _image_cluster(version: str, tmp_path: Path, *, topology: bool):
+    """Runs fixtures/image-cluster.sh on ``version``'s images with the rendered example
+    (and a switch topology naming node-1 if ``topology``): the cluster, the finished
+    process and the work directory with the logs."""
     release = versions.release(version)
     doc = yaml.safe_load((ROOT / "examples/slurmcluster.yaml").read_text())
     doc["spec"]["slurm"]["version"] = version
-    if release.topology_places_dynamic_nodes:
+    if topology:
         doc["spec"]["topology"] = {"labelKeys": ["net/spine", "net/leaf"]}
-    cluster = load_cluster(doc)
+    if topology and not release.topology_places_dynamic_nodes:
+        # The validator refuses this; render it anyway to show the daemons' reason.
+        doc["spec"]["slurm"]["version"] = next(v for v, r in versions.RELEASES.items()
+                                               if r.topology_places_dynamic_nodes)
+        cluster = load_cluster(doc)
+        slurm = cluster.spec.slurm.model_copy(update={"version": version})
+        cluster = cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"slurm": slurm})})
+    else:
+        cluster = load_cluster(doc)
     built = {i.name: i for i in ImageStore().build(["slurmctld", "slurmd", "controller"], version)}
     nodes = [TopologyNode("node-1", {"net/spine": "s0", "net/leaf": "l0"})]
     objects = render(cluster, ClusterKeys.generate(), nodes)
@@ -181,6 +186,21 @@ def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(version, tmp
                            str(built["controller"].rootfs)],
                           capture_output=True, text=True, timeout=240,
                           env={**os.environ, "SLURMK8S_TEST_MPI": mpi})
+    return cluster, proc, work
+
+
+@pytest.mark.parametrize("version", versions.SUPPORTED)
+def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(version, tmp_path):
+    """The images' entrypoints as a runtime starts them: each in an overlay root over the
+    exported rootfs, with the renderer's slurm.conf for ``version`` and munge key mounted;
+    the agent's Slurm facade from the controller image of the same release.
+    Every supported release runs the example (preemption, lending, GPUs, a checkpoint
+    directory), with a switch topology where the release places dynamic nodes in one
+    (the node is in topology.conf, and `scontrol reconfigure` runs after it registered,
+    as the operator does); slurmctld's view of the config shows what the version table
+    says."""
+    release = versions.release(version)
+    cluster, proc, work = _image_cluster(version, tmp_path, topology=release.topology_places_dynamic_nodes)
     logs = "\n".join(f"--- {f.name}\n{f.read_text()}" for f in sorted(work.glob("*.log")))
     out = proc.stdout
     assert "node ready: yes" in out, out + proc.stderr + logs
@@ -282,3 +302,16 @@ def test_slurmrestd_serves_the_data_parser_the_renderer_names(version, tmp_path)
     assert proc.stdout.splitlines() == [f"{served} served", f"{other} absent"], \
         proc.stdout + proc.stderr + log.read_text()
     assert f"plugins {release.rest_openapi_plugin}" in log.read_text()
+
+
+@pytest.mark.parametrize("version", [v for v, r in versions.RELEASES.items() if not r.topology_places_dynamic_nodes])
+def test_where_the_tree_does_not_place_dynamic_nodes_no_job_would_run(version, tmp_path):
+    """Why spec.topology is refused on these releases: with node-1 in topology.conf and a
+    reconfigure after it registered, slurmctld still finds no switch for it."""
+    _, proc, work = _image_cluster(version, tmp_path, topology=True)
+    logs = "\n".join(f"--- {f.name}\n{f.read_text()}" for f in sorted(work.glob("*.log")))
+    assert "node ready after reconfigure: yes" in proc.stdout, proc.stdout + logs
+    assert "job on demo-controller-0" not in proc.stdout, proc.stdout
+    assert "Requested node configuration is not available" in proc.stderr, proc.stderr
+    ctld = (work / "ctld.log").read_text()
+    assert 'lookup failure for node "node-1"' in ctld and "never runnable in partition cpu" in ctld, ctld
