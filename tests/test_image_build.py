@@ -230,6 +230,8 @@ def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(version, tmp
     assert f"facade release: {version}\n" in out, out + proc.stderr
     assert f"facade node: node-1 allocated DRAIN,{release.dynamic_node_flag} ours\n" in out, out + proc.stderr
     assert "facade job: 1 sleeper RUNNING\n" in out, out + proc.stderr
+    assert "facade undrained: True\n" in out, out + proc.stderr
+    assert "facade requeued: 1 RUNNING restarts=1 within 30s\n" in out, out + proc.stderr + logs
 
     shown = _show_config((work / "config.txt").read_text())
     assert shown["SLURM_VERSION"].startswith(f"{version}."), shown

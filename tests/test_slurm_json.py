@@ -91,3 +91,17 @@ def test_an_unsupported_release_is_named():
         versions.release(release_of(data))
     with pytest.raises(ValueError, match="no Slurm version"):
         release_of({"meta": {}})
+
+
+@pytest.mark.parametrize("listed,word", [
+    (["PENDING", "COMPLETING"], "COMPLETING"),   # 24.11, a requeued job whose processes still end
+    (["PENDING"], "PENDING"),
+    (["RUNNING", "SIGNALING"], "SIGNALING"),
+    (["PENDING", "REQUEUED", "COMPLETING"], "COMPLETING"),
+    ([], "UNKNOWN"),
+])
+def test_a_listed_job_state_means_what_the_one_word_of_22_05_means(listed, word):
+    """The facade waits for a requeued job to leave COMPLETING before making it eligible
+    (earlier, the new start time has no effect): the flag must not hide behind the base state."""
+    job = job_from_json({"job_id": {"set": True, "infinite": False, "number": 7}, "job_state": listed})
+    assert job.state == word

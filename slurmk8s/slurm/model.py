@@ -138,10 +138,23 @@ def _number(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+#: Job state flags that Slurm's job_state_string() reports instead of the base state, in its
+#: order: 22.05's job_state is that one word. The data_parser shapes (24.11, 26.05) list the base
+#: state first and the flags after it (a requeued job still ending is ["PENDING", "COMPLETING"]),
+#: so the same word is picked from the list: one meaning of Job.state on every release.
+JOB_STATE_FLAGS = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED",
+                   "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD", "SIGNALING")
+
+
+def _job_state(value: Any) -> str:
+    if not isinstance(value, list):
+        return str(value)
+    states = [str(v) for v in value]
+    return next((f for f in JOB_STATE_FLAGS if f in states), states[0] if states else "UNKNOWN")
+
+
 def job_from_json(d: dict) -> Job:
-    state = d.get("job_state", "UNKNOWN")
-    if isinstance(state, list):  # a list of flags from 23.02 on
-        state = state[0] if state else "UNKNOWN"
+    state = _job_state(d.get("job_state", "UNKNOWN"))
     array_job = _number(d.get("array_job_id"))
     return Job(
         job_id=int(_number(d["job_id"])),
