@@ -232,6 +232,8 @@ def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(version, tmp
     assert "facade job: 1 sleeper RUNNING\n" in out, out + proc.stderr
     assert "facade undrained: True\n" in out, out + proc.stderr
     assert "facade requeued: 1 RUNNING restarts=1 within 30s\n" in out, out + proc.stderr + logs
+    assert "facade signalled: [1]\n" in out, out + proc.stderr
+    assert "facade jobs on node-1 after the signal: []\n" in out, out + proc.stderr + logs
 
     shown = _show_config((work / "config.txt").read_text())
     assert shown["SLURM_VERSION"].startswith(f"{version}."), shown
