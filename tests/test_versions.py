@@ -1,6 +1,6 @@
 """The version table (slurmk8s/versions.py) is the only place Slurm versions differ.
 
-The code, the templates and the image entrypoints may name a Slurm release only
+The code, the templates, the image entrypoints and hack/ may name a Slurm release only
 in prose (docstrings, comments); every value that depends on the release comes
 from the table. What each row says is checked against that release's real
 daemons and plugin files in tests/test_image_build.py.
@@ -30,7 +30,8 @@ TEMPLATE_COMPARISON = re.compile(r"version\s*(<|>|<=|>=|==|!=)|slurm_version\s*(
 
 
 def _python_files() -> list[Path]:
-    files = [*ROOT.glob("slurmk8s/**/*.py"), *ROOT.glob("operator/**/*.py"), *ROOT.glob("bridge/**/*.py")]
+    files = [*ROOT.glob("slurmk8s/**/*.py"), *ROOT.glob("operator/**/*.py"), *ROOT.glob("bridge/**/*.py"),
+             *ROOT.glob("hack/**/*.py")]
     return sorted(f for f in files if f != TABLE)
 
 
@@ -86,7 +87,8 @@ def text_version_literals(path: Path, root: Path = ROOT) -> list[str]:
 
 def test_no_slurm_release_is_named_outside_the_version_table():
     found = [hit for f in _python_files() for hit in python_version_literals(f)]
-    texts = [*ROOT.glob("templates/*.j2"), *ROOT.glob("images/**/*.sh"), *ROOT.glob("images/**/Dockerfile")]
+    texts = [*ROOT.glob("templates/*.j2"), *ROOT.glob("images/**/*.sh"), *ROOT.glob("images/**/Dockerfile"),
+             *ROOT.glob("hack/**/*.sh")]
     found += [hit for f in sorted(texts) for hit in text_version_literals(f)]
     assert found == [], "version differences belong in slurmk8s/versions.py:\n" + "\n".join(found)
 
