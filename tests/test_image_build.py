@@ -306,6 +306,14 @@ def test_slurmrestd_serves_the_data_parser_the_renderer_names(version, tmp_path)
     assert proc.stdout.splitlines() == [f"{served} served", f"{other} absent"], \
         proc.stdout + proc.stderr + log.read_text()
     assert f"plugins {release.rest_openapi_plugin}" in log.read_text()
+    # Run without the renderer's variables (e.g. docker run), the image picks its own plugin:
+    # openapi/slurmctld with every data parser, or the newest openapi/v0.0.N.
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("SLURMK8S_RESTD_")}
+    proc = subprocess.run([str(ROOT / "tests/fixtures/slurmrestd-probe.sh"), str(restd.rootfs), str(conf), str(log),
+                           *release.rest_parsers], capture_output=True, text=True, timeout=60, env=bare)
+    expected = release.rest_parsers if release.rest_data_parser else (served,)
+    assert proc.stdout.splitlines() == [f"{p} {'served' if p in expected else 'absent'}" for p in release.rest_parsers], \
+        proc.stdout + proc.stderr + log.read_text()
 
 
 @pytest.mark.parametrize("version", [v for v, r in versions.RELEASES.items() if not r.topology_places_dynamic_nodes])
