@@ -149,3 +149,10 @@ def test_any_other_release_is_refused_naming_the_supported_ones(value):
     [error] = exc.value.errors
     assert error.path == "spec.slurm.version"
     assert "use one of " + ", ".join(versions.SUPPORTED) in error.message or "whitespace" in error.message
+
+
+def test_a_long_value_is_quoted_short():
+    with pytest.raises(InvalidSpec) as exc:
+        load_cluster(minimal(slurm={"version": "2" * 100_000}))
+    [error] = exc.value.errors
+    assert error.path == "spec.slurm.version" and len(error.message) < 200

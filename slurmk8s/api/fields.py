@@ -466,10 +466,10 @@ SshPublicKey = Annotated[
 
 def _version(value: str) -> str:
     if value not in versions.SUPPORTED:
-        supported = ", ".join(versions.SUPPORTED)
+        shown = value if len(value) <= 40 else value[:40] + "..."
         if _bad_char(value):
-            raise refuse(value, _bad_char(value))
-        raise refuse(value, f"is not a supported Slurm release: use one of {supported}")
+            raise refuse(shown, _bad_char(value))
+        raise refuse(shown, f"is not a supported Slurm release: use one of {', '.join(versions.SUPPORTED)}")
     return value
 
 
