@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from . import __version__, log
+from . import __version__, log, versions
 from .api import InvalidSpec
 from .api.crd import all_crds, crd_filename, dump_yaml
 from .manifest import clusters, policies
@@ -488,7 +488,8 @@ CACHE_OPTION = click.option(
 
 @images.command("build")
 @click.argument("names", nargs=-1)
-@click.option("--slurm-version", default=None, show_default="22.05",
+@click.option("--slurm-version", default=None, show_default=versions.DEFAULT,
+              type=click.Choice(versions.SUPPORTED),
               help="The Slurm release of the Slurm images; it picks the Debian suite they are built on.")
 @click.option("--refresh-base", is_flag=True,
               help="Bootstrap the Debian base again (to take in security updates); every image is then rebuilt.")

@@ -6,17 +6,21 @@ each component runs."""
 from __future__ import annotations
 
 import base64
+import json
+import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from slurmk8s import __version__
-from slurmk8s.manifest import clusters
-from slurmk8s.render import ClusterKeys, render
+from slurmk8s import __version__, versions
+from slurmk8s.api import load_cluster
+from slurmk8s.render import ClusterKeys, TopologyNode, render
 from slurmk8s.sandbox import images as rules
 from slurmk8s.sandbox.imagestore import Image, ImageStore
+from slurmk8s.slurm.model import job_from_json, node_from_json, release_of
 
 pytestmark = [pytest.mark.images, pytest.mark.timeout(1800)]
 
@@ -62,15 +66,18 @@ def test_every_image_is_built_with_its_entrypoint(built):
             assert not (image.rootfs / f).exists() or (image.rootfs / f).stat().st_size == 0, f"{name}: {f}"
 
 
+@pytest.mark.parametrize("version", versions.SUPPORTED)
 @pytest.mark.parametrize("name", sorted(SLURM_VERSION_OF))
-def test_the_image_has_the_slurm_release_its_tag_names(built, name):
-    image = built[name]
+def test_the_image_has_the_slurm_release_its_tag_names(built, name, version):
+    image = built[name] if version == versions.DEFAULT else \
+        {i.name: i for i in ImageStore().build([name], version)}[name]
     argv, prefix = SLURM_VERSION_OF[name]
     proc = chroot(image, *argv)
     assert proc.returncode == 0, proc.stderr
-    release = image.meta["slurmVersion"]
-    assert proc.stdout.strip().startswith(f"{prefix}{release}."), proc.stdout
-    assert f"ghcr.io/slurmk8s/{name}:{release}" in image.meta["tags"]
+    assert image.meta["slurmVersion"] == version
+    assert image.meta["suite"] == versions.release(version).debian_suite
+    assert proc.stdout.strip().startswith(f"{prefix}{version}."), proc.stdout
+    assert f"ghcr.io/slurmk8s/{name}:{version}" in image.meta["tags"]
 
 
 def test_the_image_user_has_its_own_group(built):
@@ -130,31 +137,193 @@ def test_a_second_build_is_cached_and_ensure_finds_the_renderers_names(built):
         assert image is not None and image.key == built[image.name].key and image.rootfs.is_dir(), ref
 
 
-def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(built, tmp_path):
-    """The images' entrypoints as a runtime starts them: each in an overlay root over the
-    exported rootfs, with the renderer's slurm.conf and munge key mounted."""
-    cluster = next(clusters(str(ROOT / "examples/slurmcluster.yaml")))
-    objects = render(cluster, ClusterKeys.generate())
+def _config_map(objects: list[dict], name: str) -> dict[str, str]:
+    return next(o["data"] for o in objects if o["kind"] in ("ConfigMap", "Secret") and o["metadata"]["name"] == name)
+
+
+def _show_config(text: str) -> dict[str, str]:
+    """``scontrol show config``: ``Key = value`` lines."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _image_cluster(version: str, tmp_path: Path, *, topology: bool):
+    """Runs fixtures/image-cluster.sh on ``version``'s images with the rendered example
+    (and a switch topology naming node-1 if ``topology``): the cluster, the finished
+    process and the work directory with the logs."""
+    release = versions.release(version)
+    doc = yaml.safe_load((ROOT / "examples/slurmcluster.yaml").read_text())
+    doc["spec"]["slurm"]["version"] = version
+    if topology:
+        doc["spec"]["topology"] = {"labelKeys": ["net/spine", "net/leaf"]}
+    if topology and not release.topology_places_dynamic_nodes:
+        # The validator refuses this; render it anyway to show the daemons' reason.
+        doc["spec"]["slurm"]["version"] = next(v for v, r in versions.RELEASES.items()
+                                               if r.topology_places_dynamic_nodes)
+        cluster = load_cluster(doc)
+        slurm = cluster.spec.slurm.model_copy(update={"version": version})
+        cluster = cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"slurm": slurm})})
+    else:
+        cluster = load_cluster(doc)
+    built = {i.name: i for i in ImageStore().build(["slurmctld", "slurmd", "controller"], version)}
+    nodes = [TopologyNode("node-1", {"net/spine": "s0", "net/leaf": "l0"})]
+    objects = render(cluster, ClusterKeys.generate(), nodes)
     conf = tmp_path / "etc-slurm"
     conf.mkdir()
-    for o in objects:
-        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == f"{cluster.name}-slurm-config":
-            for name, text in o["data"].items():
-                (conf / name).write_text(text)
-        if o["kind"] == "Secret" and o["metadata"]["name"] == f"{cluster.name}-munge-key":
-            (tmp_path / "munge.key").write_bytes(base64.b64decode(o["data"]["munge.key"]))
-    assert (conf / "slurm.conf").exists() and (tmp_path / "munge.key").exists()
+    for name, text in _config_map(objects, f"{cluster.name}-slurm-config").items():
+        (conf / name).write_text(text)
+    key = _config_map(objects, f"{cluster.name}-munge-key")["munge.key"]
+    (tmp_path / "munge.key").write_bytes(base64.b64decode(key))
     work = tmp_path / "run"
     work.mkdir()
+    mpi = "pmix" if "pmix" in release.mpi_types else release.mpi_types[0]
     proc = subprocess.run([str(ROOT / "tests/fixtures/image-cluster.sh"), str(built["slurmctld"].rootfs),
-                           str(built["slurmd"].rootfs), str(conf), str(tmp_path / "munge.key"), str(work)],
-                          capture_output=True, text=True, timeout=180)
+                           str(built["slurmd"].rootfs), str(conf), str(tmp_path / "munge.key"), str(work),
+                           str(built["controller"].rootfs)],
+                          capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "SLURMK8S_TEST_MPI": mpi})
+    return cluster, proc, work
+
+
+@pytest.mark.parametrize("version", versions.SUPPORTED)
+def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(version, tmp_path):
+    """The images' entrypoints as a runtime starts them: each in an overlay root over the
+    exported rootfs, with the renderer's slurm.conf for ``version`` and munge key mounted;
+    the agent's Slurm facade from the controller image of the same release.
+    Every supported release runs the example (preemption, lending, GPUs, a checkpoint
+    directory), with a switch topology where the release places dynamic nodes in one
+    (the node is in topology.conf, and `scontrol reconfigure` runs after it registered,
+    as the operator does); slurmctld's view of the config shows what the version table
+    says."""
+    release = versions.release(version)
+    cluster, proc, work = _image_cluster(version, tmp_path, topology=release.topology_places_dynamic_nodes)
     logs = "\n".join(f"--- {f.name}\n{f.read_text()}" for f in sorted(work.glob("*.log")))
     out = proc.stdout
     assert "node ready: yes" in out, out + proc.stderr + logs
+    assert "node ready after reconfigure: yes" in out, out + proc.stderr + logs
     assert "node-1 idle" in out, out + logs
-    assert "job on demo-controller-0 in debian 12" in out, out + proc.stderr + logs
-    assert "pmix rank 0" in out, out + proc.stderr + logs
+    assert "job on demo-controller-0 in debian" in out, out + proc.stderr + logs
+    assert "mpi rank 0" in out, out + proc.stderr + logs
     slurmd_log = (work / "slurmd.log").read_text()
     assert "deleted node node-1 from slurmctld" in slurmd_log, logs
     assert "can not load PMIx library" not in slurmd_log
+    assert f"slurmctld version {version}." in (work / "ctld.log").read_text(), logs
+    for log in ("ctld.log", "slurmd.log"):
+        text = (work / log).read_text()
+        assert "fatal" not in text and "Unknown parameter" not in text, f"{log}:\n{text}"
+
+    # The facade's parsers read what this release's commands printed (fixtures/slurm-json/ keeps a copy).
+    [job] = [job_from_json(j) for j in json.loads((work / "squeue.json").read_text())["jobs"]]
+    assert (job.name, job.state, job.nodes) == ("sleeper", "RUNNING", "node-1")
+    nodes_file = "sinfo-drain.json" if release.nodes_command[0] == "sinfo" else "scontrol-nodes.json"
+    data = json.loads((work / nodes_file).read_text())
+    assert release_of(data) == version
+    [node] = [node_from_json(n) for n in data["nodes"]]
+    assert node.name == "node-1" and node.drain_is_ours and release.dynamic_node_flag in node.flags
+
+    # The agent's facade, run from the controller image of this release, reads the drained
+    # node and its job: a Slurm client of the cluster's own release.
+    assert f"facade release: {version}\n" in out, out + proc.stderr
+    assert f"facade node: node-1 allocated DRAIN,{release.dynamic_node_flag} ours\n" in out, out + proc.stderr
+    assert "facade job: 1 sleeper RUNNING\n" in out, out + proc.stderr
+    assert "facade undrained: True\n" in out, out + proc.stderr
+    assert "facade requeued: 1 RUNNING restarts=1 within 30s\n" in out, out + proc.stderr + logs
+    assert "facade signalled: [1]\n" in out, out + proc.stderr
+    assert "facade jobs on node-1 after the signal: []\n" in out, out + proc.stderr + logs
+
+    shown = _show_config((work / "config.txt").read_text())
+    assert shown["SLURM_VERSION"].startswith(f"{version}."), shown
+    assert shown["SelectType"] == release.select_type
+    assert shown["TopologyPlugin"] == (release.topology_tree_plugin if cluster.spec.topology
+                                       else release.topology_flat_plugin)
+    assert shown["AuthType"] in release.auth_types
+    signal_key, signal_value = release.preempt_user_signal
+    assert signal_value in shown[signal_key].split(","), shown[signal_key]
+    assert "enable_configless" in shown["SlurmctldParameters"].split(",")
+
+
+PLUGIN_DIR = "usr/lib/x86_64-linux-gnu/slurm-wlm"
+
+
+@pytest.mark.parametrize("version", versions.SUPPORTED)
+def test_the_version_table_matches_the_plugins_and_commands_of_each_release(version):
+    """What the table says a release has, its Debian build has: plugin files and --json."""
+    release = versions.release(version)
+    slurmd = {i.name: i for i in ImageStore().build(["slurmd"], version)}["slurmd"]
+    plugins = {p.stem for p in (slurmd.rootfs / PLUGIN_DIR).glob("*.so")}
+
+    def plugin(name: str) -> str:  # "auth/munge" -> "auth_munge"
+        return name.replace("/", "_")
+
+    assert {p for p in plugins if p.startswith("auth_")} - {"auth_none"} == {plugin(a) for a in release.auth_types}
+    assert plugin(release.select_type) in plugins
+    assert {plugin(release.topology_tree_plugin), plugin(release.topology_flat_plugin)} <= plugins
+    containers = {"JobContainerType": "job_container_", "NamespaceType": "namespace_"}
+    for key, prefix in containers.items():
+        assert any(p.startswith(prefix) for p in plugins) == (key == release.job_container_key), (key, plugins)
+    assert {p for p in plugins if p.startswith("mpi_") and p.count("_") == 1} - {"mpi_none", "mpi_cray"} == \
+        {f"mpi_{t}" for t in release.mpi_types}, plugins
+    parsers = {p.removeprefix("data_parser_").replace("_", ".") for p in plugins if p.startswith("data_parser_")}
+    assert parsers == (set(release.rest_parsers) if release.rest_data_parser else set())
+    restd = {i.name: i for i in ImageStore().build(["slurmrestd"], version)}["slurmrestd"]
+    openapi = {p.stem.removeprefix("openapi_") for p in (restd.rootfs / PLUGIN_DIR).glob("openapi_*.so")}
+    assert release.rest_openapi_plugin.removeprefix("openapi/").replace(".", "_") in openapi, openapi
+    if release.rest_data_parser is None:  # one openapi plugin per data parser (and a db one each)
+        assert openapi == {p.replace(".", "_") for p in release.rest_parsers} | \
+            {"db" + p.replace(".", "_") for p in release.rest_parsers}, openapi
+    # The commands need a reachable config even for --help; their usage text is in the binary.
+    for command in ("scontrol", "sinfo", "squeue", "sacctmgr"):
+        binary = (slurmd.rootfs / "usr/bin" / command).read_bytes()
+        assert (b"--json" in binary) == (command in release.json_commands), command
+
+
+@pytest.mark.parametrize("version", versions.SUPPORTED)
+def test_slurmrestd_serves_the_data_parser_the_renderer_names(version, tmp_path):
+    """slurmrestd's image started as the rendered pod starts it: the table's plugin loads and
+    its data parser answers; a parser of the release that is not loaded does not."""
+    release = versions.release(version)
+    doc = yaml.safe_load((ROOT / "examples/slurmcluster.yaml").read_text())
+    doc["spec"]["slurm"]["version"] = version
+    doc["spec"]["restApi"] = {"enabled": True}
+    objects = render(load_cluster(doc), ClusterKeys.generate())
+    conf = tmp_path / "etc-slurm"
+    conf.mkdir()
+    for name, text in _config_map(objects, "demo-slurm-config").items():
+        (conf / name).write_text(text)
+    deployment = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "demo-restapi")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("SLURMK8S_RESTD_")}
+    restd = {i.name: i for i in ImageStore().build(["slurmrestd"], version)}["slurmrestd"]
+    served = release.rest_data_parser or release.rest_openapi_plugin.removeprefix("openapi/")
+    other = next(p for p in release.rest_parsers if p != served)
+    log = tmp_path / "slurmrestd.log"
+    proc = subprocess.run([str(ROOT / "tests/fixtures/slurmrestd-probe.sh"), str(restd.rootfs), str(conf), str(log),
+                           served, other], capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+    assert proc.stdout.splitlines() == [f"{served} served", f"{other} absent"], \
+        proc.stdout + proc.stderr + log.read_text()
+    assert f"plugins {release.rest_openapi_plugin}" in log.read_text()
+    # Run without the renderer's variables (e.g. docker run), the image picks its own plugin:
+    # openapi/slurmctld with every data parser, or the newest openapi/v0.0.N.
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("SLURMK8S_RESTD_")}
+    proc = subprocess.run([str(ROOT / "tests/fixtures/slurmrestd-probe.sh"), str(restd.rootfs), str(conf), str(log),
+                           *release.rest_parsers], capture_output=True, text=True, timeout=60, env=bare)
+    expected = release.rest_parsers if release.rest_data_parser else (served,)
+    assert proc.stdout.splitlines() == [f"{p} {'served' if p in expected else 'absent'}" for p in release.rest_parsers], \
+        proc.stdout + proc.stderr + log.read_text()
+
+
+@pytest.mark.parametrize("version", [v for v, r in versions.RELEASES.items() if not r.topology_places_dynamic_nodes])
+def test_where_the_tree_does_not_place_dynamic_nodes_no_job_would_run(version, tmp_path):
+    """Why spec.topology is refused on these releases: with node-1 in topology.conf and a
+    reconfigure after it registered, slurmctld still finds no switch for it."""
+    _, proc, work = _image_cluster(version, tmp_path, topology=True)
+    logs = "\n".join(f"--- {f.name}\n{f.read_text()}" for f in sorted(work.glob("*.log")))
+    assert "node ready after reconfigure: yes" in proc.stdout, proc.stdout + logs
+    assert "job on demo-controller-0" not in proc.stdout, proc.stdout
+    assert "Requested node configuration is not available" in proc.stderr, proc.stderr
+    ctld = (work / "ctld.log").read_text()
+    assert 'lookup failure for node "node-1"' in ctld and "never runnable in partition cpu" in ctld, ctld

@@ -347,7 +347,7 @@ def test_the_cli_refuses_an_unknown_image_or_release_before_building(tmp_path):
     result = CliRunner().invoke(main, ["images", "build", "--cache-dir", str(tmp_path), "nginx"])
     assert result.exit_code == 1 and "no image nginx: images/ has controller" in result.output
     result = CliRunner().invoke(main, ["images", "build", "--cache-dir", str(tmp_path), "--slurm-version", "23.02"])
-    assert result.exit_code == 1 and "no Debian suite for Slurm 23.02" in result.output
+    assert result.exit_code == 2 and "'23.02' is not one of '22.05', '24.11', '26.05'" in result.output
     assert not os.listdir(tmp_path)
 
 

@@ -10,6 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slurmk8s import versions
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.api.validate import OWNED_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
@@ -75,8 +76,8 @@ def specs(draw):
     if parts:
         parts[0]["default"] = True
     spec["partitions"] = parts
-    spec["slurm"] = {"version": draw(pick(clean, st.sampled_from(["22.05", "23.02", "24.11.3"]),
-                                          st.sampled_from(["21.08", "x"])))}
+    spec["slurm"] = {"version": draw(pick(clean, st.sampled_from(versions.SUPPORTED),
+                                          st.sampled_from(["21.08", "23.02", "24.11.3", "x"])))}
     spec["login"] = {"users": draw(st.lists(st.fixed_dictionaries({
         "name": pick(clean, DNS.filter(lambda n: n not in ("root", "bin", "sys", "man", "lp")), HOSTILE),
         "uid": pick(clean, st.integers(1000, 60000), st.integers(0, 70000)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from slurmk8s import versions
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.api.validate import KNOB_FOR_KEY
 
@@ -55,8 +56,13 @@ def test_the_newline_example_from_the_spec():
         ({"slurmConfig": {"selectTypeParameters": "CR_Core_Memory"}}, "spec.slurmConfig.defMemPerCPU", "whole node's memory"),
         ({"slurmConfig": {"maxNodeCount": 1}, "nodeSets": [{"name": "a", "replicas": 2}]}, "spec.slurmConfig.maxNodeCount", "raise maxNodeCount"),
         ({"slurmConfig": {"bogus": 1}}, "spec.slurmConfig.bogus", "not a known field"),
-        ({"slurm": {"version": "21.08"}}, "spec.slurm.version", "older than Slurm 22.05"),
+        ({"slurm": {"version": "21.08"}}, "spec.slurm.version", "not a supported Slurm release: use one of "
+         + ", ".join(versions.SUPPORTED)),
+        ({"slurm": {"version": "23.02"}}, "spec.slurm.version", "not a supported Slurm release"),
+        ({"slurm": {"version": "24.11.1"}}, "spec.slurm.version", "not a supported Slurm release"),
         ({"slurm": {"version": "latest"}}, "spec.slurm.version", "Slurm release"),
+        ({"slurm": {"version": "22.05"}, "topology": {"labelKeys": ["net/leaf"]}}, "spec.topology",
+         "does not place dynamic nodes"),
         ({"slurm": {"image": {"repository": "Registry/x"}}}, "spec.slurm.image.repository", "image repository"),
         ({"login": {"users": [{"name": "root", "uid": 3000, "sshPublicKeys": [KEY]}]}}, "spec.login.users[0].name", "system account"),
         ({"login": {"users": [{"name": "a;rm", "uid": 3000, "sshPublicKeys": [KEY]}]}}, "spec.login.users[0].name", "is not valid"),

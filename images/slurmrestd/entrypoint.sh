@@ -12,9 +12,13 @@
 # them on to slurmctld, which checks them with its JWT key. So this pod needs
 # no munged and no key of its own, only /etc/slurm (the ConfigMap).
 #
-# Slurm 22.05 has no slurmdbd here, so only the openapi/v0.0.38 plugin is
-# loaded (the dbv0.0.38 one would need slurmdbd). Set SLURMK8S_RESTD_OPENAPI
-# to load others (comma-separated).
+# There is no slurmdbd, so only the plugin of slurmctld's endpoints is loaded
+# (the db ones would need slurmdbd). Which plugin and data parser that is
+# depends on the Slurm release: the renderer sets SLURMK8S_RESTD_OPENAPI
+# (slurmrestd -s, comma-separated) and, for releases with data parser
+# plugins, SLURMK8S_RESTD_DATA_PARSER (slurmrestd -d) from its version table.
+# Without them the image picks what it has: openapi/slurmctld if installed,
+# else its newest openapi/v0.0.N.
 set -euo pipefail
 SK_COMPONENT=slurmrestd
 here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
@@ -49,7 +53,19 @@ fi
 # plugin (auth/munge), which rejects them: "Rejecting thread config token for
 # user X" and HTTP 401 for every request. With it, auth/jwt is primary.
 export SLURM_JWT=daemon
-openapi=${SLURMK8S_RESTD_OPENAPI:-openapi/v0.0.38}
-sk_log "starting slurmrestd on $listen as uid $(id -u) (auth rest_auth/jwt, plugins $openapi)"
+openapi=${SLURMK8S_RESTD_OPENAPI:-}
+if [ -z "$openapi" ]; then
+  plugins=$(find /usr/lib /usr/lib64 -path '*slurm*' -name 'openapi_*.so' 2>/dev/null | sed 's|.*/openapi_||; s|\.so$||' | sort -V)
+  if printf '%s\n' "$plugins" | grep -qx slurmctld; then
+    openapi=openapi/slurmctld
+  else
+    openapi=$(printf '%s\n' "$plugins" | sed -n 's/^v\([0-9_]*\)$/v\1/p' | tail -n 1 | tr _ .)
+    [ -n "$openapi" ] || sk_die "found no openapi plugin of slurmrestd in this image; set SLURMK8S_RESTD_OPENAPI"
+    openapi=openapi/$openapi
+  fi
+fi
+parser_args=()
+[ -z "${SLURMK8S_RESTD_DATA_PARSER:-}" ] || parser_args=(-d "$SLURMK8S_RESTD_DATA_PARSER")
+sk_log "starting slurmrestd on $listen as uid $(id -u) (auth rest_auth/jwt, plugins $openapi${SLURMK8S_RESTD_DATA_PARSER:+, data parser $SLURMK8S_RESTD_DATA_PARSER})"
 # Nothing else runs in this pod (no munged), so slurmrestd may replace the shell.
-exec slurmrestd -a rest_auth/jwt -s "$openapi" "${user_args[@]}" "$@" "$listen"
+exec slurmrestd -a rest_auth/jwt -s "$openapi" "${parser_args[@]}" "${user_args[@]}" "$@" "$listen"

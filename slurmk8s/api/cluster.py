@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from .. import versions
 from .base import ApiModel
 from .fields import (
     AbsPath,
@@ -99,9 +100,10 @@ class ImageSpec(ApiModel):
 
 
 class SlurmSpec(ApiModel):
-    version: SlurmVersion = "22.05"
-    """Slurm release the images run (YY.MM). Settings whose names changed
-    between releases are written the way this release expects. Oldest: 22.05."""
+    version: SlurmVersion = versions.DEFAULT
+    """Slurm release the images run (YY.MM): one of the releases slurmk8s
+    supports. Settings that differ between releases are written the way this
+    release expects."""
     image: ImageSpec = ImageSpec()
     """Where the slurmctld, slurmd, login and slurmrestd images come from."""
 

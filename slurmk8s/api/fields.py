@@ -20,6 +20,8 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
+from .. import versions
+
 __all__ = [
     "ClusterName",
     "MemberName",
@@ -40,7 +42,6 @@ __all__ = [
     "quote",
     "refuse",
     "parse_quantity",
-    "parse_version",
 ]
 
 
@@ -463,28 +464,18 @@ SshPublicKey = Annotated[
     str, AfterValidator(_ssh_key), _schema(f"^{SSH_KEY_RE}$", SSH_KEY_MAX)
 ]
 
-VERSION_RE = r"[0-9]{2}\.[0-9]{2}(\.[0-9]{1,6})?"
-
-#: The oldest Slurm release slurmk8s renders configuration for.
-MIN_SLURM = (22, 5)
-
-
-def parse_version(value: str) -> tuple[int, int]:
-    """``"23.02.7"`` -> ``(23, 2)``."""
-    major, minor = value.split(".")[:2]
-    return int(major), int(minor)
-
-
 def _version(value: str) -> str:
-    _pattern_check(VERSION_RE, "use a Slurm release such as 22.05 or 24.11.1", 16)(value)
-    if parse_version(value) < MIN_SLURM:
-        raise refuse(value, "is older than Slurm 22.05, the oldest release slurmk8s supports")
+    if value not in versions.SUPPORTED:
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        if _bad_char(value):
+            raise refuse(shown, _bad_char(value))
+        raise refuse(shown, f"is not a supported Slurm release: use one of {', '.join(versions.SUPPORTED)}")
     return value
 
 
-#: A Slurm release, "YY.MM" or "YY.MM.P".
+#: A supported Slurm release, "YY.MM" (the rows of :mod:`slurmk8s.versions`; the CRD's enum).
 SlurmVersion = Annotated[
-    str, AfterValidator(_version), _schema(f"^{VERSION_RE}$", 16)
+    str, AfterValidator(_version), Field(json_schema_extra={"enum": list(versions.SUPPORTED)})
 ]
 
 

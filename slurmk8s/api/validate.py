@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 from pydantic import ValidationError
 
+from .. import versions
 from .cluster import PROJECT_REPOSITORY, SlurmCluster, lent_nodeset
 from .lending import NodeLendingPolicy
 from .errors import FieldError, InvalidSpec, field_path, from_pydantic
@@ -185,6 +186,15 @@ def _camel(snake: str) -> str:
 def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
     """Rules that involve more than one field. Yields every violation."""
     spec = c.spec
+    release = versions.release(spec.slurm.version)
+    if spec.topology is not None and not release.topology_places_dynamic_nodes:
+        able = [r.version for r in versions.RELEASES.values() if r.topology_places_dynamic_nodes]
+        yield FieldError(
+            "spec.topology",
+            f"Slurm {release.version}'s {release.topology_tree_plugin} does not place dynamic nodes, so "
+            f"no job would ever run; set spec.slurm.version to {' or '.join(able)}, or leave "
+            "spec.topology unset",
+        )
     yield from _duplicates(spec.node_sets, "name", "spec.nodeSets", "node set names")
     yield from _duplicates(spec.partitions, "name", "spec.partitions", "partition names")
 

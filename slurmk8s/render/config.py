@@ -15,7 +15,8 @@ import jinja2
 
 from ..api.cluster import SlurmCluster
 from ..slurm.model import config_hash  # noqa: F401 (re-exported: the rendered files' digest)
-from ..api.fields import parse_version, quantity_value
+from .. import versions
+from ..api.fields import quantity_value
 from . import names
 
 USER_FILES = ("passwd", "group")
@@ -28,6 +29,8 @@ GPU_DEVICE = "/dev/nvidia"
 #: The slurmd image's TaskProlog (images/slurmd/task-prolog.sh): it gives jobs
 #: SLURMK8S_CHECKPOINT_DIR under the directory slurm.conf names beside it.
 TASK_PROLOG = "/usr/local/lib/slurmk8s/task-prolog"
+#: Every release has auth/munge (`versions.Release.auth_types`), and the images run munged.
+AUTH_TYPE = "auth/munge"
 
 
 @dataclass(frozen=True)
@@ -77,18 +80,14 @@ def _default_partition(c: SlurmCluster) -> str | None:
 def slurm_conf_context(c: SlurmCluster) -> dict:
     spec = c.spec
     cfg = spec.slurm_config
-    version = parse_version(spec.slurm.version)
+    release = versions.release(spec.slurm.version)
     preempting = any(p.preemption.mode != "off" for p in spec.partitions)
     # Preempted jobs get the signal they asked for with --signal, so they can
-    # checkpoint. The switch moved from SlurmctldParameters to
-    # PreemptParameters in Slurm 23.02.
-    ctld_params = ["enable_configless"]
-    preempt_params = []
+    # checkpoint. Which key says so depends on the release.
+    params = {"SlurmctldParameters": ["enable_configless"], "PreemptParameters": []}
     if preempting:
-        if version >= (23, 2):
-            preempt_params.append("send_user_signal")
-        else:
-            ctld_params.append("preempt_send_user_signal")
+        key, value = release.preempt_user_signal
+        params[key].append(value)
     default = _default_partition(c)
     lending = [p for p in spec.partitions if p.accept_lent_nodes]
     storage = spec.shared_storage
@@ -107,8 +106,11 @@ def slurm_conf_context(c: SlurmCluster) -> dict:
         "cgroups": cfg.cgroups,
         # Lent nodes are GPU nodes: their slurmd registers a gpu GRES.
         "gpus": any(ns.gpus for ns in spec.node_sets) or bool(lending),
-        "ctld_params": ",".join(ctld_params),
-        "preempt_params": ",".join(preempt_params),
+        "ctld_params": ",".join(params["SlurmctldParameters"]),
+        "preempt_params": ",".join(params["PreemptParameters"]),
+        "auth_type": AUTH_TYPE,
+        "select_type": release.select_type,
+        "topology_plugin": release.topology_tree_plugin,
         "preempting": preempting,
         "cfg": cfg,
         "scheduler_parameters": ",".join(cfg.scheduler_parameters),

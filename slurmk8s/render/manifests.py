@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
+from .. import versions
 from ..api.cluster import NodeSet, Resources, SlurmCluster
 from . import names
 from .config import (
@@ -423,8 +424,12 @@ def _restapi(b: _Builder) -> list[dict]:
     name = names.restapi(c)
     sel = names.selector(c, "restapi")
     volumes, mounts = _base_volumes(c, config=True)
+    release = versions.release(c.spec.slurm.version)
+    env = {**_common_env(c), "SLURMK8S_RESTD_OPENAPI": release.rest_openapi_plugin}
+    if release.rest_data_parser:
+        env["SLURMK8S_RESTD_DATA_PARSER"] = release.rest_data_parser
     container = _container(
-        c, "slurmrestd", "slurmrestd", env=_common_env(c), mounts=mounts,
+        c, "slurmrestd", "slurmrestd", env=env, mounts=mounts,
         ports=[{"name": "http", "containerPort": names.SLURMRESTD_PORT}],
         resources={},
         readinessProbe={"tcpSocket": {"port": "http"}, "periodSeconds": 10},

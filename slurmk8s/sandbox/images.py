@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .. import __version__
+from .. import __version__, versions
 from ..api.cluster import ImageSpec, SlurmSpec
 
 
@@ -44,12 +44,10 @@ class Suite:
     mmdebstrap_options: tuple[str, ...] = ()
 
 
-#: Slurm release -> the Debian suite whose own Slurm packages are that release.
-#: Adding a release is one line here (forky has 26.05; its archive here needs
-#: ``Suite("forky", ('--aptopt=Acquire::Check-Valid-Until "false"',))``).
+#: Slurm release -> the Debian suite whose own Slurm packages are that release, from the
+#: version table (``slurmk8s.versions``): adding a release is a row there.
 SUITES: dict[str, Suite] = {
-    "22.05": Suite("bookworm"),
-    "24.11": Suite("trixie"),
+    r.version: Suite(r.debian_suite, r.mmdebstrap_options) for r in versions.RELEASES.values()
 }
 
 #: The release the renderer defaults to (``spec.slurm.version``) and the chart's images are built for.
@@ -97,7 +95,7 @@ def suite_for(slurm_version: str) -> Suite:
         return SUITES[slurm_version]
     except KeyError:
         raise ImageError(f"no Debian suite for Slurm {slurm_version}: images are built for "
-                         f"{', '.join(sorted(SUITES))} (add the suite to SUITES in {__name__})") from None
+                         f"{', '.join(sorted(SUITES))} (a release is a row of slurmk8s/versions.py)") from None
 
 
 def base_ref(suite: Suite) -> str:
@@ -190,12 +188,12 @@ def normalize_ref(ref: str) -> str:
     ``docker.io/library/slurmd:latest``; a tag defaults to ``latest``."""
     m = _REF.match(ref)
     if not m:
-        raise ImageError(f"{ref!r} is not an image reference (use e.g. ghcr.io/slurmk8s/slurmd:22.05)")
+        raise ImageError(f"{ref!r} is not an image reference (use e.g. {REPOSITORY}/slurmd:{DEFAULT_SLURM})")
     domain, path, tag, digest = m.group("domain", "path", "tag", "digest")
     if domain is None or not ("." in domain or ":" in domain or domain == "localhost"):
         # The first component is a path component, not a registry (Docker's rule).
         if domain is not None and not re.fullmatch(_COMPONENT, domain):
-            raise ImageError(f"{ref!r} is not an image reference (use e.g. ghcr.io/slurmk8s/slurmd:22.05)")
+            raise ImageError(f"{ref!r} is not an image reference (use e.g. {REPOSITORY}/slurmd:{DEFAULT_SLURM})")
         path = f"{domain}/{path}" if domain else path
         domain = "docker.io"
         if "/" not in path:
@@ -324,7 +322,7 @@ def failure_hint(tail: Sequence[str]) -> str:
     if re.search(r"Unable to locate package|has no installation candidate|Version '.*' for '.*' was not found",
                  text):
         return ("a package is not in the base's archive: check SLURM_PACKAGES/SLURM_VERSION and the "
-                "Debian suite of this Slurm release (SUITES in slurmk8s/sandbox/images.py)")
+                "Debian suite of this Slurm release (slurmk8s/versions.py)")
     if re.search(r"no space left on device", text, re.I):
         return "the disk is full: free space under /var/lib/containers and the image cache, then run it again"
     return ("fix the Dockerfile or the script the failing step runs, then run the build again "

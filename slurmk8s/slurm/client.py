@@ -1,13 +1,13 @@
 """The one facade that talks to Slurm.
 
-:class:`SlurmClient` runs where the Slurm commands are: in the agent beside
-slurmctld (``agent.py``), and in tests. The operator, the bridge and the
-sandbox reach it through that agent (``remote.RemoteSlurm``, the same
-:class:`~slurmk8s.slurm.control.SlurmControl` interface). Its only backend
-drives the Slurm commands (``scontrol``, ``sinfo --json``, ``squeue --json``,
-``sbatch``, ``scancel``) through a :data:`Runner`, so the same code works on
-a slurmctld host, inside a pod, or in a test namespace. pyslurm is not used:
-PyPI has no build for Slurm 22.05.
+:class:`SlurmClient` is the narrow interface the operator, the bridge and the
+sandbox use. Its only backend drives the Slurm commands (``scontrol``,
+``sinfo --json``, ``squeue --json``, ``sbatch``, ``scancel``) through a
+:data:`Runner`, so the same code works on a slurmctld host, inside a pod, or
+in a test namespace. pyslurm is not used: PyPI has no build for Slurm 22.05.
+The commands are those of the cluster's own release (the agent runs in the
+controller image built for it); the client learns the release from their
+JSON and reads nodes the way the version table says.
 
 Rules that keep jobs safe live here, once:
 - every drain slurmk8s sets carries the ``slurmk8s:`` prefix, and
@@ -26,9 +26,10 @@ from typing import Callable, Sequence
 
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
+from .. import versions
 from ..api.fields import SLURM_SIGNALS
 from .hostlist import expand
-from .model import DRAIN_PREFIX, Job, Node, config_hash, job_from_json, node_from_json
+from .model import DRAIN_PREFIX, Job, Node, config_hash, job_from_json, node_from_json, release_of
 
 __all__ = ["Runner", "local_runner", "SlurmClient", "SlurmError", "NotOurDrain", "DRAIN_PREFIX"]
 
@@ -101,9 +102,11 @@ class SlurmClient:
     this process sees it); :meth:`config_hash` digests it.
     """
 
-    def __init__(self, runner: Runner = local_runner, config_dir: Path = CONFIG_DIR):
+    def __init__(self, runner: Runner = local_runner, config_dir: Path = CONFIG_DIR,
+                 release: versions.Release | None = None):
         self._runner = runner
         self._config_dir = Path(config_dir)
+        self._release = release
 
     def _run(self, *argv: str, stdin: str | None = None) -> str:
         proc = self._runner(list(argv), stdin)
@@ -117,9 +120,16 @@ class SlurmClient:
         proc = self._runner(["scontrol", "ping"], None)
         return proc.returncode == 0 and "UP" in proc.stdout
 
+    def release(self) -> versions.Release:
+        """The release of the Slurm commands this client runs (from their JSON's meta), which
+        decides how nodes are read (the version table's ``nodes_command``)."""
+        if self._release is None:
+            self._release = versions.release(release_of(json.loads(self._run("sinfo", "--json"))))
+        return self._release
+
     @_reads
     def nodes(self) -> list[Node]:
-        data = json.loads(self._run("sinfo", "--json"))
+        data = json.loads(self._run(*self.release().nodes_command))
         return sorted((node_from_json(n) for n in data.get("nodes", [])), key=lambda n: n.name)
 
     def node(self, name: str) -> Node | None:

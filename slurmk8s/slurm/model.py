@@ -1,12 +1,18 @@
 """What slurmk8s reads from Slurm: nodes and jobs, parsed from ``--json`` output.
 
-Pure functions from Slurm's JSON (openapi v0.0.38 shape in 22.05, the same
-keys in later releases) to small frozen records.
+Pure functions from Slurm's JSON to small frozen records, for every supported
+release: 22.05's openapi shape (``sinfo --json`` nodes with ``state`` and
+``state_flags``; plain numbers) and the data_parser shapes of later releases
+(``scontrol --json show nodes`` with ``state`` a list; numbers wrapped as
+``{"set", "number"}``; job states as lists). Which command gives the node
+records is the version table's ``nodes_command``; ``tests/fixtures/slurm-json/``
+holds each release's real output.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -97,9 +103,25 @@ def _split(value: Any) -> tuple[str, ...]:
     return tuple(v for v in str(value or "").split(",") if v)
 
 
+def release_of(data: dict) -> str:
+    """The Slurm release (``YY.MM``) whose command printed ``data``, from its ``meta``."""
+    meta = data.get("meta") or {}
+    slurm = meta.get("slurm") or meta.get("Slurm") or {}
+    version = slurm.get("version") or {}
+    try:
+        return f"{int(version['major']):02d}.{int(version['minor']):02d}"
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"no Slurm version in the JSON's meta: {json.dumps(meta)[:200]}") from None
+
+
 def node_from_json(d: dict) -> Node:
-    state = str(d.get("state", "unknown")).lower()
-    flags = {str(f).upper() for f in d.get("state_flags", [])}
+    state = d.get("state", "unknown")
+    if isinstance(state, list):  # data_parser (23.02+): the base state, then its flags
+        base, *rest = state or ["unknown"]
+        state, flags = str(base).lower(), {str(f).upper() for f in rest}
+    else:
+        state = str(state).lower()
+        flags = {str(f).upper() for f in d.get("state_flags", [])}
     return Node(
         name=d["name"],
         state=state,
@@ -121,10 +143,23 @@ def _number(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+#: Job state flags that Slurm's job_state_string() reports instead of the base state, in its
+#: order: 22.05's job_state is that one word. The data_parser shapes (24.11, 26.05) list the base
+#: state first and the flags after it (a requeued job still ending is ["PENDING", "COMPLETING"]),
+#: so the same word is picked from the list: one meaning of Job.state on every release.
+JOB_STATE_FLAGS = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED",
+                   "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD", "SIGNALING")
+
+
+def _job_state(value: Any) -> str:
+    if not isinstance(value, list):
+        return str(value)
+    states = [str(v) for v in value]
+    return next((f for f in JOB_STATE_FLAGS if f in states), states[0] if states else "UNKNOWN")
+
+
 def job_from_json(d: dict) -> Job:
-    state = d.get("job_state", "UNKNOWN")
-    if isinstance(state, list):  # a list of flags from 23.02 on
-        state = state[0] if state else "UNKNOWN"
+    state = _job_state(d.get("job_state", "UNKNOWN"))
     array_job = _number(d.get("array_job_id"))
     return Job(
         job_id=int(_number(d["job_id"])),

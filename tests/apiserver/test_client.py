@@ -13,6 +13,8 @@ import yaml
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
+from slurmk8s import versions
+
 from .conftest import CRDS, EXAMPLE, Cluster, start_server, wait_for
 
 GROUP, VERSION, PLURAL = "slurmk8s.dev", "v1alpha1", "slurmclusters"
@@ -333,7 +335,7 @@ def test_status_is_kept_apart_for_custom_resources(cluster: Cluster, crds, ns: s
     assert (with_status["status"]["phase"], with_status["status"]["configHash"]) == ("Ready", "abc")
     assert with_status["spec"]["slurm"]["version"] == "22.05"  # /status ignores the spec
     assert with_status["metadata"]["generation"] == 1
-    spec_change = cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "demo", {"spec": {"slurm": {"version": "23.02"}}})
+    spec_change = cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "demo", {"spec": {"slurm": {"version": "24.11"}}})
     assert spec_change["metadata"]["generation"] == 2 and spec_change["status"]["phase"] == "Ready"
 
 
@@ -515,7 +517,10 @@ def test_an_invalid_slurm_cluster_is_refused_with_field_paths(cluster: Cluster, 
     fields = {c["field"]: c for c in st["details"]["causes"]}
     assert fields["spec.nodeSets[0].replicas"]["reason"] == "FieldValueInvalid"
     assert "must be of type integer" in fields["spec.nodeSets[0].replicas"]["message"]
-    assert fields["spec.slurm.version"]["reason"] == "FieldValueInvalid"
+    # The CRD's enum of supported releases: Kubernetes' "Unsupported value", naming them.
+    assert fields["spec.slurm.version"]["reason"] == "FieldValueNotSupported"
+    assert all(f'"{v}"' in fields["spec.slurm.version"]["message"] for v in versions.SUPPORTED), \
+        fields["spec.slurm.version"]["message"]
     assert fields["spec.partitions[1].name"]["reason"] == "FieldValueRequired"
     assert st["message"].startswith('SlurmCluster.slurmk8s.dev "broken" is invalid: [')
     assert st["details"]["group"] == GROUP and st["details"]["kind"] == "SlurmCluster"

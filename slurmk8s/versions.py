@@ -1,0 +1,158 @@
+"""The Slurm releases slurmk8s supports, and everything that differs between them.
+
+This table is the only place version differences live (``tests/test_versions.py``
+fails on a Slurm release written anywhere else in the code, the templates or the
+entrypoints). The renderer, the API's enum, the image builds and the Slurm
+facade read their per-release values from here; none of them compares
+versions. Each column is checked against every release's real daemons, plugin
+files and commands, from the images built on its Debian suite
+(``tests/test_image_build.py``, ``tests/test_slurm_json.py``); SchedMD's release
+notes say where a value comes from, the daemons whether it holds.
+
+Pure: no imports from the rest of slurmk8s, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Options of mmdebstrap for a suite whose Release file has passed its
+#: Valid-Until date (a snapshot of the archive, as forky's is here).
+EXPIRED_RELEASE_OK = ('--aptopt=Acquire::Check-Valid-Until "false"',)
+
+
+@dataclass(frozen=True)
+class Release:
+    """One supported Slurm release (``YY.MM``) and how slurmk8s speaks to it."""
+
+    version: str
+
+    # --- Images: the Debian suite whose own Slurm packages are this release ----------------
+    debian_suite: str
+    #: Extra mmdebstrap options for that suite.
+    mmdebstrap_options: tuple[str, ...]
+
+    # --- slurm.conf -------------------------------------------------------------------------
+    #: Where preempted jobs are told to get their own --signal: (key, value). Up to 22.05
+    #: SlurmctldParameters=preempt_send_user_signal; from 23.02 PreemptParameters=send_user_signal.
+    preempt_user_signal: tuple[str, str]
+    #: SelectType. select/cons_res is gone from 23.11; cons_tres (GRES-aware) exists everywhere.
+    select_type: str
+    #: TopologyPlugin of spec.topology's switch tree (topology.conf; topology.yaml from 25.05
+    #: may hold several topologies, topology.conf still works).
+    topology_tree_plugin: str
+    #: Whether that tree places dynamic nodes: slurmctld finds a node that topology.conf names
+    #: only if the node was registered when it read the file, and 24.11 and 26.05 read it again
+    #: on `scontrol reconfigure` (which the operator runs once a node is rendered into it).
+    #: 22.05 never does (a reconfigure looks the switches' nodes up before the dynamic nodes
+    #: are back): no switch reaches the node, and every job is "never runnable".
+    topology_places_dynamic_nodes: bool
+    #: TopologyPlugin of a flat network (not written: it is the default): topology/none up to
+    #: 23.02, topology/default from 23.11, topology/flat in 26.05 (Debian's plugin files).
+    topology_flat_plugin: str
+    #: AuthType values this release has: auth/munge everywhere; auth/slurm (no munged) from 23.11.
+    auth_types: tuple[str, ...]
+    #: The key that names a job container plugin: JobContainerType, NamespaceType from 25.11.
+    job_container_key: str
+    #: srun --mpi types of Debian's build of this release, beside none. forky's 26.05 has no
+    #: mpi/pmix (its libpmix is 7.0): MPI jobs use pmi2 there.
+    mpi_types: tuple[str, ...]
+
+    # --- slurmrestd ---------------------------------------------------------------------------
+    #: The openapi data parser versions slurmrestd offers, oldest first.
+    rest_parsers: tuple[str, ...]
+    #: slurmrestd -s: the plugin of slurmctld's endpoints (no slurmdbd). Up to 23.02 one plugin
+    #: per data parser (openapi/v0.0.N); from 23.11 openapi/slurmctld with data_parser plugins.
+    rest_openapi_plugin: str
+    #: slurmrestd -d: the data parser it loads (the newest), or None before data_parser plugins.
+    rest_data_parser: str | None
+
+    # --- Commands and their JSON ----------------------------------------------------------------
+    #: Commands with --json (sinfo and squeue everywhere; scontrol and sacctmgr from 23.02).
+    json_commands: tuple[str, ...]
+    #: The command whose JSON has one record per node under "nodes". 22.05's sinfo --json has;
+    #: 24.11's and 26.05's sinfo --json groups nodes by state ("sinfo"), and their
+    #: scontrol --json show nodes has the records (state a list: base state, then flags).
+    nodes_command: tuple[str, ...]
+
+    # --- Dynamic nodes (slurmd -Z) ------------------------------------------------------------
+    #: The node state flag a dynamic node carries in sinfo/scontrol (DYNAMIC_NORM).
+    dynamic_node_flag: str
+
+
+RELEASES: dict[str, Release] = {
+    r.version: r
+    for r in (
+        Release(
+            version="22.05",
+            debian_suite="bookworm",
+            mmdebstrap_options=(),
+            preempt_user_signal=("SlurmctldParameters", "preempt_send_user_signal"),
+            select_type="select/cons_tres",
+            topology_tree_plugin="topology/tree",
+            topology_places_dynamic_nodes=False,
+            topology_flat_plugin="topology/none",
+            auth_types=("auth/munge",),
+            job_container_key="JobContainerType",
+            rest_parsers=("v0.0.36", "v0.0.37", "v0.0.38"),
+            rest_openapi_plugin="openapi/v0.0.38",
+            rest_data_parser=None,
+            mpi_types=("pmi2", "pmix"),
+            json_commands=("sinfo", "squeue"),
+            nodes_command=("sinfo", "--json"),
+            dynamic_node_flag="DYNAMIC_NORM",
+        ),
+        Release(
+            version="24.11",
+            debian_suite="trixie",
+            mmdebstrap_options=(),
+            preempt_user_signal=("PreemptParameters", "send_user_signal"),
+            select_type="select/cons_tres",
+            topology_tree_plugin="topology/tree",
+            topology_places_dynamic_nodes=True,
+            topology_flat_plugin="topology/default",
+            auth_types=("auth/munge", "auth/slurm"),
+            job_container_key="JobContainerType",
+            rest_parsers=("v0.0.40", "v0.0.41", "v0.0.42"),
+            rest_openapi_plugin="openapi/slurmctld",
+            rest_data_parser="v0.0.42",
+            mpi_types=("pmi2", "pmix"),
+            json_commands=("sinfo", "squeue", "scontrol", "sacctmgr"),
+            nodes_command=("scontrol", "--json", "show", "nodes"),
+            dynamic_node_flag="DYNAMIC_NORM",
+        ),
+        Release(
+            version="26.05",
+            debian_suite="forky",
+            mmdebstrap_options=EXPIRED_RELEASE_OK,
+            preempt_user_signal=("PreemptParameters", "send_user_signal"),
+            select_type="select/cons_tres",
+            topology_tree_plugin="topology/tree",
+            topology_places_dynamic_nodes=True,
+            topology_flat_plugin="topology/flat",
+            auth_types=("auth/munge", "auth/slurm"),
+            job_container_key="NamespaceType",
+            rest_parsers=("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
+            rest_openapi_plugin="openapi/slurmctld",
+            rest_data_parser="v0.0.45",
+            mpi_types=("pmi2",),
+            json_commands=("sinfo", "squeue", "scontrol", "sacctmgr"),
+            nodes_command=("scontrol", "--json", "show", "nodes"),
+            dynamic_node_flag="DYNAMIC_NORM",
+        ),
+    )
+}
+
+#: The supported releases, oldest first: the values spec.slurm.version accepts (the CRD's enum).
+SUPPORTED: tuple[str, ...] = tuple(RELEASES)
+
+#: The release of a SlurmCluster that names none, of the chart's images and of the demo.
+DEFAULT = "22.05"
+
+
+def release(version: str) -> Release:
+    """The row of ``version``; KeyError names the supported releases."""
+    try:
+        return RELEASES[version]
+    except KeyError:
+        raise KeyError(f"Slurm {version} is not supported: slurmk8s supports {', '.join(SUPPORTED)}") from None
