@@ -55,7 +55,7 @@ KNOB_FOR_KEY: dict[str, str | None] = {
             "slurmuser slurmduser authtype credtype selecttype slurmctldparameters treewidth "
             "statesavelocation slurmdspooldir slurmctldpidfile slurmdpidfile slurmctldlogfile "
             "slurmdlogfile include schedulertype mpidefault taskprolog prolog epilog "
-            "jobcomptype launchparameters mailprog"
+            "jobcomptype launchparameters mailprog getenvtimeout"
         ).lower().split()
     },
 }
@@ -80,7 +80,7 @@ EXTRA_LINE_KEYS = frozenset(
         "MaxJobCount MaxArraySize MaxStepCount MaxTasksPerNode MaxJobId FirstJobId MaxBatchRequeue "
         # timing
         "Waittime MessageTimeout SlurmctldTimeout SlurmdTimeout InactiveLimit MinJobAge "
-        "BatchStartTimeout CompleteWait EpilogMsgTime GetEnvTimeout PrologEpilogTimeout "
+        "BatchStartTimeout CompleteWait EpilogMsgTime PrologEpilogTimeout "
         "UnkillableStepTimeout TCPTimeout KeepAliveTime ResumeTimeout SuspendTimeout"
     ).split()
 )
