@@ -75,6 +75,11 @@ class Release:
     #: scontrol --json show nodes has the records (state a list: base state, then flags).
     nodes_command: tuple[str, ...]
 
+    # --- Probes ---------------------------------------------------------------------------------
+    #: Whether slurmctld answers HTTP GET /livez and /readyz on its own port (25.11+). The
+    #: controller pod's probes use them there; before, the entrypoint's `scontrol ping`.
+    ctld_http_probes: bool
+
     # --- Dynamic nodes (slurmd -Z) ------------------------------------------------------------
     #: The node state flag a dynamic node carries in sinfo/scontrol (DYNAMIC_NORM).
     dynamic_node_flag: str
@@ -100,6 +105,7 @@ RELEASES: dict[str, Release] = {
             mpi_types=("pmi2", "pmix"),
             json_commands=("sinfo", "squeue"),
             nodes_command=("sinfo", "--json"),
+            ctld_http_probes=False,
             dynamic_node_flag="DYNAMIC_NORM",
         ),
         Release(
@@ -119,6 +125,7 @@ RELEASES: dict[str, Release] = {
             mpi_types=("pmi2", "pmix"),
             json_commands=("sinfo", "squeue", "scontrol", "sacctmgr"),
             nodes_command=("scontrol", "--json", "show", "nodes"),
+            ctld_http_probes=False,
             dynamic_node_flag="DYNAMIC_NORM",
         ),
         Release(
@@ -138,6 +145,7 @@ RELEASES: dict[str, Release] = {
             mpi_types=("pmi2",),
             json_commands=("sinfo", "squeue", "scontrol", "sacctmgr"),
             nodes_command=("scontrol", "--json", "show", "nodes"),
+            ctld_http_probes=True,
             dynamic_node_flag="DYNAMIC_NORM",
         ),
     )

@@ -235,6 +235,10 @@ def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(version, tmp
     assert "facade signalled: [1]\n" in out, out + proc.stderr
     assert "facade jobs on node-1 after the signal: []\n" in out, out + proc.stderr + logs
 
+    # slurmctld answers the kubelet's httpGet probes where the table says it does.
+    for path in ("/readyz", "/livez"):
+        assert (f"http {path}: 200\n" in out) == release.ctld_http_probes, out
+
     shown = _show_config((work / "config.txt").read_text())
     assert shown["SLURM_VERSION"].startswith(f"{version}."), shown
     assert shown["SelectType"] == release.select_type

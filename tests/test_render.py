@@ -123,6 +123,21 @@ def test_slurmrestd_loads_the_plugins_of_its_release(doc, keys, version):
     assert container["image"] == f"ghcr.io/slurmk8s/slurmrestd:{version}"
 
 
+@pytest.mark.parametrize("version", versions.SUPPORTED)
+def test_slurmctld_is_probed_over_http_where_it_serves_probes(doc, keys, version):
+    doc["spec"]["slurm"]["version"] = version
+    objs = by_kind(render(load_cluster(doc), keys))
+    ctld = objs[("StatefulSet", "demo-controller")]["spec"]["template"]["spec"]["containers"][0]
+    assert ctld["name"] == "slurmctld"
+    if versions.release(version).ctld_http_probes:
+        assert ctld["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "slurmctld"}
+        assert ctld["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "slurmctld"}
+        assert ctld["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "slurmctld"}
+    else:  # the entrypoint's `scontrol ping`; nothing restarts slurmctld
+        assert ctld["readinessProbe"]["exec"]["command"][-1] == "ready"
+        assert "livenessProbe" not in ctld
+
+
 def test_no_preemption_means_no_preempt_settings(keys):
     conf = slurm_conf(render(load_cluster(minimal(partitions=[{"name": "p"}])), keys))
     assert "Preempt" not in conf

@@ -207,6 +207,21 @@ def _worker_template(template: dict) -> dict:
     return template
 
 
+def _controller_probes(c: SlurmCluster) -> dict:
+    """slurmctld's probes. Where slurmctld serves /readyz and /livez on its port
+    (the version table's ``ctld_http_probes``), the kubelet asks it directly, and
+    a slurmctld that stops answering for a minute is restarted (jobs keep running
+    on their nodes; its state is on the state volume). Before, the entrypoint's
+    ``scontrol ping`` says whether it is ready, and nothing restarts it."""
+    if versions.release(c.spec.slurm.version).ctld_http_probes:
+        def http(path: str, period: int, failures: int) -> dict:
+            return {"httpGet": {"path": path, "port": "slurmctld"}, "periodSeconds": period,
+                    "timeoutSeconds": 5, "failureThreshold": failures}
+        return {"readinessProbe": http("/readyz", 10, 3), "startupProbe": http("/readyz", 5, 60),
+                "livenessProbe": http("/livez", 10, 6)}
+    return {"readinessProbe": _probe("ready"), "startupProbe": {**_probe("ready", period=5), "failureThreshold": 60}}
+
+
 def _controller(b: _Builder, with_jwt: bool) -> list[dict]:
     c = b.c
     name = names.controller(c)
@@ -221,8 +236,7 @@ def _controller(b: _Builder, with_jwt: bool) -> list[dict]:
         env=_common_env(c), mounts=mounts,
         ports=[{"name": "slurmctld", "containerPort": names.SLURMCTLD_PORT}],
         resources=_resources(c.spec.controller.resources),
-        readinessProbe=_probe("ready"),
-        startupProbe={**_probe("ready", period=5), "failureThreshold": 60},
+        **_controller_probes(c),
     )
     volumes.append({"name": "agent-token", "secret": {
         "secretName": names.agent_token_secret(c), "defaultMode": 0o400}})
