@@ -312,7 +312,11 @@ def sandbox() -> None:
               help="GPU nodes of Kubernetes' own (no node set uses them), labelled slurmk8s.dev/lendable=true "
                    "and slurmk8s.dev/lendable-to=<the cluster's namespace> for a NodeLendingPolicy there to "
                    "lend. Fixed when the sandbox is first created.")
-def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int, lendable_nodes: int) -> None:
+@click.option("--slurm-version", default=None, type=click.Choice(versions.SUPPORTED),
+              help="Run this Slurm release instead of the one FILE's spec.slurm.version names "
+                   "(every Slurm image is built for it on its Debian suite).")
+def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int, lendable_nodes: int,
+               slurm_version: str | None) -> None:
     """Start the cluster in FILE and wait until it is Ready and every Slurm node idle.
 
     The sandbox is a small Kubernetes on this machine: an API server that
@@ -333,18 +337,21 @@ def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int,
     \b
       kubectl --kubeconfig "$(slurmk8s sandbox status -o json | jq -r .kubeconfig)" get slurmclusters
     """
-    from .manifest import read_documents
+    from .manifest import clusters_in, read_documents, with_slurm_version
     from .sandbox import SandboxFailed
 
     try:
-        found = list(clusters(filename))
+        docs = [d for d in read_documents(filename) if isinstance(d, dict)]
+        if slurm_version:
+            docs = with_slurm_version(docs, slurm_version)
+        found = list(clusters_in(docs))
     except InvalidSpec as exc:
         _fail(exc)
     if len(found) != 1:
         raise click.UsageError(f"{filename} must hold exactly one SlurmCluster (found {len(found)})")
     box = _sandbox(state_dir)
     try:
-        state = box.up(found[0], [d for d in read_documents(filename) if isinstance(d, dict)],
+        state = box.up(found[0], docs,
                        subnet=subnet, timeout=timeout, lendable=lendable_nodes)
     except SandboxFailed as exc:
         click.echo(f"sandbox: {exc}", err=True)

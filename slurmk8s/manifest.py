@@ -41,13 +41,31 @@ def read_documents(path: str) -> list[dict]:
 
 def clusters(path: str) -> Iterator[SlurmCluster]:
     """The SlurmClusters of a file; other kinds are skipped, bad ones raise InvalidSpec."""
-    for doc in read_documents(path):
+    return clusters_in(read_documents(path))
+
+
+def clusters_in(docs: list) -> Iterator[SlurmCluster]:
+    """The SlurmClusters of a manifest's documents, as :func:`clusters`."""
+    for doc in docs:
         if isinstance(doc, dict) and doc.get("kind") not in (None, KIND):
             continue
         if isinstance(doc, dict) and doc.get("apiVersion", API_VERSION) != API_VERSION:
             raise InvalidSpec([FieldError(
                 "apiVersion", f"{doc['apiVersion']!r} is not served; use {API_VERSION}")])
         yield load_cluster(doc)
+
+
+def with_slurm_version(docs: list[dict], version: str) -> list[dict]:
+    """``docs`` with ``spec.slurm.version`` of every SlurmCluster set to ``version``
+    (other documents and the input untouched): `sandbox up --slurm-version`."""
+    out = []
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("kind") in (None, KIND):
+            spec = dict(doc.get("spec") or {})
+            spec["slurm"] = {**(spec.get("slurm") or {}), "version": version}
+            doc = {**doc, "spec": spec}
+        out.append(doc)
+    return out
 
 
 def policies(path: str) -> Iterator[NodeLendingPolicy]:
