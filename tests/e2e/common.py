@@ -12,6 +12,7 @@ from typing import Iterator
 
 import yaml
 
+from slurmk8s.manifest import with_slurm_version
 from slurmk8s.sandbox import Sandbox, install
 from slurmk8s.sandbox.apiserver import audit
 
@@ -46,13 +47,14 @@ def assert_nothing_forbidden(box: Sandbox) -> None:
 
 
 @contextlib.contextmanager
-def running_sandbox(work: Path, doc: dict, subnet: str) -> Iterator[tuple[Sandbox, dict, Path]]:
-    """`sandbox up` with the SlurmCluster ``doc`` in a state directory under
-    ``work``; yields the sandbox, the environment that names it, and the
-    manifest's path. `sandbox down --purge` afterwards."""
+def running_sandbox(work: Path, doc: dict, subnet: str, release: str) -> Iterator[tuple[Sandbox, dict, Path]]:
+    """`sandbox up` with the SlurmCluster ``doc`` on Slurm ``release`` in a state
+    directory under ``work``; yields the sandbox, the environment that names
+    it, and the manifest's path (which names the release). `sandbox down
+    --purge` afterwards."""
     assert os.geteuid() == 0, "the sandbox needs root"
     manifest = work / f"{doc['metadata']['name']}.yaml"
-    manifest.write_text(yaml.safe_dump(doc))
+    manifest.write_text(yaml.safe_dump(with_slurm_version([doc], release)[0]))
     env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(work / "state")}
     up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(manifest), "--subnet", subnet, "--timeout", "180"],
                         capture_output=True, text=True, env=env, timeout=240)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 
+from slurmk8s import versions
 from slurmk8s.bridge.nodestate import STATE_LABEL
 from slurmk8s.sandbox import Sandbox
 from slurmk8s.sandbox.images import tags
@@ -199,9 +200,9 @@ class Lending:
 
 
 @contextlib.contextmanager
-def lending_sandbox(work: Path, subnet: str) -> Iterator[Lending]:
+def lending_sandbox(work: Path, subnet: str, release: str = versions.DEFAULT) -> Iterator[Lending]:
     """Bring the cluster up in a sandbox under ``work``; take it down after."""
-    with running_sandbox(work, CLUSTER, subnet) as (box, env, manifest):
+    with running_sandbox(work, CLUSTER, subnet, release) as (box, env, manifest):
         w = Lending(box, env, manifest, subnet)
         try:
             yield w

@@ -18,8 +18,8 @@ SUBNET = "10.253.96.0/24"
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory) -> Lending:
-    with lending_sandbox(tmp_path_factory.mktemp("bridge-e2e"), SUBNET) as w:
+def world(tmp_path_factory, release) -> Lending:
+    with lending_sandbox(tmp_path_factory.mktemp("bridge-e2e"), SUBNET, release) as w:
         yield w
 
 

@@ -66,7 +66,7 @@ class Platform:
 
 
 @pytest.fixture(scope="module")
-def platform(tmp_path_factory):
+def platform(tmp_path_factory, release):
     doc = {
         "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster", "metadata": {"name": "ops"},
         "spec": {
@@ -75,7 +75,7 @@ def platform(tmp_path_factory):
             "partitions": [{"name": "cpu", "nodeSets": ["cpu"], "default": True}],
         },
     }
-    with running_sandbox(tmp_path_factory.mktemp("operator-e2e"), doc, SUBNET) as (box, _, _):
+    with running_sandbox(tmp_path_factory.mktemp("operator-e2e"), doc, SUBNET, release) as (box, _, _):
         yield Platform(box)
 
 

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from slurmk8s.api import load_cluster
+from slurmk8s.manifest import with_slurm_version
 from slurmk8s.render import ClusterKeys, names, render
 from slurmk8s.sandbox import Sandbox, install, runcruntime, runtime
 
@@ -40,13 +41,14 @@ MANIFEST = {
 
 
 class Life(Platform):
-    def __init__(self, box: Sandbox, work: Path, env: dict):
+    def __init__(self, box: Sandbox, work: Path, env: dict, release: str):
         super().__init__(box, NAME)
-        self.work, self.env = work, env
+        self.work, self.env, self.release = work, env, release
 
     def up(self, doc: dict) -> subprocess.CompletedProcess:
+        """`sandbox up` with ``doc`` on the module's Slurm release."""
         path = self.work / f"{NAME}.yaml"
-        path.write_text(yaml.safe_dump(doc))
+        path.write_text(yaml.safe_dump(with_slurm_version([doc], self.release)[0]))
         return subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(path), "--subnet", SUBNET, "--timeout", "150"],
                               capture_output=True, text=True, env=self.env, timeout=200)
 
@@ -137,11 +139,11 @@ def all_pid_namespaces() -> dict[int, str]:
 
 
 @pytest.fixture(scope="module")
-def life(tmp_path_factory):
+def life(tmp_path_factory, release):
     assert os.geteuid() == 0, "the sandbox needs root"
     work = tmp_path_factory.mktemp("operator-lifecycle")
     env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(work / "state")}
-    p = Life(Sandbox(work / "state"), work, env)
+    p = Life(Sandbox(work / "state"), work, env, release)
     try:
         up = p.up(MANIFEST)
         assert up.returncode == 0, up.stderr

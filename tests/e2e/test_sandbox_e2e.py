@@ -36,11 +36,12 @@ SUBNET = "10.253.77.0/24"  # apart from a sandbox someone runs by hand (10.253.0
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory):
+def sandbox(tmp_path_factory, release):
     assert os.geteuid() == 0, "the sandbox needs root (namespaces, mounts, veths)"
     state = tmp_path_factory.mktemp("sandbox")
     env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(state)}
-    up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(EXAMPLE), "--subnet", SUBNET, "--timeout", "120"],
+    up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(EXAMPLE), "--slurm-version", release,
+                         "--subnet", SUBNET, "--timeout", "120"],
                         capture_output=True, text=True, env=env, timeout=180)
     box = Sandbox(state)
     try:
@@ -90,6 +91,11 @@ def slow_jobs(researcher, workdir) -> dict[str, int]:
     }
 
 
+def test_the_login_pods_slurm_is_the_release_the_cluster_asked_for(researcher, release):
+    out = researcher.check("sinfo -V")  # e.g. "slurm-wlm 24.11.5"
+    assert out.split()[-1].startswith(f"{release}."), out
+
+
 def test_status_reports_pods_login_and_shared_storage(status, slow_jobs):
     cluster = load_cluster(yaml.safe_load(EXAMPLE.read_text()))
     expected = {f"demo-{ns.name}-{i}" for ns in cluster.spec.node_sets for i in range(ns.replicas)}
@@ -113,6 +119,16 @@ def test_single_node_job(researcher, workdir):
     assert info["JobState"] == "COMPLETED"
     out = researcher.read(f"{workdir}/single-{job}.out")
     assert re.search(rf"job {job} on demo-gpu-\d as researcher", out)
+
+
+@pytest.mark.parametrize("export", ["NONE", "ALL,GREETING=hello", "GREETING=hello"])
+def test_jobs_run_whatever_environment_they_export(researcher, workdir, export):
+    """--export=NONE or a list makes slurmd load the user's login environment
+    (--get-user-env), which it does in namespaces from 23.11: the job still runs,
+    and slurmd stays up."""
+    job = researcher.sbatch("single.sh", "--partition=cpu", f"--export={export}", cwd=workdir)
+    assert researcher.wait_state(job, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
+    assert re.search(rf"job {job} on demo-cpu-0 as researcher", researcher.read(f"{workdir}/single-{job}.out"))
 
 
 def test_two_node_job_runs_one_rank_per_node_with_a_master_address(researcher, workdir):
@@ -283,7 +299,7 @@ def test_a_killed_api_server_or_kubelet_is_restarted_and_the_cluster_carries_on(
     assert researcher.wait_state(job, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
 
 
-def test_after_down_and_up_the_login_pod_answers_as_soon_as_up_returns(sandbox):
+def test_after_down_and_up_the_login_pod_answers_as_soon_as_up_returns(sandbox, release):
     """`sandbox down` (keeping the objects) then `up`: the pods' Ready from
     before the restart is stale, so `up` must wait for the kubelet to probe
     them again. sshd answers the moment `up` returns. (Last in this module:
@@ -291,7 +307,8 @@ def test_after_down_and_up_the_login_pod_answers_as_soon_as_up_returns(sandbox):
     box, env = sandbox
     down = subprocess.run([SLURMK8S, "sandbox", "down"], capture_output=True, text=True, env=env, timeout=180)
     assert down.returncode == 0, down.stderr
-    up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(EXAMPLE), "--subnet", SUBNET, "--timeout", "120"],
+    up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(EXAMPLE), "--slurm-version", release,
+                         "--subnet", SUBNET, "--timeout", "120"],
                         capture_output=True, text=True, env=env, timeout=180)
     assert up.returncode == 0, up.stderr
     answer = subprocess.run(box.ssh_argv(["sinfo", "-h", "-o", "%P"]), capture_output=True, text=True, timeout=30)
