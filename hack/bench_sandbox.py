@@ -13,7 +13,10 @@
    images' root file systems as the sandbox's pods (the slurmctld and slurmd
    images, one overlay). The ratio of the medians is the sandbox's overhead.
 
-    hack/bench_sandbox.py [--rounds 5] [--jobs 20]     (root, after hack/setup.sh)
+Each supported Slurm release in turn (or those given with --slurm-version),
+from its own images; a table per release at the end.
+
+    hack/bench_sandbox.py [--rounds 5] [--jobs 20] [--slurm-version V ...]   (root, after hack/setup.sh)
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
+from slurmk8s import versions  # noqa: E402
 from slurmk8s.api import load_cluster  # noqa: E402
+from slurmk8s.manifest import with_slurm_version  # noqa: E402
 from slurmk8s.render import ClusterKeys, config_files, node_conf  # noqa: E402
 from slurmk8s.sandbox import Sandbox  # noqa: E402
 from slurmk8s.sandbox.images import tags  # noqa: E402
@@ -110,29 +115,46 @@ def bench_bare_latency(cluster, jobs: int, partition: str) -> list[float]:
     return latencies(out)
 
 
+def bench_release(doc: dict, version: str, rounds: int, jobs: int, partition: str) -> dict[str, list[float]]:
+    """Every figure of one Slurm release, from its own images."""
+    cluster = load_cluster(with_slurm_version([doc], version)[0])
+    print(f"Slurm {version}: sandbox up -> all nodes idle, {rounds} rounds ...", file=sys.stderr)
+    ups, downs = bench_up(cluster, rounds)
+    print(f"Slurm {version}: sbatch -> running, {jobs} jobs in the sandbox ...", file=sys.stderr)
+    sandbox = bench_sandbox_latency(cluster, jobs, partition)
+    print(f"Slurm {version}: sbatch -> running, {jobs} jobs on bare slurmctld + slurmd ...", file=sys.stderr)
+    bare = bench_bare_latency(cluster, jobs, partition)
+    return {"up": ups, "down": downs, "sandbox": [x * 1000 for x in sandbox], "bare": [x * 1000 for x in bare]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=5, help="sandbox up/down rounds")
+    ap.add_argument("--rounds", type=int, default=5, help="sandbox up/down rounds per release")
     ap.add_argument("--jobs", type=int, default=20, help="jobs per latency run")
     ap.add_argument("-f", "--filename", type=Path, default=EXAMPLE, help="SlurmCluster manifest")
+    ap.add_argument("--slurm-version", action="append", choices=versions.SUPPORTED, dest="releases",
+                    help="a Slurm release to measure (repeatable; default: every supported one)")
     args = ap.parse_args()
-    cluster = load_cluster(yaml.safe_load(args.filename.read_text()))
+    doc = yaml.safe_load(args.filename.read_text())
     partition = "cpu"
+    figures = {v: bench_release(doc, v, args.rounds, args.jobs, partition) for v in args.releases or versions.SUPPORTED}
 
-    print(f"sandbox up -> all nodes idle, {args.rounds} rounds ...", file=sys.stderr)
-    ups, downs = bench_up(cluster, args.rounds)
-    print(f"sbatch -> running, {args.jobs} jobs in the sandbox ...", file=sys.stderr)
-    sandbox = bench_sandbox_latency(cluster, args.jobs, partition)
-    print(f"sbatch -> running, {args.jobs} jobs on bare slurmctld + slurmd ...", file=sys.stderr)
-    bare = bench_bare_latency(cluster, args.jobs, partition)
-
+    cluster = load_cluster(doc)
     nodes = sum(n.replicas for n in cluster.spec.node_sets)
     print(f"\nslurmk8s sandbox benchmark: {args.filename.name} ({nodes} Slurm nodes), partition {partition}")
-    print(summary("sandbox up -> all nodes IDLE", ups))
-    print(summary("sandbox down", downs))
-    print(summary("sbatch -> RUNNING, sandbox", [x * 1000 for x in sandbox], "ms"))
-    print(summary("sbatch -> RUNNING, bare (same images)", [x * 1000 for x in bare], "ms"))
-    print(f"{'sandbox / bare (medians)':<44} {statistics.median(sandbox) / statistics.median(bare):7.2f} x")
+    for version, f in figures.items():
+        print(f"\nSlurm {version}")
+        print(summary("sandbox up -> all nodes IDLE", f["up"]))
+        print(summary("sandbox down", f["down"]))
+        print(summary("sbatch -> RUNNING, sandbox", f["sandbox"], "ms"))
+        print(summary("sbatch -> RUNNING, bare (same images)", f["bare"], "ms"))
+        print(f"{'sandbox / bare (medians)':<44} {statistics.median(f['sandbox']) / statistics.median(f['bare']):7.2f} x")
+    print("\n| Slurm | up (median) | down | sbatch -> RUNNING sandbox / bare (medians) | ratio |")
+    print("| --- | --- | --- | --- | --- |")
+    for version, f in figures.items():
+        sb, bare = statistics.median(f["sandbox"]), statistics.median(f["bare"])
+        print(f"| {version} | {statistics.median(f['up']):.1f} s | {statistics.median(f['down']):.1f} s "
+              f"| {sb:.0f} / {bare:.0f} ms | {sb / bare:.2f} |")
 
 
 if __name__ == "__main__":
