@@ -1,6 +1,6 @@
 """One round of the operator for one SlurmCluster: observe, decide, act.
 
-This is the shell around the pure decisions (:mod:`.reconcile`,
+This is the shell around the pure decisions (:mod:`.plan`,
 :mod:`.scalein`, :mod:`.status`): it reads the cluster's objects through
 :class:`~.kube.Kube` and Slurm through the cluster's agent
 (:class:`~slurmk8s.slurm.SlurmControl`), calls the decisions, and carries out
@@ -41,7 +41,7 @@ from slurmk8s.slurm.model import Node
 from slurmk8s.slurm.remote import agent_url as remote_agent_url, cluster_agent
 from slurmk8s.times import format_time
 
-from . import reconcile, scalein, status
+from . import plan, scalein, status
 from slurmk8s.kube import ApiError, Kube
 
 __all__ = ["Operator", "Outcome", "agent_url", "observe_nodesets", "TEARDOWN_REASON"]
@@ -174,7 +174,7 @@ class Operator:
         has get on them, not list), so it cannot enumerate anyone else's."""
         selector = f"{names.CLUSTER_LABEL}={cluster_name}"
         objs: list[dict] = []
-        for kind in (*reconcile.MANAGED_KINDS, "Pod"):
+        for kind in (*plan.MANAGED_KINDS, "Pod"):
             if kind == "Secret":
                 objs += self._key_secrets(namespace, cluster_name)
             else:
@@ -285,9 +285,9 @@ class Operator:
         # 2. Creates and updates; removed node sets are scaled through their observed StatefulSet.
         keep = {(kind, name) for s in sets if s.name in decision.keep
                 for kind, name in (("StatefulSet", s.statefulset), ("PodDisruptionBudget", f"{s.statefulset}-busy"))}
-        wanted = reconcile.with_replicas(desired, decision.replicas)
-        plan = reconcile.plan(wanted, objects, cluster_name=cluster.name, keep=keep)
-        for action in (*plan.creates, *plan.updates):
+        wanted = plan.with_replicas(desired, decision.replicas)
+        changes = plan.plan(wanted, objects, cluster_name=cluster.name, keep=keep)
+        for action in (*changes.creates, *changes.updates):
             if not self._write(action, out) and _create_only(action.obj):
                 break  # a key Secret that could not be created: nothing may mount what is there
         desired_names = {o["metadata"]["name"] for o in desired if o["kind"] == "StatefulSet"}
@@ -312,7 +312,7 @@ class Operator:
 
         # 4. Deletes, only after a clean round so far.
         if not out.problems:
-            for d in plan.deletes:
+            for d in changes.deletes:
                 self._try(out, f"delete {d.kind}/{d.name}", lambda d=d: self.kube.delete(
                     d.kind, d.namespace, d.name, uid=d.uid))
 
@@ -353,17 +353,17 @@ class Operator:
         out.applied.append(what)
         return True
 
-    def _write(self, action: reconcile.Create | reconcile.Update, out: Outcome) -> bool:
+    def _write(self, action: plan.Create | plan.Update, out: Outcome) -> bool:
         """Create or apply one object; False when that failed (a problem of the round).
 
         A create-only object (a key Secret) that exists by the time it is
         created (409) is a failure too: something made it between the read
         and the create, and the next round checks whose it is."""
         obj = action.obj
-        what = f"{'create' if isinstance(action, reconcile.Create) else 'update'} {obj['kind']}/{obj['metadata']['name']}"
+        what = f"{'create' if isinstance(action, plan.Create) else 'update'} {obj['kind']}/{obj['metadata']['name']}"
         write = (lambda: self.kube.create(obj)) if _create_only(obj) else (lambda: self.kube.apply(obj))
         ok = self._try(out, what, write)
-        if ok and isinstance(action, reconcile.Update):
+        if ok and isinstance(action, plan.Update):
             _log.info("updated", object=what, changed=list(action.changed)[:8])
         return ok
 
@@ -447,7 +447,7 @@ class Operator:
         policy = ((body.get("spec") or {}).get("deletionPolicy")) or "Retain"
         patient = attempt < TEARDOWN_PATIENCE
         observed = self._observe(namespace, cluster_name)
-        ours = [o for o in observed if reconcile.is_ours(o, cluster_name)]
+        ours = [o for o in observed if plan.is_ours(o, cluster_name)]
         workers = [o for o in ours if o["kind"] == "StatefulSet"
                    and names.NODESET_LABEL in (o["metadata"].get("labels") or {})]
         worker_pods = [o for o in observed if o["kind"] == "Pod"
@@ -474,10 +474,10 @@ class Operator:
                     self.kube.delete("StatefulSet", namespace, w["metadata"]["name"], uid=w["metadata"].get("uid"))
             if worker_pods and patient:
                 return False, f"waiting for {len(worker_pods)} worker pods to stop (their jobs are requeued)"
-        for o in sorted(ours, key=lambda o: -reconcile.MANAGED_KINDS.index(o["kind"])
-                        if o["kind"] in reconcile.MANAGED_KINDS else 0):
+        for o in sorted(ours, key=lambda o: -plan.MANAGED_KINDS.index(o["kind"])
+                        if o["kind"] in plan.MANAGED_KINDS else 0):
             kind, name = o["kind"], o["metadata"]["name"]
-            if kind not in reconcile.MANAGED_KINDS or o["metadata"].get("deletionTimestamp"):
+            if kind not in plan.MANAGED_KINDS or o["metadata"].get("deletionTimestamp"):
                 continue
             if kind == "PersistentVolumeClaim" and policy != "Delete":
                 continue  # Retain: the controller state and shared data stay

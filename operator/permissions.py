@@ -28,12 +28,12 @@ from __future__ import annotations
 from slurmk8s.api.cluster import GROUP
 from slurmk8s.permissions import CLUSTER, LISTED, WATCHED, Permission, of_kind
 
-from .reconcile import MANAGED_KINDS
+from .plan import MANAGED_KINDS
 
 __all__ = ["OPERATOR"]
 
 def _rendered() -> tuple[Permission, ...]:
-    """The kinds ``slurmk8s render`` produces (``reconcile.MANAGED_KINDS``)
+    """The kinds ``slurmk8s render`` produces (``plan.MANAGED_KINDS``)
     but Secrets: listed by the cluster's label each round, applied
     (server-side apply is a PATCH; Kubernetes authorizes one that creates the
     object as create too, and create is the fallback of a server without
