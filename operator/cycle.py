@@ -1,7 +1,7 @@
 """One round of the operator for one SlurmCluster: observe, decide, act.
 
 This is the shell around the pure decisions (:mod:`.plan`,
-:mod:`.scalein`, :mod:`.status`): it reads the cluster's objects through
+:mod:`.workers`, :mod:`.status`): it reads the cluster's objects through
 :class:`~.kube.Kube` and Slurm through the cluster's agent
 (:class:`~slurmk8s.slurm.SlurmControl`), calls the decisions, and carries out
 what they return, in this order:
@@ -41,7 +41,7 @@ from slurmk8s.slurm.model import Node
 from slurmk8s.slurm.remote import agent_url as remote_agent_url, cluster_agent
 from slurmk8s.times import format_time
 
-from . import plan, scalein, status
+from . import plan, status, workers
 from slurmk8s.kube import ApiError, Kube
 
 __all__ = ["Operator", "Outcome", "agent_url", "observe_nodesets", "TEARDOWN_REASON"]
@@ -58,12 +58,12 @@ class Outcome:
     """What a round did, for the handlers (Events, metrics) and tests."""
 
     status: SlurmClusterStatus | None = None
-    events: list[scalein.Event] = field(default_factory=list)
+    events: list[workers.Event] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
     applied: list[str] = field(default_factory=list)  # "create ConfigMap/x", "update ...", ...
     nodes: list[Node] | None = None
-    #: Run the next round soon (scalein.Decision.hurry): signalled jobs may requeue themselves.
+    #: Run the next round soon (workers.Decision.hurry): signalled jobs may requeue themselves.
     hurry: bool = False
 
 
@@ -82,7 +82,7 @@ def _ready(pod: Mapping) -> bool:
 
 
 def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping],
-                     pods: Sequence[Mapping]) -> list[scalein.NodeSetState]:
+                     pods: Sequence[Mapping]) -> list[workers.NodeSetState]:
     """The node sets of the spec, and those still present though gone from it."""
     sts_by_set = {}
     for s in statefulsets:
@@ -104,7 +104,7 @@ def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping],
             base, _, ordinal = meta["name"].rpartition("-")
             if base != sts_name or not ordinal.isdigit():
                 continue
-            set_pods.append(scalein.Pod(
+            set_pods.append(workers.Pod(
                 name=meta["name"], uid=meta.get("uid", ""), ordinal=int(ordinal), ready=_ready(p),
                 deleting=bool(meta.get("deletionTimestamp")),
                 revision=(meta.get("labels") or {}).get("controller-revision-hash"),
@@ -113,7 +113,7 @@ def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping],
                 restart_hash=(meta.get("annotations") or {}).get(names.RESTART_HASH),
             ))
         template = ((sts or {}).get("spec") or {}).get("template") or {}
-        out.append(scalein.NodeSetState(
+        out.append(workers.NodeSetState(
             name=set_name, statefulset=sts_name, desired=ns.replicas if ns else 0,
             current=None if sts is None else int((sts.get("spec") or {}).get("replicas", 1)),
             update_revision=((sts or {}).get("status") or {}).get("updateRevision"),
@@ -219,7 +219,7 @@ class Operator:
         except InvalidSpec as exc:
             out.status = status.invalid(previous, str(exc), meta.get("generation"), _iso(now))
             if previous is None or previous.phase != "Failed" or _ready_message(previous) != str(exc):
-                out.events.append(scalein.Event("Warning", "InvalidSpec", str(exc)))
+                out.events.append(workers.Event("Warning", "InvalidSpec", str(exc)))
             out.problems.append(str(exc))
             self._patch_status(body, previous, out.status)
             return out
@@ -236,7 +236,7 @@ class Operator:
             out.problems.append(str(exc))
             reported = _ready_message(previous) if previous else ""
             if str(exc) not in reported:
-                out.events.append(scalein.Event("Warning", reason, str(exc)))
+                out.events.append(workers.Event("Warning", reason, str(exc)))
             out.status = status.compute(cluster, previous, observed=objects, nodes=None,
                                         applied_hash=previous.config_hash if previous else None,
                                         rendered_hash="", problems=out.problems, now=_iso(now),
@@ -263,8 +263,8 @@ class Operator:
         out.nodes = nodes
 
         sets = observe_nodesets(cluster, [o for o in objects if o["kind"] == "StatefulSet"], pods)
-        state = scalein.SlurmState({n.name: n for n in nodes}) if nodes is not None else None
-        decision = scalein.decide(sets, state, now)
+        state = workers.SlurmState({n.name: n for n in nodes}) if nodes is not None else None
+        decision = workers.decide(sets, state, now)
         if decision.needs_jobs and state is not None:
             # Once a round, every job: the decision indexes them by node and by id.
             try:
@@ -272,7 +272,7 @@ class Operator:
             except Exception as exc:
                 jobs = None
                 _log.info("job lookup failed", error=str(exc))
-            decision = scalein.decide(sets, scalein.SlurmState(state.nodes, jobs, jobs_read=True), now)
+            decision = workers.decide(sets, workers.SlurmState(state.nodes, jobs, jobs_read=True), now)
         out.waiting += decision.waiting
         out.hurry = decision.hurry
 
@@ -318,7 +318,7 @@ class Operator:
 
         # 5. Reconfigure.
         applied = previous.config_hash if previous else None
-        go, why = scalein.decide_reconfigure(rendered_hash, applied, seen_hash)
+        go, why = workers.decide_reconfigure(rendered_hash, applied, seen_hash)
         if why:
             out.waiting.append(why)
         if go:
@@ -326,7 +326,7 @@ class Operator:
                 slurm.reconfigure()
                 applied = rendered_hash
                 out.applied.append("scontrol reconfigure")
-                out.events.append(scalein.Event("Normal", "Reconfigured",
+                out.events.append(workers.Event("Normal", "Reconfigured",
                                                 f"slurmctld and the nodes read the new config ({rendered_hash})"))
             except Exception as exc:
                 out.problems.append(f"scontrol reconfigure failed: {exc}")
@@ -338,7 +338,7 @@ class Operator:
         if previous is None or previous.phase != out.status.phase:
             ready = next(c for c in out.status.conditions if c.type == "Ready")
             kind = "Normal" if out.status.phase in ("Ready", "Provisioning", "Pending") else "Warning"
-            out.events.append(scalein.Event(kind, out.status.phase, ready.message))
+            out.events.append(workers.Event(kind, out.status.phase, ready.message))
         self._patch_status(body, previous, out.status)
         return out
 
@@ -348,7 +348,7 @@ class Operator:
             fn()
         except (ApiError, SlurmError, OSError, RuntimeError) as exc:
             out.problems.append(f"{what}: {exc}")
-            out.events.append(scalein.Event("Warning", "ActionFailed", f"{what}: {exc}", object=what))
+            out.events.append(workers.Event("Warning", "ActionFailed", f"{what}: {exc}", object=what))
             return False
         out.applied.append(what)
         return True
@@ -378,27 +378,27 @@ class Operator:
                     if exc.unreachable:
                         raise
                     # The job ended meanwhile, or refuses: Slurm's answer is final for this job.
-                    out.events.append(scalein.Event(
+                    out.events.append(workers.Event(
                         "Warning", reason, f"job {job_id} on {a.node}: {exc.stderr or exc}", object=f"job {job_id}"))
 
         for a in actions:
             try:
-                if isinstance(a, scalein.Drain):
+                if isinstance(a, workers.Drain):
                     slurm.drain(a.node, a.reason)
-                elif isinstance(a, scalein.Undrain):
+                elif isinstance(a, workers.Undrain):
                     try:
                         slurm.undrain(a.node)
                     except NotOurDrain as exc:  # someone drained it in the meantime: theirs now
                         out.waiting.append(str(exc))
-                elif isinstance(a, scalein.Signal):
+                elif isinstance(a, workers.Signal):
                     slurm.signal_node_jobs(a.node, a.signal)
-                elif isinstance(a, scalein.Requeue):
+                elif isinstance(a, workers.Requeue):
                     per_job(a, slurm.requeue, "RequeueRefused")
-                elif isinstance(a, scalein.StartNow):
+                elif isinstance(a, workers.StartNow):
                     per_job(a, slurm.start_now, "StartRefused")
-                elif isinstance(a, scalein.Cancel):
+                elif isinstance(a, workers.Cancel):
                     per_job(a, slurm.cancel, "CancelRefused")
-                elif isinstance(a, scalein.AnnotatePod):
+                elif isinstance(a, workers.AnnotatePod):
                     patch = {"metadata": {"uid": a.uid, "annotations": dict(a.annotations)}}
                     self.kube.patch("Pod", cluster.namespace, a.pod, patch)
                 else:  # pragma: no cover - a new action type without a runner
@@ -407,11 +407,11 @@ class Operator:
             except Exception as exc:
                 subject = f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}"
                 out.problems.append(f"{subject}: {exc}")
-                out.events.append(scalein.Event("Warning", "SlurmActionFailed", f"{subject}: {exc}", object=subject))
+                out.events.append(workers.Event("Warning", "SlurmActionFailed", f"{subject}: {exc}", object=subject))
                 return False
         return True
 
-    def announce(self, body: Mapping, events: Sequence[scalein.Event]) -> None:
+    def announce(self, body: Mapping, events: Sequence[workers.Event]) -> None:
         """Post a round's Events about the SlurmCluster, as ``slurmk8s-operator``.
 
         A Warning about an object (a failed write, a refused Slurm action)
@@ -489,7 +489,7 @@ def _create_only(obj: Mapping) -> bool:
     return (obj["metadata"].get("annotations") or {}).get(names.CREATE_ONLY) == "true"
 
 
-def _event_name(body: Mapping, e: scalein.Event) -> str:
+def _event_name(body: Mapping, e: workers.Event) -> str:
     """The one name of a failure Event: cluster, reason and object."""
     meta = body["metadata"]
     digest = hashlib.sha256(f"{meta.get('uid', '')}\0{e.reason}\0{e.object}".encode()).hexdigest()[:16]

@@ -361,7 +361,7 @@ def _workers(b: _Builder) -> list[dict]:
             "replicas": ns.replicas,
             "podManagementPolicy": "Parallel",
             # The operator restarts pods itself on an image update, one at a
-            # time and each drained first (operator/scalein.py).
+            # time and each drained first (operator/workers.py).
             "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": sel},
             "template": _worker_template(_pod_template(c, sel, labels, [container], volumes, **pod_spec)),

@@ -1,4 +1,4 @@
-"""Node lifecycle decisions (slurmk8s.operator.scalein): scale-in, rolling updates,
+"""Node lifecycle decisions (slurmk8s.operator.workers): scale-in, rolling updates,
 undrains, leftover records and reconfigure, without I/O."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmk8s.evacuation import Record
-from slurmk8s.operator.scalein import (
+from slurmk8s.operator.workers import (
     OPERATOR_DRAINS, POD_TERMINATING, ROLLING_UPDATE, SCALE_IN, AnnotatePod, Cancel, DeleteNodeRecord, DeletePod,
     Drain, LabelBusy, NodeSetState, Pod, Requeue, Signal, SlurmState, StartNow, Undrain, decide, decide_reconfigure,
     read_record, record_annotations,
