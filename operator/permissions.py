@@ -1,7 +1,7 @@
 """What the operator may do through the Kubernetes API: the one declared list.
 
 Each :class:`Permission` is an API call the operator makes, through its own
-client (``cycle.py`` with ``slurmk8s/kube.py``) or through kopf (``handlers.py``,
+client (``round.py`` with ``slurmk8s/kube.py``) or through kopf (``handlers.py``,
 ``main.py``), as the RBAC authorizer sees it: a verb, an API group, a
 resource (``resource/subresource`` for a subresource) and where:
 
@@ -54,7 +54,7 @@ OPERATOR: tuple[Permission, ...] = (
     # kopf adds and removes its finalizer (slurmk8s.dev/teardown) and keeps
     # its bookkeeping in slurmk8s.dev/ annotations, with patches.
     Permission("patch", GROUP, "slurmclusters", WATCHED),
-    # cycle.py: phase, conditions, configHash.
+    # round.py: phase, conditions, configHash.
     Permission("patch", GROUP, "slurmclusters/status", WATCHED),
     # Rendered objects carry an ownerReference to their SlurmCluster with
     # blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
