@@ -18,7 +18,8 @@ what they return, in this order:
 6. Status.
 
 Nothing is remembered between rounds in memory: a round starts from what
-the API server and Slurm say.
+the API server and Slurm say. What it reads becomes the decisions' input in
+:mod:`.observe`; the finalizer's teardown is :mod:`.teardown`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from slurmk8s import log
 from slurmk8s.api import InvalidSpec, load_cluster
-from slurmk8s.api.cluster import DrainSpec, SlurmCluster, SlurmClusterStatus
+from slurmk8s.api.cluster import SlurmCluster, SlurmClusterStatus
 from slurmk8s.render import ClusterKeys, TopologyNode, names, render
 from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, key_secret_names, keys_from_secrets
 from slurmk8s.render.manifests import AgentClients
@@ -41,14 +42,11 @@ from slurmk8s.slurm.model import Node
 from slurmk8s.slurm.remote import agent_url as remote_agent_url, cluster_agent
 from slurmk8s.times import format_time
 
-from . import plan, status, workers
+from . import plan, status, teardown, workers
+from .observe import observe_nodesets, previous_status
 from slurmk8s.kube import ApiError, Kube
 
-__all__ = ["Operator", "Outcome", "agent_url", "observe_nodesets", "TEARDOWN_REASON"]
-
-TEARDOWN_REASON = "cluster deleted"
-#: Rounds a teardown waits for the agent, then for worker pods to go, before it goes on regardless.
-TEARDOWN_PATIENCE = 30
+__all__ = ["Operator", "Outcome", "agent_url"]
 
 _log = log.get("slurmk8s.operator")
 
@@ -74,65 +72,6 @@ def agent_url(cluster: SlurmCluster, controller_pod: Mapping | None) -> str | No
 
 
 _default_agent = functools.partial(cluster_agent, port=names.AGENT_PORT)
-
-
-def _ready(pod: Mapping) -> bool:
-    conds = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-
-
-def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping],
-                     pods: Sequence[Mapping]) -> list[workers.NodeSetState]:
-    """The node sets of the spec, and those still present though gone from it."""
-    sts_by_set = {}
-    for s in statefulsets:
-        labels = s["metadata"].get("labels") or {}
-        if names.NODESET_LABEL in labels:
-            sts_by_set[labels[names.NODESET_LABEL]] = s
-    specs = {ns.name: ns for ns in cluster.spec.node_sets}
-    out = []
-    for set_name in [*specs, *sorted(set(sts_by_set) - set(specs))]:
-        ns = specs.get(set_name)
-        sts_name = names.nodeset(cluster, set_name)
-        sts = sts_by_set.get(set_name)
-        drain = ns.drain if ns else DrainSpec()
-        set_pods = []
-        for p in pods:
-            meta = p["metadata"]
-            if (meta.get("labels") or {}).get(names.NODESET_LABEL) != set_name:
-                continue
-            base, _, ordinal = meta["name"].rpartition("-")
-            if base != sts_name or not ordinal.isdigit():
-                continue
-            set_pods.append(workers.Pod(
-                name=meta["name"], uid=meta.get("uid", ""), ordinal=int(ordinal), ready=_ready(p),
-                deleting=bool(meta.get("deletionTimestamp")),
-                revision=(meta.get("labels") or {}).get("controller-revision-hash"),
-                annotations=dict(meta.get("annotations") or {}),
-                busy_label=(meta.get("labels") or {}).get(names.BUSY_LABEL) == "true",
-                restart_hash=(meta.get("annotations") or {}).get(names.RESTART_HASH),
-            ))
-        template = ((sts or {}).get("spec") or {}).get("template") or {}
-        out.append(workers.NodeSetState(
-            name=set_name, statefulset=sts_name, desired=ns.replicas if ns else 0,
-            current=None if sts is None else int((sts.get("spec") or {}).get("replicas", 1)),
-            update_revision=((sts or {}).get("status") or {}).get("updateRevision"),
-            restart_hash=((template.get("metadata") or {}).get("annotations") or {}).get(names.RESTART_HASH),
-            pods=tuple(sorted(set_pods, key=lambda p: p.ordinal)),
-            grace_period=drain.grace_period, signal=drain.signal,
-        ))
-    return out
-
-
-def _previous_status(body: Mapping) -> SlurmClusterStatus | None:
-    raw = body.get("status")
-    if not isinstance(raw, Mapping):
-        return None
-    known = set(SlurmClusterStatus.model_fields) | {f.alias for f in SlurmClusterStatus.model_fields.values() if f.alias}
-    try:
-        return SlurmClusterStatus.model_validate({k: v for k, v in raw.items() if k in known})
-    except ValueError:
-        return None
 
 
 def _iso(now: float) -> str:
@@ -162,13 +101,13 @@ class Operator:
         self.clock = clock
         self.fresh_keys = fresh_keys
 
-    def _new_key(self, name: str) -> bytes:
+    def new_key(self, name: str) -> bytes:
         """A key for a missing Secret: generated (only that one), or from the injected set."""
         return ClusterKeys.new_key(name) if self.fresh_keys is None else getattr(self.fresh_keys(), name)
 
     # Observing.
 
-    def _observe(self, namespace: str, cluster_name: str) -> list[dict]:
+    def observe(self, namespace: str, cluster_name: str) -> list[dict]:
         """The cluster's objects and pods, listed by the cluster's label, and
         its key Secrets, read by name: the operator never lists Secrets (it
         has get on them, not list), so it cannot enumerate anyone else's."""
@@ -212,7 +151,7 @@ class Operator:
         now = self.clock()
         meta = body["metadata"]
         out = Outcome()
-        previous = _previous_status(body)
+        previous = previous_status(body)
         doc = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
         try:
             cluster = load_cluster(doc)
@@ -224,12 +163,12 @@ class Operator:
             self._patch_status(body, previous, out.status)
             return out
 
-        observed = self._observe(cluster.namespace, cluster.name)
+        observed = self.observe(cluster.namespace, cluster.name)
         pods = [o for o in observed if o["kind"] == "Pod"]
         objects = [o for o in observed if o["kind"] != "Pod"]
         secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
         try:
-            keys, _missing = keys_from_secrets(cluster, secrets, self._new_key)
+            keys, _missing = keys_from_secrets(cluster, secrets, self.new_key)
         except BadKeySecret as exc:
             # Nothing is created or updated: no pod may mount a key that is not the cluster's.
             reason = "ForeignKeySecret" if isinstance(exc, ForeignKeySecret) else "BadKeySecret"
@@ -411,6 +350,10 @@ class Operator:
                 return False
         return True
 
+    def teardown(self, body: Mapping, attempt: int = 0) -> tuple[bool, str]:
+        """One step of an orderly teardown (:func:`.teardown.step`); (done, what it waits for)."""
+        return teardown.step(self, body, attempt)
+
     def announce(self, body: Mapping, events: Sequence[workers.Event]) -> None:
         """Post a round's Events about the SlurmCluster, as ``slurmk8s-operator``.
 
@@ -429,61 +372,6 @@ class Operator:
                     _log.warning("could not post an Event", reason=e.reason, error=str(exc))
             except OSError as exc:
                 _log.warning("could not post an Event", reason=e.reason, error=str(exc))
-
-    # Teardown.
-
-    def teardown(self, body: Mapping, attempt: int = 0) -> tuple[bool, str]:
-        """One step of an orderly teardown; (done, what it waits for).
-
-        Drain the cluster's Slurm nodes, delete the worker StatefulSets and
-        wait for their pods (their entrypoints wait for their jobs, set a node
-        still running some DOWN as a last resort, which requeues what may be
-        requeued, and remove the nodes while slurmctld still runs), then delete the rest of the
-        cluster's objects. Claims stay unless spec.deletionPolicy is Delete.
-        After TEARDOWN_PATIENCE attempts a step that waits goes on regardless.
-        """
-        meta = body["metadata"]
-        cluster_name, namespace = meta["name"], meta.get("namespace", "default")
-        policy = ((body.get("spec") or {}).get("deletionPolicy")) or "Retain"
-        patient = attempt < TEARDOWN_PATIENCE
-        observed = self._observe(namespace, cluster_name)
-        ours = [o for o in observed if plan.is_ours(o, cluster_name)]
-        workers = [o for o in ours if o["kind"] == "StatefulSet"
-                   and names.NODESET_LABEL in (o["metadata"].get("labels") or {})]
-        worker_pods = [o for o in observed if o["kind"] == "Pod"
-                       and (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "worker"]
-        if workers or worker_pods:
-            bases = {w["metadata"]["name"] for w in workers}
-            try:
-                cluster = load_cluster({k: v for k, v in body.items() if k != "status"})
-                secrets = {o["metadata"]["name"]: o for o in observed if o["kind"] == "Secret"}
-                keys, missing = keys_from_secrets(cluster, secrets, self._new_key)
-                if names.agent_token_secret(cluster) in missing:
-                    raise RuntimeError("the agent token Secret is gone")
-                pod = next((p for p in observed if p["metadata"]["name"] == names.controller_pod(cluster)), None)
-                slurm = self.agent(cluster, keys.agent_token, pod)
-                for n in slurm.nodes():
-                    if n.name.rpartition("-")[0] in bases and not n.drain_set:
-                        slurm.drain(n.name, TEARDOWN_REASON)
-            except Exception as exc:
-                if patient:
-                    return False, f"waiting to drain the Slurm nodes: {exc}"
-                _log.warning("tearing down without draining", cluster=cluster_name, error=str(exc))
-            for w in workers:
-                if not w["metadata"].get("deletionTimestamp"):
-                    self.kube.delete("StatefulSet", namespace, w["metadata"]["name"], uid=w["metadata"].get("uid"))
-            if worker_pods and patient:
-                return False, f"waiting for {len(worker_pods)} worker pods to stop (their jobs are requeued)"
-        for o in sorted(ours, key=lambda o: -plan.MANAGED_KINDS.index(o["kind"])
-                        if o["kind"] in plan.MANAGED_KINDS else 0):
-            kind, name = o["kind"], o["metadata"]["name"]
-            if kind not in plan.MANAGED_KINDS or o["metadata"].get("deletionTimestamp"):
-                continue
-            if kind == "PersistentVolumeClaim" and policy != "Delete":
-                continue  # Retain: the controller state and shared data stay
-            self.kube.delete(kind, namespace, name, uid=o["metadata"].get("uid"))
-        return True, "deleted"
-
 
 def _create_only(obj: Mapping) -> bool:
     return (obj["metadata"].get("annotations") or {}).get(names.CREATE_ONLY) == "true"

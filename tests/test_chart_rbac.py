@@ -22,7 +22,8 @@ from kubernetes import client
 
 from slurmk8s.bridge.loop import FIELD_MANAGER, Bridge
 from slurmk8s.bridge.nodestate import STATE_LABEL
-from slurmk8s.operator.round import TEARDOWN_PATIENCE, Operator
+from slurmk8s.operator.round import Operator
+from slurmk8s.operator.teardown import PATIENCE as TEARDOWN_PATIENCE
 from slurmk8s.operator.handlers import FINALIZER, register
 from slurmk8s.kube import ApiError, Kube
 from slurmk8s.permissions import allows

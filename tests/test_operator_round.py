@@ -22,7 +22,8 @@ import pytest
 
 from slurmk8s.api import load_cluster
 from slurmk8s.evacuation import held
-from slurmk8s.operator.round import TEARDOWN_PATIENCE, Operator, Outcome
+from slurmk8s.operator.round import Operator, Outcome
+from slurmk8s.operator.teardown import PATIENCE as TEARDOWN_PATIENCE
 from slurmk8s.operator.handlers import HURRY_SECONDS, Handlers
 from slurmk8s.kube import ApiError
 from slurmk8s.operator.permissions import OPERATOR
