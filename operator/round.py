@@ -1,7 +1,7 @@
 """One round of the operator for one SlurmCluster: observe, decide, act.
 
-This is the shell around the pure decisions (:mod:`.plan`,
-:mod:`.workers`, :mod:`.status`): it reads the cluster's objects through
+This is the shell around the pure decisions (:mod:`.plan`, :mod:`.workers`,
+:mod:`.reconfigure`, :mod:`.status`): it reads the cluster's objects through
 :class:`~.kube.Kube` and Slurm through the cluster's agent
 (:class:`~slurmk8s.slurm.SlurmControl`), calls the decisions, and carries out
 what they return, in this order:
@@ -44,6 +44,7 @@ from slurmk8s.times import format_time
 
 from . import plan, status, teardown, workers
 from .observe import observe_nodesets, previous_status
+from .reconfigure import decide_reconfigure
 from slurmk8s.kube import ApiError, Kube
 
 __all__ = ["Operator", "Outcome", "agent_url"]
@@ -257,7 +258,7 @@ class Operator:
 
         # 5. Reconfigure.
         applied = previous.config_hash if previous else None
-        go, why = workers.decide_reconfigure(rendered_hash, applied, seen_hash)
+        go, why = decide_reconfigure(rendered_hash, applied, seen_hash)
         if why:
             out.waiting.append(why)
         if go:
