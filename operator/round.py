@@ -75,10 +75,6 @@ def agent_url(cluster: SlurmCluster, controller_pod: Mapping | None) -> str | No
 _default_agent = functools.partial(cluster_agent, port=names.AGENT_PORT)
 
 
-def _iso(now: float) -> str:
-    return format_time(now)
-
-
 class Operator:
     """Runs rounds for SlurmClusters against one API server.
 
@@ -157,7 +153,7 @@ class Operator:
         try:
             cluster = load_cluster(doc)
         except InvalidSpec as exc:
-            out.status = status.invalid(previous, str(exc), meta.get("generation"), _iso(now))
+            out.status = status.invalid(previous, str(exc), meta.get("generation"), format_time(now))
             if previous is None or previous.phase != "Failed" or _ready_message(previous) != str(exc):
                 out.events.append(workers.Event("Warning", "InvalidSpec", str(exc)))
             out.problems.append(str(exc))
@@ -179,7 +175,7 @@ class Operator:
                 out.events.append(workers.Event("Warning", reason, str(exc)))
             out.status = status.compute(cluster, previous, observed=objects, nodes=None,
                                         applied_hash=previous.config_hash if previous else None,
-                                        rendered_hash="", problems=out.problems, now=_iso(now),
+                                        rendered_hash="", problems=out.problems, now=format_time(now),
                                         problem_reason=reason)
             self._patch_status(body, previous, out.status)
             return out
@@ -228,7 +224,7 @@ class Operator:
         wanted = plan.with_replicas(desired, decision.replicas)
         changes = plan.plan(wanted, objects, cluster_name=cluster.name, keep=keep)
         for action in (*changes.creates, *changes.updates):
-            if not self._write(action, out) and _create_only(action.obj):
+            if not self._write(action, out) and plan.create_only(action.obj):
                 break  # a key Secret that could not be created: nothing may mount what is there
         desired_names = {o["metadata"]["name"] for o in desired if o["kind"] == "StatefulSet"}
         for s in sets:
@@ -274,7 +270,7 @@ class Operator:
         # 6. Status.
         out.status = status.compute(cluster, previous, observed=objects, nodes=nodes, applied_hash=applied,
                                     rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
-                                    now=_iso(now))
+                                    now=format_time(now))
         if previous is None or previous.phase != out.status.phase:
             ready = next(c for c in out.status.conditions if c.type == "Ready")
             kind = "Normal" if out.status.phase in ("Ready", "Provisioning", "Pending") else "Warning"
@@ -301,7 +297,7 @@ class Operator:
         and the create, and the next round checks whose it is."""
         obj = action.obj
         what = f"{'create' if isinstance(action, plan.Create) else 'update'} {obj['kind']}/{obj['metadata']['name']}"
-        write = (lambda: self.kube.create(obj)) if _create_only(obj) else (lambda: self.kube.apply(obj))
+        write = (lambda: self.kube.create(obj)) if plan.create_only(obj) else (lambda: self.kube.apply(obj))
         ok = self._try(out, what, write)
         if ok and isinstance(action, plan.Update):
             _log.info("updated", object=what, changed=list(action.changed)[:8])
@@ -373,10 +369,6 @@ class Operator:
                     _log.warning("could not post an Event", reason=e.reason, error=str(exc))
             except OSError as exc:
                 _log.warning("could not post an Event", reason=e.reason, error=str(exc))
-
-def _create_only(obj: Mapping) -> bool:
-    return (obj["metadata"].get("annotations") or {}).get(names.CREATE_ONLY) == "true"
-
 
 def _event_name(body: Mapping, e: workers.Event) -> str:
     """The one name of a failure Event: cluster, reason and object."""
