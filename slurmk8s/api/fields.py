@@ -338,7 +338,7 @@ def _extra_line(value: str) -> str:
 
 
 #: One ``Key=Value`` line for slurm.conf. Whether the key may be set this way
-#: (an allowlist) is checked in :mod:`slurmk8s.api.validate`.
+#: (an allowlist) is checked in :mod:`slurmk8s.api.extralines`.
 ExtraLine = Annotated[str, AfterValidator(_extra_line), schema_pattern(f"^{EXTRA_LINE_RE}$", EXTRA_LINE_MAX)]
 
 
