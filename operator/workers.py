@@ -42,7 +42,7 @@ autoscalers) while its jobs run. The label follows the node's state each round.
 
 Config changes are not decided here but in :mod:`.reconfigure`.
 
-Why one module of some 450 lines: scale-in, rolling updates, deleted pods,
+Why one module of some 480 lines: scale-in, rolling updates, deleted pods,
 undrains, busy labels and leftover records are one decision per node set,
 not five. They share one collector (``_Round``: the evacuation, its record
 and its Events) and read each other's state within one pass: a rolling
