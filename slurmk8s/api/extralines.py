@@ -49,7 +49,7 @@ KNOB_FOR_KEY: dict[str, str | None] = {
             "slurmuser slurmduser authtype credtype selecttype slurmctldparameters treewidth "
             "statesavelocation slurmdspooldir slurmctldpidfile slurmdpidfile slurmctldlogfile "
             "slurmdlogfile include schedulertype mpidefault taskprolog prolog epilog "
-            "jobcomptype launchparameters mailprog getenvtimeout"
+            "jobcomptype launchparameters mailprog jobsubmitplugins"
         ).lower().split()
     },
 }
