@@ -1,4 +1,4 @@
-"""The kopf handlers: thin. Every round is :meth:`.cycle.Operator.reconcile`.
+"""The kopf handlers: thin. Every round is :meth:`.round.Operator.reconcile`.
 
 :func:`register` puts the handlers on a kopf registry:
 
@@ -34,7 +34,7 @@ from slurmk8s.api.cluster import GROUP, PLURAL, VERSION
 from slurmk8s.render import names
 
 from . import metrics
-from .cycle import Operator
+from .round import Operator
 
 __all__ = ["register", "Handlers", "FINALIZER"]
 

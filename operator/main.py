@@ -11,7 +11,7 @@ import kopf
 from slurmk8s import log
 from slurmk8s.render.manifests import AgentClients
 
-from .cycle import Operator
+from .round import Operator
 from .handlers import register
 from slurmk8s.kube import Kube
 

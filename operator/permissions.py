@@ -1,7 +1,7 @@
 """What the operator may do through the Kubernetes API: the one declared list.
 
 Each :class:`Permission` is an API call the operator makes, through its own
-client (``cycle.py`` with ``slurmk8s/kube.py``) or through kopf (``handlers.py``,
+client (``round.py`` with ``slurmk8s/kube.py``) or through kopf (``handlers.py``,
 ``main.py``), as the RBAC authorizer sees it: a verb, an API group, a
 resource (``resource/subresource`` for a subresource) and where:
 
@@ -28,12 +28,12 @@ from __future__ import annotations
 from slurmk8s.api.cluster import GROUP
 from slurmk8s.permissions import CLUSTER, LISTED, WATCHED, Permission, of_kind
 
-from .reconcile import MANAGED_KINDS
+from .plan import MANAGED_KINDS
 
 __all__ = ["OPERATOR"]
 
 def _rendered() -> tuple[Permission, ...]:
-    """The kinds ``slurmk8s render`` produces (``reconcile.MANAGED_KINDS``)
+    """The kinds ``slurmk8s render`` produces (``plan.MANAGED_KINDS``)
     but Secrets: listed by the cluster's label each round, applied
     (server-side apply is a PATCH; Kubernetes authorizes one that creates the
     object as create too, and create is the fallback of a server without
@@ -54,7 +54,7 @@ OPERATOR: tuple[Permission, ...] = (
     # kopf adds and removes its finalizer (slurmk8s.dev/teardown) and keeps
     # its bookkeeping in slurmk8s.dev/ annotations, with patches.
     Permission("patch", GROUP, "slurmclusters", WATCHED),
-    # cycle.py: phase, conditions, configHash.
+    # round.py: phase, conditions, configHash.
     Permission("patch", GROUP, "slurmclusters/status", WATCHED),
     # Rendered objects carry an ownerReference to their SlurmCluster with
     # blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from slurmk8s.api.cluster import Condition, NodeCounts, SlurmCluster, SlurmClusterStatus
+from slurmk8s.api.cluster import SlurmCluster
+from slurmk8s.api.status import Condition, NodeCounts, SlurmClusterStatus
 from slurmk8s.render import names
 from slurmk8s.slurm.model import Node
 

@@ -10,7 +10,7 @@ import pytest
 
 from slurmk8s.api import load_cluster
 from slurmk8s.bridge import loop
-from slurmk8s.operator import cycle
+from slurmk8s.operator import round as operator_round
 from slurmk8s.slurm import AgentUnreachable
 
 TOKEN = b"t" * 32
@@ -46,10 +46,10 @@ def pod(ip=None):
     (pod("demo-controller-0.attacker.example"), None),  # not an IP: not a place to send the token
 ])
 def test_the_operator_addresses_the_agent_by_the_pods_ip_only(cluster, controller_pod, url):
-    assert cycle.agent_url(cluster, controller_pod) == url
+    assert operator_round.agent_url(cluster, controller_pod) == url
 
 
-@pytest.mark.parametrize("make", [cycle._default_agent, loop._default_agent], ids=["operator", "bridge"])
+@pytest.mark.parametrize("make", [operator_round._default_agent, loop._default_agent], ids=["operator", "bridge"])
 def test_without_a_pod_ip_nothing_is_sent_anywhere(cluster, no_network, make):
     slurm = make(cluster, TOKEN, pod())
     with pytest.raises(AgentUnreachable, match="no IP"):

@@ -10,7 +10,7 @@ from slurmk8s import cli
 from slurmk8s.api import load_cluster
 from slurmk8s.kube import RESOURCES
 from slurmk8s.operator.permissions import OPERATOR
-from slurmk8s.operator.reconcile import MANAGED_KINDS
+from slurmk8s.operator.plan import MANAGED_KINDS
 from slurmk8s.render import names, render
 from slurmk8s.render.manifests import AgentClients
 

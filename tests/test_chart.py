@@ -21,7 +21,7 @@ from slurmk8s.api.crd import all_crds
 from slurmk8s.bridge.permissions import BRIDGE
 from slurmk8s.operator.permissions import OPERATOR
 from slurmk8s.permissions import allows, grants, of_kind
-from slurmk8s.operator.reconcile import MANAGED_KINDS
+from slurmk8s.operator.plan import MANAGED_KINDS
 from slurmk8s.render import render
 
 from .conftest import EXAMPLE, ROOT

@@ -22,8 +22,8 @@ from kubernetes import client
 
 from slurmk8s.bridge.loop import FIELD_MANAGER, Bridge
 from slurmk8s.bridge.nodestate import STATE_LABEL
-from slurmk8s.operator import cycle
-from slurmk8s.operator.cycle import Operator
+from slurmk8s.operator.round import Operator
+from slurmk8s.operator.teardown import PATIENCE as TEARDOWN_PATIENCE
 from slurmk8s.operator.handlers import FINALIZER, register
 from slurmk8s.kube import ApiError, Kube
 from slurmk8s.permissions import allows
@@ -236,7 +236,7 @@ def test_the_operator_reconciles_and_tears_down_with_only_the_charts_rbac(work, 
     assert not out.problems, out.problems
     assert cluster.core.read_namespaced_secret(names.agent_token_secret("demo"), WORK).data == before
     assert body()["status"]["phase"]
-    done, why = op.teardown(body(), attempt=cycle.TEARDOWN_PATIENCE)
+    done, why = op.teardown(body(), attempt=TEARDOWN_PATIENCE)
     assert done, why
     assert not {s.metadata.name for s in cluster.core.list_namespaced_secret(WORK).items} & created
     assert not cluster.apps.list_namespaced_stateful_set(WORK).items

@@ -53,9 +53,11 @@ accepted-and-unsafe
     U12 an accepted policy whose nodeSelector matches a node with no labels
         (it would select every node that lacks some label);
     U13 a slurmd container without a memory limit of at least its request,
-        or a memory-backed emptyDir (/dev/shm) without a sizeLimit.
+        or a memory-backed emptyDir (/dev/shm) without a sizeLimit;
+    U14 a job_submit.lua whose code (its lines that are not comments) differs
+        from the template's: only its comments may name the cluster.
 accepted-and-safe
-    Loaded, rendered, and none of U1-U13.
+    Loaded, rendered, and none of U1-U14.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ from slurmk8s.api import InvalidSpec, load_cluster, load_policy
 from slurmk8s.api.fields import SLURM_NAME_RE, quantity_value, unprintable
 from slurmk8s.api.validate import EXTRA_LINE_KEYS, OWNED_KEYS, PROGRAM_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
-from slurmk8s.render.config import TASK_PROLOG
+from slurmk8s.render.config import TASK_PROLOG, render_template
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -90,7 +92,7 @@ IMAGE_PATHS = (
     "/usr/sbin", "/var/lib/slurm", "/var/log", "/var/run", "/var/spool/slurmctld", "/var/spool/slurmd",
 )
 #: What slurmk8s itself writes for the program keys it owns.
-OWN_PROGRAMS = {"taskprolog": TASK_PROLOG, "mailprog": "/bin/true"}
+OWN_PROGRAMS = {"taskprolog": TASK_PROLOG, "mailprog": "/bin/true", "jobsubmitplugins": "lua"}
 ROOTS = re.compile(r"(apiVersion|kind|metadata|spec|status)([.\[]|$)|\(document\)$|\(file\)$")
 SETTING = re.compile(r"[A-Za-z]+=[^\s#\\]+( [A-Za-z]+=[^\s#\\]+)*")
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -288,13 +290,25 @@ def _no_unprintable(where: str, obj: Any) -> None:
             raise Unsafe(f"U10 {where}: unprintable character in {ascii(s)[:120]}")
 
 
+def _lua_code(text: str) -> list[str]:
+    return [line for line in text.split("\n") if not line.lstrip().startswith("--")]
+
+
+#: The code of job_submit.lua, whatever the cluster: only its comments name the cluster.
+LUA_CODE = _lua_code(render_template("job_submit.lua", namespace="ns", cluster="c"))
+
+
 def _check_config(cluster, files: dict[str, str]) -> None:
     extra = {line.split("=", 1)[0].lower() for line in cluster.spec.slurm_config.extra_lines}
     counts = {"partitionname": 0, "nodeset": 0}
     for fname, text in files.items():
+        if fname == "job_submit.lua" and _lua_code(text) != LUA_CODE:
+            raise Unsafe(f"U14 job_submit.lua runs code of its own: {ascii(text)}")
         for line in text.split("\n"):
             if any(unprintable(ch) for ch in line) or line.endswith("\\"):
                 raise Unsafe(f"U1 {fname}: {ascii(line)}")
+            if fname == "job_submit.lua":
+                continue
             if not line.strip() or line.startswith("#"):
                 continue
             if not SETTING.fullmatch(line):

@@ -121,6 +121,8 @@ def assert_config_is_well_formed(cluster, files: dict[str, str]) -> None:
     counts = {"partitionname": 0, "nodeset": 0}
     for fname, text in files.items():
         assert text.endswith("\n")
+        if fname == "job_submit.lua":  # a program, not key=value lines: test_corpus.py (U14) checks its code
+            continue
         for line in text.splitlines():
             if not line or line.startswith("#"):
                 continue

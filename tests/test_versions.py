@@ -73,11 +73,12 @@ def python_version_literals(path: Path, root: Path = ROOT) -> list[str]:
 
 def text_version_literals(path: Path, root: Path = ROOT) -> list[str]:
     """Lines of a template or script that name a release or compare versions. Comment lines
-    (shell comments, and the comment lines a template writes into its file) and trailing
-    shell comments are prose."""
+    (shell comments, and the comment lines a template writes into its file: ``#``, or
+    ``--`` in a Lua template) and trailing shell comments are prose."""
     found = []
+    comment = ("#", "--") if path.name.endswith(".lua.j2") else ("#",)
     for n, line in enumerate(path.read_text().splitlines(), 1):
-        if line.lstrip().startswith("#"):
+        if line.lstrip().startswith(comment):
             continue
         code = re.sub(r"\{#.*?#\}", "", line) if path.suffix == ".j2" else re.sub(r"\s#\s.*$", "", line)
         if RELEASE.search(code) or TEMPLATE_COMPARISON.search(code):

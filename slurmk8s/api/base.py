@@ -29,3 +29,8 @@ class ApiModel(BaseModel):
     def dump(self) -> dict:
         """The YAML/JSON form: camelCase keys, unset optional fields left out."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def list_map(key: str = "name") -> dict:
+    """Mark a list of objects as a map keyed by ``key`` (server-side apply merges by it)."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]}

@@ -2,7 +2,15 @@
 
 These models are the one source of truth: the CRD under ``charts/`` is
 generated from them (``slurmk8s crd``), the renderer consumes them, and
-``slurmk8s validate`` checks manifests against them.
+``slurmk8s validate`` checks manifests against them. The status the
+operator writes is in :mod:`.status`, the field types in :mod:`.fields`.
+
+Why one module of some 450 lines: it is the spec, one tree of declarative
+models with one reason to change (what users may write in a SlurmCluster),
+and it reads top-down as the API reference that ``kubectl explain`` shows.
+Nearly every line is a field and its description; there is little logic to
+split off, and splitting the tree by component would make a reader follow
+imports to see one resource.
 """
 
 from __future__ import annotations
@@ -12,7 +20,8 @@ from typing import Literal
 from pydantic import Field
 
 from .. import versions
-from .base import ApiModel
+from .base import ApiModel, list_map
+from .status import SlurmClusterStatus
 from .fields import (
     AbsPath,
     ClusterName,
@@ -75,11 +84,6 @@ def lent_nodeset(partition: str) -> str:
     partition, whose Nodes list names this node set.
     """
     return f"{LENT_PREFIX}{partition}"
-
-
-def _list_map(key: str = "name") -> dict:
-    """Mark a list of objects as a map keyed by ``key`` (server-side apply merges by it)."""
-    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]}
 
 
 #: Where the project publishes its images: the only repository whose images
@@ -297,7 +301,7 @@ class LoginService(ApiModel):
 class LoginSpec(ApiModel):
     replicas: int = Field(1, ge=0, le=16)
     """Number of login pods behind the login Service."""
-    users: list[LoginUser] = Field(default_factory=list, max_length=1000, json_schema_extra=_list_map())
+    users: list[LoginUser] = Field(default_factory=list, max_length=1000, json_schema_extra=list_map())
     """Researchers who may log in over SSH and submit jobs (at most 1000, and
     their inline keys must fit the users ConfigMap; more keys go in
     sshPublicKeysFrom)."""
@@ -334,7 +338,7 @@ class SharedVolume(ApiModel):
 
 
 class SharedStorage(ApiModel):
-    volumes: list[SharedVolume] = Field(min_length=1, max_length=16, json_schema_extra=_list_map())
+    volumes: list[SharedVolume] = Field(min_length=1, max_length=16, json_schema_extra=list_map())
     """ReadWriteMany volumes mounted in every Slurm pod."""
     checkpoint_dir: AbsPath | None = None
     """Directory for job checkpoints, inside one of the volumes."""
@@ -396,9 +400,9 @@ class SlurmClusterSpec(ApiModel):
     """Slurm release and images."""
     controller: ControllerSpec = ControllerSpec()
     """The slurmctld StatefulSet."""
-    node_sets: list[NodeSet] = Field(default_factory=list, max_length=64, json_schema_extra=_list_map())
+    node_sets: list[NodeSet] = Field(default_factory=list, max_length=64, json_schema_extra=list_map())
     """Groups of identical slurmd pods that join as Slurm dynamic nodes (at most 64)."""
-    partitions: list[Partition] = Field(default_factory=list, max_length=64, json_schema_extra=_list_map())
+    partitions: list[Partition] = Field(default_factory=list, max_length=64, json_schema_extra=list_map())
     """Slurm partitions (queues)."""
     login: LoginSpec = LoginSpec()
     """SSH login pods where researchers run sbatch, srun and squeue."""
@@ -415,53 +419,6 @@ class SlurmClusterSpec(ApiModel):
     deletion_policy: Literal["Retain", "Delete"] = "Retain"
     """What happens to the controller state and to claims the operator created
     when the SlurmCluster is deleted: Retain keeps the data."""
-
-
-class Condition(ApiModel):
-    """A status condition, as in Kubernetes' metav1.Condition."""
-
-    type: str = Field(max_length=316)
-    """Ready, or a component: ControllerReady, WorkersReady, LoginReady, RestApiReady."""
-    status: Literal["True", "False", "Unknown"]
-    """Whether the condition holds."""
-    reason: str = Field("", max_length=1024)
-    """One CamelCase word for the last transition."""
-    message: str = Field("", max_length=32768)
-    """What happened, for people."""
-    last_transition_time: str | None = None
-    """When status last changed (RFC 3339)."""
-    observed_generation: int | None = None
-    """The .metadata.generation the condition was computed for."""
-
-
-class NodeCounts(ApiModel):
-    total: int = 0
-    """Slurm nodes registered."""
-    idle: int = 0
-    """Nodes without jobs."""
-    mixed: int = 0
-    """Nodes with jobs on part of their CPUs or GPUs."""
-    allocated: int = 0
-    """Fully allocated nodes."""
-    drain: int = 0
-    """Nodes draining or drained."""
-    down: int = 0
-    """Nodes down or not responding."""
-    other: int = 0
-    """Nodes in any other state (future, invalid, ...)."""
-
-
-class SlurmClusterStatus(ApiModel):
-    phase: Literal["Pending", "Provisioning", "Ready", "Degraded", "Deleting", "Failed"] = "Pending"
-    """Summary of the cluster's state."""
-    conditions: list[Condition] = Field(default_factory=list, json_schema_extra=_list_map("type"))
-    """Ready, and one condition per component."""
-    observed_generation: int | None = None
-    """The .metadata.generation the operator last acted on."""
-    node_counts: NodeCounts = NodeCounts()
-    """Slurm nodes by state."""
-    config_hash: str | None = None
-    """Hash of the rendered Slurm config files currently applied."""
 
 
 class ObjectMeta(ApiModel):

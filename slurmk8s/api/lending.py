@@ -19,8 +19,9 @@ from typing import Annotated, Literal, Mapping
 from pydantic import AfterValidator, Field
 
 from .fields import SLURM_SIGNALS as SIGNALS
-from .base import ApiModel
-from .cluster import API_VERSION, GROUP, Condition, DnsSubdomain, ObjectMeta
+from .base import ApiModel, list_map
+from .cluster import API_VERSION, GROUP, DnsSubdomain, ObjectMeta
+from .status import Condition
 from .fields import DnsLabel, LabelKey, LabelValue, PartitionName, Quantity, constrained, refuse
 
 __all__ = [
@@ -244,7 +245,7 @@ class LendingCounts(ApiModel):
 class NodeLendingPolicyStatus(ApiModel):
     conditions: list[PolicyCondition] = Field(
         default_factory=list,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        json_schema_extra=list_map("type"),
     )
     """Ready, with a reason and a message that says what to fix."""
     observed_generation: int | None = None

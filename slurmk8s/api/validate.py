@@ -2,7 +2,8 @@
 
 ``load_cluster`` is the one entry point. It reports every problem at once,
 each with its field path, and raises :class:`InvalidSpec`; it never returns a
-half-valid object.
+half-valid object. Which slurm.conf keys ``extraLines`` may set is
+:mod:`.extralines`.
 """
 
 from __future__ import annotations
@@ -15,88 +16,13 @@ from .. import versions
 from .cluster import PROJECT_REPOSITORY, SlurmCluster, lent_nodeset
 from .lending import NodeLendingPolicy
 from .errors import FieldError, InvalidSpec, field_path, from_pydantic
+from .extralines import EXTRA_LINE_KEYS, KNOB_FOR_KEY, OWNED_KEYS, PROGRAM_KEYS, extra_line_errors
 from .fields import quantity_value, quote
 
 __all__ = [
     "load_cluster", "load_policy", "semantic_errors", "policy_errors", "OWNED_KEYS", "KNOB_FOR_KEY",
-    "EXTRA_LINE_KEYS", "RESERVED_MOUNTS", "MAX_DEPTH", "USERS_CONFIG_BUDGET", "users_config_bytes",
+    "EXTRA_LINE_KEYS", "PROGRAM_KEYS", "RESERVED_MOUNTS", "MAX_DEPTH", "USERS_CONFIG_BUDGET", "users_config_bytes",
 ]
-
-#: slurm.conf keys that slurmk8s writes, mapped to the typed knob that sets
-#: them (None: managed by slurmk8s, not settable). Lower-case: Slurm keys are
-#: case-insensitive. A test checks that the template writes no key missing here.
-KNOB_FOR_KEY: dict[str, str | None] = {
-    "maxnodecount": "spec.slurmConfig.maxNodeCount",
-    "selecttypeparameters": "spec.slurmConfig.selectTypeParameters",
-    "defmempercpu": "spec.slurmConfig.defMemPerCPU",
-    "killwait": "spec.slurmConfig.killWait",
-    "returntoservice": "spec.slurmConfig.returnToService",
-    "authinfo": "spec.slurmConfig.credentialLifetime",
-    "schedulerparameters": "spec.slurmConfig.schedulerParameters",
-    "slurmctlddebug": "spec.slurmConfig.slurmctldDebug",
-    "slurmddebug": "spec.slurmConfig.slurmdDebug",
-    "proctracktype": "spec.slurmConfig.cgroups",
-    "taskplugin": "spec.slurmConfig.cgroups",
-    "topologyplugin": "spec.topology",
-    "preempttype": "spec.partitions[].preemption",
-    "preemptmode": "spec.partitions[].preemption",
-    "preemptparameters": "spec.partitions[].preemption",
-    "grestypes": "spec.nodeSets[].gpus",
-    "nodename": "spec.nodeSets",
-    "nodeset": "spec.nodeSets",
-    "partitionname": "spec.partitions",
-    "clustername": "metadata.name",
-    "authalttypes": "spec.restApi.enabled",
-    "authaltparameters": "spec.restApi.enabled",
-    **{
-        k: None
-        for k in (
-            "slurmctldhost controlmachine controladdr backupcontroller slurmctldport slurmdport "
-            "slurmuser slurmduser authtype credtype selecttype slurmctldparameters treewidth "
-            "statesavelocation slurmdspooldir slurmctldpidfile slurmdpidfile slurmctldlogfile "
-            "slurmdlogfile include schedulertype mpidefault taskprolog prolog epilog "
-            "jobcomptype launchparameters mailprog getenvtimeout"
-        ).lower().split()
-    },
-}
-OWNED_KEYS = frozenset(KNOB_FOR_KEY)
-
-#: The slurm.conf keys extraLines may set, lower-case: scheduling, limits and
-#: timing knobs only (decision record 12). None of them names a program, a
-#: plugin, a file or a directory, or changes who runs what; any other key
-#: needs a typed field in the spec. Values are further limited by the model
-#: (letters, digits and _ . , : / = + * @ % -).
-EXTRA_LINE_KEYS = frozenset(
-    k.lower()
-    for k in (
-        # scheduling
-        "SchedulerTimeSlice DefCpuPerGPU DefMemPerGPU DefMemPerNode MaxMemPerCPU MaxMemPerNode "
-        "EnforcePartLimits JobRequeue DisableRootJobs OverTimeLimit VSizeFactor "
-        "PriorityType PriorityWeightAge PriorityWeightFairshare PriorityWeightJobSize "
-        "PriorityWeightPartition PriorityWeightQOS PriorityWeightTRES PriorityWeightAssoc "
-        "PriorityDecayHalfLife PriorityMaxAge PriorityFavorSmall PriorityUsageResetPeriod "
-        "PriorityCalcPeriod PriorityFlags FairShareDampeningFactor "
-        # limits
-        "MaxJobCount MaxArraySize MaxStepCount MaxTasksPerNode MaxJobId FirstJobId MaxBatchRequeue "
-        # timing
-        "Waittime MessageTimeout SlurmctldTimeout SlurmdTimeout InactiveLimit MinJobAge "
-        "BatchStartTimeout CompleteWait EpilogMsgTime PrologEpilogTimeout "
-        "UnkillableStepTimeout TCPTimeout KeepAliveTime ResumeTimeout SuspendTimeout"
-    ).split()
-)
-#: The keys that run or load something: the reason for an allowlist. Each is
-#: refused with its own reason; the corpus test checks none reaches slurm.conf.
-PROGRAM_KEYS = frozenset(
-    k.lower()
-    for k in (
-        "HealthCheckProgram RebootProgram UnkillableStepProgram PlugStackConfig PluginDir "
-        "PrologSlurmctld EpilogSlurmctld ResumeProgram SuspendProgram ResumeFailProgram "
-        "SlurmctldPrimaryOnProg SlurmctldPrimaryOffProg ResvProlog ResvEpilog TaskProlog TaskEpilog "
-        "SrunProlog SrunEpilog Prolog Epilog MailProg JobCompLoc JobCredentialPrivateKey "
-        "JobCredentialPublicCertificate JobSubmitPlugins JobCompType AccountingStorageType "
-        "BurstBufferType Include SlurmctldLogFile SlurmdLogFile SlurmSchedLogFile"
-    ).split()
-)
 
 #: The deepest nesting a manifest may have. The models are at most 7 levels
 #: deep; this guard keeps pathological input (50,000 nested lists) away from
@@ -310,7 +236,7 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
         )
     seen_keys: dict[str, int] = {}
     for i, line in enumerate(cfg.extra_lines):
-        yield from _extra_line_errors(i, line, seen_keys)
+        yield from extra_line_errors(i, line, seen_keys)
 
     if spec.topology is not None:
         keys = spec.topology.label_keys
@@ -380,36 +306,6 @@ def _storage_errors(storage) -> Iterator[FieldError]:
                 "spec.sharedStorage.checkpointDir",
                 f"{quote(cp)} is on volume {quote(owner.name)}, which is mounted read-only",
             )
-
-
-def _extra_line_errors(i: int, line: str, seen: dict[str, int]) -> Iterator[FieldError]:
-    """Keys slurmk8s owns, and keys set twice (the line's form was checked by the model)."""
-    path = f"spec.slurmConfig.extraLines[{i}]"
-    key = line.split("=", 1)[0]
-    lower = key.lower()
-    if lower in KNOB_FOR_KEY:
-        knob = KNOB_FOR_KEY[lower]
-        hint = f"use {knob} instead" if knob else "it cannot be overridden"
-        yield FieldError(path, f"{quote(line)} sets {key}, which slurmk8s writes itself; {hint}")
-    elif lower in PROGRAM_KEYS:
-        yield FieldError(
-            path,
-            f"{quote(line)} sets {key}, which makes Slurm run or load a program or file; extraLines "
-            "may only set scheduling, limit and timing keys",
-        )
-    elif lower not in EXTRA_LINE_KEYS:
-        yield FieldError(
-            path,
-            f"{quote(line)} sets {key}, which extraLines may not set: only scheduling, limit and "
-            "timing keys pass through (see docs/decisions/0012-extra-lines-allowlist.md); other "
-            "settings need a typed field in the spec",
-        )
-    elif lower in seen:
-        yield FieldError(
-            path, f"{quote(line)} sets {key} again; it is already set by extraLines[{seen[lower]}]"
-        )
-    else:
-        seen[lower] = i
 
 
 def load_policy(obj: Any) -> NodeLendingPolicy:

@@ -205,6 +205,7 @@ def config_files(c: SlurmCluster, topology_nodes: Sequence[TopologyNode] = ()) -
         "gres.conf": render_template("gres.conf", **gres_context(c)),
         "cgroup.conf": render_template("cgroup.conf", cluster=c.name, cgroups=c.spec.slurm_config.cgroups),
         "topology.conf": render_template("topology.conf", **topology_context(c, topology_nodes)),
+        "job_submit.lua": render_template("job_submit.lua", namespace=c.namespace, cluster=c.name),
     }
 
 

@@ -37,14 +37,10 @@ Slurm command failed: also ``argv``, ``returncode``, ``stderr``) or 503
 
 from __future__ import annotations
 
-import errno
 import hmac
 import io
 import json
-import os
 import re
-import select
-import stat
 import threading
 import time
 from http import HTTPStatus
@@ -57,6 +53,7 @@ from .. import log
 from .client import NotOurDrain, SlurmError
 from .control import SlurmControl
 from .model import job_to_dict, node_to_dict
+from .published import Fail, published
 
 __all__ = ["AgentServer", "make_server", "read_token", "DEFAULT_PORT", "MAX_BODY"]
 
@@ -77,11 +74,6 @@ def read_token(path: Path) -> bytes:
     return token
 
 
-class _Fail(Exception):
-    def __init__(self, status: HTTPStatus, kind: str, message: str, **extra: Any):
-        self.status, self.kind, self.message, self.extra = status, kind, message, extra
-
-
 Handler = Callable[[SlurmControl, dict, dict], Any]
 
 
@@ -96,7 +88,7 @@ def _get_jobs(s: SlurmControl, query: dict, body: dict) -> dict:
 def _string(body: dict, key: str) -> str:
     value = body.get(key)
     if not isinstance(value, str):
-        raise _Fail(HTTPStatus.BAD_REQUEST, "invalid", f"the request body needs a string {key!r}")
+        raise Fail(HTTPStatus.BAD_REQUEST, "invalid", f"the request body needs a string {key!r}")
     return value
 
 
@@ -204,18 +196,18 @@ class _RequestHandler(BaseHTTPRequestHandler):
         try:
             size = int(length)
         except ValueError:
-            raise _Fail(HTTPStatus.BAD_REQUEST, "invalid", "Content-Length is not a number") from None
+            raise Fail(HTTPStatus.BAD_REQUEST, "invalid", "Content-Length is not a number") from None
         if size > MAX_BODY:
-            raise _Fail(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "invalid", f"request bodies are at most {MAX_BODY} bytes")
+            raise Fail(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "invalid", f"request bodies are at most {MAX_BODY} bytes")
         raw = self.rfile.read(size)
         if not raw:
             return {}
         try:
             body = json.loads(raw)
         except ValueError:
-            raise _Fail(HTTPStatus.BAD_REQUEST, "invalid", "the request body is not JSON") from None
+            raise Fail(HTTPStatus.BAD_REQUEST, "invalid", "the request body is not JSON") from None
         if not isinstance(body, dict):
-            raise _Fail(HTTPStatus.BAD_REQUEST, "invalid", "the request body must be a JSON object")
+            raise Fail(HTTPStatus.BAD_REQUEST, "invalid", "the request body must be a JSON object")
         return body
 
     def _route(self, method: str, path: str) -> tuple[Callable[..., Any], dict]:
@@ -227,8 +219,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
                     return handler, {k: unquote(v) for k, v in match.groupdict().items()}
                 allowed = True
         if allowed:
-            raise _Fail(HTTPStatus.METHOD_NOT_ALLOWED, "method", f"{method} is not allowed on {path}")
-        raise _Fail(HTTPStatus.NOT_FOUND, "not-found", f"no such operation: {path}")
+            raise Fail(HTTPStatus.METHOD_NOT_ALLOWED, "method", f"{method} is not allowed on {path}")
+        raise Fail(HTTPStatus.NOT_FOUND, "not-found", f"no such operation: {path}")
 
     def _handle(self, method: str) -> None:
         started = time.monotonic()
@@ -246,13 +238,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 return
             query = parse_qs(url.query)
             if method == "GET" and url.path == "/v1/published":
-                self._send(status, _published(self.server.checkpoint_root, query))
+                self._send(status, published(self.server.checkpoint_root, query))
                 return
             handler, groups = self._route(method, url.path)
             body = self._body()
             result = handler(self.server.slurm, query, body, **groups)
             self._send(status, result if isinstance(result, dict) else {})
-        except _Fail as f:
+        except Fail as f:
             status = f.status
             self._send(status, {"error": f.message, "kind": f.kind, **f.extra})
         except NotOurDrain as exc:
@@ -359,108 +351,3 @@ def make_server(listen: str, slurm: SlurmControl, token: bytes, checkpoint_root:
     server = AgentServer(parse_listen(listen), slurm, token)
     server.checkpoint_root = checkpoint_root
     return server
-
-
-def _published(root: str | None, query: dict) -> dict:
-    """``<dir>/LATEST`` for the bridge's model-version rollouts (bridge/rollout.py)."""
-    from ..serve import LATEST_MAX, BadModelDir, check_model_dir
-
-    if root is None:
-        raise _Fail(HTTPStatus.NOT_FOUND, "not-found", "this cluster has no spec.sharedStorage.checkpointDir; "
-                    "no model versions are published")
-    dirs = query.get("dir") or []
-    if len(dirs) != 1:
-        raise _Fail(HTTPStatus.BAD_REQUEST, "invalid", "name one model directory: ?dir=<path>")
-    try:
-        model_dir = check_model_dir(dirs[0], [root])
-    except BadModelDir as exc:
-        raise _Fail(HTTPStatus.FORBIDDEN, "forbidden", f"model directory {exc}") from None
-    rel = [p for p in model_dir[len(root.rstrip("/")):].split("/") if p]
-    text = read_beneath(root, [*rel, "LATEST"], LATEST_MAX)
-    return {"latest": text.decode("utf-8", errors="replace")}
-
-
-#: Who reads published files when the agent runs as root: nobody.
-UNPRIVILEGED = (65534, 65534)
-
-
-def _walk(root_fd: int, parts: list[str], limit: int) -> bytes:
-    """Open ``parts`` below the directory ``root_fd`` one component at a time,
-    never following a link, and read at most ``limit`` bytes of a regular file."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    fds: list[int] = []
-    try:
-        fd = root_fd
-        for part in parts[:-1]:
-            fd = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
-            fds.append(fd)
-        fd = os.open(parts[-1], flags, dir_fd=fd)
-        fds.append(fd)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EISDIR, "not a regular file")
-        return os.read(fd, limit)
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
-def read_beneath(root: str, parts: list[str], limit: int, timeout: float = 10) -> bytes:
-    """At most ``limit`` bytes of ``root/parts...``, opened component by
-    component below ``root`` without following any symbolic link (a job
-    controls everything below the root), in a child process that runs as an
-    unprivileged user when the agent runs as root (the agent's token and the
-    munge key are root's alone). Raises _Fail: 403 for a link, a non-regular
-    file or a file others may not read; 404 when it does not exist."""
-    if not parts or any(p in ("", ".", "..") or "/" in p or "\0" in p for p in parts):
-        raise _Fail(HTTPStatus.FORBIDDEN, "forbidden", "the path has an empty, '.' or '..' component")
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the administrator's path
-    try:
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: only system calls, then _exit
-            code = 0
-            try:
-                os.close(r)
-                if os.geteuid() == 0:
-                    os.setgroups([])
-                    os.setgid(UNPRIVILEGED[1])
-                    os.setuid(UNPRIVILEGED[0])
-                os.write(w, b"D" + _walk(root_fd, parts, limit))
-            except OSError as exc:
-                os.write(w, b"E%d" % (exc.errno or 0))
-            except BaseException:
-                code = 1
-            finally:
-                os._exit(code)
-        os.close(w)
-        out = b""
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([r], [], [], left)[0]:
-                    os.kill(pid, 9)
-                    raise _Fail(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable",
-                                "reading the shared storage timed out")
-                chunk = os.read(r, 65536)
-                if not chunk:
-                    break
-                out += chunk
-        finally:
-            os.close(r)
-            os.waitpid(pid, 0)
-    finally:
-        os.close(root_fd)
-    if out[:1] == b"D":
-        return out[1:]
-    shown = "/".join(parts)
-    err = int(out[1:] or 0) if out[:1] == b"E" else None
-    if err == errno.ENOENT:
-        raise _Fail(HTTPStatus.NOT_FOUND, "not-found", f"{shown} does not exist (nothing published yet)")
-    if err in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM):
-        raise _Fail(HTTPStatus.FORBIDDEN, "forbidden",
-                    f"{shown} below the checkpoint root is a symbolic link, not a regular file, or not "
-                    "readable by others: publish LATEST as a plain world-readable file (examples/train.sh)")
-    if err is None:
-        raise _Fail(HTTPStatus.INTERNAL_SERVER_ERROR, "internal", f"reading {shown} failed")
-    raise _Fail(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", f"{shown}: {os.strerror(err)}")

@@ -1,4 +1,4 @@
-"""Desired vs observed objects -> plan (slurmk8s.operator.reconcile), without I/O."""
+"""Desired vs observed objects -> plan (slurmk8s.operator.plan), without I/O."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 
 from slurmk8s.api import InvalidSpec, load_cluster
-from slurmk8s.operator.reconcile import (
+from slurmk8s.operator.plan import (
     MANAGED_KINDS, Create, Delete, Update, differences, is_ours, key, plan, with_replicas,
 )
 from slurmk8s.render import ClusterKeys, render

@@ -21,10 +21,10 @@ Emptying a node is the one evacuation rule, :func:`slurmk8s.evacuation.evacuate`
 (when one is set) and give them ``drain.gracePeriod`` seconds; then requeue
 them (eligible at once; ``--no-requeue`` jobs are cancelled); a signalled job
 that requeued itself is started again at once; then the pod may go. The
-rule's record is kept on the pod (annotations, :func:`read_record` /
-:func:`record_annotations`), so an operator restart resumes the grace period
-instead of starting it again or forgetting it. Slurm's jobs are read once a
-round, when a decision asks for them (:attr:`Decision.needs_jobs`).
+rule's record is kept on the pod (annotations, :mod:`.podrecord`), so an
+operator restart resumes the grace period instead of starting it again or
+forgetting it. Slurm's jobs are read once a round, when a decision asks for
+them (:attr:`Decision.needs_jobs`).
 
 Safety rules, each tested:
 - Unknown Slurm state (the agent did not answer, a job lookup failed) means
@@ -40,9 +40,19 @@ Worker pods whose Slurm node runs jobs carry the label
 (maxUnavailable 0) selects: a busy worker cannot be evicted (node drains,
 autoscalers) while its jobs run. The label follows the node's state each round.
 
-Config changes are here too (:func:`decide_reconfigure`): update the
-ConfigMap, wait until the agent sees the rendered files, then reconfigure.
-slurmctld is never restarted for a config change.
+Config changes are not decided here but in :mod:`.reconfigure`.
+
+Why one module of some 480 lines: scale-in, rolling updates, deleted pods,
+undrains, busy labels and leftover records are one decision per node set,
+not five. They share one collector (``_Round``: the evacuation, its record
+and its Events) and read each other's state within one pass: a rolling
+update waits while a scale-in runs and keeps its drain meanwhile, an undrain
+skips a pod being restarted, a record is removed only past the pods that
+stay. Split apart, they would import each other and each would have to know
+the others' rules. What changes on its own is elsewhere: the rule
+(:mod:`slurmk8s.evacuation`), its record on the pod (:mod:`.podrecord`),
+config changes (:mod:`.reconfigure`), and how the node sets are read from the
+API (:mod:`.observe`).
 """
 
 from __future__ import annotations
@@ -50,20 +60,21 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Iterable, Mapping, Sequence
 
 from slurmk8s import evacuation
-from slurmk8s.evacuation import Cancel, Drain, Requeue, Signal, StartNow, format_job_ids, parse_job_ids
+from slurmk8s.evacuation import Cancel, Drain, Requeue, Signal, StartNow
 from slurmk8s.render import names
 from slurmk8s.slurm.hostlist import HostlistError, expand
 from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node
-from slurmk8s.times import format_time, from_epoch, parse_time
+from slurmk8s.times import from_epoch
+
+from . import podrecord
 
 __all__ = [
     "SCALE_IN", "ROLLING_UPDATE", "POD_TERMINATING", "OPERATOR_DRAINS", "Pod", "NodeSetState", "SlurmState",
     "Drain", "Undrain", "Signal", "Requeue", "StartNow", "Cancel", "DeleteNodeRecord", "AnnotatePod", "LabelBusy",
-    "DeletePod", "Event", "Decision", "decide", "decide_reconfigure", "read_record", "record_annotations",
+    "DeletePod", "Event", "Decision", "decide",
 ]
 
 SCALE_IN = "scale-in"
@@ -78,35 +89,6 @@ POD_TERMINATING = "pod terminating"
 OPERATOR_DRAINS = frozenset(
     f"{DRAIN_PREFIX} {r}" for r in (SCALE_IN, ROLLING_UPDATE, POD_TERMINATING)
 )
-_ANNOTATIONS = (names.DRAIN_STARTED, names.DRAIN_PURPOSE, names.JOBS_SIGNALLED, names.SIGNALLED_JOBS,
-                names.JOBS_FORCED)
-
-
-# The evacuation's record (slurmk8s.evacuation.Record) as pod annotations.
-
-
-def read_record(annotations: Mapping[str, str]) -> evacuation.Record:
-    return evacuation.Record(
-        purpose=annotations.get(names.DRAIN_PURPOSE),
-        started=parse_time(annotations.get(names.DRAIN_STARTED)),
-        signalled=parse_time(annotations.get(names.JOBS_SIGNALLED)),
-        jobs=parse_job_ids(annotations.get(names.SIGNALLED_JOBS)),
-        forced=parse_time(annotations.get(names.JOBS_FORCED)),
-    )
-
-
-def record_annotations(record: evacuation.Record) -> dict[str, str | None]:
-    """Every annotation of the record; None removes one."""
-    def t(value: datetime | None) -> str | None:
-        return None if value is None else format_time(value)
-
-    return {
-        names.DRAIN_STARTED: t(record.started),
-        names.DRAIN_PURPOSE: record.purpose,
-        names.JOBS_SIGNALLED: t(record.signalled),
-        names.SIGNALLED_JOBS: format_job_ids(record.jobs) or None,
-        names.JOBS_FORCED: t(record.forced),
-    }
 
 
 # Observed state.
@@ -292,14 +274,14 @@ class _Round:
         if not self.slurm.jobs_read:
             self.needs_jobs = True
             return False
-        before = read_record(pod.annotations)
+        before = podrecord.read_record(pod.annotations)
         jobs = None if self.by_node is None else self.by_node.get(node_name, [])
         policy = evacuation.Policy(purpose=purpose, drain_reason=purpose, signal=s.signal,
                                    grace_seconds=s.grace_period)
         e = evacuation.evacuate(node_name, node, jobs, before, policy, from_epoch(self.now),
                                 recorded=[self.by_id[i] for i in before.jobs if i in self.by_id])
         self.actions += e.actions
-        changed = {k: v for k, v in record_annotations(e.record).items() if pod.annotations.get(k) != v}
+        changed = {k: v for k, v in podrecord.record_annotations(e.record).items() if pod.annotations.get(k) != v}
         if changed:
             self.annotate(pod, changed)
         for a in e.actions:
@@ -408,8 +390,8 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState | None, now: float) -
             if _operator_drain(node):
                 r.actions.append(Undrain(name))
                 r.event("Normal", "Undrained", f"Slurm node {name} takes jobs again ({node.reason!r} cleared)")
-            if any(a in p.annotations for a in _ANNOTATIONS):
-                r.annotate(p, {a: None for a in _ANNOTATIONS})
+            if any(a in p.annotations for a in podrecord.ANNOTATIONS):
+                r.annotate(p, {a: None for a in podrecord.ANNOTATIONS})
         # Busy workers may not be evicted.
         for p in s.pods:
             node = slurm.nodes.get(f"{s.statefulset}-{p.ordinal}")
@@ -497,20 +479,3 @@ def _restart(r: _Round, s: NodeSetState, deletions: list[DeletePod]) -> None:
         deletions.append(DeletePod(pod.name, pod.uid))
         r.event("Normal", "Restarting", f"restarting {pod.name} for the updated pod template "
                                         f"({len(outdated) - 1} more to go in node set {s.name})")
-
-
-def decide_reconfigure(rendered: str, applied: str | None, seen: str | None) -> tuple[bool, str | None]:
-    """Whether to run ``scontrol reconfigure`` now, and if not, why we wait.
-
-    ``rendered``: hash of the config files just rendered (in the ConfigMap).
-    ``applied``: status.configHash, the last config reconfigured.
-    ``seen``: the agent's hash of the files in the slurmctld pod (None: unknown).
-    """
-    if applied == rendered:
-        return False, None
-    if seen is None:
-        return False, "the config changed; waiting for the Slurm agent to reconfigure"
-    if seen != rendered:
-        return False, ("the config changed; waiting for the kubelet to update /etc/slurm in the "
-                       "controller pod (up to about a minute)")
-    return True, None

@@ -1,7 +1,7 @@
 """One round of the operator for one SlurmCluster: observe, decide, act.
 
-This is the shell around the pure decisions (:mod:`.reconcile`,
-:mod:`.scalein`, :mod:`.status`): it reads the cluster's objects through
+This is the shell around the pure decisions (:mod:`.plan`, :mod:`.workers`,
+:mod:`.reconfigure`, :mod:`.status`): it reads the cluster's objects through
 :class:`~.kube.Kube` and Slurm through the cluster's agent
 (:class:`~slurmk8s.slurm.SlurmControl`), calls the decisions, and carries out
 what they return, in this order:
@@ -18,7 +18,8 @@ what they return, in this order:
 6. Status.
 
 Nothing is remembered between rounds in memory: a round starts from what
-the API server and Slurm say.
+the API server and Slurm say. What it reads becomes the decisions' input in
+:mod:`.observe`; the finalizer's teardown is :mod:`.teardown`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from slurmk8s import log
 from slurmk8s.api import InvalidSpec, load_cluster
-from slurmk8s.api.cluster import DrainSpec, SlurmCluster, SlurmClusterStatus
+from slurmk8s.api.cluster import SlurmCluster, SlurmClusterStatus
 from slurmk8s.render import ClusterKeys, TopologyNode, names, render
 from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, key_secret_names, keys_from_secrets
 from slurmk8s.render.manifests import AgentClients
@@ -41,14 +42,12 @@ from slurmk8s.slurm.model import Node
 from slurmk8s.slurm.remote import agent_url as remote_agent_url, cluster_agent
 from slurmk8s.times import format_time
 
-from . import reconcile, scalein, status
+from . import plan, status, teardown, workers
+from .observe import observe_nodesets, previous_status
+from .reconfigure import decide_reconfigure
 from slurmk8s.kube import ApiError, Kube
 
-__all__ = ["Operator", "Outcome", "agent_url", "observe_nodesets", "TEARDOWN_REASON"]
-
-TEARDOWN_REASON = "cluster deleted"
-#: Rounds a teardown waits for the agent, then for worker pods to go, before it goes on regardless.
-TEARDOWN_PATIENCE = 30
+__all__ = ["Operator", "Outcome", "agent_url"]
 
 _log = log.get("slurmk8s.operator")
 
@@ -58,12 +57,12 @@ class Outcome:
     """What a round did, for the handlers (Events, metrics) and tests."""
 
     status: SlurmClusterStatus | None = None
-    events: list[scalein.Event] = field(default_factory=list)
+    events: list[workers.Event] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
     applied: list[str] = field(default_factory=list)  # "create ConfigMap/x", "update ...", ...
     nodes: list[Node] | None = None
-    #: Run the next round soon (scalein.Decision.hurry): signalled jobs may requeue themselves.
+    #: Run the next round soon (workers.Decision.hurry): signalled jobs may requeue themselves.
     hurry: bool = False
 
 
@@ -74,69 +73,6 @@ def agent_url(cluster: SlurmCluster, controller_pod: Mapping | None) -> str | No
 
 
 _default_agent = functools.partial(cluster_agent, port=names.AGENT_PORT)
-
-
-def _ready(pod: Mapping) -> bool:
-    conds = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-
-
-def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping],
-                     pods: Sequence[Mapping]) -> list[scalein.NodeSetState]:
-    """The node sets of the spec, and those still present though gone from it."""
-    sts_by_set = {}
-    for s in statefulsets:
-        labels = s["metadata"].get("labels") or {}
-        if names.NODESET_LABEL in labels:
-            sts_by_set[labels[names.NODESET_LABEL]] = s
-    specs = {ns.name: ns for ns in cluster.spec.node_sets}
-    out = []
-    for set_name in [*specs, *sorted(set(sts_by_set) - set(specs))]:
-        ns = specs.get(set_name)
-        sts_name = names.nodeset(cluster, set_name)
-        sts = sts_by_set.get(set_name)
-        drain = ns.drain if ns else DrainSpec()
-        set_pods = []
-        for p in pods:
-            meta = p["metadata"]
-            if (meta.get("labels") or {}).get(names.NODESET_LABEL) != set_name:
-                continue
-            base, _, ordinal = meta["name"].rpartition("-")
-            if base != sts_name or not ordinal.isdigit():
-                continue
-            set_pods.append(scalein.Pod(
-                name=meta["name"], uid=meta.get("uid", ""), ordinal=int(ordinal), ready=_ready(p),
-                deleting=bool(meta.get("deletionTimestamp")),
-                revision=(meta.get("labels") or {}).get("controller-revision-hash"),
-                annotations=dict(meta.get("annotations") or {}),
-                busy_label=(meta.get("labels") or {}).get(names.BUSY_LABEL) == "true",
-                restart_hash=(meta.get("annotations") or {}).get(names.RESTART_HASH),
-            ))
-        template = ((sts or {}).get("spec") or {}).get("template") or {}
-        out.append(scalein.NodeSetState(
-            name=set_name, statefulset=sts_name, desired=ns.replicas if ns else 0,
-            current=None if sts is None else int((sts.get("spec") or {}).get("replicas", 1)),
-            update_revision=((sts or {}).get("status") or {}).get("updateRevision"),
-            restart_hash=((template.get("metadata") or {}).get("annotations") or {}).get(names.RESTART_HASH),
-            pods=tuple(sorted(set_pods, key=lambda p: p.ordinal)),
-            grace_period=drain.grace_period, signal=drain.signal,
-        ))
-    return out
-
-
-def _previous_status(body: Mapping) -> SlurmClusterStatus | None:
-    raw = body.get("status")
-    if not isinstance(raw, Mapping):
-        return None
-    known = set(SlurmClusterStatus.model_fields) | {f.alias for f in SlurmClusterStatus.model_fields.values() if f.alias}
-    try:
-        return SlurmClusterStatus.model_validate({k: v for k, v in raw.items() if k in known})
-    except ValueError:
-        return None
-
-
-def _iso(now: float) -> str:
-    return format_time(now)
 
 
 class Operator:
@@ -162,19 +98,19 @@ class Operator:
         self.clock = clock
         self.fresh_keys = fresh_keys
 
-    def _new_key(self, name: str) -> bytes:
+    def new_key(self, name: str) -> bytes:
         """A key for a missing Secret: generated (only that one), or from the injected set."""
         return ClusterKeys.new_key(name) if self.fresh_keys is None else getattr(self.fresh_keys(), name)
 
     # Observing.
 
-    def _observe(self, namespace: str, cluster_name: str) -> list[dict]:
+    def observe(self, namespace: str, cluster_name: str) -> list[dict]:
         """The cluster's objects and pods, listed by the cluster's label, and
         its key Secrets, read by name: the operator never lists Secrets (it
         has get on them, not list), so it cannot enumerate anyone else's."""
         selector = f"{names.CLUSTER_LABEL}={cluster_name}"
         objs: list[dict] = []
-        for kind in (*reconcile.MANAGED_KINDS, "Pod"):
+        for kind in (*plan.MANAGED_KINDS, "Pod"):
             if kind == "Secret":
                 objs += self._key_secrets(namespace, cluster_name)
             else:
@@ -212,34 +148,34 @@ class Operator:
         now = self.clock()
         meta = body["metadata"]
         out = Outcome()
-        previous = _previous_status(body)
+        previous = previous_status(body)
         doc = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
         try:
             cluster = load_cluster(doc)
         except InvalidSpec as exc:
-            out.status = status.invalid(previous, str(exc), meta.get("generation"), _iso(now))
+            out.status = status.invalid(previous, str(exc), meta.get("generation"), format_time(now))
             if previous is None or previous.phase != "Failed" or _ready_message(previous) != str(exc):
-                out.events.append(scalein.Event("Warning", "InvalidSpec", str(exc)))
+                out.events.append(workers.Event("Warning", "InvalidSpec", str(exc)))
             out.problems.append(str(exc))
             self._patch_status(body, previous, out.status)
             return out
 
-        observed = self._observe(cluster.namespace, cluster.name)
+        observed = self.observe(cluster.namespace, cluster.name)
         pods = [o for o in observed if o["kind"] == "Pod"]
         objects = [o for o in observed if o["kind"] != "Pod"]
         secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
         try:
-            keys, _missing = keys_from_secrets(cluster, secrets, self._new_key)
+            keys, _missing = keys_from_secrets(cluster, secrets, self.new_key)
         except BadKeySecret as exc:
             # Nothing is created or updated: no pod may mount a key that is not the cluster's.
             reason = "ForeignKeySecret" if isinstance(exc, ForeignKeySecret) else "BadKeySecret"
             out.problems.append(str(exc))
             reported = _ready_message(previous) if previous else ""
             if str(exc) not in reported:
-                out.events.append(scalein.Event("Warning", reason, str(exc)))
+                out.events.append(workers.Event("Warning", reason, str(exc)))
             out.status = status.compute(cluster, previous, observed=objects, nodes=None,
                                         applied_hash=previous.config_hash if previous else None,
-                                        rendered_hash="", problems=out.problems, now=_iso(now),
+                                        rendered_hash="", problems=out.problems, now=format_time(now),
                                         problem_reason=reason)
             self._patch_status(body, previous, out.status)
             return out
@@ -263,8 +199,8 @@ class Operator:
         out.nodes = nodes
 
         sets = observe_nodesets(cluster, [o for o in objects if o["kind"] == "StatefulSet"], pods)
-        state = scalein.SlurmState({n.name: n for n in nodes}) if nodes is not None else None
-        decision = scalein.decide(sets, state, now)
+        state = workers.SlurmState({n.name: n for n in nodes}) if nodes is not None else None
+        decision = workers.decide(sets, state, now)
         if decision.needs_jobs and state is not None:
             # Once a round, every job: the decision indexes them by node and by id.
             try:
@@ -272,7 +208,7 @@ class Operator:
             except Exception as exc:
                 jobs = None
                 _log.info("job lookup failed", error=str(exc))
-            decision = scalein.decide(sets, scalein.SlurmState(state.nodes, jobs, jobs_read=True), now)
+            decision = workers.decide(sets, workers.SlurmState(state.nodes, jobs, jobs_read=True), now)
         out.waiting += decision.waiting
         out.hurry = decision.hurry
 
@@ -285,10 +221,10 @@ class Operator:
         # 2. Creates and updates; removed node sets are scaled through their observed StatefulSet.
         keep = {(kind, name) for s in sets if s.name in decision.keep
                 for kind, name in (("StatefulSet", s.statefulset), ("PodDisruptionBudget", f"{s.statefulset}-busy"))}
-        wanted = reconcile.with_replicas(desired, decision.replicas)
-        plan = reconcile.plan(wanted, objects, cluster_name=cluster.name, keep=keep)
-        for action in (*plan.creates, *plan.updates):
-            if not self._write(action, out) and _create_only(action.obj):
+        wanted = plan.with_replicas(desired, decision.replicas)
+        changes = plan.plan(wanted, objects, cluster_name=cluster.name, keep=keep)
+        for action in (*changes.creates, *changes.updates):
+            if not self._write(action, out) and plan.create_only(action.obj):
                 break  # a key Secret that could not be created: nothing may mount what is there
         desired_names = {o["metadata"]["name"] for o in desired if o["kind"] == "StatefulSet"}
         for s in sets:
@@ -312,13 +248,13 @@ class Operator:
 
         # 4. Deletes, only after a clean round so far.
         if not out.problems:
-            for d in plan.deletes:
+            for d in changes.deletes:
                 self._try(out, f"delete {d.kind}/{d.name}", lambda d=d: self.kube.delete(
                     d.kind, d.namespace, d.name, uid=d.uid))
 
         # 5. Reconfigure.
         applied = previous.config_hash if previous else None
-        go, why = scalein.decide_reconfigure(rendered_hash, applied, seen_hash)
+        go, why = decide_reconfigure(rendered_hash, applied, seen_hash)
         if why:
             out.waiting.append(why)
         if go:
@@ -326,7 +262,7 @@ class Operator:
                 slurm.reconfigure()
                 applied = rendered_hash
                 out.applied.append("scontrol reconfigure")
-                out.events.append(scalein.Event("Normal", "Reconfigured",
+                out.events.append(workers.Event("Normal", "Reconfigured",
                                                 f"slurmctld and the nodes read the new config ({rendered_hash})"))
             except Exception as exc:
                 out.problems.append(f"scontrol reconfigure failed: {exc}")
@@ -334,11 +270,11 @@ class Operator:
         # 6. Status.
         out.status = status.compute(cluster, previous, observed=objects, nodes=nodes, applied_hash=applied,
                                     rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
-                                    now=_iso(now))
+                                    now=format_time(now))
         if previous is None or previous.phase != out.status.phase:
             ready = next(c for c in out.status.conditions if c.type == "Ready")
             kind = "Normal" if out.status.phase in ("Ready", "Provisioning", "Pending") else "Warning"
-            out.events.append(scalein.Event(kind, out.status.phase, ready.message))
+            out.events.append(workers.Event(kind, out.status.phase, ready.message))
         self._patch_status(body, previous, out.status)
         return out
 
@@ -348,22 +284,22 @@ class Operator:
             fn()
         except (ApiError, SlurmError, OSError, RuntimeError) as exc:
             out.problems.append(f"{what}: {exc}")
-            out.events.append(scalein.Event("Warning", "ActionFailed", f"{what}: {exc}", object=what))
+            out.events.append(workers.Event("Warning", "ActionFailed", f"{what}: {exc}", object=what))
             return False
         out.applied.append(what)
         return True
 
-    def _write(self, action: reconcile.Create | reconcile.Update, out: Outcome) -> bool:
+    def _write(self, action: plan.Create | plan.Update, out: Outcome) -> bool:
         """Create or apply one object; False when that failed (a problem of the round).
 
         A create-only object (a key Secret) that exists by the time it is
         created (409) is a failure too: something made it between the read
         and the create, and the next round checks whose it is."""
         obj = action.obj
-        what = f"{'create' if isinstance(action, reconcile.Create) else 'update'} {obj['kind']}/{obj['metadata']['name']}"
-        write = (lambda: self.kube.create(obj)) if _create_only(obj) else (lambda: self.kube.apply(obj))
+        what = f"{'create' if isinstance(action, plan.Create) else 'update'} {obj['kind']}/{obj['metadata']['name']}"
+        write = (lambda: self.kube.create(obj)) if plan.create_only(obj) else (lambda: self.kube.apply(obj))
         ok = self._try(out, what, write)
-        if ok and isinstance(action, reconcile.Update):
+        if ok and isinstance(action, plan.Update):
             _log.info("updated", object=what, changed=list(action.changed)[:8])
         return ok
 
@@ -378,27 +314,27 @@ class Operator:
                     if exc.unreachable:
                         raise
                     # The job ended meanwhile, or refuses: Slurm's answer is final for this job.
-                    out.events.append(scalein.Event(
+                    out.events.append(workers.Event(
                         "Warning", reason, f"job {job_id} on {a.node}: {exc.stderr or exc}", object=f"job {job_id}"))
 
         for a in actions:
             try:
-                if isinstance(a, scalein.Drain):
+                if isinstance(a, workers.Drain):
                     slurm.drain(a.node, a.reason)
-                elif isinstance(a, scalein.Undrain):
+                elif isinstance(a, workers.Undrain):
                     try:
                         slurm.undrain(a.node)
                     except NotOurDrain as exc:  # someone drained it in the meantime: theirs now
                         out.waiting.append(str(exc))
-                elif isinstance(a, scalein.Signal):
+                elif isinstance(a, workers.Signal):
                     slurm.signal_node_jobs(a.node, a.signal)
-                elif isinstance(a, scalein.Requeue):
+                elif isinstance(a, workers.Requeue):
                     per_job(a, slurm.requeue, "RequeueRefused")
-                elif isinstance(a, scalein.StartNow):
+                elif isinstance(a, workers.StartNow):
                     per_job(a, slurm.start_now, "StartRefused")
-                elif isinstance(a, scalein.Cancel):
+                elif isinstance(a, workers.Cancel):
                     per_job(a, slurm.cancel, "CancelRefused")
-                elif isinstance(a, scalein.AnnotatePod):
+                elif isinstance(a, workers.AnnotatePod):
                     patch = {"metadata": {"uid": a.uid, "annotations": dict(a.annotations)}}
                     self.kube.patch("Pod", cluster.namespace, a.pod, patch)
                 else:  # pragma: no cover - a new action type without a runner
@@ -407,11 +343,15 @@ class Operator:
             except Exception as exc:
                 subject = f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}"
                 out.problems.append(f"{subject}: {exc}")
-                out.events.append(scalein.Event("Warning", "SlurmActionFailed", f"{subject}: {exc}", object=subject))
+                out.events.append(workers.Event("Warning", "SlurmActionFailed", f"{subject}: {exc}", object=subject))
                 return False
         return True
 
-    def announce(self, body: Mapping, events: Sequence[scalein.Event]) -> None:
+    def teardown(self, body: Mapping, attempt: int = 0) -> tuple[bool, str]:
+        """One step of an orderly teardown (:func:`.teardown.step`); (done, what it waits for)."""
+        return teardown.step(self, body, attempt)
+
+    def announce(self, body: Mapping, events: Sequence[workers.Event]) -> None:
         """Post a round's Events about the SlurmCluster, as ``slurmk8s-operator``.
 
         A Warning about an object (a failed write, a refused Slurm action)
@@ -430,66 +370,7 @@ class Operator:
             except OSError as exc:
                 _log.warning("could not post an Event", reason=e.reason, error=str(exc))
 
-    # Teardown.
-
-    def teardown(self, body: Mapping, attempt: int = 0) -> tuple[bool, str]:
-        """One step of an orderly teardown; (done, what it waits for).
-
-        Drain the cluster's Slurm nodes, delete the worker StatefulSets and
-        wait for their pods (their entrypoints wait for their jobs, set a node
-        still running some DOWN as a last resort, which requeues what may be
-        requeued, and remove the nodes while slurmctld still runs), then delete the rest of the
-        cluster's objects. Claims stay unless spec.deletionPolicy is Delete.
-        After TEARDOWN_PATIENCE attempts a step that waits goes on regardless.
-        """
-        meta = body["metadata"]
-        cluster_name, namespace = meta["name"], meta.get("namespace", "default")
-        policy = ((body.get("spec") or {}).get("deletionPolicy")) or "Retain"
-        patient = attempt < TEARDOWN_PATIENCE
-        observed = self._observe(namespace, cluster_name)
-        ours = [o for o in observed if reconcile.is_ours(o, cluster_name)]
-        workers = [o for o in ours if o["kind"] == "StatefulSet"
-                   and names.NODESET_LABEL in (o["metadata"].get("labels") or {})]
-        worker_pods = [o for o in observed if o["kind"] == "Pod"
-                       and (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "worker"]
-        if workers or worker_pods:
-            bases = {w["metadata"]["name"] for w in workers}
-            try:
-                cluster = load_cluster({k: v for k, v in body.items() if k != "status"})
-                secrets = {o["metadata"]["name"]: o for o in observed if o["kind"] == "Secret"}
-                keys, missing = keys_from_secrets(cluster, secrets, self._new_key)
-                if names.agent_token_secret(cluster) in missing:
-                    raise RuntimeError("the agent token Secret is gone")
-                pod = next((p for p in observed if p["metadata"]["name"] == names.controller_pod(cluster)), None)
-                slurm = self.agent(cluster, keys.agent_token, pod)
-                for n in slurm.nodes():
-                    if n.name.rpartition("-")[0] in bases and not n.drain_set:
-                        slurm.drain(n.name, TEARDOWN_REASON)
-            except Exception as exc:
-                if patient:
-                    return False, f"waiting to drain the Slurm nodes: {exc}"
-                _log.warning("tearing down without draining", cluster=cluster_name, error=str(exc))
-            for w in workers:
-                if not w["metadata"].get("deletionTimestamp"):
-                    self.kube.delete("StatefulSet", namespace, w["metadata"]["name"], uid=w["metadata"].get("uid"))
-            if worker_pods and patient:
-                return False, f"waiting for {len(worker_pods)} worker pods to stop (their jobs are requeued)"
-        for o in sorted(ours, key=lambda o: -reconcile.MANAGED_KINDS.index(o["kind"])
-                        if o["kind"] in reconcile.MANAGED_KINDS else 0):
-            kind, name = o["kind"], o["metadata"]["name"]
-            if kind not in reconcile.MANAGED_KINDS or o["metadata"].get("deletionTimestamp"):
-                continue
-            if kind == "PersistentVolumeClaim" and policy != "Delete":
-                continue  # Retain: the controller state and shared data stay
-            self.kube.delete(kind, namespace, name, uid=o["metadata"].get("uid"))
-        return True, "deleted"
-
-
-def _create_only(obj: Mapping) -> bool:
-    return (obj["metadata"].get("annotations") or {}).get(names.CREATE_ONLY) == "true"
-
-
-def _event_name(body: Mapping, e: scalein.Event) -> str:
+def _event_name(body: Mapping, e: workers.Event) -> str:
     """The one name of a failure Event: cluster, reason and object."""
     meta = body["metadata"]
     digest = hashlib.sha256(f"{meta.get('uid', '')}\0{e.reason}\0{e.object}".encode()).hexdigest()[:16]

@@ -1,4 +1,4 @@
-"""Node lifecycle decisions (slurmk8s.operator.scalein): scale-in, rolling updates,
+"""Node lifecycle decisions (slurmk8s.operator.workers): scale-in, rolling updates,
 undrains, leftover records and reconfigure, without I/O."""
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmk8s.evacuation import Record
-from slurmk8s.operator.scalein import (
+from slurmk8s.operator.workers import (
     OPERATOR_DRAINS, POD_TERMINATING, ROLLING_UPDATE, SCALE_IN, AnnotatePod, Cancel, DeleteNodeRecord, DeletePod,
-    Drain, LabelBusy, NodeSetState, Pod, Requeue, Signal, SlurmState, StartNow, Undrain, decide, decide_reconfigure,
-    read_record, record_annotations,
+    Drain, LabelBusy, NodeSetState, Pod, Requeue, Signal, SlurmState, StartNow, Undrain, decide,
 )
+from slurmk8s.operator.podrecord import read_record, record_annotations
+from slurmk8s.operator.reconfigure import decide_reconfigure
 from slurmk8s.render import names
 from slurmk8s.slurm.model import Job, Node
 from slurmk8s.times import format_time as timestamp

@@ -32,7 +32,7 @@ from slurmk8s.render import names
 
 __all__ = [
     "MANAGED_KINDS", "Key", "Create", "Update", "Delete", "Plan", "plan", "key", "differences",
-    "is_ours", "with_replicas",
+    "is_ours", "create_only", "with_replicas",
 ]
 
 #: Kinds the renderer produces, in the order they are created.
@@ -150,7 +150,8 @@ def is_ours(obj: Mapping, cluster_name: str) -> bool:
             and labels.get("app.kubernetes.io/managed-by") == "slurmk8s-operator")
 
 
-def _create_only(obj: Mapping) -> bool:
+def create_only(obj: Mapping) -> bool:
+    """Created once, never updated or deleted (the key Secrets)."""
     return (obj.get("metadata", {}).get("annotations") or {}).get(names.CREATE_ONLY) == "true"
 
 
@@ -159,7 +160,7 @@ def _deleting(obj: Mapping) -> bool:
 
 
 def _deletable(obj: Mapping) -> bool:
-    if obj["kind"] not in MANAGED_KINDS or _create_only(obj):
+    if obj["kind"] not in MANAGED_KINDS or create_only(obj):
         return False
     if obj["kind"] == "PersistentVolumeClaim":
         # Only claims the renderer made, and only when the cluster says so;
@@ -190,7 +191,7 @@ def plan(desired: Sequence[dict], observed: Iterable[dict], *, cluster_name: str
             creates.append(Create(d))
         elif _deleting(o):
             continue  # being deleted: created again once gone
-        elif not _create_only(d):
+        elif not create_only(d):
             changed = differences(_comparable(d), o)
             if changed:
                 updates.append(Update(d, tuple(changed)))

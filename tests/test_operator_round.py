@@ -1,4 +1,4 @@
-"""Rounds of the operator (slurmk8s.operator.cycle) against real Slurm through the real agent.
+"""Rounds of the operator (slurmk8s.operator.round) against real Slurm through the real agent.
 
 Kubernetes is an in-memory stand-in (tests/fakekube.py) that plays the API
 server and the StatefulSet controller; Slurm is Debian's slurmctld and a
@@ -22,8 +22,8 @@ import pytest
 
 from slurmk8s.api import load_cluster
 from slurmk8s.evacuation import held
-from slurmk8s.operator import cycle
-from slurmk8s.operator.cycle import Operator
+from slurmk8s.operator.round import Operator, Outcome
+from slurmk8s.operator.teardown import PATIENCE as TEARDOWN_PATIENCE
 from slurmk8s.operator.handlers import HURRY_SECONDS, Handlers
 from slurmk8s.kube import ApiError
 from slurmk8s.operator.permissions import OPERATOR
@@ -70,7 +70,7 @@ class World:
         change(obj["spec"])
         obj["metadata"]["generation"] += 1
 
-    def round(self, advance: float = 1.0) -> cycle.Outcome:
+    def round(self, advance: float = 1.0) -> Outcome:
         """One round by a freshly started operator."""
         self.now += advance
         op = Operator(self.kube, agent=lambda c, token, pod: RemoteSlurm(self.agent_url, token, timeout=10),
@@ -202,7 +202,7 @@ def test_every_request_of_a_round_and_a_teardown_is_declared(offline):
     w.spec(lambda s: s.update(restApi={"enabled": False}))
     w.round()
     op = Operator(w.kube, agent=lambda c, t, p: RemoteSlurm(w.agent_url, t, timeout=2), fresh_keys=lambda: w.keys)
-    assert op.teardown(w.body, attempt=cycle.TEARDOWN_PATIENCE)[0]
+    assert op.teardown(w.body, attempt=TEARDOWN_PATIENCE)[0]
     made = {(verb, group, resource) for verb, group, resource, _ in w.kube.requests}
     # FakeKube refuses anything undeclared; this checks the rounds got that far.
     assert {("list", "", "pods"), ("get", "", "secrets"), ("create", "", "secrets"), ("patch", "apps", "statefulsets"),
@@ -305,7 +305,7 @@ def test_the_daemon_runs_a_round_every_interval_and_hurries_while_a_round_asks()
 
         def reconcile(self, body):
             self.rounds.append(time.monotonic())
-            return cycle.Outcome(hurry=len(self.rounds) <= 3)
+            return Outcome(hurry=len(self.rounds) <= 3)
 
         def announce(self, body, events):
             pass
@@ -350,7 +350,7 @@ def test_teardown_removes_the_cluster_but_keeps_its_data(offline):
     done, why = op.teardown(w.body, attempt=0)
     assert not done and "waiting to drain the Slurm nodes" in why
     assert "demo-cpu" in w.kube.of_kind("StatefulSet")  # nothing deleted while it waits
-    done, _ = op.teardown(w.body, attempt=cycle.TEARDOWN_PATIENCE)
+    done, _ = op.teardown(w.body, attempt=TEARDOWN_PATIENCE)
     assert done
     left = sorted((k, n) for k, _, n in w.kube.objects if k not in ("SlurmCluster", "Pod"))
     assert left == [("PersistentVolumeClaim", "demo-shared"),
@@ -365,7 +365,7 @@ def test_teardown_of_a_spec_that_no_longer_loads_finds_the_key_secrets_by_name(o
                 "data": {"jwt_hs256.key": "c2VjcmV0"}})  # someone else's, by a name the operator would use
     w.spec(lambda s: s["partitions"][0].update(name="cpu\nProlog=/x"))
     op = Operator(w.kube, agent=lambda c, t, p: RemoteSlurm(w.agent_url, t, timeout=2), fresh_keys=lambda: w.keys)
-    done, _ = op.teardown(w.body, attempt=cycle.TEARDOWN_PATIENCE)
+    done, _ = op.teardown(w.body, attempt=TEARDOWN_PATIENCE)
     assert done
     assert sorted(w.kube.of_kind("Secret")) == ["demo-jwt-key"]  # ours deleted, theirs (unlabelled) kept
     assert ("list", "", "secrets", "default") not in w.kube.requests
@@ -377,7 +377,7 @@ def test_teardown_with_deletion_policy_delete_removes_the_claims(offline):
     w.round()
     w.kube.run_controllers()
     op = Operator(w.kube, agent=lambda c, t, p: RemoteSlurm(w.agent_url, t, timeout=2), fresh_keys=lambda: w.keys)
-    done, _ = op.teardown(w.body, attempt=cycle.TEARDOWN_PATIENCE)
+    done, _ = op.teardown(w.body, attempt=TEARDOWN_PATIENCE)
     assert done
     assert [k for k, _, _ in w.kube.objects if k not in ("SlurmCluster", "Pod")] == []
 
@@ -389,7 +389,7 @@ def test_teardown_with_deletion_policy_delete_removes_the_claims(offline):
 def slurm(tmp_path_factory, example_doc, keys):
     assert os.geteuid() == 0 and not missing_tools(), "run hack/test.sh: it installs Slurm and runs as root"
     c = load_cluster(cpu_only(example_doc))
-    work = tmp_path_factory.mktemp("cycle")
+    work = tmp_path_factory.mktemp("round")
     with SlurmNamespace(config_files(c), keys, work, nodes=[(NODE, node_conf(c, c.spec.node_sets[0]))]) as ns:
         local = SlurmClient(lambda argv, stdin: ns.run(argv, input=stdin, check=False), config_dir=work / "conf")
         server = AgentServer(("127.0.0.1", 0), local, keys.agent_token)
@@ -409,7 +409,7 @@ def world(slurm, example_doc, keys):
     return w
 
 
-def settle(w: World) -> cycle.Outcome:
+def settle(w: World) -> Outcome:
     """Create the cluster and let the controllers and the first reconfigure happen."""
     w.round()
     w.kube.run_controllers()
@@ -563,7 +563,7 @@ def two_nodes(tmp_path_factory, example_doc, keys):
     doc = cpu_only(example_doc)
     doc["spec"]["nodeSets"][0]["replicas"] = 2
     c = load_cluster(doc)
-    work = tmp_path_factory.mktemp("cycle2")
+    work = tmp_path_factory.mktemp("round2")
     with SlurmNamespace(config_files(c), keys, work, nodes=[(n, node_conf(c, c.spec.node_sets[0]))
                                                            for n in NODES]) as ns:
         local = SlurmClient(lambda argv, stdin: ns.run(argv, input=stdin, check=False), config_dir=work / "conf")

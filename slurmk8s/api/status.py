@@ -1,0 +1,61 @@
+"""What the operator reports on a SlurmCluster (its status), and the
+condition type the NodeLendingPolicy's status shares. Written by the
+controllers, never by users; the CRD publishes it as the status subresource.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import ApiModel, list_map
+
+__all__ = ["Condition", "NodeCounts", "SlurmClusterStatus"]
+
+
+class Condition(ApiModel):
+    """A status condition, as in Kubernetes' metav1.Condition."""
+
+    type: str = Field(max_length=316)
+    """Ready, or a component: ControllerReady, WorkersReady, LoginReady, RestApiReady."""
+    status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds."""
+    reason: str = Field("", max_length=1024)
+    """One CamelCase word for the last transition."""
+    message: str = Field("", max_length=32768)
+    """What happened, for people."""
+    last_transition_time: str | None = None
+    """When status last changed (RFC 3339)."""
+    observed_generation: int | None = None
+    """The .metadata.generation the condition was computed for."""
+
+
+class NodeCounts(ApiModel):
+    total: int = 0
+    """Slurm nodes registered."""
+    idle: int = 0
+    """Nodes without jobs."""
+    mixed: int = 0
+    """Nodes with jobs on part of their CPUs or GPUs."""
+    allocated: int = 0
+    """Fully allocated nodes."""
+    drain: int = 0
+    """Nodes draining or drained."""
+    down: int = 0
+    """Nodes down or not responding."""
+    other: int = 0
+    """Nodes in any other state (future, invalid, ...)."""
+
+
+class SlurmClusterStatus(ApiModel):
+    phase: Literal["Pending", "Provisioning", "Ready", "Degraded", "Deleting", "Failed"] = "Pending"
+    """Summary of the cluster's state."""
+    conditions: list[Condition] = Field(default_factory=list, json_schema_extra=list_map("type"))
+    """Ready, and one condition per component."""
+    observed_generation: int | None = None
+    """The .metadata.generation the operator last acted on."""
+    node_counts: NodeCounts = NodeCounts()
+    """Slurm nodes by state."""
+    config_hash: str | None = None
+    """Hash of the rendered Slurm config files currently applied."""

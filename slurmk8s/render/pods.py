@@ -1,0 +1,154 @@
+"""What every Slurm pod of a cluster is made of: the images' mount points,
+the common metadata, environment, volumes, probes, containers and pod
+templates. Pure; the components (:mod:`.controller`, :mod:`.slurmd`,
+:mod:`.login`, :mod:`.restapi`) build their objects from these.
+"""
+
+from __future__ import annotations
+
+from ..api.cluster import Resources, SlurmCluster
+from . import names
+
+__all__ = [
+    "CONFIG_DIR", "MUNGE_DIR", "USERS_DIR", "USER_KEYS_DIR", "SSH_HOST_KEYS_DIR", "AGENT_TOKEN_DIR", "ENTRYPOINT",
+    "Builder", "resources_of", "env_list", "common_env", "shared_volumes", "base_volumes", "shm_volume", "probe",
+    "slurm_container", "pod_template",
+]
+
+# Mount points inside every Slurm container (the images' contract).
+CONFIG_DIR = "/etc/slurm"
+MUNGE_DIR = "/run/slurmk8s/munge"
+USERS_DIR = "/run/slurmk8s/users"
+USER_KEYS_DIR = "/run/slurmk8s/user-keys"
+SSH_HOST_KEYS_DIR = "/run/slurmk8s/ssh-host-keys"
+AGENT_TOKEN_DIR = "/run/slurmk8s/agent"
+ENTRYPOINT = "/usr/local/bin/slurmk8s-entrypoint"
+
+
+class Builder:
+    """Helpers that stamp the common metadata; one per render call."""
+
+    def __init__(self, c: SlurmCluster, chash: str):
+        self.c = c
+        self.chash = chash
+
+    def meta(self, name: str, component: str, *, owned: bool = True, **extra_labels: str) -> dict:
+        meta = {
+            "name": name,
+            "namespace": self.c.namespace,
+            "labels": names.labels(self.c, component, **extra_labels),
+            "annotations": {names.CONFIG_HASH: self.chash},
+        }
+        uid = self.c.metadata.uid
+        if owned and uid:
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": self.c.api_version,
+                    "kind": self.c.kind,
+                    "name": self.c.name,
+                    "uid": uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ]
+        return meta
+
+    def obj(self, api_version: str, kind: str, meta: dict, **body) -> dict:
+        return {"apiVersion": api_version, "kind": kind, "metadata": meta, **body}
+
+
+def resources_of(r: Resources) -> dict:
+    out = {}
+    for section in ("requests", "limits"):
+        values = getattr(r, section).dump()
+        if values:
+            out[section] = values
+    return out
+
+
+def env_list(pairs: dict[str, str]) -> list[dict]:
+    return [{"name": k, "value": v} for k, v in pairs.items()]
+
+
+def common_env(c: SlurmCluster) -> dict[str, str]:
+    env = {
+        "SLURMK8S_CLUSTER": c.name,
+        "SLURMK8S_CONTROLLER": names.controller_fqdn(c),
+        "SLURMK8S_CONTROLLER_PORT": str(names.SLURMCTLD_PORT),
+    }
+    storage = c.spec.shared_storage
+    if storage and storage.checkpoint_dir:
+        env["SLURMK8S_CHECKPOINT_ROOT"] = storage.checkpoint_dir
+    return env
+
+
+def shared_volumes(c: SlurmCluster) -> tuple[list[dict], list[dict]]:
+    storage = c.spec.shared_storage
+    if storage is None:
+        return [], []
+    volumes, mounts = [], []
+    for v in storage.volumes:
+        claim = v.existing_claim or names.shared_claim(c, v.name)
+        volumes.append({"name": f"shared-{v.name}", "persistentVolumeClaim": {"claimName": claim}})
+        mount = {"name": f"shared-{v.name}", "mountPath": v.mount_path}
+        if v.read_only:
+            mount["readOnly"] = True
+        mounts.append(mount)
+    return volumes, mounts
+
+
+def base_volumes(c: SlurmCluster, *, config: bool) -> tuple[list[dict], list[dict]]:
+    """munge key and users for every pod; the Slurm config where it is read directly."""
+    volumes = [
+        {"name": "munge-key", "secret": {"secretName": names.munge_secret(c), "defaultMode": 0o400}},
+        {"name": "users", "configMap": {"name": names.users_config(c)}},
+    ]
+    mounts = [
+        {"name": "munge-key", "mountPath": MUNGE_DIR, "readOnly": True},
+        {"name": "users", "mountPath": USERS_DIR, "readOnly": True},
+    ]
+    if config:
+        volumes.insert(0, {"name": "slurm-config", "configMap": {"name": names.slurm_config(c)}})
+        mounts.insert(0, {"name": "slurm-config", "mountPath": CONFIG_DIR, "readOnly": True})
+    return volumes, mounts
+
+
+def shm_volume(size: str) -> dict:
+    """/dev/shm: memory-backed, so bounded (what is written there counts
+    against the pod's memory limit)."""
+    return {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}
+
+
+def probe(kind: str, period: int = 10) -> dict:
+    return {
+        "exec": {"command": [ENTRYPOINT, kind]},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": 3,
+    }
+
+
+def slurm_container(c: SlurmCluster, name: str, component: str, *, env: dict, mounts: list,
+               ports: list, resources: dict, **extra) -> dict:
+    container = {
+        "name": name,
+        "image": names.image(c, component),
+        "imagePullPolicy": c.spec.slurm.image.pull_policy,
+        "env": env_list(env),
+        "ports": ports,
+        "volumeMounts": mounts,
+    }
+    if resources:
+        container["resources"] = resources
+    container.update(extra)
+    return container
+
+
+def pod_template(c: SlurmCluster, selector: dict, labels: dict, containers: list, volumes: list,
+                  **spec) -> dict:
+    return {
+        "metadata": {"labels": {**labels, **selector}},
+        "spec": {"containers": containers, "volumes": volumes, "enableServiceLinks": False,
+                 # Slurm pods never call the Kubernetes API: no token for jobs and SSH users to read.
+                 "automountServiceAccountToken": False, **spec},
+    }

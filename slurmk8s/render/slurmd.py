@@ -1,0 +1,151 @@
+"""slurmd pods: the cluster's workers (a StatefulSet, headless Service and
+busy-worker PodDisruptionBudget per node set) and the pod the bridge starts on
+a lent Kubernetes node. Pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from ..api.cluster import NodeSet, SlurmCluster
+from . import names
+from .config import dynamic_node_conf, memory_mib
+from .pods import (
+    Builder, base_volumes, common_env, pod_template, probe, shared_volumes, shm_volume, slurm_container,
+)
+
+__all__ = ["node_conf", "workers", "lent_slurmd_pod", "LENT_MEMORY_REQUEST"]
+
+
+def node_conf(c: SlurmCluster, ns: NodeSet) -> str:
+    """The node definition a worker passes to ``slurmd -Z --conf``."""
+    return dynamic_node_conf(cpus=ns.cpus, memory_mib=memory_mib(ns.memory), gpus=ns.gpus.count if ns.gpus else 0,
+                             gpu_type=ns.gpus.type if ns.gpus else "", features=[ns.name, *ns.features])
+
+
+def _worker_template(template: dict) -> dict:
+    """``template`` with its restart hash (names.RESTART_HASH): what a worker
+    restarts for, which is everything but the termination grace period."""
+    spec = {k: v for k, v in template["spec"].items() if k != "terminationGracePeriodSeconds"}
+    digest = hashlib.sha256(json.dumps({"metadata": template["metadata"], "spec": spec}, sort_keys=True).encode())
+    template["metadata"]["annotations"] = {names.RESTART_HASH: digest.hexdigest()[:16]}
+    return template
+
+
+def workers(b: Builder) -> list[dict]:
+    c = b.c
+    svc_name = names.workers_service(c)
+    out = [b.obj("v1", "Service", b.meta(svc_name, "worker"), spec={
+        "clusterIP": "None",
+        "publishNotReadyAddresses": True,
+        "selector": names.selector(c, "worker"),
+        "ports": [{"name": "slurmd", "port": names.SLURMD_PORT, "targetPort": "slurmd"}],
+    })]
+    shared_vols, shared_mounts = shared_volumes(c)
+    for ns in c.spec.node_sets:
+        name = names.nodeset(c, ns.name)
+        sel = names.selector(c, "worker", **{names.NODESET_LABEL: ns.name})
+        labels = names.labels(c, "worker", **{names.NODESET_LABEL: ns.name})
+        volumes, mounts = base_volumes(c, config=False)
+        volumes += [*shared_vols, shm_volume(ns.shm_size)]
+        mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}]
+        # The limit bounds jobs too: they run inside the pod's memory cgroup.
+        resources = {"requests": {"cpu": str(ns.cpus), "memory": ns.memory},
+                     "limits": {"memory": ns.pod_memory_limit()}}
+        if ns.gpus:
+            resources["limits"]["nvidia.com/gpu"] = str(ns.gpus.count)
+        # A worker pod deleted outside the operator's scale-in (a node drain, an
+        # eviction, kubectl delete) gives its jobs the node set's grace too.
+        env = {**common_env(c), "SLURMK8S_NODESET": ns.name, "SLURMK8S_NODE_CONF": node_conf(c, ns),
+               "SLURMK8S_DRAIN_TIMEOUT": str(ns.drain.grace_period)}
+        if ns.gpus:
+            env |= {"SLURMK8S_GPU_TYPE": ns.gpus.type, "SLURMK8S_GPU_COUNT": str(ns.gpus.count)}
+        container = slurm_container(
+            c, "slurmd", "slurmd", env=env, mounts=mounts,
+            ports=[{"name": "slurmd", "containerPort": names.SLURMD_PORT}],
+            resources=resources,
+            readinessProbe=probe("ready"),
+            securityContext={"privileged": True} if c.spec.slurm_config.cgroups else {},
+        )
+        if not container["securityContext"]:
+            del container["securityContext"]
+        pod_spec = {
+            # Time for the entrypoint to drain the node, wait out the drain
+            # grace, and requeue what still runs (Slurm's KillWait). Not part
+            # of the restart hash: running pods keep theirs.
+            "terminationGracePeriodSeconds": ns.drain.grace_period + c.spec.slurm_config.kill_wait + 60,
+        }
+        if ns.node_selector:
+            pod_spec["nodeSelector"] = dict(ns.node_selector)
+        if ns.tolerations:
+            pod_spec["tolerations"] = [t.dump() for t in ns.tolerations]
+        out.append(b.obj("apps/v1", "StatefulSet", b.meta(name, "worker", **{names.NODESET_LABEL: ns.name}), spec={
+            "serviceName": svc_name,
+            "replicas": ns.replicas,
+            "podManagementPolicy": "Parallel",
+            # The operator restarts pods itself on an image update, one at a
+            # time and each drained first (operator/workers.py).
+            "updateStrategy": {"type": "OnDelete"},
+            "selector": {"matchLabels": sel},
+            "template": _worker_template(pod_template(c, sel, labels, [container], volumes, **pod_spec)),
+        }))
+        # Busy nodes (the operator labels pods that run jobs) may not be evicted.
+        out.append(b.obj("policy/v1", "PodDisruptionBudget",
+                         b.meta(f"{name}-busy", "worker", **{names.NODESET_LABEL: ns.name}), spec={
+            "maxUnavailable": 0,
+            "selector": {"matchLabels": {**sel, names.BUSY_LABEL: "true"}},
+        }))
+    return out
+
+
+#: Memory a lent slurmd pod requests: it is bound to its node without the
+#: scheduler, so the kubelet admits it only if this fits beside the node's
+#: DaemonSet pods. Its limit is the node's allocatable memory.
+LENT_MEMORY_REQUEST = "256Mi"
+
+
+def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, name: str, node: str, conf: str, gres_conf: str,
+                    gpus: int, memory_mib: int, shm_size: str, labels: dict[str, str], taint_key: str) -> dict:
+    """The slurmd pod the bridge starts on a lent Kubernetes node.
+
+    Pinned to ``node`` (``spec.nodeName``), tolerating the lending taint
+    ``taint_key``, holding the node's ``gpus``. Its slurmd registers as the
+    dynamic Slurm node ``node`` with ``conf`` and reads the cluster's config
+    files with ``gres_conf`` (one line, for this node) as gres.conf (see
+    :mod:`.lent`). It mounts the same shared storage as the cluster's own
+    workers, at the same paths. ``chash`` is the cluster's config hash
+    (an annotation, as on every object rendered for it). Its memory limit
+    is ``memory_mib``, the RealMemory the node registers with (the node's
+    allocatable memory), so jobs cannot take the node's own share; its
+    /dev/shm is bounded by ``shm_size``.
+    """
+    c = cluster
+    b = Builder(c, chash)
+    volumes, mounts = base_volumes(c, config=True)
+    shared_vols, shared_mounts = shared_volumes(c)
+    volumes += [*shared_vols, shm_volume(shm_size)]
+    mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}]
+    env = {**common_env(c), "SLURMK8S_NODE_NAME": node, "SLURMK8S_NODE_CONF": conf,
+           "SLURMK8S_GRES_CONF": gres_conf, "SLURMK8S_GPU_COUNT": str(gpus)}
+    container = slurm_container(
+        c, "slurmd", "slurmd", env=env, mounts=mounts,
+        ports=[{"name": "slurmd", "containerPort": names.SLURMD_PORT}],
+        resources={"requests": {"memory": LENT_MEMORY_REQUEST},
+                   "limits": {"nvidia.com/gpu": str(gpus), "memory": f"{memory_mib}Mi"}},
+        readinessProbe=probe("ready"),
+    )
+    meta = b.meta(name, "lent-slurmd")
+    meta["labels"].update({"app.kubernetes.io/managed-by": "slurmk8s-bridge", **labels})
+    return b.obj("v1", "Pod", meta, spec={
+        "nodeName": node,
+        "containers": [container],
+        "volumes": volumes,
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        # The bridge deletes the pod only once Slurm has no job on the node.
+        "terminationGracePeriodSeconds": 30,
+        "restartPolicy": "Always",
+        "tolerations": [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"},
+                        {"key": taint_key, "operator": "Exists", "effect": "NoExecute"}],
+    })
