@@ -12,6 +12,7 @@ import time
 import pytest
 
 from .lending import CHECKPOINT_JOB, GRACE, LEND, SERVE_IMAGE, Lending, lending_sandbox, policy, wait_for
+from .conftest import default_release_only
 
 pytestmark = pytest.mark.slurm
 SUBNET = "10.253.96.0/24"
@@ -130,6 +131,7 @@ def test_a_node_lost_while_lent_leaves_slurm_safe_and_requeues_its_job(world):
     wait_for("the node lent again", world.all_lent, timeout=120, show=world.states)
 
 
+@default_release_only
 def test_a_node_briefly_not_ready_is_reclaimed_gracefully_never_set_down(world):
     """Kubernetes reporting a lent node Unknown for a moment (the kubelet's
     next heartbeat, within 10 s, says Ready again) must not end its job: the
@@ -181,6 +183,7 @@ def test_a_node_briefly_not_ready_is_reclaimed_gracefully_never_set_down(world):
     r.check(f"scancel {job}")
 
 
+@default_release_only
 @pytest.mark.parametrize("stage", ["lending", "lent", "reclaiming"])
 def test_the_bridge_killed_in_any_state_converges_after_a_restart(world, stage):
     wait_for("both nodes lent", world.all_lent, show=world.states)
@@ -213,6 +216,7 @@ def test_the_bridge_killed_in_any_state_converges_after_a_restart(world, stage):
     assert sorted(n for n in world.slurm_nodes() if n.startswith("sandbox-lend")) == list(LEND)
 
 
+@default_release_only
 def test_a_policy_that_selects_nothing_or_names_no_partition_says_so_and_touches_nothing(world):
     wait_for("both nodes lent", world.all_lent, show=world.states)
     before = {n: (world.node(n).metadata.labels, world.node(n).metadata.annotations) for n in LEND}
@@ -234,6 +238,7 @@ def test_a_policy_that_selects_nothing_or_names_no_partition_says_so_and_touches
     world.kubectl("delete", "nodelendingpolicy", "selects-nothing", "wrong-partition")
 
 
+@default_release_only
 def test_a_published_model_version_rolls_the_serving_deployment(world):
     """Train on Slurm, serve on Kubernetes: the bridge reads LATEST through the
     cluster's agent (read-only) and rolls the Deployment that follows it."""

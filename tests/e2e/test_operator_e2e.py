@@ -17,6 +17,7 @@ from slurmk8s.permissions import grants
 from slurmk8s.sandbox import Sandbox, install
 
 from .common import running_sandbox, wait_for
+from .conftest import default_release_only
 
 pytestmark = pytest.mark.slurm
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
@@ -121,6 +122,7 @@ def can_i_list(platform: Platform, account: str, namespace: str) -> set[tuple[st
     return found
 
 
+@default_release_only
 def test_the_operator_and_the_bridge_run_as_the_charts_pods_with_exactly_its_rbac(platform):
     """What a platform engineer checks after `helm install`: the components'
     pods run under their ServiceAccounts, `kubectl auth can-i --list` shows

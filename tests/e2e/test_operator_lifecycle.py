@@ -25,6 +25,7 @@ from slurmk8s.render import ClusterKeys, names, render
 from slurmk8s.sandbox import Sandbox, install, runcruntime, runtime
 
 from .test_operator_e2e import Platform, wait_for
+from .conftest import default_release_only
 
 pytestmark = pytest.mark.slurm
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
@@ -152,6 +153,7 @@ def life(tmp_path_factory, release):
         subprocess.run([SLURMK8S, "sandbox", "down", "--purge"], capture_output=True, env=env, timeout=240)
 
 
+@default_release_only
 def test_of_two_edits_read_at_the_same_resource_version_the_second_conflicts(life):
     for _ in range(5):  # the operator may write in between: then read again
         seen = life.cluster()
@@ -229,6 +231,7 @@ MANAGED = {"ConfigMap": "configmaps", "Secret": "secrets", "PersistentVolumeClai
            "PodDisruptionBudget": "poddisruptionbudgets"}
 
 
+@default_release_only
 def test_an_operator_killed_mid_change_converges_without_duplicates(life):
     pid = life.box.component_pid("operator")
     restarts = life.box.status()["components"]["operator"]["restarts"]

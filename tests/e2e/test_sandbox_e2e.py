@@ -28,6 +28,7 @@ from slurmk8s.serve import Follower
 from ..conftest import EXAMPLE, ROOT
 from .common import assert_nothing_forbidden, wait_for
 from .researcher import Researcher
+from .conftest import default_release_only
 
 pytestmark = pytest.mark.slurm
 JOBS = Path(__file__).parent / "jobs"
@@ -233,6 +234,7 @@ def test_the_example_training_job_publishes_versions_a_server_loads(trained):
     assert (follower.model.version, follower.model.step) == ("step-000006", 6)
 
 
+@default_release_only
 def test_the_example_serving_deployment_serves_what_training_published(sandbox, trained):
     """examples/serving.yaml, less its GPU request (the slurmd pods hold every GPU
     of the sandbox), serves the model from the shared claim mounted read-only."""
@@ -273,6 +275,7 @@ def test_time_limit_is_enforced(researcher, workdir, slow_jobs):
     assert "should never" not in researcher.read(f"{workdir}/time-limit-{job}.out")
 
 
+@default_release_only
 def test_a_killed_api_server_or_kubelet_is_restarted_and_the_cluster_carries_on(sandbox, researcher, workdir):
     """As systemd restarts a node's kubelet: each control-plane process killed
     outright is started again by its supervisor; no pod restarts, and the
@@ -299,6 +302,7 @@ def test_a_killed_api_server_or_kubelet_is_restarted_and_the_cluster_carries_on(
     assert researcher.wait_state(job, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
 
 
+@default_release_only
 def test_after_down_and_up_the_login_pod_answers_as_soon_as_up_returns(sandbox, release):
     """`sandbox down` (keeping the objects) then `up`: the pods' Ready from
     before the restart is stale, so `up` must wait for the kubelet to probe
