@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: bring the example SlurmCluster up in the sandbox (real Slurm
-# 22.05 daemons in per-pod Linux namespaces; no Docker, no Kubernetes), then do
+# of the example's release, each pod under runc from the images built from
+# images/; no Docker, no kube-apiserver), then do
 # what a researcher does: SSH to the login pod, put an unchanged sbatch script
 # on shared storage, submit it, and read its output. Then the node-lending
 # story (hack/demo_lending.py): idle Kubernetes GPU nodes are lent to Slurm,

@@ -155,7 +155,7 @@ RELEASES: dict[str, Release] = {
 SUPPORTED: tuple[str, ...] = tuple(RELEASES)
 
 #: The release of a SlurmCluster that names none, of the chart's images and of the demo.
-DEFAULT = "22.05"
+DEFAULT = "26.05"
 
 
 def release(version: str) -> Release:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slurmk8s import versions
 from slurmk8s.render import ClusterKeys
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,6 +19,22 @@ EXAMPLE = ROOT / "examples" / "slurmcluster.yaml"
 @pytest.fixture(scope="session")
 def example_doc() -> dict:
     return yaml.safe_load(EXAMPLE.read_text())
+
+
+def host_release() -> str:
+    """The supported Slurm release of this machine's Debian packages: the daemons
+    ``realslurm.py`` starts without image roots are this one, whatever the default."""
+    fields = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
+    suite = fields.get("VERSION_CODENAME", "").strip('"')
+    return next(v for v, r in versions.RELEASES.items() if r.debian_suite == suite)
+
+
+@pytest.fixture(scope="session")
+def host_example_doc() -> dict:
+    """The example manifest on the host's Slurm release, for tests of this host's daemons."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["slurm"]["version"] = host_release()
+    return doc
 
 
 @pytest.fixture

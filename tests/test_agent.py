@@ -31,6 +31,13 @@ from slurmk8s.slurm.control import OPERATIONS
 
 from .realslurm import SlurmNamespace, missing_tools
 
+
+@pytest.fixture(scope="session")
+def example_doc(host_example_doc):
+    """This module's Slurm daemons are this host's packages (realslurm.py): the example on their release."""
+    return host_example_doc
+
+
 pytestmark = pytest.mark.slurm
 NODE = "demo-cpu-0"
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")

@@ -8,6 +8,7 @@ import jsonschema
 import pytest
 import yaml
 
+from slurmk8s import versions
 from slurmk8s.api import load_cluster, load_policy
 from slurmk8s.api.crd import all_crds, crd_filename, dump_yaml
 
@@ -132,7 +133,7 @@ def test_the_crd_schema_rejects_what_the_model_rejects():
 
 def test_defaults_fill_an_empty_spec():
     c = load_cluster(minimal())
-    assert c.spec.slurm.version == "22.05"
+    assert c.spec.slurm.version == versions.SUPPORTED[-1]  # the newest (decision record 18)
     assert c.spec.slurm_config.max_node_count == 1024
     assert c.spec.controller.state_volume.size == "10Gi"
     assert c.spec.deletion_policy == "Retain"

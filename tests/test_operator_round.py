@@ -36,6 +36,13 @@ from slurmk8s.slurm.agent import AgentServer
 from .fakekube import FakeKube
 from .realslurm import SlurmNamespace, missing_tools
 
+
+@pytest.fixture(scope="session")
+def example_doc(host_example_doc):
+    """This module's Slurm daemons are this host's packages (realslurm.py): the example on their release."""
+    return host_example_doc
+
+
 NODE = "demo-cpu-0"
 T0 = 1_800_000_000.0
 

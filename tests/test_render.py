@@ -227,7 +227,7 @@ def test_the_slurm_agent_runs_beside_slurmctld_with_its_token(doc):
     pod = objs[("StatefulSet", "demo-controller")]["spec"]["template"]["spec"]
     ctld, agent = pod["containers"]
     assert ctld["name"] == "slurmctld"  # the first container stays slurmctld
-    assert agent["image"] == "ghcr.io/slurmk8s/controller:22.05"
+    assert agent["image"] == f"ghcr.io/slurmk8s/controller:{c.spec.slurm.version}"  # the cluster's own release
     assert agent["args"][:3] == ["agent", "--listen", f"0.0.0.0:{names.AGENT_PORT}"]
     assert agent["securityContext"]["runAsUser"] == 0  # the entrypoint starts munged as root
     mounts = {m["mountPath"]: m["name"] for m in agent["volumeMounts"]}

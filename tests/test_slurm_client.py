@@ -15,6 +15,13 @@ from slurmk8s.slurm import DRAIN_PREFIX, NotOurDrain, SlurmClient, SlurmError
 
 from .realslurm import SlurmNamespace, missing_tools
 
+
+@pytest.fixture(scope="session")
+def example_doc(host_example_doc):
+    """This module's Slurm daemons are this host's packages (realslurm.py): the example on their release."""
+    return host_example_doc
+
+
 pytestmark = pytest.mark.slurm
 NODE = "demo-cpu-0"
 
