@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from slurmk8s.api import load_cluster, load_policy  # noqa: E402
 from slurmk8s.api.cluster import lent_nodeset  # noqa: E402
-from slurmk8s.bridge.decide import decide, slurmd_pod_name  # noqa: E402
+from slurmk8s.bridge.decide import decide  # noqa: E402
+from slurmk8s.render.names import lent_slurmd  # noqa: E402
 from slurmk8s.bridge.nodestate import (  # noqa: E402
     CLUSTER_ANNOTATION,
     COMPONENT_LABEL,
@@ -92,7 +93,7 @@ def world(n_nodes: int, n_pods: int, n_jobs: int, seed: int = 7):
 
     pods: list[KubePod] = []
     for n in [*lent, *lending, *reclaiming]:
-        pods.append(KubePod("hpc", slurmd_pod_name("demo", n), node=n, phase="Running", gpus=8,
+        pods.append(KubePod("hpc", lent_slurmd("demo", n), node=n, phase="Running", gpus=8,
                             labels={COMPONENT_LABEL: SLURMD_COMPONENT}))
     for n in names:  # a device-plugin DaemonSet pod everywhere
         pods.append(KubePod("kube-system", f"nvidia-plugin-{n}", node=n, phase="Running",

@@ -15,7 +15,6 @@ from slurmk8s.bridge.decide import (
     decide,
     lending_metrics,
     orphaned_policies,
-    slurmd_pod_name,
 )
 from slurmk8s.bridge.nodestate import (
     CLUSTER_ANNOTATION,
@@ -39,6 +38,7 @@ from slurmk8s.bridge.nodestate import (
 )
 from slurmk8s.bridge.observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, PolicyGone
 from slurmk8s.render.lent import lent_node
+from slurmk8s.render.names import lent_slurmd
 
 from .lending_sim import (
     ALLOCATABLE,
@@ -90,7 +90,7 @@ def held_node(name: str, state: str, *, since=T0 - timedelta(seconds=300), taint
 
 
 def slurmd(node: str, phase: str = "Running", **kw) -> KubePod:
-    return KubePod("hpc", slurmd_pod_name("demo", node), node=node, phase=phase, gpus=8,
+    return KubePod("hpc", lent_slurmd("demo", node), node=node, phase=phase, gpus=8,
                    labels={COMPONENT_LABEL: SLURMD_COMPONENT}, **kw)
 
 
@@ -158,7 +158,7 @@ def test_an_idle_node_is_lent_after_idle_after_seconds_and_not_before():
     assert only(acts, A.Taint) == A.Taint("n1", TAINT_KEY, "demo", TAINT_EFFECT)
     pod = only(acts, A.CreateSlurmdPod)
     desc = lent_node("demo", "n1", ALLOCATABLE, GPU_LABELS, "gpu")
-    assert (pod.namespace, pod.name, pod.node, pod.slurm_node) == ("hpc", slurmd_pod_name("demo", "n1"), "n1", "n1")
+    assert (pod.namespace, pod.name, pod.node, pod.slurm_node) == ("hpc", lent_slurmd("demo", "n1"), "n1", "n1")
     assert (pod.conf, pod.gres_conf, pod.gpus, pod.gpu_type) == (desc.conf, desc.gres_conf, desc.gpus, desc.gpu_type)
     assert pod.labels[COMPONENT_LABEL] == SLURMD_COMPONENT
     assert events(acts) == [("n1", "Lending")]
@@ -394,7 +394,7 @@ def test_nodes_already_on_their_way_back_count_towards_the_demand():
     w.nodes["back"] = reclaiming_node("back", signalled=T0)
     w.snodes["back"] = drained(slurm_node("back", state="mixed"))
     w.jobs[7] = job(7, "back")
-    w.pods[("hpc", slurmd_pod_name("demo", "back"))] = slurmd("back")
+    w.pods[("hpc", lent_slurmd("demo", "back"))] = slurmd("back")
     assert of(w.decide(POLICY, T0), A.SetLendingState) == []
 
 
@@ -535,7 +535,7 @@ def test_once_its_jobs_are_gone_the_node_goes_back_to_kubernetes():
                  snodes=[drained(slurm_node("n1"))], jobs=[job(1, "", state="PENDING")])
     acts = w.decide(POLICY, T0 + timedelta(seconds=5))
     assert kinds(acts) == ["DeleteSlurmNode", "DeleteSlurmdPod", "Untaint", "ClearLending"]
-    assert only(acts, A.DeleteSlurmdPod) == A.DeleteSlurmdPod("hpc", slurmd_pod_name("demo", "n1"), "n1")
+    assert only(acts, A.DeleteSlurmdPod) == A.DeleteSlurmdPod("hpc", lent_slurmd("demo", "n1"), "n1")
     assert only(acts, A.Untaint) == A.Untaint("n1", TAINT_KEY)
     assert events(acts) == [("n1", "Returned")]
 
@@ -554,7 +554,7 @@ def test_a_job_that_slips_in_stops_the_chain_before_the_node_is_handed_back():
     w.apply(acts)
     n1 = w.nodes["n1"]
     assert n1.labels[STATE_LABEL] == RECLAIMING and n1.taints  # still Slurm's
-    assert "n1" in w.snodes and not w.pods[("hpc", slurmd_pod_name("demo", "n1"))].deleting
+    assert "n1" in w.snodes and not w.pods[("hpc", lent_slurmd("demo", "n1"))].deleting
     acts = w.decide(POLICY, T0 + timedelta(seconds=5))
     assert kinds(acts) == []   # job 9 gets its grace period from the recorded signal time
     acts = w.decide(POLICY, T0 + timedelta(seconds=60))
@@ -565,8 +565,8 @@ def test_a_job_that_slips_in_stops_the_chain_before_the_node_is_handed_back():
 
 
 @pytest.mark.parametrize("mutate,reason", [
-    (lambda w: w.pods.pop(("hpc", slurmd_pod_name("demo", "n1"))), "slurmd-lost"),
-    (lambda w: w.pods.update({("hpc", slurmd_pod_name("demo", "n1")): slurmd("n1", phase="Failed")}), "slurmd-lost"),
+    (lambda w: w.pods.pop(("hpc", lent_slurmd("demo", "n1"))), "slurmd-lost"),
+    (lambda w: w.pods.update({("hpc", lent_slurmd("demo", "n1")): slurmd("n1", phase="Failed")}), "slurmd-lost"),
     (lambda w: w.snodes.update({"n1": slurm_node("n1", state="down")}), "slurm-node-down"),
     (lambda w: w.snodes.update({"n1": slurm_node("n1", state="mixed", flags={"NOT_RESPONDING"})}),
      "slurm-node-down"),
@@ -773,7 +773,7 @@ def test_a_partition_problem_is_reported_and_stops_lending_but_not_what_keeps_no
     w.nodes.pop("idle")
     w.pods[("apps", "want")] = gpu_pod("want", None, gpus=8)
     w.pods[("apps", "want2")] = gpu_pod("want2", None, gpus=8)
-    w.pods.pop(("hpc", slurmd_pod_name("demo", "n1")))
+    w.pods.pop(("hpc", lent_slurmd("demo", "n1")))
     assert [(a.node, a.reason) for a in of(w.decide(pol, T0), A.SetLendingState)] == [
         ("n1", "slurmd-lost"), ("n2", "demand")]   # n1, coming back, takes one pod
     w.pods.pop(("apps", "want"))
