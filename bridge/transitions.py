@@ -41,9 +41,7 @@ from .actions import (
     Taint,
     Untaint,
 )
-from ..render import names
-from .nodestate import COMPONENT_LABEL, LENDING, LENT, RECLAIMING, SLURMD_COMPONENT, TAINT_EFFECT, TAINT_KEY, \
-    LendingRecord
+from .nodestate import LENDING, LENT, RECLAIMING, TAINT_EFFECT, TAINT_KEY, LendingRecord
 from .observed import KubeNode
 from .plan import Plan, Round
 from .reasons import CLUSTER_GONE, FAILURES, FORCE_RETRY_SECONDS, NODE_NOT_READY, REASONS, SLURMD_GONE
@@ -62,29 +60,12 @@ def _job_ids(jobs: list[Job]) -> tuple[int, ...]:
     return tuple(sorted({j.job_id for j in jobs}))
 
 
-def create_pod(plan: Plan, node: KubeNode, desc: LentNode) -> CreateSlurmdPod:
+def create_pod(plan: Plan, node: KubeNode) -> CreateSlurmdPod:
+    """The lent slurmd pod of ``node``: the loop has it rendered (``slurmk8s.render.manifests``)."""
     assert plan.policy is not None
-    return CreateSlurmdPod(
-        namespace=plan.namespace,
-        name=names.lent_slurmd(plan.cluster_name, node.name),
-        node=node.name,
-        slurm_node=desc.name,
-        cluster=plan.cluster_key,
-        partition=desc.partition,
-        conf=desc.conf,
-        gres_conf=desc.gres_conf,
-        gpus=desc.gpus,
-        gpu_type=desc.gpu_type,
-        memory_mib=desc.memory_mib,
-        shm_size=plan.policy.spec.shm_size,
-        labels={
-            COMPONENT_LABEL: SLURMD_COMPONENT,
-            "app.kubernetes.io/name": "slurm",
-            "app.kubernetes.io/instance": plan.cluster_name,
-            "app.kubernetes.io/part-of": "slurmk8s",
-            "slurmk8s.dev/cluster": plan.cluster_name,
-        },
-    )
+    spec = plan.policy.spec
+    return CreateSlurmdPod(cluster=plan.cluster_key, node=node.name, partition=spec.partition,
+                           shm_size=spec.shm_size)
 
 
 def start_lending(r: Round, plan: Plan, node: KubeNode, since: datetime, desc: LentNode) -> None:
@@ -94,7 +75,7 @@ def start_lending(r: Round, plan: Plan, node: KubeNode, since: datetime, desc: L
     r.emit(
         SetLendingState(node.name, LENDING, plan.key, plan.cluster_key, partition, plan.now),
         Taint(node.name, TAINT_KEY, plan.cluster_name, TAINT_EFFECT),
-        create_pod(plan, node, desc),
+        create_pod(plan, node),
         node_event(node.name, "Lending",
                    f"idle since {format_time(since)}: lending it to "
                    f"partition {partition} of SlurmCluster {plan.cluster_key} "
@@ -116,7 +97,7 @@ def keep(r: Round, world: World, plan: Plan, node: KubeNode) -> None:
     if rec.state == LENDING:
         pod = pod_of(world, plan, node)
         if pod is None:
-            r.emit(create_pod(plan, node, plan.describe(node)))
+            r.emit(create_pod(plan, node))
         elif pod.phase == "Running" and registered(world, plan, node):
             r.emit(
                 SetLendingState(node.name, LENT, plan.key, plan.cluster_key, rec.partition or "", plan.now),

@@ -36,8 +36,9 @@ from slurmk8s.bridge.nodestate import (
     format_time,
     parse_time,
 )
-from slurmk8s.bridge.observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, PolicyGone
+from slurmk8s.bridge.observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, PolicyGone, pod_from_api
 from slurmk8s.render.lent import lent_node
+from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.render.names import lent_slurmd
 
 from .lending_sim import (
@@ -156,10 +157,17 @@ def test_an_idle_node_is_lent_after_idle_after_seconds_and_not_before():
     assert kinds(acts) == ["SetLendingState", "Taint", "CreateSlurmdPod"]
     assert only(acts, A.SetLendingState) == A.SetLendingState("n1", LENDING, "hpc/lend", "hpc/demo", "gpu", now)
     assert only(acts, A.Taint) == A.Taint("n1", TAINT_KEY, "demo", TAINT_EFFECT)
-    pod = only(acts, A.CreateSlurmdPod)
+    create = only(acts, A.CreateSlurmdPod)
+    assert create == A.CreateSlurmdPod("hpc/demo", "n1", "gpu", POLICY.spec.shm_size)
+    # The renderer makes the pod from the action and the Node; the bridge finds what it makes.
+    obj = lent_slurmd_pod(cluster(), "", node=create.node, allocatable=ALLOCATABLE, labels=GPU_LABELS,
+                          partition=create.partition, shm_size=create.shm_size, taint_key=TAINT_KEY)
+    pod = pod_from_api(obj)
     desc = lent_node("demo", "n1", ALLOCATABLE, GPU_LABELS, "gpu")
-    assert (pod.namespace, pod.name, pod.node, pod.slurm_node) == ("hpc", lent_slurmd("demo", "n1"), "n1", "n1")
-    assert (pod.conf, pod.gres_conf, pod.gpus, pod.gpu_type) == (desc.conf, desc.gres_conf, desc.gpus, desc.gpu_type)
+    assert (pod.namespace, pod.name, pod.node, pod.gpus) == ("hpc", lent_slurmd("demo", "n1"), "n1", desc.gpus)
+    env = {e["name"]: e["value"] for e in obj["spec"]["containers"][0]["env"]}
+    assert (env["SLURMK8S_NODE_NAME"], env["SLURMK8S_NODE_CONF"], env["SLURMK8S_GRES_CONF"]) == (
+        "n1", desc.conf, desc.gres_conf)
     assert pod.labels[COMPONENT_LABEL] == SLURMD_COMPONENT
     assert events(acts) == [("n1", "Lending")]
 
