@@ -41,17 +41,18 @@ def short_of_minimum(spec: NodeLendingPolicySpec, kube: int, returning: int) -> 
     return max(spec.min_kubernetes_nodes - kube - returning, 0)
 
 
-def idle_candidates(r: Round, world: World, plan: Plan, kube: list[KubeNode], reserved: set[str],
+def idle_candidates(r: Round, world: World, plan: Plan, idle: list[KubeNode], reserved: set[str],
                     unmet: list[KubePod], ghosts: set[str]) -> list[tuple[datetime, KubeNode]]:
-    """Kubernetes nodes idle long enough to lend, longest idle first; why
-    others cannot be lent goes to ``r.blocked``."""
+    """Of the idle selected Kubernetes nodes (``idle``), those idle long
+    enough to lend, longest idle first; why others cannot be lent goes to
+    ``r.blocked``."""
     assert plan.policy is not None
     # Idle since a recorded time, and for at least a second: a node first
     # seen idle (or just handed back) is lent a round later at the earliest.
     idle_after = max(timedelta(seconds=plan.policy.spec.idle_after_seconds), timedelta(seconds=1))
     eligible: list[tuple[datetime, str, KubeNode]] = []
-    for n in kube:
-        if n.name in reserved or not n.ready or n.unschedulable or not world.idle(n.name):
+    for n in idle:
+        if n.name in reserved or not n.ready or n.unschedulable:
             continue
         since = n.record.idle_since
         if since is None or plan.now - since < idle_after:

@@ -39,7 +39,7 @@ from typing import Iterable
 from ..api.cluster import SlurmCluster
 from ..api.lending import NodeLendingPolicy
 from . import transitions as move
-from .actions import Action, ClearIdleSince
+from .actions import Action
 from .choose import choose_to_lend, idle_candidates, over_cap, reclaim_order, short_of_minimum
 from .nodecounts import LendingMetrics, lending_metrics
 from .nodestate import RECLAIMING, STATES
@@ -98,14 +98,12 @@ def _round(world: World, plan: Plan) -> list[Action]:
     policy = plan.policy
     nodes = world.observed.nodes
     mine = [n for n in nodes if n.record.state is not None and n.record.policy == plan.key]
-    selected = [n for n in nodes if plan.selects(n)]
+    selected = plan.select(nodes)
     kube = [n for n in selected if n.record.state is None]
+    idle = [n for n in kube if world.idle(n.name)]
 
     # Idle bookkeeping holds whatever Slurm says: it only reads pods.
-    gpu_pods = world.gpu_pods
-    for n in nodes:
-        if n.record.state is None and n.record.idle_since is not None and gpu_pods.get(n.name):
-            r.emit(ClearIdleSince(n.name))
+    move.clear_idle(r, world, nodes)
 
     problem = policy_problem(world, plan, selected) if policy is not None else None
     window_open = policy is None or in_window(policy.spec.windows, policy.spec.time_zone, plan.now)
@@ -127,10 +125,10 @@ def _round(world: World, plan: Plan) -> list[Action]:
     elif not world.slurm_known:
         _hold_all(r, mine)
     else:
-        lending = _move_nodes(r, world, plan, mine, selected, kube, problem, window_open)
-        move.record_idle(r, world, plan, kube, lending)
+        lending = _move_nodes(r, world, plan, mine, selected, kube, idle, problem, window_open)
+        move.record_idle(r, plan, idle, lending)
         return r.actions + policy_status(plan, r, selected, problem, window_open)
-    move.record_idle(r, world, plan, kube, lending=set())
+    move.record_idle(r, plan, idle, lending=set())
     return r.actions + policy_status(plan, r, selected, problem, window_open)
 
 
@@ -141,7 +139,8 @@ def _hold_all(r: Round, mine: list[KubeNode]) -> None:
 
 
 def _move_nodes(r: Round, world: World, plan: Plan, mine: list[KubeNode], selected: list[KubeNode],
-                kube: list[KubeNode], problem: tuple[str, str] | None, window_open: bool) -> set[str]:
+                kube: list[KubeNode], idle: list[KubeNode], problem: tuple[str, str] | None,
+                window_open: bool) -> set[str]:
     """Every held node's move, then the nodes to lend; returns those lent now."""
     policy = plan.policy
     held: list[KubeNode] = []          # lending or lent, staying unless chosen below
@@ -213,7 +212,7 @@ def _move_nodes(r: Round, world: World, plan: Plan, mine: list[KubeNode], select
     # Nodes handed back this round serve Kubernetes from now on.
     returned = sum(1 for n in mine if r.projected.get(n.name, n.record.state) is None and plan.selects(n))
     lending = set()
-    for since, n, desc in choose_to_lend(r, plan, idle_candidates(r, world, plan, kube, reserved, unmet, ghosts),
+    for since, n, desc in choose_to_lend(r, plan, idle_candidates(r, world, plan, idle, reserved, unmet, ghosts),
                                          len(held), len(kube) + returned):
         move.start_lending(r, plan, n, since, desc)
         lending.add(n.name)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from itertools import chain
+from typing import Iterable
 
 from ..api.lending import ReclaimSpec
 from .observed import KubeNode, KubePod
@@ -37,6 +39,46 @@ def triggers(pod: KubePod, spec: ReclaimSpec) -> bool:
     return spec.min_priority is not None and pod.priority >= spec.min_priority
 
 
+class _Pool:
+    """Nodes that can take pods now or soon, by free GPUs, each group in name
+    order (so a node handed back this round is treated as it will be next
+    round, as a Kubernetes node). Taking the first node of a group, the
+    common case, costs O(1)."""
+
+    def __init__(self, world: World, nodes: Iterable[KubeNode]):
+        self.names: dict[int, list[str]] = defaultdict(list)
+        #: free GPUs -> how many names at the start of the group are taken
+        self.head: dict[int, int] = defaultdict(int)
+        self.nodes: dict[str, KubeNode] = {}
+        free_gpus = world.free_gpus
+        for n in nodes:
+            free = free_gpus(n)
+            if free > 0 and n.ready and not n.unschedulable:
+                self.names[free].append(n.name)
+                self.nodes[n.name] = n
+        for names in self.names.values():
+            names.sort()
+
+    def put(self, n: KubeNode, free: int) -> None:
+        if free > 0:
+            bisect.insort(self.names[free], n.name, lo=self.head[free])
+            self.nodes[n.name] = n
+
+    def take(self, pod: KubePod) -> tuple[KubeNode, int] | None:
+        """The node that fits the pod best (fewest free GPUs, then name), taken out."""
+        for free in sorted(k for k, names in self.names.items() if k >= pod.gpus and len(names) > self.head[k]):
+            names, head = self.names[free], self.head[free]
+            for i in range(head, len(names)):
+                n = self.nodes[names[i]]
+                if fits(pod, n):
+                    if i == head:
+                        self.head[free] = head + 1
+                    else:
+                        del names[i]
+                    return n, free
+        return None
+
+
 def cover_demand(world: World, plan: Plan, kube: list[KubeNode], returning: list[KubeNode],
                  held: list[KubeNode]) -> tuple[set[str], list[KubePod], list[KubeNode]]:
     """Assign each triggering pending pod to a node that can take it: a free
@@ -47,52 +89,27 @@ def cover_demand(world: World, plan: Plan, kube: list[KubeNode], returning: list
                   key=lambda p: (-p.gpus, -p.priority, p.namespace, p.name))
     if not pods:
         return set(), [], []
-    # pool: free GPUs -> names of nodes that can take pods now or soon, in
-    # name order (so a node handed back this round is treated as it will
-    # be next round, as a Kubernetes node)
-    pool: dict[int, list[str]] = defaultdict(list)
-    nodes_by_name: dict[str, KubeNode] = {}
-
-    def add(n: KubeNode, free: int) -> None:
-        if free > 0:
-            bisect.insort(pool[free], n.name)
-            nodes_by_name[n.name] = n
-
-    for n in kube:
-        if n.ready and not n.unschedulable and n.record.taint is None:
-            add(n, world.free_gpus(n))
-    for n in returning:  # counted as they will be next round: selected nodes only
-        if n.ready and not n.unschedulable and plan.selects(n):
-            add(n, world.free_gpus(n))
+    pool = _Pool(world, chain((n for n in kube if n.record.taint is None),
+                              (n for n in returning if plan.selects(n))))  # as they will be next round
     candidates = [n for n in held if n.ready]
-    kube_names = {n.name for n in kube}
     reserved: set[str] = set()
     unmet: list[KubePod] = []
     chosen: list[KubeNode] = []
     for pod in pods:
         need = pod.gpus
-        placed = None
-        for free in sorted(k for k in pool if k >= need and pool[k]):  # best fit first
-            bucket = pool[free]
-            for i, name in enumerate(bucket):
-                if fits(pod, nodes_by_name[name]):
-                    placed = nodes_by_name[name]
-                    del bucket[i]
-                    add(placed, free - need)
-                    break
-            if placed is not None:
-                break
-        if placed is not None:
-            if placed.name in kube_names:
+        found = pool.take(pod)
+        if found is not None:
+            placed, free = found
+            pool.put(placed, free - need)
+            if placed.record.state is None:  # a Kubernetes node (not one on its way back)
                 reserved.add(placed.name)
             continue
         for i, n in enumerate(candidates):
             free = world.free_gpus(n)  # once the slurmd pod is gone
             if free >= need and fits(pod, n):
-                placed = candidates.pop(i)
-                chosen.append(placed)
-                add(placed, free - need)
+                chosen.append(candidates.pop(i))
+                pool.put(n, free - need)
                 break
-        if placed is None:
+        else:
             unmet.append(pod)
     return reserved, unmet, chosen

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
+from itertools import compress
+from typing import Callable, Mapping, Sequence
 
 from ..api.cluster import SlurmCluster
 from ..api.lending import NodeLendingPolicy, ReclaimSpec, may_lend
 from ..render.lent import LentNode, lent_node
 from .actions import Action
+from .memo import Recent, changed_spans, respliced
 from .observed import KubeNode
 
 __all__ = ["Plan", "Round"]
@@ -39,14 +43,41 @@ class Plan:
     def selects(self, node: KubeNode) -> bool:
         """The policy may lend the node (its owner allows the namespace) and
         wants to: it has GPUs and matches the nodeSelector."""
-        policy = self.policy
-        return (policy is not None and node.gpus > 0 and may_lend(policy.namespace, node.labels)
-                and policy.spec.node_selector.matches(node.labels))
+        return (self.policy is not None and node.gpus > 0 and may_lend(self.namespace, node.labels)
+                and self._matches(node.labels))
+
+    def select(self, nodes: Sequence[KubeNode]) -> list[KubeNode]:
+        """The nodes the policy selects, in order. Remembered for the nodes
+        observed last under the same namespace and selector: only the nodes
+        that changed since are asked again (:mod:`.memo`)."""
+        if self.policy is None:
+            return []
+        key = (self.namespace, self.policy.spec.node_selector.model_dump_json())
+        last = _SELECTIONS.latest(key)
+        if last is not None and last[0] is nodes:
+            flags = last[1]
+        else:
+            spans = None if last is None else changed_spans(last[0], nodes, max(len(nodes) // 4, 16))  # type: ignore
+            if last is not None and spans is not None:
+                flags = respliced(last[1], spans, nodes, self.selects)
+            else:
+                flags = [self.selects(n) for n in nodes]
+            _SELECTIONS.put(nodes, flags, key)
+        return list(compress(nodes, flags))
+
+    @cached_property
+    def _matches(self) -> Callable[[Mapping[str, str]], bool]:
+        assert self.policy is not None
+        return self.policy.spec.node_selector.matches
 
     def describe(self, node: KubeNode) -> LentNode:
         """The node as Slurm will see it; raises ``UnlendableNode``."""
         assert self.policy is not None
         return lent_node(self.cluster_name, node.name, node.allocatable, node.labels, self.policy.spec.partition)
+
+
+#: What policies selected, by namespace and selector (a few policies, a few rounds each).
+_SELECTIONS: Recent[list[bool]] = Recent(16)
 
 
 @dataclass

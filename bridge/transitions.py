@@ -14,6 +14,7 @@ the Node.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Sequence
 
 from .. import evacuation
 from ..api.cluster import LENT_PREFIX
@@ -24,6 +25,7 @@ from ..times import format_time
 from .actions import (
     Action,
     CancelJobs,
+    ClearIdleSince,
     ClearLending,
     CreateSlurmdPod,
     DeleteSlurmNode,
@@ -49,7 +51,7 @@ from .verdicts import lost, pod_of, registered
 from .world import World
 
 __all__ = ["node_event", "start_lending", "keep", "reclaim", "hand_back", "release_without_slurm",
-           "record_idle", "clean_ghosts"]
+           "clear_idle", "record_idle", "clean_ghosts"]
 
 
 def node_event(node: str, reason: str, message: str, warning: bool = False) -> Event:
@@ -238,10 +240,19 @@ def release_without_slurm(r: Round, world: World, plan: Plan, node: KubeNode) ->
     hand_back(r, world, plan, node)
 
 
-def record_idle(r: Round, world: World, plan: Plan, kube: list[KubeNode], lending: set[str]) -> None:
-    """A Kubernetes node seen idle for the first time: remember since when."""
-    for n in kube:
-        if n.name not in lending and n.record.idle_since is None and world.idle(n.name):
+def clear_idle(r: Round, world: World, nodes: Sequence[KubeNode]) -> None:
+    """A Kubernetes node recorded idle that runs a GPU pod again is not idle."""
+    gpu_pods = world.gpu_pods
+    for n in nodes:
+        if n.record.state is None and n.record.idle_since is not None and gpu_pods.get(n.name):
+            r.emit(ClearIdleSince(n.name))
+
+
+def record_idle(r: Round, plan: Plan, idle: list[KubeNode], lending: set[str]) -> None:
+    """A Kubernetes node seen idle for the first time: remember since when.
+    (``idle``: the selected Kubernetes nodes that are idle, :meth:`World.idle`.)"""
+    for n in idle:
+        if n.name not in lending and n.record.idle_since is None:
             r.emit(RecordIdleSince(n.name, plan.now))
 
 
