@@ -38,34 +38,34 @@ def forget() -> None:
 
 
 class Recent(Generic[V]):
-    """The last few values remembered, by key (a value) or by the identity of
-    the object they were made from (held, so its id cannot be reused)."""
+    """The last value made under each key (at most ``size`` keys, the oldest
+    forgotten first), with the object it was made from. That object is held,
+    so that its id cannot be reused while it is remembered, and only the
+    last one per key: what is kept alive is one generation of inputs."""
 
     def __init__(self, size: int):
         self.size = size
-        self.entries: list[tuple[Hashable, object, V]] = []
+        self.entries: dict[Hashable, tuple[object, V]] = {}
         forgettable(self.clear)
 
     def get(self, source: object, key: Hashable = None) -> V | None:
-        """The value made from ``source`` itself (under ``key``)."""
-        for k, s, v in self.entries:
-            if s is source and k == key:
-                return v
-        return None
+        """The value made from ``source`` itself under ``key``, if it is the last."""
+        entry = self.entries.get(key)
+        return entry[1] if entry is not None and entry[0] is source else None
 
     def latest(self, key: Hashable = None) -> tuple[object, V] | None:
         """The (source, value) remembered last under ``key``."""
-        for k, s, v in reversed(self.entries):
-            if k == key:
-                return s, v
-        return None
+        return self.entries.get(key)
 
     def put(self, source: object, value: V, key: Hashable = None) -> V:
-        self.entries = [*self.entries[-(self.size - 1):], (key, source, value)]
+        self.entries.pop(key, None)
+        while len(self.entries) >= self.size:
+            del self.entries[next(iter(self.entries))]
+        self.entries[key] = (source, value)
         return value
 
     def clear(self) -> None:
-        self.entries = []
+        self.entries = {}
 
 
 def changed_spans(old: Sequence[T], new: Sequence[T], limit: int) -> list[tuple[int, int, int]] | None:

@@ -164,8 +164,9 @@ class SlurmIndex:
         return [self.all_jobs[k] for k in sorted(k for i in set(ids) for k in self._by_id.get(i, ()))]
 
 
-_POD_INDEXES: Recent[PodIndex] = Recent(4)
-_SLURM_INDEXES: Recent[SlurmIndex] = Recent(4)
+#: The last pods' index (every policy of a round observes the same pods) and Slurm's.
+_POD_INDEXES: Recent[PodIndex] = Recent(1)
+_SLURM_INDEXES: Recent[SlurmIndex] = Recent(1)
 
 
 def _pod_index(pods: Sequence[KubePod]) -> PodIndex:
