@@ -18,7 +18,9 @@ settings, the round's facts), :mod:`.problems` (what is wrong with a
 policy), :mod:`.verdicts` (why a held node leaves), :mod:`.placement`
 (pending pods), :mod:`.choose` (which nodes to lend, which to give back
 first), :mod:`.transitions` (each node's moves, as actions), :mod:`.status`
-(the policy's status), :mod:`.reasons` (why a node is taken back).
+(the policy's status), :mod:`.reasons` (why a node is taken back). Indexes
+and the policy's selection are remembered between calls on the identity of
+unchanged inputs (:mod:`.memo`), which changes no answer.
 
 Safety rules, each enforced in those modules:
 - Slurm could not be read: nothing that depends on Slurm changes (fail closed).
@@ -108,27 +110,17 @@ def _round(world: World, plan: Plan) -> list[Action]:
     problem = policy_problem(world, plan, selected) if policy is not None else None
     window_open = policy is None or in_window(policy.spec.windows, policy.spec.time_zone, plan.now)
 
+    lending: set[str] = set()
     if plan.cluster is None and policy is not None:
         # Maybe a typo in clusterRef: report it, and leave the nodes as they are.
         _hold_all(r, mine)
     elif plan.cluster is None:
-        # The policy and its SlurmCluster are gone, and with the cluster
-        # Slurm and every job: give the nodes back.
-        for n in mine:
-            if n.record.state not in STATES:
-                r.unknown_state.append(n.name)
-            elif n.record.cluster != plan.cluster_key:
-                r.stale.append(n.name)
-                r.projected[n.name] = n.record.state
-            else:
-                move.release_without_slurm(r, world, plan, n)
+        _release_all(r, world, plan, mine)
     elif not world.slurm_known:
         _hold_all(r, mine)
     else:
         lending = _move_nodes(r, world, plan, mine, selected, kube, idle, problem, window_open)
-        move.record_idle(r, plan, idle, lending)
-        return r.actions + policy_status(plan, r, selected, problem, window_open)
-    move.record_idle(r, plan, idle, lending=set())
+    move.record_idle(r, plan, idle, lending)
     return r.actions + policy_status(plan, r, selected, problem, window_open)
 
 
@@ -136,6 +128,19 @@ def _hold_all(r: Round, mine: list[KubeNode]) -> None:
     """Nothing is known to decide on: every held node stays as it is."""
     for n in mine:
         r.projected[n.name] = n.record.state
+
+
+def _release_all(r: Round, world: World, plan: Plan, mine: list[KubeNode]) -> None:
+    """The policy and its SlurmCluster are gone, and with the cluster Slurm
+    and every job: give the nodes back (those this policy lent to it)."""
+    for n in mine:
+        if n.record.state not in STATES:
+            r.unknown_state.append(n.name)
+        elif n.record.cluster != plan.cluster_key:
+            r.stale.append(n.name)
+            r.projected[n.name] = n.record.state
+        else:
+            move.release_without_slurm(r, world, plan, n)
 
 
 def _move_nodes(r: Round, world: World, plan: Plan, mine: list[KubeNode], selected: list[KubeNode],
