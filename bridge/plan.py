@@ -76,7 +76,7 @@ class Plan:
         return lent_node(self.cluster_name, node.name, node.allocatable, node.labels, self.policy.spec.partition)
 
 
-#: What policies selected, by namespace and selector (a few policies, a few rounds each).
+#: What policies selected last, one entry per namespace and selector.
 _SELECTIONS: Recent[list[bool]] = Recent(16)
 
 

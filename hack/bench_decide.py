@@ -205,14 +205,14 @@ def main() -> None:
     observed, policy = world(args.nodes, args.pods, args.jobs)
     actions = decide(observed, policy, NOW)  # warm up (imports; each Node parses its record once)
 
-    def cold(obs: Observed) -> None:
+    def decide_on(obs: Observed) -> None:
         decide(obs, policy, NOW)
 
     def from_scratch(_: int) -> Observed:
         forget()  # nothing remembered from an earlier decision: the first round after a start
         return observed
 
-    full = _time(cold, from_scratch, args.runs)
+    full = _time(decide_on, from_scratch, args.runs)
     counts = Counter(type(a).__name__ for a in actions)
     print(f"world: {len(observed.nodes)} nodes, {len(observed.pods)} pods, {len(observed.slurm.jobs)} jobs "
           f"({sum(1 for j in observed.slurm.jobs if j.state == 'RUNNING')} running)")
@@ -223,7 +223,7 @@ def main() -> None:
                          ("one Node changed, Slurm read anew", slurm_read_anew)):
         forget()
         decide(observed, policy, NOW)  # the round before
-        print(f"decide(), {what}: {_median_ms(_time(cold, lambda i, c=change: c(observed, i), args.runs))}")
+        print(f"decide(), {what}: {_median_ms(_time(decide_on, lambda i, c=change: c(observed, i), args.runs))}")
 
 
 if __name__ == "__main__":
