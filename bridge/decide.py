@@ -102,7 +102,8 @@ def _round(world: World, plan: Plan) -> list[Action]:
     mine = [n for n in nodes if n.record.state is not None and n.record.policy == plan.key]
     selected = plan.select(nodes)
     kube = [n for n in selected if n.record.state is None]
-    idle = [n for n in kube if world.idle(n.name)]
+    busy = world.busy
+    idle = [n for n in kube if n.name not in busy]
 
     # Idle bookkeeping holds whatever Slurm says: it only reads pods.
     move.clear_idle(r, world, nodes)
@@ -121,7 +122,13 @@ def _round(world: World, plan: Plan) -> list[Action]:
     else:
         lending = _move_nodes(r, world, plan, mine, selected, kube, idle, problem, window_open)
     move.record_idle(r, plan, idle, lending)
-    return r.actions + policy_status(plan, r, selected, problem, window_open)
+    kubernetes = len(kube) - len(lending) + _returned(r, plan, mine)
+    return r.actions + policy_status(plan, r, len(selected), kubernetes, problem, window_open)
+
+
+def _returned(r: Round, plan: Plan, mine: list[KubeNode]) -> int:
+    """Selected nodes handed back this round: they serve Kubernetes from now on."""
+    return sum(1 for n in mine if r.projected.get(n.name, n.record.state) is None and plan.selects(n))
 
 
 def _hold_all(r: Round, mine: list[KubeNode]) -> None:
@@ -182,9 +189,8 @@ def _move_nodes(r: Round, world: World, plan: Plan, mine: list[KubeNode], select
     if policy is not None:
         extra = over_cap(policy.spec, len(held))
         if problem is None:
-            selected_names = {n.name for n in selected}
             returning = sum(1 for n in [*reclaiming, *(by_name[x] for x in leaving), *held[:extra]]
-                            if n.name in selected_names)
+                            if plan.selects(n))
             extra += short_of_minimum(policy.spec, len(kube), returning)
         for n in held[:extra]:
             leaving[n.name] = LIMITS
@@ -214,11 +220,9 @@ def _move_nodes(r: Round, world: World, plan: Plan, mine: list[KubeNode], select
     ghosts = move.clean_ghosts(r, world, plan, kube)
     if policy is None or not window_open:
         return set()
-    # Nodes handed back this round serve Kubernetes from now on.
-    returned = sum(1 for n in mine if r.projected.get(n.name, n.record.state) is None and plan.selects(n))
     lending = set()
     for since, n, desc in choose_to_lend(r, plan, idle_candidates(r, world, plan, idle, reserved, unmet, ghosts),
-                                         len(held), len(kube) + returned):
+                                         len(held), len(kube) + _returned(r, plan, mine)):
         move.start_lending(r, plan, n, since, desc)
         lending.add(n.name)
     return lending

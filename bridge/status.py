@@ -13,7 +13,7 @@ from ..api.lending import LendingCounts, NodeLendingPolicyStatus, PolicyConditio
 from ..times import format_time
 from .actions import Action, PolicyStatus
 from .nodestate import LENDING, LENT, RECLAIMING
-from .observed import InvalidPolicy, KubeNode
+from .observed import InvalidPolicy
 from .plan import Plan, Round
 
 __all__ = ["policy_status", "invalid_policy_status", "status_actions"]
@@ -27,19 +27,19 @@ def _more(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
 
 
-def policy_status(plan: Plan, r: Round, selected: Sequence[KubeNode], problem: tuple[str, str] | None,
+def policy_status(plan: Plan, r: Round, selected: int, kubernetes: int, problem: tuple[str, str] | None,
                   window_open: bool) -> list[Action]:
-    """The status of a policy once the round's actions are applied (none for a policy that is gone)."""
+    """The status of a policy once the round's actions are applied (none for
+    a policy that is gone): ``selected`` nodes, of which ``kubernetes`` then
+    serve Kubernetes."""
     policy = plan.policy
     if policy is None:
         return []
     counts: dict[str | None, int] = defaultdict(int)
     for state in r.projected.values():
         counts[state] += 1
-    selected_names = {n.name for n in selected}
-    kube_count = sum(1 for n in selected if r.projected.get(n.name, n.record.state) is None)
     holding = sorted(n for n, s in r.projected.items() if s is not None)
-    status_counts = LendingCounts(selected=len(selected_names), kubernetes=kube_count,
+    status_counts = LendingCounts(selected=selected, kubernetes=kubernetes,
                                   lending=counts[LENDING], lent=counts[LENT], reclaiming=counts[RECLAIMING])
     if problem is not None:
         ready, reason, message = "False", problem[0], problem[1]
@@ -49,7 +49,7 @@ def policy_status(plan: Plan, r: Round, selected: Sequence[KubeNode], problem: t
                         "or delete the policy to take them all back)")
     else:
         ready, reason = "True", "Lending"
-        message = (f"{counts[LENT]} of {len(selected_names)} selected nodes lent to partition "
+        message = (f"{counts[LENT]} of {selected} selected nodes lent to partition "
                    f"{policy.spec.partition} of SlurmCluster {plan.cluster_key}")
         if counts[LENDING]:
             message += f"; {counts[LENDING]} starting"

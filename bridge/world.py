@@ -193,6 +193,7 @@ class World:
         self.used_gpus = pods.used_gpus
         self.slurmd_pods = pods.slurmd_pods
         self.slurmd_nodes = pods.slurmd_nodes
+        #: nodes that are not idle (:meth:`idle`)
         self.busy = pods.busy
         self.pending: list[KubePod] = list(pods.pending.values())
         self.slurm = slurm = _slurm_index(observed.slurm)
