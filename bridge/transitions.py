@@ -58,6 +58,11 @@ def node_event(node: str, reason: str, message: str, warning: bool = False) -> E
     return Event("Node", "", node, "Warning" if warning else "Normal", reason, message)
 
 
+def _past(job_action: str) -> str:
+    """``requeue`` -> requeued, ``cancel`` -> cancelled."""
+    return "requeued" if job_action == evacuation.REQUEUE else "cancelled"
+
+
 def _job_ids(jobs: list[Job]) -> tuple[int, ...]:
     return tuple(sorted({j.job_id for j in jobs}))
 
@@ -130,9 +135,9 @@ def reclaim(r: Round, world: World, plan: Plan, node: KubeNode, entering: str | 
         what = f"taking the node back from Slurm: {REASONS.get(entering, entering)}"
         if running and not failure:
             what += (f"; {len(_job_ids(running))} job(s) get SIG{spec.signal} and "
-                     f"{spec.grace_period_seconds}s to checkpoint, then are {spec.job_action}d")
+                     f"{spec.grace_period_seconds}s to checkpoint, then are {_past(spec.job_action)}")
         elif running:
-            what += f"; its {len(_job_ids(running))} job(s) are {spec.job_action}d now"
+            what += f"; its {len(_job_ids(running))} job(s) are {_past(spec.job_action)} now"
         acts.append(node_event(name, "Reclaiming", what, warning=failure or reason == NODE_NOT_READY))
         if snode is not None and snode.drain_set and not snode.drain_is_ours:
             acts.append(node_event(

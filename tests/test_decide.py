@@ -480,7 +480,11 @@ def test_a_reclaim_drains_signals_and_records_the_time():
     assert only(acts, A.SignalJobs) == A.SignalJobs("hpc/demo", "n1", (1, 2), "USR2")
     assert only(acts, A.RecordSignalled) == A.RecordSignalled("n1", T0, (1, 2))
     message = dict(((e.name, e.reason), e.message) for e in of(acts, A.Event))[("n1", "Reclaiming")]
-    assert REASONS["demand"] in message and "SIGUSR2" in message
+    assert REASONS["demand"] in message and "SIGUSR2" in message and message.endswith("then are requeued")
+    acts = lent_world("n1", jobs=[job(1, "n1")], pods=[gpu_pod("want", None, gpus=8)]).decide(
+        policy(reclaim={"jobAction": "cancel"}), T0)
+    message = dict(((e.name, e.reason), e.message) for e in of(acts, A.Event))[("n1", "Reclaiming")]
+    assert message.endswith("then are cancelled")
 
 
 def test_a_job_that_requeued_itself_on_the_signal_may_start_again_at_once():
