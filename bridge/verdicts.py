@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from ..api.lending import may_lend
 from ..render import names
 from ..render.lent import UnlendableNode
-from ..api.lending import may_lend
 from .nodestate import LENDING
 from .observed import KubeNode, KubePod
 from .plan import Plan
