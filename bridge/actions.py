@@ -13,9 +13,9 @@ through that cluster's :class:`slurmk8s.slurm.SlurmClient`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Mapping, Union
+from typing import Union
 
 from ..api.lending import NodeLendingPolicyStatus
 
@@ -112,32 +112,21 @@ class Untaint:
 
 @dataclass(frozen=True)
 class CreateSlurmdPod:
-    """Create the slurmd pod of a lent node, pinned to it (``spec.nodeName``).
+    """Create the slurmd pod of ``node``, lent to ``partition`` of SlurmCluster
+    ``cluster`` (namespace/name), its /dev/shm bounded by ``shm_size`` (the
+    policy's shmSize).
 
-    The loop renders the Pod: the cluster's slurmd image, tolerating the
-    lending taint, requesting all ``gpus`` nvidia.com/gpu, with ``labels``;
-    its slurmd runs ``slurmd -Z -N <slurm_node> -f <dir>/slurm.conf --conf
-    <conf>`` where ``<dir>`` holds the cluster's config files with
-    ``gres_conf`` as gres.conf (see slurmk8s.render.lent), its memory limited
-    to ``memory_mib`` and /dev/shm to ``shm_size``. Creating a pod that
-    exists is a no-op.
+    The loop has the renderer build the Pod from the SlurmCluster and the
+    Node (``slurmk8s.render.slurmd.lent_slurmd_pod``): its name
+    (``slurmk8s.render.names.lent_slurmd``), labels, the node's description
+    to Slurm (``slurmk8s.render.lent``) and everything else are made there
+    and nowhere else. Creating a pod that exists is a no-op.
     """
 
-    namespace: str
-    name: str
-    node: str
-    slurm_node: str
     cluster: str
+    node: str
     partition: str
-    conf: str
-    gres_conf: str
-    gpus: int
-    gpu_type: str
-    #: The pod's memory limit: the RealMemory the node registers with.
-    memory_mib: int
-    #: Size limit of its /dev/shm (the policy's shmSize).
     shm_size: str
-    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -359,9 +359,9 @@ class _Acting:
         if self.cluster is None:
             raise RuntimeError("the SlurmCluster is gone")
         chash = (self.cluster.status.config_hash if self.cluster.status else None) or ""
-        pod = lent_slurmd_pod(self.cluster, chash, name=action.name, node=action.node, conf=action.conf,
-                              gres_conf=action.gres_conf, gpus=action.gpus, memory_mib=action.memory_mib,
-                              shm_size=action.shm_size, labels=dict(action.labels),
+        node = self.nodes[action.node]
+        pod = lent_slurmd_pod(self.cluster, chash, node=action.node, allocatable=node.allocatable,
+                              labels=node.labels, partition=action.partition, shm_size=action.shm_size,
                               taint_key=TAINT_KEY)
         try:
             self.kube.create(pod)

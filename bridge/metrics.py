@@ -29,7 +29,7 @@ JOBS = Counter("slurmk8s_bridge_jobs_total", "Slurm jobs on reclaimed nodes that
 
 
 def observe_nodes(policy: str, m) -> None:
-    """Set the node gauges from :func:`slurmk8s.bridge.decide.lending_metrics`."""
+    """Set the node gauges from :func:`slurmk8s.bridge.nodecounts.lending_metrics`."""
     for state, count in m.by_state.items():
         NODES.labels(state).set(count)
     for state, count in m.by_policy.get(policy, {"lending": 0, "lent": 0, "reclaiming": 0}).items():

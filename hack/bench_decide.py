@@ -1,24 +1,33 @@
 #!/usr/bin/env python3
 """Time the lending decision on a large synthetic world and print medians.
 
-    .venv/bin/python hack/bench_decide.py [--nodes 10000] [--pods 50000] [--jobs 50000] [--runs 7]
+    .venv/bin/python hack/bench_decide.py [--nodes 10000] [--pods 50000] [--jobs 50000] [--runs 7] [--cpu]
 
 The world: GPU nodes with 8 GPUs each, all matching the policy's selector.
 Most serve Kubernetes and are busy (GPU pods plus a DaemonSet pod each), a
 fifth are lent to Slurm and run jobs (some spanning several nodes, written
 as Slurm host lists), some are still starting or on their way back, a few
-are idle, and some GPU pods are pending. Prints the median time of one
-decide() call, the time per node, and what the round decided.
+are idle, and some GPU pods are pending.
+
+Prints the median time of one decide() call from scratch (nothing
+remembered from an earlier call: the first round after the bridge starts),
+the time per node, what the round decided, and the median time of the
+next round after a small change: one Node changed, one Pod changed, and
+one Node changed with Slurm read anew (the same answer in new objects, as
+every round reads it). Unchanged Nodes and Pods are the same objects, as a
+watch cache keeps them (bridge/world.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import statistics
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -26,7 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from slurmk8s.api import load_cluster, load_policy  # noqa: E402
 from slurmk8s.api.cluster import lent_nodeset  # noqa: E402
-from slurmk8s.bridge.decide import decide, slurmd_pod_name  # noqa: E402
+from slurmk8s.bridge.decide import decide  # noqa: E402
+from slurmk8s.bridge.memo import forget  # noqa: E402
+from slurmk8s.render.names import lent_slurmd  # noqa: E402
 from slurmk8s.bridge.nodestate import (  # noqa: E402
     CLUSTER_ANNOTATION,
     COMPONENT_LABEL,
@@ -92,7 +103,7 @@ def world(n_nodes: int, n_pods: int, n_jobs: int, seed: int = 7):
 
     pods: list[KubePod] = []
     for n in [*lent, *lending, *reclaiming]:
-        pods.append(KubePod("hpc", slurmd_pod_name("demo", n), node=n, phase="Running", gpus=8,
+        pods.append(KubePod("hpc", lent_slurmd("demo", n), node=n, phase="Running", gpus=8,
                             labels={COMPONENT_LABEL: SLURMD_COMPONENT}))
     for n in names:  # a device-plugin DaemonSet pod everywhere
         pods.append(KubePod("kube-system", f"nvidia-plugin-{n}", node=n, phase="Running",
@@ -134,28 +145,85 @@ def world(n_nodes: int, n_pods: int, n_jobs: int, seed: int = 7):
     return observed, policy
 
 
+def _median_ms(times: list[float]) -> str:
+    return (f"median {statistics.median(times) * 1000:.1f} ms over {len(times)} runs "
+            f"(min {min(times) * 1000:.1f}, max {max(times) * 1000:.1f})")
+
+
+CLOCK = time.perf_counter
+
+
+def _time(call, prepare, runs: int) -> list[float]:
+    """Run ``prepare(i)`` (untimed), then time ``call(prepared)``, ``runs`` times."""
+    times = []
+    for i in range(runs):
+        arg = prepare(i)
+        gc.collect()  # what making the world left for the collector is not the decision's
+        start = CLOCK()
+        call(arg)
+        times.append(CLOCK() - start)
+    return times
+
+
+def one_node_changed(observed: Observed, i: int) -> Observed:
+    """The next round's world after one Node changed (a new object for it, as
+    a watch cache makes), everything else the same objects."""
+    nodes = list(observed.nodes)
+    k = len(nodes) - 1 - i % 100  # a busy Kubernetes node
+    nodes[k] = replace(nodes[k], annotations={**nodes[k].annotations, "example.com/touched": str(i)})
+    return replace(observed, nodes=tuple(nodes))
+
+
+def one_pod_changed(observed: Observed, i: int) -> Observed:
+    """The next round's world after one Pod changed (a running pod ended),
+    everything else the same objects."""
+    pods = list(observed.pods)
+    k = len(pods) - 1 - i % 100
+    pods[k] = replace(pods[k], phase="Succeeded" if pods[k].phase == "Running" else "Running")
+    return replace(observed, pods=tuple(pods))
+
+
+def slurm_read_anew(observed: Observed, i: int) -> Observed:
+    """One Node changed, and Slurm read again: the same answer, in new objects."""
+    slurm = observed.slurm
+    fresh = SlurmState(True, tuple(replace(n) for n in slurm.nodes), tuple(replace(j) for j in slurm.jobs))
+    return replace(one_node_changed(observed, i), slurm=fresh)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--pods", type=int, default=50_000)
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--cpu", action="store_true",
+                        help="time the process's CPU time, not wall time (on a machine other work shares)")
     args = parser.parse_args()
+    global CLOCK
+    if args.cpu:
+        CLOCK = time.process_time
     observed, policy = world(args.nodes, args.pods, args.jobs)
-    decide(observed, policy, NOW)  # warm up (imports, caches)
-    times = []
-    for _ in range(args.runs):
-        start = time.perf_counter()
-        actions = decide(observed, policy, NOW)
-        times.append(time.perf_counter() - start)
-    median = statistics.median(times)
+    actions = decide(observed, policy, NOW)  # warm up (imports; each Node parses its record once)
+
+    def decide_on(obs: Observed) -> None:
+        decide(obs, policy, NOW)
+
+    def from_scratch(_: int) -> Observed:
+        forget()  # nothing remembered from an earlier decision: the first round after a start
+        return observed
+
+    full = _time(decide_on, from_scratch, args.runs)
     counts = Counter(type(a).__name__ for a in actions)
     print(f"world: {len(observed.nodes)} nodes, {len(observed.pods)} pods, {len(observed.slurm.jobs)} jobs "
           f"({sum(1 for j in observed.slurm.jobs if j.state == 'RUNNING')} running)")
-    print(f"decide(): median {median * 1000:.1f} ms over {args.runs} runs "
-          f"(min {min(times) * 1000:.1f}, max {max(times) * 1000:.1f})")
-    print(f"per node: {median / len(observed.nodes) * 1e6:.1f} us")
+    print(f"decide(), from scratch: {_median_ms(full)}")
+    print(f"per node: {statistics.median(full) / len(observed.nodes) * 1e6:.1f} us")
     print("actions: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    for what, change in (("one Node changed", one_node_changed), ("one Pod changed", one_pod_changed),
+                         ("one Node changed, Slurm read anew", slurm_read_anew)):
+        forget()
+        decide(observed, policy, NOW)  # the round before
+        print(f"decide(), {what}: {_median_ms(_time(decide_on, lambda i, c=change: c(observed, i), args.runs))}")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,10 @@ from slurmk8s.api import NodeLendingPolicy, SlurmCluster, load_cluster, load_pol
 from slurmk8s.api.cluster import lent_nodeset
 from slurmk8s.bridge import actions as A
 from slurmk8s.bridge.decide import decide
-from slurmk8s.bridge.nodestate import COMPONENT_LABEL, SLURMD_COMPONENT
-from slurmk8s.bridge.observed import KubeNode, KubePod, NodeTaint, Observed, PolicyGone, SlurmState
+from slurmk8s.bridge.nodestate import COMPONENT_LABEL, SLURMD_COMPONENT, TAINT_KEY
+from slurmk8s.bridge.observed import KubeNode, KubePod, NodeTaint, Observed, PolicyGone, SlurmState, pod_from_api
 from slurmk8s.bridge.patches import NODE_PATCH_ACTIONS, node_patch
+from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node
 
 T0 = datetime(2025, 3, 3, 12, 0, 0, tzinfo=timezone.utc)  # a Monday
@@ -170,9 +171,14 @@ class World:
         if isinstance(a, NODE_PATCH_ACTIONS):
             self.nodes[a.node] = patched(self.nodes[a.node], node_patch(a, self.nodes[a.node]))
         elif isinstance(a, A.CreateSlurmdPod):
-            self.pods.setdefault((a.namespace, a.name), KubePod(
-                namespace=a.namespace, name=a.name, node=a.node, phase="Pending", gpus=a.gpus,
-                labels=dict(a.labels)))
+            if self.cluster is None:
+                return False  # the loop: the SlurmCluster is gone
+            node = self.nodes[a.node]
+            # The pod as the loop has it rendered, so decide must find what the renderer makes.
+            pod = pod_from_api(lent_slurmd_pod(self.cluster, "", node=a.node, allocatable=node.allocatable,
+                                               labels=node.labels, partition=a.partition, shm_size=a.shm_size,
+                                               taint_key=TAINT_KEY))
+            self.pods.setdefault((pod.namespace, pod.name), pod)
         elif isinstance(a, A.DeleteSlurmdPod):
             pod = self.pods.get((a.namespace, a.name))
             if pod is not None:

@@ -15,7 +15,6 @@ from slurmk8s.bridge.decide import (
     decide,
     lending_metrics,
     orphaned_policies,
-    slurmd_pod_name,
 )
 from slurmk8s.bridge.nodestate import (
     CLUSTER_ANNOTATION,
@@ -37,8 +36,10 @@ from slurmk8s.bridge.nodestate import (
     format_time,
     parse_time,
 )
-from slurmk8s.bridge.observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, PolicyGone
+from slurmk8s.bridge.observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, PolicyGone, pod_from_api
 from slurmk8s.render.lent import lent_node
+from slurmk8s.render.manifests import lent_slurmd_pod
+from slurmk8s.render.names import lent_slurmd
 
 from .lending_sim import (
     ALLOCATABLE,
@@ -90,7 +91,7 @@ def held_node(name: str, state: str, *, since=T0 - timedelta(seconds=300), taint
 
 
 def slurmd(node: str, phase: str = "Running", **kw) -> KubePod:
-    return KubePod("hpc", slurmd_pod_name("demo", node), node=node, phase=phase, gpus=8,
+    return KubePod("hpc", lent_slurmd("demo", node), node=node, phase=phase, gpus=8,
                    labels={COMPONENT_LABEL: SLURMD_COMPONENT}, **kw)
 
 
@@ -156,10 +157,17 @@ def test_an_idle_node_is_lent_after_idle_after_seconds_and_not_before():
     assert kinds(acts) == ["SetLendingState", "Taint", "CreateSlurmdPod"]
     assert only(acts, A.SetLendingState) == A.SetLendingState("n1", LENDING, "hpc/lend", "hpc/demo", "gpu", now)
     assert only(acts, A.Taint) == A.Taint("n1", TAINT_KEY, "demo", TAINT_EFFECT)
-    pod = only(acts, A.CreateSlurmdPod)
+    create = only(acts, A.CreateSlurmdPod)
+    assert create == A.CreateSlurmdPod("hpc/demo", "n1", "gpu", POLICY.spec.shm_size)
+    # The renderer makes the pod from the action and the Node; the bridge finds what it makes.
+    obj = lent_slurmd_pod(cluster(), "", node=create.node, allocatable=ALLOCATABLE, labels=GPU_LABELS,
+                          partition=create.partition, shm_size=create.shm_size, taint_key=TAINT_KEY)
+    pod = pod_from_api(obj)
     desc = lent_node("demo", "n1", ALLOCATABLE, GPU_LABELS, "gpu")
-    assert (pod.namespace, pod.name, pod.node, pod.slurm_node) == ("hpc", slurmd_pod_name("demo", "n1"), "n1", "n1")
-    assert (pod.conf, pod.gres_conf, pod.gpus, pod.gpu_type) == (desc.conf, desc.gres_conf, desc.gpus, desc.gpu_type)
+    assert (pod.namespace, pod.name, pod.node, pod.gpus) == ("hpc", lent_slurmd("demo", "n1"), "n1", desc.gpus)
+    env = {e["name"]: e["value"] for e in obj["spec"]["containers"][0]["env"]}
+    assert (env["SLURMK8S_NODE_NAME"], env["SLURMK8S_NODE_CONF"], env["SLURMK8S_GRES_CONF"]) == (
+        "n1", desc.conf, desc.gres_conf)
     assert pod.labels[COMPONENT_LABEL] == SLURMD_COMPONENT
     assert events(acts) == [("n1", "Lending")]
 
@@ -394,7 +402,7 @@ def test_nodes_already_on_their_way_back_count_towards_the_demand():
     w.nodes["back"] = reclaiming_node("back", signalled=T0)
     w.snodes["back"] = drained(slurm_node("back", state="mixed"))
     w.jobs[7] = job(7, "back")
-    w.pods[("hpc", slurmd_pod_name("demo", "back"))] = slurmd("back")
+    w.pods[("hpc", lent_slurmd("demo", "back"))] = slurmd("back")
     assert of(w.decide(POLICY, T0), A.SetLendingState) == []
 
 
@@ -472,7 +480,11 @@ def test_a_reclaim_drains_signals_and_records_the_time():
     assert only(acts, A.SignalJobs) == A.SignalJobs("hpc/demo", "n1", (1, 2), "USR2")
     assert only(acts, A.RecordSignalled) == A.RecordSignalled("n1", T0, (1, 2))
     message = dict(((e.name, e.reason), e.message) for e in of(acts, A.Event))[("n1", "Reclaiming")]
-    assert REASONS["demand"] in message and "SIGUSR2" in message
+    assert REASONS["demand"] in message and "SIGUSR2" in message and message.endswith("then are requeued")
+    acts = lent_world("n1", jobs=[job(1, "n1")], pods=[gpu_pod("want", None, gpus=8)]).decide(
+        policy(reclaim={"jobAction": "cancel"}), T0)
+    message = dict(((e.name, e.reason), e.message) for e in of(acts, A.Event))[("n1", "Reclaiming")]
+    assert message.endswith("then are cancelled")
 
 
 def test_a_job_that_requeued_itself_on_the_signal_may_start_again_at_once():
@@ -535,7 +547,7 @@ def test_once_its_jobs_are_gone_the_node_goes_back_to_kubernetes():
                  snodes=[drained(slurm_node("n1"))], jobs=[job(1, "", state="PENDING")])
     acts = w.decide(POLICY, T0 + timedelta(seconds=5))
     assert kinds(acts) == ["DeleteSlurmNode", "DeleteSlurmdPod", "Untaint", "ClearLending"]
-    assert only(acts, A.DeleteSlurmdPod) == A.DeleteSlurmdPod("hpc", slurmd_pod_name("demo", "n1"), "n1")
+    assert only(acts, A.DeleteSlurmdPod) == A.DeleteSlurmdPod("hpc", lent_slurmd("demo", "n1"), "n1")
     assert only(acts, A.Untaint) == A.Untaint("n1", TAINT_KEY)
     assert events(acts) == [("n1", "Returned")]
 
@@ -554,7 +566,7 @@ def test_a_job_that_slips_in_stops_the_chain_before_the_node_is_handed_back():
     w.apply(acts)
     n1 = w.nodes["n1"]
     assert n1.labels[STATE_LABEL] == RECLAIMING and n1.taints  # still Slurm's
-    assert "n1" in w.snodes and not w.pods[("hpc", slurmd_pod_name("demo", "n1"))].deleting
+    assert "n1" in w.snodes and not w.pods[("hpc", lent_slurmd("demo", "n1"))].deleting
     acts = w.decide(POLICY, T0 + timedelta(seconds=5))
     assert kinds(acts) == []   # job 9 gets its grace period from the recorded signal time
     acts = w.decide(POLICY, T0 + timedelta(seconds=60))
@@ -565,8 +577,8 @@ def test_a_job_that_slips_in_stops_the_chain_before_the_node_is_handed_back():
 
 
 @pytest.mark.parametrize("mutate,reason", [
-    (lambda w: w.pods.pop(("hpc", slurmd_pod_name("demo", "n1"))), "slurmd-lost"),
-    (lambda w: w.pods.update({("hpc", slurmd_pod_name("demo", "n1")): slurmd("n1", phase="Failed")}), "slurmd-lost"),
+    (lambda w: w.pods.pop(("hpc", lent_slurmd("demo", "n1"))), "slurmd-lost"),
+    (lambda w: w.pods.update({("hpc", lent_slurmd("demo", "n1")): slurmd("n1", phase="Failed")}), "slurmd-lost"),
     (lambda w: w.snodes.update({"n1": slurm_node("n1", state="down")}), "slurm-node-down"),
     (lambda w: w.snodes.update({"n1": slurm_node("n1", state="mixed", flags={"NOT_RESPONDING"})}),
      "slurm-node-down"),
@@ -773,7 +785,7 @@ def test_a_partition_problem_is_reported_and_stops_lending_but_not_what_keeps_no
     w.nodes.pop("idle")
     w.pods[("apps", "want")] = gpu_pod("want", None, gpus=8)
     w.pods[("apps", "want2")] = gpu_pod("want2", None, gpus=8)
-    w.pods.pop(("hpc", slurmd_pod_name("demo", "n1")))
+    w.pods.pop(("hpc", lent_slurmd("demo", "n1")))
     assert [(a.node, a.reason) for a in of(w.decide(pol, T0), A.SetLendingState)] == [
         ("n1", "slurmd-lost"), ("n2", "demand")]   # n1, coming back, takes one pod
     w.pods.pop(("apps", "want"))

@@ -28,7 +28,8 @@ from slurmk8s.bridge.nodestate import (
     TAINT_KEY,
     format_time,
 )
-from slurmk8s.bridge.decide import DEFAULT_RECLAIM, slurmd_pod_name
+from slurmk8s.bridge.decide import DEFAULT_RECLAIM
+from slurmk8s.render.names import lent_slurmd
 from slurmk8s.bridge.observed import KubePod, NodeTaint, PolicyGone
 from slurmk8s.slurm.model import DRAIN_PREFIX
 
@@ -116,7 +117,7 @@ def worlds(draw):
                 owner_kind=draw(st.sampled_from([None, "ReplicaSet", "DaemonSet"])))
         # The lent slurmd pod, in some phase: usually there on held nodes.
         if draw(st.integers(0, 5)) > 0 if held_state else draw(st.integers(0, 7)) == 0:
-            pod_name = slurmd_pod_name("demo", name)
+            pod_name = lent_slurmd("demo", name)
             w.pods[("hpc", pod_name)] = KubePod(
                 "hpc", pod_name, node=name,
                 phase=draw(st.sampled_from(["Running", "Running", "Running", "Pending", "Failed"])),

@@ -75,15 +75,15 @@ def test_the_lent_slurmd_pod_is_pinned_tolerates_the_taint_and_shares_the_storag
     import yaml
 
     from slurmk8s.api import load_cluster
-    from slurmk8s.bridge.nodestate import TAINT_KEY
+    from slurmk8s.bridge.nodestate import COMPONENT_LABEL, SLURMD_COMPONENT, TAINT_KEY
+    from slurmk8s.render import names
     from slurmk8s.render.manifests import lent_slurmd_pod
 
     root = Path(__file__).resolve().parents[1]
     cluster = load_cluster(yaml.safe_load((root / "examples" / "slurmcluster.yaml").read_text()))
     node = lent_node(cluster.name, "gpu-node-7", ALLOCATABLE, LABELS, "gpu")
-    pod = lent_slurmd_pod(cluster, "abc", name="demo-lent-gpu-node-7", node=node.name, conf=node.conf,
-                          gres_conf=node.gres_conf, gpus=node.gpus, memory_mib=node.memory_mib, shm_size="1Gi",
-                          labels={"extra": "yes"}, taint_key=TAINT_KEY)
+    pod = lent_slurmd_pod(cluster, "abc", node="gpu-node-7", allocatable=ALLOCATABLE, labels=LABELS,
+                          partition="gpu", shm_size="1Gi", taint_key=TAINT_KEY)
     kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
     spec = pod["spec"]
     assert spec["nodeName"] == "gpu-node-7"
@@ -96,5 +96,7 @@ def test_the_lent_slurmd_pod_is_pinned_tolerates_the_taint_and_shares_the_storag
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     storage = cluster.spec.shared_storage
     assert "/etc/slurm" in mounts and {v.mount_path for v in storage.volumes} <= mounts
-    assert pod["metadata"]["labels"]["extra"] == "yes"
+    # Named and labelled as the bridge looks for it.
+    assert pod["metadata"]["name"] == names.lent_slurmd(cluster, "gpu-node-7") == "demo-lent-gpu-node-7"
+    assert pod["metadata"]["labels"][COMPONENT_LABEL] == SLURMD_COMPONENT
     assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "slurmk8s-bridge"

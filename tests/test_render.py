@@ -504,9 +504,14 @@ def test_slurm_pods_get_no_service_account_token_and_workers_drain_for_their_gra
         env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
         assert env["SLURMK8S_DRAIN_TIMEOUT"] == str(ns.drain.grace_period)
         assert spec["terminationGracePeriodSeconds"] > ns.drain.grace_period + cluster.spec.slurm_config.kill_wait
-    lent = lent_slurmd_pod(cluster, "h", name="demo-lent-n", node="n", conf="CPUs=1", gres_conf="", gpus=1,
-                           memory_mib=1024, shm_size="1Gi", labels={}, taint_key="slurmk8s.dev/lent")
+    lent = lent_slurmd_pod(cluster, "h", node="n", allocatable=_ONE_GPU_1024, labels={}, partition="gpu",
+                           shm_size="1Gi", taint_key="slurmk8s.dev/lent")
     assert lent["spec"]["automountServiceAccountToken"] is False
+
+
+#: A small lendable node (its allocatable resources), with 1 GiB or 64 GiB of memory.
+_ONE_GPU_1024 = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
+_ONE_GPU_65536 = {"cpu": "1", "memory": "64Gi", "nvidia.com/gpu": "1"}
 
 
 def _quantity(q: str) -> float:
@@ -535,8 +540,8 @@ def test_slurmd_pods_have_a_memory_limit_and_a_bounded_dev_shm(doc, keys):
 
 def test_a_lent_slurmd_pod_has_a_memory_limit_and_a_bounded_dev_shm(doc):
     cluster = load_cluster(doc)
-    pod = lent_slurmd_pod(cluster, "h", name="demo-lent-n", node="n", conf="CPUs=1", gres_conf="", gpus=1,
-                          memory_mib=65536, shm_size="4Gi", labels={}, taint_key="slurmk8s.dev/lent")
+    pod = lent_slurmd_pod(cluster, "h", node="n", allocatable=_ONE_GPU_65536, labels={}, partition="gpu",
+                          shm_size="4Gi", taint_key="slurmk8s.dev/lent")
     (container,) = pod["spec"]["containers"]
     # The node's allocatable memory, the most Slurm hands out there; a small
     # request, since the pod is bound to the node without the scheduler.
@@ -568,6 +573,6 @@ def test_only_slurmd_with_cgroups_is_privileged(doc, keys, cgroups):
     workers = [names.nodeset(cluster, ns.name) for ns in cluster.spec.node_sets]
     assert privileged == ([(w, "slurmd", f"ghcr.io/slurmk8s/slurmd:{cluster.spec.slurm.version}") for w in workers]
                           if cgroups else [])
-    lent = lent_slurmd_pod(cluster, "h", name="demo-lent-n", node="n", conf="CPUs=1", gres_conf="", gpus=1,
-                           memory_mib=1024, shm_size="1Gi", labels={}, taint_key="slurmk8s.dev/lent")
+    lent = lent_slurmd_pod(cluster, "h", node="n", allocatable=_ONE_GPU_1024, labels={}, partition="gpu",
+                           shm_size="1Gi", taint_key="slurmk8s.dev/lent")
     assert not (lent["spec"]["containers"][0].get("securityContext") or {}).get("privileged")

@@ -6,6 +6,8 @@ here, so they agree on them without looking anything up.
 
 from __future__ import annotations
 
+import hashlib
+
 from ..api.cluster import GROUP, LENT_PREFIX, SlurmCluster, lent_nodeset  # noqa: F401 (re-exported)
 
 CONFIG_HASH = f"{GROUP}/config-hash"
@@ -143,3 +145,13 @@ def labels(c: SlurmCluster, component: str, **extra: str) -> dict[str, str]:
 def image(c: SlurmCluster, component: str) -> str:
     img = c.spec.slurm.image
     return f"{img.repository}/{component}:{img.tag or c.spec.slurm.version}"
+
+
+def lent_slurmd(c: SlurmCluster | str, node: str) -> str:
+    """The slurmd pod of Kubernetes node ``node`` lent to the cluster
+    (deterministic, so that the bridge finds it again after a restart)."""
+    name = f"{_cluster_name(c)}-lent-{node}"
+    if len(name) <= 253:
+        return name
+    digest = hashlib.sha256(node.encode()).hexdigest()[:10]
+    return f"{name[:242].rstrip('.-')}-{digest}"

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Mapping
 
 from ..api.cluster import NodeSet, SlurmCluster
 from . import names
 from .config import dynamic_node_conf, memory_mib
+from .lent import lent_node
 from .pods import (
     Builder, base_volumes, common_env, pod_template, probe, shared_volumes, shm_volume, slurm_container,
 )
@@ -105,38 +107,42 @@ def workers(b: Builder) -> list[dict]:
 LENT_MEMORY_REQUEST = "256Mi"
 
 
-def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, name: str, node: str, conf: str, gres_conf: str,
-                    gpus: int, memory_mib: int, shm_size: str, labels: dict[str, str], taint_key: str) -> dict:
-    """The slurmd pod the bridge starts on a lent Kubernetes node.
+def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, allocatable: Mapping[str, str],
+                    labels: Mapping[str, str], partition: str, shm_size: str, taint_key: str) -> dict:
+    """The slurmd pod the bridge starts on Kubernetes node ``node``, lent to ``partition``.
 
-    Pinned to ``node`` (``spec.nodeName``), tolerating the lending taint
-    ``taint_key``, holding the node's ``gpus``. Its slurmd registers as the
-    dynamic Slurm node ``node`` with ``conf`` and reads the cluster's config
-    files with ``gres_conf`` (one line, for this node) as gres.conf (see
-    :mod:`.lent`). It mounts the same shared storage as the cluster's own
-    workers, at the same paths. ``chash`` is the cluster's config hash
-    (an annotation, as on every object rendered for it). Its memory limit
-    is ``memory_mib``, the RealMemory the node registers with (the node's
-    allocatable memory), so jobs cannot take the node's own share; its
-    /dev/shm is bounded by ``shm_size``.
+    The only place the lent pod is made: its name (:func:`names.lent_slurmd`,
+    which the bridge also finds it by), its labels, and how the node
+    registers with Slurm, described from the Node's ``allocatable`` and
+    ``labels`` (:func:`.lent.lent_node`, which raises
+    :class:`~.lent.UnlendableNode`). Pinned to ``node`` (``spec.nodeName``),
+    tolerating the lending taint ``taint_key``, holding the node's GPUs.
+    Its slurmd registers as the dynamic Slurm node ``node`` and reads the
+    cluster's config files with the node's one-line gres.conf. It mounts
+    the same shared storage as the cluster's own workers, at the same
+    paths. ``chash`` is the cluster's config hash (an annotation, as on
+    every object rendered for it). Its memory limit is the RealMemory the
+    node registers with (the node's allocatable memory), so jobs cannot
+    take the node's own share; its /dev/shm is bounded by ``shm_size``.
     """
+    desc = lent_node(cluster.name, node, allocatable, labels, partition)
     c = cluster
     b = Builder(c, chash)
     volumes, mounts = base_volumes(c, config=True)
     shared_vols, shared_mounts = shared_volumes(c)
     volumes += [*shared_vols, shm_volume(shm_size)]
     mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}]
-    env = {**common_env(c), "SLURMK8S_NODE_NAME": node, "SLURMK8S_NODE_CONF": conf,
-           "SLURMK8S_GRES_CONF": gres_conf, "SLURMK8S_GPU_COUNT": str(gpus)}
+    env = {**common_env(c), "SLURMK8S_NODE_NAME": node, "SLURMK8S_NODE_CONF": desc.conf,
+           "SLURMK8S_GRES_CONF": desc.gres_conf, "SLURMK8S_GPU_COUNT": str(desc.gpus)}
     container = slurm_container(
         c, "slurmd", "slurmd", env=env, mounts=mounts,
         ports=[{"name": "slurmd", "containerPort": names.SLURMD_PORT}],
         resources={"requests": {"memory": LENT_MEMORY_REQUEST},
-                   "limits": {"nvidia.com/gpu": str(gpus), "memory": f"{memory_mib}Mi"}},
+                   "limits": {"nvidia.com/gpu": str(desc.gpus), "memory": f"{desc.memory_mib}Mi"}},
         readinessProbe=probe("ready"),
     )
-    meta = b.meta(name, "lent-slurmd")
-    meta["labels"].update({"app.kubernetes.io/managed-by": "slurmk8s-bridge", **labels})
+    meta = b.meta(names.lent_slurmd(c, node), "lent-slurmd")
+    meta["labels"]["app.kubernetes.io/managed-by"] = "slurmk8s-bridge"
     return b.obj("v1", "Pod", meta, spec={
         "nodeName": node,
         "containers": [container],

@@ -8,6 +8,7 @@ import re
 __all__ = ["expand", "HostlistError"]
 
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+_ONE_RANGE = re.compile(r"([^\[\],]*)\[(\d+)-(\d+)\]([^\[\],]*)")
 #: Ranges beyond this many names are refused rather than expanded.
 MAX_NAMES = 1 << 20
 
@@ -46,13 +47,18 @@ def _expand_group(group: str, text: str) -> list[str]:
         lo, hi = m.group(1), m.group(2)
         if hi is None:
             out.append(lo)
-            continue
-        first, last = int(lo), int(hi)
-        if last < first or last - first >= MAX_NAMES:
-            raise HostlistError(f"range {part!r} in host list {text!r} is reversed or too long")
-        width = len(lo)
-        out.extend(str(n).zfill(width) for n in range(first, last + 1))
+        else:
+            out += _numbers(lo, hi, text)
     return out
+
+
+def _numbers(lo: str, hi: str, text: str) -> list[str]:
+    """The numbers of the range ``lo-hi``, as wide as ``lo`` (``01-03``: 01, 02, 03)."""
+    first, last = int(lo), int(hi)
+    if last < first or last - first >= MAX_NAMES:
+        raise HostlistError(f"range {f'{lo}-{hi}'!r} in host list {text!r} is reversed or too long")
+    width = len(lo)
+    return [str(n).zfill(width) for n in range(first, last + 1)]
 
 
 def expand(hostlist: str) -> list[str]:
@@ -64,6 +70,10 @@ def expand(hostlist: str) -> list[str]:
     hostlist = hostlist.strip()
     if "[" not in hostlist and "]" not in hostlist:  # plain names: the common case
         return [name for name in hostlist.split(",") if name]
+    one = _ONE_RANGE.fullmatch(hostlist)
+    if one is not None:  # one name with one range (``gpu-[01-04]``): the common case
+        prefix, lo, hi, suffix = one.groups()
+        return [prefix + n + suffix for n in _numbers(lo, hi, hostlist)]
     names: list[str] = []
     for item in _split_top(hostlist):
         pieces = re.split(r"\[([^\]]*)\]", item)

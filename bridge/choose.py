@@ -1,0 +1,94 @@
+"""Which nodes to lend, and which held nodes to give back first. Pure.
+
+A Kubernetes node is lent when it has been idle for ``idleAfterSeconds`` (and
+at least one round), is Ready, not cordoned, carries no lending taint, Slurm
+has no other node of its name, no pending GPU pod could land on it, it can
+be described to Slurm, and lending it keeps the policy within
+``maxLentNodes`` and ``minKubernetesNodes``. Longest idle first.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from ..api.lending import NodeLendingPolicySpec
+from ..render.lent import LentNode, UnlendableNode
+from .nodestate import LENDING, TAINT_KEY
+from .observed import KubeNode, KubePod
+from .placement import fits
+from .plan import Plan, Round
+from .world import World
+
+__all__ = ["reclaim_order", "over_cap", "short_of_minimum", "idle_candidates", "choose_to_lend"]
+
+
+def reclaim_order(world: World, node: KubeNode) -> tuple:
+    """Which held node to give back first: idle before busy, fewest jobs,
+    one still starting before one already lent."""
+    return (len(world.jobs_on(node.name)), node.record.state != LENDING, node.name)
+
+
+def over_cap(spec: NodeLendingPolicySpec, held: int) -> int:
+    """How many held nodes are beyond ``maxLentNodes``."""
+    cap = spec.max_lent_nodes
+    return held - cap if cap is not None and held > cap else 0
+
+
+def short_of_minimum(spec: NodeLendingPolicySpec, kube: int, returning: int) -> int:
+    """How many more nodes Kubernetes needs back to keep ``minKubernetesNodes``
+    (``kube``: selected Kubernetes nodes; ``returning``: selected nodes on
+    their way back)."""
+    return max(spec.min_kubernetes_nodes - kube - returning, 0)
+
+
+def idle_candidates(r: Round, world: World, plan: Plan, idle: list[KubeNode], reserved: set[str],
+                    unmet: list[KubePod], ghosts: set[str]) -> list[tuple[datetime, KubeNode]]:
+    """Of the idle selected Kubernetes nodes (``idle``), those idle long
+    enough to lend, longest idle first; why others cannot be lent goes to
+    ``r.blocked``."""
+    assert plan.policy is not None
+    # Idle since a recorded time, and for at least a second: a node first
+    # seen idle (or just handed back) is lent a round later at the earliest.
+    idle_after = max(timedelta(seconds=plan.policy.spec.idle_after_seconds), timedelta(seconds=1))
+    eligible: list[tuple[datetime, str, KubeNode]] = []
+    for n in idle:
+        if n.name in reserved or not n.ready or n.unschedulable:
+            continue
+        since = n.record.idle_since
+        if since is None or plan.now - since < idle_after:
+            continue
+        if n.record.taint is not None:
+            r.blocked.append(f"{n.name} (carries the {TAINT_KEY} taint)")
+            continue
+        if n.name in world.slurm_nodes and n.name not in ghosts:
+            r.blocked.append(f"{n.name} (Slurm already has a node of that name)")
+            continue
+        if any(pod.gpus <= world.free_gpus(n) and fits(pod, n) for pod in unmet):
+            continue  # a pending pod may still land here
+        eligible.append((since, n.name, n))
+    eligible.sort(key=lambda e: (e[0], e[1]))
+    return [(since, n) for since, _, n in eligible]
+
+
+def choose_to_lend(r: Round, plan: Plan, eligible: list[tuple[datetime, KubeNode]], lent: int,
+                   kube_left: int) -> list[tuple[datetime, KubeNode, LentNode]]:
+    """The candidates to lend now, within the limits (``lent``: nodes held;
+    ``kube_left``: selected nodes serving Kubernetes), with their description;
+    a node that cannot be described goes to ``r.blocked``."""
+    assert plan.policy is not None
+    spec = plan.policy.spec
+    chosen = []
+    for since, n in eligible:
+        if spec.max_lent_nodes is not None and lent >= spec.max_lent_nodes:
+            break
+        if kube_left - 1 < spec.min_kubernetes_nodes:
+            break
+        try:
+            desc = plan.describe(n)
+        except UnlendableNode as exc:
+            r.blocked.append(f"{n.name} ({exc})")
+            continue
+        chosen.append((since, n, desc))
+        lent += 1
+        kube_left -= 1
+    return chosen

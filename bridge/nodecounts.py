@@ -1,0 +1,40 @@
+"""GPU nodes by lending state, overall and per policy: what the gauges show. Pure.
+
+(``metrics.py`` holds the Prometheus metrics themselves.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .nodestate import LENDING, LENT, RECLAIMING, STATES
+from .observed import Observed
+
+__all__ = ["LendingMetrics", "lending_metrics"]
+
+
+@dataclass(frozen=True)
+class LendingMetrics:
+    """GPU nodes by lending state, overall and per policy (for /metrics)."""
+
+    #: kubernetes, lending, lent, reclaiming -> nodes
+    by_state: dict[str, int]
+    #: policy namespace/name -> state -> nodes (lending, lent, reclaiming)
+    by_policy: dict[str, dict[str, int]]
+
+
+def lending_metrics(observed: Observed) -> LendingMetrics:
+    by_state = {"kubernetes": 0, LENDING: 0, LENT: 0, RECLAIMING: 0}
+    by_policy: dict[str, dict[str, int]] = {}
+    for n in observed.nodes:
+        state = n.record.state
+        if state is None:
+            if n.gpus > 0:
+                by_state["kubernetes"] += 1
+            continue
+        if state not in STATES:
+            continue
+        by_state[state] += 1
+        per = by_policy.setdefault(n.record.policy or "", {LENDING: 0, LENT: 0, RECLAIMING: 0})
+        per[state] += 1
+    return LendingMetrics(by_state, by_policy)

@@ -1,0 +1,96 @@
+"""What one decision knows and gathers: the policy's settings and the round's facts. Pure.
+
+:class:`Plan` is the policy as the rules read it (or the defaults for a
+policy that is gone), with the SlurmCluster it lends to and the clock;
+:class:`Round` collects the actions and the facts the status reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from itertools import compress
+from typing import Callable, Mapping, Sequence
+
+from ..api.cluster import SlurmCluster
+from ..api.lending import NodeLendingPolicy, ReclaimSpec, may_lend
+from ..render.lent import LentNode, lent_node
+from .actions import Action
+from .memo import Recent, changed_spans, respliced
+from .observed import KubeNode
+
+__all__ = ["Plan", "Round"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The policy's settings, or the defaults for a policy that is gone."""
+
+    key: str
+    namespace: str
+    name: str
+    policy: NodeLendingPolicy | None
+    reclaim: ReclaimSpec
+    registration_timeout: int
+    #: The policy's SlurmCluster as observed; None when it does not exist.
+    cluster: SlurmCluster | None
+    #: namespace/name and name of the SlurmCluster the nodes are lent to.
+    cluster_key: str
+    cluster_name: str
+    now: datetime
+
+    def selects(self, node: KubeNode) -> bool:
+        """The policy may lend the node (its owner allows the namespace) and
+        wants to: it has GPUs and matches the nodeSelector."""
+        return (self.policy is not None and node.gpus > 0 and may_lend(self.namespace, node.labels)
+                and self._matches(node.labels))
+
+    def select(self, nodes: Sequence[KubeNode]) -> list[KubeNode]:
+        """The nodes the policy selects, in order. Remembered for the nodes
+        observed last under the same namespace and selector: only the nodes
+        that changed since are asked again (:mod:`.memo`)."""
+        if self.policy is None:
+            return []
+        key = (self.namespace, self.policy.spec.node_selector.model_dump_json())
+        last = _SELECTIONS.latest(key)
+        if last is not None and last[0] is nodes:
+            flags = last[1]
+        else:
+            spans = None if last is None else changed_spans(last[0], nodes, max(len(nodes) // 4, 16))  # type: ignore
+            if last is not None and spans is not None:
+                flags = respliced(last[1], spans, nodes, self.selects)
+            else:
+                flags = [self.selects(n) for n in nodes]
+            _SELECTIONS.put(nodes, flags, key)
+        return list(compress(nodes, flags))
+
+    @cached_property
+    def _matches(self) -> Callable[[Mapping[str, str]], bool]:
+        assert self.policy is not None
+        return self.policy.spec.node_selector.matches
+
+    def describe(self, node: KubeNode) -> LentNode:
+        """The node as Slurm will see it; raises ``UnlendableNode``."""
+        assert self.policy is not None
+        return lent_node(self.cluster_name, node.name, node.allocatable, node.labels, self.policy.spec.partition)
+
+
+#: What policies selected last, one entry per namespace and selector.
+_SELECTIONS: Recent[list[bool]] = Recent(16)
+
+
+@dataclass
+class Round:
+    """The actions decided so far, and the facts gathered for the status."""
+
+    actions: list[Action] = field(default_factory=list)
+    #: node name -> its state once this round's actions are applied (None: Kubernetes)
+    projected: dict[str, str | None] = field(default_factory=dict)
+    admin_drained: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    unknown_state: list[str] = field(default_factory=list)
+
+    def emit(self, *actions: Action) -> None:
+        self.actions.extend(actions)

@@ -1,0 +1,60 @@
+"""What is wrong with a policy as a whole, and what to do about it. Pure.
+
+A problem gives the policy a ``Ready=False`` condition with a reason and a
+message that says what to fix; nothing is lent meanwhile, and the reclaims
+that follow from the policy's content stop too (``bridge/README.md``).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..api.lending import LENDABLE_TO_LABEL, describe_selector
+from .observed import KubeNode
+from .plan import Plan
+from .world import World
+
+__all__ = ["policy_problem"]
+
+
+def policy_problem(world: World, plan: Plan, selected: Sequence[KubeNode]) -> tuple[str, str] | None:
+    """(reason, message) of the first problem, or None: ClusterNotFound,
+    PartitionNotFound, PartitionNotLendable, NoMatchingNodes, SlurmUnreachable."""
+    policy = plan.policy
+    assert policy is not None
+    spec = policy.spec
+    cluster = plan.cluster
+    if cluster is None:
+        return ("ClusterNotFound",
+                f"SlurmCluster {plan.namespace}/{spec.cluster_ref.name} does not exist; create it, "
+                "or fix spec.clusterRef.name (the cluster must be in the policy's namespace)")
+    parts = cluster.spec.partitions
+    part = next((p for p in parts if p.name == spec.partition), None)
+    if part is None:
+        known = ", ".join(p.name for p in parts) or "(none)"
+        return ("PartitionNotFound",
+                f"SlurmCluster {plan.cluster_key} has no partition {spec.partition!r}; fix spec.partition "
+                f"(partitions: {known})")
+    if not part.accept_lent_nodes:
+        index = parts.index(part)
+        return ("PartitionNotLendable",
+                f"partition {part.name!r} of SlurmCluster {plan.cluster_key} does not accept lent nodes; "
+                f"set spec.partitions[{index}].acceptLentNodes: true on the SlurmCluster")
+    if not selected:
+        forbidden = sum(1 for n in world.observed.nodes
+                        if n.gpus > 0 and spec.node_selector.matches(n.labels))
+        if forbidden:
+            return ("NoMatchingNodes",
+                    f"spec.nodeSelector ({describe_selector(spec.node_selector)}) matches {forbidden} GPU "
+                    f"node(s), but none is labelled {LENDABLE_TO_LABEL}={plan.namespace}: a cluster "
+                    f"administrator labels the nodes this namespace may lend "
+                    f"(kubectl label node <node> {LENDABLE_TO_LABEL}={plan.namespace})")
+        return ("NoMatchingNodes",
+                f"no Node with allocatable nvidia.com/gpu and label {LENDABLE_TO_LABEL}={plan.namespace} "
+                f"matches spec.nodeSelector ({describe_selector(spec.node_selector)}); label the nodes to "
+                "lend, or fix the selector")
+    if not world.slurm_known:
+        return ("SlurmUnreachable",
+                f"Slurm of SlurmCluster {plan.cluster_key} could not be read ({world.slurm_problem}); "
+                "nothing is lent or reclaimed until it can")
+    return None

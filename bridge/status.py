@@ -1,0 +1,107 @@
+"""The policy's status: its Ready condition, the nodes it holds, counts. Pure.
+
+Written only when it changed, so that a quiet round writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Sequence
+
+from ..api.lending import LendingCounts, NodeLendingPolicyStatus, PolicyCondition
+from ..times import format_time
+from .actions import Action, PolicyStatus
+from .nodestate import LENDING, LENT, RECLAIMING
+from .observed import InvalidPolicy
+from .plan import Plan, Round
+
+__all__ = ["policy_status", "invalid_policy_status", "status_actions"]
+
+#: How many node names a status message lists before "and N more".
+_LISTED = 5
+
+
+def _more(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_LISTED])
+    return shown + (f" and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
+
+
+def policy_status(plan: Plan, r: Round, selected: int, kubernetes: int, problem: tuple[str, str] | None,
+                  window_open: bool) -> list[Action]:
+    """The status of a policy once the round's actions are applied (none for
+    a policy that is gone): ``selected`` nodes, of which ``kubernetes`` then
+    serve Kubernetes."""
+    policy = plan.policy
+    if policy is None:
+        return []
+    counts: dict[str | None, int] = defaultdict(int)
+    for state in r.projected.values():
+        counts[state] += 1
+    holding = sorted(n for n, s in r.projected.items() if s is not None)
+    status_counts = LendingCounts(selected=selected, kubernetes=kubernetes,
+                                  lending=counts[LENDING], lent=counts[LENT], reclaiming=counts[RECLAIMING])
+    if problem is not None:
+        ready, reason, message = "False", problem[0], problem[1]
+        if holding and problem[0] != "SlurmUnreachable":
+            message += (f". Nothing is lent meanwhile; the {len(holding)} node(s) this policy holds are "
+                        "taken back only when they fail or pending pods need them (set maxLentNodes: 0 "
+                        "or delete the policy to take them all back)")
+    else:
+        ready, reason = "True", "Lending"
+        message = (f"{counts[LENT]} of {selected} selected nodes lent to partition "
+                   f"{policy.spec.partition} of SlurmCluster {plan.cluster_key}")
+        if counts[LENDING]:
+            message += f"; {counts[LENDING]} starting"
+        if counts[RECLAIMING]:
+            message += f"; {counts[RECLAIMING]} being reclaimed"
+        if not window_open:
+            message += "; outside the lending windows, nothing is lent"
+    extras = []
+    if r.admin_drained:
+        extras.append("drained by an administrator, left drained: " + _more(sorted(r.admin_drained)))
+    if r.blocked:
+        extras.append("cannot be lent: " + _more(sorted(r.blocked)))
+    if r.stale:
+        extras.append(f"still lent to another SlurmCluster, left alone until spec.clusterRef names it "
+                      f"again: {_more(sorted(r.stale))}")
+    if r.unknown_state:
+        extras.append(f"unknown value of label slurmk8s.dev/lending, left alone: "
+                      f"{_more(sorted(r.unknown_state))}")
+    if extras:
+        message += ". " + ". ".join(extras)
+    return status_actions(plan.namespace, plan.name, policy.metadata.generation, ready, reason, message,
+                          holding, status_counts, policy.status, plan.now)
+
+
+def invalid_policy_status(policy: InvalidPolicy, now: datetime) -> list[Action]:
+    """An invalid policy lends and reclaims nothing: its status says why, and
+    keeps the nodes and counts it last reported."""
+    message = "the policy is invalid and nothing is lent or reclaimed until it is fixed: " + "; ".join(
+        policy.errors)
+    old = policy.status
+    counts = old.counts if old is not None else LendingCounts()
+    holding = old.lent_nodes if old is not None else []
+    return status_actions(policy.namespace, policy.name, policy.generation, "False", "InvalidPolicy",
+                          message, holding, counts, old, now)
+
+
+def status_actions(namespace: str, name: str, generation: int | None, ready: str, reason: str, message: str,
+                   holding: Sequence[str], counts: LendingCounts, old: NodeLendingPolicyStatus | None,
+                   now: datetime) -> list[Action]:
+    """A ``PolicyStatus`` when the status differs from ``old``; the Ready
+    condition keeps its transition time while its status stays."""
+    previous = next((c for c in (old.conditions if old else []) if c.type == "Ready"), None)
+    since = (previous.last_transition_time
+             if previous is not None and previous.status == ready and previous.last_transition_time
+             else format_time(now))
+    status = NodeLendingPolicyStatus(
+        conditions=[PolicyCondition(type="Ready", status=ready, reason=reason, message=message[:32768],
+                                    last_transition_time=since, observed_generation=generation)],
+        observed_generation=generation,
+        lent_nodes=list(holding),
+        counts=counts,
+    )
+    if old is not None and old == status:
+        return []
+    return [PolicyStatus(namespace, name, status)]

@@ -1,0 +1,277 @@
+"""The per-node moves of the lending state machine, as actions. Pure.
+
+    Kubernetes ──> lending ──> lent ──> reclaiming ──> Kubernetes
+
+Each function moves one node one step (or holds it where it is) and adds
+its actions to the :class:`~.plan.Round`, with the state the node will be in
+once they are applied. Which nodes move, and why, the composition in
+:mod:`.decide` works out from :mod:`.verdicts`, :mod:`.placement` and
+:mod:`.choose`. The reclaim applies the one evacuation rule
+(:mod:`slurmk8s.evacuation`); this module keeps only its record's codec on
+the Node.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Sequence
+
+from .. import evacuation
+from ..api.cluster import LENT_PREFIX
+from ..evacuation import evacuate
+from ..render.lent import LentNode
+from ..slurm.model import Job
+from ..times import format_time
+from .actions import (
+    Action,
+    CancelJobs,
+    ClearIdleSince,
+    ClearLending,
+    CreateSlurmdPod,
+    DeleteSlurmNode,
+    DeleteSlurmdPod,
+    DownSlurmNode,
+    DrainSlurmNode,
+    Event,
+    RecordForced,
+    RecordIdleSince,
+    RecordSignalled,
+    RequeueJobs,
+    SetLendingState,
+    SignalJobs,
+    StartJobsNow,
+    Taint,
+    Untaint,
+)
+from .nodestate import LENDING, LENT, RECLAIMING, TAINT_EFFECT, TAINT_KEY, LendingRecord
+from .observed import KubeNode
+from .plan import Plan, Round
+from .reasons import CLUSTER_GONE, FAILURES, FORCE_RETRY_SECONDS, NODE_NOT_READY, REASONS, SLURMD_GONE
+from .verdicts import lost, pod_of, registered
+from .world import World
+
+__all__ = ["node_event", "start_lending", "keep", "reclaim", "hand_back", "release_without_slurm",
+           "clear_idle", "record_idle", "clean_ghosts"]
+
+
+def node_event(node: str, reason: str, message: str, warning: bool = False) -> Event:
+    return Event("Node", "", node, "Warning" if warning else "Normal", reason, message)
+
+
+def _past(job_action: str) -> str:
+    """``requeue`` -> requeued, ``cancel`` -> cancelled."""
+    return "requeued" if job_action == evacuation.REQUEUE else "cancelled"
+
+
+def _job_ids(jobs: list[Job]) -> tuple[int, ...]:
+    return tuple(sorted({j.job_id for j in jobs}))
+
+
+def create_pod(plan: Plan, node: KubeNode) -> CreateSlurmdPod:
+    """The lent slurmd pod of ``node``: the loop has it rendered (``slurmk8s.render.manifests``)."""
+    assert plan.policy is not None
+    spec = plan.policy.spec
+    return CreateSlurmdPod(cluster=plan.cluster_key, node=node.name, partition=spec.partition,
+                           shm_size=spec.shm_size)
+
+
+def start_lending(r: Round, plan: Plan, node: KubeNode, since: datetime, desc: LentNode) -> None:
+    """Kubernetes -> lending: taint the node and start its slurmd."""
+    assert plan.policy is not None
+    partition = plan.policy.spec.partition
+    r.emit(
+        SetLendingState(node.name, LENDING, plan.key, plan.cluster_key, partition, plan.now),
+        Taint(node.name, TAINT_KEY, plan.cluster_name, TAINT_EFFECT),
+        create_pod(plan, node),
+        node_event(node.name, "Lending",
+                   f"idle since {format_time(since)}: lending it to "
+                   f"partition {partition} of SlurmCluster {plan.cluster_key} "
+                   f"(NodeLendingPolicy {plan.key}); {desc.gpus} {desc.gpu_type} GPU(s)"),
+    )
+    r.projected[node.name] = LENDING
+
+
+def keep(r: Round, world: World, plan: Plan, node: KubeNode) -> None:
+    """A lending or lent node that stays: restore its taint, start its
+    slurmd, or mark it lent once Slurm has it."""
+    rec = node.record
+    r.projected[node.name] = rec.state
+    if rec.taint is None:
+        r.emit(Taint(node.name, TAINT_KEY, plan.cluster_name, TAINT_EFFECT))
+    snode = world.slurm_nodes.get(node.name)
+    if snode is not None and snode.drain_set and not snode.drain_is_ours:
+        r.admin_drained.append(f"{node.name} ({snode.reason or 'no reason given'})")
+    if rec.state == LENDING:
+        pod = pod_of(world, plan, node)
+        if pod is None:
+            r.emit(create_pod(plan, node))
+        elif pod.phase == "Running" and registered(world, plan, node):
+            r.emit(
+                SetLendingState(node.name, LENT, plan.key, plan.cluster_key, rec.partition or "", plan.now),
+                node_event(node.name, "Lent",
+                           f"registered with Slurm in partition {rec.partition} of SlurmCluster "
+                           f"{plan.cluster_key}; taking jobs"),
+            )
+            r.projected[node.name] = LENT
+
+
+def reclaim(r: Round, world: World, plan: Plan, node: KubeNode, entering: str | None) -> None:
+    """Move a node towards Kubernetes: drain, signal, wait for the grace
+    period, requeue or cancel, then remove its Slurm node and slurmd pod
+    and untaint it. ``entering``: the reason, when it starts now."""
+    rec = node.record
+    name = node.name
+    reason = entering or rec.reason or "unknown"
+    failure = reason in FAILURES
+    spec = plan.reclaim
+    snode = world.slurm_nodes.get(name)
+    jobs = world.jobs_on(name)
+    acts: list[Action] = []
+    r.projected[name] = RECLAIMING
+    if entering is not None:
+        running = [j for j in jobs if j.state != "COMPLETING"]
+        acts.append(SetLendingState(name, RECLAIMING, plan.key, plan.cluster_key, rec.partition or "",
+                                    plan.now, reason=entering))
+        what = f"taking the node back from Slurm: {REASONS.get(entering, entering)}"
+        if running and not failure:
+            what += (f"; {len(_job_ids(running))} job(s) get SIG{spec.signal} and "
+                     f"{spec.grace_period_seconds}s to checkpoint, then are {_past(spec.job_action)}")
+        elif running:
+            what += f"; its {len(_job_ids(running))} job(s) are {_past(spec.job_action)} now"
+        acts.append(node_event(name, "Reclaiming", what, warning=failure or reason == NODE_NOT_READY))
+        if snode is not None and snode.drain_set and not snode.drain_is_ours:
+            acts.append(node_event(
+                name, "AdminDrain",
+                f"Slurm node {name} was drained by someone else ({snode.reason or 'no reason'}); slurmk8s "
+                "leaves that drain alone and removes the node from Slurm once its jobs are gone",
+                warning=True))
+    # The evacuation rule (slurmk8s.evacuation), with the record kept on the Node.
+    policy = evacuation_policy(plan, reason)
+    evac = evacuate(name, snode, jobs, evacuation_record(rec, entering, plan.now), policy, plan.now,
+                    recorded=world.jobs_by_id(rec.signalled_jobs if entering is None else ()),
+                    slurmd_gone=reason in SLURMD_GONE or lost(world, plan, node))
+    acts += evacuation_actions(plan, name, evac, policy, rec if entering is None else None)
+    if not evac.empty:
+        r.emit(*acts)  # jobs are ending, or have their grace period: wait
+        return
+    # No job left: remove the Slurm node (Slurm refuses if one slipped in,
+    # which stops this chain), then the pod, then hand the node back.
+    if snode is not None:
+        acts.append(DeleteSlurmNode(plan.cluster_key, name))
+    r.emit(*acts)
+    hand_back(r, world, plan, node)
+
+
+def evacuation_record(rec: LendingRecord, entering: str | None, now: datetime) -> evacuation.Record:
+    """The evacuation's record as the Node keeps it: the reclaim reason, the
+    time the node entered reclaiming, signalled (and which jobs), forced."""
+    if entering is not None:
+        return evacuation.Record(purpose=entering, started=now)
+    return evacuation.Record(purpose=rec.reason or "unknown", started=rec.since or now, signalled=rec.signalled,
+                             jobs=rec.signalled_jobs, forced=rec.forced)
+
+
+def evacuation_policy(plan: Plan, reason: str) -> evacuation.Policy:
+    """A graceful reclaim signals and gives the grace period; a failure
+    leaves no time for a checkpoint: what runs is requeued (or cancelled) now."""
+    spec = plan.reclaim
+    failure = reason in FAILURES
+    return evacuation.Policy(
+        purpose=reason, drain_reason=f"reclaimed by Kubernetes ({reason})",
+        signal=None if failure else spec.signal, grace_seconds=0 if failure else spec.grace_period_seconds,
+        job_action=spec.job_action, retry_seconds=FORCE_RETRY_SECONDS)
+
+
+def evacuation_actions(plan: Plan, name: str, evac: evacuation.Evacuation, policy: evacuation.Policy,
+                       before: LendingRecord | None) -> list[Action]:
+    """The rule's actions as the loop's, then the record's changes as Node
+    annotations (``before``: the record on the Node; None when the
+    reclaim starts this round)."""
+    c = plan.cluster_key
+    acts: list[Action] = []
+    new = evac.record
+    signalled = new.signalled is not None and (before is None or before.signalled is None)
+    for a in evac.actions:
+        if signalled and isinstance(a, (evacuation.StartNow, evacuation.Requeue, evacuation.Cancel)):
+            acts.append(RecordSignalled(name, new.signalled, new.jobs))
+            signalled = False
+        if isinstance(a, evacuation.Drain):
+            acts.append(DrainSlurmNode(c, name, a.reason))
+        elif isinstance(a, evacuation.SetDown):
+            acts.append(DownSlurmNode(c, name, a.reason))
+        elif isinstance(a, evacuation.Signal):
+            acts.append(SignalJobs(c, name, a.job_ids, a.signal))
+        elif isinstance(a, evacuation.StartNow):
+            acts.append(StartJobsNow(c, name, a.job_ids))
+        elif isinstance(a, evacuation.Requeue):
+            acts.append(RequeueJobs(c, name, a.job_ids))
+        elif isinstance(a, evacuation.Cancel):
+            acts.append(CancelJobs(c, name, a.job_ids))
+    if signalled:
+        acts.append(RecordSignalled(name, new.signalled, new.jobs))
+    if new.forced is not None and (before is None or before.forced != new.forced):
+        requeued = sum(len(a.job_ids) for a in evac.actions if isinstance(a, evacuation.Requeue))
+        cancelled = sum(len(a.job_ids) for a in evac.actions if isinstance(a, evacuation.Cancel))
+        acts.append(RecordForced(name, new.forced))
+        acts.append(node_event(name, "JobsForced", f"{requeued} job(s) requeued, {cancelled} cancelled" + (
+            f" after the {policy.grace_seconds}s grace period" if policy.signal else "")))
+    return acts
+
+
+def hand_back(r: Round, world: World, plan: Plan, node: KubeNode) -> None:
+    """Reclaiming -> Kubernetes: delete the slurmd pod, untaint, clear the record."""
+    pod = pod_of(world, plan, node)
+    acts: list[Action] = []
+    if pod is not None and not pod.deleting:
+        acts.append(DeleteSlurmdPod(pod.namespace, pod.name, node.name))
+    if node.record.taint is not None:
+        acts.append(Untaint(node.name, TAINT_KEY))
+    acts.append(ClearLending(node.name))
+    acts.append(node_event(node.name, "Returned", "the node serves Kubernetes again"))
+    if world.idle(node.name) and plan.selects(node):
+        acts.append(RecordIdleSince(node.name, plan.now))  # nothing left on it: idle from now
+    r.emit(*acts)
+    r.projected[node.name] = None
+
+
+def release_without_slurm(r: Round, world: World, plan: Plan, node: KubeNode) -> None:
+    """The SlurmCluster is gone, and with it Slurm and every job."""
+    if node.record.state != RECLAIMING:
+        r.emit(
+            SetLendingState(node.name, RECLAIMING, plan.key, plan.cluster_key,
+                            node.record.partition or "", plan.now, reason=CLUSTER_GONE),
+            node_event(node.name, "Reclaiming", f"taking the node back: {REASONS[CLUSTER_GONE]}", warning=True),
+        )
+    hand_back(r, world, plan, node)
+
+
+def clear_idle(r: Round, world: World, nodes: Sequence[KubeNode]) -> None:
+    """A Kubernetes node recorded idle that runs a GPU pod again is not idle."""
+    gpu_pods = world.gpu_pods
+    for n in nodes:
+        if n.record.state is None and n.record.idle_since is not None and gpu_pods.get(n.name):
+            r.emit(ClearIdleSince(n.name))
+
+
+def record_idle(r: Round, plan: Plan, idle: list[KubeNode], lending: set[str]) -> None:
+    """A Kubernetes node seen idle for the first time: remember since when.
+    (``idle``: the selected Kubernetes nodes that are idle, :meth:`World.idle`.)"""
+    for n in idle:
+        if n.name not in lending and n.record.idle_since is None:
+            r.emit(RecordIdleSince(n.name, plan.now))
+
+
+def clean_ghosts(r: Round, world: World, plan: Plan, kube: list[KubeNode]) -> set[str]:
+    """A Slurm node left behind by a lent node that is Kubernetes' again
+    (its slurmd registered while it was being given back): remove it once
+    it has no job and no slurmd pod. Returns the nodes cleaned."""
+    cleaned = set()
+    for n in kube:
+        s = world.slurm_nodes.get(n.name)
+        if (s is None or world.jobs_on(n.name) or s.busy
+                or not any(f.startswith(LENT_PREFIX) for f in s.features)):
+            continue
+        if not world.has_slurmd(n.name):
+            r.emit(DeleteSlurmNode(plan.cluster_key, n.name))
+            cleaned.add(n.name)
+    return cleaned

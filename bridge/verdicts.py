@@ -1,0 +1,122 @@
+"""Whether a lending or lent node stays, and if not, why. Pure.
+
+One function per question the state machine asks of a held node: is its
+slurmd registered, has it failed, did its owner withdraw it, must it go back
+to Kubernetes gracefully, is it lost for good. Each answers from the indexed
+world (:mod:`.world`) and the policy (:mod:`.plan`) only.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from ..api.lending import may_lend
+from ..render import names
+from ..render.lent import UnlendableNode
+from .nodestate import LENDING
+from .observed import KubeNode, KubePod
+from .plan import Plan
+from .reasons import (
+    CORDONED,
+    NODE_NOT_READY,
+    PARTITION,
+    POLICY_GONE,
+    REGISTRATION_TIMEOUT,
+    SLURM_NODE_DOWN,
+    SLURM_NODE_LOST,
+    SLURMD_LOST,
+    UNLENDABLE,
+    UNSELECTED,
+    WINDOW,
+    WITHDRAWN,
+)
+from .world import World
+
+__all__ = ["pod_of", "registered", "lost", "failure", "withdrawn", "must_go"]
+
+#: Slurm node states in which a node takes jobs.
+_SERVING = frozenset({"idle", "mixed", "allocated"})
+
+
+def pod_of(world: World, plan: Plan, node: KubeNode) -> KubePod | None:
+    """The node's lent slurmd pod, if it exists (named after the cluster it was lent to)."""
+    cluster = node.record.cluster.split("/")[-1] if node.record.cluster else plan.cluster_name
+    return world.slurmd_pods.get((plan.namespace, names.lent_slurmd(cluster, node.name)))
+
+
+def registered(world: World, plan: Plan, node: KubeNode) -> bool:
+    """Slurm has a node of that name, responding, in the partition."""
+    s = world.slurm_nodes.get(node.name)
+    partition = plan.policy.spec.partition if plan.policy else node.record.partition
+    return s is not None and s.state in _SERVING and s.responding and partition in s.partitions
+
+
+def lost(world: World, plan: Plan, node: KubeNode) -> bool:
+    """The node is gone for good, as far as anyone can tell: Kubernetes has
+    reported it not Ready for the policy's notReadyTimeoutSeconds and
+    Slurm reports it NOT_RESPONDING. Not knowing since when is not lost."""
+    if node.ready or node.not_ready_since is None:
+        return False
+    snode = world.slurm_nodes.get(node.name)
+    if snode is None or "NOT_RESPONDING" not in snode.flags:
+        return False
+    return plan.now - node.not_ready_since >= timedelta(seconds=plan.reclaim.not_ready_timeout_seconds)
+
+
+def failure(world: World, plan: Plan, node: KubeNode) -> str | None:
+    """A reason to take the node back, or None: a failure (in FAILURES)
+    leaves no time for a checkpoint; a node that is not Ready is given
+    back gracefully (and set DOWN later if it is :func:`lost`)."""
+    rec = node.record
+    if not node.ready:
+        return NODE_NOT_READY
+    pod = pod_of(world, plan, node)
+    snode = world.slurm_nodes.get(node.name)
+    pod_gone = pod is None or pod.terminal or pod.deleting
+    if rec.state == LENDING:
+        if pod is not None and (pod.terminal or pod.deleting):
+            return SLURMD_LOST
+        if pod is None and snode is not None:
+            return SLURMD_LOST
+        since = rec.since or plan.now
+        if plan.now - since > timedelta(seconds=plan.registration_timeout) and not registered(world, plan, node):
+            return REGISTRATION_TIMEOUT
+        if pod is None and plan.policy is not None:
+            try:
+                plan.describe(node)
+            except UnlendableNode:
+                return UNLENDABLE
+        return None
+    # lent
+    if pod_gone:
+        return SLURMD_LOST
+    if snode is None:
+        return SLURM_NODE_LOST
+    if snode.state == "unknown":
+        return None  # not answered yet (e.g. slurmctld restarted): no verdict
+    if snode.state == "down" or "NOT_RESPONDING" in snode.flags:
+        return SLURM_NODE_DOWN
+    return None
+
+
+def withdrawn(plan: Plan, node: KubeNode) -> str | None:
+    """The node's owner no longer lets the policy's namespace lend it."""
+    if plan.policy is not None and not may_lend(plan.policy.namespace, node.labels):
+        return WITHDRAWN
+    return None
+
+
+def must_go(plan: Plan, node: KubeNode, window_open: bool) -> str | None:
+    """A reason to give the node back gracefully (signal, grace, jobAction), or None."""
+    policy = plan.policy
+    if policy is None:
+        return POLICY_GONE
+    if node.record.partition != policy.spec.partition:
+        return PARTITION
+    if not plan.selects(node):
+        return UNSELECTED
+    if node.unschedulable:
+        return CORDONED
+    if not window_open:
+        return WINDOW
+    return None

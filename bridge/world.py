@@ -1,0 +1,222 @@
+"""The observed world, indexed for one decision. Pure from the caller's view.
+
+``World(observed)`` answers what the rules ask of every node in O(1): how
+many GPU pods run there and how many GPUs they use, which lent slurmd pods
+exist, which pods are pending, which Slurm jobs run on a node.
+
+Building the index is O(nodes + pods + jobs), and at 50,000 pods and jobs
+it is much of a decision's time. The bridge decides every round, and for
+every policy, on a world that mostly did not change, so the indexes are
+remembered (:mod:`.memo`) on the identity of what they were built from: the
+same ``pods`` tuple, or the same ``SlurmState``, gives the same index. A new
+``pods`` tuple that keeps most of the previous one's objects (a watch cache
+rebuilds its tuple but keeps the pods that did not change) updates a copy of
+the previous index by the difference: the pods gone are taken out and the
+new ones put in, both by the one rule in :meth:`PodIndex._account`. Slurm is
+read anew every round, so its index is rebuilt, but the expansion of each
+host list is remembered by its text.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from itertools import compress
+from operator import attrgetter
+from typing import Iterable, Sequence
+
+from ..slurm.hostlist import HostlistError, expand
+from ..slurm.model import ACTIVE_JOB_STATES, Job, Node
+from .memo import Recent, changed_spans, forgettable
+from .nodestate import COMPONENT_LABEL, SLURMD_COMPONENT
+from .observed import TERMINAL_PHASES, KubeNode, KubePod, Observed, SlurmState
+
+__all__ = ["World", "PodIndex", "SlurmIndex"]
+
+
+class PodIndex:
+    """What the pods say about each node."""
+
+    __slots__ = ("gpu_pods", "used_gpus", "slurmd_pods", "slurmd_nodes", "pending", "_busy")
+
+    def __init__(self) -> None:
+        #: node -> non-DaemonSet pods requesting GPUs that still hold them (makes a node busy)
+        self.gpu_pods: defaultdict[str, int] = defaultdict(int)
+        #: node -> GPUs requested by pods that are neither ending nor ours
+        self.used_gpus: defaultdict[str, int] = defaultdict(int)
+        #: (namespace, name) -> lent slurmd pod
+        self.slurmd_pods: dict[tuple[str, str], KubePod] = {}
+        #: node -> lent slurmd pods there (in any phase): not idle yet
+        self.slurmd_nodes: defaultdict[str, int] = defaultdict(int)
+        #: pending, unschedulable pods requesting GPUs (any namespace), by id
+        self.pending: dict[int, KubePod] = {}
+        self._busy: frozenset[str] | None = None
+
+    @property
+    def busy(self) -> frozenset[str]:
+        """Nodes with a GPU pod (DaemonSets aside) or a lent slurmd pod: not idle."""
+        if self._busy is None:
+            self._busy = frozenset([*(k for k, v in self.gpu_pods.items() if v),
+                                    *(k for k, v in self.slurmd_nodes.items() if v)])
+        return self._busy
+
+    @classmethod
+    def of(cls, pods: Sequence[KubePod]) -> "PodIndex":
+        index = cls()
+        index._account(pods, 1)
+        return index
+
+    def updated(self, old: Sequence[KubePod], new: Sequence[KubePod]) -> "PodIndex | None":
+        """The index of ``new``, from this one (the index of ``old``) and the
+        difference; None when they differ too much (build it afresh then)."""
+        spans = changed_spans(old, new, limit=max(len(new) // 4, 16))
+        if spans is None:
+            return None
+        index = PodIndex()
+        index.gpu_pods, index.used_gpus = self.gpu_pods.copy(), self.used_gpus.copy()
+        index.slurmd_pods, index.slurmd_nodes = dict(self.slurmd_pods), self.slurmd_nodes.copy()
+        index.pending = dict(self.pending)
+        index._account([p for start, stop, _ in spans for p in old[start:stop]], -1)
+        index._account([p for start, _, stop in spans for p in new[start:stop]], 1)
+        return index
+
+    def _account(self, pods: Iterable[KubePod], sign: int) -> None:
+        """Add (``sign`` 1) or take out (-1) what ``pods`` say about their nodes.
+        One pass; the common cases are tested first."""
+        gpu_pods, used_gpus, pending = self.gpu_pods, self.used_gpus, self.pending
+        slurmd_pods, slurmd_nodes = self.slurmd_pods, self.slurmd_nodes
+        for pod in pods:
+            ours = pod.labels.get(COMPONENT_LABEL) == SLURMD_COMPONENT
+            if ours:
+                key = (pod.namespace, pod.name)
+                if sign > 0:
+                    slurmd_pods[key] = pod
+                elif slurmd_pods.get(key) is pod:
+                    del slurmd_pods[key]
+                if pod.node is not None:
+                    slurmd_nodes[pod.node] += sign
+            gpus = pod.gpus
+            if gpus <= 0 or pod.phase in TERMINAL_PHASES:
+                continue
+            node = pod.node
+            if node is None:
+                if (pod.phase == "Pending" and pod.unschedulable and not pod.deleting and not ours
+                        and pod.owner_kind != "DaemonSet"):
+                    if sign > 0:
+                        pending[id(pod)] = pod
+                    else:
+                        pending.pop(id(pod), None)
+                continue
+            if pod.owner_kind != "DaemonSet":
+                gpu_pods[node] += sign
+            if not pod.deleting and not ours:
+                used_gpus[node] += sign * gpus
+
+
+_STATE = attrgetter("state")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _hosts(hostlist: str) -> tuple[str, ...]:
+    return tuple(expand(hostlist))
+
+
+forgettable(_hosts.cache_clear)
+
+
+class SlurmIndex:
+    """Slurm's nodes by name and its active jobs by node, or the reason
+    Slurm is unknown (fail closed)."""
+
+    __slots__ = ("known", "problem", "nodes", "jobs", "all_jobs", "_by_id")
+
+    def __init__(self, slurm: SlurmState):
+        self.known = slurm.known
+        self.problem = "" if slurm.known else "the Slurm facade did not answer"
+        self.nodes: dict[str, Node] = {n.name: n for n in slurm.nodes} if slurm.known else {}
+        #: node -> jobs allocated there (active states only)
+        self.jobs: defaultdict[str, list[Job]] = defaultdict(list)
+        self.all_jobs: Sequence[Job] = slurm.jobs if slurm.known else ()
+        self._by_id: dict[int, list[Job]] | None = None
+        if not slurm.known:
+            return
+        jobs = self.jobs
+        for job in compress(slurm.jobs, map(ACTIVE_JOB_STATES.__contains__, map(_STATE, slurm.jobs))):
+            if not job.nodes:
+                continue
+            try:
+                names = _hosts(job.nodes)
+            except HostlistError as exc:
+                # Which nodes the job runs on is unknown: fail closed.
+                self.known = False
+                self.problem = f"job {job.job_id}'s node list could not be read ({exc})"
+                self.nodes, self.jobs, self.all_jobs = {}, defaultdict(list), ()
+                return
+            for name in names:
+                jobs[name].append(job)
+
+    def by_id(self, ids: Iterable[int]) -> list[Job]:
+        """Slurm's jobs with these ids (any state), in Slurm's order."""
+        if self._by_id is None:
+            self._by_id = {}
+            for k, j in enumerate(self.all_jobs):
+                self._by_id.setdefault(j.job_id, []).append(k)
+        return [self.all_jobs[k] for k in sorted(k for i in set(ids) for k in self._by_id.get(i, ()))]
+
+
+#: The last pods' index (every policy of a round observes the same pods) and Slurm's.
+_POD_INDEXES: Recent[PodIndex] = Recent(1)
+_SLURM_INDEXES: Recent[SlurmIndex] = Recent(1)
+
+
+def _pod_index(pods: Sequence[KubePod]) -> PodIndex:
+    found = _POD_INDEXES.get(pods)
+    if found is not None:
+        return found
+    last = _POD_INDEXES.latest()
+    index = last[1].updated(last[0], pods) if last is not None else None  # type: ignore[arg-type]
+    return _POD_INDEXES.put(pods, index if index is not None else PodIndex.of(pods))
+
+
+def _slurm_index(slurm: SlurmState) -> SlurmIndex:
+    found = _SLURM_INDEXES.get(slurm)
+    return found if found is not None else _SLURM_INDEXES.put(slurm, SlurmIndex(slurm))
+
+
+class World:
+    """The indexes one decision reads (the same answers however they were built)."""
+
+    def __init__(self, observed: Observed):
+        self.observed = observed
+        pods = _pod_index(observed.pods)
+        self.gpu_pods = pods.gpu_pods
+        self.used_gpus = pods.used_gpus
+        self.slurmd_pods = pods.slurmd_pods
+        self.slurmd_nodes = pods.slurmd_nodes
+        #: nodes that are not idle (:meth:`idle`)
+        self.busy = pods.busy
+        self.pending: list[KubePod] = list(pods.pending.values())
+        self.slurm = slurm = _slurm_index(observed.slurm)
+        self.slurm_known = slurm.known
+        self.slurm_problem = slurm.problem
+        self.slurm_nodes = slurm.nodes
+        self.jobs = slurm.jobs
+
+    def free_gpus(self, node: KubeNode) -> int:
+        return node.gpus - self.used_gpus.get(node.name, 0)
+
+    def jobs_on(self, node: str) -> list[Job]:
+        return self.jobs.get(node, [])
+
+    def jobs_by_id(self, ids: Sequence[int]) -> list[Job]:
+        """Slurm's jobs with these ids (any state); none when Slurm is unknown."""
+        if not ids or not self.slurm_known:
+            return []
+        return self.slurm.by_id(ids)
+
+    def idle(self, node: str) -> bool:
+        """No GPU pod (DaemonSets aside) and no lent slurmd pod left on the node."""
+        return node not in self.busy
+
+    def has_slurmd(self, node: str) -> bool:
+        return bool(self.slurmd_nodes.get(node))
