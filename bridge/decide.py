@@ -207,11 +207,10 @@ def _move_nodes(r: Round, world: World, plan: Plan, mine: list[KubeNode], select
             leaving[n.name] = DEMAND
         held = [n for n in held if n.name not in leaving]
 
-    for n in reclaiming:
-        move.reclaim(r, world, plan, n, entering=None)
-    for n in mine:
-        if n.name in leaving:
-            move.reclaim(r, world, plan, n, entering=leaving[n.name])
+    reclaimed = [*((n, None) for n in reclaiming), *((n, leaving[n.name]) for n in mine if n.name in leaving)]
+    ended = move.ended_by_down(world, plan, reclaimed)
+    for n, entering in reclaimed:
+        move.reclaim(r, world, plan, n, entering=entering, ended=ended)
     for n in held:
         move.keep(r, world, plan, n)
 

@@ -13,6 +13,7 @@ the Node.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import Sequence
 
@@ -115,10 +116,32 @@ def keep(r: Round, world: World, plan: Plan, node: KubeNode) -> None:
             r.projected[node.name] = LENT
 
 
-def reclaim(r: Round, world: World, plan: Plan, node: KubeNode, entering: str | None) -> None:
+def slurmd_gone(world: World, plan: Plan, node: KubeNode, entering: str | None) -> bool:
+    """Nothing answers for the node's jobs any more: the evacuation rule sets it DOWN."""
+    reason = entering or node.record.reason or "unknown"
+    return reason in SLURMD_GONE or lost(world, plan, node)
+
+
+def ended_by_down(world: World, plan: Plan, reclaimed: Sequence[tuple[KubeNode, str | None]]) -> dict[int, str]:
+    """Job id -> the node whose DOWN this round ends it (Slurm requeues or fails
+    every job of a node set DOWN). Another node's evacuation leaves such a job
+    alone, so a round's outcome depends neither on the order nodes are taken in
+    nor on the bridge being killed between the DOWN and the rest."""
+    out: dict[int, str] = {}
+    for node, entering in reclaimed:
+        snode = world.slurm_nodes.get(node.name)
+        if snode is not None and snode.state != "down" and slurmd_gone(world, plan, node, entering):
+            for job in world.jobs_on(node.name):
+                out.setdefault(job.job_id, node.name)
+    return out
+
+
+def reclaim(r: Round, world: World, plan: Plan, node: KubeNode, entering: str | None,
+            ended: dict[int, str] | None = None) -> None:
     """Move a node towards Kubernetes: drain, signal, wait for the grace
     period, requeue or cancel, then remove its Slurm node and slurmd pod
-    and untaint it. ``entering``: the reason, when it starts now."""
+    and untaint it. ``entering``: the reason, when it starts now; ``ended``:
+    :func:`ended_by_down`."""
     rec = node.record
     name = node.name
     reason = entering or rec.reason or "unknown"
@@ -126,6 +149,9 @@ def reclaim(r: Round, world: World, plan: Plan, node: KubeNode, entering: str | 
     spec = plan.reclaim
     snode = world.slurm_nodes.get(name)
     jobs = world.jobs_on(name)
+    # Jobs another node's DOWN ends this round: Slurm requeues or fails them; this
+    # node neither requeues nor cancels them, and waits for them as for any job.
+    ending = {j.job_id for j in jobs if (ended or {}).get(j.job_id, name) != name}
     acts: list[Action] = []
     r.projected[name] = RECLAIMING
     if entering is not None:
@@ -149,7 +175,9 @@ def reclaim(r: Round, world: World, plan: Plan, node: KubeNode, entering: str | 
     policy = evacuation_policy(plan, reason)
     evac = evacuate(name, snode, jobs, evacuation_record(rec, entering, plan.now), policy, plan.now,
                     recorded=world.jobs_by_id(rec.signalled_jobs if entering is None else ()),
-                    slurmd_gone=reason in SLURMD_GONE or lost(world, plan, node))
+                    slurmd_gone=slurmd_gone(world, plan, node, entering))
+    if ending:
+        evac = _leave_to_slurm(evac, ending)
     acts += evacuation_actions(plan, name, evac, policy, rec if entering is None else None)
     if not evac.empty:
         r.emit(*acts)  # jobs are ending, or have their grace period: wait
@@ -160,6 +188,19 @@ def reclaim(r: Round, world: World, plan: Plan, node: KubeNode, entering: str | 
         acts.append(DeleteSlurmNode(plan.cluster_key, name))
     r.emit(*acts)
     hand_back(r, world, plan, node)
+
+
+def _leave_to_slurm(evac: evacuation.Evacuation, job_ids: set[int]) -> evacuation.Evacuation:
+    """``evac`` without requeueing, cancelling or starting ``job_ids``."""
+    kept = []
+    for a in evac.actions:
+        if isinstance(a, (evacuation.Requeue, evacuation.Cancel, evacuation.StartNow)):
+            rest = tuple(j for j in a.job_ids if j not in job_ids)
+            if not rest:
+                continue
+            a = dataclasses.replace(a, job_ids=rest)
+        kept.append(a)
+    return dataclasses.replace(evac, actions=tuple(kept))
 
 
 def evacuation_record(rec: LendingRecord, entering: str | None, now: datetime) -> evacuation.Record:
