@@ -101,6 +101,18 @@ def test_the_wheel_has_every_product_package_and_none_of_the_sandbox():
     assert {v.split(":")[0] for v in commands.values()} == {"slurmk8s.sandbox.cli"}
 
 
+def test_the_controllers_build_context_leaves_the_sandbox_out():
+    """So the image cannot install it, and a change to it does not rebuild the controller."""
+    from slurmk8s.sandbox.images import IgnoreRules
+
+    rules = IgnoreRules.parse((ROOT / "images/controller/Dockerfile.dockerignore").read_text())
+    for path in SANDBOX.rglob("*"):
+        assert rules.ignored(str(path.relative_to(ROOT))), path
+    for path in _product_files():
+        assert not rules.ignored(str(path.relative_to(ROOT))), path
+    assert not rules.ignored("pyproject.toml")
+
+
 # --- the controller image, from the inside ---
 
 @pytest.fixture(scope="module")
