@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +13,9 @@ from .api import InvalidSpec
 from .api.crd import all_crds, crd_filename, dump_yaml
 from .manifest import clusters, policies
 from .render import ClusterKeys, render
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -27,7 +31,7 @@ class _Commands(click.Group):
     imports the sandbox. The product's commands are found without looking at
     entry points."""
 
-    def _plugged(self) -> dict[str, object]:
+    def _plugged(self) -> dict[str, EntryPoint]:
         from importlib.metadata import entry_points
 
         return {ep.name: ep for ep in entry_points(group=COMMANDS_GROUP) if ep.name not in self.commands}
@@ -46,7 +50,7 @@ class _Commands(click.Group):
         return found if isinstance(found, click.Command) else _unavailable(name, found)
 
 
-def _load(ep) -> click.Command | str:
+def _load(ep: EntryPoint) -> click.Command | str:
     """The command an entry point names, or why it cannot be loaded here."""
     try:
         return ep.load()

@@ -1,9 +1,9 @@
 """The sandbox's commands, ``slurmk8s sandbox ...`` and ``slurmk8s images ...``.
 
-They belong to the slurmk8s-sandbox distribution, not to the product: its
-``slurmk8s.commands`` entry points add them to the ``slurmk8s`` command
-(``slurmk8s.cli.main``), so a production install (the controller image) has
-no such commands and none of their dependencies (decision record 22).
+They are the sandbox's, not the product's: the ``slurmk8s.commands`` entry
+points of pyproject.toml add them to the ``slurmk8s`` command
+(``slurmk8s.cli.main``) where this code is installed, which a production
+install (the wheel, the controller image) is not (decision record 22).
 """
 
 from __future__ import annotations
