@@ -2,7 +2,8 @@
 # Install what slurmk8s needs on Debian bookworm, as root: Debian's Slurm,
 # munge and OpenSSH (the same packages the images use), buildah, mmdebstrap
 # and runc (the images, built and run without Docker), the tools the tests
-# use, and a virtual environment in .venv with slurmk8s installed editable.
+# use, and a virtual environment in .venv with slurmk8s installed editable,
+# with the sandbox (which runs only from a checkout) and the tests' extras.
 #
 # Idempotent and quick when nothing is missing. Safe to run again.
 set -euo pipefail

@@ -1,6 +1,8 @@
 """The import layers of the product: each part imports only parts below it,
 never one beside it (the operator and the bridge never import each other).
-A new top-level module fails here until it is given its layer."""
+A new top-level module fails here until it is given its layer. The sandbox is
+the top, above the CLI: nothing of the product imports it, since the product's
+wheel and the controller image do not have it (decision record 22)."""
 
 from __future__ import annotations
 
@@ -20,9 +22,11 @@ RANK = {
     "slurmk8s.kube": 4,
     "slurmk8s.permissions": 5,
     "slurmk8s.operator": 6, "slurmk8s.bridge": 6,
-    "slurmk8s.sandbox": 7,
-    "slurmk8s.cli": 8,
+    "slurmk8s.cli": 7,
+    "slurmk8s.sandbox": 8,
 }
+#: Not installed with the product: no other part may import it.
+TEST_BED = "slurmk8s.sandbox"
 
 
 def modules():
@@ -78,3 +82,14 @@ def test_the_check_sees_imports_inside_functions(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("def f():\n    from ..bridge.rollout import x\n")
     assert list(imports(f, "slurmk8s.slurm.agent", False)) == ["slurmk8s.bridge.rollout"]
+
+
+def test_nothing_of_the_product_imports_the_sandbox():
+    """Whatever the ranks say: the sandbox is not in the product's wheel, so an import
+    of it from the operator, the bridge, the agent or the CLI fails in production.
+    The CLI reaches the sandbox's commands through entry points only."""
+    assert max(RANK.values()) == RANK[TEST_BED] and list(RANK.values()).count(RANK[TEST_BED]) == 1
+    wrong = [f"{path.relative_to(ROOT)}: {module} imports {target}"
+             for path, module, is_package in modules() if part(module) != TEST_BED
+             for target in imports(path, module, is_package) if part(target) == TEST_BED]
+    assert wrong == [], "the product imports the sandbox:\n" + "\n".join(wrong)

@@ -14,6 +14,10 @@ without building anything:
   for a container's process: ``command``/``args`` over the image's
   Entrypoint/Cmd, the image's env first and the container's over it
   (``container_process``).
+
+One module though over 400 lines: pure rules only, in two small groups (the
+build's, a container process's), each tested on its own; together they are
+the image API a runtime uses (images/README.md).
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ so the next run finds it and builds nothing:
 The cache is ``$SLURMK8S_IMAGE_CACHE``, else /var/cache/slurmk8s/images;
 buildah keeps its own storage (base, layers, tagged images) in
 /var/lib/containers. A runtime uses ``ImageStore.lookup`` and ``ensure``.
+
+One module though over 400 lines: the one shell around buildah and the cache
+(base, build, export, references, prune) under one lock and one log; its pure
+rules are already apart in ``images``.
 """
 
 from __future__ import annotations

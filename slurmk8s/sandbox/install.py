@@ -38,7 +38,7 @@ def _helm():
         import helm_python
     except ImportError:
         raise InstallFailed("the sandbox installs the chart with the Helm engine of the helm-python-sdk package: "
-                            "pip install 'slurmk8s[sandbox]' (hack/setup.sh does)") from None
+                            "pip install -e '.[sandbox]' in the checkout (hack/setup.sh does)") from None
     return helm_python
 
 

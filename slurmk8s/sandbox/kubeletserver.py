@@ -17,6 +17,10 @@ its Nodes (``status.daemonEndpoints.kubeletEndpoint.Port``) with the address
 Logs are what the container wrote (``podlogs`` knows the files); commands run
 in the container's namespaces and root through ``runcruntime.exec_argv``, with
 the container's environment, under a pseudo-terminal for ``tty=true``.
+
+One module though over 400 lines: logs and exec share its TLS, its client
+check and its pod lookup; exec's stream (pipes or a pty) is most of it, and
+its wire protocol is already apart (``remotecommand``).
 """
 
 from __future__ import annotations

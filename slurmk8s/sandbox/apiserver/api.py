@@ -5,6 +5,11 @@ This is where Kubernetes' request semantics live: defaulting and validation,
 status kept apart from the rest of the object, ``metadata.generation``,
 optimistic concurrency on ``resourceVersion``, finalizers and
 ``deletionTimestamp``, propagation policies, graceful pod deletion.
+
+One module though over 400 lines: every verb (create, update, patch, apply,
+delete, scale, bind, evict) over one store, with the order of admission,
+defaults, validation and write in one place; the rules each applies are in
+``strategy``, ``admission``, ``patch`` and ``apply``.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ and their bindings (plain dicts, as stored), with the semantics of
 
 Nothing here does I/O: :func:`authorize` and :func:`rules_for` take the
 objects they need and answer.
+
+One module though over 400 lines: Kubernetes' RBAC authorizer is one rule set
+(matching, bindings, 403 messages, escalation checks), pure and tested whole.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@
   containers, selectors vs template labels...) and, on update, the immutable
   fields (pod spec, StatefulSet spec, selectors, immutable Secrets/ConfigMaps).
 - events.k8s.io/v1 <-> core/v1 Event conversion (one storage, two views).
+
+One module though over 400 lines: one small pure function per type and rule,
+as Kubernetes' registry strategies are; split by type, the container and
+metadata checks every type shares would be scattered.
 """
 
 from __future__ import annotations

@@ -1,0 +1,292 @@
+"""The sandbox's commands, ``slurmk8s sandbox ...`` and ``slurmk8s images ...``.
+
+They are the sandbox's, not the product's: the ``slurmk8s.commands`` entry
+points of pyproject.toml add them to the ``slurmk8s`` command
+(``slurmk8s.cli.main``) where this code is installed, which a production
+install (the wheel, the controller image) is not (decision record 22).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from .. import versions
+from ..api import InvalidSpec
+from ..cli import CONTEXT, FILE_OPTION, _fail
+
+
+STATE_DIR_OPTION = click.option(
+    "--state-dir", type=click.Path(file_okay=False, path_type=Path), envvar="SLURMK8S_SANDBOX_DIR",
+    default=None, show_default="/var/lib/slurmk8s/sandbox",
+    help="Where the sandbox keeps its state, keys and storage.")
+
+
+def _sandbox(state_dir: Path | None):
+    from . import DEFAULT_STATE_DIR, Sandbox
+
+    return Sandbox(state_dir or DEFAULT_STATE_DIR, progress=lambda msg: click.echo(f"sandbox: {msg}", err=True))
+
+
+@click.group(context_settings=CONTEXT)
+def sandbox() -> None:
+    """Run a SlurmCluster on this machine: real Slurm, no Docker, no Kubernetes.
+
+    Each pod runs as processes in its own network, UTS, PID and mount
+    namespaces, started through the images' own entrypoints, with Debian's
+    Slurm binaries. Needs root on Debian bookworm (hack/setup.sh installs
+    the packages).
+
+    \b
+      slurmk8s sandbox up -f examples/slurmcluster.yaml
+      slurmk8s sandbox ssh -- sinfo
+      slurmk8s sandbox down
+    """
+
+
+@sandbox.command("up")
+@FILE_OPTION
+@STATE_DIR_OPTION
+@click.option("--subnet", default="10.253.0.0/24", show_default=True,
+              help="Private subnet for the pods' addresses (the host takes the first one).")
+@click.option("--timeout", default=300, show_default=True, help="Seconds to wait for every node to be idle.")
+@click.option("--lendable-nodes", default=2, show_default=True, type=click.IntRange(0, 16),
+              help="GPU nodes of Kubernetes' own (no node set uses them), labelled slurmk8s.dev/lendable=true "
+                   "and slurmk8s.dev/lendable-to=<the cluster's namespace> for a NodeLendingPolicy there to "
+                   "lend. Fixed when the sandbox is first created.")
+@click.option("--slurm-version", default=None, type=click.Choice(versions.SUPPORTED),
+              help="Run this Slurm release instead of the one FILE's spec.slurm.version names "
+                   "(every Slurm image is built for it on its Debian suite).")
+def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int, lendable_nodes: int,
+               slurm_version: str | None) -> None:
+    """Start the cluster in FILE and wait until it is Ready and every Slurm node idle.
+
+    The sandbox is a small Kubernetes on this machine: an API server that
+    enforces authentication and RBAC, and a kubelet that runs each pod under
+    runc from the images built from images/ (whatever image is missing or
+    out of date is built first: minutes the first time, then seconds; see
+    `slurmk8s images --help`). slurmk8s is installed into it with its Helm chart
+    (charts/slurmk8s, release slurmk8s-system/slurmk8s): the operator and
+    the node-lending bridge run as pods under the chart's ServiceAccounts and
+    RBAC. Besides the nodes the cluster's pods run on, it has
+    --lendable-nodes idle GPU nodes that a NodeLendingPolicy
+    (examples/nodelendingpolicy.yaml) can lend to Slurm. FILE is applied
+    through the API, as with `kubectl apply -f FILE`, and the operator does
+    the rest. Run it again after editing FILE to apply the change (the chart
+    is upgraded too); after a crash it starts again whatever is not running.
+    kubectl and helm work too:
+
+    \b
+      kubectl --kubeconfig "$(slurmk8s sandbox status -o json | jq -r .kubeconfig)" get slurmclusters
+    """
+    from ..manifest import clusters_in, read_documents, with_slurm_version
+    from . import SandboxFailed
+
+    try:
+        docs = [d for d in read_documents(filename) if isinstance(d, dict)]
+        if slurm_version:
+            docs = with_slurm_version(docs, slurm_version)
+        found = list(clusters_in(docs))
+    except InvalidSpec as exc:
+        _fail(exc)
+    if len(found) != 1:
+        raise click.UsageError(f"{filename} must hold exactly one SlurmCluster (found {len(found)})")
+    box = _sandbox(state_dir)
+    try:
+        state = box.up(found[0], docs,
+                       subnet=subnet, timeout=timeout, lendable=lendable_nodes)
+    except SandboxFailed as exc:
+        click.echo(f"sandbox: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"Sandbox {state.cluster} is up.")
+    click.echo(f"  kubectl:  kubectl --kubeconfig {box.kubeconfig} get slurmclusters,pods")
+    if state.login:
+        click.echo(f"  Log in:   slurmk8s sandbox ssh        ({state.login['user']}@{state.login['host']})")
+    if state.shared_storage:
+        s = state.shared_storage
+        click.echo(f"  Shared:   {s['mountPath']} in the pods is {s['hostPath']} here")
+    click.echo("  Status:   slurmk8s sandbox status")
+    click.echo("  Stop:     slurmk8s sandbox down")
+
+
+@sandbox.command("kubelet", hidden=True)
+@STATE_DIR_OPTION
+def sandbox_kubelet(state_dir: Path | None) -> None:
+    """Run the sandbox's kubelet in the foreground (`sandbox up` starts it)."""
+    import signal
+    import threading
+
+    from . import DEFAULT_STATE_DIR
+    from .kubelet import run_for_sandbox
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    run_for_sandbox(state_dir or DEFAULT_STATE_DIR, stop, progress=lambda msg: click.echo(msg, err=True))
+
+
+@sandbox.command("status")
+@STATE_DIR_OPTION
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def sandbox_status(state_dir: Path | None, output: str) -> None:
+    """Show the pods, their addresses and their Slurm node states."""
+    import json
+
+    from . import SandboxFailed
+
+    try:
+        st = _sandbox(state_dir).status()
+    except SandboxFailed as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(1)
+    if output == "json":
+        click.echo(json.dumps(st, indent=2))
+        return
+    click.echo(f"{'POD':<30} {'NODE':<16} {'IP':<15} {'PHASE':<8} {'READY':<6} SLURM")
+    for p in st["pods"]:
+        click.echo(f"{p['name']:<30} {p['node'] or '-':<16} {p['ip'] or '-':<15} {p['phase'] or '-':<8} "
+                   f"{'yes' if p['ready'] else 'no':<6} {p['slurmState'] or '-'}")
+    click.echo(f"\n{'NODE':<20} {'GPUS':<5} {'LENDING':<12} SLURM")
+    for n in st["kubernetesNodes"]:
+        lending = n["lending"] or ("lendable" if n["lendable"] else "-")
+        click.echo(f"{n['name']:<20} {n['gpus'] or '-':<5} {lending:<12} {n['slurmState'] or '-'}")
+    click.echo()
+    for name, proc in st["processes"].items():
+        click.echo(f"{name}: {'running' if proc['running'] else 'NOT RUNNING'} (pid {proc['pid']}, log {proc['log']})")
+    for name, c in sorted(st["components"].items()):
+        click.echo(f"{name}: pod {c['pod']} {'ready' if c['ready'] else 'NOT READY'}, {c['restarts']} restarts, "
+                   f"ServiceAccount {c['serviceAccount']}, metrics {c['metrics'] or '-'}")
+    click.echo(f"kubeconfig: {st['kubeconfig']}")
+    if st["login"]:
+        click.echo(f"\nlogin: {st['login']['user']}@{st['login']['host']} (slurmk8s sandbox ssh)")
+    if st["sharedStorage"]:
+        click.echo(f"shared storage: {st['sharedStorage']['mountPath']} = {st['sharedStorage']['hostPath']}")
+
+
+@sandbox.command("ssh", context_settings={"ignore_unknown_options": True})
+@STATE_DIR_OPTION
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def sandbox_ssh(state_dir: Path | None, command: tuple[str, ...]) -> None:
+    """Open SSH to the login pod as the cluster's first user; run COMMAND if given.
+
+    \b
+      slurmk8s sandbox ssh
+      slurmk8s sandbox ssh -- sbatch /shared/train.sh
+    """
+    from . import SandboxFailed
+
+    try:
+        argv = _sandbox(state_dir).ssh_argv(list(command) or None)
+    except SandboxFailed as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(1)
+    os.execvp(argv[0], argv)
+
+
+@sandbox.command("logs")
+@STATE_DIR_OPTION
+@click.argument("pod")
+@click.option("--tail", type=int, default=None, help="Only the last N lines.")
+@click.option("-c", "--container", default=None, help="Which container (default: the pod's first).")
+def sandbox_logs(state_dir: Path | None, pod: str, tail: int | None, container: str | None) -> None:
+    """Print the log of POD: a container's entrypoint and daemons, and the pod's own messages."""
+    try:
+        click.echo(_sandbox(state_dir).logs(pod, tail=tail, container=container))
+    except KeyError as exc:
+        click.echo(exc.args[0], err=True)
+        sys.exit(1)
+
+
+@sandbox.command("down")
+@STATE_DIR_OPTION
+@click.option("--purge", is_flag=True, help="Also delete the keys, the controller state and the shared storage.")
+def sandbox_down(state_dir: Path | None, purge: bool) -> None:
+    """Stop every pod and remove their runc containers, namespaces, veths and bridge. Idempotent.
+
+    Data a PersistentVolume would keep (slurmctld state, shared storage) and
+    the cluster keys stay for the next `up`, unless --purge.
+    """
+    removed = _sandbox(state_dir).down(purge=purge)
+    click.echo("Removed: " + ", ".join(removed) if removed else "Nothing was running.")
+
+
+@click.group(context_settings=CONTEXT)
+def images() -> None:
+    """Build the images of images/ without Docker, for the sandbox's runtime.
+
+    Each Dockerfile is built unchanged with buildah on a Debian base that
+    mmdebstrap bootstraps from the archive apt is configured with (the Slurm
+    release picks the suite), tagged as the renderer and the chart name the
+    images, and exported as a root file system plus its OCI config into the
+    cache ($SLURMK8S_IMAGE_CACHE, default /var/cache/slurmk8s/images). An
+    image whose inputs did not change is not built again. Needs root and
+    buildah, mmdebstrap (hack/setup.sh installs them).
+
+    \b
+      slurmk8s images build              # every image, for Slurm 22.05
+      slurmk8s images build slurmd login
+      slurmk8s images list
+      slurmk8s images prune              # earlier builds no reference names
+    """
+
+
+CACHE_OPTION = click.option(
+    "--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="SLURMK8S_IMAGE_CACHE", default=None,
+    show_default="/var/cache/slurmk8s/images", help="Where built images are exported.")
+
+
+@images.command("build")
+@click.argument("names", nargs=-1)
+@click.option("--slurm-version", default=None, show_default=versions.DEFAULT,
+              type=click.Choice(versions.SUPPORTED),
+              help="The Slurm release of the Slurm images; it picks the Debian suite they are built on.")
+@click.option("--refresh-base", is_flag=True,
+              help="Bootstrap the Debian base again (to take in security updates); every image is then rebuilt.")
+@CACHE_OPTION
+def images_build(names: tuple[str, ...], slurm_version: str | None, refresh_base: bool,
+                 cache_dir: Path | None) -> None:
+    """Build NAMES (default: every image of images/), reusing what is cached."""
+    import time
+
+    from .images import DEFAULT_SLURM, ImageError
+    from .imagestore import ImageBuildFailed, ImageStore
+
+    start = time.monotonic()
+    store = ImageStore(cache_dir)
+    try:
+        built = store.build(names, slurm_version or DEFAULT_SLURM, refresh_base=refresh_base,
+                            progress=lambda msg: click.echo(f"images: {msg}", err=True))
+    except (ImageError, ImageBuildFailed) as exc:
+        click.echo(f"images: {exc}", err=True)
+        sys.exit(1)
+    for image in built:
+        click.echo(f"{' '.join(image.meta['tags'])}\t{image.rootfs}")
+    click.echo(f"images: {len(built)} image(s) ready in {time.monotonic() - start:.0f}s", err=True)
+
+
+@images.command("list")
+@CACHE_OPTION
+def images_list(cache_dir: Path | None) -> None:
+    """The references the cache holds an image for, with its root file system."""
+    from .imagestore import ImageStore
+
+    for image in ImageStore(cache_dir).list():
+        click.echo(f"{image.ref}\t{image.key[:12]}\t{image.rootfs}")
+
+
+@images.command("prune")
+@CACHE_OPTION
+def images_prune(cache_dir: Path | None) -> None:
+    """Remove exports no reference names any more (earlier builds of an image).
+
+    Run it when no sandbox runs containers from an earlier build. buildah's
+    own storage is pruned with `buildah rmi --prune` (which also drops its
+    layer cache).
+    """
+    from .imagestore import ImageStore
+
+    removed = ImageStore(cache_dir).prune(progress=lambda msg: click.echo(f"images: {msg}", err=True))
+    click.echo(f"images: removed {len(removed)} earlier build(s)", err=True)
