@@ -288,7 +288,9 @@ class Bridge:
         """Run rounds until ``stop()`` says so: on each multiple of
         ``interval`` seconds (:func:`next_tick`), and when the view reports
         a change that matters, ``settle`` seconds after it (so that a burst
-        of events makes one round)."""
+        of events makes one round). After a round that acted, the next timed
+        round comes on the next whole second: what it started (an idle time
+        recorded, a signal sent) falls due on a whole second."""
         waiting_since: float | None = None
         while not stop():
             report = self.round()
@@ -303,7 +305,8 @@ class Bridge:
             for action, why in report.failed:
                 log.warning("action failed", action=type(action).__name__, node=A.node_of(action), error=why)
             now = time.time()
-            if self.view.wait(next_tick(now, interval) - now, stop):
+            step = min(interval, 1.0) if report.applied or report.failed else interval
+            if self.view.wait(next_tick(now, step) - now, stop):
                 time.sleep(settle)
 
 
