@@ -302,6 +302,7 @@ def main() -> None:
     p.add_argument("--cycles", type=int, default=3, help="reclaim-and-lend cycles")
     p.add_argument("--idle-windows", type=int, default=3)
     p.add_argument("--idle-window", type=float, default=30.0, help="seconds")
+    p.add_argument("--only", choices=("before", "after"), help="measure one bridge only")
     p.add_argument("--keep-logs", help="copy the bridges' and stand-ins' logs to this directory")
     args = p.parse_args()
     if args.driver:
@@ -310,18 +311,19 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     results = {}
     for name, tree in (("before", args.before.resolve()), ("after", ROOT)):
-        results[name] = measure(name, tree, tree / ".venv/bin/python", args)
+        if args.only in (None, name):
+            results[name] = measure(name, tree, tree / ".venv/bin/python", args)
     print(f"\nAPI requests by the bridge, {args.nodes} Nodes and {args.nodes} Pods, --interval {args.interval:g}; "
           f"medians (min-max):")
 
     def fig(values: list[float], unit: str = "") -> str:
         return f"{statistics.median(values):8.1f}{unit} ({min(values):.1f}-{max(values):.1f}, n={len(values)})"
 
-    print(f"{'':<34}{'before':<30}{'after':<30}")
+    print(f"{'':<34}" + "".join(f"{name:<30}" for name in results))
     for key, label in (("idle", "idle, requests/minute"), ("lend", "per lend (requests)"),
                        ("reclaim", "per reclaim (requests)"), ("lend_s", "lend: pod gone -> lent (s)"),
                        ("reclaim_s", "reclaim: pod created -> back (s)")):
-        print(f"{label:<34}{fig(results['before'][key]):<30}{fig(results['after'][key]):<30}")
+        print(f"{label:<34}" + "".join(f"{fig(r[key]):<30}" for r in results.values()))
 
 
 if __name__ == "__main__":

@@ -124,7 +124,8 @@ class Kube:
             if configuration.cert_file:
                 kwargs["cert_file"] = configuration.cert_file
                 kwargs["key_file"] = configuration.key_file
-        self._http = urllib3.PoolManager(num_pools=4, maxsize=8, **kwargs)
+        # Room for the long-lived watch streams (bridge/view.py: 2 + 2 per namespace) beside the requests.
+        self._http = urllib3.PoolManager(num_pools=4, maxsize=32, **kwargs)
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None, **kwargs: Any) -> "Kube":
