@@ -1,11 +1,14 @@
-"""The bridge's loop: observe, decide, act. Thin; it keeps nothing between rounds.
+"""The bridge's loop: observe, decide, act. Thin; the state of every node is on the Node.
 
-Every round reads the NodeLendingPolicies, Nodes and Pods from the API
-server and, per policy, its SlurmCluster and Slurm (through the cluster's
-agent), calls :func:`slurmk8s.bridge.decide.decide`, and applies the actions
-in order. The state of every node lives on the Node (see
-:mod:`.nodestate`), so the bridge may be killed at any instant: the next
-round, by this process or a new one, picks up where it stopped. After the
+Every round reads the NodeLendingPolicies, Nodes and Pods through its view
+(:mod:`.view`: watch-fed caches in ``slurmk8s bridge``, or a full read from
+the API server) and, per policy, its SlurmCluster and Slurm (through the
+cluster's agent), calls :func:`slurmk8s.bridge.decide.decide`, and applies
+the actions in order. While a cache is not synced, a round decides nothing.
+Rounds run when a watched change may matter and on a timer (Slurm has no
+watch). The state of every node lives on the Node (see :mod:`.nodestate`),
+so the bridge may be killed at any instant: the next round, by this process
+or a new one, picks up where it stopped. After the
 policies, it rolls serving Deployments to newly published model versions
 (:mod:`.rollout`), reading them through each cluster's agent.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import math
 import posixpath
 import time
 from dataclasses import dataclass, field
@@ -44,9 +48,10 @@ from . import actions as A
 from . import metrics
 from .decide import decide, lending_metrics, orphaned_policies
 from .nodestate import LENT, RECLAIMING, TAINT_KEY
-from .observed import InvalidPolicy, KubeNode, Observed, PolicyGone, SlurmState, node_from_api, pod_from_api
+from .observed import InvalidPolicy, KubeNode, Observed, PolicyGone, SlurmState, node_from_api
 from .patches import NODE_PATCH_ACTIONS, node_patch
 from .rollout import apply_rollouts
+from .view import Listing
 
 __all__ = ["Bridge", "RoundReport", "FIELD_MANAGER"]
 
@@ -73,6 +78,8 @@ class RoundReport:
     errors: list[str] = field(default_factory=list)
     #: Deployments rolled to a new model version: namespace/name -> version.
     rolled: dict[str, str] = field(default_factory=dict)
+    #: Caches not synced yet: the round decided nothing.
+    waiting: list[str] = field(default_factory=list)
 
 
 def _key(obj: Mapping) -> str:
@@ -80,26 +87,39 @@ def _key(obj: Mapping) -> str:
     return f"{meta.get('namespace')}/{meta['name']}"
 
 
+def next_tick(now: float, interval: float, offset: float = 0.02) -> float:
+    """When the next timed round is due (wall-clock seconds): on the next
+    multiple of ``interval``, ``offset`` after it. The times a decision waits
+    for (idle since, grace periods) are whole seconds on the Node, so what a
+    timed round may newly do becomes possible just after a whole second."""
+    return (math.floor((now - offset) / interval) + 1) * interval + offset
+
+
 class Bridge:
     """One bridge: ``kube`` is a :class:`slurmk8s.kube.Kube` (or anything
     with its ``list/get/create/patch/delete/event``); ``agent`` makes the
-    Slurm facade of a cluster; ``clock`` gives the time (UTC)."""
+    Slurm facade of a cluster; ``clock`` gives the time (UTC). ``view``
+    (:mod:`.view`) is where Nodes, Pods, policies and clusters are read:
+    by default a full read each round. ``agent_ttl``: reuse a cluster's
+    agent client (its token and controller pod, read by name) this many
+    seconds, until a call fails; 0: read them each round."""
 
     def __init__(self, kube: Any, *, agent: AgentFactory = _default_agent,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
-                 namespaces: Iterable[str] = ()):
+                 namespaces: Iterable[str] = (), view: Any = None, agent_ttl: float = 0.0):
         self.kube = kube
         self.agent = agent
         self.clock = clock
         #: Watch policies in these namespaces only; empty: every namespace.
         self.namespaces = tuple(namespaces)
+        self.view = view if view is not None else Listing(kube, self.namespaces)
+        self.agent_ttl = agent_ttl
+        self._agents: dict[str, tuple[float, SlurmControl]] = {}
 
     # Observing.
 
     def _policies(self) -> list[dict]:
-        if not self.namespaces:
-            return self.kube.list("NodeLendingPolicy")
-        return [p for ns in self.namespaces for p in self.kube.list("NodeLendingPolicy", ns)]
+        return self.view.policies()
 
     @staticmethod
     def _parse_policy(obj: dict) -> NodeLendingPolicy | InvalidPolicy:
@@ -116,7 +136,7 @@ class Bridge:
 
     def _cluster(self, namespace: str, name: str) -> SlurmCluster | None:
         """The SlurmCluster (None when there is none; raises when it cannot be read)."""
-        obj = self.kube.get("SlurmCluster", namespace, name)
+        obj = self.view.cluster(namespace, name)
         if obj is None:
             return None
         try:
@@ -126,6 +146,20 @@ class Bridge:
             raise RuntimeError(f"SlurmCluster {namespace}/{name} is invalid") from None
 
     def _agent_of(self, cluster: SlurmCluster) -> SlurmControl:
+        key = f"{cluster.namespace}/{cluster.name}"
+        cached = self._agents.get(key)
+        if cached is not None and time.monotonic() - cached[0] < self.agent_ttl:
+            return cached[1]
+        slurm = self._new_agent(cluster)
+        if self.agent_ttl > 0:
+            self._agents[key] = (time.monotonic(), slurm)
+        return slurm
+
+    def _forget_agent(self, cluster: SlurmCluster) -> None:
+        """A call failed: read the token and the controller pod again next time."""
+        self._agents.pop(f"{cluster.namespace}/{cluster.name}", None)
+
+    def _new_agent(self, cluster: SlurmCluster) -> SlurmControl:
         secret = self.kube.get("Secret", cluster.namespace, names.agent_token_secret(cluster))
         if secret is None:
             raise RuntimeError(f"the agent token Secret {names.agent_token_secret(cluster)} is missing")
@@ -138,6 +172,7 @@ class Bridge:
             slurm = self._agent_of(cluster)
             return SlurmState(True, tuple(slurm.nodes()), tuple(slurm.jobs())), slurm
         except Exception as exc:  # noqa: BLE001 - any failure means: Slurm unknown, fail closed
+            self._forget_agent(cluster)
             log.warning("slurm unreadable", cluster=f"{cluster.namespace}/{cluster.name}", error=str(exc))
             return SlurmState.unknown(), None
 
@@ -146,6 +181,10 @@ class Bridge:
     def round(self) -> RoundReport:
         report = RoundReport()
         started = time.monotonic()
+        report.waiting = self.view.not_synced()
+        if report.waiting:  # fail closed: no decision from a cache that may have missed changes
+            metrics.ROUNDS.labels("unsynced").inc()
+            return report
         try:
             policy_objs = self._policies()
         except Exception as exc:  # noqa: BLE001
@@ -189,7 +228,7 @@ class Bridge:
         namespaces = self.namespaces or (None,)
         clusters: dict[str, list[SlurmCluster]] = {}
         for ns in namespaces:
-            for obj in self.kube.list("SlurmCluster", ns):
+            for obj in self.view.clusters(ns):
                 try:
                     c = load_cluster(obj)
                 except InvalidSpec:
@@ -222,9 +261,7 @@ class Bridge:
 
     def _world(self) -> tuple[dict[str, dict], tuple[KubeNode, ...], tuple]:
         """Nodes (as the API returns them, and parsed) and Pods, as they are now."""
-        node_objs = {n["metadata"]["name"]: n for n in self.kube.list("Node")}
-        pods = tuple(pod_from_api(p) for p in self.kube.list("Pod"))
-        return node_objs, tuple(node_from_api(n) for n in node_objs.values()), pods
+        return self.view.world()
 
     def _policy_round(self, policy: Policy, obj: dict | None, world: tuple, report: RoundReport) -> None:
         node_objs, nodes, pods = dict(world[0]), world[1], world[2]
@@ -246,19 +283,31 @@ class Bridge:
         after = Observed(tuple(ctx.nodes.values()), pods, cluster, slurm_state)
         metrics.observe_nodes(policy.key, lending_metrics(after))
 
-    def run_forever(self, interval: float, stop: Callable[[], bool] = lambda: False) -> None:
-        """Run rounds every ``interval`` seconds until ``stop()`` says so."""
+    def run_forever(self, interval: float, stop: Callable[[], bool] = lambda: False, *,
+                    settle: float = 0.05) -> None:
+        """Run rounds until ``stop()`` says so: on each multiple of
+        ``interval`` seconds (:func:`next_tick`), and when the view reports
+        a change that matters, ``settle`` seconds after it (so that a burst
+        of events makes one round). After a round that acted, the next timed
+        round comes on the next whole second: what it started (an idle time
+        recorded, a signal sent) falls due on a whole second."""
+        waiting_since: float | None = None
         while not stop():
-            started = time.monotonic()
             report = self.round()
+            if report.waiting:
+                waiting_since = waiting_since or time.monotonic()
+                if time.monotonic() - waiting_since > 30:
+                    log.warning("caches not synced: deciding nothing", waiting=report.waiting)
+            else:
+                waiting_since = None
             for error in report.errors:
                 log.warning("round error", error=error)
             for action, why in report.failed:
                 log.warning("action failed", action=type(action).__name__, node=A.node_of(action), error=why)
-            rest = interval - (time.monotonic() - started)
-            deadline = time.monotonic() + max(rest, 0)
-            while not stop() and time.monotonic() < deadline:
-                time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
+            now = time.time()
+            step = min(interval, 1.0) if report.applied or report.failed else interval
+            if self.view.wait(next_tick(now, step) - now, stop):
+                time.sleep(settle)
 
 
 #: Actions that run one facade operation per job: (operation, metrics outcome).
@@ -340,7 +389,8 @@ class _Acting:
             rv = self.node_objs[action.node]["metadata"].get("resourceVersion")
             patch = {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": rv}}
         before = node.record
-        updated = self.kube.patch("Node", None, action.node, patch)
+        updated = {**self.kube.patch("Node", None, action.node, patch), "kind": "Node", "apiVersion": "v1"}
+        self.b.view.wrote(updated)
         self.node_objs[action.node] = updated
         self.nodes[action.node] = node_from_api(updated)
         self.observe_latency(action, before)
@@ -364,11 +414,12 @@ class _Acting:
                               labels=node.labels, partition=action.partition, shm_size=action.shm_size,
                               taint_key=TAINT_KEY)
         try:
-            self.kube.create(pod)
+            created = self.kube.create(pod)
         except Exception as exc:
             if getattr(exc, "status", None) == 409:  # it exists: a bridge killed mid-round made it
                 return
             raise
+        self.b.view.wrote({**created, "kind": "Pod", "apiVersion": "v1"})
 
     def event(self, action: A.Event) -> None:
         if action.kind == "Node":

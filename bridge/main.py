@@ -7,15 +7,19 @@ import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Collection
+from typing import Any, Collection
 
 import structlog
 from prometheus_client import start_http_server
 
 from ..kube import Kube
 from .loop import FIELD_MANAGER, Bridge
+from .view import Watching
 
-__all__ = ["run"]
+__all__ = ["run", "watching_bridge"]
+
+#: How long a cluster's agent client (its token Secret and controller pod) is reused, until a call fails.
+AGENT_TTL = 300.0
 
 log = structlog.get_logger("slurmk8s.bridge")
 
@@ -49,13 +53,21 @@ class _Health:
         return server
 
 
+def watching_bridge(kube: Kube, namespaces: Collection[str] = (), **kwargs: Any) -> Bridge:
+    """The bridge as ``slurmk8s bridge`` runs it: watch-fed caches (started
+    here), agent clients reused for :data:`AGENT_TTL`. ``namespaces``: empty
+    for every namespace. ``kwargs`` go to :class:`Bridge` (e.g. ``agent``)."""
+    view = Watching(kube, namespaces).start()
+    return Bridge(kube, namespaces=namespaces, view=view, agent_ttl=AGENT_TTL, **kwargs)
+
+
 def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubeconfig: str | None = None,
         metrics_port: int | None = None, health_port: int | None = None, interval: float = 2.0) -> None:
-    """Run the bridge until SIGTERM or SIGINT: a round every ``interval`` seconds."""
+    """Run the bridge until SIGTERM or SIGINT: a round every ``interval`` seconds, and when a watched change matters."""
     if not namespaces and not all_namespaces:
         raise ValueError("name the namespaces to watch (--namespace, repeatable) or pass --all-namespaces")
     kube = Kube.from_kubeconfig(kubeconfig, field_manager=FIELD_MANAGER)
-    bridge = Bridge(kube, namespaces=() if all_namespaces else namespaces)
+    bridge = watching_bridge(kube, () if all_namespaces else tuple(namespaces))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -71,4 +83,5 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
         return stop.is_set()
 
     bridge.run_forever(interval, stop=stopped)
+    bridge.view.close()
     log.info("bridge stopped")

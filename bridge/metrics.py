@@ -11,7 +11,8 @@ __all__ = ["ROUNDS", "ROUND_SECONDS", "ACTIONS", "NODES", "POLICY_NODES", "LEND_
 _LATENCY_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600)
 
 ROUNDS = Counter("slurmk8s_bridge_rounds_total", "Rounds of the bridge's loop, by result (ok; problem: an action "
-                 "failed and is retried next round; error: a policy's round failed).", ["result"])
+                 "failed and is retried next round; error: a policy's round failed; unsynced: a watch cache was not "
+                 "synced, so nothing was decided).", ["result"])
 ROUND_SECONDS = Histogram("slurmk8s_bridge_round_seconds", "Duration of one round over every policy.")
 ACTIONS = Counter("slurmk8s_bridge_actions_total", "Actions applied, by kind and result (ok, failed).",
                   ["action", "result"])

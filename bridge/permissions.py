@@ -21,14 +21,17 @@ __all__ = ["BRIDGE", "NODE_EVENTS_NAMESPACE"]
 NODE_EVENTS_NAMESPACE = "default"
 
 BRIDGE: tuple[Permission, ...] = (
-    # Each round lists the policies; it never changes their spec.
+    # The policies are listed, then watched (bridge/view.py); it never changes their spec.
     Permission("list", GROUP, "nodelendingpolicies", WATCHED),
+    Permission("watch", GROUP, "nodelendingpolicies", WATCHED),
     # Lent, lending and reclaiming nodes and the Ready condition, in .status.
     Permission("patch", GROUP, "nodelendingpolicies/status", WATCHED),
-    # The SlurmCluster a policy lends to, by name; listed for the checkpoint
-    # directories whose model versions roll serving Deployments.
+    # The SlurmClusters, listed and watched: a policy's cluster, and the
+    # checkpoint directories whose model versions roll serving Deployments.
+    # Read by name when the bridge reads instead of watching (view.Listing).
     Permission("get", GROUP, "slurmclusters", WATCHED),
     Permission("list", GROUP, "slurmclusters", WATCHED),
+    Permission("watch", GROUP, "slurmclusters", WATCHED),
     # <cluster>-agent-token, by name, to reach the cluster's Slurm agent. Never listed.
     Permission("get", "", "secrets", WATCHED),
     # The controller pod, by name: its address reaches the agent.
@@ -51,8 +54,12 @@ BRIDGE: tuple[Permission, ...] = (
     Permission("create", "", "events", NODE_EVENTS_NAMESPACE),
     # Lending state is on the Node: label, annotations, taint, by merge patch
     # (taint changes carry the resourceVersion). No create, no delete.
+    # Listed, then watched.
     Permission("list", "", "nodes", CLUSTER),
+    Permission("watch", "", "nodes", CLUSTER),
     Permission("patch", "", "nodes", CLUSTER),
     # Every pod: GPU pods anywhere keep a node from being lent, pending ones take lent nodes back.
+    # Listed, then watched.
     Permission("list", "", "pods", CLUSTER),
+    Permission("watch", "", "pods", CLUSTER),
 )

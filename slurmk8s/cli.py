@@ -239,7 +239,8 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
 @main.command("bridge")
 @_controller_options("NodeLendingPolicies", "Act on")
 @click.option("--interval", type=click.FloatRange(0.2, 600), default=2.0, show_default=True, metavar="SECONDS",
-              help="Seconds between rounds. A reclaim starts at most this long after a GPU pod turns pending.")
+              help="Seconds between timed rounds (Slurm is read each round; it has no watch). Nodes, pods, "
+                   "policies and clusters are watched: a change that matters starts a round at once.")
 def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
                metrics_port: int | None, health_port: int | None, interval: float) -> None:
     """Run the node-lending bridge until stopped.
@@ -248,7 +249,8 @@ def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: st
     say, and takes them back when Kubernetes needs them: the node is
     drained in Slurm, its jobs get the policy's signal and grace period to
     checkpoint, then are requeued (eligible again at once) and the node is
-    handed back. Every node's lending state is kept on the Node itself, so
+    handed back. Nodes, pods, policies and clusters are watched (list
+    once, then watch); Slurm is read each round. Every node's lending state is kept on the Node itself, so
     the bridge can be stopped or killed at any time and picks up where it
     left off. Slurm is reached only through each cluster's agent.
 

@@ -6,7 +6,8 @@ Plain HTTP on the documented paths, so it works against any API server
 from a kubeconfig or the pod's service account, through the ``kubernetes``
 package's loaders (token refresh, exec plugins). What it uses:
 
-- ``GET`` (list with ``labelSelector``, following ``continue``), ``POST``,
+- ``GET`` (list with ``labelSelector``, following ``continue``; watch from a
+  resourceVersion, for the bridge's informers), ``POST``,
   ``DELETE`` with ``propagationPolicy`` and a uid precondition;
 - ``PATCH`` as server-side apply (``application/apply-patch+yaml``,
   ``force=true``) for the objects the operator renders, falling back to a JSON
@@ -24,7 +25,7 @@ import json
 import secrets
 import ssl
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import quote, urlencode
 
 import urllib3
@@ -123,7 +124,8 @@ class Kube:
             if configuration.cert_file:
                 kwargs["cert_file"] = configuration.cert_file
                 kwargs["key_file"] = configuration.key_file
-        self._http = urllib3.PoolManager(num_pools=4, maxsize=8, **kwargs)
+        # Room for the long-lived watch streams (bridge/view.py: 2 + 2 per namespace) beside the requests.
+        self._http = urllib3.PoolManager(num_pools=4, maxsize=32, **kwargs)
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None, **kwargs: Any) -> "Kube":
@@ -186,8 +188,15 @@ class Kube:
 
     def list(self, kind: str, namespace: str | None = None, selector: str | None = None) -> list[dict]:
         """Every object of ``kind`` (in ``namespace``, matching ``selector``), each with kind and apiVersion."""
+        return self.list_versioned(kind, namespace, selector)[0]
+
+    def list_versioned(self, kind: str, namespace: str | None = None,
+                       selector: str | None = None) -> tuple[list[dict], str]:
+        """:meth:`list`, and the list's resourceVersion (its first page's): a
+        watch from it sees every change after the list (what an informer needs)."""
         items: list[dict] = []
         token = ""
+        version = ""
         while True:
             query = [("limit", "500")]
             if selector:
@@ -199,9 +208,53 @@ class Kube:
                 item.setdefault("kind", kind)
                 item.setdefault("apiVersion", RESOURCES[kind].api_version)
                 items.append(item)
+            version = version or (page.get("metadata") or {}).get("resourceVersion") or ""
             token = (page.get("metadata") or {}).get("continue") or ""
             if not token:
-                return items
+                return items, version
+
+    def watch(self, kind: str, namespace: str | None, resource_version: str, *,
+              timeout_seconds: int = 300) -> Iterator[dict]:
+        """The watch events (``{"type", "object"}``, as the API sends them) of
+        ``kind`` after ``resource_version``, with bookmarks, until the server
+        ends the stream after ``timeout_seconds``. Every read is bounded: a
+        stream silent for ``timeout_seconds`` plus a margin is a dead
+        connection (urllib3 raises). A 410 for the request itself raises
+        :class:`ApiError`; one the server sends in the stream is an ``ERROR``
+        event, left to the caller."""
+        query = [("watch", "true"), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", str(int(timeout_seconds)))]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        path = self.path(kind, namespace)
+        url = f"{self.server}/{path}?{urlencode(query)}"
+        resp = self._http.request("GET", url, headers=self._headers(None), preload_content=False,
+                                  timeout=urllib3.Timeout(connect=min(self.timeout, 10.0),
+                                                          read=timeout_seconds + 30))
+        done = False
+        try:
+            if resp.status >= 400:
+                data = resp.read()
+                try:
+                    payload = json.loads(data) if data else {}
+                except ValueError:
+                    payload = {"message": data[:500].decode(errors="replace")}
+                raise ApiError("GET", "/" + path, resp.status, payload.get("reason") or resp.reason or "",
+                               payload.get("message") or "")
+            pending = b""
+            for chunk in resp.stream(64 * 1024, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+            if pending.strip():
+                yield json.loads(pending)
+            done = True
+        finally:
+            if not done:  # left early: the rest of the stream must not reach the next request
+                resp.close()
+            resp.release_conn()
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
         try:

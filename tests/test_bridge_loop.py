@@ -157,3 +157,39 @@ def test_a_failed_action_stops_its_nodes_chain_and_no_other(world):
     returned = {e.involved_object.name for e in cluster.core.list_namespaced_event("default").items
                 if e.reason == "Returned"}
     assert returned == {"gpu-b"}  # no Event claims gpu-a came back
+
+
+def test_a_watching_bridge_acts_on_a_change_without_waiting_for_its_interval(world):
+    import threading
+    import time
+
+    from slurmk8s.bridge.main import watching_bridge
+
+    cluster, listing, memory = world
+    cluster.node("gpu-a", cpu="8", memory="64Gi", labels={LENDABLE_TO_LABEL: "default"}, extra=GPU, ready=True)
+    cluster.core.patch_node("gpu-a", {"metadata": {"annotations": {
+        IDLE_SINCE_ANNOTATION: format_time(datetime.now(timezone.utc) - timedelta(minutes=5))}}})
+    bridge = watching_bridge(listing.kube, ["default"], agent=lambda c, token, pod: Facade(memory))
+    stop = threading.Event()
+    thread = threading.Thread(target=bridge.run_forever, args=(600,), kwargs={"stop": stop.is_set}, daemon=True)
+    thread.start()
+    try:
+        # Not selected (no lendable=true): rounds run and change nothing.
+        wait_until = time.monotonic() + 10
+        while bridge.view.not_synced() and time.monotonic() < wait_until:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert STATE_LABEL not in (cluster.core.read_node("gpu-a").metadata.labels or {})
+        # The owner selects it: the Node's event starts a round at once, not in 600 s.
+        started = time.monotonic()
+        cluster.core.patch_node("gpu-a", {"metadata": {"labels": {"lendable": "true"}}})
+        while time.monotonic() - started < 5:
+            if (cluster.core.read_node("gpu-a").metadata.labels or {}).get(STATE_LABEL) == "lending":
+                break
+            time.sleep(0.05)
+        assert (cluster.core.read_node("gpu-a").metadata.labels or {}).get(STATE_LABEL) == "lending"
+        assert time.monotonic() - started < 5
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        bridge.view.close()

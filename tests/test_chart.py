@@ -456,8 +456,8 @@ CLUSTER_WIDE_ALLOWED = {
     ("list", "apiextensions.k8s.io", "customresourcedefinitions"),
     ("watch", "apiextensions.k8s.io", "customresourcedefinitions"),
     ("list", "", "namespaces"), ("watch", "", "namespaces"),
-    ("get", "", "nodes"), ("list", "", "nodes"), ("patch", "", "nodes"),
-    ("list", "", "pods"),
+    ("get", "", "nodes"), ("list", "", "nodes"), ("watch", "", "nodes"), ("patch", "", "nodes"),
+    ("list", "", "pods"), ("watch", "", "pods"),
 }
 
 
@@ -468,7 +468,7 @@ def test_without_the_opt_in_no_namespaced_power_is_cluster_wide(name):
     assert cluster_wide <= CLUSTER_WIDE_ALLOWED
     assert not {t for t in cluster_wide if t[2] in ("secrets", "deployments", "statefulsets", "configmaps",
                                                    "events", "slurmclusters", "nodelendingpolicies")}
-    assert not {t for t in cluster_wide if t[2] == "pods" and t[0] != "list"}
+    assert not {t for t in cluster_wide if t[2] == "pods" and t[0] not in ("list", "watch")}
     for component in ("operator", "bridge"):
         assert set(granted(objs, component).get(None, set())) <= CLUSTER_WIDE_ALLOWED
 
@@ -678,10 +678,11 @@ def test_the_bridge_reads_secrets_only_by_name_and_never_changes_specs_or_create
     assert not {t for t in have if t[2] == "nodes" and t[0] in ("create", "update", "delete")}
     assert not {t for t in have if t[1] == "slurmk8s.dev" and t[0] in ("create", "delete", "patch")
                 and "/" not in t[2]}, "the bridge never changes a SlurmCluster or a policy's spec"
-    # Its own cluster-wide ClusterRole holds only Nodes and listing pods.
+    # Its own cluster-wide ClusterRole holds only Nodes and listing and watching pods.
     objs = objects()
     cluster = one(of(objs, "bridge"), "ClusterRole", f"{deployment(objs, 'bridge')['metadata']['name']}-cluster")
-    assert _triples(cluster["rules"]) == {("list", "", "nodes"), ("patch", "", "nodes"), ("list", "", "pods")}
+    assert _triples(cluster["rules"]) == {("list", "", "nodes"), ("watch", "", "nodes"), ("patch", "", "nodes"),
+                                          ("list", "", "pods"), ("watch", "", "pods")}
 
 
 @pytest.mark.parametrize("values,scoped", [

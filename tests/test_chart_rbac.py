@@ -20,7 +20,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from slurmk8s.bridge.loop import FIELD_MANAGER, Bridge
+from slurmk8s.bridge.loop import FIELD_MANAGER
+from slurmk8s.bridge.main import watching_bridge
 from slurmk8s.bridge.nodestate import STATE_LABEL
 from slurmk8s.operator.round import Operator
 from slurmk8s.operator.teardown import PATIENCE as TEARDOWN_PATIENCE
@@ -261,8 +262,11 @@ def test_the_bridge_lends_a_node_with_only_the_charts_rbac(work):
                  "nodeSelector": {"matchLabels": {"lendable": "true"}}}})
     idle_node(cluster, "gpu-a", WORK)
     memory = MemorySlurm()
-    bridge = Bridge(kube_as("bridge", FIELD_MANAGER), agent=lambda c, token, pod: Facade(memory),
-                    clock=lambda: NOW, namespaces=[WORK])
+    # As `slurmk8s bridge` runs it: lists, then watches.
+    bridge = watching_bridge(kube_as("bridge", FIELD_MANAGER), [WORK], agent=lambda c, token, pod: Facade(memory),
+                             clock=lambda: NOW)
+    wait_for("the bridge's caches", lambda: not bridge.view.not_synced()
+             and bridge.view.nodes.get("gpu-a") and bridge.view.policies())
     report = bridge.round()
     assert not report.errors and not report.failed, report
     assert cluster.core.read_node("gpu-a").metadata.labels[STATE_LABEL] == "lending"
@@ -272,14 +276,18 @@ def test_the_bridge_lends_a_node_with_only_the_charts_rbac(work):
             if e.involved_object.name == "gpu-a"} >= {"Lending"}
     cluster.report_running(WORK, "demo-lent-gpu-a")
     memory.register("gpu-a")
+    wait_for("the running pod in the cache", lambda: any(
+        p.name == "demo-lent-gpu-a" and p.phase == "Running" for p in bridge.view.pods.values()))
     report = bridge.round()
+    bridge.view.close()
     assert not report.errors and not report.failed, report
     assert cluster.core.read_node("gpu-a").metadata.labels[STATE_LABEL] == "lent"
     status = custom.get_namespaced_custom_object("slurmk8s.dev", "v1alpha1", WORK, "nodelendingpolicies", "lend")
     assert status["status"]["lentNodes"] == ["gpu-a"]
     made = assert_declared_and_granted(work, "bridge")
     assert {("create", "", "pods"), ("patch", "", "nodes"), ("get", "", "secrets"), ("create", "", "events"),
-            ("patch", "slurmk8s.dev", "nodelendingpolicies")} <= made
+            ("patch", "slurmk8s.dev", "nodelendingpolicies"), ("watch", "", "nodes"), ("watch", "", "pods"),
+            ("watch", "slurmk8s.dev", "nodelendingpolicies"), ("watch", "slurmk8s.dev", "slurmclusters")} <= made
 
 
 def test_kopf_and_the_operator_make_only_declared_requests_and_none_is_refused(work, keys):

@@ -19,7 +19,7 @@ RANK = {
     "slurmk8s.api": 1,
     "slurmk8s.manifest": 2, "slurmk8s.slurm": 2,
     "slurmk8s.render": 3, "slurmk8s.evacuation": 3,
-    "slurmk8s.kube": 4,
+    "slurmk8s.kube": 4, "slurmk8s.informer": 4,
     "slurmk8s.permissions": 5,
     "slurmk8s.operator": 6, "slurmk8s.bridge": 6,
     "slurmk8s.cli": 7,

@@ -456,7 +456,7 @@ namespaces when that is unset (null). Empty: every namespace.
 What the bridge does whichever namespaces it acts on, exactly as
 bridge/permissions.py declares it: Nodes are cluster-scoped, and a node's
 idleness and the demand for it depend on GPU pods in every namespace. No
-wildcards. Rounds read by listing (decision record 8), so no watch.
+wildcards. Nodes and pods are listed once, then watched (decision record 23).
 */}}
 {{- define "slurmk8s.bridge.clusterRules" -}}
 # Lending state lives on the Node: the slurmk8s.dev/lending label, the
@@ -464,13 +464,13 @@ wildcards. Rounds read by listing (decision record 8), so no watch.
 # patches (taint changes carry the resourceVersion). No create, no delete.
 - apiGroups: [""]
   resources: ["nodes"]
-  verbs: ["list", "patch"]
+  verbs: ["list", "watch", "patch"]
 # Listing every pod: GPU pods on a node keep it from being lent, and pending
 # GPU pods take lent nodes back. Creating, deleting and getting pods is
 # confined to the policies' namespaces (below). No pods/exec, no eviction.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 {{- end }}
 
 {{/*
@@ -481,22 +481,22 @@ bridge/permissions.py declares it. Used by one Role per namespace, or by a
 ClusterRole when the bridge acts on every namespace.
 */}}
 {{- define "slurmk8s.bridge.namespacedRules" -}}
-# List the NodeLendingPolicies every round; the bridge never changes their spec.
+# List, then watch, the NodeLendingPolicies; the bridge never changes their spec.
 - apiGroups: ["slurmk8s.dev"]
   resources: ["nodelendingpolicies"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 # Report the lent, lending and reclaiming nodes and the Ready condition in
 # each policy's .status.
 - apiGroups: ["slurmk8s.dev"]
   resources: ["nodelendingpolicies/status"]
   verbs: ["patch"]
-# Read the SlurmCluster a policy lends to (by name: its partitions, slurmd
-# image, config hash), and list them to find the checkpoint directories whose
-# published model versions roll serving Deployments. The operator, not the
-# bridge, manages them.
+# List, then watch, the SlurmClusters: the one a policy lends to (its
+# partitions, slurmd image, config hash; read by name when the bridge does not
+# watch), and the checkpoint directories whose published model versions roll
+# serving Deployments. The operator, not the bridge, manages them.
 - apiGroups: ["slurmk8s.dev"]
   resources: ["slurmclusters"]
-  verbs: ["get", "list"]
+  verbs: ["get", "list", "watch"]
 # The lent slurmd pod has an ownerReference to its SlurmCluster with
 # blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
 # admission plugin allows only with update on the owner's finalizers.
