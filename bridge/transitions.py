@@ -129,9 +129,9 @@ def ended_by_down(world: World, plan: Plan, reclaimed: Sequence[tuple[KubeNode, 
     nor on the bridge being killed between the DOWN and the rest."""
     out: dict[int, str] = {}
     for node, entering in reclaimed:
-        snode = world.slurm_nodes.get(node.name)
-        if snode is not None and snode.state != "down" and slurmd_gone(world, plan, node, entering):
-            for job in world.jobs_on(node.name):
+        jobs = world.jobs_on(node.name)
+        if evacuation.sets_down(world.slurm_nodes.get(node.name), jobs, slurmd_gone(world, plan, node, entering)):
+            for job in jobs:
                 out.setdefault(job.job_id, node.name)
     return out
 

@@ -47,7 +47,7 @@ from .times import aware
 
 __all__ = [
     "Policy", "Record", "Drain", "SetDown", "Signal", "Requeue", "StartNow", "Cancel", "Action",
-    "Evacuation", "evacuate", "held", "job_ids", "format_job_ids", "parse_job_ids", "REQUEUE", "CANCEL", "DEFAULT_RETRY_SECONDS",
+    "Evacuation", "evacuate", "sets_down", "held", "job_ids", "format_job_ids", "parse_job_ids", "REQUEUE", "CANCEL", "DEFAULT_RETRY_SECONDS",
 ]
 
 REQUEUE = "requeue"
@@ -181,6 +181,12 @@ def held(job: Job, now: datetime) -> bool:
     return job.reason == "BeginTime" or (job.eligible_time is not None and job.eligible_time > now.timestamp())
 
 
+def sets_down(node: Node | None, jobs: Sequence[Job], slurmd_gone: bool) -> bool:
+    """Whether the rule sets ``node`` DOWN now: its slurmd is gone and Slurm still
+    shows active jobs there, which slurmctld then ends (requeueing those that may be)."""
+    return slurmd_gone and node is not None and node.state != "down" and any(j.active for j in jobs)
+
+
 def _ids(ids: Sequence[int]) -> str:
     return ",".join(map(str, ids))
 
@@ -218,7 +224,7 @@ def evacuate(name: str, node: Node | None, jobs: Sequence[Job] | None, record: R
     active = [j for j in jobs if j.active]
     running = [j for j in active if j.state != "COMPLETING"]
 
-    if slurmd_gone and active and node is not None and node.state != "down":
+    if sets_down(node, active, slurmd_gone):
         acts.append(SetDown(name, policy.drain_reason))
         if record.signalled is None:
             record = replace(record, signalled=now, jobs=job_ids(active))
