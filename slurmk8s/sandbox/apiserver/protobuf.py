@@ -116,6 +116,9 @@ def decode_message(data: bytes, schema: str) -> dict[str, Any]:
         if num not in spec:
             continue  # fields we do not read
         name, kind, repeated = spec[num]
+        if kind not in ("int", "bool") and wire != 2:
+            # bytes(an int) would allocate that many bytes: a garbage varint could exhaust memory
+            raise DecodeError(f"field {num} ({name}) is length-delimited, not wire type {wire}")
         if kind == "string":
             v: Any = bytes(value).decode()
         elif kind == "bytes":
