@@ -47,15 +47,18 @@ def idle_candidates(r: Round, world: World, plan: Plan, idle: list[KubeNode], re
     enough to lend, longest idle first; why others cannot be lent goes to
     ``r.blocked``."""
     assert plan.policy is not None
-    # Idle since a recorded time, and for at least a second: a node first
-    # seen idle (or just handed back) is lent a round later at the earliest.
-    idle_after = max(timedelta(seconds=plan.policy.spec.idle_after_seconds), timedelta(seconds=1))
+    # Idle since a time recorded on the Node (to the millisecond) by an
+    # earlier round, and for longer than idleAfterSeconds: a node first seen
+    # idle (or just handed back) is lent a later round at the earliest,
+    # idleAfterSeconds 0 included, and deciding again at the same instant
+    # changes nothing.
+    idle_after = timedelta(seconds=plan.policy.spec.idle_after_seconds)
     eligible: list[tuple[datetime, str, KubeNode]] = []
     for n in idle:
         if n.name in reserved or not n.ready or n.unschedulable:
             continue
         since = n.record.idle_since
-        if since is None or plan.now - since < idle_after:
+        if since is None or plan.now - since <= idle_after:
             continue
         if n.record.taint is not None:
             r.blocked.append(f"{n.name} (carries the {TAINT_KEY} taint)")

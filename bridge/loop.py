@@ -288,10 +288,14 @@ class Bridge:
         """Run rounds until ``stop()`` says so: on each multiple of
         ``interval`` seconds (:func:`next_tick`), and when the view reports
         a change that matters, ``settle`` seconds after it (so that a burst
-        of events makes one round). After a round that acted, the next timed
-        round comes on the next whole second: what it started (an idle time
-        recorded, a signal sent) falls due on a whole second."""
+        of events makes one round). A round that acted is followed by
+        another ``settle`` seconds later, since what it did may let the next
+        step go at once (an idle time recorded with ``idleAfterSeconds`` 0:
+        lend), up to ``FOLLOW_UPS`` in a row. After rounds that acted, the
+        next timed round comes on the next whole second: what they started
+        (a signal's grace period) falls due on a whole second."""
         waiting_since: float | None = None
+        follow_ups = 0
         while not stop():
             report = self.round()
             if report.waiting:
@@ -305,9 +309,21 @@ class Bridge:
             for action, why in report.failed:
                 log.warning("action failed", action=type(action).__name__, node=A.node_of(action), error=why)
             now = time.time()
-            step = min(interval, 1.0) if report.applied or report.failed else interval
+            acted = bool(report.applied or report.failed)
+            if report.applied and follow_ups < FOLLOW_UPS:
+                follow_ups += 1
+                time.sleep(settle)
+                continue
+            step = min(interval, 1.0) if acted or follow_ups else interval
+            follow_ups = 0
             if self.view.wait(next_tick(now, step) - now, stop):
                 time.sleep(settle)
+
+
+#: Rounds in a row that come ``settle`` seconds after a round that acted
+#: (:meth:`Bridge.run_forever`): enough for lend (record idle, then lend)
+#: and bounded, so that a round that acts every time cannot spin.
+FOLLOW_UPS = 3
 
 
 #: Actions that run one facade operation per job: (operation, metrics outcome).

@@ -75,7 +75,7 @@ def node_patch(action: Any, node: KubeNode) -> dict:
         return {"metadata": {"labels": {STATE_LABEL: None},
                              "annotations": {k: None for k in LENDING_ANNOTATIONS}}}
     if isinstance(action, RecordIdleSince):
-        return {"metadata": {"annotations": {IDLE_SINCE_ANNOTATION: format_time(action.at)}}}
+        return {"metadata": {"annotations": {IDLE_SINCE_ANNOTATION: format_time(action.at, millis=True)}}}
     if isinstance(action, ClearIdleSince):
         return {"metadata": {"annotations": {IDLE_SINCE_ANNOTATION: None}}}
     if isinstance(action, RecordSignalled):

@@ -1,7 +1,8 @@
 """Times as slurmk8s writes them: RFC 3339 in UTC, to the second.
 
 The one helper for every annotation, status field and message that holds a
-time (``2025-01-31T23:59:59Z``). Times in memory are timezone-aware
+time (``2025-01-31T23:59:59Z``), and to the millisecond where a decision
+waits on the time to under a second (``2025-01-31T23:59:59.250Z``). Times in memory are timezone-aware
 ``datetime``s; a naive one is taken as UTC.
 """
 
@@ -22,11 +23,15 @@ def from_epoch(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
 
-def format_time(t: datetime | float) -> str:
-    """RFC 3339 in UTC to the second; ``t`` a datetime or a POSIX timestamp."""
+def format_time(t: datetime | float, *, millis: bool = False) -> str:
+    """RFC 3339 in UTC to the second (``millis``: to the millisecond, rounded
+    down); ``t`` a datetime or a POSIX timestamp."""
     if not isinstance(t, datetime):
-        t = from_epoch(int(t))
-    return aware(t).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        t = from_epoch(t if millis else int(t))
+    t = aware(t).astimezone(timezone.utc)
+    if millis:
+        return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(value: str | None) -> datetime | None:

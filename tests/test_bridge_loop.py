@@ -193,3 +193,45 @@ def test_a_watching_bridge_acts_on_a_change_without_waiting_for_its_interval(wor
         stop.set()
         thread.join(timeout=5)
         bridge.view.close()
+
+
+def test_with_idle_after_zero_a_node_first_seen_idle_is_lent_by_the_follow_up_round(world):
+    """The round that records a node's idle time is followed by another at
+    once: with idleAfterSeconds 0 that one lends it, not a whole second or
+    an interval later."""
+    import threading
+    import time
+
+    from slurmk8s.bridge.main import watching_bridge
+
+    cluster, listing, memory = world
+    cluster.custom.patch_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies",
+                                                  "lend", {"spec": {"idleAfterSeconds": 0}})
+    bridge = watching_bridge(listing.kube, ["default"], agent=lambda c, token, pod: Facade(memory))
+    stop = threading.Event()
+    thread = threading.Thread(target=bridge.run_forever, args=(600,), kwargs={"stop": stop.is_set}, daemon=True)
+    thread.start()
+    try:
+        wait_until = time.monotonic() + 10
+        while bridge.view.not_synced() and time.monotonic() < wait_until:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        started = time.monotonic()
+        cluster.node("gpu-a", cpu="8", memory="64Gi", labels={"lendable": "true", LENDABLE_TO_LABEL: "default"},
+                     extra=GPU, ready=True)
+        states = []
+        while time.monotonic() - started < 5:
+            node = cluster.core.read_node("gpu-a")
+            states.append(((node.metadata.labels or {}).get(STATE_LABEL),
+                           (node.metadata.annotations or {}).get(IDLE_SINCE_ANNOTATION) is not None))
+            if states[-1][0] == "lending":
+                break
+            time.sleep(0.02)
+        took = time.monotonic() - started
+        assert states[-1][0] == "lending", states
+        # Seen idle first (recorded on the Node), lent by the next round.
+        assert took < 0.9, (took, states)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        bridge.view.close()

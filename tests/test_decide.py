@@ -152,7 +152,8 @@ def test_an_idle_node_is_lent_after_idle_after_seconds_and_not_before():
     w = World.of(nodes=[gpu_node("n1", annotations={IDLE_SINCE_ANNOTATION: format_time(since)})])
     idle_after = POLICY.spec.idle_after_seconds
     assert kinds(w.decide(POLICY, since + timedelta(seconds=idle_after - 1))) == []
-    now = since + timedelta(seconds=idle_after)
+    assert kinds(w.decide(POLICY, since + timedelta(seconds=idle_after))) == []
+    now = since + timedelta(seconds=idle_after, milliseconds=1)
     acts = w.decide(POLICY, now)
     assert kinds(acts) == ["SetLendingState", "Taint", "CreateSlurmdPod"]
     assert only(acts, A.SetLendingState) == A.SetLendingState("n1", LENDING, "hpc/lend", "hpc/demo", "gpu", now)
@@ -175,9 +176,21 @@ def test_an_idle_node_is_lent_after_idle_after_seconds_and_not_before():
 def test_idle_after_zero_lends_one_round_after_the_node_is_first_seen_idle():
     pol = policy(idleAfterSeconds=0)
     w = World.of(nodes=[gpu_node("n1")])
-    w.apply(w.decide(pol, T0))
-    assert kinds(w.decide(pol, T0)) == []
-    assert "SetLendingState" in kinds(w.decide(pol, T0 + timedelta(seconds=1)))
+    first = w.decide(pol, T0)
+    assert "RecordIdleSince" in kinds(first) and "SetLendingState" not in kinds(first)
+    w.apply(first)
+    # The next round lends, however soon it comes: the idle time is on the Node.
+    assert "SetLendingState" in kinds(w.decide(pol, T0 + timedelta(milliseconds=50)))
+
+
+def test_idle_time_counts_to_the_millisecond():
+    pol = policy(idleAfterSeconds=30)
+    w = World.of(nodes=[gpu_node("n1")])
+    since = T0 + timedelta(milliseconds=900)
+    w.apply(w.decide(pol, since))
+    assert kinds(w.decide(pol, since + timedelta(seconds=29, milliseconds=950))) == []
+    assert kinds(w.decide(pol, since + timedelta(seconds=30))) == []
+    assert "SetLendingState" in kinds(w.decide(pol, since + timedelta(seconds=30, milliseconds=1)))
 
 
 def test_the_longest_idle_node_is_lent_first():

@@ -220,13 +220,14 @@ sk_start_munge() {
   SK_MUNGED_PID=$!
   # Whatever way this shell ends, munged goes with it.
   trap sk_stop_munge EXIT
-  for i in $(seq 1 50); do
+  # Asked every 50 ms: a lent node's slurmd waits on this to register.
+  for i in $(seq 1 200); do
     if [ -S "$SK_MUNGE_SOCKET" ] && munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
       sk_log "munged is running (pid $SK_MUNGED_PID)"
       return 0
     fi
     kill -0 "$SK_MUNGED_PID" 2>/dev/null || sk_die "munged exited (see its messages above): check the munge key Secret ($SK_MUNGE_KEY) holds the cluster's key"
-    [ "$i" -lt 50 ] && sleep 0.2
+    [ "$i" -lt 200 ] && sleep 0.05
   done
   sk_die "munged did not answer on $SK_MUNGE_SOCKET within 10s"
 }

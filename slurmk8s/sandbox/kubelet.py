@@ -169,10 +169,15 @@ class Kubelet:
 
     # The loop
 
-    def run(self, stop: threading.Event, period: float = 0.5) -> None:
+    def run(self, stop: threading.Event, period: float = 0.5, settle: float = 0.02) -> None:
+        """Sync every ``period`` seconds (probes, restarts, volumes), and
+        ``settle`` seconds after a watched change to a pod bound to one of
+        its Nodes, as a kubelet acts on its pod watch."""
         # Its API (logs, exec) until `stop` is set; the Nodes say where it listens.
         self.server = KubeletServer(self, self.core.api_client.configuration.ssl_ca_cert, self.dir / "pki").start(stop)
         self.register_nodes()
+        wake = threading.Event()
+        threading.Thread(target=self._watch_pods, args=(stop, wake), name="kubelet-watch", daemon=True).start()
         while not stop.is_set():
             try:
                 self.sync()
@@ -181,7 +186,29 @@ class Kubelet:
                     self._save()
             except (ApiException, OSError, urllib3.exceptions.HTTPError) as exc:  # the API server restarting: try again
                 self.progress(f"kubelet: {exc}")
-            stop.wait(period)
+            if wake.wait(period):
+                wake.clear()
+                stop.wait(settle)  # a burst of events makes one sync
+
+    def _watch_pods(self, stop: threading.Event, wake: threading.Event) -> None:
+        """Set ``wake`` when a pod bound to one of its Nodes is added, changed
+        or deleted. The loop's own period stays the resync, so a watch that
+        breaks (the API server restarting) costs latency, not correctness."""
+        from kubernetes import watch
+
+        while not stop.is_set():
+            w = watch.Watch()
+            try:
+                for event in w.stream(self.core.list_pod_for_all_namespaces, timeout_seconds=60,
+                                      _request_timeout=(5, 90)):
+                    if stop.is_set():
+                        w.stop()
+                        break
+                    spec = getattr(event.get("object"), "spec", None)
+                    if spec is not None and spec.node_name in self.nodes:
+                        wake.set()
+            except (ApiException, OSError, ValueError, urllib3.exceptions.HTTPError):
+                stop.wait(1)
 
     def _forget_stale_readiness(self, bound: dict[str, dict]) -> None:
         """Pods the API shows Ready that this kubelet does not run (the
