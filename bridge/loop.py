@@ -21,6 +21,11 @@ Rules the loop keeps (bridge/README.md explains why):
 - A SlurmCluster that cannot be read (other than 404) skips the policy's
   round; Slurm that cannot be read is ``SlurmState.unknown()`` (decide then
   fails closed).
+
+One module though over 400 lines: the round, its scheduling and the
+applying of each action kind (``_Acting``) are one shell around ``decide``;
+the decisions themselves, the view and the Node codec are modules of their
+own already.
 """
 
 from __future__ import annotations
