@@ -557,7 +557,15 @@ class Sandbox:
         if pod in COMPONENTS:
             pod = self.component_pod(pod)
         pod_dir = self.pod_dir(pod)
-        ctrs = podlogs.containers(pod_dir)
+        # A pod the kubelet starts again has its directory made anew: for a
+        # moment it has no container, or one without its log yet. Wait that
+        # moment out rather than print nothing (the logs outlive the restart).
+        deadline = time.monotonic() + 2.0
+        while True:
+            ctrs = podlogs.containers(pod_dir)
+            if (ctrs and all(podlogs.log_file(c).exists() for c in ctrs.values())) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         if container is not None and container not in ctrs:
             raise KeyError(f"pod {pod} has no container {container!r}; containers: {', '.join(ctrs)}")
         ctr = ctrs[container] if container else next(iter(ctrs.values()), None)
