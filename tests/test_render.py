@@ -271,7 +271,7 @@ def test_keys_are_read_back_from_their_secrets_and_only_missing_ones_are_generat
     again = {o["metadata"]["name"]: o for o in render(c, keys) if o["kind"] == "Secret"}
     assert again == secrets
     keys, missing = keys_from_secrets(c, {}, second)
-    assert keys == replace(second, jwt_key=b"") and len(missing) == 3
+    assert keys == replace(second, jwt_key=b"", db_password=b"") and len(missing) == 3
     # With slurmrestd the JWT key is used: only that one comes from `fresh`.
     doc["spec"]["restApi"] = {"enabled": True}
     rest = load_cluster({**doc, "metadata": {**doc["metadata"], "uid": c.metadata.uid}})
