@@ -42,7 +42,7 @@ def _line(out: str, key: str) -> str:
     return m[1].strip()
 
 
-def _cluster(version: str):
+def _cluster(version: str, extra_lines: list[str] = ()):
     doc = yaml.safe_load((ROOT / "examples/slurmcluster.yaml").read_text())
     doc = copy.deepcopy(doc)
     doc["spec"]["slurm"]["version"] = version
@@ -54,17 +54,18 @@ def _cluster(version: str):
         "qos": [{"name": "short", "priority": 10, "maxWall": "1"}],
         "fairShare": {},
     }
+    doc["spec"]["slurmConfig"]["extraLines"] = list(extra_lines)
     return load_cluster(doc)
 
 
-@pytest.fixture(scope="module", params=versions.SUPPORTED)
-def run(request, tmp_path_factory):
-    version = request.param
-    cluster = _cluster(version)
+def run_accounting_cluster(version: str, tmp: Path, *, env: dict | None = None, extra_lines: list[str] = (),
+                           timeout: float = 840, stream: bool = False) -> tuple[str, Path, str]:
+    """fixtures/accounting-cluster.sh on ``version``'s images with the rendered config
+    (hack/bench_accounting.py runs it too, with SLURMK8S_BENCH_JOBS in ``env``).
+    Returns its output, the work directory and everything (output and logs) for messages."""
+    cluster = _cluster(version, extra_lines)
     built = {i.name: i for i in ImageStore().build(list(IMAGES), version)}
-    keys = ClusterKeys.generate()
-    objects = render(cluster, keys)
-    tmp = tmp_path_factory.mktemp(f"acct-{version}")
+    objects = render(cluster, ClusterKeys.generate())
     conf = tmp / "etc-slurm"
     conf.mkdir()
     for name, text in _data(objects, f"{cluster.name}-slurm-config").items():
@@ -84,9 +85,17 @@ def run(request, tmp_path_factory):
     work.mkdir()
     proc = subprocess.run([str(ROOT / "tests/fixtures/accounting-cluster.sh"), str(roots), str(conf),
                            str(tmp / "slurmdbd.conf"), str(tmp / "munge.key"), str(users), str(tmp / "password"),
-                           str(work)], capture_output=True, text=True, timeout=840, env=dict(os.environ))
+                           str(work)], stdout=subprocess.PIPE, stderr=None if stream else subprocess.PIPE,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
     logs = "\n".join(f"--- {f.name}\n{f.read_text()[-6000:]}" for f in sorted(work.glob("*.log")))
-    return version, proc.stdout, work, f"{proc.stdout}\n{proc.stderr[-4000:]}\n{logs}"
+    return proc.stdout, work, f"{proc.stdout}\n{(proc.stderr or '')[-4000:]}\n{logs}"
+
+
+@pytest.fixture(scope="module", params=versions.SUPPORTED)
+def run(request, tmp_path_factory):
+    version = request.param
+    out, work, everything = run_accounting_cluster(version, tmp_path_factory.mktemp(f"acct-{version}"))
+    return version, out, work, everything
 
 
 def _sacct(work: Path) -> dict[str, list[dict[str, str]]]:
