@@ -43,7 +43,7 @@ if [ -n "$ctld_host" ] && [ "$ctld_host" != "$(hostname -s)" ]; then
 fi
 
 sk_setup_users
-sk_follow_users
+sk_follow_users 30
 sk_start_munge
 
 state=$(sk_conf_value "$conf" StateSaveLocation)
