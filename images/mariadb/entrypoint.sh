@@ -60,5 +60,5 @@ GRANT ALL PRIVILEGES ON \`$db\`.* TO '$user'@'%';
 SQL
 unset password
 
-sk_run mariadbd --user=mysql --datadir="$datadir" --socket="$socket" --bind-address=0.0.0.0 \
+sk_run mariadbd --user=mysql --datadir="$datadir" --socket="$socket" --pid-file=/run/mysqld/mysqld.pid --bind-address=0.0.0.0 \
   --port=3306 --init-file="$init" "$@"
