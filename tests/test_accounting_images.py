@@ -180,5 +180,9 @@ def test_no_record_is_lost_while_mariadb_is_killed(run):
 
 def test_sreport_answers(run):
     _, out, work, everything = run
-    assert _line(out, "sreport rc") == "0", everything + (work / "sreport.txt").read_text()
-    assert "|" in (work / "sreport.txt").read_text()
+    reports = (work / "sreport.txt").read_text() + (work / "sreport-jobs.txt").read_text()
+    assert _line(out, "sreport rc") == "0", everything + reports
+    assert "Cluster|" in (work / "sreport.txt").read_text(), reports
+    # Jobs by account: the account ml ran every job of the scenario.
+    rows = [line.split("|") for line in (work / "sreport-jobs.txt").read_text().splitlines()]
+    assert any(r[1] == "ml" and sum(int(x) for x in r[2:] if x.isdigit()) > 10 for r in rows if len(r) > 2), reports
