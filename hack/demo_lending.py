@@ -13,6 +13,8 @@ two lendable GPU nodes), with the project's examples unchanged:
 5. The training job gets USR1, checkpoints and requeues itself.
 6. The serving pod starts on the reclaimed node and serves that checkpoint.
 7. The colleague's job ends; the training job resumes from its checkpoint.
+8. With spec.accounting on, sacct shows each run of the training job, the
+   requeue included.
 
 It prints the lend, reclaim and resume latencies as it goes. Needs root.
 
@@ -177,6 +179,15 @@ def main() -> None:
     wait("its resumed output", lambda: f"step {saved} of {STEPS}" in on_login(f"cat {out}"), every=0.5)
     resumed = [line for line in on_login(f"cat {out}").splitlines() if f"step {saved} of" in line][-1]
     print(f"   {resumed}")
+
+    say("8. The training job in sacct: each run on the lent nodes, the requeue included")
+    if "accounting_storage/slurmdbd" in on_login("scontrol show config"):
+        fields = "JobID,JobName%10,State,ExitCode,NodeList%32,Elapsed"
+        wait("the requeue in sacct", lambda: "REQUEUED" in on_login(f"sacct -D -X -n -j {train} --format=State"),
+             every=0.5)
+        print(on_login(f"sacct -D -X -j {train} --format={fields}"), end="")
+    else:
+        note("spec.accounting is off in this cluster: sacct has no records (see README, Accounting)")
 
     say("Latencies")
     note(f"lend:    idle -> Slurm IDLE          {min(lent.values()) - idle_after:5.1f}s  (after {idle_after}s idle)")

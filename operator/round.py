@@ -42,7 +42,7 @@ from slurmk8s.slurm.model import Node
 from slurmk8s.slurm.remote import agent_url as remote_agent_url, cluster_agent
 from slurmk8s.times import format_time
 
-from . import plan, status, teardown, workers
+from . import accounting, plan, status, teardown, workers
 from .observe import observe_nodesets, previous_status
 from .reconfigure import decide_reconfigure
 from slurmk8s.kube import ApiError, Kube
@@ -223,7 +223,12 @@ class Operator:
                 for kind, name in (("StatefulSet", s.statefulset), ("PodDisruptionBudget", f"{s.statefulset}-busy"))}
         wanted = plan.with_replicas(desired, decision.replicas)
         changes = plan.plan(wanted, objects, cluster_name=cluster.name, keep=keep)
-        for action in (*changes.creates, *changes.updates):
+        updates = changes.updates
+        dbd_wait = accounting.slurmdbd_first(cluster, desired, objects)
+        if dbd_wait:
+            out.waiting.append(dbd_wait)
+            updates = tuple(u for u in updates if u.key != ("StatefulSet", names.controller(cluster)))
+        for action in (*changes.creates, *updates):
             if not self._write(action, out) and plan.create_only(action.obj):
                 break  # a key Secret that could not be created: nothing may mount what is there
         desired_names = {o["metadata"]["name"] for o in desired if o["kind"] == "StatefulSet"}
@@ -267,10 +272,25 @@ class Operator:
             except Exception as exc:
                 out.problems.append(f"scontrol reconfigure failed: {exc}")
 
-        # 6. Status.
+        # 6. Accounting: every login user's association and the QOS, through the agent.
+        acct_applied: bool | None = None
+        acct_error = ""
+        if nodes is not None and accounting.applies(cluster, objects):
+            try:
+                done = slurm.apply_accounting(accounting.wanted(cluster))
+                acct_applied = True
+                if done:
+                    out.applied += done
+                    out.events.append(workers.Event("Normal", "AssociationsApplied", "; ".join(done)[:1024]))
+            except Exception as exc:  # slurmdbd away: records queue in slurmctld, retried next round
+                acct_applied, acct_error = False, str(exc)
+                out.waiting.append(f"associations not applied: {exc}")
+
+        # 7. Status.
         out.status = status.compute(cluster, previous, observed=objects, nodes=nodes, applied_hash=applied,
                                     rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
-                                    now=format_time(now))
+                                    now=format_time(now),
+                                    accounting=accounting.condition(cluster, objects, acct_applied, acct_error))
         if previous is None or previous.phase != out.status.phase:
             ready = next(c for c in out.status.conditions if c.type == "Ready")
             kind = "Normal" if out.status.phase in ("Ready", "Provisioning", "Pending") else "Warning"

@@ -1,7 +1,7 @@
 """A SlurmCluster's status from what was observed. Pure: the time is an input.
 
 Conditions: one per component (ControllerReady, WorkersReady, LoginReady,
-RestApiReady) and Ready, which holds when every component is ready, the
+RestApiReady, AccountingReady) and Ready, which holds when every component is ready, the
 config is applied and the last round had no problems. The phase summarises:
 Pending (no controller yet), Provisioning (never ready yet), Ready, Degraded
 (was ready, is not), Deleting, Failed (the spec is invalid).
@@ -18,7 +18,7 @@ from slurmk8s.slurm.model import Node
 
 __all__ = ["COMPONENTS", "compute", "invalid", "node_counts"]
 
-COMPONENTS = ("ControllerReady", "WorkersReady", "LoginReady", "RestApiReady")
+COMPONENTS = ("ControllerReady", "WorkersReady", "LoginReady", "RestApiReady", "AccountingReady")
 
 _Cond = tuple[str, str, str]  # status, reason, message
 
@@ -117,6 +117,7 @@ def compute(
     now: str,
     deleting: bool = False,
     problem_reason: str = "ReconcileFailed",
+    accounting: _Cond | None = None,
 ) -> SlurmClusterStatus:
     """The status after a round.
 
@@ -124,7 +125,8 @@ def compute(
     them); ``nodes``: the agent's node list, None when it did not answer;
     ``applied_hash``: the config last reconfigured; ``problems``: what failed
     this round (shown in Ready, with ``problem_reason``); ``waiting``: what
-    waits (shown in Ready).
+    waits (shown in Ready); ``accounting``: AccountingReady
+    (``operator.accounting.condition``), unknown when not given.
     """
     c = cluster
     w = _workloads(observed)
@@ -134,6 +136,9 @@ def compute(
         "LoginReady": _deployment(w, names.login(c), c.spec.login.replicas, "login"),
         "RestApiReady": (_deployment(w, names.restapi(c), c.spec.rest_api.replicas, "slurmrestd")
                          if c.spec.rest_api.enabled else ("True", "Disabled", "spec.restApi.enabled is false")),
+        "AccountingReady": accounting or (
+            ("False", "Unknown", "not checked this round") if c.spec.accounting.enabled
+            else ("True", "Disabled", "spec.accounting.enabled is false")),
     }
     not_ready = [f"{t}: {m}" for t, (s, _, m) in components.items() if s != "True"]
     if deleting:

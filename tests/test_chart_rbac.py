@@ -229,7 +229,8 @@ def test_the_operator_reconciles_and_tears_down_with_only_the_charts_rbac(work, 
     out = op.reconcile(body())
     assert not out.problems, out.problems
     created = {s.metadata.name for s in cluster.core.list_namespaced_secret(WORK).items}
-    assert set(key_secret_names("demo")) - {names.jwt_secret("demo")} <= created
+    # The JWT and database-password Secrets only exist with slurmrestd and managed accounting.
+    assert set(key_secret_names("demo")) - {names.jwt_secret("demo"), names.db_password_secret("demo")} <= created
     assert cluster.apps.read_namespaced_stateful_set("demo-controller", WORK)
     # The next round reads the keys back by name and keeps them.
     before = cluster.core.read_namespaced_secret(names.agent_token_secret("demo"), WORK).data

@@ -73,7 +73,7 @@ def test_render_prints_one_yaml_stream_and_logs_only_to_stderr(tmp_path):
     second = run("render", "-f", "-", "--keys-dir", str(keys), stdin=EXAMPLE.read_text())
     assert second.returncode == 0
     assert second.stdout == first.stdout  # same input and keys: byte-identical
-    assert sorted(p.name for p in keys.iterdir()) == ["agent.token", "jwt_hs256.key", "munge.key", "ssh_host_ed25519_key"]
+    assert sorted(p.name for p in keys.iterdir()) == ["agent.token", "db.password", "jwt_hs256.key", "munge.key", "ssh_host_ed25519_key"]
 
 
 def test_render_without_keys_dir_generates_fresh_secrets():

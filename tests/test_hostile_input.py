@@ -49,7 +49,7 @@ def test_extra_lines_that_run_programs_are_refused(line):
 
 
 def test_a_key_outside_the_allowlist_is_refused_even_if_harmless_looking():
-    refused_at(minimal(slurmConfig={"extraLines": ["AccountingStorageHost=evil"]}),
+    refused_at(minimal(slurmConfig={"extraLines": ["AccountingStorageTRES=gres/gpu"]}),
                "spec.slurmConfig.extraLines[0]", "may not set")
 
 

@@ -135,7 +135,7 @@ def test_rounds_read_key_secrets_by_name_and_never_list_secrets(offline, keys):
     secrets = [r for r in w.kube.requests if r[2] == "secrets"]
     assert {r[0] for r in secrets} == {"get"}
     assert sorted(r for r in secrets) == sorted(
-        ("get", "", "secrets", "default") for _ in ("munge", "jwt", "ssh host", "agent token"))
+        ("get", "", "secrets", "default") for _ in ("munge", "jwt", "ssh host", "agent token", "db password"))
     # And RBAC as the chart grants it would refuse a list, saying what to do.
     with pytest.raises(ApiError) as refused:
         w.kube.list("Secret", "default")

@@ -271,7 +271,7 @@ def test_keys_are_read_back_from_their_secrets_and_only_missing_ones_are_generat
     again = {o["metadata"]["name"]: o for o in render(c, keys) if o["kind"] == "Secret"}
     assert again == secrets
     keys, missing = keys_from_secrets(c, {}, second)
-    assert keys == replace(second, jwt_key=b"") and len(missing) == 3
+    assert keys == replace(second, jwt_key=b"", db_password=b"") and len(missing) == 3
     # With slurmrestd the JWT key is used: only that one comes from `fresh`.
     doc["spec"]["restApi"] = {"enabled": True}
     rest = load_cluster({**doc, "metadata": {**doc["metadata"], "uid": c.metadata.uid}})
@@ -379,6 +379,7 @@ def test_rest_api_adds_jwt_auth_and_its_workload(doc, keys):
 def test_slurm_conf_writes_only_keys_the_api_reserves(doc, keys):
     """Every key the template can write must be refused in extraLines."""
     doc["spec"]["restApi"] = {"enabled": True}
+    doc["spec"]["accounting"] = {"enabled": True, "fairShare": {}}
     doc["spec"]["topology"] = {"labelKeys": ["net/leaf"]}
     doc["spec"]["slurm"]["version"] = TOPOLOGY_RELEASE
     doc["spec"]["slurmConfig"].update(
@@ -396,6 +397,7 @@ def test_slurm_conf_writes_only_keys_the_api_reserves(doc, keys):
 @pytest.mark.parametrize("k8s_version", K8S_VERSIONS)
 def test_every_object_validates_against_the_official_kubernetes_schemas(doc, keys, k8s_version):
     doc["spec"]["restApi"] = {"enabled": True}
+    doc["spec"]["accounting"] = {"enabled": True}
     doc["spec"]["login"]["replicas"] = 2
     doc["spec"]["login"]["users"][0]["sshPublicKeys"] = [KEY]
     doc["metadata"]["uid"] = "0b5e2c6e-1111-4c2b-9c57-3a9a4d3c2e01"

@@ -53,7 +53,7 @@ def test_a_healthy_cluster_is_ready_with_counts_and_the_applied_hash(cluster):
     assert st.phase == "Ready"
     assert conds(st) == {"Ready": ("True", "Ready"), "ControllerReady": ("True", "Running"),
                          "WorkersReady": ("True", "Running"), "LoginReady": ("True", "Running"),
-                         "RestApiReady": ("True", "Disabled")}
+                         "RestApiReady": ("True", "Disabled"), "AccountingReady": ("True", "Disabled")}
     assert [c.type for c in st.conditions] == ["Ready", *COMPONENTS]
     assert all(c.observed_generation == 4 and c.last_transition_time == NOW for c in st.conditions)
     assert st.observed_generation == 4 and st.config_hash == "abc"
@@ -85,12 +85,12 @@ def test_transition_times_move_only_when_a_status_changes(cluster):
     args = dict(nodes=NODES, applied_hash="h", rendered_hash="h")
     first = compute(cluster, None, observed=healthy(), now=NOW, **args)
     same = compute(cluster, first, observed=healthy(), now=LATER, **args)
-    assert [c.last_transition_time for c in same.conditions] == [NOW] * 5
+    assert [c.last_transition_time for c in same.conditions] == [NOW] * 6
     broken = healthy()[:-1]  # the login Deployment is gone
     changed = compute(cluster, same, observed=broken, now=LATER, **args)
     times = {c.type: c.last_transition_time for c in changed.conditions}
     assert times == {"Ready": LATER, "LoginReady": LATER, "ControllerReady": NOW, "WorkersReady": NOW,
-                     "RestApiReady": NOW}
+                     "RestApiReady": NOW, "AccountingReady": NOW}
     assert {c.type for c in changed.conditions if c.status != {s.type: s.status for s in same.conditions}[c.type]} \
         == {"Ready", "LoginReady"}
 

@@ -43,6 +43,7 @@ if [ -n "$ctld_host" ] && [ "$ctld_host" != "$(hostname -s)" ]; then
 fi
 
 sk_setup_users
+sk_follow_users 30
 sk_start_munge
 
 state=$(sk_conf_value "$conf" StateSaveLocation)
@@ -66,6 +67,25 @@ if [ -n "$jwt_key" ]; then
   elif ! setpriv --reuid="$slurm_user" --regid="$(id -g "$slurm_user")" --init-groups test -r "$jwt_key"; then
     sk_die "slurmctld reads the JWT key $jwt_key as $slurm_user, who cannot read it: mount the Secret group-readable by $slurm_user (defaultMode 0440 with the pod's fsGroup $(id -g "$slurm_user")), or have slurm.conf name a path outside $(dirname "$jwt_secret") so this entrypoint copies the key there"
   fi
+fi
+
+# With accounting, slurmctld learns its TRES and associations from slurmdbd and
+# keeps them in its state directory. Without either (the very first start) it
+# refuses to run ("we have no TRES from it"): only then wait for slurmdbd. Once
+# the state is there, slurmctld starts and runs jobs while slurmdbd is away,
+# and sends the queued records when it returns.
+if [ "$(sk_conf_value "$conf" AccountingStorageType)" = accounting_storage/slurmdbd ] \
+    && [ ! -e "$state/last_tres" ] && [ ! -e "$state/assoc_mgr_state" ]; then
+  dbd_host=$(sk_conf_value "$conf" AccountingStorageHost)
+  dbd_port=$(sk_conf_value "$conf" AccountingStoragePort)
+  start=$SECONDS next=0
+  while ! sk_port_open "$dbd_host" "${dbd_port:-6819}"; do
+    if [ "$SECONDS" -ge "$next" ]; then
+      sk_log "first start with accounting: waiting for slurmdbd at $dbd_host:${dbd_port:-6819} ($((SECONDS - start))s): slurmctld needs it once to learn its TRES and associations (check the <cluster>-slurmdbd and <cluster>-mariadb pods)"
+      next=$((SECONDS + 10))
+    fi
+    sleep 1
+  done
 fi
 
 sk_run slurmctld -D -f "$conf" "$@"

@@ -395,6 +395,138 @@ class Topology(ApiModel):
     (topology/tree) is built from the labels of the nodes the pods run on."""
 
 
+# --- Accounting (slurmdbd) -------------------------------------------------------------------
+
+#: A Slurm account or QOS name as sacctmgr stores it (it lower-cases names).
+AccountName = constrained(
+    r"[a-z0-9][a-z0-9_-]{0,63}",
+    "use lower-case letters, digits, '_' and '-', starting with a letter or digit (sacctmgr lower-cases names)",
+    64,
+)
+DatabaseName = constrained(r"[A-Za-z0-9_]{1,64}", "use letters, digits and '_'", 64, slurm=False)
+DatabaseUser = constrained(r"[A-Za-z0-9_]{1,32}", "use letters, digits and '_'", 32, slurm=False)
+
+#: AccountingStorageEnforce options, as Slurm names them.
+EnforceOption = Literal["associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps"]
+
+
+class PasswordRef(ApiModel):
+    name: DnsSubdomain
+    """Secret in the SlurmCluster's namespace."""
+    key: SecretKey
+    """Key whose value is the database user's password (one line)."""
+
+
+class ManagedDatabase(ApiModel):
+    """MariaDB run by the operator: a one-pod StatefulSet from the project's
+    mariadb image (Debian's mariadb-server), its data on a claim, its
+    password generated once into a Secret. No backups, no replicas, no
+    major-version upgrades of the data: see README.md, Accounting."""
+
+    volume: VolumeSpec = VolumeSpec()
+    """The claim holding the database files (ReadWriteOnce). Deleting the
+    SlurmCluster keeps it unless spec.deletionPolicy is Delete."""
+    resources: Resources = Resources(
+        requests=ResourceList(cpu="250m", memory="512Mi"), limits=ResourceList(memory="2Gi")
+    )
+    """Resources of the mariadb container."""
+
+
+class ExternalDatabase(ApiModel):
+    """A MariaDB or MySQL the site runs (mariadb-operator, a cloud database)."""
+
+    host: DnsSubdomain
+    """Host name or IPv4 address slurmdbd connects to."""
+    port: int = Field(3306, ge=1, le=65535)
+    """Its port."""
+    database: DatabaseName = "slurm_acct_db"
+    """Database slurmdbd keeps its tables in (it creates them)."""
+    user: DatabaseUser = "slurm"
+    """Database user; it needs all privileges on that database."""
+    password_secret: PasswordRef
+    """Secret key holding that user's password."""
+
+
+class AccountingDatabase(ApiModel):
+    """Where slurmdbd keeps the records: set one of managed or external."""
+
+    managed: ManagedDatabase | None = None
+    """The operator runs MariaDB (the default when external is unset)."""
+    external: ExternalDatabase | None = None
+    """An existing MariaDB or MySQL."""
+
+
+class SlurmdbdSpec(ApiModel):
+    image: ImageSpec | None = None
+    """Where the slurmdbd (and managed mariadb) images come from; spec.slurm.image when unset."""
+    resources: Resources = Resources(requests=ResourceList(cpu="100m", memory="256Mi"),
+                                     limits=ResourceList(memory="1Gi"))
+    """Resources of the slurmdbd container."""
+
+
+class Account(ApiModel):
+    """A Slurm account and the login users whose default account it is."""
+
+    name: AccountName
+    """Account name (`sbatch --account`)."""
+    users: list[PosixUser] = Field(default_factory=list, max_length=1000)
+    """Login users (spec.login.users) in this account; the first account that
+    lists a user is the user's default account."""
+
+
+class Qos(ApiModel):
+    """A Slurm QOS (`sbatch --qos`); limits are enforced with enforce: [qos, limits]."""
+
+    name: AccountName
+    """QOS name."""
+    priority: int = Field(0, ge=0, le=65533)
+    """Priority of its jobs (counts with fairShare.weightQos)."""
+    max_wall: SlurmDuration | None = None
+    """Longest time limit of a job in this QOS (MaxWall)."""
+    max_jobs_per_user: int | None = Field(None, ge=0, le=1000000)
+    """Running jobs per user (MaxJobsPerUser)."""
+    max_submit_jobs_per_user: int | None = Field(None, ge=0, le=1000000)
+    """Queued and running jobs per user (MaxSubmitJobsPerUser)."""
+
+
+class FairShare(ApiModel):
+    """priority/multifactor: a job's priority from its owner's fair share and more."""
+
+    weight_fairshare: int = Field(10000, ge=0, le=1000000)
+    """PriorityWeightFairshare."""
+    weight_age: int = Field(1000, ge=0, le=1000000)
+    """PriorityWeightAge: how much time in the queue counts."""
+    weight_job_size: int = Field(0, ge=0, le=1000000)
+    """PriorityWeightJobSize."""
+    weight_partition: int = Field(0, ge=0, le=1000000)
+    """PriorityWeightPartition."""
+    weight_qos: int = Field(0, ge=0, le=1000000)
+    """PriorityWeightQOS."""
+    decay_half_life: SlurmDuration = "7-0"
+    """PriorityDecayHalfLife: how fast past usage is forgotten."""
+
+
+class AccountingSpec(ApiModel):
+    """Job accounting: slurmdbd and its database; `sacct`, `sreport`, associations, QOS, fair share."""
+
+    enabled: bool = False
+    """Run slurmdbd and record every job. Off: `sacct` answers that accounting is disabled."""
+    database: AccountingDatabase = AccountingDatabase()
+    """Where the records are kept: managed (default) or external."""
+    slurmdbd: SlurmdbdSpec = SlurmdbdSpec()
+    """The slurmdbd Deployment."""
+    enforce: list[EnforceOption] = Field(default_factory=lambda: ["associations", "limits", "qos"],
+                                         max_length=7)
+    """AccountingStorageEnforce. With associations only users with an
+    association may submit: the operator gives every login user one."""
+    accounts: list[Account] = Field(default_factory=list, max_length=1000, json_schema_extra=list_map())
+    """Accounts; a login user listed in none gets an account named after the user."""
+    qos: list[Qos] = Field(default_factory=list, max_length=100, json_schema_extra=list_map())
+    """QOS definitions, open to every login user."""
+    fair_share: FairShare | None = None
+    """Schedule by priority/multifactor with these weights; unset, priority/basic (first in, first out)."""
+
+
 class SlurmClusterSpec(ApiModel):
     slurm: SlurmSpec = SlurmSpec()
     """Slurm release and images."""
@@ -414,11 +546,14 @@ class SlurmClusterSpec(ApiModel):
     """slurm.conf settings."""
     topology: Topology | None = None
     """Network topology (topology/tree) from node labels."""
+    accounting: AccountingSpec = AccountingSpec()
+    """Job accounting with slurmdbd (off by default)."""
     cluster_domain: DnsSubdomain = "cluster.local"
     """DNS domain of the Kubernetes cluster, for the controller's address."""
     deletion_policy: Literal["Retain", "Delete"] = "Retain"
-    """What happens to the controller state and to claims the operator created
-    when the SlurmCluster is deleted: Retain keeps the data."""
+    """What happens to the controller state, the accounting database's claim
+    and the claims the operator created when the SlurmCluster is deleted:
+    Retain keeps the data."""
 
 
 class ObjectMeta(ApiModel):

@@ -42,6 +42,18 @@ KNOB_FOR_KEY: dict[str, str | None] = {
     "clustername": "metadata.name",
     "authalttypes": "spec.restApi.enabled",
     "authaltparameters": "spec.restApi.enabled",
+    "accountingstoragetype": "spec.accounting.enabled",
+    "accountingstoragehost": "spec.accounting.enabled",
+    "accountingstorageport": "spec.accounting.enabled",
+    "accountingstorageenforce": "spec.accounting.enforce",
+    "jobacctgathertype": "spec.accounting.enabled",
+    "prioritytype": "spec.accounting.fairShare",
+    "priorityweightfairshare": "spec.accounting.fairShare.weightFairshare",
+    "priorityweightage": "spec.accounting.fairShare.weightAge",
+    "priorityweightjobsize": "spec.accounting.fairShare.weightJobSize",
+    "priorityweightpartition": "spec.accounting.fairShare.weightPartition",
+    "priorityweightqos": "spec.accounting.fairShare.weightQos",
+    "prioritydecayhalflife": "spec.accounting.fairShare.decayHalfLife",
     **{
         k: None
         for k in (
@@ -66,9 +78,7 @@ EXTRA_LINE_KEYS = frozenset(
         # scheduling
         "SchedulerTimeSlice DefCpuPerGPU DefMemPerGPU DefMemPerNode MaxMemPerCPU MaxMemPerNode "
         "EnforcePartLimits JobRequeue DisableRootJobs OverTimeLimit VSizeFactor "
-        "PriorityType PriorityWeightAge PriorityWeightFairshare PriorityWeightJobSize "
-        "PriorityWeightPartition PriorityWeightQOS PriorityWeightTRES PriorityWeightAssoc "
-        "PriorityDecayHalfLife PriorityMaxAge PriorityFavorSmall PriorityUsageResetPeriod "
+        "PriorityWeightTRES PriorityWeightAssoc PriorityMaxAge PriorityFavorSmall PriorityUsageResetPeriod "
         "PriorityCalcPeriod PriorityFlags FairShareDampeningFactor "
         # limits
         "MaxJobCount MaxArraySize MaxStepCount MaxTasksPerNode MaxJobId FirstJobId MaxBatchRequeue "

@@ -18,7 +18,7 @@ class Condition(ApiModel):
     """A status condition, as in Kubernetes' metav1.Condition."""
 
     type: str = Field(max_length=316)
-    """Ready, or a component: ControllerReady, WorkersReady, LoginReady, RestApiReady."""
+    """Ready, or a component: ControllerReady, WorkersReady, LoginReady, RestApiReady, AccountingReady."""
     status: Literal["True", "False", "Unknown"]
     """Whether the condition holds."""
     reason: str = Field("", max_length=1024)

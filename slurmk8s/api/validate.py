@@ -238,11 +238,41 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
     for i, line in enumerate(cfg.extra_lines):
         yield from extra_line_errors(i, line, seen_keys)
 
+    yield from _accounting_errors(spec)
+
     if spec.topology is not None:
         keys = spec.topology.label_keys
         for i, k in enumerate(keys):
             if k in keys[:i]:
                 yield FieldError(f"spec.topology.labelKeys[{i}]", f"{quote(k)} is listed twice")
+
+
+def _accounting_errors(spec) -> Iterator[FieldError]:
+    acct = spec.accounting
+    if not acct.enabled:
+        if acct.fair_share is not None:
+            yield FieldError("spec.accounting.fairShare",
+                             "fair share needs the accounting database; set spec.accounting.enabled: true "
+                             "or leave fairShare out")
+        return
+    db = acct.database
+    if db.managed is not None and db.external is not None:
+        yield FieldError("spec.accounting.database",
+                         "set one of managed and external, not both")
+    for i, opt in enumerate(acct.enforce):
+        if opt in acct.enforce[:i]:
+            yield FieldError(f"spec.accounting.enforce[{i}]", f"{quote(opt)} is listed twice")
+    yield from _duplicates(acct.accounts, "name", "spec.accounting.accounts", "account names")
+    yield from _duplicates(acct.qos, "name", "spec.accounting.qos", "QOS names")
+    login = [u.name for u in spec.login.users]
+    for i, account in enumerate(acct.accounts):
+        if account.name == "root":
+            yield FieldError(f"spec.accounting.accounts[{i}].name",
+                             "'root' is Slurm's own top account; choose another name")
+        for j, user in enumerate(account.users):
+            if user not in login:
+                yield FieldError(f"spec.accounting.accounts[{i}].users[{j}]",
+                                 f"{quote(user)} is not in spec.login.users; add the user there first")
 
 
 def users_config_bytes(c: SlurmCluster) -> int:

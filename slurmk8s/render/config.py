@@ -31,6 +31,9 @@ GPU_DEVICE = "/dev/nvidia"
 TASK_PROLOG = "/usr/local/lib/slurmk8s/task-prolog"
 #: Every release has auth/munge (`versions.Release.auth_types`), and the images run munged.
 AUTH_TYPE = "auth/munge"
+#: Database and user slurmdbd gets in the managed MariaDB (images/mariadb creates them).
+MANAGED_DATABASE = "slurm_acct_db"
+MANAGED_DB_USER = "slurm"
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,26 @@ def slurm_conf_context(c: SlurmCluster) -> dict:
             for p in spec.partitions
         ],
         "extra_lines": cfg.extra_lines,
+        "accounting": {
+            "host": names.slurmdbd_fqdn(c),
+            "port": names.SLURMDBD_PORT,
+            "enforce": ",".join(spec.accounting.enforce),
+        } if spec.accounting.enabled else None,
+        "fair_share": spec.accounting.fair_share if spec.accounting.enabled else None,
     }
+
+
+def slurmdbd_conf(c: SlurmCluster) -> str:
+    """slurmdbd.conf without its password and host (the entrypoint adds both)."""
+    db = c.spec.accounting.database
+    if db.external is not None:
+        host, port, loc, user = db.external.host, db.external.port, db.external.database, db.external.user
+    else:
+        host, port, loc, user = names.database_fqdn(c), names.MARIADB_PORT, MANAGED_DATABASE, MANAGED_DB_USER
+    return render_template(
+        "slurmdbd.conf", namespace=c.namespace, cluster=c.name, version=c.spec.slurm.version,
+        auth_type=AUTH_TYPE, dbd_port=names.SLURMDBD_PORT, storage_host=host, storage_port=port,
+        storage_loc=loc, storage_user=user)
 
 
 def gpu_files(count: int, device: str = GPU_DEVICE) -> str:

@@ -25,6 +25,7 @@ from . import names
 MUNGE_KEY_BYTES = 1024  # what `mungekey --create` writes by default
 JWT_KEY_BYTES = 32
 AGENT_TOKEN_BYTES = 32  # written as 64 hex digits: printable, fits an HTTP header
+DB_PASSWORD_BYTES = 24  # 48 hex digits: no character a config file or SQL string would need quoted
 
 
 def ssh_keypair() -> tuple[bytes, str]:
@@ -54,6 +55,9 @@ class ClusterKeys:
     #: Bearer token of the Slurm agent beside slurmctld (ASCII hex); the
     #: operator and the bridge present it, the agent refuses requests without it.
     agent_token: bytes
+    #: Password of the managed accounting database's user (ASCII hex): only
+    #: with spec.accounting on and its database managed.
+    db_password: bytes = b""
 
     @classmethod
     def generate(cls) -> "ClusterKeys":
@@ -61,7 +65,7 @@ class ClusterKeys:
 
     @staticmethod
     def new_key(name: str) -> bytes:
-        """A new key for the field ``name`` (munge_key, jwt_key, ssh_host_key, agent_token)."""
+        """A new key for the field ``name`` (munge_key, jwt_key, ssh_host_key, agent_token, db_password)."""
         if name == "munge_key":
             return os.urandom(MUNGE_KEY_BYTES)
         if name == "jwt_key":
@@ -70,6 +74,8 @@ class ClusterKeys:
             return ssh_keypair()[0]
         if name == "agent_token":
             return secrets.token_hex(AGENT_TOKEN_BYTES).encode()
+        if name == "db_password":
+            return secrets.token_hex(DB_PASSWORD_BYTES).encode()
         raise ValueError(f"no key called {name!r}")
 
     #: File names of the keys in a keys directory.
@@ -78,6 +84,7 @@ class ClusterKeys:
         "jwt_key": "jwt_hs256.key",
         "ssh_host_key": "ssh_host_ed25519_key",
         "agent_token": "agent.token",
+        "db_password": "db.password",
     }
 
     @classmethod
@@ -109,6 +116,7 @@ SECRETS = {
     "jwt_key": (names.jwt_secret, "jwt_hs256.key"),
     "ssh_host_key": (names.ssh_host_keys_secret, "ssh_host_ed25519_key"),
     "agent_token": (names.agent_token_secret, "token"),
+    "db_password": (names.db_password_secret, "password"),
 }
 
 
@@ -118,6 +126,7 @@ USED: dict[str, Callable[[SlurmCluster], bool]] = {
     "jwt_key": lambda c: c.spec.rest_api.enabled,
     "ssh_host_key": lambda c: True,
     "agent_token": lambda c: True,
+    "db_password": lambda c: c.spec.accounting.enabled and c.spec.accounting.database.external is None,
 }
 
 

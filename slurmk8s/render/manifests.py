@@ -17,7 +17,7 @@ import base64
 from typing import Sequence
 
 from ..api.cluster import SlurmCluster
-from . import controller, login, names, restapi, slurmd
+from . import accounting, controller, login, names, restapi, slurmd
 from .config import TopologyNode, config_files, config_hash, user_files
 from .controller import AgentClients
 from .keys import ClusterKeys
@@ -86,7 +86,13 @@ def render(
     objs.append(_secret(b, names.agent_token_secret(c), "controller", {"token": keys.agent_token}))
     if c.spec.rest_api.enabled:
         objs.append(_secret(b, names.jwt_secret(c), "restapi", {"jwt_hs256.key": keys.jwt_key}))
+    acct = c.spec.accounting
+    if acct.enabled and acct.database.external is None:
+        objs.append(_secret(b, names.db_password_secret(c), "database", {"password": keys.db_password}))
     objs += _claims(b)
+    if acct.enabled:
+        # Before the controller: slurmdbd comes up first (docs/decisions/0024).
+        objs += accounting.objects(b)
     objs += controller.objects(b, with_jwt=c.spec.rest_api.enabled)
     objs += slurmd.workers(b)
     objs += login.objects(b)

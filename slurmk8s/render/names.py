@@ -43,6 +43,8 @@ FIELD_MANAGER = "slurmk8s-operator"
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
 SLURMRESTD_PORT = 6820
+SLURMDBD_PORT = 6819
+MARIADB_PORT = 3306
 SSH_PORT = 22
 #: The Slurm agent, a sidecar of slurmctld (slurmk8s.slurm.agent).
 AGENT_PORT = 6830
@@ -79,6 +81,34 @@ def restapi(c: SlurmCluster) -> str:
     return f"{c.name}-restapi"
 
 
+def slurmdbd(c: SlurmCluster) -> str:
+    """Deployment and Service of slurmdbd."""
+    return f"{c.name}-slurmdbd"
+
+
+def slurmdbd_fqdn(c: SlurmCluster) -> str:
+    """The address slurmctld and sacct reach slurmdbd at (AccountingStorageHost)."""
+    return f"{slurmdbd(c)}.{c.namespace}.svc.{c.spec.cluster_domain}"
+
+
+def slurmdbd_config(c: SlurmCluster) -> str:
+    return f"{c.name}-slurmdbd-config"
+
+
+def database(c: SlurmCluster) -> str:
+    """StatefulSet and headless Service of the managed MariaDB."""
+    return f"{c.name}-mariadb"
+
+
+def database_fqdn(c: SlurmCluster) -> str:
+    return f"{database(c)}.{c.namespace}.svc.{c.spec.cluster_domain}"
+
+
+def database_claim(c: SlurmCluster) -> str:
+    """The PersistentVolumeClaim the MariaDB StatefulSet creates for its data."""
+    return f"data-{database(c)}-0"
+
+
 def slurm_config(c: SlurmCluster) -> str:
     return f"{c.name}-slurm-config"
 
@@ -109,6 +139,11 @@ def ssh_host_keys_secret(c: SlurmCluster | str) -> str:
 
 def agent_token_secret(c: SlurmCluster | str) -> str:
     return f"{_cluster_name(c)}-agent-token"
+
+
+def db_password_secret(c: SlurmCluster | str) -> str:
+    """The generated password of the managed database's user."""
+    return f"{_cluster_name(c)}-db-password"
 
 
 def controller_state_claim(c: SlurmCluster) -> str:
@@ -144,6 +179,8 @@ def labels(c: SlurmCluster, component: str, **extra: str) -> dict[str, str]:
 
 def image(c: SlurmCluster, component: str) -> str:
     img = c.spec.slurm.image
+    if component in ("slurmdbd", "mariadb") and c.spec.accounting.slurmdbd.image is not None:
+        img = c.spec.accounting.slurmdbd.image
     return f"{img.repository}/{component}:{img.tag or c.spec.slurm.version}"
 
 

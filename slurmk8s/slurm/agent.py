@@ -50,6 +50,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .. import log
+from .accounting import Associations
 from .client import NotOurDrain, SlurmError
 from .control import SlurmControl
 from .model import job_to_dict, node_to_dict
@@ -113,6 +114,8 @@ ROUTES: list[tuple[str, re.Pattern, Callable[..., Any]]] = [
     ("POST", re.compile(r"/v1/jobs/(?P<job_id>[0-9]{1,10})/cancel"),
      lambda s, q, b, job_id: s.cancel(int(job_id))),
     ("POST", re.compile(r"/v1/reconfigure"), lambda s, q, b: s.reconfigure()),
+    ("POST", re.compile(r"/v1/accounting"),
+     lambda s, q, b: {"applied": s.apply_accounting(Associations.from_json(b))}),
 ]
 
 

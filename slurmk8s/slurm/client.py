@@ -28,6 +28,7 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 
 from .. import versions
 from ..api.fields import SLURM_SIGNALS
+from .accounting import STATE_QUERIES, Associations, commands, parse_state
 from .hostlist import expand
 from .model import DRAIN_PREFIX, Job, Node, config_hash, job_from_json, node_from_json, release_of
 
@@ -229,6 +230,18 @@ class SlurmClient:
         """sbatch ``script`` (its text); returns the job id."""
         out = self._run("sbatch", "--parsable", *args, stdin=script)
         return int(out.strip().split(";")[0])
+
+    def apply_accounting(self, want: Associations) -> list[str]:
+        """Give slurmdbd the accounts, user associations and QOS of ``want`` with
+        ``sacctmgr``; only what is missing or differs is changed (nothing is
+        removed). Returns the commands run."""
+        outputs = {name: self._run("sacctmgr", "-n", "-P", *(a.format(cluster=want.cluster) for a in argv))
+                   for name, argv in STATE_QUERIES.items()}
+        done = []
+        for argv in commands(want, parse_state(outputs)):
+            self._run(*argv)
+            done.append(" ".join(argv))
+        return done
 
     def reconfigure(self) -> None:
         """Make slurmctld (and every slurmd) re-read the config files."""

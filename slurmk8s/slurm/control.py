@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence, runtime_checkable
 
+from .accounting import Associations
 from .model import Job, Node
 
 __all__ = ["SlurmControl", "OPERATIONS"]
@@ -63,9 +64,13 @@ class SlurmControl(Protocol):
     def config_hash(self) -> str:
         """Hash of the config files slurmctld would read now (the renderer's hash)."""
 
+    def apply_accounting(self, want: Associations) -> list[str]:
+        """Add the missing accounts, associations and QOS (sacctmgr); returns the commands run."""
+
 
 #: The operations, by name: the agent serves exactly these.
 OPERATIONS = (
     "ping", "nodes", "node", "jobs", "drain", "set_down", "undrain", "signal_node_jobs",
     "requeue", "start_now", "cancel", "delete_node", "reconfigure", "config_hash",
+    "apply_accounting",
 )

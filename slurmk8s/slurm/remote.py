@@ -20,6 +20,7 @@ import urllib.request
 from typing import Mapping, Sequence
 from urllib.parse import quote, urlencode
 
+from .accounting import Associations
 from .client import NotOurDrain, SlurmError
 from .model import Job, Node, job_from_dict, node_from_dict
 
@@ -175,6 +176,9 @@ class RemoteSlurm:
 
     def config_hash(self) -> str:
         return str(self._call("GET", "/v1/config-hash")["hash"])
+
+    def apply_accounting(self, want: Associations) -> list[str]:
+        return [str(c) for c in self._call("POST", "/v1/accounting", want.to_json())["applied"]]
 
     def published(self, model_dir: str) -> str:
         """The text of ``<model_dir>/LATEST`` on the cluster's shared storage

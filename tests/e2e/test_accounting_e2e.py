@@ -1,0 +1,152 @@
+"""Accounting through the operator in the sandbox (decision record 24): the
+SlurmCluster's spec.accounting brings up MariaDB and slurmdbd as pods from
+their images; jobs are recorded; a user added to login.users gets an
+association and can submit; deleting the SlurmCluster keeps the database's
+claim, and a cluster created again with the same name finds its old jobs.
+
+The tests share one sandbox and run in order. The daemons' own behaviour
+(records while slurmdbd or MariaDB is down, QOS, sreport) is
+tests/test_accounting_images.py's, on every release.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmk8s.manifest import with_slurm_version
+from slurmk8s.render.keys import ssh_keypair
+from slurmk8s.sandbox import Sandbox
+
+from .conftest import default_release_only
+from .test_operator_e2e import Platform, wait_for
+
+pytestmark = [pytest.mark.slurm, default_release_only]
+SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
+SUBNET = "10.253.96.0/24"
+NAME = "acct"
+KEY = ssh_keypair()[1]
+MANIFEST = {
+    "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster", "metadata": {"name": NAME},
+    "spec": {
+        "nodeSets": [{"name": "cpu", "replicas": 1, "cpus": 1, "memory": "1Gi"}],
+        "partitions": [{"name": "cpu", "nodeSets": ["cpu"], "default": True}],
+        "login": {"replicas": 0, "users": [{"name": "alice", "uid": 2101, "sshPublicKeys": [KEY]}]},
+        "accounting": {"enabled": True, "database": {"managed": {"volume": {"size": "1Gi"}}},
+                       "accounts": [{"name": "ml", "users": ["alice"]}]},
+    },
+}
+DB_CLAIM = f"data-{NAME}-mariadb-0"
+
+
+class Accounting(Platform):
+    def __init__(self, box: Sandbox, work: Path, env: dict, release: str):
+        super().__init__(box, NAME)
+        self.work, self.env, self.release = work, env, release
+
+    def up(self, doc: dict) -> subprocess.CompletedProcess:
+        path = self.work / f"{NAME}.yaml"
+        path.write_text(yaml.safe_dump(with_slurm_version([doc], self.release)[0]))
+        return subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(path), "--subnet", SUBNET, "--timeout", "240"],
+                              capture_output=True, text=True, env=self.env, timeout=300)
+
+    def as_user(self, uid: int, *argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(self.box.exec(self.controller, ["setpriv", f"--reuid={uid}", f"--regid={uid}",
+                                                              "--clear-groups", *argv]),
+                              capture_output=True, text=True, timeout=60)
+
+    def sacct(self, job: int) -> list[str]:
+        proc = subprocess.run(self.box.exec(self.controller, [
+            "sacct", "-n", "-X", "-P", "-j", str(job), "--format=JobID,User,Account,State,ExitCode,NodeList"]),
+            capture_output=True, text=True, timeout=60)
+        return proc.stdout.split()
+
+    def condition(self, type_: str) -> tuple[str, str]:
+        for c in (self.cluster().get("status") or {}).get("conditions") or []:
+            if c["type"] == type_:
+                return c["status"], c.get("message", "")
+        return "Unknown", ""
+
+    def claims(self) -> list[str]:
+        return sorted(o["metadata"]["name"] for o in json.loads(self.kubectl("get", "pvc", "-o", "json").stdout)["items"])
+
+    def submit_and_finish(self, uid: int) -> int:
+        proc = self.as_user(uid, "sbatch", "--parsable", "-D", "/tmp", "-o", "/dev/null", "--wrap", "true")
+        assert proc.returncode == 0, proc.stderr
+        job = int(proc.stdout.strip().split(";")[0])
+        wait_for(f"job {job} completed", lambda: self.job(job).get("JobState") == "COMPLETED", timeout=90,
+                 show=lambda: self.job(job))
+        return job
+
+    def diagnose(self) -> str:
+        return (f"\nstatus: {json.dumps((self.cluster().get('status') or {}).get('conditions'))}\n"
+                f"operator log:\n{self.box.logs('operator', tail=30)}")
+
+
+@pytest.fixture(scope="module")
+def acct(tmp_path_factory, release):
+    assert os.geteuid() == 0, "the sandbox needs root"
+    work = tmp_path_factory.mktemp("accounting")
+    env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(work / "state")}
+    p = Accounting(Sandbox(work / "state"), work, env, release)
+    try:
+        up = p.up(MANIFEST)
+        assert up.returncode == 0, up.stderr
+        yield p
+    finally:
+        subprocess.run([SLURMK8S, "sandbox", "down", "--purge"], capture_output=True, env=env, timeout=240)
+
+
+JOBS: dict[str, int] = {}
+
+
+def test_the_operator_runs_mariadb_and_slurmdbd_and_jobs_are_recorded(acct):
+    wait_for("AccountingReady", lambda: acct.condition("AccountingReady")[0] == "True", timeout=180,
+             show=acct.diagnose)
+    assert DB_CLAIM in acct.claims()
+    job = acct.submit_and_finish(2101)
+    wait_for(f"sacct shows job {job}", lambda: any(line.startswith(f"{job}|alice|ml|COMPLETED|0:0|")
+                                                   for line in acct.sacct(job)), timeout=60,
+             show=lambda: acct.sacct(job))
+    JOBS["alice"] = job
+
+
+def test_a_user_added_to_login_users_gets_an_association_and_can_submit(acct):
+    spec = copy.deepcopy(MANIFEST["spec"])
+    spec["login"]["users"].append({"name": "bob", "uid": 2102, "sshPublicKeys": [KEY]})
+    acct.kubectl("patch", "slurmcluster", NAME, "--type", "merge", "-p", json.dumps({"spec": {"login": spec["login"]}}))
+    def assoc() -> str:
+        return subprocess.run(acct.box.exec(acct.controller, ["sacctmgr", "-n", "-P", "show", "assoc", "where",
+                                                              "user=bob", "format=account,user"]),
+                              capture_output=True, text=True, timeout=60).stdout
+    wait_for("bob's association", lambda: "bob|bob" in assoc(), timeout=120, show=acct.diagnose)
+    # slurmctld's pod learns bob's name from the users ConfigMap within its merge period.
+    wait_for("bob can submit", lambda: acct.as_user(2102, "sbatch", "--test-only", "-D", "/tmp",
+                                                    "--wrap", "true").returncode == 0, timeout=120,
+             show=lambda: acct.as_user(2102, "sbatch", "--test-only", "--wrap", "true").stderr)
+    job = acct.submit_and_finish(2102)
+    wait_for(f"sacct shows bob's job {job}", lambda: any(line.startswith(f"{job}|bob|bob|COMPLETED")
+                                                         for line in acct.sacct(job)), timeout=60)
+
+
+def test_deleting_the_cluster_keeps_the_database_and_a_new_one_sees_the_old_jobs(acct):
+    deleted = acct.kubectl("delete", "slurmcluster", NAME, "--timeout=180s")
+    assert f'slurmcluster.slurmk8s.dev "{NAME}" deleted' in deleted.stdout
+    wait_for("the MariaDB pod gone", lambda: f"{NAME}-mariadb-0" not in acct.kubectl(
+        "get", "pods", "-o", "name").stdout, timeout=120)
+    assert DB_CLAIM in acct.claims()
+    up = acct.up(MANIFEST)
+    assert up.returncode == 0, up.stderr
+    wait_for("AccountingReady again", lambda: acct.condition("AccountingReady")[0] == "True", timeout=180,
+             show=acct.diagnose)
+    job = JOBS["alice"]
+    wait_for(f"the old job {job} in sacct", lambda: any(line.startswith(f"{job}|alice|ml|COMPLETED")
+                                                        for line in acct.sacct(job)), timeout=60,
+             show=lambda: acct.sacct(job))

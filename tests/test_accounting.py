@@ -1,0 +1,276 @@
+"""Accounting without daemons: the spec, what it renders, the association
+plan (sacctmgr commands) and the operator's decisions. The daemons run in
+tests/test_accounting_images.py."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from slurmk8s.api import InvalidSpec, load_cluster
+from slurmk8s.operator import accounting as acct
+from slurmk8s.operator.status import compute
+from slurmk8s.render import ClusterKeys, names, render
+from slurmk8s.render.keys import keys_from_secrets
+from slurmk8s.slurm.accounting import Associations, QosLimits, State, commands, minutes, parse_state
+
+UID = "c0ffee00-0000-4000-8000-000000000002"
+
+
+def with_accounting(doc, **accounting):
+    doc = copy.deepcopy(doc)
+    doc["metadata"]["uid"] = UID
+    doc["spec"]["login"]["users"].append({"name": "alice", "uid": 2002, "sshPublicKeysFrom": {
+        "name": "alice-ssh", "key": "authorized_keys"}})
+    doc["spec"]["accounting"] = {"enabled": True, **accounting}
+    return doc
+
+
+def by_name(objs):
+    return {(o["kind"], o["metadata"]["name"]): o for o in objs}
+
+
+def slurm_conf(objs):
+    return by_name(objs)[("ConfigMap", "demo-slurm-config")]["data"]["slurm.conf"]
+
+
+def test_accounting_is_off_by_default_and_renders_nothing(doc):
+    doc = copy.deepcopy(doc)
+    doc["spec"].pop("accounting", None)
+    objs = render(load_cluster(doc), ClusterKeys.generate())
+    assert not [o for o in objs if "slurmdbd" in o["metadata"]["name"] or "mariadb" in o["metadata"]["name"]]
+    assert "Accounting" not in slurm_conf(objs) and "PriorityType" not in slurm_conf(objs)
+
+
+def test_managed_accounting_renders_slurmdbd_mariadb_and_a_generated_password(doc):
+    c = load_cluster(with_accounting(doc, enforce=["associations", "qos"], fairShare={"weightAge": 5}))
+    keys = ClusterKeys.generate()
+    objs = render(c, keys)
+    o = by_name(objs)
+    conf = slurm_conf(objs)
+    assert "AccountingStorageType=accounting_storage/slurmdbd\n" in conf
+    assert f"AccountingStorageHost={names.slurmdbd_fqdn(c)}\n" in conf
+    assert "AccountingStorageEnforce=associations,qos\n" in conf
+    assert "PriorityType=priority/multifactor\n" in conf and "PriorityWeightAge=5\n" in conf
+    dbd_conf = o[("ConfigMap", "demo-slurmdbd-config")]["data"]["slurmdbd.conf"]
+    assert f"StorageHost={names.database_fqdn(c)}\n" in dbd_conf and "StoragePass=" not in dbd_conf
+    # The password is in its create-only Secret and in no ConfigMap.
+    secret = o[("Secret", "demo-db-password")]
+    assert secret["metadata"]["annotations"][names.CREATE_ONLY] == "true"
+    assert keys.db_password and len(keys.db_password) == 48
+    for obj in objs:
+        if obj["kind"] == "ConfigMap":
+            assert keys.db_password.decode() not in str(obj), obj["metadata"]["name"]
+    # slurmdbd and MariaDB come before slurmctld in apply order, each behind a Service, with probes.
+    order = [k for k in o]
+    assert order.index(("Deployment", "demo-slurmdbd")) < order.index(("StatefulSet", "demo-controller"))
+    assert order.index(("StatefulSet", "demo-mariadb")) < order.index(("Deployment", "demo-slurmdbd"))
+    dbd = o[("Deployment", "demo-slurmdbd")]
+    assert dbd["spec"]["strategy"] == {"type": "Recreate"} and dbd["spec"]["replicas"] == 1
+    [ctr] = dbd["spec"]["template"]["spec"]["containers"]
+    assert ctr["image"] == "ghcr.io/slurmk8s/slurmdbd:26.05" and "readinessProbe" in ctr
+    assert {v["name"]: v for v in dbd["spec"]["template"]["spec"]["volumes"]}["db-password"]["secret"][
+        "secretName"] == "demo-db-password"
+    db = o[("StatefulSet", "demo-mariadb")]
+    [ctr] = db["spec"]["template"]["spec"]["containers"]
+    assert ctr["image"] == "ghcr.io/slurmk8s/mariadb:26.05"
+    assert ctr["readinessProbe"]["exec"]["command"][-1] == "ready"
+    assert db["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"][names.CLUSTER_LABEL] == "demo"
+    assert o[("Service", "demo-slurmdbd")]["spec"]["ports"][0]["port"] == names.SLURMDBD_PORT
+
+
+@pytest.mark.parametrize("policy", ["Retain", "Delete"])
+def test_the_database_claim_follows_the_deletion_policy(doc, policy):
+    d = with_accounting(doc)
+    d["spec"]["deletionPolicy"] = policy
+    db = by_name(render(load_cluster(d), ClusterKeys.generate()))[("StatefulSet", "demo-mariadb")]
+    assert db["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == policy
+
+
+def test_external_database_renders_no_mariadb_and_mounts_the_sites_secret(doc):
+    d = with_accounting(doc, database={"external": {
+        "host": "mariadb.db.svc", "port": 3307, "database": "acct", "user": "slurm_demo",
+        "passwordSecret": {"name": "acct-db", "key": "pw"}}})
+    c = load_cluster(d)
+    objs = render(c, ClusterKeys.generate())
+    o = by_name(objs)
+    assert ("StatefulSet", "demo-mariadb") not in o and ("Secret", "demo-db-password") not in o
+    dbd_conf = o[("ConfigMap", "demo-slurmdbd-config")]["data"]["slurmdbd.conf"]
+    for line in ("StorageHost=mariadb.db.svc", "StoragePort=3307", "StorageLoc=acct", "StorageUser=slurm_demo"):
+        assert line + "\n" in dbd_conf
+    vols = {v["name"]: v for v in o[("Deployment", "demo-slurmdbd")]["spec"]["template"]["spec"]["volumes"]}
+    assert vols["db-password"]["secret"] == {"secretName": "acct-db", "defaultMode": 0o400,
+                                             "items": [{"key": "pw", "path": "password"}]}
+    # No password is generated for an external database.
+    keys, missing = keys_from_secrets(c, {}, ClusterKeys.generate())
+    assert keys.db_password == b"" and "demo-db-password" not in missing
+
+
+@pytest.mark.parametrize("change,path,reason", [
+    ({"database": {"managed": {}, "external": {"host": "h", "passwordSecret": {"name": "s", "key": "k"}}}},
+     "spec.accounting.database", "not both"),
+    ({"accounts": [{"name": "ml", "users": ["bob"]}]}, "spec.accounting.accounts[0].users[0]", "not in spec.login.users"),
+    ({"accounts": [{"name": "ml"}, {"name": "ml"}]}, "spec.accounting.accounts", "ml"),
+    ({"accounts": [{"name": "ML"}]}, "spec.accounting.accounts[0].name", "lower-case"),
+    ({"accounts": [{"name": "root"}]}, "spec.accounting.accounts[0].name", "Slurm's own"),
+    ({"enforce": ["associations", "bogus"]}, "spec.accounting.enforce[1]", ""),
+    ({"enforce": ["qos", "qos"]}, "spec.accounting.enforce[1]", "twice"),
+    ({"qos": [{"name": "short", "maxWall": "soon"}]}, "spec.accounting.qos[0].maxWall", "Slurm time"),
+    ({"database": {"external": {"host": "h;drop", "passwordSecret": {"name": "s", "key": "k"}}}},
+     "spec.accounting.database.external.host", ""),
+])
+def test_bad_accounting_specs_are_refused_with_the_field_path(doc, change, path, reason):
+    with pytest.raises(InvalidSpec) as err:
+        load_cluster(with_accounting(doc, **change))
+    assert path in str(err.value) and reason in str(err.value), str(err.value)
+
+
+def test_fair_share_needs_accounting_and_its_keys_are_not_extra_lines(doc):
+    d = copy.deepcopy(doc)
+    d["spec"]["accounting"] = {"fairShare": {}}
+    with pytest.raises(InvalidSpec, match="spec.accounting.fairShare"):
+        load_cluster(d)
+    d = with_accounting(doc)
+    d["spec"]["slurmConfig"]["extraLines"] = ["PriorityWeightFairshare=5"]
+    with pytest.raises(InvalidSpec, match="spec.accounting.fairShare.weightFairshare"):
+        load_cluster(d)
+
+
+def test_login_users_get_a_default_account_from_the_accounts_or_their_own(doc):
+    c = load_cluster(with_accounting(doc, accounts=[{"name": "ml", "users": ["alice"]}],
+                                     qos=[{"name": "short", "maxWall": "1:00:00", "maxJobsPerUser": 2}]))
+    want = acct.wanted(c)
+    assert want.users == (("researcher", "researcher"), ("alice", "ml"))
+    assert set(want.accounts) == {"ml", "researcher"}
+    assert want.qos == (QosLimits("short", 0, 60, 2, None),)
+    # The agent receives it as JSON and reads back the same.
+    assert Associations.from_json(want.to_json()) == want
+
+
+@pytest.mark.parametrize("bad", [
+    {"cluster": "demo", "accounts": ["a b"]},
+    {"cluster": "demo", "accounts": ["a"], "users": [["x;reboot", "a"]]},
+    {"cluster": "demo", "users": [["x", "nope"]]},
+    {"cluster": "demo", "qos": [{"name": "q", "max_wall": "1; drop"}]},
+    {"cluster": "Demo where"},
+])
+def test_the_agent_refuses_associations_with_names_sacctmgr_would_misread(bad):
+    with pytest.raises(ValueError):
+        Associations.from_json(bad)
+
+
+def _apply(state: State, argv: list[str]) -> None:
+    """What sacctmgr does with each command :func:`commands` makes (a model of slurmdbd)."""
+    words = argv[2:]
+    kv = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("qos+="))
+    if words[:2] == ["add", "cluster"]:
+        state.clusters.add(words[2])
+    elif words[:2] == ["add", "account"]:
+        state.accounts.add(words[2])
+    elif words[:2] == ["add", "qos"]:
+        state.qos[words[2]] = QosLimits(words[2])
+    elif words[:2] == ["modify", "qos"]:
+        name = kv["name"]
+        def limit(k):
+            return None if kv[k] == "-1" else int(kv[k])
+        state.qos[name] = QosLimits(name, int(kv["Priority"]), limit("MaxWall"), limit("MaxJobsPerUser"),
+                                    limit("MaxSubmitJobsPerUser"))
+    elif words[:2] == ["add", "user"]:
+        state.associations[(words[2], kv["account"])] = set(kv["qos"].split(","))
+        state.default_account.setdefault(words[2], kv["defaultaccount"])
+    elif words[:2] == ["modify", "user"] and "defaultaccount" in kv:
+        state.default_account[kv["name"]] = kv["defaultaccount"]
+    elif words[:2] == ["modify", "user"]:
+        added = next(w for w in words if w.startswith("qos+=")).split("=", 1)[1].split(",")
+        state.associations[(kv["name"], kv["account"])] |= set(added)
+    else:  # pragma: no cover
+        raise AssertionError(argv)
+
+
+def test_commands_add_what_is_missing_and_applying_them_leaves_nothing_to_do(doc):
+    c = load_cluster(with_accounting(doc, accounts=[{"name": "ml", "users": ["alice"]}],
+                                     qos=[{"name": "short", "maxWall": "10"}]))
+    want = acct.wanted(c)
+    state = parse_state({"clusters": "", "associations": "root||normal\nroot|root|normal\n",
+                         "users": "root|root\n", "qos": "normal|0||||\n"})
+    first = commands(want, state)
+    assert ["sacctmgr", "-i", "add", "cluster", "demo"] in first
+    assert ["sacctmgr", "-i", "add", "user", "alice", "account=ml", "cluster=demo", "defaultaccount=ml",
+            "qos=normal,short"] in first
+    assert all(cmd[:2] == ["sacctmgr", "-i"] and cmd[2] in ("add", "modify") for cmd in first)
+    for argv in first:
+        _apply(state, argv)
+    assert commands(want, state) == []
+    # A user dropped from the spec keeps the association (and so the history): nothing is removed.
+    doc2 = with_accounting(doc, qos=[{"name": "short", "maxWall": "20"}])
+    doc2["spec"]["login"]["users"] = doc2["spec"]["login"]["users"][:1]
+    again = commands(acct.wanted(load_cluster(doc2)), state)
+    assert again == [["sacctmgr", "-i", "modify", "qos", "where", "name=short", "set", "Priority=0", "MaxWall=20",
+                      "MaxJobsPerUser=-1", "MaxSubmitJobsPerUser=-1"]]
+
+
+def test_parse_state_reads_sacctmgrs_parsable_output():
+    s = parse_state({"clusters": "demo\n", "associations": "ml||normal\nml|alice|normal,short\n",
+                     "users": "alice|ml\n", "qos": "normal|0||||\nshort|10|01:00:00|2|\n"})
+    assert s.clusters == {"demo"} and s.accounts == {"ml"}
+    assert s.associations == {("alice", "ml"): {"normal", "short"}}
+    assert s.qos["short"] == QosLimits("short", 10, 60, 2, None)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("10", 10), ("01:00:00", 60), ("1-00:00:00", 1440), ("2-03", 2 * 1440 + 180), ("00:30", 1),
+    ("UNLIMITED", None), ("", None), ("1:30:00", 90),
+])
+def test_minutes_reads_slurm_times(text, expected):
+    assert minutes(text) == expected
+
+
+def _workload(kind, name, image, container, ready=1, generation=2, observed=2):
+    return {"kind": kind, "metadata": {"name": name, "generation": generation},
+            "spec": {"template": {"spec": {"containers": [{"name": container, "image": image}]}}},
+            "status": {"readyReplicas": ready, "updatedReplicas": ready, "replicas": ready,
+                       "observedGeneration": observed}}
+
+
+def test_slurmdbd_is_upgraded_before_slurmctld(doc):
+    d = with_accounting(doc)
+    d["spec"]["slurm"]["version"] = "24.11"
+    old = load_cluster(d)
+    d["spec"]["slurm"]["version"] = "26.05"
+    new = load_cluster(d)
+    desired = render(new, ClusterKeys.generate())
+    ctld_old = _workload("StatefulSet", "demo-controller", names.image(old, "slurmctld"), "slurmctld")
+    dbd_old = _workload("Deployment", "demo-slurmdbd", names.image(old, "slurmdbd"), "slurmdbd")
+    dbd_new = _workload("Deployment", "demo-slurmdbd", names.image(new, "slurmdbd"), "slurmdbd")
+    # slurmdbd still old: slurmctld waits.
+    why = acct.slurmdbd_first(new, desired, [ctld_old, dbd_old])
+    assert why and "slurmdbd" in why and "24.11" in why
+    # slurmdbd updated but its new pod not ready yet: still waits.
+    rolling = _workload("Deployment", "demo-slurmdbd", names.image(new, "slurmdbd"), "slurmdbd", ready=0)
+    assert acct.slurmdbd_first(new, desired, [ctld_old, rolling])
+    stale = _workload("Deployment", "demo-slurmdbd", names.image(new, "slurmdbd"), "slurmdbd", observed=1)
+    assert acct.slurmdbd_first(new, desired, [ctld_old, stale])
+    # slurmdbd runs the new release, ready: slurmctld may go.
+    assert acct.slurmdbd_first(new, desired, [ctld_old, dbd_new]) is None
+    # A new cluster, or no version change: nothing waits.
+    assert acct.slurmdbd_first(new, desired, []) is None
+    ctld_new = _workload("StatefulSet", "demo-controller", names.image(new, "slurmctld"), "slurmctld")
+    assert acct.slurmdbd_first(new, desired, [ctld_new, dbd_old]) is None
+
+
+def test_accounting_ready_waits_for_the_database_slurmdbd_and_associations(doc):
+    c = load_cluster(with_accounting(doc))
+    db = {"kind": "StatefulSet", "metadata": {"name": "demo-mariadb"}, "status": {"readyReplicas": 1}}
+    dbd = {"kind": "Deployment", "metadata": {"name": "demo-slurmdbd"}, "status": {"readyReplicas": 1}}
+    assert acct.condition(c, [], None)[1] == "DatabaseNotReady"
+    assert acct.condition(c, [db], None)[1] == "SlurmdbdNotReady"
+    assert acct.condition(c, [db, dbd], None)[1] == "AssociationsPending"
+    assert acct.condition(c, [db, dbd], False, "boom") == ("False", "AssociationsFailed", "sacctmgr failed: boom")
+    assert acct.condition(c, [db, dbd], True)[0] == "True"
+    # Ready waits for it.
+    st = compute(c, None, observed=[], nodes=None, applied_hash="h", rendered_hash="h", now="2026-01-01T00:00:00Z",
+                 accounting=acct.condition(c, [db], None))
+    ready = next(x for x in st.conditions if x.type == "Ready")
+    assert ready.status == "False"
+    assert next(x for x in st.conditions if x.type == "AccountingReady").reason == "SlurmdbdNotReady"
