@@ -137,6 +137,8 @@ class Result:
     shape: Shape
     #: per job started: seconds from submission to first start
     queueing: list[float] = field(default_factory=list)
+    #: job id -> its queueing delay, for jobs started
+    delay_of: dict[int, float] = field(default_factory=dict)
     #: per job not started by the end: seconds waited so far
     unstarted: list[float] = field(default_factory=list)
     #: per job completed: submission to completion
@@ -494,6 +496,7 @@ class _Sim:
         if j.first_start is None:
             j.first_start = t
             self.res.queueing.append(t - j.submit)
+            self.res.delay_of[j.id] = t - j.submit
         lent = 0
         for name, g in alloc:
             s = self.snodes[name]
