@@ -44,10 +44,10 @@ JOBS = [(5, 4, 50), (5, 2, 40), (6, 2, 60), (10, 1, 30), (12, 4, 30), (20, 1, 45
 BURSTS = [(30, 70, 1), (110, 150, 2), (185, 215, 1)]
 
 JOB = """#!/bin/bash
-#SBATCH -p gpu --requeue --open-mode=append
+#SBATCH -p gpu -N 1 --requeue --open-mode=append
 #SBATCH -o /shared/researcher/trust-%j.out
 date +%s.%N >> /shared/researcher/trust-$SLURM_JOB_NAME.start
-sleep "$1"
+sleep "$TRUST_SECONDS"
 """
 
 
@@ -71,11 +71,13 @@ def _counts(world: Lending) -> tuple[float, float]:
 def _serving_pod(world: Lending, name: str) -> None:
     world.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default",
                                                                 "labels": {"app": "serve"}},
-                 "spec": {"containers": [{"name": "serve", "image": SERVE_IMAGE, "command": ["sleep", "3600"],
+                 "spec": {"terminationGracePeriodSeconds": 0,  # gone when deleted, as in the trace
+                          "containers": [{"name": "serve", "image": SERVE_IMAGE, "command": ["sleep", "3600"],
                                           "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}})
 
 
 @default_release_only
+@pytest.mark.timeout(1200)  # the trace alone is four minutes, then its jobs finish
 def test_the_simulator_agrees_with_the_sandbox(world):
     r = world.researcher
     r.put(JOB, "/shared/researcher/trust.sh")
@@ -95,8 +97,8 @@ def test_the_simulator_agrees_with_the_sandbox(world):
         if what == "job":
             _, gpus, duration = JOBS[k]
             at = time.time()
-            r.sbatch("/shared/researcher/trust.sh", f"--gpus={gpus}", f"--job-name=trust{k}", str(duration),
-                     cwd="/shared/researcher")
+            r.sbatch("/shared/researcher/trust.sh", f"--gpus={gpus}", f"--job-name=trust{k}",
+                     f"--export=ALL,TRUST_SECONDS={duration}", cwd="/shared/researcher")
             submitted[k] = at
         else:
             for i in range(BURSTS[k][2]):
