@@ -34,7 +34,7 @@ from .conftest import default_release_only
 from .lending import LEND, SERVE_IMAGE, Lending, lending_sandbox, policy, wait_for
 
 pytestmark = pytest.mark.slurm
-SUBNET = "10.253.95.0/24"
+SUBNET = "10.253.92.0/24"
 TOLERANCE = 35.0
 
 #: (second, gpus, duration): the training jobs, as submitted
