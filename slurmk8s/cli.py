@@ -418,6 +418,10 @@ _TIMES = ("Latencies default to hack/bench_lending.py's medians measured on the 
                    "it watches); time-based rules (idleAfterSeconds, grace, windows) fire on these.")
 @click.option("--queue-depth", type=click.IntRange(1, 100000), default=100, show_default=True,
               help="Pending jobs Slurm's scheduler looks at per pass (Slurm's default_queue_depth).")
+@click.option("--time-limits", type=click.Choice(["runtime", "none"]), default="runtime", show_default=True,
+              help="The jobs' time limits, which Slurm's backfill plans with: runtime (each job's limit is its "
+                   "runtime: EASY backfill, a reservation for the first job that cannot start) or none (no "
+                   "reservation in sight: every job that fits starts, in submission order).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="A progress bar per run on stderr.")
 def simulate_cmd(nodes: int, gpus_per_node: int, slurm_nodes: int | None, jobs_file: Path, pods_file: Path | None,
                  requests_file: Path | None, policy_files: tuple[str, ...], compare: bool, start: str | None,
@@ -425,7 +429,8 @@ def simulate_cmd(nodes: int, gpus_per_node: int, slurm_nodes: int | None, jobs_f
                  tokens_per_gpu_second: float, target_utilisation: float, gpus_per_replica: int,
                  autoscale_window: float, serving_peak_gpus: int | None, lend_seconds: float,
                  reclaim_seconds: float, pod_start_seconds: float, requeue_seconds: float, restart_seconds: float,
-                 checkpoint_seconds: float, interval: float, queue_depth: int, progress: bool) -> None:
+                 checkpoint_seconds: float, interval: float, queue_depth: int, time_limits: str,
+                 progress: bool) -> None:
     """What lending policies would have done on a trace, with the bridge's own decisions.
 
     A discrete-event simulation of GPU nodes, a Kubernetes serving workload
@@ -479,7 +484,7 @@ def simulate_cmd(nodes: int, gpus_per_node: int, slurm_nodes: int | None, jobs_f
     click.echo(f"{len(inputs.jobs):,} jobs and {len(inputs.pods):,} serving pods over {inputs.span / 86400:.1f} days; "
                f"{nodes} nodes x {gpus_per_node} GPUs, {slurm_nodes} Slurm's own", err=True)
     try:
-        results = run_all(inputs, pols, compare, lat, node_labels, queue_depth,
+        results = run_all(inputs, pols, compare, lat, node_labels, queue_depth, time_limits == "runtime",
                           progress=_stderr_progress(inputs.span) if progress else (lambda name: None))
     except ValueError as exc:
         click.echo(f"error: {exc}", err=True)
@@ -487,7 +492,8 @@ def simulate_cmd(nodes: int, gpus_per_node: int, slurm_nodes: int | None, jobs_f
     runs = summaries(results)
     click.echo(table(runs))
     if json_file is not None:
-        write_json(json_file, runs, {**inputs.described, "latencies": lat.__dict__, "queue_depth": queue_depth})
+        write_json(json_file, runs, {**inputs.described, "latencies": lat.__dict__, "queue_depth": queue_depth,
+                                     "time_limits": time_limits})
         click.echo(f"wrote {json_file}", err=True)
     if plot_dir is not None:
         try:

@@ -28,9 +28,10 @@ def _policy(**spec):
                         "spec": {**base, **spec}})
 
 
-def _run(shape, jobs, pods, span, pol=None, mode=None, lat=Latencies()):
+def _run(shape, jobs, pods, span, pol=None, mode=None, lat=Latencies(), time_limits=True):
     if pol is None:
-        return simulate(shape, jobs, pods, span, Run(mode or "static", mode or "static"), latencies=lat)
+        return simulate(shape, jobs, pods, span, Run(mode or "static", mode or "static"), latencies=lat,
+                        time_limits=time_limits)
     cluster, labels = bridge_setup(pol)
     return simulate(shape, jobs, pods, span, Run(pol.name, "policy", pol), cluster, labels, lat)
 
@@ -85,20 +86,32 @@ def test_requests_become_replicas_sized_to_the_peak_and_stretched(tmp_path):
 # -- the simulated Slurm ------------------------------------------------------
 
 
-def test_static_slurm_is_fifo_with_backfill_and_gang_allocation():
+def test_static_slurm_is_fifo_with_easy_backfill_and_gang_allocation_when_runtimes_are_limits():
     shape = Shape(nodes=2, gpus_per_node=4, slurm_nodes=2)
     jobs = [TrainingJob(0, 0, 100, 8),   # both nodes, 100 s
             TrainingJob(1, 1, 100, 8),   # waits for the first: reserved at 100
             TrainingJob(2, 2, 50, 4),    # would delay the reservation: waits
             TrainingJob(3, 3, 10, 1)]    # also waits: nothing is free before 100
-    r = _run(shape, jobs, [], 1000)
+    r = _run(shape, jobs, [], 1000, time_limits=True)
     assert r.delay_of == {0: 0, 1: 99, 2: 198, 3: 197}
-    assert r.jct == sorted(r.jct) or len(r.jct) == 4
     jobs = [TrainingJob(0, 0, 100, 6),   # a node and a half
             TrainingJob(1, 1, 100, 4),   # needs a whole node: waits for the first
             TrainingJob(2, 2, 50, 2)]    # ends before the reservation, fits in the half: backfilled now
-    r = _run(shape, jobs, [], 1000)
+    r = _run(shape, jobs, [], 1000, time_limits=True)
     assert r.delay_of == {0: 0, 1: 99, 2: 0}
+    one = Shape(nodes=1, gpus_per_node=4, slurm_nodes=1)
+    jobs = [TrainingJob(0, 0, 100, 2),
+            TrainingJob(1, 1, 100, 4),   # reserved at 100
+            TrainingJob(2, 2, 500, 2)]   # fits now, but would delay the reservation: waits for it
+    r = _run(one, jobs, [], 2000, time_limits=True)
+    assert r.delay_of == {0: 0, 1: 99, 2: 198}
+
+
+def test_without_time_limits_every_job_that_fits_starts_in_order():
+    one = Shape(nodes=1, gpus_per_node=4, slurm_nodes=1)
+    jobs = [TrainingJob(0, 0, 100, 2), TrainingJob(1, 1, 100, 4), TrainingJob(2, 2, 500, 2)]
+    r = _run(one, jobs, [], 2000, time_limits=False)
+    assert r.delay_of == {0: 0, 2: 0, 1: 2 + 500 - 1}  # no reservation: the big job waits for both
 
 
 def test_serving_pods_wait_for_free_gpus_and_their_pending_time_is_measured():

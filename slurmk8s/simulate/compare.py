@@ -50,7 +50,7 @@ def load_inputs(shape: Shape, jobs_file: Path, pods_file: Path | None, requests_
 
 
 def run_all(inputs: Inputs, policies: list[NodeLendingPolicy], compare: bool, latencies: Latencies,
-            labels: dict[str, str], queue_depth: int,
+            labels: dict[str, str], queue_depth: int, time_limits: bool = True,
             progress: Callable[[str], Callable[[float], None] | None] = lambda name: None
             ) -> list[Result]:
     """static (with ``compare`` or without policies), each policy, then the oracle (with ``compare``)."""
@@ -68,7 +68,7 @@ def run_all(inputs: Inputs, policies: list[NodeLendingPolicy], compare: bool, la
     for run in runs:
         cluster, node_labels = bridge_setup(run.policy, labels) if run.policy else (None, labels)
         out.append(simulate(inputs.shape, inputs.jobs, inputs.pods, inputs.span, run, cluster, node_labels,
-                            latencies, queue_depth, progress=progress(run.name)))
+                            latencies, queue_depth, progress=progress(run.name), time_limits=time_limits))
     return out
 
 

@@ -35,11 +35,15 @@ Running ``pod_start`` seconds after it is bound. A node handed back
 (untainted) takes pods ``reclaim`` seconds later. The lent slurmd pod
 registers its node with Slurm ``lend`` seconds after it is created.
 
-**Slurm**: one partition. FIFO by submission with EASY backfill: the
-first job that cannot start gets a reservation at the earliest time
-enough GPUs free up (from running jobs' known ends); later jobs (up to
-``queue_depth`` of them) start now if they fit and end before it, or fit
-in GPUs the reservation leaves spare. Gang allocation: a job of at most a
+**Slurm**: one partition, jobs in submission order (up to
+``queue_depth`` of them per pass), with backfill. With time limits equal to
+the runtimes (``time_limits`` True, the default) it is EASY backfill: the
+first job that cannot start gets a reservation at the earliest time enough
+GPUs free up (counted in GPUs, not per node), and later jobs start now only
+if they end before it or fit in GPUs it leaves spare. Without time limits
+(``time_limits`` False) no reservation is in sight, and every later job that
+fits starts.
+Gang allocation: a job of at most a
 node's GPUs goes on one node (best fit, Slurm's own nodes before lent
 ones); a larger one on whole free nodes. Runtimes are the trace's, known
 to the scheduler. A reclaim drains the node (no new jobs); signalled
@@ -228,7 +232,8 @@ def _patched(node: KubeNode, patch: dict) -> KubeNode:
 class _Sim:
     def __init__(self, shape: Shape, jobs: list[TrainingJob], pods: list[ServingPod], span: float,
                  lat: Latencies, run: Run, cluster: SlurmCluster | None, labels: dict[str, str],
-                 queue_depth: int, samples: int, progress: Callable[[float], None] | None):
+                 queue_depth: int, samples: int, progress: Callable[[float], None] | None,
+                 time_limits: bool = True):
         self.shape, self.lat, self.cfg, self.span = shape, lat, run, span
         self.G = shape.gpus_per_node
         self.mode = run.mode
@@ -236,6 +241,7 @@ class _Sim:
         self.cluster = cluster
         self.partition = run.policy.spec.partition if run.policy else "gpu"
         self.queue_depth = queue_depth
+        self.time_limits = time_limits
         self.progress = progress
         self.res = Result(run.name, span, shape)
         self.t = 0.0
@@ -468,7 +474,7 @@ class _Sim:
                 continue
             alloc = self._place(j, end) if fits else None
             if alloc is None:
-                if shadow is None:
+                if shadow is None and self.time_limits:
                     shadow, extra = self._reservation(j.gpus, free)
                 continue
             if shadow is not None and end > shadow:
@@ -926,11 +932,12 @@ class _Sim:
 def simulate(shape: Shape, jobs: list[TrainingJob], pods: list[ServingPod], span: float, run: Run,
              cluster: SlurmCluster | None = None, labels: dict[str, str] | None = None,
              latencies: Latencies = Latencies(), queue_depth: int = 100, samples: int = 500,
-             progress: Callable[[float], None] | None = None) -> Result:
+             progress: Callable[[float], None] | None = None, time_limits: bool = True) -> Result:
     """Run one simulation (see the module's docstring)."""
     if run.mode == "policy" and (run.policy is None or cluster is None):
         raise ValueError("a policy run needs the policy and its SlurmCluster")
-    sim = _Sim(shape, jobs, pods, span, latencies, run, cluster, dict(labels or {}), queue_depth, samples, progress)
+    sim = _Sim(shape, jobs, pods, span, latencies, run, cluster, dict(labels or {}), queue_depth, samples, progress,
+               time_limits)
     return sim.run()
 
 

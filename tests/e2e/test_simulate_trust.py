@@ -3,7 +3,7 @@
 The sandbox's two lendable GPU nodes (4 GPUs each; the `gpu` partition has
 no node of its own), the real bridge (a round every second and at every
 watched change) and real Slurm run a synthetic trace: a dozen training jobs
-(`sleep`, 1 to 4 GPUs, requeued when their node is taken back) and three
+(`sleep`, 2 GPUs each, requeued when their node is taken back) and three
 bursts of serving pods that need whole nodes. The times at which the test
 actually submitted each job and created and deleted each pod are then
 replayed in the simulator, on the same shape, with the same policy, and the
@@ -37,9 +37,11 @@ pytestmark = pytest.mark.slurm
 SUBNET = "10.253.92.0/24"
 TOLERANCE = 35.0
 
-#: (second, gpus, duration): the training jobs, as submitted
-JOBS = [(5, 4, 50), (5, 2, 40), (6, 2, 60), (10, 1, 30), (12, 4, 30), (20, 1, 45),
-        (60, 2, 30), (62, 4, 40), (95, 1, 20), (100, 2, 50), (130, 4, 30), (140, 1, 30)]
+#: (second, gpus, duration): the training jobs, as submitted. One size, so that every way Slurm may
+#: order its queue (priority, backfill with or without time limits) starts the same job in a free slot:
+#: what is compared is lending, not Slurm's scheduling policy.
+JOBS = [(5, 2, 60), (5, 2, 40), (6, 2, 80), (8, 2, 50), (12, 2, 30), (20, 2, 45),
+        (60, 2, 30), (62, 2, 40), (95, 2, 20), (100, 2, 50), (130, 2, 30), (140, 2, 30)]
 #: (second created, second deleted, how many pods of a whole node's 4 GPUs)
 BURSTS = [(30, 70, 1), (110, 150, 2), (185, 215, 1)]
 
