@@ -329,5 +329,180 @@ def serve_cmd(model_dir: Path, host: str, port: int, interval: float) -> None:
     serve(model_dir, host, port, interval)
 
 
+def _label(ctx, param, values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for v in values:
+        key, sep, value = v.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{v!r} is not KEY=VALUE", ctx, param)
+        out[key] = value
+    return out
+
+
+_TIMES = ("Latencies default to hack/bench_lending.py's medians measured on the sandbox with the real bridge "
+          "and Slurm (lend 0.89 s; reclaim of an idle node: schedulable 0.16 s, pod Running 0.71 s; of a busy "
+          "node 0.26 s / 0.84 s; resume 0.75 s).")
+
+
+@main.command("simulate")
+@click.option("--nodes", type=click.IntRange(1, 100000), default=64, show_default=True,
+              help="GPU nodes in the cluster, Slurm's own and Kubernetes' together.")
+@click.option("--gpus-per-node", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="GPUs on every node.")
+@click.option("--slurm-nodes", type=click.IntRange(0, 100000), default=None,
+              help="How many of the nodes Slurm owns outright; the rest serve Kubernetes and are the ones a "
+                   "policy may lend.  [default: half of --nodes]")
+@click.option("--jobs", "jobs_file", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              metavar="FILE", help="Training jobs, CSV with columns submit_time (or timestamp), duration (seconds) "
+                                   "and num_gpus; submit_time in seconds or a timestamp such as 2017-10-09 "
+                                   "07:01:55 (UTC). Other columns are ignored: the Philly trace reads as is.")
+@click.option("--serving-pods", "pods_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              metavar="FILE", help="Serving demand as pods: CSV start,end,gpus (seconds from the window's start, "
+                                   "or timestamps).")
+@click.option("--serving-requests", "requests_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              metavar="FILE", help="Serving demand as an LLM request trace, CSV TIMESTAMP,ContextTokens,"
+                                   "GeneratedTokens (the Azure LLM inference traces), turned into replicas: each "
+                                   "--autoscale-window of the trace needs ceil(tokens/s x scale / "
+                                   "(--tokens-per-gpu-second x --target-utilisation) / --gpus-per-replica) pods; "
+                                   "scale makes the busiest window need --serving-peak-gpus; the trace's span is "
+                                   "stretched over the simulated window.")
+@click.option("--policy", "policy_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              metavar="FILE", help="A NodeLendingPolicy YAML, validated as the bridge validates it; repeat for "
+                                   "several. Its SlurmCluster (clusterRef) is simulated with the policy's "
+                                   "partition taking lent nodes.")
+@click.option("--compare", is_flag=True, help="Also run the static split (nothing lent) and the oracle (knows "
+                                              "future serving demand: lends a node only for jobs that end before "
+                                              "serving needs it, at no latency; the upper bound), and print ratios.")
+@click.option("--start", default=None, metavar="TIME", help="The window's start (a timestamp, or seconds as the "
+                                                            "jobs file has them).  [default: the first submission]")
+@click.option("--days", type=click.FloatRange(0.001, 3650), default=None,
+              help="The window's length; jobs submitted in it are simulated, and the simulation ends with it. "
+                   "[default: to the last submission]")
+@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Write the figures as JSON: {inputs, runs: [{name, queueing_delay_mean_s, "
+                   "queueing_delay_p95_s, jct_mean_s, gpu_hours_used, gpu_hours_available, serving_pending_p99_s, "
+                   "serving_pending_max_s, reclaims, lost_gpu_hours, ...}]}.")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Write PNG plots into DIR: utilisation over time (serving / own Slurm / lent), the CDF of "
+                   "queueing delay per run, lent nodes over time.")
+@click.option("--node-label", "node_labels", multiple=True, callback=_label, metavar="KEY=VALUE",
+              help="A label on every simulated Kubernetes node, beyond those the policy's nodeSelector asks for.")
+@click.option("--tokens-per-gpu-second", type=click.FloatRange(1, None, min_open=False), default=2500.0,
+              show_default=True, help="--serving-requests: tokens (prompt + generated) one GPU serves per second.")
+@click.option("--target-utilisation", type=click.FloatRange(0.01, 1.0), default=0.6, show_default=True,
+              help="--serving-requests: the fraction of that throughput the autoscaler runs replicas at.")
+@click.option("--gpus-per-replica", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="--serving-requests: GPUs each serving pod asks for.")
+@click.option("--autoscale-window", type=click.FloatRange(1, None), default=60.0, show_default=True,
+              metavar="SECONDS", help="--serving-requests: the autoscaler's averaging window, in the request "
+                                      "trace's own seconds.")
+@click.option("--serving-peak-gpus", type=click.IntRange(1, None), default=None,
+              help="--serving-requests: GPUs serving needs in the trace's busiest window (the request rate is "
+                   "scaled to it).  [default: all GPUs of the Kubernetes nodes]")
+@click.option("--lend-seconds", type=click.FloatRange(0, None), default=0.89, show_default=True,
+              help="slurmd pod created -> its node registered in Slurm. " + _TIMES)
+@click.option("--reclaim-seconds", type=click.FloatRange(0, None), default=0.16, show_default=True,
+              help="Node handed back (untainted) -> Kubernetes schedules pods on it.")
+@click.option("--pod-start-seconds", type=click.FloatRange(0, None), default=0.55, show_default=True,
+              help="Serving pod bound -> Running (the measured 0.71 s to Running less 0.16 s to schedulable).")
+@click.option("--requeue-seconds", type=click.FloatRange(0, None), default=0.10, show_default=True,
+              help="A requeued or cancelled job's end on its node (the measured busy 0.26 s less idle 0.16 s).")
+@click.option("--restart-seconds", type=click.FloatRange(0, None), default=0.75, show_default=True,
+              help="Restart overhead: a requeued job starting again -> doing work (measured resume). Real "
+                   "training jobs reloading a model take longer: set yours.")
+@click.option("--checkpoint-seconds", type=click.FloatRange(0, None), default=60.0, show_default=True,
+              help="A signalled job's checkpoint takes this long; requeued before it is written, the job loses "
+                   "all its work, after it only the work since the signal. A workload property, not measured.")
+@click.option("--interval", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True, metavar="SECONDS",
+              help="Seconds between the bridge's periodic rounds (beside the round 50 ms after every change "
+                   "it watches); time-based rules (idleAfterSeconds, grace, windows) fire on these.")
+@click.option("--queue-depth", type=click.IntRange(1, 100000), default=100, show_default=True,
+              help="Pending jobs Slurm's scheduler looks at per pass (Slurm's default_queue_depth).")
+@click.option("--time-limits", type=click.Choice(["runtime", "none"]), default="runtime", show_default=True,
+              help="The jobs' time limits, which Slurm's backfill plans with: runtime (each job's limit is its "
+                   "runtime: EASY backfill, a reservation for the first job that cannot start) or none (no "
+                   "reservation in sight: every job that fits starts, in submission order).")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="A progress bar per run on stderr.")
+def simulate_cmd(nodes: int, gpus_per_node: int, slurm_nodes: int | None, jobs_file: Path, pods_file: Path | None,
+                 requests_file: Path | None, policy_files: tuple[str, ...], compare: bool, start: str | None,
+                 days: float | None, json_file: Path | None, plot_dir: Path | None, node_labels: dict[str, str],
+                 tokens_per_gpu_second: float, target_utilisation: float, gpus_per_replica: int,
+                 autoscale_window: float, serving_peak_gpus: int | None, lend_seconds: float,
+                 reclaim_seconds: float, pod_start_seconds: float, requeue_seconds: float, restart_seconds: float,
+                 checkpoint_seconds: float, interval: float, queue_depth: int, time_limits: str,
+                 progress: bool) -> None:
+    """What lending policies would have done on a trace, with the bridge's own decisions.
+
+    A discrete-event simulation of GPU nodes, a Kubernetes serving workload
+    and a Slurm training queue (FIFO with backfill, gang allocation). At every
+    bridge round it calls the bridge's own decide() with each policy, as the
+    bridge does, and applies its actions. Prints one table: training queueing
+    delay and JCT, GPU-hours used, serving pods' pending time, reclaims and
+    work lost, with ratios against the static split and the oracle.
+
+    \b
+      slurmk8s simulate --nodes 64 --slurm-nodes 32 --days 30
+        --jobs philly.csv --serving-requests azure_llm_conv.csv
+        --policy examples/simulate/idle-5m.yaml --compare
+        --json out.json --plot out/
+    """
+    from .simulate.compare import _stderr_progress, load_inputs, run_all, summaries
+    from .simulate.engine import Latencies, Shape
+    from .simulate.report import plot, table, write_json
+    from .simulate.traces import RequestModel, TraceError, parse_when
+
+    if (pods_file is None) == (requests_file is None):
+        raise click.UsageError("give the serving demand: exactly one of --serving-pods FILE or --serving-requests FILE")
+    slurm_nodes = nodes // 2 if slurm_nodes is None else slurm_nodes
+    if slurm_nodes > nodes:
+        raise click.BadParameter(f"{slurm_nodes} is more than --nodes {nodes}", param_hint="--slurm-nodes")
+    pols = []
+    try:
+        for f in policy_files:
+            found = list(policies(f))
+            if not found:
+                raise click.BadParameter(f"{f} holds no NodeLendingPolicy document", param_hint="--policy")
+            pols += found
+    except InvalidSpec as exc:
+        _fail(exc)
+    try:
+        t0 = parse_when(start) if start is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--start") from None
+    shape = Shape(nodes, gpus_per_node, slurm_nodes)
+    model = RequestModel(tokens_per_gpu_second, target_utilisation, gpus_per_replica, autoscale_window,
+                         serving_peak_gpus if serving_peak_gpus is not None else shape.kube_nodes * gpus_per_node)
+    try:
+        inputs = load_inputs(shape, jobs_file, pods_file, requests_file, t0, days, model)
+    except TraceError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    if not inputs.jobs:
+        raise click.UsageError(f"no job of {jobs_file} is submitted in the window; check --start and --days")
+    lat = Latencies(lend=lend_seconds, reclaim=reclaim_seconds, pod_start=pod_start_seconds, requeue=requeue_seconds,
+                    restart=restart_seconds, checkpoint=checkpoint_seconds, interval=interval)
+    click.echo(f"{len(inputs.jobs):,} jobs and {len(inputs.pods):,} serving pods over {inputs.span / 86400:.1f} days; "
+               f"{nodes} nodes x {gpus_per_node} GPUs, {slurm_nodes} Slurm's own", err=True)
+    try:
+        results = run_all(inputs, pols, compare, lat, node_labels, queue_depth, time_limits == "runtime",
+                          progress=_stderr_progress(inputs.span) if progress else (lambda name: None))
+    except ValueError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    runs = summaries(results)
+    click.echo(table(runs))
+    if json_file is not None:
+        write_json(json_file, runs, {**inputs.described, "latencies": lat.__dict__, "queue_depth": queue_depth,
+                                     "time_limits": time_limits})
+        click.echo(f"wrote {json_file}", err=True)
+    if plot_dir is not None:
+        try:
+            files = plot(plot_dir, results)
+        except ModuleNotFoundError:
+            click.echo("error: --plot needs matplotlib, a dependency of slurmk8s: pip install matplotlib", err=True)
+            sys.exit(1)
+        click.echo("wrote " + ", ".join(map(str, files)), err=True)
+
+
 if __name__ == "__main__":
     main()

@@ -22,8 +22,9 @@ RANK = {
     "slurmk8s.kube": 4, "slurmk8s.informer": 4,
     "slurmk8s.permissions": 5,
     "slurmk8s.operator": 6, "slurmk8s.bridge": 6,
-    "slurmk8s.cli": 7,
-    "slurmk8s.sandbox": 8,
+    "slurmk8s.simulate": 7,
+    "slurmk8s.cli": 8,
+    "slurmk8s.sandbox": 9,
 }
 #: Not installed with the product: no other part may import it.
 TEST_BED = "slurmk8s.sandbox"

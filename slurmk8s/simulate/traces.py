@@ -1,0 +1,228 @@
+"""The simulator's inputs, read from CSV: training jobs and serving demand. Pure but for reading files.
+
+Times inside the simulator are seconds from the start of the simulated
+window. Readers take either seconds or timestamps (``2017-10-09 07:01:55``,
+read as UTC) and return records sorted by time.
+
+- Training jobs: ``submit_time,duration,num_gpus`` (``timestamp`` is taken
+  for ``submit_time``, as the Philly trace names it); other columns are ignored.
+- Serving pods: ``start,end,gpus``: a pod asking for ``gpus`` from ``start``
+  until it is deleted at ``end``.
+- Serving requests (the Azure LLM inference traces,
+  ``TIMESTAMP,ContextTokens,GeneratedTokens``): turned into serving pods by
+  :func:`replicas_from_requests`, the model documented there.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+__all__ = ["TrainingJob", "ServingPod", "TraceError", "RequestModel", "read_jobs", "read_serving_pods",
+           "read_requests", "replicas_from_requests", "parse_when", "window"]
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read: names the file, the line and the field."""
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """A training job: submitted at ``submit`` (seconds), runs ``duration`` seconds on ``gpus`` GPUs."""
+
+    id: int
+    submit: float
+    duration: float
+    gpus: int
+
+
+@dataclass(frozen=True)
+class ServingPod:
+    """A serving pod that exists from ``start`` to ``end`` (seconds) and asks for ``gpus`` GPUs."""
+
+    start: float
+    end: float
+    gpus: int
+
+
+def parse_when(value: str) -> float:
+    """Seconds (a number) or a timestamp as POSIX seconds (naive is UTC)."""
+    text = value.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{value!r} is neither seconds nor a timestamp such as 2017-10-09 07:01:55") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return t.timestamp()
+
+
+def _rows(path: Path, columns: dict[str, tuple[str, ...]]) -> Iterable[tuple[int, dict[str, str]]]:
+    """Each data row with the wanted columns (each found under one of its names)."""
+    try:
+        f = open(path, newline="")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read it ({exc.strerror})") from None
+    with f:
+        reader = csv.reader(f)
+        header = [h.strip() for h in next(reader, [])]
+        where = {}
+        for want, names in columns.items():
+            found = next((header.index(n) for n in names if n in header), None)
+            if found is None:
+                raise TraceError(f"{path}: no column {' or '.join(names)} in the header {','.join(header)!r}")
+            where[want] = found
+        for line, row in enumerate(reader, start=2):
+            if not row or not any(c.strip() for c in row):
+                continue
+            try:
+                yield line, {k: row[i] for k, i in where.items()}
+            except IndexError:
+                raise TraceError(f"{path}:{line}: {len(row)} fields, the header has {len(header)}") from None
+
+
+def _number(path: Path, line: int, field: str, value: str, *, minimum: float = 0.0) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise TraceError(f"{path}:{line}: {field} {value!r} is not a number") from None
+    if not math.isfinite(x) or x < minimum:
+        raise TraceError(f"{path}:{line}: {field} {value!r} must be a number >= {minimum:g}")
+    return x
+
+
+def _when(path: Path, line: int, field: str, value: str) -> float:
+    try:
+        return parse_when(value)
+    except ValueError as exc:
+        raise TraceError(f"{path}:{line}: {field}: {exc}") from None
+
+
+def read_jobs(path: Path) -> list[TrainingJob]:
+    """Training jobs with absolute submit times (POSIX seconds, or the numbers given), by submit time."""
+    out = []
+    for line, row in _rows(path, {"submit": ("submit_time", "timestamp"), "duration": ("duration",),
+                                  "gpus": ("num_gpus",)}):
+        gpus = _number(path, line, "num_gpus", row["gpus"], minimum=1)
+        if gpus != int(gpus):
+            raise TraceError(f"{path}:{line}: num_gpus {row['gpus']!r} must be a whole number")
+        out.append((_when(path, line, "submit_time", row["submit"]),
+                    _number(path, line, "duration", row["duration"]), int(gpus), line))
+    out.sort()
+    return [TrainingJob(i, s, d, g) for i, (s, d, g, _) in enumerate(out)]
+
+
+def read_serving_pods(path: Path) -> list[ServingPod]:
+    """Serving pods (``start,end,gpus``), by start time."""
+    out = []
+    for line, row in _rows(path, {"start": ("start",), "end": ("end",), "gpus": ("gpus",)}):
+        start, end = _when(path, line, "start", row["start"]), _when(path, line, "end", row["end"])
+        gpus = _number(path, line, "gpus", row["gpus"], minimum=1)
+        if end < start:
+            raise TraceError(f"{path}:{line}: end {row['end']!r} is before start {row['start']!r}")
+        if gpus != int(gpus):
+            raise TraceError(f"{path}:{line}: gpus {row['gpus']!r} must be a whole number")
+        out.append(ServingPod(start, end, int(gpus)))
+    out.sort(key=lambda p: (p.start, p.end))
+    return out
+
+
+def read_requests(path: Path) -> list[tuple[float, int]]:
+    """LLM requests as (POSIX seconds, tokens = context + generated), by time."""
+    out = []
+    for line, row in _rows(path, {"t": ("TIMESTAMP", "timestamp"), "ctx": ("ContextTokens",),
+                                  "gen": ("GeneratedTokens",)}):
+        out.append((_when(path, line, "TIMESTAMP", row["t"]),
+                    int(_number(path, line, "ContextTokens", row["ctx"]) + _number(path, line, "GeneratedTokens",
+                                                                                      row["gen"]))))
+    out.sort()
+    return out
+
+
+@dataclass(frozen=True)
+class RequestModel:
+    """How requests become GPU replicas (documented in :func:`replicas_from_requests`)."""
+
+    #: tokens (prompt + generated) one GPU processes per second
+    tokens_per_gpu_second: float = 2500.0
+    #: the fraction of that throughput a replica is run at (autoscaler target)
+    target_utilisation: float = 0.6
+    #: GPUs each serving replica (pod) asks for
+    gpus_per_replica: int = 1
+    #: the autoscaler's averaging window, in the request trace's own seconds
+    bucket_seconds: float = 60.0
+    #: the peak number of GPUs serving may use; the request rate is scaled so
+    #: that the trace's busiest window needs exactly this many (None: no scaling)
+    peak_gpus: int | None = None
+
+
+def replicas_from_requests(requests: list[tuple[float, int]], span: float, model: RequestModel
+                           ) -> tuple[list[ServingPod], float, float]:
+    """Serving pods from a request trace, stretched over ``span`` seconds.
+
+    The model, in order:
+
+    1. The trace is cut into windows of ``bucket_seconds`` of its own time
+       (an autoscaler's averaging window); each window's load is its tokens
+       (prompt + generated) per second.
+    2. A window needs ``ceil(load * scale / (tokens_per_gpu_second *
+       target_utilisation) / gpus_per_replica)`` replicas. ``scale`` is 1,
+       or, with ``peak_gpus``, the factor that makes the busiest window need
+       ``peak_gpus`` GPUs: the serving fleet is sized for its peak, the
+       shape of the demand is the trace's.
+    3. Time is stretched: the trace's span (one hour for the Azure traces)
+       is laid over the simulated ``span``, so each window lasts
+       ``bucket_seconds * span / trace span`` simulated seconds.
+    4. Replica counts become pods: when the count rises, new pods start;
+       when it falls, the newest pods end (last in, first out).
+
+    Returns (pods, the time stretch factor, the rate scale).
+    """
+    if not requests:
+        return [], 1.0, 1.0
+    t0 = requests[0][0]
+    trace_span = max(requests[-1][0] - t0, model.bucket_seconds)
+    buckets = max(1, math.ceil(trace_span / model.bucket_seconds))
+    tokens = [0] * buckets
+    for t, n in requests:
+        tokens[min(int((t - t0) / model.bucket_seconds), buckets - 1)] += n
+    per_gpu = model.tokens_per_gpu_second * model.target_utilisation
+    load = [x / model.bucket_seconds for x in tokens]
+    scale = 1.0
+    if model.peak_gpus is not None and max(load) > 0:
+        scale = model.peak_gpus * per_gpu / max(load)
+    stretch = span / (buckets * model.bucket_seconds)
+    counts = [min(math.ceil(x * scale / per_gpu / model.gpus_per_replica - 1e-9),
+                  (model.peak_gpus // model.gpus_per_replica) if model.peak_gpus is not None else 1 << 30)
+              for x in load]
+    pods: list[ServingPod] = []
+    alive: list[float] = []  # start times of running replicas, oldest first
+    for i, want in enumerate(counts + [0]):
+        t = i * model.bucket_seconds * stretch
+        while len(alive) > want:
+            pods.append(ServingPod(alive.pop(), t, model.gpus_per_replica))
+        while len(alive) < want:
+            alive.append(t)
+    pods.sort(key=lambda p: (p.start, p.end))
+    return pods, stretch, scale
+
+
+def window(jobs: list[TrainingJob], start: float | None, days: float | None) -> tuple[list[TrainingJob], float, float]:
+    """The jobs submitted in [start, start + days), with submit times made
+    relative to ``start`` (default: the first submission); and (start, span).
+    The span runs to the last submission when ``days`` is not given."""
+    if not jobs:
+        return [], start or 0.0, 0.0
+    t0 = jobs[0].submit if start is None else start
+    end = t0 + days * 86400 if days is not None else jobs[-1].submit + 1
+    kept = [TrainingJob(i, j.submit - t0, j.duration, j.gpus)
+            for i, j in enumerate(j for j in jobs if t0 <= j.submit < end)]
+    return kept, t0, end - t0
