@@ -135,14 +135,23 @@ _sk_shadow_entries() {
   [ "$added" -eq 0 ] || sk_log "added $added entries to /etc/shadow (no password: SSH keys only)"
 }
 
-# sk_follow_users [SECONDS]: merge the users ConfigMap again every SECONDS
-# (default 30) in the background, so that users added to spec.login.users
-# (the kubelet updates the mounted ConfigMap) get names in this pod without a
-# restart: slurmctld looks a job's uid up to find its association. Merging
-# only adds.
+# sk_follow_users SECONDS [COMMAND...]: merge the users ConfigMap again every
+# SECONDS in the background, so that users added to spec.login.users (the
+# kubelet updates the mounted ConfigMap) get names in this pod without a
+# restart; when a merge added someone, run COMMAND. Merging only adds.
 sk_follow_users() {
-  local every=${1:-30}
-  ( while sleep "$every"; do sk_setup_users >/dev/null 2>&1 || true; done ) &
+  local every=$1
+  shift
+  (
+    while sleep "$every"; do
+      before=$(wc -l </etc/passwd)
+      sk_setup_users >/dev/null 2>&1 || true
+      if [ "$(wc -l </etc/passwd)" -gt "$before" ] && [ $# -gt 0 ]; then
+        sk_log "new users in /etc/passwd: running $*"
+        "$@" || sk_log "warning: $* failed"
+      fi
+    done
+  ) &
 }
 
 # sk_users_each: print "name uid gid home" for each user of the users ConfigMap.

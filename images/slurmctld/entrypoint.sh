@@ -43,7 +43,11 @@ if [ -n "$ctld_host" ] && [ "$ctld_host" != "$(hostname -s)" ]; then
 fi
 
 sk_setup_users
-sk_follow_users 30
+# slurmctld resolves an association's user to a uid when the association
+# arrives; one that arrived before its user's passwd line (the operator adds
+# associations at once, the kubelet syncs the ConfigMap later) is resolved
+# again by a reconfigure.
+sk_follow_users 30 scontrol reconfigure
 sk_start_munge
 
 state=$(sk_conf_value "$conf" StateSaveLocation)
