@@ -50,7 +50,7 @@ to the scheduler. A reclaim drains the node (no new jobs); signalled
 checkpointing jobs write a checkpoint that takes ``checkpoint`` seconds; a
 requeued job keeps the work up to a checkpoint that completed, loses the
 rest (all of it without one), is COMPLETING for ``requeue`` seconds, goes
-back to its place in the queue, and pays ``restart`` seconds when it
+to the back of the queue (Slurm resets a requeued job's submit time), and pays ``restart`` seconds when it
 starts again. A cancelled job is lost.
 """
 
@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Callable
@@ -590,7 +590,7 @@ class _Sim:
             j.state = "pending"
             j.restarts += 1
             j.record = None
-            insort(self.queue, jid)
+            self.queue.append(jid)  # Slurm resets a requeued job's submit time: the back of the queue
 
     # -- Kubernetes ---------------------------------------------------------
 
@@ -881,7 +881,7 @@ class _Sim:
                 break
             self.t = t
             if kind == _SUBMIT:
-                insort(self.queue, a)
+                self.queue.append(a)  # in (re)submission order
                 self.sched_needed = True
             elif kind == _JOB_END:
                 self.job_end(a, b)

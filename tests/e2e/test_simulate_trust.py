@@ -11,13 +11,15 @@ bridge's decide() at every round:
 
 - the lends and reclaims must be as many (the bridge's metrics: lends
   registered, reclaims completed);
-- each job's queueing delay (submission -> first start) must agree within
-  TOLERANCE. Why that much: real Slurm starts a job at a scheduling pass,
-  the main one on job events and the backfill pass every bf_interval
-  (30 s by default), where the simulator starts it the instant it fits; a
-  job waiting on a node that is being lent also sees the sandbox's own
-  lend latency against the simulator's median (0.89 s), and the bridge's
-  1-second rounds. 30 s + 2 rounds + 3 s of daemons' latency.
+- the training queueing delays must agree: their mean (the figure the
+  simulator reports) within MEAN_TOLERANCE, each job within JOB_TOLERANCE.
+  Real Slurm starts a job at a scheduling pass (the main one at job events,
+  the backfill pass every bf_interval, 30 s by default) where the simulator
+  starts it the instant it fits: up to 30 s for one job, about half that on
+  average, hence 15 s for the mean. One job whose slot frees within a pass of
+  a burst's start may start before the burst in one and after it in the
+  other; that costs it the burst (40 s at most here) and the lend after it
+  (idle 2 s, registration about 1 s, a round), hence 60 s for any one job.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from .lending import LEND, SERVE_IMAGE, Lending, lending_sandbox, policy, wait_f
 
 pytestmark = pytest.mark.slurm
 SUBNET = "10.253.92.0/24"
-TOLERANCE = 35.0
+MEAN_TOLERANCE = 15.0
+JOB_TOLERANCE = 60.0
 
 #: (second, gpus, duration): the training jobs, as submitted. One size, so that every way Slurm may
 #: order its queue (priority, backfill with or without time limits) starts the same job in a free slot:
@@ -144,5 +147,7 @@ def test_the_simulator_agrees_with_the_sandbox(world):
     print(f"lends {real_lends:.0f} / {result.lends}, reclaims {real_reclaims:.0f} / {result.reclaims}\n{table}")
     assert (real_lends, real_reclaims) == (result.lends, result.reclaims), table
     assert set(sim) == set(real), table
+    mean_real, mean_sim = sum(real.values()) / len(real), sum(sim.values()) / len(sim)
+    assert abs(mean_real - mean_sim) <= MEAN_TOLERANCE, f"mean {mean_real:.1f} s / {mean_sim:.1f} s\n{table}"
     worst = max(abs(real[k] - sim[k]) for k in real)
-    assert worst <= TOLERANCE, f"worst difference {worst:.1f} s\n{table}"
+    assert worst <= JOB_TOLERANCE, f"worst difference {worst:.1f} s\n{table}"
