@@ -384,7 +384,7 @@ _TIMES = ("Latencies default to hack/bench_lending.py's medians measured on the 
                    "serving_pending_max_s, reclaims, lost_gpu_hours, ...}]}.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Write PNG plots into DIR: utilisation over time (serving / own Slurm / lent), the CDF of "
-                   "queueing delay per run, lent nodes over time.")
+                   "queueing delay per run, lent nodes over time. Needs matplotlib: pip install 'slurmk8s[plot]'.")
 @click.option("--node-label", "node_labels", multiple=True, callback=_label, metavar="KEY=VALUE",
               help="A label on every simulated Kubernetes node, beyond those the policy's nodeSelector asks for.")
 @click.option("--tokens-per-gpu-second", type=click.FloatRange(1, None, min_open=False), default=2500.0,
@@ -499,7 +499,7 @@ def simulate_cmd(nodes: int, gpus_per_node: int, slurm_nodes: int | None, jobs_f
         try:
             files = plot(plot_dir, results)
         except ModuleNotFoundError:
-            click.echo("error: --plot needs matplotlib, a dependency of slurmk8s: pip install matplotlib", err=True)
+            click.echo("error: --plot needs matplotlib: pip install 'slurmk8s[plot]' (or pip install matplotlib)", err=True)
             sys.exit(1)
         click.echo("wrote " + ", ".join(map(str, files)), err=True)
 

