@@ -1,12 +1,14 @@
 """How the Node bookkeeping actions change a Node: merge patches. Pure.
 
 The loop sends ``node_patch(action, node)`` to the API server as a JSON
-merge patch (``kubectl patch --type merge``); the tests apply the same patch
-to their simulated Nodes, so both agree on what an action means.
+merge patch (``kubectl patch --type merge``); the simulator and the tests
+apply the same patch to their Nodes with :func:`applied`, so all agree on
+what an action means.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from .actions import (
@@ -36,7 +38,7 @@ from .nodestate import (
     format_job_ids,
     format_time,
 )
-from .observed import KubeNode
+from .observed import KubeNode, NodeTaint
 
 __all__ = ["NODE_PATCH_ACTIONS", "node_patch"]
 
@@ -90,3 +92,23 @@ def node_patch(action: Any, node: KubeNode) -> dict:
     if isinstance(action, Untaint):
         return {"spec": {"taints": [t for t in _taints(node) if t["key"] != action.key] or None}}
     raise TypeError(f"{type(action).__name__} does not patch a Node")
+
+
+def _merged(target, patch: dict) -> dict:
+    out = dict(target)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
+def applied(node: KubeNode, patch: dict) -> KubeNode:
+    """``node`` after the API server applies ``patch`` (a :func:`node_patch`) as a JSON merge patch."""
+    meta = patch.get("metadata", {})
+    taints = node.taints
+    if "spec" in patch:
+        taints = tuple(NodeTaint(t["key"], t.get("value", ""), t["effect"]) for t in patch["spec"]["taints"] or [])
+    return replace(node, labels=_merged(node.labels, meta.get("labels", {})),
+                   annotations=_merged(node.annotations, meta.get("annotations", {})), taints=taints)

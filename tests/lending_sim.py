@@ -19,8 +19,9 @@ from slurmk8s.api.cluster import lent_nodeset
 from slurmk8s.bridge import actions as A
 from slurmk8s.bridge.decide import decide
 from slurmk8s.bridge.nodestate import COMPONENT_LABEL, SLURMD_COMPONENT, TAINT_KEY
-from slurmk8s.bridge.observed import KubeNode, KubePod, NodeTaint, Observed, PolicyGone, SlurmState, pod_from_api
+from slurmk8s.bridge.observed import KubeNode, KubePod, Observed, PolicyGone, SlurmState, pod_from_api
 from slurmk8s.bridge.patches import NODE_PATCH_ACTIONS, node_patch
+from slurmk8s.bridge.patches import applied as patched  # noqa: F401 (the tests name it so)
 from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node
 
@@ -70,30 +71,6 @@ def slurm_node(name: str, partition: str = "gpu", state: str = "idle", flags=(),
 def job(job_id: int, nodes: str, state: str = "RUNNING", requeue: bool = True) -> Job:
     return Job(job_id=job_id, name=f"job{job_id}", user="researcher", state=state, partition="gpu",
                nodes=nodes, requeue=requeue, restart_count=0, reason="")
-
-
-def _merge(target: dict, patch: dict) -> dict:
-    out = dict(target)
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = v
-    return out
-
-
-def patched(node: KubeNode, patch: dict) -> KubeNode:
-    meta = patch.get("metadata", {})
-    taints = node.taints
-    if "spec" in patch:
-        taints = tuple(NodeTaint(t["key"], t.get("value", ""), t["effect"])
-                       for t in patch["spec"]["taints"] or [])
-    return replace(
-        node,
-        labels=_merge(node.labels, meta.get("labels", {})),
-        annotations=_merge(node.annotations, meta.get("annotations", {})),
-        taints=taints,
-    )
 
 
 @dataclass

@@ -68,8 +68,8 @@ from ..api.lending import NodeLendingPolicy
 from ..bridge import actions as A
 from ..bridge.decide import decide
 from ..bridge.nodestate import LENDING, RECLAIMING, TAINT_KEY
-from ..bridge.observed import KubeNode, KubePod, NodeTaint, Observed, SlurmState, pod_from_api
-from ..bridge.patches import NODE_PATCH_ACTIONS, node_patch
+from ..bridge.observed import KubeNode, KubePod, Observed, SlurmState, pod_from_api
+from ..bridge.patches import NODE_PATCH_ACTIONS, applied, node_patch
 from ..render.manifests import lent_slurmd_pod
 from ..slurm.model import DRAIN_PREFIX, Job, Node
 from .traces import ServingPod, TrainingJob
@@ -207,26 +207,6 @@ class _Pod:
         self.bound = self.running = False
         self.obj: KubePod | None = None
         self.ended = False
-
-
-def _merge(target, patch: dict) -> dict:
-    out = dict(target)
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = v
-    return out
-
-
-def _patched(node: KubeNode, patch: dict) -> KubeNode:
-    """A JSON merge patch on a Node, as the API server applies it."""
-    meta = patch.get("metadata", {})
-    taints = node.taints
-    if "spec" in patch:
-        taints = tuple(NodeTaint(t["key"], t.get("value", ""), t["effect"]) for t in patch["spec"]["taints"] or [])
-    return replace(node, labels=_merge(node.labels, meta.get("labels", {})),
-                   annotations=_merge(node.annotations, meta.get("annotations", {})), taints=taints)
 
 
 class _Sim:
@@ -713,7 +693,7 @@ class _Sim:
         if isinstance(a, NODE_PATCH_ACTIONS):
             k = self.kindex[a.node]
             before = self.knodes[k]
-            self.knodes[k] = node = _patched(before, node_patch(a, before))
+            self.knodes[k] = node = applied(before, node_patch(a, before))
             self.nodes_tuple = None
             if isinstance(a, A.SetLendingState):
                 if a.state == LENDING:
