@@ -114,7 +114,7 @@ def test_the_daemons_start_and_slurmctld_waits_for_slurmdbd_only_on_its_first_st
     version, out, work, everything = run
     assert _line(out, "mariadb ready") == "yes", everything
     assert _line(out, "slurmctld ready before slurmdbd on first start") == "no", everything
-    assert "first start with accounting: waiting for slurmdbd" in (work / "ctld.log").read_text(), everything
+    assert "first start with accounting: slurmctld needs slurmdbd" in (work / "ctld.log").read_text(), everything
     assert _line(out, "slurmdbd ready") == "yes", everything
     assert _line(out, "slurmctld ready") == "yes", everything
     assert _line(out, "node ready") == "yes", everything

@@ -55,17 +55,18 @@ sk_port_open() {
   timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null
 }
 
-# sk_wait_port HOST PORT SECONDS: wait until HOST:PORT accepts connections,
-# saying so every 5 s; fail after SECONDS.
+# sk_wait_port HOST PORT SECONDS WHY HINT: wait until HOST:PORT accepts
+# connections, saying every 10 s what for (WHY) and what to check (HINT);
+# fail after SECONDS, or wait as long as it takes when SECONDS is 0.
 sk_wait_port() {
-  local host=$1 port=$2 limit=$3 start=$SECONDS next=0
+  local host=$1 port=$2 limit=$3 why=$4 hint=$5 start=$SECONDS next=0
   while ! sk_port_open "$host" "$port"; do
-    if [ $((SECONDS - start)) -ge "$limit" ]; then
-      sk_die "$host:$port did not answer within ${limit}s: check that the slurmctld pod is running and ready (kubectl get pods; kubectl logs <cluster>-controller-0) and that this pod resolves $host"
+    if [ "$limit" -gt 0 ] && [ $((SECONDS - start)) -ge "$limit" ]; then
+      sk_die "$host:$port did not answer within ${limit}s: $hint"
     fi
     if [ "$SECONDS" -ge "$next" ]; then
-      sk_log "waiting for $host:$port ($((SECONDS - start))s of ${limit}s)"
-      next=$((SECONDS + 5))
+      sk_log "$why: waiting for $host:$port ($((SECONDS - start))s$([ "$limit" -gt 0 ] && echo " of ${limit}s")): $hint"
+      next=$((SECONDS + 10))
     fi
     sleep 1
   done

@@ -82,14 +82,8 @@ if [ "$(sk_conf_value "$conf" AccountingStorageType)" = accounting_storage/slurm
     && [ ! -e "$state/last_tres" ] && [ ! -e "$state/assoc_mgr_state" ]; then
   dbd_host=$(sk_conf_value "$conf" AccountingStorageHost)
   dbd_port=$(sk_conf_value "$conf" AccountingStoragePort)
-  start=$SECONDS next=0
-  while ! sk_port_open "$dbd_host" "${dbd_port:-6819}"; do
-    if [ "$SECONDS" -ge "$next" ]; then
-      sk_log "first start with accounting: waiting for slurmdbd at $dbd_host:${dbd_port:-6819} ($((SECONDS - start))s): slurmctld needs it once to learn its TRES and associations (check the <cluster>-slurmdbd and <cluster>-mariadb pods)"
-      next=$((SECONDS + 10))
-    fi
-    sleep 1
-  done
+  sk_wait_port "$dbd_host" "${dbd_port:-6819}" 0 "first start with accounting: slurmctld needs slurmdbd once to learn its TRES and associations" \
+    "check the <cluster>-slurmdbd and <cluster>-mariadb pods"
 fi
 
 sk_run slurmctld -D -f "$conf" "$@"

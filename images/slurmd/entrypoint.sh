@@ -104,7 +104,8 @@ sk_start_munge
 mkdir -p "$spool"
 chmod 0755 "$spool"
 
-sk_wait_port "$SLURMK8S_CONTROLLER" "$port" "${SLURMK8S_WAIT_TIMEOUT:-300}"
+sk_wait_port "$SLURMK8S_CONTROLLER" "$port" "${SLURMK8S_WAIT_TIMEOUT:-300}" "slurmd registers with slurmctld" \
+  "check that the slurmctld pod is running and ready (kubectl get pods; kubectl logs <cluster>-controller-0) and that this pod resolves $SLURMK8S_CONTROLLER"
 sk_log "slurmctld answers at $SLURMK8S_CONTROLLER:$port; registering node $node with: $SLURMK8S_NODE_CONF"
 
 # scontrol, bounded so that an unreachable slurmctld cannot hold up the pod's end.

@@ -63,13 +63,7 @@ sk_start_munge
 
 # slurmdbd gives up when the database does not answer at its start: wait for it
 # (the managed MariaDB may still be creating its files), saying so every 10 s.
-start=$SECONDS next=0
-while ! sk_port_open "$SLURMK8S_DB_HOST" "$SLURMK8S_DB_PORT"; do
-  if [ "$SECONDS" -ge "$next" ]; then
-    sk_log "waiting for the database at $SLURMK8S_DB_HOST:$SLURMK8S_DB_PORT ($((SECONDS - start))s); check its pod or spec.accounting.database.external"
-    next=$((SECONDS + 10))
-  fi
-  sleep 1
-done
+sk_wait_port "$SLURMK8S_DB_HOST" "$SLURMK8S_DB_PORT" 0 "slurmdbd needs its database at start" \
+  "check the database's pod, or spec.accounting.database.external"
 
 sk_run slurmdbd -D "$@"
