@@ -133,6 +133,21 @@ def plot(directory: Path, results: list[Result]) -> list[Path]:
 
     directory.mkdir(parents=True, exist_ok=True)
     written = []
+
+    def save(fig, name: str) -> None:
+        fig.tight_layout()
+        written.append(directory / name)
+        fig.savefig(written[-1], dpi=90)
+        plt.close(fig)
+
+    def finish(fig, ax, name: str, xlabel: str, ylabel: str, title: str) -> None:
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        save(fig, name)
+
     n = len(results)
     fig, axes = plt.subplots(n, 1, figsize=(10, 2.2 * n + 0.6), sharex=True, squeeze=False)
     for ax, r in zip(axes[:, 0], results):
@@ -148,10 +163,7 @@ def plot(directory: Path, results: list[Result]) -> list[Path]:
         ax.set_title(r.name, fontsize=10, loc="left")
     axes[0, 0].legend(loc="lower right", fontsize=8)
     axes[-1, 0].set_xlabel("day")
-    fig.tight_layout()
-    written.append(directory / "utilisation.png")
-    fig.savefig(written[-1], dpi=90)
-    plt.close(fig)
+    save(fig, "utilisation.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in results:
@@ -159,15 +171,7 @@ def plot(directory: Path, results: list[Result]) -> list[Path]:
         if q:
             ax.plot(q, [(k + 1) / len(q) for k in range(len(q))], label=r.name)
     ax.set_xscale("symlog", linthresh=0.1)
-    ax.set_xlabel("queueing delay (hours)")
-    ax.set_ylabel("fraction of jobs")
-    ax.set_title("training jobs' queueing delay (CDF)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    written.append(directory / "queueing_cdf.png")
-    fig.savefig(written[-1], dpi=90)
-    plt.close(fig)
+    finish(fig, ax, "queueing_cdf.png", "queueing delay (hours)", "fraction of jobs", "training jobs' queueing delay (CDF)")
 
     fig, ax = plt.subplots(figsize=(10, 3))
     for r in results:
@@ -175,13 +179,5 @@ def plot(directory: Path, results: list[Result]) -> list[Path]:
             continue
         ax.plot([k * r.sample / 86400 for k in range(len(r.timeline))], [row[3] for row in r.timeline],
                 label=r.name, drawstyle="steps-post")
-    ax.set_xlabel("day")
-    ax.set_ylabel("lent nodes (mean)")
-    ax.set_title("Kubernetes nodes lent to Slurm")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    written.append(directory / "lent_nodes.png")
-    fig.savefig(written[-1], dpi=90)
-    plt.close(fig)
+    finish(fig, ax, "lent_nodes.png", "day", "lent nodes (mean)", "Kubernetes nodes lent to Slurm")
     return written
