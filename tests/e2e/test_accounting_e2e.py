@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from slurmk8s.manifest import with_slurm_version
 from slurmk8s.render.keys import ssh_keypair
-from slurmk8s.sandbox import Sandbox
 
 from .conftest import default_release_only
-from .test_operator_e2e import Platform, wait_for
+from .test_operator_e2e import ManifestPlatform, wait_for
 
 pytestmark = [pytest.mark.slurm, default_release_only]
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
@@ -46,16 +42,8 @@ MANIFEST = {
 DB_CLAIM = f"data-{NAME}-mariadb-0"
 
 
-class Accounting(Platform):
-    def __init__(self, box: Sandbox, work: Path, env: dict, release: str):
-        super().__init__(box, NAME)
-        self.work, self.env, self.release = work, env, release
-
-    def up(self, doc: dict) -> subprocess.CompletedProcess:
-        path = self.work / f"{NAME}.yaml"
-        path.write_text(yaml.safe_dump(with_slurm_version([doc], self.release)[0]))
-        return subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(path), "--subnet", SUBNET, "--timeout", "240"],
-                              capture_output=True, text=True, env=self.env, timeout=300)
+class Accounting(ManifestPlatform):
+    NAME, SUBNET, UP_TIMEOUT = NAME, SUBNET, (240, 300)
 
     def as_user(self, uid: int, *argv: str) -> subprocess.CompletedProcess:
         return subprocess.run(self.box.exec(self.controller, ["setpriv", f"--reuid={uid}", f"--regid={uid}",
@@ -92,16 +80,8 @@ class Accounting(Platform):
 
 @pytest.fixture(scope="module")
 def acct(tmp_path_factory, release):
-    assert os.geteuid() == 0, "the sandbox needs root"
-    work = tmp_path_factory.mktemp("accounting")
-    env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(work / "state")}
-    p = Accounting(Sandbox(work / "state"), work, env, release)
-    try:
-        up = p.up(MANIFEST)
-        assert up.returncode == 0, up.stderr
+    with Accounting.running(tmp_path_factory.mktemp("accounting"), release, MANIFEST) as p:
         yield p
-    finally:
-        subprocess.run([SLURMK8S, "sandbox", "down", "--purge"], capture_output=True, env=env, timeout=240)
 
 
 JOBS: dict[str, int] = {}

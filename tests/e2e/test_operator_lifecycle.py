@@ -20,11 +20,10 @@ import pytest
 import yaml
 
 from slurmk8s.api import load_cluster
-from slurmk8s.manifest import with_slurm_version
 from slurmk8s.render import ClusterKeys, names, render
-from slurmk8s.sandbox import Sandbox, install, runcruntime, runtime
+from slurmk8s.sandbox import install, runcruntime, runtime
 
-from .test_operator_e2e import Platform, wait_for
+from .test_operator_e2e import ManifestPlatform, wait_for
 from .conftest import default_release_only
 
 pytestmark = pytest.mark.slurm
@@ -41,17 +40,8 @@ MANIFEST = {
 }
 
 
-class Life(Platform):
-    def __init__(self, box: Sandbox, work: Path, env: dict, release: str):
-        super().__init__(box, NAME)
-        self.work, self.env, self.release = work, env, release
-
-    def up(self, doc: dict) -> subprocess.CompletedProcess:
-        """`sandbox up` with ``doc`` on the module's Slurm release."""
-        path = self.work / f"{NAME}.yaml"
-        path.write_text(yaml.safe_dump(with_slurm_version([doc], self.release)[0]))
-        return subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(path), "--subnet", SUBNET, "--timeout", "150"],
-                              capture_output=True, text=True, env=self.env, timeout=200)
+class Life(ManifestPlatform):
+    NAME, SUBNET, UP_TIMEOUT = NAME, SUBNET, (150, 200)
 
     def run(self, *argv: str, pod: str = CONTROLLER) -> str:
         proc = subprocess.run(self.box.exec(pod, list(argv)), capture_output=True, text=True, timeout=60)
@@ -141,16 +131,8 @@ def all_pid_namespaces() -> dict[int, str]:
 
 @pytest.fixture(scope="module")
 def life(tmp_path_factory, release):
-    assert os.geteuid() == 0, "the sandbox needs root"
-    work = tmp_path_factory.mktemp("operator-lifecycle")
-    env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(work / "state")}
-    p = Life(Sandbox(work / "state"), work, env, release)
-    try:
-        up = p.up(MANIFEST)
-        assert up.returncode == 0, up.stderr
+    with Life.running(tmp_path_factory.mktemp("operator-lifecycle"), release, MANIFEST) as p:
         yield p
-    finally:
-        subprocess.run([SLURMK8S, "sandbox", "down", "--purge"], capture_output=True, env=env, timeout=240)
 
 
 @default_release_only
