@@ -21,6 +21,15 @@ def example_doc() -> dict:
     return yaml.safe_load(EXAMPLE.read_text())
 
 
+def example_without_accounting() -> dict:
+    """The example manifest less its ``spec.accounting``, for tests that start the cluster's
+    daemons without slurmdbd: slurmctld's very first start waits for slurmdbd
+    (tests/test_accounting_images.py and the accounting e2e run them together)."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"].pop("accounting", None)
+    return doc
+
+
 def host_release() -> str:
     """The supported Slurm release of this machine's Debian packages: the daemons
     ``realslurm.py`` starts without image roots are this one, whatever the default."""
@@ -31,8 +40,9 @@ def host_release() -> str:
 
 @pytest.fixture(scope="session")
 def host_example_doc() -> dict:
-    """The example manifest on the host's Slurm release, for tests of this host's daemons."""
-    doc = yaml.safe_load(EXAMPLE.read_text())
+    """The example manifest on the host's Slurm release, for tests of this host's daemons
+    (without slurmdbd, so without accounting)."""
+    doc = example_without_accounting()
     doc["spec"]["slurm"]["version"] = host_release()
     return doc
 

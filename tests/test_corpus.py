@@ -92,7 +92,8 @@ IMAGE_PATHS = (
     "/usr/sbin", "/var/lib/slurm", "/var/log", "/var/run", "/var/spool/slurmctld", "/var/spool/slurmd",
 )
 #: What slurmk8s itself writes for the program keys it owns.
-OWN_PROGRAMS = {"taskprolog": TASK_PROLOG, "mailprog": "/bin/true", "jobsubmitplugins": "lua"}
+OWN_PROGRAMS = {"taskprolog": TASK_PROLOG, "mailprog": "/bin/true", "jobsubmitplugins": "lua",
+                "accountingstoragetype": "accounting_storage/slurmdbd"}
 ROOTS = re.compile(r"(apiVersion|kind|metadata|spec|status)([.\[]|$)|\(document\)$|\(file\)$")
 SETTING = re.compile(r"[A-Za-z]+=[^\s#\\]+( [A-Za-z]+=[^\s#\\]+)*")
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")

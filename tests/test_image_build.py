@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmk8s import __version__, versions
 from slurmk8s.api import load_cluster
@@ -22,6 +21,8 @@ from slurmk8s.render import ClusterKeys, TopologyNode, render
 from slurmk8s.sandbox import images as rules
 from slurmk8s.sandbox.imagestore import Image, ImageStore
 from slurmk8s.slurm.model import job_from_json, node_from_json, release_of
+
+from .conftest import example_without_accounting
 
 pytestmark = [pytest.mark.images, pytest.mark.timeout(1800)]
 
@@ -157,7 +158,7 @@ def _image_cluster(version: str, tmp_path: Path, *, topology: bool):
     (and a switch topology naming node-1 if ``topology``): the cluster, the finished
     process and the work directory with the logs."""
     release = versions.release(version)
-    doc = yaml.safe_load((ROOT / "examples/slurmcluster.yaml").read_text())
+    doc = example_without_accounting()
     doc["spec"]["slurm"]["version"] = version
     if topology:
         doc["spec"]["topology"] = {"labelKeys": ["net/spine", "net/leaf"]}
@@ -293,7 +294,7 @@ def test_slurmrestd_serves_the_data_parser_the_renderer_names(version, tmp_path)
     """slurmrestd's image started as the rendered pod starts it: the table's plugin loads and
     its data parser answers; a parser of the release that is not loaded does not."""
     release = versions.release(version)
-    doc = yaml.safe_load((ROOT / "examples/slurmcluster.yaml").read_text())
+    doc = example_without_accounting()
     doc["spec"]["slurm"]["version"] = version
     doc["spec"]["restApi"] = {"enabled": True}
     objects = render(load_cluster(doc), ClusterKeys.generate())

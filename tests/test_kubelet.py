@@ -18,7 +18,7 @@ from slurmk8s.sandbox import runtime
 from slurmk8s.sandbox.kubelet import SandboxNode
 from slurmk8s.slurm.remote import RemoteSlurm
 
-from .conftest import EXAMPLE
+from .conftest import example_without_accounting
 from .kubeletworld import KubeletWorld
 
 pytestmark = pytest.mark.slurm
@@ -55,7 +55,7 @@ def images(objs: list[dict]) -> list[str]:
 class World(KubeletWorld):
     def __init__(self, tmp):
         self.keys = ClusterKeys.generate()
-        self.objs = render(load_cluster(yaml.safe_load(EXAMPLE.read_text())), self.keys)
+        self.objs = render(load_cluster(example_without_accounting()), self.keys)
         super().__init__(tmp, "kltest", "10.253.91.0/24", NODES, images=images(self.objs))
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
@@ -74,7 +74,7 @@ class World(KubeletWorld):
 def world(tmp_path_factory):
     w = World(tmp_path_factory.mktemp("kubelet"))
     try:
-        cluster = load_cluster(yaml.safe_load(EXAMPLE.read_text()))
+        cluster = load_cluster(example_without_accounting())
         objs = w.objs
         # The Secret the example's login user takes its SSH keys from.
         objs.append({"apiVersion": "v1", "kind": "Secret",

@@ -53,6 +53,9 @@ def test_example_renders_every_component(doc, keys):
         ("Service", "demo-workers"), ("StatefulSet", "demo-cpu"), ("StatefulSet", "demo-gpu"),
         ("PodDisruptionBudget", "demo-cpu-busy"), ("PodDisruptionBudget", "demo-gpu-busy"),
         ("Service", "demo-login"), ("Deployment", "demo-login"),
+        # spec.accounting: the managed MariaDB and slurmdbd.
+        ("Secret", "demo-db-password"), ("Service", "demo-mariadb"), ("StatefulSet", "demo-mariadb"),
+        ("ConfigMap", "demo-slurmdbd-config"), ("Service", "demo-slurmdbd"), ("Deployment", "demo-slurmdbd"),
     }
     assert set(objs) == expected
     ctld = objs[("StatefulSet", "demo-controller")]["spec"]
@@ -271,7 +274,8 @@ def test_keys_are_read_back_from_their_secrets_and_only_missing_ones_are_generat
     again = {o["metadata"]["name"]: o for o in render(c, keys) if o["kind"] == "Secret"}
     assert again == secrets
     keys, missing = keys_from_secrets(c, {}, second)
-    assert keys == replace(second, jwt_key=b"", db_password=b"") and len(missing) == 3
+    # The example keeps accounting on: the database password is a key it needs.
+    assert keys == replace(second, jwt_key=b"") and len(missing) == 4
     # With slurmrestd the JWT key is used: only that one comes from `fresh`.
     doc["spec"]["restApi"] = {"enabled": True}
     rest = load_cluster({**doc, "metadata": {**doc["metadata"], "uid": c.metadata.uid}})

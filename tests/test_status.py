@@ -33,6 +33,8 @@ def workload(kind, name, replicas, ready=None):
 def cluster(doc):
     doc = copy.deepcopy(doc)
     doc["metadata"]["generation"] = 4
+    # The Slurm daemons' conditions; AccountingReady has its tests in tests/test_accounting.py.
+    doc["spec"].pop("accounting")
     return load_cluster(doc)
 
 

@@ -43,6 +43,8 @@ CLUSTER = {
             "name": "researcher-ssh", "key": "authorized_keys"}}]},
         "sharedStorage": {"volumes": [{"name": "shared", "mountPath": "/shared", "size": "1Gi"}],
                           "checkpointDir": "/shared/checkpoints"},
+        # Lent nodes' jobs are accounted like the others': sacct shows a reclaim's requeue.
+        "accounting": {"enabled": True, "database": {"managed": {"volume": {"size": "1Gi"}}}},
     },
 }
 

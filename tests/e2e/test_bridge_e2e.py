@@ -107,6 +107,11 @@ def test_a_busy_node_is_reclaimed_the_job_checkpoints_and_resumes(world):
     assert int(r.job(job)["Restarts"]) >= 1 and r.job(job)["NodeList"] == other
     wait_for("the resumed job's output", lambda: f"resumed at step {saved} on {other}"
              in r.read(f"/shared/researcher/ckpt-{job}.out"), timeout=30)
+    # Accounted like any job: sacct shows the run the reclaim requeued on the lent node
+    # it left, and the resumed run on the other.
+    runs = wait_for("both runs in sacct", lambda: (lambda rows: rows if len(rows) >= 2 else None)(
+        r.check(f"sacct -D -X -n -P -j {job} --format=State,NodeList").split()), timeout=30)
+    assert runs[:2] == [f"REQUEUED|{first}", f"RUNNING|{other}"], runs
     metrics = world.metrics()
     assert metrics[("slurmk8s_bridge_jobs_total", (("outcome", "signalled"),))] >= 1, metrics
     assert metrics[("slurmk8s_bridge_jobs_total", (("outcome", "started-now"),))] >= 1, metrics
