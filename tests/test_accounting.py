@@ -80,6 +80,21 @@ def test_managed_accounting_renders_slurmdbd_mariadb_and_a_generated_password(do
     assert o[("Service", "demo-slurmdbd")]["spec"]["ports"][0]["port"] == names.SLURMDBD_PORT
 
 
+@pytest.mark.parametrize("resources, mib", [
+    ({}, 2048),  # the default: a 4Gi limit
+    ({"limits": {"memory": "8Gi"}}, 4096),
+    ({"requests": {"memory": "3G"}, "limits": {}}, 1430),  # no limit: half the request
+    ({"requests": {}, "limits": {"memory": "40Mi"}}, 32),
+])
+def test_the_buffer_pool_is_half_the_mariadb_containers_memory(doc, resources, mib):
+    managed = {"resources": resources} if resources else {}
+    c = load_cluster(with_accounting(doc, database={"managed": managed}))
+    [db] = [o for o in render(c, ClusterKeys.generate()) if o["metadata"]["name"] == "demo-mariadb"
+            and o["kind"] == "StatefulSet"]
+    env = {e["name"]: e["value"] for e in db["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SLURMK8S_DB_BUFFER_POOL_MIB"] == str(mib)
+
+
 @pytest.mark.parametrize("policy", ["Retain", "Delete"])
 def test_the_database_claim_follows_the_deletion_policy(doc, policy):
     d = with_accounting(doc)

@@ -86,9 +86,16 @@ def run_accounting_cluster(version: str, tmp: Path, *, env: dict | None = None, 
     proc = subprocess.run([str(ROOT / "tests/fixtures/accounting-cluster.sh"), str(roots), str(conf),
                            str(tmp / "slurmdbd.conf"), str(tmp / "munge.key"), str(users), str(tmp / "password"),
                            str(work)], stdout=subprocess.PIPE, stderr=None if stream else subprocess.PIPE,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+                          text=True, timeout=timeout,
+                          env={**os.environ, "SLURMK8S_DB_BUFFER_POOL_MIB": _db_env(objects)["SLURMK8S_DB_BUFFER_POOL_MIB"],
+                               **(env or {})})
     logs = "\n".join(f"--- {f.name}\n{f.read_text()[-6000:]}" for f in sorted(work.glob("*.log")))
     return proc.stdout, work, f"{proc.stdout}\n{(proc.stderr or '')[-4000:]}\n{logs}"
+
+
+def _db_env(objects: list[dict]) -> dict[str, str]:
+    [db] = [o for o in objects if o["kind"] == "StatefulSet" and o["metadata"]["name"].endswith("-mariadb")]
+    return {e["name"]: e["value"] for e in db["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e}
 
 
 @pytest.fixture(scope="module", params=versions.SUPPORTED)
@@ -121,6 +128,9 @@ def test_the_daemons_start_and_slurmctld_waits_for_slurmdbd_only_on_its_first_st
     assert f"slurmctld version {version}." in (work / "ctld.log").read_text()
     for log in ("ctld.log", "slurmdbd.log", "mariadb.log"):
         assert "fatal" not in (work / log).read_text().lower().replace("fatal: you are running", ""), everything
+    # The rendered buffer pool is one slurmdbd finds large enough.
+    assert "slurmdbd version" in (work / "slurmdbd.log").read_text(), everything
+    assert "not recommended values" not in (work / "slurmdbd.log").read_text(), everything
 
 
 def test_associations_come_from_the_facade_and_a_second_run_changes_nothing(run):

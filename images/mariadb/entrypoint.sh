@@ -9,8 +9,10 @@
 #
 # Needs: the data volume at /var/lib/mysql, /run/slurmk8s/db/password (the
 # <cluster>-db-password Secret). SLURMK8S_DB_NAME and SLURMK8S_DB_USER name the
-# database and user (default slurm_acct_db and slurm). Every start sets the
-# user's password from the Secret, so a restored volume takes the cluster's.
+# database and user (default slurm_acct_db and slurm), and
+# SLURMK8S_DB_BUFFER_POOL_MIB InnoDB's buffer pool (default 256; the operator
+# gives half the container's memory limit). Every start sets the user's
+# password from the Secret, so a restored volume takes the cluster's.
 set -euo pipefail
 SK_COMPONENT=mariadb
 here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
@@ -24,6 +26,7 @@ socket=/run/mysqld/mysqld.sock
 password_file=$SK_MOUNTS/db/password
 db=${SLURMK8S_DB_NAME:-slurm_acct_db}
 user=${SLURMK8S_DB_USER:-slurm}
+pool=${SLURMK8S_DB_BUFFER_POOL_MIB:-256}
 
 if [ "${1:-}" = ready ]; then
   sk_quick mariadb-admin --socket="$socket" --silent ping >/dev/null && exit 0
@@ -35,6 +38,7 @@ sk_is_root || sk_die "mariadb's entrypoint must start as root (it prepares the d
 [ -r "$password_file" ] || sk_die "$password_file is missing: mount the <cluster>-db-password Secret at $(dirname "$password_file")"
 [[ $db =~ ^[A-Za-z0-9_]{1,64}$ ]] || sk_die "SLURMK8S_DB_NAME=$db: use letters, digits and '_'"
 [[ $user =~ ^[A-Za-z0-9_]{1,32}$ ]] || sk_die "SLURMK8S_DB_USER=$user: use letters, digits and '_'"
+[[ $pool =~ ^[1-9][0-9]{0,6}$ ]] || sk_die "SLURMK8S_DB_BUFFER_POOL_MIB=$pool: a whole number of MiB"
 password=$(head -n1 "$password_file")
 [[ $password =~ ^[A-Za-z0-9._~+/=-]{8,256}$ ]] || sk_die "the password in $password_file must be 8 to 256 letters, digits or ._~+/=-"
 
@@ -61,4 +65,4 @@ SQL
 unset password
 
 sk_run mariadbd --user=mysql --datadir="$datadir" --socket="$socket" --pid-file=/run/mysqld/mysqld.pid --bind-address=0.0.0.0 \
-  --port=3306 --init-file="$init" "$@"
+  --port=3306 --init-file="$init" --innodb-buffer-pool-size="${pool}M" "$@"

@@ -427,9 +427,11 @@ class ManagedDatabase(ApiModel):
     """The claim holding the database files (ReadWriteOnce). Deleting the
     SlurmCluster keeps it unless spec.deletionPolicy is Delete."""
     resources: Resources = Resources(
-        requests=ResourceList(cpu="250m", memory="512Mi"), limits=ResourceList(memory="2Gi")
+        requests=ResourceList(cpu="250m", memory="512Mi"), limits=ResourceList(memory="4Gi")
     )
-    """Resources of the mariadb container."""
+    """Resources of the mariadb container. InnoDB's buffer pool is half its memory
+    limit (its request without one): slurmdbd of 24.11 and later wants at least
+    2 GiB, 22.05 at least 512 MiB."""
 
 
 class ExternalDatabase(ApiModel):
