@@ -95,8 +95,25 @@ def handed_back(name: str) -> bool:
 
 
 def serving_pod() -> dict | None:
+    """The serving pod that stays: not one being replaced (the bridge rolls the
+    Deployment when the job publishes a new model version)."""
     pods = json.loads(kubectl("get", "pods", "-l", "app.kubernetes.io/name=train-serve", "-o", "json"))["items"]
+    pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     return pods[0] if pods else None
+
+
+def ready(pod: dict | None) -> dict | None:
+    conditions = (pod or {}).get("status", {}).get("conditions") or []
+    return pod if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) else None
+
+
+def get_model(pod: dict) -> dict | None:
+    """What the serving pod answers on GET /; None while it does not (it may be stopping)."""
+    try:
+        with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8080/", timeout=10) as resp:
+            return json.loads(resp.read())
+    except OSError:
+        return None
 
 
 def main() -> None:
@@ -158,14 +175,12 @@ def main() -> None:
     note(f"job {train} is {info['JobState']}{why}, LATEST = {on_login(f'cat {ckpt}/LATEST').strip()}")
 
     say(f"6. The serving pod starts on {reclaimed} and serves that checkpoint")
-    pod = wait("the serving pod ready", lambda: (lambda p: p if p and any(
-        c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or []) else None)(
-        serving_pod()))
+    pod = wait("the serving pod ready", lambda: ready(serving_pod()))
     t_ready = time.time()
     note(f"pod {pod['metadata']['name']} on {pod['spec']['nodeName']}, ready {t_ready - t_serve:.1f}s after "
          "the Deployment was applied")
-    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8080/", timeout=10) as resp:
-        served = json.loads(resp.read())
+    # The pod that answers: the bridge may roll the Deployment to a newer version meanwhile.
+    served = wait("the model served", lambda: (lambda p: p and get_model(p))(ready(serving_pod())), every=0.5)
     note(f"GET / -> version {served['version']}, step {served['step']}")
 
     say("7. The colleague's job ends; the training job resumes from its checkpoint")
