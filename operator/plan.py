@@ -192,6 +192,7 @@ def plan(desired: Sequence[dict], observed: Iterable[dict], *, cluster_name: str
         elif _deleting(o):
             continue  # being deleted: created again once gone
         elif not create_only(d):
+            d = _with_immutable_claims(d, o)
             changed = differences(_comparable(d), o)
             if changed:
                 updates.append(Update(d, tuple(changed)))
@@ -207,6 +208,18 @@ def plan(desired: Sequence[dict], observed: Iterable[dict], *, cluster_name: str
     # Deletes run in the reverse order: workloads before the config they mount.
     deletes.sort(key=lambda d: -order[d.kind])
     return Plan(tuple(creates), tuple(updates), tuple(deletes))
+
+
+def _with_immutable_claims(desired: dict, observed: Mapping) -> dict:
+    """A StatefulSet's update carries the claim templates it has: Kubernetes forbids
+    changing them (a new claim size or label never reaches a StatefulSet that
+    exists; its claims are resized on their own)."""
+    have = (observed.get("spec") or {}).get("volumeClaimTemplates")
+    if desired.get("kind") != "StatefulSet" or have is None:
+        return desired
+    out = copy.deepcopy(desired)
+    out["spec"]["volumeClaimTemplates"] = copy.deepcopy(have)
+    return out
 
 
 def _comparable(obj: dict) -> dict:

@@ -42,7 +42,7 @@ from slurmk8s.slurm.model import Node
 from slurmk8s.slurm.remote import agent_url as remote_agent_url, cluster_agent
 from slurmk8s.times import format_time
 
-from . import accounting, plan, status, teardown, workers
+from . import accounting, plan, status, teardown, upgrade, workers
 from .observe import observe_nodesets, previous_status
 from .reconfigure import decide_reconfigure
 from slurmk8s.kube import ApiError, Kube
@@ -163,6 +163,15 @@ class Operator:
         observed = self.observe(cluster.namespace, cluster.name)
         pods = [o for o in observed if o["kind"] == "Pod"]
         objects = [o for o in observed if o["kind"] != "Pod"]
+        refused = upgrade.refused(cluster, objects)
+        if refused:  # nothing changes: the cluster keeps running its release
+            out.status = status.invalid(previous, refused, meta.get("generation"), format_time(now),
+                                        reason="UnsupportedUpgrade")
+            if previous is None or _ready_message(previous) != refused:
+                out.events.append(workers.Event("Warning", "UnsupportedUpgrade", refused))
+            out.problems.append(refused)
+            self._patch_status(body, previous, out.status)
+            return out
         secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
         try:
             keys, _missing = keys_from_secrets(cluster, secrets, self.new_key)
@@ -224,10 +233,9 @@ class Operator:
         wanted = plan.with_replicas(desired, decision.replicas)
         changes = plan.plan(wanted, objects, cluster_name=cluster.name, keep=keep)
         updates = changes.updates
-        dbd_wait = accounting.slurmdbd_first(cluster, desired, objects)
-        if dbd_wait:
-            out.waiting.append(dbd_wait)
-            updates = tuple(u for u in updates if u.key != ("StatefulSet", names.controller(cluster)))
+        held_keys, held_why = upgrade.held(cluster, desired, objects)
+        out.waiting += held_why
+        updates = tuple(u for u in updates if u.key not in held_keys)
         for action in (*changes.creates, *updates):
             if not self._write(action, out) and plan.create_only(action.obj):
                 break  # a key Secret that could not be created: nothing may mount what is there

@@ -173,10 +173,10 @@ def compute(
 
 
 def invalid(previous: SlurmClusterStatus | None, message: str, generation: int | None,
-            now: str) -> SlurmClusterStatus:
-    """The status of a cluster whose spec was refused: Failed, nothing changed."""
+            now: str, reason: str = "InvalidSpec") -> SlurmClusterStatus:
+    """The status of a cluster whose spec was refused (``reason``): Failed, nothing changed."""
     prev_conditions = previous.conditions if previous else []
-    ready = {"Ready": ("False", "InvalidSpec", message)}
+    ready = {"Ready": ("False", reason, message)}
     kept = [c for c in prev_conditions if c.type != "Ready"]
     return SlurmClusterStatus(
         phase="Failed",

@@ -84,6 +84,12 @@ class Release:
     #: The node state flag a dynamic node carries in sinfo/scontrol (DYNAMIC_NORM).
     dynamic_node_flag: str
 
+    # --- Upgrades -------------------------------------------------------------------------------
+    #: The major releases this one upgrades in place from, keeping jobs, state files and the
+    #: accounting database (RELEASE_NOTES, "Slurm can be upgraded from version ..."): the two
+    #: before it up to 24.05, the three before it from 24.11. Never a newer one.
+    upgrades_from: tuple[str, ...]
+
 
 RELEASES: dict[str, Release] = {
     r.version: r
@@ -107,6 +113,7 @@ RELEASES: dict[str, Release] = {
             nodes_command=("sinfo", "--json"),
             ctld_http_probes=False,
             dynamic_node_flag="DYNAMIC_NORM",
+            upgrades_from=("20.11", "21.08"),
         ),
         Release(
             version="24.11",
@@ -127,6 +134,7 @@ RELEASES: dict[str, Release] = {
             nodes_command=("scontrol", "--json", "show", "nodes"),
             ctld_http_probes=False,
             dynamic_node_flag="DYNAMIC_NORM",
+            upgrades_from=("23.02", "23.11", "24.05"),
         ),
         Release(
             version="26.05",
@@ -147,6 +155,7 @@ RELEASES: dict[str, Release] = {
             nodes_command=("scontrol", "--json", "show", "nodes"),
             ctld_http_probes=True,
             dynamic_node_flag="DYNAMIC_NORM",
+            upgrades_from=("24.11", "25.05", "25.11"),
         ),
     )
 }
@@ -164,3 +173,27 @@ def release(version: str) -> Release:
         return RELEASES[version]
     except KeyError:
         raise KeyError(f"Slurm {version} is not supported: slurmk8s supports {', '.join(SUPPORTED)}") from None
+
+
+def _key(version: str) -> tuple[int, int]:
+    year, month = version.split(".")
+    return int(year), int(month)
+
+
+def upgrade_problem(running: str, wanted: str) -> str | None:
+    """Why a cluster running Slurm ``running`` cannot move to ``wanted`` in place, or None.
+
+    Slurm reads the state files and database records of the few releases before its own
+    (:attr:`Release.upgrades_from`) and of no newer one; across a wider step it loses the
+    queued jobs and refuses the database."""
+    if running == wanted:
+        return None
+    if _key(wanted) < _key(running):
+        return (f"Slurm does not downgrade: the cluster runs {running}, and {wanted} cannot read its "
+                f"state or accounting records. Set it back to {running}")
+    allowed = release(wanted).upgrades_from
+    if running in allowed:
+        return None
+    return (f"Slurm {wanted} upgrades in place only from {', '.join(allowed)}; the cluster runs {running}, "
+            f"and its queued jobs and accounting records would be lost. Set it back to {running}, "
+            f"or create a new cluster on {wanted}")

@@ -241,39 +241,6 @@ def test_minutes_reads_slurm_times(text, expected):
     assert minutes(text) == expected
 
 
-def _workload(kind, name, image, container, ready=1, generation=2, observed=2):
-    return {"kind": kind, "metadata": {"name": name, "generation": generation},
-            "spec": {"template": {"spec": {"containers": [{"name": container, "image": image}]}}},
-            "status": {"readyReplicas": ready, "updatedReplicas": ready, "replicas": ready,
-                       "observedGeneration": observed}}
-
-
-def test_slurmdbd_is_upgraded_before_slurmctld(doc):
-    d = with_accounting(doc)
-    d["spec"]["slurm"]["version"] = "24.11"
-    old = load_cluster(d)
-    d["spec"]["slurm"]["version"] = "26.05"
-    new = load_cluster(d)
-    desired = render(new, ClusterKeys.generate())
-    ctld_old = _workload("StatefulSet", "demo-controller", names.image(old, "slurmctld"), "slurmctld")
-    dbd_old = _workload("Deployment", "demo-slurmdbd", names.image(old, "slurmdbd"), "slurmdbd")
-    dbd_new = _workload("Deployment", "demo-slurmdbd", names.image(new, "slurmdbd"), "slurmdbd")
-    # slurmdbd still old: slurmctld waits.
-    why = acct.slurmdbd_first(new, desired, [ctld_old, dbd_old])
-    assert why and "slurmdbd" in why and "24.11" in why
-    # slurmdbd updated but its new pod not ready yet: still waits.
-    rolling = _workload("Deployment", "demo-slurmdbd", names.image(new, "slurmdbd"), "slurmdbd", ready=0)
-    assert acct.slurmdbd_first(new, desired, [ctld_old, rolling])
-    stale = _workload("Deployment", "demo-slurmdbd", names.image(new, "slurmdbd"), "slurmdbd", observed=1)
-    assert acct.slurmdbd_first(new, desired, [ctld_old, stale])
-    # slurmdbd runs the new release, ready: slurmctld may go.
-    assert acct.slurmdbd_first(new, desired, [ctld_old, dbd_new]) is None
-    # A new cluster, or no version change: nothing waits.
-    assert acct.slurmdbd_first(new, desired, []) is None
-    ctld_new = _workload("StatefulSet", "demo-controller", names.image(new, "slurmctld"), "slurmctld")
-    assert acct.slurmdbd_first(new, desired, [ctld_new, dbd_old]) is None
-
-
 def test_accounting_ready_waits_for_the_database_slurmdbd_and_associations(doc):
     c = load_cluster(with_accounting(doc))
     db = {"kind": "StatefulSet", "metadata": {"name": "demo-mariadb"}, "status": {"readyReplicas": 1}}

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from slurmk8s import versions
 from slurmk8s.api import load_cluster
 from slurmk8s.evacuation import held
 from slurmk8s.operator.round import Operator, Outcome
@@ -238,6 +239,28 @@ def test_an_invalid_spec_fails_the_status_and_changes_nothing_else(offline):
     assert w.kube.writes == [("patch/status", "SlurmCluster", "demo")]
     assert "spec.partitions[0].name" in w.body["status"]["conditions"][0]["message"]
     assert w.reasons()[-1] == "InvalidSpec"
+
+
+def test_a_release_slurm_cannot_upgrade_to_in_place_is_refused_and_nothing_changes(offline):
+    w = offline
+    w.round()
+    w.kube.run_controllers()
+    running = w.body["spec"]["slurm"]["version"]
+    newer = [v for v in versions.SUPPORTED if versions.upgrade_problem(running, v)]
+    assert newer, "every supported release upgrades from this one"
+    w.kube.writes.clear()
+    w.spec(lambda s: s["slurm"].update(version=newer[-1]))
+    out = w.round()
+    w.round()
+    assert out.status.phase == "Failed"
+    assert w.kube.writes == [("patch/status", "SlurmCluster", "demo")]  # no workload, ConfigMap or Slurm change
+    ready = w.body["status"]["conditions"][0]
+    assert (ready["reason"], ready["message"].split(":")[0]) == ("UnsupportedUpgrade", "spec.slurm.version")
+    assert f"Set it back to {running}" in ready["message"]
+    assert w.reasons().count("UnsupportedUpgrade") == 1  # announced once
+    # Set back: the cluster is reconciled again.
+    w.spec(lambda s: s["slurm"].update(version=running))
+    assert w.round().status.phase != "Failed"
 
 
 def test_a_failed_lookup_stops_the_round_before_any_write(offline):

@@ -7,6 +7,7 @@ import itertools
 
 from hypothesis import HealthCheck, given, settings
 
+from slurmk8s import versions
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.operator.plan import (
     MANAGED_KINDS, Create, Delete, Update, differences, is_ours, key, plan, with_replicas,
@@ -148,6 +149,34 @@ def test_updates_happen_only_when_a_rendered_field_differs(doc):
         (("ConfigMap", "demo-slurm-config"), ("data.slurm.conf",)),
     }
     assert not p.creates and not p.deletes
+
+
+def test_a_statefulsets_update_keeps_the_claim_templates_it_has(doc):
+    """Kubernetes refuses any change of a StatefulSet's volumeClaimTemplates (422): an
+    update carries the ones the object has, and a difference there alone is no update."""
+    c = cluster_of(doc)
+    observed = apply(plan(render(c, KEYS), [], cluster_name=c.name), [])
+    ctld = next(o for o in observed if key(o) == ("StatefulSet", "demo-controller"))
+    ctld["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"]["app.kubernetes.io/version"] = "old"
+    ctld["spec"]["volumeClaimTemplates"][0]["status"] = {"phase": "Pending"}  # as the server echoes it
+    assert plan(render(c, KEYS), observed, cluster_name=c.name).empty
+    doc = copy.deepcopy(doc)
+    doc["spec"]["slurm"]["image"] = {"tag": "patched-2"}
+    [u] = [u for u in plan(render(cluster_of(doc), KEYS), observed, cluster_name=c.name).updates
+           if u.key == ("StatefulSet", "demo-controller")]
+    assert u.obj["spec"]["volumeClaimTemplates"] == ctld["spec"]["volumeClaimTemplates"]
+    assert "spec.template.spec.containers[0].image" in u.changed
+
+
+def test_claim_templates_do_not_change_with_the_slurm_release(doc):
+    def claims(version):
+        d = copy.deepcopy(doc)
+        d["spec"]["slurm"]["version"] = version
+        return {o["metadata"]["name"]: o["spec"]["volumeClaimTemplates"]
+                for o in render(cluster_of(d), KEYS) if o["kind"] == "StatefulSet" and "volumeClaimTemplates" in o["spec"]}
+
+    first = claims(versions.SUPPORTED[0])
+    assert first and all(claims(v) == first for v in versions.SUPPORTED)
 
 
 def test_key_secrets_are_never_updated_or_deleted(doc):

@@ -43,6 +43,13 @@ password=$(head -n1 "$password_file")
 [[ $password =~ ^[A-Za-z0-9._~+/=-]{8,256}$ ]] || sk_die "the password in $password_file must be 8 to 256 letters, digits or ._~+/=-"
 
 install -d -o mysql -g mysql -m 0755 /run/mysqld
+# Debian gives the mysql user whatever uid is free when the package is installed, so
+# another release's image (a Slurm upgrade) may find the files owned by another uid.
+owner=$(stat -c %u "$datadir/mysql" 2>/dev/null || id -u mysql)
+if [ "$owner" != "$(id -u mysql)" ]; then
+  sk_log "the database files belong to uid $owner, not mysql ($(id -u mysql)): giving them to mysql"
+  chown -R --no-dereference mysql:mysql "$datadir"
+fi
 chown mysql:mysql "$datadir"
 chmod 0750 "$datadir"
 if [ ! -d "$datadir/mysql" ]; then

@@ -150,7 +150,7 @@ def _database(b: Builder) -> list[dict]:
             "template": pod_template(c, sel, names.labels(c, "database"), [container], volumes,
                                      terminationGracePeriodSeconds=60),
             "volumeClaimTemplates": [{
-                "metadata": {"name": "data", "labels": names.labels(c, "database")},
+                "metadata": {"name": "data", "labels": names.claim_labels(c, "database")},
                 "spec": claim_spec,
             }],
         }),

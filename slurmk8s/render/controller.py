@@ -90,7 +90,7 @@ def objects(b: Builder, with_jwt: bool) -> list[dict]:
             terminationGracePeriodSeconds=30,
         ),
         "volumeClaimTemplates": [{
-            "metadata": {"name": "state", "labels": names.labels(c, "controller")},
+            "metadata": {"name": "state", "labels": names.claim_labels(c, "controller")},
             "spec": claim_spec,
         }],
     })

@@ -177,6 +177,13 @@ def labels(c: SlurmCluster, component: str, **extra: str) -> dict[str, str]:
     }
 
 
+def claim_labels(c: SlurmCluster, component: str) -> dict[str, str]:
+    """Labels of a StatefulSet's volumeClaimTemplates: :func:`labels` less the version.
+    Kubernetes forbids changing a StatefulSet's claim templates, and the version
+    changes with spec.slurm.version."""
+    return {k: v for k, v in labels(c, component).items() if k != "app.kubernetes.io/version"}
+
+
 def image(c: SlurmCluster, component: str) -> str:
     img = c.spec.slurm.image
     if component in ("slurmdbd", "mariadb") and c.spec.accounting.slurmdbd.image is not None:
