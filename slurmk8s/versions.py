@@ -14,6 +14,8 @@ Pure: no imports from the rest of slurmk8s, so every layer may use it.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 #: Options of mmdebstrap for a suite whose Release file has passed its
@@ -188,6 +190,9 @@ def upgrade_problem(running: str, wanted: str) -> str | None:
     queued jobs and refuses the database."""
     if running == wanted:
         return None
+    if not re.fullmatch(r"[0-9]{2}\.[0-9]{2}", running):  # fail closed: an unknown release moves nowhere
+        return (f"the cluster's running release is {running!r} (its controller StatefulSet's "
+                "app.kubernetes.io/version label), not a Slurm release: restore the label")
     if _key(wanted) < _key(running):
         return (f"Slurm does not downgrade: the cluster runs {running}, and {wanted} cannot read its "
                 f"state or accounting records. Set it back to {running}")

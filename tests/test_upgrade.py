@@ -60,6 +60,14 @@ def test_only_the_steps_slurm_upgrades_in_place_are_accepted(doc, old, new):
     assert upgrade.refused(c, []) is None  # a new cluster takes any release
 
 
+def test_a_release_label_that_is_no_release_moves_nothing(doc):
+    before = running(cluster(doc, "24.11"))
+    for o in before:
+        o["metadata"]["labels"]["app.kubernetes.io/version"] = "latest"
+    why = upgrade.refused(cluster(doc, "26.05"), before)
+    assert why.startswith("spec.slurm.version: ") and "'latest'" in why and "restore the label" in why
+
+
 def test_24_11_to_26_05_is_an_upgrade_slurm_supports():
     # The matrix offers one in-place step; the e2e lifecycle test makes it with real daemons.
     assert versions.upgrade_problem("24.11", "26.05") is None
