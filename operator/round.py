@@ -144,34 +144,34 @@ class Operator:
 
     # A round.
 
+    def _refuse(self, body: Mapping, previous: SlurmClusterStatus | None, out: Outcome, message: str,
+                reason: str, now: float) -> Outcome:
+        """End a round whose spec is refused (``reason``): the status says why (Failed), a
+        Warning Event says it once, and nothing else is written."""
+        out.status = status.invalid(previous, message, body["metadata"].get("generation"), format_time(now),
+                                    reason=reason)
+        if previous is None or previous.phase != "Failed" or _ready_message(previous) != message:
+            out.events.append(workers.Event("Warning", reason, message))
+        out.problems.append(message)
+        self._patch_status(body, previous, out.status)
+        return out
+
     def reconcile(self, body: Mapping) -> Outcome:
         now = self.clock()
-        meta = body["metadata"]
         out = Outcome()
         previous = previous_status(body)
         doc = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
         try:
             cluster = load_cluster(doc)
         except InvalidSpec as exc:
-            out.status = status.invalid(previous, str(exc), meta.get("generation"), format_time(now))
-            if previous is None or previous.phase != "Failed" or _ready_message(previous) != str(exc):
-                out.events.append(workers.Event("Warning", "InvalidSpec", str(exc)))
-            out.problems.append(str(exc))
-            self._patch_status(body, previous, out.status)
-            return out
+            return self._refuse(body, previous, out, str(exc), "InvalidSpec", now)
 
         observed = self.observe(cluster.namespace, cluster.name)
         pods = [o for o in observed if o["kind"] == "Pod"]
         objects = [o for o in observed if o["kind"] != "Pod"]
         refused = upgrade.refused(cluster, objects)
-        if refused:  # nothing changes: the cluster keeps running its release
-            out.status = status.invalid(previous, refused, meta.get("generation"), format_time(now),
-                                        reason="UnsupportedUpgrade")
-            if previous is None or _ready_message(previous) != refused:
-                out.events.append(workers.Event("Warning", "UnsupportedUpgrade", refused))
-            out.problems.append(refused)
-            self._patch_status(body, previous, out.status)
-            return out
+        if refused:  # the cluster keeps running its release
+            return self._refuse(body, previous, out, refused, "UnsupportedUpgrade", now)
         secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
         try:
             keys, _missing = keys_from_secrets(cluster, secrets, self.new_key)

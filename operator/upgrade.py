@@ -22,14 +22,14 @@ from typing import Mapping, Sequence
 from slurmk8s import versions
 from slurmk8s.api.cluster import SlurmCluster
 from slurmk8s.render import names
+from slurmk8s.render.names import VERSION_LABEL
 
-__all__ = ["VERSION_LABEL", "running_release", "refused", "held"]
+from .plan import Key, key
 
-VERSION_LABEL = "app.kubernetes.io/version"
+__all__ = ["running_release", "refused", "held"]
+
 #: Workloads that move after slurmctld (their app.kubernetes.io/component).
 _AFTER_SLURMCTLD = ("worker", "login", "restapi")
-
-Key = tuple[str, str]  # (kind, name)
 
 
 def _labels(obj: Mapping | None) -> Mapping[str, str]:
@@ -78,8 +78,8 @@ def refused(c: SlurmCluster, observed: Sequence[Mapping]) -> str | None:
 
 def held(c: SlurmCluster, desired: Sequence[Mapping], observed: Sequence[Mapping]) -> tuple[frozenset[Key], list[str]]:
     """The workload updates that wait this round, and why."""
-    have = {(o["kind"], o["metadata"]["name"]): o for o in observed}
-    want = {(o["kind"], o["metadata"]["name"]): o for o in desired}
+    have = {key(o): o for o in observed}
+    want = {key(o): o for o in desired}
     keys: set[Key] = set()
     why: list[str] = []
     ctld_key = ("StatefulSet", names.controller(c))

@@ -84,12 +84,18 @@ def test_the_daemons_move_in_slurms_order(doc):
     # Everything still on 24.11: slurmdbd (and MariaDB) go; slurmctld waits for slurmdbd; the rest for slurmctld.
     keys, why = upgrade.held(new, desired, before)
     assert keys == {ctld} | later
-    assert "slurmdbd first" in why[0] and "slurmctld before the nodes" in why[1] and "24.11" in why[1]
+    assert "slurmdbd first" in why[0] and "24.11" in why[0]
+    assert "slurmctld before the nodes" in why[1] and "24.11" in why[1]
 
     # slurmdbd updated, its new pod not ready yet: the same.
     dbd_rolling = running(new, ready=False)
     now = replace(before, pick(dbd_rolling, "Deployment", names.slurmdbd(new)))
     assert upgrade.held(new, desired, now)[0] == {ctld} | later
+
+    # slurmdbd updated, but its controller has not seen the new generation yet: the same.
+    [dbd_stale] = pick(running(new), "Deployment", names.slurmdbd(new))
+    dbd_stale["status"]["observedGeneration"] = 2
+    assert upgrade.held(new, desired, replace(before, [dbd_stale]))[0] == {ctld} | later
 
     # slurmdbd runs 26.05, ready: slurmctld goes; the rest still wait.
     now = replace(before, pick(running(new), "Deployment", names.slurmdbd(new)))

@@ -15,6 +15,9 @@ CONFIG_HASH = f"{GROUP}/config-hash"
 #: PodDisruptionBudget selects on it.
 BUSY_LABEL = f"{GROUP}/slurm-busy"
 CLUSTER_LABEL = f"{GROUP}/cluster"
+#: The Slurm release an object was rendered for (spec.slurm.version); the
+#: controller StatefulSet's says which release the cluster runs (operator/upgrade.py).
+VERSION_LABEL = "app.kubernetes.io/version"
 NODESET_LABEL = f"{GROUP}/nodeset"
 #: Secrets holding generated keys carry this; they are created once, never updated.
 CREATE_ONLY = f"{GROUP}/create-only"
@@ -171,7 +174,7 @@ def labels(c: SlurmCluster, component: str, **extra: str) -> dict[str, str]:
         **selector(c, component),
         "app.kubernetes.io/part-of": "slurmk8s",
         "app.kubernetes.io/managed-by": "slurmk8s-operator",
-        "app.kubernetes.io/version": c.spec.slurm.version,
+        VERSION_LABEL: c.spec.slurm.version,
         CLUSTER_LABEL: c.name,
         **extra,
     }
@@ -181,7 +184,7 @@ def claim_labels(c: SlurmCluster, component: str) -> dict[str, str]:
     """Labels of a StatefulSet's volumeClaimTemplates: :func:`labels` less the version.
     Kubernetes forbids changing a StatefulSet's claim templates, and the version
     changes with spec.slurm.version."""
-    return {k: v for k, v in labels(c, component).items() if k != "app.kubernetes.io/version"}
+    return {k: v for k, v in labels(c, component).items() if k != VERSION_LABEL}
 
 
 def image(c: SlurmCluster, component: str) -> str:
