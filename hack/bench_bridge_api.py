@@ -123,7 +123,7 @@ class StandIn:
         self.data = work / "api"
         self.admin_config = work / "admin.kubeconfig"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "slurmk8s.sandbox.apiserver", "--data-dir", str(self.data),
+            [sys.executable, "-m", "sandbox.apiserver", "--data-dir", str(self.data),
              "--kubeconfig", str(self.admin_config), "--crds", str(ROOT / "charts/slurmk8s/files/crds"),
              "--log-level", "warning"],
             stdout=subprocess.PIPE, stderr=open(work / "apiserver.log", "w"), text=True, cwd=ROOT)

@@ -15,7 +15,7 @@ the time per node, what the round decided, and the median time of the
 next round after a small change: one Node changed, one Pod changed, and
 one Node changed with Slurm read anew (the same answer in new objects, as
 every round reads it). Unchanged Nodes and Pods are the same objects, as a
-watch cache keeps them (bridge/world.py).
+watch cache keeps them (slurmk8s/bridge/world.py).
 """
 
 from __future__ import annotations

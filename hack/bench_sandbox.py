@@ -38,9 +38,9 @@ from slurmk8s import versions  # noqa: E402
 from slurmk8s.api import load_cluster  # noqa: E402
 from slurmk8s.manifest import with_slurm_version  # noqa: E402
 from slurmk8s.render import ClusterKeys, config_files, node_conf  # noqa: E402
-from slurmk8s.sandbox import Sandbox  # noqa: E402
-from slurmk8s.sandbox.images import tags  # noqa: E402
-from slurmk8s.sandbox.imagestore import ImageStore  # noqa: E402
+from sandbox import Sandbox  # noqa: E402
+from sandbox.images import tags  # noqa: E402
+from sandbox.imagestore import ImageStore  # noqa: E402
 from tests.realslurm import SlurmNamespace  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "slurmcluster.yaml"

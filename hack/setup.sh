@@ -3,7 +3,8 @@
 # munge and OpenSSH (the same packages the images use), buildah, mmdebstrap
 # and runc (the images, built and run without Docker), the tools the tests
 # use, and a virtual environment in .venv with slurmk8s installed editable,
-# with the sandbox (which runs only from a checkout) and the tests' extras.
+# with the sandbox (sandbox/, its own distribution, which runs only from a
+# checkout) and the tests' extras.
 #
 # Idempotent and quick when nothing is missing. Safe to run again.
 set -euo pipefail
@@ -46,11 +47,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.slurmk8s-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml sandbox/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing slurmk8s and its test dependencies into .venv"
   log=.venv/pip-install.log
-  if ! { .venv/bin/pip install --upgrade pip && .venv/bin/pip install -e '.[test]'; } >"$log" 2>&1; then
+  if ! { .venv/bin/pip install --upgrade pip && .venv/bin/pip install -e '.[test]' -e ./sandbox; } >"$log" 2>&1; then
     tail -n 30 "$log" >&2
     say "pip failed; the whole log is in $log"
     exit 1

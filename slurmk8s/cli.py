@@ -20,9 +20,14 @@ if TYPE_CHECKING:
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 #: The entry point group of the commands that are not the product's: the
-#: sandbox's `sandbox` and `images` (pyproject.toml). Their code is not in the
-#: wheel, so a production install lists the entry points but cannot load them.
+#: sandbox's `sandbox` and `images` (sandbox/pyproject.toml), a distribution
+#: of its own: a production install has neither its code nor its entry points.
 COMMANDS_GROUP = "slurmk8s.commands"
+#: The sandbox's commands, named here so that an installation without the
+#: sandbox says where they are instead of "no such command".
+SANDBOX_COMMANDS = ("sandbox", "images")
+_NO_SANDBOX = ("it is the sandbox's, which this installation does not have (it is not in the wheel: "
+               "the sandbox runs from a checkout, pip install -e ./sandbox)")
 
 
 class _Commands(click.Group):
@@ -45,7 +50,7 @@ class _Commands(click.Group):
             return self.commands[name]
         ep = self._plugged().get(name)
         if ep is None:
-            return None
+            return _unavailable(name, _NO_SANDBOX) if name in SANDBOX_COMMANDS else None
         found = _load(ep)
         return found if isinstance(found, click.Command) else _unavailable(name, found)
 
@@ -56,9 +61,8 @@ def _load(ep: EntryPoint) -> click.Command | str:
         return ep.load()
     except ModuleNotFoundError as exc:
         if exc.name and ep.module.startswith(exc.name):
-            return ("it is the sandbox's, which this installation does not have (it is not in the wheel: "
-                    "the sandbox runs from a checkout, pip install -e '.[sandbox]')")
-        return f"the sandbox needs {exc.name}, which is not installed: pip install -e '.[sandbox]' (hack/setup.sh does)"
+            return _NO_SANDBOX
+        return f"the sandbox needs {exc.name}, which is not installed: pip install -e ./sandbox (hack/setup.sh does)"
 
 
 def _unavailable(name: str, why: str) -> click.Command:

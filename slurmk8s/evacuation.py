@@ -2,8 +2,8 @@
 
 Whoever must take a node away from Slurm calls :func:`evacuate` each round:
 the operator for scale-in, rolling updates and worker pods being deleted
-(``operator/workers.py``), the bridge for a lent node it takes back
-(``bridge/transitions.py``). The rule, in order:
+(``slurmk8s/operator/workers.py``), the bridge for a lent node it takes back
+(``slurmk8s/bridge/transitions.py``). The rule, in order:
 
 1. **Drain** the node (``slurmk8s: <reason>``) unless a drain is set; someone
    else's drain is never overwritten, and the node is emptied all the same.

@@ -68,7 +68,7 @@ RESOURCES: dict[str, Resource] = {
 #: What to do about a 403: the chart grants exactly the declared permissions, in the watched namespaces.
 FORBIDDEN_HINT = ("RBAC refused it: installed with the Helm chart, the operator and the bridge may act only in "
                   "their watched namespaces (watchNamespaces, else the release namespace): list this one there; "
-                  "operator/permissions.py and bridge/permissions.py say what each needs")
+                  "slurmk8s/operator/permissions.py and slurmk8s/bridge/permissions.py say what each needs")
 
 
 class ApiError(RuntimeError):
@@ -124,7 +124,7 @@ class Kube:
             if configuration.cert_file:
                 kwargs["cert_file"] = configuration.cert_file
                 kwargs["key_file"] = configuration.key_file
-        # Room for the long-lived watch streams (bridge/view.py: 2 + 2 per namespace) beside the requests.
+        # Room for the long-lived watch streams (slurmk8s/bridge/view.py: 2 + 2 per namespace) beside the requests.
         self._http = urllib3.PoolManager(num_pools=4, maxsize=32, **kwargs)
 
     @classmethod

@@ -2,8 +2,8 @@
 authorizer sees it: a :class:`Permission` (verb, API group, resource, and
 where), what a declared list of them grants (:func:`grants`) and whether that
 allows a request (:func:`allows`). Pure. The lists themselves are the
-operator's (``operator/permissions.py``) and the bridge's
-(``bridge/permissions.py``); the Helm chart grants exactly those.
+operator's (``slurmk8s/operator/permissions.py``) and the bridge's
+(``slurmk8s/bridge/permissions.py``); the Helm chart grants exactly those.
 
 Where a permission is needed:
 

@@ -18,7 +18,7 @@ from typing import Mapping
 
 from slurmk8s.kube import RESOURCES, ApiError, Kube
 from slurmk8s.permissions import allows, of_kind
-from slurmk8s.sandbox.apiserver.patch import merge_patch
+from sandbox.apiserver.patch import merge_patch
 
 _ids = itertools.count(1)
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from slurmk8s.sandbox import runtime
-from slurmk8s.sandbox.apiserver import APIServer
-from slurmk8s.sandbox.imagestore import ImageStore
-from slurmk8s.sandbox.kubelet import Kubelet, SandboxNode
+from sandbox import runtime
+from sandbox.apiserver import APIServer
+from sandbox.imagestore import ImageStore
+from sandbox.kubelet import Kubelet, SandboxNode
 
 
 class KubeletWorld:

@@ -24,7 +24,7 @@ import yaml
 from slurmk8s import versions
 from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, render
-from slurmk8s.sandbox.imagestore import ImageStore
+from sandbox.imagestore import ImageStore
 
 pytestmark = [pytest.mark.images, pytest.mark.slurm, pytest.mark.timeout(900)]
 

@@ -152,6 +152,6 @@ def test_operator_and_bridge_import_under_slurmk8s_without_shadowing_the_stdlib(
     import slurmk8s.bridge
     import slurmk8s.operator
 
-    assert Path(slurmk8s.operator.__file__).parent == ROOT / "operator"
-    assert Path(slurmk8s.bridge.__file__).parent == ROOT / "bridge"
+    assert Path(slurmk8s.operator.__file__).parent == ROOT / "slurmk8s" / "operator"
+    assert Path(slurmk8s.bridge.__file__).parent == ROOT / "slurmk8s" / "bridge"
     assert hasattr(operator, "itemgetter")  # still the standard library's

@@ -3,8 +3,8 @@ Roles, ClusterRoles and bindings are created in the Kubernetes stand-in, which
 authorizes with Kubernetes' RBAC rules, and SubjectAccessReviews ask it, for
 each ServiceAccount, every verb on every resource the operator and the bridge
 touch, in the watched namespaces, in kube-system and cluster-wide. The answer
-must be "allowed" exactly where operator/permissions.py and
-bridge/permissions.py declare a need.
+must be "allowed" exactly where slurmk8s/operator/permissions.py and
+slurmk8s/bridge/permissions.py declare a need.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from slurmk8s.kube import ApiError, Kube
 from slurmk8s.permissions import allows
 from slurmk8s.render import names
 from slurmk8s.render.keys import key_secret_names
-from slurmk8s.sandbox.apiserver import audit
+from sandbox.apiserver import audit
 
 from .apiserver.conftest import CRDS, start_server, wait_for
 from .test_bridge_loop import NOW, Facade, MemorySlurm, idle_node

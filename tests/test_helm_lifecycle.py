@@ -11,7 +11,7 @@ import shutil
 import pytest
 import yaml
 
-from slurmk8s.sandbox import install
+from sandbox import install
 
 from .apiserver.conftest import start_server, wait_for
 from .conftest import EXAMPLE, ROOT

@@ -18,8 +18,8 @@ import pytest
 from slurmk8s import __version__, versions
 from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, TopologyNode, render
-from slurmk8s.sandbox import images as rules
-from slurmk8s.sandbox.imagestore import Image, ImageStore
+from sandbox import images as rules
+from sandbox.imagestore import Image, ImageStore
 from slurmk8s.slurm.model import job_from_json, node_from_json, release_of
 
 from .conftest import example_without_accounting

@@ -1,4 +1,4 @@
-"""The pure rules of building and running images (slurmk8s.sandbox.images) and the
+"""The pure rules of building and running images (sandbox.images) and the
 image store's lookups, without building anything."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import yaml
 from slurmk8s import __version__
 from slurmk8s.manifest import clusters
 from slurmk8s.render import ClusterKeys, names, render
-from slurmk8s.sandbox import images as rules
-from slurmk8s.sandbox.images import IgnoreRules, ImageConfig, ImageError, Recipe, container_process
-from slurmk8s.sandbox.imagestore import ImageBuildFailed, ImageStore, context_listing
+from sandbox import images as rules
+from sandbox.images import IgnoreRules, ImageConfig, ImageError, Recipe, container_process
+from sandbox.imagestore import ImageBuildFailed, ImageStore, context_listing
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = sorted(p.parent.name for p in ROOT.glob("images/*/Dockerfile"))

@@ -14,8 +14,8 @@ import yaml
 
 from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, render
-from slurmk8s.sandbox import runtime
-from slurmk8s.sandbox.kubelet import SandboxNode
+from sandbox import runtime
+from sandbox.kubelet import SandboxNode
 from slurmk8s.slurm.remote import RemoteSlurm
 
 from .conftest import example_without_accounting

@@ -1,18 +1,20 @@
 """The import layers of the product: each part imports only parts below it,
 never one beside it (the operator and the bridge never import each other).
-A new top-level module fails here until it is given its layer. The sandbox is
-the top, above the CLI: nothing of the product imports it, since the product's
-wheel and the controller image do not have it (decision record 22)."""
+A new top-level module fails here until it is given its layer. The sandbox
+(`sandbox/`) is not part of it: nothing of the product imports it, since the
+product's wheel and the controller image do not have it (decision record 22)."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Where each importable package lives in the tree.
-TREES = {"slurmk8s": ROOT / "slurmk8s", "slurmk8s.operator": ROOT / "operator",
-         "slurmk8s.bridge": ROOT / "bridge", "slurmk8s.templates": ROOT / "templates"}
+TREES = {"slurmk8s": ROOT / "slurmk8s", "slurmk8s.templates": ROOT / "templates"}
+#: The sandbox: a distribution of its own, beside the product.
+SANDBOX = ROOT / "sandbox"
 #: Lower imports nothing of higher; equal ranks import nothing of each other.
 RANK = {
     "slurmk8s.log": 0, "slurmk8s.times": 0, "slurmk8s.versions": 0, "slurmk8s.serve": 0, "slurmk8s.templates": 0,
@@ -24,10 +26,7 @@ RANK = {
     "slurmk8s.operator": 6, "slurmk8s.bridge": 6,
     "slurmk8s.simulate": 7,
     "slurmk8s.cli": 8,
-    "slurmk8s.sandbox": 9,
 }
-#: Not installed with the product: no other part may import it.
-TEST_BED = "slurmk8s.sandbox"
 
 
 def modules():
@@ -35,8 +34,6 @@ def modules():
     for package, tree in TREES.items():
         for path in sorted(tree.rglob("*.py")):
             parts = [p for p in path.relative_to(tree).with_suffix("").parts if p != "__init__"]
-            if package == "slurmk8s" and parts and parts[0] in ("operator", "bridge", "templates"):
-                continue
             yield path, ".".join([package, *parts]), path.name == "__init__.py"
 
 
@@ -85,12 +82,44 @@ def test_the_check_sees_imports_inside_functions(tmp_path):
     assert list(imports(f, "slurmk8s.slurm.agent", False)) == ["slurmk8s.bridge.rollout"]
 
 
+def _top_level_imports(path: Path) -> set[str]:
+    """The top-level names of every absolute import in ``path``, also inside functions."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
 def test_nothing_of_the_product_imports_the_sandbox():
-    """Whatever the ranks say: the sandbox is not in the product's wheel, so an import
-    of it from the operator, the bridge, the agent or the CLI fails in production.
-    The CLI reaches the sandbox's commands through entry points only."""
-    assert max(RANK.values()) == RANK[TEST_BED] and list(RANK.values()).count(RANK[TEST_BED]) == 1
-    wrong = [f"{path.relative_to(ROOT)}: {module} imports {target}"
-             for path, module, is_package in modules() if part(module) != TEST_BED
-             for target in imports(path, module, is_package) if part(target) == TEST_BED]
-    assert wrong == [], "the product imports the sandbox:\n" + "\n".join(wrong)
+    """The sandbox is not in the product's wheel, so an import of it from the
+    operator, the bridge, the agent or the CLI fails in production. The CLI
+    reaches the sandbox's commands through entry points only."""
+    wrong = [str(path.relative_to(ROOT)) for path, _, _ in modules() if "sandbox" in _top_level_imports(path)]
+    assert wrong == [], f"the product imports the sandbox: {wrong}"
+
+
+def test_the_product_lives_in_its_package_and_the_sandbox_beside_it():
+    """One import root for what ships (slurmk8s/, with the operator and the bridge
+    inside it), the test bed outside it, and no top-level package of this tree
+    named like a module of Python's standard library (``import operator`` from
+    the repository root must be Python's)."""
+    for part in ("operator", "bridge", "render", "slurm", "api", "simulate"):
+        assert (ROOT / "slurmk8s" / part / "__init__.py").is_file(), part
+    assert not (ROOT / "slurmk8s" / "sandbox").exists()
+    assert (SANDBOX / "__init__.py").is_file()
+    top = {p.parent.name for p in ROOT.glob("*/__init__.py")} | {p.stem for p in ROOT.glob("*.py")}
+    assert top & set(sys.stdlib_module_names) == set(), "a top-level package shadows the standard library"
+    assert not (ROOT / "operator").exists() and not (ROOT / "bridge").exists()
+
+
+def test_the_sandbox_imports_the_product_by_its_absolute_name():
+    """A relative import that climbs out of ``sandbox`` would name a package that is not there."""
+    for path in SANDBOX.rglob("*.py"):
+        # sandbox/x.py and sandbox/__init__.py may climb one level (to ``sandbox``), a module one folder down two.
+        depth = len(path.relative_to(SANDBOX).parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level <= depth, f"{path}: from {'.' * node.level}{node.module}"

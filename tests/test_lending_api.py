@@ -195,7 +195,7 @@ def test_the_sandboxs_lendable_nodes_are_ones_the_example_policy_may_lend():
     platform team would (decision record 15), so the example policy lends them."""
     from slurmk8s.api import load_cluster
     from slurmk8s.api.lending import may_lend
-    from slurmk8s.sandbox.sandbox import sandbox_nodes
+    from sandbox.sandbox import sandbox_nodes
     cluster = load_cluster(yaml.safe_load((ROOT / "examples" / "slurmcluster.yaml").read_text()))
     pol = load_policy(yaml.safe_load(EXAMPLE.read_text()))
     nodes = sandbox_nodes(cluster, lendable=2)

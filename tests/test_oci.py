@@ -1,13 +1,13 @@
 """The runc runtime's pure part: a planned container and its image's config
-as the OCI runtime spec runc runs (slurmk8s/sandbox/oci.py)."""
+as the OCI runtime spec runc runs (sandbox/oci.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from slurmk8s.sandbox import oci
-from slurmk8s.sandbox.images import ImageConfig
-from slurmk8s.sandbox.plan import ContainerPlan, Mount, pod_plan
+from sandbox import oci
+from sandbox.images import ImageConfig
+from sandbox.plan import ContainerPlan, Mount, pod_plan
 
 IMAGE = ImageConfig(entrypoint=("/usr/local/bin/slurmk8s-entrypoint",), cmd=("serve",),
                     env=("PATH=/usr/local/sbin:/usr/bin:/bin", "LANG=C.UTF-8"), working_dir="/srv", user="slurm")

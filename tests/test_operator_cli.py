@@ -27,7 +27,7 @@ from urllib.parse import parse_qs
 import pytest
 import yaml
 
-from slurmk8s.sandbox.apiserver.patch import merge_patch
+from sandbox.apiserver.patch import merge_patch
 
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
 

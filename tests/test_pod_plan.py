@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from slurmk8s.sandbox.plan import pod_plan, token_requests
+from sandbox.plan import pod_plan, token_requests
 
 SERVICE_ENV = {"KUBERNETES_SERVICE_HOST": "10.253.0.1", "KUBERNETES_SERVICE_PORT": "6443"}
 

@@ -22,10 +22,10 @@ import websocket
 import yaml
 from kubernetes.stream import stream
 
-from slurmk8s.sandbox import oci
-from slurmk8s.sandbox.images import tags
-from slurmk8s.sandbox.imagestore import ImageStore
-from slurmk8s.sandbox.kubelet import SandboxNode
+from sandbox import oci
+from sandbox.images import tags
+from sandbox.imagestore import ImageStore
+from sandbox.kubelet import SandboxNode
 
 from .kubeletworld import KubeletWorld
 from .test_kubelet import wait_for

@@ -9,11 +9,11 @@ import json
 import pytest
 from multidict import MultiDict
 
-from slurmk8s.sandbox import podlogs, remotecommand
-from slurmk8s.sandbox.apiserver import podproxy
-from slurmk8s.sandbox.apiserver.errors import APIError
-from slurmk8s.sandbox.kubeletserver import node_status
-from slurmk8s.sandbox.remotecommand import ProtocolError
+from sandbox import podlogs, remotecommand
+from sandbox.apiserver import podproxy
+from sandbox.apiserver.errors import APIError
+from sandbox.kubeletserver import node_status
+from sandbox.remotecommand import ProtocolError
 
 # The remote command protocol
 
@@ -180,7 +180,7 @@ def test_attach_and_port_forward_are_refused_with_what_to_use():
 
 
 def test_sandbox_logs_reads_the_same_files(tmp_path):
-    from slurmk8s.sandbox.sandbox import Sandbox
+    from sandbox.sandbox import Sandbox
 
     uid = "0123456789abcdef"
     (tmp_path / "kubelet.json").write_text(json.dumps({"pods": {uid: {"uid": uid, "namespace": "default", "name": "p"}}}))

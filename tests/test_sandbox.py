@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmk8s.sandbox import Sandbox, runcruntime, runtime
+from sandbox import Sandbox, runcruntime, runtime
 
 pytestmark = pytest.mark.slurm
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
@@ -139,7 +139,7 @@ def test_a_process_started_but_not_recorded_is_adopted_by_up_and_stopped_by_down
     would find its port taken), and `down` stops it."""
     import uuid
 
-    from slurmk8s.sandbox.sandbox import State
+    from sandbox.sandbox import State
 
     argv = [sys.executable, "-c", "import time; time.sleep(60)", f"slurmk8s-{uuid.uuid4().hex}"]
     monkeypatch.setattr(Sandbox, "_command", lambda self, process, state: argv)

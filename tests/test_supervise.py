@@ -12,8 +12,8 @@ from pathlib import Path
 
 from hypothesis import given, strategies as st
 
-from slurmk8s.sandbox import supervise
-from slurmk8s.sandbox.supervise import BACKOFF, BURST, STABLE, WINDOW, Restarts
+from sandbox import supervise
+from sandbox.supervise import BACKOFF, BURST, STABLE, WINDOW, Restarts
 
 
 def test_back_off_doubles_to_its_cap_and_starts_over_after_a_stable_run():
@@ -67,7 +67,7 @@ def _alive(pid: int) -> bool:
 
 def _supervise(tmp_path: Path, script: str) -> tuple[subprocess.Popen, Path]:
     status = tmp_path / "status.json"
-    proc = subprocess.Popen([sys.executable, "-m", "slurmk8s.sandbox.supervise", "--status", str(status), "--",
+    proc = subprocess.Popen([sys.executable, "-m", "sandbox.supervise", "--status", str(status), "--",
                              sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, status
 

@@ -16,7 +16,7 @@ CONFIG_HASH = f"{GROUP}/config-hash"
 BUSY_LABEL = f"{GROUP}/slurm-busy"
 CLUSTER_LABEL = f"{GROUP}/cluster"
 #: The Slurm release an object was rendered for (spec.slurm.version); the
-#: controller StatefulSet's says which release the cluster runs (operator/upgrade.py).
+#: controller StatefulSet's says which release the cluster runs (slurmk8s/operator/upgrade.py).
 VERSION_LABEL = "app.kubernetes.io/version"
 NODESET_LABEL = f"{GROUP}/nodeset"
 #: Secrets holding generated keys carry this; they are created once, never updated.

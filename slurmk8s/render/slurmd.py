@@ -87,7 +87,7 @@ def workers(b: Builder) -> list[dict]:
             "replicas": ns.replicas,
             "podManagementPolicy": "Parallel",
             # The operator restarts pods itself on an image update, one at a
-            # time and each drained first (operator/workers.py).
+            # time and each drained first (slurmk8s/operator/workers.py).
             "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": sel},
             "template": _worker_template(pod_template(c, sel, labels, [container], volumes, **pod_spec)),

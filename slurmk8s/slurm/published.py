@@ -1,6 +1,6 @@
 """What the agent serves of the shared storage: ``GET /v1/published?dir=D``,
 the model version a job published (``D/LATEST``), for the bridge's rollouts
-of serving Deployments (``bridge/rollout.py``).
+of serving Deployments (``slurmk8s/bridge/rollout.py``).
 
 Everything below the checkpoint root is the jobs', so it is read as an
 adversary's: one path component at a time, never following a link, only a
@@ -31,7 +31,7 @@ class Fail(Exception):
 
 
 def published(root: str | None, query: dict) -> dict:
-    """``<dir>/LATEST`` for the bridge's model-version rollouts (bridge/rollout.py)."""
+    """``<dir>/LATEST`` for the bridge's model-version rollouts (slurmk8s/bridge/rollout.py)."""
     from ..serve import LATEST_MAX, BadModelDir, check_model_dir
 
     if root is None:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import pytest
 from kubernetes import client, config
 
-from slurmk8s.sandbox.apiserver import APIServer
+from sandbox.apiserver import APIServer
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "charts" / "slurmk8s" / "files" / "crds"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from slurmk8s.sandbox.apiserver import admission, authn, protobuf
-from slurmk8s.sandbox.apiserver.errors import APIError
+from sandbox.apiserver import admission, authn, protobuf
+from sandbox.apiserver.errors import APIError
 
 
 def test_token_file_round_trips_and_keeps_other_users(tmp_path) -> None:
@@ -143,8 +143,8 @@ def test_admission_automount_precedence_and_missing_account() -> None:
 
 
 def test_audit_lines_and_rotation(tmp_path) -> None:
-    from slurmk8s.sandbox.apiserver import audit
-    from slurmk8s.sandbox.apiserver.rbac import Attributes, User
+    from sandbox.apiserver import audit
+    from sandbox.apiserver.rbac import Attributes, User
 
     sa = User("system:serviceaccount:x:y", ("system:serviceaccounts",))
     line = audit.entry(sa, Attributes("list", namespace="x", resource="secrets"), 403, time="T")

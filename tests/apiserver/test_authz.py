@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from slurmk8s.sandbox.apiserver import audit
+from sandbox.apiserver import audit
 
 from .conftest import Cluster, wait_for
 
@@ -258,7 +258,7 @@ def whoami(cluster: Cluster, token: str):
 
 
 def test_token_request_issues_kubernetes_shaped_tokens(cluster: Cluster, ns: str) -> None:
-    from slurmk8s.sandbox.apiserver.authn import _unb64
+    from sandbox.apiserver.authn import _unb64
 
     sa = service_account(cluster, ns, "bot")
     out = token_request(cluster, ns, "bot")
@@ -309,7 +309,7 @@ def test_a_pod_bound_token_dies_with_its_pod(cluster: Cluster, ns: str) -> None:
 def test_expired_and_foreign_audience_tokens_are_refused(cluster: Cluster, ns: str) -> None:
     import time
 
-    from slurmk8s.sandbox.apiserver import authn
+    from sandbox.apiserver import authn
 
     sa = service_account(cluster, ns, "old")
     key = authn.load_or_create_key(cluster.srv.data_dir / "pki" / "sa.key")

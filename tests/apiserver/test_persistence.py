@@ -51,7 +51,7 @@ def test_the_foreground_process_is_killed_and_restarted(tmp_path) -> None:
 
     def launch() -> tuple[subprocess.Popen, str]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "slurmk8s.sandbox.apiserver", "--data-dir", str(data), "--kubeconfig", str(kubeconfig),
+            [sys.executable, "-m", "sandbox.apiserver", "--data-dir", str(data), "--kubeconfig", str(kubeconfig),
              "--crds", str(CRDS)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
         line = proc.stdout.readline().strip()
         assert line.startswith("https://127.0.0.1:"), (line, proc.stderr.read() if proc.poll() is not None else "")
@@ -125,7 +125,7 @@ def test_the_foreground_process_writes_the_kubelet_kubeconfig(tmp_path) -> None:
     import yaml
 
     data, admin, kubelet = tmp_path / "data", tmp_path / "admin", tmp_path / "kubelet"
-    proc = subprocess.Popen([sys.executable, "-m", "slurmk8s.sandbox.apiserver", "--data-dir", str(data), "--kubeconfig", str(admin),
+    proc = subprocess.Popen([sys.executable, "-m", "sandbox.apiserver", "--data-dir", str(data), "--kubeconfig", str(admin),
                              "--kubelet-kubeconfig", str(kubelet)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert proc.stdout.readline().startswith("https://127.0.0.1:")

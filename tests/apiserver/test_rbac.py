@@ -1,11 +1,11 @@
-"""RBAC semantics of the stand-in, without a server: :mod:`slurmk8s.sandbox.apiserver.rbac`."""
+"""RBAC semantics of the stand-in, without a server: :mod:`sandbox.apiserver.rbac`."""
 
 from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from slurmk8s.sandbox.apiserver import policy
-from slurmk8s.sandbox.apiserver.rbac import (
+from sandbox.apiserver import policy
+from sandbox.apiserver.rbac import (
     Attributes,
     Policy,
     User,
@@ -215,7 +215,7 @@ def test_bootstrap_policy_gives_the_kubelet_what_it_needs() -> None:
     for a in (res("patch", "nodes", name="n", sub="status"), res("list", "pods"), res("patch", "pods", "x", "p", sub="status"),
               res("delete", "pods", "x", "p"), res("create", "serviceaccounts", "x", "s", sub="token"), res("get", "secrets", "x", "s"),
               res("create", "events", "x"), res("update", "leases", "kube-node-lease", "n", "coordination.k8s.io"),
-              # what slurmk8s/sandbox/kubelet.py calls
+              # what sandbox/kubelet.py calls
               res("create", "nodes"), res("patch", "nodes", name="n"), res("list", "services"), res("list", "configmaps", "x"),
               res("list", "secrets", "x"), res("get", "configmaps", "x", "kube-root-ca.crt")):
         assert authorize(kubelet, a, policy=p)[0], a
@@ -290,7 +290,7 @@ def test_wildcard_rule_allows_every_resource_request(a: Attributes) -> None:
 
 
 def test_escalation_coverage_as_kubernetes_compares_rules() -> None:
-    from slurmk8s.sandbox.apiserver.rbac import uncovered
+    from sandbox.apiserver.rbac import uncovered
 
     held = [rule([""], ["pods", "*/status"], ["get", "list"]), rule(["apps"], ["*"], ["*"]), {"nonResourceURLs": ["/apis/*"], "verbs": ["get"]}]
     assert uncovered(held, [rule([""], ["pods"], ["get"])]) == []
@@ -306,14 +306,14 @@ def test_escalation_coverage_as_kubernetes_compares_rules() -> None:
 
 @given(st.lists(rules, max_size=4))
 def test_every_rule_set_covers_itself(rs: list) -> None:
-    from slurmk8s.sandbox.apiserver.rbac import uncovered
+    from sandbox.apiserver.rbac import uncovered
 
     assert uncovered(rs, rs) == []
 
 
 @given(st.lists(rules, min_size=1, max_size=3), attributes)
 def test_covered_rules_allow_nothing_the_holder_could_not(rs: list, a: Attributes) -> None:
-    from slurmk8s.sandbox.apiserver.rbac import breakdown
+    from sandbox.apiserver.rbac import breakdown
 
     held = [one for r in rs for one in breakdown(r)][:3]
     if any(rule_allows(a, r) for r in held):

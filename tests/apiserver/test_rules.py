@@ -10,12 +10,12 @@ from decimal import Decimal
 import pytest
 import yaml
 
-from slurmk8s.sandbox.apiserver import apply as ssa
-from slurmk8s.sandbox.apiserver import jsonpath, patch, quantity, schema, timeutil
-from slurmk8s.sandbox.apiserver.controllers import deployment, scheduler, statefulset
-from slurmk8s.sandbox.apiserver.errors import APIError
-from slurmk8s.sandbox.apiserver.resources import Registry, from_crd
-from slurmk8s.sandbox.apiserver.selectors import labels_match, parse_field_selector, parse_label_selector
+from sandbox.apiserver import apply as ssa
+from sandbox.apiserver import jsonpath, patch, quantity, schema, timeutil
+from sandbox.apiserver.controllers import deployment, scheduler, statefulset
+from sandbox.apiserver.errors import APIError
+from sandbox.apiserver.resources import Registry, from_crd
+from sandbox.apiserver.selectors import labels_match, parse_field_selector, parse_label_selector
 
 from .conftest import CRDS, EXAMPLE
 

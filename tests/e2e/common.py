@@ -13,8 +13,8 @@ from typing import Iterator
 import yaml
 
 from slurmk8s.manifest import with_slurm_version
-from slurmk8s.sandbox import Sandbox, install
-from slurmk8s.sandbox.apiserver import audit
+from sandbox import Sandbox, install
+from sandbox.apiserver import audit
 
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
 

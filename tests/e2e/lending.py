@@ -20,8 +20,8 @@ from typing import Iterator
 
 from slurmk8s import versions
 from slurmk8s.bridge.nodestate import STATE_LABEL
-from slurmk8s.sandbox import Sandbox
-from slurmk8s.sandbox.images import tags
+from sandbox import Sandbox
+from sandbox.images import tags
 
 from .researcher import Researcher
 from .common import running_sandbox, wait_for

@@ -20,7 +20,7 @@ from slurmk8s.bridge import permissions as bridge_permissions
 from slurmk8s.manifest import with_slurm_version
 from slurmk8s.operator import permissions
 from slurmk8s.permissions import grants
-from slurmk8s.sandbox import Sandbox, install
+from sandbox import Sandbox, install
 
 from .common import running_sandbox, wait_for
 from .conftest import default_release_only
@@ -169,8 +169,8 @@ def can_i_list(platform: Platform, account: str, namespace: str) -> set[tuple[st
 def test_the_operator_and_the_bridge_run_as_the_charts_pods_with_exactly_its_rbac(platform):
     """What a platform engineer checks after `helm install`: the components'
     pods run under their ServiceAccounts, `kubectl auth can-i --list` shows
-    what the chart grants (what operator/permissions.py and
-    bridge/permissions.py declare), and `kubectl logs`/`exec` reach the pods."""
+    what the chart grants (what slurmk8s/operator/permissions.py and
+    slurmk8s/bridge/permissions.py declare), and `kubectl logs`/`exec` reach the pods."""
     components = platform.box.status()["components"]
     assert {k: (v["ready"], v["serviceAccount"]) for k, v in components.items()} == {
         "operator": (True, "slurmk8s"), "bridge": (True, "slurmk8s-bridge")}

@@ -21,7 +21,7 @@ import yaml
 
 from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, names, render
-from slurmk8s.sandbox import install, runcruntime, runtime
+from sandbox import install, runcruntime, runtime
 
 from .test_operator_e2e import ManifestPlatform, wait_for
 from .conftest import default_release_only

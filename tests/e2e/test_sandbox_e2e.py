@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from slurmk8s.api import load_cluster
-from slurmk8s.sandbox import Sandbox
+from sandbox import Sandbox
 from slurmk8s.serve import Follower
 
 from ..conftest import EXAMPLE, ROOT

@@ -1,4 +1,4 @@
-"""A live Slurm upgrade through the operator, with accounting (operator/upgrade.py).
+"""A live Slurm upgrade through the operator, with accounting (slurmk8s/operator/upgrade.py).
 
 A cluster on the older release of the one in-place step the release matrix
 offers records a job and queues a held one; the manifest is applied again
@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from slurmk8s import versions
-from slurmk8s.sandbox.runtime import SandboxError
+from sandbox.runtime import SandboxError
 
 from .test_accounting_e2e import KEY, Accounting
 from .test_operator_e2e import wait_for

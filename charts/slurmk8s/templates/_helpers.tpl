@@ -107,7 +107,7 @@ is empty; an empty list means every namespace (watchAllNamespaces).
 
 {{/*
 What the operator does inside each namespace it watches, exactly as
-operator/permissions.py declares it (tests/test_chart.py compares them): the
+slurmk8s/operator/permissions.py declares it (tests/test_chart.py compares them): the
 SlurmClusters themselves, the kinds `slurmk8s render` produces, their pods
 and Events. Used by one Role per watched namespace, or by a ClusterRole with
 watchAllNamespaces. No pods/exec: slurmctld is reached through the cluster's
@@ -454,7 +454,7 @@ namespaces when that is unset (null). Empty: every namespace.
 
 {{/*
 What the bridge does whichever namespaces it acts on, exactly as
-bridge/permissions.py declares it: Nodes are cluster-scoped, and a node's
+slurmk8s/bridge/permissions.py declares it: Nodes are cluster-scoped, and a node's
 idleness and the demand for it depend on GPU pods in every namespace. No
 wildcards. Nodes and pods are listed once, then watched (decision record 23).
 */}}
@@ -477,7 +477,7 @@ wildcards. Nodes and pods are listed once, then watched (decision record 23).
 What the bridge does inside each namespace whose NodeLendingPolicies it acts
 on (a policy's SlurmCluster, agent token Secret, lent slurmd pods and
 serving Deployments are all in the policy's namespace), exactly as
-bridge/permissions.py declares it. Used by one Role per namespace, or by a
+slurmk8s/bridge/permissions.py declares it. Used by one Role per namespace, or by a
 ClusterRole when the bridge acts on every namespace.
 */}}
 {{- define "slurmk8s.bridge.namespacedRules" -}}

@@ -1,4 +1,4 @@
-"""``python -m slurmk8s.sandbox.apiserver``: the stand-in as a foreground process.
+"""``python -m sandbox.apiserver``: the stand-in as a foreground process.
 
 Prints one line with its URL when it is ready (then logs to stderr), and stops
 cleanly on SIGINT/SIGTERM. Killed and restarted on the same ``--data-dir``, it
@@ -14,12 +14,12 @@ import sys
 import threading
 from pathlib import Path
 
-from ... import log as logconf
+from slurmk8s import log as logconf
 from .server import APIServer, StartupError
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m slurmk8s.sandbox.apiserver", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m sandbox.apiserver", description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", required=True, type=Path, help="where objects, the token and the certificates are kept")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--advertise-address", metavar="IP",

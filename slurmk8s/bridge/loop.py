@@ -12,7 +12,7 @@ or a new one, picks up where it stopped. After the
 policies, it rolls serving Deployments to newly published model versions
 (:mod:`.rollout`), reading them through each cluster's agent.
 
-Rules the loop keeps (bridge/README.md explains why):
+Rules the loop keeps (slurmk8s/bridge/README.md explains why):
 
 - Actions about one node form a chain: when one fails, the rest of that
   node's actions wait for the next round.
@@ -228,7 +228,7 @@ class Bridge:
 
     def _rollouts(self, report: RoundReport) -> None:
         """Roll serving Deployments to the model versions jobs published
-        (bridge/rollout.py), in the namespaces of SlurmClusters with a
+        (slurmk8s/bridge/rollout.py), in the namespaces of SlurmClusters with a
         checkpoint directory; ``LATEST`` is read through each cluster's agent."""
         namespaces = self.namespaces or (None,)
         clusters: dict[str, list[SlurmCluster]] = {}

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import click
 
-from .. import versions
-from ..api import InvalidSpec
-from ..cli import CONTEXT, FILE_OPTION, _fail
+from slurmk8s import versions
+from slurmk8s.api import InvalidSpec
+from slurmk8s.cli import CONTEXT, FILE_OPTION, _fail
 
 
 STATE_DIR_OPTION = click.option(
@@ -82,7 +82,7 @@ def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int,
     \b
       kubectl --kubeconfig "$(slurmk8s sandbox status -o json | jq -r .kubeconfig)" get slurmclusters
     """
-    from ..manifest import clusters_in, read_documents, with_slurm_version
+    from slurmk8s.manifest import clusters_in, read_documents, with_slurm_version
     from . import SandboxFailed
 
     try:

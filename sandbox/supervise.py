@@ -1,7 +1,7 @@
 """Keeps one of the sandbox's control-plane processes (the API server, the
 kubelet) running, as systemd's ``Restart=always`` keeps a node's kubelet.
 
-``python -m slurmk8s.sandbox.supervise --status FILE -- COMMAND...`` runs
+``python -m sandbox.supervise --status FILE -- COMMAND...`` runs
 COMMAND, and runs it again when it exits, after a back-off that doubles from
 0.5 s to 10 s and starts over once a run has lasted a minute. Like systemd's
 start limit, it gives up (and exits with the command's status) when the

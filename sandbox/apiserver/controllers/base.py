@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Hashable, Iterable
 
-from ....log import get as get_logger
+from slurmk8s.log import get as get_logger
 from ..api import API
 from ..errors import APIError
 from ..store import Event, Storage

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import yaml
 from aiohttp import web
 
-from ...log import get as get_logger
+from slurmk8s.log import get as get_logger
 from . import audit, authn, discovery, podproxy, protobuf, rbac, tables, timeutil
 from .api import API, DeleteOptions, Options
 from .errors import APIError, FieldError, bad_request, gone, invalid, not_found

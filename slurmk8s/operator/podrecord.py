@@ -3,7 +3,7 @@
 The operator keeps the record of a worker's evacuation on the worker's pod,
 so a restarted operator resumes the grace period instead of starting it
 again or forgetting it; the bridge keeps the same record on the Node
-(``bridge/nodestate.py``). This is only the codec: times as RFC 3339
+(``slurmk8s/bridge/nodestate.py``). This is only the codec: times as RFC 3339
 (:mod:`slurmk8s.times`), job ids as a comma-separated list.
 """
 

@@ -4,7 +4,7 @@
 with its Helm chart and applies the manifest through the API, as a platform
 engineer would with helm and kubectl:
 
-- the API stand-in (``python -m slurmk8s.sandbox.apiserver``), which enforces
+- the API stand-in (``python -m sandbox.apiserver``), which enforces
   authentication and RBAC; pods reach it at the network's gateway address;
 - the kubelet (``slurmk8s sandbox kubelet``), with its own node identity,
   which serves the sandbox's Nodes and runs their pods under runc from the
@@ -49,19 +49,19 @@ from typing import Callable
 
 import yaml
 
-from ..api.cluster import GROUP, VERSION, SlurmCluster
-from ..api.lending import LENDABLE_TO_LABEL
-from ..bridge.nodestate import STATE_LABEL
-from ..render import names
-from ..render.keys import ssh_keypair
-from ..slurm import SlurmControl
-from ..slurm.remote import cluster_agent
+from slurmk8s.api.cluster import GROUP, VERSION, SlurmCluster
+from slurmk8s.api.lending import LENDABLE_TO_LABEL
+from slurmk8s.bridge.nodestate import STATE_LABEL
+from slurmk8s.render import names
+from slurmk8s.render.keys import ssh_keypair
+from slurmk8s.slurm import SlurmControl
+from slurmk8s.slurm.remote import cluster_agent
 from . import images, install, podlogs, runcruntime, runtime, supervise
 from .kubelet import SandboxNode
 
 DEFAULT_STATE_DIR = Path(os.environ.get("SLURMK8S_SANDBOX_DIR", "/var/lib/slurmk8s/sandbox"))
 DEFAULT_SUBNET = "10.253.0.0/24"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 PROCESSES = ("apiserver", "kubelet")
 #: The product's components: pods of the chart's Deployments in the release namespace.
 COMPONENTS = ("operator", "bridge")
@@ -189,7 +189,7 @@ class Sandbox:
     def _argv(self, process: str, state: State) -> list[str]:
         slurmk8s = [sys.executable, "-m", "slurmk8s.cli"]
         if process == "apiserver":
-            return [sys.executable, "-m", "slurmk8s.sandbox.apiserver", "--data-dir", str(self.dir / "api"),
+            return [sys.executable, "-m", "sandbox.apiserver", "--data-dir", str(self.dir / "api"),
                     "--port", str(state.api_port), "--advertise-address", state.gateway,
                     "--kubeconfig", str(self.kubeconfig), "--kubelet-kubeconfig", str(self.kubelet_kubeconfig)]
         return [*slurmk8s, "sandbox", "kubelet", "--state-dir", str(self.dir)]
@@ -199,7 +199,7 @@ class Sandbox:
 
     def _command(self, process: str, state: State) -> list[str]:
         """What `up` starts for ``process``: its supervisor, which restarts it when it dies."""
-        return [sys.executable, "-m", "slurmk8s.sandbox.supervise", "--status", str(self.supervisor_status(process)),
+        return [sys.executable, "-m", "sandbox.supervise", "--status", str(self.supervisor_status(process)),
                 "--", *self._argv(process, state)]
 
     def process_pid(self, process: str) -> int | None:

@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 import yaml
 from aiohttp import web
 
-from ...log import get as get_logger
+from slurmk8s.log import get as get_logger
 from . import audit, authn, policy, timeutil, tls
 from .api import API, CRD_STORAGE, Options
 from .errors import APIError

@@ -46,7 +46,7 @@ from urllib.parse import quote
 from . import images as rules
 from .images import ImageConfig, ImageError, Recipe, Suite
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path("/var/cache/slurmk8s/images")
 CACHE_ENV = "SLURMK8S_IMAGE_CACHE"
 #: Bumped when the export layout or the way images are built changes: every key changes with it.

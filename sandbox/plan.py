@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Mapping, Sequence
 
-from ..render.config import render_template
+from slurmk8s.render.config import render_template
 from .apiserver.quantity import parse as parse_quantity
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ __all__ = ["BRIDGE", "NODE_EVENTS_NAMESPACE"]
 NODE_EVENTS_NAMESPACE = "default"
 
 BRIDGE: tuple[Permission, ...] = (
-    # The policies are listed, then watched (bridge/view.py); it never changes their spec.
+    # The policies are listed, then watched (slurmk8s/bridge/view.py); it never changes their spec.
     Permission("list", GROUP, "nodelendingpolicies", WATCHED),
     Permission("watch", GROUP, "nodelendingpolicies", WATCHED),
     # Lent, lending and reclaiming nodes and the Ready condition, in .status.

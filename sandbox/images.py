@@ -28,8 +28,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .. import __version__, versions
-from ..api.cluster import ImageSpec, SlurmSpec
+from slurmk8s import __version__, versions
+from slurmk8s.api.cluster import ImageSpec, SlurmSpec
 
 
 class ImageError(ValueError):

@@ -151,7 +151,7 @@ def start(netns: str, pod_dir: Path) -> int:
     log = open(pod_dir / "log", "ab")
     proc = subprocess.Popen(
         ["unshare", "--mount", "--propagation", "private", "--",
-         sys.executable, "-m", "slurmk8s.sandbox.runcshim", str(pod_dir)],
+         sys.executable, "-m", "sandbox.runcshim", str(pod_dir)],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         cwd="/")
     log.close()
@@ -221,9 +221,9 @@ def _pod_dir_of(holder: int) -> Path | None:
         argv = Path(f"/proc/{holder}/cmdline").read_bytes().split(b"\0")
     except FileNotFoundError:
         return None
-    if b"slurmk8s.sandbox.runcshim" not in argv:
+    if b"sandbox.runcshim" not in argv:
         return None
-    return Path(argv[argv.index(b"slurmk8s.sandbox.runcshim") + 1].decode())
+    return Path(argv[argv.index(b"sandbox.runcshim") + 1].decode())
 
 
 def is_holder(holder: int | None) -> bool:

@@ -1,6 +1,6 @@
 """The supervisor of one pod under runc: what containerd's shim does for a pod.
 
-Usage: ``unshare --mount --propagation private -- python -m slurmk8s.sandbox.runcshim POD_DIR``
+Usage: ``unshare --mount --propagation private -- python -m sandbox.runcshim POD_DIR``
 (``runcruntime.start``). Its PID is the pod's holder in ``kubelet.json``.
 
 It reads ``POD_DIR/runc.json`` (``runcruntime.prepare`` wrote it, and the

@@ -2,7 +2,7 @@
 
 A problem gives the policy a ``Ready=False`` condition with a reason and a
 message that says what to fix; nothing is lent meanwhile, and the reclaims
-that follow from the policy's content stop too (``bridge/README.md``).
+that follow from the policy's content stop too (``slurmk8s/bridge/README.md``).
 """
 
 from __future__ import annotations

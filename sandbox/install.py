@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "slurmk8s"
 RELEASE = "slurmk8s"
 RELEASE_NAMESPACE = "slurmk8s-system"
@@ -38,7 +38,7 @@ def _helm():
         import helm_python
     except ImportError:
         raise InstallFailed("the sandbox installs the chart with the Helm engine of the helm-python-sdk package: "
-                            "pip install -e '.[sandbox]' in the checkout (hack/setup.sh does)") from None
+                            "pip install -e ./sandbox in the checkout (hack/setup.sh does)") from None
     return helm_python
 
 
