@@ -151,7 +151,7 @@ def start(netns: str, pod_dir: Path) -> int:
     log = open(pod_dir / "log", "ab")
     proc = subprocess.Popen(
         ["unshare", "--mount", "--propagation", "private", "--",
-         sys.executable, "-m", "sandbox.runcshim", str(pod_dir)],
+         sys.executable, "-P", "-m", "sandbox.runcshim", str(pod_dir)],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         cwd="/")
     log.close()

@@ -139,7 +139,9 @@ def _free_port() -> int:
 
 
 def _running(pid: int | None, what: str) -> bool:
-    """``pid`` is alive and still the process we started (not a reused number)."""
+    """``pid`` is alive and still the process we started (not a reused number):
+    every process `up` starts names the sandbox in its command line
+    (``-m sandbox.supervise``, ``-m sandbox.apiserver``, ``slurmk8s.cli sandbox kubelet``)."""
     if not runtime.alive(pid):
         return False
     try:
@@ -187,9 +189,12 @@ class Sandbox:
     # Processes
 
     def _argv(self, process: str, state: State) -> list[str]:
-        slurmk8s = [sys.executable, "-m", "slurmk8s.cli"]
+        # -P: nothing imported from the working directory, where a folder named
+        # like a package (the state directory `sandbox`, a `slurmk8s` under /var/lib)
+        # would shadow the installed one.
+        slurmk8s = [sys.executable, "-P", "-m", "slurmk8s.cli"]
         if process == "apiserver":
-            return [sys.executable, "-m", "sandbox.apiserver", "--data-dir", str(self.dir / "api"),
+            return [sys.executable, "-P", "-m", "sandbox.apiserver", "--data-dir", str(self.dir / "api"),
                     "--port", str(state.api_port), "--advertise-address", state.gateway,
                     "--kubeconfig", str(self.kubeconfig), "--kubelet-kubeconfig", str(self.kubelet_kubeconfig)]
         return [*slurmk8s, "sandbox", "kubelet", "--state-dir", str(self.dir)]
@@ -199,13 +204,13 @@ class Sandbox:
 
     def _command(self, process: str, state: State) -> list[str]:
         """What `up` starts for ``process``: its supervisor, which restarts it when it dies."""
-        return [sys.executable, "-m", "sandbox.supervise", "--status", str(self.supervisor_status(process)),
+        return [sys.executable, "-P", "-m", "sandbox.supervise", "--status", str(self.supervisor_status(process)),
                 "--", *self._argv(process, state)]
 
     def process_pid(self, process: str) -> int | None:
         """The pid of ``process`` itself (not of its supervisor) while it runs."""
         pid = supervise.read_status(self.supervisor_status(process)).get("pid")
-        return pid if _running(pid, "slurmk8s") else None
+        return pid if _running(pid, "sandbox") else None
 
     def _spawn(self, process: str, state: State) -> None:
         log = self.log_path(process)
@@ -239,7 +244,7 @@ class Sandbox:
 
     def _ensure_processes(self, state: State, t0: float, timeout: float) -> None:
         for process in PROCESSES:
-            if _running(state.processes.get(process), "slurmk8s"):
+            if _running(state.processes.get(process), "sandbox"):
                 continue
             orphans = self._unrecorded(process, state)
             if orphans:
@@ -262,7 +267,7 @@ class Sandbox:
                         return
                 except OSError:
                     pass
-            if not _running(state.processes.get("apiserver"), "slurmk8s"):
+            if not _running(state.processes.get("apiserver"), "sandbox"):
                 raise self._fail_process("apiserver", "exited before it answered")
             if time.monotonic() - t0 > timeout:
                 raise self._fail_process("apiserver", f"did not answer within {timeout:.0f}s")
@@ -415,7 +420,7 @@ class Sandbox:
         last = ""
         while True:
             for process in PROCESSES:
-                if not _running(state.processes.get(process), "slurmk8s"):
+                if not _running(state.processes.get(process), "sandbox"):
                     raise self._fail_process(process, "exited")
             try:
                 obj = custom.get_namespaced_custom_object(GROUP, VERSION, cluster.namespace,
@@ -622,7 +627,7 @@ class Sandbox:
         return {
             "cluster": state.cluster, "namespace": state.namespace, "stateDir": str(self.dir.resolve()),
             "kubeconfig": str(self.kubeconfig.resolve()),
-            "processes": {k: {"pid": self.process_pid(k), "supervisor": v, "running": _running(v, "slurmk8s"),
+            "processes": {k: {"pid": self.process_pid(k), "supervisor": v, "running": _running(v, "sandbox"),
                               "restarts": supervise.read_status(self.supervisor_status(k)).get("restarts", 0),
                               "log": str(self.log_path(k))} for k, v in state.processes.items()},
             "network": {"bridge": self.network(state).bridge, "subnet": state.subnet, "gateway": state.gateway},
@@ -707,7 +712,7 @@ class Sandbox:
         return removed
 
     def _kill(self, pid: int | None) -> bool:
-        if not _running(pid, "slurmk8s"):
+        if not _running(pid, "sandbox"):
             return False
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 15
