@@ -3,7 +3,9 @@
 ``World.apply`` does what the bridge's loop does with a round's actions
 (Node patches through ``slurmk8s.bridge.patches.node_patch``, pods created
 and deleted, Slurm drained, jobs requeued, nodes deleted), including its
-rule that a node's chain of actions stops at the first one that fails.
+rule that a node's chain of actions stops at the first one that fails. What
+Slurm does to the jobs is :mod:`slurmk8s.simulate.slurmrules`, the model the
+simulator uses too.
 ``World.step`` is everything else moving: pods start and stop, slurmd
 registers, jobs finish ending.
 """
@@ -23,6 +25,7 @@ from slurmk8s.bridge.observed import KubeNode, KubePod, Observed, PolicyGone, Sl
 from slurmk8s.bridge.patches import NODE_PATCH_ACTIONS, node_patch
 from slurmk8s.bridge.patches import applied as patched  # noqa: F401 (the tests name it so)
 from slurmk8s.render.manifests import lent_slurmd_pod
+from slurmk8s.simulate import slurmrules
 from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node
 
 T0 = datetime(2025, 3, 3, 12, 0, 0, tzinfo=timezone.utc)  # a Monday
@@ -85,6 +88,8 @@ class World:
     log: list[tuple] = field(default_factory=list)
     #: the policy's status as last written
     status: object = None
+    #: jobs Slurm ended (cancelled, or NODE_FAIL): gone once COMPLETING is over
+    ended: set[int] = field(default_factory=set)
 
     @classmethod
     def of(cls, nodes=(), pods=(), snodes=(), jobs=(), **kw) -> "World":
@@ -173,25 +178,38 @@ class World:
             self.snodes[a.node] = replace(s, state="down", reason=f"{DRAIN_PREFIX} {a.reason}")
             for j in list(self.jobs.values()):  # Slurm ends them: requeued, or gone when they may not be
                 if a.node in j.nodes.split(",") and j.state == "RUNNING":
-                    self.log.append(("node-fail" if j.requeue else "cancel", j.job_id, a.node))
-                    self.jobs[j.job_id] = replace(j, state="COMPLETING")
+                    self.log.append(("node-fail", j.job_id, a.node))
+                    self._end(j, slurmrules.on_node_down(j.requeue))
         elif isinstance(a, A.SignalJobs):
             self.log.extend(("signal", j, a.signal) for j in a.job_ids)
-        elif isinstance(a, (A.RequeueJobs, A.CancelJobs)):
-            kind = "requeue" if isinstance(a, A.RequeueJobs) else "cancel"
+        elif isinstance(a, A.RequeueJobs):
+            if any(j in self.jobs and slurmrules.on_requeue(self.jobs[j].requeue) is None for j in a.job_ids):
+                return False  # scontrol requeue: refused for a --no-requeue job
             for j in a.job_ids:
-                self.log.append((kind, j, a.node))
+                self.log.append(("requeue", j, a.node))
                 if j in self.jobs and self.jobs[j].state == "RUNNING":
-                    self.jobs[j] = replace(self.jobs[j], state="COMPLETING")
+                    self._end(self.jobs[j], slurmrules.REQUEUED)
+        elif isinstance(a, A.CancelJobs):
+            for j in a.job_ids:
+                self.log.append(("cancel", j, a.node))
+                if j in self.jobs and self.jobs[j].state == "RUNNING":
+                    self._end(self.jobs[j], slurmrules.on_cancel())
         elif isinstance(a, A.StartJobsNow):
             self.log.extend(("start-now", j, a.node) for j in a.job_ids)
         elif isinstance(a, A.DeleteSlurmNode):
-            if self.active_jobs(a.node):
+            if not slurmrules.may_delete_node(len(self.active_jobs(a.node))):
                 return False  # Slurm: Requested nodes are busy
             self.snodes.pop(a.node, None)
         elif isinstance(a, A.PolicyStatus):
             self.status = a.status
         return True
+
+    def _end(self, j: Job, outcome: str) -> None:
+        """Slurm ends a running job as :mod:`slurmk8s.simulate.slurmrules` says: COMPLETING,
+        then (``step``) pending again when requeued, gone when it ended."""
+        self.jobs[j.job_id] = replace(j, state="COMPLETING")
+        if outcome == slurmrules.ENDED:
+            self.ended.add(j.job_id)
 
     # -- the world moving -----------------------------------------------------
 
@@ -204,10 +222,9 @@ class World:
                 self.pods[key] = replace(pod, phase="Running")
                 if pod.node not in self.snodes and self.cluster is not None:
                     self.snodes[pod.node] = slurm_node(pod.node)
-        cancelled = {e[1] for e in self.log if e[0] == "cancel"}
         for j in list(self.jobs.values()):
             if j.state == "COMPLETING":
-                if j.job_id in cancelled:
+                if j.job_id in self.ended:
                     del self.jobs[j.job_id]
                 else:
                     self.jobs[j.job_id] = replace(j, state="PENDING", nodes="")

@@ -197,3 +197,32 @@ def test_sreport_answers(run):
     # hour may have no rows yet, only the report's columns. Rows that are there are this cluster's.
     rows = [line.split("|") for line in (work / "sreport-jobs.txt").read_text().splitlines()]
     assert all(r[0] == "demo" for r in rows), reports
+
+
+def _outcome(state: str) -> str:
+    """A job's state as :mod:`slurmk8s.simulate.slurmrules` names what happened to it."""
+    from slurmk8s.simulate import slurmrules
+
+    name, _, restarts = state.partition(":")
+    if name in ("PENDING", "REQUEUED") and restarts not in ("", "0"):
+        return slurmrules.REQUEUED
+    if name in ("CANCELLED", "NODE_FAIL"):
+        return slurmrules.ENDED
+    raise AssertionError(f"no rule of the model explains the job state {state!r}")
+
+
+def test_slurm_does_to_jobs_what_the_simulators_model_says(run):
+    """The one model of Slurm (slurmrules) that the simulator and the lending
+    tests use, against this release's slurmctld and slurmd: a cancelled job
+    ends; a node set DOWN requeues its requeueable job and ends (NODE_FAIL)
+    one submitted with --no-requeue; scontrol requeue refuses that one; a
+    busy dynamic node cannot be deleted."""
+    from slurmk8s.simulate import slurmrules
+
+    _, out, _, everything = run
+    seen = dict(kv.split("=", 1) for kv in _line(out, "slurm rules").split())
+    assert _outcome(seen["cancel"]) == slurmrules.on_cancel(), everything
+    assert _outcome(seen["down-requeue"]) == slurmrules.on_node_down(requeue=True), everything
+    assert _outcome(seen["down-no-requeue"]) == slurmrules.on_node_down(requeue=False), everything
+    assert (seen["requeue-no-requeue-accepted"] == "yes") == (slurmrules.on_requeue(requeue=False) is not None), seen
+    assert (seen["delete-busy-accepted"] == "yes") == slurmrules.may_delete_node(active_jobs=2), seen

@@ -1,0 +1,324 @@
+"""The simulator's Slurm side: nodes with their free GPUs, the queue, EASY
+backfill, gang allocation, and what a requeue or a cancel costs a job
+(the engine's module docstring describes the model; what Slurm does to a
+job when its node is set DOWN, requeued or cancelled is
+:mod:`.slurmrules`, shared with the lending tests).
+
+A mixin of the one simulator state (:class:`.engine._Sim`): the Slurm side's
+fields are made by :meth:`SlurmSide._init_slurm`, and it reads the clock
+(``t``, ``push``, ``changed``, ``advance``), the accounting counters and the
+oracle's :meth:`~.oracle.OracleSide._oracle_free_until` from that state."""
+
+from __future__ import annotations
+
+import math
+
+from ..api.cluster import lent_nodeset
+from ..bridge.observed import SlurmState
+from ..slurm.model import Job, Node
+from .params import COMPLETED, JOB_END
+from .traces import TrainingJob
+
+
+class _Job:
+    __slots__ = ("id", "submit", "gpus", "remaining", "first_start", "state", "token", "alloc", "run_start",
+                 "overhead", "signalled", "restarts", "record", "end", "lent_gpus", "requeue")
+
+    def __init__(self, j: TrainingJob):
+        self.id, self.submit, self.gpus, self.remaining = j.id, j.submit, j.gpus, j.duration
+        self.first_start: float | None = None
+        self.state = "pending"
+        self.token = 0
+        self.alloc: list[tuple[str, int]] = []
+        self.run_start = 0.0
+        self.overhead = 0.0
+        self.signalled: float | None = None
+        self.restarts = 0
+        self.record: Job | None = None
+        self.end = 0.0
+        self.lent_gpus = 0
+        #: may Slurm requeue it (no --no-requeue): every trace job may, as training jobs that checkpoint are submitted
+        self.requeue = True
+
+
+class _SNode:
+    """A Slurm node."""
+
+    __slots__ = ("name", "lent", "free", "jobs", "drain", "down", "reason", "record", "oracle_index")
+
+    def __init__(self, name: str, lent: bool, gpus: int):
+        self.name, self.lent, self.free = name, lent, gpus
+        self.jobs: dict[int, None] = {}
+        self.drain = self.down = False
+        self.reason = ""
+        self.record: Node | None = None
+        self.oracle_index = -1
+
+
+class SlurmSide:
+    def _init_slurm(self, jobs: list[TrainingJob]) -> None:
+        self.jobs = [_Job(j) for j in jobs]
+        self.queue: list[int] = []
+        self.snodes: dict[str, _SNode] = {}
+        #: usable nodes by (lent, free GPUs) -> names (dicts as ordered sets)
+        self.buckets: dict[tuple[bool, int], dict[str, None]] = {
+            (lent, f): {} for lent in (False, True) for f in range(self.G + 1)}
+        self.free_total = 0
+        self.running: dict[int, _Job] = {}
+        self.active_records: dict[int, Job] = {}
+        self.slurm_dirty = True
+        self.slurm_state: SlurmState | None = None
+        self.sched_needed = False
+        self.gres = f"gpu:sim:{self.G}"
+        for k in range(self.shape.slurm_nodes):
+            self._add_snode(f"slurm-{k:04d}", lent=False)
+
+    def _usable(self, s: _SNode) -> bool:
+        return not s.drain and not s.down
+
+    def _set_free(self, s: _SNode, free: int) -> None:
+        if self._usable(s):
+            self.buckets[(s.lent, s.free)].pop(s.name, None)
+            self.free_total += free - s.free
+            self.buckets[(s.lent, free)][s.name] = None
+        s.free = free
+        s.record = None
+        self.slurm_dirty = True
+
+    def _add_snode(self, name: str, lent: bool) -> _SNode:
+        s = _SNode(name, lent, self.G)
+        self.snodes[name] = s
+        self.buckets[(lent, self.G)][name] = None
+        self.free_total += self.G
+        self.slurm_dirty = True
+        self.sched_needed = True
+        if lent:
+            self.lent_nodes += 1
+        return s
+
+    def _unusable(self, s: _SNode) -> None:
+        """Drained or down: no new jobs."""
+        if self._usable(s):
+            self.buckets[(s.lent, s.free)].pop(s.name, None)
+            self.free_total -= s.free
+
+    def _remove_snode(self, s: _SNode) -> None:
+        self._unusable(s)
+        del self.snodes[s.name]
+        self.slurm_dirty = True
+        if s.lent:
+            self.lent_nodes -= 1
+
+    def _node_record(self, s: _SNode) -> Node:
+        if s.record is None:
+            if s.down:
+                state = "down"
+            elif s.free == self.G and not s.jobs:
+                state = "idle"
+            elif s.free == 0:
+                state = "allocated"
+            else:
+                state = "mixed"
+            flags = set()
+            if s.drain:
+                flags.add("DRAIN")
+            if any(self.jobs[j].state == "completing" for j in s.jobs):
+                flags.add("COMPLETING")
+            s.record = Node(name=s.name, state=state, flags=frozenset(flags), reason=s.reason,
+                            features=(lent_nodeset(self.partition),) if s.lent else (),
+                            partitions=(self.partition,), cpus=64, alloc_cpus=0, gres=self.gres, address="")
+        return s.record
+
+    def _job_record(self, j: _Job) -> Job:
+        if j.record is None:
+            j.record = Job(job_id=j.id + 1, name=f"train-{j.id}", user="trace",
+                           state="RUNNING" if j.state == "running" else "COMPLETING", partition=self.partition,
+                           nodes=",".join(n for n, _ in j.alloc), requeue=j.requeue, restart_count=j.restarts, reason="")
+        return j.record
+
+    def observed_slurm(self) -> SlurmState:
+        if self.slurm_dirty or self.slurm_state is None:
+            self.slurm_state = SlurmState(True, tuple(self._node_record(s) for s in self.snodes.values()),
+                                          tuple(self.active_records.values()))
+            self.slurm_dirty = False
+        return self.slurm_state
+
+    def _place(self, j: _Job, end: float) -> list[tuple[str, int]] | None:
+        G = self.G
+        if j.gpus <= G:
+            for lent in (False, True):
+                for f in range(j.gpus, G + 1):
+                    names = self.buckets[(lent, f)]
+                    if not names:
+                        continue
+                    if self.mode == "oracle" and lent:
+                        for name in names:
+                            if self._oracle_free_until(self.snodes[name]) >= end:
+                                return [(name, j.gpus)]
+                        continue
+                    return [(next(iter(names)), j.gpus)]
+            return None
+        need = math.ceil(j.gpus / G)
+        chosen: list[str] = []
+        for lent in (False, True):
+            for name in self.buckets[(lent, G)]:
+                if len(chosen) == need:
+                    break
+                if self.mode == "oracle" and lent and self._oracle_free_until(self.snodes[name]) < end:
+                    continue
+                chosen.append(name)
+        if len(chosen) < need:
+            return None
+        left = j.gpus
+        out = []
+        for name in chosen:
+            out.append((name, min(G, left)))
+            left -= G
+        return out
+
+    def _reservation(self, need: int, free: int) -> tuple[float, int]:
+        """EASY backfill's reservation for the first job that cannot start:
+        when enough GPUs will be free, and how many are spare then."""
+        ends = sorted((j.end, j.gpus) for j in self.running.values())
+        acc = free
+        for end, gpus in ends:
+            acc += gpus
+            if acc >= need:
+                return end, acc - need
+        return math.inf, 0
+
+    def schedule(self) -> None:
+        self.sched_needed = False
+        if not self.queue or self.free_total <= 0:
+            return
+        t = self.t
+        free = self.free_total
+        shadow: float | None = None
+        extra = 0
+        started: list[int] = []
+        for jid in self.queue[:self.queue_depth]:
+            j = self.jobs[jid]
+            runtime = (self.lat.restart if j.restarts else 0.0) + j.remaining
+            end = t + runtime
+            fits = j.gpus <= free
+            if fits and shadow is not None and not (end <= shadow or j.gpus <= extra):
+                continue
+            alloc = self._place(j, end) if fits else None
+            if alloc is None:
+                if shadow is None and self.time_limits:
+                    shadow, extra = self._reservation(j.gpus, free)
+                continue
+            if shadow is not None and end > shadow:
+                extra -= j.gpus
+            self._start(j, alloc, runtime)
+            free = self.free_total
+            started.append(jid)
+            if free <= 0:
+                break
+        if started:
+            gone = set(started)
+            self.queue = [x for x in self.queue if x not in gone]
+
+    def _start(self, j: _Job, alloc: list[tuple[str, int]], runtime: float) -> None:
+        t = self.t
+        self.advance(t)
+        j.state = "running"
+        j.alloc = alloc
+        j.run_start = t
+        j.overhead = self.lat.restart if j.restarts else 0.0
+        j.signalled = None
+        j.end = t + runtime
+        j.token += 1
+        j.record = None
+        if j.first_start is None:
+            j.first_start = t
+            self.res.queueing.append(t - j.submit)
+            self.res.delay_of[j.id] = t - j.submit
+        lent = 0
+        for name, g in alloc:
+            s = self.snodes[name]
+            s.jobs[j.id] = None
+            self._set_free(s, s.free - g)
+            if s.lent:
+                lent += g
+        j.lent_gpus = lent
+        self.lent_gpus += lent
+        self.own_gpus += j.gpus - lent
+        self.running[j.id] = j
+        self.active_records[j.id] = self._job_record(j)
+        self.slurm_dirty = True
+        self.push(j.end, JOB_END, j.id, j.token)
+        self.changed()
+
+    def _stop_using(self, j: _Job) -> None:
+        """The job stops using its GPUs (ended, or requeued): for the accounting."""
+        self.advance(self.t)
+        self.lent_gpus -= j.lent_gpus
+        self.own_gpus -= j.gpus - j.lent_gpus
+        j.lent_gpus = 0
+        self.running.pop(j.id, None)
+
+    def _release(self, j: _Job) -> None:
+        for name, g in j.alloc:
+            s = self.snodes.get(name)
+            if s is not None:
+                s.jobs.pop(j.id, None)
+                self._set_free(s, s.free + g)
+        j.alloc = []
+        self.active_records.pop(j.id, None)
+        self.slurm_dirty = True
+        self.sched_needed = True
+        self.changed()
+
+    def job_end(self, jid: int, token: int) -> None:
+        j = self.jobs[jid]
+        if j.token != token or j.state != "running":
+            return
+        self._stop_using(j)
+        j.state = "done"
+        self.res.jct.append(self.t - j.submit)
+        self._release(j)
+
+    def end_job(self, jid: int, cancel: bool) -> None:
+        """Requeue (or cancel) a running job: it loses the work since its last completed checkpoint."""
+        j = self.jobs[jid]
+        if j.state != "running":
+            return
+        t = self.t
+        self._stop_using(j)
+        done = min(max(0.0, t - j.run_start - j.overhead), j.remaining)
+        saved = 0.0
+        if not cancel and j.signalled is not None and t - j.signalled >= self.lat.checkpoint:
+            saved = min(max(0.0, j.signalled - j.run_start - j.overhead), j.remaining)
+        lost = (done if cancel else done - saved) + min(t - j.run_start, j.overhead)
+        self.res.lost_gpu_seconds += lost * j.gpus
+        j.remaining -= saved
+        j.state = "cancelling" if cancel else "completing"
+        j.token += 1
+        j.record = None
+        self.active_records[j.id] = self._job_record(j)
+        for name, _ in j.alloc:
+            s = self.snodes.get(name)
+            if s is not None:
+                s.record = None
+        self.slurm_dirty = True
+        if cancel:
+            self.res.cancelled += 1
+        else:
+            self.res.requeued += 1
+        self.push(t + self.lat.requeue, COMPLETED, jid, j.token)
+        self.changed()
+
+    def completed(self, jid: int, token: int) -> None:
+        j = self.jobs[jid]
+        if j.token != token:
+            return
+        cancelled = j.state == "cancelling"
+        self._release(j)
+        if cancelled:
+            j.state = "cancelled"
+        else:
+            j.state = "pending"
+            j.restarts += 1
+            j.record = None
+            self.queue.append(jid)  # Slurm resets a requeued job's submit time: the back of the queue
