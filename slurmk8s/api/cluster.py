@@ -398,8 +398,9 @@ class Topology(ApiModel):
 # --- Accounting (slurmdbd) -------------------------------------------------------------------
 
 #: A Slurm account or QOS name as sacctmgr stores it (it lower-cases names).
+ACCOUNT_NAME_RE = r"[a-z0-9][a-z0-9_-]{0,63}"
 AccountName = constrained(
-    r"[a-z0-9][a-z0-9_-]{0,63}",
+    ACCOUNT_NAME_RE,
     "use lower-case letters, digits, '_' and '-', starting with a letter or digit (sacctmgr lower-cases names)",
     64,
 )
