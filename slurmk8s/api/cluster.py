@@ -219,7 +219,8 @@ class NodeSet(ApiModel):
     gpus: GpuSpec | None = None
     """GPUs per node, as Slurm GRES `gpu:<type>:<count>`."""
     features: list[SlurmName] = Field(default_factory=list, max_length=32)
-    """Extra Slurm features for `--constraint`."""
+    """Extra Slurm features for `--constraint`; not a node set's name (each
+    node has its own node set's already) and not starting with `lent_`."""
     node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
     """Kubernetes node labels the pods must land on."""
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
