@@ -119,12 +119,12 @@ def test_lending_becomes_a_label_a_taint_a_pinned_slurmd_pod_and_events(world):
     node = cluster.core.read_node("gpu-a")
     assert node.metadata.labels[STATE_LABEL] == "lending"
     assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [(TAINT_KEY, "demo", "NoSchedule")]
-    pod = cluster.core.read_namespaced_pod("demo-lent-gpu-a", "default")
+    pod = cluster.core.read_namespaced_pod("demo-lent.gpu-a", "default")
     assert pod.spec.node_name == "gpu-a" and pod.metadata.labels["app.kubernetes.io/managed-by"] == "slurmk8s-bridge"
     assert {e.reason for e in cluster.core.list_namespaced_event("default").items
             if e.involved_object.name == "gpu-a"} >= {"Lending"}
     # The pod runs and slurmd registers: lent, with the policy's status saying so.
-    cluster.report_running("default", "demo-lent-gpu-a")
+    cluster.report_running("default", "demo-lent.gpu-a")
     memory.register("gpu-a")
     assert not bridge.round().failed
     assert cluster.core.read_node("gpu-a").metadata.labels[STATE_LABEL] == "lent"
@@ -139,7 +139,7 @@ def test_a_failed_action_stops_its_nodes_chain_and_no_other(world):
         idle_node(cluster, name)
     bridge.round()
     for name in ("gpu-a", "gpu-b"):
-        cluster.report_running("default", f"demo-lent-{name}")
+        cluster.report_running("default", f"demo-lent.{name}")
         memory.register(name)
     bridge.round()
     # Take both back (maxLentNodes 0); Slurm refuses to delete gpu-a's node.

@@ -271,14 +271,14 @@ def test_the_bridge_lends_a_node_with_only_the_charts_rbac(work):
     report = bridge.round()
     assert not report.errors and not report.failed, report
     assert cluster.core.read_node("gpu-a").metadata.labels[STATE_LABEL] == "lending"
-    assert cluster.core.read_namespaced_pod("demo-lent-gpu-a", WORK).spec.node_name == "gpu-a"
+    assert cluster.core.read_namespaced_pod("demo-lent.gpu-a", WORK).spec.node_name == "gpu-a"
     # Events about the Node, in "default", where the chart's node-events Role allows creating them.
     assert {e.reason for e in cluster.core.list_namespaced_event("default").items
             if e.involved_object.name == "gpu-a"} >= {"Lending"}
-    cluster.report_running(WORK, "demo-lent-gpu-a")
+    cluster.report_running(WORK, "demo-lent.gpu-a")
     memory.register("gpu-a")
     wait_for("the running pod in the cache", lambda: any(
-        p.name == "demo-lent-gpu-a" and p.phase == "Running" for p in bridge.view.pods.values()))
+        p.name == "demo-lent.gpu-a" and p.phase == "Running" for p in bridge.view.pods.values()))
     report = bridge.round()
     bridge.view.close()
     assert not report.errors and not report.failed, report

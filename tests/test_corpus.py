@@ -21,7 +21,7 @@ crashed
     Any other exception while loading or rendering, or a refusal that
     breaks the rules above.
 accepted-and-unsafe
-    Loaded and rendered, and one of these holds (U1-U10; a policy renders
+    Loaded and rendered, and one of these holds (U1-U16; a policy renders
     nothing alone, so U10 and U11 apply to it):
 
     U1  a rendered config file has an unprintable character other than the
@@ -55,9 +55,16 @@ accepted-and-unsafe
     U13 a slurmd container without a memory limit of at least its request,
         or a memory-backed emptyDir (/dev/shm) without a sizeLimit;
     U14 a job_submit.lua whose code (its lines that are not comments) differs
-        from the template's: only its comments may name the cluster.
+        from the template's: only its comments may name the cluster;
+    U15 for the cluster pairs: two objects of one kind and name across the
+        two clusters, counting beside what is rendered the pods and claims
+        their StatefulSets make and the lent pods of the nodes in LENT_NODES;
+    U16 a Slurm token that names more than one source: two NodeSet lines of
+        one name or feature (letter case aside), a node set whose nodes
+        register a feature that selects another node set, or two SwitchName
+        lines of one name in topology.conf.
 accepted-and-safe
-    Loaded, rendered, and none of U1-U14.
+    Loaded, rendered, and none of U1-U16.
 """
 
 from __future__ import annotations
@@ -76,7 +83,9 @@ from slurmk8s.api import InvalidSpec, load_cluster, load_policy
 from slurmk8s.api.fields import SLURM_NAME_RE, quantity_value, unprintable
 from slurmk8s.api.validate import EXTRA_LINE_KEYS, OWNED_KEYS, PROGRAM_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
+from slurmk8s.render import names as object_names
 from slurmk8s.render.config import TASK_PROLOG, render_template
+from slurmk8s.render.slurmd import node_conf
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -236,7 +245,32 @@ PAIRS = {
     "volume-0-vs-controller-claim": (_cluster("state-a-controller", **_vol("0")), _cluster("a")),
     "nodeset-controller": (_cluster("a", nodeSets=[{"name": "controller"}]), _cluster("b")),
     "nodeset-login-vs-cluster-a-login": (_cluster("a", nodeSets=[{"name": "login"}]), _cluster("a-login")),
+    "lent-pod-a-gpu-0-vs-cluster-a-lent-nodeset-gpu": (
+        _cluster("a", partitions=[{"name": "gpu", "acceptLentNodes": True}]),
+        _cluster("a-lent", nodeSets=[{"name": "gpu"}])),
+    "lent-pod-a-b-controller-0-vs-cluster-a-lent-b": (
+        _cluster("a", partitions=[{"name": "gpu", "acceptLentNodes": True}]), _cluster("a-lent-b")),
+    "nodeset-config-vs-cluster-a-slurm": (_cluster("a"), _cluster("a-slurm", nodeSets=[{"name": "config"}])),
 }
+
+#: Kubernetes nodes the pairs' clusters lend pods to (U15): named like the
+#: other cluster's pods.
+LENT_NODES = ("gpu-0", "gpu-1", "b-controller-0", "controller-0", "0", "lent-gpu-0")
+
+
+def _everything(cluster, objs: list[dict]) -> Iterator[tuple[str, str]]:
+    """(kind, name) of the objects, the pods and claims their StatefulSets
+    make (a few ordinals past the replicas), and the lent pods of LENT_NODES."""
+    for o in objs:
+        name = o["metadata"]["name"]
+        yield o["kind"], name
+        if o["kind"] == "StatefulSet":
+            for i in range(o["spec"]["replicas"] + 3):
+                yield "Pod", f"{name}-{i}"
+                for claim in o["spec"].get("volumeClaimTemplates", []):
+                    yield "PersistentVolumeClaim", f"{claim['metadata']['name']}-{name}-{i}"
+    for node in LENT_NODES:
+        yield "Pod", object_names.lent_slurmd(cluster, node)
 
 
 def pair_cases() -> Iterator[Case]:
@@ -326,9 +360,26 @@ def _check_config(cluster, files: dict[str, str]) -> None:
                 counts[key] += 1
                 if value.upper() in ("DEFAULT", "ALL"):
                     raise Unsafe(f"U4 slurm.conf: {line!r}")
+    _check_tokens(cluster, files)
     lent = sum(p.accept_lent_nodes for p in cluster.spec.partitions)
     if counts != {"partitionname": len(cluster.spec.partitions), "nodeset": len(cluster.spec.node_sets) + lent}:
         raise Unsafe(f"U4 slurm.conf has {counts}")
+
+
+def _check_tokens(cluster, files: dict[str, str]) -> None:
+    """U16: every node set, feature and switch names one source."""
+    sets = re.findall(r"^NodeSet=(\S+) Feature=(\S+)$", files["slurm.conf"], re.M)
+    for what, tokens in (("name", [n for n, _ in sets]), ("feature", [f.lower() for _, f in sets])):
+        if len(set(tokens)) != len(tokens):
+            raise Unsafe(f"U16 two NodeSet lines of one {what}: {sets}")
+    for ns in cluster.spec.node_sets:
+        registered = {f.lower() for f in re.search(r"Feature=(\S+)", node_conf(cluster, ns)).group(1).split(",")}
+        into = {n for n, f in sets if f.lower() in registered}
+        if into != {ns.name}:
+            raise Unsafe(f"U16 the nodes of node set {ns.name} join node sets {sorted(into)}")
+    switches = re.findall(r"^SwitchName=(\S+)", files["topology.conf"], re.M)
+    if len(set(switches)) != len(switches):
+        raise Unsafe(f"U16 two switches of one name: {switches}")
 
 
 def _check_name(obj: dict) -> None:
@@ -413,10 +464,14 @@ def classify(case: Case) -> tuple[str, str]:
             clusters = [load_cluster(d) for d in case.docs]
             names: dict[tuple[str, str], int] = {}
             for i, cl in enumerate(clusters):
-                for o in _render(cl):
+                objs = _render(cl)
+                for o in objs:
                     ident = (o["kind"], o["metadata"]["name"])
-                    if names.setdefault(ident, i) != i:
+                    if names.get(ident, i) != i:
                         raise Unsafe(f"U6 both clusters render {ident[0]} {ident[1]}")
+                for ident in set(_everything(cl, objs)):
+                    if names.setdefault(ident, i) != i:
+                        raise Unsafe(f"U15 both clusters have a {ident[0]} {ident[1]}")
             return "accepted-and-safe", ""
         obj = _load(case.kind, case.doc)
         if case.kind == "NodeLendingPolicy":
@@ -471,6 +526,8 @@ def test_every_category_of_the_issue_is_in_the_corpus(results):
                    "SlurmCluster/nodeset-name-controller", "SlurmCluster/partition-default",
                    "SlurmCluster/cluster-name-9demo", "SlurmCluster/mount-/opt",
                    "Pair/nodeset-b-controller-vs-cluster-a-b", "NodeLendingPolicy/partition-default",
+                   "Pair/lent-pod-a-gpu-0-vs-cluster-a-lent-nodeset-gpu", "SlurmCluster/nodeset-name-mariadb",
+                   "SlurmCluster/feature-names-another-nodeset",
                    "NodeLendingPolicy/selector-does-not-exist-only"):
         assert needed in ids, needed
     for kind in ("SlurmCluster", "NodeLendingPolicy"):
@@ -486,6 +543,11 @@ def test_every_category_of_the_issue_is_in_the_corpus(results):
     ("SlurmCluster/extra-line-allowed", "accepted-and-safe"),
     ("SlurmCluster/mount-ok-/home", "accepted-and-safe"),
     ("Pair/nodeset-bx-vs-cluster-a-b-nodeset-x", "accepted-and-safe"),
+    ("Pair/lent-pod-a-gpu-0-vs-cluster-a-lent-nodeset-gpu", "accepted-and-safe"),
+    ("SlurmCluster/nodeset-name-mariadb", "refused-with-path"),
+    ("SlurmCluster/feature-names-another-nodeset", "refused-with-path"),
+    ("SlurmCluster/partitions-differ-in-case", "refused-with-path"),
+    ("SlurmCluster/account-named-like-user-in-no-account", "refused-with-path"),
     ("NodeLendingPolicy/partition-default", "refused-with-path"),
     ("SlurmCluster/cgroups-foreign-image", "refused-with-path"),
     ("SlurmCluster/memory-limit-below-memory", "refused-with-path"),
@@ -513,3 +575,14 @@ def test_the_unsafe_checks_catch_what_they_define():
         _check_objects(cluster, [{**svc, "metadata": {**svc["metadata"], "name": "9demo-controller"}}])
     with pytest.raises(Unsafe, match="U6"):
         _check_objects(cluster, [svc, svc])
+    conf = files["slurm.conf"]
+    for bad in ("NodeSet=cpu Feature=other\n", "NodeSet=other Feature=CPU\n", "NodeSet=other Feature=avx512\n"):
+        with pytest.raises(Unsafe, match="U16"):
+            _check_tokens(cluster, {**files, "slurm.conf": conf + bad})
+    with pytest.raises(Unsafe, match="U16"):
+        _check_tokens(cluster, {**files, "topology.conf": "SwitchName=sw_a Nodes=x\nSwitchName=sw_a Nodes=y\n"})
+    a = load_cluster(_cluster("a", partitions=[{"name": "gpu", "acceptLentNodes": True}]))
+    a_lent = load_cluster(_cluster("a-lent", nodeSets=[{"name": "gpu"}]))
+    worker_pods = {name for kind, name in _everything(a_lent, render(a_lent, KEYS)) if kind == "Pod"}
+    lent_pods = {name for kind, name in _everything(a, render(a, KEYS)) if kind == "Pod"}
+    assert "a-lent-gpu-0" in worker_pods and object_names.lent_slurmd(a, "gpu-0") in lent_pods

@@ -97,6 +97,6 @@ def test_the_lent_slurmd_pod_is_pinned_tolerates_the_taint_and_shares_the_storag
     storage = cluster.spec.shared_storage
     assert "/etc/slurm" in mounts and {v.mount_path for v in storage.volumes} <= mounts
     # Named and labelled as the bridge looks for it.
-    assert pod["metadata"]["name"] == names.lent_slurmd(cluster, "gpu-node-7") == "demo-lent-gpu-node-7"
+    assert pod["metadata"]["name"] == names.lent_slurmd(cluster, "gpu-node-7") == "demo-lent.gpu-node-7"
     assert pod["metadata"]["labels"][COMPONENT_LABEL] == SLURMD_COMPONENT
     assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "slurmk8s-bridge"

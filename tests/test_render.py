@@ -345,10 +345,11 @@ def test_topology_conf_is_built_from_node_labels(keys):
         TopologyNode("c1-cpu-0", {}),
     ]
     lines = conf_lines(config_files(c, nodes)["topology.conf"])
-    assert "SwitchName=sw_root Switches=sw_s1,sw_s2,sw_unlabelled" in lines
+    assert "SwitchName=sw-root Switches=sw-unlabelled-1,sw_s1,sw_s2" in lines
     assert "SwitchName=sw_s1 Switches=sw_s1_l1,sw_s1_l2" in lines
     assert "SwitchName=sw_s1_l1 Nodes=c1-gpu-0" in lines
-    assert "SwitchName=sw_unlabelled_unlabelled Nodes=c1-cpu-0" in lines
+    assert "SwitchName=sw-unlabelled-1 Switches=sw-unlabelled-2" in lines
+    assert "SwitchName=sw-unlabelled-2 Nodes=c1-cpu-0" in lines
     assert "TopologyPlugin=topology/tree" in config_files(c, nodes)["slurm.conf"]
 
 

@@ -135,7 +135,7 @@ def test_a_node_set_feature_may_not_be_a_lent_node_feature():
                   partitions=[{"name": "gpu", "nodeSets": ["a"], "acceptLentNodes": True}])
     found = errors_of(doc)
     assert len(found) == 1
-    assert found[0].startswith("spec.nodeSets[0].features[1]: ") and "lent to partition spec.partitions[0]" in found[0]
+    assert found[0].startswith("spec.nodeSets[0].features[1]: ") and "could join a partition as lent nodes" in found[0]
 
 
 @pytest.mark.parametrize("node_set,path,reason", [

@@ -219,7 +219,8 @@ class NodeSet(ApiModel):
     gpus: GpuSpec | None = None
     """GPUs per node, as Slurm GRES `gpu:<type>:<count>`."""
     features: list[SlurmName] = Field(default_factory=list, max_length=32)
-    """Extra Slurm features for `--constraint`."""
+    """Extra Slurm features for `--constraint`; not a node set's name (each
+    node has its own node set's already) and not starting with `lent_`."""
     node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
     """Kubernetes node labels the pods must land on."""
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
@@ -398,8 +399,9 @@ class Topology(ApiModel):
 # --- Accounting (slurmdbd) -------------------------------------------------------------------
 
 #: A Slurm account or QOS name as sacctmgr stores it (it lower-cases names).
+ACCOUNT_NAME_RE = r"[a-z0-9][a-z0-9_-]{0,63}"
 AccountName = constrained(
-    r"[a-z0-9][a-z0-9_-]{0,63}",
+    ACCOUNT_NAME_RE,
     "use lower-case letters, digits, '_' and '-', starting with a letter or digit (sacctmgr lower-cases names)",
     64,
 )

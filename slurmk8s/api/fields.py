@@ -81,10 +81,18 @@ ClusterName = Annotated[
     schema_pattern(f"^{DNS_1035_RE}$", 40),
 ]
 
-#: Words slurmk8s puts after ``<cluster>-`` in its own object names, and words
-#: Slurm reads specially in a node list or a partition line. A node set or
-#: volume may not take one (see :data:`MemberName`).
-RESERVED_NAMES = frozenset("controller workers login restapi all default none".split())
+#: The first word of every name slurmk8s puts after ``<cluster>-`` for its own
+#: objects (slurmk8s.render.names: controller, workers, login, restapi,
+#: slurmdbd, mariadb, slurm-config, users, munge-key, jwt-key, ssh-host-keys,
+#: agent-token, db-password, the lent pods' "lent"), and words Slurm reads
+#: specially in a node list or a partition line. A node set or volume may not
+#: take one (see :data:`MemberName`): every object of a cluster is then
+#: ``<cluster>-<first word>...`` with a first word that says whose it is.
+#: tests/test_names.py checks that the renderer uses no other word.
+RESERVED_NAMES = frozenset(
+    "controller workers login restapi slurmdbd mariadb slurm users munge jwt ssh agent db lent "
+    "all default none".split()
+)
 MEMBER_NAME_RE = r"[a-z][a-z0-9]*"
 
 

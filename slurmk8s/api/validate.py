@@ -8,12 +8,13 @@ half-valid object. Which slurm.conf keys ``extraLines`` may set is
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterator
 
 from pydantic import ValidationError
 
 from .. import versions
-from .cluster import PROJECT_REPOSITORY, SlurmCluster, lent_nodeset
+from .cluster import ACCOUNT_NAME_RE, LENT_PREFIX, PROJECT_REPOSITORY, SlurmCluster
 from .lending import NodeLendingPolicy
 from .errors import FieldError, InvalidSpec, field_path, from_pydantic
 from .extralines import EXTRA_LINE_KEYS, KNOB_FOR_KEY, OWNED_KEYS, PROGRAM_KEYS, extra_line_errors
@@ -90,18 +91,21 @@ def load_cluster(obj: Any) -> SlurmCluster:
     return cluster
 
 
-def _duplicates(items: list, attr: str, path: str, what: str) -> Iterator[FieldError]:
+def _duplicates(items: list, attr: str, path: str, what: str, *, fold: bool = False) -> Iterator[FieldError]:
+    """Items whose ``attr`` repeats an earlier one's; with ``fold``, in any letter case."""
     seen: dict[Any, int] = {}
     for i, item in enumerate(items):
         value = getattr(item, attr)
-        if value in seen:
+        key = value.lower() if fold else value
+        if key in seen:
             shown = quote(value) if isinstance(value, str) else str(value)
             yield FieldError(
                 f"{path}[{i}].{_camel(attr)}",
-                f"{shown} is already used by {path}[{seen[value]}]; {what} must be unique",
+                f"{shown} is already used by {path}[{seen[key]}]{' (letter case aside)' if fold else ''}; "
+                f"{what} must be unique",
             )
         else:
-            seen[value] = i
+            seen[key] = i
 
 
 def _camel(snake: str) -> str:
@@ -122,7 +126,8 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
             "spec.topology unset",
         )
     yield from _duplicates(spec.node_sets, "name", "spec.nodeSets", "node set names")
-    yield from _duplicates(spec.partitions, "name", "spec.partitions", "partition names")
+    # Slurm's lent node set and feature of a partition are made of its name (lent_<partition>).
+    yield from _duplicates(spec.partitions, "name", "spec.partitions", "partition names", fold=True)
 
     for i, ns in enumerate(spec.node_sets):
         full = f"{c.name}-{ns.name}"
@@ -193,16 +198,7 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
                     f"{quote(ref)} is not a node set; known node sets: {', '.join(known) or '(none)'}",
                 )
 
-    lent_features = {lent_nodeset(p.name): i for i, p in enumerate(spec.partitions) if p.accept_lent_nodes}
-    for i, ns in enumerate(spec.node_sets):
-        for j, feature in enumerate(ns.features):
-            if feature in lent_features:
-                yield FieldError(
-                    f"spec.nodeSets[{i}].features[{j}]",
-                    f"{quote(feature)} is the feature of the nodes lent to partition "
-                    f"spec.partitions[{lent_features[feature]}]; this node set's nodes would join "
-                    "that partition as lent nodes. Choose another feature name",
-                )
+    yield from _feature_errors(spec)
 
     users = spec.login.users
     yield from _duplicates(users, "name", "spec.login.users", "user names")
@@ -247,6 +243,31 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
                 yield FieldError(f"spec.topology.labelKeys[{i}]", f"{quote(k)} is listed twice")
 
 
+def _feature_errors(spec) -> Iterator[FieldError]:
+    """A node's Slurm features say which node set it is in: a node set's
+    NodeSet line selects the nodes with the feature of its name, and a lent
+    node set the nodes with lent_<partition>. So no node set may list another
+    node set's name, or a lent_ name, among its features (in any letter case:
+    fail closed on how Slurm compares them)."""
+    sets = {ns.name.lower(): i for i, ns in enumerate(spec.node_sets)}
+    for i, ns in enumerate(spec.node_sets):
+        for j, feature in enumerate(ns.features):
+            where = f"spec.nodeSets[{i}].features[{j}]"
+            folded = feature.lower()
+            if folded.startswith(LENT_PREFIX):
+                yield FieldError(
+                    where, f"{quote(feature)} starts with {quote(LENT_PREFIX)}, which names the features of lent "
+                    "nodes (lent_<partition>): this node set's nodes could join a partition as lent nodes. "
+                    "Choose another feature name")
+            elif folded in sets:
+                other = sets[folded]
+                whose = "this node set's own name" if other == i else f"the name of spec.nodeSets[{other}]"
+                yield FieldError(
+                    where, f"{quote(feature)} is {whose}, which is the feature that puts a node in that node set"
+                    + ("" if other == i else ": this node set's nodes would join it, and its partitions")
+                    + ". Every node has its node set's name as a feature already; choose another feature name")
+
+
 def _accounting_errors(spec) -> Iterator[FieldError]:
     acct = spec.accounting
     if not acct.enabled:
@@ -265,10 +286,23 @@ def _accounting_errors(spec) -> Iterator[FieldError]:
     yield from _duplicates(acct.accounts, "name", "spec.accounting.accounts", "account names")
     yield from _duplicates(acct.qos, "name", "spec.accounting.qos", "QOS names")
     login = [u.name for u in spec.login.users]
+    listed = {user for account in acct.accounts for user in account.users}
+    for i, u in enumerate(spec.login.users):
+        if u.name not in listed and not re.fullmatch(ACCOUNT_NAME_RE, u.name):
+            yield FieldError(f"spec.login.users[{i}].name",
+                             f"{quote(u.name)} is in no account of spec.accounting.accounts, so it would get an "
+                             "account of its own name, and an account name starts with a letter or digit; "
+                             "list the user in an account")
     for i, account in enumerate(acct.accounts):
         if account.name == "root":
             yield FieldError(f"spec.accounting.accounts[{i}].name",
                              "'root' is Slurm's own top account; choose another name")
+        elif account.name in login and account.name not in listed:
+            # A user in no account gets an account named after the user (operator/accounting.wanted).
+            yield FieldError(f"spec.accounting.accounts[{i}].name",
+                             f"{quote(account.name)} is the account made for login user {quote(account.name)}, "
+                             "who is in no account: the user would join this account. List the user in it "
+                             "(or in another account), or choose another name")
         for j, user in enumerate(account.users):
             if user not in login:
                 yield FieldError(f"spec.accounting.accounts[{i}].users[{j}]",

@@ -47,6 +47,7 @@ from ..api.errors import InvalidSpec
 from ..api.lending import NodeLendingPolicy, NodeLendingPolicyStatus
 from ..render import names
 from ..render.manifests import lent_slurmd_pod
+from ..render.slurmd import is_lent_slurmd_pod
 from ..slurm import SlurmControl
 from ..slurm.remote import AgentError, cluster_agent
 from . import actions as A
@@ -437,9 +438,17 @@ class _Acting:
         try:
             created = self.kube.create(pod)
         except Exception as exc:
-            if getattr(exc, "status", None) == 409:  # it exists: a bridge killed mid-round made it
-                return
-            raise
+            if getattr(exc, "status", None) != 409:
+                raise
+            # A pod of that name exists: fine if it is this node's lent pod (a
+            # bridge killed mid-round made it), a failure if it is anyone else's.
+            meta = pod["metadata"]
+            existing = self.kube.get("Pod", meta["namespace"], meta["name"]) or {}
+            if not is_lent_slurmd_pod((existing.get("metadata") or {}).get("labels") or {},
+                                      (existing.get("spec") or {}).get("nodeName"), self.cluster.name, action.node):
+                raise RuntimeError(f"pod {meta['namespace']}/{meta['name']} exists and is not the slurmd pod of "
+                                   f"node {action.node} lent to {self.cluster.name}") from None
+            return
         self.b.view.wrote({**created, "kind": "Pod", "apiVersion": "v1"})
 
     def event(self, action: A.Event) -> None:

@@ -36,7 +36,7 @@ BRIDGE: tuple[Permission, ...] = (
     Permission("get", "", "secrets", WATCHED),
     # The controller pod, by name: its address reaches the agent.
     Permission("get", "", "pods", WATCHED),
-    # The lent slurmd pod <cluster>-lent-<node>, created on a lent node and
+    # The lent slurmd pod <cluster>-lent.<node>, created on a lent node and
     # deleted when the node goes back.
     Permission("create", "", "pods", WATCHED),
     Permission("delete", "", "pods", WATCHED),

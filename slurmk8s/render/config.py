@@ -194,29 +194,31 @@ def topology_context(c: SlurmCluster, nodes: Sequence[TopologyNode]) -> dict:
     if topo is None:
         return {"cluster": c.name, "enabled": False, "switches": [], "keys": []}
     keys = topo.label_keys
+    depth = len(keys)
+    # A path is a tuple of switch names, top tier first (names.switch): the
+    # label values of the node's path, or the unlabelled switches when the
+    # node lacks a label.
     children: dict[tuple[str, ...], set[str]] = {}
     leaves: dict[tuple[str, ...], list[str]] = {}
     for node in sorted(nodes, key=lambda n: n.name):
-        path = tuple(node.labels.get(k, "") for k in keys)
-        if not all(path):
-            path = ("unlabelled",) * len(keys)
+        values = tuple(node.labels.get(k, "") for k in keys)
+        if all(values):
+            path = tuple(names.switch(values[: d + 1]) for d in range(depth))
+        else:
+            path = tuple(names.unlabelled_switch(d + 1) for d in range(depth))
         leaves.setdefault(path, []).append(node.name)
-        for depth in range(1, len(keys)):
-            children.setdefault(path[:depth], set()).add("_".join(path[: depth + 1]))
-
-    def switch(path: tuple[str, ...]) -> str:
-        return "sw_" + "_".join(path)
+        for d in range(1, depth):
+            children.setdefault(path[:d], set()).add(path[d])
 
     switches = []
     for path in sorted(children):
-        switches.append({"name": switch(path), "switches": ",".join(
-            sorted("sw_" + child for child in children[path]))})
+        switches.append({"name": path[-1], "switches": ",".join(sorted(children[path]))})
     for path in sorted(leaves):
-        switches.append({"name": switch(path), "nodes": ",".join(leaves[path])})
-    tops = sorted({switch(p[:1]) for p in leaves})
+        switches.append({"name": path[-1], "nodes": ",".join(leaves[path])})
+    tops = sorted({p[0] for p in leaves})
     if len(tops) > 1:
         # Join the top tier so that jobs may span all of it.
-        switches.insert(0, {"name": "sw_root", "switches": ",".join(tops)})
+        switches.insert(0, {"name": names.ROOT_SWITCH, "switches": ",".join(tops)})
     return {"cluster": c.name, "enabled": True, "switches": switches, "keys": keys}
 
 

@@ -27,6 +27,7 @@ from typing import Mapping
 from ..api.cluster import lent_nodeset
 from ..api.fields import SLURM_NAME_RE, parse_quantity
 from ..slurm.client import NODE_NAME
+from .names import is_worker_node_name
 from .config import GPU_DEVICE, dynamic_node_conf, gpu_files, render_template
 
 __all__ = ["GPU_RESOURCE", "GPU_PRODUCT_LABEL", "MAX_GPUS", "LentNode", "UnlendableNode", "lent_node"]
@@ -104,6 +105,11 @@ def lent_node(
         raise UnlendableNode(
             f"node name {node!r} cannot be a Slurm node name (letters, digits, '_', '.' and '-', "
             "at most 128 characters)"
+        )
+    if is_worker_node_name(cluster, node):
+        raise UnlendableNode(
+            f"node name {node!r} has the shape of the names of cluster {cluster}'s own Slurm nodes "
+            f"(<cluster>-<node set>-<ordinal>): two slurmd could register under one name"
         )
     if len(partition) > 64 or not _SLURM_NAME.fullmatch(partition):
         raise UnlendableNode(f"partition {partition!r} is not a Slurm partition name")

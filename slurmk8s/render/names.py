@@ -7,6 +7,7 @@ here, so they agree on them without looking anything up.
 from __future__ import annotations
 
 import hashlib
+import re
 
 from ..api.cluster import GROUP, LENT_PREFIX, SlurmCluster, lent_nodeset  # noqa: F401 (re-exported)
 
@@ -194,11 +195,72 @@ def image(c: SlurmCluster, component: str) -> str:
     return f"{img.repository}/{component}:{img.tag or c.spec.slurm.version}"
 
 
+#: Between the cluster part and the node's name in a lent pod's name. No other
+#: object name has a '.' (cluster names are DNS-1035 labels, member names and
+#: the words after ``<cluster>-`` have none), and the first '.' of a lent
+#: pod's name is this one: so a lent pod's name is no other object's name, and
+#: names one (cluster, node) pair (docs/decisions/0026-names-that-cannot-collide.md).
+LENT_SEPARATOR = "-lent."
+
+
 def lent_slurmd(c: SlurmCluster | str, node: str) -> str:
-    """The slurmd pod of Kubernetes node ``node`` lent to the cluster
-    (deterministic, so that the bridge finds it again after a restart)."""
+    """The slurmd pod of Kubernetes node ``node`` lent to the cluster:
+    ``<cluster>-lent.<node>`` (deterministic, so that the bridge finds it
+    again after a restart). A name over 253 characters keeps its first 242
+    and ends in a digest of the cluster and the node."""
+    cluster = _cluster_name(c)
+    name = f"{cluster}{LENT_SEPARATOR}{node}"
+    if len(name) <= 253:
+        return name
+    digest = hashlib.sha256(f"{cluster}/{node}".encode()).hexdigest()[:10]
+    return f"{name[:242].rstrip('.-')}-{digest}"
+
+
+def legacy_lent_slurmd(c: SlurmCluster | str, node: str) -> str:
+    """The name lent pods had before :func:`lent_slurmd` (``<cluster>-lent-<node>``),
+    which another cluster's worker pod could also have. The bridge still
+    recognises a pod of this name as the node's lent pod when the pod says it
+    is one (its labels and node), so that an upgrade leaves none behind."""
     name = f"{_cluster_name(c)}-lent-{node}"
     if len(name) <= 253:
         return name
     digest = hashlib.sha256(node.encode()).hexdigest()[:10]
     return f"{name[:242].rstrip('.-')}-{digest}"
+
+
+def worker_node_name(c: SlurmCluster, nodeset_name: str, ordinal: int) -> str:
+    """A worker's pod and Slurm node name."""
+    return f"{nodeset(c, nodeset_name)}-{ordinal}"
+
+
+def is_worker_node_name(cluster: str, node: str) -> bool:
+    """Whether ``node`` has the shape of a name a worker of ``cluster`` (or its
+    controller pod) has or may get: ``<cluster>-<word>-<ordinal>``. A
+    Kubernetes node of such a name is not lent to the cluster: its Slurm node
+    would share a name with one of the cluster's own."""
+    return re.fullmatch(rf"{re.escape(cluster)}-[a-z][a-z0-9]*-[0-9]+", node) is not None
+
+
+# -- topology.conf switch names ---------------------------------------------------------------
+#
+# A switch of the tree is named after the label values on its path from the
+# top tier: ``sw_`` and the values joined by '_', each value's own '_'
+# doubled. A label value starts and ends with a letter or digit, so a single
+# '_' between two values can only be a separator and a run of them inside a
+# value is always even: the name gives back the path (labels (a_b, c) make
+# sw_a__b_c, (a, b_c) make sw_a_b__c). The switches slurmk8s adds itself
+# start with "sw-", which no path gives.
+
+#: The switch over the top tier, when it has more than one switch.
+ROOT_SWITCH = "sw-root"
+
+
+def switch(path: tuple[str, ...]) -> str:
+    """The switch of the tree at ``path``: label values, top tier first."""
+    return "sw_" + "_".join(value.replace("_", "__") for value in path)
+
+
+def unlabelled_switch(depth: int) -> str:
+    """The switch at tier ``depth`` (1 the top) above the nodes whose Kubernetes
+    node lacks one of the topology labels."""
+    return f"sw-unlabelled-{depth}"

@@ -17,7 +17,7 @@ from .pods import (
     Builder, base_volumes, common_env, pod_template, probe, shared_volumes, shm_volume, slurm_container,
 )
 
-__all__ = ["node_conf", "workers", "lent_slurmd_pod", "LENT_MEMORY_REQUEST"]
+__all__ = ["node_conf", "workers", "lent_slurmd_pod", "is_lent_slurmd_pod", "LENT_MEMORY_REQUEST", "LENT_COMPONENT"]
 
 
 def node_conf(c: SlurmCluster, ns: NodeSet) -> str:
@@ -101,6 +101,22 @@ def workers(b: Builder) -> list[dict]:
     return out
 
 
+#: The app.kubernetes.io/component of a lent slurmd pod.
+LENT_COMPONENT = "lent-slurmd"
+#: Its app.kubernetes.io/managed-by.
+LENT_MANAGER = "slurmk8s-bridge"
+
+
+def is_lent_slurmd_pod(labels: Mapping[str, str], pod_node: str | None, cluster: str, node: str) -> bool:
+    """Whether a pod of these labels, bound to ``pod_node``, is the one
+    :func:`lent_slurmd_pod` makes for ``node`` lent to ``cluster``: a pod that
+    merely has its name is not (another cluster's, or anyone's)."""
+    return (labels.get("app.kubernetes.io/component") == LENT_COMPONENT
+            and labels.get("app.kubernetes.io/managed-by") == LENT_MANAGER
+            and labels.get("app.kubernetes.io/instance") == cluster
+            and pod_node == node)
+
+
 #: Memory a lent slurmd pod requests: it is bound to its node without the
 #: scheduler, so the kubelet admits it only if this fits beside the node's
 #: DaemonSet pods. Its limit is the node's allocatable memory.
@@ -141,8 +157,8 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, allocatable
                    "limits": {"nvidia.com/gpu": str(desc.gpus), "memory": f"{desc.memory_mib}Mi"}},
         readinessProbe=probe("ready"),
     )
-    meta = b.meta(names.lent_slurmd(c, node), "lent-slurmd")
-    meta["labels"]["app.kubernetes.io/managed-by"] = "slurmk8s-bridge"
+    meta = b.meta(names.lent_slurmd(c, node), LENT_COMPONENT)
+    meta["labels"]["app.kubernetes.io/managed-by"] = LENT_MANAGER
     return b.obj("v1", "Pod", meta, spec={
         "nodeName": node,
         "containers": [container],
