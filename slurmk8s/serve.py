@@ -6,10 +6,15 @@ version's directory name) with a rename (``examples/train.sh`` does this).
 This server follows ``LATEST``: it loads the version it names, polls it every
 few seconds, loads a new version when it changes, and keeps serving the old
 one if the new one cannot be loaded. It never writes to the model directory,
-which the serving pods mount read-only.
+which the serving pods mount read-only. Everything below the model directory
+is the job's: ``LATEST``, the version directory and its files are opened one
+component at a time without following any symbolic link (:func:`open_beneath`,
+the same rule the Slurm agent reads ``LATEST`` by), and nothing read from them
+is ever echoed: a 503 says only "no model loaded", and the log says why
+without quoting the files.
 
-    GET /         200 {"version", "step", "path", "files", "loadedAt"}; 503 before a model is loaded
-    GET /healthz  200 once a model is loaded, else 503: the pod's readinessProbe
+    GET /         200 {"version", "step", "path", "files", "loadedAt"}; 503 {"error": "no model loaded"} before
+    GET /healthz  200 once a model is loaded, else the same 503: the pod's readinessProbe
 
 Loading here means reading the version's ``step`` file and listing its files;
 a real server loads its weights in :func:`load` instead.
@@ -22,11 +27,14 @@ it is also ``slurmk8s serve --model-dir DIR --port 8080``.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
-import posixpath
 import logging
+import os
+import posixpath
 import re
 import signal
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -37,6 +45,8 @@ from pathlib import Path
 LATEST = "LATEST"
 #: A version is one directory name in the model directory: no '/', no leading '.'.
 VERSION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+#: The most of LATEST that is looked at: a version name is short.
+LATEST_MAX = 256
 #: Seconds between looks at LATEST.
 DEFAULT_INTERVAL = 2.0
 
@@ -60,37 +70,108 @@ class Model:
                 "files": list(self.files), "loadedAt": self.loaded_at}
 
 
+#: How files below a model directory are opened: never through a symbolic link.
+_NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def check_parts(parts: Sequence[str]) -> None:
+    """ValueError unless ``parts`` are plain names, one directory level each."""
+    if not parts or any(p in ("", ".", "..") or "/" in p or "\0" in p for p in parts):
+        raise ValueError("the path has an empty, '.' or '..' component")
+
+
+def open_beneath(root_fd: int, parts: Sequence[str], *, directory: bool = False) -> int:
+    """A descriptor of ``root/parts...`` (the caller closes it), opened one component at a
+    time below the directory ``root_fd`` without following any symbolic link: whoever
+    writes below the root (a training job) cannot lead the reader out of it.
+
+    The one rule for reading what jobs publish, here and in the Slurm agent
+    (``slurmk8s/slurm/published.py``). Raises ValueError for an empty, ``.``, ``..`` or
+    ``/``-holding component; OSError ``ELOOP`` (a link), ``ENOTDIR``, ``ENOENT``,
+    ``EACCES``, or ``EISDIR`` when a regular file is wanted and it is not one.
+    """
+    check_parts(parts)
+    opened: list[int] = []
+    try:
+        fd = root_fd
+        for part in parts[:-1]:
+            fd = os.open(part, _NOFOLLOW | os.O_DIRECTORY, dir_fd=fd)
+            opened.append(fd)
+        last = os.open(parts[-1], _NOFOLLOW | (os.O_DIRECTORY if directory else 0), dir_fd=fd)
+    finally:
+        for fd in opened:
+            os.close(fd)
+    if not directory and not stat.S_ISREG(os.fstat(last).st_mode):
+        os.close(last)
+        raise OSError(errno.EISDIR, "not a regular file")
+    return last
+
+
+def read_beneath_fd(root_fd: int, parts: Sequence[str], limit: int) -> bytes:
+    """At most ``limit`` bytes of the regular file ``root/parts...`` (see :func:`open_beneath`)."""
+    fd = open_beneath(root_fd, parts)
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR):
+        return "is a symbolic link or not a plain file or directory (links are never followed)"
+    return exc.strerror or "cannot be read"
+
+
+def _open_root(model_dir: Path) -> int:
+    try:  # the administrator's path (the pod's mount): the only one opened the ordinary way
+        return os.open(model_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LoadError(f"cannot open the model directory {model_dir}: {exc.strerror}") from None
+
+
 def read_latest(model_dir: Path) -> str:
     """The version ``LATEST`` names. Raises :class:`LoadError` if there is none
-    or it is not a plain directory name."""
+    or it is not a plain directory name. The message never holds what the file holds
+    unless it is a version name."""
+    root = _open_root(model_dir)
     try:
-        text = (model_dir / LATEST).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise LoadError(f"{model_dir / LATEST} does not exist yet: no model has been published") from None
+        raw = read_beneath_fd(root, [LATEST], LATEST_MAX + 1)
     except OSError as exc:
-        raise LoadError(f"cannot read {model_dir / LATEST}: {exc.strerror}") from None
-    version = text.strip()
-    if not VERSION.fullmatch(version):
-        raise LoadError(f"{model_dir / LATEST} holds {version[:80]!r}, which is not a version directory name "
-                        "(letters, digits, '.', '_', '-'; not starting with '.')")
+        if exc.errno == errno.ENOENT:
+            raise LoadError(f"{model_dir / LATEST} does not exist yet: no model has been published") from None
+        raise LoadError(f"{model_dir / LATEST} {_why(exc)}") from None
+    finally:
+        os.close(root)
+    version = raw.decode("utf-8", errors="replace").strip()
+    if len(raw) > LATEST_MAX or not VERSION.fullmatch(version):
+        raise LoadError(f"{model_dir / LATEST} does not hold a version directory name ({len(raw)} bytes; "
+                        "letters, digits, '.', '_', '-'; not starting with '.'): write one line, the name")
     return version
 
 
 def load(model_dir: Path, version: str, now: float | None = None) -> Model:
-    """Load ``model_dir/version``. Raises :class:`LoadError`."""
+    """Load ``model_dir/version``, never through a symbolic link. Raises :class:`LoadError`."""
+    if not VERSION.fullmatch(version):
+        raise LoadError("not a version directory name")
     path = model_dir / version
+    root = _open_root(model_dir)
     try:
-        if not path.resolve().is_relative_to(model_dir.resolve()):
-            raise LoadError(f"{path} leads out of {model_dir}")
-        files = tuple(sorted(p.name for p in path.iterdir() if not p.name.startswith(".")))
-        raw = (path / "step").read_text(errors="replace").strip() if "step" in files else None
+        fd = open_beneath(root, [version], directory=True)
+        try:
+            files = tuple(sorted(n for n in os.listdir(fd) if not n.startswith(".")))
+            raw = read_beneath_fd(fd, ["step"], 64) if "step" in files else None
+        finally:
+            os.close(fd)
     except OSError as exc:
-        raise LoadError(f"cannot read version {version!r} at {path}: {exc.strerror}") from None
+        raise LoadError(f"cannot read version {version!r} at {path}: it {_why(exc)}") from None
+    finally:
+        os.close(root)
     step = None
     if raw is not None:
-        if not raw.isdigit():
-            raise LoadError(f"{path / 'step'} holds {raw[:40]!r}, not a step number")
-        step = int(raw)
+        text = raw.decode("utf-8", errors="replace").strip()
+        if not text.isascii() or not text.isdigit():
+            raise LoadError(f"{path / 'step'} does not hold a step number (digits only)")
+        step = int(text)
     return Model(version, step, str(path), files, time.time() if now is None else now)
 
 
@@ -142,8 +223,8 @@ def _handler(follower: Follower) -> type[BaseHTTPRequestHandler]:
             model = follower.model
             if self.path not in ("/", "/healthz"):
                 self._send(404, {"error": f"no such path {self.path}; try / or /healthz"})
-            elif model is None:
-                self._send(503, {"error": "no model loaded", "detail": follower.error})
+            elif model is None:  # why is in the server's log: nothing read from the files is echoed
+                self._send(503, {"error": "no model loaded"})
             elif self.path == "/healthz":
                 self._send(200, {"status": "ok", "version": model.version})
             else:
@@ -223,8 +304,6 @@ if __name__ == "__main__":
 # What of a model directory may be read: the bridge's rule for the model-dir
 # annotation, and the agent's before it reads LATEST for the bridge.
 
-#: The most of LATEST that is looked at: a version name is short.
-LATEST_MAX = 256
 _MAX_PATH = 4096
 
 

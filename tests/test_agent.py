@@ -345,7 +345,7 @@ def test_idle_connections_are_capped_and_timed_out(keys):
     import threading
 
     server = make_server("127.0.0.1:0", SlurmClient(lambda argv, stdin: None), keys.agent_token)
-    server.max_connections, server.request_timeout = 8, 1.0
+    server.max_unauthenticated, server.request_timeout = 8, 1.0
     before = threading.active_count()
     server.start()
     host, port = server.server_address[:2]
@@ -353,8 +353,8 @@ def test_idle_connections_are_capped_and_timed_out(keys):
     try:
         time.sleep(0.5)
         assert threading.active_count() - before <= 1 + 8
-        # The server closes every idle connection: refused at once over the
-        # cap, after request_timeout otherwise.
+        # The server closes every idle connection: the oldest at once over the
+        # cap, the others after request_timeout.
         for s in idle:
             s.settimeout(5)
             assert s.recv(1) == b""

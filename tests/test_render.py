@@ -7,6 +7,7 @@ import copy
 import os
 import re
 import subprocess
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -492,8 +493,53 @@ def test_the_task_prolog_leaves_the_variable_unset_when_it_cannot_create_the_dir
     script = Path(__file__).resolve().parent.parent / "images/slurmd/task-prolog.sh"
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
     assert proc.returncode == 0
-    assert proc.stdout.startswith("print slurmk8s: cannot create the checkpoint directory")
+    assert proc.stdout.startswith("print slurmk8s: cannot use the checkpoint directory")
     assert "export" not in proc.stdout
+
+
+@pytest.mark.parametrize("squat", ["their-dir", "link-to-their-dir", "their-job-dir"])
+def test_no_one_else_can_make_a_users_checkpoint_directory_first(doc, keys, squat):
+    """Issue 24: on a checkpoint root others may write to (sticky, as /tmp), another user
+    makes <root>/researcher (or the job's directory) before the researcher's first job: a
+    directory of theirs, or a link to one. The researcher's job must not be given it."""
+    if os.geteuid() != 0:
+        pytest.fail("run as root (hack/test.sh): the prolog runs as two users here")
+    researcher, mallory = 4242, 4343
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        base.chmod(0o755)
+        root = base / "checkpoints"
+        root.mkdir()
+        root.chmod(0o1777)
+        doc["spec"]["sharedStorage"]["volumes"][0]["mountPath"] = str(base)
+        doc["spec"]["sharedStorage"]["checkpointDir"] = str(root)
+        (base / "slurm.conf").write_text(slurm_conf(render(load_cluster(doc), keys)))
+
+        def as_user(uid, *argv, env=None):
+            return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv],
+                                  env=env, capture_output=True, text=True)
+
+        if squat == "their-dir":
+            assert as_user(mallory, "mkdir", "-m", "0777", str(root / "researcher")).returncode == 0
+        elif squat == "link-to-their-dir":
+            assert as_user(mallory, "mkdir", "-m", "0777", str(root / "mallory")).returncode == 0
+            assert as_user(mallory, "ln", "-s", str(root / "mallory"), str(root / "researcher")).returncode == 0
+        else:  # the user's directory is theirs, but made open to all; a job directory is made in it
+            assert as_user(researcher, "mkdir", "-m", "0777", str(root / "researcher")).returncode == 0
+            assert as_user(mallory, "mkdir", str(root / "researcher" / "train")).returncode == 0
+        env = {"PATH": os.environ["PATH"], "SLURM_CONF": str(base / "slurm.conf"),
+               "SLURM_JOB_USER": "researcher", "SLURM_JOB_NAME": "train"}
+        script = Path(__file__).resolve().parent.parent / "images/slurmd/task-prolog.sh"
+        proc = as_user(researcher, "bash", str(script), env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert "export" not in proc.stdout, proc.stdout
+        assert proc.stdout.startswith("print slurmk8s: cannot use the checkpoint directory"), proc.stdout
+        # Unsquatted, the same prolog makes and exports the researcher's own directories.
+        for p in sorted(root.rglob("*"), reverse=True):
+            p.unlink() if p.is_symlink() or p.is_file() else p.rmdir()
+        proc = as_user(researcher, "bash", str(script), env=env)
+        assert proc.stdout == f"export SLURMK8S_CHECKPOINT_DIR={root}/researcher/train\n", proc.stdout
+        assert (root / "researcher" / "train").stat().st_uid == researcher
 
 
 def test_slurm_pods_get_no_service_account_token_and_workers_drain_for_their_grace(doc, keys):

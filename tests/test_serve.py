@@ -33,11 +33,11 @@ def test_read_latest_names_the_version(tmp_path):
 
 @pytest.mark.parametrize("content, why", [
     (None, "does not exist yet"),
-    ("", "not a version directory name"),
-    ("../../etc", "not a version directory name"),
-    ("a/b", "not a version directory name"),
-    (".hidden", "not a version directory name"),
-    ("x" * 200, "not a version directory name"),
+    ("", "does not hold a version directory name"),
+    ("../../etc", "does not hold a version directory name"),
+    ("a/b", "does not hold a version directory name"),
+    (".hidden", "does not hold a version directory name"),
+    ("x" * 200, "does not hold a version directory name"),
 ])
 def test_read_latest_refuses_what_is_not_a_version(tmp_path, content, why):
     if content is not None:
@@ -60,10 +60,10 @@ def test_load_refuses_a_missing_version_a_bad_step_and_a_symlink_out(tmp_path):
     with pytest.raises(LoadError, match="cannot read version 'gone'"):
         load(tmp_path, "gone")
     (publish(tmp_path, "bad") / "step").write_text("twelve")
-    with pytest.raises(LoadError, match="not a step number"):
+    with pytest.raises(LoadError, match="does not hold a step number"):
         load(tmp_path, "bad")
     (tmp_path / "out").symlink_to("/etc")
-    with pytest.raises(LoadError, match="leads out of"):
+    with pytest.raises(LoadError, match="symbolic link"):
         load(tmp_path, "out")
 
 
@@ -81,6 +81,65 @@ def test_the_follower_loads_new_versions_and_keeps_the_last_good_one(tmp_path):
     assert follower.model.version == "step-000010" and "missing" in follower.error
 
 
+SECRET = "s3cr3t-token-of-someone-else-0123456789"
+
+
+@pytest.fixture
+def secret_file(tmp_path) -> Path:
+    """A file only its owner may read, outside the model directory."""
+    path = tmp_path / "private" / "token"
+    path.parent.mkdir()
+    path.write_text(SECRET + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def _follow_once(model_dir: Path) -> tuple[Follower, tuple[int, dict]]:
+    server, follower = make_server(model_dir, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        follower.refresh()
+        return follower, get(f"http://127.0.0.1:{server.server_port}/healthz")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("how", ["latest-link", "latest-link-to-version-name", "version-dir-link",
+                                 "step-link", "latest-garbage", "step-garbage"])
+def test_nothing_is_read_through_a_link_nor_echoed(tmp_path, secret_file, caplog, how):
+    """Issue 24, item 5: LATEST (or the version directory, or its step file) as a link out
+    of the model directory is not followed, and what a file holds is never in a response
+    nor in the log, whatever it holds."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    if how == "latest-link":
+        (model_dir / "LATEST").symlink_to(secret_file)
+    elif how == "latest-link-to-version-name":  # a file that would be a fine LATEST, read through a link
+        (tmp_path / "elsewhere").write_text("step-000001\n")
+        publish(model_dir, "step-000001", 1)
+        (model_dir / "LATEST").unlink()
+        (model_dir / "LATEST").symlink_to(tmp_path / "elsewhere")
+    elif how == "version-dir-link":
+        (model_dir / "LATEST").write_text("v1\n")
+        (model_dir / "v1").symlink_to(secret_file.parent)
+    elif how == "step-link":
+        (publish(model_dir, "v1", 1) / "step").unlink()
+        (model_dir / "v1" / "step").symlink_to(secret_file)
+    elif how == "latest-garbage":
+        (model_dir / "LATEST").write_text(SECRET + " is not a version\n")
+    elif how == "step-garbage":
+        (publish(model_dir, "v1", 1) / "step").write_text(SECRET + "\n")
+    caplog.set_level("DEBUG", logger="slurmk8s.serve")
+    follower, (code, body) = _follow_once(model_dir)
+    assert follower.model is None and code == 503
+    assert body == {"error": "no model loaded"}
+    assert SECRET[:6] not in json.dumps(body) and SECRET[:6] not in caplog.text
+    assert SECRET[:6] not in follower.error
+    if "link" in how:
+        assert "symbolic link" in follower.error
+
+
 def get(url: str) -> tuple[int, dict]:
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
@@ -96,7 +155,8 @@ def test_http_answers_503_until_a_model_is_loaded_then_the_model(tmp_path):
     try:
         follower.refresh()
         code, body = get(f"{url}/healthz")
-        assert code == 503 and "does not exist yet" in body["detail"]
+        assert (code, body) == (503, {"error": "no model loaded"})  # why: in the log only
+        assert "does not exist yet" in follower.error
         assert get(f"{url}/")[0] == 503
         publish(tmp_path, "step-000005", 5)
         follower.refresh()

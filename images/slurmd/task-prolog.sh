@@ -10,6 +10,8 @@
 #   SLURMK8S_CHECKPOINT_DIR=<checkpointDir>/<user>/<job name>[_<array task id>]
 #
 # and creates that directory (as the user, so it is theirs) if it is missing.
+# It exports it only when it and <checkpointDir>/<user> are real directories
+# (not links) that belong to the job's user: no one else can have made them.
 # The job name is made a safe path component: characters other than letters,
 # digits, '.', '_' and '-' become '_' (byte by byte), a leading '.' becomes '_', at most 128
 # characters, `job` if empty. The path depends on the job's user, name and
@@ -52,10 +54,25 @@ if [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then
   name=${name}_${SLURM_ARRAY_TASK_ID}
 fi
 dir=$root/$user/$name
+uid=$(id -u)
 
-if [ ! -d "$dir" ] && ! mkdir -p "$dir" 2>/dev/null; then
-  echo "print slurmk8s: cannot create the checkpoint directory $dir (does $root/$user exist and belong to $user?); SLURMK8S_CHECKPOINT_DIR is not set"
-  exit 0
-fi
+# own_dir PATH: PATH is a directory, not a symbolic link, and this user's.
+# (stat without -L reads the entry itself, never what a link points to.)
+own_dir() {
+  [ ! -L "$1" ] && [ -d "$1" ] && [ "$(stat -c %u -- "$1")" = "$uid" ]
+}
+
+# Only the user may have made $root/$user and $dir: another user who could
+# write to the checkpoint root could otherwise have made them first (a
+# directory of theirs, or a link to one) and read or replace this user's
+# checkpoints. Each is made without -p, so an existing entry is never
+# followed, and is then checked.
+for d in "$root/$user" "$dir"; do
+  [ -e "$d" ] || [ -L "$d" ] || mkdir -m 0755 -- "$d" 2>/dev/null
+  if ! own_dir "$d"; then
+    echo "print slurmk8s: cannot use the checkpoint directory $dir: $d is missing, a symbolic link, or not $user's (does $root/$user exist and belong to $user?); SLURMK8S_CHECKPOINT_DIR is not set"
+    exit 0
+  fi
+done
 echo "export SLURMK8S_CHECKPOINT_DIR=$dir"
 exit 0

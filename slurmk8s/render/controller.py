@@ -137,13 +137,20 @@ def _agent(c: SlurmCluster) -> dict:
         env={"SLURMK8S_CLUSTER": c.name},
         mounts=mounts,
         ports=[{"name": "agent", "containerPort": names.AGENT_PORT}],
-        resources={"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        resources={"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": f"{AGENT_MEMORY_LIMIT_MIB}Mi"}},
         args=args,
         readinessProbe=http,
         livenessProbe={**http, "failureThreshold": 6},
         # munged and the Slurm commands need root in this image (it defaults to uid 10001).
         securityContext={"runAsUser": 0, "runAsGroup": 0},
     )
+
+
+#: The agent container's memory limit. It holds the agent (about 57 MiB at its peak answering
+#: GET /v1/jobs over 10,000 jobs, Slurm's default MaxJobCount; hack/bench_agent_memory.py),
+#: munged, and the Slurm command it runs, whose own memory grows with the jobs too
+#: (squeue --json prints about 7.5 KiB per job on 26.05).
+AGENT_MEMORY_LIMIT_MIB = 512
 
 
 def agent_network_policy(b: Builder, clients: AgentClients) -> dict:

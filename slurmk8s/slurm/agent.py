@@ -7,7 +7,9 @@ cancel. See docs/decisions/0006-slurm-control-path.md for why it exists.
 
 Every request but ``GET /healthz`` needs ``Authorization: Bearer <token>``,
 the cluster's agent token (the ``<cluster>-agent-token`` Secret), compared in
-constant time. Routes (JSON in and out)::
+constant time. Connections without the token have their own small pool and
+no keep-alive, so they can never keep a caller with the token out
+(:class:`AgentServer`). Routes (JSON in and out)::
 
     GET    /healthz                         liveness; no token, no Slurm call
     GET    /v1/ping                         {"up": bool}
@@ -32,7 +34,8 @@ Errors are ``{"error": message, "kind": kind}`` with status 400 (invalid
 name, reason or signal), 401 (token), 403 (a published path that is a link,
 not a plain file, or not readable by others), 404, 405, 409 (not our drain), 502 (a
 Slurm command failed: also ``argv``, ``returncode``, ``stderr``) or 503
-(slurmctld unreachable, or the config directory unreadable).
+(slurmctld unreachable, the config directory unreadable, or too many
+authenticated connections).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import hmac
 import io
 import json
 import re
+import socket
 import threading
 import time
 from http import HTTPStatus
@@ -179,6 +183,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.close_connection = True  # the request body may be unread
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.send_header("Content-Length", str(len(data)))
         for k, v in headers.items():
             self.send_header(k, v)
@@ -231,6 +237,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         status = HTTPStatus.OK
         try:
             if method == "GET" and url.path == "/healthz":
+                if not self.server.authenticated(self.connection):
+                    self.close_connection = True  # no keep-alive without the token
                 self._send(status, {"ok": True})
                 return
             if not self._authorized():
@@ -238,6 +246,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 self._send(status, {"error": "a valid 'Authorization: Bearer <token>' header is required "
                                              "(the cluster's <cluster>-agent-token Secret)",
                                     "kind": "unauthorized"}, {"WWW-Authenticate": 'Bearer realm="slurmk8s-agent"'})
+                return
+            if not self.server.authenticate(self.connection):
+                status = HTTPStatus.SERVICE_UNAVAILABLE
+                self._send(status, {"error": f"too many connections (at most {self.server.max_connections})",
+                                    "kind": "busy"})
                 return
             query = parse_qs(url.query)
             if method == "GET" and url.path == "/v1/published":
@@ -274,17 +287,41 @@ class _RequestHandler(BaseHTTPRequestHandler):
                     ms=round((time.monotonic() - started) * 1000))
 
 
+def _close_now(sock: Any) -> None:
+    """Wake the thread blocked reading ``sock`` (it then ends and closes it)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 class AgentServer(ThreadingHTTPServer):
-    """The HTTP server; one thread per connection (Slurm commands block), at
-    most ``max_connections`` at once: a connection over the cap is closed at
-    once. A request (line, headers, body) must arrive within
-    ``request_timeout`` seconds of the connection, or of the previous reply
-    on it; otherwise the connection is closed."""
+    """The HTTP server; one thread per connection (Slurm commands block).
+
+    Connections are counted in two pools, so that no one without the token can
+    keep the operator and the bridge out (issue 24, item 3):
+
+    - every new connection is *unauthenticated* until a request on it carries
+      the token. At most ``max_unauthenticated`` are open at once; when one
+      more arrives, the oldest unauthenticated connection is closed to make
+      room (never the new one: it may be the operator's). An unauthenticated
+      connection serves one request (``/healthz`` or a 401) and is closed:
+      no keep-alive without the token.
+    - a request with the token moves its connection to the *authenticated*
+      pool (at most ``max_connections``; over it the request gets a 503),
+      where keep-alive works and nothing evicts it.
+
+    A request (line, headers, body) must arrive within ``request_timeout``
+    seconds of the connection, or of the previous reply on it; otherwise the
+    connection is closed."""
 
     daemon_threads = True
     allow_reuse_address = True
-    #: Connections served at once (the operator and the bridge need a few).
+    #: Authenticated connections served at once (the operator and the bridge need a few).
     max_connections = 32
+    #: Connections without the token yet (probes, newcomers) open at once; the oldest is
+    #: closed when one more arrives.
+    max_unauthenticated = 16
     #: Seconds a client may stay silent on a connection.
     request_timeout = 10.0
 
@@ -296,35 +333,62 @@ class AgentServer(ThreadingHTTPServer):
         #: The checkpoint directory on the shared storage (mounted read-only):
         #: /v1/published reads model versions below it. None: not served.
         self.checkpoint_root: str | None = None
-        self._active = 0
-        self._active_lock = threading.Lock()
+        self._pools_lock = threading.Lock()
+        #: socket -> when it was accepted, oldest first (dicts keep insertion order)
+        self._unauthenticated: dict[Any, float] = {}
+        self._authenticated: set[Any] = set()
+        self._evicted, self._evicted_logged = 0, -1e9
         super().__init__(address, _RequestHandler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        with self._active_lock:
-            full = self._active >= self.max_connections
-            if not full:
-                self._active += 1
-        if full:
-            log.get("slurmk8s.agent").warning("connection refused: too many open",
-                                              limit=self.max_connections)
-            self.shutdown_request(request)
-            return
+        with self._pools_lock:
+            evict = []
+            while len(self._unauthenticated) >= self.max_unauthenticated:
+                oldest = next(iter(self._unauthenticated))
+                del self._unauthenticated[oldest]
+                evict.append(oldest)
+            self._unauthenticated[request] = time.monotonic()
+        for sock in evict:
+            _close_now(sock)
+        if evict:
+            self._evicted += len(evict)
+            now = time.monotonic()
+            if now - self._evicted_logged >= 10:  # a flood must not flood the log too
+                log.get("slurmk8s.agent").warning("closed the oldest unauthenticated connections",
+                                                  closed=self._evicted, limit=self.max_unauthenticated)
+                self._evicted, self._evicted_logged = 0, now
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._release()
+            self._release(request)
             raise
+
+    def authenticate(self, request: Any) -> bool:
+        """Move a connection whose request carried the token to the authenticated pool.
+        False: the pool is full, or the connection was evicted meanwhile."""
+        with self._pools_lock:
+            if request in self._authenticated:
+                return True
+            if request not in self._unauthenticated or len(self._authenticated) >= self.max_connections:
+                return False
+            del self._unauthenticated[request]
+            self._authenticated.add(request)
+            return True
+
+    def authenticated(self, request: Any) -> bool:
+        with self._pools_lock:
+            return request in self._authenticated
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._release()
+            self._release(request)
 
-    def _release(self) -> None:
-        with self._active_lock:
-            self._active -= 1
+    def _release(self, request: Any) -> None:
+        with self._pools_lock:
+            self._unauthenticated.pop(request, None)
+            self._authenticated.discard(request)
 
     @property
     def url(self) -> str:

@@ -20,9 +20,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -30,9 +32,9 @@ from .. import versions
 from ..api.fields import SLURM_SIGNALS
 from .accounting import STATE_QUERIES, Associations, commands, parse_state
 from .hostlist import expand
-from .model import DRAIN_PREFIX, Job, Node, config_hash, job_from_json, node_from_json, release_of
+from .model import DRAIN_PREFIX, Job, JsonItems, Node, config_hash, job_from_json, node_from_json, release_of
 
-__all__ = ["Runner", "local_runner", "SlurmClient", "SlurmError", "NotOurDrain", "DRAIN_PREFIX"]
+__all__ = ["Runner", "LocalRunner", "local_runner", "SlurmClient", "SlurmError", "NotOurDrain", "DRAIN_PREFIX"]
 
 #: Runs argv (stdin text or None) and returns the finished process. It must
 #: not raise on a non-zero exit; the client reads the return code.
@@ -42,9 +44,40 @@ NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 SIGNALS = SLURM_SIGNALS
 
 
-def local_runner(argv: Sequence[str], stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run the Slurm commands of this host (or container)."""
-    return subprocess.run(list(argv), input=stdin, capture_output=True, text=True, timeout=timeout)
+class LocalRunner:
+    """Runs the Slurm commands of this host (or container): a :data:`Runner`, and
+    :meth:`stream` for output too large to hold whole (``squeue --json``)."""
+
+    def __init__(self, timeout: float = 60):
+        self.timeout = timeout
+
+    def __call__(self, argv: Sequence[str], stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(list(argv), input=stdin, capture_output=True, text=True, timeout=self.timeout)
+
+    def stream(self, argv: Sequence[str], chunk: int = 1 << 16) -> Iterator[str]:
+        """The standard output of ``argv``, in chunks as it is written; killed after
+        ``timeout`` seconds in all. Raises :class:`SlurmError` (with its stderr) at the end
+        of the output when the command failed, so a failure is never read as a short answer."""
+        with tempfile.TemporaryFile() as err, subprocess.Popen(
+                list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                text=True, encoding="utf-8", errors="replace") as proc:
+            timer = threading.Timer(self.timeout, proc.kill)
+            timer.start()
+            try:
+                while text := proc.stdout.read(chunk):
+                    yield text
+                code = proc.wait()
+            finally:
+                timer.cancel()
+                if proc.poll() is None:  # the reader stopped early
+                    proc.kill()
+            if code != 0:
+                err.seek(0)
+                raise SlurmError(argv, code, err.read(64 * 1024).decode("utf-8", errors="replace"))
+
+
+#: The runner of this host (or container).
+local_runner = LocalRunner()
 
 
 class SlurmError(RuntimeError):
@@ -115,6 +148,14 @@ class SlurmClient:
             raise SlurmError(argv, proc.returncode, proc.stderr or proc.stdout)
         return proc.stdout
 
+    def _stream(self, *argv: str) -> Iterator[str]:
+        """The output of ``argv`` in chunks, never whole, where the runner can stream
+        (:class:`LocalRunner`); from a plain :data:`Runner`, its output as one chunk."""
+        stream = getattr(self._runner, "stream", None)
+        if stream is not None:
+            return stream(list(argv))
+        return iter([self._run(*argv)])
+
     # Reads: idempotent, retried briefly when slurmctld does not answer.
 
     def ping(self) -> bool:
@@ -142,11 +183,13 @@ class SlurmClient:
         """Jobs Slurm still tracks; with ``nodes``, only those allocated there.
 
         ``squeue --json`` ignores every filtering option (its man page says so),
-        so the node filter is applied here, on each job's host list.
+        so the node filter is applied here, on each job's host list. Its output
+        is read one job at a time as it arrives (:class:`~.model.JsonItems`):
+        whole, at Slurm's MaxJobCount of 10,000 jobs, it took more memory than
+        the agent's container has (hack/bench_agent_memory.py measures it).
         """
         wanted = {_check_node(n) for n in nodes}
-        data = json.loads(self._run("squeue", "--json"))
-        jobs = (job_from_json(j) for j in data.get("jobs", []))
+        jobs = (job_from_json(j) for j in JsonItems(self._stream("squeue", "--json"), "jobs"))
         if wanted:
             jobs = (j for j in jobs if j.nodes and wanted.intersection(expand(j.nodes)))
         return sorted(jobs, key=lambda j: j.job_id)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 #: Every drain slurmk8s sets starts with this; drains without it belong to an
 #: administrator and are never cleared by slurmk8s.
@@ -73,7 +74,7 @@ class Node:
 ACTIVE_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Job:
     job_id: int
     name: str
@@ -161,20 +162,128 @@ def _job_state(value: Any) -> str:
 def job_from_json(d: dict) -> Job:
     state = _job_state(d.get("job_state", "UNKNOWN"))
     array_job = _number(d.get("array_job_id"))
+    intern = sys.intern  # users, states, partitions and reasons repeat over thousands of jobs
     return Job(
         job_id=int(_number(d["job_id"])),
         name=d.get("name", ""),
-        user=d.get("user_name", ""),
-        state=str(state),
-        partition=d.get("partition", ""),
-        nodes=d.get("nodes", ""),
+        user=intern(str(d.get("user_name", ""))),
+        state=intern(str(state)),
+        partition=intern(str(d.get("partition", ""))),
+        nodes=intern(str(d.get("nodes", ""))),
         requeue=bool(d.get("requeue", False)),
         restart_count=int(_number(d.get("restart_cnt")) or 0),
-        reason=d.get("state_reason", ""),
+        reason=intern(str(d.get("state_reason", ""))),
         array_job_id=array_job or None,
         array_task_id=_number(d.get("array_task_id")),
         eligible_time=_number(d.get("eligible_time")) or None,
     )
+
+
+class _More(Exception):
+    """The buffer ends before the value does."""
+
+
+class JsonItems:
+    """The items of the array ``data[key]`` of one JSON object that arrives as text
+    chunks, one item at a time: a command's output is never held whole, nor its
+    whole parse tree (``squeue --json`` at Slurm's MaxJobCount is hundreds of MiB
+    parsed). Only the top-level object is walked by hand; every value in it is
+    parsed by :mod:`json` itself. The other members of the object are read whole
+    (``meta``, ``errors``: small) and kept in :attr:`others`, once iterated. A missing
+    ``key`` gives no items. Raises ValueError for what is not such JSON, or a ``key``
+    that is not an array.
+    """
+
+    def __init__(self, chunks: Iterable[str], key: str):
+        self._chunks = iter(chunks)
+        self._key = key
+        self._buf = ""
+        self._pos = 0
+        self._eof = False
+        self._decoder = json.JSONDecoder()
+        self.others: dict[str, Any] = {}
+
+    def _more(self) -> None:
+        """Read at least as much again as is buffered (linear however large one value is)."""
+        if self._eof:
+            raise ValueError("the JSON ends too early")
+        want = max(len(self._buf) - self._pos, 1)
+        got = [self._buf[self._pos:]]
+        size = 0
+        while size < want:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                self._eof = True
+                break
+            got.append(chunk)
+            size += len(chunk)
+        self._buf, self._pos = "".join(got), 0
+
+    def _char(self) -> str:
+        """The next character that is not white space (not consumed)."""
+        while True:
+            buf, pos = self._buf, self._pos
+            while pos < len(buf) and buf[pos] in " \t\r\n":
+                pos += 1
+            self._pos = pos
+            if pos < len(buf):
+                return buf[pos]
+            self._more()
+
+    def _expect(self, chars: str) -> str:
+        c = self._char()
+        if c not in chars:
+            raise ValueError(f"expected one of {chars!r} in the JSON at offset {self._pos}, not {c!r}")
+        self._pos += 1
+        return c
+
+    def _value(self) -> Any:
+        self._char()
+        while True:
+            try:
+                value, end = self._decoder.raw_decode(self._buf, self._pos)
+            except json.JSONDecodeError:
+                if self._eof:
+                    raise ValueError("the JSON is not valid") from None
+                self._more()
+                continue
+            if (not self._eof and isinstance(value, (int, float)) and not isinstance(value, bool)
+                    and (end == len(self._buf) or self._buf[end] not in " \t\r\n,]}")):
+                self._more()  # a number may go on in the next chunk ("0" of "0.5")
+                continue
+            self._pos = end
+            return value
+
+    def __iter__(self) -> Iterator[Any]:
+        self._expect("{")
+        if self._char() == "}":
+            self._pos += 1
+            return
+        while True:
+            name = self._value()
+            if not isinstance(name, str):
+                raise ValueError("a JSON object key is not a string")
+            self._expect(":")
+            if name == self._key:
+                self._expect("[")
+                if self._char() == "]":
+                    self._pos += 1
+                else:
+                    while True:
+                        yield self._value()
+                        if self._expect(",]") == "]":
+                            break
+            else:
+                self.others[name] = self._value()
+            if self._expect(",}") == "}":
+                break
+        while True:  # nothing but white space after the object
+            if self._buf[self._pos:].strip(" \t\r\n"):
+                raise ValueError(f"more than one JSON value (at offset {self._pos})")
+            if self._eof:
+                return
+            self._buf, self._pos = "", 0
+            self._more()
 
 
 # The agent's wire form (JSON) of the records: lists for tuples and sets.

@@ -15,10 +15,11 @@ from __future__ import annotations
 import errno
 import os
 import select
-import stat
 import time
 from http import HTTPStatus
 from typing import Any
+
+from ..serve import LATEST_MAX, BadModelDir, check_model_dir, check_parts, read_beneath_fd
 
 __all__ = ["Fail", "published", "read_beneath", "UNPRIVILEGED"]
 
@@ -32,8 +33,6 @@ class Fail(Exception):
 
 def published(root: str | None, query: dict) -> dict:
     """``<dir>/LATEST`` for the bridge's model-version rollouts (slurmk8s/bridge/rollout.py)."""
-    from ..serve import LATEST_MAX, BadModelDir, check_model_dir
-
     if root is None:
         raise Fail(HTTPStatus.NOT_FOUND, "not-found", "this cluster has no spec.sharedStorage.checkpointDir; "
                    "no model versions are published")
@@ -53,26 +52,6 @@ def published(root: str | None, query: dict) -> dict:
 UNPRIVILEGED = (65534, 65534)
 
 
-def _walk(root_fd: int, parts: list[str], limit: int) -> bytes:
-    """Open ``parts`` below the directory ``root_fd`` one component at a time,
-    never following a link, and read at most ``limit`` bytes of a regular file."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    fds: list[int] = []
-    try:
-        fd = root_fd
-        for part in parts[:-1]:
-            fd = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
-            fds.append(fd)
-        fd = os.open(parts[-1], flags, dir_fd=fd)
-        fds.append(fd)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EISDIR, "not a regular file")
-        return os.read(fd, limit)
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
 def read_beneath(root: str, parts: list[str], limit: int, timeout: float = 10) -> bytes:
     """At most ``limit`` bytes of ``root/parts...``, opened component by
     component below ``root`` without following any symbolic link (a job
@@ -80,8 +59,10 @@ def read_beneath(root: str, parts: list[str], limit: int, timeout: float = 10) -
     unprivileged user when the agent runs as root (the agent's token and the
     munge key are root's alone). Raises Fail: 403 for a link, a non-regular
     file or a file others may not read; 404 when it does not exist."""
-    if not parts or any(p in ("", ".", "..") or "/" in p or "\0" in p for p in parts):
-        raise Fail(HTTPStatus.FORBIDDEN, "forbidden", "the path has an empty, '.' or '..' component")
+    try:
+        check_parts(parts)
+    except ValueError as exc:
+        raise Fail(HTTPStatus.FORBIDDEN, "forbidden", str(exc)) from None
     root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the administrator's path
     try:
         r, w = os.pipe()
@@ -94,7 +75,7 @@ def read_beneath(root: str, parts: list[str], limit: int, timeout: float = 10) -
                     os.setgroups([])
                     os.setgid(UNPRIVILEGED[1])
                     os.setuid(UNPRIVILEGED[0])
-                os.write(w, b"D" + _walk(root_fd, parts, limit))
+                os.write(w, b"D" + read_beneath_fd(root_fd, parts, limit))
             except OSError as exc:
                 os.write(w, b"E%d" % (exc.errno or 0))
             except BaseException:
