@@ -13,6 +13,7 @@ from .api import InvalidSpec
 from .api.crd import all_crds, crd_filename, dump_yaml
 from .manifest import clusters, policies
 from .render import ClusterKeys, render
+from .simulate.params import Latencies
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -403,21 +404,22 @@ _TIMES = ("Latencies default to hack/bench_lending.py's medians measured on the 
 @click.option("--serving-peak-gpus", type=click.IntRange(1, None), default=None,
               help="--serving-requests: GPUs serving needs in the trace's busiest window (the request rate is "
                    "scaled to it).  [default: all GPUs of the Kubernetes nodes]")
-@click.option("--lend-seconds", type=click.FloatRange(0, None), default=0.89, show_default=True,
+@click.option("--lend-seconds", type=click.FloatRange(0, None), default=Latencies.lend, show_default=True,
               help="slurmd pod created -> its node registered in Slurm. " + _TIMES)
-@click.option("--reclaim-seconds", type=click.FloatRange(0, None), default=0.16, show_default=True,
+@click.option("--reclaim-seconds", type=click.FloatRange(0, None), default=Latencies.reclaim, show_default=True,
               help="Node handed back (untainted) -> Kubernetes schedules pods on it.")
-@click.option("--pod-start-seconds", type=click.FloatRange(0, None), default=0.55, show_default=True,
+@click.option("--pod-start-seconds", type=click.FloatRange(0, None), default=Latencies.pod_start, show_default=True,
               help="Serving pod bound -> Running (the measured 0.71 s to Running less 0.16 s to schedulable).")
-@click.option("--requeue-seconds", type=click.FloatRange(0, None), default=0.10, show_default=True,
+@click.option("--requeue-seconds", type=click.FloatRange(0, None), default=Latencies.requeue, show_default=True,
               help="A requeued or cancelled job's end on its node (the measured busy 0.26 s less idle 0.16 s).")
-@click.option("--restart-seconds", type=click.FloatRange(0, None), default=0.75, show_default=True,
+@click.option("--restart-seconds", type=click.FloatRange(0, None), default=Latencies.restart, show_default=True,
               help="Restart overhead: a requeued job starting again -> doing work (measured resume). Real "
                    "training jobs reloading a model take longer: set yours.")
-@click.option("--checkpoint-seconds", type=click.FloatRange(0, None), default=60.0, show_default=True,
+@click.option("--checkpoint-seconds", type=click.FloatRange(0, None), default=Latencies.checkpoint, show_default=True,
               help="A signalled job's checkpoint takes this long; requeued before it is written, the job loses "
                    "all its work, after it only the work since the signal. A workload property, not measured.")
-@click.option("--interval", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True, metavar="SECONDS",
+@click.option("--interval", type=click.FloatRange(0.1, 3600), default=Latencies.interval, show_default=True,
+              metavar="SECONDS",
               help="Seconds between the bridge's periodic rounds (beside the round 50 ms after every change "
                    "it watches); time-based rules (idleAfterSeconds, grace, windows) fire on these.")
 @click.option("--queue-depth", type=click.IntRange(1, 100000), default=100, show_default=True,
@@ -451,7 +453,7 @@ def simulate_cmd(nodes: int, gpus_per_node: int, slurm_nodes: int | None, jobs_f
         --json out.json --plot out/
     """
     from .simulate.compare import _stderr_progress, load_inputs, run_all, summaries
-    from .simulate.engine import Latencies, Shape
+    from .simulate.engine import Shape
     from .simulate.report import plot, table, write_json
     from .simulate.traces import RequestModel, TraceError, parse_when
 
