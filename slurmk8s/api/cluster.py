@@ -15,9 +15,11 @@ imports to see one resource.
 
 from __future__ import annotations
 
-from typing import Literal
+import ipaddress
+import re
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from .. import versions
 from .base import ApiModel, list_map
@@ -40,6 +42,7 @@ from .fields import (
     SshPublicKey,
     constrained,
     quantity_value,
+    refuse,
 )
 
 #: The API group of every slurmk8s resource, label and annotation: the one place it is written.
@@ -271,7 +274,9 @@ class Partition(ApiModel):
 
 class SecretKeyRef(ApiModel):
     name: DnsSubdomain
-    """Secret in the SlurmCluster's namespace."""
+    """Secret in the SlurmCluster's namespace, labelled
+    `slurmk8s.dev/secret-use: ssh-keys` by its owner (the operator mounts no
+    other, and none that slurmk8s generates); an Opaque Secret."""
     key: SecretKey
     """Key whose value is an authorized_keys text (one public key per line)."""
 
@@ -288,7 +293,10 @@ class LoginUser(ApiModel):
     ssh_public_keys: list[SshPublicKey] = Field(default_factory=list, max_length=32)
     """OpenSSH public keys allowed to log in as this user."""
     ssh_public_keys_from: SecretKeyRef | None = None
-    """More public keys, read from a Secret key."""
+    """More public keys, read from a Secret key. The Secret must carry the
+    label `slurmk8s.dev/secret-use: ssh-keys`; the login pods mount it
+    readable by root only, which copies the keys into the user's
+    ~/.ssh/authorized_keys."""
 
 
 class LoginService(ApiModel):
@@ -412,7 +420,9 @@ EnforceOption = Literal["associations", "limits", "qos", "safe", "wckeys", "nojo
 
 class PasswordRef(ApiModel):
     name: DnsSubdomain
-    """Secret in the SlurmCluster's namespace."""
+    """Secret in the SlurmCluster's namespace, labelled
+    `slurmk8s.dev/secret-use: database-password` by its owner (the operator
+    sends no other, and none that slurmk8s generates); an Opaque Secret."""
     key: SecretKey
     """Key whose value is the database user's password (one line)."""
 
@@ -434,11 +444,43 @@ class ManagedDatabase(ApiModel):
     2 GiB, 22.05 at least 512 MiB."""
 
 
+#: What inet_aton (and so the database client) reads as an IPv4 address:
+#: 1 to 4 parts, each decimal, octal (0...) or hex (0x...): 2852039166 and
+#: 0251.0376.0251.0376 are both 169.254.169.254.
+_INET_ATON_RE = r"(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}"
+
+
+def _database_host(value: str) -> str:
+    """A host name, or an IPv4 address in dotted-decimal form that is not
+    loopback, link-local (cloud metadata services), unspecified, multicast or
+    reserved: the database password is sent there."""
+    if value == "localhost" or value.endswith(".localhost"):
+        raise refuse(value, "is this pod itself (loopback); name the database's host")
+    if not re.fullmatch(_INET_ATON_RE, value):
+        return value
+    try:
+        address = ipaddress.IPv4Address(value)
+    except ValueError:
+        raise refuse(value, "is an IPv4 address in a form other than a.b.c.d (decimal, octal or hex "
+                     "parts hide which host it is); write it as four decimal numbers") from None
+    for bad, why in (("is_loopback", "a loopback"), ("is_link_local", "a link-local (cloud metadata services)"),
+                     ("is_unspecified", "the unspecified"), ("is_multicast", "a multicast"),
+                     ("is_reserved", "a reserved")):
+        if getattr(address, bad):
+            raise refuse(value, f"is {why} address; the database password may only go to a database host")
+    return value
+
+
+#: Where slurmdbd sends the database password: a DNS name or a plain IPv4 address (see _database_host).
+DatabaseHost = Annotated[DnsSubdomain, AfterValidator(_database_host)]
+
+
 class ExternalDatabase(ApiModel):
     """A MariaDB or MySQL the site runs (mariadb-operator, a cloud database)."""
 
-    host: DnsSubdomain
-    """Host name or IPv4 address slurmdbd connects to."""
+    host: DatabaseHost
+    """Host name or IPv4 address (a.b.c.d) slurmdbd connects to; not loopback,
+    link-local (169.254.0.0/16, cloud metadata), multicast or reserved."""
     port: int = Field(3306, ge=1, le=65535)
     """Its port."""
     database: DatabaseName = "slurm_acct_db"
