@@ -175,3 +175,123 @@ def test_login_key_files_are_readable_by_root_only():
     volume = next(v for v in login["spec"]["template"]["spec"]["volumes"] if v["name"] == "user-keys")
     assert volume["projected"]["defaultMode"] == 0o400
     assert labelled_user_secrets(doc)[0]["metadata"]["labels"] == {SECRET_USE_LABEL: SSH_KEYS}
+
+
+# -- item 7: values Kubernetes or Slurm refuse later ---------------------------------------------
+
+import base64  # noqa: E402
+import re  # noqa: E402
+
+from slurmk8s.api.fields import SLURM_DURATION_MAX_SECONDS, duration_seconds  # noqa: E402
+from slurmk8s.api.quantities import quantity_value  # noqa: E402
+from slurmk8s.api.secrets import DB_PASSWORD_RE  # noqa: E402
+from slurmk8s.slurm import SlurmClient, SlurmError  # noqa: E402
+from slurmk8s.slurm.accounting import Associations, QosLimits  # noqa: E402
+
+from .conftest import ROOT  # noqa: E402
+
+
+@pytest.mark.parametrize("toleration,path", [
+    ({"operator": "Exists", "key": "gpu", "value": "yes"}, "value"),
+    ({"operator": "Equal", "value": "yes"}, "operator"),
+    ({"key": "gpu", "value": "yes", "effect": "NoSchedule", "tolerationSeconds": 60}, "tolerationSeconds"),
+    ({"key": "gpu", "operator": "Exists", "tolerationSeconds": 60}, "tolerationSeconds"),
+])
+def test_tolerations_kubernetes_refuses_are_refused_with_the_field_path(toleration, path):
+    found = errors_of(minimal(nodeSets=[{"name": "a", "tolerations": [{"key": "ok", "operator": "Exists"},
+                                                                      toleration]}]))
+    assert list(found) == [f"spec.nodeSets[0].tolerations[1].{path}"]
+
+
+def test_tolerations_kubernetes_accepts_are_accepted():
+    ok = [{"operator": "Exists"}, {"key": "gpu", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5},
+          {"key": "gpu", "value": "a100", "effect": "NoSchedule"}, {"key": "gpu", "operator": "Exists"}]
+    assert load_cluster(minimal(nodeSets=[{"name": "a", "tolerations": ok}]))
+
+
+@pytest.mark.parametrize("value", ["1Ei", "2E", "7Ei", "1e18", "0.5Gi"])
+def test_quantities_kubernetes_holds_are_accepted_and_read_as_kubernetes_reads_them(value):
+    from kubernetes.utils import parse_quantity
+
+    assert load_cluster(minimal(controller={"resources": {"limits": {"memory": value}}}))
+    assert quantity_value(value) == parse_quantity(value)
+
+
+@pytest.mark.parametrize("value,why", [("+1Gi", "sign"), ("8Ei", "larger"), ("1e400", "larger"),
+                                       ("Infinity", "quantity"), ("1_0", "quantity")])
+def test_quantities_the_crd_refuses_are_refused(value, why):
+    found = errors_of(minimal(controller={"resources": {"limits": {"memory": value}}}))
+    assert why in found["spec.controller.resources.limits.memory"]
+
+
+def test_numbers_slurm_cannot_hold_are_refused_with_the_field_path():
+    found = errors_of(minimal(slurmConfig={"defMemPerCPU": 10 ** 30}))
+    assert "spec.slurmConfig.defMemPerCPU" in found
+    assert load_cluster(minimal(slurmConfig={"defMemPerCPU": 2 ** 63 - 1}))
+    for field in ("maxTime",):
+        found = errors_of(minimal(partitions=[{"name": "p", field: "999999999-00"}]))
+        assert "Slurm holds at most" in found[f"spec.partitions[0].{field}"]
+    found = errors_of(minimal(accounting={"enabled": True, "qos": [{"name": "q", "maxWall": "35791395"}]}))
+    assert "spec.accounting.qos[0].maxWall" in found
+
+
+@pytest.mark.parametrize("text,seconds", [("60", 3600), ("1:30", 90), ("4:00:00", 14400), ("2-00", 172800),
+                                          ("2-01:30", 178200), ("2-01:30:05", 178205), ("UNLIMITED", None)])
+def test_durations_are_read_as_slurm_reads_them(text, seconds):
+    assert duration_seconds(text) == seconds
+    limit = SLURM_DURATION_MAX_SECONDS
+    assert duration_seconds(str(limit // 60)) <= limit < duration_seconds(str(limit // 60 + 1))
+
+
+@pytest.mark.parametrize("where", ["accounts", "qos", "user"])
+@pytest.mark.parametrize("word", ["set", "where"])
+def test_sacctmgr_keywords_are_no_names(where, word):
+    acct: dict = {"enabled": True}
+    users = []
+    if where == "user":
+        users = [{"name": word, "uid": 2001, "sshPublicKeys": [KEY]}]
+        path = "spec.login.users[0].name"
+    else:
+        acct[where] = [{"name": word}]
+        path = f"spec.accounting.{where}[0].name"
+    found = errors_of(minimal(accounting=acct, login={"users": users}))
+    assert "sacctmgr keyword" in found[path]
+
+
+def test_a_failing_sacctmgr_command_does_not_skip_the_later_ones():
+    ran: list[list[str]] = []
+
+    def runner(argv, stdin):
+        ran.append(argv)
+        bad = "broken" in argv
+        return subprocess.CompletedProcess(argv, 1 if bad else 0, "", "sacctmgr: error: nope" if bad else "")
+
+    want = Associations(cluster="c1", accounts=("broken", "ml"), users=(("alice", "ml"),),
+                        qos=(QosLimits("short", 10, 1, None, None),))
+    with pytest.raises(SlurmError) as info:
+        SlurmClient(runner).apply_accounting(want)
+    writes = [a for a in ran if "-n" not in a]
+    assert any("broken" in a for a in writes)
+    assert any(a[3:5] == ["account", "ml"] for a in writes) and any(a[3:5] == ["user", "alice"] for a in writes)
+    assert f"1 of {len(writes)} sacctmgr commands failed" in str(info.value)
+
+
+PASSWORDS = ["s3cr3t", "a b", "pw StorageHost=evil", "pw\tX=1", "a#b", 'a"b', "a'b", "a\\b", "a=b", "x" * 256,
+             "x" * 257, "pässword", "", "!$%&()*+,./:;<=>?@[]^_`{|}~-", "a\x7fb"]
+
+
+@pytest.mark.parametrize("password", PASSWORDS)
+def test_the_slurmdbd_entrypoint_and_the_operator_agree_on_database_passwords(password):
+    text = (ROOT / "images/slurmdbd/entrypoint.sh").read_text()
+    fn = re.search(r"^sk_db_password_ok\(\) \{.*?^\}", text, re.S | re.M).group(0)
+    shell = subprocess.run(["bash", "-c", fn + '\nsk_db_password_ok "$1"', "_", password],
+                           capture_output=True, timeout=10).returncode == 0
+    assert shell == bool(re.fullmatch(DB_PASSWORD_RE, password))
+    c = load_cluster(minimal(accounting=external()))
+    ref = next(r for r in secret_refs(c) if r.use == DATABASE_PASSWORD)
+    secret = {"metadata": {"labels": {SECRET_USE_LABEL: DATABASE_PASSWORD}},
+              "data": {"pw": base64.b64encode(password.encode()).decode()}}
+    problem = secret_problem(ref, secret)
+    assert (problem is None) == shell
+    if problem is not None:
+        assert password not in problem or password == ""  # never quoted back

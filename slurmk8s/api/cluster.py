@@ -164,7 +164,7 @@ class Toleration(ApiModel):
     """Taint value to match when operator is Equal."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect to match; all effects when unset."""
-    toleration_seconds: int | None = Field(None, ge=0)
+    toleration_seconds: int | None = Field(None, ge=0, le=2**63 - 1)
     """For NoExecute: how long the pod stays bound after the taint appears."""
 
 
@@ -361,8 +361,9 @@ class SlurmConfig(ApiModel):
     select_type_parameters: Literal["CR_Core", "CR_Core_Memory", "CR_CPU", "CR_CPU_Memory"] = "CR_Core"
     """What select/cons_tres treats as consumable. The *_Memory forms need
     defMemPerCPU, or each job takes a whole node's memory."""
-    def_mem_per_cpu: int | None = Field(None, ge=1, alias="defMemPerCPU")
-    """MiB per allocated CPU for jobs that give no --mem (DefMemPerCPU)."""
+    def_mem_per_cpu: int | None = Field(None, ge=1, le=2**63 - 1, alias="defMemPerCPU")
+    """MiB per allocated CPU for jobs that give no --mem (DefMemPerCPU; Slurm
+    keeps it in 63 bits of a uint64, the top bit marking per-CPU)."""
     kill_wait: int = Field(30, ge=0, le=65533)
     """Seconds between SIGTERM and SIGKILL when a job's time runs out (KillWait).
     Worker pods get their node set's drain.gracePeriod + killWait + 60
@@ -405,12 +406,25 @@ class Topology(ApiModel):
 
 # --- Accounting (slurmdbd) -------------------------------------------------------------------
 
-#: A Slurm account or QOS name as sacctmgr stores it (it lower-cases names).
-AccountName = constrained(
-    r"[a-z0-9][a-z0-9_-]{0,63}",
+#: Words sacctmgr reads as keywords wherever a name stands alone on its
+#: command line (`add account set` adds nothing and skips the word after it):
+#: an account, QOS or login user may not be called so.
+SACCTMGR_KEYWORDS = frozenset({"where", "set"})
+_ACCOUNT_NAME_RE = r"[a-z0-9][a-z0-9_-]{0,63}"
+
+
+def _account_name(value: str) -> str:
+    if value in SACCTMGR_KEYWORDS:
+        raise refuse(value, f"is a sacctmgr keyword ({', '.join(sorted(SACCTMGR_KEYWORDS))}); choose another name")
+    return value
+
+
+#: A Slurm account or QOS name as sacctmgr stores it (it lower-cases names), not one of its keywords.
+AccountName = Annotated[constrained(
+    _ACCOUNT_NAME_RE,
     "use lower-case letters, digits, '_' and '-', starting with a letter or digit (sacctmgr lower-cases names)",
     64,
-)
+), AfterValidator(_account_name)]
 DatabaseName = constrained(r"[A-Za-z0-9_]{1,64}", "use letters, digits and '_'", 64, slurm=False)
 DatabaseUser = constrained(r"[A-Za-z0-9_]{1,32}", "use letters, digits and '_'", 32, slurm=False)
 

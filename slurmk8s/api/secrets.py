@@ -19,6 +19,9 @@ The rule (docs/decisions/0026-secrets-a-spec-may-name.md):
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -41,6 +44,12 @@ DATABASE_PASSWORD = "database-password"
 #: tests/test_hostile_input_round_two.py checks the two agree). A spec names
 #: none of them, whichever cluster's.
 OWNED_SECRET_SUFFIXES = ("-munge-key", "-jwt-key", "-ssh-host-keys", "-agent-token", "-db-password")
+
+#: What a database password may hold: it is written unquoted as
+#: ``StoragePass=<it>`` into slurmdbd.conf (images/slurmdbd/entrypoint.sh
+#: checks the same), where whitespace would start another ``Key=Value``,
+#: '#' a comment, and quotes or a backslash change how the rest is read.
+DB_PASSWORD_RE = r"[A-Za-z0-9!$%&()*+,./:;<=>?@\[\]^_`{|}~-]{1,256}"
 
 #: What marks an object slurmk8s made (render/names.py's labels() and CREATE_ONLY).
 _OWNED_LABELS = {"app.kubernetes.io/managed-by": "slurmk8s-operator"}
@@ -100,6 +109,18 @@ def secret_problem(ref: SecretRef, secret: Mapping | None) -> str | None:
     if labels.get(SECRET_USE_LABEL) != ref.use:
         return (f"{ref.path}: Secret {shown} is not labelled {SECRET_USE_LABEL}={ref.use}, which says its "
                 f"owner meant it for this use; nothing of it is mounted until it is")
-    if ref.key not in (secret.get("data") or {}) and ref.key not in (secret.get("stringData") or {}):
+    data = secret.get("data") or {}
+    if ref.key not in data:
         return f"{ref.path}.key: Secret {shown} has no key {quote(ref.key)}"
+    if ref.use == DATABASE_PASSWORD:
+        try:
+            password = base64.b64decode(data[ref.key], validate=True).decode("ascii")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            password = None
+        first = password.split("\n", 1)[0] if password is not None else None
+        if first is None or not re.fullmatch(DB_PASSWORD_RE, first):
+            # The value itself is never quoted back: it is a password.
+            return (f"{ref.path}.key: the password in Secret {shown} key {quote(ref.key)} must be 1 to 256 "
+                    "printable ASCII characters without spaces, '#', quotes or '\\' (slurmdbd.conf reads "
+                    "it unquoted)")
     return None

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 from pydantic import ValidationError
 
 from .. import versions
-from .cluster import PROJECT_REPOSITORY, SlurmCluster, lent_nodeset
+from .cluster import PROJECT_REPOSITORY, SACCTMGR_KEYWORDS, SlurmCluster, lent_nodeset
 from .lending import NodeLendingPolicy
 from .errors import FieldError, InvalidSpec, field_path, from_pydantic
 from .extralines import EXTRA_LINE_KEYS, KNOB_FOR_KEY, OWNED_KEYS, PROGRAM_KEYS, extra_line_errors
@@ -196,6 +196,8 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
 
     lent_features = {lent_nodeset(p.name): i for i, p in enumerate(spec.partitions) if p.accept_lent_nodes}
     for i, ns in enumerate(spec.node_sets):
+        for j, t in enumerate(ns.tolerations):
+            yield from toleration_errors(f"spec.nodeSets[{i}].tolerations[{j}]", t)
         for j, feature in enumerate(ns.features):
             if feature in lent_features:
                 yield FieldError(
@@ -253,6 +255,21 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
                 yield FieldError(f"spec.topology.labelKeys[{i}]", f"{quote(k)} is listed twice")
 
 
+def toleration_errors(path: str, t) -> Iterator[FieldError]:
+    """What Kubernetes' validation of a PodSpec refuses in a toleration
+    (validateTolerations): the workload would be refused at every apply."""
+    if not t.key and t.operator != "Exists":
+        yield FieldError(f"{path}.operator", "must be Exists when key is empty (which matches every taint); "
+                                             "give a key, or operator: Exists")
+    if t.operator == "Exists" and t.value:
+        yield FieldError(f"{path}.value", f"{quote(t.value)}: a toleration with operator Exists matches any "
+                                          "value and may not give one; drop value, or use operator: Equal")
+    if t.toleration_seconds is not None and t.effect != "NoExecute":
+        yield FieldError(f"{path}.tolerationSeconds", f"only applies to effect NoExecute, not "
+                                                      f"{quote(t.effect) if t.effect else 'every effect'}; "
+                                                      "drop it or set effect: NoExecute")
+
+
 def _accounting_errors(spec) -> Iterator[FieldError]:
     acct = spec.accounting
     if not acct.enabled:
@@ -271,6 +288,11 @@ def _accounting_errors(spec) -> Iterator[FieldError]:
     yield from _duplicates(acct.accounts, "name", "spec.accounting.accounts", "account names")
     yield from _duplicates(acct.qos, "name", "spec.accounting.qos", "QOS names")
     login = [u.name for u in spec.login.users]
+    for i, user in enumerate(login):
+        if user in SACCTMGR_KEYWORDS:  # every login user gets an association: `sacctmgr add user <name>`
+            yield FieldError(f"spec.login.users[{i}].name",
+                             f"{quote(user)} is a sacctmgr keyword ({', '.join(sorted(SACCTMGR_KEYWORDS))}), and "
+                             "with accounting on every login user gets an association; choose another name")
     for i, account in enumerate(acct.accounts):
         if account.name == "root":
             yield FieldError(f"spec.accounting.accounts[{i}].name",
