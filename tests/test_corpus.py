@@ -56,14 +56,25 @@ accepted-and-unsafe
         or a memory-backed emptyDir (/dev/shm) without a sizeLimit;
     U14 a job_submit.lua whose code (its lines that are not comments) differs
         from the template's: only its comments may name the cluster.
+    U15 a pod volume of a Secret slurmk8s generates for another cluster (a
+        name ``<x>-munge-key`` ... with ``<x>`` not this cluster), or of a
+        user's Secret readable by anyone but its owner (mode & 0o077);
+    U16 a toleration Kubernetes' PodSpec validation refuses (Exists with a
+        value, an empty key without Exists, tolerationSeconds without
+        NoExecute);
+    U17 a StorageHost that inet_aton reads as a loopback, link-local,
+        unspecified or multicast address; a DefMemPerCPU over 2^63 - 1 or a
+        time limit over 2^31 - 1 seconds in slurm.conf.
 accepted-and-safe
-    Loaded, rendered, and none of U1-U14.
+    Loaded, rendered, and none of U1-U17.
 """
 
 from __future__ import annotations
 
 import copy
+import ipaddress
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -73,7 +84,8 @@ import pytest
 import yaml
 
 from slurmk8s.api import InvalidSpec, load_cluster, load_policy
-from slurmk8s.api.fields import SLURM_NAME_RE, quantity_value, unprintable
+from slurmk8s.api.fields import SLURM_NAME_RE, duration_seconds, quantity_value, unprintable
+from slurmk8s.api.secrets import OWNED_SECRET_SUFFIXES
 from slurmk8s.api.validate import EXTRA_LINE_KEYS, OWNED_KEYS, PROGRAM_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
 from slurmk8s.render.config import TASK_PROLOG, render_template
@@ -367,7 +379,11 @@ def _check_objects(cluster, objs: list[dict]) -> None:
                 raise Unsafe(f"U7 ConfigMap {o['metadata']['name']} holds {size} bytes")
         if o["kind"] != "Secret":
             _no_unprintable(f"{o['kind']} {o['metadata']['name']}", o)
+        if o["kind"] == "ConfigMap":
+            _check_numbers_and_hosts(o)
         for pod in _pod_specs(o):
+            _check_secret_volumes(cluster, o, pod)
+            _check_tolerations(o, pod)
             for ctr in pod["containers"] + pod.get("initContainers", []):
                 for what in ("cpu", "memory"):
                     req = ctr.get("resources", {}).get("requests", {}).get(what)
@@ -391,6 +407,43 @@ def _check_objects(cluster, objs: list[dict]) -> None:
                     for other in others:
                         if mp == other or other.startswith(mp.rstrip("/") + "/") or mp.startswith(other + "/"):
                             raise Unsafe(f"U9 shared volume at {mp} covers or sits in {other}")
+
+
+def _check_secret_volumes(cluster, o: dict, pod: dict) -> None:
+    for v in pod.get("volumes", []):
+        named = [v["secret"]["secretName"]] if "secret" in v else []
+        projected = v.get("projected") or {}
+        users = [src["secret"]["name"] for src in projected.get("sources", []) if "secret" in src]
+        for name in named + users:
+            for suffix in OWNED_SECRET_SUFFIXES:
+                if name.endswith(suffix) and name != cluster.name + suffix:
+                    raise Unsafe(f"U15 {o['metadata']['name']} mounts {name}, another cluster's key Secret")
+        if users and (projected.get("defaultMode", 0o644) & 0o077):
+            raise Unsafe(f"U15 {o['metadata']['name']}: users' Secrets mounted {oct(projected.get('defaultMode', 0o644))}")
+
+
+def _check_tolerations(o: dict, pod: dict) -> None:
+    for t in pod.get("tolerations", []):
+        if (not t.get("key") and t.get("operator") != "Exists") or (t.get("operator") == "Exists" and t.get("value")) \
+                or (t.get("tolerationSeconds") is not None and t.get("effect") != "NoExecute"):
+            raise Unsafe(f"U16 {o['metadata']['name']}: toleration {t}")
+
+
+def _check_numbers_and_hosts(o: dict) -> None:
+    for text in (o.get("data") or {}).values():
+        for host in re.findall(r"^StorageHost=(\S+)", text, re.M):
+            try:
+                address = ipaddress.IPv4Address(socket.inet_aton(host))
+            except OSError:
+                continue  # a name, not an address
+            if address.is_loopback or address.is_link_local or address.is_unspecified or address.is_multicast:
+                raise Unsafe(f"U17 StorageHost={host} is {address}")
+        for value in re.findall(r"\bDefMemPerCPU=(\d+)", text):
+            if int(value) > 2**63 - 1:
+                raise Unsafe(f"U17 DefMemPerCPU={value}")
+        for value in re.findall(r"\b(?:MaxTime|MaxWall)=(\S+)", text):
+            if re.fullmatch(r"[0-9:-]+", value) and (duration_seconds(value) or 0) > 2**31 - 1:
+                raise Unsafe(f"U17 time {value}")
 
 
 def _render(cluster) -> list[dict]:
@@ -493,6 +546,18 @@ def test_every_category_of_the_issue_is_in_the_corpus(results):
     ("NodeLendingPolicy/selector-empty", "refused-with-path"),
     ("NodeLendingPolicy/selector-does-not-exist-only", "refused-with-path"),
     ("NodeLendingPolicy/selector-notin-only", "refused-with-path"),
+    ("SlurmCluster/secret-ref-owned-demo-munge-key", "refused-with-path"),
+    ("SlurmCluster/db-host-169.254.169.254", "refused-with-path"),
+    ("SlurmCluster/db-host-2852039166", "refused-with-path"),
+    ("SlurmCluster/db-host-ok", "accepted-and-safe"),
+    ("SlurmCluster/toleration-seconds-noschedule", "refused-with-path"),
+    ("SlurmCluster/toleration-ok", "accepted-and-safe"),
+    ("SlurmCluster/quantity-1Ei", "accepted-and-safe"),
+    ("SlurmCluster/quantity-+1Gi", "refused-with-path"),
+    ("SlurmCluster/def-mem-per-cpu-1e30", "refused-with-path"),
+    ("SlurmCluster/max-time-999999999-00", "refused-with-path"),
+    ("SlurmCluster/account-set", "refused-with-path"),
+    ("SlurmCluster/login-user-where", "refused-with-path"),
 ])
 def test_known_cases_land_in_their_class(results, case_id, expected):
     found = {case.id: cls for case, cls, _ in results}
@@ -513,3 +578,19 @@ def test_the_unsafe_checks_catch_what_they_define():
         _check_objects(cluster, [{**svc, "metadata": {**svc["metadata"], "name": "9demo-controller"}}])
     with pytest.raises(Unsafe, match="U6"):
         _check_objects(cluster, [svc, svc])
+    login = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-login"))
+    bad = copy.deepcopy(login)
+    vols = bad["spec"]["template"]["spec"]["volumes"]
+    vols.append({"name": "x", "projected": {"defaultMode": 0o444, "sources": [{"secret": {"name": "k"}}]}})
+    with pytest.raises(Unsafe, match="U15"):
+        _check_objects(cluster, [bad])
+    vols[-1] = {"name": "x", "secret": {"secretName": "other-munge-key"}}
+    with pytest.raises(Unsafe, match="U15"):
+        _check_objects(cluster, [bad])
+    bad = copy.deepcopy(login)
+    bad["spec"]["template"]["spec"]["tolerations"] = [{"operator": "Exists", "value": "x"}]
+    with pytest.raises(Unsafe, match="U16"):
+        _check_objects(cluster, [bad])
+    for line in ("StorageHost=2852039166", "DefMemPerCPU=1" + "0" * 30, "MaxTime=999999999-00"):
+        with pytest.raises(Unsafe, match="U17"):
+            _check_numbers_and_hosts({"data": {"x.conf": line + "\n"}})
