@@ -231,7 +231,8 @@ def test_the_operator_reconciles_and_tears_down_with_only_the_charts_rbac(work, 
     op = Operator(kube, agent=lambda c, token, pod: Unreachable(), fresh_keys=lambda: keys)
     out = op.reconcile(body())
     assert not out.problems, out.problems
-    created = {s.metadata.name for s in cluster.core.list_namespaced_secret(WORK).items}
+    theirs = {s["metadata"]["name"] for s in labelled_user_secrets(doc)}
+    created = {s.metadata.name for s in cluster.core.list_namespaced_secret(WORK).items} - theirs
     # The JWT and database-password Secrets only exist with slurmrestd and managed accounting.
     assert set(key_secret_names("demo")) - {names.jwt_secret("demo"), names.db_password_secret("demo")} <= created
     assert cluster.apps.read_namespaced_stateful_set("demo-controller", WORK)

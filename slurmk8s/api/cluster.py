@@ -89,6 +89,12 @@ def lent_nodeset(partition: str) -> str:
     return f"{LENT_PREFIX}{partition}"
 
 
+#: The bound of integer fields whose natural bound (Kubernetes' int64, Slurm's
+#: uint64) is larger: 2^53 - 1, the largest integer every JSON reader holds
+#: exactly (Helm reads the CRD's maximum as a float64).
+MAX_EXACT_INTEGER = 2**53 - 1
+
+
 #: Where the project publishes its images: the only repository whose images
 #: may run privileged (slurmd with slurmConfig.cgroups).
 PROJECT_REPOSITORY = "ghcr.io/slurmk8s"
@@ -164,7 +170,7 @@ class Toleration(ApiModel):
     """Taint value to match when operator is Equal."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect to match; all effects when unset."""
-    toleration_seconds: int | None = Field(None, ge=0, le=2**63 - 1)
+    toleration_seconds: int | None = Field(None, ge=0, le=MAX_EXACT_INTEGER)
     """For NoExecute: how long the pod stays bound after the taint appears."""
 
 
@@ -361,7 +367,7 @@ class SlurmConfig(ApiModel):
     select_type_parameters: Literal["CR_Core", "CR_Core_Memory", "CR_CPU", "CR_CPU_Memory"] = "CR_Core"
     """What select/cons_tres treats as consumable. The *_Memory forms need
     defMemPerCPU, or each job takes a whole node's memory."""
-    def_mem_per_cpu: int | None = Field(None, ge=1, le=2**63 - 1, alias="defMemPerCPU")
+    def_mem_per_cpu: int | None = Field(None, ge=1, le=MAX_EXACT_INTEGER, alias="defMemPerCPU")
     """MiB per allocated CPU for jobs that give no --mem (DefMemPerCPU; Slurm
     keeps it in 63 bits of a uint64, the top bit marking per-CPU)."""
     kill_wait: int = Field(30, ge=0, le=65533)
