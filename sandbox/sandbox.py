@@ -51,6 +51,7 @@ import yaml
 
 from slurmk8s.api.cluster import GROUP, VERSION, SlurmCluster
 from slurmk8s.api.lending import LENDABLE_TO_LABEL
+from slurmk8s.api.secrets import SECRET_USE_LABEL, SSH_KEYS
 from slurmk8s.bridge.nodestate import STATE_LABEL
 from slurmk8s.render import names
 from slurmk8s.render.keys import ssh_keypair
@@ -410,7 +411,9 @@ class Sandbox:
             if u.ssh_public_keys_from:
                 ref = u.ssh_public_keys_from
                 secrets.setdefault(ref.name, {})[ref.key] = base64.b64encode(public.encode()).decode()
-        return [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": n, "namespace": cluster.namespace},
+        # Labelled for the use, as a site labels them: the operator mounts no other (slurmk8s.api.secrets).
+        return [{"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                 "metadata": {"name": n, "namespace": cluster.namespace, "labels": {SECRET_USE_LABEL: SSH_KEYS}},
                  "data": data} for n, data in sorted(secrets.items())]
 
     def _wait_ready(self, state: State, cluster: SlurmCluster, t0: float, timeout: float) -> None:

@@ -103,3 +103,20 @@ def pytest_terminal_summary(terminalreporter) -> None:
         counts = getattr(module, "COUNTS", None)
         if counts:
             terminalreporter.write_line(f"{name.split('.')[-1]}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+
+
+def labelled_user_secrets(doc: dict, public_key: str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop") -> list[dict]:
+    """The Secrets a site makes for the ``sshPublicKeysFrom`` of ``doc``, labelled for that use
+    (slurmk8s.api.secrets): the operator mounts no other."""
+    import base64
+
+    from slurmk8s.api.secrets import SECRET_USE_LABEL, SSH_KEYS
+
+    data: dict[str, dict[str, str]] = {}
+    for u in doc.get("spec", {}).get("login", {}).get("users", []):
+        ref = u.get("sshPublicKeysFrom")
+        if ref:
+            data.setdefault(ref["name"], {})[ref["key"]] = base64.b64encode(public_key.encode()).decode()
+    return [{"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+             "metadata": {"name": n, "namespace": doc["metadata"].get("namespace", "default"),
+                          "labels": {SECRET_USE_LABEL: SSH_KEYS}}, "data": d} for n, d in sorted(data.items())]

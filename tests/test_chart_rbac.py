@@ -33,6 +33,7 @@ from slurmk8s.render.keys import key_secret_names
 from sandbox.apiserver import audit
 
 from .apiserver.conftest import CRDS, start_server, wait_for
+from .conftest import labelled_user_secrets
 from .test_bridge_loop import NOW, Facade, MemorySlurm, idle_node
 from .test_chart import NAMESPACE, RBAC_VALUE_SETS, WATCHED, declared, objects, of, one, watched
 
@@ -219,6 +220,8 @@ def test_the_operator_reconciles_and_tears_down_with_only_the_charts_rbac(work, 
     cluster, kube_as = work.cluster, work.kube_as
     doc = copy.deepcopy(example_doc)
     doc["metadata"]["namespace"] = WORK
+    for secret in labelled_user_secrets(doc):  # the site's, for spec.login.users[].sshPublicKeysFrom
+        cluster.core.create_namespaced_secret(WORK, secret)
     cluster.custom.create_namespaced_custom_object("slurmk8s.dev", "v1alpha1", WORK, "slurmclusters", doc)
     kube = kube_as("operator", names.FIELD_MANAGER)
 
@@ -228,7 +231,8 @@ def test_the_operator_reconciles_and_tears_down_with_only_the_charts_rbac(work, 
     op = Operator(kube, agent=lambda c, token, pod: Unreachable(), fresh_keys=lambda: keys)
     out = op.reconcile(body())
     assert not out.problems, out.problems
-    created = {s.metadata.name for s in cluster.core.list_namespaced_secret(WORK).items}
+    theirs = {s["metadata"]["name"] for s in labelled_user_secrets(doc)}
+    created = {s.metadata.name for s in cluster.core.list_namespaced_secret(WORK).items} - theirs
     # The JWT and database-password Secrets only exist with slurmrestd and managed accounting.
     assert set(key_secret_names("demo")) - {names.jwt_secret("demo"), names.db_password_secret("demo")} <= created
     assert cluster.apps.read_namespaced_stateful_set("demo-controller", WORK)

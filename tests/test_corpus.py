@@ -21,7 +21,7 @@ crashed
     Any other exception while loading or rendering, or a refusal that
     breaks the rules above.
 accepted-and-unsafe
-    Loaded and rendered, and one of these holds (U1-U16; a policy renders
+    Loaded and rendered, and one of these holds (U1-U19; a policy renders
     nothing alone, so U10 and U11 apply to it):
 
     U1  a rendered config file has an unprintable character other than the
@@ -62,15 +62,26 @@ accepted-and-unsafe
     U16 a Slurm token that names more than one source: two NodeSet lines of
         one name or feature (letter case aside), a node set whose nodes
         register a feature that selects another node set, or two SwitchName
-        lines of one name in topology.conf.
+        lines of one name in topology.conf;
+    U17 a pod volume of a Secret slurmk8s generates for another cluster (a
+        name ``<x>-munge-key`` ... with ``<x>`` not this cluster), or of a
+        user's Secret readable by anyone but its owner (mode & 0o077);
+    U18 a toleration Kubernetes' PodSpec validation refuses (Exists with a
+        value, an empty key without Exists, tolerationSeconds without
+        NoExecute);
+    U19 a StorageHost that inet_aton reads as a loopback, link-local,
+        unspecified or multicast address; a DefMemPerCPU over 2^63 - 1 or a
+        time limit over 2^31 - 1 seconds in slurm.conf.
 accepted-and-safe
-    Loaded, rendered, and none of U1-U16.
+    Loaded, rendered, and none of U1-U19.
 """
 
 from __future__ import annotations
 
 import copy
+import ipaddress
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -80,7 +91,8 @@ import pytest
 import yaml
 
 from slurmk8s.api import InvalidSpec, load_cluster, load_policy
-from slurmk8s.api.fields import SLURM_NAME_RE, quantity_value, unprintable
+from slurmk8s.api.fields import SLURM_NAME_RE, duration_seconds, quantity_value, unprintable
+from slurmk8s.api.secrets import OWNED_SECRET_SUFFIXES
 from slurmk8s.api.validate import EXTRA_LINE_KEYS, OWNED_KEYS, PROGRAM_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
 from slurmk8s.render import names as object_names
@@ -418,7 +430,11 @@ def _check_objects(cluster, objs: list[dict]) -> None:
                 raise Unsafe(f"U7 ConfigMap {o['metadata']['name']} holds {size} bytes")
         if o["kind"] != "Secret":
             _no_unprintable(f"{o['kind']} {o['metadata']['name']}", o)
+        if o["kind"] == "ConfigMap":
+            _check_numbers_and_hosts(o)
         for pod in _pod_specs(o):
+            _check_secret_volumes(cluster, o, pod)
+            _check_tolerations(o, pod)
             for ctr in pod["containers"] + pod.get("initContainers", []):
                 for what in ("cpu", "memory"):
                     req = ctr.get("resources", {}).get("requests", {}).get(what)
@@ -442,6 +458,43 @@ def _check_objects(cluster, objs: list[dict]) -> None:
                     for other in others:
                         if mp == other or other.startswith(mp.rstrip("/") + "/") or mp.startswith(other + "/"):
                             raise Unsafe(f"U9 shared volume at {mp} covers or sits in {other}")
+
+
+def _check_secret_volumes(cluster, o: dict, pod: dict) -> None:
+    for v in pod.get("volumes", []):
+        named = [v["secret"]["secretName"]] if "secret" in v else []
+        projected = v.get("projected") or {}
+        users = [src["secret"]["name"] for src in projected.get("sources", []) if "secret" in src]
+        for name in named + users:
+            for suffix in OWNED_SECRET_SUFFIXES:
+                if name.endswith(suffix) and name != cluster.name + suffix:
+                    raise Unsafe(f"U17 {o['metadata']['name']} mounts {name}, another cluster's key Secret")
+        if users and (projected.get("defaultMode", 0o644) & 0o077):
+            raise Unsafe(f"U17 {o['metadata']['name']}: users' Secrets mounted {oct(projected.get('defaultMode', 0o644))}")
+
+
+def _check_tolerations(o: dict, pod: dict) -> None:
+    for t in pod.get("tolerations", []):
+        if (not t.get("key") and t.get("operator") != "Exists") or (t.get("operator") == "Exists" and t.get("value")) \
+                or (t.get("tolerationSeconds") is not None and t.get("effect") != "NoExecute"):
+            raise Unsafe(f"U18 {o['metadata']['name']}: toleration {t}")
+
+
+def _check_numbers_and_hosts(o: dict) -> None:
+    for text in (o.get("data") or {}).values():
+        for host in re.findall(r"^StorageHost=(\S+)", text, re.M):
+            try:
+                address = ipaddress.IPv4Address(socket.inet_aton(host))
+            except OSError:
+                continue  # a name, not an address
+            if address.is_loopback or address.is_link_local or address.is_unspecified or address.is_multicast:
+                raise Unsafe(f"U19 StorageHost={host} is {address}")
+        for value in re.findall(r"\bDefMemPerCPU=(\d+)", text):
+            if int(value) > 2**63 - 1:
+                raise Unsafe(f"U19 DefMemPerCPU={value}")
+        for value in re.findall(r"\b(?:MaxTime|MaxWall)=(\S+)", text):
+            if re.fullmatch(r"[0-9:-]+", value) and (duration_seconds(value) or 0) > 2**31 - 1:
+                raise Unsafe(f"U19 time {value}")
 
 
 def _render(cluster) -> list[dict]:
@@ -555,6 +608,18 @@ def test_every_category_of_the_issue_is_in_the_corpus(results):
     ("NodeLendingPolicy/selector-empty", "refused-with-path"),
     ("NodeLendingPolicy/selector-does-not-exist-only", "refused-with-path"),
     ("NodeLendingPolicy/selector-notin-only", "refused-with-path"),
+    ("SlurmCluster/secret-ref-owned-demo-munge-key", "refused-with-path"),
+    ("SlurmCluster/db-host-169.254.169.254", "refused-with-path"),
+    ("SlurmCluster/db-host-2852039166", "refused-with-path"),
+    ("SlurmCluster/db-host-ok", "accepted-and-safe"),
+    ("SlurmCluster/toleration-seconds-noschedule", "refused-with-path"),
+    ("SlurmCluster/toleration-ok", "accepted-and-safe"),
+    ("SlurmCluster/quantity-1Ei", "accepted-and-safe"),
+    ("SlurmCluster/quantity-+1Gi", "refused-with-path"),
+    ("SlurmCluster/def-mem-per-cpu-1e30", "refused-with-path"),
+    ("SlurmCluster/max-time-999999999-00", "refused-with-path"),
+    ("SlurmCluster/account-set", "refused-with-path"),
+    ("SlurmCluster/login-user-where", "refused-with-path"),
 ])
 def test_known_cases_land_in_their_class(results, case_id, expected):
     found = {case.id: cls for case, cls, _ in results}
@@ -586,3 +651,19 @@ def test_the_unsafe_checks_catch_what_they_define():
     worker_pods = {name for kind, name in _everything(a_lent, render(a_lent, KEYS)) if kind == "Pod"}
     lent_pods = {name for kind, name in _everything(a, render(a, KEYS)) if kind == "Pod"}
     assert "a-lent-gpu-0" in worker_pods and object_names.lent_slurmd(a, "gpu-0") in lent_pods
+    login = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-login"))
+    bad = copy.deepcopy(login)
+    vols = bad["spec"]["template"]["spec"]["volumes"]
+    vols.append({"name": "x", "projected": {"defaultMode": 0o444, "sources": [{"secret": {"name": "k"}}]}})
+    with pytest.raises(Unsafe, match="U17"):
+        _check_objects(cluster, [bad])
+    vols[-1] = {"name": "x", "secret": {"secretName": "other-munge-key"}}
+    with pytest.raises(Unsafe, match="U17"):
+        _check_objects(cluster, [bad])
+    bad = copy.deepcopy(login)
+    bad["spec"]["template"]["spec"]["tolerations"] = [{"operator": "Exists", "value": "x"}]
+    with pytest.raises(Unsafe, match="U18"):
+        _check_objects(cluster, [bad])
+    for line in ("StorageHost=2852039166", "DefMemPerCPU=1" + "0" * 30, "MaxTime=999999999-00"):
+        with pytest.raises(Unsafe, match="U19"):
+            _check_numbers_and_hosts({"data": {"x.conf": line + "\n"}})

@@ -22,6 +22,7 @@ import pytest
 
 from slurmk8s import versions
 from slurmk8s.api import load_cluster
+from slurmk8s.api.secrets import SECRET_USE_LABEL
 from slurmk8s.evacuation import held
 from slurmk8s.operator.round import Operator, Outcome
 from slurmk8s.operator.teardown import PATIENCE as TEARDOWN_PATIENCE
@@ -34,6 +35,7 @@ from slurmk8s.slurm import RemoteSlurm, SlurmClient
 from slurmk8s.slurm.model import Job
 from slurmk8s.slurm.agent import AgentServer
 
+from .conftest import labelled_user_secrets
 from .fakekube import FakeKube
 from .realslurm import SlurmNamespace, missing_tools
 
@@ -68,6 +70,8 @@ class World:
         self.now = T0
         self.events: list = []
         self.kube.add({**copy.deepcopy(doc), "status": {}})
+        for secret in labelled_user_secrets(doc):  # the site's, for spec.login.users[].sshPublicKeysFrom
+            self.kube.add(secret)
 
     @property
     def body(self) -> dict:
@@ -136,7 +140,8 @@ def test_rounds_read_key_secrets_by_name_and_never_list_secrets(offline, keys):
     secrets = [r for r in w.kube.requests if r[2] == "secrets"]
     assert {r[0] for r in secrets} == {"get"}
     assert sorted(r for r in secrets) == sorted(
-        ("get", "", "secrets", "default") for _ in ("munge", "jwt", "ssh host", "agent token", "db password"))
+        ("get", "", "secrets", "default")
+        for _ in ("munge", "jwt", "ssh host", "agent token", "db password", "researcher-ssh's label"))
     # And RBAC as the chart grants it would refuse a list, saying what to do.
     with pytest.raises(ApiError) as refused:
         w.kube.list("Secret", "default")
@@ -184,6 +189,44 @@ def test_a_pre_planted_key_secret_is_refused_never_mounted_nor_overwritten(offli
     assert not out.problems
     assert w.kube.of_kind("Secret")["demo-munge-key"]["data"] != planted["data"]
     assert ("StatefulSet", "default", "demo-controller") in w.kube.objects
+
+
+@pytest.mark.parametrize("change,why", [
+    (lambda s: s["metadata"]["labels"].clear(), "is not labelled slurmk8s.dev/secret-use=ssh-keys"),
+    (lambda s: s["metadata"]["labels"].update({SECRET_USE_LABEL: "database-password"}), "is not labelled"),
+    (lambda s: s["metadata"]["labels"].update({names.CLUSTER_LABEL: "other"}), "was made by slurmk8s"),
+    (lambda s: s.update(type="kubernetes.io/service-account-token"), "only Opaque"),
+    (lambda s: s.update(data={"other": "eA=="}), "has no key"),
+    (None, "does not exist"),
+])
+def test_a_secret_not_labelled_for_login_keys_is_refused_and_nothing_mounts_it(offline, change, why):
+    """Issue 24, item 1: sshPublicKeysFrom named any Secret of the namespace
+    (demo-munge-key included) and every login pod mounted it 0444. Only a
+    Secret its owner labelled slurmk8s.dev/secret-use=ssh-keys is used now;
+    any other refuses the round with a status and a Warning Event naming the
+    field, and nothing is written."""
+    w = offline
+    key = ("Secret", "default", "researcher-ssh")
+    if change is None:
+        del w.kube.objects[key]
+    else:
+        change(w.kube.objects[key])
+    out = w.round()
+    assert not [x for x in w.kube.writes if x[1] != "SlurmCluster"], w.kube.writes  # its status alone
+    assert ("Deployment", "default", "demo-login") not in w.kube.objects
+    ready = next(c for c in out.status.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "UnusableSecret")
+    assert ready.message.startswith("spec.login.users[0].sshPublicKeysFrom") and why in ready.message
+    assert [e for e in out.events if e.type == "Warning" and e.reason == "UnusableSecret"
+            and "spec.login.users[0].sshPublicKeysFrom" in e.message]
+    # Labelled by its owner: the next round mounts it, readable by root only.
+    for secret in labelled_user_secrets(w.body):
+        w.kube.objects[key] = secret
+    out = w.round()
+    assert not out.problems, out.problems
+    login = w.kube.of_kind("Deployment")["demo-login"]["spec"]["template"]["spec"]
+    volume = next(v for v in login["volumes"] if v["name"] == "user-keys")
+    assert volume["projected"]["defaultMode"] == 0o400
 
 
 def test_a_key_secret_that_appears_between_reading_and_creating_stops_the_round(offline):
@@ -384,7 +427,8 @@ def test_teardown_removes_the_cluster_but_keeps_its_data(offline):
     assert done
     left = sorted((k, n) for k, _, n in w.kube.objects if k not in ("SlurmCluster", "Pod"))
     assert left == [("PersistentVolumeClaim", "demo-shared"),
-                    ("PersistentVolumeClaim", names.controller_state_claim(load_cluster(w.body)))]
+                    ("PersistentVolumeClaim", names.controller_state_claim(load_cluster(w.body))),
+                    ("Secret", "researcher-ssh")]  # the site's, which the cluster only named
 
 
 def test_teardown_of_a_spec_that_no_longer_loads_finds_the_key_secrets_by_name(offline):
@@ -397,7 +441,7 @@ def test_teardown_of_a_spec_that_no_longer_loads_finds_the_key_secrets_by_name(o
     op = Operator(w.kube, agent=lambda c, t, p: RemoteSlurm(w.agent_url, t, timeout=2), fresh_keys=lambda: w.keys)
     done, _ = op.teardown(w.body, attempt=TEARDOWN_PATIENCE)
     assert done
-    assert sorted(w.kube.of_kind("Secret")) == ["demo-jwt-key"]  # ours deleted, theirs (unlabelled) kept
+    assert sorted(w.kube.of_kind("Secret")) == ["demo-jwt-key", "researcher-ssh"]  # ours deleted, theirs kept
     assert ("list", "", "secrets", "default") not in w.kube.requests
 
 
@@ -409,7 +453,8 @@ def test_teardown_with_deletion_policy_delete_removes_the_claims(offline):
     op = Operator(w.kube, agent=lambda c, t, p: RemoteSlurm(w.agent_url, t, timeout=2), fresh_keys=lambda: w.keys)
     done, _ = op.teardown(w.body, attempt=TEARDOWN_PATIENCE)
     assert done
-    assert [k for k, _, _ in w.kube.objects if k not in ("SlurmCluster", "Pod")] == []
+    assert [(k, n) for k, _, n in w.kube.objects if k not in ("SlurmCluster", "Pod")] == [
+        ("Secret", "researcher-ssh")]  # the site's, which the cluster only named
 
 
 # With real Slurm behind the real agent.

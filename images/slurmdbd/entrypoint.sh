@@ -30,6 +30,15 @@ if [ "${1:-}" = ready ]; then
   exit 1
 fi
 
+# sk_db_password_ok PASSWORD: whether slurmdbd.conf can hold it unquoted.
+sk_db_password_ok() {
+  local LC_ALL=C
+  [ -n "$1" ] && [ "${#1}" -le 256 ] || return 1
+  case $1 in
+    *[!!-~]* | *[\#\"\'\\]*) return 1 ;;
+  esac
+}
+
 sk_is_root || sk_die "slurmdbd's entrypoint must start as root (it starts munged and writes slurmdbd.conf for SlurmUser; slurmdbd switches to SlurmUser itself)"
 [ -r "$rendered" ] || sk_die "$rendered is missing: mount the <cluster>-slurmdbd-config ConfigMap at $(dirname "$rendered")"
 [ -r "$password_file" ] || sk_die "$password_file is missing: mount the database password Secret (spec.accounting.database) at $(dirname "$password_file")"
@@ -41,12 +50,14 @@ getent passwd "$slurm_user" >/dev/null || sk_die "SlurmUser $slurm_user does not
 
 # slurmdbd reads its config only when it is private to SlurmUser, and runs
 # only on the host DbdHost names: this pod's. The password is appended here,
-# never written to a ConfigMap; a password with a line break or a '#' would
-# change the file's meaning and is refused.
+# never written to a ConfigMap, unquoted: whitespace would start another
+# Key=Value, '#' a comment, quotes or '\' change how the rest reads. Only
+# printable ASCII without those passes (slurmk8s.api.secrets.DB_PASSWORD_RE,
+# which the operator checks first).
 password=$(head -n1 "$password_file")
-case $password in
-  '' | *'#'*) sk_die "the database password in $password_file is empty or holds '#': use a password without '#'" ;;
-esac
+if ! LC_ALL=C sk_db_password_ok "$password"; then
+  sk_die "the database password in $password_file must be 1 to 256 printable ASCII characters without spaces, '#', quotes or '\\'"
+fi
 install -d -o "$slurm_user" -g "$(id -g "$slurm_user")" -m 0755 /etc/slurm /run/slurmdbd
 umask 077
 {

@@ -15,9 +15,11 @@ imports to see one resource.
 
 from __future__ import annotations
 
-from typing import Literal
+import ipaddress
+import re
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from .. import versions
 from .base import ApiModel, list_map
@@ -40,6 +42,7 @@ from .fields import (
     SshPublicKey,
     constrained,
     quantity_value,
+    refuse,
 )
 
 #: The API group of every slurmk8s resource, label and annotation: the one place it is written.
@@ -84,6 +87,12 @@ def lent_nodeset(partition: str) -> str:
     partition, whose Nodes list names this node set.
     """
     return f"{LENT_PREFIX}{partition}"
+
+
+#: The bound of integer fields whose natural bound (Kubernetes' int64, Slurm's
+#: uint64) is larger: 2^53 - 1, the largest integer every JSON reader holds
+#: exactly (Helm reads the CRD's maximum as a float64).
+MAX_EXACT_INTEGER = 2**53 - 1
 
 
 #: Where the project publishes its images: the only repository whose images
@@ -161,7 +170,7 @@ class Toleration(ApiModel):
     """Taint value to match when operator is Equal."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect to match; all effects when unset."""
-    toleration_seconds: int | None = Field(None, ge=0)
+    toleration_seconds: int | None = Field(None, ge=0, le=MAX_EXACT_INTEGER)
     """For NoExecute: how long the pod stays bound after the taint appears."""
 
 
@@ -272,7 +281,9 @@ class Partition(ApiModel):
 
 class SecretKeyRef(ApiModel):
     name: DnsSubdomain
-    """Secret in the SlurmCluster's namespace."""
+    """Secret in the SlurmCluster's namespace, labelled
+    `slurmk8s.dev/secret-use: ssh-keys` by its owner (the operator mounts no
+    other, and none that slurmk8s generates); an Opaque Secret."""
     key: SecretKey
     """Key whose value is an authorized_keys text (one public key per line)."""
 
@@ -289,7 +300,10 @@ class LoginUser(ApiModel):
     ssh_public_keys: list[SshPublicKey] = Field(default_factory=list, max_length=32)
     """OpenSSH public keys allowed to log in as this user."""
     ssh_public_keys_from: SecretKeyRef | None = None
-    """More public keys, read from a Secret key."""
+    """More public keys, read from a Secret key. The Secret must carry the
+    label `slurmk8s.dev/secret-use: ssh-keys`; the login pods mount it
+    readable by root only, which copies the keys into the user's
+    ~/.ssh/authorized_keys."""
 
 
 class LoginService(ApiModel):
@@ -354,8 +368,9 @@ class SlurmConfig(ApiModel):
     select_type_parameters: Literal["CR_Core", "CR_Core_Memory", "CR_CPU", "CR_CPU_Memory"] = "CR_Core"
     """What select/cons_tres treats as consumable. The *_Memory forms need
     defMemPerCPU, or each job takes a whole node's memory."""
-    def_mem_per_cpu: int | None = Field(None, ge=1, alias="defMemPerCPU")
-    """MiB per allocated CPU for jobs that give no --mem (DefMemPerCPU)."""
+    def_mem_per_cpu: int | None = Field(None, ge=1, le=MAX_EXACT_INTEGER, alias="defMemPerCPU")
+    """MiB per allocated CPU for jobs that give no --mem (DefMemPerCPU; Slurm
+    keeps it in 63 bits of a uint64, the top bit marking per-CPU)."""
     kill_wait: int = Field(30, ge=0, le=65533)
     """Seconds between SIGTERM and SIGKILL when a job's time runs out (KillWait).
     Worker pods get their node set's drain.gracePeriod + killWait + 60
@@ -398,13 +413,26 @@ class Topology(ApiModel):
 
 # --- Accounting (slurmdbd) -------------------------------------------------------------------
 
+#: Words sacctmgr reads as keywords wherever a name stands alone on its
+#: command line (`add account set` adds nothing and skips the word after it):
+#: an account, QOS or login user may not be called so.
+SACCTMGR_KEYWORDS = frozenset({"where", "set"})
 #: A Slurm account or QOS name as sacctmgr stores it (it lower-cases names).
 ACCOUNT_NAME_RE = r"[a-z0-9][a-z0-9_-]{0,63}"
-AccountName = constrained(
+
+
+def _account_name(value: str) -> str:
+    if value in SACCTMGR_KEYWORDS:
+        raise refuse(value, f"is a sacctmgr keyword ({', '.join(sorted(SACCTMGR_KEYWORDS))}); choose another name")
+    return value
+
+
+#: A Slurm account or QOS name as sacctmgr stores it (it lower-cases names), not one of its keywords.
+AccountName = Annotated[constrained(
     ACCOUNT_NAME_RE,
     "use lower-case letters, digits, '_' and '-', starting with a letter or digit (sacctmgr lower-cases names)",
     64,
-)
+), AfterValidator(_account_name)]
 DatabaseName = constrained(r"[A-Za-z0-9_]{1,64}", "use letters, digits and '_'", 64, slurm=False)
 DatabaseUser = constrained(r"[A-Za-z0-9_]{1,32}", "use letters, digits and '_'", 32, slurm=False)
 
@@ -414,7 +442,9 @@ EnforceOption = Literal["associations", "limits", "qos", "safe", "wckeys", "nojo
 
 class PasswordRef(ApiModel):
     name: DnsSubdomain
-    """Secret in the SlurmCluster's namespace."""
+    """Secret in the SlurmCluster's namespace, labelled
+    `slurmk8s.dev/secret-use: database-password` by its owner (the operator
+    sends no other, and none that slurmk8s generates); an Opaque Secret."""
     key: SecretKey
     """Key whose value is the database user's password (one line)."""
 
@@ -436,11 +466,43 @@ class ManagedDatabase(ApiModel):
     2 GiB, 22.05 at least 512 MiB."""
 
 
+#: What inet_aton (and so the database client) reads as an IPv4 address:
+#: 1 to 4 parts, each decimal, octal (0...) or hex (0x...): 2852039166 and
+#: 0251.0376.0251.0376 are both 169.254.169.254.
+_INET_ATON_RE = r"(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}"
+
+
+def _database_host(value: str) -> str:
+    """A host name, or an IPv4 address in dotted-decimal form that is not
+    loopback, link-local (cloud metadata services), unspecified, multicast or
+    reserved: the database password is sent there."""
+    if value == "localhost" or value.endswith(".localhost"):
+        raise refuse(value, "is this pod itself (loopback); name the database's host")
+    if not re.fullmatch(_INET_ATON_RE, value):
+        return value
+    try:
+        address = ipaddress.IPv4Address(value)
+    except ValueError:
+        raise refuse(value, "is an IPv4 address in a form other than a.b.c.d (decimal, octal or hex "
+                     "parts hide which host it is); write it as four decimal numbers") from None
+    for bad, why in (("is_loopback", "a loopback"), ("is_link_local", "a link-local (cloud metadata services)"),
+                     ("is_unspecified", "the unspecified"), ("is_multicast", "a multicast"),
+                     ("is_reserved", "a reserved")):
+        if getattr(address, bad):
+            raise refuse(value, f"is {why} address; the database password may only go to a database host")
+    return value
+
+
+#: Where slurmdbd sends the database password: a DNS name or a plain IPv4 address (see _database_host).
+DatabaseHost = Annotated[DnsSubdomain, AfterValidator(_database_host)]
+
+
 class ExternalDatabase(ApiModel):
     """A MariaDB or MySQL the site runs (mariadb-operator, a cloud database)."""
 
-    host: DnsSubdomain
-    """Host name or IPv4 address slurmdbd connects to."""
+    host: DatabaseHost
+    """Host name or IPv4 address (a.b.c.d) slurmdbd connects to; not loopback,
+    link-local (169.254.0.0/16, cloud metadata), multicast or reserved."""
     port: int = Field(3306, ge=1, le=65535)
     """Its port."""
     database: DatabaseName = "slurm_acct_db"

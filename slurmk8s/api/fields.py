@@ -179,18 +179,39 @@ DURATION_RE = (
     r"|[0-9]{1,9}-[0-9]{1,2}|[0-9]{1,9}-[0-9]{1,2}:[0-9]{1,2}|[0-9]{1,9}-[0-9]{1,2}:[0-9]{1,2}:[0-9]{1,2}"
 )
 
-#: A Slurm time limit: minutes, [H:]MM:SS, D-HH[:MM[:SS]] or UNLIMITED.
-SlurmDuration = Annotated[
-    str,
-    AfterValidator(
-        pattern_check(
-            DURATION_RE,
-            "use a Slurm time such as 60 (minutes), 4:00:00, 2-00:00:00 or UNLIMITED",
-            32,
-        )
-    ),
-    schema_pattern(f"^({DURATION_RE})$", 32),
-]
+#: Slurm reads a time (time_str2secs) into a signed 32-bit number of seconds.
+SLURM_DURATION_MAX_SECONDS = 2**31 - 1
+
+
+def duration_seconds(value: str) -> int | None:
+    """The seconds of a Slurm time in DURATION_RE (None: UNLIMITED), read as Slurm
+    reads it: a lone number is minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+    if value in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, clock = value.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:
+        parts += [0] * (3 - len(parts))  # D-H, D-H:M
+        h, m, sec = parts
+        return int(days) * 86400 + h * 3600 + m * 60 + sec
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def _duration(value: str) -> str:
+    pattern_check(DURATION_RE, "use a Slurm time such as 60 (minutes), 4:00:00, 2-00:00:00 or UNLIMITED", 32)(value)
+    seconds = duration_seconds(value)
+    if seconds is not None and seconds > SLURM_DURATION_MAX_SECONDS:
+        raise refuse(value, f"is {seconds} seconds; Slurm holds at most {SLURM_DURATION_MAX_SECONDS} "
+                     "(some 68 years) and would read another time; use UNLIMITED")
+    return value
+
+
+#: A Slurm time limit: minutes, [H:]MM:SS, D-HH[:MM[:SS]] or UNLIMITED, within what Slurm holds.
+SlurmDuration = Annotated[str, AfterValidator(_duration), schema_pattern(f"^({DURATION_RE})$", 32)]
 
 LABEL_NAME_RE = r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
 LABEL_KEY_RE = rf"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{LABEL_NAME_RE}"

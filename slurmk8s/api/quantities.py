@@ -8,6 +8,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Annotated
 
+from kubernetes.utils import parse_quantity as _k8s_quantity
 from pydantic import AfterValidator
 
 from .refusals import pattern_check, refuse, schema_pattern
@@ -22,31 +23,16 @@ QUANTITY_RE = (
 #: What the CRD publishes: the same, without a sign (no negative amounts).
 NONNEGATIVE_QUANTITY_RE = QUANTITY_RE.removeprefix(r"(\+|-)?")
 
-_SUFFIX = {
-    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-    "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12),
-    "P": Decimal(10**15), "E": Decimal(10**18),
-}
 
 
 def quantity_value(value: str) -> Decimal:
-    """The exact value of a Kubernetes quantity string ("8Gi" -> 8589934592)."""
-    m = re.fullmatch(r"([+-]?[0-9.]+)([eE][+-]?[0-9.]+|[A-Za-z]*)", value, re.ASCII)
-    if not m:
+    """The exact value of a Kubernetes quantity string ("8Gi" -> 8589934592),
+    as the Kubernetes client reads it (kubernetes.utils.parse_quantity)."""
+    if not re.fullmatch(QUANTITY_RE, value, re.ASCII):  # Decimal alone would take "Infinity" or "1_0"
         raise ValueError(f"not a quantity: {value!r}")
-    number, suffix = m.groups()
     try:
-        if suffix[:1] in ("e", "E"):
-            exponent = Decimal(suffix[1:])
-            if abs(exponent) > 64:  # Decimal would happily build 1e400000
-                raise ValueError(f"quantity out of range: {value!r}")
-            return Decimal(number).scaleb(exponent)
-        if suffix not in _SUFFIX:
-            raise ValueError(f"not a quantity: {value!r}")
-        return Decimal(number) * _SUFFIX[suffix]
-    except InvalidOperation:
+        return _k8s_quantity(value)
+    except (ValueError, InvalidOperation):
         raise ValueError(f"not a quantity: {value!r}") from None
 
 
@@ -54,13 +40,7 @@ def parse_quantity(value: str) -> float:
     """The numeric value of a Kubernetes quantity string ("8Gi" -> 8589934592.0);
     out of a float's range, inf or 0.0. Checks on user input use
     :func:`quantity_value`, which is exact."""
-    m = re.fullmatch(r"([+-]?[0-9.]+)([eE][+-]?[0-9.]+|[A-Za-z]*)", value, re.ASCII)
-    if not m:
-        raise ValueError(f"not a quantity: {value!r}")
-    number, suffix = m.groups()
-    if suffix[:1] in ("e", "E"):
-        return float(number + suffix)
-    return float(number) * float(_SUFFIX[suffix])
+    return float(quantity_value(value))
 
 
 #: Kubernetes keeps quantities in a signed 64-bit integer: 8Ei - 1 is the most.
@@ -69,6 +49,8 @@ MAX_QUANTITY = 2**63 - 1
 
 def _quantity(value: str) -> str:
     pattern_check(QUANTITY_RE, "use a Kubernetes quantity such as 500m, 4 or 16Gi", 32)(value)
+    if value.startswith("+"):  # the CRD's pattern has no sign either
+        raise refuse(value, "has a sign; write the amount without '+'")
     try:
         amount = quantity_value(value)
     except ValueError:

@@ -14,11 +14,12 @@ from typing import Any, Iterator
 from pydantic import ValidationError
 
 from .. import versions
-from .cluster import ACCOUNT_NAME_RE, LENT_PREFIX, PROJECT_REPOSITORY, SlurmCluster
+from .cluster import ACCOUNT_NAME_RE, LENT_PREFIX, PROJECT_REPOSITORY, SACCTMGR_KEYWORDS, SlurmCluster
 from .lending import NodeLendingPolicy
 from .errors import FieldError, InvalidSpec, field_path, from_pydantic
 from .extralines import EXTRA_LINE_KEYS, KNOB_FOR_KEY, OWNED_KEYS, PROGRAM_KEYS, extra_line_errors
 from .fields import quantity_value, quote
+from .secrets import owned_name_error, secret_refs
 
 __all__ = [
     "load_cluster", "load_policy", "semantic_errors", "policy_errors", "OWNED_KEYS", "KNOB_FOR_KEY",
@@ -198,6 +199,9 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
                     f"{quote(ref)} is not a node set; known node sets: {', '.join(known) or '(none)'}",
                 )
 
+    for i, ns in enumerate(spec.node_sets):
+        for j, t in enumerate(ns.tolerations):
+            yield from toleration_errors(f"spec.nodeSets[{i}].tolerations[{j}]", t)
     yield from _feature_errors(spec)
 
     users = spec.login.users
@@ -210,6 +214,11 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
                 f"user {quote(u.name)} has no SSH public key and could not log in; "
                 "set sshPublicKeys or sshPublicKeysFrom",
             )
+
+    for ref in secret_refs(c):
+        owned = owned_name_error(ref)
+        if owned is not None:
+            yield owned
 
     size = users_config_bytes(c)
     if size > USERS_CONFIG_BUDGET:
@@ -268,6 +277,21 @@ def _feature_errors(spec) -> Iterator[FieldError]:
                     + ". Every node has its node set's name as a feature already; choose another feature name")
 
 
+def toleration_errors(path: str, t) -> Iterator[FieldError]:
+    """What Kubernetes' validation of a PodSpec refuses in a toleration
+    (validateTolerations): the workload would be refused at every apply."""
+    if not t.key and t.operator != "Exists":
+        yield FieldError(f"{path}.operator", "must be Exists when key is empty (which matches every taint); "
+                                             "give a key, or operator: Exists")
+    if t.operator == "Exists" and t.value:
+        yield FieldError(f"{path}.value", f"{quote(t.value)}: a toleration with operator Exists matches any "
+                                          "value and may not give one; drop value, or use operator: Equal")
+    if t.toleration_seconds is not None and t.effect != "NoExecute":
+        yield FieldError(f"{path}.tolerationSeconds", f"only applies to effect NoExecute, not "
+                                                      f"{quote(t.effect) if t.effect else 'every effect'}; "
+                                                      "drop it or set effect: NoExecute")
+
+
 def _accounting_errors(spec) -> Iterator[FieldError]:
     acct = spec.accounting
     if not acct.enabled:
@@ -293,6 +317,11 @@ def _accounting_errors(spec) -> Iterator[FieldError]:
                              f"{quote(u.name)} is in no account of spec.accounting.accounts, so it would get an "
                              "account of its own name, and an account name starts with a letter or digit; "
                              "list the user in an account")
+    for i, user in enumerate(login):
+        if user in SACCTMGR_KEYWORDS:  # every login user gets an association: `sacctmgr add user <name>`
+            yield FieldError(f"spec.login.users[{i}].name",
+                             f"{quote(user)} is a sacctmgr keyword ({', '.join(sorted(SACCTMGR_KEYWORDS))}), and "
+                             "with accounting on every login user gets an association; choose another name")
     for i, account in enumerate(acct.accounts):
         if account.name == "root":
             yield FieldError(f"spec.accounting.accounts[{i}].name",

@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from slurmk8s import log
 from slurmk8s.api import InvalidSpec, load_cluster
+from slurmk8s.api.secrets import secret_problem, secret_refs
 from slurmk8s.api.cluster import SlurmCluster, SlurmClusterStatus
 from slurmk8s.render import ClusterKeys, TopologyNode, names, render
 from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, key_secret_names, keys_from_secrets
@@ -122,6 +123,12 @@ class Operator:
         found = (self.kube.get("Secret", namespace, name) for name in key_secret_names(cluster_name))
         return [s for s in found if s is not None]
 
+    def unusable_secrets(self, cluster: SlurmCluster) -> list[str]:
+        """Why each Secret the spec names may not be used (slurmk8s.api.secrets), read by name."""
+        refs = secret_refs(cluster, used_only=True)
+        return [p for p in (secret_problem(r, self.kube.get("Secret", cluster.namespace, r.name)) for r in refs)
+                if p is not None]
+
     def _topology(self, cluster: SlurmCluster, pods: Sequence[Mapping]) -> list[TopologyNode]:
         nodes: dict[str, dict] = {}
         out = []
@@ -165,6 +172,10 @@ class Operator:
             cluster = load_cluster(doc)
         except InvalidSpec as exc:
             return self._refuse(body, previous, out, str(exc), "InvalidSpec", now)
+
+        unusable = self.unusable_secrets(cluster)
+        if unusable:  # nothing is mounted or sent that its owner did not mark for it
+            return self._refuse(body, previous, out, "; ".join(unusable), "UnusableSecret", now)
 
         observed = self.observe(cluster.namespace, cluster.name)
         pods = [o for o in observed if o["kind"] == "Pod"]

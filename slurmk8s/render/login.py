@@ -38,7 +38,9 @@ def objects(b: Builder) -> list[dict]:
         for u in login.users if u.ssh_public_keys_from
     ]
     if sources:
-        volumes.append({"name": "user-keys", "projected": {"sources": sources, "defaultMode": 0o444}})
+        # Readable by root only: the entrypoint (root) copies each user's keys into the
+        # user's ~/.ssh/authorized_keys; no login user reads another's Secret.
+        volumes.append({"name": "user-keys", "projected": {"sources": sources, "defaultMode": 0o400}})
         mounts.append({"name": "user-keys", "mountPath": USER_KEYS_DIR, "readOnly": True})
     shared_vols, shared_mounts = shared_volumes(c)
     volumes += shared_vols

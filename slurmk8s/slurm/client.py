@@ -277,13 +277,28 @@ class SlurmClient:
     def apply_accounting(self, want: Associations) -> list[str]:
         """Give slurmdbd the accounts, user associations and QOS of ``want`` with
         ``sacctmgr``; only what is missing or differs is changed (nothing is
-        removed). Returns the commands run."""
+        removed). Returns the commands run.
+
+        A command that fails does not stop the others (one bad association
+        must not keep every later user from submitting): all are tried, and
+        then the first failure is raised, saying how many failed."""
         outputs = {name: self._run("sacctmgr", "-n", "-P", *(a.format(cluster=want.cluster) for a in argv))
                    for name, argv in STATE_QUERIES.items()}
-        done = []
-        for argv in commands(want, parse_state(outputs)):
-            self._run(*argv)
+        done: list[str] = []
+        failed: list[SlurmError] = []
+        todo = commands(want, parse_state(outputs))
+        for argv in todo:
+            try:
+                self._run(*argv)
+            except SlurmError as exc:
+                failed.append(exc)
+                continue
             done.append(" ".join(argv))
+        if failed:
+            first = failed[0]
+            raise SlurmError(first.argv, first.returncode,
+                             f"{first.stderr} ({len(failed)} of {len(todo)} sacctmgr commands failed; "
+                             f"the other {len(todo) - len(failed)} were applied)")
         return done
 
     def reconfigure(self) -> None:

@@ -1,0 +1,126 @@
+"""Which Secrets a SlurmCluster may name, and why a named one is refused. Pure.
+
+A spec names Secrets in two fields: ``spec.login.users[].sshPublicKeysFrom``
+(mounted into every login pod) and
+``spec.accounting.database.external.passwordSecret`` (sent to the database
+host). Editing a SlurmCluster needs no right to read Secrets, so neither field
+may reach a Secret its writer could not read: not slurmk8s's own (the munge
+key, the agent token, ...), and nothing its owner did not mark for that use.
+The rule (docs/decisions/0027-secrets-a-spec-may-name.md):
+
+- statically, from the spec alone (:func:`owned_name_error`): a name that is a
+  Secret slurmk8s generates for some cluster (``<cluster>-munge-key`` ...);
+- when the operator reads the Secret (:func:`secret_problem`): it must exist,
+  be an Opaque Secret not made by slurmk8s, hold the key, and carry the label
+  ``slurmk8s.dev/secret-use`` with the value of the field's use
+  (``ssh-keys``, ``database-password``). Otherwise the round is refused and
+  nothing is mounted.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from .cluster import GROUP, SlurmCluster
+from .errors import FieldError
+from .fields import quote
+
+__all__ = [
+    "SECRET_USE_LABEL", "SSH_KEYS", "DATABASE_PASSWORD", "OWNED_SECRET_SUFFIXES", "SecretRef", "secret_refs",
+    "owned_name_error", "secret_problem",
+]
+
+#: The label that says what a Secret may be used for by a SlurmCluster.
+SECRET_USE_LABEL = f"{GROUP}/secret-use"
+#: Its values: the uses of the fields that name Secrets.
+SSH_KEYS = "ssh-keys"
+DATABASE_PASSWORD = "database-password"
+
+#: The Secrets slurmk8s generates are ``<cluster>-<suffix>`` (render/names.py;
+#: tests/test_hostile_input_round_two.py checks the two agree). A spec names
+#: none of them, whichever cluster's.
+OWNED_SECRET_SUFFIXES = ("-munge-key", "-jwt-key", "-ssh-host-keys", "-agent-token", "-db-password")
+
+#: What a database password may hold: it is written unquoted as
+#: ``StoragePass=<it>`` into slurmdbd.conf (images/slurmdbd/entrypoint.sh
+#: checks the same), where whitespace would start another ``Key=Value``,
+#: '#' a comment, and quotes or a backslash change how the rest is read.
+DB_PASSWORD_RE = r"[A-Za-z0-9!$%&()*+,./:;<=>?@\[\]^_`{|}~-]{1,256}"
+
+#: What marks an object slurmk8s made (render/names.py's labels() and CREATE_ONLY).
+_OWNED_LABELS = {"app.kubernetes.io/managed-by": "slurmk8s-operator"}
+_OWNED_MARKS = (f"{GROUP}/cluster", f"{GROUP}/create-only")
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """One field of a spec that names a Secret key."""
+
+    path: str
+    name: str
+    key: str
+    use: str
+
+
+def secret_refs(c: SlurmCluster, *, used_only: bool = False) -> list[SecretRef]:
+    """Every Secret key the spec names, with its field path; ``used_only``: only
+    those the rendered objects mount (the external password with accounting on)."""
+    refs = [SecretRef(f"spec.login.users[{i}].sshPublicKeysFrom", u.ssh_public_keys_from.name,
+                      u.ssh_public_keys_from.key, SSH_KEYS)
+            for i, u in enumerate(c.spec.login.users) if u.ssh_public_keys_from is not None]
+    acct = c.spec.accounting
+    ext = acct.database.external
+    if ext is not None and (acct.enabled or not used_only):
+        refs.append(SecretRef("spec.accounting.database.external.passwordSecret", ext.password_secret.name,
+                              ext.password_secret.key, DATABASE_PASSWORD))
+    return refs
+
+
+def owned_name_error(ref: SecretRef) -> FieldError | None:
+    """A refusal when ``ref`` names a Secret slurmk8s generates, for any cluster."""
+    suffix = next((s for s in OWNED_SECRET_SUFFIXES if ref.name.endswith(s)), None)
+    if suffix is None:
+        return None
+    return FieldError(f"{ref.path}.name",
+                      f"{quote(ref.name)} is the name of a Secret slurmk8s generates for a cluster (names ending "
+                      f"in {quote(suffix)} hold its keys); name a Secret of your own, labelled "
+                      f"{SECRET_USE_LABEL}={ref.use}")
+
+
+def secret_problem(ref: SecretRef, secret: Mapping | None) -> str | None:
+    """Why the Secret read for ``ref`` (None: not found) may not be used, naming the field; None if it may."""
+    shown = quote(ref.name)
+    fix = f"label a Secret of your own {SECRET_USE_LABEL}={ref.use} and name it here"
+    if secret is None:
+        return f"{ref.path}: Secret {shown} does not exist in the cluster's namespace; {fix}"
+    meta = secret.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    if any(labels.get(k) == v for k, v in _OWNED_LABELS.items()) or \
+            any(m in labels or m in annotations for m in _OWNED_MARKS):
+        return f"{ref.path}: Secret {shown} was made by slurmk8s and holds a cluster's own keys; {fix}"
+    if secret.get("type", "Opaque") != "Opaque":
+        return (f"{ref.path}: Secret {shown} is of type {quote(str(secret.get('type')))}; only Opaque "
+                f"Secrets may be named; {fix}")
+    if labels.get(SECRET_USE_LABEL) != ref.use:
+        return (f"{ref.path}: Secret {shown} is not labelled {SECRET_USE_LABEL}={ref.use}, which says its "
+                f"owner meant it for this use; nothing of it is mounted until it is")
+    data = secret.get("data") or {}
+    if ref.key not in data:
+        return f"{ref.path}.key: Secret {shown} has no key {quote(ref.key)}"
+    if ref.use == DATABASE_PASSWORD:
+        try:
+            password = base64.b64decode(data[ref.key], validate=True).decode("ascii")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            password = None
+        first = password.split("\n", 1)[0] if password is not None else None
+        if first is None or not re.fullmatch(DB_PASSWORD_RE, first):
+            # The value itself is never quoted back: it is a password.
+            return (f"{ref.path}.key: the password in Secret {shown} key {quote(ref.key)} must be 1 to 256 "
+                    "printable ASCII characters without spaces, '#', quotes or '\\' (slurmdbd.conf reads "
+                    "it unquoted)")
+    return None
