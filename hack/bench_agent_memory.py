@@ -33,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from slurmk8s import versions  # noqa: E402
+
 TOKEN = "bench-token-0123456789abcdef"
 #: Starts the child's lines for the parent (the agent logs to the same stdout).
 MARK = "bench-agent-memory: "
@@ -123,7 +125,7 @@ def measure(mode: str, jobs: int, env: dict) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, nargs="+", default=[10_000, 100_000])
-    p.add_argument("--release", default="26.05", help="whose squeue --json shape (tests/fixtures/slurm-json/)")
+    p.add_argument("--release", default=versions.DEFAULT, help="whose squeue --json shape (tests/fixtures/slurm-json/)")
     p.add_argument("--modes", nargs="+", default=["before", "after"], choices=["before", "after"])
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
