@@ -139,6 +139,44 @@ def test_what_makes_a_node_busy(pod, idle):
     assert (kinds(w.decide(POLICY, T0)) == ["RecordIdleSince"]) is idle
 
 
+def forged(name: str, node: str | None, namespace: str = "tenant", **kw) -> KubePod:
+    """A pod a tenant labels as if it were the bridge's lent slurmd."""
+    return gpu_pod(name, node, namespace=namespace, labels={COMPONENT_LABEL: SLURMD_COMPONENT}, **kw)
+
+
+@pytest.mark.parametrize("pod", [
+    forged("fake", "n1", gpus=0),                                     # another namespace, no GPU
+    forged(lent_slurmd("demo", "n1"), "n1", gpus=0),                  # the exact name, elsewhere
+    forged("fake", "n1", namespace="hpc", gpus=0),                    # the policy's namespace, another name
+    forged(lent_slurmd("other", "n1"), "n1", namespace="hpc", gpus=0),  # another cluster's name
+    forged(lent_slurmd("demo", "n2"), "n1", namespace="hpc", gpus=0),   # another node's name
+])
+def test_a_pod_labelled_lent_slurmd_by_a_tenant_does_not_keep_a_node_from_being_lent(pod):
+    w = World.of(nodes=[gpu_node("n1", annotations=IDLE)], pods=[pod])
+    assert kinds(w.decide(POLICY, T0)) == ["SetLendingState", "Taint", "CreateSlurmdPod"]
+
+
+def test_the_bridges_own_slurmd_pod_keeps_its_node_from_being_lent_again():
+    w = World.of(nodes=[gpu_node("n1", annotations=IDLE)], pods=[slurmd("n1", phase="Failed")])
+    assert kinds(w.decide(POLICY, T0)) == []
+
+
+@pytest.mark.parametrize("namespace", ["tenant", "hpc"])
+def test_a_pending_gpu_pod_labelled_lent_slurmd_still_takes_a_node_back(namespace):
+    w = lent_world("n1", pods=[forged(lent_slurmd("demo", "n2"), None, namespace=namespace, gpus=8)])
+    acts = w.decide(POLICY, T0)
+    assert [(a.node, a.reason) for a in of(acts, A.SetLendingState)] == [("n1", "demand")]
+
+
+def test_a_running_gpu_pod_labelled_lent_slurmd_holds_its_gpus():
+    """Its GPUs are not free for a pending pod: a lent node is taken back for it."""
+    k = gpu_node("k1", annotations=IDLE)
+    w = lent_world("n1", pods=[forged("fake", "k1", gpus=8), gpu_pod("want", None, gpus=8)])
+    w.nodes["k1"] = k
+    acts = w.decide(POLICY, T0)
+    assert [(a.node, a.reason) for a in of(acts, A.SetLendingState)] == [("n1", "demand")]
+
+
 def test_a_gpu_pod_clears_idle_since():
     w = World.of(nodes=[gpu_node("n1", annotations=IDLE)], pods=[gpu_pod("train", "n1")])
     assert kinds(w.decide(POLICY, T0)) == ["ClearIdleSince"]

@@ -102,8 +102,7 @@ def _round(world: World, plan: Plan) -> list[Action]:
     mine = [n for n in nodes if n.record.state is not None and n.record.policy == plan.key]
     selected = plan.select(nodes)
     kube = [n for n in selected if n.record.state is None]
-    busy = world.busy
-    idle = [n for n in kube if n.name not in busy]
+    idle = [n for n in kube if world.idle(n.name, plan.namespace, plan.cluster_name)]
 
     # Idle bookkeeping holds whatever Slurm says: it only reads pods.
     move.clear_idle(r, world, nodes)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from ..api.lending import may_lend
-from ..render import names
 from ..render.lent import UnlendableNode
 from .nodestate import LENDING
 from .observed import KubeNode, KubePod
@@ -41,7 +40,7 @@ _SERVING = frozenset({"idle", "mixed", "allocated"})
 def pod_of(world: World, plan: Plan, node: KubeNode) -> KubePod | None:
     """The node's lent slurmd pod, if it exists (named after the cluster it was lent to)."""
     cluster = node.record.cluster.split("/")[-1] if node.record.cluster else plan.cluster_name
-    return world.slurmd_pods.get((plan.namespace, names.lent_slurmd(cluster, node.name)))
+    return world.slurmd_pod(plan.namespace, cluster, node.name)
 
 
 def registered(world: World, plan: Plan, node: KubeNode) -> bool:
