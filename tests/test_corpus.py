@@ -54,6 +54,9 @@ accepted-and-unsafe
         (it would select every node that lacks some label);
     U13 a slurmd container without a memory limit of at least its request,
         or a memory-backed emptyDir (/dev/shm) without a sizeLimit;
+    U15 an accepted policy whose reclaim deadline is not an integer from 30
+        to 86400 s, or with the grace period over two days: the owner must
+        get its nodes back in a bounded time (issue 24, item 2);
     U14 a job_submit.lua whose code (its lines that are not comments) differs
         from the template's: only its comments may name the cluster.
 accepted-and-safe
@@ -427,6 +430,11 @@ def classify(case: Case) -> tuple[str, str]:
                 raise Unsafe(f"U11 partition {obj.spec.partition!r}")
             if obj.spec.node_selector.matches({}):
                 raise Unsafe(f"U12 nodeSelector {obj.spec.node_selector.dump()} matches a node with no labels")
+            r = obj.spec.reclaim
+            if not (isinstance(r.deadline_seconds, int) and 30 <= r.deadline_seconds <= 86400
+                    and r.grace_period_seconds + r.deadline_seconds <= 2 * 86400):
+                raise Unsafe(f"U15 reclaim deadline {r.deadline_seconds!r} (grace {r.grace_period_seconds}) is not "
+                             "bounded: a borrower could keep a node")
         else:
             _render(obj)
         return "accepted-and-safe", ""
