@@ -1055,3 +1055,15 @@ def test_a_full_cycle_lend_run_a_job_reclaim_checkpoint_requeue_return():
     w.pods[("apps", "burst")] = gpu_pod("burst", "n1", gpus=8)
     settle(w, POLICY, now, rounds=3)
     assert w.nodes["n1"].annotations == {}
+
+
+def test_a_down_owed_by_a_deleted_policy_is_still_settled():
+    """The policy that took the node back is gone: a round for it still sets
+    the DOWN (its cluster exists) or drops the obligation (it does not)."""
+    owed = gpu_node("n1", annotations={"slurmk8s.dev/down-owed": "hpc/demo", "slurmk8s.dev/down-owed-policy": "hpc/lend"})
+    [gone] = orphaned_policies([owed], existing=[])
+    assert gone == PolicyGone("hpc", "lend", "hpc/demo")
+    w = World.of(nodes=[owed], snodes=[slurm_node("n1", state="mixed")], jobs=[job(1, "n1")])
+    assert kinds(w.decide(gone, T0)) == ["DownSlurmNode", "ClearDownOwed"]
+    w.cluster = None
+    assert kinds(w.decide(gone, T0)) == ["ClearDownOwed"]

@@ -276,5 +276,9 @@ def orphaned_policies(nodes: Iterable[KubeNode], existing: Iterable[str]) -> lis
     alive = set(existing)
     gone = sorted({(n.record.policy, n.record.cluster) for n in nodes
                    if n.record.state is not None and n.record.policy and n.record.cluster
-                   and n.record.policy not in alive})
+                   and n.record.policy not in alive}
+                  # and nodes that still owe a DOWN to the cluster of a policy now gone
+                  | {(n.record.down_owed_policy, n.record.down_owed) for n in nodes
+                     if n.record.down_owed and n.record.down_owed_policy
+                     and n.record.down_owed_policy not in alive})
     return [PolicyGone(*key.split("/", 1), cluster) for key, cluster in gone if "/" in key]
