@@ -26,6 +26,7 @@ from slurmk8s.bridge.patches import NODE_PATCH_ACTIONS, node_patch
 from slurmk8s.bridge.patches import applied as patched  # noqa: F401 (the tests name it so)
 from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.simulate import slurmrules
+from slurmk8s.render.names import lent_slurmd
 from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node
 
 T0 = datetime(2025, 3, 3, 12, 0, 0, tzinfo=timezone.utc)  # a Monday
@@ -218,9 +219,12 @@ class World:
         for key, pod in list(self.pods.items()):
             if pod.deleting:
                 del self.pods[key]
-            elif pod.labels.get(COMPONENT_LABEL) == SLURMD_COMPONENT and pod.phase == "Pending":
+            elif pod.labels.get(COMPONENT_LABEL) == SLURMD_COMPONENT and pod.phase == "Pending" and pod.node:
                 self.pods[key] = replace(pod, phase="Running")
-                if pod.node not in self.snodes and self.cluster is not None:
+                # Only the bridge's own pod runs a slurmd with the cluster's
+                # munge key (a tenant's pod with that label registers nothing).
+                if (pod.node not in self.snodes and self.cluster is not None
+                        and key == (self.cluster.namespace, lent_slurmd(self.cluster.name, pod.node))):
                     self.snodes[pod.node] = slurm_node(pod.node)
         for j in list(self.jobs.values()):
             if j.state == "COMPLETING":

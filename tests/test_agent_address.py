@@ -4,6 +4,7 @@ from spec.clusterDomain could send the token to someone else's host)."""
 
 from __future__ import annotations
 
+import socket
 import urllib.request
 
 import pytest
@@ -30,7 +31,12 @@ def no_network(monkeypatch):
         sent.append(getattr(request, "full_url", request))
         raise AssertionError(f"a request was sent to {sent[-1]}")
 
+    def connect(address, *args, **kwargs):
+        sent.append(address)
+        raise AssertionError(f"a connection was opened to {address}")
+
     monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(socket, "create_connection", connect)
     return sent
 
 

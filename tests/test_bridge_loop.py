@@ -235,3 +235,67 @@ def test_with_idle_after_zero_a_node_first_seen_idle_is_lent_by_the_follow_up_ro
         stop.set()
         thread.join(timeout=5)
         bridge.view.close()
+
+
+def test_a_cluster_whose_agent_hangs_does_not_delay_another_policys_lending_and_reclaiming(world):
+    """Issue 24, item 2: one policy's broken Slurm must not hold up the
+    others. Policy a-slow (decided first, by name) lends to a cluster whose
+    agent never answers; policy lend's lend and reclaim still happen at once."""
+    import threading
+    import time
+
+    cluster, listing, memory = world
+    custom = cluster.custom
+    custom.create_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "slurmclusters", {
+        "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster", "metadata": {"name": "slow"},
+        "spec": {"partitions": [{"name": "gpu", "acceptLentNodes": True}]}})
+    cluster.core.create_namespaced_secret("default", {"metadata": {"name": "slow-agent-token"},
+                                                      "data": {"token": base64.b64encode(b"s" * 32).decode()}})
+    custom.create_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies", {
+        "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "NodeLendingPolicy", "metadata": {"name": "a-slow"},
+        "spec": {"clusterRef": {"name": "slow"}, "partition": "gpu", "nodeSelector": {"matchLabels": {"pool": "slow"}}}})
+    released = threading.Event()
+
+    class Hanging(Facade):
+        def nodes(self):
+            released.wait(20)  # an agent that accepts and never answers
+            raise RuntimeError("no answer")
+
+    def agent(c, token, pod):
+        return Hanging(memory) if c.name == "slow" else Facade(memory)
+
+    kube = listing.kube
+    bridge = Bridge(kube, agent=agent, clock=lambda: NOW, slurm_timeout=2)
+    patched: list[tuple[float, str]] = []
+    patch = kube.patch
+
+    def recording(kind, namespace, name, body, **kw):
+        patched.append((time.monotonic(), name))
+        return patch(kind, namespace, name, body, **kw)
+
+    kube.patch = recording
+    try:
+        idle_node(cluster, "gpu-a")
+        started = time.monotonic()
+        report = bridge.round()
+        assert not report.failed, report
+        first = min(t for t, name in patched if name == "gpu-a")
+        assert first - started < 1.0, first - started  # lent at once, not after the hanging agent
+        assert cluster.core.read_node("gpu-a").metadata.labels[STATE_LABEL] == "lending"
+        # The next rounds do not wait for the agent still hanging at all.
+        cluster.report_running("default", "demo-lent-gpu-a")
+        memory.register("gpu-a")
+        started = time.monotonic()
+        bridge.round()
+        assert time.monotonic() - started < 1.0
+        assert cluster.core.read_node("gpu-a").metadata.labels[STATE_LABEL] == "lent"
+        custom.patch_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies",
+                                              "lend", {"spec": {"maxLentNodes": 0}})
+        started = time.monotonic()
+        bridge.round()
+        assert time.monotonic() - started < 1.0
+        assert STATE_LABEL not in (cluster.core.read_node("gpu-a").metadata.labels or {})
+    finally:
+        released.set()
+        kube.patch = patch
+        bridge.close()

@@ -21,7 +21,7 @@ crashed
     Any other exception while loading or rendering, or a refusal that
     breaks the rules above.
 accepted-and-unsafe
-    Loaded and rendered, and one of these holds (U1-U19; a policy renders
+    Loaded and rendered, and one of these holds (U1-U20; a policy renders
     nothing alone, so U10 and U11 apply to it):
 
     U1  a rendered config file has an unprintable character other than the
@@ -71,9 +71,12 @@ accepted-and-unsafe
         NoExecute);
     U19 a StorageHost that inet_aton reads as a loopback, link-local,
         unspecified or multicast address; a DefMemPerCPU over 2^63 - 1 or a
-        time limit over 2^31 - 1 seconds in slurm.conf.
+        time limit over 2^31 - 1 seconds in slurm.conf;
+    U20 an accepted policy whose reclaim deadline is not an integer from 30
+        to 86400 s, or with the grace period over two days: the owner must
+        get its nodes back in a bounded time (issue 24, item 2).
 accepted-and-safe
-    Loaded, rendered, and none of U1-U19.
+    Loaded, rendered, and none of U1-U20.
 """
 
 from __future__ import annotations
@@ -535,6 +538,11 @@ def classify(case: Case) -> tuple[str, str]:
                 raise Unsafe(f"U11 partition {obj.spec.partition!r}")
             if obj.spec.node_selector.matches({}):
                 raise Unsafe(f"U12 nodeSelector {obj.spec.node_selector.dump()} matches a node with no labels")
+            r = obj.spec.reclaim
+            if not (isinstance(r.deadline_seconds, int) and 30 <= r.deadline_seconds <= 86400
+                    and r.grace_period_seconds + r.deadline_seconds <= 2 * 86400):
+                raise Unsafe(f"U20 reclaim deadline {r.deadline_seconds!r} (grace {r.grace_period_seconds}) is not "
+                             "bounded: a borrower could keep a node")
         else:
             _render(obj)
         return "accepted-and-safe", ""

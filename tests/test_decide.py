@@ -139,6 +139,44 @@ def test_what_makes_a_node_busy(pod, idle):
     assert (kinds(w.decide(POLICY, T0)) == ["RecordIdleSince"]) is idle
 
 
+def forged(name: str, node: str | None, namespace: str = "tenant", **kw) -> KubePod:
+    """A pod a tenant labels as if it were the bridge's lent slurmd."""
+    return gpu_pod(name, node, namespace=namespace, labels={COMPONENT_LABEL: SLURMD_COMPONENT}, **kw)
+
+
+@pytest.mark.parametrize("pod", [
+    forged("fake", "n1", gpus=0),                                     # another namespace, no GPU
+    forged(lent_slurmd("demo", "n1"), "n1", gpus=0),                  # the exact name, elsewhere
+    forged("fake", "n1", namespace="hpc", gpus=0),                    # the policy's namespace, another name
+    forged(lent_slurmd("other", "n1"), "n1", namespace="hpc", gpus=0),  # another cluster's name
+    forged(lent_slurmd("demo", "n2"), "n1", namespace="hpc", gpus=0),   # another node's name
+])
+def test_a_pod_labelled_lent_slurmd_by_a_tenant_does_not_keep_a_node_from_being_lent(pod):
+    w = World.of(nodes=[gpu_node("n1", annotations=IDLE)], pods=[pod])
+    assert kinds(w.decide(POLICY, T0)) == ["SetLendingState", "Taint", "CreateSlurmdPod"]
+
+
+def test_the_bridges_own_slurmd_pod_keeps_its_node_from_being_lent_again():
+    w = World.of(nodes=[gpu_node("n1", annotations=IDLE)], pods=[slurmd("n1", phase="Failed")])
+    assert kinds(w.decide(POLICY, T0)) == []
+
+
+@pytest.mark.parametrize("namespace", ["tenant", "hpc"])
+def test_a_pending_gpu_pod_labelled_lent_slurmd_still_takes_a_node_back(namespace):
+    w = lent_world("n1", pods=[forged(lent_slurmd("demo", "n2"), None, namespace=namespace, gpus=8)])
+    acts = w.decide(POLICY, T0)
+    assert [(a.node, a.reason) for a in of(acts, A.SetLendingState)] == [("n1", "demand")]
+
+
+def test_a_running_gpu_pod_labelled_lent_slurmd_holds_its_gpus():
+    """Its GPUs are not free for a pending pod: a lent node is taken back for it."""
+    k = gpu_node("k1", annotations=IDLE)
+    w = lent_world("n1", pods=[forged("fake", "k1", gpus=8), gpu_pod("want", None, gpus=8)])
+    w.nodes["k1"] = k
+    acts = w.decide(POLICY, T0)
+    assert [(a.node, a.reason) for a in of(acts, A.SetLendingState)] == [("n1", "demand")]
+
+
 def test_a_gpu_pod_clears_idle_since():
     w = World.of(nodes=[gpu_node("n1", annotations=IDLE)], pods=[gpu_pod("train", "n1")])
     assert kinds(w.decide(POLICY, T0)) == ["ClearIdleSince"]
@@ -552,7 +590,8 @@ def test_ending_jobs_are_waited_for():
     w = World.of(nodes=[reclaiming_node("n1", signalled=T0)], pods=[slurmd("n1")],
                  snodes=[drained(slurm_node("n1", state="mixed", flags={"COMPLETING"}))],
                  jobs=[job(1, "n1", state="COMPLETING")])
-    assert kinds(w.decide(POLICY, T0 + timedelta(hours=1))) == []
+    # (until the reclaim deadline: tests below)
+    assert kinds(w.decide(POLICY, T0 + timedelta(minutes=5))) == []
 
 
 def test_once_its_jobs_are_gone_the_node_goes_back_to_kubernetes():
@@ -717,8 +756,129 @@ def test_when_slurm_cannot_be_read_nothing_that_depends_on_it_changes():
 def test_an_unreadable_job_node_list_counts_as_unknown_slurm():
     w = lent_world("n1", jobs=[job(1, "n[1-")], pods=[gpu_pod("want", None, gpus=8)])
     acts = w.decide(POLICY, T0)
-    assert kinds(acts) == []
+    # The pending pod's claim starts the reclaim (on the record only); nothing else moves.
+    assert kinds(acts) == ["SetLendingState"]
+    assert only(acts, A.SetLendingState).reason == "demand"
     assert "job 1's node list could not be read" in status(acts).conditions[0].message
+
+
+# -- the owner always gets its nodes back: the reclaim deadline ------------------------------
+
+DEADLINE = POLICY.spec.reclaim.grace_period_seconds + POLICY.spec.reclaim.deadline_seconds
+HAND_BACK = ["RecordDownOwed", "DeleteSlurmdPod", "Untaint", "ClearLending"]
+
+
+def test_the_deadline_has_a_safe_default_and_bounds():
+    assert POLICY.spec.reclaim.deadline_seconds == 600
+    assert DEFAULT_RECLAIM.deadline_seconds == 600
+
+
+def owner_claims():
+    """Each way the node's owner asks for it back, as a change to a lent world."""
+    def withdraw(w):
+        w.nodes["n1"] = replace(w.nodes["n1"], labels={**w.nodes["n1"].labels, "slurmk8s.dev/lendable-to": "other"})
+
+    def cordon(w):
+        w.nodes["n1"] = replace(w.nodes["n1"], unschedulable=True)
+
+    def demand(w):
+        w.pods[("apps", "want")] = gpu_pod("want", None, gpus=8)
+    return [("withdrawn", withdraw, POLICY), ("cordoned", cordon, POLICY), ("demand", demand, POLICY),
+            ("policy-gone", lambda w: None, PolicyGone("hpc", "lend", "hpc/demo"))]
+
+
+@pytest.mark.parametrize("reason,claim,pol", owner_claims(), ids=[c[0] for c in owner_claims()])
+@pytest.mark.parametrize("borrower", ["unreachable", "lying"])
+def test_a_borrower_whose_slurm_is_unreachable_or_lying_loses_the_node_within_grace_plus_the_deadline(
+        reason, claim, pol, borrower):
+    """Issue 24, item 2: the owner's claim wins after a bounded time. A job
+    that never ends (Slurm lies) or no answer at all keeps the node only
+    until gracePeriodSeconds + deadlineSeconds after the reclaim began."""
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    claim(w)
+    if borrower == "unreachable":
+        w.slurm_known = False
+    now, began, returned = T0, None, None
+    while now <= T0 + timedelta(seconds=DEADLINE + 120):
+        acts = w.decide(pol, now)
+        for a in of(acts, A.SetLendingState):
+            assert a.state == RECLAIMING and a.reason == reason
+            began = began or a.since
+        w.apply([a for a in acts if not isinstance(a, (A.Event, A.PolicyStatus))])
+        if borrower == "lying":  # the job never ends, whatever it is told
+            w.jobs[1] = job(1, "n1")
+        if STATE_LABEL not in w.nodes["n1"].labels:
+            returned = now
+            break
+        now += timedelta(seconds=10)
+    assert began == T0, "the claim starts the reclaim at once, Slurm or not"
+    assert returned is not None and returned - began <= timedelta(seconds=DEADLINE + 10), returned
+    node = w.nodes["n1"]
+    assert not node.taints and w.pods[("hpc", lent_slurmd("demo", "n1"))].deleting
+    assert ("warning", "ReclaimDeadline") in {(e.type.lower(), e.reason) for e in of(acts, A.Event)}
+    if borrower == "lying":
+        # Slurm answers: the node is set DOWN at once (which ends the job), nothing is owed.
+        assert only(acts, A.DownSlurmNode).node == "n1"
+        assert node.record.down_owed is None
+    else:
+        assert not of(acts, A.DownSlurmNode)
+        assert node.record.down_owed == "hpc/demo"
+        if isinstance(pol, PolicyGone):
+            return
+        assert status(acts).down_owed == ["n1"]
+        # Slurm answers again, maybe after a restart of the bridge: the DOWN is set, once.
+        w.slurm_known = True
+        later = w.decide(pol, now + timedelta(hours=1))
+        assert kinds(later)[:2] == ["DownSlurmNode", "ClearDownOwed"]
+        assert only(later, A.DownSlurmNode).reason.startswith("taken back by Kubernetes")
+        w.apply(later)
+        assert w.nodes["n1"].record.down_owed is None
+        assert not of(w.decide(pol, now + timedelta(hours=1)), A.DownSlurmNode)
+
+
+def test_before_the_deadline_an_unknown_slurm_still_means_wait():
+    w = World.of(nodes=[reclaiming_node("n1", signalled=T0 - timedelta(seconds=290))], pods=[slurmd("n1")],
+                 snodes=[drained(slurm_node("n1", state="mixed"))], jobs=[job(1, "n1")])
+    w.slurm_known = False
+    since = w.nodes["n1"].record.since
+    assert kinds(w.decide(POLICY, since + timedelta(seconds=DEADLINE - 1))) == []
+    assert kinds(w.decide(POLICY, since + timedelta(seconds=DEADLINE)))[:4] == HAND_BACK
+
+
+def test_without_a_claim_an_unreadable_slurm_keeps_its_nodes():
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    w.slurm_known = False
+    assert kinds(w.decide(POLICY, T0 + timedelta(days=2))) == []
+
+
+def test_the_deadline_is_the_policys():
+    pol = policy(reclaim={"gracePeriodSeconds": 30, "deadlineSeconds": 60})
+    w = World.of(nodes=[reclaiming_node("n1")], pods=[slurmd("n1")], snodes=[slurm_node("n1", state="mixed")],
+                 jobs=[job(1, "n1")])
+    since = w.nodes["n1"].record.since
+    assert "RecordDownOwed" not in kinds(w.decide(pol, since + timedelta(seconds=89)))
+    assert kinds(w.decide(pol, since + timedelta(seconds=90)))[:4] == HAND_BACK
+
+
+def test_a_node_lent_to_a_cluster_the_policy_no_longer_names_is_still_taken_back():
+    """A borrower that points clusterRef elsewhere stops its old cluster's
+    Slurm from being read; its owner still gets the node back."""
+    pol = policy(clusterRef={"name": "other"})
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    w.nodes["n1"] = replace(w.nodes["n1"], unschedulable=True)
+    acts = w.decide(pol, T0)
+    assert [(a.reason, a.cluster) for a in of(acts, A.SetLendingState)] == [("cordoned", "hpc/demo")]
+    w.apply(acts)
+    acts = w.decide(pol, T0 + timedelta(seconds=DEADLINE))
+    assert kinds(acts)[:4] == HAND_BACK
+    assert only(acts, A.RecordDownOwed).cluster == "hpc/demo"
+
+
+def test_a_missing_cluster_does_not_keep_nodes_from_their_owner():
+    pol = policy(clusterRef={"name": "typo"})
+    w = lent_world("n1", pods=[gpu_pod("want", None, gpus=8)], cluster=None)
+    acts = w.decide(pol, T0)
+    assert [a.reason for a in of(acts, A.SetLendingState)] == ["demand"]
 
 
 def test_an_admin_drain_is_left_alone_and_reported():
@@ -895,3 +1055,15 @@ def test_a_full_cycle_lend_run_a_job_reclaim_checkpoint_requeue_return():
     w.pods[("apps", "burst")] = gpu_pod("burst", "n1", gpus=8)
     settle(w, POLICY, now, rounds=3)
     assert w.nodes["n1"].annotations == {}
+
+
+def test_a_down_owed_by_a_deleted_policy_is_still_settled():
+    """The policy that took the node back is gone: a round for it still sets
+    the DOWN (its cluster exists) or drops the obligation (it does not)."""
+    owed = gpu_node("n1", annotations={"slurmk8s.dev/down-owed": "hpc/demo", "slurmk8s.dev/down-owed-policy": "hpc/lend"})
+    [gone] = orphaned_policies([owed], existing=[])
+    assert gone == PolicyGone("hpc", "lend", "hpc/demo")
+    w = World.of(nodes=[owed], snodes=[slurm_node("n1", state="mixed")], jobs=[job(1, "n1")])
+    assert kinds(w.decide(gone, T0)) == ["DownSlurmNode", "ClearDownOwed"]
+    w.cluster = None
+    assert kinds(w.decide(gone, T0)) == ["ClearDownOwed"]

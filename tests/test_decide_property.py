@@ -4,6 +4,7 @@ same end state as one that was not."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +14,8 @@ from slurmk8s.api.lending import LENDABLE_TO_LABEL, NodeLendingPolicy
 from slurmk8s.bridge import actions as A
 from slurmk8s.bridge.nodestate import (
     COMPONENT_LABEL,
+    DOWN_OWED_ANNOTATION,
+    DOWN_OWED_POLICY_ANNOTATION,
     FORCED_ANNOTATION,
     IDLE_SINCE_ANNOTATION,
     JOBS_ANNOTATION,
@@ -52,6 +55,7 @@ def policies(draw):
         spec["windows"] = [{"start": draw(st.sampled_from(["08:00", "11:00", "13:00"])),
                             "end": draw(st.sampled_from(["12:30", "18:00", "02:00"]))}]
     reclaim = {"gracePeriodSeconds": draw(st.sampled_from([0, 30, 90])),
+               "deadlineSeconds": draw(st.sampled_from([30, 300, 600])),
                "jobAction": draw(st.sampled_from(["requeue", "cancel"])),
                "signal": draw(st.sampled_from(["USR1", "TERM"]))}
     choice = draw(st.integers(0, 2))
@@ -100,6 +104,10 @@ def worlds(draw):
                 taints = (NodeTaint(TAINT_KEY, "demo", TAINT_EFFECT),)
         elif draw(st.booleans()):
             annotations[IDLE_SINCE_ANNOTATION] = format_time(now - timedelta(seconds=draw(st.integers(0, 300))))
+        if draw(st.integers(0, 7)) == 0:
+            # Taken back past a reclaim deadline: its Slurm node still to be set DOWN.
+            annotations[DOWN_OWED_ANNOTATION] = draw(st.sampled_from(["hpc/demo", "hpc/other"]))
+            annotations[DOWN_OWED_POLICY_ANNOTATION] = pol.key
         ready = draw(st.integers(0, 11)) > 0
         not_ready_since = None
         if not ready and draw(st.integers(0, 3)):
@@ -122,6 +130,12 @@ def worlds(draw):
                 "hpc", pod_name, node=name,
                 phase=draw(st.sampled_from(["Running", "Running", "Running", "Pending", "Failed"])),
                 gpus=8, labels={COMPONENT_LABEL: SLURMD_COMPONENT}, deleting=draw(st.integers(0, 7)) == 0)
+        # A tenant's pod that carries the lent slurmd label (issue 24, item 8).
+        if draw(st.integers(0, 7)) == 0:
+            w.pods[("tenant", f"forged-{name}")] = KubePod(
+                "tenant", lent_slurmd("demo", name), node=draw(st.sampled_from([name, None])),
+                phase=draw(st.sampled_from(["Running", "Pending"])), gpus=draw(st.sampled_from([0, 8])),
+                unschedulable=True, labels={COMPONENT_LABEL: SLURMD_COMPONENT})
         # Its Slurm node, in some state: usually there on lent nodes.
         if draw(st.integers(0, 5)) > 0 if state in (LENT, RECLAIMING) else \
                 draw(st.booleans()) if state == LENDING else draw(st.integers(0, 3)) == 0:
@@ -167,27 +181,49 @@ def kube_selected(w: World) -> int:
                and n.labels.get(LENDABLE_TO_LABEL) == "hpc")
 
 
+def reclaim_of(pol):
+    return pol.spec.reclaim if isinstance(pol, NodeLendingPolicy) else DEFAULT_RECLAIM
+
+
+def overdue(w: World, pol, now, node: str) -> bool:
+    """Reclaiming for longer than gracePeriodSeconds + deadlineSeconds: the
+    node goes back whatever Slurm says (issue 24, item 2)."""
+    n = w.nodes[node]
+    rec, spec = n.record, reclaim_of(pol)
+    return (rec.state == RECLAIMING and rec.since is not None
+            and now - rec.since >= timedelta(seconds=spec.grace_period_seconds + spec.deadline_seconds))
+
+
 @SETTINGS
 @given(worlds())
 def test_unknown_slurm_means_no_destructive_action(case):
+    """Nothing that touches Slurm, nothing lent; the owner's claims may start
+    a reclaim (the record only), and only a reclaim past its deadline hands
+    a node back."""
     w, pol, now = case
     w.slurm_known = False
     if w.cluster is None:
         w.cluster = cluster()
     acts = w.decide(pol, now)
-    bad = [a for a in acts if isinstance(a, (*A.DESTRUCTIVE_ACTIONS, A.SetLendingState, A.CreateSlurmdPod))]
-    assert bad == []
+    for a in acts:
+        if isinstance(a, A.SetLendingState):
+            assert a.state == RECLAIMING and a.reason in ("withdrawn", "cordoned", "demand", "policy-gone"), a
+        elif isinstance(a, (A.DeleteSlurmdPod, A.Untaint, A.ClearLending, A.RecordDownOwed)):
+            assert overdue(w, pol, now, a.node), (a, w.summary())
+        else:
+            assert not isinstance(a, (*A.DESTRUCTIVE_ACTIONS, A.CreateSlurmdPod, A.ClearDownOwed)), a
 
 
 @SETTINGS
 @given(worlds())
 def test_a_node_is_set_down_only_when_its_slurmd_is_gone_or_it_is_lost(case):
     """A blip must not end a job: DOWN (which ends every job there) only for
-    a node whose slurmd pod is gone, or one Kubernetes has reported not
-    Ready for notReadyTimeoutSeconds while Slurm reports it NOT_RESPONDING."""
+    a node whose slurmd pod is gone, one Kubernetes has reported not Ready
+    for notReadyTimeoutSeconds while Slurm reports it NOT_RESPONDING, or one
+    taken back past its reclaim deadline."""
     w, pol, now = case
     acts = w.decide(pol, now)
-    timeout = (pol.spec.reclaim if isinstance(pol, NodeLendingPolicy) else DEFAULT_RECLAIM).not_ready_timeout_seconds
+    timeout = reclaim_of(pol).not_ready_timeout_seconds
     for a in acts:
         if not isinstance(a, A.DownSlurmNode):
             continue
@@ -197,20 +233,53 @@ def test_a_node_is_set_down_only_when_its_slurmd_is_gone_or_it_is_lost(case):
         snode = w.snodes.get(a.node)
         lost = (not node.ready and node.not_ready_since is not None and snode is not None
                 and "NOT_RESPONDING" in snode.flags and now - node.not_ready_since >= timedelta(seconds=timeout))
-        assert reason == "slurmd-lost" or lost, (a, reason, node)
+        owed = node.record.down_owed == a.cluster or overdue(w, pol, now, a.node)
+        assert reason == "slurmd-lost" or lost or owed, (a, reason, node)
 
 
 @SETTINGS
 @given(worlds())
 def test_no_node_with_slurm_jobs_is_untainted_or_handed_back(case):
+    """...before its reclaim deadline."""
     w, pol, now = case
     if w.cluster is None:
         return  # no cluster, no Slurm: nothing can run there (covered elsewhere)
     acts = w.decide(pol, now)
     for a in acts:
-        if isinstance(a, (A.Untaint, A.ClearLending)):
+        if isinstance(a, (A.Untaint, A.ClearLending)) and not overdue(w, pol, now, a.node):
             assert w.slurm_known
             assert w.active_jobs(a.node) == [], (a, w.active_jobs(a.node))
+
+
+@SETTINGS
+@given(worlds(), st.integers(0, 3))
+def test_no_node_stays_held_past_grace_plus_deadline_when_its_owner_wants_it_back(case, lie):
+    """Whatever the borrower's Slurm does (answers, does not, or shows jobs
+    that never end), a node its owner wants back (withdrawn, cordoned, the
+    policy deleted, or in reclaim already) is Kubernetes' again within
+    gracePeriodSeconds + deadlineSeconds (and a round) of the claim."""
+    w, pol, now = case
+    if w.cluster is None:
+        return  # handed back at once (cluster-gone)
+    mine = [n for n in w.nodes.values() if n.record.state in (LENDING, LENT, RECLAIMING)
+            and n.record.policy == pol.key]
+    wanted = {n.name for n in mine if n.record.state == RECLAIMING or n.unschedulable or isinstance(pol, PolicyGone)
+              or n.labels.get(LENDABLE_TO_LABEL) != pol.namespace}
+    spec = reclaim_of(pol)
+    end = now + timedelta(seconds=spec.grace_period_seconds + spec.deadline_seconds + 30)
+    t = now
+    back: set[str] = set()
+    while t <= end:
+        w.apply(w.decide(pol, t))
+        back |= {n for n in wanted if w.nodes[n].record.state is None}  # (it may be lent again later)
+        if lie:  # every job shown stays RUNNING, whatever it was told
+            w.jobs = {k: replace(j, state="RUNNING") for k, j in w.jobs.items()}
+        if lie == 3:
+            w.slurm_known = False
+        w.step()
+        t += timedelta(seconds=30)
+    still = sorted(wanted - back)
+    assert still == [], (still, w.summary())
 
 
 @SETTINGS

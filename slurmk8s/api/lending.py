@@ -179,6 +179,13 @@ class ReclaimSpec(ApiModel):
     """What happens to jobs still running when the grace period is over:
     requeue (eligible to start again at once, elsewhere) or cancel. Jobs
     submitted with --no-requeue are cancelled either way."""
+    deadline_seconds: int = Field(600, ge=30, le=86400)
+    """How long the borrower's Slurm has, after the grace period, to give a
+    reclaimed node back. Past gracePeriodSeconds + deadlineSeconds since the
+    reclaim began, the node goes back to Kubernetes whatever Slurm says, or
+    if it does not answer at all: its slurmd pod is deleted, the node
+    untainted, and its Slurm node set DOWN once Slurm answers again (which
+    ends and requeues what still runs there)."""
     not_ready_timeout_seconds: int = Field(300, ge=0, le=86400)
     """How long Kubernetes must have reported a lent node not Ready (NotReady
     or Unknown) before the bridge sets its Slurm node DOWN, which ends its
@@ -254,6 +261,9 @@ class NodeLendingPolicyStatus(ApiModel):
     """Nodes this policy holds for Slurm (lending, lent or reclaiming), by name."""
     counts: LendingCounts = LendingCounts()
     """Nodes by lending state."""
+    down_owed: list[str] = Field(default_factory=list)
+    """Nodes Kubernetes took back past the reclaim deadline (reclaim.deadlineSeconds)
+    whose Slurm node is still to be set DOWN, once Slurm answers again."""
 
 
 class PolicyMeta(ObjectMeta):

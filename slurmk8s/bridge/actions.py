@@ -21,7 +21,7 @@ from ..api.lending import NodeLendingPolicyStatus
 
 __all__ = [
     "SetLendingState", "ClearLending", "RecordIdleSince", "ClearIdleSince", "RecordSignalled",
-    "RecordForced", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "DrainSlurmNode", "DownSlurmNode",
+    "RecordForced", "RecordDownOwed", "ClearDownOwed", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "DrainSlurmNode", "DownSlurmNode",
     "SignalJobs", "RequeueJobs", "StartJobsNow", "CancelJobs", "DeleteSlurmNode", "Event", "PolicyStatus",
     "Action", "NodeAction", "DESTRUCTIVE_ACTIONS", "node_of",
 ]
@@ -87,6 +87,25 @@ class RecordForced:
 
     node: str
     at: datetime
+
+
+@dataclass(frozen=True)
+class RecordDownOwed:
+    """Annotate ``slurmk8s.dev/down-owed=<cluster>`` (and the policy): the node
+    is taken back past the reclaim deadline, and that SlurmCluster must still
+    set it DOWN. ClearLending keeps it; the loop counts it
+    (``slurmk8s_bridge_reclaims_overdue_total``)."""
+
+    node: str
+    cluster: str
+    policy: str
+
+
+@dataclass(frozen=True)
+class ClearDownOwed:
+    """Remove ``slurmk8s.dev/down-owed``: Slurm set the node DOWN (or has no such node)."""
+
+    node: str
 
 
 @dataclass(frozen=True)
@@ -239,7 +258,7 @@ class PolicyStatus:
 
 NodeAction = Union[
     SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordSignalled, RecordForced,
-    Taint, Untaint, CreateSlurmdPod, DeleteSlurmdPod, DrainSlurmNode, DownSlurmNode, SignalJobs, RequeueJobs,
+    RecordDownOwed, ClearDownOwed, Taint, Untaint, CreateSlurmdPod, DeleteSlurmdPod, DrainSlurmNode, DownSlurmNode, SignalJobs, RequeueJobs,
     StartJobsNow, CancelJobs, DeleteSlurmNode,
 ]
 Action = Union[NodeAction, Event, PolicyStatus]

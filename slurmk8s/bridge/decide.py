@@ -23,8 +23,11 @@ and the policy's selection are remembered between calls on the identity of
 unchanged inputs (:mod:`.memo`), which changes no answer.
 
 Safety rules, each enforced in those modules:
-- Slurm could not be read: nothing that depends on Slurm changes (fail closed).
-- A node goes back to Kubernetes (untaint) only when Slurm shows no job on it.
+- Slurm could not be read: nothing that depends on Slurm changes (fail closed),
+  except the owner's claims, which start a reclaim (:mod:`.deadline`).
+- A node goes back to Kubernetes (untaint) only when Slurm shows no job on it,
+  or when its reclaim is past gracePeriodSeconds + reclaim.deadlineSeconds
+  (:mod:`.deadline`): the owner always gets its nodes back.
 - Drains are set only with the facade's ``slurmk8s:`` prefix and never
   cleared; a node an administrator drained keeps its drain and is reported.
 - Lending never takes the policy past maxLentNodes or below minKubernetesNodes.
@@ -40,6 +43,7 @@ from typing import Iterable
 
 from ..api.cluster import SlurmCluster
 from ..api.lending import NodeLendingPolicy
+from . import deadline
 from . import transitions as move
 from .actions import Action
 from .choose import choose_to_lend, idle_candidates, over_cap, reclaim_order, short_of_minimum
@@ -49,8 +53,8 @@ from .observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, Observed, Pol
 from .placement import cover_demand
 from .plan import Plan, Round
 from .problems import policy_problem
-from .reasons import DEFAULT_RECLAIM, DEFAULT_REGISTRATION_TIMEOUT, DEMAND, FAILURES, FORCE_RETRY_SECONDS, LIMITS, \
-    REASONS
+from .reasons import DEFAULT_RECLAIM, DEFAULT_REGISTRATION_TIMEOUT, DEMAND, FAILURES, \
+    FORCE_RETRY_SECONDS, LIMITS, REASONS
 from .status import invalid_policy_status, policy_status
 from .verdicts import failure, must_go, withdrawn
 from .windows import in_window
@@ -102,8 +106,7 @@ def _round(world: World, plan: Plan) -> list[Action]:
     mine = [n for n in nodes if n.record.state is not None and n.record.policy == plan.key]
     selected = plan.select(nodes)
     kube = [n for n in selected if n.record.state is None]
-    busy = world.busy
-    idle = [n for n in kube if n.name not in busy]
+    idle = [n for n in kube if world.idle(n.name, plan.namespace, plan.cluster_name)]
 
     # Idle bookkeeping holds whatever Slurm says: it only reads pods.
     move.clear_idle(r, world, nodes)
@@ -113,17 +116,21 @@ def _round(world: World, plan: Plan) -> list[Action]:
 
     lending: set[str] = set()
     if plan.cluster is None and policy is not None:
-        # Maybe a typo in clusterRef: report it, and leave the nodes as they are.
-        _hold_all(r, mine)
+        # Maybe a typo in clusterRef: report it; the nodes wait, but only
+        # until the owner's claims meet the reclaim deadline.
+        _without_slurm(r, world, plan, mine, kube)
     elif plan.cluster is None:
+        deadline.release_owed(r, plan, nodes)
         _release_all(r, world, plan, mine)
     elif not world.slurm_known:
-        _hold_all(r, mine)
+        _without_slurm(r, world, plan, mine, kube)
     else:
         lending = _move_nodes(r, world, plan, mine, selected, kube, idle, problem, window_open)
+        deadline.settle(r, world, plan, nodes)
     move.record_idle(r, plan, idle, lending)
     kubernetes = len(kube) - len(lending) + _returned(r, plan, mine)
-    return r.actions + policy_status(plan, r, len(selected), kubernetes, problem, window_open)
+    return r.actions + policy_status(plan, r, len(selected), kubernetes, problem, window_open,
+                                     deadline.owed_by(plan, nodes, r))
 
 
 def _returned(r: Round, plan: Plan, mine: list[KubeNode]) -> int:
@@ -131,10 +138,32 @@ def _returned(r: Round, plan: Plan, mine: list[KubeNode]) -> int:
     return sum(1 for n in mine if r.projected.get(n.name, n.record.state) is None and plan.selects(n))
 
 
-def _hold_all(r: Round, mine: list[KubeNode]) -> None:
-    """Nothing is known to decide on: every held node stays as it is."""
+def _without_slurm(r: Round, world: World, plan: Plan, mine: list[KubeNode], kube: list[KubeNode]) -> None:
+    """The nodes' Slurm cannot be read: every held node stays as it is, except
+    that the owner's claims (a withdrawn or cordoned node, a deleted policy,
+    pending GPU pods) start a reclaim, and a reclaim past its deadline goes
+    back whatever Slurm says (:mod:`.deadline`)."""
+    held: list[KubeNode] = []
+    reclaiming: list[KubeNode] = []
     for n in mine:
+        if n.record.state not in STATES:
+            r.unknown_state.append(n.name)
+            continue
         r.projected[n.name] = n.record.state
+        if n.record.state == RECLAIMING:
+            reclaiming.append(n)
+        elif (reason := deadline.owner_claim(plan, n)) is not None:
+            deadline.enter_without_slurm(r, plan, n, reason)
+            reclaiming.append(n)
+        else:
+            held.append(n)
+    if plan.policy is not None and held:
+        _, _, chosen = cover_demand(world, plan, kube, reclaiming, sorted(held, key=lambda n: n.name))
+        for n in chosen:
+            deadline.enter_without_slurm(r, plan, n, DEMAND)
+    for n in reclaiming:
+        if deadline.overdue(plan, n):
+            deadline.take_back(r, world, plan, n, slurm_read=False)
 
 
 def _release_all(r: Round, world: World, plan: Plan, mine: list[KubeNode]) -> None:
@@ -165,8 +194,16 @@ def _move_nodes(r: Round, world: World, plan: Plan, mine: list[KubeNode], select
             r.unknown_state.append(n.name)
             continue
         if rec.cluster != plan.cluster_key:
+            # Lent to another SlurmCluster (the policy's clusterRef changed):
+            # its Slurm is not read here, so only the owner's claims and the
+            # reclaim deadline move it.
             r.stale.append(n.name)
             r.projected[n.name] = rec.state
+            if rec.state == RECLAIMING:
+                if deadline.overdue(plan, n):
+                    deadline.take_back(r, world, plan, n, slurm_read=False)
+            elif (reason := deadline.owner_claim(plan, n)) is not None:
+                deadline.enter_without_slurm(r, plan, n, reason)
             continue
         if rec.state == RECLAIMING:
             reclaiming.append(n)
@@ -174,9 +211,10 @@ def _move_nodes(r: Round, world: World, plan: Plan, mine: list[KubeNode], select
         # A policy problem (a typo in the partition or the selector, say)
         # must not take every lent node back at once: only failures and
         # pending pods do then.
-        # A node whose owner withdrew it goes back whatever the policy says.
+        # A node whose owner withdrew or cordoned it goes back whatever the
+        # policy says (:func:`.deadline.owner_claim`).
         reason = (failure(world, plan, n) or withdrawn(plan, n)
-                  or (None if problem else must_go(plan, n, window_open)))
+                  or (must_go(plan, n, window_open) if problem is None else deadline.owner_claim(plan, n)))
         if reason:
             leaving[n.name] = reason
         else:
@@ -210,7 +248,10 @@ def _move_nodes(r: Round, world: World, plan: Plan, mine: list[KubeNode], select
     reclaimed = [*((n, None) for n in reclaiming), *((n, leaving[n.name]) for n in mine if n.name in leaving)]
     ended = move.ended_by_down(world, plan, reclaimed)
     for n, entering in reclaimed:
-        move.reclaim(r, world, plan, n, entering=entering, ended=ended)
+        if entering is None and deadline.overdue(plan, n):
+            deadline.reclaim_or_take_back(r, world, plan, n, ended)
+        else:
+            move.reclaim(r, world, plan, n, entering=entering, ended=ended)
     for n in held:
         move.keep(r, world, plan, n)
 
@@ -235,5 +276,9 @@ def orphaned_policies(nodes: Iterable[KubeNode], existing: Iterable[str]) -> lis
     alive = set(existing)
     gone = sorted({(n.record.policy, n.record.cluster) for n in nodes
                    if n.record.state is not None and n.record.policy and n.record.cluster
-                   and n.record.policy not in alive})
+                   and n.record.policy not in alive}
+                  # and nodes that still owe a DOWN to the cluster of a policy now gone
+                  | {(n.record.down_owed_policy, n.record.down_owed) for n in nodes
+                     if n.record.down_owed and n.record.down_owed_policy
+                     and n.record.down_owed_policy not in alive})
     return [PolicyGone(*key.split("/", 1), cluster) for key, cluster in gone if "/" in key]

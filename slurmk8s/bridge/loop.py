@@ -20,7 +20,14 @@ Rules the loop keeps (slurmk8s/bridge/README.md explains why):
   writers cannot both take a node; a conflict fails the chain.
 - A SlurmCluster that cannot be read (other than 404) skips the policy's
   round; Slurm that cannot be read is ``SlurmState.unknown()`` (decide then
-  fails closed).
+  fails closed, but for the owner's claims and the reclaim deadline).
+- One cluster's Slurm does not hold up another's policies: every cluster's
+  Slurm is read at once, in threads, and each policy is decided (in this
+  thread, in turn) as soon as its cluster answered; one that has not within
+  ``slurm_timeout`` is decided with Slurm unknown, and while that read
+  still runs the cluster is not asked again (it is unknown at once). After
+  an agent call fails as unreachable, that policy's further Slurm actions
+  wait for the next round.
 
 One module though over 400 lines: the round, its scheduling and the
 applying of each action kind (``_Acting``) are one shell around ``decide``;
@@ -31,9 +38,11 @@ own already.
 from __future__ import annotations
 
 import base64
+import concurrent.futures as cf
 import functools
 import math
 import posixpath
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -49,7 +58,7 @@ from ..render import names
 from ..render.manifests import lent_slurmd_pod
 from ..render.slurmd import is_lent_slurmd_pod
 from ..slurm import SlurmControl
-from ..slurm.remote import AgentError, cluster_agent
+from ..slurm.remote import AgentError, AgentUnreachable, cluster_agent
 from . import actions as A
 from . import metrics
 from .decide import decide, lending_metrics, orphaned_policies
@@ -93,6 +102,19 @@ def _key(obj: Mapping) -> str:
     return f"{meta.get('namespace')}/{meta['name']}"
 
 
+def _ckey(cluster: SlurmCluster | None) -> str:
+    return f"{cluster.namespace}/{cluster.name}" if cluster is not None else ""
+
+
+def _slurm_ready(cluster: SlurmCluster | None, reads: dict[str, cf.Future | None], due: float) -> bool:
+    """A policy can be decided: no Slurm to read, its read is in, late from
+    an earlier round, or past this round's wait."""
+    if cluster is None:
+        return True
+    future = reads.get(_ckey(cluster))
+    return future is None or future.done() or time.monotonic() >= due
+
+
 def next_tick(now: float, interval: float, offset: float = 0.02) -> float:
     """When the next timed round is due (wall-clock seconds): on the next
     multiple of ``interval``, ``offset`` after it. The times a decision waits
@@ -112,7 +134,8 @@ class Bridge:
 
     def __init__(self, kube: Any, *, agent: AgentFactory = _default_agent,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
-                 namespaces: Iterable[str] = (), view: Any = None, agent_ttl: float = 0.0):
+                 namespaces: Iterable[str] = (), view: Any = None, agent_ttl: float = 0.0,
+                 slurm_timeout: float = 5.0):
         self.kube = kube
         self.agent = agent
         self.clock = clock
@@ -121,6 +144,15 @@ class Bridge:
         self.view = view if view is not None else Listing(kube, self.namespaces)
         self.agent_ttl = agent_ttl
         self._agents: dict[str, tuple[float, SlurmControl]] = {}
+        self._agents_lock = threading.Lock()
+        #: How long a round waits for a cluster's Slurm before deciding its
+        #: policies with Slurm unknown.
+        self.slurm_timeout = slurm_timeout
+        self._pool = cf.ThreadPoolExecutor(max_workers=16, thread_name_prefix="slurm-read")
+        #: cluster key -> its Slurm read still running from an earlier round
+        self._reading: dict[str, cf.Future] = {}
+        #: clusters whose Slurm did not answer this round (rollouts skip them)
+        self._unanswered: set[str] = set()
 
     # Observing.
 
@@ -153,17 +185,20 @@ class Bridge:
 
     def _agent_of(self, cluster: SlurmCluster) -> SlurmControl:
         key = f"{cluster.namespace}/{cluster.name}"
-        cached = self._agents.get(key)
+        with self._agents_lock:
+            cached = self._agents.get(key)
         if cached is not None and time.monotonic() - cached[0] < self.agent_ttl:
             return cached[1]
         slurm = self._new_agent(cluster)
         if self.agent_ttl > 0:
-            self._agents[key] = (time.monotonic(), slurm)
+            with self._agents_lock:
+                self._agents[key] = (time.monotonic(), slurm)
         return slurm
 
     def _forget_agent(self, cluster: SlurmCluster) -> None:
         """A call failed: read the token and the controller pod again next time."""
-        self._agents.pop(f"{cluster.namespace}/{cluster.name}", None)
+        with self._agents_lock:
+            self._agents.pop(f"{cluster.namespace}/{cluster.name}", None)
 
     def _new_agent(self, cluster: SlurmCluster) -> SlurmControl:
         secret = self.kube.get("Secret", cluster.namespace, names.agent_token_secret(cluster))
@@ -174,13 +209,38 @@ class Bridge:
         return self.agent(cluster, token, pod)
 
     def _slurm(self, cluster: SlurmCluster) -> tuple[SlurmState, SlurmControl | None]:
+        """Read a cluster's Slurm (in a worker thread: nothing here touches the round's state)."""
         try:
             slurm = self._agent_of(cluster)
-            return SlurmState(True, tuple(slurm.nodes()), tuple(slurm.jobs())), slurm
+            state = SlurmState(True, tuple(slurm.nodes()), tuple(slurm.jobs()))
+            metrics.SLURM_READS.labels("ok").inc()
+            return state, slurm
         except Exception as exc:  # noqa: BLE001 - any failure means: Slurm unknown, fail closed
             self._forget_agent(cluster)
+            metrics.SLURM_READS.labels("error").inc()
             log.warning("slurm unreadable", cluster=f"{cluster.namespace}/{cluster.name}", error=str(exc))
             return SlurmState.unknown(), None
+
+    def _start_reads(self, clusters: Iterable[SlurmCluster]) -> dict[str, cf.Future | None]:
+        """Start reading every cluster's Slurm at once. None: a read started in
+        an earlier round still runs (it was late then): unknown now, no wait."""
+        reads: dict[str, cf.Future | None] = {}
+        for c in clusters:
+            key = f"{c.namespace}/{c.name}"
+            if key in reads:
+                continue
+            running = self._reading.get(key)
+            if running is not None and not running.done():
+                metrics.SLURM_READS.labels("busy").inc()
+                reads[key] = None
+                continue
+            reads[key] = self._pool.submit(self._slurm, c)
+            self._reading[key] = reads[key]
+        return reads
+
+    def close(self) -> None:
+        """Stop the read threads (those still waiting on an agent end by its deadline)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     # One round.
 
@@ -207,17 +267,40 @@ class Bridge:
         existing = {_key(o) for o in policy_objs}
         policies += [(gone, None) for gone in orphaned_policies(world[1], existing)
                      if not self.namespaces or gone.namespace in self.namespaces]
+        # Each policy's SlurmCluster (from the cache), then every cluster's Slurm at once.
+        todo: list[tuple[Policy, dict | None, SlurmCluster | None]] = []
         for policy, obj in policies:
-            acted = len(report.applied) + len(report.failed)
             try:
-                if world is None:  # the previous policy changed Nodes or Pods: read them again
-                    world = self._world()
-                self._policy_round(policy, obj, world, report)
+                todo.append((policy, obj, self._policy_cluster(policy)))
             except Exception as exc:  # noqa: BLE001 - one policy's failure must not stop the others
                 report.errors.append(f"{policy.key}: {exc}")
-                log.exception("policy round failed", policy=getattr(policy, "key", "?"))
-            if len(report.applied) + len(report.failed) != acted:
-                world = None
+                log.warning("policy round skipped", policy=policy.key, error=str(exc))
+        reads = self._start_reads(c for _, _, c in todo if c is not None)
+        self._unanswered = set()
+        due = time.monotonic() + self.slurm_timeout
+        while todo:
+            # Decide, in turn, every policy whose Slurm is in (or late): none waits on another's.
+            ready = [t for t in todo if _slurm_ready(t[2], reads, due)]
+            if not ready:
+                waiting = {reads[_ckey(t[2])] for t in todo}
+                cf.wait(waiting - {None}, timeout=max(due - time.monotonic(), 0), return_when=cf.FIRST_COMPLETED)
+                continue
+            for item in ready:
+                todo.remove(item)
+                policy, obj, cluster = item
+                slurm_state, slurm = SlurmState.unknown(), None
+                if cluster is not None:
+                    slurm_state, slurm = self._slurm_result(cluster, reads)
+                acted = len(report.applied) + len(report.failed)
+                try:
+                    if world is None:  # the previous policy changed Nodes or Pods: read them again
+                        world = self._world()
+                    self._policy_round(policy, obj, world, report, cluster, slurm_state, slurm)
+                except Exception as exc:  # noqa: BLE001 - one policy's failure must not stop the others
+                    report.errors.append(f"{policy.key}: {exc}")
+                    log.exception("policy round failed", policy=getattr(policy, "key", "?"))
+                if len(report.applied) + len(report.failed) != acted:
+                    world = None
         try:
             self._rollouts(report)
         except Exception as exc:  # noqa: BLE001 - rollouts never hold up lending
@@ -257,6 +340,8 @@ class Bridge:
             def read_file(path: str, roots=roots) -> str:
                 model_dir = posixpath.dirname(path)
                 owner = next(c for root, c in roots.items() if model_dir == root or model_dir.startswith(root + "/"))
+                if _ckey(owner) in self._unanswered:  # its agent did not answer this round: do not wait on it
+                    raise OSError(f"the Slurm agent of {_ckey(owner)} did not answer this round")
                 try:
                     return agent(owner).published(model_dir)
                 except AgentError as exc:  # the agent refused or did not answer: this Deployment waits
@@ -269,17 +354,30 @@ class Bridge:
         """Nodes (as the API returns them, and parsed) and Pods, as they are now."""
         return self.view.world()
 
-    def _policy_round(self, policy: Policy, obj: dict | None, world: tuple, report: RoundReport) -> None:
-        node_objs, nodes, pods = dict(world[0]), world[1], world[2]
-        cluster: SlurmCluster | None = None
-        slurm_state, slurm = SlurmState.unknown(), None
+    def _policy_cluster(self, policy: Policy) -> SlurmCluster | None:
+        """The SlurmCluster a policy's nodes are lent to (None: there is none, or an invalid policy)."""
         if isinstance(policy, NodeLendingPolicy):
-            cluster = self._cluster(policy.namespace, policy.spec.cluster_ref.name)
-        elif isinstance(policy, PolicyGone):
+            return self._cluster(policy.namespace, policy.spec.cluster_ref.name)
+        if isinstance(policy, PolicyGone):
             namespace, _, name = policy.cluster.partition("/")
-            cluster = self._cluster(namespace, name)
-        if cluster is not None:
-            slurm_state, slurm = self._slurm(cluster)
+            return self._cluster(namespace, name)
+        return None
+
+    def _slurm_result(self, cluster: SlurmCluster,
+                      reads: dict[str, cf.Future | None]) -> tuple[SlurmState, SlurmControl | None]:
+        """The cluster's Slurm as read this round; unknown when it was late."""
+        future = reads.get(_ckey(cluster))
+        if future is not None and future.done():
+            return future.result()
+        if future is not None:
+            metrics.SLURM_READS.labels("late").inc()
+            log.warning("slurm late", cluster=_ckey(cluster), seconds=self.slurm_timeout)
+        self._unanswered.add(_ckey(cluster))
+        return SlurmState.unknown(), None
+
+    def _policy_round(self, policy: Policy, obj: dict | None, world: tuple, report: RoundReport,
+                      cluster: SlurmCluster | None, slurm_state: SlurmState, slurm: SlurmControl | None) -> None:
+        node_objs, nodes, pods = dict(world[0]), world[1], world[2]
         observed = Observed(nodes, pods, cluster, slurm_state)
         now = self.clock()
         todo = decide(observed, policy, now)
@@ -350,6 +448,8 @@ class _Acting:
         self.cluster, self.slurm = cluster, slurm
         self.node_objs, self.nodes = node_objs, nodes
         self.policy_obj, self.policy, self.now, self.report = policy_obj, policy, now, report
+        #: An agent call found the agent unreachable: the rest wait for the next round.
+        self.unreachable: str | None = None
 
     def run(self, todo: list) -> None:
         broken: set[str] = set()
@@ -361,6 +461,8 @@ class _Acting:
             try:
                 self.apply(action)
             except Exception as exc:  # noqa: BLE001 - a failed action stops its node's chain
+                if isinstance(exc, AgentUnreachable):
+                    self.unreachable = str(exc)
                 self.report.failed.append((action, str(exc)))
                 metrics.ACTIONS.labels(type(action).__name__, "failed").inc()
                 if node is not None:
@@ -372,6 +474,8 @@ class _Acting:
     def _need_slurm(self) -> SlurmControl:
         if self.slurm is None:
             raise RuntimeError("Slurm is not reachable")
+        if self.unreachable is not None:
+            raise RuntimeError(f"Slurm's agent did not answer an earlier call of this round: {self.unreachable}")
         return self.slurm
 
     def apply(self, action: Any) -> None:
@@ -416,6 +520,8 @@ class _Acting:
         self.node_objs[action.node] = updated
         self.nodes[action.node] = node_from_api(updated)
         self.observe_latency(action, before)
+        if isinstance(action, A.RecordDownOwed):
+            metrics.RECLAIMS_OVERDUE.labels(action.policy).inc()
 
     def observe_latency(self, action: Any, before: Any) -> None:
         since = before.since

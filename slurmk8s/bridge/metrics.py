@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = ["ROUNDS", "ROUND_SECONDS", "ACTIONS", "NODES", "POLICY_NODES", "LEND_SECONDS", "RECLAIM_SECONDS",
-           "JOBS", "observe_nodes"]
+           "JOBS", "RECLAIMS_OVERDUE", "SLURM_READS", "observe_nodes"]
 
 #: Lending and reclaiming take seconds to minutes (a grace period is often 5 minutes).
 _LATENCY_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600)
@@ -27,6 +27,14 @@ RECLAIM_SECONDS = Histogram("slurmk8s_bridge_reclaim_seconds", "From the start o
                             buckets=_LATENCY_BUCKETS)
 JOBS = Counter("slurmk8s_bridge_jobs_total", "Slurm jobs on reclaimed nodes that were signalled, requeued, "
                "cancelled, or made eligible at once after they requeued themselves (started-now).", ["outcome"])
+
+RECLAIMS_OVERDUE = Counter("slurmk8s_bridge_reclaims_overdue_total", "Nodes handed back to Kubernetes whatever "
+                           "Slurm said, because their reclaim passed gracePeriodSeconds + reclaim.deadlineSeconds "
+                           "(the borrower's Slurm did not answer, or still showed jobs), by policy.", ["policy"])
+SLURM_READS = Counter("slurmk8s_bridge_slurm_reads_total", "Reads of a cluster's Slurm in a round, by result: ok, "
+                      "error (the agent failed), late (no answer within --slurm-timeout; the cluster's policies "
+                      "were decided with Slurm unknown), busy (a late read still running: not asked again).",
+                      ["result"])
 
 
 def observe_nodes(policy: str, m) -> None:

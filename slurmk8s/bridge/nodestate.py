@@ -18,6 +18,8 @@ killed at any instant and pick up where it left off.
 | ``slurmk8s.dev/reclaim-forced`` | annotation | when its remaining jobs were requeued or cancelled |
 | ``slurmk8s.dev/idle-since`` | annotation | when it was first seen without GPU pods (Kubernetes state only) |
 | ``slurmk8s.dev/lent`` | taint | ``<cluster>:NoSchedule`` while it is not serving Kubernetes |
+| ``slurmk8s.dev/down-owed`` | annotation | ``<namespace>/<name>`` of the SlurmCluster that must still set the node DOWN: it was taken back past the reclaim deadline (kept when the node returns to Kubernetes) |
+| ``slurmk8s.dev/down-owed-policy`` | annotation | ``<namespace>/<name>`` of the policy that took it back so |
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ __all__ = [
     "STATE_LABEL", "LENDING", "LENT", "RECLAIMING", "STATES",
     "POLICY_ANNOTATION", "CLUSTER_ANNOTATION", "PARTITION_ANNOTATION", "SINCE_ANNOTATION",
     "REASON_ANNOTATION", "SIGNALLED_ANNOTATION", "JOBS_ANNOTATION", "FORCED_ANNOTATION", "IDLE_SINCE_ANNOTATION",
-    "LENDING_ANNOTATIONS", "TAINT_KEY", "TAINT_EFFECT", "SLURMD_COMPONENT", "COMPONENT_LABEL",
+    "LENDING_ANNOTATIONS", "DOWN_OWED_ANNOTATION", "DOWN_OWED_POLICY_ANNOTATION", "TAINT_KEY", "TAINT_EFFECT", "SLURMD_COMPONENT", "COMPONENT_LABEL",
     "LendingRecord", "format_time", "parse_time",
 ]
 
@@ -59,6 +61,12 @@ LENDING_ANNOTATIONS = (
     POLICY_ANNOTATION, CLUSTER_ANNOTATION, PARTITION_ANNOTATION, SINCE_ANNOTATION,
     REASON_ANNOTATION, SIGNALLED_ANNOTATION, JOBS_ANNOTATION, FORCED_ANNOTATION, IDLE_SINCE_ANNOTATION,
 )
+
+#: A node taken back past the reclaim deadline owes its SlurmCluster a DOWN:
+#: these outlive the lending record (ClearLending keeps them), so that a
+#: restarted bridge still sets it once that Slurm answers.
+DOWN_OWED_ANNOTATION = f"{GROUP}/down-owed"
+DOWN_OWED_POLICY_ANNOTATION = f"{GROUP}/down-owed-policy"
 
 #: Keeps new Kubernetes pods off a node while Slurm has it; the lent slurmd
 #: pod tolerates it. The value is the SlurmCluster's name.
@@ -89,6 +97,10 @@ class LendingRecord:
     idle_since: datetime | None
     #: The value of our taint, or None when the node does not carry it.
     taint: str | None
+    #: The SlurmCluster (namespace/name) that must still set the node DOWN,
+    #: and the policy that took it back past the reclaim deadline.
+    down_owed: str | None = None
+    down_owed_policy: str | None = None
 
     @classmethod
     def read(cls, labels: Mapping[str, str], annotations: Mapping[str, str],
@@ -107,4 +119,6 @@ class LendingRecord:
             forced=parse_time(ann(FORCED_ANNOTATION)),
             idle_since=parse_time(ann(IDLE_SINCE_ANNOTATION)),
             taint=taint,
+            down_owed=ann(DOWN_OWED_ANNOTATION) or None,
+            down_owed_policy=ann(DOWN_OWED_POLICY_ANNOTATION) or None,
         )

@@ -12,8 +12,10 @@ from dataclasses import replace
 from typing import Any
 
 from .actions import (
+    ClearDownOwed,
     ClearIdleSince,
     ClearLending,
+    RecordDownOwed,
     RecordForced,
     RecordIdleSince,
     RecordSignalled,
@@ -23,6 +25,8 @@ from .actions import (
 )
 from .nodestate import (
     CLUSTER_ANNOTATION,
+    DOWN_OWED_ANNOTATION,
+    DOWN_OWED_POLICY_ANNOTATION,
     FORCED_ANNOTATION,
     IDLE_SINCE_ANNOTATION,
     JOBS_ANNOTATION,
@@ -44,7 +48,7 @@ __all__ = ["NODE_PATCH_ACTIONS", "node_patch"]
 
 NODE_PATCH_ACTIONS = (
     SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordSignalled, RecordForced,
-    Taint, Untaint,
+    RecordDownOwed, ClearDownOwed, Taint, Untaint,
 )
 
 
@@ -85,6 +89,11 @@ def node_patch(action: Any, node: KubeNode) -> dict:
                                              JOBS_ANNOTATION: format_job_ids(action.jobs) or None}}}
     if isinstance(action, RecordForced):
         return {"metadata": {"annotations": {FORCED_ANNOTATION: format_time(action.at)}}}
+    if isinstance(action, RecordDownOwed):
+        return {"metadata": {"annotations": {DOWN_OWED_ANNOTATION: action.cluster,
+                                             DOWN_OWED_POLICY_ANNOTATION: action.policy}}}
+    if isinstance(action, ClearDownOwed):
+        return {"metadata": {"annotations": {DOWN_OWED_ANNOTATION: None, DOWN_OWED_POLICY_ANNOTATION: None}}}
     if isinstance(action, Taint):
         taints = [t for t in _taints(node) if not (t["key"] == action.key and t["effect"] == action.effect)]
         taints.append({"key": action.key, "value": action.value, "effect": action.effect})

@@ -91,6 +91,9 @@ class Round:
     blocked: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
     unknown_state: list[str] = field(default_factory=list)
+    #: node -> whether it owes the cluster a DOWN once this round's actions
+    #: are applied (only the nodes whose obligation changes)
+    down_owed: dict[str, bool] = field(default_factory=dict)
 
     def emit(self, *actions: Action) -> None:
         self.actions.extend(actions)

@@ -28,7 +28,7 @@ def _more(names: Sequence[str]) -> str:
 
 
 def policy_status(plan: Plan, r: Round, selected: int, kubernetes: int, problem: tuple[str, str] | None,
-                  window_open: bool) -> list[Action]:
+                  window_open: bool, down_owed: Sequence[str] = ()) -> list[Action]:
     """The status of a policy once the round's actions are applied (none for
     a policy that is gone): ``selected`` nodes, of which ``kubernetes`` then
     serve Kubernetes."""
@@ -47,6 +47,11 @@ def policy_status(plan: Plan, r: Round, selected: int, kubernetes: int, problem:
             message += (f". Nothing is lent meanwhile; the {len(holding)} node(s) this policy holds are "
                         "taken back only when they fail or pending pods need them (set maxLentNodes: 0 "
                         "or delete the policy to take them all back)")
+        elif holding:
+            message += (f". The {len(holding)} node(s) this policy holds wait for Slurm, except that "
+                        "their owner's claims (pending GPU pods, a withdrawn or cordoned node) start a reclaim, "
+                        f"which ends {plan.reclaim.grace_period_seconds + plan.reclaim.deadline_seconds}s "
+                        "later whatever Slurm says (gracePeriodSeconds + reclaim.deadlineSeconds)")
     else:
         ready, reason = "True", "Lending"
         message = (f"{counts[LENT]} of {selected} selected nodes lent to partition "
@@ -64,14 +69,17 @@ def policy_status(plan: Plan, r: Round, selected: int, kubernetes: int, problem:
         extras.append("cannot be lent: " + _more(sorted(r.blocked)))
     if r.stale:
         extras.append(f"still lent to another SlurmCluster, left alone until spec.clusterRef names it "
-                      f"again: {_more(sorted(r.stale))}")
+                      f"again (or their owner takes them back): {_more(sorted(r.stale))}")
+    if down_owed:
+        extras.append(f"taken back past the reclaim deadline, to be set DOWN in Slurm once it answers: "
+                      f"{_more(list(down_owed))}")
     if r.unknown_state:
         extras.append(f"unknown value of label slurmk8s.dev/lending, left alone: "
                       f"{_more(sorted(r.unknown_state))}")
     if extras:
         message += ". " + ". ".join(extras)
     return status_actions(plan.namespace, plan.name, policy.metadata.generation, ready, reason, message,
-                          holding, status_counts, policy.status, plan.now)
+                          holding, status_counts, policy.status, plan.now, down_owed)
 
 
 def invalid_policy_status(policy: InvalidPolicy, now: datetime) -> list[Action]:
@@ -83,12 +91,12 @@ def invalid_policy_status(policy: InvalidPolicy, now: datetime) -> list[Action]:
     counts = old.counts if old is not None else LendingCounts()
     holding = old.lent_nodes if old is not None else []
     return status_actions(policy.namespace, policy.name, policy.generation, "False", "InvalidPolicy",
-                          message, holding, counts, old, now)
+                          message, holding, counts, old, now, old.down_owed if old is not None else ())
 
 
 def status_actions(namespace: str, name: str, generation: int | None, ready: str, reason: str, message: str,
                    holding: Sequence[str], counts: LendingCounts, old: NodeLendingPolicyStatus | None,
-                   now: datetime) -> list[Action]:
+                   now: datetime, down_owed: Sequence[str] = ()) -> list[Action]:
     """A ``PolicyStatus`` when the status differs from ``old``; the Ready
     condition keeps its transition time while its status stays."""
     previous = next((c for c in (old.conditions if old else []) if c.type == "Ready"), None)
@@ -101,6 +109,7 @@ def status_actions(namespace: str, name: str, generation: int | None, ready: str
         observed_generation=generation,
         lent_nodes=list(holding),
         counts=counts,
+        down_owed=list(down_owed),
     )
     if old is not None and old == status:
         return []

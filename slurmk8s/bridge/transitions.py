@@ -269,7 +269,7 @@ def hand_back(r: Round, world: World, plan: Plan, node: KubeNode) -> None:
         acts.append(Untaint(node.name, TAINT_KEY))
     acts.append(ClearLending(node.name))
     acts.append(node_event(node.name, "Returned", "the node serves Kubernetes again"))
-    if world.idle(node.name) and plan.selects(node):
+    if world.idle(node.name, plan.namespace, plan.cluster_name) and plan.selects(node):
         acts.append(RecordIdleSince(node.name, plan.now))  # nothing left on it: idle from now
     r.emit(*acts)
     r.projected[node.name] = None
@@ -312,7 +312,7 @@ def clean_ghosts(r: Round, world: World, plan: Plan, kube: list[KubeNode]) -> se
         if (s is None or world.jobs_on(n.name) or s.busy
                 or not any(f.startswith(LENT_PREFIX) for f in s.features)):
             continue
-        if not world.has_slurmd(n.name):
+        if not world.has_slurmd(n.name, plan.namespace, plan.cluster_name):
             r.emit(DeleteSlurmNode(plan.cluster_key, n.name))
             cleaned.add(n.name)
     return cleaned

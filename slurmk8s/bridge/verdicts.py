@@ -11,9 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from ..api.lending import may_lend
-from ..render import names
 from ..render.lent import UnlendableNode
-from ..render.slurmd import is_lent_slurmd_pod
 from .nodestate import LENDING
 from .observed import KubeNode, KubePod
 from .plan import Plan
@@ -42,12 +40,7 @@ _SERVING = frozenset({"idle", "mixed", "allocated"})
 def pod_of(world: World, plan: Plan, node: KubeNode) -> KubePod | None:
     """The node's lent slurmd pod, if it exists (named after the cluster it was lent to)."""
     cluster = node.record.cluster.split("/")[-1] if node.record.cluster else plan.cluster_name
-    pod = world.slurmd_pods.get((plan.namespace, names.lent_slurmd(cluster, node.name)))
-    if pod is None:  # lent before the pods were named <cluster>-lent.<node>: only if it says it is this one
-        old = world.slurmd_pods.get((plan.namespace, names.legacy_lent_slurmd(cluster, node.name)))
-        if old is not None and is_lent_slurmd_pod(old.labels, old.node, cluster, node.name):
-            pod = old
-    return pod
+    return world.slurmd_pod(plan.namespace, cluster, node.name)
 
 
 def registered(world: World, plan: Plan, node: KubeNode) -> bool:

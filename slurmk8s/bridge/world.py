@@ -4,6 +4,15 @@
 many GPU pods run there and how many GPUs they use, which lent slurmd pods
 exist, which pods are pending, which Slurm jobs run on a node.
 
+A label says nothing about who made a pod: any tenant may label a pod
+``app.kubernetes.io/component=lent-slurmd``. So the index treats every pod
+alike (a labelled pod requesting GPUs holds them; a pending one is demand),
+and a pod is the bridge's own lent slurmd only where a rule finds it by what
+a tenant cannot forge: the exact name the bridge gives it
+(``names.lent_slurmd``) in the namespace of the policy, on the node, and for a
+held node the SlurmCluster its record (on the cluster-scoped Node) names
+(:meth:`World.own_pod`, :meth:`World.has_slurmd`).
+
 Building the index is O(nodes + pods + jobs), and at 50,000 pods and jobs
 it is much of a decision's time. The bridge decides every round, and for
 every policy, on a world that mostly did not change, so the indexes are
@@ -25,6 +34,8 @@ from itertools import compress
 from operator import attrgetter
 from typing import Iterable, Sequence
 
+from ..render import names as _names
+from ..render.slurmd import is_lent_slurmd_pod
 from ..slurm.hostlist import HostlistError, expand
 from ..slurm.model import ACTIVE_JOB_STATES, Job, Node
 from .memo import Recent, changed_spans, forgettable
@@ -37,27 +48,26 @@ __all__ = ["World", "PodIndex", "SlurmIndex"]
 class PodIndex:
     """What the pods say about each node."""
 
-    __slots__ = ("gpu_pods", "used_gpus", "slurmd_pods", "slurmd_nodes", "pending", "_busy")
+    __slots__ = ("gpu_pods", "used_gpus", "slurmd_pods", "pending", "_busy")
 
     def __init__(self) -> None:
         #: node -> non-DaemonSet pods requesting GPUs that still hold them (makes a node busy)
         self.gpu_pods: defaultdict[str, int] = defaultdict(int)
-        #: node -> GPUs requested by pods that are neither ending nor ours
+        #: node -> GPUs requested by pods that are not ending (lent slurmd pods
+        #: included: :meth:`World.free_gpus` gives back the node's own one)
         self.used_gpus: defaultdict[str, int] = defaultdict(int)
-        #: (namespace, name) -> lent slurmd pod
+        #: (namespace, name) -> pod labelled as a lent slurmd: a candidate,
+        #: which the rules look up by the exact name they expect
         self.slurmd_pods: dict[tuple[str, str], KubePod] = {}
-        #: node -> lent slurmd pods there (in any phase): not idle yet
-        self.slurmd_nodes: defaultdict[str, int] = defaultdict(int)
-        #: pending, unschedulable pods requesting GPUs (any namespace), by id
+        #: pending, unschedulable pods requesting GPUs (any namespace, any label), by id
         self.pending: dict[int, KubePod] = {}
         self._busy: frozenset[str] | None = None
 
     @property
     def busy(self) -> frozenset[str]:
-        """Nodes with a GPU pod (DaemonSets aside) or a lent slurmd pod: not idle."""
+        """Nodes with a GPU pod (DaemonSets aside; whatever its labels): not idle."""
         if self._busy is None:
-            self._busy = frozenset([*(k for k, v in self.gpu_pods.items() if v),
-                                    *(k for k, v in self.slurmd_nodes.items() if v)])
+            self._busy = frozenset(k for k, v in self.gpu_pods.items() if v)
         return self._busy
 
     @classmethod
@@ -74,7 +84,7 @@ class PodIndex:
             return None
         index = PodIndex()
         index.gpu_pods, index.used_gpus = self.gpu_pods.copy(), self.used_gpus.copy()
-        index.slurmd_pods, index.slurmd_nodes = dict(self.slurmd_pods), self.slurmd_nodes.copy()
+        index.slurmd_pods = dict(self.slurmd_pods)
         index.pending = dict(self.pending)
         index._account([p for start, stop, _ in spans for p in old[start:stop]], -1)
         index._account([p for start, _, stop in spans for p in new[start:stop]], 1)
@@ -84,23 +94,22 @@ class PodIndex:
         """Add (``sign`` 1) or take out (-1) what ``pods`` say about their nodes.
         One pass; the common cases are tested first."""
         gpu_pods, used_gpus, pending = self.gpu_pods, self.used_gpus, self.pending
-        slurmd_pods, slurmd_nodes = self.slurmd_pods, self.slurmd_nodes
+        slurmd_pods = self.slurmd_pods
         for pod in pods:
-            ours = pod.labels.get(COMPONENT_LABEL) == SLURMD_COMPONENT
-            if ours:
+            if pod.labels.get(COMPONENT_LABEL) == SLURMD_COMPONENT:
                 key = (pod.namespace, pod.name)
                 if sign > 0:
                     slurmd_pods[key] = pod
                 elif slurmd_pods.get(key) is pod:
                     del slurmd_pods[key]
-                if pod.node is not None:
-                    slurmd_nodes[pod.node] += sign
             gpus = pod.gpus
             if gpus <= 0 or pod.phase in TERMINAL_PHASES:
                 continue
             node = pod.node
             if node is None:
-                if (pod.phase == "Pending" and pod.unschedulable and not pod.deleting and not ours
+                # The bridge's own pods are created on their node: an
+                # unscheduled pod is demand, whatever its labels say.
+                if (pod.phase == "Pending" and pod.unschedulable and not pod.deleting
                         and pod.owner_kind != "DaemonSet"):
                     if sign > 0:
                         pending[id(pod)] = pod
@@ -109,7 +118,7 @@ class PodIndex:
                 continue
             if pod.owner_kind != "DaemonSet":
                 gpu_pods[node] += sign
-            if not pod.deleting and not ours:
+            if not pod.deleting:
                 used_gpus[node] += sign * gpus
 
 
@@ -192,8 +201,7 @@ class World:
         self.gpu_pods = pods.gpu_pods
         self.used_gpus = pods.used_gpus
         self.slurmd_pods = pods.slurmd_pods
-        self.slurmd_nodes = pods.slurmd_nodes
-        #: nodes that are not idle (:meth:`idle`)
+        #: nodes with a GPU pod: not idle (:meth:`idle`)
         self.busy = pods.busy
         self.pending: list[KubePod] = list(pods.pending.values())
         self.slurm = slurm = _slurm_index(observed.slurm)
@@ -203,7 +211,30 @@ class World:
         self.jobs = slurm.jobs
 
     def free_gpus(self, node: KubeNode) -> int:
-        return node.gpus - self.used_gpus.get(node.name, 0)
+        """GPUs no pod holds, once the node's own lent slurmd pod (if any) is gone."""
+        own = self.own_pod(node)
+        back = own.gpus if own is not None and not own.deleting and not own.terminal else 0
+        return node.gpus - self.used_gpus.get(node.name, 0) + back
+
+    def slurmd_pod(self, namespace: str, cluster: str, node: str) -> KubePod | None:
+        """The lent slurmd pod the bridge makes for ``node`` lent to SlurmCluster
+        ``cluster`` of ``namespace``: found by its exact name, in that
+        namespace, on that node; a pod a tenant labels elsewhere is not it."""
+        pod = self.slurmd_pods.get((namespace, _names.lent_slurmd(cluster, node)))
+        if pod is None:  # lent before pods were named <cluster>-lent.<node>: only if it says it is this one
+            pod = self.slurmd_pods.get((namespace, _names.legacy_lent_slurmd(cluster, node)))
+            if pod is not None and not is_lent_slurmd_pod(pod.labels, pod.node, cluster, node):
+                pod = None
+        return pod if pod is not None and pod.node == node else None
+
+    def own_pod(self, node: KubeNode) -> KubePod | None:
+        """The lent slurmd pod of a held node, as its record (on the Node,
+        which tenants cannot write) names the SlurmCluster."""
+        cluster = node.record.cluster
+        if node.record.state is None or not cluster or "/" not in cluster:
+            return None
+        namespace, _, name = cluster.partition("/")
+        return self.slurmd_pod(namespace, name, node.name)
 
     def jobs_on(self, node: str) -> list[Job]:
         return self.jobs.get(node, [])
@@ -214,9 +245,11 @@ class World:
             return []
         return self.slurm.by_id(ids)
 
-    def idle(self, node: str) -> bool:
-        """No GPU pod (DaemonSets aside) and no lent slurmd pod left on the node."""
-        return node not in self.busy
+    def idle(self, node: str, namespace: str, cluster: str) -> bool:
+        """No GPU pod (DaemonSets aside) and no lent slurmd pod of the
+        policy's ``namespace`` and ``cluster`` left on the node."""
+        return node not in self.busy and not self.has_slurmd(node, namespace, cluster)
 
-    def has_slurmd(self, node: str) -> bool:
-        return bool(self.slurmd_nodes.get(node))
+    def has_slurmd(self, node: str, namespace: str, cluster: str) -> bool:
+        """The node runs the lent slurmd pod of ``cluster`` (in any phase)."""
+        return self.slurmd_pod(namespace, cluster, node) is not None

@@ -12,13 +12,13 @@ node" or "no jobs".
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import json
 import socket
-import urllib.error
-import urllib.request
+import time
 from typing import Mapping, Sequence
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from .accounting import Associations
 from .client import NotOurDrain, SlurmError
@@ -68,11 +68,91 @@ class AgentUnauthorized(AgentError):
     """The agent refused the token."""
 
 
+class _DeadlineSocket(socket.socket):
+    """A socket whose every operation ends by one deadline (``time.monotonic``):
+    before each read or write its timeout is set to the time left, so a peer
+    that trickles one byte at a time cannot stretch a call past it (a plain
+    socket timeout bounds each read, not their sum)."""
+
+    deadline: float = 0.0
+
+    def _left(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the call's deadline passed")
+        self.settimeout(left)
+
+    def recv_into(self, *args, **kwargs):  # type: ignore[override]
+        self._left()
+        return super().recv_into(*args, **kwargs)
+
+    def recv(self, *args, **kwargs):  # type: ignore[override]
+        self._left()
+        return super().recv(*args, **kwargs)
+
+    def sendall(self, *args, **kwargs):  # type: ignore[override]
+        self._left()
+        return super().sendall(*args, **kwargs)
+
+    def send(self, *args, **kwargs):  # type: ignore[override]
+        self._left()
+        return super().send(*args, **kwargs)
+
+
+class _DeadlineConnection(http.client.HTTPConnection):
+    """Plain HTTP to the agent (its address is a pod IP), connect, request
+    and response all within one deadline."""
+
+    def __init__(self, host: str, port: int | None, deadline: float):
+        super().__init__(host, port, timeout=max(deadline - time.monotonic(), 0.001))
+        self.deadline = deadline
+
+    def connect(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the call's deadline passed")
+        raw = socket.create_connection((self.host, self.port), timeout=left)
+        sock = _DeadlineSocket(raw.family, raw.type, raw.proto, fileno=raw.detach())
+        sock.deadline = self.deadline
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = sock
+
+
+class _HTTPError(Exception):
+    def __init__(self, code: int, body: bytes):
+        super().__init__(f"HTTP {code}")
+        self.code = code
+        self.body = body
+
+
+#: The most an agent's answer may hold (10,000 jobs are a few MiB).
+MAX_RESPONSE_BYTES = 256 << 20
+
+
+def _request(base_url: str, method: str, path: str, data: bytes | None, headers: dict[str, str],
+             seconds: float) -> tuple[int, bytes]:
+    """One HTTP request, the whole exchange within ``seconds``: (status, body)."""
+    deadline = time.monotonic() + seconds
+    url = urlsplit(base_url)
+    conn = _DeadlineConnection(url.hostname or "", url.port, deadline)
+    try:
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        body = resp.read(MAX_RESPONSE_BYTES + 1)
+        if len(body) > MAX_RESPONSE_BYTES:
+            raise ValueError(f"the answer is over {MAX_RESPONSE_BYTES} bytes")
+        return resp.status, body
+    finally:
+        conn.close()
+
+
 class RemoteSlurm:
     """Slurm, reached through the agent at ``base_url`` with ``token``.
 
-    ``timeout`` bounds each request; a requeue may take up to
-    ``requeue_timeout`` (the agent waits for the job to leave COMPLETING).
+    ``timeout`` bounds each call as a whole (connecting, sending, and reading
+    the whole answer: a deadline, not a limit per read); a requeue may take
+    up to ``requeue_timeout`` (the agent waits for the job to leave
+    COMPLETING).
     """
 
     def __init__(self, base_url: str | None, token: bytes | str, *, timeout: float = 30,
@@ -92,28 +172,33 @@ class RemoteSlurm:
         if self.base_url is None:
             raise AgentUnreachable("the <cluster>-controller-0 pod has no IP yet, so its Slurm agent cannot be "
                                    "reached; wait for the pod to be scheduled and started")
-        url = self.base_url + path + (f"?{urlencode(list(query))}" if query else "")
+        target = path + (f"?{urlencode(list(query))}" if query else "")
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, method=method, headers={
+        headers = {
             "Authorization": f"Bearer {self._token}",
             "Accept": "application/json",
             **({"Content-Type": "application/json"} if data is not None else {}),
-        })
+        }
         try:
-            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as resp:
-                return json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            raise self._error(exc) from None
-        except (urllib.error.URLError, socket.timeout, ConnectionError, TimeoutError) as exc:
-            reason = getattr(exc, "reason", exc)
+            status, raw = _request(self.base_url, method, target, data, headers, timeout or self.timeout)
+        except (OSError, http.client.HTTPException, ValueError) as exc:
             raise AgentUnreachable(
-                f"the Slurm agent at {self.base_url} did not answer ({reason}): check that the "
-                "<cluster>-controller-0 pod runs and its agent container is ready") from None
-
-    def _error(self, exc: urllib.error.HTTPError) -> Exception:
+                f"the Slurm agent at {self.base_url} did not answer ({exc or type(exc).__name__}): check that "
+                "the <cluster>-controller-0 pod runs and its agent container is ready") from None
+        if status >= 400:
+            raise self._error(_HTTPError(status, raw)) from None
         try:
-            payload = json.loads(exc.read() or b"{}")
+            return json.loads(raw or b"{}")
         except ValueError:
+            raise AgentError(f"the Slurm agent at {self.base_url} answered something that is not JSON",
+                             status) from None
+
+    def _error(self, exc: _HTTPError) -> Exception:
+        try:
+            payload = json.loads(exc.body or b"{}")
+        except ValueError:
+            payload = {}
+        if not isinstance(payload, dict):
             payload = {}
         message = payload.get("error") or f"HTTP {exc.code}"
         kind = payload.get("kind", "")
@@ -195,9 +280,8 @@ class RemoteSlurm:
         if self.base_url is None:
             return False
         try:
-            with urllib.request.urlopen(self.base_url + "/healthz", timeout=self.timeout) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError):
+            return _request(self.base_url, "GET", "/healthz", None, {}, self.timeout)[0] == 200
+        except (OSError, http.client.HTTPException, ValueError):
             return False
 
 

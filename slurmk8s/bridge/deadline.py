@@ -1,0 +1,167 @@
+"""The owner always gets its nodes back: the reclaim deadline. Pure.
+
+Everything else in the state machine waits for Slurm (fail closed): a node
+goes back only once Slurm shows no job there. That lets a borrower keep a
+node for ever, by making its Slurm unreadable (a bad image, a controller
+that cannot start) or by lying (a job that never ends). So:
+
+- The owner's claims start a reclaim even while the node's Slurm cannot be
+  read (:func:`owner_claim`): the owner withdrew the node
+  (``slurmk8s.dev/lendable-to``), cordoned it, deleted the policy, or pending
+  GPU pods need it. Only the Node's record changes then; the jobs get their
+  signal and grace period once Slurm answers.
+- A reclaim has a deadline (:func:`deadline`): ``gracePeriodSeconds`` +
+  ``reclaim.deadlineSeconds`` after it began (``slurmk8s.dev/lending-since``
+  of a reclaiming node). Past it the node goes back to Kubernetes whatever
+  Slurm says (:func:`take_back`): its slurmd pod is deleted, the node
+  untainted and its record cleared, and the node owes its SlurmCluster a
+  DOWN, recorded on the Node (``slurmk8s.dev/down-owed``, which outlives the
+  record) so that a restarted bridge still sets it once that Slurm answers
+  (:func:`settle`). DOWN ends (and requeues) whatever Slurm still runs there.
+
+Before the deadline an unknown Slurm still means wait.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Iterable
+
+from ..api.cluster import LENT_PREFIX
+from ..times import format_time
+from .actions import ClearDownOwed, DeleteSlurmNode, DownSlurmNode, RecordDownOwed, SetLendingState
+from .nodestate import RECLAIMING, STATES
+from .observed import KubeNode
+from .plan import Plan, Round
+from .reasons import CORDONED, POLICY_GONE, REASONS
+from .transitions import hand_back, node_event, reclaim
+from .verdicts import withdrawn
+from .world import World
+
+__all__ = ["deadline", "overdue", "owner_claim", "enter_without_slurm", "take_back", "reclaim_or_take_back",
+           "settle", "release_owed", "owed_by",
+           "DOWN_REASON"]
+
+#: The reason Slurm is given for the DOWN (the facade prefixes ``slurmk8s:``).
+DOWN_REASON = "taken back by Kubernetes: the reclaim deadline passed"
+
+
+def deadline(plan: Plan, node: KubeNode) -> datetime | None:
+    """When a reclaiming node goes back whatever Slurm says (None: not reclaiming)."""
+    rec = node.record
+    if rec.state != RECLAIMING or rec.since is None:
+        return None
+    spec = plan.reclaim
+    return rec.since + timedelta(seconds=spec.grace_period_seconds + spec.deadline_seconds)
+
+
+def overdue(plan: Plan, node: KubeNode) -> bool:
+    """The node has been reclaiming for longer than grace period + deadline."""
+    due = deadline(plan, node)
+    return due is not None and plan.now >= due
+
+
+def owner_claim(plan: Plan, node: KubeNode) -> str | None:
+    """Why the node's owner wants it back, as far as can be told without
+    Slurm: the policy is gone, the owner withdrew the node, or cordoned it.
+    (Pending pods are placed by the caller: :func:`slurmk8s.bridge.placement.cover_demand`.)"""
+    if plan.policy is None:
+        return POLICY_GONE
+    return withdrawn(plan, node) or (CORDONED if node.unschedulable else None)
+
+
+def enter_without_slurm(r: Round, plan: Plan, node: KubeNode, reason: str) -> None:
+    """Start the reclaim while the node's Slurm cannot be read: only the
+    record changes (with the cluster and partition it names); drain, signal
+    and grace follow once Slurm answers, and the deadline runs from now."""
+    rec = node.record
+    due = plan.now + timedelta(seconds=plan.reclaim.grace_period_seconds + plan.reclaim.deadline_seconds)
+    r.emit(
+        SetLendingState(node.name, RECLAIMING, plan.key, rec.cluster or plan.cluster_key, rec.partition or "",
+                        plan.now, reason=reason),
+        node_event(node.name, "Reclaiming",
+                   f"taking the node back from Slurm: {REASONS.get(reason, reason)}; SlurmCluster "
+                   f"{rec.cluster} cannot be read now: its jobs get the signal and grace period once it answers, "
+                   f"and the node goes back at {format_time(due)} whatever Slurm says", warning=True),
+    )
+    r.projected[node.name] = RECLAIMING
+
+
+def take_back(r: Round, world: World, plan: Plan, node: KubeNode, slurm_read: bool) -> None:
+    """Past the deadline: the node goes back to Kubernetes whatever Slurm says,
+    and owes its SlurmCluster a DOWN (set now when ``slurm_read``: the round
+    read that cluster's Slurm)."""
+    rec = node.record
+    cluster = rec.cluster or plan.cluster_key
+    due = deadline(plan, node)
+    jobs = len(world.jobs_on(node.name)) if slurm_read else None
+    r.emit(
+        RecordDownOwed(node.name, cluster, plan.key),
+        node_event(node.name, "ReclaimDeadline",
+                   f"the reclaim ({REASONS.get(rec.reason or '', rec.reason)}) began at "
+                   f"{format_time(rec.since) if rec.since else '?'} and was not done by "
+                   f"{format_time(due) if due else '?'} (gracePeriodSeconds {plan.reclaim.grace_period_seconds} + "
+                   f"deadlineSeconds {plan.reclaim.deadline_seconds}): the node goes back to Kubernetes whatever "
+                   f"SlurmCluster {cluster} says"
+                   + (f" ({jobs} job(s) still shown there)" if jobs else "" if slurm_read else " (it does not answer)")
+                   + "; its Slurm node is set DOWN " + ("now" if slurm_read else "once Slurm answers"),
+                   warning=True),
+    )
+    r.down_owed[node.name] = True
+    hand_back(r, world, plan, node)
+    if slurm_read:
+        _down(r, world, plan, node.name)
+
+
+def reclaim_or_take_back(r: Round, world: World, plan: Plan, node: KubeNode, ended: dict[int, str]) -> None:
+    """A reclaiming node past its deadline, its Slurm read: when the ordinary
+    reclaim hands it back this round (Slurm shows no job), that is what
+    happens; when Slurm still shows jobs, it goes back all the same."""
+    trial = Round()
+    reclaim(trial, world, plan, node, entering=None, ended=ended)
+    if trial.projected.get(node.name, RECLAIMING) is None:
+        r.emit(*trial.actions)
+        r.projected.update(trial.projected)
+        r.admin_drained.extend(trial.admin_drained)
+    else:
+        take_back(r, world, plan, node, slurm_read=True)
+
+
+def _down(r: Round, world: World, plan: Plan, name: str, skip_down: bool = False) -> None:
+    """Set the owed DOWN (when Slurm has the lent node), then clear the obligation."""
+    snode = world.slurm_nodes.get(name)
+    if not skip_down and snode is not None and any(f.startswith(LENT_PREFIX) for f in snode.features):
+        r.emit(DownSlurmNode(plan.cluster_key, name, DOWN_REASON))
+    r.emit(ClearDownOwed(name))
+    r.down_owed[name] = False
+
+
+def settle(r: Round, world: World, plan: Plan, nodes: Iterable[KubeNode]) -> None:
+    """After the round's moves (its Slurm was read): nodes that owe this
+    SlurmCluster a DOWN and serve Kubernetes get it, and the obligation is
+    cleared. A node lent again meanwhile keeps it until it returns; one whose
+    Slurm node this round deletes owes nothing more."""
+    for n in nodes:
+        if n.record.down_owed != plan.cluster_key or n.name in r.down_owed:
+            continue
+        if r.projected.get(n.name, n.record.state) in STATES:
+            continue
+        deleted = any(isinstance(a, DeleteSlurmNode) and a.node == n.name for a in r.actions)
+        _down(r, world, plan, n.name, skip_down=deleted)
+
+
+def release_owed(r: Round, plan: Plan, nodes: Iterable[KubeNode]) -> None:
+    """The SlurmCluster is gone, and with it the Slurm node: nothing is owed."""
+    for n in nodes:
+        if n.record.down_owed == plan.cluster_key:
+            r.emit(ClearDownOwed(n.name))
+            r.down_owed[n.name] = False
+
+
+def owed_by(plan: Plan, nodes: Iterable[KubeNode], r: Round) -> list[str]:
+    """The nodes this policy took back past the deadline that still owe a
+    DOWN, once this round's actions are applied (for the status)."""
+    owed = {n.name for n in nodes if n.record.down_owed and n.record.down_owed_policy == plan.key}
+    for name, still in r.down_owed.items():
+        (owed.add if still else owed.discard)(name)
+    return sorted(owed)
