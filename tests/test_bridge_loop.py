@@ -283,7 +283,7 @@ def test_a_cluster_whose_agent_hangs_does_not_delay_another_policys_lending_and_
         assert first - started < 1.0, first - started  # lent at once, not after the hanging agent
         assert cluster.core.read_node("gpu-a").metadata.labels[STATE_LABEL] == "lending"
         # The next rounds do not wait for the agent still hanging at all.
-        cluster.report_running("default", "demo-lent-gpu-a")
+        cluster.report_running("default", "demo-lent.gpu-a")
         memory.register("gpu-a")
         started = time.monotonic()
         bridge.round()

@@ -242,25 +242,25 @@ def _pod(name: str, node: str, **labels: str) -> KubePod:
 def test_a_pod_lent_under_the_old_name_is_found_only_if_it_says_it_is_the_nodes():
     from types import SimpleNamespace
 
-    from slurmk8s.bridge.verdicts import pod_of
+    from slurmk8s.bridge.world import World
 
-    plan = SimpleNamespace(namespace="hpc", cluster_name="a")
-    node = SimpleNamespace(name="gpu-0", record=SimpleNamespace(cluster="hpc/a"))
     lent = {"app.kubernetes.io/component": "lent-slurmd", "app.kubernetes.io/managed-by": "slurmk8s-bridge",
             "app.kubernetes.io/instance": "a"}
     old_name = names.legacy_lent_slurmd("a", "gpu-0")
     assert old_name == "a-lent-gpu-0" != names.lent_slurmd("a", "gpu-0")
 
-    def world(*pods):
-        return SimpleNamespace(slurmd_pods={(p.namespace, p.name): p for p in pods})
+    def pod_of(*pods):
+        """World.slurmd_pod (the bridge's one lookup of a node's lent pod) over these pods."""
+        world = SimpleNamespace(slurmd_pods={(p.namespace, p.name): p for p in pods})
+        return World.slurmd_pod(world, "hpc", "a", "gpu-0")
 
     ours = _pod(old_name, "gpu-0", **lent)
-    assert pod_of(world(ours), plan, node) is ours
+    assert pod_of(ours) is ours
     # Another cluster's pod of that name (a-lent's), or one on another node: not this node's.
-    assert pod_of(world(_pod(old_name, "gpu-0", **{**lent, "app.kubernetes.io/instance": "a-lent"})), plan, node) is None
-    assert pod_of(world(_pod(old_name, "other", **lent)), plan, node) is None
+    assert pod_of(_pod(old_name, "gpu-0", **{**lent, "app.kubernetes.io/instance": "a-lent"})) is None
+    assert pod_of(_pod(old_name, "other", **lent)) is None
     new = _pod(names.lent_slurmd("a", "gpu-0"), "gpu-0", **lent)
-    assert pod_of(world(new, ours), plan, node) is new
+    assert pod_of(new, ours) is new
 
 
 def test_a_feature_that_names_another_node_set_is_refused():

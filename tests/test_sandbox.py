@@ -141,7 +141,7 @@ def test_a_process_started_but_not_recorded_is_adopted_by_up_and_stopped_by_down
 
     from sandbox.sandbox import State
 
-    argv = [sys.executable, "-c", "import time; time.sleep(60)", f"slurmk8s-{uuid.uuid4().hex}"]
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", f"sandbox-{uuid.uuid4().hex}"]
     monkeypatch.setattr(Sandbox, "_command", lambda self, process, state: argv)
     box = Sandbox(tmp_path)
     state = State(cluster="c", namespace="d", sid="s", subnet="10.253.80.0/24", gateway="10.253.80.1",
