@@ -2,8 +2,8 @@
 # The test command: install what the tests need (hack/setup.sh), build the
 # images the sandbox's pods run, for every supported Slurm release (cached
 # outside the checkout: seconds once built), then run the whole suite against
-# real Slurm daemons. Extra
-# arguments go to pytest, e.g.
+# real Slurm daemons, in two lanes at once (below). With arguments, one
+# pytest run with them instead, e.g.
 #   hack/test.sh -k render -x
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +13,32 @@ export PATH="$PWD/.venv/bin:$PATH"
 for release in $(.venv/bin/python -c 'from slurmk8s import versions; print(*versions.SUPPORTED)'); do
   .venv/bin/slurmk8s images build --slurm-version "$release"
 done
-exec .venv/bin/pytest "$@"
+[ $# -eq 0 ] || exec .venv/bin/pytest "$@"
+
+# The whole suite in two lanes at once. The sandbox lane (the end-to-end
+# suites and the tests of the sandbox's own kubelet and runtime) mostly waits
+# on Slurm, the kubelet and the trace clocks; the other lane (pure tests, the
+# host's Slurm in private namespaces, the images run from their root file
+# systems) mostly computes. None of the second lane's daemons shares a
+# network, a name or a file with a sandbox. Each lane's output is printed
+# whole when it ends; hack/test_summary.py then prints the 15 slowest tests
+# of both and the totals.
+sandbox_lane=(tests/e2e tests/test_sandbox.py tests/test_kubelet.py tests/test_runc_runtime.py tests/test_pod_streams.py)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+ignore=()
+for path in "${sandbox_lane[@]}"; do ignore+=("--ignore=$path"); done
+start=$SECONDS
+.venv/bin/pytest -p no:cacheprovider --junitxml="$out/sandbox.xml" "${sandbox_lane[@]}" >"$out/sandbox.log" 2>&1 &
+sandbox_pid=$!
+.venv/bin/pytest -p no:cacheprovider --junitxml="$out/rest.xml" "${ignore[@]}" tests >"$out/rest.log" 2>&1 &
+rest_pid=$!
+rc_rest=0 rc_sandbox=0
+wait "$rest_pid" || rc_rest=$?
+printf '\n===== lane: everything but the sandbox (%ss) =====\n' "$((SECONDS - start))"
+cat "$out/rest.log"
+wait "$sandbox_pid" || rc_sandbox=$?
+printf '\n===== lane: the sandbox (%ss) =====\n' "$((SECONDS - start))"
+cat "$out/sandbox.log"
+.venv/bin/python hack/test_summary.py --seconds "$((SECONDS - start))" "$out/rest.xml" "$out/sandbox.xml"
+[ "$rc_rest" -eq 0 ] && [ "$rc_sandbox" -eq 0 ]
