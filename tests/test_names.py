@@ -26,6 +26,7 @@ from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.render.slurmd import node_conf
 
 from .conftest import minimal
+from .test_bridge_loop import idle_node, world  # noqa: F401 (world: the bridge tests' fixture)
 
 KEYS = ClusterKeys.generate()
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x@y"
@@ -202,37 +203,17 @@ def test_the_lent_pod_of_cluster_a_is_not_the_worker_of_cluster_a_lent():
     assert names.lent_slurmd(a, "gpu-0") not in workers
 
 
-def test_a_409_is_success_only_when_the_pod_is_this_nodes_lent_pod(tmp_path):
-    from .test_bridge_loop import Bridge, Facade, Kube, MemorySlurm, idle_node, start_server, CRDS
-    import base64
-    cluster = start_server(tmp_path, crds=sorted(CRDS.glob("*.yaml")))
-    try:
-        core, custom = cluster.core, cluster.custom
-        custom.create_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "slurmclusters", {
-            "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster", "metadata": {"name": "demo"},
-            "spec": {"partitions": [{"name": "gpu", "acceptLentNodes": True}]}})
-        core.create_namespaced_secret("default", {"metadata": {"name": "demo-agent-token"},
-                                                  "data": {"token": base64.b64encode(b"t" * 32).decode()}})
-        custom.create_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies", {
-            "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "NodeLendingPolicy", "metadata": {"name": "lend"},
-            "spec": {"clusterRef": {"name": "demo"}, "partition": "gpu", "idleAfterSeconds": 60,
-                     "nodeSelector": {"matchLabels": {"lendable": "true"}}}})
-        # Someone else's pod holds the name the lent pod of gpu-a would have.
-        taken = names.lent_slurmd("demo", "gpu-a")
-        core.create_namespaced_pod("default", {"metadata": {"name": taken, "labels": {"app": "theirs"}},
-                                               "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
-        memory = MemorySlurm()
-        bridge = Bridge(Kube.from_kubeconfig(str(cluster.kubeconfig), field_manager="slurmk8s-bridge"),
-                        agent=lambda c, token, pod: Facade(memory), clock=lambda: __import__(
-                            "tests.test_bridge_loop", fromlist=["NOW"]).NOW)
-        idle_node(cluster, "gpu-a")
-        report = bridge.round()
-        assert [type(a).__name__ for a, _ in report.failed] == ["CreateSlurmdPod"], report
-        assert "is not the slurmd pod of node gpu-a" in report.failed[0][1]
-        assert core.read_namespaced_pod(taken, "default").metadata.labels == {"app": "theirs"}
-    finally:
-        cluster.api_client.close()
-        cluster.srv.stop()
+def test_a_409_is_success_only_when_the_pod_is_this_nodes_lent_pod(world):
+    cluster, bridge, _ = world
+    # Someone else's pod holds the name the lent pod of gpu-a would have.
+    taken = names.lent_slurmd("demo", "gpu-a")
+    cluster.core.create_namespaced_pod("default", {"metadata": {"name": taken, "labels": {"app": "theirs"}},
+                                                   "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    idle_node(cluster, "gpu-a")
+    report = bridge.round()
+    assert [type(a).__name__ for a, _ in report.failed] == ["CreateSlurmdPod"], report
+    assert "is not the slurmd pod of node gpu-a" in report.failed[0][1]
+    assert cluster.core.read_namespaced_pod(taken, "default").metadata.labels == {"app": "theirs"}
 
 
 def _pod(name: str, node: str, **labels: str) -> KubePod:
