@@ -16,7 +16,7 @@ from ..render.lent import LentNode, UnlendableNode
 from .nodestate import LENDING, TAINT_KEY
 from .observed import KubeNode, KubePod
 from .placement import fits
-from .plan import Plan, Round
+from .settings import Settings, Round
 from .world import World
 
 __all__ = ["reclaim_order", "over_cap", "short_of_minimum", "idle_candidates", "choose_to_lend"]
@@ -41,24 +41,24 @@ def short_of_minimum(spec: NodeLendingPolicySpec, kube: int, returning: int) -> 
     return max(spec.min_kubernetes_nodes - kube - returning, 0)
 
 
-def idle_candidates(r: Round, world: World, plan: Plan, idle: list[KubeNode], reserved: set[str],
+def idle_candidates(r: Round, world: World, settings: Settings, idle: list[KubeNode], reserved: set[str],
                     unmet: list[KubePod], ghosts: set[str]) -> list[tuple[datetime, KubeNode]]:
     """Of the idle selected Kubernetes nodes (``idle``), those idle long
     enough to lend, longest idle first; why others cannot be lent goes to
     ``r.blocked``."""
-    assert plan.policy is not None
+    assert settings.policy is not None
     # Idle since a time recorded on the Node (to the millisecond) by an
     # earlier round, and for longer than idleAfterSeconds: a node first seen
     # idle (or just handed back) is lent a later round at the earliest,
     # idleAfterSeconds 0 included, and deciding again at the same instant
     # changes nothing.
-    idle_after = timedelta(seconds=plan.policy.spec.idle_after_seconds)
+    idle_after = timedelta(seconds=settings.policy.spec.idle_after_seconds)
     eligible: list[tuple[datetime, str, KubeNode]] = []
     for n in idle:
         if n.name in reserved or not n.ready or n.unschedulable:
             continue
         since = n.record.idle_since
-        if since is None or plan.now - since <= idle_after:
+        if since is None or settings.now - since <= idle_after:
             continue
         if n.record.taint is not None:
             r.blocked.append(f"{n.name} (carries the {TAINT_KEY} taint)")
@@ -73,13 +73,13 @@ def idle_candidates(r: Round, world: World, plan: Plan, idle: list[KubeNode], re
     return [(since, n) for since, _, n in eligible]
 
 
-def choose_to_lend(r: Round, plan: Plan, eligible: list[tuple[datetime, KubeNode]], lent: int,
+def choose_to_lend(r: Round, settings: Settings, eligible: list[tuple[datetime, KubeNode]], lent: int,
                    kube_left: int) -> list[tuple[datetime, KubeNode, LentNode]]:
     """The candidates to lend now, within the limits (``lent``: nodes held;
     ``kube_left``: selected nodes serving Kubernetes), with their description;
     a node that cannot be described goes to ``r.blocked``."""
-    assert plan.policy is not None
-    spec = plan.policy.spec
+    assert settings.policy is not None
+    spec = settings.policy.spec
     chosen = []
     for since, n in eligible:
         if spec.max_lent_nodes is not None and lent >= spec.max_lent_nodes:
@@ -87,7 +87,7 @@ def choose_to_lend(r: Round, plan: Plan, eligible: list[tuple[datetime, KubeNode
         if kube_left - 1 < spec.min_kubernetes_nodes:
             break
         try:
-            desc = plan.describe(n)
+            desc = settings.describe(n)
         except UnlendableNode as exc:
             r.blocked.append(f"{n.name} ({exc})")
             continue

@@ -32,7 +32,7 @@ from ..times import format_time
 from .actions import ClearDownOwed, DeleteSlurmNode, DownSlurmNode, RecordDownOwed, SetLendingState
 from .nodestate import RECLAIMING, STATES
 from .observed import KubeNode
-from .plan import Plan, Round
+from .settings import Settings, Round
 from .reasons import CORDONED, POLICY_GONE, REASONS
 from .transitions import hand_back, node_event, reclaim
 from .verdicts import withdrawn
@@ -46,39 +46,39 @@ __all__ = ["deadline", "overdue", "owner_claim", "enter_without_slurm", "take_ba
 DOWN_REASON = "taken back by Kubernetes: the reclaim deadline passed"
 
 
-def deadline(plan: Plan, node: KubeNode) -> datetime | None:
+def deadline(settings: Settings, node: KubeNode) -> datetime | None:
     """When a reclaiming node goes back whatever Slurm says (None: not reclaiming)."""
     rec = node.record
     if rec.state != RECLAIMING or rec.since is None:
         return None
-    spec = plan.reclaim
+    spec = settings.reclaim
     return rec.since + timedelta(seconds=spec.grace_period_seconds + spec.deadline_seconds)
 
 
-def overdue(plan: Plan, node: KubeNode) -> bool:
+def overdue(settings: Settings, node: KubeNode) -> bool:
     """The node has been reclaiming for longer than grace period + deadline."""
-    due = deadline(plan, node)
-    return due is not None and plan.now >= due
+    due = deadline(settings, node)
+    return due is not None and settings.now >= due
 
 
-def owner_claim(plan: Plan, node: KubeNode) -> str | None:
+def owner_claim(settings: Settings, node: KubeNode) -> str | None:
     """Why the node's owner wants it back, as far as can be told without
     Slurm: the policy is gone, the owner withdrew the node, or cordoned it.
     (Pending pods are placed by the caller: :func:`slurmk8s.bridge.placement.cover_demand`.)"""
-    if plan.policy is None:
+    if settings.policy is None:
         return POLICY_GONE
-    return withdrawn(plan, node) or (CORDONED if node.unschedulable else None)
+    return withdrawn(settings, node) or (CORDONED if node.unschedulable else None)
 
 
-def enter_without_slurm(r: Round, plan: Plan, node: KubeNode, reason: str) -> None:
+def enter_without_slurm(r: Round, settings: Settings, node: KubeNode, reason: str) -> None:
     """Start the reclaim while the node's Slurm cannot be read: only the
     record changes (with the cluster and partition it names); drain, signal
     and grace follow once Slurm answers, and the deadline runs from now."""
     rec = node.record
-    due = plan.now + timedelta(seconds=plan.reclaim.grace_period_seconds + plan.reclaim.deadline_seconds)
+    due = settings.now + timedelta(seconds=settings.reclaim.grace_period_seconds + settings.reclaim.deadline_seconds)
     r.emit(
-        SetLendingState(node.name, RECLAIMING, plan.key, rec.cluster or plan.cluster_key, rec.partition or "",
-                        plan.now, reason=reason),
+        SetLendingState(node.name, RECLAIMING, settings.key, rec.cluster or settings.cluster_key, rec.partition or "",
+                        settings.now, reason=reason),
         node_event(node.name, "Reclaiming",
                    f"taking the node back from Slurm: {REASONS.get(reason, reason)}; SlurmCluster "
                    f"{rec.cluster} cannot be read now: its jobs get the signal and grace period once it answers, "
@@ -87,81 +87,81 @@ def enter_without_slurm(r: Round, plan: Plan, node: KubeNode, reason: str) -> No
     r.projected[node.name] = RECLAIMING
 
 
-def take_back(r: Round, world: World, plan: Plan, node: KubeNode, slurm_read: bool) -> None:
+def take_back(r: Round, world: World, settings: Settings, node: KubeNode, slurm_read: bool) -> None:
     """Past the deadline: the node goes back to Kubernetes whatever Slurm says,
     and owes its SlurmCluster a DOWN (set now when ``slurm_read``: the round
     read that cluster's Slurm)."""
     rec = node.record
-    cluster = rec.cluster or plan.cluster_key
-    due = deadline(plan, node)
+    cluster = rec.cluster or settings.cluster_key
+    due = deadline(settings, node)
     jobs = len(world.jobs_on(node.name)) if slurm_read else None
     r.emit(
-        RecordDownOwed(node.name, cluster, plan.key),
+        RecordDownOwed(node.name, cluster, settings.key),
         node_event(node.name, "ReclaimDeadline",
                    f"the reclaim ({REASONS.get(rec.reason or '', rec.reason)}) began at "
                    f"{format_time(rec.since) if rec.since else '?'} and was not done by "
-                   f"{format_time(due) if due else '?'} (gracePeriodSeconds {plan.reclaim.grace_period_seconds} + "
-                   f"deadlineSeconds {plan.reclaim.deadline_seconds}): the node goes back to Kubernetes whatever "
+                   f"{format_time(due) if due else '?'} (gracePeriodSeconds {settings.reclaim.grace_period_seconds} + "
+                   f"deadlineSeconds {settings.reclaim.deadline_seconds}): the node goes back to Kubernetes whatever "
                    f"SlurmCluster {cluster} says"
                    + (f" ({jobs} job(s) still shown there)" if jobs else "" if slurm_read else " (it does not answer)")
                    + "; its Slurm node is set DOWN " + ("now" if slurm_read else "once Slurm answers"),
                    warning=True),
     )
     r.down_owed[node.name] = True
-    hand_back(r, world, plan, node)
+    hand_back(r, world, settings, node)
     if slurm_read:
-        _down(r, world, plan, node.name)
+        _down(r, world, settings, node.name)
 
 
-def reclaim_or_take_back(r: Round, world: World, plan: Plan, node: KubeNode, ended: dict[int, str]) -> None:
+def reclaim_or_take_back(r: Round, world: World, settings: Settings, node: KubeNode, ended: dict[int, str]) -> None:
     """A reclaiming node past its deadline, its Slurm read: when the ordinary
     reclaim hands it back this round (Slurm shows no job), that is what
     happens; when Slurm still shows jobs, it goes back all the same."""
     trial = Round()
-    reclaim(trial, world, plan, node, entering=None, ended=ended)
+    reclaim(trial, world, settings, node, entering=None, ended=ended)
     if trial.projected.get(node.name, RECLAIMING) is None:
         r.emit(*trial.actions)
         r.projected.update(trial.projected)
         r.admin_drained.extend(trial.admin_drained)
     else:
-        take_back(r, world, plan, node, slurm_read=True)
+        take_back(r, world, settings, node, slurm_read=True)
 
 
-def _down(r: Round, world: World, plan: Plan, name: str, skip_down: bool = False) -> None:
+def _down(r: Round, world: World, settings: Settings, name: str, skip_down: bool = False) -> None:
     """Set the owed DOWN (when Slurm has the lent node), then clear the obligation."""
     snode = world.slurm_nodes.get(name)
     if not skip_down and snode is not None and any(f.startswith(LENT_PREFIX) for f in snode.features):
-        r.emit(DownSlurmNode(plan.cluster_key, name, DOWN_REASON))
+        r.emit(DownSlurmNode(settings.cluster_key, name, DOWN_REASON))
     r.emit(ClearDownOwed(name))
     r.down_owed[name] = False
 
 
-def settle(r: Round, world: World, plan: Plan, nodes: Iterable[KubeNode]) -> None:
+def settle(r: Round, world: World, settings: Settings, nodes: Iterable[KubeNode]) -> None:
     """After the round's moves (its Slurm was read): nodes that owe this
     SlurmCluster a DOWN and serve Kubernetes get it, and the obligation is
     cleared. A node lent again meanwhile keeps it until it returns; one whose
     Slurm node this round deletes owes nothing more."""
     for n in nodes:
-        if n.record.down_owed != plan.cluster_key or n.name in r.down_owed:
+        if n.record.down_owed != settings.cluster_key or n.name in r.down_owed:
             continue
         if r.projected.get(n.name, n.record.state) in STATES:
             continue
         deleted = any(isinstance(a, DeleteSlurmNode) and a.node == n.name for a in r.actions)
-        _down(r, world, plan, n.name, skip_down=deleted)
+        _down(r, world, settings, n.name, skip_down=deleted)
 
 
-def release_owed(r: Round, plan: Plan, nodes: Iterable[KubeNode]) -> None:
+def release_owed(r: Round, settings: Settings, nodes: Iterable[KubeNode]) -> None:
     """The SlurmCluster is gone, and with it the Slurm node: nothing is owed."""
     for n in nodes:
-        if n.record.down_owed == plan.cluster_key:
+        if n.record.down_owed == settings.cluster_key:
             r.emit(ClearDownOwed(n.name))
             r.down_owed[n.name] = False
 
 
-def owed_by(plan: Plan, nodes: Iterable[KubeNode], r: Round) -> list[str]:
+def owed_by(settings: Settings, nodes: Iterable[KubeNode], r: Round) -> list[str]:
     """The nodes this policy took back past the deadline that still owe a
     DOWN, once this round's actions are applied (for the status)."""
-    owed = {n.name for n in nodes if n.record.down_owed and n.record.down_owed_policy == plan.key}
+    owed = {n.name for n in nodes if n.record.down_owed and n.record.down_owed_policy == settings.key}
     for name, still in r.down_owed.items():
         (owed.add if still else owed.discard)(name)
     return sorted(owed)

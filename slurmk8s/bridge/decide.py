@@ -13,7 +13,7 @@ written on the Node by its own actions and read back next round
 result gives no new action until time passes or the world changes.
 
 This module is the composition; the rules live beside it:
-:mod:`.world` (the observed world, indexed), :mod:`.plan` (the policy's
+:mod:`.world` (the observed world, indexed), :mod:`.settings` (the policy's
 settings, the round's facts), :mod:`.problems` (what is wrong with a
 policy), :mod:`.verdicts` (why a held node leaves), :mod:`.placement`
 (pending pods), :mod:`.choose` (which nodes to lend, which to give back
@@ -51,10 +51,10 @@ from .nodecounts import LendingMetrics, lending_metrics
 from .nodestate import RECLAIMING, STATES
 from .observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, Observed, PolicyGone, SlurmState
 from .placement import cover_demand
-from .plan import Plan, Round
 from .problems import policy_problem
 from .reasons import DEFAULT_RECLAIM, DEFAULT_REGISTRATION_TIMEOUT, DEMAND, FAILURES, \
     FORCE_RETRY_SECONDS, LIMITS, REASONS
+from .settings import Round, Settings
 from .status import invalid_policy_status, policy_status
 from .verdicts import failure, must_go, withdrawn
 from .windows import in_window
@@ -80,10 +80,10 @@ def decide(observed: Observed, policy: NodeLendingPolicy | PolicyGone | InvalidP
     now = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
     if isinstance(policy, InvalidPolicy):
         return invalid_policy_status(policy, now)
-    return _round(World(observed), plan_of(policy, observed.cluster, now))
+    return _round(World(observed), settings_of(policy, observed.cluster, now))
 
 
-def plan_of(policy: NodeLendingPolicy | PolicyGone, cluster: SlurmCluster | None, now: datetime) -> Plan:
+def settings_of(policy: NodeLendingPolicy | PolicyGone, cluster: SlurmCluster | None, now: datetime) -> Settings:
     """The settings a round goes by, and the SlurmCluster the nodes are lent to."""
     if cluster is not None:
         cluster_key, cluster_name = f"{cluster.namespace}/{cluster.name}", cluster.name
@@ -93,52 +93,52 @@ def plan_of(policy: NodeLendingPolicy | PolicyGone, cluster: SlurmCluster | None
     else:
         cluster_key, cluster_name = policy.cluster, policy.cluster.split("/")[-1]
     if isinstance(policy, PolicyGone):
-        return Plan(policy.key, policy.namespace, policy.name, None, DEFAULT_RECLAIM, DEFAULT_REGISTRATION_TIMEOUT,
-                    cluster, cluster_key, cluster_name, now)
-    return Plan(policy.key, policy.namespace, policy.name, policy, policy.spec.reclaim,
-                policy.spec.registration_timeout_seconds, cluster, cluster_key, cluster_name, now)
+        return Settings(policy.key, policy.namespace, policy.name, None, DEFAULT_RECLAIM,
+                        DEFAULT_REGISTRATION_TIMEOUT, cluster, cluster_key, cluster_name, now)
+    return Settings(policy.key, policy.namespace, policy.name, policy, policy.spec.reclaim,
+                    policy.spec.registration_timeout_seconds, cluster, cluster_key, cluster_name, now)
 
 
-def _round(world: World, plan: Plan) -> list[Action]:
+def _round(world: World, settings: Settings) -> list[Action]:
     r = Round()
-    policy = plan.policy
+    policy = settings.policy
     nodes = world.observed.nodes
-    mine = [n for n in nodes if n.record.state is not None and n.record.policy == plan.key]
-    selected = plan.select(nodes)
+    mine = [n for n in nodes if n.record.state is not None and n.record.policy == settings.key]
+    selected = settings.select(nodes)
     kube = [n for n in selected if n.record.state is None]
-    idle = [n for n in kube if world.idle(n.name, plan.namespace, plan.cluster_name)]
+    idle = [n for n in kube if world.idle(n.name, settings.namespace, settings.cluster_name)]
 
     # Idle bookkeeping holds whatever Slurm says: it only reads pods.
     move.clear_idle(r, world, nodes)
 
-    problem = policy_problem(world, plan, selected) if policy is not None else None
-    window_open = policy is None or in_window(policy.spec.windows, policy.spec.time_zone, plan.now)
+    problem = policy_problem(world, settings, selected) if policy is not None else None
+    window_open = policy is None or in_window(policy.spec.windows, policy.spec.time_zone, settings.now)
 
     lending: set[str] = set()
-    if plan.cluster is None and policy is not None:
+    if settings.cluster is None and policy is not None:
         # Maybe a typo in clusterRef: report it; the nodes wait, but only
         # until the owner's claims meet the reclaim deadline.
-        _without_slurm(r, world, plan, mine, kube)
-    elif plan.cluster is None:
-        deadline.release_owed(r, plan, nodes)
-        _release_all(r, world, plan, mine)
+        _without_slurm(r, world, settings, mine, kube)
+    elif settings.cluster is None:
+        deadline.release_owed(r, settings, nodes)
+        _release_all(r, world, settings, mine)
     elif not world.slurm_known:
-        _without_slurm(r, world, plan, mine, kube)
+        _without_slurm(r, world, settings, mine, kube)
     else:
-        lending = _move_nodes(r, world, plan, mine, selected, kube, idle, problem, window_open)
-        deadline.settle(r, world, plan, nodes)
-    move.record_idle(r, plan, idle, lending)
-    kubernetes = len(kube) - len(lending) + _returned(r, plan, mine)
-    return r.actions + policy_status(plan, r, len(selected), kubernetes, problem, window_open,
-                                     deadline.owed_by(plan, nodes, r))
+        lending = _move_nodes(r, world, settings, mine, selected, kube, idle, problem, window_open)
+        deadline.settle(r, world, settings, nodes)
+    move.record_idle(r, settings, idle, lending)
+    kubernetes = len(kube) - len(lending) + _returned(r, settings, mine)
+    return r.actions + policy_status(settings, r, len(selected), kubernetes, problem, window_open,
+                                     deadline.owed_by(settings, nodes, r))
 
 
-def _returned(r: Round, plan: Plan, mine: list[KubeNode]) -> int:
+def _returned(r: Round, settings: Settings, mine: list[KubeNode]) -> int:
     """Selected nodes handed back this round: they serve Kubernetes from now on."""
-    return sum(1 for n in mine if r.projected.get(n.name, n.record.state) is None and plan.selects(n))
+    return sum(1 for n in mine if r.projected.get(n.name, n.record.state) is None and settings.selects(n))
 
 
-def _without_slurm(r: Round, world: World, plan: Plan, mine: list[KubeNode], kube: list[KubeNode]) -> None:
+def _without_slurm(r: Round, world: World, settings: Settings, mine: list[KubeNode], kube: list[KubeNode]) -> None:
     """The nodes' Slurm cannot be read: every held node stays as it is, except
     that the owner's claims (a withdrawn or cordoned node, a deleted policy,
     pending GPU pods) start a reclaim, and a reclaim past its deadline goes
@@ -152,38 +152,38 @@ def _without_slurm(r: Round, world: World, plan: Plan, mine: list[KubeNode], kub
         r.projected[n.name] = n.record.state
         if n.record.state == RECLAIMING:
             reclaiming.append(n)
-        elif (reason := deadline.owner_claim(plan, n)) is not None:
-            deadline.enter_without_slurm(r, plan, n, reason)
+        elif (reason := deadline.owner_claim(settings, n)) is not None:
+            deadline.enter_without_slurm(r, settings, n, reason)
             reclaiming.append(n)
         else:
             held.append(n)
-    if plan.policy is not None and held:
-        _, _, chosen = cover_demand(world, plan, kube, reclaiming, sorted(held, key=lambda n: n.name))
+    if settings.policy is not None and held:
+        _, _, chosen = cover_demand(world, settings, kube, reclaiming, sorted(held, key=lambda n: n.name))
         for n in chosen:
-            deadline.enter_without_slurm(r, plan, n, DEMAND)
+            deadline.enter_without_slurm(r, settings, n, DEMAND)
     for n in reclaiming:
-        if deadline.overdue(plan, n):
-            deadline.take_back(r, world, plan, n, slurm_read=False)
+        if deadline.overdue(settings, n):
+            deadline.take_back(r, world, settings, n, slurm_read=False)
 
 
-def _release_all(r: Round, world: World, plan: Plan, mine: list[KubeNode]) -> None:
+def _release_all(r: Round, world: World, settings: Settings, mine: list[KubeNode]) -> None:
     """The policy and its SlurmCluster are gone, and with the cluster Slurm
     and every job: give the nodes back (those this policy lent to it)."""
     for n in mine:
         if n.record.state not in STATES:
             r.unknown_state.append(n.name)
-        elif n.record.cluster != plan.cluster_key:
+        elif n.record.cluster != settings.cluster_key:
             r.stale.append(n.name)
             r.projected[n.name] = n.record.state
         else:
-            move.release_without_slurm(r, world, plan, n)
+            move.release_without_slurm(r, world, settings, n)
 
 
-def _move_nodes(r: Round, world: World, plan: Plan, mine: list[KubeNode], selected: list[KubeNode],
+def _move_nodes(r: Round, world: World, settings: Settings, mine: list[KubeNode], selected: list[KubeNode],
                 kube: list[KubeNode], idle: list[KubeNode], problem: tuple[str, str] | None,
                 window_open: bool) -> set[str]:
     """Every held node's move, then the nodes to lend; returns those lent now."""
-    policy = plan.policy
+    policy = settings.policy
     held: list[KubeNode] = []          # lending or lent, staying unless chosen below
     reclaiming: list[KubeNode] = []
     leaving: dict[str, str] = {}       # node -> reason, for held nodes reclaimed now
@@ -193,17 +193,17 @@ def _move_nodes(r: Round, world: World, plan: Plan, mine: list[KubeNode], select
         if rec.state not in STATES:
             r.unknown_state.append(n.name)
             continue
-        if rec.cluster != plan.cluster_key:
+        if rec.cluster != settings.cluster_key:
             # Lent to another SlurmCluster (the policy's clusterRef changed):
             # its Slurm is not read here, so only the owner's claims and the
             # reclaim deadline move it.
             r.stale.append(n.name)
             r.projected[n.name] = rec.state
             if rec.state == RECLAIMING:
-                if deadline.overdue(plan, n):
-                    deadline.take_back(r, world, plan, n, slurm_read=False)
-            elif (reason := deadline.owner_claim(plan, n)) is not None:
-                deadline.enter_without_slurm(r, plan, n, reason)
+                if deadline.overdue(settings, n):
+                    deadline.take_back(r, world, settings, n, slurm_read=False)
+            elif (reason := deadline.owner_claim(settings, n)) is not None:
+                deadline.enter_without_slurm(r, settings, n, reason)
             continue
         if rec.state == RECLAIMING:
             reclaiming.append(n)
@@ -213,8 +213,8 @@ def _move_nodes(r: Round, world: World, plan: Plan, mine: list[KubeNode], select
         # pending pods do then.
         # A node whose owner withdrew or cordoned it goes back whatever the
         # policy says (:func:`.deadline.owner_claim`).
-        reason = (failure(world, plan, n) or withdrawn(plan, n)
-                  or (must_go(plan, n, window_open) if problem is None else deadline.owner_claim(plan, n)))
+        reason = (failure(world, settings, n) or withdrawn(settings, n)
+                  or (must_go(settings, n, window_open) if problem is None else deadline.owner_claim(settings, n)))
         if reason:
             leaving[n.name] = reason
         else:
@@ -228,7 +228,7 @@ def _move_nodes(r: Round, world: World, plan: Plan, mine: list[KubeNode], select
         extra = over_cap(policy.spec, len(held))
         if problem is None:
             returning = sum(1 for n in [*reclaiming, *(by_name[x] for x in leaving), *held[:extra]]
-                            if plan.selects(n))
+                            if settings.selects(n))
             extra += short_of_minimum(policy.spec, len(kube), returning)
         for n in held[:extra]:
             leaving[n.name] = LIMITS
@@ -239,31 +239,31 @@ def _move_nodes(r: Round, world: World, plan: Plan, mine: list[KubeNode], select
     reserved: set[str] = set()
     unmet: list[KubePod] = []
     if policy is not None:
-        reserved, unmet, chosen = cover_demand(world, plan, kube, [*reclaiming, *(by_name[x] for x in leaving)],
+        reserved, unmet, chosen = cover_demand(world, settings, kube, [*reclaiming, *(by_name[x] for x in leaving)],
                                                held)
         for n in chosen:
             leaving[n.name] = DEMAND
         held = [n for n in held if n.name not in leaving]
 
     reclaimed = [*((n, None) for n in reclaiming), *((n, leaving[n.name]) for n in mine if n.name in leaving)]
-    ended = move.ended_by_down(world, plan, reclaimed)
+    ended = move.ended_by_down(world, settings, reclaimed)
     for n, entering in reclaimed:
-        if entering is None and deadline.overdue(plan, n):
-            deadline.reclaim_or_take_back(r, world, plan, n, ended)
+        if entering is None and deadline.overdue(settings, n):
+            deadline.reclaim_or_take_back(r, world, settings, n, ended)
         else:
-            move.reclaim(r, world, plan, n, entering=entering, ended=ended)
+            move.reclaim(r, world, settings, n, entering=entering, ended=ended)
     for n in held:
-        move.keep(r, world, plan, n)
+        move.keep(r, world, settings, n)
 
     if problem is not None:
         return set()
-    ghosts = move.clean_ghosts(r, world, plan, kube)
+    ghosts = move.clean_ghosts(r, world, settings, kube)
     if policy is None or not window_open:
         return set()
     lending = set()
-    for since, n, desc in choose_to_lend(r, plan, idle_candidates(r, world, plan, idle, reserved, unmet, ghosts),
-                                         len(held), len(kube) + _returned(r, plan, mine)):
-        move.start_lending(r, plan, n, since, desc)
+    candidates = idle_candidates(r, world, settings, idle, reserved, unmet, ghosts)
+    for since, n, desc in choose_to_lend(r, settings, candidates, len(held), len(kube) + _returned(r, settings, mine)):
+        move.start_lending(r, settings, n, since, desc)
         lending.add(n.name)
     return lending
 

@@ -17,7 +17,7 @@ from typing import Iterable
 
 from ..api.lending import ReclaimSpec
 from .observed import KubeNode, KubePod
-from .plan import Plan
+from .settings import Settings
 from .world import World
 
 __all__ = ["fits", "triggers", "cover_demand"]
@@ -79,18 +79,18 @@ class _Pool:
         return None
 
 
-def cover_demand(world: World, plan: Plan, kube: list[KubeNode], returning: list[KubeNode],
+def cover_demand(world: World, settings: Settings, kube: list[KubeNode], returning: list[KubeNode],
                  held: list[KubeNode]) -> tuple[set[str], list[KubePod], list[KubeNode]]:
     """Assign each triggering pending pod to a node that can take it: a free
     Kubernetes node, a node on its way back, or else the held node that is
     cheapest to give back (``held`` is in that order). Returns (Kubernetes
     nodes reserved for pods, pods nothing can take, held nodes to reclaim)."""
-    pods = sorted((p for p in world.pending if triggers(p, plan.reclaim)),
+    pods = sorted((p for p in world.pending if triggers(p, settings.reclaim)),
                   key=lambda p: (-p.gpus, -p.priority, p.namespace, p.name))
     if not pods:
         return set(), [], []
     pool = _Pool(world, chain((n for n in kube if n.record.taint is None),
-                              (n for n in returning if plan.selects(n))))  # as they will be next round
+                              (n for n in returning if settings.selects(n))))  # as they will be next round
     candidates = [n for n in held if n.ready]
     reserved: set[str] = set()
     unmet: list[KubePod] = []

@@ -11,34 +11,34 @@ from typing import Sequence
 
 from ..api.lending import LENDABLE_TO_LABEL, describe_selector
 from .observed import KubeNode
-from .plan import Plan
+from .settings import Settings
 from .world import World
 
 __all__ = ["policy_problem"]
 
 
-def policy_problem(world: World, plan: Plan, selected: Sequence[KubeNode]) -> tuple[str, str] | None:
+def policy_problem(world: World, settings: Settings, selected: Sequence[KubeNode]) -> tuple[str, str] | None:
     """(reason, message) of the first problem, or None: ClusterNotFound,
     PartitionNotFound, PartitionNotLendable, NoMatchingNodes, SlurmUnreachable."""
-    policy = plan.policy
+    policy = settings.policy
     assert policy is not None
     spec = policy.spec
-    cluster = plan.cluster
+    cluster = settings.cluster
     if cluster is None:
         return ("ClusterNotFound",
-                f"SlurmCluster {plan.namespace}/{spec.cluster_ref.name} does not exist; create it, "
+                f"SlurmCluster {settings.namespace}/{spec.cluster_ref.name} does not exist; create it, "
                 "or fix spec.clusterRef.name (the cluster must be in the policy's namespace)")
     parts = cluster.spec.partitions
     part = next((p for p in parts if p.name == spec.partition), None)
     if part is None:
         known = ", ".join(p.name for p in parts) or "(none)"
         return ("PartitionNotFound",
-                f"SlurmCluster {plan.cluster_key} has no partition {spec.partition!r}; fix spec.partition "
+                f"SlurmCluster {settings.cluster_key} has no partition {spec.partition!r}; fix spec.partition "
                 f"(partitions: {known})")
     if not part.accept_lent_nodes:
         index = parts.index(part)
         return ("PartitionNotLendable",
-                f"partition {part.name!r} of SlurmCluster {plan.cluster_key} does not accept lent nodes; "
+                f"partition {part.name!r} of SlurmCluster {settings.cluster_key} does not accept lent nodes; "
                 f"set spec.partitions[{index}].acceptLentNodes: true on the SlurmCluster")
     if not selected:
         forbidden = sum(1 for n in world.observed.nodes
@@ -46,15 +46,15 @@ def policy_problem(world: World, plan: Plan, selected: Sequence[KubeNode]) -> tu
         if forbidden:
             return ("NoMatchingNodes",
                     f"spec.nodeSelector ({describe_selector(spec.node_selector)}) matches {forbidden} GPU "
-                    f"node(s), but none is labelled {LENDABLE_TO_LABEL}={plan.namespace}: a cluster "
+                    f"node(s), but none is labelled {LENDABLE_TO_LABEL}={settings.namespace}: a cluster "
                     f"administrator labels the nodes this namespace may lend "
-                    f"(kubectl label node <node> {LENDABLE_TO_LABEL}={plan.namespace})")
+                    f"(kubectl label node <node> {LENDABLE_TO_LABEL}={settings.namespace})")
         return ("NoMatchingNodes",
-                f"no Node with allocatable nvidia.com/gpu and label {LENDABLE_TO_LABEL}={plan.namespace} "
+                f"no Node with allocatable nvidia.com/gpu and label {LENDABLE_TO_LABEL}={settings.namespace} "
                 f"matches spec.nodeSelector ({describe_selector(spec.node_selector)}); label the nodes to "
                 "lend, or fix the selector")
     if not world.slurm_known:
         return ("SlurmUnreachable",
-                f"Slurm of SlurmCluster {plan.cluster_key} could not be read ({world.slurm_problem}); "
+                f"Slurm of SlurmCluster {settings.cluster_key} could not be read ({world.slurm_problem}); "
                 "nothing is lent or reclaimed until it can")
     return None

@@ -14,7 +14,7 @@ from ..times import format_time
 from .actions import Action, PolicyStatus
 from .nodestate import LENDING, LENT, RECLAIMING
 from .observed import InvalidPolicy
-from .plan import Plan, Round
+from .settings import Settings, Round
 
 __all__ = ["policy_status", "invalid_policy_status", "status_actions"]
 
@@ -27,12 +27,12 @@ def _more(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
 
 
-def policy_status(plan: Plan, r: Round, selected: int, kubernetes: int, problem: tuple[str, str] | None,
+def policy_status(settings: Settings, r: Round, selected: int, kubernetes: int, problem: tuple[str, str] | None,
                   window_open: bool, down_owed: Sequence[str] = ()) -> list[Action]:
     """The status of a policy once the round's actions are applied (none for
     a policy that is gone): ``selected`` nodes, of which ``kubernetes`` then
     serve Kubernetes."""
-    policy = plan.policy
+    policy = settings.policy
     if policy is None:
         return []
     counts: dict[str | None, int] = defaultdict(int)
@@ -50,12 +50,12 @@ def policy_status(plan: Plan, r: Round, selected: int, kubernetes: int, problem:
         elif holding:
             message += (f". The {len(holding)} node(s) this policy holds wait for Slurm, except that "
                         "their owner's claims (pending GPU pods, a withdrawn or cordoned node) start a reclaim, "
-                        f"which ends {plan.reclaim.grace_period_seconds + plan.reclaim.deadline_seconds}s "
+                        f"which ends {settings.reclaim.grace_period_seconds + settings.reclaim.deadline_seconds}s "
                         "later whatever Slurm says (gracePeriodSeconds + reclaim.deadlineSeconds)")
     else:
         ready, reason = "True", "Lending"
         message = (f"{counts[LENT]} of {selected} selected nodes lent to partition "
-                   f"{policy.spec.partition} of SlurmCluster {plan.cluster_key}")
+                   f"{policy.spec.partition} of SlurmCluster {settings.cluster_key}")
         if counts[LENDING]:
             message += f"; {counts[LENDING]} starting"
         if counts[RECLAIMING]:
@@ -78,8 +78,8 @@ def policy_status(plan: Plan, r: Round, selected: int, kubernetes: int, problem:
                       f"{_more(sorted(r.unknown_state))}")
     if extras:
         message += ". " + ". ".join(extras)
-    return status_actions(plan.namespace, plan.name, policy.metadata.generation, ready, reason, message,
-                          holding, status_counts, policy.status, plan.now, down_owed)
+    return status_actions(settings.namespace, settings.name, policy.metadata.generation, ready, reason, message,
+                          holding, status_counts, policy.status, settings.now, down_owed)
 
 
 def invalid_policy_status(policy: InvalidPolicy, now: datetime) -> list[Action]:

@@ -3,7 +3,7 @@
     Kubernetes ──> lending ──> lent ──> reclaiming ──> Kubernetes
 
 Each function moves one node one step (or holds it where it is) and adds
-its actions to the :class:`~.plan.Round`, with the state the node will be in
+its actions to the :class:`~.settings.Round`, with the state the node will be in
 once they are applied. Which nodes move, and why, the composition in
 :mod:`.decide` works out from :mod:`.verdicts`, :mod:`.placement` and
 :mod:`.choose`. The reclaim applies the one evacuation rule
@@ -46,7 +46,7 @@ from .actions import (
 )
 from .nodestate import LENDING, LENT, RECLAIMING, TAINT_EFFECT, TAINT_KEY, LendingRecord
 from .observed import KubeNode
-from .plan import Plan, Round
+from .settings import Settings, Round
 from .reasons import CLUSTER_GONE, FAILURES, FORCE_RETRY_SECONDS, NODE_NOT_READY, REASONS, SLURMD_GONE
 from .verdicts import lost, pod_of, registered
 from .world import World
@@ -68,61 +68,61 @@ def _job_ids(jobs: list[Job]) -> tuple[int, ...]:
     return tuple(sorted({j.job_id for j in jobs}))
 
 
-def create_pod(plan: Plan, node: KubeNode) -> CreateSlurmdPod:
+def create_pod(settings: Settings, node: KubeNode) -> CreateSlurmdPod:
     """The lent slurmd pod of ``node``: the loop has it rendered (``slurmk8s.render.manifests``)."""
-    assert plan.policy is not None
-    spec = plan.policy.spec
-    return CreateSlurmdPod(cluster=plan.cluster_key, node=node.name, partition=spec.partition,
+    assert settings.policy is not None
+    spec = settings.policy.spec
+    return CreateSlurmdPod(cluster=settings.cluster_key, node=node.name, partition=spec.partition,
                            shm_size=spec.shm_size)
 
 
-def start_lending(r: Round, plan: Plan, node: KubeNode, since: datetime, desc: LentNode) -> None:
+def start_lending(r: Round, settings: Settings, node: KubeNode, since: datetime, desc: LentNode) -> None:
     """Kubernetes -> lending: taint the node and start its slurmd."""
-    assert plan.policy is not None
-    partition = plan.policy.spec.partition
+    assert settings.policy is not None
+    partition = settings.policy.spec.partition
     r.emit(
-        SetLendingState(node.name, LENDING, plan.key, plan.cluster_key, partition, plan.now),
-        Taint(node.name, TAINT_KEY, plan.cluster_name, TAINT_EFFECT),
-        create_pod(plan, node),
+        SetLendingState(node.name, LENDING, settings.key, settings.cluster_key, partition, settings.now),
+        Taint(node.name, TAINT_KEY, settings.cluster_name, TAINT_EFFECT),
+        create_pod(settings, node),
         node_event(node.name, "Lending",
                    f"idle since {format_time(since)}: lending it to "
-                   f"partition {partition} of SlurmCluster {plan.cluster_key} "
-                   f"(NodeLendingPolicy {plan.key}); {desc.gpus} {desc.gpu_type} GPU(s)"),
+                   f"partition {partition} of SlurmCluster {settings.cluster_key} "
+                   f"(NodeLendingPolicy {settings.key}); {desc.gpus} {desc.gpu_type} GPU(s)"),
     )
     r.projected[node.name] = LENDING
 
 
-def keep(r: Round, world: World, plan: Plan, node: KubeNode) -> None:
+def keep(r: Round, world: World, settings: Settings, node: KubeNode) -> None:
     """A lending or lent node that stays: restore its taint, start its
     slurmd, or mark it lent once Slurm has it."""
     rec = node.record
     r.projected[node.name] = rec.state
     if rec.taint is None:
-        r.emit(Taint(node.name, TAINT_KEY, plan.cluster_name, TAINT_EFFECT))
+        r.emit(Taint(node.name, TAINT_KEY, settings.cluster_name, TAINT_EFFECT))
     snode = world.slurm_nodes.get(node.name)
     if snode is not None and snode.drain_set and not snode.drain_is_ours:
         r.admin_drained.append(f"{node.name} ({snode.reason or 'no reason given'})")
     if rec.state == LENDING:
-        pod = pod_of(world, plan, node)
+        pod = pod_of(world, settings, node)
         if pod is None:
-            r.emit(create_pod(plan, node))
-        elif pod.phase == "Running" and registered(world, plan, node):
+            r.emit(create_pod(settings, node))
+        elif pod.phase == "Running" and registered(world, settings, node):
             r.emit(
-                SetLendingState(node.name, LENT, plan.key, plan.cluster_key, rec.partition or "", plan.now),
+                SetLendingState(node.name, LENT, settings.key, settings.cluster_key, rec.partition or "", settings.now),
                 node_event(node.name, "Lent",
                            f"registered with Slurm in partition {rec.partition} of SlurmCluster "
-                           f"{plan.cluster_key}; taking jobs"),
+                           f"{settings.cluster_key}; taking jobs"),
             )
             r.projected[node.name] = LENT
 
 
-def slurmd_gone(world: World, plan: Plan, node: KubeNode, entering: str | None) -> bool:
+def slurmd_gone(world: World, settings: Settings, node: KubeNode, entering: str | None) -> bool:
     """Nothing answers for the node's jobs any more: the evacuation rule sets it DOWN."""
     reason = entering or node.record.reason or "unknown"
-    return reason in SLURMD_GONE or lost(world, plan, node)
+    return reason in SLURMD_GONE or lost(world, settings, node)
 
 
-def ended_by_down(world: World, plan: Plan, reclaimed: Sequence[tuple[KubeNode, str | None]]) -> dict[int, str]:
+def ended_by_down(world: World, settings: Settings, reclaimed: Sequence[tuple[KubeNode, str | None]]) -> dict[int, str]:
     """Job id -> the node whose DOWN this round ends it (Slurm requeues or fails
     every job of a node set DOWN). Another node's evacuation leaves such a job
     alone, so a round's outcome depends neither on the order nodes are taken in
@@ -130,13 +130,13 @@ def ended_by_down(world: World, plan: Plan, reclaimed: Sequence[tuple[KubeNode, 
     out: dict[int, str] = {}
     for node, entering in reclaimed:
         jobs = world.jobs_on(node.name)
-        if evacuation.sets_down(world.slurm_nodes.get(node.name), jobs, slurmd_gone(world, plan, node, entering)):
+        if evacuation.sets_down(world.slurm_nodes.get(node.name), jobs, slurmd_gone(world, settings, node, entering)):
             for job in jobs:
                 out.setdefault(job.job_id, node.name)
     return out
 
 
-def reclaim(r: Round, world: World, plan: Plan, node: KubeNode, entering: str | None,
+def reclaim(r: Round, world: World, settings: Settings, node: KubeNode, entering: str | None,
             ended: dict[int, str] | None = None) -> None:
     """Move a node towards Kubernetes: drain, signal, wait for the grace
     period, requeue or cancel, then remove its Slurm node and slurmd pod
@@ -146,7 +146,7 @@ def reclaim(r: Round, world: World, plan: Plan, node: KubeNode, entering: str | 
     name = node.name
     reason = entering or rec.reason or "unknown"
     failure = reason in FAILURES
-    spec = plan.reclaim
+    spec = settings.reclaim
     snode = world.slurm_nodes.get(name)
     jobs = world.jobs_on(name)
     # Jobs another node's DOWN ends this round: Slurm requeues or fails them; this
@@ -156,8 +156,8 @@ def reclaim(r: Round, world: World, plan: Plan, node: KubeNode, entering: str | 
     r.projected[name] = RECLAIMING
     if entering is not None:
         running = [j for j in jobs if j.state != "COMPLETING"]
-        acts.append(SetLendingState(name, RECLAIMING, plan.key, plan.cluster_key, rec.partition or "",
-                                    plan.now, reason=entering))
+        acts.append(SetLendingState(name, RECLAIMING, settings.key, settings.cluster_key, rec.partition or "",
+                                    settings.now, reason=entering))
         what = f"taking the node back from Slurm: {REASONS.get(entering, entering)}"
         if running and not failure:
             what += (f"; {len(_job_ids(running))} job(s) get SIG{spec.signal} and "
@@ -172,22 +172,22 @@ def reclaim(r: Round, world: World, plan: Plan, node: KubeNode, entering: str | 
                 "leaves that drain alone and removes the node from Slurm once its jobs are gone",
                 warning=True))
     # The evacuation rule (slurmk8s.evacuation), with the record kept on the Node.
-    policy = evacuation_policy(plan, reason)
-    evac = evacuate(name, snode, jobs, evacuation_record(rec, entering, plan.now), policy, plan.now,
+    policy = evacuation_policy(settings, reason)
+    evac = evacuate(name, snode, jobs, evacuation_record(rec, entering, settings.now), policy, settings.now,
                     recorded=world.jobs_by_id(rec.signalled_jobs if entering is None else ()),
-                    slurmd_gone=slurmd_gone(world, plan, node, entering))
+                    slurmd_gone=slurmd_gone(world, settings, node, entering))
     if ending:
         evac = _leave_to_slurm(evac, ending)
-    acts += evacuation_actions(plan, name, evac, policy, rec if entering is None else None)
+    acts += evacuation_actions(settings, name, evac, policy, rec if entering is None else None)
     if not evac.empty:
         r.emit(*acts)  # jobs are ending, or have their grace period: wait
         return
     # No job left: remove the Slurm node (Slurm refuses if one slipped in,
     # which stops this chain), then the pod, then hand the node back.
     if snode is not None:
-        acts.append(DeleteSlurmNode(plan.cluster_key, name))
+        acts.append(DeleteSlurmNode(settings.cluster_key, name))
     r.emit(*acts)
-    hand_back(r, world, plan, node)
+    hand_back(r, world, settings, node)
 
 
 def _leave_to_slurm(evac: evacuation.Evacuation, job_ids: set[int]) -> evacuation.Evacuation:
@@ -212,10 +212,10 @@ def evacuation_record(rec: LendingRecord, entering: str | None, now: datetime) -
                              jobs=rec.signalled_jobs, forced=rec.forced)
 
 
-def evacuation_policy(plan: Plan, reason: str) -> evacuation.Policy:
+def evacuation_policy(settings: Settings, reason: str) -> evacuation.Policy:
     """A graceful reclaim signals and gives the grace period; a failure
     leaves no time for a checkpoint: what runs is requeued (or cancelled) now."""
-    spec = plan.reclaim
+    spec = settings.reclaim
     failure = reason in FAILURES
     return evacuation.Policy(
         purpose=reason, drain_reason=f"reclaimed by Kubernetes ({reason})",
@@ -223,12 +223,12 @@ def evacuation_policy(plan: Plan, reason: str) -> evacuation.Policy:
         job_action=spec.job_action, retry_seconds=FORCE_RETRY_SECONDS)
 
 
-def evacuation_actions(plan: Plan, name: str, evac: evacuation.Evacuation, policy: evacuation.Policy,
+def evacuation_actions(settings: Settings, name: str, evac: evacuation.Evacuation, policy: evacuation.Policy,
                        before: LendingRecord | None) -> list[Action]:
     """The rule's actions as the loop's, then the record's changes as Node
     annotations (``before``: the record on the Node; None when the
     reclaim starts this round)."""
-    c = plan.cluster_key
+    c = settings.cluster_key
     acts: list[Action] = []
     new = evac.record
     signalled = new.signalled is not None and (before is None or before.signalled is None)
@@ -259,9 +259,9 @@ def evacuation_actions(plan: Plan, name: str, evac: evacuation.Evacuation, polic
     return acts
 
 
-def hand_back(r: Round, world: World, plan: Plan, node: KubeNode) -> None:
+def hand_back(r: Round, world: World, settings: Settings, node: KubeNode) -> None:
     """Reclaiming -> Kubernetes: delete the slurmd pod, untaint, clear the record."""
-    pod = pod_of(world, plan, node)
+    pod = pod_of(world, settings, node)
     acts: list[Action] = []
     if pod is not None and not pod.deleting:
         acts.append(DeleteSlurmdPod(pod.namespace, pod.name, node.name))
@@ -269,21 +269,21 @@ def hand_back(r: Round, world: World, plan: Plan, node: KubeNode) -> None:
         acts.append(Untaint(node.name, TAINT_KEY))
     acts.append(ClearLending(node.name))
     acts.append(node_event(node.name, "Returned", "the node serves Kubernetes again"))
-    if world.idle(node.name, plan.namespace, plan.cluster_name) and plan.selects(node):
-        acts.append(RecordIdleSince(node.name, plan.now))  # nothing left on it: idle from now
+    if world.idle(node.name, settings.namespace, settings.cluster_name) and settings.selects(node):
+        acts.append(RecordIdleSince(node.name, settings.now))  # nothing left on it: idle from now
     r.emit(*acts)
     r.projected[node.name] = None
 
 
-def release_without_slurm(r: Round, world: World, plan: Plan, node: KubeNode) -> None:
+def release_without_slurm(r: Round, world: World, settings: Settings, node: KubeNode) -> None:
     """The SlurmCluster is gone, and with it Slurm and every job."""
     if node.record.state != RECLAIMING:
         r.emit(
-            SetLendingState(node.name, RECLAIMING, plan.key, plan.cluster_key,
-                            node.record.partition or "", plan.now, reason=CLUSTER_GONE),
+            SetLendingState(node.name, RECLAIMING, settings.key, settings.cluster_key,
+                            node.record.partition or "", settings.now, reason=CLUSTER_GONE),
             node_event(node.name, "Reclaiming", f"taking the node back: {REASONS[CLUSTER_GONE]}", warning=True),
         )
-    hand_back(r, world, plan, node)
+    hand_back(r, world, settings, node)
 
 
 def clear_idle(r: Round, world: World, nodes: Sequence[KubeNode]) -> None:
@@ -294,15 +294,15 @@ def clear_idle(r: Round, world: World, nodes: Sequence[KubeNode]) -> None:
             r.emit(ClearIdleSince(n.name))
 
 
-def record_idle(r: Round, plan: Plan, idle: list[KubeNode], lending: set[str]) -> None:
+def record_idle(r: Round, settings: Settings, idle: list[KubeNode], lending: set[str]) -> None:
     """A Kubernetes node seen idle for the first time: remember since when.
     (``idle``: the selected Kubernetes nodes that are idle, :meth:`World.idle`.)"""
     for n in idle:
         if n.name not in lending and n.record.idle_since is None:
-            r.emit(RecordIdleSince(n.name, plan.now))
+            r.emit(RecordIdleSince(n.name, settings.now))
 
 
-def clean_ghosts(r: Round, world: World, plan: Plan, kube: list[KubeNode]) -> set[str]:
+def clean_ghosts(r: Round, world: World, settings: Settings, kube: list[KubeNode]) -> set[str]:
     """A Slurm node left behind by a lent node that is Kubernetes' again
     (its slurmd registered while it was being given back): remove it once
     it has no job and no slurmd pod. Returns the nodes cleaned."""
@@ -312,7 +312,7 @@ def clean_ghosts(r: Round, world: World, plan: Plan, kube: list[KubeNode]) -> se
         if (s is None or world.jobs_on(n.name) or s.busy
                 or not any(f.startswith(LENT_PREFIX) for f in s.features)):
             continue
-        if not world.has_slurmd(n.name, plan.namespace, plan.cluster_name):
-            r.emit(DeleteSlurmNode(plan.cluster_key, n.name))
+        if not world.has_slurmd(n.name, settings.namespace, settings.cluster_name):
+            r.emit(DeleteSlurmNode(settings.cluster_key, n.name))
             cleaned.add(n.name)
     return cleaned

@@ -3,7 +3,7 @@
 One function per question the state machine asks of a held node: is its
 slurmd registered, has it failed, did its owner withdraw it, must it go back
 to Kubernetes gracefully, is it lost for good. Each answers from the indexed
-world (:mod:`.world`) and the policy (:mod:`.plan`) only.
+world (:mod:`.world`) and the policy (:mod:`.settings`) only.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ..api.lending import may_lend
 from ..render.lent import UnlendableNode
 from .nodestate import LENDING
 from .observed import KubeNode, KubePod
-from .plan import Plan
+from .settings import Settings
 from .reasons import (
     CORDONED,
     NODE_NOT_READY,
@@ -37,20 +37,20 @@ __all__ = ["pod_of", "registered", "lost", "failure", "withdrawn", "must_go"]
 _SERVING = frozenset({"idle", "mixed", "allocated"})
 
 
-def pod_of(world: World, plan: Plan, node: KubeNode) -> KubePod | None:
+def pod_of(world: World, settings: Settings, node: KubeNode) -> KubePod | None:
     """The node's lent slurmd pod, if it exists (named after the cluster it was lent to)."""
-    cluster = node.record.cluster.split("/")[-1] if node.record.cluster else plan.cluster_name
-    return world.slurmd_pod(plan.namespace, cluster, node.name)
+    cluster = node.record.cluster.split("/")[-1] if node.record.cluster else settings.cluster_name
+    return world.slurmd_pod(settings.namespace, cluster, node.name)
 
 
-def registered(world: World, plan: Plan, node: KubeNode) -> bool:
+def registered(world: World, settings: Settings, node: KubeNode) -> bool:
     """Slurm has a node of that name, responding, in the partition."""
     s = world.slurm_nodes.get(node.name)
-    partition = plan.policy.spec.partition if plan.policy else node.record.partition
+    partition = settings.policy.spec.partition if settings.policy else node.record.partition
     return s is not None and s.state in _SERVING and s.responding and partition in s.partitions
 
 
-def lost(world: World, plan: Plan, node: KubeNode) -> bool:
+def lost(world: World, settings: Settings, node: KubeNode) -> bool:
     """The node is gone for good, as far as anyone can tell: Kubernetes has
     reported it not Ready for the policy's notReadyTimeoutSeconds and
     Slurm reports it NOT_RESPONDING. Not knowing since when is not lost."""
@@ -59,17 +59,17 @@ def lost(world: World, plan: Plan, node: KubeNode) -> bool:
     snode = world.slurm_nodes.get(node.name)
     if snode is None or "NOT_RESPONDING" not in snode.flags:
         return False
-    return plan.now - node.not_ready_since >= timedelta(seconds=plan.reclaim.not_ready_timeout_seconds)
+    return settings.now - node.not_ready_since >= timedelta(seconds=settings.reclaim.not_ready_timeout_seconds)
 
 
-def failure(world: World, plan: Plan, node: KubeNode) -> str | None:
+def failure(world: World, settings: Settings, node: KubeNode) -> str | None:
     """A reason to take the node back, or None: a failure (in FAILURES)
     leaves no time for a checkpoint; a node that is not Ready is given
     back gracefully (and set DOWN later if it is :func:`lost`)."""
     rec = node.record
     if not node.ready:
         return NODE_NOT_READY
-    pod = pod_of(world, plan, node)
+    pod = pod_of(world, settings, node)
     snode = world.slurm_nodes.get(node.name)
     pod_gone = pod is None or pod.terminal or pod.deleting
     if rec.state == LENDING:
@@ -77,12 +77,13 @@ def failure(world: World, plan: Plan, node: KubeNode) -> str | None:
             return SLURMD_LOST
         if pod is None and snode is not None:
             return SLURMD_LOST
-        since = rec.since or plan.now
-        if plan.now - since > timedelta(seconds=plan.registration_timeout) and not registered(world, plan, node):
+        since = rec.since or settings.now
+        overdue = settings.now - since > timedelta(seconds=settings.registration_timeout)
+        if overdue and not registered(world, settings, node):
             return REGISTRATION_TIMEOUT
-        if pod is None and plan.policy is not None:
+        if pod is None and settings.policy is not None:
             try:
-                plan.describe(node)
+                settings.describe(node)
             except UnlendableNode:
                 return UNLENDABLE
         return None
@@ -98,21 +99,21 @@ def failure(world: World, plan: Plan, node: KubeNode) -> str | None:
     return None
 
 
-def withdrawn(plan: Plan, node: KubeNode) -> str | None:
+def withdrawn(settings: Settings, node: KubeNode) -> str | None:
     """The node's owner no longer lets the policy's namespace lend it."""
-    if plan.policy is not None and not may_lend(plan.policy.namespace, node.labels):
+    if settings.policy is not None and not may_lend(settings.policy.namespace, node.labels):
         return WITHDRAWN
     return None
 
 
-def must_go(plan: Plan, node: KubeNode, window_open: bool) -> str | None:
+def must_go(settings: Settings, node: KubeNode, window_open: bool) -> str | None:
     """A reason to give the node back gracefully (signal, grace, jobAction), or None."""
-    policy = plan.policy
+    policy = settings.policy
     if policy is None:
         return POLICY_GONE
     if node.record.partition != policy.spec.partition:
         return PARTITION
-    if not plan.selects(node):
+    if not settings.selects(node):
         return UNSELECTED
     if node.unschedulable:
         return CORDONED

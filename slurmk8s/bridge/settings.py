@@ -1,6 +1,6 @@
 """What one decision knows and gathers: the policy's settings and the round's facts. Pure.
 
-:class:`Plan` is the policy as the rules read it (or the defaults for a
+:class:`Settings` is the policy as the rules read it (or the defaults for a
 policy that is gone), with the SlurmCluster it lends to and the clock;
 :class:`Round` collects the actions and the facts the status reports.
 """
@@ -20,11 +20,11 @@ from .actions import Action
 from .memo import Recent, changed_spans, respliced
 from .observed import KubeNode
 
-__all__ = ["Plan", "Round"]
+__all__ = ["Settings", "Round"]
 
 
 @dataclass(frozen=True)
-class Plan:
+class Settings:
     """The policy's settings, or the defaults for a policy that is gone."""
 
     key: str
