@@ -128,10 +128,16 @@ def reclaim_or_take_back(r: Round, world: World, settings: Settings, node: KubeN
 
 
 def _down(r: Round, world: World, settings: Settings, name: str, skip_down: bool = False) -> None:
-    """Set the owed DOWN (when Slurm has the lent node), then clear the obligation."""
+    """Set the owed DOWN (when Slurm has the lent node), then clear the
+    obligation. With no job and no slurmd pod left there, the DOWN node is
+    deleted in the same chain: what the ghost rule
+    (:func:`.transitions.clean_ghosts`) would do once it saw the node DOWN,
+    so that the round's result is final."""
     snode = world.slurm_nodes.get(name)
     if not skip_down and snode is not None and any(f.startswith(LENT_PREFIX) for f in snode.features):
         r.emit(DownSlurmNode(settings.cluster_key, name, DOWN_REASON))
+        if not world.jobs_on(name) and not world.has_slurmd(name, settings.namespace, settings.cluster_name):
+            r.emit(DeleteSlurmNode(settings.cluster_key, name))
     r.emit(ClearDownOwed(name))
     r.down_owed[name] = False
 
