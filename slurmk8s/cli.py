@@ -21,6 +21,7 @@ from .api.crd import all_crds, crd_filename, dump_yaml
 from .manifest import clusters, policies
 from .render import ClusterKeys, render
 from .simulate.params import Latencies
+from .slurm.control import AGENT_PORT
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -281,7 +282,7 @@ def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: st
 
 
 @main.command("agent")
-@click.option("--listen", default="0.0.0.0:6830", show_default=True, metavar="HOST:PORT",
+@click.option("--listen", default=f"0.0.0.0:{AGENT_PORT}", show_default=True, metavar="HOST:PORT",
               help="Address and port to serve on.")
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
               default="/run/slurmk8s/agent/token", show_default=True, envvar="SLURMK8S_AGENT_TOKEN_FILE",

@@ -10,6 +10,7 @@ import hashlib
 import re
 
 from ..api.cluster import GROUP, LENT_PREFIX, SlurmCluster, lent_nodeset  # noqa: F401 (re-exported)
+from ..slurm import control
 
 CONFIG_HASH = f"{GROUP}/config-hash"
 #: Set by the operator on worker pods that run Slurm jobs; the busy-worker
@@ -51,7 +52,7 @@ SLURMDBD_PORT = 6819
 MARIADB_PORT = 3306
 SSH_PORT = 22
 #: The Slurm agent, a sidecar of slurmctld (slurmk8s.slurm.agent).
-AGENT_PORT = 6830
+AGENT_PORT = control.AGENT_PORT
 
 
 def controller(c: SlurmCluster) -> str:

@@ -56,13 +56,14 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from .. import log
 from .accounting import Associations
 from .client import NotOurDrain, SlurmError
+from .control import AGENT_PORT
 from .control import SlurmControl
 from .model import job_to_dict, node_to_dict
 from .published import Fail, published
 
 __all__ = ["AgentServer", "make_server", "read_token", "DEFAULT_PORT", "MAX_BODY"]
 
-DEFAULT_PORT = 6830
+DEFAULT_PORT = AGENT_PORT
 MAX_BODY = 64 * 1024
 
 

@@ -17,7 +17,11 @@ from typing import Protocol, Sequence, runtime_checkable
 from .accounting import Associations
 from .model import Job, Node
 
-__all__ = ["SlurmControl", "OPERATIONS"]
+__all__ = ["SlurmControl", "OPERATIONS", "AGENT_PORT"]
+
+#: The port the agent serves these operations on, beside slurmctld (the
+#: agent, its Service and NetworkPolicy, and `slurmk8s agent --listen`).
+AGENT_PORT = 6830
 
 
 @runtime_checkable
