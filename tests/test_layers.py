@@ -10,6 +10,8 @@ import ast
 import sys
 from pathlib import Path
 
+from .test_production_install import _third_party_imports
+
 ROOT = Path(__file__).resolve().parent.parent
 #: Where each importable package lives in the tree.
 TREES = {"slurmk8s": ROOT / "slurmk8s", "slurmk8s.templates": ROOT / "templates"}
@@ -82,22 +84,11 @@ def test_the_check_sees_imports_inside_functions(tmp_path):
     assert list(imports(f, "slurmk8s.slurm.agent", False)) == ["slurmk8s.bridge.rollout"]
 
 
-def _top_level_imports(path: Path) -> set[str]:
-    """The top-level names of every absolute import in ``path``, also inside functions."""
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            out.add(node.module.split(".")[0])
-    return out
-
-
 def test_nothing_of_the_product_imports_the_sandbox():
     """The sandbox is not in the product's wheel, so an import of it from the
     operator, the bridge, the agent or the CLI fails in production. The CLI
     reaches the sandbox's commands through entry points only."""
-    wrong = [str(path.relative_to(ROOT)) for path, _, _ in modules() if "sandbox" in _top_level_imports(path)]
+    wrong = [str(path.relative_to(ROOT)) for path, _, _ in modules() if "sandbox" in _third_party_imports([path])]
     assert wrong == [], f"the product imports the sandbox: {wrong}"
 
 
