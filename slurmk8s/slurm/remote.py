@@ -68,6 +68,14 @@ class AgentUnauthorized(AgentError):
     """The agent refused the token."""
 
 
+def _time_left(deadline: float) -> float:
+    """Seconds until ``deadline`` (``time.monotonic``); TimeoutError once it passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the call's deadline passed")
+    return left
+
+
 class _DeadlineSocket(socket.socket):
     """A socket whose every operation ends by one deadline (``time.monotonic``):
     before each read or write its timeout is set to the time left, so a peer
@@ -77,10 +85,7 @@ class _DeadlineSocket(socket.socket):
     deadline: float = 0.0
 
     def _left(self) -> None:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the call's deadline passed")
-        self.settimeout(left)
+        self.settimeout(_time_left(self.deadline))
 
     def recv_into(self, *args, **kwargs):  # type: ignore[override]
         self._left()
@@ -108,10 +113,7 @@ class _DeadlineConnection(http.client.HTTPConnection):
         self.deadline = deadline
 
     def connect(self) -> None:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the call's deadline passed")
-        raw = socket.create_connection((self.host, self.port), timeout=left)
+        raw = socket.create_connection((self.host, self.port), timeout=_time_left(self.deadline))
         sock = _DeadlineSocket(raw.family, raw.type, raw.proto, fileno=raw.detach())
         sock.deadline = self.deadline
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
