@@ -57,11 +57,15 @@ def sandbox() -> None:
               help="GPU nodes of Kubernetes' own (no node set uses them), labelled slurmk8s.dev/lendable=true "
                    "and slurmk8s.dev/lendable-to=<the cluster's namespace> for a NodeLendingPolicy there to "
                    "lend. Fixed when the sandbox is first created.")
+@click.option("--gpus-per-node", default=8, show_default=True, type=click.IntRange(1, 64),
+              help="GPU devices of each node the cluster's GPU workers run on: workers are packed onto them "
+                   "(two 4-GPU workers share an 8-GPU node), each pod given its own devices under the host's "
+                   "numbers, as the NVIDIA device plugin does. Fixed when the sandbox is first created.")
 @click.option("--slurm-version", default=None, type=click.Choice(versions.SUPPORTED),
               help="Run this Slurm release instead of the one FILE's spec.slurm.version names "
                    "(every Slurm image is built for it on its Debian suite).")
 def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int, lendable_nodes: int,
-               slurm_version: str | None) -> None:
+               gpus_per_node: int, slurm_version: str | None) -> None:
     """Start the cluster in FILE and wait until it is Ready and every Slurm node idle.
 
     The sandbox is a small Kubernetes on this machine: an API server that
@@ -97,7 +101,7 @@ def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int,
     box = _sandbox(state_dir)
     try:
         state = box.up(found[0], docs,
-                       subnet=subnet, timeout=timeout, lendable=lendable_nodes)
+                       subnet=subnet, timeout=timeout, lendable=lendable_nodes, gpus_per_node=gpus_per_node)
     except SandboxFailed as exc:
         click.echo(f"sandbox: {exc}", err=True)
         sys.exit(1)

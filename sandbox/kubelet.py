@@ -41,7 +41,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from . import runcruntime, runtime
+from . import gpus, runcruntime, runtime
 from .kubeletserver import KubeletServer
 from .plan import PodPlan, hosts_file, pod_plan, token_requests
 
@@ -98,6 +98,8 @@ class LocalPod:
     waiting: str = ""  # why its containers could not start (ErrImagePull, ...); "" once they run
     attempts: int = 0  # failed starts in a row: the back-off grows with them
     retry_at: float = 0.0  # wall-clock time of the next start when waiting
+    #: The host numbers of the node's GPUs the pod holds (sandbox.gpus), from admission until it is gone.
+    gpus: list[int] = field(default_factory=list)
 
 
 class Kubelet:
@@ -425,9 +427,22 @@ class Kubelet:
                 {"type": "PodScheduled", "status": "True"},
                 {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "message": str(exc)}]})
             return
-        local = LocalPod(meta["uid"], meta["namespace"], meta["name"], pod["spec"]["nodeName"], index, ip)
+        node = pod["spec"]["nodeName"]
+        local = LocalPod(meta["uid"], meta["namespace"], meta["name"], node, index, ip)
+        refused = None
         with self.lock:
-            self.pods[local.uid] = local
+            if plan.gpus:
+                taken = [i for p in self.pods.values() if p.node == node for i in p.gpus]
+                try:
+                    local.gpus = list(gpus.allocate(self.nodes[node].gpus, taken, plan.gpus))
+                except gpus.Unavailable as exc:  # the scheduler counted them: bound past it
+                    refused = str(exc)
+            if refused is None:
+                self.pods[local.uid] = local
+        if refused is not None:
+            self._status(meta, {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": refused})
+            self._event(meta, "Warning", "UnexpectedAdmissionError", refused)
+            return
         self._save()  # before anything exists: a restarted kubelet finds and removes it
         self._start(local, plan)
 
@@ -438,7 +453,8 @@ class Kubelet:
         self.net.attach(key, local.index, local.ip)
         names = [c.name for c in plan.containers]
         try:
-            runcruntime.prepare(plan, pod_dir, self.hosts_path, self.dir / "storage", netns=self.net.netns(key))
+            runcruntime.prepare(plan, pod_dir, self.hosts_path, self.dir / "storage", netns=self.net.netns(key),
+                                gpus=local.gpus)
         except runcruntime.ImageNotBuilt as exc:
             reason = "ErrImagePull" if local.waiting not in ("ErrImagePull", "ImagePullBackOff") else "ImagePullBackOff"
             self.progress(f"kubelet: pod {local.namespace}/{local.name}: {exc}")

@@ -22,9 +22,10 @@ What Kubernetes (with containerd) gives a container, and so this does:
   devpts, /dev/shm, mqueue, the sandbox's /etc/hosts, the pod's
   /etc/hostname, and the pod's volumes as bind mounts (runc resolves every
   destination inside the root, never through a link into the host);
-- devices: ``/dev/nvidiaN`` (major 195) for the pod's GPUs, allowed in the
-  devices cgroup, everything else denied but runc's defaults (all allowed
-  when privileged);
+- devices: the pod's GPUs under their host numbers, with the driver's
+  control devices and ``NVIDIA_VISIBLE_DEVICES`` (:mod:`.gpus`), allowed in
+  the devices cgroup, everything else denied but runc's defaults (all
+  allowed when privileged);
 - resources: the memory limit, and the CPU limit as a CFS quota.
 """
 
@@ -34,12 +35,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Mapping, Sequence
 
+from . import gpus as gpu_devices
 from .apiserver.quantity import parse as parse_quantity
 from .images import ImageConfig, ImageError, Process, container_process, resolve_user
 from .plan import ContainerPlan, Mount
 
 OCI_VERSION = "1.0.2-dev"
-NVIDIA_MAJOR = 195
 CPU_PERIOD = 100_000
 SHM_SIZE = 64 * 2**20
 
@@ -215,26 +216,25 @@ def _merge_mounts(base: list[dict], extra: list[dict]) -> list[dict]:
     return [m for m in base if m["destination"] not in targets] + extra
 
 
-def devices(gpus: int, privileged: bool) -> tuple[list[dict], list[dict]]:
-    """(``linux.devices``, ``linux.resources.devices``): the GPUs' nodes and the devices cgroup rules."""
-    nodes = [{"path": f"/dev/nvidia{i}", "type": "c", "major": NVIDIA_MAJOR, "minor": i, "fileMode": 0o666,
-              "uid": 0, "gid": 0} for i in range(gpus)]
+def devices(gpus: Sequence[int], privileged: bool) -> tuple[list[dict], list[dict]]:
+    """(``linux.devices``, ``linux.resources.devices``): the GPUs' nodes under
+    their host numbers (:mod:`.gpus`) and the devices cgroup rules."""
+    nodes = gpu_devices.device_nodes(gpus)
     if privileged:
         return nodes, [{"allow": True, "access": "rwm"}]
-    rules = [{"allow": False, "access": "rwm"}]
-    rules += [{"allow": True, "type": "c", "major": NVIDIA_MAJOR, "minor": i, "access": "rwm"} for i in range(gpus)]
-    return nodes, rules
+    return nodes, [{"allow": False, "access": "rwm"}, *gpu_devices.cgroup_rules(gpus)]
 
 
 def container_spec(c: ContainerPlan, image: ImageConfig, *, root: str, hostname: str, ns: Namespaces,
-                   hosts_file: str, hostname_file: str, mounts: Sequence[Mount], gpus: int,
+                   hosts_file: str, hostname_file: str, mounts: Sequence[Mount], gpus: Sequence[int],
                    cgroups_path: str, passwd: str = "", group: str = "") -> dict:
     """runc's config.json for one container of a pod.
 
     ``root`` is the merged directory of the container's overlay (image
     rootfs below, the container's writable layer above); ``mounts`` are the
     container's volumes with absolute host sources; ``passwd``/``group`` the
-    text of the image's /etc/passwd and /etc/group."""
+    text of the image's /etc/passwd and /etc/group; ``gpus`` the host numbers
+    of the GPUs the kubelet gave the container."""
     sec = c.security
     privileged = bool(sec.get("privileged"))
     proc, uid, gid, extra = process(c, image, hostname, passwd, group)
@@ -262,7 +262,7 @@ def container_spec(c: ContainerPlan, image: ImageConfig, *, root: str, hostname:
             "terminal": False,
             "user": {"uid": uid, "gid": gid, **({"additionalGids": extra} if extra else {})},
             "args": list(proc.argv),
-            "env": list(proc.env),
+            "env": _with_gpus(proc.env, gpus),
             "cwd": proc.cwd,
             "capabilities": capabilities(sec, uid),
             "noNewPrivileges": sec.get("allowPrivilegeEscalation") is False and not privileged,
@@ -271,6 +271,14 @@ def container_spec(c: ContainerPlan, image: ImageConfig, *, root: str, hostname:
         "mounts": _merge_mounts(base_mounts(privileged, shm), [*own, *volume_mounts(mounts)]),
         "linux": linux,
     }
+
+
+def _with_gpus(env: Sequence[str], gpus: Sequence[int]) -> list[str]:
+    """``env`` with the device plugin's ``NVIDIA_VISIBLE_DEVICES``, which wins over the image's and the pod's."""
+    if not gpus:
+        return list(env)
+    name = gpu_devices.VISIBLE_ENV
+    return [*(e for e in env if not e.startswith(f"{name}=")), f"{name}={gpu_devices.visible_devices(gpus)}"]
 
 
 def pause_spec(*, root: str, hostname: str, net: str, cgroups_path: str) -> dict:

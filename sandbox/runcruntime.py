@@ -89,8 +89,9 @@ def lookup(ref: str, store: ImageStore | None = None):
 
 
 def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path, netns: str = "",
-            store: ImageStore | None = None) -> None:
-    """Write the pod's volumes, bundles and ``runc.json``; raises ImageNotBuilt or SandboxError."""
+            store: ImageStore | None = None, gpus: Sequence[int] = ()) -> None:
+    """Write the pod's volumes, bundles and ``runc.json``; raises ImageNotBuilt or SandboxError.
+    ``gpus``: the host numbers of the GPUs the kubelet gave the pod (its first container's)."""
     images = [lookup(c.image, store) for c in pod.containers]
     previous = {}
     if pod_dir.exists():
@@ -131,7 +132,7 @@ def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path, netns:
             spec = oci.container_spec(
                 c, image.config, root=str(root), hostname=pod.hostname,
                 ns=oci.Namespaces(netns_path, oci.PAUSE_PLACEHOLDER), hosts_file=str(hosts_file.resolve()),
-                hostname_file=str(pod_dir / "hostname"), mounts=mounts, gpus=pod.gpus if i == 0 else 0,
+                hostname_file=str(pod_dir / "hostname"), mounts=mounts, gpus=gpus if i == 0 else (),
                 cgroups_path=f"{cgroup}/{container_id(netns, i)}", passwd=read_in_root(image.rootfs, "etc/passwd"),
                 group=read_in_root(image.rootfs, "etc/group"))
         except (oci.SpecError, ImageError) as exc:

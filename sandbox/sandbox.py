@@ -68,6 +68,8 @@ PROCESSES = ("apiserver", "kubelet")
 COMPONENTS = ("operator", "bridge")
 #: GPU nodes no node set uses, labelled for lending (examples/nodelendingpolicy.yaml selects them).
 DEFAULT_LENDABLE_NODES = 2
+#: Devices of each GPU node the cluster's GPU workers run on (``sandbox up --gpus-per-node``).
+DEFAULT_GPUS_PER_NODE = 8
 LENDABLE_LABELS = {f"{GROUP}/lendable": "true"}
 
 Progress = Callable[[str], None]
@@ -103,24 +105,32 @@ class State:
         tmp.replace(path)  # atomic: a crash never leaves half a state file
 
 
-def sandbox_nodes(cluster: SlurmCluster, lendable: int = DEFAULT_LENDABLE_NODES) -> list[SandboxNode]:
+def sandbox_nodes(cluster: SlurmCluster, lendable: int = DEFAULT_LENDABLE_NODES,
+                  gpus_per_node: int = DEFAULT_GPUS_PER_NODE) -> list[SandboxNode]:
     """The Kubernetes Nodes of a sandbox: one for the controller, login and
-    CPU workers, one GPU node per GPU worker, like the machines a cluster of
-    that shape would run on, and ``lendable`` GPU nodes that no node set
-    uses, labelled ``slurmk8s.dev/lendable=true``: Kubernetes' own GPU nodes,
-    which a NodeLendingPolicy can lend to Slurm. Their owner, the platform
-    team, lets the policies of the cluster's namespace lend them:
+    CPU workers; GPU nodes of ``gpus_per_node`` devices each for the GPU
+    workers, as many as their pods need when packed (two 4-GPU workers share
+    an 8-GPU node, and each pod gets its own devices under the host's
+    numbers, :mod:`sandbox.gpus`); and ``lendable`` GPU nodes that no node
+    set uses, labelled ``slurmk8s.dev/lendable=true``: Kubernetes' own GPU
+    nodes, which a NodeLendingPolicy can lend to Slurm. Their owner, the
+    platform team, lets the policies of the cluster's namespace lend them:
     ``slurmk8s.dev/lendable-to=<namespace>`` (decision record 15).
 
     A lent node registers with Slurm with its allocatable CPUs, and slurmd
     refuses to register more CPUs than the host has: lendable nodes report
     this host's CPU count."""
     nodes = [SandboxNode("sandbox-node-0", cpu="32", memory="128Gi")]
-    gpu_workers = [ns.gpus for ns in cluster.spec.node_sets if ns.gpus for _ in range(ns.replicas)]
-    for i, gpus in enumerate(gpu_workers):
-        nodes.append(SandboxNode(f"sandbox-gpu-{i}", cpu="32", memory="256Gi", gpus=gpus.count, gpu_product=gpus.type,
-                                 labels={"nvidia.com/gpu.present": "true"}))
-    gpu_type = gpu_workers[0].type if gpu_workers else "h100"
+    gpu_sets = [ns for ns in cluster.spec.node_sets if ns.gpus and ns.replicas]
+    for ns in gpu_sets:
+        assert ns.gpus is not None
+        devices = max(gpus_per_node, ns.gpus.count)
+        per_node = devices // ns.gpus.count
+        for _ in range(-(-ns.replicas // per_node)):
+            nodes.append(SandboxNode(f"sandbox-gpu-{len(nodes) - 1}", cpu=str(32 * per_node),
+                                     memory=f"{256 * per_node}Gi", gpus=devices, gpu_product=ns.gpus.type,
+                                     labels={"nvidia.com/gpu.present": "true"}))
+    gpu_type = gpu_sets[0].gpus.type if gpu_sets and gpu_sets[0].gpus else "h100"
     for i in range(lendable):
         nodes.append(SandboxNode(f"sandbox-lend-{i}", cpu=str(os.cpu_count() or 1), memory="8Gi", gpus=4,
                                  gpu_product=gpu_type,
@@ -303,7 +313,8 @@ class Sandbox:
     # Bring up
 
     def up(self, cluster: SlurmCluster, docs: list[dict] | None = None, *, subnet: str = DEFAULT_SUBNET,
-           timeout: float = 300, lendable: int = DEFAULT_LENDABLE_NODES) -> State:
+           timeout: float = 300, lendable: int = DEFAULT_LENDABLE_NODES,
+           gpus_per_node: int = DEFAULT_GPUS_PER_NODE) -> State:
         """Start (or recover) the sandbox, apply ``docs`` (the manifest) and wait until ``cluster`` is Ready."""
         t0 = time.monotonic()
         try:
@@ -322,7 +333,7 @@ class Sandbox:
             state = State(cluster=cluster.name, namespace=cluster.namespace,
                           sid=runtime.short_id(str(self.dir.resolve())), subnet=subnet,
                           gateway=str(next(ipaddress.ip_network(subnet).hosts())),
-                          api_port=_free_port(), nodes=[asdict(n) for n in sandbox_nodes(cluster, lendable)],
+                          api_port=_free_port(), nodes=[asdict(n) for n in sandbox_nodes(cluster, lendable, gpus_per_node)],
                           login=None, shared_storage=self._shared_storage(cluster), started=time.time())
             state.save(self.state_file)  # before anything starts: down can always find it
         self._images(cluster)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox import oci
+from sandbox import gpus, oci
 from sandbox.images import ImageConfig
 from sandbox.plan import ContainerPlan, Mount, pod_plan
 
@@ -16,7 +16,7 @@ GROUP = "root:x:0:\nslurm:x:64030:\nmunge:x:101:slurm\nvideo:x:44:other\n"
 NS = oci.Namespaces("/var/run/netns/sk8s-abc-pod", 4242)
 
 
-def spec(c: ContainerPlan, image: ImageConfig = IMAGE, mounts=(), gpus: int = 0) -> dict:
+def spec(c: ContainerPlan, image: ImageConfig = IMAGE, mounts=(), gpus: tuple[int, ...] = ()) -> dict:
     return oci.container_spec(c, image, root="/state/pods/p/containers/0/rootfs", hostname="pod-0", ns=NS,
                               hosts_file="/state/hosts", hostname_file="/state/pods/p/hostname",
                               mounts=list(mounts), gpus=gpus, cgroups_path="/slurmk8s/p/0",
@@ -83,14 +83,34 @@ def test_mounts_kernel_filesystems_hosts_hostname_and_volumes():
         spec(ctr(), mounts=[Mount("bind", "volumes/x", "/x")])
 
 
-def test_gpus_are_character_devices_the_devices_cgroup_allows():
-    s = spec(ctr(), gpus=2)
-    assert s["linux"]["devices"] == [
-        {"path": f"/dev/nvidia{i}", "type": "c", "major": 195, "minor": i, "fileMode": 0o666, "uid": 0, "gid": 0}
-        for i in (0, 1)]
+def test_gpus_are_the_hosts_devices_under_their_own_numbers_and_the_cgroup_allows_only_those():
+    # GPUs 4 and 6 of the node, as the device plugin hands them over.
+    s = spec(ctr(), gpus=(4, 6))
+    char = {d["path"]: (d["type"], d["major"], d["minor"]) for d in s["linux"]["devices"]}
+    assert char == {"/dev/nvidia4": ("c", 195, 4), "/dev/nvidia6": ("c", 195, 6), "/dev/nvidiactl": ("c", 195, 255),
+                    "/dev/nvidia-uvm": ("c", 238, 0), "/dev/nvidia-uvm-tools": ("c", 238, 1)}
     rules = s["linux"]["resources"]["devices"]
     assert rules[0] == {"allow": False, "access": "rwm"}
-    assert rules[1:] == [{"allow": True, "type": "c", "major": 195, "minor": i, "access": "rwm"} for i in (0, 1)]
+    assert {(r["major"], r["minor"]) for r in rules[1:]} == {c[1:] for c in char.values()}
+    assert all(r["allow"] and r["access"] == "rwm" for r in rules[1:])
+    env = s["process"]["env"]
+    assert [e for e in env if e.startswith("NVIDIA_VISIBLE_DEVICES=")] == ["NVIDIA_VISIBLE_DEVICES=4,6"]
+    # The device plugin's value wins over the image's (CUDA images say "all").
+    cuda = ImageConfig(entrypoint=IMAGE.entrypoint, env=(*IMAGE.env, "NVIDIA_VISIBLE_DEVICES=all"))
+    env = spec(ctr(), cuda, gpus=(1,))["process"]["env"]
+    assert [e for e in env if e.startswith("NVIDIA_VISIBLE_DEVICES=")] == ["NVIDIA_VISIBLE_DEVICES=1"]
+    # No GPUs: no devices, nothing allowed.
+    none = spec(ctr())
+    assert none["linux"]["devices"] == [] and none["linux"]["resources"]["devices"] == [rules[0]]
+    assert not any(e.startswith("NVIDIA_VISIBLE_DEVICES=") for e in none["process"]["env"])
+
+
+def test_a_node_gives_each_pod_the_lowest_free_gpus_and_refuses_what_it_lacks():
+    assert gpus.allocate(8, (), 4) == (0, 1, 2, 3)
+    assert gpus.allocate(8, (0, 1, 2, 3), 4) == (4, 5, 6, 7)
+    assert gpus.allocate(8, (0, 2, 3, 7), 2) == (1, 4)  # what a pod that left freed is given again
+    with pytest.raises(gpus.Unavailable, match="Requested: 4, Available: 2"):
+        gpus.allocate(8, (0, 1, 2, 3, 4, 5), 4)
 
 
 def test_security_context_capabilities_privilege_and_read_only_root():
@@ -105,7 +125,7 @@ def test_security_context_capabilities_privilege_and_read_only_root():
     assert spec(ctr())["process"]["capabilities"]["effective"] == []
     with pytest.raises(oci.SpecError, match="not a Linux capability"):
         spec(ctr(security={"capabilities": {"add": ["FLY"]}}))
-    priv = spec(ctr(security={"privileged": True}), gpus=1)
+    priv = spec(ctr(security={"privileged": True}), gpus=(0,))
     assert priv["process"]["capabilities"]["bounding"] == list(oci.ALL_CAPS)
     assert priv["linux"]["resources"]["devices"] == [{"allow": True, "access": "rwm"}]
     assert "maskedPaths" not in priv["linux"]
