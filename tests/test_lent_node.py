@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slurmk8s.render import names
+from slurmk8s.render.config import GPU_FILES
+from slurmk8s.slurm.hostlist import expand
 from slurmk8s.render.lent import DEFAULT_GPU_TYPE, GPU_PRODUCT_LABEL, UnlendableNode, lent_node
 
 ALLOCATABLE = {"cpu": "95500m", "memory": "1031880Mi", "nvidia.com/gpu": "8", "pods": "110"}
@@ -22,13 +25,14 @@ def test_a_gpu_node_becomes_a_slurmd_conf_and_a_one_line_gres_conf():
     feature = names.lent_nodeset("gpu")
     assert node.conf == f"CPUs=95 RealMemory=1031880 Gres=gpu:{node.gpu_type}:8 Feature={feature}"
     lines = [x for x in node.gres_conf.splitlines() if x and not x.startswith("#")]
-    assert lines == [f"NodeName=ip-10-0-3-7.ec2.internal Name=gpu Type={node.gpu_type} File=/dev/nvidia[0-7]"]
+    # Its devices are the device plugin's choice: the entrypoint fills them in.
+    assert lines == [f"Name=gpu Type={node.gpu_type} File={GPU_FILES}"]
 
 
 def test_one_gpu_and_no_product_label():
     node = lent_node("demo", "n1", {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}, {}, "gpu")
     assert node.gpu_type == DEFAULT_GPU_TYPE
-    assert "File=/dev/nvidia0\n" in node.gres_conf
+    assert f"Type=gpu File={GPU_FILES}\n" in node.gres_conf
     assert node.memory_mib == 16 * 1024
 
 
@@ -100,3 +104,22 @@ def test_the_lent_slurmd_pod_is_pinned_tolerates_the_taint_and_shares_the_storag
     assert pod["metadata"]["name"] == names.lent_slurmd(cluster, "gpu-node-7") == "demo-lent.gpu-node-7"
     assert pod["metadata"]["labels"][COMPONENT_LABEL] == SLURMD_COMPONENT
     assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "slurmk8s-bridge"
+
+
+REPO = Path(__file__).resolve().parents[1]
+LIB = REPO / "images" / "common" / "slurmk8s-lib.sh"
+
+
+def test_the_slurmd_entrypoint_fills_in_the_placeholder_the_renderer_writes():
+    entrypoint = (REPO / "images" / "slurmd" / "entrypoint.sh").read_text()
+    assert f"//{GPU_FILES}/$gpu_files}}" in entrypoint
+    assert 'gpu_files=/dev/nvidia$(sk_ranges "${gpus[@]}")' in entrypoint
+
+
+@given(st.sets(st.integers(0, 63), min_size=1, max_size=16))
+def test_sk_ranges_writes_the_devices_a_pod_has_as_a_hostlist_slurm_expands_back(numbers):
+    ordered = sorted(numbers)
+    out = subprocess.run(["bash", "-c", f'. "{LIB}"; sk_ranges "$@"', "sk_ranges", *map(str, ordered)],
+                         capture_output=True, text=True, check=True).stdout
+    assert expand(f"/dev/nvidia{out}") == [f"/dev/nvidia{n}" for n in ordered]
+

@@ -21,7 +21,7 @@ from slurmk8s.api.validate import OWNED_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, config_hash, render
 from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.render import names
-from slurmk8s.render.config import TASK_PROLOG
+from slurmk8s.render.config import GPU_FILES, TASK_PROLOG
 
 from .conftest import minimal
 
@@ -73,7 +73,13 @@ def test_example_renders_every_component(doc, keys):
     assert env["SLURMK8S_CONTROLLER"] == "demo-controller-0.demo-controller.default.svc.cluster.local"
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "4", "memory": "4608Mi"}  # memory + 512Mi
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
-    assert "/shared" in mounts and "/etc/slurm" not in mounts  # workers are configless
+    # A GPU worker reads the config files with a gres.conf its entrypoint
+    # completes with the devices its pod was given; CPU workers are configless.
+    assert "/shared" in mounts and "/etc/slurm" in mounts
+    assert env["SLURMK8S_GRES_CONF"].splitlines()[-1] == f"Name=gpu Type=h100 File={GPU_FILES}"
+    cpu = objs[("StatefulSet", "demo-cpu")]["spec"]["template"]["spec"]["containers"][0]
+    assert "/etc/slurm" not in {m["mountPath"] for m in cpu["volumeMounts"]}
+    assert "SLURMK8S_GRES_CONF" not in {e["name"] for e in cpu["env"]}
     assert env["SLURMK8S_CHECKPOINT_ROOT"] == "/shared/checkpoints"
     login = objs[("Deployment", "demo-login")]["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "SLURMK8S_SHARED_DIRS", "value": "/shared"} in login["env"]
@@ -330,10 +336,14 @@ def test_a_cluster_without_a_uid_owns_no_key_secret(doc):
     assert keys_from_secrets(c, {}, ClusterKeys.generate())[1]  # none there: all generated
 
 
-def test_gres_conf_covers_every_ordinal_of_gpu_node_sets(doc, keys):
+def test_the_clusters_gres_conf_names_no_device_each_gpu_slurmd_has_its_own(doc, keys):
     c = load_cluster(doc)
-    gres = config_files(c)["gres.conf"]
-    assert conf_lines(gres) == ["NodeName=demo-gpu-[0-1023] Name=gpu Type=h100 File=/dev/nvidia[0-3]"]
+    # No gres.conf can name a pod's devices before the device plugin picks them.
+    assert conf_lines(config_files(c)["gres.conf"]) == []
+    gpu = next(o for o in render(c, keys) if o["kind"] == "StatefulSet" and o["metadata"]["name"] == "demo-gpu")
+    env = {e["name"]: e["value"] for e in gpu["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert conf_lines(env["SLURMK8S_GRES_CONF"]) == [f"Name=gpu Type=h100 File={GPU_FILES}"]
+    assert env["SLURMK8S_GPU_COUNT"] == "4"
 
 
 def test_topology_conf_is_built_from_node_labels(keys):

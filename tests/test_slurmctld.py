@@ -11,6 +11,7 @@ import pytest
 from slurmk8s.api import load_cluster
 from slurmk8s.render import config_files
 
+from slurmk8s.render.config import GPU_FILES
 from slurmk8s.render.lent import lent_node
 
 from .realslurm import SlurmNamespace, missing_tools, parse_config, parse_oneliners
@@ -99,10 +100,11 @@ def test_a_dynamic_node_joins_its_node_set_partition(doc, keys, tmp_path):
     assert out == ["demo-cpu-0", "cpu*", "idle", "2", "cpu"]
 
 
-def _char_devices(directory, count: int) -> str:
-    """``count`` GPU-like character devices (major 195, as /dev/nvidiaN); returns the path prefix."""
+def _char_devices(directory, numbers) -> str:
+    """GPU-like character devices (major 195, as /dev/nvidiaN) with the host's
+    ``numbers``, as the device plugin hands them to a pod; returns the path prefix."""
     directory.mkdir()
-    for i in range(count):
+    for i in numbers:
         os.mknod(directory / f"nvidia{i}", 0o600 | stat.S_IFCHR, os.makedev(195, i))
     return str(directory / "nvidia")
 
@@ -114,23 +116,29 @@ def test_a_lent_node_joins_its_partition_by_feature_with_its_gpus(doc, keys, tmp
     node = lent_node(
         "demo", "gpu-node-7.example", {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "4"},
         {"nvidia.com/gpu.product": "NVIDIA-H100-80GB"}, "gpu",
-        device=_char_devices(tmp_path / "dev", 4),
     )
-    # The lent slurmd reads the cluster's config files with its own gres.conf.
+    # The pod was given GPUs 1, 3, 4 and 6 of its host: the entrypoint fills
+    # them in (sk_ranges), and Slurm numbers them 0-3 for the jobs, as CUDA
+    # numbers the devices the pod sees.
+    prefix = _char_devices(tmp_path / "dev", (1, 3, 4, 6))
+    gres = node.gres_conf.replace(GPU_FILES, f"{prefix}[1,3-4,6]")
     local = tmp_path / "lent-conf"
     local.mkdir()
-    for name, text in {**files, "gres.conf": node.gres_conf}.items():
+    for name, text in {**files, "gres.conf": gres}.items():
         (local / name).write_text(text)
-    out = tmp_path / "job.out"
+    outs = [tmp_path / f"job{i}.out" for i in range(2)]
     with SlurmNamespace(files, keys, tmp_path / "slurm") as ns:
         ns.start_local_node(node.name, node.conf, local)
         info = ns.run(["sinfo", "-h", "-N", "-n", node.name, "-o", "%N %P %f %G"]).stdout.split()
-        ns.run(["sbatch", "-p", "gpu", f"--gpus={node.gpu_type}:2", "-o", str(out),
-                "--wrap", "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"])
-        for _ in range(150):  # wait for the job to finish (bounded)
-            if not ns.run(["squeue", "-h"]).stdout.strip() and out.exists():
+        for out in outs:  # both at once: each holds two GPUs until both have started
+            ns.run(["sbatch", "-p", "gpu", f"--gpus={node.gpu_type}:2", "-o", str(out), "--wrap",
+                    f"echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; touch {out}.started; "
+                    f"for _ in $(seq 50); do [ $(ls {tmp_path}/*.started | wc -l) -ge 2 ] && break; sleep 0.1; done"])
+        for _ in range(150):  # wait for the jobs to finish (bounded)
+            if not ns.run(["squeue", "-h"]).stdout.strip() and all(o.exists() for o in outs):
                 break
             time.sleep(0.2)
         log = ns.log()
     assert info == [node.name, "gpu", "lent_gpu", f"gpu:{node.gpu_type}:4"]
-    assert out.read_text().split() == ["CUDA_VISIBLE_DEVICES=0,1"], log[-2000:]
+    seen = sorted(o.read_text().split()[0] for o in outs)
+    assert seen == ["CUDA_VISIBLE_DEVICES=0,1", "CUDA_VISIBLE_DEVICES=2,3"], log[-2000:]

@@ -309,3 +309,21 @@ sk_supervise() {
 sk_quick() {
   timeout "${SK_READY_TIMEOUT:-4}" "$@"
 }
+
+# sk_ranges N...: ascending numbers as the suffix of a Slurm hostlist
+# expression: 4 5 6 7 -> [4-7]; 1 3 4 -> [1,3-4]; 5 -> 5.
+sk_ranges() {
+  if [ $# -eq 1 ]; then printf '%s' "$1"; return; fi
+  local out='' start='' prev='' n
+  for n in "$@" ''; do
+    if [ -n "$start" ] && { [ -z "$n" ] || [ "$n" -ne $((prev + 1)) ]; }; then
+      out+="${out:+,}$start"
+      [ "$start" = "$prev" ] || out+="-$prev"
+      start=''
+    fi
+    [ -z "$n" ] && break
+    [ -z "$start" ] && start=$n
+    prev=$n
+  done
+  printf '[%s]' "$out"
+}

@@ -4,7 +4,7 @@
 #   slurmk8s-entrypoint [SLURMD_ARGS...]   set up the pod, wait for slurmctld,
 #                                          then run slurmd as a dynamic,
 #                                          configless node named `hostname -s`
-#                                          (a lent node: see SLURMK8S_GRES_CONF)
+#                                          (a GPU node: see SLURMK8S_GRES_CONF)
 #   slurmk8s-entrypoint ready              exit 0 when this node is registered
 #                                          and not DOWN/INVAL/NOT_RESPONDING
 #
@@ -21,16 +21,18 @@
 # that no ghost node is left behind.
 #
 # Environment: SLURMK8S_CONTROLLER, SLURMK8S_CONTROLLER_PORT (default 6817),
-# SLURMK8S_NODE_CONF (slurmd --conf), optional SLURMK8S_GPU_COUNT (GPU node
-# sets: /dev/nvidia0..N-1 must exist), SLURMK8S_WAIT_TIMEOUT (seconds to wait
-# for slurmctld, default 300), SLURMK8S_DRAIN_TIMEOUT.
+# SLURMK8S_NODE_CONF (slurmd --conf), optional SLURMK8S_GPU_COUNT (the pod
+# must have exactly that many /dev/nvidiaN, whichever N the device plugin
+# gave it), SLURMK8S_WAIT_TIMEOUT (seconds to wait for slurmctld, default
+# 300), SLURMK8S_DRAIN_TIMEOUT.
 #
-# A lent node (a Kubernetes node the bridge lends to Slurm) sets
-# SLURMK8S_NODE_NAME (its Slurm node name: the Kubernetes node's name) and
-# SLURMK8S_GRES_CONF (its one-line gres.conf). Its slurmd is not configless:
-# it reads the cluster's config files, mounted at /etc/slurm, through links
-# in its own config dir that hold that gres.conf instead of the cluster's
-# (which has no line for a node it did not know of).
+# A GPU node sets SLURMK8S_GRES_CONF: its gres.conf, with @GPU_FILES@ where
+# its devices go (/dev/nvidia[4-7]). Its slurmd is not configless: it reads
+# the cluster's config files, mounted at /etc/slurm, through links in its own
+# config dir that hold that gres.conf instead of the cluster's (no gres.conf
+# can name a pod's devices before it starts). A lent node (a Kubernetes node
+# the bridge lends to Slurm) also sets SLURMK8S_NODE_NAME (its Slurm node
+# name: the Kubernetes node's name).
 set -euo pipefail
 SK_COMPONENT=slurmd
 here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
@@ -41,9 +43,9 @@ lib=$here/../common/slurmk8s-lib.sh
 
 node=${SLURMK8S_NODE_NAME:-$(hostname -s)}
 spool=/var/spool/slurmd
-lent_dir=/run/slurm/lent
+own_conf=/run/slurm/own-conf
 if [ -n "${SLURMK8S_GRES_CONF:-}" ]; then
-  export SLURM_CONF=$lent_dir/slurm.conf
+  export SLURM_CONF=$own_conf/slurm.conf
 else
   # A configless slurmd keeps the config it fetched in SlurmdSpoolDir/conf-cache
   # and links /run/slurm/conf to it. Slurm 22.05 commands fall back to
@@ -77,18 +79,28 @@ case $drain_timeout in '' | *[!0-9]*) sk_die "SLURMK8S_DRAIN_TIMEOUT must be a w
 # period is the grace period + KillWait + 60 s).
 drain_limit=$((drain_timeout + 30))
 
-# GPU node sets: gres.conf names /dev/nvidia0..N-1, and slurmd rejects
-# anything but character devices there (the node would turn INVAL).
-if [ -n "${SLURMK8S_GPU_COUNT:-}" ]; then
+# GPUs: the device nodes the runtime gave this pod. The NVIDIA device plugin
+# and container toolkit hand a pod the host's own /dev/nvidiaN (GPUs 4-7 of an
+# 8-GPU node are /dev/nvidia4../dev/nvidia7), so they are found, not assumed,
+# and the node's gres.conf names exactly those: slurmd turns a node INVAL
+# whose gres.conf names a missing file or one that is not a character device.
+gpu_files=''
+if [ -n "${SLURMK8S_GPU_COUNT:-}" ] && [ "$SLURMK8S_GPU_COUNT" != 0 ]; then
   case $SLURMK8S_GPU_COUNT in *[!0-9]*) sk_die "SLURMK8S_GPU_COUNT must be a number, not '$SLURMK8S_GPU_COUNT'" ;; esac
-  missing=()
-  for ((i = 0; i < SLURMK8S_GPU_COUNT; i++)); do
-    [ -c "/dev/nvidia$i" ] || missing+=("/dev/nvidia$i")
+  gpus=()
+  for f in /dev/nvidia*; do
+    if [[ $f =~ ^/dev/nvidia([0-9]+)$ ]] && [ -c "$f" ] && [ ! -L "$f" ]; then gpus+=("${BASH_REMATCH[1]}"); fi
   done
-  if [ ${#missing[@]} -gt 0 ]; then
-    sk_die "node set ${SLURMK8S_NODESET:-?} has $SLURMK8S_GPU_COUNT ${SLURMK8S_GPU_TYPE:-} GPUs, but ${missing[*]} (of /dev/nvidia0..$((SLURMK8S_GPU_COUNT - 1))) is missing or not a character device: schedule the pod on a node with that many GPUs and the NVIDIA device plugin (its nvidia.com/gpu limit makes the runtime add the devices), or fix spec.nodeSets[].gpus"
+  if [ ${#gpus[@]} -gt 0 ]; then mapfile -t gpus < <(printf '%s\n' "${gpus[@]}" | sort -n); fi
+  if [ ${#gpus[@]} -ne "$SLURMK8S_GPU_COUNT" ]; then
+    given=$(printf '/dev/nvidia%s ' "${gpus[@]}")
+    [ ${#gpus[@]} -gt 0 ] || given='none '
+    if [ -n "${SLURMK8S_NODESET:-}" ]; then what="node set $SLURMK8S_NODESET has $SLURMK8S_GPU_COUNT ${SLURMK8S_GPU_TYPE:-} GPUs per node (spec.nodeSets[].gpus.count)"
+    else what="node $node is lent with $SLURMK8S_GPU_COUNT GPUs (its allocatable nvidia.com/gpu)"; fi
+    sk_die "$what, but its pod was given ${#gpus[@]} GPU devices (${given% }): the pod's nvidia.com/gpu limit makes the NVIDIA device plugin add that many; check the node runs the device plugin and has that many free GPUs, or fix the count"
   fi
-  sk_log "found $SLURMK8S_GPU_COUNT GPU devices (/dev/nvidia0..$((SLURMK8S_GPU_COUNT - 1)))"
+  gpu_files=/dev/nvidia$(sk_ranges "${gpus[@]}")
+  sk_log "found $SLURMK8S_GPU_COUNT GPU devices: $gpu_files"
 fi
 
 terminating=0
@@ -186,13 +198,15 @@ drain_and_leave() {
 
 if [ -n "${SLURMK8S_GRES_CONF:-}" ]; then
   # Links follow the ConfigMap's updates, so `scontrol reconfigure` reads new files.
-  [ -r /etc/slurm/slurm.conf ] || sk_die "a lent node reads the cluster's config files at /etc/slurm, but /etc/slurm/slurm.conf is missing: mount the cluster's ConfigMap there"
-  mkdir -p "$lent_dir"
+  [ -r /etc/slurm/slurm.conf ] || sk_die "a GPU node reads the cluster's config files at /etc/slurm, but /etc/slurm/slurm.conf is missing: mount the cluster's ConfigMap there"
+  mkdir -p "$own_conf"
   for f in /etc/slurm/*; do
-    [ "$(basename "$f")" = gres.conf ] || ln -sfn "$f" "$lent_dir/$(basename "$f")"
+    [ "$(basename "$f")" = gres.conf ] || ln -sfn "$f" "$own_conf/$(basename "$f")"
   done
-  printf '%s\n' "$SLURMK8S_GRES_CONF" >"$lent_dir/gres.conf"
-  sk_log "lent node: slurmd reads $lent_dir (links to /etc/slurm) with gres.conf: $SLURMK8S_GRES_CONF"
+  case $SLURMK8S_GRES_CONF in *@GPU_FILES@*) [ -n "$gpu_files" ] || sk_die "SLURMK8S_GRES_CONF names GPU devices, but SLURMK8S_GPU_COUNT is not set" ;; esac
+  gres=${SLURMK8S_GRES_CONF//@GPU_FILES@/$gpu_files}
+  printf '%s\n' "$gres" >"$own_conf/gres.conf"
+  sk_log "slurmd reads $own_conf (links to /etc/slurm) with its own gres.conf: $(grep -v '^#' "$own_conf/gres.conf" | tr '\n' ' ')"
   sk_spawn slurmd -D -Z -N "$node" -f "$SLURM_CONF" --conf "$SLURMK8S_NODE_CONF" "$@"
 else
   sk_spawn slurmd -D -Z -N "$node" --conf-server "$SLURMK8S_CONTROLLER:$port" --conf "$SLURMK8S_NODE_CONF" "$@"

@@ -25,7 +25,8 @@ USER_FILES = ("passwd", "group")
 STATE_DIR = "/var/spool/slurmctld"
 SLURMD_SPOOL = "/var/spool/slurmd"
 JWT_KEY_PATH = "/run/slurmk8s/jwt/jwt_hs256.key"
-GPU_DEVICE = "/dev/nvidia"
+#: What a GPU slurmd's entrypoint replaces with the devices of its pod (``/dev/nvidia[4-7]``).
+GPU_FILES = "@GPU_FILES@"
 #: The slurmd image's TaskProlog (images/slurmd/task-prolog.sh): it gives jobs
 #: SLURMK8S_CHECKPOINT_DIR under the directory slurm.conf names beside it.
 TASK_PROLOG = "/usr/local/lib/slurmk8s/task-prolog"
@@ -165,27 +166,23 @@ def slurmdbd_conf(c: SlurmCluster) -> str:
         storage_loc=loc, storage_user=user)
 
 
-def gpu_files(count: int, device: str = GPU_DEVICE) -> str:
-    """gres.conf File= of ``count`` GPUs: /dev/nvidia0 or /dev/nvidia[0-N]."""
-    return device + (f"[0-{count - 1}]" if count > 1 else "0")
-
-
 def gres_context(c: SlurmCluster) -> dict:
-    last = c.spec.slurm_config.max_node_count - 1
-    return {
-        "cluster": c.name,
-        "entries": [
-            {
-                # Every ordinal the node set can ever have, so scaling never
-                # needs a gres.conf change.
-                "nodes": f"{names.nodeset(c, ns.name)}-[0-{last}]",
-                "type": ns.gpus.type,
-                "files": gpu_files(ns.gpus.count),
-            }
-            for ns in c.spec.node_sets
-            if ns.gpus
-        ],
-    }
+    """The cluster's gres.conf: no line of its own (:func:`gpu_gres_conf`)."""
+    return {"cluster": c.name, "gpu": None}
+
+
+def gpu_gres_conf(cluster: str, gpu_type: str) -> str:
+    """The gres.conf of one GPU slurmd: its GPUs of ``gpu_type``, with
+    :data:`GPU_FILES` where the entrypoint puts the devices its pod was given.
+
+    Which devices a pod gets is the NVIDIA device plugin's choice, made when
+    the pod starts: it hands over the host's own ``/dev/nvidiaN`` (GPUs 4-7 of
+    an 8-GPU node are ``/dev/nvidia4``..``/dev/nvidia7``). So no gres.conf can
+    name them ahead of time; every GPU slurmd, of a node set or lent, reads
+    this one with its devices filled in (``File=/dev/nvidia[4-7]``). Slurm
+    numbers a node's GPUs in that order for the jobs' CUDA_VISIBLE_DEVICES,
+    as CUDA numbers the devices the pod sees."""
+    return render_template("gres.conf", cluster=cluster, gpu={"type": gpu_type, "files": GPU_FILES})
 
 
 def topology_context(c: SlurmCluster, nodes: Sequence[TopologyNode]) -> dict:

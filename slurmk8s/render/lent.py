@@ -5,10 +5,12 @@ is named like the Kubernetes node, and it joins the partition by registering
 with the partition's lent-node feature (``slurmd -Z --conf "... Feature=lent_<partition>"``),
 so slurm.conf needs no change per node.
 
-The node's name is not known when the cluster's gres.conf is rendered, and a
-node whose gres.conf has no line for it reports no GPUs (slurmctld then marks
-it INVAL). So the lent slurmd does not fetch its config (configless): it runs
-with the cluster's config files and the one-line gres.conf made here
+Which devices the node's GPUs are is known only in its pod (the device plugin
+hands over the host's own /dev/nvidiaN), and a node whose gres.conf does not
+name them reports no GPUs (slurmctld then marks it INVAL). So a GPU slurmd
+does not fetch its config (configless): it runs with the cluster's config
+files and a gres.conf of its own (:func:`.config.gpu_gres_conf`) that its
+entrypoint completes with its devices
 (``slurmd -Z -N <node> -f <dir>/slurm.conf --conf <conf>``). Checked against
 Slurm 22.05: the node registers with its GPUs and jobs get CUDA_VISIBLE_DEVICES.
 
@@ -28,7 +30,7 @@ from ..api.cluster import lent_nodeset
 from ..api.fields import SLURM_NAME_RE, parse_quantity
 from ..slurm.client import NODE_NAME
 from .names import is_worker_node_name
-from .config import GPU_DEVICE, dynamic_node_conf, gpu_files, render_template
+from .config import dynamic_node_conf, gpu_gres_conf
 
 __all__ = ["GPU_RESOURCE", "GPU_PRODUCT_LABEL", "MAX_GPUS", "LentNode", "UnlendableNode", "lent_node"]
 
@@ -61,7 +63,7 @@ class LentNode:
     gpu_type: str
     #: ``slurmd -Z --conf`` value.
     conf: str
-    #: The gres.conf the node's slurmd reads (one line, for this node).
+    #: The gres.conf the node's slurmd reads, its devices left to the entrypoint (:func:`.config.gpu_gres_conf`).
     gres_conf: str
 
 
@@ -93,8 +95,6 @@ def lent_node(
     allocatable: Mapping[str, str],
     labels: Mapping[str, str],
     partition: str,
-    *,
-    device: str = GPU_DEVICE,
 ) -> LentNode:
     """Describe Kubernetes node ``node`` to Slurm as a node lent to ``partition``.
 
@@ -113,8 +113,6 @@ def lent_node(
         )
     if len(partition) > 64 or not _SLURM_NAME.fullmatch(partition):
         raise UnlendableNode(f"partition {partition!r} is not a Slurm partition name")
-    if not re.fullmatch(r"/[A-Za-z0-9._/-]+", device):
-        raise UnlendableNode(f"GPU device path {device!r} is not a plain absolute path")
     cpus = _whole(allocatable, "cpu", node)
     memory = _whole(allocatable, "memory", node, scale=2**20)
     gpus = _whole(allocatable, GPU_RESOURCE, node)
@@ -123,9 +121,4 @@ def lent_node(
     kind = gpu_type(labels)
     feature = lent_nodeset(partition)
     conf = dynamic_node_conf(cpus=cpus, memory_mib=memory, gpus=gpus, gpu_type=kind, features=[feature])
-    gres = render_template(
-        "gres.conf",
-        cluster=cluster,
-        entries=[{"nodes": node, "type": kind, "files": gpu_files(gpus, device)}],
-    )
-    return LentNode(node, partition, cpus, memory, gpus, kind, conf, gres)
+    return LentNode(node, partition, cpus, memory, gpus, kind, conf, gpu_gres_conf(cluster, kind))

@@ -11,7 +11,7 @@ from typing import Mapping
 
 from ..api.cluster import NodeSet, SlurmCluster
 from . import names
-from .config import dynamic_node_conf, memory_mib
+from .config import dynamic_node_conf, gpu_gres_conf, memory_mib
 from .lent import lent_node
 from .pods import (
     Builder, base_volumes, common_env, pod_template, probe, shared_volumes, shm_volume, slurm_container,
@@ -49,7 +49,9 @@ def workers(b: Builder) -> list[dict]:
         name = names.nodeset(c, ns.name)
         sel = names.selector(c, "worker", **{names.NODESET_LABEL: ns.name})
         labels = names.labels(c, "worker", **{names.NODESET_LABEL: ns.name})
-        volumes, mounts = base_volumes(c, config=False)
+        # A GPU slurmd reads the config files with a gres.conf of its own
+        # (render.config.gpu_gres_conf); the others fetch theirs (configless).
+        volumes, mounts = base_volumes(c, config=bool(ns.gpus))
         volumes += [*shared_vols, shm_volume(ns.shm_size)]
         mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}]
         # The limit bounds jobs too: they run inside the pod's memory cgroup.
@@ -62,7 +64,8 @@ def workers(b: Builder) -> list[dict]:
         env = {**common_env(c), "SLURMK8S_NODESET": ns.name, "SLURMK8S_NODE_CONF": node_conf(c, ns),
                "SLURMK8S_DRAIN_TIMEOUT": str(ns.drain.grace_period)}
         if ns.gpus:
-            env |= {"SLURMK8S_GPU_TYPE": ns.gpus.type, "SLURMK8S_GPU_COUNT": str(ns.gpus.count)}
+            env |= {"SLURMK8S_GPU_TYPE": ns.gpus.type, "SLURMK8S_GPU_COUNT": str(ns.gpus.count),
+                    "SLURMK8S_GRES_CONF": gpu_gres_conf(c.name, ns.gpus.type)}
         container = slurm_container(
             c, "slurmd", "slurmd", env=env, mounts=mounts,
             ports=[{"name": "slurmd", "containerPort": names.SLURMD_PORT}],

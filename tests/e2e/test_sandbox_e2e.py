@@ -176,6 +176,25 @@ def test_two_gpu_jobs_share_a_node_with_disjoint_devices(researcher, workdir):
     assert devices[0] | devices[1] == {"0", "1", "2", "3"}
 
 
+def test_two_4_gpu_workers_share_an_8_gpu_node_each_with_the_devices_it_was_given(sandbox, researcher, workdir):
+    box, _ = sandbox
+    pods = json.loads(box.kubectl("get", "pods", "-l", "slurmk8s.dev/nodeset=gpu", "-o", "json").stdout)["items"]
+    assert len({p["spec"]["nodeName"] for p in pods}) == 1 and len(pods) == 2  # one 8-GPU node
+    rc, sinfo, _ = researcher.run("sinfo -h -N -p gpu -o '%N %G'")
+    assert sorted(line for line in sinfo.splitlines() if line) == ["demo-gpu-0 gpu:h100:4", "demo-gpu-1 gpu:h100:4"]
+    seen = {}
+    for host in ("demo-gpu-0", "demo-gpu-1"):
+        job = researcher.sbatch("devices.sh", f"--nodelist={host}", cwd=workdir)
+        assert researcher.wait_state(job, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
+        out = researcher.read(f"{workdir}/devices-{job}.out")
+        got, cvd, devices = re.fullmatch(r"host=(\S+) CUDA_VISIBLE_DEVICES=(\S+) devices=(\S+)\n", out).groups()
+        assert got == host and cvd == "0,1,2,3"  # Slurm's numbering, as CUDA numbers the pod's devices
+        seen[host] = set(devices.split(","))
+    assert all(len(d) == 4 for d in seen.values())
+    assert seen["demo-gpu-0"].isdisjoint(seen["demo-gpu-1"])
+    assert seen["demo-gpu-0"] | seen["demo-gpu-1"] == {f"nvidia{i}" for i in range(8)}
+
+
 def test_scancel_stops_a_running_job(researcher, workdir):
     job = researcher.sbatch("long.sh", "--partition=gpu", cwd=workdir)
     researcher.wait_file(f"{workdir}/long-{job}.out", "started")
