@@ -274,11 +274,12 @@ def images_build(names: tuple[str, ...], slurm_version: str | None, refresh_base
 @images.command("list")
 @CACHE_OPTION
 def images_list(cache_dir: Path | None) -> None:
-    """The references the cache holds an image for, with its root file system."""
+    """The references the cache holds an image for: the build's key, the exact
+    Slurm package version it carries (- for none), its root file system."""
     from .imagestore import ImageStore
 
     for image in ImageStore(cache_dir).list():
-        click.echo(f"{image.ref}\t{image.key[:12]}\t{image.rootfs}")
+        click.echo(f"{image.ref}\t{image.key[:12]}\tslurm {image.slurm_package or '-'}\t{image.rootfs}")
 
 
 @images.command("prune")

@@ -65,6 +65,9 @@ SLURM_FREE = frozenset({"serve"})
 #: Images tagged both ways: the chart names the controller by APP_VERSION, the renderer (the
 #: slurmctld pod's agent container) by the Slurm release, like every Slurm image.
 APP_AND_SLURM = frozenset({"controller"})
+#: Images that install Slurm packages (their Dockerfile takes ``SLURM_VERSION``): built with
+#: the version table's exact package version (``versions.Release.slurm_package_version``).
+SLURM_PACKAGED = frozenset({"controller", "login", "slurmctld", "slurmd", "slurmdbd", "slurmrestd"})
 
 #: Debian's minbase (Essential and Priority: required packages, apt) is what debian:*-slim
 #: holds, the Dockerfiles' default base; documentation is left out as in the slim images.
@@ -154,7 +157,10 @@ class Recipe:
 
     @property
     def build_args(self) -> dict[str, str]:
-        return {"BASE_IMAGE": base_ref(self.suite)}
+        args = {"BASE_IMAGE": base_ref(self.suite)}
+        if self.name in SLURM_PACKAGED:
+            args["SLURM_VERSION"] = versions.release(self.slurm_version).slurm_package_version
+        return args
 
 
 def recipes(names: Iterable[str], slurm_version: str, known: Iterable[str]) -> list[Recipe]:
@@ -473,3 +479,19 @@ def _table(text: str, fields: int) -> list[list[str]]:
         if len(f) >= fields and not line.startswith("#") and f[2].isdigit() and (fields < 4 or f[3].isdigit()):
             rows.append(f)
     return rows
+
+
+#: The packages whose version says which Slurm an image carries, in the order asked.
+SLURM_PACKAGE_NAMES = ("slurmctld", "slurmd", "slurmdbd", "slurmrestd", "slurm-client")
+
+
+def slurm_package_version(dpkg_status: str) -> str | None:
+    """The version of the Slurm packages installed, from an image's
+    ``var/lib/dpkg/status``; None when it holds none."""
+    installed: dict[str, str] = {}
+    for para in dpkg_status.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in para.splitlines() if ": " in line and not line[0].isspace())
+        if fields.get("Status", "").endswith(" installed") and "Package" in fields and "Version" in fields:
+            installed[fields["Package"]] = fields["Version"]
+    return next((installed[p] for p in SLURM_PACKAGE_NAMES if p in installed), None)
+

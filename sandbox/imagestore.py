@@ -89,6 +89,14 @@ class Image:
     def meta(self) -> dict:
         return json.loads((self.path / "image.json").read_text())
 
+    @cached_property
+    def slurm_package(self) -> str | None:
+        """The exact version of the Slurm packages in it (None: it has no Slurm)."""
+        try:
+            return rules.slurm_package_version((self.rootfs / "var/lib/dpkg/status").read_text())
+        except FileNotFoundError:
+            return None
+
 
 def default_cache() -> Path:
     return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)

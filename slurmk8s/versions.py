@@ -31,6 +31,10 @@ class Release:
 
     # --- Images: the Debian suite whose own Slurm packages are this release ----------------
     debian_suite: str
+    #: The exact Debian version of that suite's Slurm packages the images install
+    #: (``apt-get install slurmd=<this>``): an image built another day carries the same
+    #: Slurm, or its build fails naming the version it could not get.
+    slurm_package_version: str
     #: Extra mmdebstrap options for that suite.
     mmdebstrap_options: tuple[str, ...]
 
@@ -99,6 +103,7 @@ RELEASES: dict[str, Release] = {
         Release(
             version="22.05",
             debian_suite="bookworm",
+            slurm_package_version="22.05.8-4+deb12u3",
             mmdebstrap_options=(),
             preempt_user_signal=("SlurmctldParameters", "preempt_send_user_signal"),
             select_type="select/cons_tres",
@@ -120,6 +125,7 @@ RELEASES: dict[str, Release] = {
         Release(
             version="24.11",
             debian_suite="trixie",
+            slurm_package_version="24.11.5-4+deb13u1",
             mmdebstrap_options=(),
             preempt_user_signal=("PreemptParameters", "send_user_signal"),
             select_type="select/cons_tres",
@@ -141,6 +147,7 @@ RELEASES: dict[str, Release] = {
         Release(
             version="26.05",
             debian_suite="forky",
+            slurm_package_version="26.05.5-1",
             mmdebstrap_options=EXPIRED_RELEASE_OK,
             preempt_user_signal=("PreemptParameters", "send_user_signal"),
             select_type="select/cons_tres",

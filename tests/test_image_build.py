@@ -80,6 +80,8 @@ def test_the_image_has_the_slurm_release_its_tag_names(built, name, version):
     assert image.meta["suite"] == versions.release(version).debian_suite
     assert proc.stdout.strip().startswith(f"{prefix}{version}."), proc.stdout
     assert f"ghcr.io/slurmk8s/{name}:{version}" in image.meta["tags"]
+    # The exact package the version table pins, whatever day it was built.
+    assert image.slurm_package == versions.release(version).slurm_package_version
 
 
 def test_the_image_user_has_its_own_group(built):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmk8s import __version__
+from slurmk8s import __version__, versions
 from slurmk8s.manifest import clusters
 from slurmk8s.render import ClusterKeys, names, render
 from sandbox import images as rules
@@ -74,7 +74,7 @@ def test_recipes_default_to_every_image_and_refuse_unknown_ones():
 def test_a_recipe_builds_on_its_suites_base():
     r = Recipe("slurmd", "22.05")
     base = r.build_args["BASE_IMAGE"]
-    assert list(r.build_args) == ["BASE_IMAGE"]
+    assert list(r.build_args) == ["BASE_IMAGE", "SLURM_VERSION"]
     assert base == f"localhost/slurmk8s/base:bookworm-{rules.base_recipe(r.suite)[:12]}"
     assert r.tags == ["ghcr.io/slurmk8s/slurmd:22.05"]
 
@@ -369,3 +369,26 @@ def test_an_image_without_a_dockerignore_is_refused(tmp_path):
     (tmp_path / "images/x/Dockerfile.dockerignore").write_text("*\n!images/x/\n")
     key = ImageStore(tmp_path / "cache", repo=tmp_path).key(Recipe("x", "22.05"), "sha256:1", "buildah")
     assert len(key) == 64
+
+
+def test_every_image_that_installs_slurm_is_built_with_the_pinned_package_version():
+    root = Path(__file__).resolve().parents[1]
+    takes_pin = {p.parent.name for p in root.glob("images/*/Dockerfile") if "ARG SLURM_VERSION" in p.read_text()}
+    assert rules.SLURM_PACKAGED == takes_pin
+    for name in takes_pin:
+        for version, release in versions.RELEASES.items():
+            assert Recipe(name, version).build_args["SLURM_VERSION"] == release.slurm_package_version
+    assert "SLURM_VERSION" not in Recipe("serve", versions.DEFAULT).build_args
+    # Each pin is of its own release, and differs from the others.
+    pins = [r.slurm_package_version for r in versions.RELEASES.values()]
+    assert len(set(pins)) == len(pins)
+    assert all(r.slurm_package_version.startswith(f"{v}.") for v, r in versions.RELEASES.items())
+
+
+def test_images_list_reads_the_slurm_an_image_carries_from_its_dpkg_status():
+    status = ("Package: munge\nStatus: install ok installed\nVersion: 0.5.15-2\n\n"
+              "Package: slurmd\nStatus: deinstall ok config-files\nVersion: 22.05.8-4+deb12u3\n\n"
+              "Package: slurm-client\nStatus: install ok installed\nVersion: 24.11.5-4+deb13u1\n"
+              "Description: x\n continued: line\n")
+    assert rules.slurm_package_version(status) == "24.11.5-4+deb13u1"  # slurmd was removed
+    assert rules.slurm_package_version("Package: munge\nStatus: install ok installed\nVersion: 1\n") is None

@@ -18,7 +18,9 @@
 #                   built from SchedMD's debian/ packaging names them
 #                   slurm-smd-slurmd, slurm-smd-client, ...)
 #   SLURM_VERSION   optional: install exactly this version of SLURM_PACKAGES
-#                   (apt's package=version)
+#                   (apt's package=version); the build fails, naming it, when
+#                   the archive does not have it. The sandbox's builds pass
+#                   the version table's (slurmk8s/versions.py)
 # PACKAGE arguments (munge, openssh-server, ...) always come from the base
 # image's archive and are not pinned: Debian's security updates replace
 # their versions, so a pin would break rebuilds.
@@ -80,8 +82,18 @@ if [ ! -e "$policy" ]; then
   own_policy=1
 fi
 
-log "installing: ${packages[*]}"
 apt-get update
+# A pinned Slurm that the archive no longer has must fail the build, naming
+# it: apt would say only "Version ... was not found".
+if [ -n "$SLURM_VERSION" ]; then
+  for p in $SLURM_PACKAGES; do
+    if ! apt-cache show "$p=$SLURM_VERSION" >/dev/null 2>&1; then
+      have=$(apt-cache policy "$p" 2>/dev/null | sed -n 's/^ *Candidate: //p')
+      die "Slurm package $p $SLURM_VERSION is not in the archive this build reads (it has ${have:-no $p}): the image would carry another Slurm than its tag says. Build from an archive that has that version (a snapshot of the suite, or SLURM_SOURCE=apt), or change the pin (slurm_package_version in slurmk8s/versions.py)"
+    fi
+  done
+fi
+log "installing: ${packages[*]}"
 apt-get install -y --no-install-recommends "${packages[@]}"
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
