@@ -181,9 +181,11 @@ def log_tail(path: Path, lines: int = LOG_TAIL) -> str:
 
 
 def upload_count(log: Path) -> int:
-    """How many blob uploads the registry's access log shows: a push that sends no layer adds none."""
+    """How many blobs were sent to the registry, by its access log: every upload that carries data
+    ends with a PUT to its upload URL (a cross-repository mount, ``POST ...?mount=``, sends none
+    and has none). A push that sends no layer adds none."""
     with open(log, errors="replace") as f:
-        return sum(1 for line in f if re.search(r'"POST /v2/\S+/blobs/uploads/', line))
+        return sum(1 for line in f if re.search(r'"PUT /v2/\S+/blobs/uploads/\S+ HTTP/[\d.]+" 201 ', line))
 
 
 def _wait_ready(registry: Registry, timeout: float) -> None:
