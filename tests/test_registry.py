@@ -92,6 +92,14 @@ def test_symlinks_are_kept_as_written_and_owners_and_setuid_kept(tmp_path):
     assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (0o4755, 7, 9)
 
 
+def test_extended_attributes_of_the_layer_are_restored(tmp_path):
+    cap = bytes([1, 0, 0, 2, 0, 0x20, 0, 0] + [0] * 12)  # cap_net_raw+ep, as ping carries it
+    root = _apply(tmp_path, [("ping", "file", b"x", {"pax_headers": {
+        "SCHILY.xattr.user.mark": "kept", "SCHILY.xattr.security.capability": cap.decode("utf-8", "surrogateescape")}})])
+    assert os.getxattr(root / "ping", "user.mark") == b"kept"
+    assert os.getxattr(root / "ping", "security.capability") == cap
+
+
 @pytest.mark.parametrize("name", ["../escaped", "a/../../escaped", "/etc/escaped"])
 def test_an_entry_named_outside_the_root_is_refused(tmp_path, name):
     with pytest.raises(LayerError, match="absolute|'..'"):
