@@ -106,9 +106,10 @@ def binary() -> str:
     return path
 
 
-def config(directory: Path, address: str, pki: tls.Pki, htpasswd: Path) -> dict:
-    """The registry's configuration: TLS, htpasswd, storage under ``directory``, no deletes, no
-    debug server, no notifications; an access log line per request in its output."""
+def config(directory: Path, address: str, pki: tls.Pki, htpasswd: Path, auth: dict | None = None) -> dict:
+    """The registry's configuration: TLS, htpasswd (or ``auth``, the registry's own ``auth``
+    section, e.g. a token service), storage under ``directory``, no deletes, no debug server, no
+    notifications; an access log line per request in its output."""
     return {
         "version": 0.1,
         "log": {"level": "info", "formatter": "text", "fields": {"service": "registry"}},
@@ -119,15 +120,17 @@ def config(directory: Path, address: str, pki: tls.Pki, htpasswd: Path) -> dict:
         "http": {"addr": address, "secret": _http_secret(directory),
                  "tls": {"certificate": str(pki.server_cert), "key": str(pki.server_key)},
                  "headers": {"X-Content-Type-Options": ["nosniff"]}},
-        "auth": {"htpasswd": {"realm": REALM, "path": str(htpasswd)}},
+        "auth": auth or {"htpasswd": {"realm": REALM, "path": str(htpasswd)}},
     }
 
 
 def start(directory: Path, address: str = "127.0.0.1:0", *, username: str = DEFAULT_USERNAME,
-          timeout: float = 30.0, run_as: str | None = SERVICE_USER) -> Registry:
+          timeout: float = 30.0, run_as: str | None = SERVICE_USER, auth: dict | None = None) -> Registry:
     """Start ``docker-registry serve`` listening on ``address`` (host:port; port 0 picks a free one),
     storing under ``directory``; return once ``/v2/`` answers 401. Raises RegistryError with the
-    tail of its log when it exits or does not answer within ``timeout`` seconds."""
+    tail of its log when it exits or does not answer within ``timeout`` seconds. ``auth``: another
+    ``auth`` section than htpasswd (``token``: a Bearer token service; its files must be readable
+    by ``run_as``)."""
     exe = binary()
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
@@ -146,7 +149,7 @@ def start(directory: Path, address: str = "127.0.0.1:0", *, username: str = DEFA
     # 32-character password needs no slow hash to resist guessing.
     _write_private(htpasswd, f"{username}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(5)).decode()}\n")
     config_path = directory / "config.yml"
-    _write_private(config_path, yaml.safe_dump(config(directory, address, pki, htpasswd), sort_keys=False))
+    _write_private(config_path, yaml.safe_dump(config(directory, address, pki, htpasswd, auth), sort_keys=False))
     user = _service_user(run_as)
     if user is not None:  # what the registry reads and writes, its own; the CA key stays root's
         for p in (directory, directory / "auth", htpasswd, config_path, pki.server_key):

@@ -337,3 +337,114 @@ def test_the_registry_refuses_to_start_on_a_port_in_use_and_shows_its_log(regist
             reg.start(top / "second", registry.address, timeout=10)
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+@pytest.fixture
+def token_service(tmp_path):
+    """A Bearer token service as the registry's ``auth: token`` expects: HTTPS, Basic credentials,
+    ES256 JWTs whose x5c certificate its CA signed. (address, CA directory, password); the
+    requests it answered in ``.requests``."""
+    import datetime
+    import ssl
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlparse
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+    from sandbox.apiserver import tls
+
+    pki_dir = Path(tempfile.mkdtemp(prefix="slurmk8s-token-test-"))
+    pki_dir.chmod(0o755)
+    pki = tls.ensure(pki_dir, ["127.0.0.1"], common_name="token-service", ca_name="token-ca")
+    key = serialization.load_pem_private_key(pki.server_key.read_bytes(), None)
+    leaf = x509.load_pem_x509_certificate(pki.server_cert.read_bytes())
+    password, answered = "token-secret", []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            query = parse_qs(urlparse(self.path).query)
+            answered.append(query)
+            if self.headers.get("Authorization") != "Basic " + base64.b64encode(f"u:{password}".encode()).decode():
+                return self._send(401, {"errors": [{"code": "UNAUTHORIZED", "message": "bad credentials"}]})
+            access = []
+            for scope in query.get("scope", []):
+                kind, name, actions = scope.split(":")
+                access.append({"type": kind, "name": name, "actions": actions.split(",")})
+            now = int(datetime.datetime.now(datetime.timezone.utc).timestamp())
+            header = {"alg": "ES256", "typ": "JWT",
+                      "x5c": [base64.b64encode(leaf.public_bytes(serialization.Encoding.DER)).decode()]}
+            claims = {"iss": "test-issuer", "sub": "u", "aud": query["service"][0], "exp": now + 300,
+                      "nbf": now - 10, "iat": now, "jti": os.urandom(8).hex(), "access": access}
+            signing = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
+            r, s = decode_dss_signature(key.sign(signing.encode(), ec.ECDSA(hashes.SHA256())))
+            self._send(200, {"token": f"{signing}.{_b64url(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}"})
+
+        def _send(self, code, doc):
+            body = json.dumps(doc).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki.server_cert, pki.server_key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    server.requests = answered
+    server.ca = pki.ca_cert
+    server.password = password
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        shutil.rmtree(pki_dir, ignore_errors=True)
+
+
+@pytest.mark.registry
+def test_a_bearer_token_registry_is_pulled_from_with_a_token_for_the_repository(tiny, token_service, tmp_path):
+    """The real registry with ``auth: token``: the client answers its Bearer challenge by asking the
+    token service (with the pull secret's credentials) for the repository's pull scope."""
+    image_id, _, _ = tiny
+    top = Path(tempfile.mkdtemp(prefix="slurmk8s-registry-test-"))
+    top.chmod(0o755)
+    realm = f"https://127.0.0.1:{token_service.server_address[1]}/token"
+    auth = {"token": {"realm": realm, "service": "sandbox-registry", "issuer": "test-issuer",
+                      "rootcertbundle": str(token_service.ca)}}
+    try:
+        with reg.start(top / "registry", auth=auth) as r:
+            secret = base64.b64encode(f"u:{token_service.password}".encode()).decode()
+            creds = {"auths": {r.address: {"auth": secret}}}
+            (top / "auth.json").write_text(json.dumps(creds))
+            bundle = tmp_path / "bundle.crt"  # the registry's CA and the token service's
+            bundle.write_text(r.ca_cert.read_text() + token_service.ca.read_text())
+            # buildah's --cert-dir is for the registry's host only; the token service's CA comes from
+            # the roots Go reads from SSL_CERT_FILE.
+            push = subprocess.run(["buildah", "push", "--quiet", f"--authfile={top / 'auth.json'}", image_id,
+                                   f"docker://{r.address}/test/tiny:v1"], capture_output=True, text=True,
+                                  env={**os.environ, "SSL_CERT_FILE": str(bundle)})
+            assert push.returncode == 0, push.stderr
+            del token_service.requests[:]
+            pulled = Puller(tmp_path / "cache", bundle).pull(f"{r.address}/test/tiny:v1", creds)
+            assert (pulled.rootfs / "etc/motd").read_text() == "hello\n"
+            assert token_service.requests == [{"service": ["sandbox-registry"], "scope": ["repository:test/tiny:pull"]}]
+            wrong = {"auths": {r.address: {"username": "u", "password": "nope"}}}
+            with pytest.raises(PullError) as e:
+                Puller(tmp_path / "cache2", bundle).pull(f"{r.address}/test/tiny:v1", wrong)
+            assert e.value.status == 401 and "UNAUTHORIZED: bad credentials" in e.value.message
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
