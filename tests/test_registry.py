@@ -153,6 +153,13 @@ def test_references_and_credentials():
             push_ref("ghcr.io/slurmk8s/slurmd:22.05", bad)
 
 
+def test_an_unreachable_registry_is_named_in_the_error(tmp_path):
+    port = reg._free_port("127.0.0.1")  # nothing listens there
+    with pytest.raises(PullError) as e:
+        Puller(tmp_path / "cache", connect_timeout=2).pull(f"127.0.0.1:{port}/x/y:1", None)
+    assert e.value.reason == "ErrImagePull" and f"127.0.0.1:{port} unreachable" in e.value.message
+
+
 # --- a real registry --------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
