@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what slurmk8s needs on Debian bookworm, as root: Debian's Slurm,
 # munge and OpenSSH (the same packages the images use), buildah, mmdebstrap
-# and runc (the images, built and run without Docker), the tools the tests
+# and runc (the images, built and run without Docker), the distribution
+# registry (docker-registry: images pushed and pulled), the tools the tests
 # use, and a virtual environment in .venv with slurmk8s installed editable,
 # with the sandbox (sandbox/, its own distribution, which runs only from a
 # checkout) and the tests' extras.
@@ -27,6 +28,7 @@ PACKAGES=(
   openssh-server openssh-client                    # login pods
   iproute2 util-linux procps                       # namespaces, veth, nsenter
   buildah mmdebstrap runc                          # images without Docker (slurmk8s images build)
+  docker-registry                                  # the sandbox's registry (CNCF distribution; sandbox/registry.py)
   shellcheck                                       # lints images/ and hack/
   python3 python3-venv python3-pip git
 )
@@ -39,6 +41,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The package enables a registry service on :5000 of every address; the sandbox starts its
+# own, with TLS and a password (sandbox/registry.py), so Debian's stays off.
+if [ -d /run/systemd/system ] && systemctl is-enabled --quiet docker-registry 2>/dev/null; then
+  say "disabling Debian's docker-registry service (the sandbox runs its own registry)"
+  systemctl disable --now --quiet docker-registry
 fi
 
 PYTHON=${PYTHON:-python3}

@@ -234,6 +234,7 @@ def images() -> None:
       slurmk8s images build slurmd login
       slurmk8s images list
       slurmk8s images prune              # earlier builds no reference names
+      slurmk8s images push --registry 127.0.0.1:5000 --authfile auth.json --ca-file ca.crt
     """
 
 
@@ -295,3 +296,49 @@ def images_prune(cache_dir: Path | None) -> None:
 
     removed = ImageStore(cache_dir).prune(progress=lambda msg: click.echo(f"images: {msg}", err=True))
     click.echo(f"images: removed {len(removed)} earlier build(s)", err=True)
+
+
+@images.command("push")
+@click.option("--registry", required=True, metavar="HOST[:PORT][/PREFIX]",
+              help="Where to push: each image goes to HOST[:PORT][/PREFIX]/<name>:<tag>, as the chart's "
+                   "image.repository names it (ghcr.io/slurmk8s/slurmd:22.05 -> HOST:PORT/slurmd:22.05).")
+@click.option("--release", "release", default=None, show_default=versions.DEFAULT,
+              type=click.Choice(versions.SUPPORTED), help="The Slurm release whose images are pushed.")
+@click.option("--all-releases", is_flag=True, help="Push the images of every supported Slurm release.")
+@click.option("--authfile", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Credentials, in containers-auth.json or Docker's config.json format "
+                   '({"auths": {"HOST:PORT": {"auth": base64 of user:password}}}); default: buildah\'s '
+                   "($REGISTRY_AUTH_FILE, else ${XDG_RUNTIME_DIR}/containers/auth.json).")
+@click.option("--ca-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="The CA certificate (PEM) the registry's certificate is checked with, for a private CA "
+                   "such as the sandbox registry's (<its directory>/tls/ca.crt); default: the system's.")
+@CACHE_OPTION
+def images_push(registry: str, release: str | None, all_releases: bool, authfile: Path | None,
+                ca_file: Path | None, cache_dir: Path | None) -> None:
+    """Push the images of a Slurm release, as last built, to a registry.
+
+    Pushes with `buildah push` the images `slurmk8s images build` made for
+    the release (every image of images/; the Slurm-free ones of the default
+    release), over TLS, and prints each reference with its digest. A layer
+    the registry already has is not sent again, so pushing unchanged images
+    is quick. An image that was never built, or is gone from buildah's
+    storage, stops the push before anything is sent: build it first.
+
+    \b
+      slurmk8s images push --registry 127.0.0.1:5000 --authfile auth.json --ca-file ca.crt
+      slurmk8s images push --registry registry.example.org/hpc --all-releases
+    """
+    from .images import DEFAULT_SLURM, ImageError
+    from .imagestore import ImageBuildFailed, ImageStore
+
+    if all_releases and release:
+        raise click.UsageError("--release and --all-releases exclude each other: give one")
+    releases = list(versions.SUPPORTED) if all_releases else [release or DEFAULT_SLURM]
+    try:
+        pushed = ImageStore(cache_dir).push(registry, releases, authfile=authfile, ca_file=ca_file,
+                                            progress=lambda msg: click.echo(f"images: {msg}", err=True))
+    except (ImageError, ImageBuildFailed) as exc:
+        click.echo(f"images: {exc}", err=True)
+        sys.exit(1)
+    for ref, digest in pushed:
+        click.echo(f"{ref}@{digest}")

@@ -213,6 +213,29 @@ def normalize_ref(ref: str) -> str:
     return f"{domain}/{path}:{tag or 'latest'}"
 
 
+def push_ref(tag: str, registry: str) -> str:
+    """Where ``slurmk8s images push --registry REGISTRY`` puts the image tagged ``tag``: its
+    repository (``REPOSITORY``) replaced by ``registry`` (``host[:port][/prefix]``), as the chart's
+    ``image.repository`` names images: ``ghcr.io/slurmk8s/slurmd:22.05`` -> ``host:5000/slurmd:22.05``."""
+    registry = registry.rstrip("/")
+    host = registry.split("/", 1)[0]
+    if "://" in registry or not ("." in host or ":" in host or host == "localhost"):
+        raise ImageError(f"--registry {registry!r} is not HOST[:PORT][/PREFIX] (e.g. 127.0.0.1:5000 or "
+                         "registry.example.org/slurmk8s): the host needs a dot, a port or to be localhost")
+    tag = normalize_ref(tag)
+    if not tag.startswith(REPOSITORY + "/"):
+        raise ImageError(f"{tag} is not an image of {REPOSITORY}")
+    out = f"{registry}/{tag[len(REPOSITORY) + 1:]}"
+    try:
+        ok = normalize_ref(out) == out
+    except ImageError:
+        ok = False
+    if not ok:
+        raise ImageError(f"--registry {registry!r} does not make an image reference of {tag} ({out!r}): use "
+                         "lowercase letters, digits, '.', '_' and '-' in its prefix")
+    return out
+
+
 # --- The build context and the cache key -------------------------------------------------------
 
 def _glob_regex(pattern: str) -> str:

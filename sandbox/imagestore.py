@@ -178,6 +178,47 @@ class ImageStore:
             shutil.rmtree(self.cache / "tmp", ignore_errors=True)
         return removed
 
+    def push(self, registry: str, releases: Iterable[str], *, authfile: Path | None = None,
+             ca_file: Path | None = None, progress: Progress | None = None) -> list[tuple[str, str]]:
+        """Push every image of ``releases``, as last built here, to ``registry`` (``host[:port][/prefix]``,
+        see ``images.push_ref``) with ``buildah push``; (reference, digest) of each. A layer the
+        registry has already is not sent again (buildah asks with a blob HEAD first). Refuses, naming
+        them, when an image was never built or is gone from buildah's storage."""
+        progress = progress or _quiet
+        if shutil.which("buildah") is None:
+            raise ImageBuildFailed("buildah missing: run hack/setup.sh (installs buildah from Debian)")
+        wanted: dict[str, tuple[str, str]] = {}  # tag -> (buildah image ID, release)
+        missing = []
+        for release in releases:
+            for r in rules.recipes([], release, self.names()):
+                for tag in r.tags:
+                    image = self.lookup(tag)
+                    image_id = image.meta.get("imageId") if image is not None else None
+                    if image_id is None or _inspect(image_id) is None:
+                        missing.append(f"{tag} (slurmk8s images build --slurm-version {r.slurm_version} {r.name})")
+                    else:
+                        wanted.setdefault(tag, (image_id, r.slurm_version))
+        if missing:
+            raise ImageBuildFailed("not in buildah's storage, so there is nothing to push: "
+                                   + "; ".join(dict.fromkeys(missing)) + ". Build them first with the commands named.")
+        pushed = []
+        with tempfile.TemporaryDirectory(prefix="push-") as tmp:
+            certs = []
+            if ca_file is not None:  # buildah trusts the *.crt of a directory
+                (Path(tmp) / "certs").mkdir()
+                shutil.copyfile(ca_file, Path(tmp) / "certs" / "ca.crt")
+                certs = [f"--cert-dir={Path(tmp) / 'certs'}"]
+            auth = [f"--authfile={authfile}"] if authfile is not None else []
+            for tag, (image_id, _) in wanted.items():
+                target = rules.push_ref(tag, registry)
+                digestfile = Path(tmp) / "digest"
+                start = time.monotonic()
+                _buildah("push", "--quiet", *auth, *certs, f"--digestfile={digestfile}", image_id, f"docker://{target}")
+                digest = digestfile.read_text().strip()
+                progress(f"pushed {target}@{digest} ({time.monotonic() - start:.1f}s)")
+                pushed.append((target, digest))
+        return pushed
+
     # --- the build ---
 
     def _build(self, recipes: list[Recipe], progress: Progress, refresh_base: bool = False) -> dict[Recipe, Image]:

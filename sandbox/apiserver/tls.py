@@ -86,8 +86,11 @@ def _leaf(subject: x509.Name, usage, issuer, names: list[str] | None = None):
     return key, builder.sign(signer, hashes.SHA256())
 
 
-def ensure(directory: Path, names: list[str]) -> Pki:
-    """The CA and a server certificate valid for ``names`` (IPs or DNS names)."""
+def ensure(directory: Path, names: list[str], common_name: str = "slurmk8s-apiserver",
+           ca_name: str = "slurmk8s-sandbox-ca") -> Pki:
+    """The CA (``ca.crt``, ``ca.key``, made once, named ``ca_name``) and a server certificate
+    (``server.crt``, ``server.key``) for ``common_name``, valid for ``names`` (IPs or DNS names).
+    The API server's and the sandbox registry's (``sandbox/registry.py``), each in its own directory."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_cert_p, ca_key_p = directory / "ca.crt", directory / "ca.key"
     crt_p, key_p = directory / "server.crt", directory / "server.key"
@@ -97,7 +100,7 @@ def ensure(directory: Path, names: list[str]) -> Pki:
         ca_cert = x509.load_pem_x509_certificate(ca_cert_p.read_bytes())
     else:
         ca_key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "slurmk8s-sandbox-ca")])
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_name)])
         ca_cert = (
             x509.CertificateBuilder()
             .subject_name(subject)
@@ -117,9 +120,11 @@ def ensure(directory: Path, names: list[str]) -> Pki:
     want = set(names)
     if crt_p.exists() and key_p.exists():
         current = x509.load_pem_x509_certificate(crt_p.read_bytes())
-        if want <= _cert_names(current) and current.not_valid_after_utc > now + datetime.timedelta(days=1):
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+        if (want <= _cert_names(current) and current.subject == subject and current.issuer == ca_cert.subject
+                and current.not_valid_after_utc > now + datetime.timedelta(days=1)):
             return Pki(ca_cert_p, crt_p, key_p)
-    key, cert = _leaf(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "slurmk8s-apiserver")]),
+    key, cert = _leaf(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]),
                       ExtendedKeyUsageOID.SERVER_AUTH, issuer=(ca_cert, ca_key), names=sorted(want))
     _write(key_p, _key_pem(key), private=True)
     _write(crt_p, cert.public_bytes(serialization.Encoding.PEM))
