@@ -122,6 +122,29 @@ def test_a_spec_naming_a_generated_secret_is_refused_with_the_field_path(name):
     found = errors_of(minimal(accounting=external(secret=name)))
     assert f"{SECRET_USE_LABEL}={DATABASE_PASSWORD}" in \
         found["spec.accounting.database.external.passwordSecret.name"]
+    found = errors_of(minimal(imagePullSecrets=["regcred", name]))
+    assert "kubernetes.io/dockerconfigjson" in found["spec.imagePullSecrets[1]"] and len(found) == 1
+
+
+def test_image_pull_secrets_reach_every_pod_of_the_cluster_and_its_lent_nodes():
+    from slurmk8s.render.manifests import lent_slurmd_pod
+
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["imagePullSecrets"] = ["regcred", "mirror"]
+    doc["spec"]["accounting"] = {"enabled": True}
+    cluster = load_cluster(doc)
+    objs = render(cluster, ClusterKeys.generate())
+    specs = {f"{o['kind']}/{o['metadata']['name']}": o["spec"]["template"]["spec"] for o in objs
+             if o["kind"] in ("StatefulSet", "Deployment")}
+    lent = lent_slurmd_pod(cluster, "h", node="n1", allocatable={"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"},
+                           labels={}, partition="gpu", shm_size="1Gi", taint_key="slurmk8s.dev/lent")
+    specs["Pod/lent"] = lent["spec"]
+    assert len(specs) >= 6  # controller, workers, login, database, slurmdbd, the lent pod
+    assert all(s.get("imagePullSecrets") == [{"name": "regcred"}, {"name": "mirror"}] for s in specs.values()), \
+        [k for k, s in specs.items() if s.get("imagePullSecrets") != [{"name": "regcred"}, {"name": "mirror"}]]
+    # None named: none written.
+    plain = render(load_cluster(yaml.safe_load(EXAMPLE.read_text())), ClusterKeys.generate())
+    assert not any("imagePullSecrets" in o.get("spec", {}).get("template", {}).get("spec", {}) for o in plain)
 
 
 @pytest.mark.parametrize("host,why", [

@@ -614,6 +614,10 @@ class SlurmClusterSpec(ApiModel):
     """Network topology (topology/tree) from node labels."""
     accounting: AccountingSpec = AccountingSpec()
     """Job accounting with slurmdbd (off by default)."""
+    image_pull_secrets: list[DnsSubdomain] = Field(default_factory=list, max_length=16)
+    """Secrets of type kubernetes.io/dockerconfigjson in the cluster's
+    namespace that the kubelet pulls every image of the cluster with (the
+    slurmd pods of lent nodes too): a registry that asks for credentials."""
     cluster_domain: DnsSubdomain = "cluster.local"
     """DNS domain of the Kubernetes cluster, for the controller's address."""
     deletion_policy: Literal["Retain", "Delete"] = "Retain"

@@ -1,9 +1,11 @@
 """Which Secrets a SlurmCluster may name, and why a named one is refused. Pure.
 
-A spec names Secrets in two fields: ``spec.login.users[].sshPublicKeysFrom``
-(mounted into every login pod) and
+A spec names Secrets in three fields: ``spec.login.users[].sshPublicKeysFrom``
+(mounted into every login pod),
 ``spec.accounting.database.external.passwordSecret`` (sent to the database
-host). Editing a SlurmCluster needs no right to read Secrets, so neither field
+host) and ``spec.imagePullSecrets`` (read by the kubelet alone, which sends
+each registry only the credentials its ``auths`` entry names for that
+registry, so it needs no label; it may still not be one slurmk8s generates). Editing a SlurmCluster needs no right to read Secrets, so neither field
 may reach a Secret its writer could not read: not slurmk8s's own (the munge
 key, the agent token, ...), and nothing its owner did not mark for that use.
 The rule (docs/decisions/0027-secrets-a-spec-may-name.md):
@@ -30,7 +32,8 @@ from .errors import FieldError
 from .fields import quote
 
 __all__ = [
-    "SECRET_USE_LABEL", "SSH_KEYS", "DATABASE_PASSWORD", "OWNED_SECRET_SUFFIXES", "SecretRef", "secret_refs",
+    "SECRET_USE_LABEL", "SSH_KEYS", "DATABASE_PASSWORD", "IMAGE_PULL", "OWNED_SECRET_SUFFIXES", "SecretRef",
+    "secret_refs", "pull_secret_refs",
     "owned_name_error", "secret_problem",
 ]
 
@@ -39,6 +42,8 @@ SECRET_USE_LABEL = f"{GROUP}/secret-use"
 #: Its values: the uses of the fields that name Secrets.
 SSH_KEYS = "ssh-keys"
 DATABASE_PASSWORD = "database-password"
+#: The use of an image pull Secret (no label asked for: see above).
+IMAGE_PULL = "image-pull"
 
 #: The Secrets slurmk8s generates are ``<cluster>-<suffix>`` (render/names.py;
 #: tests/test_hostile_input_round_two.py checks the two agree). A spec names
@@ -80,15 +85,22 @@ def secret_refs(c: SlurmCluster, *, used_only: bool = False) -> list[SecretRef]:
     return refs
 
 
+def pull_secret_refs(c: SlurmCluster) -> list[SecretRef]:
+    """The spec's ``imagePullSecrets``, as references the static rule checks."""
+    return [SecretRef(f"spec.imagePullSecrets[{i}]", name, ".dockerconfigjson", IMAGE_PULL)
+            for i, name in enumerate(c.spec.image_pull_secrets)]
+
+
 def owned_name_error(ref: SecretRef) -> FieldError | None:
     """A refusal when ``ref`` names a Secret slurmk8s generates, for any cluster."""
     suffix = next((s for s in OWNED_SECRET_SUFFIXES if ref.name.endswith(s)), None)
     if suffix is None:
         return None
-    return FieldError(f"{ref.path}.name",
+    pull = ref.use == IMAGE_PULL
+    own = "of type kubernetes.io/dockerconfigjson" if pull else f"labelled {SECRET_USE_LABEL}={ref.use}"
+    return FieldError(ref.path if pull else f"{ref.path}.name",
                       f"{quote(ref.name)} is the name of a Secret slurmk8s generates for a cluster (names ending "
-                      f"in {quote(suffix)} hold its keys); name a Secret of your own, labelled "
-                      f"{SECRET_USE_LABEL}={ref.use}")
+                      f"in {quote(suffix)} hold its keys); name a Secret of your own, {own}")
 
 
 def secret_problem(ref: SecretRef, secret: Mapping | None) -> str | None:

@@ -19,7 +19,7 @@ from .lending import NodeLendingPolicy
 from .errors import FieldError, InvalidSpec, field_path, from_pydantic
 from .extralines import EXTRA_LINE_KEYS, KNOB_FOR_KEY, OWNED_KEYS, PROGRAM_KEYS, extra_line_errors
 from .fields import quantity_value, quote
-from .secrets import owned_name_error, secret_refs
+from .secrets import owned_name_error, pull_secret_refs, secret_refs
 
 __all__ = [
     "load_cluster", "load_policy", "semantic_errors", "policy_errors", "OWNED_KEYS", "KNOB_FOR_KEY",
@@ -215,7 +215,7 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
                 "set sshPublicKeys or sshPublicKeysFrom",
             )
 
-    for ref in secret_refs(c):
+    for ref in [*secret_refs(c), *pull_secret_refs(c)]:
         owned = owned_name_error(ref)
         if owned is not None:
             yield owned

@@ -144,11 +144,16 @@ def slurm_container(c: SlurmCluster, name: str, component: str, *, env: dict, mo
     return container
 
 
+def pull_secrets(c: SlurmCluster) -> dict:
+    """``imagePullSecrets`` of every pod of the cluster, when the spec names any."""
+    return {"imagePullSecrets": [{"name": n} for n in c.spec.image_pull_secrets]} if c.spec.image_pull_secrets else {}
+
+
 def pod_template(c: SlurmCluster, selector: dict, labels: dict, containers: list, volumes: list,
                   **spec) -> dict:
     return {
         "metadata": {"labels": {**labels, **selector}},
         "spec": {"containers": containers, "volumes": volumes, "enableServiceLinks": False,
                  # Slurm pods never call the Kubernetes API: no token for jobs and SSH users to read.
-                 "automountServiceAccountToken": False, **spec},
+                 "automountServiceAccountToken": False, **pull_secrets(c), **spec},
     }

@@ -14,7 +14,8 @@ from . import names
 from .config import dynamic_node_conf, gpu_gres_conf, memory_mib
 from .lent import lent_node
 from .pods import (
-    Builder, base_volumes, common_env, pod_template, probe, shared_volumes, shm_volume, slurm_container,
+    Builder, base_volumes, common_env, pod_template, probe, pull_secrets, shared_volumes, shm_volume,
+    slurm_container,
 )
 
 __all__ = ["node_conf", "workers", "lent_slurmd_pod", "is_lent_slurmd_pod", "LENT_MEMORY_REQUEST", "LENT_COMPONENT"]
@@ -168,6 +169,7 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, allocatable
         "volumes": volumes,
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
+        **pull_secrets(c),
         # The bridge deletes the pod only once Slurm has no job on the node.
         "terminationGracePeriodSeconds": 30,
         "restartPolicy": "Always",
