@@ -308,7 +308,8 @@ def agent_cmd(listen: str, token_file: Path, config_dir: Path, checkpoint_root: 
 
     try:
         token = read_token(token_file)
-        server = make_server(listen, SlurmClient(config_dir=config_dir), token, checkpoint_root)
+        server = make_server(listen, SlurmClient(config_dir=config_dir, checkpoint_root=checkpoint_root), token,
+                             checkpoint_root)
     except (ValueError, OSError) as exc:
         click.echo(f"agent: {exc}", err=True)
         sys.exit(1)
