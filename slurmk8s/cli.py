@@ -1,10 +1,9 @@
 """The ``slurmk8s`` command.
 
-One module though over 500 lines: every product command is a thin click
-wrapper here (its options are its --help, which users read as the
-reference), each calling into the package that does the work; most of the
-lines are option declarations and their help, `simulate`'s two dozen above
-all.
+Over 500 lines because every product command is a thin click wrapper here (its
+options are its --help, which users read as the reference), each calling into
+the package that does the work; most of the lines are option declarations and
+their help, `simulate`'s two dozen above all.
 """
 
 from __future__ import annotations

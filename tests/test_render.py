@@ -1,4 +1,8 @@
-"""The renderer: spec -> Slurm config text and Kubernetes objects, purely."""
+"""The renderer: spec -> Slurm config text and Kubernetes objects, purely.
+
+Over 500 lines because the renderer is one pure function over the whole spec; its cases
+share the fixtures here.
+"""
 
 from __future__ import annotations
 
