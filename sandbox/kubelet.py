@@ -1,6 +1,10 @@
 """The sandbox's kubelet: runs the pods an API server binds to the sandbox's
 Nodes, with the pod runtime, and reports them back through the API.
 
+Over 500 lines because it is one loop (register, admit, start, tend, report,
+stop) over one state file; the runtime, the pod plan, the logs and the
+kubelet's HTTPS API are modules of their own already.
+
 What a kubelet does, for the objects slurmk8s uses:
 - registers its Nodes (capacity, labels, taints) and keeps their Ready
   condition fresh;
@@ -17,10 +21,6 @@ What a kubelet does, for the objects slurmk8s uses:
 Everything it starts is written to ``kubelet.json`` first, so a kubelet that
 is killed and started again adopts the pods still running and stops those
 the API no longer has.
-
-One module though over 400 lines: one loop (register, admit, start, tend,
-report, stop) over one state file; the runtime, the pod plan, the logs and the
-kubelet's HTTPS API are modules of their own already.
 """
 
 from __future__ import annotations

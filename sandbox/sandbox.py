@@ -1,5 +1,10 @@
 """A real Slurm cluster from a SlurmCluster manifest, on this machine, without Docker.
 
+Over 500 lines because it holds the order of ``up`` and ``down`` and the
+recovery after a crash, over one state.json; every step is delegated
+(supervise, imagestore, install, kubelet, runtime), and what is left reads
+best in one place.
+
 ``Sandbox.up`` starts a small Kubernetes on this host, installs the product
 with its Helm chart and applies the manifest through the API, as a platform
 engineer would with helm and kubectl:
@@ -22,11 +27,6 @@ written to ``state.json`` before it starts, so ``down`` (or ``up`` after a
 crash) finds all of it: processes, pods, network namespaces, veths, the
 bridge. Objects, keys and the data of volumes stay under the state directory
 until ``down --purge``.
-
-One module though over 400 lines: the order of ``up`` and ``down`` and the
-recovery after a crash, over one state.json; every step is delegated
-(supervise, imagestore, install, kubelet, runtime), and what is left reads
-best in one place.
 """
 
 from __future__ import annotations

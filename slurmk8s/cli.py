@@ -1,10 +1,9 @@
 """The ``slurmk8s`` command.
 
-One module though over 500 lines: every product command is a thin click
-wrapper here (its options are its --help, which users read as the
-reference), each calling into the package that does the work; most of the
-lines are option declarations and their help, `simulate`'s two dozen above
-all.
+Over 500 lines because every product command is a thin click wrapper here (its
+options are its --help, which users read as the reference), each calling into
+the package that does the work; most of the lines are option declarations and
+their help, `simulate`'s two dozen above all.
 """
 
 from __future__ import annotations
@@ -308,7 +307,8 @@ def agent_cmd(listen: str, token_file: Path, config_dir: Path, checkpoint_root: 
 
     try:
         token = read_token(token_file)
-        server = make_server(listen, SlurmClient(config_dir=config_dir), token, checkpoint_root)
+        server = make_server(listen, SlurmClient(config_dir=config_dir, checkpoint_root=checkpoint_root), token,
+                             checkpoint_root)
     except (ValueError, OSError) as exc:
         click.echo(f"agent: {exc}", err=True)
         sys.exit(1)

@@ -24,6 +24,7 @@ import yaml
 from slurmk8s import versions
 from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, render
+from slurmk8s.render.slurmd import TERMINATING_DRAIN_REASON
 from sandbox.imagestore import ImageStore
 
 pytestmark = [pytest.mark.images, pytest.mark.slurm, pytest.mark.timeout(900)]
@@ -88,6 +89,7 @@ def run_accounting_cluster(version: str, tmp: Path, *, env: dict | None = None, 
                            str(work)], stdout=subprocess.PIPE, stderr=None if stream else subprocess.PIPE,
                           text=True, timeout=timeout,
                           env={**os.environ, "SLURMK8S_DB_BUFFER_POOL_MIB": _db_env(objects)["SLURMK8S_DB_BUFFER_POOL_MIB"],
+                               "SLURMK8S_DRAIN_REASON": TERMINATING_DRAIN_REASON,
                                **(env or {})})
     logs = "\n".join(f"--- {f.name}\n{f.read_text()[-6000:]}" for f in sorted(work.glob("*.log")))
     return proc.stdout, work, f"{proc.stdout}\n{(proc.stderr or '')[-4000:]}\n{logs}"

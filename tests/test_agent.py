@@ -291,6 +291,16 @@ def test_published_model_versions_are_read_only_below_the_checkpoint_root(tmp_pa
             assert info.value.status == 403, outside
     finally:
         server.stop()
+    # The local end reads the same, by the same rule, below the root it is given.
+    local = SlurmClient(lambda argv, stdin: None, checkpoint_root=str(root))
+    assert local.published(str(model)) == "step-000003\n"
+    for outside in (str(tmp_path / "secret"), f"{model}/../../../secret", "relative/dir"):
+        with pytest.raises(PermissionError):
+            local.published(outside)
+    with pytest.raises(FileNotFoundError, match="nothing published yet"):
+        local.published(str(root / "researcher"))
+    with pytest.raises(FileNotFoundError, match="no spec.sharedStorage.checkpointDir"):
+        SlurmClient(lambda argv, stdin: None).published(str(model))
 
 
 @pytest.fixture

@@ -1,5 +1,8 @@
 """The Helm chart, rendered and linted by the real Helm engine (helm-python-sdk, offline).
 
+Over 500 lines because the chart is rendered once per module by the real Helm engine and
+every value's effect is checked against that.
+
 Each set of values is rendered once per module; every rendered object is checked
 against the official Kubernetes schemas.
 """

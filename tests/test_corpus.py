@@ -1,6 +1,9 @@
 """The hostile-input corpus (issue 13, item 10): every case is refused with a
 field path or accepted and safe; none is accepted and unsafe, none crashes.
 
+Over 500 lines because the large generated cases are built here, beside the one loop
+that checks every case.
+
 The cases: ``tests/corpus/slurmcluster.yaml`` and ``nodelendingpolicy.yaml``
 (hand-written, each a ``merge`` onto the matching ``base-*.yaml`` or a whole
 ``manifest``), the large ones built by :func:`generated_cases` (they do not

@@ -18,6 +18,7 @@ import pytest
 from slurmk8s import __version__, versions
 from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, TopologyNode, render
+from slurmk8s.render.slurmd import TERMINATING_DRAIN_REASON
 from sandbox import images as rules
 from sandbox.imagestore import Image, ImageStore
 from slurmk8s.slurm.model import job_from_json, node_from_json, release_of
@@ -189,7 +190,8 @@ def _image_cluster(version: str, tmp_path: Path, *, topology: bool):
                            str(built["slurmd"].rootfs), str(conf), str(tmp_path / "munge.key"), str(work),
                            str(built["controller"].rootfs)],
                           capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "SLURMK8S_TEST_MPI": mpi})
+                          env={**os.environ, "SLURMK8S_TEST_MPI": mpi,
+                               "SLURMK8S_DRAIN_REASON": TERMINATING_DRAIN_REASON})
     return cluster, proc, work
 
 

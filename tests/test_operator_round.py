@@ -1,5 +1,8 @@
 """Rounds of the operator (slurmk8s.operator.round) against real Slurm through the real agent.
 
+Over 500 lines because every case shares one real Slurm and agent per module, which is
+slow to start.
+
 Kubernetes is an in-memory stand-in (tests/fakekube.py) that plays the API
 server and the StatefulSet controller; Slurm is Debian's slurmctld and a
 dynamic slurmd in private namespaces, reached only through the agent and

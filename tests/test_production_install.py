@@ -51,7 +51,13 @@ def _third_party_imports(files) -> set[str]:
                 found |= {a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
                 found.add(node.module.split(".")[0])
-    return {m for m in found if m not in sys.stdlib_module_names and m not in ("slurmk8s", "__future__")}
+    return {m for m in found if m not in sys.stdlib_module_names and m not in ("slurmk8s", "__future__")
+            and m not in _RUN_AS_FILES}
+
+
+#: Product modules a module run as a file imports by their bare names, from
+#: the directory they share: serve.py in the serve image, beside published_model.py.
+_RUN_AS_FILES = {"published_model"}
 
 
 def _distributions(modules: set[str]) -> set[str]:

@@ -1,4 +1,8 @@
-"""The renderer: spec -> Slurm config text and Kubernetes objects, purely."""
+"""The renderer: spec -> Slurm config text and Kubernetes objects, purely.
+
+Over 500 lines because the renderer is one pure function over the whole spec; its cases
+share the fixtures here.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,10 @@ from slurmk8s.api import load_cluster
 from slurmk8s.api.crd import dump_yaml
 from slurmk8s.api.validate import OWNED_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, config_hash, render
+from slurmk8s.operator.workers import OPERATOR_DRAINS
 from slurmk8s.render.manifests import lent_slurmd_pod
+from slurmk8s.render.slurmd import TERMINATING_DRAIN_REASON
+from slurmk8s.slurm.model import POD_TERMINATING
 from slurmk8s.render import names
 from slurmk8s.render.config import GPU_FILES, TASK_PROLOG
 
@@ -570,6 +577,26 @@ def test_slurm_pods_get_no_service_account_token_and_workers_drain_for_their_gra
     lent = lent_slurmd_pod(cluster, "h", node="n", allocatable=_ONE_GPU_1024, labels={}, partition="gpu",
                            shm_size="1Gi", taint_key="slurmk8s.dev/lent")
     assert lent["spec"]["automountServiceAccountToken"] is False
+
+
+def test_every_slurmd_drains_its_node_with_the_reason_the_operator_knows(doc, keys):
+    """The entrypoint drains a node whose pod goes away with the reason it is
+    given (SLURMK8S_DRAIN_REASON), rendered from the operator's one constant:
+    the reason is written once, in Python, and the script holds no copy."""
+    cluster = load_cluster(doc)
+    workers = {names.nodeset(cluster, ns.name) for ns in cluster.spec.node_sets}
+    slurmd_pods = [o["spec"]["template"]["spec"] for o in render(cluster, keys)
+                   if o["kind"] == "StatefulSet" and o["metadata"]["name"] in workers]
+    slurmd_pods.append(lent_slurmd_pod(cluster, "h", node="n", allocatable=_ONE_GPU_1024, labels={}, partition="gpu",
+                                       shm_size="1Gi", taint_key="slurmk8s.dev/lent")["spec"])
+    assert len(slurmd_pods) == len(cluster.spec.node_sets) + 1
+    for spec in slurmd_pods:
+        env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+        assert env["SLURMK8S_DRAIN_REASON"] == TERMINATING_DRAIN_REASON
+    assert TERMINATING_DRAIN_REASON in OPERATOR_DRAINS
+    entrypoint = (Path(__file__).resolve().parents[1] / "images" / "slurmd" / "entrypoint.sh").read_text()
+    assert POD_TERMINATING not in entrypoint and TERMINATING_DRAIN_REASON not in entrypoint
+    assert 'reason="$drain_reason"' in entrypoint
 
 
 #: A small lendable node (its allocatable resources), with 1 GiB or 64 GiB of memory.

@@ -25,7 +25,7 @@ from slurmk8s.bridge.rollout import (
 )
 from slurmk8s.kube import ApiError, Kube
 from sandbox.apiserver.patch import merge_patch
-from slurmk8s.serve import VERSION
+from slurmk8s.published_model import VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOTS = ["/shared/checkpoints"]

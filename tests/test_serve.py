@@ -18,12 +18,28 @@ from pathlib import Path
 
 import pytest
 
-from slurmk8s.serve import Follower, LoadError, load, make_server, read_latest
+from slurmk8s.published_model import LoadError, load, read_latest
+from slurmk8s.serve import Follower, make_server
 
 from .apiserver.conftest import wait_for
 from .conftest import publish
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_server_runs_as_a_file_with_only_the_layout_beside_it(tmp_path):
+    """What the serve image holds (images/serve/Dockerfile): serve.py and
+    published_model.py, run by a bare python3 with nothing of slurmk8s installed."""
+    copied = tmp_path / "lib"
+    copied.mkdir()
+    dockerfile = (ROOT / "images/serve/Dockerfile").read_text()
+    for name in ("serve.py", "published_model.py"):
+        assert f"slurmk8s/{name}" in dockerfile and f"!slurmk8s/{name}" in (
+            ROOT / "images/serve/Dockerfile.dockerignore").read_text()
+        (copied / name).write_text((ROOT / "slurmk8s" / name).read_text())
+    proc = subprocess.run(["python3", "-S", "-E", str(copied / "serve.py"), "--help"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=30)
+    assert proc.returncode == 0 and "--model-dir" in proc.stdout, proc.stderr
 
 
 def test_read_latest_names_the_version(tmp_path):

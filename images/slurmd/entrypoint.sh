@@ -8,7 +8,7 @@
 #   slurmk8s-entrypoint ready              exit 0 when this node is registered
 #                                          and not DOWN/INVAL/NOT_RESPONDING
 #
-# On SIGTERM (pod deletion) the node is drained ("slurmk8s: pod terminating")
+# On SIGTERM (pod deletion) the node is drained (reason SLURMK8S_DRAIN_REASON)
 # and the entrypoint waits while jobs run there. Emptying the node is not its
 # job: the operator does that by the one evacuation rule (slurmk8s.evacuation:
 # signal, grace period, requeue or cancel, start again at once) for scale-in,
@@ -21,7 +21,9 @@
 # that no ghost node is left behind.
 #
 # Environment: SLURMK8S_CONTROLLER, SLURMK8S_CONTROLLER_PORT (default 6817),
-# SLURMK8S_NODE_CONF (slurmd --conf), optional SLURMK8S_GPU_COUNT (the pod
+# SLURMK8S_NODE_CONF (slurmd --conf), SLURMK8S_DRAIN_REASON (the reason of the
+# drain on pod deletion: the one the operator knows as its own, rendered from
+# slurmk8s.slurm.model.POD_TERMINATING), optional SLURMK8S_GPU_COUNT (the pod
 # must have exactly that many /dev/nvidiaN, whichever N the device plugin
 # gave it), SLURMK8S_WAIT_TIMEOUT (seconds to wait for slurmctld, default
 # 300), SLURMK8S_DRAIN_TIMEOUT.
@@ -70,7 +72,8 @@ if [ "${1:-}" = ready ]; then
 fi
 
 sk_is_root || sk_die "slurmd's entrypoint must run as root (slurmd launches jobs as their users)"
-sk_require_env SLURMK8S_CONTROLLER SLURMK8S_NODE_CONF
+sk_require_env SLURMK8S_CONTROLLER SLURMK8S_NODE_CONF SLURMK8S_DRAIN_REASON
+drain_reason=$SLURMK8S_DRAIN_REASON
 port=${SLURMK8S_CONTROLLER_PORT:-6817}
 drain_timeout=${SLURMK8S_DRAIN_TIMEOUT:-30}
 case $drain_timeout in '' | *[!0-9]*) sk_die "SLURMK8S_DRAIN_TIMEOUT must be a whole number of seconds, not '$drain_timeout'" ;; esac
@@ -141,7 +144,7 @@ jobs_on_node() {
 last_resort() {
   local jobs=$1 start=$SECONDS limit kill_wait
   sk_log "warning: jobs $jobs still on $node after ${drain_limit}s and nobody emptied the node (is the slurmk8s operator running?): setting it DOWN, Slurm ends them and requeues what it may"
-  sctl update nodename="$node" state=down reason="slurmk8s: pod terminating" ||
+  sctl update nodename="$node" state=down reason="$drain_reason" ||
     sk_log "warning: could not set $node DOWN"
   kill_wait=$(sk_conf_value "$SLURM_CONF" KillWait)
   limit=$((${kill_wait:-30} + 10))
@@ -157,8 +160,8 @@ drain_and_leave() {
   [ "$terminating" = 0 ] || return 0
   terminating=1
   trap '' TERM INT HUP
-  sk_log "pod terminating: draining node $node"
-  if ! sctl update nodename="$node" state=drain reason="slurmk8s: pod terminating"; then
+  sk_log "the pod is going away: draining node $node ($drain_reason)"
+  if ! sctl update nodename="$node" state=drain reason="$drain_reason"; then
     sk_log "warning: could not drain $node (is slurmctld reachable?); stopping anyway"
   fi
   while jobs=$(jobs_on_node) && [ -n "$jobs" ]; do

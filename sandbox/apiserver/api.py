@@ -1,15 +1,15 @@
 """The API operations (get, list, create, update, patch, delete, scale, bind,
 evict), shared by the HTTP routes and the in-process controllers.
 
+Over 500 lines because it holds every verb (create, update, patch, apply,
+delete, scale, bind, evict) over one store, with the order of admission,
+defaults, validation and write in one place; the rules each applies are in
+``strategy``, ``admission``, ``patch`` and ``apply``.
+
 This is where Kubernetes' request semantics live: defaulting and validation,
 status kept apart from the rest of the object, ``metadata.generation``,
 optimistic concurrency on ``resourceVersion``, finalizers and
 ``deletionTimestamp``, propagation policies, graceful pod deletion.
-
-One module though over 400 lines: every verb (create, update, patch, apply,
-delete, scale, bind, evict) over one store, with the order of admission,
-defaults, validation and write in one place; the rules each applies are in
-``strategy``, ``admission``, ``patch`` and ``apply``.
 """
 
 from __future__ import annotations

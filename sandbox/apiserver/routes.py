@@ -3,8 +3,8 @@ watch streams, authentication (:mod:`.authn`), impersonation, RBAC
 authorization (:mod:`.rbac`), the review APIs and the audit log. Thin: the
 semantics are in :mod:`.api`.
 
-One module though over 400 lines: the one router from every URL of the
-Kubernetes API (resources, subresources, watch, discovery, openapi, reviews,
+Over 500 lines because it is the one router from every URL of the Kubernetes
+API (resources, subresources, watch, discovery, openapi, reviews,
 TokenRequest) to ``API``, with authentication, impersonation, authorization
 and the audit line around each request, as kube-apiserver's handler chain.
 """

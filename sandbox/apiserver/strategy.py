@@ -1,5 +1,9 @@
 """Per-type rules applied on every write, as Kubernetes' registry strategies do (pure).
 
+Over 500 lines because it holds one small pure function per type and rule, as
+Kubernetes' registry strategies are; split by type, the container and metadata
+checks every type shares would be scattered.
+
 - :func:`apply_defaults`: the defaults Kubernetes fills in (pod spec, workloads,
   services, secrets' ``stringData``...).
 - :func:`reset_status_on_create`: status a client may not choose on create.
@@ -7,10 +11,6 @@
   containers, selectors vs template labels...) and, on update, the immutable
   fields (pod spec, StatefulSet spec, selectors, immutable Secrets/ConfigMaps).
 - events.k8s.io/v1 <-> core/v1 Event conversion (one storage, two views).
-
-One module though over 400 lines: one small pure function per type and rule,
-as Kubernetes' registry strategies are; split by type, the container and
-metadata checks every type shares would be scattered.
 """
 
 from __future__ import annotations

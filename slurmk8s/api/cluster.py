@@ -1,16 +1,16 @@
 """The SlurmCluster resource (group slurmk8s.dev, version v1alpha1).
 
+Over 500 lines because it is the spec, one tree of declarative models with one
+reason to change (what users may write in a SlurmCluster), and it reads
+top-down as the API reference that ``kubectl explain`` shows. Nearly every
+line is a field and its description; there is little logic to split off, and
+splitting the tree by component would make a reader follow imports to see one
+resource.
+
 These models are the one source of truth: the CRD under ``charts/`` is
 generated from them (``slurmk8s crd``), the renderer consumes them, and
 ``slurmk8s validate`` checks manifests against them. The status the
 operator writes is in :mod:`.status`, the field types in :mod:`.fields`.
-
-Why one module of some 450 lines: it is the spec, one tree of declarative
-models with one reason to change (what users may write in a SlurmCluster),
-and it reads top-down as the API reference that ``kubectl explain`` shows.
-Nearly every line is a field and its description; there is little logic to
-split off, and splitting the tree by component would make a reader follow
-imports to see one resource.
 """
 
 from __future__ import annotations

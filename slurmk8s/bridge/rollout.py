@@ -14,7 +14,7 @@ The model directory must be a normalised absolute path inside one of the
 allowed roots (the clusters' ``spec.sharedStorage.checkpointDir``), so that a
 Deployment cannot make the bridge read other files. A Deployment whose
 annotation breaks that gets a Warning Event (``InvalidModelDir``) and is left
-alone. Only a plain version name (``slurmk8s.serve.VERSION``) from ``LATEST``
+alone. Only a plain version name (``slurmk8s.published_model.VERSION``) from ``LATEST``
 ever reaches an annotation.
 
 :func:`rollout_patch` and :func:`check_model_dir` are pure;
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .. import log
-from ..serve import LATEST, LATEST_MAX, VERSION, BadModelDir, check_model_dir  # noqa: F401 (re-exported)
+from ..published_model import LATEST, LATEST_MAX, VERSION, BadModelDir, check_model_dir  # noqa: F401 (re-exported)
 
 __all__ = [
     "MODEL_DIR_ANNOTATION", "MODEL_VERSION_ANNOTATION", "BadModelDir", "RolloutReport",

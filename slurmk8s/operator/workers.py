@@ -66,7 +66,7 @@ from slurmk8s import evacuation
 from slurmk8s.evacuation import Cancel, Drain, Requeue, Signal, StartNow
 from slurmk8s.render import names
 from slurmk8s.slurm.hostlist import HostlistError, expand
-from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node
+from slurmk8s.slurm.model import DRAIN_PREFIX, POD_TERMINATING, Job, Node
 from slurmk8s.times import from_epoch
 
 from . import podrecord
@@ -79,9 +79,6 @@ __all__ = [
 
 SCALE_IN = "scale-in"
 ROLLING_UPDATE = "rolling update"
-#: A worker pod someone deleted (kubectl delete, an eviction): its node is
-#: emptied by the same rule before the entrypoint's last resort would fire.
-POD_TERMINATING = "pod terminating"
 #: Drain reasons, as Slurm shows them, that slurmk8s's node lifecycle sets:
 #: the operator's own, and the worker entrypoint's on pod termination. Only
 #: these are ever cleared by the operator; other slurmk8s components (the

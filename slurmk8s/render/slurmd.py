@@ -10,6 +10,7 @@ import json
 from typing import Mapping
 
 from ..api.cluster import NodeSet, SlurmCluster
+from ..slurm.model import DRAIN_PREFIX, POD_TERMINATING
 from . import names
 from .config import dynamic_node_conf, gpu_gres_conf, memory_mib
 from .lent import lent_node
@@ -18,13 +19,23 @@ from .pods import (
     slurm_container,
 )
 
-__all__ = ["node_conf", "workers", "lent_slurmd_pod", "is_lent_slurmd_pod", "LENT_MEMORY_REQUEST", "LENT_COMPONENT"]
+__all__ = ["node_conf", "workers", "lent_slurmd_pod", "is_lent_slurmd_pod", "LENT_MEMORY_REQUEST", "LENT_COMPONENT",
+           "TERMINATING_DRAIN_REASON"]
+
+#: The drain reason the slurmd entrypoint sets when its pod is deleted
+#: (SLURMK8S_DRAIN_REASON): the one the operator knows as its own and clears.
+TERMINATING_DRAIN_REASON = f"{DRAIN_PREFIX} {POD_TERMINATING}"
 
 
 def node_conf(c: SlurmCluster, ns: NodeSet) -> str:
     """The node definition a worker passes to ``slurmd -Z --conf``."""
     return dynamic_node_conf(cpus=ns.cpus, memory_mib=memory_mib(ns.memory), gpus=ns.gpus.count if ns.gpus else 0,
                              gpu_type=ns.gpus.type if ns.gpus else "", features=[ns.name, *ns.features])
+
+
+def slurmd_env(c: SlurmCluster) -> dict[str, str]:
+    """What every slurmd container's environment has, the cluster's workers and lent nodes alike."""
+    return {**common_env(c), "SLURMK8S_DRAIN_REASON": TERMINATING_DRAIN_REASON}
 
 
 def _worker_template(template: dict) -> dict:
@@ -62,7 +73,7 @@ def workers(b: Builder) -> list[dict]:
             resources["limits"]["nvidia.com/gpu"] = str(ns.gpus.count)
         # A worker pod deleted outside the operator's scale-in (a node drain, an
         # eviction, kubectl delete) gives its jobs the node set's grace too.
-        env = {**common_env(c), "SLURMK8S_NODESET": ns.name, "SLURMK8S_NODE_CONF": node_conf(c, ns),
+        env = {**slurmd_env(c), "SLURMK8S_NODESET": ns.name, "SLURMK8S_NODE_CONF": node_conf(c, ns),
                "SLURMK8S_DRAIN_TIMEOUT": str(ns.drain.grace_period)}
         if ns.gpus:
             env |= {"SLURMK8S_GPU_TYPE": ns.gpus.type, "SLURMK8S_GPU_COUNT": str(ns.gpus.count),
@@ -152,7 +163,7 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, allocatable
     shared_vols, shared_mounts = shared_volumes(c)
     volumes += [*shared_vols, shm_volume(shm_size)]
     mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}]
-    env = {**common_env(c), "SLURMK8S_NODE_NAME": node, "SLURMK8S_NODE_CONF": desc.conf,
+    env = {**slurmd_env(c), "SLURMK8S_NODE_NAME": node, "SLURMK8S_NODE_CONF": desc.conf,
            "SLURMK8S_GRES_CONF": desc.gres_conf, "SLURMK8S_GPU_COUNT": str(desc.gpus)}
     container = slurm_container(
         c, "slurmd", "slurmd", env=env, mounts=mounts,

@@ -133,14 +133,17 @@ class SlurmClient:
     """Reads and changes one Slurm cluster through its commands.
 
     ``config_dir`` is the directory of the config files slurmctld reads (as
-    this process sees it); :meth:`config_hash` digests it.
+    this process sees it); :meth:`config_hash` digests it. ``checkpoint_root``
+    is the cluster's checkpoint directory as this process sees it (the agent's
+    ``--checkpoint-root``): :meth:`published` reads below it only.
     """
 
     def __init__(self, runner: Runner = local_runner, config_dir: Path = CONFIG_DIR,
-                 release: versions.Release | None = None):
+                 release: versions.Release | None = None, checkpoint_root: str | None = None):
         self._runner = runner
         self._config_dir = Path(config_dir)
         self._release = release
+        self._checkpoint_root = checkpoint_root
 
     def _run(self, *argv: str, stdin: str | None = None) -> str:
         proc = self._runner(list(argv), stdin)
@@ -273,6 +276,23 @@ class SlurmClient:
         """sbatch ``script`` (its text); returns the job id."""
         out = self._run("sbatch", "--parsable", *args, stdin=script)
         return int(out.strip().split(";")[0])
+
+    def published(self, model_dir: str) -> str:
+        """``<model_dir>/LATEST`` read as the agent reads it for ``GET /v1/published``
+        (:func:`.published.published`: only below the checkpoint root, never through
+        a link, as nobody when this process is root). FileNotFoundError when nothing
+        is published there or this client was given no checkpoint root;
+        PermissionError for a directory outside the root or a file that is a link."""
+        from .published import Fail, published
+
+        try:
+            return str(published(self._checkpoint_root, {"dir": [model_dir]})["latest"])
+        except Fail as exc:
+            if exc.status == 404:
+                raise FileNotFoundError(f"{model_dir}/LATEST: {exc.message}") from None
+            if exc.status in (400, 403):
+                raise PermissionError(f"{model_dir}/LATEST: {exc.message}") from None
+            raise OSError(f"{model_dir}/LATEST: {exc.message}") from None
 
     def apply_accounting(self, want: Associations) -> list[str]:
         """Give slurmdbd the accounts, user associations and QOS of ``want`` with

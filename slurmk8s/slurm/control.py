@@ -71,10 +71,16 @@ class SlurmControl(Protocol):
     def apply_accounting(self, want: Associations) -> list[str]:
         """Add the missing accounts, associations and QOS (sacctmgr); returns the commands run."""
 
+    def published(self, model_dir: str) -> str:
+        """The text of ``<model_dir>/LATEST`` on the cluster's shared storage, the
+        model version a job published (``slurmk8s/published_model.py``), read
+        below the checkpoint root only and never through a link. Raises
+        FileNotFoundError when nothing is published there (or no root is known)."""
+
 
 #: The operations, by name: the agent serves exactly these.
 OPERATIONS = (
     "ping", "nodes", "node", "jobs", "drain", "set_down", "undrain", "signal_node_jobs",
     "requeue", "start_now", "cancel", "delete_node", "reconfigure", "config_hash",
-    "apply_accounting",
+    "apply_accounting", "published",
 )

@@ -20,6 +20,11 @@ from typing import Any, Iterable, Iterator, Mapping
 #: Every drain slurmk8s sets starts with this; drains without it belong to an
 #: administrator and are never cleared by slurmk8s.
 DRAIN_PREFIX = "slurmk8s:"
+#: A worker pod someone deleted (kubectl delete, an eviction): the slurmd
+#: entrypoint drains its node with this reason (``SLURMK8S_DRAIN_REASON``, set
+#: by the renderer), and the operator empties it by the one evacuation rule
+#: before the entrypoint's last resort would fire.
+POD_TERMINATING = "pod terminating"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import time
 from http import HTTPStatus
 from typing import Any
 
-from ..serve import LATEST_MAX, BadModelDir, check_model_dir, check_parts, read_beneath_fd
+from ..published_model import LATEST_MAX, BadModelDir, check_model_dir, check_parts, read_beneath_fd
 
 __all__ = ["Fail", "published", "read_beneath", "UNPRIVILEGED"]
 

@@ -16,6 +16,7 @@ from sandbox.apiserver.controllers import deployment, scheduler, statefulset
 from sandbox.apiserver.errors import APIError
 from sandbox.apiserver.resources import Registry, from_crd
 from sandbox.apiserver.selectors import labels_match, parse_field_selector, parse_label_selector
+from slurmk8s.api.quantities import quantity_value
 
 from .conftest import CRDS, EXAMPLE
 
@@ -68,6 +69,10 @@ def test_quantities_and_ages() -> None:
     assert quantity.parse("1e3") == 1000
     with pytest.raises(ValueError):
         quantity.parse("4 GB")
+    # The product's parser (the Kubernetes client's) with the same refusals: no "K", no NaN, no 1e1.5.
+    for bad in ("1K", "1ki", "Infinity", "1_0", "1e1.5", True):
+        assert not quantity.valid(bad), bad
+    assert quantity.parse(" 0.5Gi ") == quantity_value("0.5Gi") and quantity.parse(2) == 2  # JSON numbers too
     assert [timeutil.human_duration(s) for s in (5, 150, 700, 4 * 3600 + 60, 3 * 86400)] == ["5s", "2m30s", "11m", "4h1m", "3d"]
 
 
