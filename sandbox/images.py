@@ -15,9 +15,10 @@ without building anything:
   Entrypoint/Cmd, the image's env first and the container's over it
   (``container_process``).
 
-One module though over 400 lines: pure rules only, in two small groups (the
-build's, a container process's), each tested on its own; together they are
-the image API a runtime uses (images/README.md).
+Over 500 lines because it is the one pure module of image rules that the
+builds, the pushes and the runtime share, in small groups each tested on its
+own (suites and pins, tags and references, the build context, a container's
+process); together they are the image API (images/README.md).
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ import requests
 from click.testing import CliRunner
 
 from sandbox import registry as reg
-from sandbox.distribution import (DOCKER_MANIFEST, LayerError, PullError, Puller, Reference, credentials_for,
-                                  unpack_layer)
+from sandbox.distribution import DOCKER_MANIFEST, PullError, Puller, Reference, credentials_for
+from sandbox.layers import LayerError, unpack_layer
 from sandbox.images import ImageError, push_ref
 
 # --- layers built here ------------------------------------------------------------------------
