@@ -148,7 +148,7 @@ def test_a_failed_action_stops_its_nodes_chain_and_no_other(world):
     memory.busy.add("gpu-a")
     report = bridge.round()
     failed = [(type(a).__name__, a.node) for a, _ in report.failed]
-    assert failed == [("DeleteSlurmNode", "gpu-a")]
+    assert failed == [("DeleteNode", "gpu-a")]
     assert {type(a).__name__ for a in report.skipped} >= {"DeleteSlurmdPod", "Untaint", "ClearLending"}
     assert all(getattr(a, "node", getattr(a, "name", None)) == "gpu-a" for a in report.skipped)
     a, b = cluster.core.read_node("gpu-a"), cluster.core.read_node("gpu-b")

@@ -221,7 +221,7 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
                 self._set_pod((a.namespace, a.name), None)
             return True
         s = self.snodes.get(getattr(a, "node", ""))
-        if isinstance(a, A.DrainSlurmNode):
+        if isinstance(a, A.Drain):
             if s is None:
                 return False
             if not s.drain:
@@ -230,7 +230,7 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
                 self.slurm_dirty = True
                 self.changed()
             return True
-        if isinstance(a, A.DownSlurmNode):
+        if isinstance(a, A.SetDown):
             if s is None:
                 return False
             self._unusable(s)
@@ -240,25 +240,25 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
                 self.end_job(jid, cancel=slurmrules.on_node_down(self.jobs[jid].requeue) == slurmrules.ENDED)
             self.changed()
             return True
-        if isinstance(a, A.SignalJobs):
+        if isinstance(a, A.Signal):
             for jid in a.job_ids:
                 j = self.jobs[jid - 1]
                 if j.state == "running" and j.signalled is None:
                     j.signalled = t
             return True
-        if isinstance(a, A.RequeueJobs):
+        if isinstance(a, A.Requeue):
             if any(slurmrules.on_requeue(self.jobs[jid - 1].requeue) is None for jid in a.job_ids):
                 return False  # Slurm refuses the requeue
             for jid in a.job_ids:
                 self.end_job(jid - 1, cancel=False)
             return True
-        if isinstance(a, A.CancelJobs):
+        if isinstance(a, A.Cancel):
             for jid in a.job_ids:
                 self.end_job(jid - 1, cancel=slurmrules.on_cancel() == slurmrules.ENDED)
             return True
-        if isinstance(a, A.StartJobsNow):
+        if isinstance(a, A.StartNow):
             return True  # a requeued job is eligible at once here
-        if isinstance(a, A.DeleteSlurmNode):
+        if isinstance(a, A.DeleteNode):
             if s is None:
                 return True
             if not slurmrules.may_delete_node(len(s.jobs)):
