@@ -3,7 +3,8 @@
 ``World.apply`` does what the bridge's loop does with a round's actions
 (Node patches through ``slurmk8s.bridge.patches.node_patch``, pods created
 and deleted, Slurm drained, jobs requeued, nodes deleted), including its
-rule that a node's chain of actions stops at the first one that fails. What
+failure rule (slurmk8s.slurm.steps: a node's chain of actions stops at the first
+one that fails; a job Slurm refuses to requeue is passed over). What
 Slurm does to the jobs is :mod:`slurmk8s.simulate.slurmrules`, the model the
 simulator uses too.
 ``World.step`` is everything else moving: pods start and stop, slurmd
@@ -184,9 +185,9 @@ class World:
         elif isinstance(a, A.Signal):
             self.log.extend(("signal", j, a.signal) for j in a.job_ids)
         elif isinstance(a, A.Requeue):
-            if any(j in self.jobs and slurmrules.on_requeue(self.jobs[j].requeue) is None for j in a.job_ids):
-                return False  # scontrol requeue: refused for a --no-requeue job
             for j in a.job_ids:
+                if j in self.jobs and slurmrules.on_requeue(self.jobs[j].requeue) is None:
+                    continue  # scontrol requeue refuses a --no-requeue job: reported, the others go on
                 self.log.append(("requeue", j, a.node))
                 if j in self.jobs and self.jobs[j].state == "RUNNING":
                     self._end(self.jobs[j], slurmrules.REQUEUED)

@@ -11,7 +11,8 @@ A run is one of three modes on the same inputs:
   :class:`~slurmk8s.slurm.model.Node` and :class:`~slurmk8s.slurm.model.Job`)
   and calls the bridge's own pure :func:`~slurmk8s.bridge.decide.decide`
   with the policy as :func:`~slurmk8s.api.load_policy` validated it, then
-  applies its actions as the bridge's loop does (in order; a node's chain of
+  applies its actions by the loop's failure rule (slurmk8s.slurm.steps: in
+  order; a refused job is passed over; a node's chain of
   actions stops at the first that fails). No lending rule is written here.
 - ``oracle``: knows the future serving demand: a Kubernetes node is given to
   a Slurm job only when serving will not need it before the job ends, at no
@@ -247,11 +248,10 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
                     j.signalled = t
             return True
         if isinstance(a, A.Requeue):
-            if any(slurmrules.on_requeue(self.jobs[jid - 1].requeue) is None for jid in a.job_ids):
-                return False  # Slurm refuses the requeue
             for jid in a.job_ids:
-                self.end_job(jid - 1, cancel=False)
-            return True
+                if slurmrules.on_requeue(self.jobs[jid - 1].requeue) is not None:
+                    self.end_job(jid - 1, cancel=False)
+            return True  # a job Slurm refuses is reported, the others go on (slurmk8s.slurm.steps)
         if isinstance(a, A.Cancel):
             for jid in a.job_ids:
                 self.end_job(jid - 1, cancel=slurmrules.on_cancel() == slurmrules.ENDED)
