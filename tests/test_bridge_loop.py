@@ -142,8 +142,7 @@ def test_lending_becomes_a_label_a_taint_a_pinned_slurmd_pod_and_events(world):
     assert status["lentNodes"] == ["gpu-a"]
 
 
-def test_a_failed_action_stops_its_nodes_chain_and_no_other(world):
-    cluster, bridge, memory = world
+def lend_two(cluster, bridge, memory) -> None:
     for name in ("gpu-a", "gpu-b"):
         idle_node(cluster, name)
     bridge.round()
@@ -151,6 +150,11 @@ def test_a_failed_action_stops_its_nodes_chain_and_no_other(world):
         cluster.report_running("default", f"demo-lent.{name}")
         memory.register(name)
     bridge.round()
+
+
+def test_a_failed_action_stops_its_nodes_chain_and_no_other(world):
+    cluster, bridge, memory = world
+    lend_two(cluster, bridge, memory)
     # Take both back (maxLentNodes 0); Slurm refuses to delete gpu-a's node.
     cluster.custom.patch_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies",
                                                   "lend", {"spec": {"maxLentNodes": 0}})
@@ -166,16 +170,6 @@ def test_a_failed_action_stops_its_nodes_chain_and_no_other(world):
     returned = {e.involved_object.name for e in cluster.core.list_namespaced_event("default").items
                 if e.reason == "Returned"}
     assert returned == {"gpu-b"}  # no Event claims gpu-a came back
-
-
-def lend_two(cluster, bridge, memory) -> None:
-    for name in ("gpu-a", "gpu-b"):
-        idle_node(cluster, name)
-    bridge.round()
-    for name in ("gpu-a", "gpu-b"):
-        cluster.report_running("default", f"demo-lent.{name}")
-        memory.register(name)
-    bridge.round()
 
 
 def test_an_unreachable_agent_stops_every_later_slurm_step_of_the_round(world):
