@@ -43,6 +43,7 @@ from datetime import datetime, timedelta
 from typing import Iterable, Sequence, Union
 
 from .slurm.model import Job, Node
+from .slurm.steps import Cancel, Drain, Requeue, SetDown, Signal, StartNow
 from .times import aware
 
 __all__ = [
@@ -89,52 +90,8 @@ class Record:
     forced: datetime | None = None
 
 
-# What the caller does to Slurm, in order. Each names the node it is about.
-
-
-@dataclass(frozen=True)
-class Drain:
-    node: str
-    reason: str  # without the prefix, which the facade adds
-
-
-@dataclass(frozen=True)
-class SetDown:
-    """The node's slurmd is gone: slurmctld ends its jobs now, requeueing those that may be."""
-
-    node: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Signal:
-    """Signal the batch shells of the running jobs on the node (``job_ids``: those seen running)."""
-
-    node: str
-    job_ids: tuple[int, ...]
-    signal: str
-
-
-@dataclass(frozen=True)
-class Requeue:
-    """Requeue each job, eligible to start again at once."""
-
-    node: str
-    job_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class StartNow:
-    """Make each pending job eligible now (clears a requeue's begin-time delay)."""
-
-    node: str
-    job_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Cancel:
-    node: str
-    job_ids: tuple[int, ...]
+# What the caller does to Slurm, in order: the steps of slurmk8s.slurm.steps,
+# which the caller runs with its executor (slurmk8s.slurm.steps.execute).
 
 
 Action = Union[Drain, SetDown, Signal, Requeue, StartNow, Cancel]
@@ -144,7 +101,8 @@ Action = Union[Drain, SetDown, Signal, Requeue, StartNow, Cancel]
 class Evacuation:
     """One round of :func:`evacuate`."""
 
-    #: Run in order; stop at the first failure (the record is then not stored).
+    #: Run in order by the executor's rule: a failure stops the node's chain
+    #: (and the record is then not stored).
     actions: tuple[Action, ...]
     #: Store once the actions succeeded (it may equal the one passed in).
     record: Record

@@ -3,7 +3,8 @@
 ``World.apply`` does what the bridge's loop does with a round's actions
 (Node patches through ``slurmk8s.bridge.patches.node_patch``, pods created
 and deleted, Slurm drained, jobs requeued, nodes deleted), including its
-rule that a node's chain of actions stops at the first one that fails. What
+failure rule (slurmk8s.slurm.steps: a node's chain of actions stops at the first
+one that fails; a job Slurm refuses to requeue is passed over). What
 Slurm does to the jobs is :mod:`slurmk8s.simulate.slurmrules`, the model the
 simulator uses too.
 ``World.step`` is everything else moving: pods start and stop, slurmd
@@ -166,13 +167,13 @@ class World:
             pod = self.pods.get((a.namespace, a.name))
             if pod is not None:
                 self.pods[(a.namespace, a.name)] = replace(pod, deleting=True)
-        elif isinstance(a, A.DrainSlurmNode):
+        elif isinstance(a, A.Drain):
             s = self.snodes.get(a.node)
             if s is None:
                 return False  # scontrol: Invalid node name
             if not s.drain_set:
                 self.snodes[a.node] = replace(s, flags=s.flags | {"DRAIN"}, reason=f"{DRAIN_PREFIX} {a.reason}")
-        elif isinstance(a, A.DownSlurmNode):
+        elif isinstance(a, A.SetDown):
             s = self.snodes.get(a.node)
             if s is None:
                 return False
@@ -181,23 +182,23 @@ class World:
                 if a.node in j.nodes.split(",") and j.state == "RUNNING":
                     self.log.append(("node-fail", j.job_id, a.node))
                     self._end(j, slurmrules.on_node_down(j.requeue))
-        elif isinstance(a, A.SignalJobs):
+        elif isinstance(a, A.Signal):
             self.log.extend(("signal", j, a.signal) for j in a.job_ids)
-        elif isinstance(a, A.RequeueJobs):
-            if any(j in self.jobs and slurmrules.on_requeue(self.jobs[j].requeue) is None for j in a.job_ids):
-                return False  # scontrol requeue: refused for a --no-requeue job
+        elif isinstance(a, A.Requeue):
             for j in a.job_ids:
+                if j in self.jobs and slurmrules.on_requeue(self.jobs[j].requeue) is None:
+                    continue  # scontrol requeue refuses a --no-requeue job: reported, the others go on
                 self.log.append(("requeue", j, a.node))
                 if j in self.jobs and self.jobs[j].state == "RUNNING":
                     self._end(self.jobs[j], slurmrules.REQUEUED)
-        elif isinstance(a, A.CancelJobs):
+        elif isinstance(a, A.Cancel):
             for j in a.job_ids:
                 self.log.append(("cancel", j, a.node))
                 if j in self.jobs and self.jobs[j].state == "RUNNING":
                     self._end(self.jobs[j], slurmrules.on_cancel())
-        elif isinstance(a, A.StartJobsNow):
+        elif isinstance(a, A.StartNow):
             self.log.extend(("start-now", j, a.node) for j in a.job_ids)
-        elif isinstance(a, A.DeleteSlurmNode):
+        elif isinstance(a, A.DeleteNode):
             if not slurmrules.may_delete_node(len(self.active_jobs(a.node))):
                 return False  # Slurm: Requested nodes are busy
             self.snodes.pop(a.node, None)

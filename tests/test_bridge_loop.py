@@ -13,6 +13,7 @@ from slurmk8s.api.lending import LENDABLE_TO_LABEL
 from slurmk8s.bridge.loop import Bridge
 from slurmk8s.bridge.nodestate import IDLE_SINCE_ANNOTATION, STATE_LABEL, TAINT_KEY, format_time
 from slurmk8s.kube import Kube
+from slurmk8s.slurm import AgentUnreachable, SlurmError
 from slurmk8s.slurm.model import Job, Node
 
 from .apiserver.conftest import CRDS, start_server
@@ -30,9 +31,15 @@ class MemorySlurm:
         self.calls: list[tuple] = []
         #: Nodes Slurm refuses to delete (as it does while a job runs there).
         self.busy: set[str] = set()
+        #: Calls the agent does not answer: (operation, argument).
+        self.unanswered: set[tuple] = set()
+        #: Jobs Slurm refuses to requeue (they ended meanwhile).
+        self.ended: set[int] = set()
 
     def _do(self, op: str, *args) -> None:
         self.calls.append((op, *args))
+        if (op, *args) in self.unanswered:
+            raise AgentUnreachable(f"the agent did not answer {op}")
 
     def register(self, name: str, state: str = "idle") -> None:
         self.nodes[name] = Node(name=name, state=state, flags=frozenset(), reason="", features=("lent_gpu",),
@@ -54,6 +61,8 @@ class MemorySlurm:
 
     def requeue(self, job):
         self._do("requeue", job)
+        if job in self.ended:
+            raise SlurmError(["scontrol", "requeue", str(job)], 1, "Job has already finished")
 
     def start_now(self, job):
         self._do("start-now", job)
@@ -133,8 +142,7 @@ def test_lending_becomes_a_label_a_taint_a_pinned_slurmd_pod_and_events(world):
     assert status["lentNodes"] == ["gpu-a"]
 
 
-def test_a_failed_action_stops_its_nodes_chain_and_no_other(world):
-    cluster, bridge, memory = world
+def lend_two(cluster, bridge, memory) -> None:
     for name in ("gpu-a", "gpu-b"):
         idle_node(cluster, name)
     bridge.round()
@@ -142,13 +150,18 @@ def test_a_failed_action_stops_its_nodes_chain_and_no_other(world):
         cluster.report_running("default", f"demo-lent.{name}")
         memory.register(name)
     bridge.round()
+
+
+def test_a_failed_action_stops_its_nodes_chain_and_no_other(world):
+    cluster, bridge, memory = world
+    lend_two(cluster, bridge, memory)
     # Take both back (maxLentNodes 0); Slurm refuses to delete gpu-a's node.
     cluster.custom.patch_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies",
                                                   "lend", {"spec": {"maxLentNodes": 0}})
     memory.busy.add("gpu-a")
     report = bridge.round()
     failed = [(type(a).__name__, a.node) for a, _ in report.failed]
-    assert failed == [("DeleteSlurmNode", "gpu-a")]
+    assert failed == [("DeleteNode", "gpu-a")]
     assert {type(a).__name__ for a in report.skipped} >= {"DeleteSlurmdPod", "Untaint", "ClearLending"}
     assert all(getattr(a, "node", getattr(a, "name", None)) == "gpu-a" for a in report.skipped)
     a, b = cluster.core.read_node("gpu-a"), cluster.core.read_node("gpu-b")
@@ -157,6 +170,39 @@ def test_a_failed_action_stops_its_nodes_chain_and_no_other(world):
     returned = {e.involved_object.name for e in cluster.core.list_namespaced_event("default").items
                 if e.reason == "Returned"}
     assert returned == {"gpu-b"}  # no Event claims gpu-a came back
+
+
+def test_an_unreachable_agent_stops_every_later_slurm_step_of_the_round(world):
+    cluster, bridge, memory = world
+    lend_two(cluster, bridge, memory)
+    cluster.custom.patch_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies",
+                                                  "lend", {"spec": {"maxLentNodes": 0}})
+    memory.unanswered.add(("drain", "gpu-a"))
+    memory.calls.clear()
+    report = bridge.round()
+    assert [c for c in memory.calls if c[0] == "drain"] == [("drain", "gpu-a")]  # gpu-b's drain was not tried
+    assert sorted((type(a).__name__, a.node) for a, _ in report.failed) == [("Drain", "gpu-a"), ("Drain", "gpu-b")]
+    # The Kubernetes actions before them ran: both nodes are reclaiming, and say so next round.
+    assert {cluster.core.read_node(n).metadata.labels[STATE_LABEL] for n in ("gpu-a", "gpu-b")} == {"reclaiming"}
+
+
+def test_a_job_slurm_refuses_to_requeue_is_a_warning_and_the_reclaim_goes_on(world):
+    cluster, bridge, memory = world
+    lend_two(cluster, bridge, memory)
+    memory.jobs = [Job(job_id=j, name="train", user="u", state="RUNNING", partition="gpu", nodes="gpu-a",
+                       requeue=True, restart_count=0, reason="") for j in (1, 2)]
+    memory.ended.add(1)
+    # Cordoned with its grace period 0: the running jobs are requeued at once.
+    cluster.custom.patch_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies",
+                                                  "lend", {"spec": {"reclaim": {"gracePeriodSeconds": 0}}})
+    cluster.core.patch_node("gpu-a", {"spec": {"unschedulable": True}})
+    report = bridge.round()
+    assert not report.failed and not report.skipped, report
+    assert ("requeue", 1) in memory.calls and ("requeue", 2) in memory.calls
+    assert any(type(a).__name__ == "RecordForced" and a.node == "gpu-a" for a in report.applied)
+    refused = [e for e in cluster.core.list_namespaced_event("default").items if e.reason == "RequeueRefused"]
+    assert [(e.type, e.involved_object.kind, e.involved_object.name) for e in refused] == [("Warning", "Node", "gpu-a")]
+    assert "job 1 on gpu-a" in refused[0].message
 
 
 def test_a_watching_bridge_acts_on_a_change_without_waiting_for_its_interval(world):

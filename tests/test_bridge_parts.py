@@ -156,7 +156,7 @@ def test_entering_a_state_clears_the_bookkeeping_of_the_last_one():
 
 def test_patching_a_node_with_another_action_is_an_error():
     with pytest.raises(TypeError):
-        node_patch(A.DeleteSlurmNode("hpc/demo", "n1"), KubeNode("n1"))
+        node_patch(A.DeleteNode("n1"), KubeNode("n1"))
 
 
 # -- Kubernetes JSON --------------------------------------------------------------------------

@@ -309,8 +309,8 @@ def test_a_lent_node_whose_owner_withdraws_it_is_taken_back_gracefully(lendable_
                                                    STATE_LABEL: LENT})
     acts = w.decide(POLICY, T0)
     assert only(acts, A.SetLendingState).reason == "withdrawn"
-    assert only(acts, A.SignalJobs).job_ids == (1,)
-    assert not of(acts, A.DownSlurmNode) and not of(acts, A.RequeueJobs)
+    assert only(acts, A.Signal).job_ids == (1,)
+    assert not of(acts, A.SetDown) and not of(acts, A.Requeue)
     assert "slurmk8s.dev/lendable-to" in REASONS["withdrawn"]
     cond = status(acts).conditions[0]
     assert (cond.status, cond.reason) == ("False", "NoMatchingNodes")
@@ -377,7 +377,7 @@ def test_a_node_a_pending_pod_can_take_is_not_lent():
 
 def test_a_leftover_lent_slurm_node_is_removed_before_the_node_is_lent_again():
     w = World.of(nodes=[gpu_node("n1", annotations=IDLE)], snodes=[slurm_node("n1", state="down")])
-    assert kinds(w.decide(POLICY, T0)) == ["DeleteSlurmNode", "SetLendingState", "Taint", "CreateSlurmdPod"]
+    assert kinds(w.decide(POLICY, T0)) == ["DeleteNode", "SetLendingState", "Taint", "CreateSlurmdPod"]
 
 
 # -- lending -> lent ---------------------------------------------------------------------------
@@ -421,7 +421,7 @@ def test_a_lending_node_that_fails_goes_back_to_kubernetes(pods, snodes, since, 
     assert ("n1", "Reclaiming") in events(acts) and ("n1", "Returned") in events(acts)
     done = kinds(acts)
     assert done.index("Untaint") + 1 == done.index("ClearLending")
-    assert not of(acts, A.SignalJobs)
+    assert not of(acts, A.Signal)
 
 
 # -- lent -> reclaiming: triggers ---------------------------------------------------------------
@@ -507,7 +507,7 @@ def test_graceful_reclaim_reasons(change, pol, reason):
         w.cluster.spec.partitions.append(w.cluster.spec.partitions[1].model_copy(update={"name": "other"}))
     acts = w.decide(pol, T0)
     assert only(acts, A.SetLendingState).reason == reason
-    assert only(acts, A.SignalJobs).job_ids == (1,)
+    assert only(acts, A.Signal).job_ids == (1,)
 
 
 def test_lowering_max_lent_nodes_gives_back_the_idle_nodes_first():
@@ -530,9 +530,9 @@ def test_raising_min_kubernetes_nodes_takes_back_what_is_missing():
 def test_a_reclaim_drains_signals_and_records_the_time():
     w = lent_world("n1", jobs=[job(1, "n1"), job(2, "n1,n2")], pods=[gpu_pod("want", None, gpus=8)])
     acts = w.decide(policy(reclaim={"signal": "USR2"}), T0)
-    assert kinds(acts) == ["SetLendingState", "DrainSlurmNode", "SignalJobs", "RecordSignalled"]
-    assert only(acts, A.DrainSlurmNode) == A.DrainSlurmNode("hpc/demo", "n1", "reclaimed by Kubernetes (demand)")
-    assert only(acts, A.SignalJobs) == A.SignalJobs("hpc/demo", "n1", (1, 2), "USR2")
+    assert kinds(acts) == ["SetLendingState", "Drain", "Signal", "RecordSignalled"]
+    assert only(acts, A.Drain) == A.Drain("n1", "reclaimed by Kubernetes (demand)")
+    assert only(acts, A.Signal) == A.Signal("n1", (1, 2), "USR2")
     assert only(acts, A.RecordSignalled) == A.RecordSignalled("n1", T0, (1, 2))
     message = dict(((e.name, e.reason), e.message) for e in of(acts, A.Event))[("n1", "Reclaiming")]
     assert REASONS["demand"] in message and "SIGUSR2" in message and message.endswith("then are requeued")
@@ -552,15 +552,15 @@ def test_a_job_that_requeued_itself_on_the_signal_may_start_again_at_once():
     # Job 1 requeued itself and waits for its begin time; job 2 still runs.
     w.jobs[1] = replace(w.jobs[1], state="PENDING", nodes="", reason="BeginTime", restart_count=1)
     acts = w.decide(pol, T0 + timedelta(seconds=5))
-    assert kinds(acts) == ["StartJobsNow"]
-    assert only(acts, A.StartJobsNow) == A.StartJobsNow("hpc/demo", "n1", (1,))
+    assert kinds(acts) == ["StartNow"]
+    assert only(acts, A.StartNow) == A.StartNow("n1", (1,))
     # Job 2 does the same: it is started, and the empty node handed back, in one round.
     w.jobs[1] = replace(w.jobs[1], reason="Resources")
     w.jobs[2] = replace(w.jobs[2], state="PENDING", nodes="", reason="BeginTime", restart_count=1)
     w.snodes["n1"] = replace(w.snodes["n1"], state="idle")
     acts = w.decide(pol, T0 + timedelta(seconds=10))
-    assert kinds(acts)[:2] == ["StartJobsNow", "DeleteSlurmNode"] and "ClearLending" in kinds(acts)
-    assert only(acts, A.StartJobsNow).job_ids == (2,)
+    assert kinds(acts)[:2] == ["StartNow", "DeleteNode"] and "ClearLending" in kinds(acts)
+    assert only(acts, A.StartNow).job_ids == (2,)
 
 
 def test_jobs_get_the_grace_period_then_are_requeued_or_cancelled():
@@ -570,16 +570,16 @@ def test_jobs_get_the_grace_period_then_are_requeued_or_cancelled():
                  jobs=[job(1, "n1"), job(2, "n1", requeue=False), job(3, "n1", state="COMPLETING")])
     assert kinds(w.decide(POLICY, T0 + timedelta(seconds=grace - 1))) == []
     acts = w.decide(POLICY, T0 + timedelta(seconds=grace))
-    assert kinds(acts) == ["RequeueJobs", "CancelJobs", "RecordForced"]
-    assert only(acts, A.RequeueJobs).job_ids == (1,)
-    assert only(acts, A.CancelJobs).job_ids == (2,)   # submitted with --no-requeue
+    assert kinds(acts) == ["Requeue", "Cancel", "RecordForced"]
+    assert only(acts, A.Requeue).job_ids == (1,)
+    assert only(acts, A.Cancel).job_ids == (2,)   # submitted with --no-requeue
 
 
 def test_job_action_cancel_cancels_every_job():
     w = World.of(nodes=[reclaiming_node("n1", signalled=T0)], pods=[slurmd("n1")],
                  snodes=[drained(slurm_node("n1", state="mixed"))], jobs=[job(1, "n1"), job(2, "n1")])
     acts = w.decide(policy(reclaim={"jobAction": "cancel"}), T0 + timedelta(seconds=60))
-    assert kinds(acts) == ["CancelJobs", "RecordForced"]
+    assert kinds(acts) == ["Cancel", "RecordForced"]
 
 
 def test_jobs_that_survive_their_requeue_get_it_again_later():
@@ -587,7 +587,7 @@ def test_jobs_that_survive_their_requeue_get_it_again_later():
     w = World.of(nodes=[reclaiming_node("n1", signalled=T0, forced=forced)], pods=[slurmd("n1")],
                  snodes=[drained(slurm_node("n1", state="mixed"))], jobs=[job(1, "n1")])
     assert kinds(w.decide(POLICY, forced + timedelta(seconds=FORCE_RETRY_SECONDS - 1))) == []
-    assert kinds(w.decide(POLICY, forced + timedelta(seconds=FORCE_RETRY_SECONDS))) == ["RequeueJobs", "RecordForced"]
+    assert kinds(w.decide(POLICY, forced + timedelta(seconds=FORCE_RETRY_SECONDS))) == ["Requeue", "RecordForced"]
 
 
 def test_ending_jobs_are_waited_for():
@@ -602,7 +602,7 @@ def test_once_its_jobs_are_gone_the_node_goes_back_to_kubernetes():
     w = World.of(nodes=[reclaiming_node("n1", signalled=T0)], pods=[slurmd("n1")],
                  snodes=[drained(slurm_node("n1"))], jobs=[job(1, "", state="PENDING")])
     acts = w.decide(POLICY, T0 + timedelta(seconds=5))
-    assert kinds(acts) == ["DeleteSlurmNode", "DeleteSlurmdPod", "Untaint", "ClearLending"]
+    assert kinds(acts) == ["DeleteNode", "DeleteSlurmdPod", "Untaint", "ClearLending"]
     assert only(acts, A.DeleteSlurmdPod) == A.DeleteSlurmdPod("hpc", lent_slurmd("demo", "n1"), "n1")
     assert only(acts, A.Untaint) == A.Untaint("n1", TAINT_KEY)
     assert events(acts) == [("n1", "Returned")]
@@ -611,7 +611,7 @@ def test_once_its_jobs_are_gone_the_node_goes_back_to_kubernetes():
 def test_an_idle_lent_node_goes_back_in_one_round():
     w = lent_world("n1", pods=[gpu_pod("want", None, gpus=8)])
     acts = w.decide(POLICY, T0)
-    assert kinds(acts) == ["SetLendingState", "DrainSlurmNode", "RecordSignalled", "DeleteSlurmNode",
+    assert kinds(acts) == ["SetLendingState", "Drain", "RecordSignalled", "DeleteNode",
                            "DeleteSlurmdPod", "Untaint", "ClearLending"]
 
 
@@ -626,7 +626,7 @@ def test_a_job_that_slips_in_stops_the_chain_before_the_node_is_handed_back():
     acts = w.decide(POLICY, T0 + timedelta(seconds=5))
     assert kinds(acts) == []   # job 9 gets its grace period from the recorded signal time
     acts = w.decide(POLICY, T0 + timedelta(seconds=60))
-    assert only(acts, A.RequeueJobs).job_ids == (9,)
+    assert only(acts, A.Requeue).job_ids == (9,)
 
 
 # -- failures while lent ----------------------------------------------------------------------
@@ -645,22 +645,22 @@ def test_a_failed_lent_node_requeues_its_jobs_at_once(mutate, reason):
     mutate(w)
     acts = w.decide(POLICY, T0)
     assert only(acts, A.SetLendingState).reason == reason
-    assert not of(acts, A.SignalJobs)
+    assert not of(acts, A.Signal)
     assert [e for e in of(acts, A.Event) if e.reason == "Reclaiming"][0].type == "Warning"
     if reason == "slurmd-lost":
         # No slurmd answers for the job: Slurm is told the node is DOWN, which
         # ends (and requeues) it now instead of after SlurmdTimeout.
-        assert only(acts, A.DownSlurmNode) == A.DownSlurmNode("hpc/demo", "n1", f"reclaimed by Kubernetes ({reason})")
-        assert not of(acts, A.RequeueJobs) and kinds(acts)[1:3] == ["DrainSlurmNode", "DownSlurmNode"]
+        assert only(acts, A.SetDown) == A.SetDown("n1", f"reclaimed by Kubernetes ({reason})")
+        assert not of(acts, A.Requeue) and kinds(acts)[1:3] == ["Drain", "SetDown"]
         w.apply(acts)
         assert w.decide(POLICY, T0) == []  # the job is ending
         w.step()
         assert w.jobs[1].state == "PENDING"
         assert "ClearLending" in kinds(w.decide(POLICY, T0 + timedelta(seconds=1)))
         return
-    assert only(acts, A.RequeueJobs).job_ids == (1,)
-    assert of(acts, A.DrainSlurmNode) == ([] if "n1" not in w.snodes else
-                                         [A.DrainSlurmNode("hpc/demo", "n1", f"reclaimed by Kubernetes ({reason})")])
+    assert only(acts, A.Requeue).job_ids == (1,)
+    assert of(acts, A.Drain) == ([] if "n1" not in w.snodes else
+                                         [A.Drain("n1", f"reclaimed by Kubernetes ({reason})")])
 
 
 # -- a node Kubernetes reports not Ready --------------------------------------------------------
@@ -684,14 +684,14 @@ def test_a_not_ready_lent_node_is_reclaimed_gracefully(since, slurm_flags):
     w.snodes["n1"] = replace(w.snodes["n1"], flags=frozenset(slurm_flags))
     acts = w.decide(POLICY, T0)
     assert only(acts, A.SetLendingState).reason == "node-not-ready"
-    assert only(acts, A.SignalJobs).job_ids == (1,)
-    assert not of(acts, A.DownSlurmNode) and not of(acts, A.RequeueJobs) and not of(acts, A.CancelJobs)
+    assert only(acts, A.Signal).job_ids == (1,)
+    assert not of(acts, A.SetDown) and not of(acts, A.Requeue) and not of(acts, A.Cancel)
     assert [e for e in of(acts, A.Event) if e.reason == "Reclaiming"][0].type == "Warning"
     w.apply(acts)
     w.step()
     # The grace period runs as for any graceful reclaim; the node is never set DOWN.
     later = T0 + timedelta(seconds=POLICY.spec.reclaim.grace_period_seconds - 1)
-    assert not of(w.decide(POLICY, later), A.DownSlurmNode)
+    assert not of(w.decide(POLICY, later), A.SetDown)
     assert w.jobs[1].state == "RUNNING"
 
 
@@ -701,8 +701,8 @@ def test_a_lent_node_not_ready_past_the_timeout_and_not_responding_to_slurm_is_s
     w.snodes["n1"] = replace(w.snodes["n1"], flags=frozenset({"NOT_RESPONDING"}))
     acts = w.decide(POLICY, T0)
     assert only(acts, A.SetLendingState).reason == "node-not-ready"
-    assert only(acts, A.DownSlurmNode) == A.DownSlurmNode("hpc/demo", "n1", "reclaimed by Kubernetes (node-not-ready)")
-    assert not of(acts, A.SignalJobs)
+    assert only(acts, A.SetDown) == A.SetDown("n1", "reclaimed by Kubernetes (node-not-ready)")
+    assert not of(acts, A.Signal)
 
 
 def test_a_graceful_not_ready_reclaim_turns_into_down_once_the_node_is_lost():
@@ -711,9 +711,9 @@ def test_a_graceful_not_ready_reclaim_turns_into_down_once_the_node_is_lost():
     w.apply(w.decide(POLICY, T0))
     w.step()
     w.snodes["n1"] = replace(w.snodes["n1"], flags=w.snodes["n1"].flags | {"NOT_RESPONDING"})
-    assert not of(w.decide(POLICY, T0 + timedelta(seconds=NOT_READY_TIMEOUT - 1)), A.DownSlurmNode)
+    assert not of(w.decide(POLICY, T0 + timedelta(seconds=NOT_READY_TIMEOUT - 1)), A.SetDown)
     acts = w.decide(POLICY, T0 + timedelta(seconds=NOT_READY_TIMEOUT))
-    assert of(acts, A.DownSlurmNode)
+    assert of(acts, A.SetDown)
 
 
 def test_the_not_ready_timeout_is_the_policys():
@@ -722,7 +722,7 @@ def test_the_not_ready_timeout_is_the_policys():
     w = lent_world("n1", jobs=[job(1, "n1")])
     not_ready(w, T0 - timedelta(seconds=30))
     w.snodes["n1"] = replace(w.snodes["n1"], flags=frozenset({"NOT_RESPONDING"}))
-    assert of(w.decide(pol, T0), A.DownSlurmNode)
+    assert of(w.decide(pol, T0), A.SetDown)
 
 
 def test_not_ready_since_is_read_from_the_ready_condition():
@@ -822,10 +822,10 @@ def test_a_borrower_whose_slurm_is_unreachable_or_lying_loses_the_node_within_gr
     assert ("warning", "ReclaimDeadline") in {(e.type.lower(), e.reason) for e in of(acts, A.Event)}
     if borrower == "lying":
         # Slurm answers: the node is set DOWN at once (which ends the job), nothing is owed.
-        assert only(acts, A.DownSlurmNode).node == "n1"
+        assert only(acts, A.SetDown).node == "n1"
         assert node.record.down_owed is None
     else:
-        assert not of(acts, A.DownSlurmNode)
+        assert not of(acts, A.SetDown)
         assert node.record.down_owed == "hpc/demo"
         if isinstance(pol, PolicyGone):
             return
@@ -833,11 +833,11 @@ def test_a_borrower_whose_slurm_is_unreachable_or_lying_loses_the_node_within_gr
         # Slurm answers again, maybe after a restart of the bridge: the DOWN is set, once.
         w.slurm_known = True
         later = w.decide(pol, now + timedelta(hours=1))
-        assert kinds(later)[:2] == ["DownSlurmNode", "ClearDownOwed"]
-        assert only(later, A.DownSlurmNode).reason.startswith("taken back by Kubernetes")
+        assert kinds(later)[:2] == ["SetDown", "ClearDownOwed"]
+        assert only(later, A.SetDown).reason.startswith("taken back by Kubernetes")
         w.apply(later)
         assert w.nodes["n1"].record.down_owed is None
-        assert not of(w.decide(pol, now + timedelta(hours=1)), A.DownSlurmNode)
+        assert not of(w.decide(pol, now + timedelta(hours=1)), A.SetDown)
 
 
 def test_before_the_deadline_an_unknown_slurm_still_means_wait():
@@ -894,7 +894,7 @@ def test_an_admin_drain_is_left_alone_and_reported():
     # Reclaimed anyway when Kubernetes needs it, without touching the drain.
     w.pods[("apps", "want")] = gpu_pod("want", None, gpus=8)
     acts = w.decide(POLICY, T0)
-    assert not of(acts, A.DrainSlurmNode)
+    assert not of(acts, A.Drain)
     assert ("n1", "AdminDrain") in events(acts)
 
 
@@ -999,7 +999,7 @@ def test_a_deleted_policy_gets_its_nodes_back_with_the_default_settings():
     assert gone == PolicyGone("hpc", "lend", "hpc/demo")
     acts = decide(w.observed(), gone, T0)
     assert only(acts, A.SetLendingState).reason == "policy-gone"
-    assert only(acts, A.SignalJobs).signal == DEFAULT_RECLAIM.signal
+    assert only(acts, A.Signal).signal == DEFAULT_RECLAIM.signal
     assert not of(acts, A.PolicyStatus)
     assert orphaned_policies(w.nodes.values(), existing=["hpc/lend"]) == []
 
@@ -1068,6 +1068,6 @@ def test_a_down_owed_by_a_deleted_policy_is_still_settled():
     [gone] = orphaned_policies([owed], existing=[])
     assert gone == PolicyGone("hpc", "lend", "hpc/demo")
     w = World.of(nodes=[owed], snodes=[slurm_node("n1", state="mixed")], jobs=[job(1, "n1")])
-    assert kinds(w.decide(gone, T0)) == ["DownSlurmNode", "ClearDownOwed"]
+    assert kinds(w.decide(gone, T0)) == ["SetDown", "ClearDownOwed"]
     w.cluster = None
     assert kinds(w.decide(gone, T0)) == ["ClearDownOwed"]

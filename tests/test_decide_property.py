@@ -225,7 +225,7 @@ def test_a_node_is_set_down_only_when_its_slurmd_is_gone_or_it_is_lost(case):
     acts = w.decide(pol, now)
     timeout = reclaim_of(pol).not_ready_timeout_seconds
     for a in acts:
-        if not isinstance(a, A.DownSlurmNode):
+        if not isinstance(a, A.SetDown):
             continue
         node = w.nodes[a.node]
         entering = [x.reason for x in acts if isinstance(x, A.SetLendingState) and x.node == a.node]
@@ -233,7 +233,8 @@ def test_a_node_is_set_down_only_when_its_slurmd_is_gone_or_it_is_lost(case):
         snode = w.snodes.get(a.node)
         lost = (not node.ready and node.not_ready_since is not None and snode is not None
                 and "NOT_RESPONDING" in snode.flags and now - node.not_ready_since >= timedelta(seconds=timeout))
-        owed = node.record.down_owed == a.cluster or overdue(w, pol, now, a.node)
+        cluster = pol.cluster if isinstance(pol, PolicyGone) else f"{pol.namespace}/{pol.spec.cluster_ref.name}"
+        owed = node.record.down_owed == cluster or overdue(w, pol, now, a.node)
         assert reason == "slurmd-lost" or lost or owed, (a, reason, node)
 
 

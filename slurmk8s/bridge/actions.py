@@ -1,14 +1,18 @@
 """What ``decide`` asks the loop to do: typed, frozen, in order.
 
-The loop applies a round's actions in the order given. Actions about one
-node form a chain: when one fails, the loop skips the rest of that node's
-actions for this round (the next round decides again from what it then
-observes). That is what makes a chain such as drain -> delete the Slurm node
--> delete the slurmd pod -> untaint safe: Slurm refuses to delete a node
-that still runs a job, and nothing after it happens.
+What is done to Slurm are the steps of :mod:`slurmk8s.slurm.steps` (the
+evacuation rule's own: Drain, SetDown, Signal, Requeue, StartNow, Cancel,
+and DeleteNode); the rest, defined here, is done to Kubernetes. Events are
+:class:`slurmk8s.events.Event`.
 
-Slurm actions name the cluster as ``<namespace>/<name>``; the loop runs them
-through that cluster's :class:`slurmk8s.slurm.SlurmClient`.
+The loop applies a round's actions in the order given, by the one
+executor's failure rule (:func:`slurmk8s.slurm.steps.execute`). Actions
+about one node form a chain: when one fails, the rest of that node's
+actions wait for this round (the next round decides again from what it
+then observes). That is what makes a chain such as drain -> delete the
+Slurm node -> delete the slurmd pod -> untaint safe: Slurm refuses to
+delete a node that still runs a job, and nothing after it happens. The
+steps run through the facade of the policy's SlurmCluster.
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ from datetime import datetime
 from typing import Union
 
 from ..api.lending import NodeLendingPolicyStatus
+from ..events import Event
+from ..slurm.steps import Cancel, DeleteNode, Drain, Requeue, SetDown, Signal, StartNow
 
 __all__ = [
     "SetLendingState", "ClearLending", "RecordIdleSince", "ClearIdleSince", "RecordSignalled",
-    "RecordForced", "RecordDownOwed", "ClearDownOwed", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "DrainSlurmNode", "DownSlurmNode",
-    "SignalJobs", "RequeueJobs", "StartJobsNow", "CancelJobs", "DeleteSlurmNode", "Event", "PolicyStatus",
+    "RecordForced", "RecordDownOwed", "ClearDownOwed", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "Drain", "SetDown",
+    "Signal", "Requeue", "StartNow", "Cancel", "DeleteNode", "Event", "PolicyStatus",
     "Action", "NodeAction", "DESTRUCTIVE_ACTIONS", "node_of",
 ]
 
@@ -74,7 +80,7 @@ class RecordSignalled:
     """Annotate ``slurmk8s.dev/reclaim-signalled=<at>``: the grace period runs
     from here; and ``slurmk8s.dev/reclaim-jobs`` with the jobs signalled, so
     that a job that requeues itself on the signal can be started again at
-    once (:class:`StartJobsNow`)."""
+    once (:class:`~slurmk8s.slurm.steps.StartNow`)."""
 
     node: str
     at: datetime
@@ -157,94 +163,7 @@ class DeleteSlurmdPod:
     node: str
 
 
-# Slurm, through the facade.
-
-
-@dataclass(frozen=True)
-class DrainSlurmNode:
-    """``SlurmClient.drain(node, reason)``: the facade prefixes ``slurmk8s:``."""
-
-    cluster: str
-    node: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class DownSlurmNode:
-    """``SlurmClient.set_down(node, reason)``: the node's slurmd is gone, so its
-    jobs cannot end by themselves; slurmctld ends them at once, requeueing
-    those that may be requeued, instead of after SlurmdTimeout."""
-
-    cluster: str
-    node: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class SignalJobs:
-    """``SlurmClient.signal_node_jobs(node, signal)``: the batch shell of every
-    job running on the node then gets it, the jobs' cue to checkpoint.
-    ``job_ids``: the jobs seen running, which the record remembers."""
-
-    cluster: str
-    node: str
-    job_ids: tuple[int, ...]
-    signal: str
-
-
-@dataclass(frozen=True)
-class RequeueJobs:
-    """``SlurmClient.requeue(job)`` for each job (eligible again at once). A job
-    that is already pending is fine."""
-
-    cluster: str
-    node: str
-    job_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class StartJobsNow:
-    """``SlurmClient.start_now(job)`` for each job: jobs signalled on a
-    reclaimed node that requeued themselves (``scontrol requeue
-    $SLURM_JOB_ID`` in a checkpoint handler) would otherwise wait Slurm's
-    requeue delay (about two minutes) before they may start again."""
-
-    cluster: str
-    node: str
-    job_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class CancelJobs:
-    """``SlurmClient.cancel(job)`` for each job."""
-
-    cluster: str
-    node: str
-    job_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class DeleteSlurmNode:
-    """``SlurmClient.delete_node(node)``. Slurm refuses while jobs run there:
-    the loop then stops this node's chain."""
-
-    cluster: str
-    node: str
-
-
 # Reports.
-
-
-@dataclass(frozen=True)
-class Event:
-    """A Kubernetes Event about ``kind`` ``namespace/name`` (Nodes: namespace "")."""
-
-    kind: str
-    namespace: str
-    name: str
-    type: str
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -258,13 +177,13 @@ class PolicyStatus:
 
 NodeAction = Union[
     SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordSignalled, RecordForced,
-    RecordDownOwed, ClearDownOwed, Taint, Untaint, CreateSlurmdPod, DeleteSlurmdPod, DrainSlurmNode, DownSlurmNode, SignalJobs, RequeueJobs,
-    StartJobsNow, CancelJobs, DeleteSlurmNode,
+    RecordDownOwed, ClearDownOwed, Taint, Untaint, CreateSlurmdPod, DeleteSlurmdPod, Drain, SetDown, Signal, Requeue,
+    StartNow, Cancel, DeleteNode,
 ]
 Action = Union[NodeAction, Event, PolicyStatus]
 
 #: Actions that stop or disturb Slurm work, or hand a node back to Kubernetes.
-DESTRUCTIVE_ACTIONS = (DrainSlurmNode, DownSlurmNode, SignalJobs, RequeueJobs, CancelJobs, DeleteSlurmNode, DeleteSlurmdPod,
+DESTRUCTIVE_ACTIONS = (Drain, SetDown, Signal, Requeue, Cancel, DeleteNode, DeleteSlurmdPod,
                        Untaint, ClearLending)
 
 

@@ -29,7 +29,8 @@ from typing import Iterable
 
 from ..api.cluster import LENT_PREFIX
 from ..times import format_time
-from .actions import ClearDownOwed, DeleteSlurmNode, DownSlurmNode, RecordDownOwed, SetLendingState
+from ..slurm.steps import DeleteNode, SetDown
+from .actions import ClearDownOwed, RecordDownOwed, SetLendingState
 from .nodestate import RECLAIMING, STATES
 from .observed import KubeNode
 from .settings import Settings, Round
@@ -135,9 +136,9 @@ def _down(r: Round, world: World, settings: Settings, name: str, skip_down: bool
     so that the round's result is final."""
     snode = world.slurm_nodes.get(name)
     if not skip_down and snode is not None and any(f.startswith(LENT_PREFIX) for f in snode.features):
-        r.emit(DownSlurmNode(settings.cluster_key, name, DOWN_REASON))
+        r.emit(SetDown(name, DOWN_REASON))
         if not world.jobs_on(name) and not world.has_slurmd(name, settings.namespace, settings.cluster_name):
-            r.emit(DeleteSlurmNode(settings.cluster_key, name))
+            r.emit(DeleteNode(name))
     r.emit(ClearDownOwed(name))
     r.down_owed[name] = False
 
@@ -152,7 +153,7 @@ def settle(r: Round, world: World, settings: Settings, nodes: Iterable[KubeNode]
             continue
         if r.projected.get(n.name, n.record.state) in STATES:
             continue
-        deleted = any(isinstance(a, DeleteSlurmNode) and a.node == n.name for a in r.actions)
+        deleted = any(isinstance(a, DeleteNode) and a.node == n.name for a in r.actions)
         _down(r, world, settings, n.name, skip_down=deleted)
 
 

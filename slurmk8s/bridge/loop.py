@@ -14,8 +14,12 @@ policies, it rolls serving Deployments to newly published model versions
 
 Rules the loop keeps (slurmk8s/bridge/README.md explains why):
 
-- Actions about one node form a chain: when one fails, the rest of that
-  node's actions wait for the next round.
+- Actions run through the one executor of Slurm steps
+  (:func:`slurmk8s.slurm.steps.execute`, the operator's too) and its failure
+  rule: actions about one node form a chain, and when one fails the rest of
+  that node's actions wait for the next round; after a Slurm call fails as
+  unreachable, the policy's later Slurm steps fail at once; a job Slurm
+  refuses gets a Warning Event and the rest go on.
 - Node patches that change taints carry the Node's resourceVersion, so two
   writers cannot both take a node; a conflict fails the chain.
 - A SlurmCluster that cannot be read (other than 404) skips the policy's
@@ -25,14 +29,14 @@ Rules the loop keeps (slurmk8s/bridge/README.md explains why):
   Slurm is read at once, in threads, and each policy is decided (in this
   thread, in turn) as soon as its cluster answered; one that has not within
   ``slurm_timeout`` is decided with Slurm unknown, and while that read
-  still runs the cluster is not asked again (it is unknown at once). After
-  an agent call fails as unreachable, that policy's further Slurm actions
-  wait for the next round.
+  still runs the cluster is not asked again (it is unknown at once).
 
-One module though over 400 lines: the round, its scheduling and the
-applying of each action kind (``_Acting``) are one shell around ``decide``;
-the decisions themselves, the view and the Node codec are modules of their
-own already.
+Over 500 lines because the round, its scheduling (the reads of
+every cluster's Slurm in threads, each policy decided as its cluster
+answers) and the applying of the Kubernetes actions (``_Acting``) are one
+shell around ``decide``, and split they would share the round's state; the
+decisions, the view, the Node codec and the Slurm steps with their executor
+are modules of their own already.
 """
 
 from __future__ import annotations
@@ -54,11 +58,13 @@ from ..api import load_cluster, load_policy
 from ..api.cluster import API_VERSION, SlurmCluster
 from ..api.errors import InvalidSpec
 from ..api.lending import NodeLendingPolicy, NodeLendingPolicyStatus
+from ..events import Event
 from ..render import names
 from ..render.manifests import lent_slurmd_pod
 from ..render.slurmd import is_lent_slurmd_pod
 from ..slurm import SlurmControl
-from ..slurm.remote import AgentError, AgentUnreachable, cluster_agent
+from ..slurm import steps
+from ..slurm.remote import AgentError, cluster_agent
 from . import actions as A
 from . import metrics
 from .decide import decide, lending_metrics, orphaned_policies
@@ -430,16 +436,10 @@ class Bridge:
 FOLLOW_UPS = 3
 
 
-#: Actions that run one facade operation per job: (operation, metrics outcome).
-_PER_JOB = {
-    A.RequeueJobs: ("requeue", "requeued"),
-    A.StartJobsNow: ("start_now", "started-now"),
-    A.CancelJobs: ("cancel", "cancelled"),
-}
-
-
 class _Acting:
-    """Applies one policy's actions for one round, with the chain rule."""
+    """Applies one policy's actions for one round: the Slurm steps and the
+    chain rule are the one executor's (:func:`slurmk8s.slurm.steps.execute`);
+    the Kubernetes actions are applied here."""
 
     def __init__(self, bridge: Bridge, cluster: SlurmCluster | None, slurm: SlurmControl | None,
                  node_objs: dict[str, dict], nodes: dict[str, KubeNode], policy_obj: dict | None,
@@ -448,59 +448,36 @@ class _Acting:
         self.cluster, self.slurm = cluster, slurm
         self.node_objs, self.nodes = node_objs, nodes
         self.policy_obj, self.policy, self.now, self.report = policy_obj, policy, now, report
-        #: An agent call found the agent unreachable: the rest wait for the next round.
-        self.unreachable: str | None = None
 
     def run(self, todo: list) -> None:
-        broken: set[str] = set()
-        for action in todo:
-            node = A.node_of(action)
-            if node is not None and node in broken:
-                self.report.skipped.append(action)
-                continue
-            try:
-                self.apply(action)
-            except Exception as exc:  # noqa: BLE001 - a failed action stops its node's chain
-                if isinstance(exc, AgentUnreachable):
-                    self.unreachable = str(exc)
-                self.report.failed.append((action, str(exc)))
-                metrics.ACTIONS.labels(type(action).__name__, "failed").inc()
-                if node is not None:
-                    broken.add(node)
-                continue
-            self.report.applied.append(action)
+        done = steps.execute(self.slurm, todo, other=self.apply, chain=A.node_of)
+        for event in done.refusals:  # jobs Slurm refused: their steps count as done
+            self.apply_safely(event)
+        self.report.applied += done.applied
+        self.report.failed += done.failed
+        self.report.skipped += done.skipped
+        for action in done.applied:
             metrics.ACTIONS.labels(type(action).__name__, "ok").inc()
+        for action, _ in done.failed:
+            metrics.ACTIONS.labels(type(action).__name__, "failed").inc()
+        for outcome, count in done.jobs.items():
+            metrics.JOBS.labels(outcome).inc(count)
 
-    def _need_slurm(self) -> SlurmControl:
-        if self.slurm is None:
-            raise RuntimeError("Slurm is not reachable")
-        if self.unreachable is not None:
-            raise RuntimeError(f"Slurm's agent did not answer an earlier call of this round: {self.unreachable}")
-        return self.slurm
+    def apply_safely(self, event: Event) -> None:
+        try:
+            self.event(event)
+        except Exception as exc:  # noqa: BLE001 - a report that could not be posted
+            self.report.failed.append((event, str(exc)))
 
     def apply(self, action: Any) -> None:
+        """One action that is not a Slurm step."""
         if isinstance(action, NODE_PATCH_ACTIONS):
             self.patch_node(action)
         elif isinstance(action, A.CreateSlurmdPod):
             self.create_pod(action)
         elif isinstance(action, A.DeleteSlurmdPod):
             self.kube.delete("Pod", action.namespace, action.name)
-        elif isinstance(action, A.DrainSlurmNode):
-            self._need_slurm().drain(action.node, action.reason)
-        elif isinstance(action, A.DownSlurmNode):
-            self._need_slurm().set_down(action.node, action.reason)
-        elif isinstance(action, A.SignalJobs):
-            signalled = self._need_slurm().signal_node_jobs(action.node, action.signal)
-            metrics.JOBS.labels("signalled").inc(len(signalled))
-        elif type(action) in _PER_JOB:
-            operation, outcome = _PER_JOB[type(action)]
-            slurm = self._need_slurm()
-            for job in action.job_ids:
-                getattr(slurm, operation)(job)
-                metrics.JOBS.labels(outcome).inc()
-        elif isinstance(action, A.DeleteSlurmNode):
-            self._need_slurm().delete_node(action.node)
-        elif isinstance(action, A.Event):
+        elif isinstance(action, Event):
             self.event(action)
         elif isinstance(action, A.PolicyStatus):
             self.kube.patch("NodeLendingPolicy", action.namespace, action.name,
@@ -557,7 +534,7 @@ class _Acting:
             return
         self.b.view.wrote({**created, "kind": "Pod", "apiVersion": "v1"})
 
-    def event(self, action: A.Event) -> None:
+    def event(self, action: Event) -> None:
         if action.kind == "Node":
             involved = self.node_objs.get(action.name) or {"kind": "Node", "apiVersion": "v1",
                                                            "metadata": {"name": action.name}}

@@ -22,25 +22,19 @@ from ..api.cluster import LENT_PREFIX
 from ..evacuation import evacuate
 from ..render.lent import LentNode
 from ..slurm.model import Job
+from ..slurm.steps import Cancel, DeleteNode, Requeue, StartNow
 from ..times import format_time
 from .actions import (
     Action,
-    CancelJobs,
     ClearIdleSince,
     ClearLending,
     CreateSlurmdPod,
-    DeleteSlurmNode,
     DeleteSlurmdPod,
-    DownSlurmNode,
-    DrainSlurmNode,
     Event,
     RecordForced,
     RecordIdleSince,
     RecordSignalled,
-    RequeueJobs,
     SetLendingState,
-    SignalJobs,
-    StartJobsNow,
     Taint,
     Untaint,
 )
@@ -56,7 +50,7 @@ __all__ = ["node_event", "start_lending", "keep", "reclaim", "hand_back", "relea
 
 
 def node_event(node: str, reason: str, message: str, warning: bool = False) -> Event:
-    return Event("Node", "", node, "Warning" if warning else "Normal", reason, message)
+    return Event("Warning" if warning else "Normal", reason, message, kind="Node", name=node)
 
 
 def _past(job_action: str) -> str:
@@ -178,14 +172,14 @@ def reclaim(r: Round, world: World, settings: Settings, node: KubeNode, entering
                     slurmd_gone=slurmd_gone(world, settings, node, entering))
     if ending:
         evac = _leave_to_slurm(evac, ending)
-    acts += evacuation_actions(settings, name, evac, policy, rec if entering is None else None)
+    acts += evacuation_actions(name, evac, policy, rec if entering is None else None)
     if not evac.empty:
         r.emit(*acts)  # jobs are ending, or have their grace period: wait
         return
     # No job left: remove the Slurm node (Slurm refuses if one slipped in,
     # which stops this chain), then the pod, then hand the node back.
     if snode is not None:
-        acts.append(DeleteSlurmNode(settings.cluster_key, name))
+        acts.append(DeleteNode(name))
     r.emit(*acts)
     hand_back(r, world, settings, node)
 
@@ -194,7 +188,7 @@ def _leave_to_slurm(evac: evacuation.Evacuation, job_ids: set[int]) -> evacuatio
     """``evac`` without requeueing, cancelling or starting ``job_ids``."""
     kept = []
     for a in evac.actions:
-        if isinstance(a, (evacuation.Requeue, evacuation.Cancel, evacuation.StartNow)):
+        if isinstance(a, (Requeue, Cancel, StartNow)):
             rest = tuple(j for j in a.job_ids if j not in job_ids)
             if not rest:
                 continue
@@ -223,36 +217,24 @@ def evacuation_policy(settings: Settings, reason: str) -> evacuation.Policy:
         job_action=spec.job_action, retry_seconds=FORCE_RETRY_SECONDS)
 
 
-def evacuation_actions(settings: Settings, name: str, evac: evacuation.Evacuation, policy: evacuation.Policy,
+def evacuation_actions(name: str, evac: evacuation.Evacuation, policy: evacuation.Policy,
                        before: LendingRecord | None) -> list[Action]:
-    """The rule's actions as the loop's, then the record's changes as Node
+    """The rule's steps, as they are, then the record's changes as Node
     annotations (``before``: the record on the Node; None when the
     reclaim starts this round)."""
-    c = settings.cluster_key
     acts: list[Action] = []
     new = evac.record
     signalled = new.signalled is not None and (before is None or before.signalled is None)
     for a in evac.actions:
-        if signalled and isinstance(a, (evacuation.StartNow, evacuation.Requeue, evacuation.Cancel)):
+        if signalled and isinstance(a, (StartNow, Requeue, Cancel)):
             acts.append(RecordSignalled(name, new.signalled, new.jobs))
             signalled = False
-        if isinstance(a, evacuation.Drain):
-            acts.append(DrainSlurmNode(c, name, a.reason))
-        elif isinstance(a, evacuation.SetDown):
-            acts.append(DownSlurmNode(c, name, a.reason))
-        elif isinstance(a, evacuation.Signal):
-            acts.append(SignalJobs(c, name, a.job_ids, a.signal))
-        elif isinstance(a, evacuation.StartNow):
-            acts.append(StartJobsNow(c, name, a.job_ids))
-        elif isinstance(a, evacuation.Requeue):
-            acts.append(RequeueJobs(c, name, a.job_ids))
-        elif isinstance(a, evacuation.Cancel):
-            acts.append(CancelJobs(c, name, a.job_ids))
+        acts.append(a)
     if signalled:
         acts.append(RecordSignalled(name, new.signalled, new.jobs))
     if new.forced is not None and (before is None or before.forced != new.forced):
-        requeued = sum(len(a.job_ids) for a in evac.actions if isinstance(a, evacuation.Requeue))
-        cancelled = sum(len(a.job_ids) for a in evac.actions if isinstance(a, evacuation.Cancel))
+        requeued = sum(len(a.job_ids) for a in evac.actions if isinstance(a, Requeue))
+        cancelled = sum(len(a.job_ids) for a in evac.actions if isinstance(a, Cancel))
         acts.append(RecordForced(name, new.forced))
         acts.append(node_event(name, "JobsForced", f"{requeued} job(s) requeued, {cancelled} cancelled" + (
             f" after the {policy.grace_seconds}s grace period" if policy.signal else "")))
@@ -313,6 +295,6 @@ def clean_ghosts(r: Round, world: World, settings: Settings, kube: list[KubeNode
                 or not any(f.startswith(LENT_PREFIX) for f in s.features)):
             continue
         if not world.has_slurmd(n.name, settings.namespace, settings.cluster_name):
-            r.emit(DeleteSlurmNode(settings.cluster_key, n.name))
+            r.emit(DeleteNode(n.name))
             cleaned.add(n.name)
     return cleaned

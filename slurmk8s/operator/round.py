@@ -38,7 +38,8 @@ from slurmk8s.api.cluster import SlurmCluster, SlurmClusterStatus
 from slurmk8s.render import ClusterKeys, TopologyNode, names, render
 from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, key_secret_names, keys_from_secrets
 from slurmk8s.render.manifests import AgentClients
-from slurmk8s.slurm import NotOurDrain, SlurmControl, SlurmError
+from slurmk8s.events import Event
+from slurmk8s.slurm import SlurmControl, SlurmError, steps
 from slurmk8s.slurm.model import Node
 from slurmk8s.slurm.remote import agent_url as remote_agent_url, cluster_agent
 from slurmk8s.times import format_time
@@ -58,7 +59,7 @@ class Outcome:
     """What a round did, for the handlers (Events, metrics) and tests."""
 
     status: SlurmClusterStatus | None = None
-    events: list[workers.Event] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
     applied: list[str] = field(default_factory=list)  # "create ConfigMap/x", "update ...", ...
@@ -158,7 +159,7 @@ class Operator:
         out.status = status.invalid(previous, message, body["metadata"].get("generation"), format_time(now),
                                     reason=reason)
         if previous is None or previous.phase != "Failed" or _ready_message(previous) != message:
-            out.events.append(workers.Event("Warning", reason, message))
+            out.events.append(Event("Warning", reason, message))
         out.problems.append(message)
         self._patch_status(body, previous, out.status)
         return out
@@ -192,7 +193,7 @@ class Operator:
             out.problems.append(str(exc))
             reported = _ready_message(previous) if previous else ""
             if str(exc) not in reported:
-                out.events.append(workers.Event("Warning", reason, str(exc)))
+                out.events.append(Event("Warning", reason, str(exc)))
             out.status = status.compute(cluster, previous, observed=objects, nodes=None,
                                         applied_hash=previous.config_hash if previous else None,
                                         rendered_hash="", problems=out.problems, now=format_time(now),
@@ -286,7 +287,7 @@ class Operator:
                 slurm.reconfigure()
                 applied = rendered_hash
                 out.applied.append("scontrol reconfigure")
-                out.events.append(workers.Event("Normal", "Reconfigured",
+                out.events.append(Event("Normal", "Reconfigured",
                                                 f"slurmctld and the nodes read the new config ({rendered_hash})"))
             except Exception as exc:
                 out.problems.append(f"scontrol reconfigure failed: {exc}")
@@ -300,7 +301,7 @@ class Operator:
                 acct_applied = True
                 if done:
                     out.applied += done
-                    out.events.append(workers.Event("Normal", "AssociationsApplied", "; ".join(done)[:1024]))
+                    out.events.append(Event("Normal", "AssociationsApplied", "; ".join(done)[:1024]))
             except Exception as exc:  # slurmdbd away: records queue in slurmctld, retried next round
                 acct_applied, acct_error = False, str(exc)
                 out.waiting.append(f"associations not applied: {exc}")
@@ -313,7 +314,7 @@ class Operator:
         if previous is None or previous.phase != out.status.phase:
             ready = next(c for c in out.status.conditions if c.type == "Ready")
             kind = "Normal" if out.status.phase in ("Ready", "Provisioning", "Pending") else "Warning"
-            out.events.append(workers.Event(kind, out.status.phase, ready.message))
+            out.events.append(Event(kind, out.status.phase, ready.message))
         self._patch_status(body, previous, out.status)
         return out
 
@@ -323,7 +324,7 @@ class Operator:
             fn()
         except (ApiError, SlurmError, OSError, RuntimeError) as exc:
             out.problems.append(f"{what}: {exc}")
-            out.events.append(workers.Event("Warning", "ActionFailed", f"{what}: {exc}", object=what))
+            out.events.append(Event("Warning", "ActionFailed", f"{what}: {exc}", name=what))
             return False
         out.applied.append(what)
         return True
@@ -344,53 +345,33 @@ class Operator:
 
     def _slurm_actions(self, cluster: SlurmCluster, slurm: SlurmControl,
                        actions: Sequence[Any], out: Outcome) -> bool:
-        """Run the decision's Slurm actions in order; False at the first failure."""
-        def per_job(a: Any, op: Callable[[int], None], reason: str) -> None:
-            for job_id in a.job_ids:
-                try:
-                    op(job_id)
-                except SlurmError as exc:
-                    if exc.unreachable:
-                        raise
-                    # The job ended meanwhile, or refuses: Slurm's answer is final for this job.
-                    out.events.append(workers.Event(
-                        "Warning", reason, f"job {job_id} on {a.node}: {exc.stderr or exc}", object=f"job {job_id}"))
+        """Run the decision's Slurm steps and pod annotations by the one
+        executor's rule (:func:`slurmk8s.slurm.steps.execute`: a pod's
+        annotations are its node's chain); False when anything failed."""
+        def annotate(a: Any) -> None:
+            if not isinstance(a, workers.AnnotatePod):  # pragma: no cover - a new action type without a runner
+                raise TypeError(f"no runner for {a!r}")
+            patch = {"metadata": {"uid": a.uid, "annotations": dict(a.annotations)}}
+            self.kube.patch("Pod", cluster.namespace, a.pod, patch)
 
-        for a in actions:
-            try:
-                if isinstance(a, workers.Drain):
-                    slurm.drain(a.node, a.reason)
-                elif isinstance(a, workers.Undrain):
-                    try:
-                        slurm.undrain(a.node)
-                    except NotOurDrain as exc:  # someone drained it in the meantime: theirs now
-                        out.waiting.append(str(exc))
-                elif isinstance(a, workers.Signal):
-                    slurm.signal_node_jobs(a.node, a.signal)
-                elif isinstance(a, workers.Requeue):
-                    per_job(a, slurm.requeue, "RequeueRefused")
-                elif isinstance(a, workers.StartNow):
-                    per_job(a, slurm.start_now, "StartRefused")
-                elif isinstance(a, workers.Cancel):
-                    per_job(a, slurm.cancel, "CancelRefused")
-                elif isinstance(a, workers.AnnotatePod):
-                    patch = {"metadata": {"uid": a.uid, "annotations": dict(a.annotations)}}
-                    self.kube.patch("Pod", cluster.namespace, a.pod, patch)
-                else:  # pragma: no cover - a new action type without a runner
-                    raise TypeError(f"no runner for {a!r}")
-                out.applied.append(f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}")
-            except Exception as exc:
-                subject = f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}"
-                out.problems.append(f"{subject}: {exc}")
-                out.events.append(workers.Event("Warning", "SlurmActionFailed", f"{subject}: {exc}", object=subject))
-                return False
-        return True
+        def subject(a: Any) -> str:
+            return f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}"
+
+        done = steps.execute(slurm, actions, other=annotate,
+                             chain=lambda a: getattr(a, "node", None) or getattr(a, "pod", None))
+        out.applied += [subject(a) for a in done.applied]
+        out.events += done.refusals
+        for a, error in done.failed:
+            out.problems.append(f"{subject(a)}: {error}")
+            out.events.append(Event("Warning", "SlurmActionFailed", f"{subject(a)}: {error}",
+                                    kind=type(a).__name__, name=getattr(a, "node", getattr(a, "pod", ""))))
+        return not done.failed and not done.skipped
 
     def teardown(self, body: Mapping, attempt: int = 0) -> tuple[bool, str]:
         """One step of an orderly teardown (:func:`.teardown.step`); (done, what it waits for)."""
         return teardown.step(self, body, attempt)
 
-    def announce(self, body: Mapping, events: Sequence[workers.Event]) -> None:
+    def announce(self, body: Mapping, events: Sequence[Event]) -> None:
         """Post a round's Events about the SlurmCluster, as ``slurmk8s-operator``.
 
         A Warning about an object (a failed write, a refused Slurm action)
@@ -400,7 +381,7 @@ class Operator:
         object, whatever its message says. Other Events are posted as they come.
         """
         for e in events:
-            name = _event_name(body, e) if e.type == "Warning" and e.object else None
+            name = _event_name(body, e) if e.type == "Warning" and e.about else None
             try:
                 self.kube.event(body, e.type, e.reason, e.message, component=names.FIELD_MANAGER, name=name)
             except ApiError as exc:
@@ -409,10 +390,10 @@ class Operator:
             except OSError as exc:
                 _log.warning("could not post an Event", reason=e.reason, error=str(exc))
 
-def _event_name(body: Mapping, e: workers.Event) -> str:
+def _event_name(body: Mapping, e: Event) -> str:
     """The one name of a failure Event: cluster, reason and object."""
     meta = body["metadata"]
-    digest = hashlib.sha256(f"{meta.get('uid', '')}\0{e.reason}\0{e.object}".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{meta.get('uid', '')}\0{e.reason}\0{e.about}".encode()).hexdigest()[:16]
     return f"{meta['name']}.{digest}"
 
 

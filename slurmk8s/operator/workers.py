@@ -63,10 +63,11 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from slurmk8s import evacuation
-from slurmk8s.evacuation import Cancel, Drain, Requeue, Signal, StartNow
+from slurmk8s.events import Event
 from slurmk8s.render import names
 from slurmk8s.slurm.hostlist import HostlistError, expand
 from slurmk8s.slurm.model import DRAIN_PREFIX, POD_TERMINATING, Job, Node
+from slurmk8s.slurm.steps import Cancel, Drain, Requeue, Signal, StartNow, Undrain
 from slurmk8s.times import from_epoch
 
 from . import podrecord
@@ -140,11 +141,6 @@ class SlurmState:
 
 
 @dataclass(frozen=True)
-class Undrain:
-    node: str
-
-
-@dataclass(frozen=True)
 class DeleteNodeRecord:
     node: str
 
@@ -170,18 +166,8 @@ class DeletePod:
     uid: str  # a precondition: never delete a newer pod of the same name
 
 
-@dataclass(frozen=True)
-class Event:
-    type: str  # Normal | Warning
-    reason: str
-    message: str
-    #: What it is about when that is not the SlurmCluster as a whole (a
-    #: failed write's object, a Slurm node): a failure is announced once per
-    #: reason and object while it lasts (Operator.announce).
-    object: str = ""
-
-
-#: Drain, Signal, Requeue, StartNow and Cancel are the evacuation rule's own (slurmk8s.evacuation).
+#: The steps (slurmk8s.slurm.steps; Drain, Signal, Requeue, StartNow and Cancel
+#: come from the evacuation rule), and the pod annotations that record them.
 SlurmAction = Drain | Undrain | Signal | Requeue | StartNow | Cancel | AnnotatePod
 
 
@@ -189,8 +175,9 @@ SlurmAction = Drain | Undrain | Signal | Requeue | StartNow | Cancel | AnnotateP
 class Decision:
     #: StatefulSet name -> the replicas to write now.
     replicas: Mapping[str, int]
-    #: Run first, in order; the caller stops at the first failure and then
-    #: keeps every StatefulSet at its current size this round.
+    #: Run first, in order, by the one executor (slurmk8s.slurm.steps.execute;
+    #: a pod's annotations are its node's chain): when anything fails the
+    #: caller keeps every StatefulSet at its current size this round.
     slurm_actions: tuple[SlurmAction, ...]
     #: Busy labels to set or remove on worker pods.
     busy_labels: tuple[LabelBusy, ...]

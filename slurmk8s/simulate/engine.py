@@ -11,7 +11,8 @@ A run is one of three modes on the same inputs:
   :class:`~slurmk8s.slurm.model.Node` and :class:`~slurmk8s.slurm.model.Job`)
   and calls the bridge's own pure :func:`~slurmk8s.bridge.decide.decide`
   with the policy as :func:`~slurmk8s.api.load_policy` validated it, then
-  applies its actions as the bridge's loop does (in order; a node's chain of
+  applies its actions by the loop's failure rule (slurmk8s.slurm.steps: in
+  order; a refused job is passed over; a node's chain of
   actions stops at the first that fails). No lending rule is written here.
 - ``oracle``: knows the future serving demand: a Kubernetes node is given to
   a Slurm job only when serving will not need it before the job ends, at no
@@ -221,7 +222,7 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
                 self._set_pod((a.namespace, a.name), None)
             return True
         s = self.snodes.get(getattr(a, "node", ""))
-        if isinstance(a, A.DrainSlurmNode):
+        if isinstance(a, A.Drain):
             if s is None:
                 return False
             if not s.drain:
@@ -230,7 +231,7 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
                 self.slurm_dirty = True
                 self.changed()
             return True
-        if isinstance(a, A.DownSlurmNode):
+        if isinstance(a, A.SetDown):
             if s is None:
                 return False
             self._unusable(s)
@@ -240,25 +241,24 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
                 self.end_job(jid, cancel=slurmrules.on_node_down(self.jobs[jid].requeue) == slurmrules.ENDED)
             self.changed()
             return True
-        if isinstance(a, A.SignalJobs):
+        if isinstance(a, A.Signal):
             for jid in a.job_ids:
                 j = self.jobs[jid - 1]
                 if j.state == "running" and j.signalled is None:
                     j.signalled = t
             return True
-        if isinstance(a, A.RequeueJobs):
-            if any(slurmrules.on_requeue(self.jobs[jid - 1].requeue) is None for jid in a.job_ids):
-                return False  # Slurm refuses the requeue
+        if isinstance(a, A.Requeue):
             for jid in a.job_ids:
-                self.end_job(jid - 1, cancel=False)
-            return True
-        if isinstance(a, A.CancelJobs):
+                if slurmrules.on_requeue(self.jobs[jid - 1].requeue) is not None:
+                    self.end_job(jid - 1, cancel=False)
+            return True  # a job Slurm refuses is reported, the others go on (slurmk8s.slurm.steps)
+        if isinstance(a, A.Cancel):
             for jid in a.job_ids:
                 self.end_job(jid - 1, cancel=slurmrules.on_cancel() == slurmrules.ENDED)
             return True
-        if isinstance(a, A.StartJobsNow):
+        if isinstance(a, A.StartNow):
             return True  # a requeued job is eligible at once here
-        if isinstance(a, A.DeleteSlurmNode):
+        if isinstance(a, A.DeleteNode):
             if s is None:
                 return True
             if not slurmrules.may_delete_node(len(s.jobs)):
