@@ -170,3 +170,29 @@ def test_the_status_validates_against_the_generated_crd(cluster):
     st = compute(cluster, None, observed=healthy(), nodes=NODES, applied_hash="h", rendered_hash="h", now=NOW)
     jsonschema.validate(st.dump(), schema)
     jsonschema.validate(invalid(st, "x", 1, NOW).dump(), schema)
+
+
+def _pod(name, image, reason, message):
+    return {"kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "slurmd", "image": image}]},
+            "status": {"containerStatuses": [{"name": "slurmd", "image": image,
+                                              "state": {"waiting": {"reason": reason, "message": message}}}]}}
+
+
+def test_ready_names_the_image_a_pod_cannot_pull_with_the_registrys_answer(cluster):
+    image = "registry.example.org:5000/slurmk8s/slurmd:26.05"
+    answer = f'Failed to pull image "{image}": 401 Unauthorized: UNAUTHORIZED: authentication required'
+    pods = [_pod("demo-gpu-1", image, "ImagePullBackOff", answer),
+            _pod("demo-gpu-0", image, "ContainerCreating", "")]  # merely starting: not a failure
+    workloads = [*healthy()[:2], workload("StatefulSet", "demo-gpu", 2, ready=1), healthy()[3]]
+    st = compute(cluster, None, observed=workloads, nodes=NODES, applied_hash="abc", rendered_hash="abc",
+                 now=NOW, pods=pods)
+    ready = next(c for c in st.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "ImagePullFailed")
+    assert ready.message.startswith(f"pod demo-gpu-1 cannot pull image {image} (ImagePullBackOff): {answer}")
+    assert "demo-gpu-0" not in ready.message.split(";")[0]
+    assert "WorkersReady: node set gpu: 1/2 pods ready" in ready.message
+    # Once it pulls, the reason is gone.
+    fine = compute(cluster, None, observed=healthy(), nodes=NODES, applied_hash="abc", rendered_hash="abc",
+                   now=NOW, pods=[_pod("demo-gpu-1", image, "ContainerCreating", "")])
+    assert fine.phase == "Ready"

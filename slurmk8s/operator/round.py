@@ -307,7 +307,7 @@ class Operator:
                 out.waiting.append(f"associations not applied: {exc}")
 
         # 7. Status.
-        out.status = status.compute(cluster, previous, observed=objects, nodes=nodes, applied_hash=applied,
+        out.status = status.compute(cluster, previous, observed=objects, nodes=nodes, applied_hash=applied, pods=pods,
                                     rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
                                     now=format_time(now),
                                     accounting=accounting.condition(cluster, objects, acct_applied, acct_error))

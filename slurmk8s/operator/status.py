@@ -16,7 +16,7 @@ from slurmk8s.api.status import Condition, NodeCounts, SlurmClusterStatus
 from slurmk8s.render import names
 from slurmk8s.slurm.model import Node
 
-__all__ = ["COMPONENTS", "compute", "invalid", "node_counts"]
+__all__ = ["COMPONENTS", "compute", "invalid", "node_counts", "image_pull_failures"]
 
 COMPONENTS = ("ControllerReady", "WorkersReady", "LoginReady", "RestApiReady", "AccountingReady")
 
@@ -85,6 +85,25 @@ def _deployment(w: Mapping, name: str, replicas: int, what: str) -> _Cond:
     return "True", "Running", f"{what}: {available} pods available"
 
 
+#: Waiting reasons of a container whose image the kubelet could not get.
+PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName")
+
+
+def image_pull_failures(pods: Sequence[Mapping]) -> list[str]:
+    """Which image each of the cluster's pods cannot get, with the kubelet's words (the
+    registry's answer): what a site whose registry, pull secret or push is wrong must read."""
+    out = []
+    for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        for cs in (p.get("status") or {}).get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in PULL_FAILURES:
+                spec = next((c for c in (p.get("spec") or {}).get("containers") or []
+                             if c.get("name") == cs.get("name")), {})
+                out.append(f"pod {p['metadata']['name']} cannot pull image {spec.get('image') or cs.get('image')} "
+                           f"({waiting['reason']}): {(waiting.get('message') or '')[:512]}")
+    return out
+
+
 def node_counts(nodes: Sequence[Node]) -> NodeCounts:
     counts = {k: 0 for k in ("idle", "mixed", "allocated", "drain", "down", "other")}
     for n in nodes:
@@ -118,6 +137,7 @@ def compute(
     deleting: bool = False,
     problem_reason: str = "ReconcileFailed",
     accounting: _Cond | None = None,
+    pods: Sequence[Mapping] = (),
 ) -> SlurmClusterStatus:
     """The status after a round.
 
@@ -126,7 +146,9 @@ def compute(
     ``applied_hash``: the config last reconfigured; ``problems``: what failed
     this round (shown in Ready, with ``problem_reason``); ``waiting``: what
     waits (shown in Ready); ``accounting``: AccountingReady
-    (``operator.accounting.condition``), unknown when not given.
+    (``operator.accounting.condition``), unknown when not given; ``pods``: the
+    cluster's pods, whose image pull failures Ready names first
+    (reason ``ImagePullFailed``).
     """
     c = cluster
     w = _workloads(observed)
@@ -141,10 +163,13 @@ def compute(
             else ("True", "Disabled", "spec.accounting.enabled is false")),
     }
     not_ready = [f"{t}: {m}" for t, (s, _, m) in components.items() if s != "True"]
+    pulls = image_pull_failures(pods)
     if deleting:
         ready: _Cond = ("False", "Deleting", "the cluster is being deleted: nodes drained, objects removed")
     elif problems:
         ready = ("False", problem_reason, "; ".join(problems))
+    elif pulls:
+        ready = ("False", "ImagePullFailed", "; ".join([*pulls, *not_ready]))
     elif not_ready:
         first = next(t for t, (s, _, _) in components.items() if s != "True")
         ready = ("False", first.replace("Ready", "NotReady"), "; ".join(not_ready))
