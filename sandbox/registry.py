@@ -32,6 +32,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import bcrypt
 import requests
@@ -44,6 +45,7 @@ SERVICE_USER = "docker-registry"
 DEFAULT_USERNAME = "slurmk8s"
 REALM = "slurmk8s-sandbox-registry"
 LOG_TAIL = 20
+ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
 class RegistryError(RuntimeError):
@@ -106,14 +108,15 @@ def binary() -> str:
     return path
 
 
-def config(directory: Path, address: str, pki: tls.Pki, htpasswd: Path, auth: dict | None = None) -> dict:
+def config(directory: Path, address: str, pki: tls.Pki, htpasswd: Path, auth: dict | None = None,
+           storage: Path | None = None) -> dict:
     """The registry's configuration: TLS, htpasswd (or ``auth``, the registry's own ``auth``
     section, e.g. a token service), storage under ``directory``, no deletes, no debug server, no
     notifications; an access log line per request in its output."""
     return {
         "version": 0.1,
         "log": {"level": "info", "formatter": "text", "fields": {"service": "registry"}},
-        "storage": {"filesystem": {"rootdirectory": str(directory / "storage")},
+        "storage": {"filesystem": {"rootdirectory": str(storage or directory / "storage")},
                     "delete": {"enabled": False}, "cache": {"blobdescriptor": "inmemory"},
                     "maintenance": {"uploadpurging": {"enabled": True, "age": "24h", "interval": "1h",
                                                       "dryrun": False}}},
@@ -124,14 +127,16 @@ def config(directory: Path, address: str, pki: tls.Pki, htpasswd: Path, auth: di
     }
 
 
-def start(directory: Path, address: str = "127.0.0.1:0", *, username: str = DEFAULT_USERNAME,
-          timeout: float = 30.0, run_as: str | None = SERVICE_USER, auth: dict | None = None) -> Registry:
-    """Start ``docker-registry serve`` listening on ``address`` (host:port; port 0 picks a free one),
-    storing under ``directory``; return once ``/v2/`` answers 401. Raises RegistryError with the
-    tail of its log when it exits or does not answer within ``timeout`` seconds. ``auth``: another
-    ``auth`` section than htpasswd (``token``: a Bearer token service; its files must be readable
-    by ``run_as``)."""
-    exe = binary()
+def prepare(directory: Path, address: str = "127.0.0.1:0", *, username: str = DEFAULT_USERNAME,
+            run_as: str | None = SERVICE_USER, auth: dict | None = None,
+            storage: Path | None = None) -> tuple[Registry, list[str]]:
+    """Write the configuration of a registry listening on ``address`` (host:port; port 0 picks a
+    free one), its TLS files and credentials under ``directory``, its blobs under ``storage``
+    (default ``directory/storage``; a directory several registries use in turn keeps what was
+    pushed); return it (not running) and the command that runs it, as ``run_as``. ``auth``:
+    another ``auth`` section than htpasswd (``token``: a Bearer token service; its files must be
+    readable by ``run_as``)."""
+    binary()  # missing: say how to install it before anything is written
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise RegistryError(f"registry address {address!r} is not host:port (e.g. 127.0.0.1:5000)")
@@ -139,7 +144,8 @@ def start(directory: Path, address: str = "127.0.0.1:0", *, username: str = DEFA
         port = str(_free_port(host))
     address = f"{host}:{port}"
     directory = Path(directory)
-    for d in (directory, directory / "auth", directory / "storage"):
+    storage = Path(storage) if storage is not None else directory / "storage"
+    for d in (directory, directory / "auth", storage):
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
     pki = tls.ensure(directory / "tls", [host.strip("[]"), "localhost"], common_name="slurmk8s-registry",
                      ca_name="slurmk8s-sandbox-registry-ca")
@@ -149,26 +155,42 @@ def start(directory: Path, address: str = "127.0.0.1:0", *, username: str = DEFA
     # 32-character password needs no slow hash to resist guessing.
     _write_private(htpasswd, f"{username}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(5)).decode()}\n")
     config_path = directory / "config.yml"
-    _write_private(config_path, yaml.safe_dump(config(directory, address, pki, htpasswd, auth), sort_keys=False))
+    _write_private(config_path, yaml.safe_dump(config(directory, address, pki, htpasswd, auth, storage),
+                                               sort_keys=False))
     user = _service_user(run_as)
+    argv = serve_command(directory, run_as)
     if user is not None:  # what the registry reads and writes, its own; the CA key stays root's
         for p in (directory, directory / "auth", htpasswd, config_path, pki.server_key):
             os.chown(p, user.pw_uid, user.pw_gid)
-        for dirpath, _, files in os.walk(directory / "storage"):
+        for dirpath, _, files in os.walk(storage):
             os.chown(dirpath, user.pw_uid, user.pw_gid)
             for f in files:
                 os.chown(os.path.join(dirpath, f), user.pw_uid, user.pw_gid, follow_symlinks=False)
-    log = directory / "registry.log"
-    with open(log, "ab") as out:
-        process = subprocess.Popen(
-            [exe, "serve", str(config_path)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=directory, start_new_session=True,
-            user=user.pw_uid if user else None, group=user.pw_gid if user else None,
-            extra_groups=[] if user else None,
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(directory)})
-    registry = Registry(address, pki.ca_cert, username, password, directory, process)
+    return Registry(address, pki.ca_cert, username, password, directory), argv
+
+
+def serve_command(directory: Path, run_as: str | None = SERVICE_USER) -> list[str]:
+    """The command that runs the registry :func:`prepare` configured in ``directory``, as ``run_as``."""
+    argv = [binary(), "serve", str(Path(directory) / "config.yml")]
+    user = _service_user(run_as)
+    if user is None:
+        return argv
+    return ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", *argv]
+
+
+def start(directory: Path, address: str = "127.0.0.1:0", *, username: str = DEFAULT_USERNAME,
+          timeout: float = 30.0, run_as: str | None = SERVICE_USER, auth: dict | None = None,
+          storage: Path | None = None) -> Registry:
+    """:func:`prepare`, then start ``docker-registry serve``; return once ``/v2/`` answers 401.
+    Raises RegistryError with the tail of its log when it exits or does not answer within
+    ``timeout`` seconds."""
+    registry, argv = prepare(directory, address, username=username, run_as=run_as, auth=auth, storage=storage)
+    with open(registry.log, "ab") as out:
+        registry.process = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=registry.directory, start_new_session=True, env=ENV | {"HOME": str(registry.directory)})
     try:
-        _wait_ready(registry, timeout)
+        wait_ready(registry, timeout)
     except BaseException:
         registry.stop()
         raise
@@ -191,14 +213,16 @@ def upload_count(log: Path) -> int:
         return sum(1 for line in f if re.search(r'"PUT /v2/\S+/blobs/uploads/\S+ HTTP/[\d.]+" 201 ', line))
 
 
-def _wait_ready(registry: Registry, timeout: float) -> None:
+def wait_ready(registry: Registry, timeout: float, alive: Callable[[], bool] | None = None) -> None:
+    """Return once the registry's ``/v2/`` answers 401 (up, asking for credentials); ``alive``
+    says whether its process still runs when another than ``registry.process`` runs it."""
     url = f"https://{registry.address}/v2/"
     deadline = time.monotonic() + timeout
     last = "no answer yet"
     while True:
         rc = registry.process.poll() if registry.process else None
-        if rc is not None:
-            raise RegistryError(f"{BINARY} exited with status {rc} before it answered on {url}; the last lines of "
+        if rc is not None or (alive is not None and not alive()):
+            raise RegistryError(f"{BINARY} exited (status {rc}) before it answered on {url}; the last lines of "
                                 f"{registry.log}:\n{log_tail(registry.log)}\nWhat to do: fix what it names (a port "
                                 "in use: pick another address; permission denied: the directory must be reachable "
                                 f"by the {SERVICE_USER} user), then start it again")
