@@ -125,7 +125,7 @@ class ImageStore:
     def ensure(self, refs: Iterable[str], progress: Progress | None = None) -> dict[str, Image]:
         """Build whatever of ``refs`` is missing or out of date; every ref's export, by ref.
 
-        A ref no image of images/ is tagged with is refused (ImageError): the sandbox has no registry.
+        A ref no image of images/ is tagged with is refused (ImageError): only images/ is built here.
         """
         known = self.names()
         wanted: dict[str, Recipe] = {}

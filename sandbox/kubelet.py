@@ -42,11 +42,22 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from . import gpus, runcruntime, runtime
+from .distribution import PullError
+from .pulls import NodeImages, NodeRegistries, PulledImage, pull_secret_auths
 from .kubeletserver import KubeletServer
 from .plan import PodPlan, hosts_file, pod_plan, token_requests
 
 Progress = Callable[[str], None]
 GPU = "nvidia.com/gpu"
+#: The nodes' registry configuration in the kubelet's directory (sandbox.pulls.NodeRegistries).
+REGISTRIES_FILE = "registries.json"
+#: Where the nodes keep pulled images: one store for this host's nodes, as one containerd's.
+IMAGE_CACHE_ENV = "SLURMK8S_KUBELET_IMAGES"
+DEFAULT_IMAGE_CACHE = Path("/var/cache/slurmk8s/kubelet-images")
+
+
+def image_cache() -> Path:
+    return Path(os.environ.get(IMAGE_CACHE_ENV) or DEFAULT_IMAGE_CACHE)
 
 
 def now() -> str:
@@ -100,14 +111,18 @@ class LocalPod:
     retry_at: float = 0.0  # wall-clock time of the next start when waiting
     #: The host numbers of the node's GPUs the pod holds (sandbox.gpus), from admission until it is gone.
     gpus: list[int] = field(default_factory=list)
+    #: containerStatuses[].imageID of each container: the repository pulled from, at its digest.
+    image_ids: list[str] = field(default_factory=list)
 
 
 class Kubelet:
     def __init__(self, api: client.ApiClient, nodes: list[SandboxNode], state_dir: Path,
-                 network: runtime.Network, progress: Progress = lambda _: None):
+                 network: runtime.Network, progress: Progress = lambda _: None, images: NodeImages | None = None):
         self.core = client.CoreV1Api(api)
         self.nodes = {n.name: n for n in nodes}
         self.dir = state_dir
+        #: The node's images, pulled from registries (its configuration: registries.json beside kubelet.json).
+        self.images = images or NodeImages(image_cache(), NodeRegistries.load(state_dir / REGISTRIES_FILE))
         self.net = network
         self.progress = progress
         self.pods: dict[str, LocalPod] = {}
@@ -449,17 +464,20 @@ class Kubelet:
     def _start(self, local: LocalPod, plan: PodPlan) -> None:
         key = self._netns_key(local)
         pod_dir = self.pod_dir(local)
-        self.net.detach(key, local.index)  # what a killed kubelet may have left
-        self.net.attach(key, local.index, local.ip)
         names = [c.name for c in plan.containers]
         try:
-            runcruntime.prepare(plan, pod_dir, self.hosts_path, self.dir / "storage", netns=self.net.netns(key),
-                                gpus=local.gpus)
-        except runcruntime.ImageNotBuilt as exc:
-            reason = "ErrImagePull" if local.waiting not in ("ErrImagePull", "ImagePullBackOff") else "ImagePullBackOff"
-            self.progress(f"kubelet: pod {local.namespace}/{local.name}: {exc}")
-            self._waiting(local, names, reason, str(exc), "Failed" if reason == "ErrImagePull" else "BackOff")
+            images = self._pull(local, plan)
+        except PullError as exc:
+            backoff = local.waiting in ("ErrImagePull", "ImagePullBackOff")
+            reason = "ImagePullBackOff" if backoff and exc.reason == "ErrImagePull" else exc.reason
+            self.progress(f"kubelet: pod {local.namespace}/{local.name}: {exc.message}")
+            self._waiting(local, names, reason, exc.message, "BackOff" if reason == "ImagePullBackOff" else "Failed")
             return
+        self.net.detach(key, local.index)  # what a killed kubelet may have left
+        self.net.attach(key, local.index, local.ip)
+        runcruntime.prepare(plan, images, pod_dir, self.hosts_path, self.dir / "storage",
+                            netns=self.net.netns(key), gpus=local.gpus)
+        local.image_ids = [i.image_id for i in images]
         local.volumes = self._volume_hash(plan)
         local.holder = runcruntime.start(self.net.netns(key), pod_dir)
         local.started = now()
@@ -468,6 +486,24 @@ class Kubelet:
         self._save()
         self.progress(f"kubelet: started pod {local.namespace}/{local.name} on {local.node} ({local.ip})")
         self._report(local, plan)
+
+    def _pull(self, local: LocalPod, plan: PodPlan) -> list[PulledImage]:
+        """Each container's image under its pull policy (:mod:`.pulls`), with the pod's pull secrets;
+        an Event for each image the registry was asked for, as a kubelet posts."""
+        meta = {"name": local.name, "namespace": local.namespace, "uid": local.uid}
+        auths = pull_secret_auths(plan.pull_secrets)
+        out = []
+        for c in plan.containers:
+            try:
+                image, asked = self.images.image(c.image, c.pull_policy, auths)
+            except PullError as exc:
+                raise PullError(exc.reason, f'Failed to pull image "{c.image}" (container {c.name}): {exc.message}',
+                                exc.status) from None
+            if asked:
+                self._event(meta, "Normal", "Pulled",
+                            f'Successfully pulled image "{c.image}" ({image.pulled.digest})')
+            out.append(image)
+        return out
 
     @staticmethod
     def _volume_hash(plan: PodPlan) -> str:
@@ -521,6 +557,7 @@ class Kubelet:
     def _report(self, local: LocalPod, plan: PodPlan) -> None:
         ready = "True" if local.ready else "False"
         stamp = now()
+        ids = local.image_ids
         self._status({"name": local.name, "namespace": local.namespace}, {
             "phase": "Running", "podIP": local.ip, "podIPs": [{"ip": local.ip}], "hostIP": self.net.gateway,
             "startTime": local.started,
@@ -532,9 +569,10 @@ class Kubelet:
             ],
             "containerStatuses": [{
                 "name": c.name, "ready": local.ready, "restartCount": local.restarts, "started": True,
-                "image": c.image, "imageID": "", "containerID": f"sandbox://{local.holder}",
+                "image": c.image, "imageID": ids[i] if i < len(ids) else "",
+                "containerID": f"sandbox://{local.holder}",
                 "state": {"running": {"startedAt": local.started}},
-            } for c in plan.containers],
+            } for i, c in enumerate(plan.containers)],
         })
 
     def _status(self, meta: dict, status: dict) -> None:

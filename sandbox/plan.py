@@ -56,6 +56,8 @@ class ContainerPlan:
     container_args: list[str] | None = None
     security: dict = field(default_factory=dict)
     resources: dict = field(default_factory=dict)
+    #: imagePullPolicy as written (None: Kubernetes' default for the reference, sandbox.pulls).
+    pull_policy: str | None = None
 
 
 @dataclass
@@ -72,6 +74,8 @@ class PodPlan:
     files: list[VolumeFile] = field(default_factory=list)
     gpus: int = 0
     termination_grace: int = 30
+    #: The Secrets of spec.imagePullSecrets, as read (a missing one is left out, as a kubelet does).
+    pull_secrets: list[dict] = field(default_factory=list)
 
     @property
     def main(self) -> ContainerPlan:
@@ -274,6 +278,7 @@ def _container(container: dict, sources: Mapping[str, tuple[str, str]], env: dic
         tcp_ready_port=port(probe["tcpSocket"]["port"]) if "tcpSocket" in probe else None,
         http_ready=(port(probe["httpGet"]["port"]), probe["httpGet"].get("path", "/")) if "httpGet" in probe else None,
         image=container["image"],
+        pull_policy=container.get("imagePullPolicy"),
         command=list(container["command"]) if container.get("command") else None,
         container_args=list(container["args"]) if container.get("args") else None,
         security=security_context(pod_security or {}, container.get("securityContext") or {}),
@@ -365,5 +370,7 @@ def pod_plan(pod: dict, config_maps: Mapping[str, dict], secrets: Mapping[str, d
         files=files,
         gpus=gpus,
         termination_grace=spec.get("terminationGracePeriodSeconds", 30),
+        pull_secrets=[secrets[r["name"]] for r in spec.get("imagePullSecrets") or []
+                      if r.get("name") in secrets],
     )
 

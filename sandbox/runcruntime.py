@@ -5,11 +5,11 @@ The kubelet, its API server and ``sandbox down`` run every pod through it
 (prepare, start, ready, exec_argv, stop); ``runtime`` holds the host
 side it shares with them (network, volume files, network probes).
 
-- ``prepare`` looks each container's image up in the image store (``slurmk8s
-  images build`` made it; a missing one is ``ImageNotBuilt``, which the
-  kubelet reports as ImagePullBackOff), writes the volumes' files, and per
-  container an OCI bundle (``oci.container_spec``) plus the pod's pause
-  bundle, and ``runc.json`` with every container id, all before anything runs;
+- ``prepare`` takes each container's image as the kubelet pulled it
+  (:mod:`.pulls`: from a registry, never from the build cache), writes the
+  volumes' files, and per container an OCI bundle (``oci.container_spec``)
+  plus the pod's pause bundle, and ``runc.json`` with every container id,
+  all before anything runs;
 - ``start`` runs ``runcshim`` (the pod's supervisor, its holder PID) in the
   pod's own mount namespace;
 - exec is ``runc exec`` into the running container; stop is SIGTERM to the
@@ -33,20 +33,12 @@ from pathlib import Path
 from typing import Sequence
 
 from . import oci, podlogs
-from .imagestore import ImageStore
 from .images import ImageError
 from .plan import ContainerPlan, Mount, PodPlan
+from .pulls import PulledImage
 from .runtime import SandboxError, _nul, alive, network_probe, write_files
 
 NAME = "runc"
-
-
-class ImageNotBuilt(SandboxError):
-    """A container's image is not in the image store; says what to build."""
-
-    def __init__(self, ref: str, message: str):
-        super().__init__(message)
-        self.ref = ref
 
 
 def container_id(netns: str, index: int | str) -> str:
@@ -73,26 +65,11 @@ def read_in_root(root: Path, rel: str) -> str:
         return f.read().decode(errors="replace")
 
 
-def lookup(ref: str, store: ImageStore | None = None):
-    store = store or ImageStore()
-    name = ref.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
-    try:
-        image = store.lookup(ref)
-    except ImageError as exc:
-        raise ImageNotBuilt(ref, f"image {ref!r}: {exc}") from None
-    if image is None:
-        hint = (f"run `slurmk8s images build {name}`" if (store.repo / "images" / name / "Dockerfile").exists()
-                else f"images/ has no {name!r}: use an image of images/ ({', '.join(store.names())})")
-        raise ImageNotBuilt(ref, f"image {ref} is not built on this host and the sandbox has no registry to "
-                                 f"pull it from: {hint}")
-    return image
-
-
-def prepare(pod: PodPlan, pod_dir: Path, hosts_file: Path, storage: Path, netns: str = "",
-            store: ImageStore | None = None, gpus: Sequence[int] = ()) -> None:
-    """Write the pod's volumes, bundles and ``runc.json``; raises ImageNotBuilt or SandboxError.
-    ``gpus``: the host numbers of the GPUs the kubelet gave the pod (its first container's)."""
-    images = [lookup(c.image, store) for c in pod.containers]
+def prepare(pod: PodPlan, images: Sequence[PulledImage], pod_dir: Path, hosts_file: Path, storage: Path,
+            netns: str = "", gpus: Sequence[int] = ()) -> None:
+    """Write the pod's volumes, bundles and ``runc.json``; raises SandboxError. ``images``: each
+    container's, as the kubelet pulled them; ``gpus``: the host numbers of the GPUs the kubelet
+    gave the pod (its first container's)."""
     previous = {}
     if pod_dir.exists():
         previous = podlogs.keep_previous(pod_dir)

@@ -57,13 +57,14 @@ from slurmk8s.render import names
 from slurmk8s.render.keys import ssh_keypair
 from slurmk8s.slurm import SlurmControl
 from slurmk8s.slurm.remote import cluster_agent
-from . import images, install, podlogs, runcruntime, runtime, supervise
-from .kubelet import SandboxNode
+from . import images, install, podlogs, publish, registry, runcruntime, runtime, supervise
+from .imagestore import ImageBuildFailed
+from .kubelet import REGISTRIES_FILE, SandboxNode
 
 DEFAULT_STATE_DIR = Path(os.environ.get("SLURMK8S_SANDBOX_DIR", "/var/lib/slurmk8s/sandbox"))
 DEFAULT_SUBNET = "10.253.0.0/24"
 REPO = Path(__file__).resolve().parents[1]
-PROCESSES = ("apiserver", "kubelet")
+PROCESSES = ("apiserver", "registry", "kubelet")
 #: The product's components: pods of the chart's Deployments in the release namespace.
 COMPONENTS = ("operator", "bridge")
 #: GPU nodes no node set uses, labelled for lending (examples/nodelendingpolicy.yaml selects them).
@@ -92,6 +93,8 @@ class State:
     shared_storage: dict | None
     started: float
     processes: dict[str, int | None] = field(default_factory=dict)
+    #: The registry's port on the gateway's address.
+    registry_port: int = 0
 
     @classmethod
     def load(cls, path: Path) -> "State | None":
@@ -208,7 +211,12 @@ class Sandbox:
             return [sys.executable, "-P", "-m", "sandbox.apiserver", "--data-dir", str(self.dir / "api"),
                     "--port", str(state.api_port), "--advertise-address", state.gateway,
                     "--kubeconfig", str(self.kubeconfig), "--kubelet-kubeconfig", str(self.kubelet_kubeconfig)]
+        if process == "registry":
+            return publish.command(state.sid)
         return [*slurmk8s, "sandbox", "kubelet", "--state-dir", str(self.dir)]
+
+    def registry_address(self, state: State) -> str:
+        return f"{state.gateway}:{state.registry_port}"
 
     def supervisor_status(self, process: str) -> Path:
         return self.dir / "run" / f"{process}.json"
@@ -253,9 +261,11 @@ class Sandbox:
                 found.append(int(entry.name))
         return sorted(found)
 
-    def _ensure_processes(self, state: State, t0: float, timeout: float) -> None:
+    def _ensure_processes(self, state: State, t0: float, timeout: float, release: str) -> None:
         for process in PROCESSES:
             if _running(state.processes.get(process), "sandbox"):
+                if process == "registry":
+                    self._publish(state, release)
                 continue
             orphans = self._unrecorded(process, state)
             if orphans:
@@ -266,9 +276,24 @@ class Sandbox:
                 for extra in orphans[1:]:
                     self._kill(extra)
                 continue
+            if process == "registry":
+                publish.prepare(state.sid, self.registry_address(state))
             self._spawn(process, state)
             if process == "apiserver":
                 self._wait_api(state, t0, timeout)
+            elif process == "registry":
+                self._publish(state, release)
+
+    def _publish(self, state: State, release: str) -> None:
+        """Once the registry answers: push the images (nothing the registry has), and tell the
+        nodes where the project's repository is served (before the kubelet pulls)."""
+        reg, _ = publish.prepare(state.sid, self.registry_address(state))
+        try:
+            registry.wait_ready(reg, 30, alive=lambda: _running(state.processes.get("registry"), "sandbox"))
+            publish.publish(reg, release, self.progress)
+        except (registry.RegistryError, ImageBuildFailed, images.ImageError) as exc:
+            raise SandboxFailed(f"registry: {exc}") from None
+        publish.node_registries(reg).save(self.dir / REGISTRIES_FILE)
 
     def _wait_api(self, state: State, t0: float, timeout: float) -> None:
         while True:
@@ -333,7 +358,7 @@ class Sandbox:
             state = State(cluster=cluster.name, namespace=cluster.namespace,
                           sid=runtime.short_id(str(self.dir.resolve())), subnet=subnet,
                           gateway=str(next(ipaddress.ip_network(subnet).hosts())),
-                          api_port=_free_port(), nodes=[asdict(n) for n in sandbox_nodes(cluster, lendable, gpus_per_node)],
+                          api_port=_free_port(), registry_port=_free_port(), nodes=[asdict(n) for n in sandbox_nodes(cluster, lendable, gpus_per_node)],
                           login=None, shared_storage=self._shared_storage(cluster), started=time.time())
             state.save(self.state_file)  # before anything starts: down can always find it
         self._images(cluster)
@@ -343,7 +368,7 @@ class Sandbox:
         except runtime.SandboxError as exc:
             raise SandboxFailed(str(exc)) from None
         self.progress(f"network: bridge {net.bridge}, {state.subnet}, gateway {state.gateway}")
-        self._ensure_processes(state, t0, timeout)
+        self._ensure_processes(state, t0, timeout, cluster.spec.slurm.version)
         self._install(cluster)
         docs = docs if docs is not None else [cluster.model_dump(by_alias=True, exclude_none=True)]
         self._apply(self._login_secrets(cluster, state) + docs)
@@ -354,8 +379,8 @@ class Sandbox:
 
     def _images(self, cluster: SlurmCluster) -> None:
         """Build what is missing or out of date of the images the cluster's pods and the
-        chart's name (the sandbox has no registry); seconds when all are cached."""
-        from .imagestore import ImageBuildFailed, ImageStore
+        chart's name (then pushed to the sandbox's registry); seconds when all are cached."""
+        from .imagestore import ImageStore
 
         version = cluster.spec.slurm.version
         store = ImageStore()
@@ -708,6 +733,8 @@ class Sandbox:
                 runtime.sh("runc", "delete", "--force", cid, check=False)
                 removed.append(f"runc container {cid}")
             kill("apiserver")
+            kill("registry")
+            shutil.rmtree(publish.directory(state["sid"]), ignore_errors=True)
             net = runtime.Network(state["sid"], state["subnet"], state["gateway"])
             net.delete()
             spaces, links = net.leftovers()
@@ -718,7 +745,7 @@ class Sandbox:
             removed.append(f"network {net.bridge}")
         shutil.rmtree(self.dir / "pods", ignore_errors=True)
         shutil.rmtree(self.dir / "run", ignore_errors=True)
-        for name in ("state.json", "kubelet.json", "hosts", "kubelet.kubeconfig"):
+        for name in ("state.json", "kubelet.json", "hosts", "kubelet.kubeconfig", REGISTRIES_FILE):
             (self.dir / name).unlink(missing_ok=True)
         if purge:
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,7 +1,8 @@
 """A small Kubernetes for the kubelet tests: the API stand-in, a network for
-pods, and the sandbox's real kubelet running in a thread; its pods run under
-runc from images built from images/ (built here when missing, cached after).
-Needs root."""
+pods, the sandbox's registry, and the sandbox's real kubelet running in a
+thread; its pods run under runc from images built from images/ (built here
+when missing, cached after), pushed to the registry and pulled from it by the
+kubelet, as ``sandbox up`` does. Needs root."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from sandbox import runtime
+from sandbox import publish, registry, runtime
 from sandbox.apiserver import APIServer
 from sandbox.imagestore import ImageStore
-from sandbox.kubelet import Kubelet, SandboxNode
+from sandbox.kubelet import Kubelet, SandboxNode, image_cache
+from sandbox.pulls import NodeImages
 
 
 class KubeletWorld:
@@ -30,7 +32,7 @@ class KubeletWorld:
 
     def __init__(self, tmp: Path, sid: str, subnet: str, nodes: list[SandboxNode], images: list[str] = ()):
         assert os.geteuid() == 0, "the kubelet needs root (namespaces, mounts, veths)"
-        ImageStore().ensure(images, progress=print)  # seconds when all are cached
+        built = ImageStore().ensure(images, progress=print)  # seconds when all are cached
         self.dir = tmp
         self.nodes = nodes
         self.server = APIServer(tmp / "api").start()
@@ -39,12 +41,16 @@ class KubeletWorld:
         self.core = client.CoreV1Api(self.api)
         self.net = runtime.Network(sid, subnet, subnet.rsplit(".", 1)[0] + ".1")
         self.net.create()
+        self.registry = registry.start(publish.directory(sid), "127.0.0.1:0", storage=publish.storage())
+        for release in sorted({i.meta["slurmVersion"] for i in built.values()}):
+            publish.publish(self.registry, release, print)  # seconds: the registry has them
+        self.images = NodeImages(image_cache(), publish.node_registries(self.registry))
         self.kubelet: Kubelet | None = None
         self.start_kubelet()
 
     def start_kubelet(self) -> None:
         self.stop = threading.Event()
-        self.kubelet = Kubelet(self.api, self.nodes, self.dir / "kubelet", self.net)
+        self.kubelet = Kubelet(self.api, self.nodes, self.dir / "kubelet", self.net, images=self.images)
         self.thread = threading.Thread(target=self.kubelet.run, args=(self.stop,), daemon=True)
         self.thread.start()
 
@@ -104,4 +110,5 @@ class KubeletWorld:
         self.net.delete()
         for ns in self.net.leftovers()[0]:
             runtime.sh("ip", "netns", "del", ns, check=False)
+        self.registry.stop()
         self.server.stop()

@@ -138,3 +138,19 @@ def test_every_module_over_500_lines_says_why():
                 silent.append(f"{name} ({text.count(chr(10))} lines)")
     assert silent == [], (f"say why in the module docstring, on a line starting {LONG_MODULE_MARKER!r}, "
                           f"or split it: {silent}")
+
+
+def test_what_runs_pods_never_reads_the_build_cache():
+    """The kubelet and its runtime get images from a registry (sandbox/pulls.py), as a
+    node does: none of them imports the image store, which reads the build cache."""
+    runners = ("kubelet.py", "kubeletserver.py", "runcruntime.py", "runcshim.py", "runtime.py", "oci.py",
+               "plan.py", "pulls.py", "distribution.py", "layers.py", "gpus.py")
+    wrong = []
+    for name in runners:
+        tree = ast.parse((ROOT / "sandbox" / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] == "imagestore":
+                wrong.append(name)
+            elif isinstance(node, ast.Import) and any(a.name.endswith("imagestore") for a in node.names):
+                wrong.append(name)
+    assert wrong == [], f"these read images from the build cache, not a registry: {wrong}"

@@ -1,6 +1,10 @@
 """Images through a registry: the sandbox's registry (Debian's docker-registry with TLS and
 htpasswd, sandbox/registry.py), `slurmk8s images push` (buildah), and the distribution
-client that pulls as containerd would (sandbox/distribution.py).
+client that pulls as containerd would (sandbox/distribution.py), and the kubelet's images
+over it (sandbox/pulls.py: pull policies, mirrors, whose credentials).
+
+Over 500 lines because its tests share one running registry and one image pushed to it,
+which are the slow part; split, each module would start its own.
 
 The unpacking tests build layer tars here and need nothing; the others (marked
 ``registry``) start a real registry and push a tiny image buildah commits from scratch
@@ -30,6 +34,7 @@ from click.testing import CliRunner
 from sandbox import registry as reg
 from sandbox.distribution import DOCKER_MANIFEST, PullError, Puller, Reference, credentials_for
 from sandbox.layers import LayerError, unpack_layer
+from sandbox.pulls import DOCKERCONFIGJSON, NodeImages, NodeRegistries, default_policy, pull_secret_auths
 from sandbox.images import ImageError, push_ref
 
 # --- layers built here ------------------------------------------------------------------------
@@ -455,3 +460,60 @@ def test_a_bearer_token_registry_is_pulled_from_with_a_token_for_the_repository(
             assert e.value.status == 401 and "UNAUTHORIZED: bad credentials" in e.value.message
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+# --- the kubelet's images (sandbox/pulls.py) -------------------------------------------------
+
+def _secret(auths: dict, type_: str = DOCKERCONFIGJSON) -> dict:
+    doc = base64.b64encode(json.dumps({"auths": auths}).encode()).decode()
+    return {"type": type_, "data": {".dockerconfigjson": doc}}
+
+
+def test_pull_secrets_give_their_auths_the_first_naming_a_registry_winning_and_others_ignored():
+    got = pull_secret_auths([_secret({"r:5000": {"auth": "Zmlyc3Q6MQ=="}}), _secret({"r:5000": {"auth": "x"}}),
+                             _secret({"q": {"auth": "y"}}, "Opaque"), {"type": DOCKERCONFIGJSON, "data": {}},
+                             {"type": DOCKERCONFIGJSON, "data": {".dockerconfigjson": "not base64!"}}])
+    assert got == {"auths": {"r:5000": {"auth": "Zmlyc3Q6MQ=="}}}
+
+
+@pytest.mark.parametrize("ref, policy", [("r:5000/a/b:1.0", "IfNotPresent"), ("r:5000/a/b", "Always"),
+                                         ("r:5000/a/b:latest", "Always"), (f"r:5000/a/b@sha256:{'0' * 64}",
+                                                                           "IfNotPresent")])
+def test_the_default_pull_policy_is_kubernetes(ref, policy):
+    assert default_policy(ref) == policy
+
+
+def test_a_mirror_serves_the_references_under_its_prefix_only():
+    nodes = NodeRegistries(mirrors={"ghcr.io/slurmk8s": "10.0.0.1:5000/slurmk8s"})
+    assert nodes.resolve("ghcr.io/slurmk8s/slurmd:26.05") == ("10.0.0.1:5000/slurmk8s/slurmd:26.05", True)
+    assert nodes.resolve("ghcr.io/slurmk8sx/slurmd:26.05") == ("ghcr.io/slurmk8sx/slurmd:26.05", False)
+    assert nodes.resolve("docker.io/library/busybox:1") == ("docker.io/library/busybox:1", False)
+
+
+@pytest.mark.registry
+def test_pull_policies_mirrors_and_whose_credentials_a_pull_uses(registry, tiny, tmp_path):
+    _, digest, _ = tiny
+    mirrored = NodeImages(tmp_path / "node", NodeRegistries({"example.org/proj": f"{registry.address}/test"},
+                                                            str(registry.ca_cert), registry.auths()["auths"]))
+    ref = "example.org/proj/tiny:v1"
+    with pytest.raises(PullError) as e:
+        mirrored.image(ref, "Never")
+    assert e.value.reason == "ErrImageNeverPull" and ref in e.value.message
+    # Through the mirror, with the node's credentials for it; the pod named none.
+    image, asked = mirrored.image(ref, None)  # a tag: IfNotPresent
+    assert asked and image.pulled.digest == digest and (image.rootfs / "etc/motd").exists()
+    assert image.image_id == f"{registry.address}/test/tiny@{digest}" and image.config.entrypoint == ("/bin/true",)
+    assert mirrored.image(ref, "IfNotPresent")[1] is False and mirrored.image(ref, "Never")[1] is False
+    again, asked = mirrored.image(ref, "Always")  # asked again; nothing fetched
+    assert asked and again.pulled.fetched == ()
+    # Straight from the registry: the pod's secrets only, never the node's mirror credentials.
+    direct = f"{registry.address}/test/tiny:v1"
+    with pytest.raises(PullError) as e:
+        mirrored.image(direct, "Always")
+    assert e.value.status == 401
+    wrong = pull_secret_auths([_secret({registry.address: {"username": registry.username, "password": "bad"}})])
+    with pytest.raises(PullError) as e:
+        mirrored.image(direct, "Always", wrong)
+    assert e.value.status == 401 and "UNAUTHORIZED" in e.value.message
+    right = pull_secret_auths([_secret(registry.auths()["auths"])])
+    assert mirrored.image(direct, "Always", right)[0].pulled.digest == digest

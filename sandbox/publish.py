@@ -1,0 +1,77 @@
+"""The sandbox's images as a cluster gets them: through its registry.
+
+``sandbox up`` runs Debian's distribution registry (:mod:`.registry`, TLS from its own
+CA, htpasswd) on the sandbox's network, pushes to it every image the cluster and the
+chart name (``slurmk8s images push``'s own code: buildah, which sends no layer the
+registry has), and writes the nodes' registry configuration
+(:class:`~.pulls.NodeRegistries`): the project's repository (``ghcr.io/slurmk8s``) is
+mirrored to the registry, with the node's credentials for it and the CA to trust, as a
+site configures containerd for a registry mirror. The kubelet pulls every image from
+there (:mod:`.pulls`); nothing reads the build cache at run time.
+
+The registry's blobs live in one directory for every sandbox of this host
+(``$SLURMK8S_REGISTRY_STORAGE``, else /var/cache/slurmk8s/registry), so a second
+sandbox pushes nothing that an earlier one pushed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from . import images, registry
+from .pulls import NodeRegistries
+
+STORAGE_ENV = "SLURMK8S_REGISTRY_STORAGE"
+DEFAULT_STORAGE = Path("/var/cache/slurmk8s/registry")
+#: Where each sandbox's registry keeps its TLS files, credentials and configuration, by
+#: sandbox id: a directory the docker-registry user can reach (a sandbox's own directory
+#: may be under a private one, as pytest's are).
+RUN_DIR = Path("/run/slurmk8s/registry")
+
+Progress = Callable[[str], None]
+
+
+def storage() -> Path:
+    return Path(os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE)
+
+
+def directory(sid: str) -> Path:
+    return RUN_DIR / sid
+
+
+def prepare(sid: str, address: str) -> tuple[registry.Registry, list[str]]:
+    """Sandbox ``sid``'s registry on ``address`` (the gateway's), configured, and the command that runs it."""
+    RUN_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    return registry.prepare(directory(sid), address, storage=storage())
+
+
+def command(sid: str) -> list[str]:
+    """What runs the sandbox's registry, once :func:`prepare` configured it."""
+    return registry.serve_command(directory(sid))
+
+
+def mirror(reg: registry.Registry) -> str:
+    """Where the project's repository is served in the sandbox: ``<registry>/slurmk8s``."""
+    return f"{reg.address}/{images.REPOSITORY.rsplit('/', 1)[-1]}"
+
+
+def publish(reg: registry.Registry, release: str, progress: Progress) -> list[tuple[str, str]]:
+    """Push every image of ``release`` (and the chart's) to the registry; (reference, digest) of each."""
+    from .imagestore import ImageStore
+
+    t0 = time.monotonic()
+    authfile = reg.write_authfile(reg.directory / "auth" / "push-auth.json")
+    pushed = ImageStore().push(mirror(reg), [release], authfile=authfile, ca_file=reg.ca_cert,
+                               progress=lambda msg: progress(f"registry: {msg}"))
+    progress(f"registry: {len(pushed)} images in {mirror(reg)} after {time.monotonic() - t0:.1f}s")
+    return pushed
+
+
+def node_registries(reg: registry.Registry) -> NodeRegistries:
+    """The nodes' registry configuration: the project's repository mirrored to the sandbox's
+    registry, with the node's credentials for it and its CA."""
+    return NodeRegistries(mirrors={images.REPOSITORY: mirror(reg)}, ca_file=str(reg.ca_cert),
+                          auths=reg.auths()["auths"])

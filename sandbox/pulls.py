@@ -1,0 +1,173 @@
+"""The kubelet's images: pulled from a registry by reference, as containerd's CRI image service does.
+
+A container's image is pulled over the distribution API (:mod:`.distribution`) into the
+node's image cache, never read from the build cache: what a pod runs is what a registry
+served. ``imagePullPolicy`` decides when the registry is asked: ``Always`` each time a
+container starts (layers already held are not fetched again), ``IfNotPresent`` when the
+node has no image by that reference yet, ``Never`` not at all. Without a policy,
+Kubernetes' default applies: ``Always`` for ``:latest`` or no tag, else ``IfNotPresent``.
+
+Credentials (``kubernetes.io/dockerconfigjson``) come from the pod's ``imagePullSecrets``.
+The node's registry configuration (:class:`NodeRegistries`, what containerd's
+``config_path`` hosts and ``registry.configs`` say) may name mirrors: a reference under a
+mirrored prefix (``ghcr.io/slurmk8s/slurmd:26.05``) is pulled from the mirror
+(``10.253.0.1:5000/slurmk8s/slurmd:26.05``) with the node's own credentials for it. The
+sandbox mirrors the project's repository to its own registry, so the manifests stay as
+users write them; a reference to a registry directly is pulled with the pod's secrets only.
+
+Failures are :class:`~.distribution.PullError`: ``ErrImagePull`` with the registry's
+answer, ``ErrImageNeverPull``, ``InvalidImageName``; the kubelet reports them, with
+``ImagePullBackOff`` between tries, as Kubernetes does.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from .distribution import PullError, Pulled, Puller, Reference
+from .images import ImageConfig
+
+__all__ = ["NodeRegistries", "PulledImage", "NodeImages", "default_policy", "pull_secret_auths",
+           "DOCKERCONFIGJSON"]
+
+DOCKERCONFIGJSON = "kubernetes.io/dockerconfigjson"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class NodeRegistries:
+    """A node's registry configuration: ``mirrors`` (a reference prefix -> the prefix it is
+    pulled from), the CA its registries' certificates are checked with, and the node's own
+    credentials for its mirrors (``auths`` as in a dockerconfigjson)."""
+
+    mirrors: Mapping[str, str] = field(default_factory=dict)
+    ca_file: str | None = None
+    auths: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)  # credentials: root's
+        with os.fdopen(fd, "w") as f:
+            json.dump({"mirrors": dict(self.mirrors), "caFile": self.ca_file, "auths": dict(self.auths)}, f, indent=1)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path) -> NodeRegistries:
+        if not path.exists():
+            return cls()
+        data = json.loads(path.read_text())
+        return cls(data.get("mirrors") or {}, data.get("caFile"), data.get("auths") or {})
+
+    def resolve(self, ref: str) -> tuple[str, bool]:
+        """(the reference to pull, whether it goes through a mirror)."""
+        for prefix, mirror in sorted(self.mirrors.items(), key=lambda kv: -len(kv[0])):
+            if ref.startswith(prefix + "/"):
+                return mirror + ref[len(prefix):], True
+        return ref, False
+
+
+@dataclass(frozen=True)
+class PulledImage:
+    """What a container runs: a pulled image (``rootfs``, ``config``), by the reference the pod named."""
+
+    ref: str
+    pulled: Pulled
+
+    @property
+    def path(self) -> Path:
+        return self.pulled.path
+
+    @property
+    def rootfs(self) -> Path:
+        return self.pulled.rootfs
+
+    @cached_property
+    def config(self) -> ImageConfig:
+        return ImageConfig.from_oci(self.pulled.oci_config)
+
+    @property
+    def image_id(self) -> str:
+        """``containerStatuses[].imageID``: the repository pulled from, at the manifest's digest."""
+        name = self.pulled.ref.split("@", 1)[0]
+        repo = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+        return f"{repo}@{self.pulled.digest}"
+
+
+def default_policy(ref: str) -> str:
+    """Kubernetes' default ``imagePullPolicy``: Always for ``:latest`` or no tag, else IfNotPresent."""
+    r = Reference.parse(ref)
+    return "IfNotPresent" if r.digest or (r.tag and r.tag != "latest") else "Always"
+
+
+def pull_secret_auths(secrets: Sequence[Mapping]) -> dict:
+    """The ``auths`` of the pod's ``imagePullSecrets`` (Secret objects as the API returns them),
+    the first naming a registry winning; a Secret of another type, or unreadable, gives none."""
+    out: dict = {}
+    for secret in secrets:
+        if secret.get("type") != DOCKERCONFIGJSON:
+            continue
+        try:
+            doc = json.loads(base64.b64decode((secret.get("data") or {}).get(".dockerconfigjson", ""), validate=True))
+        except (binascii.Error, ValueError):
+            continue
+        for host, entry in (doc.get("auths") or {}).items() if isinstance(doc, dict) else ():
+            out.setdefault(host, entry)
+    return {"auths": out}
+
+
+class NodeImages:
+    """A node's images: pulled into ``cache`` (shared by the sandbox's nodes, as one host's
+    containerd content store), with an index of the references pulled."""
+
+    def __init__(self, cache: Path, registries: NodeRegistries):
+        self.cache = Path(cache)
+        self.registries = registries
+        self.puller = Puller(self.cache, Path(registries.ca_file) if registries.ca_file else None)
+        (self.cache / "refs").mkdir(parents=True, exist_ok=True)
+
+    def image(self, ref: str, policy: str | None, auths: Mapping | None = None,
+              progress: Progress | None = None) -> tuple[PulledImage, bool]:
+        """The image of ``ref`` under ``policy``; (it, whether the registry was asked). Raises PullError."""
+        policy = policy or default_policy(ref)
+        local = self._local(ref)
+        if policy == "Never":
+            if local is None:
+                raise PullError("ErrImageNeverPull",
+                                f'Container image "{ref}" is not present with pull policy of Never')
+            return local, False
+        if policy == "IfNotPresent" and local is not None:
+            return local, False
+        source, mirrored = self.registries.resolve(ref)
+        creds = self.registries.auths if mirrored else (auths or {}).get("auths", auths or {})
+        pulled = self.puller.pull(source, {"auths": dict(creds)}, progress)
+        self._index(ref, pulled)
+        return PulledImage(ref, pulled), True
+
+    def _ref_file(self, ref: str) -> Path:
+        return self.cache / "refs" / f"{hashlib.sha256(ref.encode()).hexdigest()}.json"
+
+    def _local(self, ref: str) -> PulledImage | None:
+        f = self._ref_file(ref)
+        if not f.exists():
+            return None
+        data = json.loads(f.read_text())
+        path = self.cache / "images" / data["digest"].split(":", 1)[1]
+        if not (path / "pull.json").exists():
+            return None
+        return PulledImage(ref, Pulled(data["pulled"], data["digest"], path))
+
+    def _index(self, ref: str, pulled: Pulled) -> None:
+        f = self._ref_file(ref)
+        tmp = f.with_name(f".{f.name}.tmp")
+        tmp.write_text(json.dumps({"ref": ref, "pulled": pulled.ref, "digest": pulled.digest}) + "\n")
+        os.replace(tmp, f)
