@@ -56,8 +56,8 @@ from slurmk8s.bridge.nodestate import (  # noqa: E402
     TAINT_KEY,
     format_time,
 )
-from slurmk8s.bridge.observed import KubeNode, KubePod, NodeTaint, Observed, SlurmState  # noqa: E402
-from slurmk8s.slurm.model import Job, Node  # noqa: E402
+from slurmk8s.bridge.observed import KubeNode, KubePod, NodeTaint, Observed  # noqa: E402
+from slurmk8s.slurm.model import Job, Node, SlurmState  # noqa: E402
 
 NOW = datetime(2025, 3, 3, 12, 0, tzinfo=timezone.utc)
 LABELS = {"slurmk8s.dev/lendable": "true", "slurmk8s.dev/lendable-to": "hpc", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
@@ -141,7 +141,7 @@ def world(n_nodes: int, n_pods: int, n_jobs: int, seed: int = 7):
         else:
             jobs.append(Job(job_id=j + 1, name=f"queued{j}", user="researcher", state="PENDING",
                             partition="gpu", nodes="", requeue=True, restart_count=0, reason="Resources"))
-    observed = Observed(tuple(nodes), tuple(pods), cluster, SlurmState(True, tuple(snodes), tuple(jobs)))
+    observed = Observed(tuple(nodes), tuple(pods), cluster, SlurmState(tuple(snodes), tuple(jobs)))
     return observed, policy
 
 
@@ -186,7 +186,7 @@ def one_pod_changed(observed: Observed, i: int) -> Observed:
 def slurm_read_anew(observed: Observed, i: int) -> Observed:
     """One Node changed, and Slurm read again: the same answer, in new objects."""
     slurm = observed.slurm
-    fresh = SlurmState(True, tuple(replace(n) for n in slurm.nodes), tuple(replace(j) for j in slurm.jobs))
+    fresh = SlurmState(tuple(replace(n) for n in slurm.nodes or ()), tuple(replace(j) for j in slurm.jobs or ()))
     return replace(one_node_changed(observed, i), slurm=fresh)
 
 

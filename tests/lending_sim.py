@@ -22,13 +22,13 @@ from slurmk8s.api.cluster import lent_nodeset
 from slurmk8s.bridge import actions as A
 from slurmk8s.bridge.decide import decide
 from slurmk8s.bridge.nodestate import COMPONENT_LABEL, SLURMD_COMPONENT, TAINT_KEY
-from slurmk8s.bridge.observed import KubeNode, KubePod, Observed, PolicyGone, SlurmState, pod_from_api
+from slurmk8s.bridge.observed import KubeNode, KubePod, Observed, PolicyGone, pod_from_api
 from slurmk8s.bridge.patches import NODE_PATCH_ACTIONS, node_patch
 from slurmk8s.bridge.patches import applied as patched  # noqa: F401 (the tests name it so)
 from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.simulate import slurmrules
 from slurmk8s.render.names import lent_slurmd
-from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node
+from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node, SlurmState
 
 T0 = datetime(2025, 3, 3, 12, 0, 0, tzinfo=timezone.utc)  # a Monday
 #: A GPU node its owner allows the policies of namespace hpc to lend (decision record 15).
@@ -102,7 +102,7 @@ class World:
         return copy.deepcopy(self)
 
     def observed(self) -> Observed:
-        slurm = SlurmState(True, tuple(self.snodes.values()), tuple(self.jobs.values())) \
+        slurm = SlurmState(tuple(self.snodes.values()), tuple(self.jobs.values())) \
             if self.slurm_known else SlurmState.unknown()
         return Observed(tuple(self.nodes.values()), tuple(self.pods.values()), self.cluster, slurm)
 

@@ -10,10 +10,29 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmk8s.bridge.memo import changed_spans, forget, respliced
-from slurmk8s.bridge.world import PodIndex
+from slurmk8s.bridge.world import PodIndex, _slurm_index
+from slurmk8s.slurm.model import Job, Node, SlurmState
 
 from .lending_sim import gpu_pod
 from .test_decide_property import worlds
+
+
+def _node(name: str) -> Node:
+    return Node(name, "allocated", frozenset(), "", (), ("gpu",), 8, 8, "", name)
+
+
+def test_the_same_slurm_state_gives_the_same_index_and_another_one_a_new_one():
+    job = Job(7, "train", "u", "RUNNING", "gpu", "n[1-2]", True, 0, "")
+    state = SlurmState((_node("n1"), _node("n2")), (job,))
+    index = _slurm_index(state)
+    assert _slurm_index(state) is index
+    assert index.known and index.nodes == state.nodes_by_name and index.jobs["n2"] == [job]
+    again = SlurmState(state.nodes, state.jobs)  # read anew: equal, but not the same
+    assert _slurm_index(again) is not index and _slurm_index(again).jobs == index.jobs
+    for unread in (SlurmState.unknown(), SlurmState(state.nodes, None), SlurmState.nodes_only(state.nodes)):
+        assert not unread.known and not _slurm_index(unread).known  # fail closed
+    assert SlurmState.unknown().node("n1") is None and state.node("n1") == _node("n1")
+    assert SlurmState.nodes_only(state.nodes).with_jobs([job]) == state
 
 
 class Obj:

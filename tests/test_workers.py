@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from slurmk8s.evacuation import Record
 from slurmk8s.operator.workers import (
     OPERATOR_DRAINS, POD_TERMINATING, ROLLING_UPDATE, SCALE_IN, AnnotatePod, Cancel, DeleteNodeRecord, DeletePod,
-    Drain, LabelBusy, NodeSetState, Pod, Requeue, Signal, SlurmState, StartNow, Undrain, decide,
+    Drain, LabelBusy, NodeSetState, Pod, Requeue, Signal, StartNow, Undrain, decide,
 )
 from slurmk8s.operator.podrecord import read_record, record_annotations
 from slurmk8s.operator.reconfigure import decide_reconfigure
 from slurmk8s.render import names
-from slurmk8s.slurm.model import Job, Node
+from slurmk8s.slurm.model import Job, Node, SlurmState
 from slurmk8s.times import format_time as timestamp
 from slurmk8s.times import from_epoch
 
@@ -56,7 +56,8 @@ def nodeset(current: int | None, desired: int, *, pods=None, revision="r1", grac
 
 
 def slurm(*nodes: Node) -> SlurmState:
-    return SlurmState({n.name: n for n in nodes})
+    """Slurm's nodes, read this round; its jobs not asked for yet."""
+    return SlurmState.nodes_only(nodes)
 
 
 def jobs_on(jobs: dict | None) -> tuple[Job, ...]:
@@ -68,12 +69,12 @@ def drained(o: int, reason: str = SCALE_IN) -> Node:
     return node(f"{STS}-{o}", drain=f"slurmk8s: {reason}")
 
 
-def decide_fully(sets, state: SlurmState | None, now: float, jobs: dict | None = None):
+def decide_fully(sets, state: SlurmState, now: float, jobs: dict | None = None):
     """Decide; when it asks for Slurm's jobs, answer from ``jobs`` ({node: jobs there}) and decide again."""
     first = decide(sets, state, now)
-    if not first.needs_jobs or state is None:
+    if not first.needs_jobs or state.nodes is None:
         return first
-    second = decide(sets, SlurmState(state.nodes, jobs_on(jobs), jobs_read=True), now)
+    second = decide(sets, state.with_jobs(jobs_on(jobs)), now)
     assert not second.needs_jobs
     return second
 
@@ -96,8 +97,8 @@ def test_nothing_to_do_when_replicas_match_and_nodes_are_idle():
 
 
 def test_scale_out_needs_no_slurm_at_all():
-    assert decide([nodeset(1, 3)], None, T0).replicas == {STS: 3}
-    assert decide([nodeset(None, 2)], None, T0).replicas == {STS: 2}
+    assert decide([nodeset(1, 3)], SlurmState.unknown(), T0).replicas == {STS: 3}
+    assert decide([nodeset(None, 2)], SlurmState.unknown(), T0).replicas == {STS: 2}
 
 
 # Scale-in, step by step.
@@ -227,12 +228,12 @@ def test_only_the_empty_top_of_the_statefulset_goes():
 
 def test_an_unknown_slurm_state_holds_everything():
     sets = [nodeset(3, 1)]
-    d = decide(sets, None, T0)
+    d = decide(sets, SlurmState.unknown(), T0)
     assert d.replicas == {STS: 3} and not d.slurm_actions and not d.pod_deletions and not d.record_deletions
     assert d.keep == {"gpu"} and "waits for the Slurm agent" in d.waiting[0]
     # A failed job read holds every node that needs it.
     ann = {STARTED: timestamp(T0), PURPOSE: SCALE_IN}
-    state = SlurmState({n.name: n for n in (node(f"{STS}-0"), drained(1), drained(2))}, None, jobs_read=True)
+    state = SlurmState((node(f"{STS}-0"), drained(1), drained(2)), None)
     d = decide([nodeset(3, 1, pods=[pod(0), pod(1, **ann), pod(2, **ann)])], state, T0 + 1)
     assert d.replicas == {STS: 3} and not d.slurm_actions
     assert d.waiting == (f"{STS}-2: the jobs on it could not be listed; waiting (scale-in)",
@@ -285,7 +286,7 @@ def test_busy_workers_carry_the_label_their_disruption_budget_selects():
                   node(f"{STS}-2", "idle"), node(f"{STS}-3", "mixed"))
     d = decide_fully([nodeset(4, 4, pods=pods)], state, T0)
     assert d.busy_labels == (LabelBusy(f"{STS}-0", "uid-0", True), LabelBusy(f"{STS}-2", "uid-2", False))
-    assert decide([nodeset(4, 4, pods=pods)], None, T0).busy_labels == ()  # unknown: leave them
+    assert decide([nodeset(4, 4, pods=pods)], SlurmState.unknown(), T0).busy_labels == ()  # unknown: leave them
 
 
 # Leftover records and removed node sets.
@@ -431,16 +432,16 @@ def worlds(draw):
                 signal=draw(st.sampled_from([None, "USR1"])))
     known = draw(MOSTLY)
     listed = draw(MOSTLY)  # the job read succeeds
-    state = SlurmState({n.name: n for n in nodes}, jobs_on(jobs) if listed else None, jobs_read=True)
-    return s, (state if known else None), jobs if listed else None
+    state = SlurmState(tuple(nodes), jobs_on(jobs) if listed else None)
+    return s, (state if known else SlurmState.unknown()), jobs if listed else None
 
 
 @settings(max_examples=1000, deadline=None)
 @given(worlds())
 def test_invariants(world):
     s, state, by_node = world
-    if state is not None:
-        first = decide([s], SlurmState(state.nodes), T0)  # before the jobs are read: nothing done to a job
+    if state.nodes is not None:
+        first = decide([s], SlurmState.nodes_only(state.nodes), T0)  # before the jobs are read: nothing done to a job
         assert not any(isinstance(a, (Signal, Requeue, Cancel, StartNow)) for a in first.slurm_actions)
     d = decide([s], state, T0)
     assert not d.needs_jobs
@@ -450,11 +451,11 @@ def test_invariants(world):
         assert new == s.desired
         return
     assert new <= max(s.current, s.desired)
-    if state is None:
+    if state.nodes is None:
         assert new >= s.current and not d.slurm_actions and not d.pod_deletions and not d.record_deletions
         assert not d.busy_labels
         return
-    nodes = state.nodes
+    nodes = state.nodes_by_name
     for a in d.slurm_actions:
         if isinstance(a, Undrain):
             assert nodes[a.node].reason in OPERATOR_DRAINS  # never someone else's drain

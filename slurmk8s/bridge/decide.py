@@ -49,7 +49,7 @@ from .actions import Action
 from .choose import choose_to_lend, idle_candidates, over_cap, reclaim_order, short_of_minimum
 from .nodecounts import LendingMetrics, lending_metrics
 from .nodestate import RECLAIMING, STATES
-from .observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, Observed, PolicyGone, SlurmState
+from .observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, Observed, PolicyGone
 from .placement import cover_demand
 from .problems import policy_problem
 from .reasons import DEFAULT_RECLAIM, DEFAULT_REGISTRATION_TIMEOUT, DEMAND, FAILURES, \
@@ -64,7 +64,7 @@ __all__ = [
     "decide", "lending_metrics", "LendingMetrics", "orphaned_policies",
     "REASONS", "FAILURES", "FORCE_RETRY_SECONDS", "DEFAULT_RECLAIM",
     # the observed state, re-exported so that callers need one import
-    "Observed", "KubeNode", "KubePod", "NodeTaint", "SlurmState", "PolicyGone", "InvalidPolicy",
+    "Observed", "KubeNode", "KubePod", "NodeTaint", "PolicyGone", "InvalidPolicy",
 ]
 
 

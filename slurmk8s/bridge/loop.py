@@ -64,12 +64,13 @@ from ..render.manifests import lent_slurmd_pod
 from ..render.slurmd import is_lent_slurmd_pod
 from ..slurm import SlurmControl
 from ..slurm import steps
+from ..slurm.model import SlurmState
 from ..slurm.remote import AgentError, cluster_agent
 from . import actions as A
 from . import metrics
 from .decide import decide, lending_metrics, orphaned_policies
 from .nodestate import LENT, RECLAIMING, TAINT_KEY
-from .observed import InvalidPolicy, KubeNode, Observed, PolicyGone, SlurmState, node_from_api
+from .observed import InvalidPolicy, KubeNode, Observed, PolicyGone, node_from_api
 from .patches import NODE_PATCH_ACTIONS, node_patch
 from .rollout import apply_rollouts
 from .view import Listing
@@ -218,7 +219,7 @@ class Bridge:
         """Read a cluster's Slurm (in a worker thread: nothing here touches the round's state)."""
         try:
             slurm = self._agent_of(cluster)
-            state = SlurmState(True, tuple(slurm.nodes()), tuple(slurm.jobs()))
+            state = SlurmState(tuple(slurm.nodes()), tuple(slurm.jobs()))
             metrics.SLURM_READS.labels("ok").inc()
             return state, slurm
         except Exception as exc:  # noqa: BLE001 - any failure means: Slurm unknown, fail closed

@@ -1,5 +1,8 @@
 """What ``decide`` is given: Nodes, Pods, the SlurmCluster and Slurm, as observed.
 
+Slurm's part is :class:`slurmk8s.slurm.model.SlurmState`, the one record
+the operator reads too.
+
 Small frozen records, and pure parsers from the Kubernetes API's JSON
 (``node_from_api``, ``pod_from_api``). The loop reads everything once per
 round and passes it in; ``decide`` does no I/O.
@@ -16,11 +19,11 @@ from ..api.cluster import SlurmCluster
 from ..api.fields import parse_quantity
 from ..api.lending import NodeLendingPolicyStatus
 from ..render.lent import GPU_RESOURCE
-from ..slurm.model import Job, Node
+from ..slurm.model import SlurmState
 from .nodestate import LendingRecord, parse_time
 
 __all__ = [
-    "NodeTaint", "KubeNode", "KubePod", "SlurmState", "Observed", "PolicyGone", "InvalidPolicy",
+    "NodeTaint", "KubeNode", "KubePod", "Observed", "PolicyGone", "InvalidPolicy",
     "node_from_api", "pod_from_api", "gpu_count",
 ]
 
@@ -100,24 +103,6 @@ class KubePod:
     @property
     def terminal(self) -> bool:
         return self.phase in TERMINAL_PHASES
-
-
-@dataclass(frozen=True)
-class SlurmState:
-    """Slurm's nodes and jobs, or the fact that Slurm could not be read.
-
-    ``known`` False means the facade did not answer: ``decide`` then changes
-    nothing that depends on Slurm (fail closed); ``nodes`` and ``jobs`` are
-    ignored. An empty but known state means Slurm has no nodes or jobs.
-    """
-
-    known: bool
-    nodes: tuple[Node, ...] = ()
-    jobs: tuple[Job, ...] = ()
-
-    @classmethod
-    def unknown(cls) -> "SlurmState":
-        return cls(known=False)
 
 
 @dataclass(frozen=True)

@@ -32,15 +32,15 @@ import functools
 from collections import defaultdict
 from itertools import compress
 from operator import attrgetter
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ..render import names as _names
 from ..render.slurmd import is_lent_slurmd_pod
 from ..slurm.hostlist import HostlistError, expand
-from ..slurm.model import ACTIVE_JOB_STATES, Job, Node
+from ..slurm.model import ACTIVE_JOB_STATES, Job, Node, SlurmState
 from .memo import Recent, changed_spans, forgettable
 from .nodestate import COMPONENT_LABEL, SLURMD_COMPONENT
-from .observed import TERMINAL_PHASES, KubeNode, KubePod, Observed, SlurmState
+from .observed import TERMINAL_PHASES, KubeNode, KubePod, Observed
 
 __all__ = ["World", "PodIndex", "SlurmIndex"]
 
@@ -142,15 +142,15 @@ class SlurmIndex:
     def __init__(self, slurm: SlurmState):
         self.known = slurm.known
         self.problem = "" if slurm.known else "the Slurm facade did not answer"
-        self.nodes: dict[str, Node] = {n.name: n for n in slurm.nodes} if slurm.known else {}
+        self.nodes: Mapping[str, Node] = slurm.nodes_by_name if slurm.known else {}
         #: node -> jobs allocated there (active states only)
         self.jobs: defaultdict[str, list[Job]] = defaultdict(list)
-        self.all_jobs: Sequence[Job] = slurm.jobs if slurm.known else ()
+        self.all_jobs: Sequence[Job] = slurm.jobs if slurm.known and slurm.jobs is not None else ()
         self._by_id: dict[int, list[Job]] | None = None
-        if not slurm.known:
+        if not self.all_jobs:
             return
         jobs = self.jobs
-        for job in compress(slurm.jobs, map(ACTIVE_JOB_STATES.__contains__, map(_STATE, slurm.jobs))):
+        for job in compress(self.all_jobs, map(ACTIVE_JOB_STATES.__contains__, map(_STATE, self.all_jobs))):
             if not job.nodes:
                 continue
             try:

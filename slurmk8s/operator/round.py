@@ -40,7 +40,7 @@ from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, key_secret_name
 from slurmk8s.render.manifests import AgentClients
 from slurmk8s.events import Event
 from slurmk8s.slurm import SlurmControl, SlurmError, steps
-from slurmk8s.slurm.model import Node
+from slurmk8s.slurm.model import Job, Node, SlurmState
 from slurmk8s.slurm.remote import agent_url as remote_agent_url, cluster_agent
 from slurmk8s.times import format_time
 
@@ -220,16 +220,16 @@ class Operator:
         out.nodes = nodes
 
         sets = observe_nodesets(cluster, [o for o in objects if o["kind"] == "StatefulSet"], pods)
-        state = workers.SlurmState({n.name: n for n in nodes}) if nodes is not None else None
+        state = SlurmState.nodes_only(nodes)
         decision = workers.decide(sets, state, now)
-        if decision.needs_jobs and state is not None:
+        if decision.needs_jobs and state.nodes is not None:
             # Once a round, every job: the decision indexes them by node and by id.
             try:
-                jobs: tuple | None = tuple(slurm.jobs())
+                jobs: tuple[Job, ...] | None = tuple(slurm.jobs())
             except Exception as exc:
                 jobs = None
                 _log.info("job lookup failed", error=str(exc))
-            decision = workers.decide(sets, workers.SlurmState(state.nodes, jobs, jobs_read=True), now)
+            decision = workers.decide(sets, state.with_jobs(jobs), now)
         out.waiting += decision.waiting
         out.hurry = decision.hurry
 

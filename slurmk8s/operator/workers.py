@@ -66,14 +66,14 @@ from slurmk8s import evacuation
 from slurmk8s.events import Event
 from slurmk8s.render import names
 from slurmk8s.slurm.hostlist import HostlistError, expand
-from slurmk8s.slurm.model import DRAIN_PREFIX, POD_TERMINATING, Job, Node
+from slurmk8s.slurm.model import DRAIN_PREFIX, POD_TERMINATING, Job, Node, SlurmState
 from slurmk8s.slurm.steps import Cancel, Drain, Requeue, Signal, StartNow, Undrain
 from slurmk8s.times import from_epoch
 
 from . import podrecord
 
 __all__ = [
-    "SCALE_IN", "ROLLING_UPDATE", "POD_TERMINATING", "OPERATOR_DRAINS", "Pod", "NodeSetState", "SlurmState",
+    "SCALE_IN", "ROLLING_UPDATE", "POD_TERMINATING", "OPERATOR_DRAINS", "Pod", "NodeSetState",
     "Drain", "Undrain", "Signal", "Requeue", "StartNow", "Cancel", "DeleteNodeRecord", "AnnotatePod", "LabelBusy",
     "DeletePod", "Event", "Decision", "decide",
 ]
@@ -124,17 +124,6 @@ class NodeSetState:
     signal: str | None = None
     #: The restart hash of the StatefulSet's pod template (None when it has none).
     restart_hash: str | None = None
-
-
-@dataclass(frozen=True)
-class SlurmState:
-    """What the agent said: its nodes and, once a decision asked for them
-    (:attr:`Decision.needs_jobs`), every job it tracks, read once a round.
-    ``jobs`` None: that read failed (decisions that need jobs then wait)."""
-
-    nodes: Mapping[str, Node]
-    jobs: Sequence[Job] | None = ()
-    jobs_read: bool = False
 
 
 # Actions.
@@ -211,7 +200,7 @@ _ORDINAL = re.compile(r"(?P<base>.+)-(?P<ordinal>0|[1-9][0-9]*)")
 class _Round:
     """Collects the actions of one decision."""
 
-    def __init__(self, slurm: SlurmState | None, now: float):
+    def __init__(self, slurm: SlurmState, now: float):
         self.slurm = slurm
         self.now = now
         self.actions: list[SlurmAction] = []
@@ -224,7 +213,7 @@ class _Round:
         # read failed, or a job's node list could not be read: fail closed).
         self.by_node: dict[str, list[Job]] | None = defaultdict(list)
         self.by_id: dict[int, Job] = {}
-        if slurm is not None and slurm.jobs_read:
+        if slurm.jobs_read:
             if slurm.jobs is None:
                 self.by_node = None
             else:
@@ -249,8 +238,7 @@ class _Round:
         first in the decision; the caller removes the pod only after they
         succeeded. The rule's record lives in the pod's annotations.
         """
-        assert self.slurm is not None
-        node = self.slurm.nodes.get(node_name)
+        node = self.slurm.node(node_name)
         if node is None or pod is None:
             # Not a Slurm node (never registered, or already removed), or no
             # pod left to protect: nothing of Slurm's runs there.
@@ -316,10 +304,10 @@ def _foreign_drain(node: Node | None) -> bool:
     return node is not None and node.drain_set and node.reason not in OPERATOR_DRAINS
 
 
-def decide(sets: Sequence[NodeSetState], slurm: SlurmState | None, now: float) -> Decision:
+def decide(sets: Sequence[NodeSetState], slurm: SlurmState, now: float) -> Decision:
     """The node lifecycle actions for one cluster, for this round.
 
-    ``slurm`` None: the agent could not be asked. Then every node set stays
+    ``slurm.nodes`` None: the agent could not be asked. Then every node set stays
     at least at its current size and nothing is drained, restarted or
     deleted.
     """
@@ -335,7 +323,7 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState | None, now: float) -
             continue
         pods = {p.ordinal: p for p in s.pods}
         removing = list(range(s.current - 1, s.desired - 1, -1))
-        if slurm is None:
+        if slurm.nodes is None:
             replicas[s.statefulset] = max(s.current, s.desired)
             keep.add(s.name)
             if removing:
@@ -361,7 +349,7 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState | None, now: float) -
         # Worker pods someone else deletes: their nodes are emptied by the
         # same rule while the entrypoint waits (its own step is a last resort).
         for p in s.pods:
-            node = slurm.nodes.get(f"{s.statefulset}-{p.ordinal}")
+            node = slurm.node(f"{s.statefulset}-{p.ordinal}")
             if (p.deleting and p.ordinal < min(s.current, s.desired) and node is not None
                     and (node.busy or p.annotations.get(names.DRAIN_PURPOSE) == POD_TERMINATING)):
                 r.empty(s, node.name, p, POD_TERMINATING)
@@ -370,7 +358,7 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState | None, now: float) -
             if p.ordinal >= s.desired or p.deleting or not p.ready or p.ordinal in restarting:
                 continue
             name = f"{s.statefulset}-{p.ordinal}"
-            node = slurm.nodes.get(name)
+            node = slurm.node(name)
             if _operator_drain(node):
                 r.actions.append(Undrain(name))
                 r.event("Normal", "Undrained", f"Slurm node {name} takes jobs again ({node.reason!r} cleared)")
@@ -378,12 +366,12 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState | None, now: float) -
                 r.annotate(p, {a: None for a in podrecord.ANNOTATIONS})
         # Busy workers may not be evicted.
         for p in s.pods:
-            node = slurm.nodes.get(f"{s.statefulset}-{p.ordinal}")
+            node = slurm.node(f"{s.statefulset}-{p.ordinal}")
             is_busy = node is not None and node.busy
             if is_busy != p.busy_label and not p.deleting:
                 busy.append(LabelBusy(p.name, p.uid, is_busy))
         # Records of nodes whose pods are gone.
-        for node in slurm.nodes.values():
+        for node in slurm.nodes:
             o = _ordinal(node.name, s.statefulset)
             if o is None or o < s.current or o in pods:
                 continue
@@ -434,7 +422,7 @@ def _outdated(s: NodeSetState, p: Pod) -> bool:
 
 def _restart(r: _Round, s: NodeSetState, deletions: list[DeletePod]) -> None:
     """One rolling-update step for a node set: at most one pod at a time."""
-    assert r.slurm is not None and s.current is not None
+    assert s.current is not None
     live = [p for p in s.pods if p.ordinal < s.current]
     outdated = [p for p in live if _outdated(s, p)]
     if not outdated:
@@ -448,7 +436,7 @@ def _restart(r: _Round, s: NodeSetState, deletions: list[DeletePod]) -> None:
         return
 
     def foreign(p: Pod) -> bool:
-        return _foreign_drain(r.slurm.nodes.get(f"{s.statefulset}-{p.ordinal}"))
+        return _foreign_drain(r.slurm.node(f"{s.statefulset}-{p.ordinal}"))
 
     in_progress = [p for p in outdated if p.annotations.get(names.DRAIN_PURPOSE) == ROLLING_UPDATE]
     # Broken pods first (a restart may mend them), then from the highest ordinal.

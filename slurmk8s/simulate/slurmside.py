@@ -14,8 +14,7 @@ from __future__ import annotations
 import math
 
 from ..api.cluster import lent_nodeset
-from ..bridge.observed import SlurmState
-from ..slurm.model import Job, Node
+from ..slurm.model import Job, Node, SlurmState
 from .params import COMPLETED, JOB_END
 from .traces import TrainingJob
 
@@ -138,7 +137,7 @@ class SlurmSide:
 
     def observed_slurm(self) -> SlurmState:
         if self.slurm_dirty or self.slurm_state is None:
-            self.slurm_state = SlurmState(True, tuple(self._node_record(s) for s in self.snodes.values()),
+            self.slurm_state = SlurmState(tuple(self._node_record(s) for s in self.snodes.values()),
                                           tuple(self.active_records.values()))
             self.slurm_dirty = False
         return self.slurm_state

@@ -15,6 +15,7 @@ import hashlib
 import json
 import sys
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Iterable, Iterator, Mapping
 
 #: Every drain slurmk8s sets starts with this; drains without it belong to an
@@ -101,6 +102,58 @@ class Job:
     @property
     def active(self) -> bool:
         return self.state in ACTIVE_JOB_STATES
+
+
+@dataclass(frozen=True)
+class SlurmState:
+    """What was read of one cluster's Slurm this round, by the operator and the bridge alike.
+
+    ``nodes`` None: Slurm could not be read; every decision that depends on
+    it changes nothing (fail closed). ``jobs`` None: the jobs are not known,
+    either because their read failed (fail closed) or, where ``jobs_read``
+    is False, because nobody asked yet: the operator reads nodes every round
+    and jobs only once a decision needs them (``Decision.needs_jobs``), and
+    a decision on a state whose jobs were not asked for asks instead of
+    acting. The bridge reads both every round. An empty tuple means Slurm
+    answered and has none.
+
+    The records are immutable and the tuples are kept as given, so the same
+    state gives the same answers: the bridge's indexes are remembered on its
+    identity (``bridge/world.py``).
+    """
+
+    nodes: tuple[Node, ...] | None
+    jobs: tuple[Job, ...] | None = None
+    #: False: the jobs were not asked for yet (``jobs`` is then None).
+    jobs_read: bool = True
+
+    @classmethod
+    def unknown(cls) -> SlurmState:
+        """Slurm could not be read."""
+        return cls(None, None)
+
+    @classmethod
+    def nodes_only(cls, nodes: Iterable[Node] | None) -> SlurmState:
+        """The nodes as read (None: the read failed), the jobs not asked for yet."""
+        return cls(None if nodes is None else tuple(nodes), None, jobs_read=False)
+
+    def with_jobs(self, jobs: Iterable[Job] | None) -> SlurmState:
+        """These nodes, and the jobs as read once asked for (None: the read failed)."""
+        return SlurmState(self.nodes, None if jobs is None else tuple(jobs))
+
+    @property
+    def known(self) -> bool:
+        """Both the nodes and the jobs were read."""
+        return self.nodes is not None and self.jobs is not None
+
+    @cached_property
+    def nodes_by_name(self) -> Mapping[str, Node]:
+        """The nodes by name; empty when they could not be read."""
+        return {n.name: n for n in self.nodes or ()}
+
+    def node(self, name: str) -> Node | None:
+        """The node called ``name``; None when Slurm has none by that name (or could not be read)."""
+        return self.nodes_by_name.get(name)
 
 
 def _split(value: Any) -> tuple[str, ...]:
