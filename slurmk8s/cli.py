@@ -16,6 +16,7 @@ import click
 
 from . import __version__, log
 from .api import InvalidSpec
+from .api.cluster import PROJECT_REPOSITORY
 from .api.crd import all_crds, crd_filename, dump_yaml
 from .manifest import clusters, policies
 from .render import ClusterKeys, render
@@ -212,9 +213,14 @@ def _controller_options(watched: str, verb: str):
                    "each cluster gets a NetworkPolicy that admits only them to its Slurm agent.")
 @click.option("--release-name", default=None, metavar="NAME",
               help="The Helm release (their app.kubernetes.io/instance label).")
+@click.option("--trusted-repository", "trusted_repositories", multiple=True, metavar="REPOSITORY",
+              help=f"An image repository a privileged slurmd (spec.slurmConfig.cgroups) may come from "
+                   f"(repeatable; default {PROJECT_REPOSITORY}): your registry's copy of the project's "
+                   "images. A SlurmCluster with cgroups and another spec.slurm.image.repository is refused.")
 def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
                  metrics_port: int | None, health_port: int | None, interval: float,
-                 release_namespace: str | None, release_name: str | None) -> None:
+                 release_namespace: str | None, release_name: str | None,
+                 trusted_repositories: tuple[str, ...]) -> None:
     """Run the SlurmCluster operator until stopped.
 
     For each SlurmCluster it renders the Kubernetes objects and applies what
@@ -243,7 +249,8 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
     clients = AgentClients(release_namespace, release_name) if release_namespace and release_name else None
     try:
         run(namespaces=namespaces, all_namespaces=all_namespaces, kubeconfig=kubeconfig,
-            metrics_port=metrics_port, health_port=health_port, interval=interval, agent_clients=clients)
+            metrics_port=metrics_port, health_port=health_port, interval=interval, agent_clients=clients,
+            trusted_repositories=trusted_repositories or (PROJECT_REPOSITORY,))
     except KeyboardInterrupt:
         pass
 

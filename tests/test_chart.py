@@ -214,7 +214,30 @@ def test_default_args_watch_the_release_namespace_with_the_global_flags_first(ch
     assert args == ["--log-level", v["logLevel"], "--log-format", v["logFormat"], "operator",
                     "--metrics-port", str(v["metrics"]["port"]), "--health-port", str(v["health"]["port"]),
                     "--namespace", NAMESPACE, "--interval", str(v["interval"]),
-                    "--release-namespace", NAMESPACE, "--release-name", RELEASE]
+                    "--release-namespace", NAMESPACE, "--release-name", RELEASE,
+                    "--trusted-repository", "ghcr.io/slurmk8s"]
+
+
+def test_the_operator_trusts_the_repositories_the_chart_names_for_privileged_slurmd():
+    """What the platform team lists in trustedRepositories reaches the operator's validator;
+    the chart refuses what is no image repository."""
+    from slurmk8s.api import InvalidSpec, load_cluster
+
+    mirror = "registry.example.org:5000/hpc"
+    args = container(objects({"trustedRepositories": ["ghcr.io/slurmk8s", mirror]}))["args"]
+    params = cli.operator_cmd.make_context("operator", args[args.index("operator") + 1:]).params
+    assert params["trusted_repositories"] == ("ghcr.io/slurmk8s", mirror)
+    doc = yaml.safe_load((ROOT / "examples" / "slurmcluster.yaml").read_text())
+    doc["spec"]["slurmConfig"] = {"cgroups": True}
+    doc["spec"]["partitions"] = [{k: v for k, v in p.items() if k != "acceptLentNodes"}
+                                 for p in doc["spec"]["partitions"]]
+    doc["spec"]["slurm"]["image"] = {"repository": mirror}
+    assert load_cluster(doc, trusted_repositories=params["trusted_repositories"]).spec.slurm_config.cgroups
+    with pytest.raises(InvalidSpec) as refused:
+        load_cluster(doc)  # the project's repository alone
+    assert "spec.slurm.image.repository" in str(refused.value) and "trustedRepositories" in str(refused.value)
+    with pytest.raises(Exception, match="trustedRepositories"):
+        objects({"trustedRepositories": ["https://example.org/x"]})
 
 
 def test_the_operator_learns_which_pods_its_agent_network_policies_admit(chart):
@@ -300,7 +323,8 @@ def test_overrides_reach_the_deployment():
     assert c["args"][:5] == ["--log-level", "debug", "--log-format", "console", "operator"]
     assert c["args"][5:9] == ["--metrics-port", "9090", "--health-port", "9091"]
     assert c["args"][9:] == ["--namespace", "hpc-a", "--namespace", "hpc-b", "--interval", "30",
-                             "--release-namespace", NAMESPACE, "--release-name", RELEASE]
+                             "--release-namespace", NAMESPACE, "--release-name", RELEASE,
+                             "--trusted-repository", "ghcr.io/slurmk8s"]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
     for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
         assert pod[key] == values[key]

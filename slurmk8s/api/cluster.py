@@ -105,7 +105,8 @@ class ImageSpec(ApiModel):
     """Registry and path the component images are pulled from; each component
     appends its own name (`<repository>/slurmd:<tag>`). With
     slurmConfig.cgroups the slurmd pods are privileged, and the repository
-    must then be ghcr.io/slurmk8s."""
+    must then be one the operator trusts (ghcr.io/slurmk8s unless the site
+    says otherwise)."""
     tag: ImageTag | None = None
     """Image tag; defaults to the Slurm version."""
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"

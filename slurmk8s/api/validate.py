@@ -9,7 +9,7 @@ half-valid object. Which slurm.conf keys ``extraLines`` may set is
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from pydantic import ValidationError
 
@@ -74,11 +74,13 @@ def _precheck(obj: Any, kind: str) -> None:
     if too_deep is not None:
         raise InvalidSpec([too_deep], kind=kind, name=_name_of(obj))
 
-def load_cluster(obj: Any) -> SlurmCluster:
+def load_cluster(obj: Any, *, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)) -> SlurmCluster:
     """Parse and check a SlurmCluster manifest (a dict, as read from YAML).
 
     Schema problems are reported first, all of them; the rules that span
-    fields run once the schema holds.
+    fields run once the schema holds. ``trusted_repositories``: the image
+    repositories a privileged slurmd (``slurmConfig.cgroups``) may come
+    from, the site's choice (the operator's ``--trusted-repository``).
     """
     _precheck(obj, "SlurmCluster")
     name = _name_of(obj)
@@ -86,7 +88,7 @@ def load_cluster(obj: Any) -> SlurmCluster:
         cluster = SlurmCluster.model_validate(obj)
     except ValidationError as exc:
         raise InvalidSpec(sorted(from_pydantic(exc)), name=name) from None
-    errors = list(semantic_errors(cluster))
+    errors = list(semantic_errors(cluster, trusted_repositories))
     if errors:
         raise InvalidSpec(errors, name=cluster.name)
     return cluster
@@ -114,7 +116,8 @@ def _camel(snake: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
-def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
+def semantic_errors(c: SlurmCluster, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)
+                    ) -> Iterator[FieldError]:
     """Rules that involve more than one field. Yields every violation."""
     spec = c.spec
     release = versions.release(spec.slurm.version)
@@ -162,12 +165,14 @@ def semantic_errors(c: SlurmCluster) -> Iterator[FieldError]:
             yield FieldError(f"spec.nodeSets[{i}].shmSize", f"{quote(ns.shm_size)} is not at least 1Mi")
     if spec.slurm_config.cgroups:
         # Privileged pods are root on their node: their image is not the spec's to choose.
-        if spec.slurm.image.repository != PROJECT_REPOSITORY:
+        if spec.slurm.image.repository not in trusted_repositories:
             yield FieldError(
                 "spec.slurm.image.repository",
                 f"{quote(spec.slurm.image.repository)}: with slurmConfig.cgroups the slurmd pods run "
-                f"privileged, and only the project's images ({PROJECT_REPOSITORY}) may; leave repository "
-                "out, or turn cgroups off (jobs are then tracked by process tree)",
+                f"privileged, and only images from the repositories the operator trusts may "
+                f"({', '.join(trusted_repositories)}); use one of them, ask your platform team to trust "
+                "this one (the chart's trustedRepositories), or turn cgroups off (jobs are then tracked "
+                "by process tree)",
             )
         for i, p in enumerate(spec.partitions):
             if p.accept_lent_nodes:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Collection
+from typing import Collection, Sequence
 
 import kopf
 
 from slurmk8s import log
+from slurmk8s.api.cluster import PROJECT_REPOSITORY
 from slurmk8s.render.manifests import AgentClients
 
 from .round import Operator
@@ -19,9 +20,11 @@ __all__ = ["run", "build"]
 
 
 def build(kubeconfig: str | None = None, *, interval: float = 10.0, metrics_port: int | None = None,
-          agent_clients: AgentClients | None = None) -> tuple[kopf.OperatorRegistry, Operator]:
+          agent_clients: AgentClients | None = None,
+          trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)) -> tuple[kopf.OperatorRegistry, Operator]:
     """A registry with the SlurmCluster handlers, and the Operator behind them."""
-    op = Operator(Kube.from_kubeconfig(kubeconfig), agent_clients=agent_clients)
+    op = Operator(Kube.from_kubeconfig(kubeconfig), agent_clients=agent_clients,
+                  trusted_repositories=trusted_repositories)
     registry = kopf.OperatorRegistry()
     register(registry, op, interval=interval, metrics_port=metrics_port)
     return registry, op
@@ -29,7 +32,8 @@ def build(kubeconfig: str | None = None, *, interval: float = 10.0, metrics_port
 
 def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubeconfig: str | None = None,
         metrics_port: int | None = None, health_port: int | None = None, interval: float = 10.0,
-        stop_flag=None, ready_flag=None, agent_clients: AgentClients | None = None) -> None:
+        stop_flag=None, ready_flag=None, agent_clients: AgentClients | None = None,
+        trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)) -> None:
     """Run the operator until stopped (SIGINT/SIGTERM, or ``stop_flag``).
 
     Watches SlurmClusters in ``namespaces``, or in every namespace with
@@ -37,7 +41,8 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
     liveness endpoint answers on ``health_port`` at ``/healthz``.
     ``agent_clients``: the operator's and the bridge's pods (from the
     chart), admitted to each cluster's agent by a NetworkPolicy; None
-    renders none (and says so).
+    renders none (and says so). ``trusted_repositories``: the image
+    repositories a privileged slurmd (``slurmConfig.cgroups``) may come from.
     """
     if not namespaces and not all_namespaces:
         raise ValueError("name the namespaces to watch (--namespace, repeatable) or pass --all-namespaces")
@@ -49,7 +54,8 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
         log.get("slurmk8s.operator").warning(
             "no --release-namespace and --release-name: no NetworkPolicy guards the clusters' Slurm agents; "
             "every pod can reach their port (each request still needs the cluster's token)")
-    registry, _ = build(kubeconfig, interval=interval, metrics_port=metrics_port, agent_clients=agent_clients)
+    registry, _ = build(kubeconfig, interval=interval, metrics_port=metrics_port, agent_clients=agent_clients,
+                        trusted_repositories=trusted_repositories)
     liveness = f"http://0.0.0.0:{health_port}/healthz" if health_port else None
     asyncio.run(kopf.operator(
         registry=registry, standalone=True, clusterwide=all_namespaces,

@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 from slurmk8s import log
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.api.secrets import secret_problem, secret_refs
-from slurmk8s.api.cluster import SlurmCluster, SlurmClusterStatus
+from slurmk8s.api.cluster import PROJECT_REPOSITORY, SlurmCluster, SlurmClusterStatus
 from slurmk8s.render import ClusterKeys, TopologyNode, names, render
 from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, key_secret_names, keys_from_secrets
 from slurmk8s.render.manifests import AgentClients
@@ -85,15 +85,19 @@ class Operator:
     :func:`agent_url`. ``clock`` and ``fresh_keys`` (the key set that
     missing Secrets take their keys from; by default each missing key is
     generated alone) are injectable for tests.
-    ``agent_clients``: the pods a NetworkPolicy admits to each agent.
+    ``agent_clients``: the pods a NetworkPolicy admits to each agent;
+    ``trusted_repositories``: where a privileged slurmd's image may come from.
     """
 
     def __init__(self, kube: Kube, *,
                  agent: Callable[[SlurmCluster, bytes, Mapping | None], SlurmControl] = _default_agent,
                  clock: Callable[[], float] = time.time,
                  fresh_keys: Callable[[], ClusterKeys] | None = None,
-                 agent_clients: AgentClients | None = None):
+                 agent_clients: AgentClients | None = None,
+                 trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)):
         self.kube = kube
+        #: Image repositories a privileged slurmd may come from (api.validate.load_cluster).
+        self.trusted_repositories = tuple(trusted_repositories)
         #: Who the agent's NetworkPolicy admits (None: no policy is rendered).
         self.agent_clients = agent_clients
         self.agent = agent
@@ -170,7 +174,7 @@ class Operator:
         previous = previous_status(body)
         doc = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
         try:
-            cluster = load_cluster(doc)
+            cluster = load_cluster(doc, trusted_repositories=self.trusted_repositories)
         except InvalidSpec as exc:
             return self._refuse(body, previous, out, str(exc), "InvalidSpec", now)
 

@@ -49,7 +49,8 @@ def step(op: Operator, body: Mapping, attempt: int = 0) -> tuple[bool, str]:
     if workers or worker_pods:
         bases = {w["metadata"]["name"] for w in workers}
         try:
-            cluster = load_cluster({k: v for k, v in body.items() if k != "status"})
+            cluster = load_cluster({k: v for k, v in body.items() if k != "status"},
+                                   trusted_repositories=op.trusted_repositories)
             secrets = {o["metadata"]["name"]: o for o in observed if o["kind"] == "Secret"}
             keys, missing = keys_from_secrets(cluster, secrets, op.new_key)
             if names.agent_token_secret(cluster) in missing:

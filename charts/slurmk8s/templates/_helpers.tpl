@@ -210,6 +210,10 @@ list is empty, and `--interval`.
 - {{ .Release.Namespace | quote }}
 - --release-name
 - {{ .Release.Name | quote }}
+{{- range .Values.trustedRepositories }}
+- --trusted-repository
+- {{ . | quote }}
+{{- end }}
 {{- end }}
 
 {{/*
