@@ -172,6 +172,35 @@ def test_a_checkpointing_job_keeps_its_work_when_the_grace_period_covers_the_che
     assert max(r.serving_pending) >= 30
 
 
+def test_the_rounds_steps_reach_the_simulated_slurm_through_the_one_executor_and_its_refusals():
+    from slurmk8s.slurm import steps
+
+    shape = Shape(nodes=2, gpus_per_node=4, slurm_nodes=2)
+    sim = engine._Sim(shape, [TrainingJob(0, 0, 1000, 4), TrainingJob(1, 0, 1000, 4)], [], 2000, Latencies(),
+                      Run("static", "static"), None, {}, 100, 10, None)
+    sim.queue.extend([0, 1])
+    sim.schedule()
+    a, b = sorted(sim.snodes)
+    sim.jobs[1].requeue = False  # submitted with --no-requeue
+    on_b = next(iter(sim.snodes[b].jobs)) + 1
+    out = steps.execute(sim.slurm_control, [
+        steps.Drain(a, "reclaimed"), steps.DeleteNode(a), steps.Drain(a, "never"),  # busy: the chain stops
+        steps.Signal(b, (on_b,), "USR1"), steps.Requeue(b, (on_b,)), steps.Drain("nowhere", "x"),
+    ])
+    assert [type(x).__name__ for x, _ in out.failed] == ["DeleteNode", "Drain"]
+    assert "Requested nodes are busy" in out.failed[0][1] and out.skipped == [steps.Drain(a, "never")]
+    assert sim.snodes[a].drain and sim.snodes[a].reason == "slurmk8s: reclaimed"
+    # Slurm refuses to requeue a --no-requeue job: reported, and the step counts as done
+    assert [e.reason for e in out.refusals] == ["RequeueRefused"] and out.jobs["signalled"] == 1
+    assert sim.jobs[on_b - 1].state == "running" and sim.jobs[on_b - 1].signalled == 0
+    steps.execute(sim.slurm_control, [steps.Cancel(b, (on_b,))])
+    assert sim.jobs[on_b - 1].state == "cancelling" and sim.res.cancelled == 1
+    # an undrain clears slurmk8s's own drain only
+    sim.snodes[b].drain, sim.snodes[b].reason = True, "maintenance"
+    out = steps.execute(sim.slurm_control, [steps.Undrain(a), steps.Undrain(b)])
+    assert not sim.snodes[a].drain and sim.snodes[b].drain and [e.reason for e in out.refusals] == ["UndrainRefused"]
+
+
 def test_the_oracle_never_reclaims_and_bounds_the_policies():
     shape = Shape(nodes=4, gpus_per_node=4, slurm_nodes=2)
     jobs = [TrainingJob(i, 20 * i, 200 + 37 * (i % 5), 1 + i % 4) for i in range(40)]

@@ -11,9 +11,13 @@ A run is one of three modes on the same inputs:
   :class:`~slurmk8s.slurm.model.Node` and :class:`~slurmk8s.slurm.model.Job`)
   and calls the bridge's own pure :func:`~slurmk8s.bridge.decide.decide`
   with the policy as :func:`~slurmk8s.api.load_policy` validated it, then
-  applies its actions by the loop's failure rule (slurmk8s.slurm.steps: in
-  order; a refused job is passed over; a node's chain of
-  actions stops at the first that fails). No lending rule is written here.
+  runs its actions through the loop's one executor,
+  :func:`slurmk8s.slurm.steps.execute`, and so by its failure rule (in
+  order; a refused job is passed over; a node's chain of actions stops at
+  the first that fails): Slurm's steps against the simulated Slurm as a
+  :class:`~.slurmside.SimSlurm` (refused where Slurm refuses, by
+  :mod:`.slurmrules`), the Kubernetes-side actions by :meth:`_Sim.apply`.
+  No lending rule, and no rule of taking steps, is written here.
 - ``oracle``: knows the future serving demand: a Kubernetes node is given to
   a Slurm job only when serving will not need it before the job ends, at no
   latency. Nothing is ever reclaimed and serving never waits: an upper
@@ -70,14 +74,16 @@ from ..bridge.nodestate import LENDING, RECLAIMING, TAINT_KEY
 from ..bridge.observed import KubePod, Observed, pod_from_api
 from ..bridge.patches import NODE_PATCH_ACTIONS, applied, node_patch
 from ..render.manifests import lent_slurmd_pod
-from ..slurm.model import DRAIN_PREFIX
-from . import slurmrules
+from ..slurm import steps
 from .kubeside import KubeSide
 from .oracle import OracleSide
 from .params import (COMPLETED, JOB_END, ORACLE, POD_END, POD_RUNNING, POD_START, REGISTERED, ROUND, SCHEDULABLE,
                      SERVING_NAMESPACE, SUBMIT, T0, TICK, Latencies, Result, Run, Shape)
-from .slurmside import SlurmSide
+from .slurmside import SimSlurm, SlurmSide
 from .traces import ServingPod, TrainingJob
+
+#: What a round may take: Slurm's steps (through :class:`SimSlurm`) and the Kubernetes-side actions (:meth:`_Sim.apply`).
+_TAKES = steps.STEPS + NODE_PATCH_ACTIONS + (A.CreateSlurmdPod, A.DeleteSlurmdPod)
 
 __all__ = ["Shape", "Latencies", "Run", "Result", "simulate", "bridge_setup", "T0", "SERVING_NAMESPACE"]
 
@@ -119,6 +125,7 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
         self._init_slurm(jobs)
         self._init_kube(pods, labels)
         self._init_oracle()
+        self.slurm_control = SimSlurm(self)
 
     # -- events -------------------------------------------------------------
 
@@ -172,26 +179,22 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
     def bridge_round(self) -> None:
         self.res.rounds += 1
         obs = Observed(self.observed_nodes(), self.observed_pods(), self.cluster, self.observed_slurm())
-        acts = decide(obs, self.policy, T0 + timedelta(seconds=self.t))
-        failed: set[str] = set()
-        acted = False
-        for a in acts:
-            if isinstance(a, (A.Event, A.PolicyStatus)):
-                continue
-            node = A.node_of(a)
-            if node in failed:
-                continue
-            acted = True
-            if not self.apply(a):
-                failed.add(node)
-        if acted:
-            self.streak += 1
-            if self.streak < 3:
-                self.changed()
-        else:
+        acts = [a for a in decide(obs, self.policy, T0 + timedelta(seconds=self.t))
+                if not isinstance(a, (A.Event, A.PolicyStatus))]
+        if not acts:
             self.streak = 0
+            return
+        for a in acts:  # an action the simulator cannot take is its own bug, not a failed step
+            if not isinstance(a, _TAKES):
+                raise TypeError(f"the simulator does not know the action {type(a).__name__}")
+        # Every action was tried or skipped by the failure rule: the round acted.
+        steps.execute(self.slurm_control, acts, other=self.apply, chain=A.node_of)
+        self.streak += 1
+        if self.streak < 3:
+            self.changed()
 
-    def apply(self, a) -> bool:
+    def apply(self, a) -> None:
+        """A Kubernetes-side action: a Node patch or the lent slurmd pod (Slurm's steps go to :class:`SimSlurm`)."""
         t = self.t
         if isinstance(a, NODE_PATCH_ACTIONS):
             k = self.kindex[a.node]
@@ -209,64 +212,15 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
                 self.schedulable_at[k] = t + self.lat.reclaim
                 self.push(t + self.lat.reclaim, SCHEDULABLE, k)
             self.changed()
-            return True
-        if isinstance(a, A.CreateSlurmdPod):
+        elif isinstance(a, A.CreateSlurmdPod):
             pod = self._slurmd_pod(a)
             key = (pod.namespace, pod.name)
             if key not in self.pod_objs:
                 self._set_pod(key, pod)
                 self.push(t + self.lat.lend, REGISTERED, a.node, pod)
-            return True
-        if isinstance(a, A.DeleteSlurmdPod):
+        elif isinstance(a, A.DeleteSlurmdPod):
             if (a.namespace, a.name) in self.pod_objs:
                 self._set_pod((a.namespace, a.name), None)
-            return True
-        s = self.snodes.get(getattr(a, "node", ""))
-        if isinstance(a, A.Drain):
-            if s is None:
-                return False
-            if not s.drain:
-                self._unusable(s)
-                s.drain, s.reason, s.record = True, f"{DRAIN_PREFIX} {a.reason}", None
-                self.slurm_dirty = True
-                self.changed()
-            return True
-        if isinstance(a, A.SetDown):
-            if s is None:
-                return False
-            self._unusable(s)
-            s.down, s.reason, s.record = True, f"{DRAIN_PREFIX} {a.reason}", None
-            self.slurm_dirty = True
-            for jid in list(s.jobs):
-                self.end_job(jid, cancel=slurmrules.on_node_down(self.jobs[jid].requeue) == slurmrules.ENDED)
-            self.changed()
-            return True
-        if isinstance(a, A.Signal):
-            for jid in a.job_ids:
-                j = self.jobs[jid - 1]
-                if j.state == "running" and j.signalled is None:
-                    j.signalled = t
-            return True
-        if isinstance(a, A.Requeue):
-            for jid in a.job_ids:
-                if slurmrules.on_requeue(self.jobs[jid - 1].requeue) is not None:
-                    self.end_job(jid - 1, cancel=False)
-            return True  # a job Slurm refuses is reported, the others go on (slurmk8s.slurm.steps)
-        if isinstance(a, A.Cancel):
-            for jid in a.job_ids:
-                self.end_job(jid - 1, cancel=slurmrules.on_cancel() == slurmrules.ENDED)
-            return True
-        if isinstance(a, A.StartNow):
-            return True  # a requeued job is eligible at once here
-        if isinstance(a, A.DeleteNode):
-            if s is None:
-                return True
-            if not slurmrules.may_delete_node(len(s.jobs)):
-                return False  # Slurm: Requested nodes are busy
-            self._remove_snode(s)
-            self.changed()
-            return True
-        raise TypeError(f"the simulator does not know the action {type(a).__name__}")
 
     def _slurmd_pod(self, a: A.CreateSlurmdPod) -> KubePod:
         """The lent slurmd pod as the loop has it rendered (the renderer is the one place it is made)."""

@@ -7,14 +7,21 @@ job when its node is set DOWN, requeued or cancelled is
 A mixin of the one simulator state (:class:`.engine._Sim`): the Slurm side's
 fields are made by :meth:`SlurmSide._init_slurm`, and it reads the clock
 (``t``, ``push``, ``changed``, ``advance``), the accounting counters and the
-oracle's :meth:`~.oracle.OracleSide._oracle_free_until` from that state."""
+oracle's :meth:`~.oracle.OracleSide._oracle_free_until` from that state.
+
+:class:`SimSlurm` is this Slurm behind the operations of
+:class:`~slurmk8s.slurm.control.SlurmControl` that the one executor of Slurm
+steps (:func:`slurmk8s.slurm.steps.execute`) calls: the bridge's rounds take
+their steps through it, refused where Slurm refuses."""
 
 from __future__ import annotations
 
 import math
 
 from ..api.cluster import lent_nodeset
-from ..slurm.model import Job, Node, SlurmState
+from ..slurm.client import NotOurDrain, SlurmError
+from ..slurm.model import DRAIN_PREFIX, Job, Node, SlurmState
+from . import slurmrules
 from .params import COMPLETED, JOB_END
 from .traces import TrainingJob
 
@@ -321,3 +328,88 @@ class SlurmSide:
             j.restarts += 1
             j.record = None
             self.queue.append(jid)  # Slurm resets a requeued job's submit time: the back of the queue
+
+
+class SimSlurm:
+    """The simulated Slurm as the executor of Slurm steps sees it: the
+    :class:`~slurmk8s.slurm.control.SlurmControl` operations
+    :func:`slurmk8s.slurm.steps.apply_step` calls, each changing the
+    simulator's state. Where Slurm refuses it raises :class:`SlurmError` with
+    Slurm's message (never an unreachable one: the simulated slurmctld
+    always answers). Slurm job ids are the trace's index plus one."""
+
+    def __init__(self, sim: SlurmSide):
+        self.sim = sim
+
+    def _node(self, name: str, argv: list[str]) -> _SNode:
+        s = self.sim.snodes.get(name)
+        if s is None:
+            raise SlurmError(argv, 1, "Invalid node name specified")
+        return s
+
+    def drain(self, name: str, reason: str) -> None:
+        s = self._node(name, ["scontrol", "update", f"nodename={name}", "state=drain"])
+        if not s.drain:  # someone else's drain is kept
+            self.sim._unusable(s)
+            s.drain, s.reason, s.record = True, f"{DRAIN_PREFIX} {reason}", None
+            self.sim.slurm_dirty = True
+            self.sim.changed()
+
+    def set_down(self, name: str, reason: str) -> None:
+        s = self._node(name, ["scontrol", "update", f"nodename={name}", "state=down"])
+        sim = self.sim
+        sim._unusable(s)
+        s.down, s.reason, s.record = True, f"{DRAIN_PREFIX} {reason}", None
+        sim.slurm_dirty = True
+        for jid in list(s.jobs):
+            sim.end_job(jid, cancel=slurmrules.on_node_down(sim.jobs[jid].requeue) == slurmrules.ENDED)
+        sim.changed()
+
+    def undrain(self, name: str) -> None:
+        s = self.sim.snodes.get(name)
+        if s is None or not s.drain:
+            return
+        if not s.reason.startswith(DRAIN_PREFIX):
+            raise NotOurDrain(f"node {name} was drained by someone else ({s.reason!r}); leaving it drained")
+        sim = self.sim
+        s.drain, s.reason, s.record = False, "", None
+        if sim._usable(s):  # takes jobs again
+            sim.buckets[(s.lent, s.free)][s.name] = None
+            sim.free_total += s.free
+        sim.slurm_dirty = sim.sched_needed = True
+        sim.changed()
+
+    def signal_node_jobs(self, name: str, signal: str) -> list[int]:
+        """Each running job on the node remembers when it was first signalled (its checkpoint starts then)."""
+        s = self.sim.snodes.get(name)
+        if s is None:
+            return []
+        ids = []
+        for jid in s.jobs:
+            j = self.sim.jobs[jid]
+            if j.state == "running":
+                if j.signalled is None:
+                    j.signalled = self.sim.t
+                ids.append(jid + 1)
+        return ids
+
+    def requeue(self, job_id: int) -> None:
+        j = self.sim.jobs[job_id - 1]
+        if slurmrules.on_requeue(j.requeue) is None:
+            raise SlurmError(["scontrol", "requeue", str(job_id)], 1, "Requested operation is presently disabled")
+        self.sim.end_job(job_id - 1, cancel=False)
+
+    def start_now(self, job_id: int) -> None:
+        """A requeued job is eligible at once here."""
+
+    def cancel(self, job_id: int) -> None:
+        self.sim.end_job(job_id - 1, cancel=slurmrules.on_cancel() == slurmrules.ENDED)
+
+    def delete_node(self, name: str) -> None:
+        s = self.sim.snodes.get(name)
+        if s is None:
+            return  # gone already is fine
+        if not slurmrules.may_delete_node(len(s.jobs)):
+            raise SlurmError(["scontrol", "delete", f"nodename={name}"], 1, "Requested nodes are busy")
+        self.sim._remove_snode(s)
+        self.sim.changed()
