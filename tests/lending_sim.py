@@ -1,10 +1,12 @@
 """A simulated world for the lending decision: Nodes, Pods, Slurm nodes and jobs.
 
-``World.apply`` does what the bridge's loop does with a round's actions
-(Node patches through ``slurmk8s.bridge.patches.node_patch``, pods created
-and deleted, Slurm drained, jobs requeued, nodes deleted), including its
-failure rule (slurmk8s.slurm.steps: a node's chain of actions stops at the first
-one that fails; a job Slurm refuses to requeue is passed over). What
+``World.apply`` does what the bridge's loop does with a round's actions: it
+runs them through the loop's executor, ``slurmk8s.slurm.steps.execute``, and
+so by its failure rule (a node's chain of actions stops at the first one that
+fails; a job Slurm refuses to requeue is passed over): Slurm's steps against
+``WorldSlurm`` (drains, jobs requeued, nodes deleted), the rest (Node patches
+through ``slurmk8s.bridge.patches.node_patch``, pods created and deleted) by
+``World._apply``. What
 Slurm does to the jobs is :mod:`slurmk8s.simulate.slurmrules`, the model the
 simulator uses too.
 ``World.step`` is everything else moving: pods start and stop, slurmd
@@ -28,6 +30,8 @@ from slurmk8s.bridge.patches import applied as patched  # noqa: F401 (the tests 
 from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.simulate import slurmrules
 from slurmk8s.render.names import lent_slurmd
+from slurmk8s.slurm import steps
+from slurmk8s.slurm.client import NotOurDrain, SlurmError
 from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node, SlurmState
 
 T0 = datetime(2025, 3, 3, 12, 0, 0, tzinfo=timezone.utc)  # a Monday
@@ -136,27 +140,20 @@ class World:
 
     # -- what the loop does ---------------------------------------------------
 
-    def apply(self, actions, fail=None) -> int:
-        """Apply actions in order; ``fail(action) -> bool`` makes one fail.
-        Returns how many were applied."""
-        failed_nodes: set[str] = set()
-        applied = 0
-        for action in actions:
-            node = A.node_of(action)
-            if node is not None and node in failed_nodes and not isinstance(action, A.Event):
-                continue
-            ok = not (fail and fail(action)) and self._apply(action)
-            if not ok and node is not None:
-                failed_nodes.add(node)
-            applied += ok
-        return applied
+    def apply(self, actions) -> int:
+        """Run a round's actions through the loop's executor, :func:`slurmk8s.slurm.steps.execute`
+        (Slurm's steps against :class:`WorldSlurm`, the rest by :meth:`_apply`). Returns how many were applied."""
+        out = steps.execute(WorldSlurm(self), actions, other=self._apply,
+                            chain=lambda a: None if isinstance(a, A.Event) else A.node_of(a))
+        return len(out.applied)
 
-    def _apply(self, a) -> bool:
+    def _apply(self, a) -> None:
+        """What the loop does to Kubernetes (and the policy's status); raises where the loop fails."""
         if isinstance(a, NODE_PATCH_ACTIONS):
             self.nodes[a.node] = patched(self.nodes[a.node], node_patch(a, self.nodes[a.node]))
         elif isinstance(a, A.CreateSlurmdPod):
             if self.cluster is None:
-                return False  # the loop: the SlurmCluster is gone
+                raise RuntimeError("the SlurmCluster is gone")
             node = self.nodes[a.node]
             # The pod as the loop has it rendered, so decide must find what the renderer makes.
             pod = pod_from_api(lent_slurmd_pod(self.cluster, "", node=a.node, allocatable=node.allocatable,
@@ -167,44 +164,8 @@ class World:
             pod = self.pods.get((a.namespace, a.name))
             if pod is not None:
                 self.pods[(a.namespace, a.name)] = replace(pod, deleting=True)
-        elif isinstance(a, A.Drain):
-            s = self.snodes.get(a.node)
-            if s is None:
-                return False  # scontrol: Invalid node name
-            if not s.drain_set:
-                self.snodes[a.node] = replace(s, flags=s.flags | {"DRAIN"}, reason=f"{DRAIN_PREFIX} {a.reason}")
-        elif isinstance(a, A.SetDown):
-            s = self.snodes.get(a.node)
-            if s is None:
-                return False
-            self.snodes[a.node] = replace(s, state="down", reason=f"{DRAIN_PREFIX} {a.reason}")
-            for j in list(self.jobs.values()):  # Slurm ends them: requeued, or gone when they may not be
-                if a.node in j.nodes.split(",") and j.state == "RUNNING":
-                    self.log.append(("node-fail", j.job_id, a.node))
-                    self._end(j, slurmrules.on_node_down(j.requeue))
-        elif isinstance(a, A.Signal):
-            self.log.extend(("signal", j, a.signal) for j in a.job_ids)
-        elif isinstance(a, A.Requeue):
-            for j in a.job_ids:
-                if j in self.jobs and slurmrules.on_requeue(self.jobs[j].requeue) is None:
-                    continue  # scontrol requeue refuses a --no-requeue job: reported, the others go on
-                self.log.append(("requeue", j, a.node))
-                if j in self.jobs and self.jobs[j].state == "RUNNING":
-                    self._end(self.jobs[j], slurmrules.REQUEUED)
-        elif isinstance(a, A.Cancel):
-            for j in a.job_ids:
-                self.log.append(("cancel", j, a.node))
-                if j in self.jobs and self.jobs[j].state == "RUNNING":
-                    self._end(self.jobs[j], slurmrules.on_cancel())
-        elif isinstance(a, A.StartNow):
-            self.log.extend(("start-now", j, a.node) for j in a.job_ids)
-        elif isinstance(a, A.DeleteNode):
-            if not slurmrules.may_delete_node(len(self.active_jobs(a.node))):
-                return False  # Slurm: Requested nodes are busy
-            self.snodes.pop(a.node, None)
         elif isinstance(a, A.PolicyStatus):
             self.status = a.status
-        return True
 
     def _end(self, j: Job, outcome: str) -> None:
         """Slurm ends a running job as :mod:`slurmk8s.simulate.slurmrules` says: COMPLETING,
@@ -233,6 +194,73 @@ class World:
                     del self.jobs[j.job_id]
                 else:
                     self.jobs[j.job_id] = replace(j, state="PENDING", nodes="")
+
+
+class WorldSlurm:
+    """The world's Slurm behind the :class:`~slurmk8s.slurm.control.SlurmControl` operations the
+    executor calls, refusing (``SlurmError``) where Slurm does. Logs what was done to jobs in ``world.log``."""
+
+    def __init__(self, world: World):
+        self.w = world
+
+    def _node(self, name: str, state: str) -> Node:
+        s = self.w.snodes.get(name)
+        if s is None:
+            raise SlurmError(["scontrol", "update", f"nodename={name}", f"state={state}"], 1,
+                             "Invalid node name specified")
+        return s
+
+    def drain(self, name: str, reason: str) -> None:
+        s = self._node(name, "drain")
+        if not s.drain_set:
+            self.w.snodes[name] = replace(s, flags=s.flags | {"DRAIN"}, reason=f"{DRAIN_PREFIX} {reason}")
+
+    def set_down(self, name: str, reason: str) -> None:
+        w, s = self.w, self._node(name, "down")
+        w.snodes[name] = replace(s, state="down", reason=f"{DRAIN_PREFIX} {reason}")
+        for j in list(w.jobs.values()):  # Slurm ends them: requeued, or gone when they may not be
+            if name in j.nodes.split(",") and j.state == "RUNNING":
+                w.log.append(("node-fail", j.job_id, name))
+                w._end(j, slurmrules.on_node_down(j.requeue))
+
+    def undrain(self, name: str) -> None:
+        s = self.w.snodes.get(name)
+        if s is None or not s.drain_set:
+            return
+        if not s.drain_is_ours:
+            raise NotOurDrain(f"node {name} was drained by someone else ({s.reason!r})")
+        self.w.snodes[name] = replace(s, flags=s.flags - {"DRAIN"}, reason="")
+
+    def signal_node_jobs(self, name: str, signal: str) -> list[int]:
+        ids = [j.job_id for j in self.w.active_jobs(name) if j.state == "RUNNING"]
+        self.w.log.extend(("signal", j, signal) for j in ids)
+        return ids
+
+    def _job_node(self, job_id: int) -> str:
+        j = self.w.jobs.get(job_id)
+        return j.nodes if j is not None else ""
+
+    def requeue(self, job_id: int) -> None:
+        w = self.w
+        if job_id in w.jobs and slurmrules.on_requeue(w.jobs[job_id].requeue) is None:
+            raise SlurmError(["scontrol", "requeue", str(job_id)], 1, "Requested operation is presently disabled")
+        w.log.append(("requeue", job_id, self._job_node(job_id)))
+        if job_id in w.jobs and w.jobs[job_id].state == "RUNNING":
+            w._end(w.jobs[job_id], slurmrules.REQUEUED)
+
+    def cancel(self, job_id: int) -> None:
+        w = self.w
+        w.log.append(("cancel", job_id, self._job_node(job_id)))
+        if job_id in w.jobs and w.jobs[job_id].state == "RUNNING":
+            w._end(w.jobs[job_id], slurmrules.on_cancel())
+
+    def start_now(self, job_id: int) -> None:
+        self.w.log.append(("start-now", job_id, self._job_node(job_id)))
+
+    def delete_node(self, name: str) -> None:
+        if not slurmrules.may_delete_node(len(self.w.active_jobs(name))):
+            raise SlurmError(["scontrol", "delete", f"nodename={name}"], 1, "Requested nodes are busy")
+        self.w.snodes.pop(name, None)
 
 
 def settle(world: World, pol, now: datetime, rounds: int = 20, step: timedelta = timedelta(seconds=10)):
