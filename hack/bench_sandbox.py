@@ -16,12 +16,20 @@
 Each supported Slurm release in turn (or those given with --slurm-version),
 from its own images; a table per release at the end.
 
+With --pulls, only this instead: `sandbox up` with an empty kubelet image
+store (every image pulled from the sandbox's registry and unpacked) against
+the store a previous up left (nothing pulled), rounds alternating, medians
+and their ratio.
+
     hack/bench_sandbox.py [--rounds 5] [--jobs 20] [--slurm-version V ...]   (root, after hack/setup.sh)
+    hack/bench_sandbox.py --pulls [--rounds 3] [--slurm-version V]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -85,6 +93,31 @@ def bench_up(cluster, rounds: int) -> tuple[list[float], list[float]]:
     return ups, downs
 
 
+def bench_pulls(cluster, rounds: int) -> None:
+    """`sandbox up` with an empty kubelet image store, then with the store it left; rounds alternate."""
+    from sandbox.kubelet import IMAGE_CACHE_ENV
+
+    times: dict[str, list[float]] = {"empty": [], "warm": []}
+    with tempfile.TemporaryDirectory(prefix="slurmk8s-bench-images-") as store:
+        os.environ[IMAGE_CACHE_ENV] = store
+        for i in range(rounds):
+            for kind in ("empty", "warm"):
+                if kind == "empty":
+                    shutil.rmtree(store)
+                    os.mkdir(store)
+                with tempfile.TemporaryDirectory(prefix="slurmk8s-bench-") as d:
+                    box = Sandbox(Path(d))
+                    t0 = time.monotonic()
+                    box.up(cluster, subnet=SUBNET, timeout=180)
+                    times[kind].append(time.monotonic() - t0)
+                    box.down(purge=True)
+                print(f"  round {i + 1}: up with the {kind} image store {times[kind][-1]:.1f} s", file=sys.stderr)
+    print(f"\nslurmk8s sandbox up, Slurm {cluster.spec.slurm.version}: kubelet image store empty against warm")
+    print(summary("up, image store empty (all pulled)", times["empty"]))
+    print(summary("up, image store warm (none pulled)", times["warm"]))
+    print(f"{'empty / warm (medians)':<44} {statistics.median(times['empty']) / statistics.median(times['warm']):7.2f} x")
+
+
 def bench_sandbox_latency(cluster, jobs: int, partition: str) -> list[float]:
     with tempfile.TemporaryDirectory(prefix="slurmk8s-bench-") as d:
         box = Sandbox(Path(d))
@@ -134,8 +167,14 @@ def main() -> None:
     ap.add_argument("-f", "--filename", type=Path, default=EXAMPLE, help="SlurmCluster manifest")
     ap.add_argument("--slurm-version", action="append", choices=versions.SUPPORTED, dest="releases",
                     help="a Slurm release to measure (repeatable; default: every supported one)")
+    ap.add_argument("--pulls", action="store_true",
+                    help="measure only `sandbox up` with an empty kubelet image store against a warm one")
     args = ap.parse_args()
     doc = yaml.safe_load(args.filename.read_text())
+    if args.pulls:
+        version = (args.releases or [versions.DEFAULT])[0]
+        bench_pulls(load_cluster(with_slurm_version([doc], version)[0]), args.rounds)
+        return
     partition = "cpu"
     figures = {v: bench_release(doc, v, args.rounds, args.jobs, partition) for v in args.releases or versions.SUPPORTED}
 

@@ -43,7 +43,7 @@ from kubernetes.client.rest import ApiException
 
 from . import gpus, runcruntime, runtime
 from .distribution import PullError
-from .pulls import NodeImages, NodeRegistries, PulledImage, pull_secret_auths
+from .pulls import NodeImages, PulledImage, pull_secret_auths
 from .kubeletserver import KubeletServer
 from .plan import PodPlan, hosts_file, pod_plan, token_requests
 
@@ -51,7 +51,8 @@ Progress = Callable[[str], None]
 GPU = "nvidia.com/gpu"
 #: The nodes' registry configuration in the kubelet's directory (sandbox.pulls.NodeRegistries).
 REGISTRIES_FILE = "registries.json"
-#: Where the nodes keep pulled images: one store for this host's nodes, as one containerd's.
+#: Where the nodes keep pulled blobs and images, by digest: one store for this host's nodes, as
+#: one containerd's (which reference named which digest is each sandbox's: <state>/images).
 IMAGE_CACHE_ENV = "SLURMK8S_KUBELET_IMAGES"
 DEFAULT_IMAGE_CACHE = Path("/var/cache/slurmk8s/kubelet-images")
 
@@ -122,7 +123,7 @@ class Kubelet:
         self.nodes = {n.name: n for n in nodes}
         self.dir = state_dir
         #: The node's images, pulled from registries (its configuration: registries.json beside kubelet.json).
-        self.images = images or NodeImages(image_cache(), NodeRegistries.load(state_dir / REGISTRIES_FILE))
+        self.images = images or NodeImages(image_cache(), state_dir / REGISTRIES_FILE, state_dir / "images")
         self.net = network
         self.progress = progress
         self.pods: dict[str, LocalPod] = {}

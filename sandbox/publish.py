@@ -48,6 +48,13 @@ def prepare(sid: str, address: str) -> tuple[registry.Registry, list[str]]:
     return registry.prepare(directory(sid), address, storage=storage())
 
 
+def running(sid: str, address: str) -> registry.Registry:
+    """Sandbox ``sid``'s registry as :func:`prepare` left it (nothing written): its address, CA and credentials."""
+    d = directory(sid)
+    return registry.Registry(address, d / "tls" / "ca.crt", registry.DEFAULT_USERNAME,
+                             (d / "auth" / "password").read_text().strip(), d)
+
+
 def command(sid: str) -> list[str]:
     """What runs the sandbox's registry, once :func:`prepare` configured it."""
     return registry.serve_command(directory(sid))

@@ -126,14 +126,24 @@ def pull_secret_auths(secrets: Sequence[Mapping]) -> dict:
 
 
 class NodeImages:
-    """A node's images: pulled into ``cache`` (shared by the sandbox's nodes, as one host's
-    containerd content store), with an index of the references pulled."""
+    """A node's images: blobs and unpacked images in ``cache``, by digest (content-addressed,
+    so one store serves every node and sandbox of the host, as one containerd's content
+    store), and in ``refs`` which digest each reference this node pulled named then: what
+    ``IfNotPresent`` and ``Never`` go by. ``refs`` belongs to the nodes of one cluster: a
+    tag pushed again is pulled again by a new cluster, and by this one under ``Always``."""
 
-    def __init__(self, cache: Path, registries: NodeRegistries):
+    def __init__(self, cache: Path, registries: NodeRegistries | Path, refs: Path):
         self.cache = Path(cache)
-        self.registries = registries
-        self.puller = Puller(self.cache, Path(registries.ca_file) if registries.ca_file else None)
-        (self.cache / "refs").mkdir(parents=True, exist_ok=True)
+        self.refs = Path(refs)
+        #: The node's registry configuration, or the file it is read from at each pull (as
+        #: containerd reads its hosts directory): a mirror configured later takes effect.
+        self._registries = registries
+        self.refs.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def registries(self) -> NodeRegistries:
+        r = self._registries
+        return r if isinstance(r, NodeRegistries) else NodeRegistries.load(r)
 
     def image(self, ref: str, policy: str | None, auths: Mapping | None = None,
               progress: Progress | None = None) -> tuple[PulledImage, bool]:
@@ -147,14 +157,16 @@ class NodeImages:
             return local, False
         if policy == "IfNotPresent" and local is not None:
             return local, False
-        source, mirrored = self.registries.resolve(ref)
-        creds = self.registries.auths if mirrored else (auths or {}).get("auths", auths or {})
-        pulled = self.puller.pull(source, {"auths": dict(creds)}, progress)
+        registries = self.registries
+        source, mirrored = registries.resolve(ref)
+        creds = registries.auths if mirrored else (auths or {}).get("auths", auths or {})
+        puller = Puller(self.cache, Path(registries.ca_file) if registries.ca_file else None)
+        pulled = puller.pull(source, {"auths": dict(creds)}, progress)
         self._index(ref, pulled)
         return PulledImage(ref, pulled), True
 
     def _ref_file(self, ref: str) -> Path:
-        return self.cache / "refs" / f"{hashlib.sha256(ref.encode()).hexdigest()}.json"
+        return self.refs / f"{hashlib.sha256(ref.encode()).hexdigest()}.json"
 
     def _local(self, ref: str) -> PulledImage | None:
         f = self._ref_file(ref)

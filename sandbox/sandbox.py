@@ -218,6 +218,13 @@ class Sandbox:
     def registry_address(self, state: State) -> str:
         return f"{state.gateway}:{state.registry_port}"
 
+    def registry(self) -> registry.Registry:
+        """The sandbox's registry: its address, the CA its certificate is from, its credentials."""
+        state = self.state()
+        if state is None:
+            raise SandboxFailed(f"no sandbox in {self.dir}")
+        return publish.running(state.sid, self.registry_address(state))
+
     def supervisor_status(self, process: str) -> Path:
         return self.dir / "run" / f"{process}.json"
 
@@ -261,11 +268,9 @@ class Sandbox:
                 found.append(int(entry.name))
         return sorted(found)
 
-    def _ensure_processes(self, state: State, t0: float, timeout: float, release: str) -> None:
+    def _ensure_processes(self, state: State, t0: float, timeout: float) -> None:
         for process in PROCESSES:
             if _running(state.processes.get(process), "sandbox"):
-                if process == "registry":
-                    self._publish(state, release)
                 continue
             orphans = self._unrecorded(process, state)
             if orphans:
@@ -281,12 +286,10 @@ class Sandbox:
             self._spawn(process, state)
             if process == "apiserver":
                 self._wait_api(state, t0, timeout)
-            elif process == "registry":
-                self._publish(state, release)
 
     def _publish(self, state: State, release: str) -> None:
         """Once the registry answers: push the images (nothing the registry has), and tell the
-        nodes where the project's repository is served (before the kubelet pulls)."""
+        nodes where the project's repository is served; before any pod is made."""
         reg, _ = publish.prepare(state.sid, self.registry_address(state))
         try:
             registry.wait_ready(reg, 30, alive=lambda: _running(state.processes.get("registry"), "sandbox"))
@@ -368,7 +371,8 @@ class Sandbox:
         except runtime.SandboxError as exc:
             raise SandboxFailed(str(exc)) from None
         self.progress(f"network: bridge {net.bridge}, {state.subnet}, gateway {state.gateway}")
-        self._ensure_processes(state, t0, timeout, cluster.spec.slurm.version)
+        self._ensure_processes(state, t0, timeout)
+        self._publish(state, cluster.spec.slurm.version)
         self._install(cluster)
         docs = docs if docs is not None else [cluster.model_dump(by_alias=True, exclude_none=True)]
         self._apply(self._login_secrets(cluster, state) + docs)
@@ -745,6 +749,9 @@ class Sandbox:
             removed.append(f"network {net.bridge}")
         shutil.rmtree(self.dir / "pods", ignore_errors=True)
         shutil.rmtree(self.dir / "run", ignore_errors=True)
+        # Which digest each tag named on these nodes: the next up's nodes pull anew (the
+        # blobs and unpacked images stay in the host's store, by digest).
+        shutil.rmtree(self.dir / "images", ignore_errors=True)
         for name in ("state.json", "kubelet.json", "hosts", "kubelet.kubeconfig", REGISTRIES_FILE):
             (self.dir / name).unlink(missing_ok=True)
         if purge:

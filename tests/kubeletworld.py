@@ -44,7 +44,7 @@ class KubeletWorld:
         self.registry = registry.start(publish.directory(sid), "127.0.0.1:0", storage=publish.storage())
         for release in sorted({i.meta["slurmVersion"] for i in built.values()}):
             publish.publish(self.registry, release, print)  # seconds: the registry has them
-        self.images = NodeImages(image_cache(), publish.node_registries(self.registry))
+        self.images = NodeImages(image_cache(), publish.node_registries(self.registry), tmp / "images")
         self.kubelet: Kubelet | None = None
         self.start_kubelet()
 

@@ -494,7 +494,8 @@ def test_a_mirror_serves_the_references_under_its_prefix_only():
 def test_pull_policies_mirrors_and_whose_credentials_a_pull_uses(registry, tiny, tmp_path):
     _, digest, _ = tiny
     mirrored = NodeImages(tmp_path / "node", NodeRegistries({"example.org/proj": f"{registry.address}/test"},
-                                                            str(registry.ca_cert), registry.auths()["auths"]))
+                                                            str(registry.ca_cert), registry.auths()["auths"]),
+                          tmp_path / "refs")
     ref = "example.org/proj/tiny:v1"
     with pytest.raises(PullError) as e:
         mirrored.image(ref, "Never")
@@ -517,3 +518,9 @@ def test_pull_policies_mirrors_and_whose_credentials_a_pull_uses(registry, tiny,
     assert e.value.status == 401 and "UNAUTHORIZED" in e.value.message
     right = pull_secret_auths([_secret(registry.auths()["auths"])])
     assert mirrored.image(direct, "Always", right)[0].pulled.digest == digest
+    # Another cluster's nodes share the store by digest, not which digest a tag named.
+    other = NodeImages(tmp_path / "node", mirrored.registries, tmp_path / "other-refs")
+    with pytest.raises(PullError):
+        other.image(ref, "Never")
+    fresh, asked = other.image(ref, "IfNotPresent")
+    assert asked and fresh.pulled.fetched == () and fresh.path == image.path

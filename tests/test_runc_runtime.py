@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from sandbox import runcruntime, runtime
+from sandbox.imagestore import CACHE_ENV
 from sandbox.kubelet import SandboxNode
 
 from .kubeletworld import KubeletWorld
@@ -64,6 +65,10 @@ class World(KubeletWorld):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     w = World(tmp_path_factory.mktemp("runc"))
+    # The images are in the registry now: the build cache moved away (an empty one), the
+    # pods still come up, since a node pulls and never reads it.
+    moved = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("no-build-cache"))
     try:
         docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "motd", "namespace": "default"},
                  "data": {"motd": "from a ConfigMap\n"}},
@@ -76,11 +81,16 @@ def world(tmp_path_factory):
         wait_for("pod ctld ready", lambda: w.ready("ctld"), timeout=60)
         yield w
     finally:
+        if moved is None:
+            os.environ.pop(CACHE_ENV, None)
+        else:
+            os.environ[CACHE_ENV] = moved
         if not w.stop.is_set():
             w.close()
 
 
 def test_the_pod_runs_from_its_image_not_from_this_hosts_root(world):
+    assert not any(Path(os.environ[CACHE_ENV]).iterdir())  # pulled: nothing built, nothing read there
     local = world.local("ctld")
     pod_dir = world.kubelet.pod_dir(local)
     pid = runcruntime.container_pid(local.holder, pod_dir)

@@ -321,6 +321,73 @@ def test_a_killed_api_server_or_kubelet_is_restarted_and_the_cluster_carries_on(
     assert researcher.wait_state(job, {"COMPLETED", "FAILED"})["JobState"] == "COMPLETED"
 
 
+def _cluster(name: str, release: str, repository: str, secret: str, policy: str = "IfNotPresent") -> dict:
+    """The smallest SlurmCluster: one CPU node, no login pod; its images from ``repository``."""
+    return {"apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"slurm": {"version": release, "image": {"repository": repository, "pullPolicy": policy}},
+                     "imagePullSecrets": [secret],
+                     "nodeSets": [{"name": "cpu", "replicas": 1, "cpus": 1, "memory": "1Gi"}],
+                     "partitions": [{"name": "cpu", "nodeSets": ["cpu"], "default": True}],
+                     "login": {"replicas": 0}}}
+
+
+@default_release_only
+def test_a_cluster_pulls_from_a_registry_that_asks_for_credentials_as_the_install_guide_says(sandbox, release,
+                                                                                            tmp_path):
+    """docs/install.md, steps 2, 4 and 5, against the sandbox's registry (TLS, a password):
+    push the release's images under a site prefix, make the pull Secret with kubectl, and a
+    cluster naming them comes up; with a wrong password its status names the image and the
+    registry's 401, and its pod is in ImagePullBackOff."""
+    box, env = sandbox
+    reg = box.registry()
+    site = f"{reg.address}/site"
+    push = subprocess.run([SLURMK8S, "images", "push", "--registry", site, "--release", release, "--authfile",
+                           str(reg.write_authfile(tmp_path / "auth.json")), "--ca-file", str(reg.ca_cert)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert push.returncode == 0, push.stderr
+    assert re.search(rf"^{re.escape(site)}/slurmctld:{release}@sha256:[0-9a-f]{{64}}$", push.stdout, re.M), push.stdout
+    for name, password in (("regcred", reg.password), ("badcred", "not-the-password")):
+        made = box.kubectl("create", "secret", "docker-registry", name, f"--docker-server={reg.address}",
+                           f"--docker-username={reg.username}", f"--docker-password={password}")
+        assert made.returncode == 0, made.stderr
+    # Always: under IfNotPresent a node runs an image it already holds whatever the pod's
+    # secret, as Kubernetes does (unless KubeletEnsureSecretPulledImages): "site" pulls the
+    # same images.
+    docs = [_cluster("site", release, site, "regcred"), _cluster("badpass", release, site, "badcred", "Always")]
+    applied = box.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    assert applied.returncode == 0, applied.stderr
+
+    def cluster(name: str) -> dict:
+        return json.loads(box.kubectl("get", "slurmcluster", name, "-o", "json").stdout or "{}")
+
+    def ready_message(name: str) -> str:
+        conds = (cluster(name).get("status") or {}).get("conditions") or []
+        return next((c.get("message", "") for c in conds if c["type"] == "Ready"), "")
+
+    try:
+        refused = wait_for("badpass's status to name the image it cannot pull",
+                           lambda: "401 Unauthorized" in (m := ready_message("badpass")) and m, timeout=180,
+                           show=lambda: ready_message("badpass"))
+        assert f"cannot pull image {site}/slurmctld:{release}" in refused, refused
+        pod = wait_for("badpass-controller-0 in ImagePullBackOff", lambda: (p := json.loads(
+            box.kubectl("get", "pod", "badpass-controller-0", "-o", "json").stdout or "{}")) and any(
+            ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "ImagePullBackOff"
+            for cs in (p.get("status") or {}).get("containerStatuses") or []) and p, timeout=120)
+        assert pod["spec"]["imagePullSecrets"] == [{"name": "badcred"}]
+        events = box.kubectl("get", "events", "--field-selector", "involvedObject.name=badpass-controller-0",
+                             "-o", "json").stdout
+        assert "401 Unauthorized" in events and "BackOff" in events
+        wait_for("cluster site Ready", lambda: (cluster("site").get("status") or {}).get("phase") == "Ready",
+                 timeout=300, show=lambda: ready_message("site"))
+        ids = {cs["imageID"] for cs in json.loads(box.kubectl("get", "pod", "site-cpu-0", "-o", "json").stdout)[
+            "status"]["containerStatuses"]}
+        assert ids and all(i.startswith(f"{site}/slurmd@sha256:") for i in ids), ids
+    finally:
+        box.kubectl("delete", "slurmcluster", "site", "badpass", "--wait=false")
+        box.kubectl("delete", "secret", "regcred", "badcred")
+
+
 @default_release_only
 def test_after_down_and_up_the_login_pod_answers_as_soon_as_up_returns(sandbox, release):
     """`sandbox down` (keeping the objects) then `up`: the pods' Ready from
