@@ -16,7 +16,10 @@ so the next run finds it and builds nothing:
 
 The cache is ``$SLURMK8S_IMAGE_CACHE``, else /var/cache/slurmk8s/images;
 buildah keeps its own storage (base, layers, tagged images) in
-/var/lib/containers. A runtime uses ``ImageStore.lookup`` and ``ensure``.
+/var/lib/containers. The image tests and the bare Slurm runs use
+``ImageStore.lookup`` and ``ensure``; the sandbox's pods do not run from the
+cache: ``sandbox up`` pushes the builds to its registry (``push``) and the
+kubelet pulls them (decision record 30).
 
 One module though over 400 lines: the one shell around buildah and the cache
 (base, build, export, references, prune) under one lock and one log; its pure
@@ -133,7 +136,7 @@ class ImageStore:
             recipe = rules.recipe_for(ref, known)
             if recipe is None:
                 raise ImageError(f"no image of images/ is tagged {ref!r} and there is no registry to pull it "
-                                 f"from: the sandbox builds {', '.join(sorted(known))}, tagged e.g. "
+                                 f"from while building: the sandbox builds {', '.join(sorted(known))}, tagged e.g. "
                                  f"{rules.tags('slurmd')[0]} (`slurmk8s images build` lists what it tags)")
             wanted[rules.normalize_ref(ref)] = recipe
         built = self._build(list(dict.fromkeys(wanted.values())), progress or _quiet)
