@@ -1,13 +1,14 @@
 """Which Secrets a SlurmCluster may name, and why a named one is refused. Pure.
 
 A spec names Secrets in three fields: ``spec.login.users[].sshPublicKeysFrom``
-(mounted into every login pod),
-``spec.accounting.database.external.passwordSecret`` (sent to the database
-host) and ``spec.imagePullSecrets`` (read by the kubelet alone, which sends
-each registry only the credentials its ``auths`` entry names for that
-registry, so it needs no label; it may still not be one slurmk8s generates). Editing a SlurmCluster needs no right to read Secrets, so neither field
-may reach a Secret its writer could not read: not slurmk8s's own (the munge
-key, the agent token, ...), and nothing its owner did not mark for that use.
+(mounted into every login pod), ``spec.accounting.database.external.passwordSecret``
+(sent to the database host) and ``spec.imagePullSecrets`` (read by the kubelet
+alone). Editing a SlurmCluster needs no right to read Secrets, so no field may
+reach a Secret its writer could not read: not slurmk8s's own (the munge key,
+the agent token, ...), and nothing its owner did not mark for that use. A pull
+Secret needs no mark: the kubelet sends each registry only the credentials its
+``auths`` entry names for that registry, and nothing mounts it; it may still
+not be one slurmk8s generates.
 The rule (docs/decisions/0027-secrets-a-spec-may-name.md):
 
 - statically, from the spec alone (:func:`owned_name_error`): a name that is a
