@@ -33,12 +33,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from urllib.parse import urlencode, urlparse
 
 import requests
 
-from .images import ImageError, normalize_ref
+from .images import ImageConfig, ImageError, normalize_ref
 from .layers import LayerError, unpack_layer
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -109,9 +110,10 @@ class Reference:
 
 @dataclass(frozen=True)
 class Pulled:
-    """A pulled image: ``rootfs`` and ``config.json`` under ``path``, as imagestore.Image has them."""
+    """A pulled image: ``rootfs`` and ``config.json`` under ``path``, as imagestore.Image has them;
+    what a container runs."""
 
-    ref: str
+    ref: str  # the reference pulled (a mirror's, when the node pulled through one)
     digest: str  # the manifest's
     path: Path
     fetched: tuple[str, ...] = ()  # the blobs this pull downloaded (none when all were cached)
@@ -123,6 +125,17 @@ class Pulled:
     @property
     def oci_config(self) -> dict:
         return json.loads((self.path / "config.json").read_text())
+
+    @cached_property
+    def config(self) -> ImageConfig:
+        return ImageConfig.from_oci(self.oci_config)
+
+    @property
+    def image_id(self) -> str:
+        """``containerStatuses[].imageID``: the repository pulled from, at the manifest's digest."""
+        name = self.ref.split("@", 1)[0]
+        repo = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+        return f"{repo}@{self.digest}"
 
 
 def credentials_for(auths: Mapping | None, registry: str) -> tuple[str, str] | None:

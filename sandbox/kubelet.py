@@ -42,8 +42,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from . import gpus, runcruntime, runtime
-from .distribution import PullError
-from .pulls import NodeImages, PulledImage, pull_secret_auths
+from .distribution import Pulled, PullError
+from .pulls import NodeImages, pull_secret_auths
 from .kubeletserver import KubeletServer
 from .plan import PodPlan, hosts_file, pod_plan, token_requests
 
@@ -488,7 +488,7 @@ class Kubelet:
         self.progress(f"kubelet: started pod {local.namespace}/{local.name} on {local.node} ({local.ip})")
         self._report(local, plan)
 
-    def _pull(self, local: LocalPod, plan: PodPlan) -> list[PulledImage]:
+    def _pull(self, local: LocalPod, plan: PodPlan) -> list[Pulled]:
         """Each container's image under its pull policy (:mod:`.pulls`), with the pod's pull secrets;
         an Event for each image the registry was asked for, as a kubelet posts."""
         meta = {"name": local.name, "namespace": local.namespace, "uid": local.uid}
@@ -502,7 +502,7 @@ class Kubelet:
                                 exc.status) from None
             if asked:
                 self._event(meta, "Normal", "Pulled",
-                            f'Successfully pulled image "{c.image}" ({image.pulled.digest})')
+                            f'Successfully pulled image "{c.image}" ({image.digest})')
             out.append(image)
         return out
 

@@ -28,14 +28,12 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from .distribution import PullError, Pulled, Puller, Reference
-from .images import ImageConfig
 
-__all__ = ["NodeRegistries", "PulledImage", "NodeImages", "default_policy", "pull_secret_auths",
+__all__ = ["NodeRegistries", "NodeImages", "default_policy", "pull_secret_auths",
            "DOCKERCONFIGJSON"]
 
 DOCKERCONFIGJSON = "kubernetes.io/dockerconfigjson"
@@ -74,33 +72,6 @@ class NodeRegistries:
             if ref.startswith(prefix + "/"):
                 return mirror + ref[len(prefix):], True
         return ref, False
-
-
-@dataclass(frozen=True)
-class PulledImage:
-    """What a container runs: a pulled image (``rootfs``, ``config``), by the reference the pod named."""
-
-    ref: str
-    pulled: Pulled
-
-    @property
-    def path(self) -> Path:
-        return self.pulled.path
-
-    @property
-    def rootfs(self) -> Path:
-        return self.pulled.rootfs
-
-    @cached_property
-    def config(self) -> ImageConfig:
-        return ImageConfig.from_oci(self.pulled.oci_config)
-
-    @property
-    def image_id(self) -> str:
-        """``containerStatuses[].imageID``: the repository pulled from, at the manifest's digest."""
-        name = self.pulled.ref.split("@", 1)[0]
-        repo = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
-        return f"{repo}@{self.pulled.digest}"
 
 
 def default_policy(ref: str) -> str:
@@ -146,7 +117,7 @@ class NodeImages:
         return r if isinstance(r, NodeRegistries) else NodeRegistries.load(r)
 
     def image(self, ref: str, policy: str | None, auths: Mapping | None = None,
-              progress: Progress | None = None) -> tuple[PulledImage, bool]:
+              progress: Progress | None = None) -> tuple[Pulled, bool]:
         """The image of ``ref`` under ``policy``; (it, whether the registry was asked). Raises PullError."""
         policy = policy or default_policy(ref)
         local = self._local(ref)
@@ -159,16 +130,15 @@ class NodeImages:
             return local, False
         registries = self.registries
         source, mirrored = registries.resolve(ref)
-        creds = registries.auths if mirrored else (auths or {}).get("auths", auths or {})
         puller = Puller(self.cache, Path(registries.ca_file) if registries.ca_file else None)
-        pulled = puller.pull(source, {"auths": dict(creds)}, progress)
+        pulled = puller.pull(source, {"auths": registries.auths} if mirrored else auths, progress)
         self._index(ref, pulled)
-        return PulledImage(ref, pulled), True
+        return pulled, True
 
     def _ref_file(self, ref: str) -> Path:
         return self.refs / f"{hashlib.sha256(ref.encode()).hexdigest()}.json"
 
-    def _local(self, ref: str) -> PulledImage | None:
+    def _local(self, ref: str) -> Pulled | None:
         f = self._ref_file(ref)
         if not f.exists():
             return None
@@ -176,7 +146,7 @@ class NodeImages:
         path = self.cache / "images" / data["digest"].split(":", 1)[1]
         if not (path / "pull.json").exists():
             return None
-        return PulledImage(ref, Pulled(data["pulled"], data["digest"], path))
+        return Pulled(data["pulled"], data["digest"], path)
 
     def _index(self, ref: str, pulled: Pulled) -> None:
         f = self._ref_file(ref)

@@ -35,7 +35,7 @@ from typing import Sequence
 from . import oci, podlogs
 from .images import ImageError
 from .plan import ContainerPlan, Mount, PodPlan
-from .pulls import PulledImage
+from .distribution import Pulled
 from .runtime import SandboxError, _nul, alive, network_probe, write_files
 
 NAME = "runc"
@@ -65,7 +65,7 @@ def read_in_root(root: Path, rel: str) -> str:
         return f.read().decode(errors="replace")
 
 
-def prepare(pod: PodPlan, images: Sequence[PulledImage], pod_dir: Path, hosts_file: Path, storage: Path,
+def prepare(pod: PodPlan, images: Sequence[Pulled], pod_dir: Path, hosts_file: Path, storage: Path,
             netns: str = "", gpus: Sequence[int] = ()) -> None:
     """Write the pod's volumes, bundles and ``runc.json``; raises SandboxError. ``images``: each
     container's, as the kubelet pulled them; ``gpus``: the host numbers of the GPUs the kubelet

@@ -290,7 +290,7 @@ class Sandbox:
     def _publish(self, state: State, release: str) -> None:
         """Once the registry answers: push the images (nothing the registry has), and tell the
         nodes where the project's repository is served; before any pod is made."""
-        reg, _ = publish.prepare(state.sid, self.registry_address(state))
+        reg = publish.running(state.sid, self.registry_address(state))  # prepared before it was started
         try:
             registry.wait_ready(reg, 30, alive=lambda: _running(state.processes.get("registry"), "sandbox"))
             publish.publish(reg, release, self.progress)

@@ -502,11 +502,11 @@ def test_pull_policies_mirrors_and_whose_credentials_a_pull_uses(registry, tiny,
     assert e.value.reason == "ErrImageNeverPull" and ref in e.value.message
     # Through the mirror, with the node's credentials for it; the pod named none.
     image, asked = mirrored.image(ref, None)  # a tag: IfNotPresent
-    assert asked and image.pulled.digest == digest and (image.rootfs / "etc/motd").exists()
+    assert asked and image.digest == digest and (image.rootfs / "etc/motd").exists()
     assert image.image_id == f"{registry.address}/test/tiny@{digest}" and image.config.entrypoint == ("/bin/true",)
     assert mirrored.image(ref, "IfNotPresent")[1] is False and mirrored.image(ref, "Never")[1] is False
     again, asked = mirrored.image(ref, "Always")  # asked again; nothing fetched
-    assert asked and again.pulled.fetched == ()
+    assert asked and again.fetched == ()
     # Straight from the registry: the pod's secrets only, never the node's mirror credentials.
     direct = f"{registry.address}/test/tiny:v1"
     with pytest.raises(PullError) as e:
@@ -517,10 +517,10 @@ def test_pull_policies_mirrors_and_whose_credentials_a_pull_uses(registry, tiny,
         mirrored.image(direct, "Always", wrong)
     assert e.value.status == 401 and "UNAUTHORIZED" in e.value.message
     right = pull_secret_auths([_secret(registry.auths()["auths"])])
-    assert mirrored.image(direct, "Always", right)[0].pulled.digest == digest
+    assert mirrored.image(direct, "Always", right)[0].digest == digest
     # Another cluster's nodes share the store by digest, not which digest a tag named.
     other = NodeImages(tmp_path / "node", mirrored.registries, tmp_path / "other-refs")
     with pytest.raises(PullError):
         other.image(ref, "Never")
     fresh, asked = other.image(ref, "IfNotPresent")
-    assert asked and fresh.pulled.fetched == () and fresh.path == image.path
+    assert asked and fresh.fetched == () and fresh.path == image.path
