@@ -156,7 +156,7 @@ class World:
                 raise RuntimeError("the SlurmCluster is gone")
             node = self.nodes[a.node]
             # The pod as the loop has it rendered, so decide must find what the renderer makes.
-            pod = pod_from_api(lent_slurmd_pod(self.cluster, "", node=a.node, allocatable=node.allocatable,
+            pod = pod_from_api(lent_slurmd_pod(self.cluster, "", node=a.node, resources=dict(a.resources),
                                                labels=node.labels, partition=a.partition, shm_size=a.shm_size,
                                                taint_key=TAINT_KEY))
             self.pods.setdefault((pod.namespace, pod.name), pod)

@@ -201,9 +201,11 @@ def test_an_idle_node_is_lent_after_idle_after_seconds_and_not_before():
     assert only(acts, A.SetLendingState) == A.SetLendingState("n1", LENDING, "hpc/lend", "hpc/demo", "gpu", now)
     assert only(acts, A.Taint) == A.Taint("n1", TAINT_KEY, "demo", TAINT_EFFECT)
     create = only(acts, A.CreateSlurmdPod)
-    assert create == A.CreateSlurmdPod("hpc/demo", "n1", "gpu", POLICY.spec.shm_size)
+    # No pod on the node: all of its allocatable is lent.
+    assert create == A.CreateSlurmdPod("hpc/demo", "n1", "gpu", POLICY.spec.shm_size, resources=(
+        ("cpu", "32000m"), ("memory", str(256 * 2**30)), ("nvidia.com/gpu", "8")))
     # The renderer makes the pod from the action and the Node; the bridge finds what it makes.
-    obj = lent_slurmd_pod(cluster(), "", node=create.node, allocatable=ALLOCATABLE, labels=GPU_LABELS,
+    obj = lent_slurmd_pod(cluster(), "", node=create.node, resources=dict(create.resources), labels=GPU_LABELS,
                           partition=create.partition, shm_size=create.shm_size, taint_key=TAINT_KEY)
     pod = pod_from_api(obj)
     desc = lent_node("demo", "n1", ALLOCATABLE, GPU_LABELS, "gpu")

@@ -136,7 +136,7 @@ def test_image_pull_secrets_reach_every_pod_of_the_cluster_and_its_lent_nodes():
     objs = render(cluster, ClusterKeys.generate())
     specs = {f"{o['kind']}/{o['metadata']['name']}": o["spec"]["template"]["spec"] for o in objs
              if o["kind"] in ("StatefulSet", "Deployment")}
-    lent = lent_slurmd_pod(cluster, "h", node="n1", allocatable={"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"},
+    lent = lent_slurmd_pod(cluster, "h", node="n1", resources={"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"},
                            labels={}, partition="gpu", shm_size="1Gi", taint_key="slurmk8s.dev/lent")
     specs["Pod/lent"] = lent["spec"]
     assert len(specs) >= 6  # controller, workers, login, database, slurmdbd, the lent pod

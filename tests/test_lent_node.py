@@ -86,7 +86,7 @@ def test_the_lent_slurmd_pod_is_pinned_tolerates_the_taint_and_shares_the_storag
     root = Path(__file__).resolve().parents[1]
     cluster = load_cluster(yaml.safe_load((root / "examples" / "slurmcluster.yaml").read_text()))
     node = lent_node(cluster.name, "gpu-node-7", ALLOCATABLE, LABELS, "gpu")
-    pod = lent_slurmd_pod(cluster, "abc", node="gpu-node-7", allocatable=ALLOCATABLE, labels=LABELS,
+    pod = lent_slurmd_pod(cluster, "abc", node="gpu-node-7", resources=ALLOCATABLE, labels=LABELS,
                           partition="gpu", shm_size="1Gi", taint_key=TAINT_KEY)
     kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
     spec = pod["spec"]

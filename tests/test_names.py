@@ -322,6 +322,6 @@ def test_a_long_lent_pod_name_stays_a_valid_and_distinct_name():
 
 def test_the_lent_pod_is_named_by_the_renderer_and_found_by_that_name():
     c = load_cluster(minimal(partitions=[{"name": "gpu", "acceptLentNodes": True}]))
-    pod = lent_slurmd_pod(c, "", node="gpu-0", allocatable=GPU_NODE, labels={}, partition="gpu", shm_size="1Gi",
+    pod = lent_slurmd_pod(c, "", node="gpu-0", resources=GPU_NODE, labels={}, partition="gpu", shm_size="1Gi",
                           taint_key="t")
     assert pod["metadata"]["name"] == names.lent_slurmd(c, "gpu-0") == "c1-lent.gpu-0"

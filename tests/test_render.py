@@ -574,7 +574,7 @@ def test_slurm_pods_get_no_service_account_token_and_workers_drain_for_their_gra
         env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
         assert env["SLURMK8S_DRAIN_TIMEOUT"] == str(ns.drain.grace_period)
         assert spec["terminationGracePeriodSeconds"] > ns.drain.grace_period + cluster.spec.slurm_config.kill_wait
-    lent = lent_slurmd_pod(cluster, "h", node="n", allocatable=_ONE_GPU_1024, labels={}, partition="gpu",
+    lent = lent_slurmd_pod(cluster, "h", node="n", resources=_ONE_GPU_1024, labels={}, partition="gpu",
                            shm_size="1Gi", taint_key="slurmk8s.dev/lent")
     assert lent["spec"]["automountServiceAccountToken"] is False
 
@@ -587,7 +587,7 @@ def test_every_slurmd_drains_its_node_with_the_reason_the_operator_knows(doc, ke
     workers = {names.nodeset(cluster, ns.name) for ns in cluster.spec.node_sets}
     slurmd_pods = [o["spec"]["template"]["spec"] for o in render(cluster, keys)
                    if o["kind"] == "StatefulSet" and o["metadata"]["name"] in workers]
-    slurmd_pods.append(lent_slurmd_pod(cluster, "h", node="n", allocatable=_ONE_GPU_1024, labels={}, partition="gpu",
+    slurmd_pods.append(lent_slurmd_pod(cluster, "h", node="n", resources=_ONE_GPU_1024, labels={}, partition="gpu",
                                        shm_size="1Gi", taint_key="slurmk8s.dev/lent")["spec"])
     assert len(slurmd_pods) == len(cluster.spec.node_sets) + 1
     for spec in slurmd_pods:
@@ -630,7 +630,7 @@ def test_slurmd_pods_have_a_memory_limit_and_a_bounded_dev_shm(doc, keys):
 
 def test_a_lent_slurmd_pod_has_a_memory_limit_and_a_bounded_dev_shm(doc):
     cluster = load_cluster(doc)
-    pod = lent_slurmd_pod(cluster, "h", node="n", allocatable=_ONE_GPU_65536, labels={}, partition="gpu",
+    pod = lent_slurmd_pod(cluster, "h", node="n", resources=_ONE_GPU_65536, labels={}, partition="gpu",
                           shm_size="4Gi", taint_key="slurmk8s.dev/lent")
     (container,) = pod["spec"]["containers"]
     # The node's allocatable memory, the most Slurm hands out there; a small
@@ -663,6 +663,6 @@ def test_only_slurmd_with_cgroups_is_privileged(doc, keys, cgroups):
     workers = [names.nodeset(cluster, ns.name) for ns in cluster.spec.node_sets]
     assert privileged == ([(w, "slurmd", f"ghcr.io/slurmk8s/slurmd:{cluster.spec.slurm.version}") for w in workers]
                           if cgroups else [])
-    lent = lent_slurmd_pod(cluster, "h", node="n", allocatable=_ONE_GPU_1024, labels={}, partition="gpu",
+    lent = lent_slurmd_pod(cluster, "h", node="n", resources=_ONE_GPU_1024, labels={}, partition="gpu",
                            shm_size="1Gi", taint_key="slurmk8s.dev/lent")
     assert not (lent["spec"]["containers"][0].get("securityContext") or {}).get("privileged")

@@ -209,7 +209,14 @@ class NodeLendingPolicySpec(ApiModel):
     refused."""
     idle_after_seconds: int = Field(120, ge=0, le=604800)
     """How long a node must have run no pod (other than DaemonSet pods) that
-    requests nvidia.com/gpu before it is lent."""
+    requests nvidia.com/gpu before it is lent; with minFreeGpus, how long
+    that many of its GPUs must have been free."""
+    min_free_gpus: int | None = Field(None, ge=1, le=64)
+    """Also lend nodes that run GPU pods: a node of which at least this many
+    GPUs have been free for idleAfterSeconds is lent with what its pods
+    leave (its free GPUs, and its allocatable cpu and memory less what its
+    pods request), and its pods keep running. Unset: only nodes that run no
+    GPU pod are lent."""
     min_kubernetes_nodes: int = Field(0, ge=0, le=100000)
     """Selected nodes always kept for Kubernetes, lent never."""
     max_lent_nodes: int | None = Field(None, ge=0, le=100000)

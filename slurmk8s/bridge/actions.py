@@ -26,7 +26,8 @@ from ..events import Event
 from ..slurm.steps import Cancel, DeleteNode, Drain, Requeue, SetDown, Signal, StartNow
 
 __all__ = [
-    "SetLendingState", "ClearLending", "RecordIdleSince", "ClearIdleSince", "RecordSignalled",
+    "SetLendingState", "ClearLending", "RecordIdleSince", "ClearIdleSince", "RecordFreeSince",
+    "ClearFreeSince", "RecordSignalled",
     "RecordForced", "RecordDownOwed", "ClearDownOwed", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "Drain", "SetDown",
     "Signal", "Requeue", "StartNow", "Cancel", "DeleteNode", "Event", "PolicyStatus",
     "Action", "NodeAction", "DESTRUCTIVE_ACTIONS", "node_of",
@@ -71,6 +72,23 @@ class RecordIdleSince:
 @dataclass(frozen=True)
 class ClearIdleSince:
     """Remove ``slurmk8s.dev/idle-since``: a GPU pod runs on the node again."""
+
+    node: str
+
+
+@dataclass(frozen=True)
+class RecordFreeSince:
+    """Annotate ``slurmk8s.dev/free-since=<at>`` and ``slurmk8s.dev/free-gpus=<gpus>``:
+    from ``at`` on, at least ``gpus`` of the node's GPUs have been free."""
+
+    node: str
+    at: datetime
+    gpus: int
+
+
+@dataclass(frozen=True)
+class ClearFreeSince:
+    """Remove ``slurmk8s.dev/free-since`` and ``free-gpus``: no GPU of the node is free."""
 
     node: str
 
@@ -141,8 +159,8 @@ class CreateSlurmdPod:
     ``cluster`` (namespace/name), its /dev/shm bounded by ``shm_size`` (the
     policy's shmSize).
 
-    The loop has the renderer build the Pod from the SlurmCluster and the
-    Node (``slurmk8s.render.slurmd.lent_slurmd_pod``): its name
+    The loop has the renderer build the Pod from the SlurmCluster, the
+    Node's labels and ``resources`` (``slurmk8s.render.slurmd.lent_slurmd_pod``): its name
     (``slurmk8s.render.names.lent_slurmd``), labels, the node's description
     to Slurm (``slurmk8s.render.lent``) and everything else are made there
     and nowhere else. Creating a pod that exists is a no-op.
@@ -152,6 +170,10 @@ class CreateSlurmdPod:
     node: str
     partition: str
     shm_size: str
+    #: What the pod takes and Slurm is told of: the node's cpu, memory and
+    #: nvidia.com/gpu less what its other pods request
+    #: (:meth:`~slurmk8s.bridge.world.World.lendable`), as sorted pairs.
+    resources: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -176,7 +198,8 @@ class PolicyStatus:
 
 
 NodeAction = Union[
-    SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordSignalled, RecordForced,
+    SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordFreeSince, ClearFreeSince,
+    RecordSignalled, RecordForced,
     RecordDownOwed, ClearDownOwed, Taint, Untaint, CreateSlurmdPod, DeleteSlurmdPod, Drain, SetDown, Signal, Requeue,
     StartNow, Cancel, DeleteNode,
 ]

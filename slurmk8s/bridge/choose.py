@@ -1,7 +1,8 @@
 """Which nodes to lend, and which held nodes to give back first. Pure.
 
 A Kubernetes node is lent when it has been idle for ``idleAfterSeconds`` (and
-at least one round), is Ready, not cordoned, carries no lending taint, Slurm
+at least one round): it ran no GPU pod, or, under ``minFreeGpus``, at least
+that many of its GPUs were free (:func:`waiting_since`). It is Ready, not cordoned, carries no lending taint, Slurm
 has no other node of its name, no pending GPU pod could land on it, it can
 be described to Slurm, and lending it keeps the policy within
 ``maxLentNodes`` and ``minKubernetesNodes``. Longest idle first.
@@ -19,7 +20,7 @@ from .placement import fits
 from .settings import Settings, Round
 from .world import World
 
-__all__ = ["reclaim_order", "over_cap", "short_of_minimum", "idle_candidates", "choose_to_lend"]
+__all__ = ["reclaim_order", "over_cap", "short_of_minimum", "waiting_since", "idle_candidates", "choose_to_lend"]
 
 
 def reclaim_order(world: World, node: KubeNode) -> tuple:
@@ -41,11 +42,21 @@ def short_of_minimum(spec: NodeLendingPolicySpec, kube: int, returning: int) -> 
     return max(spec.min_kubernetes_nodes - kube - returning, 0)
 
 
+def waiting_since(settings: Settings, node: KubeNode) -> datetime | None:
+    """Since when ``node`` has been idle as the policy counts it (the Node's
+    record): without GPU pods, or with at least ``minFreeGpus`` GPUs free."""
+    want = settings.min_free_gpus
+    if want is None:
+        return node.record.idle_since
+    free = node.record.free_since
+    return free[0] if free is not None and free[1] >= want else None
+
+
 def idle_candidates(r: Round, world: World, settings: Settings, idle: list[KubeNode], reserved: set[str],
                     unmet: list[KubePod], ghosts: set[str]) -> list[tuple[datetime, KubeNode]]:
-    """Of the idle selected Kubernetes nodes (``idle``), those idle long
-    enough to lend, longest idle first; why others cannot be lent goes to
-    ``r.blocked``."""
+    """Of the idle selected Kubernetes nodes (``idle``: as the policy counts
+    it), those idle long enough to lend, longest idle first; why others
+    cannot be lent goes to ``r.blocked``."""
     assert settings.policy is not None
     # Idle since a time recorded on the Node (to the millisecond) by an
     # earlier round, and for longer than idleAfterSeconds: a node first seen
@@ -57,7 +68,7 @@ def idle_candidates(r: Round, world: World, settings: Settings, idle: list[KubeN
     for n in idle:
         if n.name in reserved or not n.ready or n.unschedulable:
             continue
-        since = n.record.idle_since
+        since = waiting_since(settings, n)
         if since is None or settings.now - since <= idle_after:
             continue
         if n.record.taint is not None:
@@ -73,8 +84,8 @@ def idle_candidates(r: Round, world: World, settings: Settings, idle: list[KubeN
     return [(since, n) for since, _, n in eligible]
 
 
-def choose_to_lend(r: Round, settings: Settings, eligible: list[tuple[datetime, KubeNode]], lent: int,
-                   kube_left: int) -> list[tuple[datetime, KubeNode, LentNode]]:
+def choose_to_lend(r: Round, world: World, settings: Settings, eligible: list[tuple[datetime, KubeNode]],
+                   lent: int, kube_left: int) -> list[tuple[datetime, KubeNode, LentNode]]:
     """The candidates to lend now, within the limits (``lent``: nodes held;
     ``kube_left``: selected nodes serving Kubernetes), with their description;
     a node that cannot be described goes to ``r.blocked``."""
@@ -87,7 +98,7 @@ def choose_to_lend(r: Round, settings: Settings, eligible: list[tuple[datetime, 
         if kube_left - 1 < spec.min_kubernetes_nodes:
             break
         try:
-            desc = settings.describe(n)
+            desc = settings.describe(n, world.lendable(n))
         except UnlendableNode as exc:
             r.blocked.append(f"{n.name} ({exc})")
             continue

@@ -107,9 +107,14 @@ def _round(world: World, settings: Settings) -> list[Action]:
     selected = settings.select(nodes)
     kube = [n for n in selected if n.record.state is None]
     idle = [n for n in kube if world.idle(n.name, settings.namespace, settings.cluster_name)]
+    # Under minFreeGpus, the nodes with a GPU free (their clock is recorded)
+    # and those with enough free to lend.
+    want = settings.min_free_gpus
+    free = [] if want is None else [n for n in kube if world.has_free(n, settings.namespace, settings.cluster_name)]
+    lendable = idle if want is None else [n for n in free if world.free_gpus(n) >= want]
 
     # Idle bookkeeping holds whatever Slurm says: it only reads pods.
-    move.clear_idle(r, world, nodes)
+    move.clear_idle(r, world, settings, nodes)
 
     problem = policy_problem(world, settings, selected) if policy is not None else None
     window_open = policy is None or in_window(policy.spec.windows, policy.spec.time_zone, settings.now)
@@ -125,9 +130,9 @@ def _round(world: World, settings: Settings) -> list[Action]:
     elif not world.slurm_known:
         _without_slurm(r, world, settings, mine, kube)
     else:
-        lending = _move_nodes(r, world, settings, mine, selected, kube, idle, problem, window_open)
+        lending = _move_nodes(r, world, settings, mine, selected, kube, lendable, problem, window_open)
         deadline.settle(r, world, settings, nodes)
-    move.record_idle(r, settings, idle, lending)
+    move.record_idle(r, world, settings, idle, free, lending)
     kubernetes = len(kube) - len(lending) + _returned(r, settings, mine)
     return r.actions + policy_status(settings, r, len(selected), kubernetes, problem, window_open,
                                      deadline.owed_by(settings, nodes, r))
@@ -262,8 +267,9 @@ def _move_nodes(r: Round, world: World, settings: Settings, mine: list[KubeNode]
         return set()
     lending = set()
     candidates = idle_candidates(r, world, settings, idle, reserved, unmet, ghosts)
-    for since, n, desc in choose_to_lend(r, settings, candidates, len(held), len(kube) + _returned(r, settings, mine)):
-        move.start_lending(r, settings, n, since, desc)
+    for since, n, desc in choose_to_lend(r, world, settings, candidates, len(held),
+                                         len(kube) + _returned(r, settings, mine)):
+        move.start_lending(r, world, settings, n, since, desc)
         lending.add(n.name)
     return lending
 

@@ -516,7 +516,7 @@ class _Acting:
             raise RuntimeError("the SlurmCluster is gone")
         chash = (self.cluster.status.config_hash if self.cluster.status else None) or ""
         node = self.nodes[action.node]
-        pod = lent_slurmd_pod(self.cluster, chash, node=action.node, allocatable=node.allocatable,
+        pod = lent_slurmd_pod(self.cluster, chash, node=action.node, resources=dict(action.resources),
                               labels=node.labels, partition=action.partition, shm_size=action.shm_size,
                               taint_key=TAINT_KEY)
         try:

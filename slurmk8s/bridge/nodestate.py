@@ -17,6 +17,7 @@ killed at any instant and pick up where it left off.
 | ``slurmk8s.dev/reclaim-jobs`` | annotation | the jobs signalled (comma-separated ids) |
 | ``slurmk8s.dev/reclaim-forced`` | annotation | when its remaining jobs were requeued or cancelled |
 | ``slurmk8s.dev/idle-since`` | annotation | when it was first seen without GPU pods (Kubernetes state only) |
+| ``slurmk8s.dev/free-gpus``, ``slurmk8s.dev/free-since`` | annotations | at least this many of its GPUs have been free (held by no pod) since then (Kubernetes state only; the clock of policies with ``minFreeGpus``) |
 | ``slurmk8s.dev/lent`` | taint | ``<cluster>:NoSchedule`` while it is not serving Kubernetes |
 | ``slurmk8s.dev/down-owed`` | annotation | ``<namespace>/<name>`` of the SlurmCluster that must still set the node DOWN: it was taken back past the reclaim deadline (kept when the node returns to Kubernetes) |
 | ``slurmk8s.dev/down-owed-policy`` | annotation | ``<namespace>/<name>`` of the policy that took it back so |
@@ -36,7 +37,7 @@ __all__ = [
     "STATE_LABEL", "LENDING", "LENT", "RECLAIMING", "STATES",
     "POLICY_ANNOTATION", "CLUSTER_ANNOTATION", "PARTITION_ANNOTATION", "SINCE_ANNOTATION",
     "REASON_ANNOTATION", "SIGNALLED_ANNOTATION", "JOBS_ANNOTATION", "FORCED_ANNOTATION", "IDLE_SINCE_ANNOTATION",
-    "LENDING_ANNOTATIONS", "DOWN_OWED_ANNOTATION", "DOWN_OWED_POLICY_ANNOTATION", "TAINT_KEY", "TAINT_EFFECT", "SLURMD_COMPONENT", "COMPONENT_LABEL",
+    "FREE_GPUS_ANNOTATION", "FREE_SINCE_ANNOTATION", "LENDING_ANNOTATIONS", "DOWN_OWED_ANNOTATION", "DOWN_OWED_POLICY_ANNOTATION", "TAINT_KEY", "TAINT_EFFECT", "SLURMD_COMPONENT", "COMPONENT_LABEL",
     "LendingRecord", "format_time", "parse_time",
 ]
 
@@ -55,11 +56,14 @@ SIGNALLED_ANNOTATION = f"{GROUP}/reclaim-signalled"
 JOBS_ANNOTATION = f"{GROUP}/reclaim-jobs"
 FORCED_ANNOTATION = f"{GROUP}/reclaim-forced"
 IDLE_SINCE_ANNOTATION = f"{GROUP}/idle-since"
+FREE_GPUS_ANNOTATION = f"{GROUP}/free-gpus"
+FREE_SINCE_ANNOTATION = f"{GROUP}/free-since"
 #: Every annotation the lending state machine writes; a node returned to
 #: Kubernetes carries none of them.
 LENDING_ANNOTATIONS = (
     POLICY_ANNOTATION, CLUSTER_ANNOTATION, PARTITION_ANNOTATION, SINCE_ANNOTATION,
     REASON_ANNOTATION, SIGNALLED_ANNOTATION, JOBS_ANNOTATION, FORCED_ANNOTATION, IDLE_SINCE_ANNOTATION,
+    FREE_GPUS_ANNOTATION, FREE_SINCE_ANNOTATION,
 )
 
 #: A node taken back past the reclaim deadline owes its SlurmCluster a DOWN:
@@ -95,6 +99,9 @@ class LendingRecord:
     signalled_jobs: tuple[int, ...]
     forced: datetime | None
     idle_since: datetime | None
+    #: (since when, how many): at least that many GPUs have been free since
+    #: then; None when not recorded or unreadable (the clock starts again).
+    free_since: tuple[datetime, int] | None
     #: The value of our taint, or None when the node does not carry it.
     taint: str | None
     #: The SlurmCluster (namespace/name) that must still set the node DOWN,
@@ -118,7 +125,15 @@ class LendingRecord:
             signalled_jobs=parse_job_ids(ann(JOBS_ANNOTATION)),
             forced=parse_time(ann(FORCED_ANNOTATION)),
             idle_since=parse_time(ann(IDLE_SINCE_ANNOTATION)),
+            free_since=_free_since(ann(FREE_SINCE_ANNOTATION), ann(FREE_GPUS_ANNOTATION)),
             taint=taint,
             down_owed=ann(DOWN_OWED_ANNOTATION) or None,
             down_owed_policy=ann(DOWN_OWED_POLICY_ANNOTATION) or None,
         )
+
+
+def _free_since(since: str | None, gpus: str | None) -> tuple[datetime, int] | None:
+    at = parse_time(since)
+    if at is None or gpus is None or not gpus.isdigit() or len(gpus) > 4:
+        return None
+    return at, int(gpus)

@@ -10,6 +10,7 @@ round and passes it in; ``decide`` does no I/O.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -24,7 +25,7 @@ from .nodestate import LendingRecord, parse_time
 
 __all__ = [
     "NodeTaint", "KubeNode", "KubePod", "Observed", "PolicyGone", "InvalidPolicy",
-    "node_from_api", "pod_from_api", "gpu_count",
+    "node_from_api", "pod_from_api", "gpu_count", "requested",
 ]
 
 #: Pod phases of pods that hold no resources any more.
@@ -48,6 +49,34 @@ def gpu_count(resources: Mapping[str, Any]) -> int:
     except (ValueError, KeyError):
         return 0
     return int(value) if 0 <= value < 1 << 20 else 0
+
+
+def _amount(resources: Mapping[str, Any], key: str, scale: int) -> int:
+    """``key`` of a resource list in units of 1/``scale`` (cpu in millicores:
+    1000), rounded up; 0 when absent or unreadable."""
+    raw = resources.get(key)
+    if raw is None:
+        return 0
+    try:
+        value = parse_quantity(str(raw)) * scale
+    except (ValueError, KeyError):
+        return 0
+    return math.ceil(value) if 0 <= value < 1 << 62 else 0
+
+
+def requested(spec: Mapping[str, Any], key: str, scale: int = 1) -> int:
+    """What a pod requests of ``key`` (cpu, memory), as the scheduler counts
+    it: the larger of its containers' sum and any one init container, each
+    container's request being its limit where it gives no request, plus the
+    pod's overhead. In units of 1/``scale``."""
+    def one(c: Mapping[str, Any]) -> int:
+        res = c.get("resources") or {}
+        requests = res.get("requests") or {}
+        return _amount(requests if key in requests else res.get("limits") or {}, key, scale)
+
+    total = sum(one(c) for c in spec.get("containers") or [])
+    total = max([total, *(one(c) for c in spec.get("initContainers") or [])])
+    return total + _amount(spec.get("overhead") or {}, key, scale)
 
 
 @dataclass(frozen=True)
@@ -89,6 +118,10 @@ class KubePod:
     phase: str = "Pending"
     #: nvidia.com/gpu the pod requests.
     gpus: int = 0
+    #: cpu the pod requests, in millicores (:func:`requested`).
+    cpu_millis: int = 0
+    #: memory the pod requests, in bytes.
+    memory: int = 0
     priority: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Kind of the controlling owner (DaemonSet, ReplicaSet, Job, ...), if any.
@@ -193,6 +226,8 @@ def pod_from_api(obj: Mapping[str, Any]) -> KubePod:
         node=spec.get("nodeName") or None,
         phase=status.get("phase", "Pending"),
         gpus=gpus,
+        cpu_millis=requested(spec, "cpu", 1000),
+        memory=requested(spec, "memory"),
         priority=int(spec.get("priority") or 0),
         labels=dict(meta.get("labels") or {}),
         owner_kind=owner.get("kind") if owner else None,

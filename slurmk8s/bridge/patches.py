@@ -13,10 +13,12 @@ from typing import Any
 
 from .actions import (
     ClearDownOwed,
+    ClearFreeSince,
     ClearIdleSince,
     ClearLending,
     RecordDownOwed,
     RecordForced,
+    RecordFreeSince,
     RecordIdleSince,
     RecordSignalled,
     SetLendingState,
@@ -28,6 +30,8 @@ from .nodestate import (
     DOWN_OWED_ANNOTATION,
     DOWN_OWED_POLICY_ANNOTATION,
     FORCED_ANNOTATION,
+    FREE_GPUS_ANNOTATION,
+    FREE_SINCE_ANNOTATION,
     IDLE_SINCE_ANNOTATION,
     JOBS_ANNOTATION,
     LENDING,
@@ -47,8 +51,8 @@ from .observed import KubeNode, NodeTaint
 __all__ = ["NODE_PATCH_ACTIONS", "node_patch"]
 
 NODE_PATCH_ACTIONS = (
-    SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordSignalled, RecordForced,
-    RecordDownOwed, ClearDownOwed, Taint, Untaint,
+    SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordFreeSince, ClearFreeSince,
+    RecordSignalled, RecordForced, RecordDownOwed, ClearDownOwed, Taint, Untaint,
 )
 
 
@@ -71,7 +75,8 @@ def node_patch(action: Any, node: KubeNode) -> dict:
             SINCE_ANNOTATION: format_time(action.since),
         }
         if action.state == LENDING:
-            annotations |= {IDLE_SINCE_ANNOTATION: None, REASON_ANNOTATION: None,
+            annotations |= {IDLE_SINCE_ANNOTATION: None, FREE_SINCE_ANNOTATION: None, FREE_GPUS_ANNOTATION: None,
+                            REASON_ANNOTATION: None,
                             SIGNALLED_ANNOTATION: None, JOBS_ANNOTATION: None, FORCED_ANNOTATION: None}
         if action.state == RECLAIMING:
             annotations |= {REASON_ANNOTATION: action.reason, SIGNALLED_ANNOTATION: None, JOBS_ANNOTATION: None,
@@ -84,6 +89,11 @@ def node_patch(action: Any, node: KubeNode) -> dict:
         return {"metadata": {"annotations": {IDLE_SINCE_ANNOTATION: format_time(action.at, millis=True)}}}
     if isinstance(action, ClearIdleSince):
         return {"metadata": {"annotations": {IDLE_SINCE_ANNOTATION: None}}}
+    if isinstance(action, RecordFreeSince):
+        return {"metadata": {"annotations": {FREE_SINCE_ANNOTATION: format_time(action.at, millis=True),
+                                             FREE_GPUS_ANNOTATION: str(action.gpus)}}}
+    if isinstance(action, ClearFreeSince):
+        return {"metadata": {"annotations": {FREE_SINCE_ANNOTATION: None, FREE_GPUS_ANNOTATION: None}}}
     if isinstance(action, RecordSignalled):
         return {"metadata": {"annotations": {SIGNALLED_ANNOTATION: format_time(action.at),
                                              JOBS_ANNOTATION: format_job_ids(action.jobs) or None}}}

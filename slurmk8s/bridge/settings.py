@@ -70,10 +70,16 @@ class Settings:
         assert self.policy is not None
         return self.policy.spec.node_selector.matches
 
-    def describe(self, node: KubeNode) -> LentNode:
-        """The node as Slurm will see it; raises ``UnlendableNode``."""
+    @property
+    def min_free_gpus(self) -> int | None:
+        """The policy's minFreeGpus: None lends only nodes without GPU pods."""
+        return self.policy.spec.min_free_gpus if self.policy is not None else None
+
+    def describe(self, node: KubeNode, resources: Mapping[str, str]) -> LentNode:
+        """The node as Slurm will see it, given what of it is lent
+        (:meth:`~.world.World.lendable`); raises ``UnlendableNode``."""
         assert self.policy is not None
-        return lent_node(self.cluster_name, node.name, node.allocatable, node.labels, self.policy.spec.partition)
+        return lent_node(self.cluster_name, node.name, resources, node.labels, self.policy.spec.partition)
 
 
 #: What policies selected last, one entry per namespace and selector.

@@ -26,12 +26,14 @@ from ..slurm.steps import Cancel, DeleteNode, Requeue, StartNow
 from ..times import format_time
 from .actions import (
     Action,
+    ClearFreeSince,
     ClearIdleSince,
     ClearLending,
     CreateSlurmdPod,
     DeleteSlurmdPod,
     Event,
     RecordForced,
+    RecordFreeSince,
     RecordIdleSince,
     RecordSignalled,
     SetLendingState,
@@ -62,22 +64,24 @@ def _job_ids(jobs: list[Job]) -> tuple[int, ...]:
     return tuple(sorted({j.job_id for j in jobs}))
 
 
-def create_pod(settings: Settings, node: KubeNode) -> CreateSlurmdPod:
-    """The lent slurmd pod of ``node``: the loop has it rendered (``slurmk8s.render.manifests``)."""
+def create_pod(world: World, settings: Settings, node: KubeNode) -> CreateSlurmdPod:
+    """The lent slurmd pod of ``node``, with what of the node it takes
+    (:meth:`World.lendable`): the loop has it rendered (``slurmk8s.render.manifests``)."""
     assert settings.policy is not None
     spec = settings.policy.spec
     return CreateSlurmdPod(cluster=settings.cluster_key, node=node.name, partition=spec.partition,
-                           shm_size=spec.shm_size)
+                           shm_size=spec.shm_size, resources=tuple(sorted(world.lendable(node).items())))
 
 
-def start_lending(r: Round, settings: Settings, node: KubeNode, since: datetime, desc: LentNode) -> None:
+def start_lending(r: Round, world: World, settings: Settings, node: KubeNode, since: datetime,
+                  desc: LentNode) -> None:
     """Kubernetes -> lending: taint the node and start its slurmd."""
     assert settings.policy is not None
     partition = settings.policy.spec.partition
     r.emit(
         SetLendingState(node.name, LENDING, settings.key, settings.cluster_key, partition, settings.now),
         Taint(node.name, TAINT_KEY, settings.cluster_name, TAINT_EFFECT),
-        create_pod(settings, node),
+        create_pod(world, settings, node),
         node_event(node.name, "Lending",
                    f"idle since {format_time(since)}: lending it to "
                    f"partition {partition} of SlurmCluster {settings.cluster_key} "
@@ -99,7 +103,7 @@ def keep(r: Round, world: World, settings: Settings, node: KubeNode) -> None:
     if rec.state == LENDING:
         pod = pod_of(world, settings, node)
         if pod is None:
-            r.emit(create_pod(settings, node))
+            r.emit(create_pod(world, settings, node))
         elif pod.phase == "Running" and registered(world, settings, node):
             r.emit(
                 SetLendingState(node.name, LENT, settings.key, settings.cluster_key, rec.partition or "", settings.now),
@@ -253,6 +257,9 @@ def hand_back(r: Round, world: World, settings: Settings, node: KubeNode) -> Non
     acts.append(node_event(node.name, "Returned", "the node serves Kubernetes again"))
     if world.idle(node.name, settings.namespace, settings.cluster_name) and settings.selects(node):
         acts.append(RecordIdleSince(node.name, settings.now))  # nothing left on it: idle from now
+    if (settings.min_free_gpus is not None and settings.selects(node)
+            and world.has_free(node, settings.namespace, settings.cluster_name)):
+        acts.append(RecordFreeSince(node.name, settings.now, world.free_gpus(node)))
     r.emit(*acts)
     r.projected[node.name] = None
 
@@ -268,20 +275,37 @@ def release_without_slurm(r: Round, world: World, settings: Settings, node: Kube
     hand_back(r, world, settings, node)
 
 
-def clear_idle(r: Round, world: World, nodes: Sequence[KubeNode]) -> None:
-    """A Kubernetes node recorded idle that runs a GPU pod again is not idle."""
+def clear_idle(r: Round, world: World, settings: Settings, nodes: Sequence[KubeNode]) -> None:
+    """A Kubernetes node recorded idle that runs a GPU pod again is not idle;
+    one recorded with N GPUs free that now has fewer has had the fewer free
+    since now (none: its record goes). Facts of the node, whichever policy
+    asks."""
     gpu_pods = world.gpu_pods
     for n in nodes:
-        if n.record.state is None and n.record.idle_since is not None and gpu_pods.get(n.name):
+        rec = n.record
+        if rec.state is not None:
+            continue
+        if rec.idle_since is not None and gpu_pods.get(n.name):
             r.emit(ClearIdleSince(n.name))
+        if rec.free_since is not None and (free := world.free_gpus(n)) < rec.free_since[1]:
+            r.emit(RecordFreeSince(n.name, settings.now, free) if free > 0 else ClearFreeSince(n.name))
 
 
-def record_idle(r: Round, settings: Settings, idle: list[KubeNode], lending: set[str]) -> None:
+def record_idle(r: Round, world: World, settings: Settings, idle: list[KubeNode], free: list[KubeNode],
+                lending: set[str]) -> None:
     """A Kubernetes node seen idle for the first time: remember since when.
-    (``idle``: the selected Kubernetes nodes that are idle, :meth:`World.idle`.)"""
+    (``idle``: the selected Kubernetes nodes that are idle, :meth:`World.idle`;
+    ``free``: under minFreeGpus, those with a GPU free, :meth:`World.has_free`.)"""
     for n in idle:
         if n.name not in lending and n.record.idle_since is None:
             r.emit(RecordIdleSince(n.name, settings.now))
+    want = settings.min_free_gpus or 1
+    for n in free:
+        rec = n.record.free_since
+        # A record of fewer GPUs than the policy wants starts the clock again
+        # once enough are free (and stays then: no other policy rewrites it).
+        if n.name not in lending and (rec is None or rec[1] < want <= world.free_gpus(n)):
+            r.emit(RecordFreeSince(n.name, settings.now, world.free_gpus(n)))
 
 
 def clean_ghosts(r: Round, world: World, settings: Settings, kube: list[KubeNode]) -> set[str]:

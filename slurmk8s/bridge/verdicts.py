@@ -83,7 +83,7 @@ def failure(world: World, settings: Settings, node: KubeNode) -> str | None:
             return REGISTRATION_TIMEOUT
         if pod is None and settings.policy is not None:
             try:
-                settings.describe(node)
+                settings.describe(node, world.lendable(node))
             except UnlendableNode:
                 return UNLENDABLE
         return None

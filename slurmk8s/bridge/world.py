@@ -29,12 +29,15 @@ host list is remembered by its text.
 from __future__ import annotations
 
 import functools
+import math
 from collections import defaultdict
 from itertools import compress
 from operator import attrgetter
 from typing import Iterable, Mapping, Sequence
 
+from ..api.fields import parse_quantity
 from ..render import names as _names
+from ..render.lent import GPU_RESOURCE
 from ..render.slurmd import is_lent_slurmd_pod
 from ..slurm.hostlist import HostlistError, expand
 from ..slurm.model import ACTIVE_JOB_STATES, Job, Node, SlurmState
@@ -48,7 +51,7 @@ __all__ = ["World", "PodIndex", "SlurmIndex"]
 class PodIndex:
     """What the pods say about each node."""
 
-    __slots__ = ("gpu_pods", "used_gpus", "slurmd_pods", "pending", "_busy")
+    __slots__ = ("gpu_pods", "used_gpus", "used_cpu", "used_memory", "slurmd_pods", "pending", "_busy")
 
     def __init__(self) -> None:
         #: node -> non-DaemonSet pods requesting GPUs that still hold them (makes a node busy)
@@ -56,6 +59,10 @@ class PodIndex:
         #: node -> GPUs requested by pods that are not ending (lent slurmd pods
         #: included: :meth:`World.free_gpus` gives back the node's own one)
         self.used_gpus: defaultdict[str, int] = defaultdict(int)
+        #: node -> cpu (millicores) and memory (bytes) requested by pods that
+        #: are not ending (every pod; lent slurmd pods included, as above)
+        self.used_cpu: defaultdict[str, int] = defaultdict(int)
+        self.used_memory: defaultdict[str, int] = defaultdict(int)
         #: (namespace, name) -> pod labelled as a lent slurmd: a candidate,
         #: which the rules look up by the exact name they expect
         self.slurmd_pods: dict[tuple[str, str], KubePod] = {}
@@ -84,6 +91,7 @@ class PodIndex:
             return None
         index = PodIndex()
         index.gpu_pods, index.used_gpus = self.gpu_pods.copy(), self.used_gpus.copy()
+        index.used_cpu, index.used_memory = self.used_cpu.copy(), self.used_memory.copy()
         index.slurmd_pods = dict(self.slurmd_pods)
         index.pending = dict(self.pending)
         index._account([p for start, stop, _ in spans for p in old[start:stop]], -1)
@@ -94,7 +102,7 @@ class PodIndex:
         """Add (``sign`` 1) or take out (-1) what ``pods`` say about their nodes.
         One pass; the common cases are tested first."""
         gpu_pods, used_gpus, pending = self.gpu_pods, self.used_gpus, self.pending
-        slurmd_pods = self.slurmd_pods
+        used_cpu, used_memory, slurmd_pods = self.used_cpu, self.used_memory, self.slurmd_pods
         for pod in pods:
             if pod.labels.get(COMPONENT_LABEL) == SLURMD_COMPONENT:
                 key = (pod.namespace, pod.name)
@@ -102,6 +110,10 @@ class PodIndex:
                     slurmd_pods[key] = pod
                 elif slurmd_pods.get(key) is pod:
                     del slurmd_pods[key]
+            if (pod.cpu_millis or pod.memory) and pod.node is not None and not pod.deleting \
+                    and pod.phase not in TERMINAL_PHASES:
+                used_cpu[pod.node] += sign * pod.cpu_millis
+                used_memory[pod.node] += sign * pod.memory
             gpus = pod.gpus
             if gpus <= 0 or pod.phase in TERMINAL_PHASES:
                 continue
@@ -200,6 +212,7 @@ class World:
         pods = _pod_index(observed.pods)
         self.gpu_pods = pods.gpu_pods
         self.used_gpus = pods.used_gpus
+        self.used_cpu, self.used_memory = pods.used_cpu, pods.used_memory
         self.slurmd_pods = pods.slurmd_pods
         #: nodes with a GPU pod: not idle (:meth:`idle`)
         self.busy = pods.busy
@@ -215,6 +228,30 @@ class World:
         own = self.own_pod(node)
         back = own.gpus if own is not None and not own.deleting and not own.terminal else 0
         return node.gpus - self.used_gpus.get(node.name, 0) + back
+
+    def lendable(self, node: KubeNode) -> dict[str, str]:
+        """What Slurm may have of ``node``: its allocatable cpu, memory and
+        GPUs less what the pods on it request (its own lent slurmd pod, if
+        any, given back), as a resource list. A quantity the Node does not
+        give, or that is no quantity, is passed on as it is, for
+        :func:`~slurmk8s.render.lent.lent_node` to say why the node cannot
+        be lent."""
+        own = self.own_pod(node)
+        live = own is not None and not own.deleting and not own.terminal
+        out = {k: v for k, v in node.allocatable.items() if k in ("cpu", "memory", GPU_RESOURCE)}
+        for key, used, back, scale, unit in (
+                ("cpu", self.used_cpu, own.cpu_millis if live else 0, 1000, "m"),
+                ("memory", self.used_memory, own.memory if live else 0, 1, "")):
+            raw = out.get(key)
+            try:
+                total = parse_quantity(raw) * scale if raw is not None else math.nan
+            except (ValueError, KeyError):
+                continue
+            if math.isfinite(total):
+                out[key] = f"{math.floor(total) - used.get(node.name, 0) + back}{unit}"
+        if GPU_RESOURCE in out:
+            out[GPU_RESOURCE] = str(self.free_gpus(node))
+        return out
 
     def slurmd_pod(self, namespace: str, cluster: str, node: str) -> KubePod | None:
         """The lent slurmd pod the bridge makes for ``node`` lent to SlurmCluster
@@ -249,6 +286,11 @@ class World:
         """No GPU pod (DaemonSets aside) and no lent slurmd pod of the
         policy's ``namespace`` and ``cluster`` left on the node."""
         return node not in self.busy and not self.has_slurmd(node, namespace, cluster)
+
+    def has_free(self, node: KubeNode, namespace: str, cluster: str, at_least: int = 1) -> bool:
+        """At least ``at_least`` GPUs of the node are free and no lent slurmd
+        pod of the policy's ``namespace`` and ``cluster`` is left on it."""
+        return self.free_gpus(node) >= at_least and not self.has_slurmd(node.name, namespace, cluster)
 
     def has_slurmd(self, node: str, namespace: str, cluster: str) -> bool:
         """The node runs the lent slurmd pod of ``cluster`` (in any phase)."""

@@ -14,8 +14,12 @@ entrypoint completes with its devices
 (``slurmd -Z -N <node> -f <dir>/slurm.conf --conf <conf>``). Checked against
 Slurm 22.05: the node registers with its GPUs and jobs get CUDA_VISIBLE_DEVICES.
 
+A node lent while pods run on it (a policy's ``minFreeGpus``) registers with
+what they leave: its free GPUs, and its allocatable cpu and memory less what
+they request.
+
 Every value that reaches the command line or gres.conf comes from the
-Kubernetes Node and is checked here; a node that cannot be described safely
+Kubernetes Node and its pods and is checked here; a node that cannot be described safely
 raises :class:`UnlendableNode`, and is not lent.
 """
 
@@ -76,7 +80,8 @@ def _whole(resources: Mapping[str, str], key: str, node: str, scale: float = 1) 
     except (ValueError, KeyError) as exc:
         raise UnlendableNode(f"node {node}: allocatable {key} {raw!r} is not a quantity") from exc
     if not math.isfinite(value) or value < 1:
-        raise UnlendableNode(f"node {node}: allocatable {key} {raw!r} is less than one whole unit")
+        raise UnlendableNode(f"node {node}: {key} {raw!r} left for Slurm (allocatable less what its pods request) "
+                             "is less than one whole unit")
     return int(value)
 
 
@@ -92,14 +97,16 @@ def gpu_type(labels: Mapping[str, str], label: str = GPU_PRODUCT_LABEL) -> str:
 def lent_node(
     cluster: str,
     node: str,
-    allocatable: Mapping[str, str],
+    resources: Mapping[str, str],
     labels: Mapping[str, str],
     partition: str,
 ) -> LentNode:
     """Describe Kubernetes node ``node`` to Slurm as a node lent to ``partition``.
 
-    ``allocatable`` is the Node's ``status.allocatable`` (cpu, memory,
-    nvidia.com/gpu); ``labels`` its labels. Raises :class:`UnlendableNode`.
+    ``resources`` is what of the node is lent (cpu, memory, nvidia.com/gpu:
+    the Node's ``status.allocatable`` less what its other pods request,
+    :meth:`slurmk8s.bridge.world.World.lendable`); ``labels`` its labels.
+    Raises :class:`UnlendableNode`.
     """
     if not NODE_NAME.fullmatch(node):
         raise UnlendableNode(
@@ -113,9 +120,9 @@ def lent_node(
         )
     if len(partition) > 64 or not _SLURM_NAME.fullmatch(partition):
         raise UnlendableNode(f"partition {partition!r} is not a Slurm partition name")
-    cpus = _whole(allocatable, "cpu", node)
-    memory = _whole(allocatable, "memory", node, scale=2**20)
-    gpus = _whole(allocatable, GPU_RESOURCE, node)
+    cpus = _whole(resources, "cpu", node)
+    memory = _whole(resources, "memory", node, scale=2**20)
+    gpus = _whole(resources, GPU_RESOURCE, node)
     if gpus > MAX_GPUS:
         raise UnlendableNode(f"node {node} has {gpus} GPUs; at most {MAX_GPUS} per node are supported")
     kind = gpu_type(labels)

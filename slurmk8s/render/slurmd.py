@@ -138,25 +138,27 @@ def is_lent_slurmd_pod(labels: Mapping[str, str], pod_node: str | None, cluster:
 LENT_MEMORY_REQUEST = "256Mi"
 
 
-def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, allocatable: Mapping[str, str],
+def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: Mapping[str, str],
                     labels: Mapping[str, str], partition: str, shm_size: str, taint_key: str) -> dict:
     """The slurmd pod the bridge starts on Kubernetes node ``node``, lent to ``partition``.
 
     The only place the lent pod is made: its name (:func:`names.lent_slurmd`,
     which the bridge also finds it by), its labels, and how the node
-    registers with Slurm, described from the Node's ``allocatable`` and
-    ``labels`` (:func:`.lent.lent_node`, which raises
-    :class:`~.lent.UnlendableNode`). Pinned to ``node`` (``spec.nodeName``),
-    tolerating the lending taint ``taint_key``, holding the node's GPUs.
+    registers with Slurm, described from ``resources`` (what of the node is
+    lent: its allocatable cpu, memory and nvidia.com/gpu less what its other
+    pods request) and the Node's ``labels`` (:func:`.lent.lent_node`, which
+    raises :class:`~.lent.UnlendableNode`). Pinned to ``node``
+    (``spec.nodeName``), tolerating the lending taint ``taint_key``, holding
+    the GPUs lent, which the device plugin picks among the node's free ones.
     Its slurmd registers as the dynamic Slurm node ``node`` and reads the
     cluster's config files with the node's one-line gres.conf. It mounts
     the same shared storage as the cluster's own workers, at the same
     paths. ``chash`` is the cluster's config hash (an annotation, as on
     every object rendered for it). Its memory limit is the RealMemory the
-    node registers with (the node's allocatable memory), so jobs cannot
-    take the node's own share; its /dev/shm is bounded by ``shm_size``.
+    node registers with (the memory lent), so jobs cannot take the node's
+    own share or its other pods'; its /dev/shm is bounded by ``shm_size``.
     """
-    desc = lent_node(cluster.name, node, allocatable, labels, partition)
+    desc = lent_node(cluster.name, node, resources, labels, partition)
     c = cluster
     b = Builder(c, chash)
     volumes, mounts = base_volumes(c, config=True)

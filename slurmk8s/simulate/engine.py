@@ -224,13 +224,13 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
 
     def _slurmd_pod(self, a: A.CreateSlurmdPod) -> KubePod:
         """The lent slurmd pod as the loop has it rendered (the renderer is the one place it is made)."""
-        pod = self.slurmd_template.get(a.node)
+        pod = self.slurmd_template.get((a.node, a.resources))
         if pod is None:
             node = self.knodes[self.kindex[a.node]]
-            pod = pod_from_api(lent_slurmd_pod(self.cluster, "", node=a.node, allocatable=node.allocatable,
+            pod = pod_from_api(lent_slurmd_pod(self.cluster, "", node=a.node, resources=dict(a.resources),
                                                labels=node.labels, partition=a.partition, shm_size=a.shm_size,
                                                taint_key=TAINT_KEY))
-            self.slurmd_template[a.node] = pod
+            self.slurmd_template[a.node, a.resources] = pod
         return pod
 
     def registered(self, node: str, pod: KubePod) -> None:
