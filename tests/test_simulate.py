@@ -224,6 +224,11 @@ def test_a_selector_that_matches_no_simulated_node_is_refused():
         bridge_setup(pol, {"pool": "y"})
 
 
+def test_a_policy_that_lends_parts_of_nodes_is_refused_not_simulated_as_whole_nodes():
+    with pytest.raises(ValueError, match="spec.minFreeGpus is not simulated"):
+        bridge_setup(_policy(minFreeGpus=2))
+
+
 def test_percentile_is_nearest_rank():
     assert percentile([3, 1, 2, 4], 50) == 2 and percentile([3, 1, 2, 4], 99) == 4 and percentile([], 99) == 0
 

@@ -343,11 +343,17 @@ def bridge_setup(policy: NodeLendingPolicy, extra_labels: dict[str, str] | None 
     first value of each ``In``, ``Exists`` as ``true``), the owner's
     ``slurmk8s.dev/lendable-to`` naming the policy's namespace (decision
     record 15), a GPU product, and ``extra_labels``. Raises ValueError when
-    the policy would select none of them."""
+    the policy would select none of them, or lends parts of nodes
+    (``minFreeGpus``), which the simulator does not model."""
     from ..api import load_cluster
     from ..api.lending import may_lend
 
     spec = policy.spec
+    if spec.min_free_gpus is not None:
+        # Its Slurm side has nodes of one size: a node lent beside serving pods
+        # would be counted whole.
+        raise ValueError(f"NodeLendingPolicy {policy.namespace}/{policy.name}: spec.minFreeGpus is not simulated "
+                         "(the simulator lends whole nodes only); remove it to simulate the policy's other settings")
     cluster = load_cluster({
         "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster",
         "metadata": {"name": spec.cluster_ref.name, "namespace": policy.namespace},

@@ -278,3 +278,31 @@ def test_a_published_model_version_rolls_the_serving_deployment(world):
     assert warnings and "outside the checkpoint directories" in warnings[0].message
     assert version("serve-elsewhere") is None
     world.kubectl("delete", "deployment", "serve-model", "serve-elsewhere")
+
+
+@default_release_only
+def test_a_node_serving_on_one_gpu_lends_its_other_three_and_jobs_there_get_only_those(world):
+    """minFreeGpus: a pod takes one GPU of a lent node back (demand), and the
+    node's other three are lent again beside it; a job there sees the three
+    devices the device plugin gave the lent pod, never the serving pod's."""
+    world.apply(policy(minFreeGpus=2))
+    wait_for("both nodes lent", world.all_lent, show=world.states)
+    world.gpu_pod("serve-one", LEND[0], gpus=1)
+    assert wait_for("the serving pod to run", lambda: world.pod_node("serve-one"), show=world.states) == LEND[0]
+    uid = world.core.read_namespaced_pod("serve-one", "default").metadata.uid
+    wait_for(f"{LEND[0]} lent beside it", lambda: world.lent(LEND[0]), show=world.states)
+    gres = wait_for("Slurm to have it", lambda: (n := world.slurm.node(LEND[0])) and n.state == "idle" and n.gres)
+    assert gres.split("(")[0].rsplit(":", 1)[1] == "3", gres
+    lending = [e.message for e in world.events("Lending", LEND[0])]
+    assert any(" 3 " in m and "GPU(s)" in m for m in lending), lending
+    out = world.researcher.check(
+        f"srun -p gpu -w {LEND[0]} --gpus=3 bash -c 'echo $CUDA_VISIBLE_DEVICES; cd /dev && echo nvidia[0-9]*'")
+    cvd, job_devices = out.strip().split("\n")[:2]
+    serve_devices = world.kubectl("exec", "serve-one", "--", "sh", "-c", "cd /dev && echo nvidia[0-9]*").split()
+    assert cvd == "0,1,2" and len(serve_devices) == 1
+    assert set(job_devices.split()).isdisjoint(serve_devices)
+    assert set(job_devices.split()) | set(serve_devices) == {f"nvidia{i}" for i in range(4)}
+    pod = world.core.read_namespaced_pod("serve-one", "default")
+    assert (pod.metadata.uid, pod.status.phase) == (uid, "Running")  # lending left it alone
+    world.delete_pod("serve-one")
+    world.apply(policy())
