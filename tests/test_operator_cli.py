@@ -251,7 +251,7 @@ def test_a_slurmcluster_is_picked_up_and_rendered_with_one_field_manager(api):
         deadline = time.monotonic() + 60
         def handled() -> bool:
             annotations = _Api.clusters[0]["metadata"].get("annotations") or {}
-            return "slurmk8s.dev/last-handled-configuration" in annotations and \
+            return "slurmk8s.dev/last-handled-digest" in annotations and \
                 any("/events" in w[1] for w in _Api.writes)
 
         while not handled():

@@ -272,6 +272,10 @@ def crd_status(crd: dict) -> dict:
 # --- validation -------------------------------------------------------------------
 
 
+#: apimachinery's TotalAnnotationSizeLimitB: all of an object's annotations together.
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
+
+
 def meta_errors(rt: ResourceType, obj: dict) -> list[FieldError]:
     errs: list[FieldError] = []
     meta = obj.get("metadata")
@@ -287,11 +291,17 @@ def meta_errors(rt: ResourceType, obj: dict) -> list[FieldError]:
             errs.append(FieldError("metadata.labels", "Invalid", "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (with an optional DNS subdomain prefix and '/')", k))
         if not isinstance(v, str) or not valid_label_value(v):
             errs.append(FieldError("metadata.labels", "Invalid", "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character", v))
-    for k, v in (meta.get("annotations") or {}).items():
+    annotations = meta.get("annotations") or {}
+    for k, v in annotations.items():
         if not valid_label_key(k.lower()):
             errs.append(FieldError("metadata.annotations", "Invalid", "name part must consist of alphanumeric characters, '-', '_' or '.'", k))
         if not isinstance(v, str):
             errs.append(FieldError(f"metadata.annotations[{k}]", "Invalid", "annotation values must be strings", v))
+    # ValidateAnnotationsSize: keys and values together, in bytes.
+    if sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items() if isinstance(v, str)) \
+            > TOTAL_ANNOTATION_SIZE_LIMIT:
+        errs.append(FieldError("metadata.annotations", "TooLong",
+                               f"may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"))
     controllers = 0
     for i, ref in enumerate(meta.get("ownerReferences") or []):
         for key in ("apiVersion", "kind", "name", "uid"):

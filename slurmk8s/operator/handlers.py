@@ -34,6 +34,7 @@ from slurmk8s.api.cluster import GROUP, PLURAL, VERSION
 from slurmk8s.render import names
 
 from . import metrics
+from .diffbase import DigestDiffBaseStorage
 from .round import Operator
 
 __all__ = ["register", "Handlers", "FINALIZER"]
@@ -127,11 +128,11 @@ def register(registry: kopf.OperatorRegistry, op: Operator, *, interval: float =
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        # kopf's own bookkeeping goes to annotations: the status schema is ours.
+        # kopf's own bookkeeping goes to annotations (the status schema is
+        # ours), and of the last spec handled only a digest (diffbase.py).
         settings.persistence.finalizer = FINALIZER
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=GROUP, key="last-handled-configuration")
+        settings.persistence.diffbase_storage = DigestDiffBaseStorage()
         settings.posting.level = logging.INFO
         # kopf's own Events say who posted them as the operator's do, not "kopf".
         settings.posting.reporting_component = names.FIELD_MANAGER

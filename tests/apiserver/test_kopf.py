@@ -4,6 +4,7 @@ patch, an Event) run against the stand-in, unmodified."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import kopf
@@ -117,3 +118,69 @@ def test_handlers_run_and_the_finalizer_lets_the_object_go(cluster: Cluster, ope
     wait_for("kopf to remove its finalizer and the object to go", gone)
     assert calls.count(("delete", "g1")) == 1
     assert [c for c in calls if c[0] == "create"] == [("create", "g1")]
+
+
+def test_a_spec_too_big_for_kopfs_annotation_copy_is_handled_through_the_operators_digest(cluster: Cluster) -> None:
+    """kopf's default diff base copies the spec into an annotation: past 256 KiB
+    of annotations the stand-in refuses kopf's patch, as Kubernetes does. The
+    operator's storage (slurmk8s/operator/diffbase.py) keeps a digest, so a
+    spec of 1,000 users is created, handled, updated and handled again."""
+    from slurmk8s.operator.diffbase import DIGEST_KEY, DigestDiffBaseStorage
+
+    big = cluster.namespace("kopf-big")
+    users = [{"name": f"user{i:04d}", "uid": 10000 + i, "key": "ssh-ed25519 " + "A" * 256} for i in range(1000)]
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Gadget", "metadata": {"name": "many"},
+            "spec": {"size": 1, "users": users}}
+    try:
+        cluster.custom.create_namespaced_custom_object(GROUP, VERSION, big, PLURAL, body)
+    except ApiException as e:  # the module's other test may not have made the CRD yet
+        assert e.status == 404
+        cluster.ext.create_custom_resource_definition(gadget_crd())
+        wait_for("the CRD", lambda: cluster.custom.list_namespaced_custom_object(GROUP, VERSION, big, PLURAL))
+        cluster.custom.create_namespaced_custom_object(GROUP, VERSION, big, PLURAL, body)
+    # What kopf's own storage would write is refused with the field and the limit.
+    copy = {"kopf.zalando.org/last-handled-configuration": json.dumps({"spec": body["spec"]})}
+    with pytest.raises(ApiException) as refused:
+        cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, big, PLURAL, "many",
+                                                      {"metadata": {"annotations": copy}})
+    assert refused.value.status == 422
+    assert "metadata.annotations: Too long: may not be more than 262144 bytes" in refused.value.body
+
+    calls: list[int] = []
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**_):
+        return kopf.ConnectionInfo(server=cluster.srv.url, ca_path=str(cluster.srv.ca_path), token=cluster.srv.token,
+                                   default_namespace=big)
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_):
+        settings.posting.enabled = False
+        settings.persistence.diffbase_storage = DigestDiffBaseStorage()
+
+    @kopf.on.create(GROUP, VERSION, PLURAL, id="handled", registry=registry)
+    @kopf.on.update(GROUP, VERSION, PLURAL, id="updated", field="spec", registry=registry)
+    def handled(spec, **_):
+        calls.append(spec["size"])
+
+    ready, stop = threading.Event(), threading.Event()
+    thread = threading.Thread(target=lambda: asyncio.run(kopf.operator(
+        registry=registry, standalone=True, namespaces=[big], ready_flag=ready, stop_flag=stop)), daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(30)
+
+        def annotations() -> dict:
+            return cluster.custom.get_namespaced_custom_object(GROUP, VERSION, big, PLURAL, "many")[
+                "metadata"].get("annotations") or {}
+
+        digest = wait_for("the create handled and its digest stored",
+                          lambda: calls == [1] and annotations().get(f"slurmk8s.dev/{DIGEST_KEY}"))
+        assert len(digest) == 64 and sum(len(k) + len(v) for k, v in annotations().items()) < 1024
+        cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, big, PLURAL, "many", {"spec": {"size": 2}})
+        wait_for("the update handled", lambda: calls == [1, 2] and annotations()[f"slurmk8s.dev/{DIGEST_KEY}"] != digest)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert calls == [1, 2]  # once each: an unchanged digest is no change
