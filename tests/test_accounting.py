@@ -83,7 +83,8 @@ def test_managed_accounting_renders_slurmdbd_mariadb_and_a_generated_password(do
 @pytest.mark.parametrize("resources, mib", [
     ({}, 2048),  # the default: a 4Gi limit
     ({"limits": {"memory": "8Gi"}}, 4096),
-    ({"requests": {"memory": "3G"}, "limits": {}}, 1430),  # no limit: half the request
+    ({"requests": {"memory": "3G"}, "limits": {}}, 2048),  # no limit: the default limit, 4Gi
+    ({"requests": {"memory": "6Gi"}, "limits": {}}, 3072),  # no limit and above the default: the request
     ({"requests": {}, "limits": {"memory": "40Mi"}}, 32),
 ])
 def test_the_buffer_pool_is_half_the_mariadb_containers_memory(doc, resources, mib):

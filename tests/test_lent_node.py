@@ -96,7 +96,8 @@ def test_the_lent_slurmd_pod_is_pinned_tolerates_the_taint_and_shares_the_storag
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["SLURMK8S_NODE_NAME"] == "gpu-node-7" and env["SLURMK8S_NODE_CONF"] == node.conf
     assert env["SLURMK8S_GRES_CONF"] == node.gres_conf and env["SLURMK8S_GPU_COUNT"] == "8"
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "memory": f"{node.memory_mib}Mi"}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "memory": f"{node.memory_mib}Mi",
+                                                "cpu": str(node.cpus)}
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     storage = cluster.spec.shared_storage
     assert "/etc/slurm" in mounts and {v.mount_path for v in storage.volumes} <= mounts

@@ -78,7 +78,8 @@ def test_example_renders_every_component(doc, keys):
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["SLURMK8S_NODE_CONF"] == "CPUs=2 RealMemory=4096 Gres=gpu:h100:4 Feature=gpu"
     assert env["SLURMK8S_CONTROLLER"] == "demo-controller-0.demo-controller.default.svc.cluster.local"
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4", "memory": "4608Mi"}  # memory + 512Mi
+    # memory + 512Mi; the CPUs slurm.conf says
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4", "memory": "4608Mi", "cpu": "2"}
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     # A GPU worker reads the config files with a gres.conf its entrypoint
     # completes with the devices its pod was given; CPU workers are configless.
@@ -633,9 +634,9 @@ def test_a_lent_slurmd_pod_has_a_memory_limit_and_a_bounded_dev_shm(doc):
     pod = lent_slurmd_pod(cluster, "h", node="n", resources=_ONE_GPU_65536, labels={}, partition="gpu",
                           shm_size="4Gi", taint_key="slurmk8s.dev/lent")
     (container,) = pod["spec"]["containers"]
-    # The node's allocatable memory, the most Slurm hands out there; a small
+    # The memory and cpus lent, the most Slurm hands out there; a small
     # request, since the pod is bound to the node without the scheduler.
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "65536Mi"}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "65536Mi", "cpu": "1"}
     assert container["resources"]["requests"]["memory"] == "256Mi"
     (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "shm"]
     assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "4Gi"}

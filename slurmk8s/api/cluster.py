@@ -131,9 +131,43 @@ class ResourceList(ApiModel):
 
 class Resources(ApiModel):
     requests: ResourceList = ResourceList()
-    """Resources the scheduler reserves for the container."""
+    """Resources the scheduler reserves for the container. One not given is
+    the component's default, or the limit where that is smaller."""
     limits: ResourceList = ResourceList()
-    """Upper bounds enforced on the container."""
+    """Upper bounds enforced on the container. One not given is the
+    component's default, or the request where that is larger: every
+    container has both, so a namespace's quota on limits admits it and a
+    LimitRange's defaults do not apply."""
+
+    def filled(self, default: "Resources") -> "Resources":
+        """These, with what they leave out taken from ``default``: a request
+        kept at or under the limit given, a limit at or over the request."""
+        requests, limits = {}, {}
+        for key in ("cpu", "memory"):
+            req, lim = getattr(self.requests, key), getattr(self.limits, key)
+            if lim is None:
+                lim = getattr(default.limits, key)
+                if req is not None and lim is not None and quantity_value(req) > quantity_value(lim):
+                    lim = req
+            if req is None:
+                req = getattr(default.requests, key)
+                if req is not None and lim is not None and quantity_value(req) > quantity_value(lim):
+                    req = lim
+            requests[key], limits[key] = req, lim
+        return Resources(requests=ResourceList(**requests), limits=ResourceList(**limits))
+
+
+def _resources(cpu: str, memory: str, cpu_limit: str, memory_limit: str) -> Resources:
+    return Resources(requests=ResourceList(cpu=cpu, memory=memory),
+                     limits=ResourceList(cpu=cpu_limit, memory=memory_limit))
+
+
+#: Each component's defaults: where a spec leaves a request or limit out, these hold.
+CONTROLLER_RESOURCES = _resources("500m", "1Gi", "2", "4Gi")
+LOGIN_RESOURCES = _resources("250m", "512Mi", "2", "4Gi")
+RESTAPI_RESOURCES = _resources("100m", "128Mi", "1", "512Mi")
+MARIADB_RESOURCES = _resources("250m", "512Mi", "2", "4Gi")
+SLURMDBD_RESOURCES = _resources("100m", "256Mi", "1", "1Gi")
 
 
 class VolumeSpec(ApiModel):
@@ -144,9 +178,7 @@ class VolumeSpec(ApiModel):
 
 
 class ControllerSpec(ApiModel):
-    resources: Resources = Resources(
-        requests=ResourceList(cpu="500m", memory="1Gi"), limits=ResourceList(memory="4Gi")
-    )
+    resources: Resources = CONTROLLER_RESOURCES
     """Resources of the slurmctld container."""
     state_volume: VolumeSpec = VolumeSpec()
     """Persistent volume for slurmctld's StateSaveLocation: queued and running
@@ -323,7 +355,7 @@ class LoginSpec(ApiModel):
     sshPublicKeysFrom)."""
     service: LoginService = LoginService()
     """The SSH Service."""
-    resources: Resources = Resources(requests=ResourceList(cpu="250m", memory="512Mi"))
+    resources: Resources = LOGIN_RESOURCES
     """Resources of the login container."""
 
 
@@ -332,6 +364,8 @@ class RestApiSpec(ApiModel):
     """Run slurmrestd (JWT authentication) behind a Service."""
     replicas: int = Field(1, ge=1, le=8)
     """Number of slurmrestd pods."""
+    resources: Resources = RESTAPI_RESOURCES
+    """Resources of the slurmrestd container."""
 
 
 class SharedVolume(ApiModel):
@@ -459,9 +493,7 @@ class ManagedDatabase(ApiModel):
     volume: VolumeSpec = VolumeSpec()
     """The claim holding the database files (ReadWriteOnce). Deleting the
     SlurmCluster keeps it unless spec.deletionPolicy is Delete."""
-    resources: Resources = Resources(
-        requests=ResourceList(cpu="250m", memory="512Mi"), limits=ResourceList(memory="4Gi")
-    )
+    resources: Resources = MARIADB_RESOURCES
     """Resources of the mariadb container. InnoDB's buffer pool is half its memory
     limit (its request without one): slurmdbd of 24.11 and later wants at least
     2 GiB, 22.05 at least 512 MiB."""
@@ -526,8 +558,7 @@ class AccountingDatabase(ApiModel):
 class SlurmdbdSpec(ApiModel):
     image: ImageSpec | None = None
     """Where the slurmdbd (and managed mariadb) images come from; spec.slurm.image when unset."""
-    resources: Resources = Resources(requests=ResourceList(cpu="100m", memory="256Mi"),
-                                     limits=ResourceList(memory="1Gi"))
+    resources: Resources = SLURMDBD_RESOURCES
     """Resources of the slurmdbd container."""
 
 

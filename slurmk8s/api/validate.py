@@ -249,12 +249,31 @@ def semantic_errors(c: SlurmCluster, trusted_repositories: Sequence[str] = (PROJ
         yield from extra_line_errors(i, line, seen_keys)
 
     yield from _accounting_errors(spec)
+    yield from _resource_errors(spec)
 
     if spec.topology is not None:
         keys = spec.topology.label_keys
         for i, k in enumerate(keys):
             if k in keys[:i]:
                 yield FieldError(f"spec.topology.labelKeys[{i}]", f"{quote(k)} is listed twice")
+
+
+def _resource_errors(spec) -> Iterator[FieldError]:
+    """A request above its limit, as Kubernetes refuses the pod (and never
+    creates it); a component's default is filled in below or above the other
+    (``Resources.filled``), so only what the spec gives both of is checked."""
+    managed = spec.accounting.database.managed
+    for path, r in (("spec.controller.resources", spec.controller.resources),
+                    ("spec.login.resources", spec.login.resources),
+                    ("spec.restApi.resources", spec.rest_api.resources),
+                    ("spec.accounting.slurmdbd.resources", spec.accounting.slurmdbd.resources),
+                    *([("spec.accounting.database.managed.resources", managed.resources)] if managed else [])):
+        for key in ("cpu", "memory"):
+            req, lim = getattr(r.requests, key), getattr(r.limits, key)
+            if req is not None and lim is not None and quantity_value(req) > quantity_value(lim):
+                yield FieldError(f"{path}.requests.{key}",
+                                 f"{quote(req)} is more than limits.{key} {quote(lim)}: the request must be "
+                                 "less than or equal to the limit")
 
 
 def _feature_errors(spec) -> Iterator[FieldError]:

@@ -10,7 +10,7 @@ slurmdbd.conf, and the mariadb entrypoint when it creates the user.
 
 from __future__ import annotations
 
-from ..api.cluster import ManagedDatabase, Resources, SlurmCluster
+from ..api.cluster import MARIADB_RESOURCES, SLURMDBD_RESOURCES, ManagedDatabase, Resources, SlurmCluster
 from ..api.quantities import parse_quantity
 from ..slurm.model import config_hash
 from . import names
@@ -86,7 +86,7 @@ def _slurmdbd(b: Builder) -> list[dict]:
     container = slurm_container(
         c, "slurmdbd", "slurmdbd", env=env, mounts=mounts,
         ports=[{"name": "slurmdbd", "containerPort": names.SLURMDBD_PORT}],
-        resources=resources_of(acct.slurmdbd.resources),
+        resources=resources_of(acct.slurmdbd.resources, SLURMDBD_RESOURCES),
         readinessProbe={**tcp, "failureThreshold": 3},
         livenessProbe={**tcp, "failureThreshold": 6, "initialDelaySeconds": 60},
     )
@@ -124,9 +124,9 @@ def _database(b: Builder) -> list[dict]:
     container = slurm_container(
         c, "mariadb", "mariadb", mounts=mounts,
         env={"SLURMK8S_CLUSTER": c.name, "SLURMK8S_DB_NAME": MANAGED_DATABASE, "SLURMK8S_DB_USER": MANAGED_DB_USER,
-             "SLURMK8S_DB_BUFFER_POOL_MIB": str(buffer_pool_mib(resources))},
+             "SLURMK8S_DB_BUFFER_POOL_MIB": str(buffer_pool_mib(resources.filled(MARIADB_RESOURCES)))},
         ports=[{"name": "mysql", "containerPort": names.MARIADB_PORT}],
-        resources=resources_of(resources),
+        resources=resources_of(resources, MARIADB_RESOURCES),
         readinessProbe=_exec_probe(10, 3),
         startupProbe=_exec_probe(5, 120),
         livenessProbe=_exec_probe(20, 6),

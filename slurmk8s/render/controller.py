@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import versions
-from ..api.cluster import SlurmCluster
+from ..api.cluster import CONTROLLER_RESOURCES, SlurmCluster
 from . import names
 from .config import JWT_KEY_PATH, STATE_DIR
 from .pods import (
@@ -58,7 +58,7 @@ def objects(b: Builder, with_jwt: bool) -> list[dict]:
         c, "slurmctld", "slurmctld",
         env=common_env(c), mounts=mounts,
         ports=[{"name": "slurmctld", "containerPort": names.SLURMCTLD_PORT}],
-        resources=resources_of(c.spec.controller.resources),
+        resources=resources_of(c.spec.controller.resources, CONTROLLER_RESOURCES),
         **probes(c),
     )
     volumes.append({"name": "agent-token", "secret": {
@@ -137,7 +137,8 @@ def _agent(c: SlurmCluster) -> dict:
         env={"SLURMK8S_CLUSTER": c.name},
         mounts=mounts,
         ports=[{"name": "agent", "containerPort": names.AGENT_PORT}],
-        resources={"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": f"{AGENT_MEMORY_LIMIT_MIB}Mi"}},
+        resources={"requests": {"cpu": "50m", "memory": "64Mi"},
+                   "limits": {"cpu": AGENT_CPU_LIMIT, "memory": f"{AGENT_MEMORY_LIMIT_MIB}Mi"}},
         args=args,
         readinessProbe=http,
         livenessProbe={**http, "failureThreshold": 6},
@@ -151,6 +152,8 @@ def _agent(c: SlurmCluster) -> dict:
 #: munged, and the Slurm command it runs, whose own memory grows with the jobs too
 #: (squeue --json prints about 7.5 KiB per job on 26.05).
 AGENT_MEMORY_LIMIT_MIB = 512
+#: Its CPU limit: it answers the operator and the bridge, a few calls a round.
+AGENT_CPU_LIMIT = "500m"
 
 
 def agent_network_policy(b: Builder, clients: AgentClients) -> dict:

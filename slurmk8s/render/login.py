@@ -4,7 +4,7 @@ storage; a Service and, with more than one replica, a PodDisruptionBudget. Pure.
 
 from __future__ import annotations
 
-from ..api.cluster import SlurmCluster
+from ..api.cluster import LOGIN_RESOURCES, SlurmCluster
 from . import names
 from .pods import (
     SSH_HOST_KEYS_DIR, USER_KEYS_DIR, Builder, base_volumes, common_env, pod_template, resources_of, shared_volumes,
@@ -48,7 +48,7 @@ def objects(b: Builder) -> list[dict]:
     container = slurm_container(
         c, "login", "login", env=_login_env(c), mounts=mounts,
         ports=[{"name": "ssh", "containerPort": names.SSH_PORT}],
-        resources=resources_of(login.resources),
+        resources=resources_of(login.resources, LOGIN_RESOURCES),
         readinessProbe={"tcpSocket": {"port": "ssh"}, "periodSeconds": 10},
     )
     out = [

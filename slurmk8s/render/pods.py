@@ -57,13 +57,11 @@ class Builder:
         return {"apiVersion": api_version, "kind": kind, "metadata": meta, **body}
 
 
-def resources_of(r: Resources) -> dict:
-    out = {}
-    for section in ("requests", "limits"):
-        values = getattr(r, section).dump()
-        if values:
-            out[section] = values
-    return out
+def resources_of(r: Resources, default: Resources) -> dict:
+    """A container's requests and limits of cpu and memory: ``r``, filled from
+    the component's ``default`` (:meth:`Resources.filled`)."""
+    full = r.filled(default)
+    return {section: values for section in ("requests", "limits") if (values := getattr(full, section).dump())}
 
 
 def env_list(pairs: dict[str, str]) -> list[dict]:

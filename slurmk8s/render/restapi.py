@@ -5,8 +5,9 @@ cluster's Slurm release. Pure.
 from __future__ import annotations
 
 from .. import versions
+from ..api.cluster import RESTAPI_RESOURCES
 from . import names
-from .pods import Builder, base_volumes, common_env, pod_template, slurm_container
+from .pods import Builder, base_volumes, common_env, pod_template, resources_of, slurm_container
 
 __all__ = ["objects"]
 
@@ -23,7 +24,7 @@ def objects(b: Builder) -> list[dict]:
     container = slurm_container(
         c, "slurmrestd", "slurmrestd", env=env, mounts=mounts,
         ports=[{"name": "http", "containerPort": names.SLURMRESTD_PORT}],
-        resources={},
+        resources=resources_of(c.spec.rest_api.resources, RESTAPI_RESOURCES),
         readinessProbe={"tcpSocket": {"port": "http"}, "periodSeconds": 10},
         # slurmrestd refuses to run as root or as SlurmUser.
         securityContext={"runAsUser": 65534, "runAsGroup": 65534, "runAsNonRoot": True},

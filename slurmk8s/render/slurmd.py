@@ -66,9 +66,11 @@ def workers(b: Builder) -> list[dict]:
         volumes, mounts = base_volumes(c, config=bool(ns.gpus))
         volumes += [*shared_vols, shm_volume(ns.shm_size)]
         mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}]
-        # The limit bounds jobs too: they run inside the pod's memory cgroup.
+        # The limits bound jobs too: they run inside the pod's cgroups. The
+        # CPU limit is the CPUs slurm.conf gives the node, so a LimitRange's
+        # default cannot throttle it below what Slurm hands out.
         resources = {"requests": {"cpu": str(ns.cpus), "memory": ns.memory},
-                     "limits": {"memory": ns.pod_memory_limit()}}
+                     "limits": {"cpu": str(ns.cpus), "memory": ns.pod_memory_limit()}}
         if ns.gpus:
             resources["limits"]["nvidia.com/gpu"] = str(ns.gpus.count)
         # A worker pod deleted outside the operator's scale-in (a node drain, an
@@ -136,6 +138,8 @@ def is_lent_slurmd_pod(labels: Mapping[str, str], pod_node: str | None, cluster:
 #: scheduler, so the kubelet admits it only if this fits beside the node's
 #: DaemonSet pods. Its limit is the node's allocatable memory.
 LENT_MEMORY_REQUEST = "256Mi"
+#: And the CPU it requests; its limit is the CPUs it registers with.
+LENT_CPU_REQUEST = "100m"
 
 
 def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: Mapping[str, str],
@@ -170,8 +174,9 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: 
     container = slurm_container(
         c, "slurmd", "slurmd", env=env, mounts=mounts,
         ports=[{"name": "slurmd", "containerPort": names.SLURMD_PORT}],
-        resources={"requests": {"memory": LENT_MEMORY_REQUEST},
-                   "limits": {"nvidia.com/gpu": str(desc.gpus), "memory": f"{desc.memory_mib}Mi"}},
+        resources={"requests": {"cpu": LENT_CPU_REQUEST, "memory": LENT_MEMORY_REQUEST},
+                   "limits": {"cpu": str(desc.cpus), "memory": f"{desc.memory_mib}Mi",
+                              "nvidia.com/gpu": str(desc.gpus)}},
         readinessProbe=probe("ready"),
     )
     meta = b.meta(names.lent_slurmd(c, node), LENT_COMPONENT)
