@@ -152,8 +152,9 @@ def _agent(c: SlurmCluster) -> dict:
 #: munged, and the Slurm command it runs, whose own memory grows with the jobs too
 #: (squeue --json prints about 7.5 KiB per job on 26.05).
 AGENT_MEMORY_LIMIT_MIB = 512
-#: Its CPU limit: it answers the operator and the bridge, a few calls a round.
-AGENT_CPU_LIMIT = "500m"
+#: Its CPU limit: a whole CPU for the Slurm commands it runs (squeue --json of
+#: many jobs is CPU-bound), though it answers only a few calls a round.
+AGENT_CPU_LIMIT = "1"
 
 
 def agent_network_policy(b: Builder, clients: AgentClients) -> dict:
