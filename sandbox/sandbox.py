@@ -72,6 +72,10 @@ DEFAULT_LENDABLE_NODES = 2
 #: Devices of each GPU node the cluster's GPU workers run on (``sandbox up --gpus-per-node``).
 DEFAULT_GPUS_PER_NODE = 8
 LENDABLE_LABELS = {f"{GROUP}/lendable": "true"}
+#: GPU nodes are tainted as managed clusters taint GPU node pools; pods that
+#: request GPUs tolerate it (the API stand-in's ExtendedResourceToleration),
+#: so the rest (the operator, the bridge, slurmctld, login) stay off them.
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 Progress = Callable[[str], None]
 
@@ -132,13 +136,13 @@ def sandbox_nodes(cluster: SlurmCluster, lendable: int = DEFAULT_LENDABLE_NODES,
         for _ in range(-(-ns.replicas // per_node)):
             nodes.append(SandboxNode(f"sandbox-gpu-{len(nodes) - 1}", cpu=str(32 * per_node),
                                      memory=f"{256 * per_node}Gi", gpus=devices, gpu_product=ns.gpus.type,
-                                     labels={"nvidia.com/gpu.present": "true"}))
+                                     labels={"nvidia.com/gpu.present": "true"}, taints=[dict(GPU_TAINT)]))
     gpu_type = gpu_sets[0].gpus.type if gpu_sets and gpu_sets[0].gpus else "h100"
     for i in range(lendable):
         nodes.append(SandboxNode(f"sandbox-lend-{i}", cpu=str(os.cpu_count() or 1), memory="8Gi", gpus=4,
                                  gpu_product=gpu_type,
                                  labels={**LENDABLE_LABELS, LENDABLE_TO_LABEL: cluster.namespace,
-                                         "nvidia.com/gpu.present": "true"}))
+                                         "nvidia.com/gpu.present": "true"}, taints=[dict(GPU_TAINT)]))
     return nodes
 
 

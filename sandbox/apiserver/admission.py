@@ -1,5 +1,7 @@
-"""Admission: the ServiceAccount plugin on pod create, as Kubernetes 1.32's
-(``plugin/pkg/admission/serviceaccount``). Pure: the caller looks up the
+"""Admission on pod create, as Kubernetes 1.32's plugins: ServiceAccount
+(``plugin/pkg/admission/serviceaccount``), and ExtendedResourceToleration
+(``plugin/pkg/admission/extendedresourcetoleration``), which managed clusters
+enable with their tainted GPU node pools. Pure: the caller looks up the
 ServiceAccount and supplies the volume name suffix."""
 
 from __future__ import annotations
@@ -71,3 +73,31 @@ def admit_pod(pod: dict, sa: dict | None, suffix: str) -> None:
             needs_volume = True
     if existing is None and needs_volume:
         spec["volumes"] = [*volumes, token_volume(volume_name)]
+
+
+def _extended(resource: str) -> bool:
+    """An extended resource: a domain-prefixed name outside kubernetes.io (IsExtendedResourceName)."""
+    domain, slash, _ = resource.partition("/")
+    return bool(slash) and domain != "kubernetes.io" and not domain.endswith(".kubernetes.io") \
+        and not resource.startswith("requests.")
+
+
+def tolerate_extended_resources(pod: dict) -> None:
+    """ExtendedResourceToleration: a pod that requests an extended resource
+    (``nvidia.com/gpu``) tolerates the NoSchedule taint of that name, in place."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return
+    wanted = set()
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            res = (c.get("resources") or {}) if isinstance(c, dict) else {}
+            for section in ("requests", "limits"):
+                wanted |= {r for r in (res.get(section) or {}) if isinstance(r, str) and _extended(r)}
+    tolerations = spec.get("tolerations") or []
+    for r in sorted(wanted):
+        t = {"key": r, "operator": "Exists", "effect": "NoSchedule"}
+        if t not in tolerations:
+            tolerations = [*tolerations, t]
+    if wanted:
+        spec["tolerations"] = tolerations

@@ -309,6 +309,7 @@ class API:
         if rt.storage == ("", "pods"):
             sa = self.store.get(("", "serviceaccounts"), ns or "", admission.service_account_name(obj))
             admission.admit_pod(obj, sa, random_suffix())
+            admission.tolerate_extended_resources(obj)
         if not m.get("name"):
             base = m.get("generateName")
             if not base:

@@ -55,9 +55,18 @@ def test_gpu_requests_taints_and_failed_scheduling(fresh: Cluster) -> None:
     failed = wait_for("FailedScheduling", lambda: c.core.list_namespaced_event(ns, field_selector="involvedObject.name=second,reason=FailedScheduling").items)
     assert failed[0].type == "Warning" and failed[0].message == expected
 
-    c.pod(ns, "untolerated", requests={"nvidia.com/gpu": "1"})
+    c.pod(ns, "untolerated", requests={"cpu": "1"}, nodeSelector={"pool": "gpu"})
     cond = unschedulable(c, ns, "untolerated")
-    assert cond.message == "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) had untolerated taint {nvidia.com/gpu: present}."
+    assert cond.message == ("0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
+                            "2 node(s) had untolerated taint {nvidia.com/gpu: present}.")
+    # ExtendedResourceToleration: a pod that asks for GPUs tolerates the GPU taint, once.
+    c.pod(ns, "asks-gpus", requests={"nvidia.com/gpu": "1", "example.com/fpga": "1"})
+    tolerations = [t.to_dict() for t in c.core.read_namespaced_pod("asks-gpus", ns).spec.tolerations]
+    assert [(t["key"], t["operator"], t["effect"]) for t in tolerations if t["key"] in
+            ("nvidia.com/gpu", "example.com/fpga")] == [("example.com/fpga", "Exists", "NoSchedule"),
+                                                        ("nvidia.com/gpu", "Exists", "NoSchedule")]
+    assert len([t for t in c.core.read_namespaced_pod("train", ns).spec.tolerations
+                if t.key == "nvidia.com/gpu"]) == 1
 
     c.core.delete_namespaced_pod("train", ns)  # frees gpu-0's four GPUs
     assert wait_for("second to take the freed GPUs", lambda: node_of(c, ns, "second")) == "gpu-0"
