@@ -666,7 +666,9 @@ def test_bridge_values_reach_its_deployment_and_not_the_operators():
     assert v["podLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     assert "example.com/tier" not in deployment(objs)["spec"]["template"]["metadata"]["labels"]
     c = container(objs, "bridge")
-    assert c["resources"] == v["resources"]
+    # Helm merges the values into the chart's: the default CPU limit stays.
+    assert c["resources"] == {"requests": v["resources"]["requests"],
+                              "limits": {"cpu": "1", **v["resources"]["limits"]}}
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9190, "health": 9191}
     assert c["args"][c["args"].index("--interval") + 1] == "0.5"
     # The top-level image settings are shared.
