@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import admission
+from . import admission, podsecurity
 from . import apply as ssa
 from . import jsonpath, patch as patches, schema as crdschema, strategy, timeutil
 from .errors import (
@@ -280,9 +280,44 @@ class API:
             errors = strategy.validate(rt, obj, old)
         if rt.storage == ("apiextensions.k8s.io", "customresourcedefinitions"):
             errors += crd_errors(obj)
+        if rt.storage == ("", "namespaces"):
+            errors += [FieldError(f"metadata.labels[{k}]", "Invalid", why, (meta(obj).get("labels") or {}).get(k))
+                       for k, why in podsecurity.label_errors(meta(obj).get("labels"))]
         if errors:
             raise invalid(rt.kind, rt.group, meta(obj).get("name") or meta(obj).get("generateName") or "", errors)
+        self._pod_security(rt, obj, opts, old)
         return obj
+
+    #: Kinds whose pod template Pod Security admission checks (warnings only).
+    _TEMPLATED = {("apps", "deployments"), ("apps", "statefulsets"), ("apps", "replicasets"),
+                  ("apps", "daemonsets"), ("batch", "jobs")}
+
+    def _pod_security(self, rt: ResourceType, obj: dict, opts: Options, old: dict | None) -> None:
+        """Pod Security admission (podsecurity.py): a new pod that violates its
+        namespace's enforce level is refused (403); a new pod or a workload's
+        changed template gets a warning for each level it violates."""
+        if rt.storage == ("", "pods"):
+            if old is not None:
+                return
+            spec, levels = obj.get("spec"), None
+        elif rt.storage in self._TEMPLATED:
+            spec = ((obj.get("spec") or {}).get("template") or {}).get("spec")
+            if spec is None or (old is not None and ((old.get("spec") or {}).get("template") or {}).get("spec") == spec):
+                return
+        else:
+            return
+        nsobj = self.store.get(("", "namespaces"), "", meta(obj).get("namespace") or "")
+        levels = podsecurity.namespace_levels(meta(nsobj).get("labels") if nsobj else None)
+        enforce = podsecurity.check(spec, levels["enforce"])
+        if rt.storage == ("", "pods") and enforce:
+            name = meta(obj).get("name") or meta(obj).get("generateName") or ""
+            raise APIError(403, f'pods "{name}" is forbidden: {podsecurity.forbidden_message(levels["enforce"], enforce)}',
+                           "Forbidden", {"name": name, "kind": "pods"})
+        for mode in ("enforce", "warn") if rt.storage != ("", "pods") else ("warn",):
+            found = podsecurity.check(spec, levels[mode])
+            text = podsecurity.warning(levels[mode], found) if found else ""
+            if text and text not in opts.warnings:
+                opts.warnings.append(text)
 
     def create(self, rt: ResourceType, ns: str | None, body: Any, opts: Options | None = None) -> dict:
         opts = opts or Options()

@@ -17,6 +17,7 @@ from ..api import DeleteOptions, Options
 from ..errors import APIError
 from ..store import Event, meta
 from .base import Controller
+from .events import Recorder
 from .util import (
     DEPLOYMENTS,
     PODS,
@@ -95,8 +96,13 @@ class ReplicaSets(Controller):
                                 "ownerReferences": [owner_ref(rs)]}
                     if tmeta.get("annotations"):
                         pod_meta["annotations"] = dict(tmeta["annotations"])
-                    api.create(pod_rt, ns, {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta,
-                                            "spec": copy.deepcopy(tpl.get("spec") or {})}, Options(field_manager=self.name))
+                    try:
+                        api.create(pod_rt, ns, {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta,
+                                                "spec": copy.deepcopy(tpl.get("spec") or {})},
+                                   Options(field_manager=self.name))
+                    except APIError as e:
+                        Recorder(api, self.name).event(rs, "Warning", "FailedCreate", f"Error creating: {e.message}")
+                        raise
             elif len(active) > want:
                 for p in pods_to_delete(active, len(active) - want):
                     try:

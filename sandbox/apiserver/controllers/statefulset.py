@@ -20,6 +20,7 @@ from ..api import DeleteOptions, Options
 from ..errors import APIError
 from ..store import Event, meta
 from .base import Controller
+from .events import Recorder
 from .util import (
     PODS,
     PVCS,
@@ -254,7 +255,14 @@ class StatefulSets(Controller):
                 except APIError as e:
                     if e.code != 409:
                         raise
-            api.create(pod_rt, ns, pod, opts)
+            try:
+                api.create(pod_rt, ns, pod, opts)
+            except APIError as e:
+                # Refused (Pod Security, a quota, validation): said on the
+                # StatefulSet as its controller says it, then retried.
+                Recorder(api, self.name).event(sts, "Warning", "FailedCreate",
+                                               f"create Pod {name(pod)} in StatefulSet {sname} failed error: {e.message}")
+                raise
         for pname in p.delete_pods:
             try:
                 api.delete(pod_rt, ns, pname, DeleteOptions(propagation="Background"))
