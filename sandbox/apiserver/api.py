@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import admission, podsecurity
+from . import admission, podsecurity, quota
 from . import apply as ssa
 from . import jsonpath, patch as patches, schema as crdschema, strategy, timeutil
 from .errors import (
@@ -286,7 +286,29 @@ class API:
         if errors:
             raise invalid(rt.kind, rt.group, meta(obj).get("name") or meta(obj).get("generateName") or "", errors)
         self._pod_security(rt, obj, opts, old)
+        if rt.storage == ("", "pods") and old is None:
+            self._quota(obj)
         return obj
+
+    def _forbidden_pod(self, obj: dict, message: str) -> APIError:
+        name = meta(obj).get("name") or meta(obj).get("generateName") or ""
+        return APIError(403, f'pods "{name}" is forbidden: {message}', "Forbidden", {"name": name, "kind": "pods"})
+
+    def _limit_ranges(self, ns: str, pod: dict) -> None:
+        """LimitRanger (quota.py): the namespace's defaults filled in; a pod outside its bounds refused."""
+        errors = quota.apply_limit_ranges(pod, self.store.list(("", "limitranges"), ns))
+        if errors:
+            raise self._forbidden_pod(pod, errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")
+
+    def _quota(self, pod: dict) -> None:
+        """ResourceQuota (quota.py): a pod the namespace's quotas have no room for, or that does not say
+        what they limit, is refused."""
+        ns = meta(pod).get("namespace") or ""
+        quotas = self.store.list(("", "resourcequotas"), ns)
+        if quotas:
+            errors = quota.quota_errors(pod, quotas, self.store.list(("", "pods"), ns))
+            if errors:
+                raise self._forbidden_pod(pod, errors[0])
 
     #: Kinds whose pod template Pod Security admission checks (warnings only).
     _TEMPLATED = {("apps", "deployments"), ("apps", "statefulsets"), ("apps", "replicasets"),
@@ -310,9 +332,7 @@ class API:
         levels = podsecurity.namespace_levels(meta(nsobj).get("labels") if nsobj else None)
         enforce = podsecurity.check(spec, levels["enforce"])
         if rt.storage == ("", "pods") and enforce:
-            name = meta(obj).get("name") or meta(obj).get("generateName") or ""
-            raise APIError(403, f'pods "{name}" is forbidden: {podsecurity.forbidden_message(levels["enforce"], enforce)}',
-                           "Forbidden", {"name": name, "kind": "pods"})
+            raise self._forbidden_pod(obj, podsecurity.forbidden_message(levels["enforce"], enforce))
         for mode in ("enforce", "warn") if rt.storage != ("", "pods") else ("warn",):
             found = podsecurity.check(spec, levels[mode])
             text = podsecurity.warning(levels[mode], found) if found else ""
@@ -345,6 +365,9 @@ class API:
             sa = self.store.get(("", "serviceaccounts"), ns or "", admission.service_account_name(obj))
             admission.admit_pod(obj, sa, random_suffix())
             admission.tolerate_extended_resources(obj)
+            self._limit_ranges(ns or "", obj)
+        if rt.storage == ("", "limitranges"):
+            quota.limitrange_defaults(obj)
         if not m.get("name"):
             base = m.get("generateName")
             if not base:

@@ -87,6 +87,8 @@ BUILTINS: tuple[ResourceType, ...] = (
     _rt("", "v1", "secrets", "Secret"),
     _rt("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", short=("pvc",), sub=("status",)),
     _rt("", "v1", "events", "Event", short=("ev",)),
+    _rt("", "v1", "resourcequotas", "ResourceQuota", short=("quota",), sub=("status",)),
+    _rt("", "v1", "limitranges", "LimitRange", short=("limits",)),
     _rt("", "v1", "serviceaccounts", "ServiceAccount", short=("sa",), sub=("token",)),
     _rt("apps", "v1", "statefulsets", "StatefulSet", short=("sts",), sub=("status", "scale"), cats=("all",), generation=True),
     _rt("apps", "v1", "deployments", "Deployment", short=("deploy",), sub=("status", "scale"), cats=("all",), generation=True),

@@ -6,7 +6,7 @@ or a test acting as one) reports their status through the API."""
 from __future__ import annotations
 
 from .base import Controller, Manager
-from .cluster import DisruptionBudgets, Endpoints, VolumeBinder
+from .cluster import DisruptionBudgets, Endpoints, ResourceQuotas, VolumeBinder
 from .deployment import Deployments, ReplicaSets
 from .lifecycle import CRDCleanup, GarbageCollector, Namespaces, PodGC
 from .scheduler import Scheduler, TaintEviction
@@ -25,6 +25,7 @@ ALL: list[type[Controller]] = [
     TaintEviction,
     Endpoints,
     DisruptionBudgets,
+    ResourceQuotas,
 ]
 
 __all__ = ["ALL", "Controller", "Manager"]

@@ -13,6 +13,7 @@ from typing import Hashable, Iterable
 from .. import timeutil
 from ..api import DeleteOptions, Options
 from ..errors import APIError
+from ..quota import usage
 from ..selectors import from_label_selector_object, labels_match
 from ..store import Event, meta
 from .base import Controller
@@ -209,3 +210,31 @@ class DisruptionBudgets(Controller):
             if e.code != 404:
                 raise
         return 120.0 if disrupted else None
+
+
+RESOURCEQUOTAS = ("", "resourcequotas")
+
+
+class ResourceQuotas(Controller):
+    """The resource quota controller: each quota's status.hard and status.used
+    (what the namespace's pods are charged, ``quota.usage``)."""
+
+    name = "resourcequota-controller"
+    watches = (RESOURCEQUOTAS, PODS)
+
+    def keys_for(self, ev: Event) -> Iterable[Hashable]:
+        yield namespace(ev.obj)
+
+    def initial_keys(self) -> Iterable[Hashable]:
+        return {namespace(q) for q in self.api.store.list(RESOURCEQUOTAS)}
+
+    def reconcile(self, key) -> float | None:
+        quotas = self.api.store.list(RESOURCEQUOTAS, key)
+        if not quotas:
+            return None
+        pods = self.api.store.list(PODS, key)
+        rt = self.api.resource("", "v1", "resourcequotas")
+        for q in quotas:
+            hard = dict((q.get("spec") or {}).get("hard") or {})
+            self.api.write_status(rt, q, {"hard": hard, "used": usage(pods, hard)}, self.name)
+        return None

@@ -1,0 +1,172 @@
+"""LimitRanger and ResourceQuota admission for pods, as Kubernetes 1.33's
+plugins, and a quota's usage. Pure: the caller passes the namespace's
+LimitRanges, ResourceQuotas and pods.
+
+LimitRanger (``Container`` items): a container's missing limits get the
+item's ``default`` and its missing requests ``defaultRequest`` (a LimitRange
+is stored with Kubernetes' defaults: ``default`` from ``max``,
+``defaultRequest`` from ``default`` then ``min``); then ``min``, ``max`` and
+``maxLimitRequestRatio`` are checked, and a pod outside them is refused.
+
+ResourceQuota: a pod is charged ``pods``, ``count/pods``, ``requests.<r>``
+(and ``<r>`` for cpu and memory) and ``limits.<r>``; a quota that limits a
+compute resource refuses a pod whose containers do not all say it, and any
+quota refuses a pod that would take its usage past ``hard``. Terminal pods
+(Succeeded, Failed) are not charged.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Iterable
+
+from .quantity import parse
+
+__all__ = ["limitrange_defaults", "apply_limit_ranges", "pod_usage", "usage", "quota_errors", "format_quantity"]
+
+_COMPUTE = ("cpu", "memory")
+
+
+def _q(value) -> Decimal:
+    return parse(value)
+
+
+def format_quantity(value: Decimal) -> str:
+    """A quantity as kubectl prints quota figures: whole numbers plain, cpu in m below 1."""
+    if value == value.to_integral_value():
+        return str(int(value))
+    return f"{int(value * 1000)}m"
+
+
+def limitrange_defaults(lr: dict) -> dict:
+    """The LimitRange as Kubernetes stores it: SetDefaults_LimitRangeItem on its Container items."""
+    for item in (lr.get("spec") or {}).get("limits") or []:
+        if item.get("type") != "Container":
+            continue
+        default = item.setdefault("default", {})
+        request = item.setdefault("defaultRequest", {})
+        for k, v in (item.get("max") or {}).items():
+            default.setdefault(k, v)
+        for k, v in default.items():
+            request.setdefault(k, v)
+        for k, v in (item.get("min") or {}).items():
+            request.setdefault(k, v)
+        if not default:
+            del item["default"]
+        if not request:
+            del item["defaultRequest"]
+    return lr
+
+
+def _containers(pod: dict) -> list[dict]:
+    spec = pod.get("spec") or {}
+    return [c for key in ("initContainers", "containers") for c in spec.get(key) or [] if isinstance(c, dict)]
+
+
+def apply_limit_ranges(pod: dict, ranges: Iterable[dict]) -> list[str]:
+    """Fill the pod's containers' defaults from ``ranges`` (in place) and
+    return what violates them, worded as LimitRanger words it."""
+    items = [i for lr in ranges for i in (lr.get("spec") or {}).get("limits") or [] if i.get("type") == "Container"]
+    errors: list[str] = []
+    for c in _containers(pod):
+        res = c.setdefault("resources", {})
+        for item in items:
+            limits = res.setdefault("limits", {})
+            requests = res.setdefault("requests", {})
+            for k, v in (item.get("default") or {}).items():
+                limits.setdefault(k, v)
+            for k, v in (item.get("defaultRequest") or {}).items():
+                requests.setdefault(k, v)
+            for k, v in limits.items():  # the API server's own default: a request is its limit
+                requests.setdefault(k, v)
+            for k, lo in (item.get("min") or {}).items():
+                if k in requests and _q(requests[k]) < _q(lo):
+                    errors.append(f"minimum {k} usage per Container is {lo}, but request is {requests[k]}")
+                elif k not in requests:
+                    errors.append(f"minimum {k} usage per Container is {lo}.  No request is specified")
+            for k, hi in (item.get("max") or {}).items():
+                if k in limits and _q(limits[k]) > _q(hi):
+                    errors.append(f"maximum {k} usage per Container is {hi}, but limit is {limits[k]}")
+                elif k not in limits:
+                    errors.append(f"maximum {k} usage per Container is {hi}.  No limit is specified")
+            for k, ratio in (item.get("maxLimitRequestRatio") or {}).items():
+                if k in limits and k in requests and _q(requests[k]) > 0 and \
+                        _q(limits[k]) / _q(requests[k]) > _q(ratio):
+                    errors.append(f"{k} max limit to request ratio per Container is {ratio}, but provided ratio "
+                                  f"is {float(_q(limits[k]) / _q(requests[k])):.6f}")
+        if not res.get("limits"):
+            res.pop("limits", None)
+        if not res.get("requests"):
+            res.pop("requests", None)
+        if not res:
+            c.pop("resources", None)
+    return errors
+
+
+def _sums(pod: dict, section: str) -> dict[str, Decimal]:
+    """What the pod requests or limits of each resource: the containers' sum,
+    or any one init container's where that is larger."""
+    spec = pod.get("spec") or {}
+    total: dict[str, Decimal] = {}
+    for c in spec.get("containers") or []:
+        for k, v in ((c.get("resources") or {}).get(section) or {}).items():
+            total[k] = total.get(k, Decimal(0)) + _q(v)
+    for c in spec.get("initContainers") or []:
+        for k, v in ((c.get("resources") or {}).get(section) or {}).items():
+            total[k] = max(total.get(k, Decimal(0)), _q(v))
+    return total
+
+
+def pod_usage(pod: dict) -> dict[str, Decimal]:
+    """What a pod is charged against a quota."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return {}
+    out = {"pods": Decimal(1), "count/pods": Decimal(1)}
+    for k, v in _sums(pod, "requests").items():
+        out[f"requests.{k}"] = v
+        if k in _COMPUTE:
+            out[k] = v
+    for k, v in _sums(pod, "limits").items():
+        out[f"limits.{k}"] = v
+    return out
+
+
+def usage(pods: Iterable[dict], hard: dict) -> dict[str, str]:
+    """A quota's status.used: each of ``hard``'s keys, summed over ``pods``."""
+    used = {k: Decimal(0) for k in hard}
+    for p in pods:
+        for k, v in pod_usage(p).items():
+            if k in used:
+                used[k] += v
+    return {k: format_quantity(v) for k, v in used.items()}
+
+
+def quota_errors(pod: dict, quotas: Iterable[dict], pods: Iterable[dict]) -> list[str]:
+    """Why the quotas refuse ``pod`` (``pods``: the namespace's others), as the plugin words it."""
+    pods = list(pods)
+    charge = pod_usage(pod)
+    for quota in sorted(quotas, key=lambda q: (q.get("metadata") or {}).get("name", "")):
+        qname = (quota.get("metadata") or {}).get("name", "")
+        hard = {k: _q(v) for k, v in ((quota.get("spec") or {}).get("hard") or {}).items()}
+        missing = []
+        for key in sorted(hard):
+            section, _, resource = key.partition(".")
+            if section in ("requests", "limits") and resource in _COMPUTE or key in _COMPUTE:
+                section, resource = (section, resource) if resource else ("requests", key)
+                lacking = [c.get("name", "") for c in _containers(pod)
+                           if resource not in ((c.get("resources") or {}).get(section) or {})]
+                if lacking:
+                    missing.append(f"{key} for: {','.join(lacking)}")
+        if missing:
+            return [f"failed quota: {qname}: must specify {'; '.join(missing)}"]
+        used = {k: Decimal(0) for k in hard}
+        for p in pods:
+            for k, v in pod_usage(p).items():
+                if k in used:
+                    used[k] += v
+        over = [k for k in sorted(hard) if k in charge and used[k] + charge[k] > hard[k]]
+        if over:
+            def fmt(values) -> str:
+                return ",".join(f"{k}={format_quantity(values[k])}" for k in over)
+            return [f"exceeded quota: {qname}, requested: {fmt(charge)}, used: {fmt(used)}, limited: {fmt(hard)}"]
+    return []
