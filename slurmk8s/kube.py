@@ -186,12 +186,14 @@ class Kube:
 
     # Reads.
 
-    def list(self, kind: str, namespace: str | None = None, selector: str | None = None) -> list[dict]:
-        """Every object of ``kind`` (in ``namespace``, matching ``selector``), each with kind and apiVersion."""
-        return self.list_versioned(kind, namespace, selector)[0]
+    def list(self, kind: str, namespace: str | None = None, selector: str | None = None,
+             fields: str | None = None) -> list[dict]:
+        """Every object of ``kind`` (in ``namespace``, matching the label
+        ``selector`` and the field selector ``fields``), each with kind and apiVersion."""
+        return self.list_versioned(kind, namespace, selector, fields)[0]
 
     def list_versioned(self, kind: str, namespace: str | None = None,
-                       selector: str | None = None) -> tuple[list[dict], str]:
+                       selector: str | None = None, fields: str | None = None) -> tuple[list[dict], str]:
         """:meth:`list`, and the list's resourceVersion (its first page's): a
         watch from it sees every change after the list (what an informer needs)."""
         items: list[dict] = []
@@ -201,6 +203,8 @@ class Kube:
             query = [("limit", "500")]
             if selector:
                 query.append(("labelSelector", selector))
+            if fields:
+                query.append(("fieldSelector", fields))
             if token:
                 query.append(("continue", token))
             page = self.request("GET", self.path(kind, namespace), query=query)

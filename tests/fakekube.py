@@ -54,14 +54,23 @@ class FakeKube:
         if (verb, kind) in self.fail:
             raise self.fail[(verb, kind)]
 
-    def list(self, kind: str, namespace: str | None = None, selector: str | None = None) -> list[dict]:
+    def list(self, kind: str, namespace: str | None = None, selector: str | None = None,
+             fields: str | None = None) -> list[dict]:
         self._authorize("list", kind, namespace)
         self._check("list", kind)
         want = dict(part.split("=", 1) for part in selector.split(",")) if selector else {}
+        field_want = dict(part.split("=", 1) for part in fields.split(",")) if fields else {}
+
+        def field(o: dict, path: str):
+            for part in path.split("."):
+                o = o.get(part) if isinstance(o, dict) else None
+            return o
+
         out = []
         for (k, ns, _), o in sorted(self.objects.items()):
             labels = o["metadata"].get("labels") or {}
-            if k == kind and (namespace is None or ns == namespace) and all(labels.get(a) == b for a, b in want.items()):
+            if k == kind and (namespace is None or ns == namespace) and all(labels.get(a) == b for a, b in want.items()) \
+                    and all(field(o, a) == b for a, b in field_want.items()):
                 out.append(copy.deepcopy(o))
         return out
 

@@ -248,6 +248,23 @@ def test_a_key_secret_that_appears_between_reading_and_creating_stops_the_round(
     assert not [x for x in w.kube.writes if x[1] in ("StatefulSet", "Deployment")]
 
 
+def test_a_workload_whose_pods_the_namespace_refuses_says_why_in_ready(offline):
+    """A StatefulSet short of pods: its controller's FailedCreate Event (Pod
+    Security, a quota) is read and named in Ready, in the API's words."""
+    w = offline
+    w.round()  # creates the workloads; no controller makes their pods
+    why = ('create Pod demo-controller-0 in StatefulSet demo-controller failed error: pods "demo-controller-0" is '
+           'forbidden: exceeded quota: team, requested: limits.cpu=2, used: limits.cpu=63, limited: limits.cpu=64')
+    w.kube.add({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "demo-controller.1", "namespace": "default"},
+                "reason": "FailedCreate", "type": "Warning", "message": why, "lastTimestamp": "2026-11-21T10:00:00Z",
+                "involvedObject": {"kind": "StatefulSet", "name": "demo-controller", "namespace": "default"}})
+    out = w.round()
+    ready = next(c for c in out.status.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "PodsRefused")
+    assert ready.message.startswith(f"StatefulSet demo-controller cannot create its pods: {why}")
+    assert ("list", "", "events") in {(v, g, r) for v, g, r, _ in w.kube.requests}
+
+
 def test_every_request_of_a_round_and_a_teardown_is_declared(offline):
     w = offline
     w.spec(lambda s: s.update(restApi={"enabled": True}, deletionPolicy="Delete"))

@@ -10,7 +10,7 @@ import yaml
 
 from slurmk8s.api import load_cluster
 from slurmk8s.api.cluster import SlurmClusterStatus
-from slurmk8s.operator.status import COMPONENTS, compute, invalid, node_counts
+from slurmk8s.operator.status import COMPONENTS, compute, invalid, node_counts, refused_pods, short_of_pods
 from slurmk8s.slurm.model import Node
 
 from .conftest import ROOT
@@ -196,3 +196,38 @@ def test_ready_names_the_image_a_pod_cannot_pull_with_the_registrys_answer(clust
     fine = compute(cluster, None, observed=healthy(), nodes=NODES, applied_hash="abc", rendered_hash="abc",
                    now=NOW, pods=[_pod("demo-gpu-1", image, "ContainerCreating", "")])
     assert fine.phase == "Ready"
+
+
+def _owned(name, kind, owner):
+    return {"kind": "Pod", "metadata": {"name": name, "ownerReferences": [{"kind": kind, "name": owner}]}}
+
+
+def _failed_create(kind, name, message, at):
+    return {"kind": "Event", "reason": "FailedCreate", "type": "Warning", "message": message, "lastTimestamp": at,
+            "involvedObject": {"kind": kind, "name": name}}
+
+
+def test_ready_says_why_a_workload_cannot_create_its_pods_in_the_apis_words(cluster):
+    pods = [_owned("demo-controller-0", "StatefulSet", "demo-controller"), _owned("demo-cpu-0", "StatefulSet", "demo-cpu"),
+            _owned("demo-gpu-0", "StatefulSet", "demo-gpu")]
+    short = short_of_pods(healthy(), pods)
+    assert short == [("ReplicaSet", "demo-login-"), ("StatefulSet", "demo-gpu")]
+    psa = 'pods "demo-gpu-1" is forbidden: violates PodSecurity "baseline:latest": privileged (...)'
+    quota = 'pods "demo-login-7d-x2k" is forbidden: exceeded quota: team, requested: limits.cpu=2, ...'
+    events = [_failed_create("StatefulSet", "demo-gpu", "create Pod demo-gpu-1 in StatefulSet demo-gpu failed "
+                             f"error: {psa}", LATER),
+              _failed_create("StatefulSet", "demo-gpu", "an older refusal", NOW),
+              _failed_create("ReplicaSet", "demo-login-7d", f"Error creating: {quota}", NOW),
+              _failed_create("StatefulSet", "demo-cpu", "demo-cpu has its pod: not reported", NOW)]
+    refused = refused_pods(short, events)
+    assert refused == [f"Deployment demo-login cannot create its pods: Error creating: {quota}",
+                       f"StatefulSet demo-gpu cannot create its pods: create Pod demo-gpu-1 in StatefulSet demo-gpu "
+                       f"failed error: {psa}"]
+    workloads = [*healthy()[:2], workload("StatefulSet", "demo-gpu", 2, ready=1), workload("Deployment", "demo-login", 1, 0)]
+    st = compute(cluster, None, observed=workloads, nodes=NODES, applied_hash="abc", rendered_hash="abc", now=NOW,
+                 refused=refused)
+    ready = next(c for c in st.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "PodsRefused")
+    assert ready.message.startswith(refused[0]) and psa in ready.message
+    assert short_of_pods(healthy(), [*pods, _owned("demo-gpu-1", "StatefulSet", "demo-gpu"),
+                                     _owned("demo-login-7d-a", "ReplicaSet", "demo-login-7d")]) == []

@@ -62,6 +62,9 @@ OPERATOR: tuple[Permission, ...] = (
     Permission("update", GROUP, "slurmclusters/finalizers", WATCHED),
     # kopf posts core/v1 Events about SlurmClusters (create only).
     Permission("create", "", "events", WATCHED),
+    # round.py: while a workload has fewer pods than it wants, its
+    # controller's FailedCreate Events say why (Pod Security, a quota).
+    Permission("list", "", "events", WATCHED),
     *_rendered(),
     # Key Secrets (munge, JWT, SSH host keys, agent token): read by name each
     # round (a 404 means missing), created once and never updated, deleted at

@@ -310,8 +310,17 @@ class Operator:
                 acct_applied, acct_error = False, str(exc)
                 out.waiting.append(f"associations not applied: {exc}")
 
-        # 7. Status.
+        # 7. Status. A workload short of pods: its controller's FailedCreate Events say why.
+        short = status.short_of_pods(objects, pods)
+        refused_pods: list[str] = []
+        if short:
+            try:
+                refused_pods = status.refused_pods(short, self.kube.list("Event", cluster.namespace,
+                                                                         fields="reason=FailedCreate"))
+            except Exception as exc:  # the status says what is known; the next round asks again
+                _log.warning("could not read FailedCreate events", cluster=cluster.name, error=str(exc))
         out.status = status.compute(cluster, previous, observed=objects, nodes=nodes, applied_hash=applied, pods=pods,
+                                    refused=refused_pods,
                                     rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
                                     now=format_time(now),
                                     accounting=accounting.condition(cluster, objects, acct_applied, acct_error))

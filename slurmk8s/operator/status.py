@@ -16,7 +16,8 @@ from slurmk8s.api.status import Condition, NodeCounts, SlurmClusterStatus
 from slurmk8s.render import names
 from slurmk8s.slurm.model import Node
 
-__all__ = ["COMPONENTS", "compute", "invalid", "node_counts", "image_pull_failures"]
+__all__ = ["COMPONENTS", "compute", "invalid", "node_counts", "image_pull_failures", "short_of_pods",
+           "refused_pods"]
 
 COMPONENTS = ("ControllerReady", "WorkersReady", "LoginReady", "RestApiReady", "AccountingReady")
 
@@ -104,6 +105,44 @@ def image_pull_failures(pods: Sequence[Mapping]) -> list[str]:
     return out
 
 
+def short_of_pods(observed: Sequence[Mapping], pods: Sequence[Mapping]) -> list[tuple[str, str]]:
+    """The cluster's StatefulSets and Deployments that have fewer pods than
+    their replicas, as (the kind of object their controller reports on, its
+    name or, for a Deployment's ReplicaSets, their name prefix)."""
+    owners = [r for p in pods for r in (p.get("metadata") or {}).get("ownerReferences") or []]
+    out = []
+    for w in sorted(observed, key=lambda o: (o["kind"], o["metadata"]["name"])):
+        name = w["metadata"]["name"]
+        if w["kind"] == "StatefulSet":
+            have = sum(1 for r in owners if r.get("kind") == "StatefulSet" and r.get("name") == name)
+            reporter = ("StatefulSet", name)
+        elif w["kind"] == "Deployment":
+            have = sum(1 for r in owners if r.get("kind") == "ReplicaSet" and r.get("name", "").startswith(f"{name}-"))
+            reporter = ("ReplicaSet", f"{name}-")
+        else:
+            continue
+        if have < int((w.get("spec") or {}).get("replicas", 1)):
+            out.append(reporter)
+    return out
+
+
+def refused_pods(short: Sequence[tuple[str, str]], events: Sequence[Mapping]) -> list[str]:
+    """Why each workload ``short`` of pods (:func:`short_of_pods`) cannot
+    create them: the latest FailedCreate Event its controller recorded, in the
+    API's words (a namespace's Pod Security level, its quota, a LimitRange)."""
+    out = []
+    for kind, name in short:
+        mine = [e for e in events if e.get("reason") == "FailedCreate"
+                and (e.get("involvedObject") or {}).get("kind") == kind
+                and ((obj := (e.get("involvedObject") or {}).get("name") or "") == name
+                     or (name.endswith("-") and obj.startswith(name)))]
+        if mine:
+            latest = max(mine, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+            what = f"{kind} {name}" if not name.endswith("-") else f"Deployment {name[:-1]}"
+            out.append(f"{what} cannot create its pods: {(latest.get('message') or '')[:1024]}")
+    return out
+
+
 def node_counts(nodes: Sequence[Node]) -> NodeCounts:
     counts = {k: 0 for k in ("idle", "mixed", "allocated", "drain", "down", "other")}
     for n in nodes:
@@ -138,6 +177,7 @@ def compute(
     problem_reason: str = "ReconcileFailed",
     accounting: _Cond | None = None,
     pods: Sequence[Mapping] = (),
+    refused: Sequence[str] = (),
 ) -> SlurmClusterStatus:
     """The status after a round.
 
@@ -148,7 +188,9 @@ def compute(
     waits (shown in Ready); ``accounting``: AccountingReady
     (``operator.accounting.condition``), unknown when not given; ``pods``: the
     cluster's pods, whose image pull failures Ready names first
-    (reason ``ImagePullFailed``).
+    (reason ``ImagePullFailed``); ``refused``: why workloads cannot create
+    their pods (:func:`refused_pods`), named before those (reason
+    ``PodsRefused``).
     """
     c = cluster
     w = _workloads(observed)
@@ -168,6 +210,8 @@ def compute(
         ready: _Cond = ("False", "Deleting", "the cluster is being deleted: nodes drained, objects removed")
     elif problems:
         ready = ("False", problem_reason, "; ".join(problems))
+    elif refused:
+        ready = ("False", "PodsRefused", "; ".join([*refused, *pulls, *not_ready]))
     elif pulls:
         ready = ("False", "ImagePullFailed", "; ".join([*pulls, *not_ready]))
     elif not_ready:

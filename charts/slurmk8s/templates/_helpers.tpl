@@ -167,10 +167,11 @@ operator writes with server-side apply and merge patches), no wildcards.
   resources: ["networkpolicies"]
   verbs: ["list", "create", "patch", "delete"]
 # Events about reconciliation, drains and errors on the SlurmCluster, as kopf
-# posts them (core API, created once each).
+# posts them (core API, created once each); listed (reason FailedCreate)
+# while a workload is short of pods, to say why its pods were refused.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list"]
 {{- end }}
 
 {{/*
