@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import yaml
 
 from slurmk8s.api import load_cluster
 from slurmk8s.render.manifests import lent_slurmd_pod, render
 from slurmk8s.render.names import NODESET_LABEL
 
-from .apiserver.conftest import Cluster, start_server, wait_for
+from .apiserver.conftest import Cluster, wait_for
+from .apiserver.conftest import cluster as api  # noqa: F401 (the stand-in, as a fixture)
 from .conftest import EXAMPLE
 
 QUOTA = {"requests.cpu": "32", "requests.memory": "64Gi", "limits.cpu": "64", "limits.memory": "128Gi",
@@ -24,13 +24,6 @@ QUOTA = {"requests.cpu": "32", "requests.memory": "64Gi", "limits.cpu": "64", "l
 LIMITS = [{"type": "Container", "max": {"cpu": "16", "memory": "32Gi"},
            "default": {"cpu": "250m", "memory": "256Mi"}}]
 
-
-@pytest.fixture(scope="module")
-def api(tmp_path_factory) -> Cluster:
-    c = start_server(tmp_path_factory.mktemp("namespace-rules"))
-    yield c
-    c.api_client.close()
-    c.srv.stop()
 
 
 def site_namespace(c: Cluster) -> str:

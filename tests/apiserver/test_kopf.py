@@ -31,18 +31,25 @@ def gadget_crd() -> dict:
     }
 
 
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster):
-    """kopf in a thread, logged in with the server's URL, CA and token, watching one namespace."""
-    cluster.ext.create_custom_resource_definition(gadget_crd())
-    ns = cluster.namespace("kopf")
-    calls: list[tuple[str, str]] = []
+def logged_in(cluster: Cluster, ns: str) -> kopf.OperatorRegistry:
+    """A registry whose kopf logs in with the server's URL, CA and token, in ``ns``."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
     def login(**_):
         return kopf.ConnectionInfo(server=cluster.srv.url, ca_path=str(cluster.srv.ca_path), token=cluster.srv.token,
                                    default_namespace=ns)
+
+    return registry
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster):
+    """kopf in a thread, logged in with the server's URL, CA and token, watching one namespace."""
+    cluster.ext.create_custom_resource_definition(gadget_crd())
+    ns = cluster.namespace("kopf")
+    calls: list[tuple[str, str]] = []
+    registry = logged_in(cluster, ns)
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_):
@@ -147,12 +154,7 @@ def test_a_spec_too_big_for_kopfs_annotation_copy_is_handled_through_the_operato
     assert "metadata.annotations: Too long: may not be more than 262144 bytes" in refused.value.body
 
     calls: list[int] = []
-    registry = kopf.OperatorRegistry()
-
-    @kopf.on.login(registry=registry)
-    def login(**_):
-        return kopf.ConnectionInfo(server=cluster.srv.url, ca_path=str(cluster.srv.ca_path), token=cluster.srv.token,
-                                   default_namespace=big)
+    registry = logged_in(cluster, big)
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_):
