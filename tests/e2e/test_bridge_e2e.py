@@ -152,17 +152,6 @@ def test_a_node_briefly_not_ready_is_reclaimed_gracefully_never_set_down(world):
     job = r.sbatch("/shared/researcher/ckpt.sh", "-w", LEND[1], cwd="/shared/researcher")
     wait_for("the job to run", lambda: r.job(job)["JobState"] == "RUNNING", timeout=60)
     time.sleep(3)  # a few steps
-    # Unknown for about three seconds (several bridge rounds), whenever the
-    # kubelet's heartbeat would say Ready again: a blip, far below the
-    # policy's notReadyTimeoutSeconds.
-    blip_end = time.monotonic() + 3
-    while time.monotonic() < blip_end:
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        world.core.patch_node_status(LEND[1], {"status": {"conditions": [
-            {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
-             "message": "Kubelet stopped posting node status.", "lastHeartbeatTime": now,
-             "lastTransitionTime": now}]}}, _content_type="application/merge-patch+json")
-        time.sleep(0.3)
     seen: set[str] = set()  # the Slurm node's states
     lending: set[str | None] = set()  # the Kubernetes node's lending states
 
@@ -174,6 +163,20 @@ def test_a_node_briefly_not_ready_is_reclaimed_gracefully_never_set_down(world):
             lending.add(world.state(LEND[1]))
             return predicate()
         return check
+
+    # Unknown for about three seconds (several bridge rounds), whenever the
+    # kubelet's heartbeat would say Ready again: a blip, far below the
+    # policy's notReadyTimeoutSeconds. Watched from its start: a job that
+    # checkpoints at once lets the node go back and be lent again within it.
+    blip_end = time.monotonic() + 3
+    while time.monotonic() < blip_end:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        world.core.patch_node_status(LEND[1], {"status": {"conditions": [
+            {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+             "message": "Kubelet stopped posting node status.", "lastHeartbeatTime": now,
+             "lastTransitionTime": now}]}}, _content_type="application/merge-patch+json")
+        watching(lambda: True)()
+        time.sleep(0.1)
 
     # The job is signalled, checkpoints and requeues itself (-w: it waits for
     # this node); the node goes back to Kubernetes and is lent again.
