@@ -1,9 +1,12 @@
 """Just enough of Kubernetes' protobuf encoding to read what clients send that
 way: the review and token requests of ``kubectl auth can-i``, ``auth
-whoami`` and ``create token``, and the Secrets and ConfigMaps that Helm
-keeps its releases in, with the DeleteOptions it removes them with
-(client-go's typed clients write built-in kinds as protobuf): the ``k8s\\0`` envelope (``runtime.Unknown``) and those
-messages. Pure; answers are JSON (clients accept it)."""
+whoami`` and ``create token``, the Secrets and ConfigMaps that Helm
+keeps its releases in, with the DeleteOptions it removes them with, and
+what kubectl's ``create namespace | serviceaccount | quota | role |
+rolebinding | clusterrole | clusterrolebinding`` send (client-go's typed
+clients write built-in kinds as protobuf): the ``k8s\\0`` envelope
+(``runtime.Unknown``) and those messages. Pure; answers are JSON (clients
+accept it)."""
 
 from __future__ import annotations
 
@@ -49,10 +52,25 @@ SCHEMAS: dict[str, Schema] = {
                          4: ("expirationSeconds", "int", False)},
     "BoundObjectReference": {1: ("kind", "string", False), 2: ("apiVersion", "string", False), 3: ("name", "string", False),
                              4: ("uid", "string", False)},
+    # What `kubectl create namespace | serviceaccount | quota | role | rolebinding |
+    # clusterrole | clusterrolebinding` send.
+    "NamespaceSpec": {1: ("finalizers", "string", True)},
+    "ServiceAccount": {3: ("imagePullSecrets", "LocalObjectReference", True),
+                       4: ("automountServiceAccountToken", "bool", False)},
+    "LocalObjectReference": {1: ("name", "string", False)},
+    "ResourceQuotaSpec": {1: ("hard", "map:Quantity", False), 2: ("scopes", "string", True)},
+    "Role": {2: ("rules", "PolicyRule", True)},
+    "PolicyRule": {1: ("verbs", "string", True), 2: ("apiGroups", "string", True), 3: ("resources", "string", True),
+                   4: ("resourceNames", "string", True), 5: ("nonResourceURLs", "string", True)},
+    "RoleBinding": {2: ("subjects", "Subject", True), 3: ("roleRef", "RoleRef", False)},
+    "Subject": {1: ("kind", "string", False), 2: ("apiGroup", "string", False), 3: ("name", "string", False),
+                4: ("namespace", "string", False)},
+    "RoleRef": {1: ("apiGroup", "string", False), 2: ("kind", "string", False), 3: ("name", "string", False)},
 }
 
 #: Kinds whose fields sit beside metadata (field 1) instead of in a spec, by schema.
-FLAT_KINDS = {"Secret": "Secret", "ConfigMap": "ConfigMap"}
+FLAT_KINDS = {"Secret": "Secret", "ConfigMap": "ConfigMap", "ServiceAccount": "ServiceAccount", "Role": "Role",
+              "ClusterRole": "Role", "RoleBinding": "RoleBinding", "ClusterRoleBinding": "RoleBinding"}
 #: Kinds without metadata: every field is the message's own (a DELETE's body).
 BARE_KINDS = {"DeleteOptions": "DeleteOptions"}
 
@@ -65,6 +83,8 @@ KINDS = {
     "SelfSubjectReview": "",
     "TokenReview": "TokenReviewSpec",
     "TokenRequest": "TokenRequestSpec",
+    "Namespace": "NamespaceSpec",
+    "ResourceQuota": "ResourceQuotaSpec",
 }
 
 
@@ -121,6 +141,8 @@ def decode_message(data: bytes, schema: str) -> dict[str, Any]:
             raise DecodeError(f"field {num} ({name}) is length-delimited, not wire type {wire}")
         if kind == "string":
             v: Any = bytes(value).decode()
+            if not v and not repeated:
+                continue  # proto2 sends an empty optional string; Kubernetes' JSON leaves it out
         elif kind == "bytes":
             v = bytes(value)
         elif kind == "int":
@@ -130,6 +152,9 @@ def decode_message(data: bytes, schema: str) -> dict[str, Any]:
         elif kind.startswith("map:"):
             entry = {n: bytes(x) for n, _w, x in fields(bytes(value))}
             key, val = entry.get(1, b"").decode(), entry.get(2, b"")
+            if kind == "map:Quantity":  # resource.Quantity: its string in field 1
+                out.setdefault(name, {})[key] = next((bytes(x).decode() for n, _w, x in fields(val) if n == 1), "")
+                continue
             out.setdefault(name, {})[key] = (base64.b64encode(val).decode() if kind == "map:bytes"
                                              else val.decode())
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 
 import pytest
 import yaml
@@ -166,3 +167,34 @@ def test_wait_describe_and_events(cluster: Cluster, ns: str) -> None:
     table = cluster.kubectl("get", "pods", "-n", ns, "-o", "wide").stdout.splitlines()
     assert table[0].split()[:5] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
     assert table[1].split()[:3] == ["waited", "1/1", "Running"] and "kubectl-node" in table[1]
+
+
+def test_the_create_generators_a_site_uses_are_read_from_protobuf(cluster: Cluster) -> None:
+    """kubectl's `create <kind>` generators send protobuf: each one the docs
+    and a platform engineer use makes the object it says."""
+    run = cluster.kubectl
+    name = f"gen-{uuid.uuid4().hex[:6]}"
+    run("create", "namespace", name)
+    assert cluster.core.read_namespace(name).spec.finalizers == ["kubernetes"]
+    run("create", "serviceaccount", "-n", name, "robot")
+    assert cluster.core.read_namespaced_service_account("robot", name).metadata.name == "robot"
+    run("create", "quota", "-n", name, "team", "--hard=limits.cpu=64,requests.memory=32Gi,pods=20")
+    assert cluster.kubectl_json("get", "-n", name, "quota", "team")["spec"]["hard"] == {
+        "limits.cpu": "64", "requests.memory": "32Gi", "pods": "20"}
+    run("create", "role", "-n", name, "reader", "--verb=get,list", "--resource=pods,configmaps")
+    assert cluster.kubectl_json("get", "-n", name, "role", "reader")["rules"] == [
+        {"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods", "configmaps"]}]
+    run("create", "rolebinding", "-n", name, "reads", "--role=reader", f"--serviceaccount={name}:robot")
+    binding = cluster.kubectl_json("get", "-n", name, "rolebinding", "reads")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "robot", "namespace": name}]
+    run("create", "clusterrole", f"{name}-nodes", "--verb=get", "--resource=nodes")
+    run("create", "clusterrolebinding", f"{name}-nodes", f"--clusterrole={name}-nodes", "--user=alice")
+    assert cluster.kubectl_json("get", "clusterrolebinding", f"{name}-nodes")["subjects"] == [
+        {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}]
+    # The robot may now do what the role says, and nothing more.
+    can = run("auth", "can-i", "list", "pods", "-n", name, f"--as=system:serviceaccount:{name}:robot", check=False)
+    assert can.stdout.strip() == "yes"
+    cannot = run("auth", "can-i", "delete", "pods", "-n", name, f"--as=system:serviceaccount:{name}:robot", check=False)
+    assert cannot.stdout.strip() == "no"
+    run("delete", "clusterrolebinding,clusterrole", f"{name}-nodes")
