@@ -48,8 +48,8 @@ def serve(obj: dict, previous: dict | None = None) -> dict:
     template = spec.get("template")
     if template:
         pod = template["spec"]
-        pod.update(restartPolicy="Always", dnsPolicy="ClusterFirst", schedulerName="default-scheduler",
-                   securityContext={})
+        pod.update(restartPolicy="Always", dnsPolicy="ClusterFirst", schedulerName="default-scheduler")
+        pod.setdefault("securityContext", {})
         for c in pod["containers"]:
             c.update(terminationMessagePath="/dev/termination-log", terminationMessagePolicy="File")
             for p in c.get("ports", []):

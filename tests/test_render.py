@@ -24,6 +24,7 @@ from slurmk8s.api.crd import dump_yaml
 from slurmk8s.api.validate import OWNED_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, config_hash, render
 from slurmk8s.operator.workers import OPERATOR_DRAINS
+from slurmk8s.render.pods import ROOT_CAPABILITIES
 from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.render.slurmd import TERMINATING_DRAIN_REASON
 from slurmk8s.slurm.model import POD_TERMINATING
@@ -646,8 +647,9 @@ def test_a_lent_slurmd_pod_has_a_memory_limit_and_a_bounded_dev_shm(doc):
 @pytest.mark.parametrize("cgroups", [False, True])
 def test_only_slurmd_with_cgroups_is_privileged(doc, keys, cgroups):
     """Privileged only where required: slurmd creates a cgroup per job with
-    cgroups on. No other container is privileged, none adds capabilities,
-    and a lent slurmd pod never is."""
+    cgroups on. No other container is privileged, none adds a capability
+    beyond containerd's defaults (each drops the rest, NET_RAW and MKNOD
+    among them) or may escalate, and a lent slurmd pod never is."""
     doc["spec"]["slurmConfig"] = {**doc["spec"].get("slurmConfig", {}), "cgroups": cgroups}
     for p in doc["spec"]["partitions"]:
         p.pop("acceptLentNodes", None)
@@ -658,7 +660,11 @@ def test_only_slurmd_with_cgroups_is_privileged(doc, keys, cgroups):
             continue
         for ctr in o["spec"]["template"]["spec"]["containers"]:
             sc = ctr.get("securityContext") or {}
-            assert "capabilities" not in sc and not sc.get("allowPrivilegeEscalation")
+            if not sc.get("privileged"):
+                caps = sc["capabilities"]
+                assert caps["drop"] == ["ALL"] and set(caps.get("add", ())) <= set(ROOT_CAPABILITIES)
+                assert not {"NET_RAW", "MKNOD"} & set(caps.get("add", ()))
+                assert sc["allowPrivilegeEscalation"] is False
             if sc.get("privileged"):
                 privileged.append((o["metadata"]["name"], ctr["name"], ctr["image"]))
     workers = [names.nodeset(cluster, ns.name) for ns in cluster.spec.node_sets]

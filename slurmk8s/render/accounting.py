@@ -15,7 +15,7 @@ from ..api.quantities import parse_quantity
 from ..slurm.model import config_hash
 from . import names
 from .config import MANAGED_DATABASE, MANAGED_DB_USER, slurmdbd_conf
-from .pods import ENTRYPOINT, MUNGE_DIR, Builder, pod_template, resources_of, slurm_container
+from .pods import DAEMON_POD_SECURITY, ENTRYPOINT, MUNGE_DIR, Builder, pod_template, resources_of, slurm_container
 
 __all__ = ["objects", "buffer_pool_mib", "DBD_CONFIG_DIR", "DB_PASSWORD_DIR", "DATA_DIR"]
 
@@ -91,7 +91,7 @@ def _slurmdbd(b: Builder) -> list[dict]:
         livenessProbe={**tcp, "failureThreshold": 6, "initialDelaySeconds": 60},
     )
     template = pod_template(c, sel, names.labels(c, "slurmdbd"), [container], volumes,
-                            terminationGracePeriodSeconds=30)
+                            terminationGracePeriodSeconds=30, securityContext=dict(DAEMON_POD_SECURITY))
     # A changed slurmdbd.conf takes a restart: the template carries its digest.
     template["metadata"]["annotations"] = {names.CONFIG_HASH: config_hash({"slurmdbd.conf": slurmdbd_conf(c)})}
     return [
@@ -148,7 +148,7 @@ def _database(b: Builder) -> list[dict]:
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": c.spec.deletion_policy,
                                                      "whenScaled": "Retain"},
             "template": pod_template(c, sel, names.labels(c, "database"), [container], volumes,
-                                     terminationGracePeriodSeconds=60),
+                                     terminationGracePeriodSeconds=60, securityContext=dict(DAEMON_POD_SECURITY)),
             "volumeClaimTemplates": [{
                 "metadata": {"name": "data", "labels": names.claim_labels(c, "database")},
                 "spec": claim_spec,

@@ -12,7 +12,7 @@ from ..api.cluster import CONTROLLER_RESOURCES, SlurmCluster
 from . import names
 from .config import JWT_KEY_PATH, STATE_DIR
 from .pods import (
-    AGENT_TOKEN_DIR, CONFIG_DIR, MUNGE_DIR, Builder, base_volumes, common_env, pod_template, probe, resources_of,
+    AGENT_TOKEN_DIR, CONFIG_DIR, DAEMON_POD_SECURITY, MUNGE_DIR, Builder, base_volumes, common_env, pod_template, probe, resources_of,
     shared_volumes, slurm_container,
 )
 
@@ -87,7 +87,7 @@ def objects(b: Builder, with_jwt: bool) -> list[dict]:
         "persistentVolumeClaimRetentionPolicy": {"whenDeleted": retain, "whenScaled": "Retain"},
         "template": pod_template(
             c, sel, names.labels(c, "controller"), [container, _agent(c)], volumes,
-            terminationGracePeriodSeconds=30,
+            terminationGracePeriodSeconds=30, securityContext=dict(DAEMON_POD_SECURITY),
         ),
         "volumeClaimTemplates": [{
             "metadata": {"name": "state", "labels": names.claim_labels(c, "controller")},

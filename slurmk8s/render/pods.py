@@ -126,8 +126,37 @@ def probe(kind: str, period: int = 10) -> dict:
     }
 
 
+#: The capabilities a root daemon of a Slurm image keeps: containerd's
+#: default set without NET_RAW (raw sockets: spoofing on the pod network)
+#: and MKNOD. They are what sshd, munged, slurmctld, slurmd, slurmstepd and
+#: mysqld use to drop to their users (SETUID, SETGID), own their files
+#: (CHOWN, FOWNER, FSETID, DAC_OVERRIDE), signal jobs (KILL), bind sshd's
+#: port (NET_BIND_SERVICE) and chroot sshd's privilege separation (SYS_CHROOT).
+ROOT_CAPABILITIES = ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE",
+                     "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT")
+#: A pod's securityContext where nothing runs user code: containerd's seccomp
+#: profile (slurmd and login are left Unconfined: jobs and users may need
+#: what it forbids, such as the namespaces of container runtimes).
+DAEMON_POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def security_context(given: dict | None) -> dict:
+    """A container's securityContext: no privilege escalation (setuid
+    binaries gain nothing), every capability dropped but
+    :data:`ROOT_CAPABILITIES` (none for a container that runs as non-root),
+    and ``given`` over that; a privileged container is left as ``given``."""
+    given = dict(given or {})
+    if given.get("privileged"):
+        return given
+    nonroot = given.get("runAsNonRoot") is True
+    return {"allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], **({} if nonroot else {"add": list(ROOT_CAPABILITIES)})},
+            **given}
+
+
 def slurm_container(c: SlurmCluster, name: str, component: str, *, env: dict, mounts: list,
                ports: list, resources: dict, **extra) -> dict:
+    extra["securityContext"] = security_context(extra.get("securityContext"))
     container = {
         "name": name,
         "image": names.image(c, component),

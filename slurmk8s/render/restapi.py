@@ -7,7 +7,7 @@ from __future__ import annotations
 from .. import versions
 from ..api.cluster import RESTAPI_RESOURCES
 from . import names
-from .pods import Builder, base_volumes, common_env, pod_template, resources_of, slurm_container
+from .pods import DAEMON_POD_SECURITY, Builder, base_volumes, common_env, pod_template, resources_of, slurm_container
 
 __all__ = ["objects"]
 
@@ -37,6 +37,7 @@ def objects(b: Builder) -> list[dict]:
         b.obj("apps/v1", "Deployment", b.meta(name, "restapi"), spec={
             "replicas": c.spec.rest_api.replicas,
             "selector": {"matchLabels": sel},
-            "template": pod_template(c, sel, names.labels(c, "restapi"), [container], volumes),
+            "template": pod_template(c, sel, names.labels(c, "restapi"), [container], volumes,
+                                     securityContext=dict(DAEMON_POD_SECURITY)),
         }),
     ]

@@ -87,8 +87,6 @@ def workers(b: Builder) -> list[dict]:
             readinessProbe=probe("ready"),
             securityContext={"privileged": True} if c.spec.slurm_config.cgroups else {},
         )
-        if not container["securityContext"]:
-            del container["securityContext"]
         pod_spec = {
             # Time for the entrypoint to drain the node, wait out the drain
             # grace, and requeue what still runs (Slurm's KillWait). Not part
