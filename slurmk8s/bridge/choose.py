@@ -2,10 +2,11 @@
 
 A Kubernetes node is lent when it has been idle for ``idleAfterSeconds`` (and
 at least one round): it ran no GPU pod, or, under ``minFreeGpus``, at least
-that many of its GPUs were free (:func:`waiting_since`). It is Ready, not cordoned, carries no lending taint, Slurm
-has no other node of its name, no pending GPU pod could land on it, it can
-be described to Slurm, and lending it keeps the policy within
-``maxLentNodes`` and ``minKubernetesNodes``. Longest idle first.
+that many of its GPUs were free (:func:`waiting_since`). It is Ready, not
+cordoned, carries no lending taint, Slurm has no other node of its name, no
+pending GPU pod could land on it, it can be described to Slurm, and lending
+it keeps the policy within ``maxLentNodes`` and ``minKubernetesNodes``.
+Longest idle first.
 """
 
 from __future__ import annotations
