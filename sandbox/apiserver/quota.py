@@ -68,6 +68,8 @@ def apply_limit_ranges(pod: dict, ranges: Iterable[dict]) -> list[str]:
     return what violates them, worded as LimitRanger words it."""
     items = [i for lr in ranges for i in (lr.get("spec") or {}).get("limits") or [] if i.get("type") == "Container"]
     errors: list[str] = []
+    if not items:
+        return errors
     for c in _containers(pod):
         res = c.setdefault("resources", {})
         for item in items:
