@@ -318,10 +318,11 @@ class API:
         """Pod Security admission (podsecurity.py): a new pod that violates its
         namespace's enforce level is refused (403); a new pod or a workload's
         changed template gets a warning for each level it violates."""
-        if rt.storage == ("", "pods"):
+        is_pod = rt.storage == ("", "pods")
+        if is_pod:
             if old is not None:
                 return
-            spec, levels = obj.get("spec"), None
+            spec = obj.get("spec")
         elif rt.storage in self._TEMPLATED:
             spec = ((obj.get("spec") or {}).get("template") or {}).get("spec")
             if spec is None or (old is not None and ((old.get("spec") or {}).get("template") or {}).get("spec") == spec):
@@ -330,10 +331,9 @@ class API:
             return
         nsobj = self.store.get(("", "namespaces"), "", meta(obj).get("namespace") or "")
         levels = podsecurity.namespace_levels(meta(nsobj).get("labels") if nsobj else None)
-        enforce = podsecurity.check(spec, levels["enforce"])
-        if rt.storage == ("", "pods") and enforce:
+        if is_pod and (enforce := podsecurity.check(spec, levels["enforce"])):
             raise self._forbidden_pod(obj, podsecurity.forbidden_message(levels["enforce"], enforce))
-        for mode in ("enforce", "warn") if rt.storage != ("", "pods") else ("warn",):
+        for mode in ("warn",) if is_pod else ("enforce", "warn"):
             found = podsecurity.check(spec, levels[mode])
             text = podsecurity.warning(levels[mode], found) if found else ""
             if text and text not in opts.warnings:

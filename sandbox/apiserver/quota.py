@@ -27,10 +27,6 @@ __all__ = ["limitrange_defaults", "apply_limit_ranges", "pod_usage", "usage", "q
 _COMPUTE = ("cpu", "memory")
 
 
-def _q(value) -> Decimal:
-    return parse(value)
-
-
 def format_quantity(value: Decimal) -> str:
     """A quantity as kubectl prints quota figures: whole numbers plain, cpu in m below 1."""
     if value == value.to_integral_value():
@@ -82,20 +78,20 @@ def apply_limit_ranges(pod: dict, ranges: Iterable[dict]) -> list[str]:
             for k, v in limits.items():  # the API server's own default: a request is its limit
                 requests.setdefault(k, v)
             for k, lo in (item.get("min") or {}).items():
-                if k in requests and _q(requests[k]) < _q(lo):
+                if k in requests and parse(requests[k]) < parse(lo):
                     errors.append(f"minimum {k} usage per Container is {lo}, but request is {requests[k]}")
                 elif k not in requests:
                     errors.append(f"minimum {k} usage per Container is {lo}.  No request is specified")
             for k, hi in (item.get("max") or {}).items():
-                if k in limits and _q(limits[k]) > _q(hi):
+                if k in limits and parse(limits[k]) > parse(hi):
                     errors.append(f"maximum {k} usage per Container is {hi}, but limit is {limits[k]}")
                 elif k not in limits:
                     errors.append(f"maximum {k} usage per Container is {hi}.  No limit is specified")
             for k, ratio in (item.get("maxLimitRequestRatio") or {}).items():
-                if k in limits and k in requests and _q(requests[k]) > 0 and \
-                        _q(limits[k]) / _q(requests[k]) > _q(ratio):
+                if k in limits and k in requests and parse(requests[k]) > 0 and \
+                        parse(limits[k]) / parse(requests[k]) > parse(ratio):
                     errors.append(f"{k} max limit to request ratio per Container is {ratio}, but provided ratio "
-                                  f"is {float(_q(limits[k]) / _q(requests[k])):.6f}")
+                                  f"is {float(parse(limits[k]) / parse(requests[k])):.6f}")
         if not res.get("limits"):
             res.pop("limits", None)
         if not res.get("requests"):
@@ -112,10 +108,10 @@ def _sums(pod: dict, section: str) -> dict[str, Decimal]:
     total: dict[str, Decimal] = {}
     for c in spec.get("containers") or []:
         for k, v in ((c.get("resources") or {}).get(section) or {}).items():
-            total[k] = total.get(k, Decimal(0)) + _q(v)
+            total[k] = total.get(k, Decimal(0)) + parse(v)
     for c in spec.get("initContainers") or []:
         for k, v in ((c.get("resources") or {}).get(section) or {}).items():
-            total[k] = max(total.get(k, Decimal(0)), _q(v))
+            total[k] = max(total.get(k, Decimal(0)), parse(v))
     return total
 
 
@@ -133,14 +129,19 @@ def pod_usage(pod: dict) -> dict[str, Decimal]:
     return out
 
 
-def usage(pods: Iterable[dict], hard: dict) -> dict[str, str]:
-    """A quota's status.used: each of ``hard``'s keys, summed over ``pods``."""
-    used = {k: Decimal(0) for k in hard}
+def _used(pods: Iterable[dict], keys: Iterable[str]) -> dict[str, Decimal]:
+    """Each of ``keys``, summed over what ``pods`` are charged."""
+    used = {k: Decimal(0) for k in keys}
     for p in pods:
         for k, v in pod_usage(p).items():
             if k in used:
                 used[k] += v
-    return {k: format_quantity(v) for k, v in used.items()}
+    return used
+
+
+def usage(pods: Iterable[dict], hard: dict) -> dict[str, str]:
+    """A quota's status.used: each of ``hard``'s keys, summed over ``pods``."""
+    return {k: format_quantity(v) for k, v in _used(pods, hard).items()}
 
 
 def quota_errors(pod: dict, quotas: Iterable[dict], pods: Iterable[dict]) -> list[str]:
@@ -149,7 +150,7 @@ def quota_errors(pod: dict, quotas: Iterable[dict], pods: Iterable[dict]) -> lis
     charge = pod_usage(pod)
     for quota in sorted(quotas, key=lambda q: (q.get("metadata") or {}).get("name", "")):
         qname = (quota.get("metadata") or {}).get("name", "")
-        hard = {k: _q(v) for k, v in ((quota.get("spec") or {}).get("hard") or {}).items()}
+        hard = {k: parse(v) for k, v in ((quota.get("spec") or {}).get("hard") or {}).items()}
         missing = []
         for key in sorted(hard):
             section, _, resource = key.partition(".")
@@ -161,11 +162,7 @@ def quota_errors(pod: dict, quotas: Iterable[dict], pods: Iterable[dict]) -> lis
                     missing.append(f"{key} for: {','.join(lacking)}")
         if missing:
             return [f"failed quota: {qname}: must specify {'; '.join(missing)}"]
-        used = {k: Decimal(0) for k in hard}
-        for p in pods:
-            for k, v in pod_usage(p).items():
-                if k in used:
-                    used[k] += v
+        used = _used(pods, hard)
         over = [k for k in sorted(hard) if k in charge and used[k] + charge[k] > hard[k]]
         if over:
             def fmt(values) -> str:

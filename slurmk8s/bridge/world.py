@@ -223,11 +223,15 @@ class World:
         self.slurm_nodes = slurm.nodes
         self.jobs = slurm.jobs
 
+    def _holding(self, node: KubeNode) -> KubePod | None:
+        """The node's own lent slurmd pod while it still holds what it asked for."""
+        own = self.own_pod(node)
+        return own if own is not None and not own.deleting and not own.terminal else None
+
     def free_gpus(self, node: KubeNode) -> int:
         """GPUs no pod holds, once the node's own lent slurmd pod (if any) is gone."""
-        own = self.own_pod(node)
-        back = own.gpus if own is not None and not own.deleting and not own.terminal else 0
-        return node.gpus - self.used_gpus.get(node.name, 0) + back
+        own = self._holding(node)
+        return node.gpus - self.used_gpus.get(node.name, 0) + (own.gpus if own else 0)
 
     def lendable(self, node: KubeNode) -> dict[str, str]:
         """What Slurm may have of ``node``: its allocatable cpu, memory and
@@ -236,12 +240,11 @@ class World:
         give, or that is no quantity, is passed on as it is, for
         :func:`~slurmk8s.render.lent.lent_node` to say why the node cannot
         be lent."""
-        own = self.own_pod(node)
-        live = own is not None and not own.deleting and not own.terminal
+        own = self._holding(node)
         out = {k: v for k, v in node.allocatable.items() if k in ("cpu", "memory", GPU_RESOURCE)}
         for key, used, back, scale, unit in (
-                ("cpu", self.used_cpu, own.cpu_millis if live else 0, 1000, "m"),
-                ("memory", self.used_memory, own.memory if live else 0, 1, "")):
+                ("cpu", self.used_cpu, own.cpu_millis if own else 0, 1000, "m"),
+                ("memory", self.used_memory, own.memory if own else 0, 1, "")):
             raw = out.get(key)
             try:
                 total = parse_quantity(raw) * scale if raw is not None else math.nan
