@@ -45,6 +45,7 @@ from . import gpus, runcruntime, runtime
 from .distribution import Pulled, PullError
 from .pulls import NodeImages, pull_secret_auths
 from .kubeletserver import KubeletServer
+from .netpolwatch import PolicyAgent
 from .plan import PodPlan, hosts_file, pod_plan, token_requests
 
 Progress = Callable[[str], None]
@@ -657,6 +658,9 @@ def run_for_sandbox(state_dir: Path, stop: threading.Event, progress: Progress =
     # The kubelet's own identity (system:node:...), not the administrator's.
     api = config.new_client_from_config(str(state_dir / "kubelet.kubeconfig"))
     kubelet = Kubelet(api, [SandboxNode(**n) for n in state["nodes"]], state_dir, net, progress)
+    # The network's NetworkPolicy agent, with the administrator's credentials (as a CNI's own).
+    agent = PolicyAgent(config.new_client_from_config(str(state_dir / "kubeconfig")), net, progress)
+    threading.Thread(target=agent.run, args=(stop,), name="netpol", daemon=True).start()
     try:
         kubelet.run(stop)
     finally:

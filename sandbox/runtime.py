@@ -50,6 +50,11 @@ class Network:
     def prefix(self) -> int:
         return int(self.subnet.split("/")[1])
 
+    @property
+    def table(self) -> str:
+        """The nftables table (family inet) that enforces NetworkPolicies on this network."""
+        return f"sk8s{self.sid}"
+
     def netns(self, pod: str) -> str:
         return f"sk8s-{self.sid}-{pod}"
 
@@ -68,6 +73,12 @@ class Network:
         if addr not in sh("ip", "-o", "addr", "show", "dev", self.bridge).stdout:
             sh("ip", "addr", "add", addr, "dev", self.bridge)
         sh("ip", "link", "set", self.bridge, "up")
+        # Bridged IPv4 through the host's netfilter hooks, as CNIs on a bridge need,
+        # so that the NetworkPolicy table sees pod-to-pod traffic (sandbox/netpol.py).
+        nf_call = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+        if not nf_call.exists():
+            sh("modprobe", "br_netfilter")
+        nf_call.write_text("1\n")
 
     def attach(self, pod: str, index: int, ip: str) -> None:
         ns, veth = self.netns(pod), self.veth(index)
@@ -85,6 +96,7 @@ class Network:
 
     def delete(self) -> None:
         sh("ip", "link", "del", self.bridge, check=False)
+        sh("nft", "delete", "table", "inet", self.table, check=False)
 
     def leftovers(self) -> tuple[list[str], list[str]]:
         """Namespaces and links of this sandbox that still exist."""

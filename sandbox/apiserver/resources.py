@@ -94,7 +94,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _rt("apps", "v1", "deployments", "Deployment", short=("deploy",), sub=("status", "scale"), cats=("all",), generation=True),
     _rt("apps", "v1", "replicasets", "ReplicaSet", short=("rs",), sub=("status", "scale"), cats=("all",), generation=True),
     _rt("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", short=("pdb",), sub=("status",), generation=True),
-    # Stored, not enforced: the sandbox's pod network has no NetworkPolicy implementation.
+    # Enforced on the pod network by the kubelet process (sandbox/netpol.py).
     _rt("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short=("netpol",), generation=True),
     _rt("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False,
         short=("crd", "crds"), sub=("status",), cats=("api-extensions",), generation=True),

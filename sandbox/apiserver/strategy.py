@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import ipaddress
 import re
 from typing import Any
 
@@ -183,6 +184,13 @@ def apply_defaults(rt: ResourceType, obj: dict) -> None:
                 data[k] = base64.b64encode(str(v).encode()).decode()
     elif s == ("", "persistentvolumeclaims"):
         obj.setdefault("spec", {}).setdefault("volumeMode", "Filesystem")
+    elif s == ("networking.k8s.io", "networkpolicies"):
+        spec = obj.setdefault("spec", {})
+        if not spec.get("policyTypes"):
+            spec["policyTypes"] = ["Ingress", "Egress"] if spec.get("egress") else ["Ingress"]
+        for rule in (spec.get("ingress") or []) + (spec.get("egress") or []):
+            for port in rule.get("ports") or []:
+                port.setdefault("protocol", "TCP")
     elif s == ("", "namespaces"):
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         name = obj.get("metadata", {}).get("name")
@@ -506,6 +514,8 @@ def validate(rt: ResourceType, obj: dict, old: dict | None = None) -> list[Field
         _immutable_data(obj, old, ("data", "type"), errs)
     elif s == ("", "configmaps"):
         _immutable_data(obj, old, ("data", "binaryData"), errs)
+    elif s == ("networking.k8s.io", "networkpolicies"):
+        _network_policy(spec, errs)
     elif s == ("policy", "poddisruptionbudgets"):
         if "minAvailable" in spec and "maxUnavailable" in spec:
             errs.append(FieldError("spec", "Invalid", "minAvailable and maxUnavailable cannot be both set", spec))
@@ -520,6 +530,61 @@ def validate(rt: ResourceType, obj: dict, old: dict | None = None) -> list[Field
             if o != n:
                 errs.append(FieldError("spec", "Forbidden", "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"))
     return errs
+
+
+def _network_policy(spec: dict, errs: list[FieldError]) -> None:
+    """What the API validates of a NetworkPolicy: selectors, peers, ipBlocks, ports."""
+    errs += label_selector_errors(spec.get("podSelector"), "spec.podSelector")
+    for t in spec.get("policyTypes") or []:
+        if t not in ("Ingress", "Egress"):
+            errs.append(FieldError("spec.policyTypes", "NotSupported", 'supported values: "Egress", "Ingress"', t))
+    for direction, peers_key in (("ingress", "from"), ("egress", "to")):
+        for i, rule in enumerate(spec.get(direction) or []):
+            path = f"spec.{direction}[{i}]"
+            for j, port in enumerate(rule.get("ports") or []):
+                _network_policy_port(port, f"{path}.ports[{j}]", errs)
+            for j, peer in enumerate(rule.get(peers_key) or []):
+                ppath = f"{path}.{peers_key}[{j}]"
+                given = [k for k in ("podSelector", "namespaceSelector", "ipBlock") if peer.get(k) is not None]
+                if not given:
+                    errs.append(FieldError(ppath, "Required", "must specify a peer"))
+                elif "ipBlock" in given and len(given) > 1:
+                    errs.append(FieldError(ppath, "Forbidden", "may not specify more than 1 peer type"))
+                for k in ("podSelector", "namespaceSelector"):
+                    errs += label_selector_errors(peer.get(k), f"{ppath}.{k}")
+                if "ipBlock" in given:
+                    _ip_block(peer["ipBlock"], f"{ppath}.ipBlock", errs)
+
+
+def _network_policy_port(port: dict, path: str, errs: list[FieldError]) -> None:
+    if port.get("protocol", "TCP") not in ("TCP", "UDP", "SCTP"):
+        errs.append(FieldError(f"{path}.protocol", "NotSupported", 'supported values: "SCTP", "TCP", "UDP"', port.get("protocol")))
+    number, end = port.get("port"), port.get("endPort")
+    if isinstance(number, int) and not 0 < number < 65536:
+        errs.append(FieldError(f"{path}.port", "Invalid", "must be between 1 and 65535, inclusive", number))
+    elif isinstance(number, str) and not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?", number):
+        errs.append(FieldError(f"{path}.port", "Invalid", "must be no more than 15 characters, lower case alphanumerics or '-'", number))
+    if end is not None:
+        if not isinstance(number, int):
+            errs.append(FieldError(f"{path}.endPort", "Invalid", "may not be specified when `port` is non-numeric", end))
+        elif not isinstance(end, int) or end < number or end > 65535:
+            errs.append(FieldError(f"{path}.endPort", "Invalid", "must be greater than or equal to `port` and at most 65535", end))
+
+
+def _ip_block(block: dict, path: str, errs: list[FieldError]) -> None:
+    try:
+        cidr = ipaddress.ip_network(block.get("cidr") or "", strict=False)
+    except ValueError:
+        errs.append(FieldError(f"{path}.cidr", "Invalid", "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)", block.get("cidr")))
+        return
+    for k, text in enumerate(block.get("except") or []):
+        try:
+            inner = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            errs.append(FieldError(f"{path}.except[{k}]", "Invalid", "must be a valid CIDR value", text))
+            continue
+        if inner.version != cidr.version or not inner.subnet_of(cidr) or inner == cidr:
+            errs.append(FieldError(f"{path}.except[{k}]", "Invalid", "must be a strict subset of `cidr`", text))
 
 
 def _immutable_data(obj: dict, old: dict | None, fields: tuple[str, ...], errs: list[FieldError]) -> None:
