@@ -65,6 +65,9 @@ def test_example_renders_every_component(doc, keys):
         # spec.accounting: the managed MariaDB and slurmdbd.
         ("Secret", "demo-db-password"), ("Service", "demo-mariadb"), ("StatefulSet", "demo-mariadb"),
         ("ConfigMap", "demo-slurmdbd-config"), ("Service", "demo-slurmdbd"), ("Deployment", "demo-slurmdbd"),
+        # spec.network.policies: each component's traffic.
+        ("NetworkPolicy", "demo-controller"), ("NetworkPolicy", "demo-workers"), ("NetworkPolicy", "demo-login"),
+        ("NetworkPolicy", "demo-slurmdbd"), ("NetworkPolicy", "demo-mariadb"),
     }
     assert set(objs) == expected
     ctld = objs[("StatefulSet", "demo-controller")]["spec"]

@@ -26,6 +26,8 @@ from .base import ApiModel, list_map
 from .status import SlurmClusterStatus
 from .fields import (
     AbsPath,
+    Cidr,
+    PortRange,
     ClusterName,
     DnsLabel,
     MemberName,
@@ -368,6 +370,26 @@ class RestApiSpec(ApiModel):
     """Resources of the slurmrestd container."""
 
 
+class NetworkSpec(ApiModel):
+    policies: bool = True
+    """Render NetworkPolicies that admit into the cluster's pods only its own
+    traffic (slurmctld, slurmd, srun's callbacks, slurmdbd, MariaDB, the
+    agent from the operator and the bridge) and SSH and slurmrestd from where
+    they are served, so that the cluster works in a namespace whose
+    default-deny policy cuts everything else, and no other pod reaches
+    slurmd, the agent or MariaDB. A job's own server (a notebook, a
+    dashboard) is then reached only from the cluster's pods, unless a policy
+    of the site's admits more."""
+    egress: bool = False
+    """Also render egress rules: the cluster's own traffic and DNS, for a
+    namespace with a default-deny egress policy. On, the cluster's pods are
+    egress-isolated: jobs reach nothing outside the cluster (storage, the
+    internet) unless another NetworkPolicy allows it."""
+    ssh_from: list[Cidr] = Field(default_factory=list, max_length=32)
+    """Address blocks (CIDR) that may reach the login pods' SSH port; empty:
+    any address."""
+
+
 class SharedVolume(ApiModel):
     """A ReadWriteMany volume mounted at the same path in every Slurm pod."""
 
@@ -424,6 +446,10 @@ class SlurmConfig(ApiModel):
     """SlurmctldDebug log level."""
     slurmd_debug: DebugLevel = "info"
     """SlurmdDebug log level."""
+    srun_port_range: PortRange = "60001-63000"
+    """The ports srun (and salloc) listen on for slurmctld and the job's
+    slurmstepds to call back (SrunPortRange): the rendered NetworkPolicies
+    open exactly these on login and worker pods."""
     cgroups: bool = False
     """Track and confine jobs with cgroups (proctrack/cgroup, task/cgroup).
     slurmd creates a cgroup per job, so its pods run privileged (root on
@@ -646,6 +672,8 @@ class SlurmClusterSpec(ApiModel):
     """Network topology (topology/tree) from node labels."""
     accounting: AccountingSpec = AccountingSpec()
     """Job accounting with slurmdbd (off by default)."""
+    network: NetworkSpec = NetworkSpec()
+    """The NetworkPolicies rendered for the cluster's traffic."""
     image_pull_secrets: list[DnsSubdomain] = Field(default_factory=list, max_length=16)
     """Secrets of type kubernetes.io/dockerconfigjson in the cluster's
     namespace that the kubelet pulls every image of the cluster with (the

@@ -54,6 +54,7 @@ KNOB_FOR_KEY: dict[str, str | None] = {
     "priorityweightpartition": "spec.accounting.fairShare.weightPartition",
     "priorityweightqos": "spec.accounting.fairShare.weightQos",
     "prioritydecayhalflife": "spec.accounting.fairShare.decayHalfLife",
+    "srunportrange": "spec.slurmConfig.srunPortRange",
     **{
         k: None
         for k in (

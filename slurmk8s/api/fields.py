@@ -14,6 +14,7 @@ quantities are :mod:`.quantities`; what callers use of them is re-exported here.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated
 
@@ -24,6 +25,8 @@ from .quantities import Quantity, parse_quantity, quantity_value
 from .refusals import bad_char, constrained, escape, pattern_check, quote, refuse, schema_pattern, unprintable
 
 __all__ = [
+    "Cidr",
+    "PortRange",
     "ClusterName",
     "MemberName",
     "PartitionName",
@@ -374,3 +377,36 @@ ExtraLine = Annotated[str, AfterValidator(_extra_line), schema_pattern(f"^{EXTRA
 #: The signals slurmk8s sends to Slurm jobs (``scontrol``/``scancel --signal``
 #: names). The Slurm facade checks every signal against this set.
 SLURM_SIGNALS = frozenset("USR1 USR2 TERM INT HUP CONT STOP KILL".split())
+
+
+PORT_RANGE_RE = r"[0-9]{4,5}-[0-9]{4,5}"
+#: Ports srun listens on, for slurmstepd and slurmctld to call back: at least 100 of them (each
+#: srun takes a few), above the privileged ports, within 1024-65535.
+PORT_RANGE_MIN = 100
+
+
+def _port_range(value: str) -> str:
+    pattern_check(PORT_RANGE_RE, "use FIRST-LAST, e.g. 60001-63000", 11)(value)
+    first, last = (int(v) for v in value.split("-"))
+    if not 1024 <= first <= last <= 65535:
+        raise refuse(value, "must lie within 1024-65535, the first port not above the last")
+    if last - first + 1 < PORT_RANGE_MIN:
+        raise refuse(value, f"holds {last - first + 1} ports; srun needs a few for each step, give at least {PORT_RANGE_MIN}")
+    return value
+
+
+#: A range of TCP ports, ``FIRST-LAST``, as slurm.conf's SrunPortRange takes it.
+PortRange = Annotated[str, AfterValidator(_port_range), schema_pattern(f"^{PORT_RANGE_RE}$", 11)]
+
+
+def _cidr(value: str) -> str:
+    try:
+        net = ipaddress.ip_network(value, strict=True)
+    except ValueError as exc:
+        raise refuse(value, f"is not an address block such as 10.0.0.0/8 or 192.0.2.7/32 ({exc})") from None
+    return str(net)
+
+
+#: An IPv4 or IPv6 address block in CIDR notation, host bits clear: ``10.20.0.0/16``.
+Cidr = Annotated[str, AfterValidator(_cidr), schema_pattern(r"^[0-9a-fA-F:.]+/[0-9]{1,3}$", 43)]
+

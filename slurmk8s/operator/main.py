@@ -52,8 +52,8 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
         os.environ["KUBECONFIG"] = kubeconfig
     if agent_clients is None:
         log.get("slurmk8s.operator").warning(
-            "no --release-namespace and --release-name: no NetworkPolicy guards the clusters' Slurm agents; "
-            "every pod can reach their port (each request still needs the cluster's token)")
+            "no --release-namespace and --release-name: the clusters' NetworkPolicies admit every pod "
+            "to their Slurm agents (each request still needs the cluster's token)")
     registry, _ = build(kubeconfig, interval=interval, metrics_port=metrics_port, agent_clients=agent_clients,
                         trusted_repositories=trusted_repositories)
     liveness = f"http://0.0.0.0:{health_port}/healthz" if health_port else None

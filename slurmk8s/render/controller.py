@@ -1,6 +1,5 @@
-"""The controller: slurmctld with its state claim and Service, the Slurm agent
-beside it, and the NetworkPolicy that admits only the operator and the bridge
-to the agent. Pure.
+"""The controller: slurmctld with its state claim and Service, and the Slurm
+agent beside it. Pure.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from .pods import (
     shared_volumes, slurm_container,
 )
 
-__all__ = ["AgentClients", "objects", "agent_network_policy"]
+__all__ = ["AgentClients", "objects"]
 
 
 @dataclass(frozen=True)
@@ -155,27 +154,3 @@ AGENT_MEMORY_LIMIT_MIB = 512
 #: Its CPU limit: a whole CPU for the Slurm commands it runs (squeue --json of
 #: many jobs is CPU-bound), though it answers only a few calls a round.
 AGENT_CPU_LIMIT = "1"
-
-
-def agent_network_policy(b: Builder, clients: AgentClients) -> dict:
-    """Only ``clients`` reach the agent's port; slurmctld's port stays open to
-    every pod (workers, login pods, lent slurmd pods, slurmrestd). Not
-    enforced without a CNI that implements NetworkPolicy (decision record 13)."""
-    c = b.c
-    peers = {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": clients.namespace}},
-        "podSelector": {
-            "matchLabels": {"app.kubernetes.io/instance": clients.release},
-            "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In",
-                                  "values": sorted(clients.components)}],
-        },
-    }
-    return b.obj("networking.k8s.io/v1", "NetworkPolicy", b.meta(f"{names.controller(c)}-agent", "controller"),
-                 spec={
-                     "podSelector": {"matchLabels": names.selector(c, "controller")},
-                     "policyTypes": ["Ingress"],
-                     "ingress": [
-                         {"ports": [{"protocol": "TCP", "port": names.AGENT_PORT}], "from": [peers]},
-                         {"ports": [{"protocol": "TCP", "port": names.SLURMCTLD_PORT}]},
-                     ],
-                 })

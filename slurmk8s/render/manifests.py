@@ -1,10 +1,10 @@
 """SlurmCluster -> Kubernetes objects. Pure: no I/O, no clock, no randomness.
 
 :func:`render` composes the components, each in its own module: the
-controller (:mod:`.controller`: slurmctld, the agent, its NetworkPolicy), the
-slurmd pods (:mod:`.slurmd`: workers, and the lent node's pod), the login
-pods (:mod:`.login`) and slurmrestd (:mod:`.restapi`), from what every pod is
-made of (:mod:`.pods`). The config and users ConfigMaps, the key Secrets and
+controller (:mod:`.controller`: slurmctld and the agent), the slurmd pods
+(:mod:`.slurmd`: workers, and the lent node's pod), the login pods
+(:mod:`.login`) and slurmrestd (:mod:`.restapi`), from what every pod is made
+of (:mod:`.pods`), and the NetworkPolicies of their traffic (:mod:`.network`). The config and users ConfigMaps, the key Secrets and
 the shared claims are here.
 
 The objects and what the images expect of them (paths, variables) are
@@ -17,7 +17,7 @@ import base64
 from typing import Sequence
 
 from ..api.cluster import SlurmCluster
-from . import accounting, controller, login, names, restapi, slurmd
+from . import accounting, controller, login, names, network, restapi, slurmd
 from .config import TopologyNode, config_files, config_hash, user_files
 from .controller import AgentClients
 from .keys import ClusterKeys
@@ -67,8 +67,8 @@ def render(
 
     ``keys`` are the cluster's generated secrets (see :mod:`.keys`);
     ``topology_nodes`` feed topology.conf when ``spec.topology`` is set;
-    with ``agent_clients``, a NetworkPolicy admits only them to the agent's
-    port (without, there is none: the renderer does not know who they are).
+    with ``agent_clients``, the NetworkPolicies admit only them to the agent's
+    port (without, any pod: the renderer does not know who they are).
     """
     c = cluster
     files = config_files(c, topology_nodes)
@@ -98,6 +98,5 @@ def render(
     objs += login.objects(b)
     if c.spec.rest_api.enabled:
         objs += restapi.objects(b)
-    if agent_clients is not None:
-        objs.append(controller.agent_network_policy(b, agent_clients))
+    objs += network.policies(b, agent_clients)
     return objs

@@ -55,6 +55,11 @@ SSH_PORT = 22
 AGENT_PORT = control.AGENT_PORT
 
 
+def network_policy(c: SlurmCluster, component: str) -> str:
+    """The NetworkPolicy of one component's pods (:mod:`.network`), named by a reserved word."""
+    return f"{c.name}-" + {"worker": "workers", "database": "mariadb"}.get(component, component)
+
+
 def controller(c: SlurmCluster) -> str:
     """StatefulSet and headless Service of slurmctld."""
     return f"{c.name}-controller"
