@@ -31,6 +31,8 @@ from .selectors import parse_field_selector, parse_label_selector, selectable_fi
 from .store import TooOld, meta
 
 log = get_logger("slurmk8s.apiserver")
+#: kube-apiserver's --max-request-bytes default: a larger body is refused (413) before it is read.
+MAX_REQUEST_BYTES = 3 * 1024 * 1024
 DEFAULT_WATCH_TIMEOUT = 1800
 
 
@@ -146,7 +148,7 @@ class Routes:
         self.audit = audit_log
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._middleware], client_max_size=16 * 1024 * 1024)
+        app = web.Application(middlewares=[self._middleware], client_max_size=MAX_REQUEST_BYTES)
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
         return app
 
@@ -333,8 +335,16 @@ class Routes:
 
     # --- bodies and options ------------------------------------------------------
 
+    @staticmethod
+    async def _read(request: web.Request) -> bytes:
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise APIError(413, f"Request entity too large: limit is {MAX_REQUEST_BYTES}",
+                           "RequestEntityTooLarge") from None
+
     async def _body(self, request: web.Request) -> Any:
-        raw = await request.read()
+        raw = await self._read(request)
         if not raw:
             return None
         ctype = (request.content_type or "application/json").lower()
@@ -615,7 +625,7 @@ class Routes:
 
     async def _body_for_patch(self, request: web.Request) -> Any:
         ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        raw = await request.read()
+        raw = await self._read(request)
         if not raw:
             raise bad_request("a PATCH needs a body")
         try:

@@ -19,6 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from .errors import APIError
+
+#: etcd's default --max-request-bytes (1.5 MiB): no stored object may be larger.
+MAX_OBJECT_BYTES = 1536 * 1024
+
 Storage = tuple[str, str]  # (group, plural)
 Key = tuple[str, str]  # (namespace or "", name)
 
@@ -208,7 +213,11 @@ class Store:
         return self.rv
 
     def put(self, storage: Storage, obj: dict) -> Event:
-        """Create or replace ``obj`` (the store takes ownership of the dict)."""
+        """Create or replace ``obj`` (the store takes ownership of the dict).
+
+        An object larger than etcd's request limit is refused, as etcd refuses it."""
+        if len(json.dumps(obj, separators=(",", ":"))) > MAX_OBJECT_BYTES:
+            raise APIError(413, "etcdserver: request is too large", "RequestEntityTooLarge")
         key = key_of(obj)
         old = self.get(storage, *key)
         rv = self.next_rv()

@@ -622,3 +622,21 @@ def test_network_policies_are_stored(cluster: Cluster, ns: str) -> None:
     assert [p.metadata.name for p in api.list_namespaced_network_policy(ns, label_selector="app=x").items] == [
         "demo-agent"]
     api.delete_namespaced_network_policy("demo-agent", ns)
+
+
+def test_objects_past_the_apis_size_limits_are_refused(cluster):
+    """A request body over kube-apiserver's 3 MiB, and an object over etcd's 1.5 MiB."""
+    ns = cluster.namespace("sizes")
+    big = {"metadata": {"name": "big"}, "data": {"blob": "x" * (3 * 1024 * 1024)}}
+    with pytest.raises(ApiException) as err:
+        cluster.core.create_namespaced_config_map(ns, big)
+    assert err.value.status == 413 and "limit is 3145728" in err.value.body
+    large = {"metadata": {"name": "large"}, "data": {f"k{i}": "x" * (256 * 1024) for i in range(7)}}
+    with pytest.raises(ApiException) as err:
+        cluster.core.create_namespaced_config_map(ns, large)
+    assert err.value.status == 413 and "etcdserver: request is too large" in err.value.body
+    assert [c.metadata.name for c in cluster.core.list_namespaced_config_map(ns).items
+            if c.metadata.name in ("big", "large")] == []
+    # Just under both: stored.
+    fits = {"metadata": {"name": "fits"}, "data": {f"k{i}": "x" * (256 * 1024) for i in range(5)}}
+    assert cluster.core.create_namespaced_config_map(ns, fits).metadata.name == "fits"

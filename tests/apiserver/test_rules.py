@@ -262,3 +262,4 @@ def test_rollout_respects_surge_and_unavailability() -> None:
     recreate = {"spec": {"replicas": 2, "strategy": {"type": "Recreate"}}}
     assert deployment.rollout(recreate, rs("new", 0, 0, "2"), [rs("old", 2, 2, "1")]) == {"old": 0}
     assert deployment.rollout(recreate, rs("new", 0, 0, "2"), [rs("old", 0, 0, "1")]) == {"new": 2}
+
