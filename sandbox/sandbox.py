@@ -57,7 +57,7 @@ from slurmk8s.render import names
 from slurmk8s.render.keys import ssh_keypair
 from slurmk8s.slurm import SlurmControl
 from slurmk8s.slurm.remote import cluster_agent
-from . import images, install, podlogs, publish, registry, runcruntime, runtime, supervise
+from . import images, install, podlogs, publish, registry, runcruntime, runtime, site, supervise
 from .imagestore import ImageBuildFailed
 from .kubelet import REGISTRIES_FILE, SandboxNode
 
@@ -377,6 +377,7 @@ class Sandbox:
         self.progress(f"network: bridge {net.bridge}, {state.subnet}, gateway {state.gateway}")
         self._ensure_processes(state, t0, timeout)
         self._publish(state, cluster.spec.slurm.version)
+        self._site_namespaces(cluster, state)
         self._install(cluster)
         docs = docs if docs is not None else [cluster.model_dump(by_alias=True, exclude_none=True)]
         self._apply(self._login_secrets(cluster, state) + docs)
@@ -400,6 +401,17 @@ class Sandbox:
         except (ImageBuildFailed, images.ImageError) as exc:
             raise SandboxFailed(f"{exc}\nFix the image and run `slurmk8s sandbox up` again "
                                 "(`slurmk8s images build` builds them on their own).") from None
+
+    def _site_namespaces(self, cluster: SlurmCluster, state: State) -> None:
+        """The namespaces as a site sets them up (sandbox/site.py): Pod Security, a default-deny
+        NetworkPolicy, a ResourceQuota and a LimitRange for the cluster's; restricted for the chart's."""
+        docs = site.cluster_namespace(cluster, state.nodes)
+        if cluster.namespace != install.RELEASE_NAMESPACE:
+            docs = site.release_namespace(install.RELEASE_NAMESPACE) + docs
+        level = site.level(cluster)
+        self.progress(f"namespace {cluster.namespace}: Pod Security {level}, a default-deny NetworkPolicy, "
+                      "a ResourceQuota and a LimitRange, as sites set them")
+        self._apply(docs)
 
     def _install(self, cluster: SlurmCluster) -> None:
         """helm upgrade --install of the chart; CRDs, ServiceAccounts, RBAC, the operator and the bridge."""

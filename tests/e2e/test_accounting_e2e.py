@@ -22,6 +22,7 @@ import pytest
 from slurmk8s.render.keys import ssh_keypair
 
 from .conftest import default_release_only
+from .lending import SERVE_IMAGE
 from .test_operator_e2e import ManifestPlatform, wait_for
 
 pytestmark = [pytest.mark.slurm, default_release_only]
@@ -37,8 +38,23 @@ MANIFEST = {
         "login": {"replicas": 0, "users": [{"name": "alice", "uid": 2101, "sshPublicKeys": [KEY]}]},
         "accounting": {"enabled": True, "database": {"managed": {"volume": {"size": "1Gi"}}},
                        "accounts": [{"name": "ml", "users": ["alice"]}]},
+        # The sandbox's namespace then denies egress too (sandbox/site.py): every flow of
+        # slurmctld, slurmd, slurmdbd and MariaDB passes through the rendered policies.
+        "network": {"egress": True},
     },
 }
+#: A pod of no cluster, in a namespace without policies, tries each address (a dropped
+#: connection times out) and prints which it reached.
+PROBE = """
+import socket, sys
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+        print(target, "reached")
+    except OSError as exc:
+        print(target, type(exc).__name__)
+"""
 DB_CLAIM = f"data-{NAME}-mariadb-0"
 
 
@@ -96,6 +112,30 @@ def test_the_operator_runs_mariadb_and_slurmdbd_and_jobs_are_recorded(acct):
                                                    for line in acct.sacct(job)), timeout=60,
              show=lambda: acct.sacct(job))
     JOBS["alice"] = job
+
+
+def test_a_pod_outside_the_cluster_reaches_neither_slurmd_the_agent_slurmdbd_nor_mariadb(acct):
+    client, api = acct.box.api()
+    core = client.CoreV1Api(api)
+    ips = {p.metadata.labels["app.kubernetes.io/component"]: p.status.pod_ip
+           for p in core.list_namespaced_pod("default", label_selector=f"app.kubernetes.io/instance={NAME}").items}
+    state = acct.box.state()
+    targets = {"slurmd": f"{ips['worker']}:6818", "slurmctld": f"{ips['controller']}:6817",
+               "agent": f"{ips['controller']}:6830", "slurmdbd": f"{ips['slurmdbd']}:6819",
+               "mariadb": f"{ips['database']}:3306",
+               # what it does reach: the API server, on the node
+               "node": f"{state.gateway}:{state.api_port}"}
+    acct.kubectl("create", "namespace", "elsewhere")
+    acct.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "outsider", "namespace": "elsewhere"},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "probe", "image": SERVE_IMAGE, "command": ["python3", "-c", PROBE, *targets.values()]}]}}))
+    wait_for("the outsider's probe", lambda: core.read_namespaced_pod("outsider", "elsewhere").status.phase
+             in ("Succeeded", "Failed"), timeout=90)
+    out = dict(line.split() for line in acct.kubectl("logs", "-n", "elsewhere", "outsider").stdout.splitlines())
+    assert {name: out[t] for name, t in targets.items()} == {
+        "slurmd": "TimeoutError", "slurmctld": "TimeoutError", "agent": "TimeoutError",
+        "slurmdbd": "TimeoutError", "mariadb": "TimeoutError", "node": "reached"}
 
 
 def test_a_user_added_to_login_users_gets_an_association_and_can_submit(acct):
