@@ -107,6 +107,7 @@ SCHEMAS: dict[tuple[str, str], dict] = {
     ("apps", "statefulsets"): _WORKLOAD,
     ("apps", "replicasets"): _WORKLOAD,
     ("policy", "poddisruptionbudgets"): _WITH_CONDITIONS,
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): _m(metadata=_META, webhooks=_l("name")),
 }
 DEFAULT_SCHEMA = _m(metadata=_META)
 

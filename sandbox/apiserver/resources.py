@@ -96,6 +96,8 @@ BUILTINS: tuple[ResourceType, ...] = (
     _rt("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", short=("pdb",), sub=("status",), generation=True),
     # Enforced on the pod network by the kubelet process (sandbox/netpol.py).
     _rt("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short=("netpol",), generation=True),
+    _rt("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", "ValidatingWebhookConfiguration",
+        namespaced=False, cats=("api-extensions",), generation=True),
     _rt("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False,
         short=("crd", "crds"), sub=("status",), cats=("api-extensions",), generation=True),
     _rt("events.k8s.io", "v1", "events", "Event", short=("ev",), storage_group=""),

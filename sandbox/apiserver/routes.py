@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
+import dataclasses
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -23,7 +25,7 @@ import yaml
 from aiohttp import web
 
 from slurmk8s.log import get as get_logger
-from . import audit, authn, discovery, podproxy, protobuf, rbac, tables, timeutil
+from . import audit, authn, discovery, podproxy, protobuf, rbac, tables, timeutil, webhooks
 from .api import API, DeleteOptions, Options
 from .errors import APIError, FieldError, bad_request, gone, invalid, not_found
 from .resources import REVIEWS, ResourceType
@@ -335,6 +337,55 @@ class Routes:
 
     # --- bodies and options ------------------------------------------------------
 
+    async def _admitted(self, request: web.Request, rt: ResourceType, t, operation: str, opts: Options, write):
+        """``write(opts)``, once the validating webhooks that match it allowed what it would
+        store (a dry run of it first: the object with defaults and built-in admission)."""
+        api = self.api
+        configs = api.store.list(webhooks.STORAGE)
+        probe = webhooks.Target(rt.group, rt.version, rt.kind, rt.plural, t.sub or "", rt.namespaced, operation,
+                                t.namespace or "", t.name or "", None, None)
+        if not configs or not any(webhooks._rule_matches(r, probe) for c in configs
+                                  for h in c.get("webhooks") or [] for r in h.get("rules") or []):
+            return write(opts)
+        old = api.store.get(rt.storage, t.namespace or "", t.name or "") if t.name else None
+        dry = dataclasses.replace(opts, dry_run=True, warnings=[])
+        result = write(dry)
+        obj = result[0] if isinstance(result, tuple) else result
+        name = (obj.get("metadata") or {}).get("name", "")
+        target = dataclasses.replace(probe, name=name, obj=obj, old=copy.deepcopy(old) if old else None)
+        ns = api.store.get(("", "namespaces"), "", t.namespace) if rt.namespaced and t.namespace else None
+        hooks = webhooks.matching(configs, target, ((ns or {}).get("metadata") or {}).get("labels") or {})
+        if hooks:
+            await webhooks.admit(hooks, target, request[USER_KEY].info(), opts.dry_run, opts.warnings,
+                                 self._service_endpoint)
+        return write(opts)
+
+    def _service_endpoint(self, namespace: str, name: str, port: int) -> tuple[str, int] | None:
+        """A Ready endpoint (pod address, target port) of Service ``namespace/name`` on ``port``."""
+        store = self.api.store
+        svc = store.get(("", "services"), namespace, name)
+        if svc is None:
+            return None
+        spec = svc.get("spec") or {}
+        sp = next((p for p in spec.get("ports") or [] if p.get("port") == port), None)
+        selector = spec.get("selector")
+        if sp is None or not selector:
+            return None
+        target = sp.get("targetPort", port)
+        for pod in store.list(("", "pods"), namespace):
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            status = pod.get("status") or {}
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+            if not ready or not status.get("podIP") or any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            number = target
+            if isinstance(target, str):
+                number = next((p["containerPort"] for c in (pod.get("spec") or {}).get("containers") or []
+                               for p in c.get("ports") or [] if p.get("name") == target), None)
+            if number is not None:
+                return status["podIP"], int(number)
+        return None
+
     @staticmethod
     async def _read(request: web.Request) -> bytes:
         try:
@@ -438,7 +489,8 @@ class Routes:
                                + (f"/namespaces/{t.namespace}" if t.namespace else "") + f"/{rt.plural}", "MethodNotAllowed")
             if rt.namespaced and t.namespace is None:
                 raise APIError(405, f"create {rt.plural} under {rt.base_path}/namespaces/<namespace>/{rt.plural}", "MethodNotAllowed")
-            obj = api.create(rt, t.namespace, body, opts)
+            obj = await self._admitted(request, rt, t, "CREATE", opts,
+                                       lambda o: api.create(rt, t.namespace, copy.deepcopy(body), o))
             return json_response(obj, 201, opts.warnings)
         if verb == "update":
             body = await self._body(request)
@@ -450,7 +502,8 @@ class Routes:
                 return json_response(self._finalize(t.name, body, opts))
             if t.sub not in (None, "status"):
                 raise APIError(405, f"PUT is not supported on {rt.plural}/{t.sub}", "MethodNotAllowed")
-            obj = api.update(rt, t.namespace, t.name, body, opts, subresource=t.sub)
+            obj = await self._admitted(request, rt, t, "UPDATE", opts, lambda o: api.update(
+                rt, t.namespace, t.name, copy.deepcopy(body), o, subresource=t.sub))
             return json_response(obj, 200, opts.warnings)
         if verb == "patch":
             body = await self._body_for_patch(request)
@@ -461,7 +514,9 @@ class Routes:
                 return json_response(api.patch_scale(rt, t.namespace, t.name, ctype, body, opts))
             if t.sub not in (None, "status"):
                 raise APIError(405, f"PATCH is not supported on {rt.plural}/{t.sub}", "MethodNotAllowed")
-            obj, created = api.patch(rt, t.namespace, t.name, ctype, body, opts, subresource=t.sub)
+            exists = api.store.get(rt.storage, t.namespace or "", t.name or "") is not None
+            obj, created = await self._admitted(request, rt, t, "UPDATE" if exists else "CREATE", opts, lambda o: api.patch(
+                rt, t.namespace, t.name, ctype, copy.deepcopy(body), o, subresource=t.sub))
             return json_response(obj, 201 if created else 200, opts.warnings)
         if verb == "delete":
             if t.sub is not None:

@@ -184,6 +184,18 @@ def apply_defaults(rt: ResourceType, obj: dict) -> None:
                 data[k] = base64.b64encode(str(v).encode()).decode()
     elif s == ("", "persistentvolumeclaims"):
         obj.setdefault("spec", {}).setdefault("volumeMode", "Filesystem")
+    elif s == ("admissionregistration.k8s.io", "validatingwebhookconfigurations"):
+        for hook in obj.get("webhooks") or []:
+            hook.setdefault("failurePolicy", "Fail")
+            hook.setdefault("matchPolicy", "Equivalent")
+            hook.setdefault("timeoutSeconds", 10)
+            hook.setdefault("namespaceSelector", {})
+            hook.setdefault("objectSelector", {})
+            for rule in hook.get("rules") or []:
+                rule.setdefault("scope", "*")
+            service = (hook.get("clientConfig") or {}).get("service")
+            if service is not None:
+                service.setdefault("port", 443)
     elif s == ("networking.k8s.io", "networkpolicies"):
         spec = obj.setdefault("spec", {})
         if not spec.get("policyTypes"):
@@ -516,6 +528,10 @@ def validate(rt: ResourceType, obj: dict, old: dict | None = None) -> list[Field
         _immutable_data(obj, old, ("data", "binaryData"), errs)
     elif s == ("networking.k8s.io", "networkpolicies"):
         _network_policy(spec, errs)
+    elif s == ("admissionregistration.k8s.io", "validatingwebhookconfigurations"):
+        from .webhooks import config_errors
+
+        errs += config_errors(obj)
     elif s == ("policy", "poddisruptionbudgets"):
         if "minAvailable" in spec and "maxUnavailable" in spec:
             errs.append(FieldError("spec", "Invalid", "minAvailable and maxUnavailable cannot be both set", spec))

@@ -1,0 +1,195 @@
+"""Validating admission webhooks in the stand-in (sandbox/apiserver/webhooks.py):
+a real HTTPS webhook behind a Service, verified with the configuration's
+caBundle; rules, namespace and object selectors; what the webhook sees
+(AdmissionReview v1 with the defaulted object and the old one); its denial,
+warnings, timeouts and failurePolicy, as kubectl shows them."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from sandbox.apiserver import tls
+from sandbox.apiserver.authn import ADMIN_USER
+
+from .conftest import Cluster
+
+HOOK_NS = "hooks"
+
+
+class Webhook:
+    """An HTTPS webhook on 127.0.0.1 that denies objects labelled ``verdict=deny``,
+    answers late for ``verdict=slow``, and nonsense for ``verdict=garbage``."""
+
+    def __init__(self, tmp):
+        self.pki = tls.ensure(tmp / "hook-pki", [f"checker.{HOOK_NS}.svc"], "checker")
+        self.reviews: list[dict] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_):
+                pass
+
+            def do_POST(self):
+                sent = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                hook.reviews.append({"path": self.path, **sent})
+                request = sent["request"]
+                labels = ((request.get("object") or {}).get("metadata") or {}).get("labels") or {}
+                verdict = labels.get("verdict", "allow")
+                if verdict == "slow":
+                    time.sleep(2.5)
+                response = {"uid": request["uid"], "allowed": verdict != "deny"}
+                if verdict == "deny":
+                    response["status"] = {"code": 422, "reason": "Invalid",
+                                          "message": "data.size: must be a number"}
+                if verdict == "warn":
+                    response["warnings"] = ["data.size is deprecated"]
+                body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+                if verdict == "garbage":
+                    body = {"hello": "world"}
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.pki.server_cert, self.pki.server_key)
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def ca_bundle(self) -> str:
+        return base64.b64encode(self.pki.ca_cert.read_bytes()).decode()
+
+
+@pytest.fixture(scope="module")
+def hook(cluster: Cluster, tmp_path_factory):
+    w = Webhook(tmp_path_factory.mktemp("webhook"))
+    c = cluster
+    if HOOK_NS not in {n.metadata.name for n in c.core.list_namespace().items}:
+        c.core.create_namespace({"metadata": {"name": HOOK_NS}})
+    # The webhook's pod and Service: the API server reaches a Ready endpoint of it.
+    c.core.create_namespaced_pod(HOOK_NS, {"metadata": {"name": "checker", "labels": {"app": "checker"}}, "spec": {
+        "containers": [{"name": "c", "image": "x", "ports": [{"name": "https", "containerPort": w.port}]}]}})
+    c.core.patch_namespaced_pod_status("checker", HOOK_NS, {"status": {
+        "phase": "Running", "podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}})
+    c.core.create_namespaced_service(HOOK_NS, {"metadata": {"name": "checker"}, "spec": {
+        "selector": {"app": "checker"}, "ports": [{"port": 443, "targetPort": "https"}]}})
+    yield w
+    w.server.shutdown()
+
+
+def configuration(hook: Webhook, config: str, **overrides) -> dict:
+    webhook = {
+        "name": f"{config}.checks.example.com",
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "clientConfig": {"service": {"namespace": HOOK_NS, "name": "checker", "path": f"/{config}"},
+                         "caBundle": hook.ca_bundle()},
+        "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                   "resources": ["configmaps"]}],
+        "namespaceSelector": {"matchLabels": {"checked": "yes"}},
+        "objectSelector": {"matchExpressions": [{"key": "skip", "operator": "DoesNotExist"}]},
+        "timeoutSeconds": 1,
+        **overrides,
+    }
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": config}, "webhooks": [webhook]}
+
+
+def configmap(name: str, **labels) -> dict:
+    return {"metadata": {"name": name, "labels": labels}, "data": {"size": "big"}}
+
+
+@pytest.fixture
+def checked(cluster: Cluster, hook: Webhook):
+    ns = cluster.namespace("checked")
+    cluster.core.patch_namespace(ns, {"metadata": {"labels": {"checked": "yes"}}})
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(configuration(hook, "cm")))
+    hook.reviews.clear()
+    yield ns
+    cluster.kubectl("delete", "validatingwebhookconfiguration", "cm", "--ignore-not-found")
+
+
+def test_a_denied_object_is_refused_with_the_webhooks_message_and_nothing_is_stored(cluster, hook, checked):
+    proc = cluster.kubectl("create", "-n", checked, "-f", "-", check=False,
+                           stdin=json.dumps({"apiVersion": "v1", "kind": "ConfigMap", **configmap("bad", verdict="deny")}))
+    assert proc.returncode != 0
+    assert 'admission webhook "cm.checks.example.com" denied the request: data.size: must be a number' in proc.stderr
+    with pytest.raises(ApiException) as err:
+        cluster.core.create_namespaced_config_map(checked, configmap("bad", verdict="deny"))
+    assert err.value.status == 422
+    assert [c.metadata.name for c in cluster.core.list_namespaced_config_map(checked).items if c.metadata.name == "bad"] == []
+
+
+def test_the_webhook_sees_the_object_as_it_would_be_stored_and_the_old_one_on_update(cluster, hook, checked):
+    cluster.core.create_namespaced_config_map(checked, configmap("good"))
+    cluster.core.patch_namespaced_config_map("good", checked, {"data": {"size": "small"}})
+    create, update = [r["request"] for r in hook.reviews]
+    assert hook.reviews[0]["path"].startswith("/cm?timeout=1s")
+    assert (create["operation"], create["namespace"], create["name"]) == ("CREATE", checked, "good")
+    assert create["kind"] == {"group": "", "version": "v1", "kind": "ConfigMap"}
+    assert create["resource"] == {"group": "", "version": "v1", "resource": "configmaps"}
+    assert create["object"]["metadata"]["uid"] and create["oldObject"] is None
+    assert create["userInfo"]["username"] == ADMIN_USER and create["dryRun"] is False
+    assert update["operation"] == "UPDATE"
+    assert update["oldObject"]["data"] == {"size": "big"} and update["object"]["data"] == {"size": "small"}
+
+
+def test_selectors_and_rules_decide_who_is_sent(cluster, hook, checked):
+    unchecked = cluster.namespace("unchecked")
+    cluster.core.create_namespaced_config_map(unchecked, configmap("elsewhere", verdict="deny"))
+    cluster.core.create_namespaced_config_map(checked, configmap("skipped", verdict="deny", skip="yes"))
+    cluster.core.create_namespaced_secret(checked, {"metadata": {"name": "s", "labels": {"verdict": "deny"}}})
+    # A status update or a delete is not among the rules either.
+    cluster.core.delete_namespaced_config_map("skipped", checked)
+    assert hook.reviews == []
+
+
+def test_warnings_reach_the_client(cluster, hook, checked):
+    proc = cluster.kubectl("create", "-n", checked, "-f", "-",
+                           stdin=json.dumps({"apiVersion": "v1", "kind": "ConfigMap", **configmap("warned", verdict="warn")}))
+    assert "Warning: data.size is deprecated" in proc.stderr
+
+
+def test_a_webhook_that_fails_refuses_the_write_unless_its_failure_policy_ignores_it(cluster, hook, checked):
+    for verdict, why in (("slow", "context deadline exceeded"), ("garbage", "expected response.apiVersion")):
+        with pytest.raises(ApiException) as err:
+            cluster.core.create_namespaced_config_map(checked, configmap(f"cm-{verdict}", verdict=verdict))
+        message = json.loads(err.value.body)["message"]
+        assert err.value.status == 500, message
+        assert 'failed calling webhook "cm.checks.example.com"' in message and why in message
+    # No endpoint, and a CA the webhook's certificate is not from: Fail refuses, Ignore lets it through.
+    other = tls.ensure(hook.pki.ca_cert.parent.parent / "other-pki", ["x"], "x")
+    broken = [configuration(hook, "noendpoint", clientConfig={"service": {"namespace": HOOK_NS, "name": "missing"}}),
+              configuration(hook, "wrongca", clientConfig={
+                  "service": {"namespace": HOOK_NS, "name": "checker"},
+                  "caBundle": base64.b64encode(other.ca_cert.read_bytes()).decode()})]
+    cluster.kubectl("delete", "validatingwebhookconfiguration", "cm")
+    for cfg, why in zip(broken, ("no endpoints available", "CERTIFICATE_VERIFY_FAILED")):
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(cfg))
+        with pytest.raises(ApiException) as err:
+            cluster.core.create_namespaced_config_map(checked, configmap(f"cm-{cfg['metadata']['name']}"))
+        assert err.value.status == 500 and why in json.loads(err.value.body)["message"], err.value.body
+        cfg["webhooks"][0]["failurePolicy"] = "Ignore"
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(cfg))
+        cluster.core.create_namespaced_config_map(checked, configmap(f"cm-{cfg['metadata']['name']}"))
+        cluster.kubectl("delete", "validatingwebhookconfiguration", cfg["metadata"]["name"])
+
+
+def test_the_api_refuses_a_configuration_it_cannot_call(cluster, hook):
+    cfg = configuration(hook, "bad", name="short", sideEffects="Some", timeoutSeconds=60)
+    proc = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(cfg), check=False)
+    assert proc.returncode != 0
+    for path in ("webhooks[0].name", "webhooks[0].sideEffects", "webhooks[0].timeoutSeconds"):
+        assert path in proc.stderr, proc.stderr
