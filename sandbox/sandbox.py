@@ -422,6 +422,23 @@ class Sandbox:
         except install.InstallFailed as exc:
             raise SandboxFailed(str(exc)) from None
         self.progress(f"helm: release {install.RELEASE} revision {release.get('revision')} {release.get('status', '')}")
+        self._wait_operator()
+
+    def _wait_operator(self, timeout: float = 120) -> None:
+        """Until the operator's pod is Ready: its validating webhook checks every SlurmCluster
+        written (failurePolicy Fail), so the manifest waits for it, as `helm install --wait` would."""
+        client, api = self.api()
+        core = client.CoreV1Api(api)
+        selector = f"app.kubernetes.io/instance={install.RELEASE},app.kubernetes.io/component=operator"
+        self.progress("waiting for the operator's pod to be Ready (its webhook checks the manifest)")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pods = core.list_namespaced_pod(install.RELEASE_NAMESPACE, label_selector=selector).items
+            if any(_pod_ready(p) for p in pods):
+                return
+            time.sleep(0.5)
+        raise SandboxFailed(f"the operator's pod was not Ready within {timeout:.0f}s: "
+                            f"kubectl -n {install.RELEASE_NAMESPACE} describe pods -l {selector}")
 
     def component_pod(self, component: str) -> str:
         """The name of the pod of one of the product's components (operator, bridge) that this

@@ -217,10 +217,18 @@ def _controller_options(watched: str, verb: str):
               help=f"An image repository a privileged slurmd (spec.slurmConfig.cgroups) may come from "
                    f"(repeatable; default {PROJECT_REPOSITORY}): your registry's copy of the project's "
                    "images. A SlurmCluster with cgroups and another spec.slurm.image.repository is refused.")
+@click.option("--webhook-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
+              help="Serve the validating admission webhook for SlurmClusters and NodeLendingPolicies on PORT "
+                   "(HTTPS, POST /validate), so that `kubectl apply` of a spec the operator would refuse is "
+                   "refused at once. The chart registers it (webhook.enabled).")
+@click.option("--webhook-cert-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Where the webhook's tls.crt and tls.key are (a kubernetes.io/tls Secret mounted; "
+                   "default /etc/slurmk8s/webhook).")
 def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
                  metrics_port: int | None, health_port: int | None, interval: float,
                  release_namespace: str | None, release_name: str | None,
-                 trusted_repositories: tuple[str, ...]) -> None:
+                 trusted_repositories: tuple[str, ...], webhook_port: int | None,
+                 webhook_cert_dir: str | None) -> None:
     """Run the SlurmCluster operator until stopped.
 
     For each SlurmCluster it renders the Kubernetes objects and applies what
@@ -250,7 +258,8 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
     try:
         run(namespaces=namespaces, all_namespaces=all_namespaces, kubeconfig=kubeconfig,
             metrics_port=metrics_port, health_port=health_port, interval=interval, agent_clients=clients,
-            trusted_repositories=trusted_repositories or (PROJECT_REPOSITORY,))
+            trusted_repositories=trusted_repositories or (PROJECT_REPOSITORY,), webhook_port=webhook_port,
+            webhook_cert_dir=webhook_cert_dir)
     except KeyboardInterrupt:
         pass
 

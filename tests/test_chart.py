@@ -10,6 +10,7 @@ against the official Kubernetes schemas.
 from __future__ import annotations
 
 import functools
+import base64
 import json
 import re
 
@@ -74,6 +75,21 @@ def one(objs: list[dict], kind: str, name: str | None = None) -> dict:
     return found[0]
 
 
+def metrics_service(objs: list[dict]) -> dict:
+    [svc] = [o for o in objs if o["kind"] == "Service" and o["metadata"]["name"].endswith("-metrics")]
+    return svc
+
+
+def without_certificates(obj: dict) -> dict:
+    """``obj`` less what `helm template` generates anew each time (the webhook's certificate)."""
+    obj = json.loads(json.dumps(obj))
+    if obj["kind"] == "Secret" and obj.get("type") == "kubernetes.io/tls":
+        obj["data"] = {}
+    for hook in obj.get("webhooks") or []:
+        hook["clientConfig"].pop("caBundle", None)
+    return obj
+
+
 def deployment(objs: list[dict], component: str = "operator") -> dict:
     return one(of(objs, component), "Deployment")
 
@@ -127,7 +143,7 @@ VALUE_SETS = {
         "bridge": BRIDGE_OVERRIDES,
     },
     "bare": {"crds": {"install": False}, "rbac": {"create": False}, "serviceAccount": {"create": False},
-             "metrics": {"service": {"enabled": False}},
+             "metrics": {"service": {"enabled": False}}, "webhook": {"enabled": False},
              "bridge": {"serviceAccount": {"create": False}, "metrics": {"service": {"enabled": False}}}},
     "bridgeless": {"bridge": {"enabled": False}},
     "clusterwide": {"watchAllNamespaces": True},
@@ -202,7 +218,8 @@ def test_default_deployment_runs_one_operator_safely(chart):
     assert c["image"] == f"{chart.values['image']['repository']}:{chart.metadata['appVersion']}"
     assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in c["env"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"metrics": chart.values["metrics"]["port"], "health": chart.values["health"]["port"]}
+    assert ports == {"metrics": chart.values["metrics"]["port"], "health": chart.values["health"]["port"],
+                     "webhook": chart.values["webhook"]["port"]}
     for probe in ("livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
@@ -215,7 +232,8 @@ def test_default_args_watch_the_release_namespace_with_the_global_flags_first(ch
                     "--metrics-port", str(v["metrics"]["port"]), "--health-port", str(v["health"]["port"]),
                     "--namespace", NAMESPACE, "--interval", str(v["interval"]),
                     "--release-namespace", NAMESPACE, "--release-name", RELEASE,
-                    "--trusted-repository", "ghcr.io/slurmk8s"]
+                    "--trusted-repository", "ghcr.io/slurmk8s",
+                    "--webhook-port", str(v["webhook"]["port"]), "--webhook-cert-dir", "/etc/slurmk8s/webhook"]
 
 
 def test_the_operator_trusts_the_repositories_the_chart_names_for_privileged_slurmd():
@@ -324,8 +342,9 @@ def test_overrides_reach_the_deployment():
     assert c["args"][5:9] == ["--metrics-port", "9090", "--health-port", "9091"]
     assert c["args"][9:] == ["--namespace", "hpc-a", "--namespace", "hpc-b", "--interval", "30",
                              "--release-namespace", NAMESPACE, "--release-name", RELEASE,
-                             "--trusted-repository", "ghcr.io/slurmk8s"]
-    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
+                             "--trusted-repository", "ghcr.io/slurmk8s",
+                             "--webhook-port", "9443", "--webhook-cert-dir", "/etc/slurmk8s/webhook"]
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091, "webhook": 9443}
     for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
         assert pod[key] == values[key]
     assert pod["serviceAccountName"] == "slurm-operator"
@@ -338,7 +357,7 @@ def test_overrides_reach_the_deployment():
 def test_metrics_service_targets_the_metrics_port(chart, name):
     values = VALUE_SETS[name]
     objs = of(objects(values), "operator")
-    svc = one(objs, "Service")
+    svc = metrics_service(objs)
     port = next(p for p in container(objs)["ports"] if p["name"] == "metrics")["containerPort"]
     assert svc["spec"]["selector"] == deployment(objs)["spec"]["selector"]["matchLabels"]
     assert [p["targetPort"] for p in svc["spec"]["ports"]] == ["metrics"]
@@ -632,7 +651,7 @@ def test_bridge_renders_by_default_beside_the_operator(chart):
     assert svc["spec"]["ports"] == [{"name": "metrics", "port": v["metrics"]["service"]["port"],
                                      "targetPort": "metrics", "protocol": "TCP"}]
     assert svc["metadata"]["annotations"]["prometheus.io/port"] == str(v["metrics"]["port"])
-    assert svc["metadata"]["name"] != one(of(objs, "operator"), "Service")["metadata"]["name"]
+    assert svc["metadata"]["name"] != metrics_service(of(objs, "operator"))["metadata"]["name"]
 
 
 @pytest.mark.parametrize("name", ["defaults", "namespaced"])
@@ -696,7 +715,9 @@ def test_a_long_full_name_keeps_the_bridges_names_apart_and_valid():
 def test_bridge_disabled_renders_none_of_its_objects():
     objs = objects(VALUE_SETS["bridgeless"])
     assert of(objs, "bridge") == []
-    assert [o for o in objs if o["kind"] != "CustomResourceDefinition"] == of(objects(), "operator")
+    # The same operator objects; the webhook's certificate is made anew at each render.
+    assert [without_certificates(o) for o in objs if o["kind"] != "CustomResourceDefinition"] == [
+        without_certificates(o) for o in of(objects(), "operator")]
     notes = rendered(VALUE_SETS["bridgeless"])[f"{CHART.name}/templates/NOTES.txt"]
     assert "bridge" not in notes
 
@@ -835,3 +856,33 @@ def test_every_value_is_commented_and_in_the_readme(chart):
     for path in paths:
         assert commented.get(path), f"values.yaml: document {path} in a comment right above it"
         assert f"`{path}`" in readme, f"charts/README.md: add `{path}` to the values table"
+
+
+def test_the_webhook_is_registered_with_a_certificate_for_its_service_and_the_watched_namespaces():
+    from cryptography import x509
+
+    objs = objects(VALUE_SETS["namespaced"])
+    secret = one(objs, "Secret")
+    svc = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == secret["metadata"]["name"])
+    config = one(objs, "ValidatingWebhookConfiguration")
+    assert svc["spec"]["selector"] == deployment(objs)["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
+    host = f"{svc['metadata']['name']}.{NAMESPACE}.svc"
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    assert host in cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    cert.verify_directly_issued_by(ca)
+    assert {h["name"]: h["rules"][0]["resources"] for h in config["webhooks"]} == {
+        "slurmclusters.validate.slurmk8s.dev": ["slurmclusters"],
+        "nodelendingpolicies.validate.slurmk8s.dev": ["nodelendingpolicies"]}
+    for hook in config["webhooks"]:
+        assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+        assert hook["clientConfig"]["service"] == {"namespace": NAMESPACE, "name": svc["metadata"]["name"],
+                                                   "path": "/validate", "port": 443}
+        assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+        assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == WATCHED
+    # Every namespace: no namespaceSelector. Disabled: none of it, and no webhook flags.
+    assert "namespaceSelector" not in one(objects(VALUE_SETS["clusterwide"]), "ValidatingWebhookConfiguration")["webhooks"][0]
+    off = objects({"webhook": {"enabled": False}})
+    assert not [o for o in off if o["kind"] in ("Secret", "ValidatingWebhookConfiguration")]
+    assert "--webhook-port" not in container(off)["args"]

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 import yaml
+from kubernetes.client.rest import ApiException
 
 from sandbox import install
 
@@ -69,12 +70,22 @@ def test_install_upgrade_and_uninstall(cluster, tmp_path):
     assert cannot.stdout.strip() == "no"
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["namespace"] = ns
+    # No kubelet runs the operator here: its webhook refuses every SlurmCluster (failurePolicy
+    # Fail) until it runs, or passes it unchecked once the chart says Ignore.
+    with pytest.raises(ApiException) as refused:
+        c.custom.create_namespaced_custom_object("slurmk8s.dev", "v1alpha1", ns, "slurmclusters", doc)
+    assert refused.value.status == 500 and "no endpoints available" in refused.value.body
+    webhook_ca = c.core.read_namespaced_secret("slurmk8s-webhook", SYSTEM).data["ca.crt"]
+    values["webhook"] = {"failurePolicy": "Ignore"}
+    install.install(c.kubeconfig, values)
     created = c.custom.create_namespaced_custom_object("slurmk8s.dev", "v1alpha1", ns, "slurmclusters", doc)
 
     # A newer chart: its CRD changes with the release, and the operator is rolled.
     old_template = c.apps.read_namespaced_deployment("slurmk8s", SYSTEM).spec.template
     second = install.install(c.kubeconfig, {**values, "logLevel": "debug"}, chart=newer_chart(tmp_path))
-    assert (second["status"], second["revision"]) == ("deployed", 2)
+    assert (second["status"], second["revision"]) == ("deployed", 3)
+    # The webhook's certificate is kept across upgrades: the API server's caBundle stays valid.
+    assert c.core.read_namespaced_secret("slurmk8s-webhook", SYSTEM).data["ca.crt"] == webhook_ca
     crd = c.ext.read_custom_resource_definition(CRD)
     assert crd.spec.versions[0].schema.open_apiv3_schema.description == "A Slurm cluster (next version)."
     args = operator_args(c)

@@ -66,13 +66,27 @@ def _name_of(obj: dict) -> str:
     return name if isinstance(name, str) else ""
 
 
-def _precheck(obj: Any, kind: str) -> None:
-    """What must hold before the models may look at ``obj`` at all."""
+def _precheck(obj: Any, kind: str) -> dict:
+    """What must hold before the models may look at ``obj`` at all; ``obj`` as the API
+    server would store it."""
     if not isinstance(obj, dict):
         raise InvalidSpec([FieldError("(document)", f"must be a mapping (a {kind} object)")], kind=kind)
     too_deep = _depth_error(obj)
     if too_deep is not None:
         raise InvalidSpec([too_deep], kind=kind, name=_name_of(obj))
+    return _without_nulls(obj)
+
+
+def _without_nulls(value: Any) -> Any:
+    """``value`` less its null map entries. No field of our CRDs is nullable, and the API server
+    drops such nulls before it validates or stores a custom resource: a field set to null is a
+    field not set (its default applies), and ``slurmk8s validate`` judges it so too. Null list
+    items stay (the API refuses them)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 def load_cluster(obj: Any, *, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)) -> SlurmCluster:
     """Parse and check a SlurmCluster manifest (a dict, as read from YAML).
@@ -82,7 +96,7 @@ def load_cluster(obj: Any, *, trusted_repositories: Sequence[str] = (PROJECT_REP
     repositories a privileged slurmd (``slurmConfig.cgroups``) may come
     from, the site's choice (the operator's ``--trusted-repository``).
     """
-    _precheck(obj, "SlurmCluster")
+    obj = _precheck(obj, "SlurmCluster")
     name = _name_of(obj)
     try:
         cluster = SlurmCluster.model_validate(obj)
@@ -427,7 +441,7 @@ def _storage_errors(storage) -> Iterator[FieldError]:
 
 def load_policy(obj: Any) -> NodeLendingPolicy:
     """Parse and check a NodeLendingPolicy manifest, reporting every problem by field path."""
-    _precheck(obj, "NodeLendingPolicy")
+    obj = _precheck(obj, "NodeLendingPolicy")
     name = _name_of(obj)
     try:
         policy = NodeLendingPolicy.model_validate(obj)

@@ -14,6 +14,10 @@ from slurmk8s.render.manifests import AgentClients
 
 from .round import Operator
 from .handlers import register
+from .webhook import WebhookServer
+
+#: Where the chart mounts the webhook's certificate (tls.crt, tls.key).
+DEFAULT_CERT_DIR = "/etc/slurmk8s/webhook"
 from slurmk8s.kube import Kube
 
 __all__ = ["run", "build"]
@@ -33,7 +37,8 @@ def build(kubeconfig: str | None = None, *, interval: float = 10.0, metrics_port
 def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubeconfig: str | None = None,
         metrics_port: int | None = None, health_port: int | None = None, interval: float = 10.0,
         stop_flag=None, ready_flag=None, agent_clients: AgentClients | None = None,
-        trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)) -> None:
+        trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,), webhook_port: int | None = None,
+        webhook_cert_dir: str | None = None) -> None:
     """Run the operator until stopped (SIGINT/SIGTERM, or ``stop_flag``).
 
     Watches SlurmClusters in ``namespaces``, or in every namespace with
@@ -41,8 +46,10 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
     liveness endpoint answers on ``health_port`` at ``/healthz``.
     ``agent_clients``: the operator's and the bridge's pods (from the
     chart), admitted to each cluster's agent by a NetworkPolicy; None
-    renders none (and says so). ``trusted_repositories``: the image
+    admits any pod (and says so). ``trusted_repositories``: the image
     repositories a privileged slurmd (``slurmConfig.cgroups``) may come from.
+    ``webhook_port``: serve the validating admission webhook there, with the
+    certificate in ``webhook_cert_dir`` (:mod:`.webhook`).
     """
     if not namespaces and not all_namespaces:
         raise ValueError("name the namespaces to watch (--namespace, repeatable) or pass --all-namespaces")
@@ -57,8 +64,15 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
     registry, _ = build(kubeconfig, interval=interval, metrics_port=metrics_port, agent_clients=agent_clients,
                         trusted_repositories=trusted_repositories)
     liveness = f"http://0.0.0.0:{health_port}/healthz" if health_port else None
-    asyncio.run(kopf.operator(
+    hook = None
+    if webhook_port:
+        hook = WebhookServer(webhook_port, webhook_cert_dir or DEFAULT_CERT_DIR, trusted_repositories).start()
+    try:
+        asyncio.run(kopf.operator(
         registry=registry, standalone=True, clusterwide=all_namespaces,
-        namespaces=() if all_namespaces else list(namespaces), liveness_endpoint=liveness,
-        stop_flag=stop_flag, ready_flag=ready_flag,
-    ))
+            namespaces=() if all_namespaces else list(namespaces), liveness_endpoint=liveness,
+            stop_flag=stop_flag, ready_flag=ready_flag,
+        ))
+    finally:
+        if hook is not None:
+            hook.stop()

@@ -1,15 +1,19 @@
-"""The hostile-input corpus (tests/test_corpus.py) through the CRD schema.
+"""The hostile-input corpus (tests/test_corpus.py) through the CRD schema,
+then through the chart's validating webhook as well.
 
 Each case is created, as a dry run, in a real API server (the stand-in, which
 validates custom resources against the CRDs the chart installs). What the
 validator accepts the API server must accept: otherwise a manifest that
-`slurmk8s validate` passes fails at `kubectl apply`. The other way round is
-allowed only for the rules that span fields, which a CRD schema cannot state
-(the API server accepts, the operator reports the field error in the status).
+`slurmk8s validate` passes fails at `kubectl apply`. With the CRDs alone, the
+other way round is allowed only for the rules that span fields, which a CRD
+schema cannot state. With the operator's webhook registered as the chart
+registers it (its certificate, Service and ValidatingWebhookConfiguration),
+the API server and the validator agree on every case.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -25,7 +29,7 @@ from .conftest import CRDS, Cluster
 GROUP, VERSION = "slurmk8s.dev", "v1alpha1"
 PLURAL = {"SlurmCluster": "slurmclusters", "NodeLendingPolicy": "nodelendingpolicies"}
 
-#: Filled by the test; printed in the session's summary (tests/conftest.py).
+#: Filled by the tests; printed in the session's summary (tests/conftest.py).
 COUNTS: dict[str, int] = {}
 SERVER_ERRORS: list[str] = []
 
@@ -47,8 +51,9 @@ def _validator_accepts(kind: str, doc) -> bool:
     return True
 
 
-def _api_accepts(cluster: Cluster, kind: str, doc) -> bool:
-    """Create ``doc`` as a dry run; True when the API server takes it. A 5xx fails the test."""
+def _api_accepts(cluster: Cluster, kind: str, doc, strict: bool = False) -> bool:
+    """Create ``doc`` as a dry run; True when the API server takes it. A 5xx fails the test.
+    ``strict``: unknown fields are refused, as `kubectl apply` asks (fieldValidation=Strict)."""
     meta = doc.get("metadata") if isinstance(doc, dict) else None
     ns = meta.get("namespace") if isinstance(meta, dict) else None
     ns = ns if ns in ("hpc", "default") else "hpc"
@@ -58,7 +63,8 @@ def _api_accepts(cluster: Cluster, kind: str, doc) -> bool:
         api = cluster.api_client
         request = api.param_serialize(
             "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL[kind]}", body=doc,
-            query_params=[("dryRun", "All")], header_params={"Content-Type": "application/json"},
+            query_params=[("dryRun", "All")] + ([("fieldValidation", "Strict")] if strict else []),
+            header_params={"Content-Type": "application/json"},
             auth_settings=["BearerToken"])
         response = api.call_api(*request)
         response.read()
@@ -74,11 +80,11 @@ def _api_accepts(cluster: Cluster, kind: str, doc) -> bool:
     return True
 
 
-def _both(cluster: Cluster, case: Case) -> tuple[bool, bool]:
+def _both(cluster: Cluster, case: Case, strict: bool = False) -> tuple[bool, bool]:
     if case.kind == "Pair":
         return (all(_validator_accepts("SlurmCluster", d) for d in case.docs),
-                all(_api_accepts(cluster, "SlurmCluster", d) for d in case.docs))
-    return _validator_accepts(case.kind, case.doc), _api_accepts(cluster, case.kind, case.doc)
+                all(_api_accepts(cluster, "SlurmCluster", d, strict) for d in case.docs))
+    return _validator_accepts(case.kind, case.doc), _api_accepts(cluster, case.kind, case.doc, strict)
 
 
 def test_what_the_validator_accepts_the_crd_accepts(cluster: Cluster, crds) -> None:
@@ -107,7 +113,78 @@ def test_what_the_validator_accepts_the_crd_accepts(cluster: Cluster, crds) -> N
     # The stand-in answered some hostile bodies with a 500 or closed the
     # connection: counted as refusals (nothing was created), and shown here.
     counts["stand-in failures (counted as refused)"] = len(SERVER_ERRORS)
-    COUNTS.clear()
-    COUNTS.update(counts)
+    COUNTS.update({f"CRD: {k}": v for k, v in counts.items()})
     assert not disagree, f"{counts}\nthe CRD refuses what the validator accepts:\n" + "\n".join(disagree[:30])
     assert counts["both accept"] and counts["both refuse"], counts
+
+
+@pytest.fixture(scope="module")
+def webhook(cluster: Cluster, crds, tmp_path_factory):
+    """The operator's webhook server, with the certificate the chart makes, behind the chart's
+    Service and ValidatingWebhookConfiguration (watching the corpus's namespaces)."""
+    from slurmk8s.operator.webhook import WebhookServer
+
+    from ..test_chart import NAMESPACE, objects
+
+    rendered = objects({"watchNamespaces": ["hpc", "default"]})
+    secret = next(o for o in rendered if o["kind"] == "Secret" and o.get("type") == "kubernetes.io/tls")
+    certs = tmp_path_factory.mktemp("webhook-cert")
+    for key in ("tls.crt", "tls.key"):
+        (certs / key).write_bytes(base64.b64decode(secret["data"][key]))
+    server = WebhookServer(0, certs, addr="127.0.0.1").start()
+    service = next(o for o in rendered if o["kind"] == "Service" and o["metadata"]["name"] == secret["metadata"]["name"])
+    if NAMESPACE not in {n.metadata.name for n in cluster.core.list_namespace().items}:
+        cluster.core.create_namespace({"metadata": {"name": NAMESPACE}})
+    # The operator's pod, as the Service selects it, answering on this host.
+    cluster.core.create_namespaced_pod(NAMESPACE, {
+        "metadata": {"name": "operator", "labels": service["spec"]["selector"]},
+        "spec": {"containers": [{"name": "operator", "image": "x",
+                                 "ports": [{"name": "webhook", "containerPort": server.port}]}]}})
+    cluster.core.patch_namespaced_pod_status("operator", NAMESPACE, {"status": {
+        "phase": "Running", "podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}})
+    config = next(o for o in rendered if o["kind"] == "ValidatingWebhookConfiguration")
+    for obj in (service, config):
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(obj))
+    yield
+    cluster.kubectl("delete", "-f", "-", stdin=json.dumps(config))
+    server.stop()
+
+
+def test_with_the_webhook_the_api_refuses_exactly_what_the_validator_refuses(cluster: Cluster, webhook) -> None:
+    SERVER_ERRORS.clear()
+    counts = {"cases": 0, "refused by the API": 0, "accepted by both": 0,
+              "accepted by the API, refused by the validator": 0, "refused by the API, accepted by the validator": 0}
+    disagree = []
+    for case in corpus():
+        try:
+            json.dumps(case.doc)
+        except RecursionError:
+            continue
+        counts["cases"] += 1
+        ours, theirs = _both(cluster, case, strict=True)
+        if not theirs:
+            counts["refused by the API"] += 1
+        if ours and theirs:
+            counts["accepted by both"] += 1
+        elif theirs:
+            counts["accepted by the API, refused by the validator"] += 1
+            disagree.append(f"accepted: {case.id}")
+        elif ours:
+            counts["refused by the API, accepted by the validator"] += 1
+            disagree.append(f"refused: {case.id}")
+    counts["stand-in failures (counted as refused)"] = len(SERVER_ERRORS)
+    COUNTS.update({f"webhook: {k}": v for k, v in counts.items()})
+    assert not disagree, f"{counts}\n" + "\n".join(disagree[:30])
+    assert counts["accepted by both"] and counts["refused by the API"], counts
+
+
+def test_kubectl_apply_of_an_invalid_spec_is_refused_at_once_with_its_field_paths(cluster: Cluster, webhook) -> None:
+    doc = yaml.safe_load((CRDS.parents[3] / "examples" / "slurmcluster.yaml").read_text())
+    doc["metadata"]["namespace"] = "hpc"
+    doc["spec"]["partitions"][0]["nodeSets"] = ["nosuchset"]
+    doc["spec"]["slurmConfig"] = {"srunPortRange": "70000-70100"}
+    proc = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(doc), check=False)
+    assert proc.returncode != 0
+    assert 'admission webhook "slurmclusters.validate.slurmk8s.dev" denied the request' in proc.stderr
+    assert "spec.slurmConfig.srunPortRange" in proc.stderr
+    assert cluster.custom.list_namespaced_custom_object(GROUP, VERSION, "hpc", "slurmclusters")["items"] == []

@@ -215,6 +215,12 @@ list is empty, and `--interval`.
 - --trusted-repository
 - {{ . | quote }}
 {{- end }}
+{{- if .Values.webhook.enabled }}
+- --webhook-port
+- {{ .Values.webhook.port | quote }}
+- --webhook-cert-dir
+- /etc/slurmk8s/webhook
+{{- end }}
 {{- end }}
 
 {{/*
@@ -297,6 +303,11 @@ spec:
             - name: health
               containerPort: {{ $v.health.port }}
               protocol: TCP
+            {{- if .webhook }}
+            - name: webhook
+              containerPort: {{ $.Values.webhook.port }}
+              protocol: TCP
+            {{- end }}
           livenessProbe:
             httpGet:
               path: /healthz
@@ -325,10 +336,21 @@ spec:
             # The root filesystem is read-only; Python and kopf may write temporary files.
             - name: tmp
               mountPath: /tmp
+            {{- if .webhook }}
+            - name: webhook-cert
+              mountPath: /etc/slurmk8s/webhook
+              readOnly: true
+            {{- end }}
       volumes:
         - name: tmp
           emptyDir:
             sizeLimit: 64Mi
+        {{- if .webhook }}
+        - name: webhook-cert
+          secret:
+            secretName: {{ include "slurmk8s.webhook.fullname" $ }}
+            defaultMode: 0400
+        {{- end }}
       {{- with $v.nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}
@@ -427,6 +449,11 @@ The bridge's object name prefix: <fullname>-bridge, the full name cut so the
 suffix always fits (else a long full name would give the bridge the
 operator's names).
 */}}
+{{/* The webhook's Secret and Service. */}}
+{{- define "slurmk8s.webhook.fullname" -}}
+{{- printf "%s-webhook" (include "slurmk8s.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
 {{- define "slurmk8s.bridge.fullname" -}}
 {{- printf "%s-bridge" (include "slurmk8s.fullname" . | trunc 56 | trimSuffix "-") }}
 {{- end }}

@@ -1,0 +1,100 @@
+"""The operator's validating webhook (slurmk8s/operator/webhook.py): what it
+refuses, and what it must let through (metadata-only updates, deletes), as
+AdmissionReviews; its HTTPS server against real connections. The corpus
+through the API server and this webhook is tests/apiserver/test_corpus_crd.py."""
+
+from __future__ import annotations
+
+import copy
+import json
+import ssl
+import urllib.request
+
+import pytest
+
+from slurmk8s import versions
+from slurmk8s.operator.webhook import PATH, WebhookServer, refusal, review
+
+from sandbox.apiserver import tls
+
+
+def request(kind: str, operation: str, obj, old=None) -> dict:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-1", "kind": {"group": "slurmk8s.dev", "version": "v1alpha1", "kind": kind},
+        "operation": operation, "object": obj, "oldObject": old, "namespace": "hpc", "name": "demo"}}
+
+
+def test_an_invalid_spec_is_refused_with_its_field_paths_as_the_validator_words_them(example_doc):
+    bad = copy.deepcopy(example_doc)
+    bad["spec"]["nodeSets"][0]["replicas"] = -1
+    answer = review(request("SlurmCluster", "CREATE", bad))
+    assert answer["response"]["uid"] == "u-1" and answer["response"]["allowed"] is False
+    assert answer["response"]["status"]["code"] == 422
+    assert "spec.nodeSets[0].replicas" in answer["response"]["status"]["message"]
+    assert review(request("SlurmCluster", "CREATE", example_doc))["response"] == {"uid": "u-1", "allowed": True}
+
+
+def test_an_update_that_leaves_the_spec_alone_passes_even_when_the_spec_is_invalid(example_doc):
+    """kopf's finalizer and annotations, labels: a cluster that became invalid (a newer
+    validator) can still be finalized and deleted."""
+    bad = copy.deepcopy(example_doc)
+    bad["spec"]["nodeSets"][0]["replicas"] = -1
+    relabelled = copy.deepcopy(bad)
+    relabelled["metadata"]["finalizers"] = ["slurmk8s.dev/teardown"]
+    assert refusal("SlurmCluster", "UPDATE", relabelled, bad) is None
+    assert refusal("SlurmCluster", "DELETE", None, bad) is None
+    assert refusal("SlurmCluster", "UPDATE", bad, example_doc) is not None
+
+
+def test_a_slurm_step_backwards_is_refused_on_update_and_allowed_on_create(example_doc):
+    newest, older = versions.SUPPORTED[-1], versions.SUPPORTED[0]
+    running = copy.deepcopy(example_doc)
+    running["spec"]["slurm"]["version"] = newest
+    back = copy.deepcopy(example_doc)
+    back["spec"]["slurm"]["version"] = older
+    why = refusal("SlurmCluster", "UPDATE", back, running)
+    assert why is not None and why.startswith("spec.slurm.version: ")
+    assert why == f"spec.slurm.version: {versions.upgrade_problem(newest, older)}"
+    assert refusal("SlurmCluster", "CREATE", back, None) is None
+
+
+def test_a_policy_is_checked_by_the_policy_validator():
+    policy = {"apiVersion": "slurmk8s.dev/v1alpha1", "kind": "NodeLendingPolicy",
+              "metadata": {"name": "p", "namespace": "hpc"},
+              "spec": {"cluster": "demo", "partition": "gpu", "reclaim": {"deadlineSeconds": 5}}}
+    why = refusal("NodeLendingPolicy", "CREATE", policy, None)
+    assert why is not None and "spec.reclaim.deadlineSeconds" in why
+
+
+def test_what_is_not_a_review_of_our_kinds_is_a_bad_request():
+    for body in ({"kind": "AdmissionReview"}, [], request("Pod", "CREATE", {})):
+        with pytest.raises(ValueError):
+            review(body)
+
+
+def test_the_server_answers_reviews_over_https_and_nothing_else(tmp_path, example_doc):
+    pki = tls.ensure(tmp_path / "pki", ["localhost"], "webhook")
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    (certs / "tls.crt").write_bytes(pki.server_cert.read_bytes())
+    (certs / "tls.key").write_bytes(pki.server_key.read_bytes())
+    server = WebhookServer(0, certs, addr="127.0.0.1").start()
+    ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
+    try:
+        def post(path: str, body: bytes) -> tuple[int, dict]:
+            req = urllib.request.Request(f"https://localhost:{server.port}{path}", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+                    return resp.status, json.loads(resp.read())
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read())
+
+        status, answer = post(PATH + "?timeout=10s", json.dumps(request("SlurmCluster", "CREATE", example_doc)).encode())
+        assert status == 200 and answer["response"]["allowed"] is True
+        assert post("/other", b"{}")[0] == 404
+        assert post(PATH, b"not json")[0] == 400
+    finally:
+        server.stop()
+    with pytest.raises(RuntimeError, match="tls.crt and tls.key"):
+        WebhookServer(0, tmp_path / "missing")
