@@ -286,8 +286,8 @@ class API:
         if errors:
             raise invalid(rt.kind, rt.group, meta(obj).get("name") or meta(obj).get("generateName") or "", errors)
         self._pod_security(rt, obj, opts, old)
-        if rt.storage == ("", "pods") and old is None:
-            self._quota(obj)
+        if rt.namespaced and old is None:
+            self._quota(rt, obj)
         return obj
 
     def _forbidden_pod(self, obj: dict, message: str) -> APIError:
@@ -300,15 +300,21 @@ class API:
         if errors:
             raise self._forbidden_pod(pod, errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")
 
-    def _quota(self, pod: dict) -> None:
-        """ResourceQuota (quota.py): a pod the namespace's quotas have no room for, or that does not say
-        what they limit, is refused."""
-        ns = meta(pod).get("namespace") or ""
+    def _quota(self, rt: ResourceType, obj: dict) -> None:
+        """ResourceQuota (quota.py): an object the namespace's quotas have no room for, or a pod that
+        does not say what they limit, is refused."""
+        ns = meta(obj).get("namespace") or ""
         quotas = self.store.list(("", "resourcequotas"), ns)
-        if quotas:
-            errors = quota.quota_errors(pod, quotas, self.store.list(("", "pods"), ns))
-            if errors:
-                raise self._forbidden_pod(pod, errors[0])
+        if not quotas:
+            return
+        errors = quota.quota_errors(obj, quotas, self.store.list(rt.storage, ns), rt.storage)
+        if not errors:
+            return
+        if rt.storage == ("", "pods"):
+            raise self._forbidden_pod(obj, errors[0])
+        name = meta(obj).get("name") or meta(obj).get("generateName") or ""
+        raise APIError(403, f'{rt.plural}{"." + rt.group if rt.group else ""} "{name}" is forbidden: {errors[0]}',
+                       "Forbidden", {"name": name, "kind": rt.plural})
 
     #: Kinds whose pod template Pod Security admission checks (warnings only).
     _TEMPLATED = {("apps", "deployments"), ("apps", "statefulsets"), ("apps", "replicasets"),

@@ -1,6 +1,6 @@
-"""LimitRanger and ResourceQuota admission for pods, as Kubernetes 1.33's
-plugins, and a quota's usage. Pure: the caller passes the namespace's
-LimitRanges, ResourceQuotas and pods.
+"""LimitRanger admission for pods and ResourceQuota admission for every
+namespaced kind, as Kubernetes 1.33's plugins, and a quota's usage. Pure: the
+caller passes the namespace's LimitRanges, ResourceQuotas and objects.
 
 LimitRanger (``Container`` items): a container's missing limits get the
 item's ``default`` and its missing requests ``defaultRequest`` (a LimitRange
@@ -12,7 +12,13 @@ ResourceQuota: a pod is charged ``pods``, ``count/pods``, ``requests.<r>``
 (and ``<r>`` for cpu and memory) and ``limits.<r>``; a quota that limits a
 compute resource refuses a pod whose containers do not all say it, and any
 quota refuses a pod that would take its usage past ``hard``. Terminal pods
-(Succeeded, Failed) are not charged.
+(Succeeded, Failed) are not charged. Every other object is charged
+``count/<resource>[.<group>]``; Services, Secrets, ConfigMaps,
+PersistentVolumeClaims and ResourceQuotas also by their legacy names
+(``services``, ...); a Service ``services.loadbalancers`` and
+``services.nodeports`` by its type; a claim ``requests.storage`` and, with a
+storage class, ``<class>.storageclass.storage.k8s.io/requests.storage`` and
+``/persistentvolumeclaims``. Quota is checked on create.
 """
 
 from __future__ import annotations
@@ -22,16 +28,25 @@ from typing import Iterable
 
 from .quantity import parse
 
-__all__ = ["limitrange_defaults", "apply_limit_ranges", "pod_usage", "usage", "quota_errors", "format_quantity"]
+__all__ = ["limitrange_defaults", "apply_limit_ranges", "pod_usage", "object_usage", "usage", "quota_errors",
+           "format_quantity"]
 
 _COMPUTE = ("cpu", "memory")
 
 
-def format_quantity(value: Decimal) -> str:
-    """A quantity as kubectl prints quota figures: whole numbers plain, cpu in m below 1."""
-    if value == value.to_integral_value():
-        return str(int(value))
-    return f"{int(value * 1000)}m"
+def format_quantity(value: Decimal, key: str = "") -> str:
+    """A quantity as the API prints quota figures: whole numbers plain, cpu in m below 1, and
+    memory and storage (``key`` names the resource) with the largest binary suffix that is
+    exact (4Gi), as Kubernetes keeps the binary format of such quantities."""
+    if value != value.to_integral_value():
+        return f"{int(value * 1000)}m"
+    number = int(value)
+    if number and ("memory" in key or "storage" in key):
+        for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+            unit = 1024 ** ("KMGTPE".index(suffix[0]) + 1)
+            if number % unit == 0:
+                return f"{number // unit}{suffix}"
+    return str(number)
 
 
 def limitrange_defaults(lr: dict) -> dict:
@@ -129,30 +144,65 @@ def pod_usage(pod: dict) -> dict[str, Decimal]:
     return out
 
 
-def _used(pods: Iterable[dict], keys: Iterable[str]) -> dict[str, Decimal]:
-    """Each of ``keys``, summed over what ``pods`` are charged."""
+#: The legacy quota names of counted core kinds.
+_LEGACY = {("", "services"): "services", ("", "secrets"): "secrets", ("", "configmaps"): "configmaps",
+           ("", "persistentvolumeclaims"): "persistentvolumeclaims", ("", "resourcequotas"): "resourcequotas",
+           ("", "replicationcontrollers"): "replicationcontrollers"}
+_ONE = Decimal(1)
+
+
+def object_usage(storage: tuple[str, str], obj: dict) -> dict[str, Decimal]:
+    """What an object of ``storage`` (group, resource) is charged against a quota."""
+    if storage == ("", "pods"):
+        return pod_usage(obj)
+    group, plural = storage
+    out = {f"count/{plural}" + (f".{group}" if group else ""): _ONE}
+    if storage in _LEGACY:
+        out[_LEGACY[storage]] = _ONE
+    spec = obj.get("spec") or {}
+    if storage == ("", "services"):
+        kind = spec.get("type") or "ClusterIP"
+        if kind == "LoadBalancer":
+            out["services.loadbalancers"] = _ONE
+        if kind in ("NodePort", "LoadBalancer"):
+            out["services.nodeports"] = Decimal(len(spec.get("ports") or []))
+    if storage == ("", "persistentvolumeclaims"):
+        size = parse(((spec.get("resources") or {}).get("requests") or {}).get("storage") or "0")
+        out["requests.storage"] = size
+        if spec.get("storageClassName"):
+            prefix = f"{spec['storageClassName']}.storageclass.storage.k8s.io"
+            out[f"{prefix}/requests.storage"] = size
+            out[f"{prefix}/persistentvolumeclaims"] = _ONE
+    return out
+
+
+def _used(objects: Iterable[tuple[tuple[str, str], dict]], keys: Iterable[str]) -> dict[str, Decimal]:
+    """Each of ``keys``, summed over what ``objects`` ((storage, object) pairs) are charged."""
     used = {k: Decimal(0) for k in keys}
-    for p in pods:
-        for k, v in pod_usage(p).items():
+    for storage, obj in objects:
+        for k, v in object_usage(storage, obj).items():
             if k in used:
                 used[k] += v
     return used
 
 
-def usage(pods: Iterable[dict], hard: dict) -> dict[str, str]:
-    """A quota's status.used: each of ``hard``'s keys, summed over ``pods``."""
-    return {k: format_quantity(v) for k, v in _used(pods, hard).items()}
+def usage(objects: Iterable[tuple[tuple[str, str], dict]], hard: dict) -> dict[str, str]:
+    """A quota's status.used: each of ``hard``'s keys, summed over the namespace's ``objects``."""
+    return {k: format_quantity(v, k) for k, v in _used(objects, hard).items()}
 
 
-def quota_errors(pod: dict, quotas: Iterable[dict], pods: Iterable[dict]) -> list[str]:
-    """Why the quotas refuse ``pod`` (``pods``: the namespace's others), as the plugin words it."""
-    pods = list(pods)
-    charge = pod_usage(pod)
+def quota_errors(obj: dict, quotas: Iterable[dict], others: Iterable[dict],
+                 storage: tuple[str, str] = ("", "pods")) -> list[str]:
+    """Why the quotas refuse creating ``obj`` of ``storage`` (``others``: the namespace's objects of
+    that storage), as the plugin words it."""
+    pods = [(storage, o) for o in others]
+    pod = obj
+    charge = object_usage(storage, obj)
     for quota in sorted(quotas, key=lambda q: (q.get("metadata") or {}).get("name", "")):
         qname = (quota.get("metadata") or {}).get("name", "")
         hard = {k: parse(v) for k, v in ((quota.get("spec") or {}).get("hard") or {}).items()}
         missing = []
-        for key in sorted(hard):
+        for key in sorted(hard) if storage == ("", "pods") else ():
             section, _, resource = key.partition(".")
             if section in ("requests", "limits") and resource in _COMPUTE or key in _COMPUTE:
                 section, resource = (section, resource) if resource else ("requests", key)
@@ -166,6 +216,6 @@ def quota_errors(pod: dict, quotas: Iterable[dict], pods: Iterable[dict]) -> lis
         over = [k for k in sorted(hard) if k in charge and used[k] + charge[k] > hard[k]]
         if over:
             def fmt(values) -> str:
-                return ",".join(f"{k}={format_quantity(values[k])}" for k in over)
+                return ",".join(f"{k}={format_quantity(values[k], k)}" for k in over)
             return [f"exceeded quota: {qname}, requested: {fmt(charge)}, used: {fmt(used)}, limited: {fmt(hard)}"]
     return []

@@ -55,7 +55,7 @@ def test_a_quota_refuses_a_pod_that_does_not_say_what_it_limits_or_has_no_room_a
         'pods "two" is forbidden: exceeded quota: compute, requested: limits.cpu=1, used: limits.cpu=1500m, '
         'limited: limits.cpu=2')
     used = wait_for("the quota's usage", lambda: (s := c.core.read_namespaced_resource_quota(
-        "compute", ns).status) and s.used == {"limits.cpu": "1500m", "requests.memory": "268435456", "pods": "1"}
+        "compute", ns).status) and s.used == {"limits.cpu": "1500m", "requests.memory": "256Mi", "pods": "1"}
         and s)
     assert used.hard == {"limits.cpu": "2", "requests.memory": "1Gi", "pods": "3"}
     c.core.delete_namespaced_pod("one", ns, grace_period_seconds=0)
@@ -75,3 +75,51 @@ def test_a_replicasets_pod_refused_by_the_quota_is_a_failed_create_event(cluster
     assert events[0].type == "Warning"
     assert "is forbidden: failed quota: counts: must specify limits.memory for: main" in events[0].message
     assert events[0].message.startswith("Error creating: pods ")
+
+
+def test_a_quota_counts_objects_of_every_kind_and_refuses_the_one_past_it(cluster: Cluster):
+    ns = cluster.namespace("counts")
+    hard = {"configmaps": "2", "count/deployments.apps": "1", "services.loadbalancers": "0",
+            "persistentvolumeclaims": "2", "requests.storage": "15Gi",
+            "fast.storageclass.storage.k8s.io/requests.storage": "5Gi"}
+    cluster.core.create_namespaced_resource_quota(ns, {"metadata": {"name": "objects"}, "spec": {"hard": hard}})
+    # A namespace's quota is counted as it is written: the kube-root-ca.crt ConfigMap is one.
+    existing = len(cluster.core.list_namespaced_config_map(ns).items)
+    for i in range(2 - existing):
+        cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": f"cm-{i}"}})
+    with pytest.raises(ApiException) as err:
+        cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "one-too-many"}})
+    message = json.loads(err.value.body)["message"]
+    assert err.value.status == 403
+    assert message == ('configmaps "one-too-many" is forbidden: exceeded quota: objects, requested: configmaps=1, '
+                       'used: configmaps=2, limited: configmaps=2')
+    deployment = {"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
+        "metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}
+    cluster.apps.create_namespaced_deployment(ns, deployment)
+    with pytest.raises(ApiException) as err:
+        cluster.apps.create_namespaced_deployment(ns, {**deployment, "metadata": {"name": "d2"}})
+    assert 'deployments.apps "d2" is forbidden: exceeded quota: objects' in json.loads(err.value.body)["message"]
+    with pytest.raises(ApiException) as err:
+        cluster.core.create_namespaced_service(ns, {"metadata": {"name": "lb"}, "spec": {
+            "type": "LoadBalancer", "selector": {"a": "b"}, "ports": [{"port": 22}]}})
+    assert "services.loadbalancers=1" in json.loads(err.value.body)["message"]
+
+    def claim(name: str, size: str, cls: str | None = None) -> dict:
+        spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+        if cls:
+            spec["storageClassName"] = cls
+        return {"metadata": {"name": name}, "spec": spec}
+    cluster.core.create_namespaced_persistent_volume_claim(ns, claim("fast", "4Gi", "fast"))
+    with pytest.raises(ApiException) as err:
+        cluster.core.create_namespaced_persistent_volume_claim(ns, claim("fast-2", "2Gi", "fast"))
+    assert "fast.storageclass.storage.k8s.io/requests.storage=2Gi" in json.loads(err.value.body)["message"]
+    with pytest.raises(ApiException) as err:
+        cluster.core.create_namespaced_persistent_volume_claim(ns, claim("big", "12Gi"))
+    assert "requests.storage=12Gi" in json.loads(err.value.body)["message"]
+    cluster.core.create_namespaced_persistent_volume_claim(ns, claim("slow", "10Gi"))
+    # The quota's status counts what exists, of every kind it names.
+    wait_for("the quota's usage", lambda: (cluster.core.read_namespaced_resource_quota("objects", ns).status.used
+                                            or {}) == {
+        "configmaps": "2", "count/deployments.apps": "1", "services.loadbalancers": "0",
+        "persistentvolumeclaims": "2", "requests.storage": "14Gi",
+        "fast.storageclass.storage.k8s.io/requests.storage": "4Gi"})

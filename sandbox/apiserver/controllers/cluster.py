@@ -16,7 +16,7 @@ from ..errors import APIError
 from ..quota import usage
 from ..selectors import from_label_selector_object, labels_match
 from ..store import Event, meta
-from .base import Controller
+from .base import ANY, Controller
 from .util import (
     ENDPOINTS,
     PDBS,
@@ -217,13 +217,17 @@ RESOURCEQUOTAS = ("", "resourcequotas")
 
 class ResourceQuotas(Controller):
     """The resource quota controller: each quota's status.hard and status.used
-    (what the namespace's pods are charged, ``quota.usage``)."""
+    (what the namespace's objects are charged, ``quota.usage``)."""
 
     name = "resourcequota-controller"
-    watches = (RESOURCEQUOTAS, PODS)
+    watches = (ANY,)
+    #: Written all the time and counted by no quota here.
+    _UNCOUNTED = {("", "events"), ("events.k8s.io", "events"), ("coordination.k8s.io", "leases")}
 
     def keys_for(self, ev: Event) -> Iterable[Hashable]:
-        yield namespace(ev.obj)
+        ns = namespace(ev.obj)
+        if ns and ev.storage not in self._UNCOUNTED and self.api.store.list(RESOURCEQUOTAS, ns):
+            yield ns
 
     def initial_keys(self) -> Iterable[Hashable]:
         return {namespace(q) for q in self.api.store.list(RESOURCEQUOTAS)}
@@ -232,9 +236,10 @@ class ResourceQuotas(Controller):
         quotas = self.api.store.list(RESOURCEQUOTAS, key)
         if not quotas:
             return None
-        pods = self.api.store.list(PODS, key)
+        store = self.api.store
+        objects = [(s, o) for s in store.storages() for o in store.list(s, key) if namespace(o) == key]
         rt = self.api.resource("", "v1", "resourcequotas")
         for q in quotas:
             hard = dict((q.get("spec") or {}).get("hard") or {})
-            self.api.write_status(rt, q, {"hard": hard, "used": usage(pods, hard)}, self.name)
+            self.api.write_status(rt, q, {"hard": hard, "used": usage(objects, hard)}, self.name)
         return None
