@@ -76,6 +76,8 @@ class PodPlan:
     termination_grace: int = 30
     #: The Secrets of spec.imagePullSecrets, as read (a missing one is left out, as a kubelet does).
     pull_secrets: list[dict] = field(default_factory=list)
+    #: spec.securityContext.fsGroup: the group of its volumes' files, which it may read.
+    fs_group: int | None = None
 
     @property
     def main(self) -> ContainerPlan:
@@ -372,5 +374,6 @@ def pod_plan(pod: dict, config_maps: Mapping[str, dict], secrets: Mapping[str, d
         termination_grace=spec.get("terminationGracePeriodSeconds", 30),
         pull_secrets=[secrets[r["name"]] for r in spec.get("imagePullSecrets") or []
                       if r.get("name") in secrets],
+        fs_group=(spec.get("securityContext") or {}).get("fsGroup"),
     )
 

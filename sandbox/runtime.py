@@ -111,6 +111,15 @@ def _nul(items: Sequence[str]) -> bytes:
     return b"".join(i.encode() + b"\0" for i in items)
 
 
+def _own(path: Path, mode: int, fs_group: int | None) -> None:
+    """A volume file's mode; with the pod's ``fsGroup``, that group owns it and may read it,
+    as the kubelet's volume ownership management does for read-only volumes (mode | 0440)."""
+    if fs_group is not None:
+        os.chown(path, 0, fs_group)
+        mode |= 0o440
+    path.chmod(mode)
+
+
 def write_files(pod: PodPlan, pod_dir: Path) -> None:
     """Make ``pod_dir`` with the files of the pod's ConfigMap, Secret and other volumes."""
     pod_dir.mkdir(parents=True)
@@ -118,7 +127,7 @@ def write_files(pod: PodPlan, pod_dir: Path) -> None:
         path = pod_dir / f.path
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(f.content)
-        path.chmod(f.mode)
+        _own(path, f.mode, pod.fs_group)
 
 
 def refresh_volumes(pod: PodPlan, pod_dir: Path) -> None:
@@ -132,7 +141,7 @@ def refresh_volumes(pod: PodPlan, pod_dir: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.new")
         tmp.write_bytes(f.content)
-        tmp.chmod(f.mode)
+        _own(tmp, f.mode, pod.fs_group)
         tmp.replace(path)
 
 

@@ -101,3 +101,27 @@ def test_projected_secret_items_and_a_downward_api_volume():
                     "10.253.0.9")
     files = {f.path: f.content for f in plan.files}
     assert files == {"volumes/keys/x/a": b"A", "volumes/info/labels": b'app="op"'}
+
+
+def test_with_an_fs_group_the_pods_volume_files_are_that_groups_to_read(tmp_path):
+    """As the kubelet's volume ownership management: a non-root container reads a Secret
+    mounted 0400 when the pod's fsGroup owns it (mode | 0440)."""
+    import os
+
+    from sandbox.runtime import refresh_volumes, write_files
+
+    volumes = [{"name": "cert", "secret": {"secretName": "tls", "defaultMode": 0o400}}]
+    mounts = [{"name": "cert", "mountPath": "/etc/cert", "readOnly": True}]
+    secrets = {"tls": {"data": {"tls.key": b64("KEY")}}}
+    plan = pod_plan(pod([container(volumeMounts=mounts)], volumes, securityContext={"fsGroup": 10001}),
+                    {}, secrets, "10.253.0.9")
+    assert plan.fs_group == 10001
+    write_files(plan, tmp_path / "pod")
+    key = tmp_path / "pod" / "volumes" / "cert" / "tls.key"
+    assert (key.stat().st_gid, key.stat().st_mode & 0o777) == (10001, 0o440)
+    refresh_volumes(plan, tmp_path / "pod")
+    assert (key.stat().st_gid, key.stat().st_mode & 0o777) == (10001, 0o440)
+    bare = pod_plan(pod([container(volumeMounts=mounts)], volumes), {}, secrets, "10.253.0.9")
+    write_files(bare, tmp_path / "bare")
+    key = tmp_path / "bare" / "volumes" / "cert" / "tls.key"
+    assert (key.stat().st_gid, key.stat().st_mode & 0o777) == (os.getgid(), 0o400)
