@@ -16,9 +16,9 @@ The semantics (networking.k8s.io/v1):
   (those pods of those namespaces), or an ``ipBlock`` (``cidr`` less
   ``except``). A port is a number or a container port's name (``protocol``
   TCP unless said), to ``endPort`` when set;
-- the node's own traffic to its pods is always allowed (the kubelet's probes;
-  the API server here, as calling webhooks), as CNIs do; a pod's traffic to
-  the node is the pod's egress.
+- traffic between a pod and its node is always allowed, both ways (the
+  kubelet's probes; here also the API server, which calls webhooks, and pods
+  that call it), as Kubernetes documents it.
 
 Traffic is dropped, not rejected: a denied connection times out.
 """
@@ -125,19 +125,14 @@ def _ports(rule_ports: Sequence[Mapping] | None, named_on: Endpoint | None) -> l
                 continue  # a name this pod has no port of: nothing
             port = number
         end = p.get("endPort")
-        out.append((PROTOCOLS[proto], f"{int(port)}-{int(end)}" if end else str(int(port))))
+        out.append((PROTOCOLS[proto], f"{int(port)}-{int(end)}" if end and int(end) != int(port) else str(int(port))))
     return out
 
 
 def _set(items: Iterable[str]) -> str:
-    return "{ " + ", ".join(sorted(set(items), key=_addr_key)) + " }"
-
-
-def _addr_key(item: str):
-    try:
-        return (0, ipaddress.ip_network(item, strict=False))
-    except ValueError:
-        return (1, item)
+    """Addresses and blocks as one nft set: overlaps merged (nft refuses overlapping intervals)."""
+    nets = ipaddress.collapse_addresses(ipaddress.ip_network(i, strict=False) for i in set(items))
+    return "{ " + ", ".join(str(n.network_address) if n.prefixlen == 32 else str(n) for n in nets) + " }"
 
 
 def _port_rules(match: str, ports: list[tuple[str, str]] | None) -> list[str]:
@@ -156,7 +151,15 @@ def _port_rules(match: str, ports: list[tuple[str, str]] | None) -> list[str]:
 
 
 def _set_ports(numbers: list[str]) -> str:
-    return "{ " + ", ".join(sorted(set(numbers), key=lambda n: int(n.split("-")[0]))) + " }"
+    """Ports and ranges as one nft set: overlapping or adjacent ones merged."""
+    spans = sorted((int(n.split("-")[0]), int(n.split("-")[-1])) for n in numbers)
+    merged: list[list[int]] = []
+    for lo, hi in spans:
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return "{ " + ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in merged) + " }"
 
 
 def _allow(direction: str, rule_peers: Peers, rule_ports: Sequence[Mapping] | None, target: Endpoint) -> list[str]:
@@ -182,7 +185,8 @@ def _allow(direction: str, rule_peers: Peers, rule_ports: Sequence[Mapping] | No
     block_ports = _ports(rule_ports, target if direction == "ingress" else None)
     if block_ports != []:
         for cidr, excepts in rule_peers.blocks:
-            match = f"ip {field_} {cidr}" + (f" ip {field_} != {_set(excepts)}" if excepts else "")
+            block = ipaddress.ip_network(cidr, strict=False)
+            match = f"ip {field_} {block}" + (f" ip {field_} != {_set(excepts)}" if excepts else "")
             rules += _port_rules(match, block_ports)
     return rules
 
@@ -243,13 +247,6 @@ def ruleset(table: str, subnet: str, gateway: str, pods: Sequence[Endpoint],
         "    ct state established,related accept",
         f"    ip saddr {subnet} ip saddr != {gateway} jump egress",
         f"    ip daddr {subnet} ip daddr != {gateway} jump ingress",
-        "  }",
-        "  chain input {",
-        "    type filter hook input priority filter; policy accept;",
-        f"    ip saddr != {subnet} return",
-        f"    ip saddr {gateway} return",
-        "    ct state established,related accept",
-        "    jump egress",
         "  }",
         "}",
     ]

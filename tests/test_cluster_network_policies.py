@@ -88,21 +88,23 @@ def test_under_default_deny_the_cluster_talks_and_no_one_else_reaches_slurmd_the
     # slurmctld from every Slurm pod; the agent from the release's operator alone.
     allow(set(slurm) - {"controller"}, "controller", {6817})
     allow({"operator"}, "controller", {6830})
-    # slurmd from slurmd on every port (jobs' own traffic); from slurmctld and login on slurmd's and srun's.
+    # slurmd from slurmd and login on every port (jobs' own traffic, a notebook through login);
+    # from slurmctld on slurmd's and srun's.
     for d in slurmd:
-        allow(slurmd, d, set(PORTS))
-        allow({"controller", "login"}, d, {6818} | srun)
+        allow({*slurmd, "login"}, d, set(PORTS))
+        allow({"controller"}, d, {6818} | srun)
     # login: SSH from anywhere (sshFrom is empty; the cluster's pods do not send it), srun's
     # ports from slurmctld and slurmd.
     allow(outside, "login", {22})
     allow({"controller", *slurmd}, "login", srun)
     # slurmrestd from anyone; slurmdbd from the Slurm pods; MariaDB from slurmdbd alone.
     allow(outside, "restapi", {6820})
+    allow({"login", *slurmd}, "restapi", {6820})
     allow({"controller", *slurmd, "login", "restapi"}, "slurmdbd", {6819})
     allow({"slurmdbd"}, "database", {3306})
-    # The cluster's pods send nothing else (egress is on), not even to the node; the pods
-    # of namespaces without policies reach each other and the node.
-    allow(outside, NODE, {world.node_port})
+    # The cluster's pods send nothing else (egress is on); the pods of namespaces without
+    # policies reach each other. Every pod reaches its node, as Kubernetes has it.
+    allow({p.name for p in world.pods}, NODE, {world.node_port})
     for d in outside:
         allow(outside, d, set(PORTS))
     # The node reaches every pod (the kubelet's probes).

@@ -41,7 +41,7 @@ def format_quantity(value: Decimal, key: str = "") -> str:
     if value != value.to_integral_value():
         return f"{int(value * 1000)}m"
     number = int(value)
-    if number and ("memory" in key or "storage" in key):
+    if number and key.endswith(("memory", "storage")):
         for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
             unit = 1024 ** ("KMGTPE".index(suffix[0]) + 1)
             if number % unit == 0:

@@ -138,12 +138,13 @@ def verdict(hook: Mapping, sent: dict, answer: Any, warnings: list[str]) -> None
         warnings.append(str(w))
     if response["allowed"]:
         return
+    # As the API server's ToStatusErr: a code below 400 becomes 400, the reason is kept and
+    # stands for a missing message.
     status = response.get("status") or {}
-    message = status.get("message") or ""
+    message = status.get("message") or status.get("reason") or ""
     text = f'admission webhook "{name}" denied the request' + (f": {message}" if message else " without explanation")
-    code = status.get("code") if isinstance(status.get("code"), int) and status.get("code") >= 400 else 403
-    raise APIError(code, text, status.get("reason") or ("Forbidden" if code == 403 else "BadRequest"),
-                   status.get("details"))
+    code = status.get("code") if isinstance(status.get("code"), int) and status.get("code") >= 400 else 400
+    raise APIError(code, text, status.get("reason") or None, status.get("details"))
 
 
 def _endpoint(hook: Mapping, resolve: Callable[[str, str, int], tuple[str, int] | None]) -> tuple[str, str, int, str]:

@@ -59,3 +59,6 @@ class SlurmClusterStatus(ApiModel):
     """Slurm nodes by state."""
     config_hash: str | None = None
     """Hash of the rendered Slurm config files currently applied."""
+    slurm_version: str | None = None
+    """The Slurm release the cluster runs (its slurmctld's), which a change of
+    spec.slurm.version is judged against."""

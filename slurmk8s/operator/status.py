@@ -16,6 +16,8 @@ from slurmk8s.api.status import Condition, NodeCounts, SlurmClusterStatus
 from slurmk8s.render import names
 from slurmk8s.slurm.model import Node
 
+from .upgrade import running_release
+
 __all__ = ["COMPONENTS", "compute", "invalid", "node_counts", "image_pull_failures", "short_of_pods",
            "refused_pods"]
 
@@ -238,6 +240,7 @@ def compute(
     return SlurmClusterStatus(
         phase=phase, conditions=conditions, observed_generation=c.metadata.generation,
         node_counts=counts, config_hash=applied_hash,
+        slurm_version=running_release(c, observed) or (previous.slurm_version if previous else None),
     )
 
 
@@ -253,4 +256,5 @@ def invalid(previous: SlurmClusterStatus | None, message: str, generation: int |
         observed_generation=generation,
         node_counts=previous.node_counts if previous else NodeCounts(),
         config_hash=previous.config_hash if previous else None,
+        slurm_version=previous.slurm_version if previous else None,
     )

@@ -6,7 +6,8 @@ at once, with the same field-path messages (decision record 34).
 operator's rounds and ``slurmk8s validate`` (:func:`load_cluster` with the
 operator's trusted repositories, :func:`load_policy`), and, on an update
 that changes ``spec.slurm.version``, the rule that refuses a Slurm step
-backwards or too wide. An update that leaves the spec alone (kopf's
+backwards or too wide from the release the cluster runs (its
+``status.slurmVersion``; no step is judged before the operator reported one). An update that leaves the spec alone (kopf's
 finalizer and annotations, labels) is always allowed, so a cluster that
 became invalid can still be deleted. :class:`WebhookServer` is the thin
 shell: HTTPS with the certificate the chart mounts, ``POST /validate``
@@ -41,6 +42,14 @@ def _version(obj: Any) -> str | None:
         return None
 
 
+def _running(obj: Any) -> str | None:
+    """The release the cluster runs, as the operator last reported it (None before it did)."""
+    try:
+        return obj["status"]["slurmVersion"]
+    except (KeyError, TypeError):
+        return None
+
+
 def refusal(kind: str, operation: str, obj: Any, old: Any,
             trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)) -> str | None:
     """Why the API should refuse this write of a ``kind`` object, or None."""
@@ -55,7 +64,7 @@ def refusal(kind: str, operation: str, obj: Any, old: Any,
         load_cluster(obj, trusted_repositories=trusted_repositories)
     except InvalidSpec as exc:
         return str(exc)
-    running, wanted = _version(old), _version(obj)
+    running, wanted = _running(old), _version(obj)
     if operation == "UPDATE" and running and wanted and running != wanted:
         problem = versions.upgrade_problem(running, wanted)
         if problem is not None:
@@ -86,6 +95,7 @@ class WebhookServer:
     def __init__(self, port: int, cert_dir: str | Path, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,),
                  addr: str = "0.0.0.0"):
         trusted = tuple(trusted_repositories)
+        hook = self
 
         class Handler(BaseHTTPRequestHandler):
             timeout = 10  # a client gets 10 s per read: no slow-loris holds a thread
@@ -100,6 +110,8 @@ class WebhookServer:
 
             def _answer(self, code: int, doc: Mapping) -> None:
                 data = json.dumps(doc).encode()
+                if code != 200:
+                    self.close_connection = True  # a body may be left unread
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -120,6 +132,9 @@ class WebhookServer:
                     doc = review(body, trusted)
                 except ValueError as exc:
                     return self._answer(400, {"error": str(exc)})
+                except Exception as exc:  # noqa: BLE001 - answered, so the API server applies its failurePolicy
+                    _log.error("the webhook failed", error=str(exc))
+                    return self._answer(500, {"error": "the webhook failed; see the operator's log"})
                 if not doc["response"]["allowed"]:
                     request = body["request"]
                     _log.info("refused", kind=(request.get("kind") or {}).get("kind"),
@@ -130,23 +145,54 @@ class WebhookServer:
         class Server(ThreadingHTTPServer):
             daemon_threads = True
 
+            def get_request(self):
+                sock, client = self.socket.accept()
+                hook.refresh()
+                # The handshake happens in the connection's own thread, under its timeout.
+                return hook.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), client
+
             def handle_error(self, request: Any, client_address: Any) -> None:
                 _log.debug("a webhook connection failed", client=str(client_address))
 
         self.server = Server((addr, port), Handler)
         self.cert_dir = Path(cert_dir)
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._loaded: tuple = ()
+        self._lock = threading.Lock()
         try:
-            ctx.load_cert_chain(self.cert_dir / "tls.crt", self.cert_dir / "tls.key")
+            self.context = self._load()
         except (OSError, ssl.SSLError) as exc:
             self.server.server_close()
             raise RuntimeError(f"the webhook's certificate: cannot load tls.crt and tls.key from {self.cert_dir} "
                                f"({exc}); mount the chart's <release>-webhook Secret there, or pass "
                                "--webhook-cert-dir") from None
-        # The handshake happens in each connection's own thread, under its timeout.
-        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True, do_handshake_on_connect=False)
         self.port = self.server.server_address[1]
+
+    def _stamp(self) -> tuple:
+        return tuple((f.stat().st_mtime_ns, f.stat().st_size)
+                     for f in (self.cert_dir / "tls.crt", self.cert_dir / "tls.key"))
+
+    def _load(self) -> ssl.SSLContext:
+        stamp = self._stamp()
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(self.cert_dir / "tls.crt", self.cert_dir / "tls.key")
+        self._loaded = stamp
+        return ctx
+
+    def refresh(self) -> None:
+        """Serve the certificate again from its files when they changed (a Secret volume
+        replaces them when the Secret is renewed); while they cannot be read whole, the
+        loaded one serves."""
+        with self._lock:
+            try:
+                if self._stamp() == self._loaded:
+                    return
+                fresh = self._load()
+            except (OSError, ssl.SSLError) as exc:
+                _log.warning("cannot load the renewed webhook certificate yet", error=str(exc))
+                return
+            self.context = fresh
+            _log.info("serving the renewed webhook certificate")
 
     def start(self) -> "WebhookServer":
         threading.Thread(target=self.server.serve_forever, name="webhook", daemon=True).start()

@@ -9,13 +9,15 @@ The flows (``FLOWS``), by destination:
 - the agent (6830) from the Helm release's operator and bridge pods (any pod
   when the operator does not know its release: the agent still asks for the
   cluster's token);
-- slurmd, of node sets and lent, from each other on every port (slurmd's
-  forwarding, and the jobs' own traffic: MPI, NCCL), and from slurmctld and
-  login on slurmd's port and srun's (``slurmConfig.srunPortRange``: srun in a
-  batch job);
+- slurmd, of node sets and lent, from each other and from login on every port
+  (slurmd's forwarding, srun from login, and the jobs' own traffic: MPI,
+  NCCL, a notebook reached through the login pod), and from slurmctld on
+  slurmd's port and srun's (``slurmConfig.srunPortRange``: srun in a batch
+  job);
 - login: SSH from ``spec.network.sshFrom`` (anywhere when empty); srun's ports
   from slurmctld and every slurmd;
-- slurmrestd (6820) from anywhere: it asks for a JWT;
+- slurmrestd (6820) from anywhere: it asks for a JWT (with egress rules, login
+  and slurmd pods may send to it);
 - slurmdbd (6819) from slurmctld, slurmd, login and slurmrestd (sacct,
   sacctmgr, the accounting endpoints);
 - MariaDB (3306) from slurmdbd alone.
@@ -54,11 +56,12 @@ class Flow:
 FLOWS = (
     Flow("controller", ("worker", LENT_COMPONENT, "login", "restapi", "slurmdbd"), ("slurmctld",)),
     Flow("controller", ("agent-clients",), ("agent",)),
-    Flow("worker", SLURMD_COMPONENTS, None),
-    Flow("worker", ("controller", "login"), ("slurmd", "srun")),
+    Flow("worker", (*SLURMD_COMPONENTS, "login"), None),
+    Flow("worker", ("controller",), ("slurmd", "srun")),
     Flow("login", ("ssh-clients",), ("ssh",)),
     Flow("login", ("controller", *SLURMD_COMPONENTS), ("srun",)),
     Flow("restapi", ("*",), ("slurmrestd",)),
+    Flow("restapi", ("login", *SLURMD_COMPONENTS), ("slurmrestd",)),  # with egress rules: their way out
     Flow("slurmdbd", ("controller", *SLURMD_COMPONENTS, "login", "restapi"), ("slurmdbd",)),
     Flow("database", ("slurmdbd",), ("mariadb",)),
 )

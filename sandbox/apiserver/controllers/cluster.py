@@ -237,7 +237,8 @@ class ResourceQuotas(Controller):
         if not quotas:
             return None
         store = self.api.store
-        objects = [(s, o) for s in store.storages() for o in store.list(s, key) if namespace(o) == key]
+        objects = [(s, o) for s in store.storages() if s not in self._UNCOUNTED
+                   for o in store.list(s, key) if namespace(o) == key]
         rt = self.api.resource("", "v1", "resourcequotas")
         for q in quotas:
             hard = dict((q.get("spec") or {}).get("hard") or {})
