@@ -5,7 +5,8 @@ cluster's namespace what sites commonly put there, before anything of
 slurmk8s is installed, so that the product is held to them:
 
 - Pod Security ``enforce`` and ``warn`` at ``baseline`` (``privileged`` for a
-  SlurmCluster with ``slurmConfig.cgroups``, whose slurmd pods are privileged);
+  SlurmCluster with ``slurmConfig.cgroups``, whose slurmd pods are privileged),
+  ``audit`` at ``restricted``;
 - a default-deny NetworkPolicy: ingress, and egress too when the SlurmCluster
   renders egress rules (``spec.network.egress``);
 - a ResourceQuota on requests, limits, GPUs and pods, sized to the sandbox's
@@ -32,7 +33,8 @@ LENDABLE = "slurmk8s.dev/lendable"
 
 def _namespace(name: str, level: str) -> dict:
     labels = {f"{PSA}/{mode}": level for mode in ("enforce", "warn")}
-    labels |= {f"{PSA}/{mode}-version": "v1.33" for mode in ("enforce", "warn")}
+    labels[f"{PSA}/audit"] = "restricted"  # what would not pass the strictest level, in the audit log
+    labels |= {f"{PSA}/{mode}-version": "v1.33" for mode in ("enforce", "warn", "audit")}
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
 
 

@@ -70,6 +70,8 @@ class Options:
     field_validation: str = "Warn"  # Strict | Warn | Ignore
     force: bool = False
     warnings: list[str] = field(default_factory=list)
+    #: Admission's annotations of the request's audit event (Pod Security's audit mode).
+    audit_annotations: dict[str, str] = field(default_factory=dict)
     # called with (rt, new, old) once an object is defaulted and valid, before it is stored:
     # the HTTP routes' RBAC escalation check (in-process controllers pass none)
     admit: Callable[[ResourceType, dict, "dict | None"], None] | None = None
@@ -337,6 +339,10 @@ class API:
             return
         nsobj = self.store.get(("", "namespaces"), "", meta(obj).get("namespace") or "")
         levels = podsecurity.namespace_levels(meta(nsobj).get("labels") if nsobj else None)
+        audited = podsecurity.check(spec, levels["audit"])
+        if audited:  # in the request's audit event, allowed or not
+            opts.audit_annotations[f"{podsecurity.PREFIX}audit-violations"] = \
+                podsecurity.warning(levels["audit"], audited)
         if is_pod and (enforce := podsecurity.check(spec, levels["enforce"])):
             raise self._forbidden_pod(obj, podsecurity.forbidden_message(levels["enforce"], enforce))
         for mode in ("warn",) if is_pod else ("enforce", "warn"):

@@ -24,7 +24,7 @@ MAX_BYTES = 64 * 1024 * 1024
 
 
 def entry(user: User | None, attrs: Attributes | None, code: int, impersonated_by: User | None = None,
-          path: str = "", time: str | None = None) -> dict[str, Any]:
+          path: str = "", time: str | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
     """One audit line as a dict (pure)."""
     out: dict[str, Any] = {"time": time or timeutil.micro()}
     out["user"] = user.name if user else ""
@@ -43,6 +43,8 @@ def entry(user: User | None, attrs: Attributes | None, code: int, impersonated_b
     elif path:
         out["path"] = path
     out["code"] = code
+    if annotations:
+        out["annotations"] = dict(annotations)
     return out
 
 

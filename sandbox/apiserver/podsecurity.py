@@ -8,7 +8,8 @@ the stand-in reads as ``latest``: the checks below are the latest ones).
 ``enforce`` refuses a pod that violates its level; ``warn`` returns the
 violations as warnings to the client, for pods and for the pod templates of
 workloads (whose pods are then refused or admitted when their controller
-creates them). ``audit`` is accepted and has no effect here.
+creates them); ``audit`` puts them, for the same objects, in the request's
+audit event as the annotation ``pod-security.kubernetes.io/audit-violations``.
 
 :func:`check` evaluates a pod spec against a level and returns the
 violations as Kubernetes words them: ``(reason, detail)`` pairs, e.g.

@@ -98,6 +98,7 @@ def parse_accept(header: str) -> Accept:
 _key = getattr(web, "RequestKey", None)  # aiohttp >= 3.12; plain strings before
 USER_KEY: Any = _key("user", rbac.User) if _key else "user"
 AUDIT_KEY: Any = _key("audit", object) if _key else "audit"  # writes the request's audit line once
+AUDIT_ANNOTATIONS: Any = _key("audit-annotations", dict) if _key else "audit-annotations"  # admission's, for that line
 PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version")
 RBAC_GROUP = "rbac.authorization.k8s.io"
 RBAC_STORAGES = tuple((RBAC_GROUP, p) for p in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"))
@@ -204,7 +205,10 @@ class Routes:
             all_groups.append(rbac.AUTHENTICATED)
         return rbac.User(name, tuple(all_groups), uid or "", extra), user
 
-    def _audit_once(self, user: rbac.User | None, attrs: rbac.Attributes | None, by: rbac.User | None, path: str):
+    def _audit_once(self, user: rbac.User | None, attrs: rbac.Attributes | None, by: rbac.User | None, path: str,
+                    annotations: dict[str, str] | None = None):
+        """The request's audit line, written once; ``annotations`` (admission's, as Pod
+        Security's audit mode) are those of the request when it is written."""
         written = False
 
         def write(code: int) -> None:
@@ -213,7 +217,7 @@ class Routes:
                 return
             written = True
             try:
-                self.audit.write(audit.entry(user, attrs, code, by, path=path))
+                self.audit.write(audit.entry(user, attrs, code, by, path=path, annotations=annotations))
             except OSError as e:  # a full disk must not stop the API
                 log.warning("cannot write the audit log", error=str(e))
 
@@ -232,7 +236,9 @@ class Routes:
                 attrs = rbac.request_attributes(request.method, request.path, request.query)
                 request[USER_KEY] = user
                 self.authz.require(user, attrs)
-                request[AUDIT_KEY] = self._audit_once(user, attrs, by, request.path)  # a watch writes it when it starts
+                request[AUDIT_ANNOTATIONS] = {}
+                # a watch writes it when it starts
+                request[AUDIT_KEY] = self._audit_once(user, attrs, by, request.path, request[AUDIT_ANNOTATIONS])
                 resp = await handler(request)
                 code = resp.status
                 return resp
@@ -471,6 +477,7 @@ class Routes:
             body = await self._body(request)
             opts = self._options(q)
             opts.admit = self._escalation_check(request[USER_KEY])
+            opts.audit_annotations = request[AUDIT_ANNOTATIONS]
             if rt.storage in REVIEWS:
                 return json_response(self._review(request, t, body), 201)
             if t.sub == "token" and t.name and rt.storage == ("", "serviceaccounts"):
@@ -496,6 +503,7 @@ class Routes:
             body = await self._body(request)
             opts = self._options(q)
             opts.admit = self._escalation_check(request[USER_KEY])
+            opts.audit_annotations = request[AUDIT_ANNOTATIONS]
             if t.sub == "scale":
                 return json_response(api.update_scale(rt, t.namespace, t.name, body, opts))
             if t.sub == "finalize":
@@ -509,6 +517,7 @@ class Routes:
             body = await self._body_for_patch(request)
             opts = self._options(q)
             opts.admit = self._escalation_check(request[USER_KEY])
+            opts.audit_annotations = request[AUDIT_ANNOTATIONS]
             ctype = request.headers.get("Content-Type", "")
             if t.sub == "scale":
                 return json_response(api.patch_scale(rt, t.namespace, t.name, ctype, body, opts))

@@ -83,3 +83,22 @@ def test_a_namespace_label_with_no_such_level_is_refused_with_its_field(cluster:
     assert refused.value.status == 422
     assert "metadata.labels[pod-security.kubernetes.io/enforce]" in refused.value.body
     assert "must be one of privileged, baseline, restricted" in refused.value.body
+
+
+def test_audit_writes_the_violations_into_the_requests_audit_line_admitted_or_not(cluster: Cluster):
+    from sandbox.apiserver import audit
+
+    c = cluster
+    ns = labelled(c, enforce="baseline", audit="restricted")
+    c.core.create_namespaced_pod(ns, {"metadata": {"name": "plain"}, "spec": PLAIN})
+    c.core.create_namespaced_pod(ns, {"metadata": {"name": "hardened"}, "spec": HARDENED})
+    with pytest.raises(ApiException):
+        c.core.create_namespaced_pod(ns, {"metadata": {"name": "root"}, "spec": PRIVILEGED})
+    lines = [ln for ln in audit.read(c.srv.audit_path)
+             if ln.get("namespace") == ns and ln.get("resource") == "pods" and ln.get("verb") == "create"]
+    notes = [(ln["code"], (ln.get("annotations") or {}).get("pod-security.kubernetes.io/audit-violations", ""))
+             for ln in lines]
+    assert [code for code, _ in notes] == [201, 201, 403]
+    assert notes[0][1].startswith('would violate PodSecurity "restricted:latest": allowPrivilegeEscalation != false')
+    assert notes[1][1] == ""  # nothing to say about a pod that passes
+    assert 'privileged (container "main" must not set securityContext.privileged=true)' in notes[2][1]
