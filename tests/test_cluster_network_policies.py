@@ -7,6 +7,8 @@ slurmrestd. The operator's flags, RBAC and API kinds that apply them."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import yaml
 
@@ -33,6 +35,7 @@ def network_policies(objs):
 
 
 def doc(example_doc, **network):
+    example_doc = copy.deepcopy(example_doc)  # the fixture is shared
     example_doc["metadata"]["namespace"] = NS
     example_doc["spec"]["restApi"] = {"enabled": True}
     example_doc["spec"]["network"] = network

@@ -1,6 +1,9 @@
-"""The base class of every API model: camelCase names, strict keys, docstring descriptions."""
+"""The base class of every API model: camelCase names, strict keys, docstring descriptions;
+and objects as the API server keeps them (:func:`without_nulls`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -34,3 +37,15 @@ class ApiModel(BaseModel):
 def list_map(key: str = "name") -> dict:
     """Mark a list of objects as a map keyed by ``key`` (server-side apply merges by it)."""
     return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]}
+
+
+def without_nulls(value: Any) -> Any:
+    """``value`` less its null map entries. No field of our CRDs is nullable, and the API server
+    drops such nulls before it validates or stores a custom resource: a field set to null is a
+    field not set (its default applies), and the validators judge it so too. Null list items
+    stay (the API refuses them)."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return value

@@ -14,6 +14,7 @@ from typing import Any, Iterator, Sequence
 from pydantic import ValidationError
 
 from .. import versions
+from .base import without_nulls
 from .cluster import ACCOUNT_NAME_RE, LENT_PREFIX, PROJECT_REPOSITORY, SACCTMGR_KEYWORDS, SlurmCluster
 from .lending import NodeLendingPolicy
 from .errors import FieldError, InvalidSpec, field_path, from_pydantic
@@ -74,19 +75,9 @@ def _precheck(obj: Any, kind: str) -> dict:
     too_deep = _depth_error(obj)
     if too_deep is not None:
         raise InvalidSpec([too_deep], kind=kind, name=_name_of(obj))
-    return _without_nulls(obj)
+    return without_nulls(obj)
 
 
-def _without_nulls(value: Any) -> Any:
-    """``value`` less its null map entries. No field of our CRDs is nullable, and the API server
-    drops such nulls before it validates or stores a custom resource: a field set to null is a
-    field not set (its default applies), and ``slurmk8s validate`` judges it so too. Null list
-    items stay (the API refuses them)."""
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
-    return value
 
 def load_cluster(obj: Any, *, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)) -> SlurmCluster:
     """Parse and check a SlurmCluster manifest (a dict, as read from YAML).
