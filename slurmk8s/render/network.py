@@ -22,8 +22,8 @@ The flows (``FLOWS``), by destination:
   sacctmgr, the accounting endpoints);
 - MariaDB (3306) from slurmdbd alone.
 
-The node's own traffic (the kubelet's probes) is never cut by a
-NetworkPolicy. Egress rules mirror these, plus DNS (53, UDP and TCP) to
+Traffic between a pod and its node (the kubelet's probes) is never cut
+by a NetworkPolicy. Egress rules mirror these, plus DNS (53, UDP and TCP) to
 anywhere, and slurmdbd to its database's port when the database is
 external.
 """
@@ -45,7 +45,8 @@ SLURMD_COMPONENTS = ("worker", LENT_COMPONENT)
 @dataclass(frozen=True)
 class Flow:
     """``sources`` (components of the cluster, or "*": anyone, "agent-clients": the operator
-    and the bridge) reach ``destination`` on ``ports`` (None: every port)."""
+    and the bridge, "ssh-clients": ``spec.network.sshFrom``) reach ``destination`` on
+    ``ports`` (None: every port)."""
 
     destination: str
     sources: tuple[str, ...]
