@@ -45,7 +45,7 @@ from . import gpus, runcruntime, runtime
 from .distribution import Pulled, PullError
 from .pulls import NodeImages, pull_secret_auths
 from .kubeletserver import KubeletServer
-from .netpolwatch import PolicyAgent
+from .netpolwatch import PolicyAgent, wake_on_changes
 from .plan import PodPlan, hosts_file, pod_plan, token_requests
 
 Progress = Callable[[str], None]
@@ -213,21 +213,11 @@ class Kubelet:
         """Set ``wake`` when a pod bound to one of its Nodes is added, changed
         or deleted. The loop's own period stays the resync, so a watch that
         breaks (the API server restarting) costs latency, not correctness."""
-        from kubernetes import watch
+        def bound_here(pod) -> bool:
+            spec = getattr(pod, "spec", None)
+            return spec is not None and spec.node_name in self.nodes
 
-        while not stop.is_set():
-            w = watch.Watch()
-            try:
-                for event in w.stream(self.core.list_pod_for_all_namespaces, timeout_seconds=60,
-                                      _request_timeout=(5, 90)):
-                    if stop.is_set():
-                        w.stop()
-                        break
-                    spec = getattr(event.get("object"), "spec", None)
-                    if spec is not None and spec.node_name in self.nodes:
-                        wake.set()
-            except (ApiException, OSError, ValueError, urllib3.exceptions.HTTPError):
-                stop.wait(1)
+        wake_on_changes(self.core.list_pod_for_all_namespaces, stop, wake, bound_here)
 
     def _forget_stale_readiness(self, bound: dict[str, dict]) -> None:
         """Pods the API shows Ready that this kubelet does not run (the

@@ -30,7 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from .apiserver.selectors import from_label_selector_object, labels_match
+from .apiserver.selectors import selects
 
 #: nftables' chain names: short, from the pod's address.
 PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
@@ -69,10 +69,6 @@ def _types(spec: Mapping) -> set[str]:
     return {"Ingress", "Egress"} if spec.get("egress") else {"Ingress"}
 
 
-def _selects(selector: Mapping | None, labels: Mapping[str, str]) -> bool:
-    parsed = from_label_selector_object(selector)
-    return parsed is not None and labels_match(parsed, labels)
-
 
 @dataclass(frozen=True)
 class Peers:
@@ -101,8 +97,8 @@ def _peers(rule_peers: Sequence[Mapping] | None, policy_ns: str, pods: Sequence[
             if ns_sel is None:
                 in_ns = p.namespace == policy_ns
             else:
-                in_ns = p.namespace in namespaces and _selects(ns_sel, namespaces[p.namespace])
-            if in_ns and (pod_sel is None or _selects(pod_sel, p.labels)):
+                in_ns = p.namespace in namespaces and selects(ns_sel, namespaces[p.namespace])
+            if in_ns and (pod_sel is None or selects(pod_sel, p.labels)):
                 chosen[p.ip] = p
     return Peers(tuple(chosen.values()), tuple(blocks))
 
@@ -199,18 +195,19 @@ def isolation(pods: Sequence[Endpoint], namespaces: Mapping[str, Mapping[str, st
     for pol in policies:
         meta, spec = pol.get("metadata") or {}, pol.get("spec") or {}
         ns = meta.get("namespace", "default")
-        selected = [p for p in pods if p.namespace == ns and _selects(spec.get("podSelector") or {}, p.labels)]
+        selected = [p for p in pods if p.namespace == ns and selects(spec.get("podSelector") or {}, p.labels)]
         if not selected:
             continue
         types = _types(spec)
         for direction, key, peer_key in (("ingress", "Ingress", "from"), ("egress", "Egress", "to")):
             if key not in types:
                 continue
+            peers = [(_peers(rule.get(peer_key), ns, pods, namespaces), rule.get("ports"))
+                     for rule in spec.get(direction) or []]
             for target in selected:
                 rules = out[direction].setdefault(target.ip, [])
-                for rule in spec.get(direction) or []:
-                    rules += _allow(direction, _peers(rule.get(peer_key), ns, pods, namespaces),
-                                    rule.get("ports"), target)
+                for rule_peers, rule_ports in peers:
+                    rules += _allow(direction, rule_peers, rule_ports, target)
     return out
 
 

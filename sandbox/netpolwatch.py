@@ -52,7 +52,7 @@ class PolicyAgent:
         wake = threading.Event()
         for lister in (self.core.list_pod_for_all_namespaces, self.core.list_namespace,
                        self.networking.list_network_policy_for_all_namespaces):
-            threading.Thread(target=self._watch, args=(lister, stop, wake), daemon=True,
+            threading.Thread(target=wake_on_changes, args=(lister, stop, wake), daemon=True,
                              name=f"netpol-{lister.__name__}").start()
         while not stop.is_set():
             try:
@@ -63,15 +63,20 @@ class PolicyAgent:
                 wake.clear()
                 stop.wait(settle)
 
-    @staticmethod
-    def _watch(lister, stop: threading.Event, wake: threading.Event) -> None:
-        while not stop.is_set():
-            w = watch.Watch()
-            try:
-                for _ in w.stream(lister, timeout_seconds=60, _request_timeout=(5, 90)):
+
+def wake_on_changes(lister, stop: threading.Event, wake: threading.Event,
+                    wanted: Callable[[object], bool] = lambda _: True) -> None:
+    """Set ``wake`` on each watched change of what ``lister`` lists whose object is
+    ``wanted``, until ``stop``. A watch that breaks (the API server restarting) is started
+    again after a second: the caller's own resync period bounds what that costs."""
+    while not stop.is_set():
+        w = watch.Watch()
+        try:
+            for event in w.stream(lister, timeout_seconds=60, _request_timeout=(5, 90)):
+                if stop.is_set():
+                    w.stop()
+                    break
+                if wanted(event.get("object")):
                     wake.set()
-                    if stop.is_set():
-                        w.stop()
-                        break
-            except (ApiException, OSError, ValueError, urllib3.exceptions.HTTPError):
-                stop.wait(1)
+        except (ApiException, OSError, ValueError, urllib3.exceptions.HTTPError):
+            stop.wait(1)

@@ -150,6 +150,11 @@ def _pod_ready(pod) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
 
 
+def _component_selector(component: str) -> str:
+    """The chart's labels of one of the product's components (operator, bridge)."""
+    return f"app.kubernetes.io/instance={install.RELEASE},app.kubernetes.io/component={component}"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -429,7 +434,7 @@ class Sandbox:
         written (failurePolicy Fail), so the manifest waits for it, as `helm install --wait` would."""
         client, api = self.api()
         core = client.CoreV1Api(api)
-        selector = f"app.kubernetes.io/instance={install.RELEASE},app.kubernetes.io/component=operator"
+        selector = _component_selector("operator")
         self.progress("waiting for the operator's pod to be Ready (its webhook checks the manifest)")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -444,8 +449,8 @@ class Sandbox:
         """The name of the pod of one of the product's components (operator, bridge) that this
         sandbox's kubelet runs, found by the chart's labels."""
         client, api = self.api()
-        pods = client.CoreV1Api(api).list_namespaced_pod(install.RELEASE_NAMESPACE, label_selector=(
-            f"app.kubernetes.io/instance={install.RELEASE},app.kubernetes.io/component={component}")).items
+        pods = client.CoreV1Api(api).list_namespaced_pod(install.RELEASE_NAMESPACE,
+                                                         label_selector=_component_selector(component)).items
         local = self._local_pods()
         running = [p.metadata.name for p in pods if p.metadata.name in local and not p.metadata.deletion_timestamp]
         if not running:

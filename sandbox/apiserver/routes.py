@@ -350,7 +350,7 @@ class Routes:
         configs = api.store.list(webhooks.STORAGE)
         probe = webhooks.Target(rt.group, rt.version, rt.kind, rt.plural, t.sub or "", rt.namespaced, operation,
                                 t.namespace or "", t.name or "", None, None)
-        if not configs or not any(webhooks._rule_matches(r, probe) for c in configs
+        if not configs or not any(webhooks.rule_matches(r, probe) for c in configs
                                   for h in c.get("webhooks") or [] for r in h.get("rules") or []):
             return write(opts)
         old = api.store.get(rt.storage, t.namespace or "", t.name or "") if t.name else None

@@ -184,6 +184,13 @@ def from_label_selector_object(sel: Mapping[str, Any] | None) -> LabelSelector |
     return tuple(reqs)
 
 
+def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str] | None) -> bool:
+    """Whether a structured selector selects ``labels``, as NetworkPolicies and webhooks read
+    one: absent or ``{}`` selects everything, an unknown operator nothing."""
+    parsed = from_label_selector_object(selector)
+    return parsed is not None and labels_match(parsed, labels)
+
+
 def label_selector_errors(sel: Mapping[str, Any] | None, path: str) -> list[tuple[str, str]]:
     """Problems in a structured selector as (field, message) pairs."""
     out: list[tuple[str, str]] = []

@@ -25,11 +25,12 @@ import ssl
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
+from urllib.parse import urlsplit
 
 import aiohttp
 
 from .errors import APIError, FieldError
-from .selectors import from_label_selector_object, labels_match
+from .selectors import selects
 
 STORAGE = ("admissionregistration.k8s.io", "validatingwebhookconfigurations")
 DEFAULT_TIMEOUT = 10
@@ -53,7 +54,7 @@ class Target:
     old: dict | None
 
 
-def _rule_matches(rule: Mapping, t: Target) -> bool:
+def rule_matches(rule: Mapping, t: Target) -> bool:
     def has(key: str, value: str) -> bool:
         values = rule.get(key) or []
         return "*" in values or value in values
@@ -75,10 +76,6 @@ def _rule_matches(rule: Mapping, t: Target) -> bool:
     return False
 
 
-def _selects(selector: Mapping | None, labels: Mapping[str, str]) -> bool:
-    parsed = from_label_selector_object(selector)
-    return parsed is not None and labels_match(parsed, labels)
-
 
 def _labels(obj: dict | None) -> dict[str, str]:
     return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
@@ -90,13 +87,13 @@ def matching(configs: Sequence[dict], t: Target, namespace_labels: Mapping[str, 
     out = []
     for cfg in sorted(configs, key=lambda c: c["metadata"]["name"]):
         for hook in cfg.get("webhooks") or []:
-            if not any(_rule_matches(r, t) for r in hook.get("rules") or []):
+            if not any(rule_matches(r, t) for r in hook.get("rules") or []):
                 continue
             ns_sel = hook.get("namespaceSelector") or {}
-            if t.namespaced and not _selects(ns_sel, namespace_labels or {}):
+            if t.namespaced and not selects(ns_sel, namespace_labels or {}):
                 continue
             obj_sel = hook.get("objectSelector") or {}
-            if not (_selects(obj_sel, _labels(t.obj)) or (t.old is not None and _selects(obj_sel, _labels(t.old)))):
+            if not (selects(obj_sel, _labels(t.obj)) or (t.old is not None and selects(obj_sel, _labels(t.old)))):
                 continue
             out.append(hook)
     return out
@@ -152,8 +149,6 @@ def _endpoint(hook: Mapping, resolve: Callable[[str, str, int], tuple[str, int] 
     cc = hook.get("clientConfig") or {}
     timeout = hook.get("timeoutSeconds") or DEFAULT_TIMEOUT
     if cc.get("url"):
-        from urllib.parse import urlsplit
-
         u = urlsplit(cc["url"])
         return cc["url"], u.hostname or "", u.port or 443, u.hostname or ""
     svc = cc["service"]
