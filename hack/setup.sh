@@ -27,7 +27,7 @@ PACKAGES=(
   libpmix-dev                                      # srun --mpi=pmix: the plugin dlopens libpmix.so (the host keeps -dev)
   openssh-server openssh-client                    # login pods
   iproute2 util-linux procps                       # namespaces, veth, nsenter
-  nftables                                         # the sandbox enforces NetworkPolicies (sandbox/netpol.py)
+  nftables kmod                                    # the sandbox enforces NetworkPolicies (sandbox/netpol.py; modprobe br_netfilter)
   buildah mmdebstrap runc                          # images without Docker (slurmk8s images build)
   docker-registry                                  # the sandbox's registry (CNCF distribution; sandbox/registry.py)
   shellcheck                                       # lints images/ and hack/
