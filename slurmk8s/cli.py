@@ -197,11 +197,27 @@ def _controller_options(watched: str, verb: str):
             click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
                          help="Serve Prometheus metrics on PORT at /metrics."),
             click.option("--health-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
-                         help="Serve the liveness probe on PORT at /healthz."),
+                         help="Serve the liveness probe on PORT at /healthz (it also says who leads)."),
+            click.option("--lease-namespace", envvar="POD_NAMESPACE", default=None, metavar="NS",
+                         help="Leader election: of the replicas, only the one holding the Lease in NS acts; "
+                              "the others stand by and take over within 15 s of the leader's loss "
+                              "(default $POD_NAMESPACE, which the chart sets)."),
+            click.option("--no-leader-election", is_flag=True,
+                         help="Act without a Lease. Run exactly one replica then: two would both act."),
         ]):
             f = option(f)
         return f
     return decorate
+
+
+def _lease_namespace(namespace: str | None, off: bool) -> str | None:
+    """Where the Lease is (None: no election), or a usage error saying what to pass."""
+    if off:
+        return None
+    if not namespace:
+        raise click.UsageError("leader election needs a namespace for its Lease: pass --lease-namespace NS "
+                               "(in a pod, $POD_NAMESPACE), or --no-leader-election to run a single replica")
+    return namespace
 
 
 @main.command("operator")
@@ -225,7 +241,8 @@ def _controller_options(watched: str, verb: str):
               help="Where the webhook's tls.crt and tls.key are (a kubernetes.io/tls Secret mounted; "
                    "default /etc/slurmk8s/webhook).")
 def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
-                 metrics_port: int | None, health_port: int | None, interval: float,
+                 metrics_port: int | None, health_port: int | None, lease_namespace: str | None,
+                 no_leader_election: bool, interval: float,
                  release_namespace: str | None, release_name: str | None,
                  trusted_repositories: tuple[str, ...], webhook_port: int | None,
                  webhook_cert_dir: str | None) -> None:
@@ -241,7 +258,8 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
     SlurmCluster drains its nodes and removes its objects; volumes stay
     unless spec.deletionPolicy is Delete.
 
-    Runs standalone (no peering); run one replica.
+    Of several replicas only the one holding the Lease `slurmk8s-operator`
+    acts; the others serve the webhook and stand by.
 
     \b
       slurmk8s operator --namespace hpc --metrics-port 8080 --health-port 8081
@@ -251,6 +269,7 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
         raise click.UsageError("pass --namespace NS (repeatable) or --all-namespaces, not both and not neither")
     if bool(release_namespace) != bool(release_name):
         raise click.UsageError("pass both --release-namespace and --release-name, or neither")
+    lease = _lease_namespace(lease_namespace, no_leader_election)
     from .operator.main import run
     from .render.manifests import AgentClients
 
@@ -259,7 +278,7 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
         run(namespaces=namespaces, all_namespaces=all_namespaces, kubeconfig=kubeconfig,
             metrics_port=metrics_port, health_port=health_port, interval=interval, agent_clients=clients,
             trusted_repositories=trusted_repositories or (PROJECT_REPOSITORY,), webhook_port=webhook_port,
-            webhook_cert_dir=webhook_cert_dir)
+            webhook_cert_dir=webhook_cert_dir, lease_namespace=lease)
     except KeyboardInterrupt:
         pass
 
@@ -270,7 +289,8 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
               help="Seconds between timed rounds (Slurm is read each round; it has no watch). Nodes, pods, "
                    "policies and clusters are watched: a change that matters starts a round at once.")
 def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
-               metrics_port: int | None, health_port: int | None, interval: float) -> None:
+               metrics_port: int | None, health_port: int | None, lease_namespace: str | None,
+               no_leader_election: bool, interval: float) -> None:
     """Run the node-lending bridge until stopped.
 
     Lends idle Kubernetes GPU nodes to Slurm partitions as NodeLendingPolicies
@@ -282,7 +302,8 @@ def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: st
     the bridge can be stopped or killed at any time and picks up where it
     left off. Slurm is reached only through each cluster's agent.
 
-    Run one replica.
+    Of several replicas only the one holding the Lease `slurmk8s-bridge`
+    acts; the others stand by.
 
     \b
       slurmk8s bridge --all-namespaces --metrics-port 8090 --health-port 8091
@@ -290,10 +311,11 @@ def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: st
     """
     if bool(namespaces) == all_namespaces:
         raise click.UsageError("pass --namespace NS (repeatable) or --all-namespaces, not both and not neither")
+    lease = _lease_namespace(lease_namespace, no_leader_election)
     from .bridge.main import run
 
     run(namespaces=namespaces, all_namespaces=all_namespaces, kubeconfig=kubeconfig,
-        metrics_port=metrics_port, health_port=health_port, interval=interval)
+        metrics_port=metrics_port, health_port=health_port, interval=interval, lease_namespace=lease)
 
 
 @main.command("agent")

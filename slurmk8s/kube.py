@@ -12,7 +12,8 @@ package's loaders (token refresh, exec plugins). What it uses:
 - ``PATCH`` as server-side apply (``application/apply-patch+yaml``,
   ``force=true``) for the objects the operator renders, falling back to a JSON
   merge patch when the server does not take apply patches (415);
-- ``PATCH`` as JSON merge patch for pod annotations and the status subresource.
+- ``PATCH`` as JSON merge patch for pod annotations and the status subresource;
+- ``PUT`` with the resourceVersion read, for the leader election's Lease.
 
 Every write carries one field manager: ``slurmk8s-operator`` by default
 (the bridge passes its own).
@@ -62,6 +63,7 @@ RESOURCES: dict[str, Resource] = {
     "SlurmCluster": Resource(API_VERSION, CLUSTER_PLURAL),
     "NodeLendingPolicy": Resource(API_VERSION, POLICY_PLURAL),
     "Event": Resource("v1", "events"),
+    "Lease": Resource("coordination.k8s.io/v1", "leases"),
 }
 
 
@@ -296,6 +298,13 @@ class Kube:
             if not exc.not_found:
                 raise
         return self.create(obj)
+
+    def replace(self, obj: Mapping) -> dict:
+        """``PUT`` of the whole object; with its metadata.resourceVersion, a
+        write that someone else's came between is refused with 409."""
+        meta = obj["metadata"]
+        return self.request("PUT", self.path(obj["kind"], meta.get("namespace"), meta["name"]),
+                            query=[("fieldManager", self.field_manager)], body=obj)
 
     def patch(self, kind: str, namespace: str | None, name: str, patch: Mapping, *,
               subresource: str | None = None) -> dict:

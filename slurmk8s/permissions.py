@@ -11,6 +11,8 @@ Where a permission is needed:
 - :data:`CLUSTER`: cluster-wide (cluster-scoped kinds, or every namespace);
 - :data:`LISTED`: cluster-wide, needed only when the component watches listed
   namespaces, not with all namespaces;
+- :data:`RELEASE`: in the component's own namespace (the Helm release's:
+  its Lease);
 - a namespace's name: in that namespace only.
 """
 
@@ -20,11 +22,12 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from .kube import RESOURCES
 
-__all__ = ["Permission", "WATCHED", "CLUSTER", "LISTED", "Grant", "grants", "allows", "of_kind"]
+__all__ = ["Permission", "WATCHED", "CLUSTER", "LISTED", "RELEASE", "Grant", "grants", "allows", "of_kind"]
 
 WATCHED = "watched"
 CLUSTER = "cluster"
 LISTED = "cluster-when-namespaces-are-listed"
+RELEASE = "release-namespace"
 
 
 class Permission(NamedTuple):
@@ -43,14 +46,18 @@ def of_kind(kind: str) -> tuple[str, str]:
 Grant = tuple[str, str, str]  # (verb, group, resource)
 
 
-def grants(permissions: Iterable[Permission], namespaces: Sequence[str] | None) -> dict[str | None, set[Grant]]:
+def grants(permissions: Iterable[Permission], namespaces: Sequence[str] | None,
+           release: str | None = None) -> dict[str | None, set[Grant]]:
     """Where each permission is needed, for a component watching ``namespaces``
-    (None: every namespace): namespace -> {(verb, group, resource)}, with
-    None for cluster-wide. Pure; what a chart's roles must add up to."""
+    (None: every namespace) and running in ``release`` (None: leave out what
+    it needs there): namespace -> {(verb, group, resource)}, with None for
+    cluster-wide. Pure; what a chart's roles must add up to."""
     out: dict[str | None, set[Grant]] = {}
     for p in permissions:
         g = (p.verb, p.group, p.resource)
-        if p.scope == LISTED:
+        if p.scope == RELEASE:
+            where = (release,) if release else ()
+        elif p.scope == LISTED:
             where: Iterable[str | None] = () if namespaces is None else (None,)
         elif p.scope == CLUSTER or namespaces is None:
             where = (None,)

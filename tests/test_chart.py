@@ -206,8 +206,8 @@ def test_default_deployment_runs_one_operator_safely(chart):
     objs = objects()
     dep = deployment(objs)
     assert dep["metadata"]["namespace"] == NAMESPACE
-    assert dep["spec"]["replicas"] == 1
-    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert dep["spec"]["replicas"] == chart.values["replicas"] == 2
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     selector = dep["spec"]["selector"]["matchLabels"]
     pod = dep["spec"]["template"]
     assert selector.items() <= pod["metadata"]["labels"].items()
@@ -217,6 +217,7 @@ def test_default_deployment_runs_one_operator_safely(chart):
     c = container(objs)
     assert c["image"] == f"{chart.values['image']['repository']}:{chart.metadata['appVersion']}"
     assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in c["env"]
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in c["env"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"metrics": chart.values["metrics"]["port"], "health": chart.values["health"]["port"],
                      "webhook": chart.values["webhook"]["port"]}
@@ -225,12 +226,37 @@ def test_default_deployment_runs_one_operator_safely(chart):
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
 
 
+@pytest.mark.parametrize("component", ["operator", "bridge"])
+def test_replicas_are_spread_and_kept_through_drains_and_only_the_lease_holder_acts(component):
+    """Two replicas by default, spread over nodes, one at a time evictable;
+    the Lease Role lets them read and renew only their own Lease; one
+    replica has neither spreading nor a budget (a budget would block drains)."""
+    objs = of(objects(), component)
+    dep = deployment(objs, component)
+    selector = dep["spec"]["selector"]["matchLabels"]
+    [spread] = dep["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["labelSelector"]["matchLabels"] == selector
+    pdb = one(objs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+    role = one(objs, "Role", f"{dep['metadata']['name']}-lease")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                      "resourceNames": [f"slurmk8s-{component}"], "verbs": ["get", "update"]}]
+    args = container(objects(), component)["args"]
+    assert args[args.index("--lease-namespace") + 1] == NAMESPACE
+    single = of(objects({"replicas": 1, "bridge": {"replicas": 1}}), component)
+    assert deployment(single, component)["spec"]["replicas"] == 1
+    assert "topologySpreadConstraints" not in deployment(single, component)["spec"]["template"]["spec"]
+    assert not [o for o in single if o["kind"] == "PodDisruptionBudget"]
+
+
 def test_default_args_watch_the_release_namespace_with_the_global_flags_first(chart):
     args = container(objects())["args"]
     v = chart.values
     assert args == ["--log-level", v["logLevel"], "--log-format", v["logFormat"], "operator",
                     "--metrics-port", str(v["metrics"]["port"]), "--health-port", str(v["health"]["port"]),
-                    "--namespace", NAMESPACE, "--interval", str(v["interval"]),
+                    "--namespace", NAMESPACE, "--interval", str(v["interval"]), "--lease-namespace", NAMESPACE,
                     "--release-namespace", NAMESPACE, "--release-name", RELEASE,
                     "--trusted-repository", "ghcr.io/slurmk8s",
                     "--webhook-port", str(v["webhook"]["port"]), "--webhook-cert-dir", "/etc/slurmk8s/webhook"]
@@ -341,7 +367,7 @@ def test_overrides_reach_the_deployment():
     assert c["args"][:5] == ["--log-level", "debug", "--log-format", "console", "operator"]
     assert c["args"][5:9] == ["--metrics-port", "9090", "--health-port", "9091"]
     assert c["args"][9:] == ["--namespace", "hpc-a", "--namespace", "hpc-b", "--interval", "30",
-                             "--release-namespace", NAMESPACE, "--release-name", RELEASE,
+                             "--lease-namespace", NAMESPACE, "--release-namespace", NAMESPACE, "--release-name", RELEASE,
                              "--trusted-repository", "ghcr.io/slurmk8s",
                              "--webhook-port", "9443", "--webhook-cert-dir", "/etc/slurmk8s/webhook"]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091, "webhook": 9443}
@@ -374,7 +400,8 @@ def test_metrics_service_targets_the_metrics_port(chart, name):
 def test_bare_values_create_only_the_deployments():
     objs = objects(VALUE_SETS["bare"])
     assert sorted((o["kind"], o["metadata"]["labels"]["app.kubernetes.io/component"]) for o in objs) == [
-        ("Deployment", "bridge"), ("Deployment", "operator")]
+        ("Deployment", "bridge"), ("Deployment", "operator"),
+        ("PodDisruptionBudget", "bridge"), ("PodDisruptionBudget", "operator")]
     for component in ("operator", "bridge"):
         assert deployment(objs, component)["spec"]["template"]["spec"]["serviceAccountName"] == "default"
 
@@ -453,7 +480,7 @@ def watched(values: dict, component: str) -> list[str] | None:
 
 def declared(values: dict, component: str) -> dict[str | None, set]:
     """Namespace (None: cluster-wide) -> (verb, group, resource) the component declares it needs."""
-    return grants(DECLARED[component], watched(values, component))
+    return grants(DECLARED[component], watched(values, component), NAMESPACE)
 
 
 def _triples(rules: list[dict]) -> set[tuple[str, str, str]]:
@@ -547,7 +574,9 @@ def test_rbac_has_no_wildcards_no_exec_and_no_escalation(name):
     rules = rbac_rules(objs, "operator") + rbac_rules(objs, "bridge")
     assert len(rules) > 5
     for rule in rules:
-        assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no nonResourceURLs, no resourceNames tricks
+        # No nonResourceURLs; resourceNames only to narrow the Lease rules to their own Lease.
+        assert set(rule) - {"resourceNames"} == {"apiGroups", "resources", "verbs"}, rule
+        assert "resourceNames" not in rule or rule["resources"] == ["leases"], rule
         for field in ("apiGroups", "resources", "verbs"):
             assert not any("*" in x for x in rule[field]), f"wildcard in {rule}"
         assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(rule["verbs"])
@@ -570,12 +599,16 @@ def test_the_declared_kinds_are_exactly_the_kinds_the_renderer_creates(keys):
     assert rendered_kinds == {of_kind(k) for k in MANAGED_KINDS}
     assert len(rendered_kinds) >= 6
     created = {(g, r) for v, g, r, _ in OPERATOR if v == "create"}
-    assert created == rendered_kinds | {("", "events")}, "the operator creates only what it renders, and Events"
+    assert created == rendered_kinds | {("", "events"), ("coordination.k8s.io", "leases")}, \
+        "the operator creates only what it renders, Events and its Lease"
     assert not {p for p in OPERATOR if p.resource == "secrets" and p.verb in ("list", "watch", "patch", "update")}
 
 
 def test_a_role_per_watched_namespace_bound_to_the_operator_only():
-    objs = of(objects(VALUE_SETS["namespaced"]), "operator")
+    def not_lease(o: dict) -> bool:
+        return not o["metadata"]["name"].endswith("-lease")
+
+    objs = [o for o in of(objects(VALUE_SETS["namespaced"]), "operator") if not_lease(o)]
     roles = [o for o in objs if o["kind"] == "Role"]
     bindings = [o for o in objs if o["kind"] == "RoleBinding"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == WATCHED
@@ -585,14 +618,17 @@ def test_a_role_per_watched_namespace_bound_to_the_operator_only():
                                 "name": roles[0]["metadata"]["name"]}
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": "slurm-operator", "namespace": NAMESPACE}]
     # With defaults: one Role, in the release namespace.
-    defaults = of(objects(), "operator")
+    defaults = [o for o in of(objects(), "operator") if not_lease(o)]
     assert [(o["kind"], o["metadata"]["namespace"]) for o in defaults if o["kind"] in ("Role", "RoleBinding")] \
         == [("Role", NAMESPACE), ("RoleBinding", NAMESPACE)]
 
 
 def test_watch_all_namespaces_uses_cluster_roles_and_refuses_a_list_beside_it():
     objs = of(objects(VALUE_SETS["clusterwide"]), "operator")
-    assert not [o for o in objs if o["kind"] in ("Role", "RoleBinding")]
+    # Namespaced: only the Lease's, in the release namespace.
+    assert {(o["kind"], o["metadata"]["name"], o["metadata"]["namespace"])
+            for o in objs if o["kind"] in ("Role", "RoleBinding")} == {
+        ("Role", f"{RELEASE}-slurmk8s-lease", NAMESPACE), ("RoleBinding", f"{RELEASE}-slurmk8s-lease", NAMESPACE)}
     assert sorted(o["kind"] for o in objs if "Cluster" in o["kind"]) == [
         "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding"]
     with pytest.raises(helm.HelmRenderError, match=re.escape(
@@ -621,14 +657,16 @@ def test_bridge_renders_by_default_beside_the_operator(chart):
     assert sorted((o["kind"], o["metadata"].get("namespace")) for o in bridge
                   if o["kind"] not in ("Deployment", "Service", "ServiceAccount")) == [
         ("ClusterRole", None), ("ClusterRoleBinding", None),
-        # Its policies' namespace, and Events about Nodes in "default".
-        ("Role", "default"), ("Role", NAMESPACE), ("RoleBinding", "default"), ("RoleBinding", NAMESPACE)]
+        ("PodDisruptionBudget", NAMESPACE),
+        # Its policies' namespace, and Events about Nodes in "default"; its Lease.
+        ("Role", "default"), ("Role", NAMESPACE), ("Role", NAMESPACE),
+        ("RoleBinding", "default"), ("RoleBinding", NAMESPACE), ("RoleBinding", NAMESPACE)]
     assert sorted(o["kind"] for o in bridge if o["kind"] in ("Deployment", "Service", "ServiceAccount")) == [
         "Deployment", "Service", "ServiceAccount"]
     dep = deployment(objs, "bridge")
     assert dep["metadata"]["namespace"] == NAMESPACE
-    assert dep["spec"]["replicas"] == 1
-    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"]["type"] == "RollingUpdate"
     selector = dep["spec"]["selector"]["matchLabels"]
     assert selector.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     # Neither Deployment's selector picks the other's pods.
@@ -749,15 +787,16 @@ def test_bridge_watch_namespaces_confine_the_namespaced_rules_to_roles(values, s
     args = container(objs, "bridge")["args"]
     if scoped:
         assert args[args.index("--health-port") + 2:] == [
-            *(x for ns in scoped for x in ("--namespace", ns)), "--interval", "2"]
-    else:
+            *(x for ns in scoped for x in ("--namespace", ns)), "--interval", "2", "--lease-namespace", NAMESPACE]
+    bridge = [o for o in of(objs, "bridge") if not o["metadata"]["name"].endswith("-lease")]
+    if not scoped:
         assert "--all-namespaces" in args and "--namespace" not in args
-        assert not [o for o in of(objs, "bridge") if o["kind"] in ("Role", "RoleBinding")]
+        assert not [o for o in bridge if o["kind"] in ("Role", "RoleBinding")]
         return
     # Node Events go to "default": a Role there unless it is one of the namespaces.
     expected = sorted({*scoped, "default"})
     for kind in ("Role", "RoleBinding"):
-        assert sorted(o["metadata"]["namespace"] for o in of(objs, "bridge") if o["kind"] == kind) == expected
+        assert sorted(o["metadata"]["namespace"] for o in bridge if o["kind"] == kind) == expected
 
 
 # --- bad values ---------------------------------------------------------------------
@@ -775,7 +814,8 @@ def test_bridge_watch_namespaces_confine_the_namespaced_rules_to_roles(values, s
     ({"replicaCount": 2}, "additional properties 'replicaCount' not allowed"),
     ({"serviceAccount": {"create": "yes"}}, "at '/serviceAccount/create': got string, want boolean"),
     ({"rbac": {"enable": True}}, "additional properties 'enable' not allowed"),
-    ({"bridge": {"replicas": 2}}, "at '/bridge': additional properties 'replicas' not allowed"),
+    ({"bridge": {"replica": 2}}, "at '/bridge': additional properties 'replica' not allowed"),
+    ({"bridge": {"replicas": 0}}, "at '/bridge/replicas'"),
     ({"bridge": {"metrics": {"port": 8090.5}}}, "at '/bridge/metrics/port': got number, want integer"),
     ({"bridge": {"health": {"port": "8091"}}}, "at '/bridge/health/port': got string, want integer"),
     ({"bridge": {"interval": 0}}, "at '/bridge/interval'"),

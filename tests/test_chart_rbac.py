@@ -20,8 +20,11 @@ import pytest
 import yaml
 from kubernetes import client
 
+from slurmk8s.bridge import main as bridge_main
 from slurmk8s.bridge.loop import FIELD_MANAGER
 from slurmk8s.bridge.main import watching_bridge
+from slurmk8s.leader import Elector, Timing
+from slurmk8s.operator import main as operator_main
 from slurmk8s.bridge.nodestate import STATE_LABEL
 from slurmk8s.operator.round import Operator
 from slurmk8s.operator.teardown import PATIENCE as TEARDOWN_PATIENCE
@@ -77,7 +80,10 @@ class Installed:
         return (f"system:serviceaccount:{ns}:{sa['name']}",
                 ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"])
 
-    def allowed(self, component: str, verb: str, group: str, resource: str, namespace: str | None) -> bool:
+    def allowed(self, component: str, verb: str, group: str, resource: str, namespace: str | None,
+                name: str | None = None) -> bool:
+        """As a SubjectAccessReview answers; a Lease is asked for by the
+        component's own Lease's name unless ``name`` says another."""
         user, groups = self.user(component)
         plural, _, sub = resource.partition("/")
         attrs = {"verb": verb, "group": group, "resource": plural}
@@ -85,10 +91,18 @@ class Installed:
             attrs["subresource"] = sub
         if namespace:
             attrs["namespace"] = namespace
+        if plural == "leases" and verb != "create":
+            name = name or LEASES[component]
+        if name:
+            attrs["name"] = name
         review = self.authz.create_subject_access_review(
             {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
              "spec": {"user": user, "groups": groups, "resourceAttributes": attrs}})
         return bool(review.status.allowed)
+
+
+#: The Lease each component elects its leader on.
+LEASES = {"operator": operator_main.LEASE_NAME, "bridge": bridge_main.LEASE_NAME}
 
 
 @pytest.fixture(scope="module", params=ASKED)
@@ -146,6 +160,11 @@ def test_least_privilege_by_default_as_the_api_server_answers(installed):
     for namespace in (None, "kube-system", NAMESPACE, *WATCHED):
         assert not chart.allowed("operator", "list", "", "secrets", namespace)
         assert not chart.allowed("bridge", "list", "", "secrets", namespace)
+    # Each reads and renews its own Lease only.
+    for component, other in (("operator", "bridge"), ("bridge", "operator")):
+        for verb in ("get", "update"):
+            assert chart.allowed(component, verb, "coordination.k8s.io", "leases", NAMESPACE)
+            assert not chart.allowed(component, verb, "coordination.k8s.io", "leases", NAMESPACE, LEASES[other])
     # Where the operator works it reads its key Secrets by name.
     for namespace in watched(chart.values, "operator") or [NAMESPACE]:
         assert chart.allowed("operator", "get", "", "secrets", namespace)
@@ -293,6 +312,21 @@ def test_the_bridge_lends_a_node_with_only_the_charts_rbac(work):
     assert {("create", "", "pods"), ("patch", "", "nodes"), ("get", "", "secrets"), ("create", "", "events"),
             ("patch", "slurmk8s.dev", "nodelendingpolicies"), ("watch", "", "nodes"), ("watch", "", "pods"),
             ("watch", "slurmk8s.dev", "nodelendingpolicies"), ("watch", "slurmk8s.dev", "slurmclusters")} <= made
+
+
+@pytest.mark.parametrize("component", ["operator", "bridge"])
+def test_the_leader_election_makes_only_declared_requests_and_none_is_refused(work, component):
+    """Create, renew and release of the component's Lease in the release
+    namespace, as its ServiceAccount."""
+    e = Elector(work.kube_as(component, names.FIELD_MANAGER), NAMESPACE, LEASES[component], component,
+                timing=Timing(lease=1.5, renew_deadline=1.0, retry=0.2))
+    assert e.try_once() and e.try_once() and e.leading
+    e._became.set()
+    e.stop()
+    lease = work.cluster.kubectl_json("get", "lease", LEASES[component], "-n", NAMESPACE)
+    assert "holderIdentity" not in lease["spec"]
+    made = assert_declared_and_granted(work, component)
+    assert {(v, "coordination.k8s.io", "leases") for v in ("get", "create", "update")} <= made
 
 
 def test_kopf_and_the_operator_make_only_declared_requests_and_none_is_refused(work, keys):

@@ -56,10 +56,10 @@ def test_install_upgrade_and_uninstall(cluster, tmp_path):
     assert {CRD, "nodelendingpolicies.slurmk8s.dev"} <= crds
     assert "--namespace" in operator_args(c) and ns in operator_args(c)
     # The Deployments' pods exist, admitted with their ServiceAccounts' token volumes.
-    pods = wait_for("the operator's and bridge's pods", lambda: [
-        p for p in c.core.list_namespaced_pod(SYSTEM).items] if len(c.core.list_namespaced_pod(SYSTEM).items) == 2
+    pods = wait_for("the operator's and bridge's pods, two of each", lambda: [
+        p for p in c.core.list_namespaced_pod(SYSTEM).items] if len(c.core.list_namespaced_pod(SYSTEM).items) == 4
         else None)
-    assert sorted(p.spec.service_account_name for p in pods) == ["slurmk8s", "slurmk8s-bridge"]
+    assert sorted(p.spec.service_account_name for p in pods) == ["slurmk8s"] * 2 + ["slurmk8s-bridge"] * 2
     assert all(any(v.name.startswith("kube-api-access-") for v in p.spec.volumes) for p in pods)
     # The chart's Roles exist, and the operator may do in ns what it needs, and nothing in kube-system.
     can = c.kubectl("auth", "can-i", "create", "statefulsets", "-n", ns,
@@ -95,8 +95,10 @@ def test_install_upgrade_and_uninstall(cluster, tmp_path):
         return sorted((r.spec.replicas for r in c.apps.list_namespaced_replica_set(
             SYSTEM, label_selector="app.kubernetes.io/component=operator").items))
 
-    # One ReplicaSet per pod template: the upgrade rolled the operator (Recreate: old one at 0).
-    wait_for("the operator rolled to its new ReplicaSet", lambda: operator_replica_sets() == [0, 1])
+    # One ReplicaSet per pod template: the upgrade rolls the operator. No kubelet
+    # runs these pods, so none turns Ready: with maxUnavailable 0 the old two stay
+    # while one new pod surges.
+    wait_for("the operator rolling to its new ReplicaSet", lambda: operator_replica_sets() == [1, 2])
 
     # Uninstall: the controllers and their RBAC go; the CRDs and the SlurmCluster stay.
     install.uninstall(c.kubeconfig)

@@ -20,15 +20,16 @@ SANDBOX = ROOT / "sandbox"
 #: Lower imports nothing of higher; equal ranks import nothing of each other.
 RANK = {
     "slurmk8s.log": 0, "slurmk8s.times": 0, "slurmk8s.events": 0, "slurmk8s.versions": 0,
-    "slurmk8s.published_model": 0, "slurmk8s.templates": 0,
+    "slurmk8s.published_model": 0, "slurmk8s.templates": 0, "slurmk8s.health": 0,
     "slurmk8s.api": 1, "slurmk8s.serve": 1,
     "slurmk8s.manifest": 2, "slurmk8s.slurm": 2,
     "slurmk8s.render": 3, "slurmk8s.evacuation": 3,
     "slurmk8s.kube": 4, "slurmk8s.informer": 4,
     "slurmk8s.permissions": 5,
-    "slurmk8s.operator": 6, "slurmk8s.bridge": 6,
-    "slurmk8s.simulate": 7,
-    "slurmk8s.cli": 8,
+    "slurmk8s.leader": 6,
+    "slurmk8s.operator": 7, "slurmk8s.bridge": 7,
+    "slurmk8s.simulate": 8,
+    "slurmk8s.cli": 9,
 }
 
 

@@ -210,11 +210,20 @@ def test_it_needs_namespaces_or_all_namespaces():
         assert proc.returncode == 2 and "--all-namespaces" in proc.stderr
 
 
+@pytest.mark.parametrize("command", ["operator", "bridge"])
+def test_without_a_namespace_for_its_lease_it_says_what_to_pass(command):
+    env = {k: v for k, v in os.environ.items() if k != "POD_NAMESPACE"}
+    proc = subprocess.run([SLURMK8S, command, "--namespace", "hpc"], capture_output=True, text=True, timeout=60,
+                          env=env)
+    assert proc.returncode == 2
+    assert "--lease-namespace" in proc.stderr and "--no-leader-election" in proc.stderr
+
+
 def test_it_starts_against_an_api_server_and_serves_health_and_metrics(api):
     health, metrics = free_port(), free_port()
     proc = subprocess.Popen(
         [SLURMK8S, "--log-level", "info", "operator", "--namespace", "hpc", "--kubeconfig", str(api),
-         "--health-port", str(health), "--metrics-port", str(metrics)],
+         "--health-port", str(health), "--metrics-port", str(metrics), "--no-leader-election"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env={**os.environ, "KUBECONFIG": "/nonexistent"},  # the flag wins
     )
@@ -245,7 +254,8 @@ def test_it_starts_against_an_api_server_and_serves_health_and_metrics(api):
 def test_a_slurmcluster_is_picked_up_and_rendered_with_one_field_manager(api):
     _Api.clusters = [copy.deepcopy(CLUSTER)]
     proc = subprocess.Popen(
-        [SLURMK8S, "operator", "--namespace", "hpc", "--kubeconfig", str(api), "--interval", "3600"],
+        [SLURMK8S, "operator", "--namespace", "hpc", "--kubeconfig", str(api), "--interval", "3600",
+         "--no-leader-election"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 60

@@ -2,55 +2,29 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Collection
 
 import structlog
 from prometheus_client import start_http_server
 
+from ..health import Health
 from ..kube import Kube
+from ..leader import lead
 from .loop import FIELD_MANAGER, Bridge
 from .view import Watching
 
-__all__ = ["run", "watching_bridge"]
+__all__ = ["run", "watching_bridge", "LEASE_NAME"]
+
+#: The bridge's Lease, in its own namespace: of its replicas, only the holder acts.
+LEASE_NAME = "slurmk8s-bridge"
 
 #: How long a cluster's agent client (its token Secret and controller pod) is reused, until a call fails.
 AGENT_TTL = 300.0
 
 log = structlog.get_logger("slurmk8s.bridge")
-
-
-class _Health:
-    """Live while rounds keep finishing: /healthz answers 503 once none has for ``stale`` seconds."""
-
-    def __init__(self, stale: float):
-        self.stale = stale
-        self.last = time.monotonic()
-
-    def serve(self, port: int) -> ThreadingHTTPServer:
-        health = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's name
-                pass
-
-            def do_GET(self) -> None:
-                age = time.monotonic() - health.last
-                ok = self.path == "/healthz" and age < health.stale
-                body = json.dumps({"ok": ok, "secondsSinceLastRound": round(age, 1)}).encode()
-                self.send_response(200 if ok else (404 if self.path != "/healthz" else 503))
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True, name="healthz").start()
-        return server
 
 
 def watching_bridge(kube: Kube, namespaces: Collection[str] = (), **kwargs: Any) -> Bridge:
@@ -62,26 +36,43 @@ def watching_bridge(kube: Kube, namespaces: Collection[str] = (), **kwargs: Any)
 
 
 def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubeconfig: str | None = None,
-        metrics_port: int | None = None, health_port: int | None = None, interval: float = 2.0) -> None:
-    """Run the bridge until SIGTERM or SIGINT: a round every ``interval`` seconds, and when a watched change matters."""
+        metrics_port: int | None = None, health_port: int | None = None, interval: float = 2.0,
+        lease_namespace: str | None = None) -> None:
+    """Run the bridge until SIGTERM or SIGINT: a round every ``interval`` seconds, and when a watched change matters.
+
+    ``lease_namespace``: stand by until this replica holds the bridge's Lease
+    there (:mod:`slurmk8s.leader`), and exit if it loses it; None runs
+    without an election (one replica only)."""
     if not namespaces and not all_namespaces:
         raise ValueError("name the namespaces to watch (--namespace, repeatable) or pass --all-namespaces")
-    kube = Kube.from_kubeconfig(kubeconfig, field_manager=FIELD_MANAGER)
-    bridge = watching_bridge(kube, () if all_namespaces else tuple(namespaces))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if metrics_port:
         start_http_server(metrics_port)
-    health = _Health(stale=max(60.0, 10 * interval))
+    health = Health()
     if health_port:
         health.serve(health_port)
+    elector = None
+    if lease_namespace:
+        elector = lead(kubeconfig, lease_namespace, LEASE_NAME, "bridge", health, stop.is_set)
+        if elector is None:
+            return
+    kube = Kube.from_kubeconfig(kubeconfig, field_manager=FIELD_MANAGER)
+    bridge = watching_bridge(kube, () if all_namespaces else tuple(namespaces))
+    last_round = time.monotonic()
+    health.watch("lastRound", lambda: last_round, stale=max(60.0, 10 * interval))
     log.info("bridge started", namespaces=list(namespaces) or "all", interval=interval)
 
     def stopped() -> bool:
-        health.last = time.monotonic()
+        nonlocal last_round
+        last_round = time.monotonic()
         return stop.is_set()
 
-    bridge.run_forever(interval, stop=stopped)
-    bridge.view.close()
+    try:
+        bridge.run_forever(interval, stop=stopped)
+    finally:
+        bridge.view.close()
+        if elector is not None:
+            elector.stop()
     log.info("bridge stopped")

@@ -12,6 +12,7 @@ come back. The Helm chart grants exactly these (``tests/test_chart.py``).
 
 from __future__ import annotations
 
+from .. import leader
 from ..api.cluster import GROUP
 from ..permissions import CLUSTER, WATCHED, Permission
 
@@ -62,4 +63,6 @@ BRIDGE: tuple[Permission, ...] = (
     # Listed, then watched.
     Permission("list", "", "pods", CLUSTER),
     Permission("watch", "", "pods", CLUSTER),
+    # Of the replicas, only the holder of the Lease slurmk8s-bridge acts (slurmk8s/leader.py).
+    *leader.PERMISSIONS,
 )

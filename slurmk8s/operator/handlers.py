@@ -11,7 +11,8 @@
 - delete: the finalizer ``slurmk8s.dev/teardown`` runs an orderly teardown;
 - login: the credentials the operator's own client uses;
 - startup: kopf's settings (annotations for its bookkeeping, the finalizer
-  name, no peering) and the Prometheus metrics server.
+  name, no peering: the leader election of :mod:`slurmk8s.leader` keeps a
+  second replica from running these at all).
 
 Rounds of one cluster never overlap (a lock per cluster uid; kopf's timers
 run beside its change handlers). The lock is only that: all state lives in
@@ -104,8 +105,7 @@ class Handlers:
         kopf.info(body, reason="Deleted", message="Slurm nodes drained and the cluster's objects deleted")
 
 
-def register(registry: kopf.OperatorRegistry, op: Operator, *, interval: float = 10.0,
-             metrics_port: int | None = None) -> Handlers:
+def register(registry: kopf.OperatorRegistry, op: Operator, *, interval: float = 10.0) -> Handlers:
     """Register the SlurmCluster handlers of ``op`` on ``registry``."""
     h = Handlers(op, interval)
     resource = dict(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
@@ -139,7 +139,5 @@ def register(registry: kopf.OperatorRegistry, op: Operator, *, interval: float =
         settings.posting.reporting_instance = os.environ.get("HOSTNAME", names.FIELD_MANAGER)
         settings.posting.event_name_prefix = f"{names.FIELD_MANAGER}-"
         settings.execution.max_workers = 8
-        if metrics_port is not None:
-            metrics.serve(metrics_port)
 
     return h

@@ -4,23 +4,31 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import threading
+import time
 from typing import Collection, Sequence
 
 import kopf
 
 from slurmk8s import log
 from slurmk8s.api.cluster import PROJECT_REPOSITORY
+from slurmk8s.health import Health
+from slurmk8s.kube import Kube
+from slurmk8s.leader import lead
 from slurmk8s.render.manifests import AgentClients
 
-from .round import Operator
+from . import metrics
 from .handlers import register
+from .round import Operator
 from .webhook import WebhookServer
+
+__all__ = ["run", "build", "LEASE_NAME", "DEFAULT_CERT_DIR"]
 
 #: Where the chart mounts the webhook's certificate (tls.crt, tls.key).
 DEFAULT_CERT_DIR = "/etc/slurmk8s/webhook"
-from slurmk8s.kube import Kube
-
-__all__ = ["run", "build"]
+#: The operator's Lease, in its own namespace: of its replicas, only the holder acts.
+LEASE_NAME = "slurmk8s-operator"
 
 
 def build(kubeconfig: str | None = None, *, interval: float = 10.0, metrics_port: int | None = None,
@@ -30,26 +38,32 @@ def build(kubeconfig: str | None = None, *, interval: float = 10.0, metrics_port
     op = Operator(Kube.from_kubeconfig(kubeconfig), agent_clients=agent_clients,
                   trusted_repositories=trusted_repositories)
     registry = kopf.OperatorRegistry()
-    register(registry, op, interval=interval, metrics_port=metrics_port)
+    register(registry, op, interval=interval)
+    if metrics_port is not None:
+        metrics.serve(metrics_port)
     return registry, op
 
 
 def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubeconfig: str | None = None,
         metrics_port: int | None = None, health_port: int | None = None, interval: float = 10.0,
-        stop_flag=None, ready_flag=None, agent_clients: AgentClients | None = None,
+        agent_clients: AgentClients | None = None,
         trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,), webhook_port: int | None = None,
-        webhook_cert_dir: str | None = None) -> None:
-    """Run the operator until stopped (SIGINT/SIGTERM, or ``stop_flag``).
+        webhook_cert_dir: str | None = None, lease_namespace: str | None = None) -> None:
+    """Run the operator until stopped (SIGINT/SIGTERM).
 
     Watches SlurmClusters in ``namespaces``, or in every namespace with
-    ``all_namespaces``. Standalone: no peering objects are needed. kopf's
-    liveness endpoint answers on ``health_port`` at ``/healthz``.
-    ``agent_clients``: the operator's and the bridge's pods (from the
+    ``all_namespaces``. ``lease_namespace``: stand by until this replica
+    holds the operator's Lease there (:mod:`slurmk8s.leader`), then run
+    kopf (standalone: the Lease, not kopf's peering, keeps a second replica
+    out), and exit if the Lease is lost; None runs without an election (one
+    replica only). ``/healthz`` answers on ``health_port``, from a standby
+    too. ``agent_clients``: the operator's and the bridge's pods (from the
     chart), admitted to each cluster's agent by a NetworkPolicy; None
     admits any pod (and says so). ``trusted_repositories``: the image
     repositories a privileged slurmd (``slurmConfig.cgroups``) may come from.
     ``webhook_port``: serve the validating admission webhook there, with the
-    certificate in ``webhook_cert_dir`` (:mod:`.webhook`).
+    certificate in ``webhook_cert_dir`` (:mod:`.webhook`); every replica
+    serves it, leading or not.
     """
     if not namespaces and not all_namespaces:
         raise ValueError("name the namespaces to watch (--namespace, repeatable) or pass --all-namespaces")
@@ -61,18 +75,46 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
         log.get("slurmk8s.operator").warning(
             "no --release-namespace and --release-name: the clusters' NetworkPolicies admit every pod "
             "to their Slurm agents (each request still needs the cluster's token)")
-    registry, _ = build(kubeconfig, interval=interval, metrics_port=metrics_port, agent_clients=agent_clients,
-                        trusted_repositories=trusted_repositories)
-    liveness = f"http://0.0.0.0:{health_port}/healthz" if health_port else None
+    health = Health()
+    if health_port:
+        health.serve(health_port)
     hook = None
     if webhook_port:
         hook = WebhookServer(webhook_port, webhook_cert_dir or DEFAULT_CERT_DIR, trusted_repositories).start()
+    elector = None
     try:
-        asyncio.run(kopf.operator(
-        registry=registry, standalone=True, clusterwide=all_namespaces,
-            namespaces=() if all_namespaces else list(namespaces), liveness_endpoint=liveness,
-            stop_flag=stop_flag, ready_flag=ready_flag,
-        ))
+        registry, _ = build(kubeconfig, interval=interval, metrics_port=metrics_port, agent_clients=agent_clients,
+                            trusted_repositories=trusted_repositories)
+        if lease_namespace:
+            # Until kopf installs its own, SIGTERM and SIGINT end the wait.
+            stop = threading.Event()
+            before = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+            elector = lead(kubeconfig, lease_namespace, LEASE_NAME, "operator", health, stop.is_set)
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
+            if elector is None:
+                return
+        last_beat = time.monotonic()
+
+        async def beating() -> None:
+            nonlocal last_beat
+            while True:
+                last_beat = time.monotonic()
+                await asyncio.sleep(1.0)
+
+        async def operate() -> None:
+            beat = asyncio.create_task(beating())
+            try:
+                await kopf.operator(registry=registry, standalone=True, clusterwide=all_namespaces,
+                                    namespaces=() if all_namespaces else list(namespaces))
+            finally:
+                beat.cancel()
+
+        # Live while kopf's event loop turns (a blocked loop runs no round).
+        health.watch("eventLoop", lambda: last_beat, stale=60.0)
+        asyncio.run(operate())
     finally:
+        if elector is not None:
+            elector.stop()
         if hook is not None:
             hook.stop()

@@ -25,6 +25,7 @@ at start; Kubernetes grants it to every authenticated client
 from __future__ import annotations
 
 
+from slurmk8s import leader
 from slurmk8s.api.cluster import GROUP
 from slurmk8s.permissions import CLUSTER, LISTED, WATCHED, Permission, of_kind
 
@@ -86,4 +87,6 @@ OPERATOR: tuple[Permission, ...] = (
     # --all-namespaces it does not read namespaces at all).
     Permission("list", "", "namespaces", LISTED),
     Permission("watch", "", "namespaces", LISTED),
+    # Of the replicas, only the holder of the Lease slurmk8s-operator acts (slurmk8s/leader.py).
+    *leader.PERMISSIONS,
 )

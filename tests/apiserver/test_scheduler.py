@@ -143,3 +143,31 @@ def test_no_execute_taints_evict_pods_that_do_not_tolerate_them(fresh: Cluster) 
     assert names() == {"forever"}
     ev = c.core.list_namespaced_event(ns, field_selector="involvedObject.name=plain,reason=TaintManagerEviction").items
     assert ev and ev[0].message == f"Marking for deletion Pod {ns}/plain"
+
+
+def test_topology_spread_constraints(fresh: Cluster) -> None:
+    """ScheduleAnyway spreads a Deployment's replicas over nodes even where
+    the least allocated node is another; DoNotSchedule refuses a node that
+    would raise the skew past maxSkew, with the scheduler's message."""
+    c = fresh
+    c.node("big", cpu="64", memory="256Gi")
+    c.node("small", cpu="4", memory="8Gi")
+    ns = c.namespace()
+    soft = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+             "labelSelector": {"matchLabels": {"app": "op"}}}]
+    c.pod(ns, "op-0", labels={"app": "op"}, requests={"cpu": "100m"}, topologySpreadConstraints=soft)
+    assert wait_for("op-0 bound", lambda: node_of(c, ns, "op-0")) == "big"
+    c.pod(ns, "op-1", labels={"app": "op"}, requests={"cpu": "100m"}, topologySpreadConstraints=soft)
+    assert wait_for("op-1 bound", lambda: node_of(c, ns, "op-1")) == "small"
+    # Another app's pods do not count.
+    c.pod(ns, "other", labels={"app": "other"}, requests={"cpu": "100m"}, topologySpreadConstraints=soft)
+    assert wait_for("other bound", lambda: node_of(c, ns, "other")) == "big"
+
+    hard = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+             "labelSelector": {"matchLabels": {"app": "db"}}}]
+    c.pod(ns, "db-0", labels={"app": "db"}, requests={"cpu": "100m"}, nodeName="big")
+    c.pod(ns, "db-1", labels={"app": "db"}, requests={"cpu": "100m"}, nodeName="big")
+    c.pod(ns, "db-2", labels={"app": "db"}, requests={"cpu": "4"}, topologySpreadConstraints=hard)
+    cond = unschedulable(c, ns, "db-2")
+    assert cond.message == ("0/2 nodes are available: 1 Insufficient cpu, "
+                            "1 node(s) didn't match pod topology spread constraints.")

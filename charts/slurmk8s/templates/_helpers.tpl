@@ -201,6 +201,8 @@ list is empty, and `--interval`.
 {{- end }}
 - --interval
 - {{ $values.interval | toString | quote }}
+- --lease-namespace
+- {{ $.Release.Namespace | quote }}
 {{- end }}
 
 {{/* The operator's arguments. */}}
@@ -224,13 +226,15 @@ list is empty, and `--interval`.
 {{- end }}
 
 {{/*
-The Deployment of one component (operator or bridge): one replica, replaced
-with Recreate, probes on /healthz, the top-level image and security contexts.
+The Deployment of one component (operator or bridge): `replicas` of which
+one leads, rolling updates, probes on /healthz, the top-level image and
+security contexts; with more than one replica, spreading over nodes and a
+PodDisruptionBudget; the Role for its Lease.
 Given a dict:
   ctx        the root context ($)
   component  "operator" or "bridge": the container's name and the component label
   name       the Deployment's name
-  values     the component's values: metrics.port, health.port, resources,
+  values     the component's values: replicas, metrics.port, health.port, resources,
              nodeSelector, tolerations, affinity, podAnnotations, podLabels,
              priorityClassName
   prefix     where those values live, for error messages ("" or "bridge.")
@@ -250,10 +254,15 @@ metadata:
   labels:
     {{- include "slurmk8s.componentLabels" (list $ .component) | nindent 4 }}
 spec:
-  replicas: 1
-  # Recreate: the old pod is gone before the new one starts, even during an upgrade.
+  # One replica acts (the holder of the component's Lease); the others stand
+  # by. So an upgrade rolls: the new pods start as standbys, and the old
+  # leader releases the Lease as it stops.
+  replicas: {{ $v.replicas }}
   strategy:
-    type: Recreate
+    type: RollingUpdate
+    rollingUpdate:
+      maxUnavailable: 0
+      maxSurge: 1
   selector:
     matchLabels:
       {{- include "slurmk8s.componentSelectorLabels" (list $ .component) | nindent 6 }}
@@ -291,11 +300,16 @@ spec:
           args:
             {{- .args | nindent 12 }}
           env:
-            # Where the pod itself runs (the release namespace).
+            # Where the pod itself runs (the release namespace: its Lease's).
             - name: POD_NAMESPACE
               valueFrom:
                 fieldRef:
                   fieldPath: metadata.namespace
+            # Its name in the Lease (holderIdentity), with a random suffix.
+            - name: POD_NAME
+              valueFrom:
+                fieldRef:
+                  fieldPath: metadata.name
           ports:
             - name: metrics
               containerPort: {{ $v.metrics.port }}
@@ -359,10 +373,62 @@ spec:
       affinity:
         {{- toYaml . | nindent 8 }}
       {{- end }}
+      {{- if gt (int $v.replicas) 1 }}
+      # The standby on another node than the leader where one exists: losing
+      # a node loses one replica.
+      topologySpreadConstraints:
+        - maxSkew: 1
+          topologyKey: kubernetes.io/hostname
+          whenUnsatisfiable: ScheduleAnyway
+          labelSelector:
+            matchLabels:
+              {{- include "slurmk8s.componentSelectorLabels" (list $ .component) | nindent 14 }}
+      {{- end }}
       {{- with $v.tolerations }}
       tolerations:
         {{- toYaml . | nindent 8 }}
       {{- end }}
+{{- if gt (int $v.replicas) 1 }}
+---
+# A node drain (kubectl drain, a node-pool upgrade) evicts one replica at a
+# time: the other holds or takes the Lease meanwhile.
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ .name }}
+  namespace: {{ $.Release.Namespace }}
+  labels:
+    {{- include "slurmk8s.componentLabels" (list $ .component) | nindent 4 }}
+spec:
+  maxUnavailable: 1
+  selector:
+    matchLabels:
+      {{- include "slurmk8s.componentSelectorLabels" (list $ .component) | nindent 6 }}
+{{- end }}
+{{- if $.Values.rbac.create }}
+---
+# The component's Lease in the release namespace: leader election.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ .name }}-lease
+  namespace: {{ $.Release.Namespace }}
+  labels:
+    {{- include "slurmk8s.componentLabels" (list $ .component) | nindent 4 }}
+rules:
+  # Creating the Lease the first time (a create cannot be limited to one name).
+  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    verbs: ["create"]
+  # Reading it, renewing and releasing it (PUT): its own Lease only.
+  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    resourceNames: [{{ printf "slurmk8s-%s" .component | quote }}]
+    verbs: ["get", "update"]
+---
+{{ include "slurmk8s.binding" (dict "ctx" $ "component" .component "kind" "Role"
+  "name" (printf "%s-lease" .name) "namespace" $.Release.Namespace "serviceAccountName" .serviceAccountName) }}
+{{- end }}
 {{- end }}
 
 {{/*

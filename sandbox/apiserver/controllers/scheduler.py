@@ -2,8 +2,10 @@
 
 Pure part: :func:`filter_node` says why a pod does not fit a node (the reasons
 Kubernetes' filter plugins give, in their order: NodeUnschedulable,
-TaintToleration, NodeAffinity, NodeResourcesFit) and :func:`schedule` picks a
-node or writes the "0/3 nodes are available: ..." message. The controllers bind
+TaintToleration, NodeAffinity, NodeResourcesFit; then PodTopologySpread's
+``DoNotSchedule`` constraints, :func:`spread`) and :func:`schedule` picks a
+node (``ScheduleAnyway`` spreading first, then the least allocated) or
+writes the "0/3 nodes are available: ..." message. The controllers bind
 pods, set ``PodScheduled``, record ``Scheduled``/``FailedScheduling`` events,
 and delete pods from nodes with NoExecute taints they do not tolerate.
 """
@@ -18,6 +20,7 @@ from typing import Hashable, Iterable, Mapping
 from .. import quantity, timeutil
 from ..api import DeleteOptions
 from ..errors import APIError
+from ..selectors import from_label_selector_object, labels_match
 from ..store import Event, meta
 from .base import Controller
 from .events import Recorder
@@ -179,7 +182,51 @@ def _score(pod: Mapping, node: Mapping, used: Resources) -> Decimal:
     return score
 
 
-def schedule(pod: Mapping, nodes: list[Mapping], use: Mapping[str, tuple[Resources, int]]) -> tuple[str | None, str]:
+def spread(pod: Mapping, nodes: list[Mapping], candidates: list[Mapping],
+           pods: Iterable[Mapping]) -> tuple[dict[str, str], dict[str, int]]:
+    """PodTopologySpread over ``candidates`` (the nodes that pass the other
+    filters), with domains counted over all ``nodes``: (node -> why a ``DoNotSchedule`` constraint refuses it, node -> how far a
+    ``ScheduleAnyway`` constraint's skew would grow there). Domains are the
+    values of ``topologyKey`` among the nodes that match the pod's node
+    affinity; a constraint counts the bound, running pods of the pod's
+    namespace that its ``labelSelector`` matches."""
+    refused: dict[str, str] = {}
+    penalty: dict[str, int] = {}
+    constraints = (pod.get("spec") or {}).get("topologySpreadConstraints") or []
+    if not constraints:
+        return refused, penalty
+    by_name = {name(n): n for n in nodes}
+    mine = [p for p in pods if namespace(p) == namespace(pod) and (p.get("spec") or {}).get("nodeName")
+            and not pod_terminal(p) and not deleting(p)]  # type: ignore[arg-type]
+    for c in constraints:
+        key, skew = c.get("topologyKey") or "", int(c.get("maxSkew") or 1)
+        sel = from_label_selector_object(c.get("labelSelector"))
+        domains: Counter[str] = Counter()
+        for n in nodes:
+            value = (meta(n).get("labels") or {}).get(key)
+            if value is not None and affinity_ok(pod, n):
+                domains[value] += 0
+        for p in mine:
+            node = by_name.get(p["spec"]["nodeName"])
+            value = (meta(node).get("labels") or {}).get(key) if node else None
+            if value in domains and sel is not None and labels_match(sel, meta(p).get("labels")):
+                domains[value] += 1
+        low = min(domains.values(), default=0)
+        for n in candidates:
+            value = (meta(n).get("labels") or {}).get(key)
+            over = (domains.get(value, 0) + 1 - low) if value is not None else 0
+            if c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule":
+                if value is None:
+                    refused.setdefault(name(n), "node(s) didn't match pod topology spread constraints (missing required label)")
+                elif over > skew:
+                    refused.setdefault(name(n), "node(s) didn't match pod topology spread constraints")
+            else:
+                penalty[name(n)] = penalty.get(name(n), 0) + over
+    return refused, penalty
+
+
+def schedule(pod: Mapping, nodes: list[Mapping], use: Mapping[str, tuple[Resources, int]],
+             pods: Iterable[Mapping] = ()) -> tuple[str | None, str]:
     """(node name, "") or (None, the FailedScheduling message)."""
     if not nodes:
         return None, "no nodes available to schedule pods"
@@ -192,8 +239,12 @@ def schedule(pod: Mapping, nodes: list[Mapping], use: Mapping[str, tuple[Resourc
             counts.update(reasons)
         else:
             feasible.append(node)
+    refused, penalty = spread(pod, nodes, feasible, pods)
+    counts.update(refused.values())
+    feasible = [nd for nd in feasible if name(nd) not in refused]
     if feasible:
-        best = max(feasible, key=lambda nd: (_score(pod, nd, use.get(name(nd), ({}, 0))[0]), [-ord(c) for c in name(nd)]))
+        best = max(feasible, key=lambda nd: (-penalty.get(name(nd), 0), _score(pod, nd, use.get(name(nd), ({}, 0))[0]),
+                                             [-ord(c) for c in name(nd)]))
         return name(best), ""
     parts = sorted(f"{c} {r}" for r, c in counts.items())
     return None, f"0/{len(nodes)} nodes are available: {', '.join(parts)}."
@@ -243,8 +294,9 @@ class Scheduler(Controller):
         use = usage(pods)
         queue = sorted((p for p in pods if pending(p)),
                        key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0), meta(p).get("creationTimestamp", ""), namespace(p), name(p)))
+        bound = [p for p in pods if (p.get("spec") or {}).get("nodeName")]
         for pod in queue:
-            node_name, message = schedule(pod, nodes, use)
+            node_name, message = schedule(pod, nodes, use, bound)
             ns, pname = namespace(pod), name(pod)
             if node_name:
                 api.bind(ns, pname, {"target": {"kind": "Node", "name": node_name}})
@@ -253,8 +305,9 @@ class Scheduler(Controller):
                 for r, v in pod_requests(pod).items():
                     res[r] = res.get(r, Decimal(0)) + v
                 use[node_name] = (res, n + 1)
-                bound = api.raw(pod_rt, ns, pname)
-                self.recorder.event(bound or pod, "Normal", "Scheduled", f"Successfully assigned {ns}/{pname} to {node_name}")
+                placed = api.raw(pod_rt, ns, pname)
+                bound.append(placed or {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node_name}})
+                self.recorder.event(placed or pod, "Normal", "Scheduled", f"Successfully assigned {ns}/{pname} to {node_name}")
                 continue
             status = copy.deepcopy(pod.get("status") or {})
             old = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)

@@ -1,0 +1,283 @@
+"""Leader election on a ``coordination.k8s.io`` Lease, as client-go's
+``leaderelection`` package does it (decision record 35).
+
+The operator and the bridge each run two replicas; only the one that holds
+its Lease acts. The rule (:func:`claim`) is pure; :class:`Elector` is the
+thin shell that reads and writes the Lease.
+
+- A candidate writes itself into the Lease (create, or a ``PUT`` carrying the
+  resourceVersion it read, so that of two candidates one gets a 409) when
+  the Lease is free (no holder: released), already its own (a renewal), or
+  expired: the holder and renew time have not changed for
+  ``leaseDurationSeconds`` *by the candidate's own monotonic clock*, counted
+  from when it first saw them. So clocks that disagree between nodes do not
+  matter.
+- The leader renews every :attr:`Timing.retry` seconds. It leads while its
+  last successful renewal is less than :attr:`Timing.renew_deadline` old;
+  past that it has lost the lease and must stop acting at once (the
+  commands exit; the kubelet restarts them as standbys). A standby takes
+  over only once :attr:`Timing.lease` seconds passed without a renewal, and
+  ``lease > renew_deadline``: the old leader has stopped before the new one
+  starts.
+- A leader that stops cleanly releases the Lease (no holder), so that a
+  standby takes over at its next try instead of after the lease duration.
+
+Who leads: the Lease's ``holderIdentity`` (``kubectl get lease``), each
+replica's ``slurmk8s_leader`` gauge and ``/healthz``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import structlog
+from prometheus_client import Gauge
+
+from .health import Health
+from .kube import ApiError, Kube
+from .permissions import RELEASE, Permission
+
+__all__ = ["Timing", "claim", "released", "Elector", "identity", "lead", "LEADER", "PERMISSIONS"]
+
+log = structlog.get_logger("slurmk8s.leader")
+
+#: What an elector does through the API, in its own namespace: read the
+#: Lease, create it once, renew and release it with PUTs.
+PERMISSIONS = (
+    Permission("get", "coordination.k8s.io", "leases", RELEASE),
+    Permission("create", "coordination.k8s.io", "leases", RELEASE),
+    Permission("update", "coordination.k8s.io", "leases", RELEASE),
+)
+
+LEADER = Gauge("slurmk8s_leader", "1 on the replica that holds its component's Lease and acts, 0 on a standby.",
+               ["component"])
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds, as client-go's defaults (and controller-runtime's)."""
+
+    #: How long a standby waits, from the last renewal it saw, before it takes the Lease.
+    lease: float = 15.0
+    #: How long the leader goes on acting without a successful renewal.
+    renew_deadline: float = 10.0
+    #: Between two tries (renewals, or a standby's attempts).
+    retry: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not (self.lease > self.renew_deadline > self.retry > 0):
+            raise ValueError(f"leader election needs lease > renew deadline > retry > 0, not {self}")
+
+
+def identity() -> str:
+    """This process's name in the Lease: its pod (``POD_NAME``, from the
+    downward API; else the host name) and a random suffix, so a restarted
+    container is a new candidate, as in client-go."""
+    pod = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{pod}_{uuid.uuid4().hex[:8]}"
+
+
+def _stamp(now_wall: float) -> str:
+    """A MicroTime, as the API writes it."""
+    t = time.gmtime(now_wall)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f".{int(now_wall % 1 * 1_000_000):06d}Z"
+
+
+def claim(lease: Mapping[str, Any] | None, me: str, seen_for: float, now_wall: float, lease_seconds: float,
+          *, namespace: str, name: str) -> dict | None:
+    """The Lease to write for ``me`` to lead, or None while another holds it. Pure.
+
+    ``lease``: as read (None: it does not exist; the result is then to be
+    created). ``seen_for``: seconds since this candidate first saw the
+    Lease's current holder and renew time, by its own clock.
+    """
+    if lease is None:
+        spec: dict[str, Any] = {}
+        out: dict[str, Any] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                               "metadata": {"name": name, "namespace": namespace}}
+    else:
+        spec = dict(lease.get("spec") or {})
+        out = {k: v for k, v in lease.items() if k != "spec"}
+        out.setdefault("apiVersion", "coordination.k8s.io/v1")
+        out.setdefault("kind", "Lease")
+    holder = spec.get("holderIdentity") or ""
+    duration = spec.get("leaseDurationSeconds") or lease_seconds
+    if holder and holder != me and seen_for < duration:
+        return None
+    stamp = _stamp(now_wall)
+    transitions = int(spec.get("leaseTransitions") or 0)
+    out["spec"] = {
+        "holderIdentity": me,
+        "leaseDurationSeconds": max(1, int(round(lease_seconds))),
+        "acquireTime": spec.get("acquireTime") if holder == me and spec.get("acquireTime") else stamp,
+        "renewTime": stamp,
+        "leaseTransitions": transitions if holder == me else (transitions + 1 if lease is not None else 0),
+    }
+    return out
+
+
+def released(lease: Mapping[str, Any], now_wall: float) -> dict:
+    """``lease`` given up: no holder, and a one-second duration. Pure."""
+    out = dict(lease)
+    spec = dict(lease.get("spec") or {})
+    spec.pop("holderIdentity", None)
+    spec |= {"leaseDurationSeconds": 1, "renewTime": _stamp(now_wall)}
+    out["spec"] = spec
+    return out
+
+
+class Elector:
+    """Holds ``namespace/name`` for this process while it can; see the module docstring.
+
+    :attr:`leading` is True while the last renewal is younger than the
+    renew deadline. ``on_lost`` is called once, from a watchdog thread,
+    when a leader passes its renew deadline; the commands exit there.
+    """
+
+    def __init__(self, kube: Kube, namespace: str, name: str, component: str, *, me: str | None = None,
+                 timing: Timing = Timing(), on_lost: Callable[[], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+        self.kube, self.namespace, self.name, self.component = kube, namespace, name, component
+        self.me = me or identity()
+        self.timing = timing
+        self.on_lost = on_lost
+        self.clock, self.wall = clock, wall
+        #: Who holds the Lease, as last read ("" when nobody).
+        self.holder = ""
+        #: When the elector last finished a try, for health checks.
+        self.last_try = clock()
+        self._seen: tuple[str, str] | None = None
+        self._seen_at = clock()
+        self._renewed_at: float | None = None
+        self._lost = False
+        self._stop = threading.Event()
+        self._became = threading.Event()
+        self._threads: list[threading.Thread] = []
+        LEADER.labels(component).set(0)
+
+    @property
+    def leading(self) -> bool:
+        return (not self._lost and self._renewed_at is not None
+                and self.clock() - self._renewed_at < self.timing.renew_deadline)
+
+    def try_once(self) -> bool:
+        """One read and, when the rule allows, one write. True when this process now holds the Lease."""
+        now = self.clock()
+        try:
+            lease = self.kube.get("Lease", self.namespace, self.name)
+            spec = (lease or {}).get("spec") or {}
+            key = (spec.get("holderIdentity") or "", spec.get("renewTime") or "")
+            if key != self._seen:
+                self._seen, self._seen_at = key, now
+            self.holder = key[0]
+            body = claim(lease, self.me, now - self._seen_at, self.wall(), self.timing.lease,
+                         namespace=self.namespace, name=self.name)
+            if body is None:
+                return False
+            if lease is None:
+                written = self.kube.create(body)
+            else:
+                written = self.kube.replace(body)
+        except ApiError as exc:
+            # 409: another candidate wrote first; the next try reads its write.
+            if not exc.conflict:
+                log.warning("lease not read or written", lease=f"{self.namespace}/{self.name}", error=str(exc))
+            return False
+        except Exception as exc:  # noqa: BLE001 - unreachable API server: retry, lose by the deadline
+            log.warning("lease not read or written", lease=f"{self.namespace}/{self.name}", error=str(exc))
+            return False
+        finally:
+            self.last_try = self.clock()
+        spec = written.get("spec") or {}
+        self._seen, self._seen_at = (spec.get("holderIdentity") or "", spec.get("renewTime") or ""), now
+        self.holder = self.me
+        self._renewed_at = now
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.is_set() and not self._lost:
+            was = self._became.is_set()
+            if self.try_once() and not was and not self._lost:
+                log.info("leading", lease=f"{self.namespace}/{self.name}", identity=self.me)
+                LEADER.labels(self.component).set(1)
+                self._became.set()
+            self._stop.wait(self.timing.retry)
+
+    def _watchdog(self) -> None:
+        while not self._stop.wait(0.2):
+            if self._became.is_set() and not self.leading and not self._lost:
+                self._lost = True
+                LEADER.labels(self.component).set(0)
+                log.error("lost the lease: no renewal within the renew deadline; stopping",
+                          lease=f"{self.namespace}/{self.name}", identity=self.me,
+                          renew_deadline=self.timing.renew_deadline)
+                if self.on_lost is not None:
+                    self.on_lost()
+                return
+
+    def start(self) -> "Elector":
+        for target, what in ((self._loop, "lease"), (self._watchdog, "lease-watchdog")):
+            t = threading.Thread(target=target, daemon=True, name=what)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def wait_leading(self, stopped: Callable[[], bool], *, progress: float = 30.0) -> bool:
+        """Block until this process leads (True) or ``stopped()`` (False), saying who leads meanwhile."""
+        said = self.clock() - progress
+        while not self._became.wait(0.5):
+            if stopped():
+                return False
+            if self.clock() - said >= progress:
+                said = self.clock()
+                log.info("standing by", lease=f"{self.namespace}/{self.name}", leader=self.holder or None,
+                         identity=self.me)
+        return True
+
+    def stop(self) -> None:
+        """Stop trying; a leader releases the Lease so that a standby takes over at once."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=self.timing.retry + self.kube.timeout)
+        if self._became.is_set() and self.leading:
+            try:
+                lease = self.kube.get("Lease", self.namespace, self.name)
+                if lease and (lease.get("spec") or {}).get("holderIdentity") == self.me:
+                    self.kube.replace(released(lease, self.wall()))
+                    log.info("released the lease", lease=f"{self.namespace}/{self.name}", identity=self.me)
+            except Exception as exc:  # noqa: BLE001 - a standby takes it after the lease duration anyway
+                log.warning("lease not released", lease=f"{self.namespace}/{self.name}", error=str(exc))
+        self._lost = True
+        LEADER.labels(self.component).set(0)
+
+
+def _exit_lost() -> None:
+    """A leader that lost its Lease exits at once, as client-go's callers do:
+    whatever it was doing stops before a standby can start, and the kubelet
+    restarts it as a standby."""
+    os._exit(1)
+
+
+def lead(kubeconfig: str | None, namespace: str, name: str, component: str, health: Health,
+         stopped: Callable[[], bool], *, timing: Timing = Timing(),
+         on_lost: Callable[[], None] = _exit_lost) -> Elector | None:
+    """Stand by until this process holds ``namespace/name``; the Elector
+    (renewing in its threads), or None when ``stopped()`` first. ``health``
+    watches its tries and says who leads."""
+    elector = Elector(Kube.from_kubeconfig(kubeconfig, timeout=timing.retry * 2), namespace, name, component,
+                      timing=timing, on_lost=on_lost)
+    health.watch("leaseTry", lambda: elector.last_try, stale=max(30.0, 5 * timing.retry + elector.kube.timeout))
+    health.describe(lambda: {"leading": elector.leading, "leader": elector.holder or None,
+                             "identity": elector.me})
+    log.info("standing by for the lease", lease=f"{namespace}/{name}", identity=elector.me)
+    elector.start()
+    if not elector.wait_leading(stopped):
+        elector.stop()
+        return None
+    return elector

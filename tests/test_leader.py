@@ -1,0 +1,259 @@
+"""Leader election (``slurmk8s/leader.py``): the rule, pure; never two leaders
+over any interleaving of tries, clocks and lost writes (hypothesis, against
+an in-memory Lease with resourceVersions); then two candidates against the
+API stand-in: one leads, a killed leader's standby takes over within the
+lease duration, a released lease at the standby's next try, and of two
+creates one is refused.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from slurmk8s.kube import ApiError, Kube
+from slurmk8s.leader import Elector, Timing, claim, released
+
+from .apiserver.conftest import Cluster, start_server, wait_for
+
+NS, NAME = "ops", "slurmk8s-operator"
+
+
+def lease(holder: str | None, renew: str = "2026-01-01T00:00:00.000000Z", transitions: int = 3, duration: int = 15,
+          acquire: str = "2025-12-31T00:00:00.000000Z") -> dict:
+    spec: dict[str, Any] = {"leaseDurationSeconds": duration, "renewTime": renew, "acquireTime": acquire,
+                            "leaseTransitions": transitions}
+    if holder:
+        spec["holderIdentity"] = holder
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": NAME, "namespace": NS, "resourceVersion": "7"}, "spec": spec}
+
+
+def test_a_missing_lease_is_created_for_the_candidate():
+    out = claim(None, "a", 0.0, 1_800_000_000.25, 15, namespace=NS, name=NAME)
+    assert out["metadata"] == {"name": NAME, "namespace": NS}
+    assert out["spec"]["holderIdentity"] == "a" and out["spec"]["leaseTransitions"] == 0
+    assert out["spec"]["renewTime"] == out["spec"]["acquireTime"] == "2027-01-15T08:00:00.250000Z"
+
+
+def test_the_holder_renews_and_keeps_its_acquire_time_and_transitions():
+    out = claim(lease("a"), "a", 3.0, 1_800_000_000.0, 15, namespace=NS, name=NAME)
+    assert out["spec"]["acquireTime"] == "2025-12-31T00:00:00.000000Z"
+    assert out["spec"]["leaseTransitions"] == 3
+    assert out["metadata"]["resourceVersion"] == "7"  # the PUT is conditional on what was read
+
+
+@pytest.mark.parametrize("seen_for", [0.0, 14.9])
+def test_another_holders_lease_is_left_alone_until_it_expires_by_the_candidates_clock(seen_for):
+    assert claim(lease("a"), "b", seen_for, 1_800_000_000.0, 15, namespace=NS, name=NAME) is None
+
+
+def test_an_expired_lease_is_taken_with_one_more_transition():
+    out = claim(lease("a"), "b", 15.0, 1_800_000_000.0, 15, namespace=NS, name=NAME)
+    assert out["spec"]["holderIdentity"] == "b" and out["spec"]["leaseTransitions"] == 4
+    assert out["spec"]["acquireTime"] == out["spec"]["renewTime"]
+
+
+def test_a_leader_cut_off_from_the_api_stops_before_a_standby_can_start(api: Cluster):
+    lost: list[str] = []
+    a, b = candidates(api, "partition", lost)
+    when: dict[str, float] = {}
+    a.on_lost = lambda: when.setdefault("a stopped", time.monotonic())
+    a.start()
+    wait_for("a leads", lambda: a.leading, timeout=5)
+    b.start()
+    time.sleep(2 * FAST.retry)
+    a.kube = Kube.from_kubeconfig(str(api.kubeconfig), timeout=1)
+    a.kube.server = "https://127.0.0.1:9"  # nothing listens there: every renewal fails
+    cut = time.monotonic()
+    wait_for("b leads", lambda: b.leading, timeout=10)
+    when["b leads"] = time.monotonic()
+    assert "a stopped" in when and when["a stopped"] < when["b leads"], when
+    assert when["a stopped"] - cut <= FAST.renew_deadline + 0.5
+    b.stop()
+    kill(a)
+
+
+def test_a_released_lease_is_taken_at_once():
+    free = released(lease("a"), 1_800_000_000.0)
+    assert "holderIdentity" not in free["spec"] and free["spec"]["leaseDurationSeconds"] == 1
+    assert claim(free, "b", 0.0, 1_800_000_001.0, 15, namespace=NS, name=NAME)["spec"]["holderIdentity"] == "b"
+
+
+def test_timings_that_could_overlap_two_leaders_are_refused():
+    with pytest.raises(ValueError, match="lease > renew deadline"):
+        Timing(lease=10, renew_deadline=10, retry=2)
+
+
+# --- never two leaders ----------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class MemoryLeases:
+    """A Lease store as the API server keeps it: create refused when it exists,
+    PUT refused unless it carries the current resourceVersion. ``lose``: 1,
+    the next write fails before it reaches the store; 2, it is stored but its
+    answer is lost (both a timeout to the writer)."""
+
+    timeout = 1.0
+
+    def __init__(self) -> None:
+        self.obj: dict | None = None
+        self.version = 0
+        self.lose = 0
+
+    def get(self, kind: str, namespace: str, name: str) -> dict | None:
+        return None if self.obj is None else {**self.obj, "metadata": dict(self.obj["metadata"])}
+
+    def _store(self, obj: dict) -> dict:
+        if self.lose == 1:
+            raise TimeoutError("the write timed out")
+        self.version += 1
+        self.obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.version)}}
+        if self.lose == 2:
+            raise TimeoutError("the answer timed out")
+        return self.obj
+
+    def create(self, obj: dict) -> dict:
+        if self.obj is not None:
+            raise ApiError("POST", "/leases", 409, "AlreadyExists", "exists")
+        return self._store(obj)
+
+    def replace(self, obj: dict) -> dict:
+        if obj["metadata"].get("resourceVersion") != self.obj["metadata"]["resourceVersion"]:
+            raise ApiError("PUT", "/leases", 409, "Conflict", "modified")
+        return self._store(obj)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.floats(0.0, 6.0), st.integers(0, 2)), min_size=1, max_size=80))
+def test_never_two_leaders_whatever_the_order_of_tries_and_lost_writes(steps):
+    """Three candidates; each step lets time pass, then one candidate tries
+    (its write lost or not). At every step at most one believes it leads, and a
+    lease that changes hands changes only after the old holder stopped leading."""
+    clock, store, timing = Clock(), MemoryLeases(), Timing(lease=15, renew_deadline=10, retry=2)
+    electors = [Elector(store, NS, NAME, "test", me=f"c{i}", timing=timing, clock=clock, wall=clock)
+                for i in range(3)]
+    for who, wait, lose in steps:
+        clock.t += wait
+        store.lose = lose
+        electors[who].try_once()
+        assert sum(e.leading for e in electors) <= 1, [(e.me, e._renewed_at) for e in electors]
+    store.lose = 0
+    # And someone leads again once the tries go on long enough.
+    for _ in range(12):
+        clock.t += timing.retry
+        for e in electors:
+            e.try_once()
+    assert sum(e.leading for e in electors) == 1
+
+
+# --- against the API stand-in -----------------------------------------------------------
+
+
+FAST = Timing(lease=1.5, renew_deadline=1.0, retry=0.2)
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory) -> Cluster:
+    c = start_server(tmp_path_factory.mktemp("leases"))
+    c.core.create_namespace({"metadata": {"name": NS}})
+    yield c
+    c.api_client.close()
+    c.srv.stop()
+
+
+def candidates(api: Cluster, name: str, lost: list[str]) -> list[Elector]:
+    return [Elector(Kube.from_kubeconfig(str(api.kubeconfig), timeout=5), NS, name, "test", me=me, timing=FAST,
+                    on_lost=lambda me=me: lost.append(me)) for me in ("a", "b")]
+
+
+def kill(e: Elector) -> None:
+    """Stop trying without releasing: as a killed pod or a lost node does."""
+    e._stop.set()
+    for t in e._threads:
+        t.join()
+
+
+def test_a_standby_takes_over_within_the_lease_duration_after_the_leader_dies(api: Cluster):
+    lost: list[str] = []
+    a, b = candidates(api, "takeover", lost)
+    a.start()
+    wait_for("a leads", lambda: a.leading, timeout=5)
+    b.start()
+    time.sleep(4 * FAST.retry)
+    assert not b.leading and b.holder == "a"
+    killed = time.monotonic()
+    kill(a)
+    wait_for("b leads", lambda: b.leading, timeout=10)
+    took = time.monotonic() - killed
+    assert took <= FAST.lease + 2 * FAST.retry + 0.5, took
+    assert lost == []  # a killed process calls nothing
+    got = api.kubectl_json("get", "lease", "takeover", "-n", NS)["spec"]
+    assert got["holderIdentity"] == "b" and got["leaseTransitions"] == 1
+    b.stop()
+
+
+def test_a_leader_cut_off_from_the_api_stops_before_a_standby_can_start(api: Cluster):
+    lost: list[str] = []
+    a, b = candidates(api, "partition", lost)
+    when: dict[str, float] = {}
+    a.on_lost = lambda: when.setdefault("a stopped", time.monotonic())
+    a.start()
+    wait_for("a leads", lambda: a.leading, timeout=5)
+    b.start()
+    time.sleep(2 * FAST.retry)
+    a.kube = Kube.from_kubeconfig(str(api.kubeconfig), timeout=1)
+    a.kube.server = "https://127.0.0.1:9"  # nothing listens there: every renewal fails
+    cut = time.monotonic()
+    wait_for("b leads", lambda: b.leading, timeout=10)
+    when["b leads"] = time.monotonic()
+    assert "a stopped" in when and when["a stopped"] < when["b leads"], when
+    assert when["a stopped"] - cut <= FAST.renew_deadline + 0.5
+    b.stop()
+    kill(a)
+
+
+def test_a_released_lease_goes_to_the_standby_at_its_next_try(api: Cluster):
+    lost: list[str] = []
+    a, b = candidates(api, "release", lost)
+    a.start()
+    wait_for("a leads", lambda: a.leading, timeout=5)
+    b.start()
+    time.sleep(2 * FAST.retry)
+    stopped = time.monotonic()
+    a.stop()
+    wait_for("b leads", lambda: b.leading, timeout=5)
+    assert time.monotonic() - stopped < FAST.lease, "a release must not wait for the lease to expire"
+    assert lost == []
+    b.stop()
+
+
+def test_of_two_creates_at_once_the_api_refuses_one(api: Cluster):
+    lost: list[str] = []
+    a, b = candidates(api, "race", lost)
+    barrier = threading.Barrier(2)
+    won: list[bool] = []
+
+    def go(e: Elector) -> None:
+        barrier.wait()
+        won.append(e.try_once())
+
+    threads = [threading.Thread(target=go, args=(e,)) for e in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(won) == [False, True]
+    assert [e.leading for e in (a, b)].count(True) == 1
