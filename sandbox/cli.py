@@ -161,8 +161,9 @@ def sandbox_status(state_dir: Path | None, output: str) -> None:
     for name, proc in st["processes"].items():
         click.echo(f"{name}: {'running' if proc['running'] else 'NOT RUNNING'} (pid {proc['pid']}, log {proc['log']})")
     for name, c in sorted(st["components"].items()):
-        click.echo(f"{name}: pod {c['pod']} {'ready' if c['ready'] else 'NOT READY'}, {c['restarts']} restarts, "
-                   f"ServiceAccount {c['serviceAccount']}, metrics {c['metrics'] or '-'}")
+        click.echo(f"{name}: pod {c['pod']} {'ready' if c['ready'] else 'NOT READY'}, "
+                   f"{'leading' if c['leader'] else 'no leader yet'} of {len(c['replicas'])} replicas, "
+                   f"{c['restarts']} restarts, ServiceAccount {c['serviceAccount']}, metrics {c['metrics'] or '-'}")
     click.echo(f"kubeconfig: {st['kubeconfig']}")
     if st["login"]:
         click.echo(f"\nlogin: {st['login']['user']}@{st['login']['host']} (slurmk8s sandbox ssh)")

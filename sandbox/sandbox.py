@@ -445,9 +445,23 @@ class Sandbox:
         raise SandboxFailed(f"the operator's pod was not Ready within {timeout:.0f}s: "
                             f"kubectl -n {install.RELEASE_NAMESPACE} describe pods -l {selector}")
 
+    def leader_pod(self, component: str) -> str | None:
+        """The pod whose process holds a component's Lease (operator, bridge), or None while none does."""
+        client, api = self.api()
+        try:
+            lease = client.CoordinationV1Api(api).read_namespaced_lease(f"slurmk8s-{component}",
+                                                                         install.RELEASE_NAMESPACE)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        holder = lease.spec.holder_identity or ""
+        return holder.rpartition("_")[0] or None
+
     def component_pod(self, component: str) -> str:
         """The name of the pod of one of the product's components (operator, bridge) that this
-        sandbox's kubelet runs, found by the chart's labels."""
+        sandbox's kubelet runs, found by the chart's labels: the replica that leads (holds the
+        component's Lease), else the first running one."""
         client, api = self.api()
         pods = client.CoreV1Api(api).list_namespaced_pod(install.RELEASE_NAMESPACE,
                                                          label_selector=_component_selector(component)).items
@@ -455,7 +469,8 @@ class Sandbox:
         running = [p.metadata.name for p in pods if p.metadata.name in local and not p.metadata.deletion_timestamp]
         if not running:
             raise KeyError(f"no {component} pod runs in this sandbox (kubectl -n {install.RELEASE_NAMESPACE} get pods)")
-        return running[0]
+        leader = self.leader_pod(component)
+        return leader if leader in running else running[0]
 
     def component_pid(self, component: str) -> int | None:
         """The host PID of a component's process (its pod's main container), or None."""
@@ -685,15 +700,22 @@ class Sandbox:
                 "containers": [c.name for c in p.spec.containers],
                 "slurmState": self._node_state(nodes[slurm_name]) if slurm_name in nodes else None,
             })
-        components = {}
-        for p in core.list_namespaced_pod(install.RELEASE_NAMESPACE, label_selector=(
-                f"app.kubernetes.io/instance={install.RELEASE}")).items:
-            component = (p.metadata.labels or {}).get("app.kubernetes.io/component")
+        components: dict[str, dict] = {}
+        product = core.list_namespaced_pod(install.RELEASE_NAMESPACE, label_selector=(
+            f"app.kubernetes.io/instance={install.RELEASE}")).items
+        for component in sorted({(p.metadata.labels or {}).get("app.kubernetes.io/component") for p in product}):
+            replicas = sorted((p for p in product if (p.metadata.labels or {}).get("app.kubernetes.io/component")
+                               == component), key=lambda p: p.metadata.name)
+            leader = self.leader_pod(component) if component in COMPONENTS else None
+            # The replica that acts describes the component; the others stand by.
+            p = next((r for r in replicas if r.metadata.name == leader), replicas[0])
             ports = {port.name: port.container_port for c in p.spec.containers for port in (c.ports or [])}
-            restarts = sum(cs.restart_count for cs in (p.status.container_statuses or []))
             components[component] = {
                 "pod": f"{install.RELEASE_NAMESPACE}/{p.metadata.name}", "ip": p.status.pod_ip,
-                "ready": _pod_ready(p), "restarts": restarts, "serviceAccount": p.spec.service_account_name,
+                "leader": leader, "replicas": [r.metadata.name for r in replicas],
+                "ready": _pod_ready(p),
+                "restarts": sum(cs.restart_count for r in replicas for cs in (r.status.container_statuses or [])),
+                "serviceAccount": p.spec.service_account_name,
                 "metrics": f"http://{p.status.pod_ip}:{ports['metrics']}/metrics"
                 if p.status.pod_ip and "metrics" in ports else None}
         kube_nodes = []

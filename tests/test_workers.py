@@ -13,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmk8s.evacuation import Record
+import pytest
+
 from slurmk8s.operator.workers import (
-    OPERATOR_DRAINS, POD_TERMINATING, ROLLING_UPDATE, SCALE_IN, AnnotatePod, Cancel, DeleteNodeRecord, DeletePod,
-    Drain, LabelBusy, NodeSetState, Pod, Requeue, Signal, StartNow, Undrain, decide,
+    CORDONED, OPERATOR_DRAINS, POD_TERMINATING, ROLLING_UPDATE, SCALE_IN, AnnotatePod, Cancel, DeleteNodeRecord,
+    DeletePod, Drain, LabelBusy, NodeSetState, Pod, Requeue, Signal, StartNow, Undrain, decide, maintenance,
 )
 from slurmk8s.operator.podrecord import read_record, record_annotations
 from slurmk8s.operator.reconfigure import decide_reconfigure
@@ -289,6 +291,86 @@ def test_busy_workers_carry_the_label_their_disruption_budget_selects():
     assert decide([nodeset(4, 4, pods=pods)], SlurmState.unknown(), T0).busy_labels == ()  # unknown: leave them
 
 
+# Kubernetes node maintenance.
+
+
+def kube_node(unschedulable: bool = False, *taints: dict) -> dict:
+    return {"metadata": {"name": "n1"}, "spec": {"unschedulable": unschedulable, "taints": list(taints)}}
+
+
+@pytest.mark.parametrize("node,tolerations,why", [
+    (kube_node(), [], None),
+    (kube_node(True), [], CORDONED),
+    (kube_node(False, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}), [], CORDONED),
+    (kube_node(False, {"key": "example.com/maintenance", "value": "bios", "effect": "NoExecute"}), [],
+     "k8s: tainted example.com/maintenance"),
+    (kube_node(False, {"key": "example.com/maintenance", "effect": "NoSchedule"}),
+     [{"key": "example.com/maintenance", "operator": "Exists"}], None),
+    (kube_node(False, {"key": "example.com/maintenance", "value": "bios", "effect": "NoSchedule"}),
+     [{"key": "example.com/maintenance", "operator": "Equal", "value": "other"}],
+     "k8s: tainted example.com/maintenance"),
+    (kube_node(False, {"key": "example.com/anything", "effect": "NoExecute"}), [{"operator": "Exists"}], None),
+    (kube_node(False, {"key": "example.com/soft", "effect": "PreferNoSchedule"}), [], None),
+    # A node condition's taint comes and goes with a blip: not maintenance.
+    (kube_node(False, {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+               {"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule"}), [], None),
+    (None, [], None),  # unknown: nothing is drained for it
+])
+def test_maintenance_is_a_cordon_or_a_taint_the_pod_does_not_tolerate(node, tolerations, why):
+    assert maintenance(node, tolerations) == why
+
+
+def test_a_cordoned_node_is_emptied_by_the_rule_and_its_pod_left_to_the_eviction():
+    cordoned = replace(pod(1), maintenance=CORDONED, busy_label=True)
+    state = slurm(node(f"{STS}-0"), node(f"{STS}-1", "allocated"))
+    busy = {f"{STS}-1": [job(7)]}
+    d = decide_fully([nodeset(2, 2, pods=[pod(0), cordoned], signal="USR1", grace=60)], state, T0, busy)
+    assert d.slurm_actions[0] == Drain(f"{STS}-1", CORDONED)
+    assert annotations_of(d, f"{STS}-1")[PURPOSE] == CORDONED
+
+    # Drained and signalled: the grace period runs, the busy label stays (the budget holds the pod).
+    record = {STARTED: timestamp(T0), PURPOSE: CORDONED, SIGNALLED: timestamp(T0), SIGNALLED_JOBS: "7"}
+    state = slurm(node(f"{STS}-0"), node(f"{STS}-1", "allocated", drain=f"slurmk8s: {CORDONED}"))
+    sets = [nodeset(2, 2, pods=[pod(0), replace(cordoned, annotations=record)], signal="USR1", grace=60)]
+    d = decide_fully(sets, state, T0 + 30, busy)
+    assert not d.slurm_actions and not d.busy_labels
+    assert d.waiting == (f"{STS}-1: jobs 7 may run 30s more before they are requeued ({CORDONED})",)
+
+    # Grace over: requeued; the operator deletes nothing, the replicas stay.
+    d = decide_fully(sets, state, T0 + 60, busy)
+    assert [a for a in d.slurm_actions if isinstance(a, Requeue)] == [Requeue(f"{STS}-1", (7,))]
+    assert d.replicas == {STS: 2} and not d.pod_deletions
+
+    # Once Slurm shows it idle, the busy label goes: kubectl drain's eviction passes.
+    done = {**record, FORCED: timestamp(T0 + 60)}
+    state = slurm(node(f"{STS}-0"), node(f"{STS}-1", drain=f"slurmk8s: {CORDONED}"))
+    sets = [nodeset(2, 2, pods=[pod(0), replace(cordoned, annotations=done)], signal="USR1", grace=60)]
+    d = decide_fully(sets, state, T0 + 62, {})
+    assert d.busy_labels == (LabelBusy(f"{STS}-1", "uid-1", False),)
+    assert not any(isinstance(a, Undrain) for a in d.slurm_actions) and not d.pod_deletions
+    assert d.waiting == (f"{STS}-1: its Slurm node is empty ({CORDONED}); the pod may be evicted",)
+
+
+def test_uncordoned_the_node_takes_jobs_again_but_other_drains_stay():
+    record = {STARTED: timestamp(T0), PURPOSE: CORDONED}
+    state = slurm(node(f"{STS}-0", drain=f"slurmk8s: {CORDONED}"), node(f"{STS}-1", drain="bad DIMM"),
+                  node(f"{STS}-2", drain="slurmk8s: health: gpu"))
+    pods = [pod(0, **record), replace(pod(1), maintenance=None), pod(2)]
+    d = decide_fully([nodeset(3, 3, pods=pods)], state, T0 + 5)
+    assert [a for a in d.slurm_actions if isinstance(a, Undrain)] == [Undrain(f"{STS}-0")]
+    cleared = annotations_of(d, f"{STS}-0")
+    assert set(record) <= set(cleared) and set(cleared.values()) == {None}
+    # An administrator's drain on a cordoned node is kept as it is, and the node emptied all the same.
+    d = decide_fully([nodeset(3, 3, pods=[pod(0), replace(pod(1), maintenance=CORDONED), pod(2)])], state, T0, {})
+    assert not [a for a in d.slurm_actions if isinstance(a, (Drain, Undrain)) and a.node == f"{STS}-1"]
+
+
+def test_a_rolling_update_leaves_a_pod_under_maintenance_to_its_eviction():
+    pods = [pod(0, revision="r1"), replace(pod(1, revision="r1"), maintenance=CORDONED)]
+    d = decide_fully([nodeset(2, 2, pods=pods, revision="r2")], slurm(node(f"{STS}-0"), node(f"{STS}-1")), T0, {})
+    assert Drain(f"{STS}-0", ROLLING_UPDATE) in d.slurm_actions and Drain(f"{STS}-1", CORDONED) in d.slurm_actions
+
+
 # Leftover records and removed node sets.
 
 
@@ -407,7 +489,7 @@ def worlds(draw):
     desired = draw(ORDINALS)
     revision = draw(st.sampled_from([None, "r1", "r2"]))
     reasons = st.sampled_from([None, "slurmk8s: scale-in", "slurmk8s: rolling update", "slurmk8s: pod terminating",
-                               "bad DIMM", "slurmk8s: reclaimed"])
+                               "bad DIMM", "slurmk8s: reclaimed", f"slurmk8s: {CORDONED}", "slurmk8s: health: gpu"])
     pods, nodes, jobs = [], [], {}
     for o in range(5):
         name = f"{STS}-{o}"
@@ -418,8 +500,9 @@ def worlds(draw):
                        PURPOSE: draw(st.sampled_from([SCALE_IN, ROLLING_UPDATE]))}
                 if draw(st.booleans()):
                     ann[SIGNALLED] = timestamp(T0 - draw(st.integers(0, 600)))
-            pods.append(pod(o, ready=draw(MOSTLY), deleting=draw(RARELY),
-                            revision=draw(st.sampled_from([None, "r1", "r2"])), **ann))
+            pods.append(replace(pod(o, ready=draw(MOSTLY), deleting=draw(RARELY),
+                                    revision=draw(st.sampled_from([None, "r1", "r2"])), **ann),
+                                maintenance=draw(st.sampled_from([None, None, CORDONED]))))
         if draw(MOSTLY):
             nodes.append(node(name, state=draw(st.sampled_from(["idle", "mixed", "allocated", "down"])),
                               drain=draw(reasons), flags=draw(st.sampled_from([(), (), ("NOT_RESPONDING",)]))))
@@ -456,9 +539,12 @@ def test_invariants(world):
         assert not d.busy_labels
         return
     nodes = state.nodes_by_name
+    maintained = {f"{STS}-{p.ordinal}" for p in s.pods if p.maintenance}
     for a in d.slurm_actions:
         if isinstance(a, Undrain):
-            assert nodes[a.node].reason in OPERATOR_DRAINS  # never someone else's drain
+            # Never someone else's drain, nor a node still under maintenance.
+            assert nodes[a.node].reason in OPERATOR_DRAINS | {f"slurmk8s: {CORDONED}"}
+            assert a.node not in maintained
         if isinstance(a, Drain):
             assert not nodes[a.node].drain_set  # never overwrite a drain
     pods = {p.ordinal: p for p in s.pods}

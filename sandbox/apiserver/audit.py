@@ -1,7 +1,8 @@
 """The audit log: one JSON line per request in ``D/audit.log``.
 
-Fields: ``time``, ``user``, ``groups``, ``impersonatedBy`` (when
-impersonating), ``verb``, ``apiGroup``, ``resource``, ``subresource``,
+Fields: ``time``, ``user``, ``groups``, ``extra`` (the user's extra
+attributes, as Kubernetes' ``user.extra``: for a pod's bound token, the
+pod's name and uid), ``impersonatedBy`` (when impersonating), ``verb``, ``apiGroup``, ``resource``, ``subresource``,
 ``namespace``, ``name`` (resource requests) or ``path`` (the others), and
 ``code``, the HTTP status (for a watch, the one it started with, written as it
 starts). Empty fields
@@ -29,6 +30,8 @@ def entry(user: User | None, attrs: Attributes | None, code: int, impersonated_b
     out: dict[str, Any] = {"time": time or timeutil.micro()}
     out["user"] = user.name if user else ""
     out["groups"] = list(user.groups) if user else []
+    if user is not None and user.extra:
+        out["extra"] = {k: list(v) for k, v in sorted(user.extra.items())}
     if impersonated_by is not None:
         out["impersonatedBy"] = impersonated_by.name
     if attrs is not None:

@@ -22,9 +22,11 @@ def _ready(pod: Mapping) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
-def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping],
-                     pods: Sequence[Mapping]) -> list[workers.NodeSetState]:
-    """The node sets of the spec, and those still present though gone from it."""
+def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping], pods: Sequence[Mapping],
+                     nodes: Mapping[str, Mapping | None] | None = None) -> list[workers.NodeSetState]:
+    """The node sets of the spec, and those still present though gone from it.
+    ``nodes``: the Kubernetes Nodes the worker pods are bound to, by name
+    (None, or a node missing: unknown, so not under maintenance)."""
     sts_by_set = {}
     for s in statefulsets:
         labels = s["metadata"].get("labels") or {}
@@ -52,6 +54,8 @@ def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping],
                 annotations=dict(meta.get("annotations") or {}),
                 busy_label=(meta.get("labels") or {}).get(names.BUSY_LABEL) == "true",
                 restart_hash=(meta.get("annotations") or {}).get(names.RESTART_HASH),
+                maintenance=workers.maintenance((nodes or {}).get((p.get("spec") or {}).get("nodeName") or ""),
+                                                (p.get("spec") or {}).get("tolerations") or ()),
             ))
         template = ((sts or {}).get("spec") or {}).get("template") or {}
         out.append(workers.NodeSetState(

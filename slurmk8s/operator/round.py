@@ -134,17 +134,35 @@ class Operator:
         return [p for p in (secret_problem(r, self.kube.get("Secret", cluster.namespace, r.name)) for r in refs)
                 if p is not None]
 
-    def _topology(self, cluster: SlurmCluster, pods: Sequence[Mapping]) -> list[TopologyNode]:
-        nodes: dict[str, dict] = {}
+    def _worker_nodes(self, pods: Sequence[Mapping]) -> tuple[dict[str, dict | None], list[Exception]]:
+        """The Nodes the cluster's worker pods are bound to, each read by name
+        once a round (for node maintenance and spec.topology): None for one
+        that is gone or could not be read (unknown); and the read failures."""
+        out: dict[str, dict | None] = {}
+        failed: list[Exception] = []
+        for p in pods:
+            host = (p.get("spec") or {}).get("nodeName")
+            if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/component") != "worker" or not host \
+                    or host in out:
+                continue
+            try:
+                out[host] = self.kube.get("Node", None, host)
+            except Exception as exc:  # noqa: BLE001 - unknown: nothing is drained for it
+                _log.info("node not read", node=host, error=str(exc))
+                out[host] = None
+                failed.append(exc)
+        return out, failed
+
+    @staticmethod
+    def _topology(pods: Sequence[Mapping], nodes: Mapping[str, dict | None]) -> list[TopologyNode]:
         out = []
         for p in pods:
             labels = p["metadata"].get("labels") or {}
             host = (p.get("spec") or {}).get("nodeName")
             if labels.get("app.kubernetes.io/component") != "worker" or not host:
                 continue
-            if host not in nodes:
-                nodes[host] = self.kube.get("Node", None, host) or {"metadata": {}}
-            out.append(TopologyNode(p["metadata"]["name"], dict(nodes[host]["metadata"].get("labels") or {})))
+            node = nodes.get(host) or {"metadata": {}}
+            out.append(TopologyNode(p["metadata"]["name"], dict(node["metadata"].get("labels") or {})))
         return out
 
     def _patch_status(self, body: Mapping, before: SlurmClusterStatus | None, after: SlurmClusterStatus) -> None:
@@ -204,7 +222,10 @@ class Operator:
                                         problem_reason=reason)
             self._patch_status(body, previous, out.status)
             return out
-        topology = self._topology(cluster, pods) if cluster.spec.topology else []
+        worker_nodes, unread = self._worker_nodes(pods)
+        if cluster.spec.topology and unread:
+            raise unread[0]  # a topology without a node's switch labels would be wrong, not partial
+        topology = self._topology(pods, worker_nodes) if cluster.spec.topology else []
         desired = render(cluster, keys, topology, agent_clients=self.agent_clients)
         rendered_hash = desired[0]["metadata"]["annotations"][names.CONFIG_HASH]
 
@@ -223,7 +244,7 @@ class Operator:
                 _log.info("agent not answering", cluster=cluster.name, error=str(exc))
         out.nodes = nodes
 
-        sets = observe_nodesets(cluster, [o for o in objects if o["kind"] == "StatefulSet"], pods)
+        sets = observe_nodesets(cluster, [o for o in objects if o["kind"] == "StatefulSet"], pods, worker_nodes)
         state = SlurmState.nodes_only(nodes)
         decision = workers.decide(sets, state, now)
         if decision.needs_jobs and state.nodes is not None:

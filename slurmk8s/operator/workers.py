@@ -12,6 +12,12 @@ same way (:meth:`_Round.empty`):
   hash leaves it out.
 - a worker pod **someone else deletes** (kubectl delete, an eviction) whose
   node runs jobs: its node is emptied while its entrypoint waits;
+- **Kubernetes node maintenance**: the pod's node is cordoned, or has a
+  ``NoSchedule``/``NoExecute`` taint the pod does not tolerate (but those
+  of node conditions, which a blip sets: :data:`CONDITION_TAINTS`). The
+  Slurm node is emptied (``slurmk8s: k8s: cordoned`` / ``k8s: tainted
+  <key>``) and its busy label goes, so that ``kubectl drain`` may evict the
+  pod; the operator deletes nothing. Uncordoned, the node takes jobs again;
 - and afterwards, **leftover records**: a Slurm node whose pod is gone is
   deleted from slurmctld (the worker's entrypoint normally does this itself).
 
@@ -73,7 +79,8 @@ from slurmk8s.times import from_epoch
 from . import podrecord
 
 __all__ = [
-    "SCALE_IN", "ROLLING_UPDATE", "POD_TERMINATING", "OPERATOR_DRAINS", "Pod", "NodeSetState",
+    "SCALE_IN", "ROLLING_UPDATE", "POD_TERMINATING", "OPERATOR_DRAINS", "MAINTENANCE", "CORDONED", "CONDITION_TAINTS",
+    "maintenance", "Pod", "NodeSetState",
     "Drain", "Undrain", "Signal", "Requeue", "StartNow", "Cancel", "DeleteNodeRecord", "AnnotatePod", "LabelBusy",
     "DeletePod", "Event", "Decision", "decide",
 ]
@@ -87,6 +94,42 @@ ROLLING_UPDATE = "rolling update"
 OPERATOR_DRAINS = frozenset(
     f"{DRAIN_PREFIX} {r}" for r in (SCALE_IN, ROLLING_UPDATE, POD_TERMINATING)
 )
+#: The purpose (and drain reason) of emptying a node for Kubernetes node
+#: maintenance starts with this: ``k8s: cordoned``, ``k8s: tainted <key>``.
+MAINTENANCE = "k8s:"
+CORDONED = f"{MAINTENANCE} cordoned"
+#: Taints the node lifecycle controller and the kubelet set for a node's
+#: conditions. They come and go with a blip (a missed heartbeat, a moment of
+#: disk pressure), and a blip must not end a job: they are not maintenance.
+#: (``node.kubernetes.io/unschedulable`` is the cordon's, and is.)
+CONDITION_TAINTS = frozenset(f"node.kubernetes.io/{t}" for t in (
+    "not-ready", "unreachable", "memory-pressure", "disk-pressure", "pid-pressure", "network-unavailable"))
+
+
+def _tolerates(toleration: Mapping, taint: Mapping) -> bool:
+    """Kubernetes' rule: an empty key with Exists matches every taint; an empty effect every effect."""
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration.get("key") == taint.get("key")
+    return toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def maintenance(node: Mapping | None, tolerations: Sequence[Mapping]) -> str | None:
+    """Why Kubernetes wants a pod's node emptied, as a purpose (:data:`CORDONED`,
+    ``k8s: tainted <key>``); None when it does not, or the node is unknown. Pure."""
+    if node is None:
+        return None
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return CORDONED
+    for taint in spec.get("taints") or []:
+        key = taint.get("key") or ""
+        if taint.get("effect") not in ("NoSchedule", "NoExecute") or key in CONDITION_TAINTS:
+            continue
+        if not any(_tolerates(t, taint) for t in tolerations):
+            return CORDONED if key == "node.kubernetes.io/unschedulable" else f"{MAINTENANCE} tainted {key}"
+    return None
 
 
 # Observed state.
@@ -106,6 +149,8 @@ class Pod:
     busy_label: bool = False
     #: The pod's restart hash annotation (names.RESTART_HASH), None when it has none.
     restart_hash: str | None = None
+    #: Why its Kubernetes node is under maintenance (:func:`maintenance`); None: it is not.
+    maintenance: str | None = None
 
 
 @dataclass(frozen=True)
@@ -296,12 +341,16 @@ def _ordinal(node_name: str, statefulset: str) -> int | None:
     return None
 
 
+def _ours(reason: str) -> bool:
+    return reason in OPERATOR_DRAINS or reason.startswith(f"{DRAIN_PREFIX} {MAINTENANCE} ")
+
+
 def _operator_drain(node: Node | None) -> bool:
-    return node is not None and node.drain_set and node.reason in OPERATOR_DRAINS
+    return node is not None and node.drain_set and _ours(node.reason)
 
 
 def _foreign_drain(node: Node | None) -> bool:
-    return node is not None and node.drain_set and node.reason not in OPERATOR_DRAINS
+    return node is not None and node.drain_set and not _ours(node.reason)
 
 
 def decide(sets: Sequence[NodeSetState], slurm: SlurmState, now: float) -> Decision:
@@ -353,9 +402,16 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState, now: float) -> Decis
             if (p.deleting and p.ordinal < min(s.current, s.desired) and node is not None
                     and (node.busy or p.annotations.get(names.DRAIN_PURPOSE) == POD_TERMINATING)):
                 r.empty(s, node.name, p, POD_TERMINATING)
+        # Kubernetes node maintenance: empty the node, so that the pod may be
+        # evicted (its busy label goes once Slurm shows it idle).
+        for p in s.pods:
+            if p.maintenance and p.ordinal < min(s.current, s.desired) and not p.deleting \
+                    and p.ordinal not in restarting:
+                if r.empty(s, f"{s.statefulset}-{p.ordinal}", p, p.maintenance):
+                    r.waiting.append(f"{p.name}: its Slurm node is empty ({p.maintenance}); the pod may be evicted")
         # Drains of ours that nothing needs any more.
         for p in s.pods:
-            if p.ordinal >= s.desired or p.deleting or not p.ready or p.ordinal in restarting:
+            if p.ordinal >= s.desired or p.deleting or not p.ready or p.ordinal in restarting or p.maintenance:
                 continue
             name = f"{s.statefulset}-{p.ordinal}"
             node = slurm.node(name)
@@ -440,7 +496,10 @@ def _restart(r: _Round, s: NodeSetState, deletions: list[DeletePod]) -> None:
 
     in_progress = [p for p in outdated if p.annotations.get(names.DRAIN_PURPOSE) == ROLLING_UPDATE]
     # Broken pods first (a restart may mend them), then from the highest ordinal.
-    choices = in_progress or sorted((p for p in outdated if not foreign(p)), key=lambda p: (p.ready, -p.ordinal))
+    # A pod on a node under maintenance is left to the node's drain: once
+    # evicted, it comes back with the new template anyway.
+    choices = in_progress or sorted((p for p in outdated if not foreign(p) and not p.maintenance),
+                                    key=lambda p: (p.ready, -p.ordinal))
     for p in outdated:
         if foreign(p) and p not in choices:
             r.waiting.append(f"{p.name} keeps its old pod template: its Slurm node was drained by someone else")
