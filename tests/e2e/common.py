@@ -64,3 +64,55 @@ def running_sandbox(work: Path, doc: dict, subnet: str, release: str) -> Iterato
         assert_nothing_forbidden(Sandbox(work / "state"))
     finally:
         subprocess.run([SLURMK8S, "sandbox", "down", "--purge"], capture_output=True, env=env, timeout=240)
+
+
+#: Requests that change something.
+WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+def writers(box: Sandbox, account: str, since: str = "") -> list[str]:
+    """The pods whose ServiceAccount ``account`` (in the release namespace) wrote
+    through the API from ``since`` (an audit time) on, in order, each run of
+    writes by one pod once: leader election's Lease renewals left out. The pod
+    comes from the bound token's ``authentication.kubernetes.io/pod-name``."""
+    user = f"system:serviceaccount:{install.RELEASE_NAMESPACE}:{account}"
+    out: list[str] = []
+    for line in audit.read(box.dir / "api" / "audit.log"):
+        if line.get("user") != user or line.get("verb") not in WRITES or line.get("time", "") < since \
+                or line.get("resource") == "leases":
+            continue
+        pod = (line.get("extra") or {}).get("authentication.kubernetes.io/pod-name", ["?"])[0]
+        if not out or out[-1] != pod:
+            out.append(pod)
+    return out
+
+
+def assert_one_writer_at_a_time(box: Sandbox, account: str, since: str, killed: str) -> None:
+    """From ``since`` on, the account's writes came from the killed leader, then
+    from the one leader after it, never again from the killed one (either may
+    have had nothing to write)."""
+    new = box.leader_pod(account.removeprefix("slurmk8s-") if account != "slurmk8s" else "operator")
+    seen = writers(box, account, since)
+    assert seen in ([], [killed], [new], [killed, new]), (seen, killed, new)
+
+
+def audit_now(box: Sandbox) -> str:
+    """The time of the audit log's last line: what comes after it is new."""
+    lines = audit.read(box.dir / "api" / "audit.log")
+    return lines[-1]["time"] if lines else ""
+
+
+def kill_leader(box: Sandbox, kubectl, component: str) -> tuple[str, float]:
+    """Delete the leading replica's pod at once (``--grace-period=0 --force``:
+    no release of its Lease, as a crash or a lost node); then wait for a
+    standby to lead. Returns the killed pod and the seconds from the kill to
+    the new holder of the Lease."""
+    leader = box.leader_pod(component)
+    assert leader, f"no {component} leads"
+    t0 = time.monotonic()
+    kubectl("-n", install.RELEASE_NAMESPACE, "delete", "pod", leader, "--grace-period=0", "--force")
+    new = wait_for(f"a standby {component} to lead", lambda: (lambda p: p if p and p != leader else None)(
+        box.leader_pod(component)), timeout=60, every=0.2)
+    took = time.monotonic() - t0
+    print(f"\n{component} takeover: {took:.1f}s ({leader} killed, {new} leads)")
+    return leader, took

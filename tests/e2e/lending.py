@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import urllib.request
 from pathlib import Path
 from typing import Iterator
@@ -24,7 +22,7 @@ from sandbox import Sandbox
 from sandbox.images import tags
 
 from .researcher import Researcher
-from .common import running_sandbox, wait_for
+from .common import kill_leader, running_sandbox, wait_for
 
 #: What a serving pod runs: the image examples/serving.yaml names.
 SERVE_IMAGE = tags("serve")[0]
@@ -164,24 +162,10 @@ class Lending:
         return {(s.name, tuple(sorted(s.labels.items()))): s.value
                 for family in text_string_to_metric_families(text) for s in family.samples}
 
-    def bridge_restarts(self) -> int:
-        return self.box.status()["components"]["bridge"]["restarts"]
-
-    def kill_bridge(self) -> int:
-        """SIGKILL the bridge's process in its pod, as an OOM kill or a crash would; returns the
-        pod's restart count from before."""
-        restarts = self.bridge_restarts()
-        pid = self.box.component_pid("bridge")
-        assert pid, "the bridge's process is not running"
-        os.kill(pid, signal.SIGKILL)
-        wait_for("the bridge to die", lambda: not Path(f"/proc/{pid}").exists() or
-                 Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", timeout=10)
-        return restarts
-
-    def bridge_restarted(self, restarts: int) -> None:
-        """The kubelet restarted the bridge's pod (restartPolicy Always), and it is Ready again."""
-        wait_for("the bridge restarted and Ready", lambda: (lambda c: c["restarts"] > restarts and c["ready"])(
-            self.box.status()["components"]["bridge"]), timeout=60)
+    def kill_bridge(self) -> str:
+        """Kill the leading bridge's pod at once, as a crash or a lost node would
+        (:func:`.common.kill_leader`), and wait for a standby to lead; the pod killed."""
+        return kill_leader(self.box, self.kubectl, "bridge")[0]
 
     def until_state(self, name: str, state: str, timeout: float = 60) -> None:
         """Watch the Node (no polling gap) until its lending label is ``state``."""

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from .common import assert_one_writer_at_a_time, audit_now
 from .lending import CHECKPOINT_JOB, GRACE, LEND, SERVE_IMAGE, Lending, lending_sandbox, policy, wait_for
 from .conftest import default_release_only
 
@@ -196,7 +197,11 @@ def test_a_node_briefly_not_ready_is_reclaimed_gracefully_never_set_down(world):
 
 @default_release_only
 @pytest.mark.parametrize("stage", ["lending", "lent", "reclaiming"])
-def test_the_bridge_killed_in_any_state_converges_after_a_restart(world, stage):
+def test_the_leading_bridge_killed_in_any_state_the_standby_converges(world, stage):
+    """The leader's pod is killed at once (no release of its Lease); the
+    standby takes over within the lease duration and finishes what the
+    leader began: nothing doubled, the job signalled once, one writer at a
+    time in the audit log."""
     wait_for("both nodes lent", world.all_lent, show=world.states)
     r = world.researcher
     job = None
@@ -210,21 +215,32 @@ def test_the_bridge_killed_in_any_state_converges_after_a_restart(world, stage):
     elif stage == "reclaiming":
         job = r.sbatch("/shared/researcher/ckpt.sh", "-w", LEND[0], cwd="/shared/researcher")
         wait_for("the job to run", lambda: r.job(job)["JobState"] == "RUNNING")
+        before = len(world.events("Reclaiming", LEND[0]))
         world.gpu_pod("serve-kill", LEND[0])
         world.until_state(LEND[0], "reclaiming")
-    restarts = world.kill_bridge()
+        wait_for("the Reclaiming Event", lambda: len(world.events("Reclaiming", LEND[0])) > before)
+    since = audit_now(world.box)
+    reclaims = len(world.events("Reclaiming", LEND[0]))
     assert world.states()[LEND[0]] == stage
-    world.bridge_restarted(restarts)  # by the kubelet, as the Deployment's pod
-    if stage == "reclaiming":
-        wait_for("the pod on the reclaimed node", lambda: world.pod_node("serve-kill"), timeout=GRACE + 60,
-                 show=world.states)
-        r.check(f"scancel {job}")
-        world.delete_pod("serve-kill")
+    killed = world.kill_bridge()
+    try:
+        if stage == "reclaiming":
+            wait_for("the pod on the reclaimed node", lambda: world.pod_node("serve-kill"), timeout=GRACE + 60,
+                     show=world.states)
+            # Signalled once: it checkpointed and requeued itself once (-w: it waits for that node).
+            wait_for("the job requeued", lambda: r.job(job)["Restarts"] != "0", timeout=30, show=lambda: r.job(job))
+            assert r.job(job)["Restarts"] == "1", r.job(job)
+            assert len(world.events("Reclaiming", LEND[0])) == reclaims  # the standby did not start it again
+    finally:
+        if stage == "reclaiming":
+            r.check(f"scancel {job}")
+            world.delete_pod("serve-kill")
     wait_for("both nodes lent again", world.all_lent, timeout=90, show=world.states)
     # Exactly one slurmd pod and one Slurm node per lent node: nothing doubled.
     pods = sorted(p.spec.node_name for p in world.slurmd_pods())
     assert pods == list(LEND)
     assert sorted(n for n in world.slurm_nodes() if n.startswith("sandbox-lend")) == list(LEND)
+    assert_one_writer_at_a_time(world.box, "slurmk8s-bridge", since, killed)
 
 
 @default_release_only

@@ -1,6 +1,7 @@
 """A SlurmCluster's life with kubectl against the sandbox, real Slurm behind it:
-conflicting edits, scaling out and in with a job on the node that goes, the
-operator killed in the middle of a change, and deletion.
+conflicting edits, scaling out and in with a job on the node that goes (its
+leading operator killed meanwhile, on the default release), the operator
+killed in the middle of a change, a node drained with kubectl, and deletion.
 
 The tests share one sandbox and run in order; the last one deletes the cluster.
 """
@@ -19,10 +20,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slurmk8s import versions
 from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, names, render
 from sandbox import install, runcruntime, runtime
 
+from .common import assert_one_writer_at_a_time, audit_now, kill_leader, writers
 from .test_operator_e2e import ManifestPlatform, wait_for
 from .conftest import default_release_only
 
@@ -165,7 +168,10 @@ def test_of_two_edits_read_at_the_same_resource_version_the_second_conflicts(lif
     assert life.cluster()["metadata"]["annotations"]["example.com/owner"] == "first"
 
 
-def test_scaling_2_3_1_requeues_the_job_on_the_node_that_goes(life):
+def test_scaling_2_3_1_requeues_the_job_on_the_node_that_goes(life, release):
+    """On the default release the leading operator's pod is killed once the
+    scale-in has drained its node: the standby finishes it, requeueing the job
+    once, and the audit log shows one writer at a time."""
     cpu = [f"{NAME}-cpu-{i}" for i in range(3)]
     nodeset = MANIFEST["spec"]["nodeSets"][0]
     life.patch({"nodeSets": [{**nodeset, "replicas": 3}]})
@@ -179,6 +185,11 @@ def test_scaling_2_3_1_requeues_the_job_on_the_node_that_goes(life):
 
         # Drained first: the job is not killed; it runs out its grace period, then is requeued.
         wait_for("the node drained", lambda: "drain" in life.slurm_nodes().get(cpu[2], "drain"))
+        killed = None
+        if release == versions.DEFAULT:  # leader election is the same on every release
+            since = audit_now(life.box)
+            killed, took = kill_leader(life.box, life.kubectl, "operator")
+            assert took <= 15 + 2 + 5, took  # the lease, a retry, and the sandbox's slack
         # Its node is gone and the one that stays is busy: it waits in the queue.
         wait_for("the job requeued", lambda: (life.job(goes)["JobState"], life.job(goes)["Restarts"]) == (
             "PENDING", "1"), timeout=60, show=life.diagnose)
@@ -196,12 +207,77 @@ def test_scaling_2_3_1_requeues_the_job_on_the_node_that_goes(life):
         kept = life.job(stays)
         assert (kept["JobState"], kept["Restarts"], kept["NodeList"]) == ("RUNNING", "0", cpu[0]), kept
         assert life.job(goes)["Restarts"] == "1"
+        # Nothing applied twice: one requeue of the job, reported once.
+        requeues = [e for e in life.events() if e["reason"] == "JobsRequeued" and str(goes) in e["message"]]
+        assert len(requeues) == 1 and requeues[0].get("count", 1) == 1, requeues
+        if killed:
+            # One writer at a time: the killed leader's writes, then the new leader's, never again the old.
+            assert_one_writer_at_a_time(life.box, "slurmk8s", since, killed)
+            assert writers(life.box, "slurmk8s", since)[-1] == life.box.leader_pod("operator")  # it finished
     finally:
         life.run("scancel", str(goes), str(stays))
     wait_for("the jobs cancelled", lambda: life.job(goes)["JobState"] == life.job(stays)["JobState"] == "CANCELLED",
              timeout=60)
     wait_for("the node that stays idle, the cluster Ready", lambda: life.settled([cpu[0]]), timeout=60,
              show=life.diagnose)
+
+
+#: A job that checkpoints on the drain's signal: it notes it in its comment, which outlives the requeue.
+CHECKPOINTING = """#!/bin/bash
+trap 'scontrol update jobid=$SLURM_JOB_ID comment=checkpointed-on-USR1' USR1
+while true; do sleep 1; done
+"""
+
+
+@default_release_only
+def test_kubectl_drain_of_a_busy_workers_node_waits_for_slurm_then_completes_and_uncordon_brings_it_back(life):
+    """kubectl drain: the busy-worker budget refuses the eviction (429) while the
+    job runs; the operator drains the Slurm node ('k8s: cordoned'), signals the
+    job, waits the grace period and requeues it; the eviction then passes and
+    the drain completes within the documented bound (docs/operations.md). After
+    uncordon the worker comes back and the job runs again."""
+    worker = f"{NAME}-cpu-0"
+    nodeset = {**MANIFEST["spec"]["nodeSets"][0], "replicas": 1}
+    grace = nodeset["drain"]["gracePeriod"]
+    # The checkpoint signal (not in the pod template: nothing restarts).
+    life.patch({"nodeSets": [{**nodeset, "drain": {"gracePeriod": grace, "signal": "USR1"}}]})
+    node = json.loads(life.kubectl("get", "pod", worker, "-o", "json").stdout)["spec"]["nodeName"]
+    # Not pinned with -w: a required node that leaves Slurm makes a job BadConstraints.
+    job = int(life.kubectl("exec", "-i", CONTROLLER, "-c", "slurmctld", "--", "sbatch", "--parsable", "--requeue",
+                           "-o", "/dev/null", input=CHECKPOINTING).stdout.strip())
+    try:
+        wait_for("the job to run", lambda: life.job(job)["JobState"] == "RUNNING", timeout=60)
+        wait_for("the busy label", lambda: json.loads(life.kubectl("get", "pod", worker, "-o", "json").stdout)[
+            "metadata"]["labels"].get(names.BUSY_LABEL) == "true", timeout=30)
+        interval = 3  # the sandbox's operator --interval
+        kill_wait = 30  # Slurm's default KillWait
+        bound = grace + kill_wait + 2 * interval + 5 + 30  # docs/operations.md: the drain bound, + pod shutdown
+        t0 = time.monotonic()
+        drain = subprocess.Popen(life.box.kubectl_argv(
+            "drain", node, "--pod-selector", f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=worker",
+            "--delete-emptydir-data", "--ignore-daemonsets", f"--timeout={bound * 2}s"),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_for("kubectl drain to end", lambda: drain.poll() is not None, timeout=bound * 2, every=0.5,
+                 show=lambda: (life.slurm_nodes(), life.job(job), life.diagnose()))
+        took = time.monotonic() - t0
+        out = drain.stdout.read()
+        print(f"\nkubectl drain of a busy worker's node: {took:.1f}s (bound {bound}s)")
+        assert drain.returncode == 0, out
+        assert "error when evicting pods" in out and "Cannot evict pod" in out  # the budget held it while busy
+        assert f"pod/{worker} evicted" in out, out
+        assert took <= bound, (took, bound)
+        record = life.job(job)
+        assert (record["Restarts"], record["Comment"]) == ("1", "checkpointed-on-USR1"), record
+        messages = [e["message"] for e in life.events() if e["reason"] == "Draining"]
+        assert any(worker in m and "k8s: cordoned" in m for m in messages), messages
+        # The evicted worker cannot come back to the cordoned node: Pending, the job waits.
+        assert life.job(job)["JobState"] == "PENDING"
+    finally:
+        life.kubectl("uncordon", node)
+    wait_for("the worker back and the job running again", lambda: life.job(job)["JobState"] == "RUNNING",
+             timeout=120, show=life.diagnose)
+    life.run("scancel", str(job))
+    wait_for("the node idle, the cluster Ready", lambda: life.settled([worker]), timeout=60, show=life.diagnose)
 
 
 GROWN = copy.deepcopy(MANIFEST)
@@ -215,7 +291,7 @@ MANAGED = {"ConfigMap": "configmaps", "Secret": "secrets", "PersistentVolumeClai
 
 @default_release_only
 def test_an_operator_killed_mid_change_converges_without_duplicates(life):
-    pid = life.box.component_pid("operator")
+    pod, pid = life.box.component_pod("operator"), life.box.component_pid("operator")
     restarts = life.box.status()["components"]["operator"]["restarts"]
     offset = life.box.log_path("operator").stat().st_size
     path = life.work / "grown.yaml"
@@ -228,8 +304,7 @@ def test_an_operator_killed_mid_change_converges_without_duplicates(life):
     # The kubelet restarts the pod and keeps the killed instance's log apart (kubectl logs --previous).
     wait_for("the operator restarted", lambda: life.box.status()["components"]["operator"]["restarts"] > restarts,
              timeout=30)
-    previous = life.kubectl("-n", install.RELEASE_NAMESPACE, "logs", "--previous",
-                            life.box.component_pod("operator")).stdout
+    previous = life.kubectl("-n", install.RELEASE_NAMESPACE, "logs", "--previous", pod).stdout
     log = previous.encode()[offset:].decode(errors="replace")
     assert "Handler 'reconcile-update/spec' succeeded" not in log, f"the round finished before the kill:\n{log}"
 
