@@ -205,6 +205,29 @@ def sandbox_logs(state_dir: Path | None, pod: str, tail: int | None, container: 
         sys.exit(1)
 
 
+@sandbox.command("fault")
+@STATE_DIR_OPTION
+@click.argument("kind", type=click.Choice(["gpu", "shared-readonly"]))
+@click.argument("pod")
+@click.option("--clear", is_flag=True, help="Remove the fault again.")
+def sandbox_fault(state_dir: Path | None, kind: str, pod: str, clear: bool) -> None:
+    """Break something in a running slurmd POD, for the health checks to find.
+
+    \b
+    gpu              its highest-numbered /dev/nvidiaN disappears (a GPU fallen off the bus)
+    shared-readonly  its shared volumes are remounted read-only
+
+    The node's next health check (spec.healthCheck.intervalSeconds) drains it
+    with `slurmk8s: health: <check>`; after --clear, the next one resumes it.
+    """
+    try:
+        for line in _sandbox(state_dir).fault(pod, kind, clear):
+            click.echo(f"in {pod}: {line}")
+    except (KeyError, ValueError) as exc:
+        click.echo(exc.args[0], err=True)
+        sys.exit(1)
+
+
 @sandbox.command("down")
 @STATE_DIR_OPTION
 @click.option("--purge", is_flag=True, help="Also delete the keys, the controller state and the shared storage.")

@@ -35,6 +35,7 @@ import base64
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -57,7 +58,8 @@ from slurmk8s.render import names
 from slurmk8s.render.keys import ssh_keypair
 from slurmk8s.slurm import SlurmControl
 from slurmk8s.slurm.remote import cluster_agent
-from . import images, install, podlogs, publish, registry, runcruntime, runtime, site, supervise
+from . import faults, images, install, podlogs, publish, registry, runcruntime, runtime, site, supervise
+from . import gpus as gpu_devices
 from .imagestore import ImageBuildFailed
 from .kubelet import REGISTRIES_FILE, SandboxNode
 
@@ -641,6 +643,32 @@ class Sandbox:
             raise KeyError(f"no pod {pod!r} runs in this sandbox")
         return runcruntime.exec_argv(p["holder"], self.pod_dir(pod), argv,
                                  {"PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
+
+    def fault(self, pod: str, kind: str, clear: bool = False) -> list[str]:
+        """Inject a fault into a running pod's first container, or clear it
+        (:mod:`sandbox.faults`); the commands run, for the record."""
+        p = self._local_pods().get(pod)
+        if p is None:
+            raise KeyError(f"no pod {pod!r} runs in this sandbox")
+        pid = runcruntime.container_pid(p["holder"], self.pod_dir(pod))
+        if pid is None:
+            raise KeyError(f"pod {pod}'s container is not running")
+        present = sorted(int(m.group(1)) for m in (re.fullmatch(r"nvidia([0-9]+)", e.name)
+                                                   for e in Path(f"/proc/{pid}/root/dev").iterdir()) if m)
+        environ = dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in v)
+        gpus = [int(n) for n in environ.get(gpu_devices.VISIBLE_ENV, "").split(",") if n.isdigit()]
+        client, api = self.api()
+        spec = client.CoreV1Api(api).read_namespaced_pod(pod, p["namespace"]).spec
+        claims = {v.name for v in spec.volumes or [] if v.persistent_volume_claim is not None}
+        shared = [m.mount_path for m in spec.containers[0].volume_mounts or [] if m.name in claims and not m.read_only]
+        done = []
+        for argv in faults.fault_commands(kind, clear, gpus=gpus, present=present, shared=shared):
+            proc = subprocess.run(["nsenter", "-t", str(pid), "-m", "--", *argv], capture_output=True, text=True,
+                                  timeout=30)
+            if proc.returncode != 0:
+                raise ValueError(f"{' '.join(argv)} failed in {pod}: {proc.stderr.strip()}")
+            done.append(" ".join(argv))
+        return done
 
     def ssh_argv(self, command: list[str] | None = None) -> list[str]:
         state = self._require()

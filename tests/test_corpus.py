@@ -102,7 +102,7 @@ from slurmk8s.api.secrets import OWNED_SECRET_SUFFIXES
 from slurmk8s.api.validate import EXTRA_LINE_KEYS, OWNED_KEYS, PROGRAM_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
 from slurmk8s.render import names as object_names
-from slurmk8s.render.config import TASK_PROLOG, render_template
+from slurmk8s.render.config import HEALTH_CHECK_PROGRAM, TASK_PROLOG, render_template
 from slurmk8s.render.slurmd import node_conf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +119,8 @@ IMAGE_PATHS = (
     "/usr/sbin", "/var/lib/slurm", "/var/log", "/var/run", "/var/spool/slurmctld", "/var/spool/slurmd",
 )
 #: What slurmk8s itself writes for the program keys it owns.
-OWN_PROGRAMS = {"taskprolog": TASK_PROLOG, "mailprog": "/bin/true", "jobsubmitplugins": "lua",
+OWN_PROGRAMS = {"taskprolog": TASK_PROLOG, "healthcheckprogram": HEALTH_CHECK_PROGRAM, "mailprog": "/bin/true",
+                "jobsubmitplugins": "lua",
                 "accountingstoragetype": "accounting_storage/slurmdbd"}
 ROOTS = re.compile(r"(apiVersion|kind|metadata|spec|status)([.\[]|$)|\(document\)$|\(file\)$")
 SETTING = re.compile(r"[A-Za-z]+=[^\s#\\]+( [A-Za-z]+=[^\s#\\]+)*")

@@ -24,6 +24,7 @@ from slurmk8s.bridge.nodestate import (
     CLUSTER_ANNOTATION,
     COMPONENT_LABEL,
     FORCED_ANNOTATION,
+    HEALTH_FAILED_ANNOTATION,
     IDLE_SINCE_ANNOTATION,
     LENDING,
     LENT,
@@ -256,6 +257,26 @@ def test_the_longest_idle_node_is_lent_first():
 def test_nodes_that_are_not_lent(change, reason):
     w = World.of(nodes=[replace(gpu_node("n1", annotations=IDLE), **change)])
     assert "SetLendingState" not in kinds(w.decide(POLICY, T0)), reason
+
+
+def test_a_lent_node_that_fails_a_health_check_is_taken_back_gracefully_and_not_lent_again():
+    """The health check drained it ('slurmk8s: health: gpus'): the bridge takes
+    it back with the policy's signal and grace period, marks the Node with the
+    check it failed, and lends it no more until someone removes the mark."""
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    w.snodes["n1"] = replace(w.snodes["n1"], flags=w.snodes["n1"].flags | {"DRAIN"},
+                             reason="slurmk8s: health: gpus")
+    acts = w.decide(POLICY, T0)
+    assert [a.reason for a in of(acts, A.SetLendingState)] == ["unhealthy"]
+    assert only(acts, A.RecordHealthFailed) == A.RecordHealthFailed("n1", "gpus")
+    assert of(acts, A.Signal), "a graceful reclaim: the jobs get their signal"
+    w = World.of(nodes=[gpu_node("n1", annotations={**IDLE, HEALTH_FAILED_ANNOTATION: "gpus"})])
+    acts = w.decide(policy(idleAfterSeconds=0), T0)
+    assert "SetLendingState" not in kinds(acts)
+    ready = next(c for c in status(acts).conditions if c.type == "Ready")
+    assert "cannot be lent: n1 (failed its gpus health check while lent" in ready.message, ready.message
+    w = World.of(nodes=[gpu_node("n1", annotations=IDLE)])
+    assert "SetLendingState" in kinds(w.decide(policy(idleAfterSeconds=0), T0))  # the mark removed: lent again
 
 
 # -- who may lend which nodes (decision record 15) ---------------------------------------

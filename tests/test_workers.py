@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from slurmk8s.evacuation import Record
 import pytest
 
+from slurmk8s.operator.maintenance import CORDONED, maintenance
 from slurmk8s.operator.workers import (
-    CORDONED, OPERATOR_DRAINS, POD_TERMINATING, ROLLING_UPDATE, SCALE_IN, AnnotatePod, Cancel, DeleteNodeRecord,
-    DeletePod, Drain, LabelBusy, NodeSetState, Pod, Requeue, Signal, StartNow, Undrain, decide, maintenance,
+    OPERATOR_DRAINS, POD_TERMINATING, ROLLING_UPDATE, SCALE_IN, AnnotatePod, Cancel, DeleteNodeRecord, DeletePod,
+    Drain, LabelBusy, NodeSetState, Pod, Requeue, Signal, StartNow, Undrain, decide,
 )
 from slurmk8s.operator.podrecord import read_record, record_annotations
 from slurmk8s.operator.reconfigure import decide_reconfigure

@@ -106,6 +106,12 @@ if [ -n "${SLURMK8S_GPU_COUNT:-}" ] && [ "$SLURMK8S_GPU_COUNT" != 0 ]; then
   sk_log "found $SLURMK8S_GPU_COUNT GPU devices: $gpu_files"
 fi
 
+# What the health check (HealthCheckProgram, images/slurmd/healthcheck.sh) needs
+# and slurmd does not pass it: this node's name, its GPU count, its slurm.conf.
+install -d -m 0755 /run/slurmk8s
+printf 'NODE=%s\nGPUS=%s\nSLURM_CONF=%s\n' "$node" "${SLURMK8S_GPU_COUNT:-0}" "$SLURM_CONF" >/run/slurmk8s/node.tmp
+mv -f /run/slurmk8s/node.tmp /run/slurmk8s/node
+
 terminating=0
 # shellcheck disable=SC2317 # run from a trap
 on_term_early() {

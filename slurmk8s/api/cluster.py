@@ -390,6 +390,52 @@ class NetworkSpec(ApiModel):
     any address."""
 
 
+#: The checks slurmk8s's HealthCheckProgram runs (images/slurmd/healthcheck.sh).
+HealthCheckName = Literal["gpus", "munge", "sharedStorage"]
+#: HealthCheckNodeState's words: on nodes in which states the check runs.
+HealthNodeState = Literal["ANY", "ALLOC", "MIXED", "IDLE", "CYCLE"]
+
+
+def _distinct(values: list) -> list:
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        raise ValueError(f"{seen[0]!r} is listed twice; list each once")
+    return values
+
+
+class HealthCheckSpec(ApiModel):
+    """Slurm's HealthCheckProgram on every slurmd (the cluster's workers and
+    lent nodes): a node that fails a check is drained with the reason
+    `slurmk8s: health: <check>`, and takes jobs again once it passes. A drain
+    someone else set is never touched."""
+
+    enabled: bool = True
+    """Run the checks (HealthCheckProgram)."""
+    interval_seconds: int = Field(120, ge=10, le=86400)
+    """Seconds between two runs on each node (HealthCheckInterval); slurmd
+    also runs it when it starts."""
+    node_states: Annotated[list[HealthNodeState], AfterValidator(_distinct)] = Field(
+        default_factory=lambda: ["ANY"], min_length=1, max_length=5)
+    """On nodes in which states the checks run (HealthCheckNodeState): ANY,
+    or some of ALLOC, MIXED, IDLE; CYCLE spreads the runs over the interval
+    instead of running them on every node at once."""
+    checks: Annotated[list[HealthCheckName], AfterValidator(_distinct)] = Field(
+        default_factory=lambda: ["gpus", "munge", "sharedStorage"], max_length=3)
+    """gpus: the node has the GPU devices its gres says; munge: a credential
+    made on the node decodes; sharedStorage: every shared volume is mounted,
+    and read-write (its mount options; nothing is written, so root-squashed
+    NFS passes)."""
+    min_free_disk: Quantity | None = None
+    """Fail when the node's local disk (/tmp, where jobs write scratch
+    files) has less free space than this."""
+    min_available_memory: Quantity | None = None
+    """Fail when the pod's memory limit leaves less than this unused."""
+    site_checks: DnsSubdomain | None = None
+    """A ConfigMap in the cluster's namespace whose every key is a check
+    script of the site's. Each runs as nobody, in key order, with 10 seconds
+    to exit 0; the key names the check in the drain reason."""
+
+
 class SharedVolume(ApiModel):
     """A ReadWriteMany volume mounted at the same path in every Slurm pod."""
 
@@ -674,6 +720,8 @@ class SlurmClusterSpec(ApiModel):
     """Job accounting with slurmdbd (off by default)."""
     network: NetworkSpec = NetworkSpec()
     """The NetworkPolicies rendered for the cluster's traffic."""
+    health_check: HealthCheckSpec = HealthCheckSpec()
+    """Node health checks that drain a failing node and undrain it once it passes."""
     image_pull_secrets: list[DnsSubdomain] = Field(default_factory=list, max_length=16)
     """Secrets of type kubernetes.io/dockerconfigjson in the cluster's
     namespace that the kubelet pulls every image of the cluster with (the

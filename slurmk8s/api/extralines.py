@@ -55,6 +55,9 @@ KNOB_FOR_KEY: dict[str, str | None] = {
     "priorityweightqos": "spec.accounting.fairShare.weightQos",
     "prioritydecayhalflife": "spec.accounting.fairShare.decayHalfLife",
     "srunportrange": "spec.slurmConfig.srunPortRange",
+    "healthcheckprogram": "spec.healthCheck",
+    "healthcheckinterval": "spec.healthCheck.intervalSeconds",
+    "healthchecknodestate": "spec.healthCheck.nodeStates",
     **{
         k: None
         for k in (
@@ -112,7 +115,8 @@ def extra_line_errors(i: int, line: str, seen: dict[str, int]) -> Iterator[Field
     if lower in KNOB_FOR_KEY:
         knob = KNOB_FOR_KEY[lower]
         hint = f"use {knob} instead" if knob else "it cannot be overridden"
-        yield FieldError(path, f"{quote(line)} sets {key}, which slurmk8s writes itself; {hint}")
+        runs = ", a program Slurm runs as root," if lower in PROGRAM_KEYS else ","
+        yield FieldError(path, f"{quote(line)} sets {key}{runs} which slurmk8s writes itself; {hint}")
     elif lower in PROGRAM_KEYS:
         yield FieldError(
             path,

@@ -28,7 +28,7 @@ from ..slurm.steps import Cancel, DeleteNode, Drain, Requeue, SetDown, Signal, S
 __all__ = [
     "SetLendingState", "ClearLending", "RecordIdleSince", "ClearIdleSince", "RecordFreeSince",
     "ClearFreeSince", "RecordSignalled",
-    "RecordForced", "RecordDownOwed", "ClearDownOwed", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "Drain", "SetDown",
+    "RecordForced", "RecordDownOwed", "ClearDownOwed", "RecordHealthFailed", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "Drain", "SetDown",
     "Signal", "Requeue", "StartNow", "Cancel", "DeleteNode", "Event", "PolicyStatus",
     "Action", "NodeAction", "DESTRUCTIVE_ACTIONS", "node_of",
 ]
@@ -126,6 +126,15 @@ class RecordDownOwed:
 
 
 @dataclass(frozen=True)
+class RecordHealthFailed:
+    """Annotate ``slurmk8s.dev/health-failed=<check>``: the lent node failed a
+    health check; it is taken back and not lent again while this is there."""
+
+    node: str
+    check: str
+
+
+@dataclass(frozen=True)
 class ClearDownOwed:
     """Remove ``slurmk8s.dev/down-owed``: Slurm set the node DOWN (or has no such node)."""
 
@@ -200,7 +209,7 @@ class PolicyStatus:
 NodeAction = Union[
     SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordFreeSince, ClearFreeSince,
     RecordSignalled, RecordForced,
-    RecordDownOwed, ClearDownOwed, Taint, Untaint, CreateSlurmdPod, DeleteSlurmdPod, Drain, SetDown, Signal, Requeue,
+    RecordDownOwed, ClearDownOwed, RecordHealthFailed, Taint, Untaint, CreateSlurmdPod, DeleteSlurmdPod, Drain, SetDown, Signal, Requeue,
     StartNow, Cancel, DeleteNode,
 ]
 Action = Union[NodeAction, Event, PolicyStatus]

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from ..api.lending import NodeLendingPolicySpec
 from ..render.lent import LentNode, UnlendableNode
-from .nodestate import LENDING, TAINT_KEY
+from .nodestate import HEALTH_FAILED_ANNOTATION, LENDING, TAINT_KEY
 from .observed import KubeNode, KubePod
 from .placement import fits
 from .settings import Settings, Round
@@ -74,6 +74,10 @@ def idle_candidates(r: Round, world: World, settings: Settings, idle: list[KubeN
             continue
         if n.record.taint is not None:
             r.blocked.append(f"{n.name} (carries the {TAINT_KEY} taint)")
+            continue
+        if n.record.health_failed:
+            r.blocked.append(f"{n.name} (failed its {n.record.health_failed} health check while lent; remove "
+                             f"its {HEALTH_FAILED_ANNOTATION} annotation once it is mended)")
             continue
         if n.name in world.slurm_nodes and n.name not in ghosts:
             r.blocked.append(f"{n.name} (Slurm already has a node of that name)")

@@ -219,7 +219,8 @@ def _move_nodes(r: Round, world: World, settings: Settings, mine: list[KubeNode]
         # A node whose owner withdrew or cordoned it goes back whatever the
         # policy says (:func:`.deadline.owner_claim`).
         reason = (failure(world, settings, n) or withdrawn(settings, n)
-                  or (must_go(settings, n, window_open) if problem is None else deadline.owner_claim(settings, n)))
+                  or (must_go(settings, n, window_open, world.slurm_nodes.get(n.name)) if problem is None
+                      else deadline.owner_claim(settings, n)))
         if reason:
             leaving[n.name] = reason
         else:

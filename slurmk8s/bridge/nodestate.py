@@ -37,7 +37,8 @@ __all__ = [
     "STATE_LABEL", "LENDING", "LENT", "RECLAIMING", "STATES",
     "POLICY_ANNOTATION", "CLUSTER_ANNOTATION", "PARTITION_ANNOTATION", "SINCE_ANNOTATION",
     "REASON_ANNOTATION", "SIGNALLED_ANNOTATION", "JOBS_ANNOTATION", "FORCED_ANNOTATION", "IDLE_SINCE_ANNOTATION",
-    "FREE_GPUS_ANNOTATION", "FREE_SINCE_ANNOTATION", "LENDING_ANNOTATIONS", "DOWN_OWED_ANNOTATION", "DOWN_OWED_POLICY_ANNOTATION", "TAINT_KEY", "TAINT_EFFECT", "SLURMD_COMPONENT", "COMPONENT_LABEL",
+    "FREE_GPUS_ANNOTATION", "FREE_SINCE_ANNOTATION", "LENDING_ANNOTATIONS", "HEALTH_FAILED_ANNOTATION",
+    "DOWN_OWED_ANNOTATION", "DOWN_OWED_POLICY_ANNOTATION", "TAINT_KEY", "TAINT_EFFECT", "SLURMD_COMPONENT", "COMPONENT_LABEL",
     "LendingRecord", "format_time", "parse_time",
 ]
 
@@ -71,6 +72,11 @@ LENDING_ANNOTATIONS = (
 #: restarted bridge still sets it once that Slurm answers.
 DOWN_OWED_ANNOTATION = f"{GROUP}/down-owed"
 DOWN_OWED_POLICY_ANNOTATION = f"{GROUP}/down-owed-policy"
+#: The health check a lent node last failed (``slurmk8s: health: <check>``):
+#: the bridge took it back and never lends it again while this is there.
+#: ClearLending keeps it; whoever mends the node removes it
+#: (``kubectl annotate node <node> slurmk8s.dev/health-failed-``).
+HEALTH_FAILED_ANNOTATION = f"{GROUP}/health-failed"
 
 #: Keeps new Kubernetes pods off a node while Slurm has it; the lent slurmd
 #: pod tolerates it. The value is the SlurmCluster's name.
@@ -108,6 +114,8 @@ class LendingRecord:
     #: and the policy that took it back past the reclaim deadline.
     down_owed: str | None = None
     down_owed_policy: str | None = None
+    #: The health check the node failed while lent; None: none did.
+    health_failed: str | None = None
 
     @classmethod
     def read(cls, labels: Mapping[str, str], annotations: Mapping[str, str],
@@ -129,6 +137,7 @@ class LendingRecord:
             taint=taint,
             down_owed=ann(DOWN_OWED_ANNOTATION) or None,
             down_owed_policy=ann(DOWN_OWED_POLICY_ANNOTATION) or None,
+            health_failed=ann(HEALTH_FAILED_ANNOTATION) or None,
         )
 
 

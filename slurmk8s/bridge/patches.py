@@ -19,6 +19,7 @@ from .actions import (
     RecordDownOwed,
     RecordForced,
     RecordFreeSince,
+    RecordHealthFailed,
     RecordIdleSince,
     RecordSignalled,
     SetLendingState,
@@ -32,6 +33,7 @@ from .nodestate import (
     FORCED_ANNOTATION,
     FREE_GPUS_ANNOTATION,
     FREE_SINCE_ANNOTATION,
+    HEALTH_FAILED_ANNOTATION,
     IDLE_SINCE_ANNOTATION,
     JOBS_ANNOTATION,
     LENDING,
@@ -52,7 +54,7 @@ __all__ = ["NODE_PATCH_ACTIONS", "node_patch"]
 
 NODE_PATCH_ACTIONS = (
     SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordFreeSince, ClearFreeSince,
-    RecordSignalled, RecordForced, RecordDownOwed, ClearDownOwed, Taint, Untaint,
+    RecordSignalled, RecordForced, RecordDownOwed, ClearDownOwed, RecordHealthFailed, Taint, Untaint,
 )
 
 
@@ -104,6 +106,8 @@ def node_patch(action: Any, node: KubeNode) -> dict:
                                              DOWN_OWED_POLICY_ANNOTATION: action.policy}}}
     if isinstance(action, ClearDownOwed):
         return {"metadata": {"annotations": {DOWN_OWED_ANNOTATION: None, DOWN_OWED_POLICY_ANNOTATION: None}}}
+    if isinstance(action, RecordHealthFailed):
+        return {"metadata": {"annotations": {HEALTH_FAILED_ANNOTATION: action.check}}}
     if isinstance(action, Taint):
         taints = [t for t in _taints(node) if not (t["key"] == action.key and t["effect"] == action.effect)]
         taints.append({"key": action.key, "value": action.value, "effect": action.effect})

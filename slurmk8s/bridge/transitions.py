@@ -21,7 +21,7 @@ from .. import evacuation
 from ..api.cluster import LENT_PREFIX
 from ..evacuation import evacuate
 from ..render.lent import LentNode
-from ..slurm.model import Job
+from ..slurm.model import Job, unhealthy
 from ..slurm.steps import Cancel, DeleteNode, Requeue, StartNow
 from ..times import format_time
 from .actions import (
@@ -34,6 +34,7 @@ from .actions import (
     Event,
     RecordForced,
     RecordFreeSince,
+    RecordHealthFailed,
     RecordIdleSince,
     RecordSignalled,
     SetLendingState,
@@ -43,7 +44,7 @@ from .actions import (
 from .nodestate import LENDING, LENT, RECLAIMING, TAINT_EFFECT, TAINT_KEY, LendingRecord
 from .observed import KubeNode
 from .settings import Settings, Round
-from .reasons import CLUSTER_GONE, FAILURES, FORCE_RETRY_SECONDS, NODE_NOT_READY, REASONS, SLURMD_GONE
+from .reasons import CLUSTER_GONE, FAILURES, FORCE_RETRY_SECONDS, NODE_NOT_READY, REASONS, SLURMD_GONE, UNHEALTHY
 from .verdicts import lost, pod_of, registered
 from .world import World
 
@@ -156,6 +157,8 @@ def reclaim(r: Round, world: World, settings: Settings, node: KubeNode, entering
         running = [j for j in jobs if j.state != "COMPLETING"]
         acts.append(SetLendingState(name, RECLAIMING, settings.key, settings.cluster_key, rec.partition or "",
                                     settings.now, reason=entering))
+        if entering == UNHEALTHY and snode is not None:
+            acts.append(RecordHealthFailed(name, unhealthy([snode]).get(name, "unknown")))
         what = f"taking the node back from Slurm: {REASONS.get(entering, entering)}"
         if running and not failure:
             what += (f"; {len(_job_ids(running))} job(s) get SIG{spec.signal} and "

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from ..api.lending import may_lend
 from ..render.lent import UnlendableNode
+from ..slurm.model import Node, unhealthy
 from .nodestate import LENDING
 from .observed import KubeNode, KubePod
 from .settings import Settings
@@ -24,6 +25,7 @@ from .reasons import (
     SLURM_NODE_DOWN,
     SLURM_NODE_LOST,
     SLURMD_LOST,
+    UNHEALTHY,
     UNLENDABLE,
     UNSELECTED,
     WINDOW,
@@ -106,8 +108,9 @@ def withdrawn(settings: Settings, node: KubeNode) -> str | None:
     return None
 
 
-def must_go(settings: Settings, node: KubeNode, window_open: bool) -> str | None:
-    """A reason to give the node back gracefully (signal, grace, jobAction), or None."""
+def must_go(settings: Settings, node: KubeNode, window_open: bool, snode: Node | None = None) -> str | None:
+    """A reason to give the node back gracefully (signal, grace, jobAction), or
+    None. ``snode``: the node as Slurm shows it (a health check's drain)."""
     policy = settings.policy
     if policy is None:
         return POLICY_GONE
@@ -117,6 +120,8 @@ def must_go(settings: Settings, node: KubeNode, window_open: bool) -> str | None
         return UNSELECTED
     if node.unschedulable:
         return CORDONED
+    if snode is not None and snode.name in unhealthy([snode]):
+        return UNHEALTHY
     if not window_open:
         return WINDOW
     return None

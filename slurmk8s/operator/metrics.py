@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-__all__ = ["RECONCILES", "ROUND_SECONDS", "CLUSTER_READY", "CLUSTER_NODES", "observe_cluster", "forget_cluster",
-           "serve"]
+from slurmk8s.slurm.model import unhealthy
+
+__all__ = ["RECONCILES", "ROUND_SECONDS", "CLUSTER_READY", "CLUSTER_NODES", "CLUSTER_UNHEALTHY", "observe_cluster",
+           "forget_cluster", "serve"]
 
 RECONCILES = Counter("slurmk8s_operator_rounds_total", "Rounds run for SlurmClusters, by result "
                      "(ok, problem: something could not be applied, error: the round failed).", ["result"])
@@ -16,7 +19,12 @@ CLUSTER_READY = Gauge("slurmk8s_cluster_ready", "1 when the SlurmCluster's Ready
                       ["namespace", "cluster"])
 CLUSTER_NODES = Gauge("slurmk8s_cluster_nodes", "Slurm nodes of the SlurmCluster by state (status.nodeCounts).",
                       ["namespace", "cluster", "state"])
+CLUSTER_UNHEALTHY = Gauge("slurmk8s_cluster_unhealthy_nodes", "Slurm nodes the health check drained, by the check "
+                          "they failed (gpus, munge, sharedStorage, disk, memory, or a site check's name).",
+                          ["namespace", "cluster", "check"])
 _STATES = ("idle", "mixed", "allocated", "drain", "down", "other")
+#: The checks each cluster's unhealthy-node gauge has a series for, to zero them once they pass.
+_CHECKS: dict[tuple[str, str], set[str]] = {}
 
 
 def observe_cluster(namespace: str, cluster: str, outcome: Any) -> None:
@@ -27,10 +35,18 @@ def observe_cluster(namespace: str, cluster: str, outcome: Any) -> None:
     counts = st.node_counts
     for state in _STATES:
         CLUSTER_NODES.labels(namespace, cluster, state).set(getattr(counts, state))
+    if outcome.nodes is not None:
+        failing = Tally(unhealthy(outcome.nodes).values())
+        known = _CHECKS.setdefault((namespace, cluster), set())
+        known |= set(failing)
+        for check in known:
+            CLUSTER_UNHEALTHY.labels(namespace, cluster, check).set(failing.get(check, 0))
 
 
 def forget_cluster(namespace: str, cluster: str) -> None:
-    for gauge, extra in ((CLUSTER_READY, [()]), (CLUSTER_NODES, [(s,) for s in _STATES])):
+    checks = [(c,) for c in _CHECKS.pop((namespace, cluster), ())]
+    for gauge, extra in ((CLUSTER_READY, [()]), (CLUSTER_NODES, [(s,) for s in _STATES]),
+                         (CLUSTER_UNHEALTHY, checks)):
         for labels in extra:
             try:
                 gauge.remove(namespace, cluster, *labels)

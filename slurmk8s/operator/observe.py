@@ -13,6 +13,7 @@ from slurmk8s.api.cluster import DrainSpec, SlurmCluster, SlurmClusterStatus
 from slurmk8s.render import names
 
 from . import workers
+from .maintenance import maintenance
 
 __all__ = ["observe_nodesets", "previous_status"]
 
@@ -54,7 +55,7 @@ def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping], pod
                 annotations=dict(meta.get("annotations") or {}),
                 busy_label=(meta.get("labels") or {}).get(names.BUSY_LABEL) == "true",
                 restart_hash=(meta.get("annotations") or {}).get(names.RESTART_HASH),
-                maintenance=workers.maintenance((nodes or {}).get((p.get("spec") or {}).get("nodeName") or ""),
+                maintenance=maintenance((nodes or {}).get((p.get("spec") or {}).get("nodeName") or ""),
                                                 (p.get("spec") or {}).get("tolerations") or ()),
             ))
         template = ((sts or {}).get("spec") or {}).get("template") or {}

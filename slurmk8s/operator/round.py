@@ -40,7 +40,7 @@ from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, key_secret_name
 from slurmk8s.render.manifests import AgentClients
 from slurmk8s.events import Event
 from slurmk8s.slurm import SlurmControl, SlurmError, steps
-from slurmk8s.slurm.model import Job, Node, SlurmState
+from slurmk8s.slurm.model import Job, Node, SlurmState, unhealthy
 from slurmk8s.slurm.remote import agent_url as remote_agent_url, cluster_agent
 from slurmk8s.times import format_time
 
@@ -243,6 +243,12 @@ class Operator:
                 out.waiting.append(f"Slurm state unknown: {exc}")
                 _log.info("agent not answering", cluster=cluster.name, error=str(exc))
         out.nodes = nodes
+        if nodes is not None:
+            for node, check in sorted(unhealthy(nodes).items()):
+                # Named by node and check: announced once while Kubernetes keeps the Event.
+                out.events.append(Event("Warning", "NodeUnhealthy",
+                                        f"Slurm node {node} failed its {check} health check: drained until "
+                                        "it passes again", kind="SlurmNode", name=f"{node}.{check}"))
 
         sets = observe_nodesets(cluster, [o for o in objects if o["kind"] == "StatefulSet"], pods, worker_nodes)
         state = SlurmState.nodes_only(nodes)

@@ -14,7 +14,7 @@ same way (:meth:`_Round.empty`):
   node runs jobs: its node is emptied while its entrypoint waits;
 - **Kubernetes node maintenance**: the pod's node is cordoned, or has a
   ``NoSchedule``/``NoExecute`` taint the pod does not tolerate (but those
-  of node conditions, which a blip sets: :data:`CONDITION_TAINTS`). The
+  of node conditions, which a blip sets: :mod:`.maintenance`). The
   Slurm node is emptied (``slurmk8s: k8s: cordoned`` / ``k8s: tainted
   <key>``) and its busy label goes, so that ``kubectl drain`` may evict the
   pod; the operator deletes nothing. Uncordoned, the node takes jobs again;
@@ -48,7 +48,7 @@ autoscalers) while its jobs run. The label follows the node's state each round.
 
 Config changes are not decided here but in :mod:`.reconfigure`.
 
-Why one module of some 480 lines: scale-in, rolling updates, deleted pods,
+Why one module of some 490 lines: scale-in, rolling updates, deleted pods,
 undrains, busy labels and leftover records are one decision per node set,
 not five. They share one collector (``_Round``: the evacuation, its record
 and its Events) and read each other's state within one pass: a rolling
@@ -77,10 +77,10 @@ from slurmk8s.slurm.steps import Cancel, Drain, Requeue, Signal, StartNow, Undra
 from slurmk8s.times import from_epoch
 
 from . import podrecord
+from .maintenance import MAINTENANCE
 
 __all__ = [
-    "SCALE_IN", "ROLLING_UPDATE", "POD_TERMINATING", "OPERATOR_DRAINS", "MAINTENANCE", "CORDONED", "CONDITION_TAINTS",
-    "maintenance", "Pod", "NodeSetState",
+    "SCALE_IN", "ROLLING_UPDATE", "POD_TERMINATING", "OPERATOR_DRAINS", "Pod", "NodeSetState",
     "Drain", "Undrain", "Signal", "Requeue", "StartNow", "Cancel", "DeleteNodeRecord", "AnnotatePod", "LabelBusy",
     "DeletePod", "Event", "Decision", "decide",
 ]
@@ -94,44 +94,6 @@ ROLLING_UPDATE = "rolling update"
 OPERATOR_DRAINS = frozenset(
     f"{DRAIN_PREFIX} {r}" for r in (SCALE_IN, ROLLING_UPDATE, POD_TERMINATING)
 )
-#: The purpose (and drain reason) of emptying a node for Kubernetes node
-#: maintenance starts with this: ``k8s: cordoned``, ``k8s: tainted <key>``.
-MAINTENANCE = "k8s:"
-CORDONED = f"{MAINTENANCE} cordoned"
-#: Taints the node lifecycle controller and the kubelet set for a node's
-#: conditions. They come and go with a blip (a missed heartbeat, a moment of
-#: disk pressure), and a blip must not end a job: they are not maintenance.
-#: (``node.kubernetes.io/unschedulable`` is the cordon's, and is.)
-CONDITION_TAINTS = frozenset(f"node.kubernetes.io/{t}" for t in (
-    "not-ready", "unreachable", "memory-pressure", "disk-pressure", "pid-pressure", "network-unavailable"))
-
-
-def _tolerates(toleration: Mapping, taint: Mapping) -> bool:
-    """Kubernetes' rule: an empty key with Exists matches every taint; an empty effect every effect."""
-    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
-        return False
-    if toleration.get("operator") == "Exists":
-        return not toleration.get("key") or toleration.get("key") == taint.get("key")
-    return toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
-
-
-def maintenance(node: Mapping | None, tolerations: Sequence[Mapping]) -> str | None:
-    """Why Kubernetes wants a pod's node emptied, as a purpose (:data:`CORDONED`,
-    ``k8s: tainted <key>``); None when it does not, or the node is unknown. Pure."""
-    if node is None:
-        return None
-    spec = node.get("spec") or {}
-    if spec.get("unschedulable"):
-        return CORDONED
-    for taint in spec.get("taints") or []:
-        key = taint.get("key") or ""
-        if taint.get("effect") not in ("NoSchedule", "NoExecute") or key in CONDITION_TAINTS:
-            continue
-        if not any(_tolerates(t, taint) for t in tolerations):
-            return CORDONED if key == "node.kubernetes.io/unschedulable" else f"{MAINTENANCE} tainted {key}"
-    return None
-
-
 # Observed state.
 
 

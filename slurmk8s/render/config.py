@@ -30,6 +30,8 @@ GPU_FILES = "@GPU_FILES@"
 #: The slurmd image's TaskProlog (images/slurmd/task-prolog.sh): it gives jobs
 #: SLURMK8S_CHECKPOINT_DIR under the directory slurm.conf names beside it.
 TASK_PROLOG = "/usr/local/lib/slurmk8s/task-prolog"
+#: slurmk8s's HealthCheckProgram in the slurmd image (images/slurmd/healthcheck.sh).
+HEALTH_CHECK_PROGRAM = "/usr/local/lib/slurmk8s/healthcheck"
 #: Every release has auth/munge (`versions.Release.auth_types`), and the images run munged.
 AUTH_TYPE = "auth/munge"
 #: Database and user slurmdbd gets in the managed MariaDB (images/mariadb creates them).
@@ -81,6 +83,25 @@ def _default_partition(c: SlurmCluster) -> str | None:
     return chosen.name if chosen else None
 
 
+def _health(c: SlurmCluster) -> dict | None:
+    """What the HealthCheckProgram reads from its ``#slurmk8s:Health*`` lines:
+    the checks (disk and memory when a threshold is set), the shared volumes'
+    mount points, the thresholds in bytes."""
+    h = c.spec.health_check
+    if not h.enabled:
+        return None
+    checks = list(h.checks) + (["disk"] if h.min_free_disk else []) + (["memory"] if h.min_available_memory else [])
+    storage = c.spec.shared_storage
+    return {
+        "interval": h.interval_seconds,
+        "node_states": ",".join(h.node_states),
+        "checks": " ".join(checks),
+        "shared_paths": " ".join(v.mount_path for v in storage.volumes) if storage else "",
+        "min_free_disk": int(quantity_value(h.min_free_disk)) if h.min_free_disk else None,
+        "min_available_memory": int(quantity_value(h.min_available_memory)) if h.min_available_memory else None,
+    }
+
+
 def slurm_conf_context(c: SlurmCluster) -> dict:
     spec = c.spec
     cfg = spec.slurm_config
@@ -121,6 +142,8 @@ def slurm_conf_context(c: SlurmCluster) -> dict:
         "topology": spec.topology is not None,
         "checkpoint_dir": storage.checkpoint_dir if storage else None,
         "task_prolog": TASK_PROLOG,
+        "health": _health(c),
+        "health_program": HEALTH_CHECK_PROGRAM,
         "node_sets": [
             {"name": ns.name, "feature": ns.name} for ns in spec.node_sets
         ],

@@ -47,6 +47,22 @@ def _worker_template(template: dict) -> dict:
     return template
 
 
+#: Where a slurmd pod has the site's health checks (spec.healthCheck.siteChecks).
+SITE_CHECKS_DIR = "/etc/slurmk8s/health.d"
+
+
+def site_checks(c: SlurmCluster) -> tuple[list[dict], list[dict]]:
+    """The volume and mount of the site's health checks, when the spec names
+    their ConfigMap: optional, so that a pod starts before it exists (the
+    checks then run none), read-only, not executable (the program runs
+    each with /bin/sh)."""
+    h = c.spec.health_check
+    if not (h.enabled and h.site_checks):
+        return [], []
+    return ([{"name": "site-checks", "configMap": {"name": h.site_checks, "optional": True, "defaultMode": 0o444}}],
+            [{"name": "site-checks", "mountPath": SITE_CHECKS_DIR, "readOnly": True}])
+
+
 def workers(b: Builder) -> list[dict]:
     c = b.c
     svc_name = names.workers_service(c)
@@ -64,8 +80,9 @@ def workers(b: Builder) -> list[dict]:
         # A GPU slurmd reads the config files with a gres.conf of its own
         # (render.config.gpu_gres_conf); the others fetch theirs (configless).
         volumes, mounts = base_volumes(c, config=bool(ns.gpus))
-        volumes += [*shared_vols, shm_volume(ns.shm_size)]
-        mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}]
+        checks_vols, checks_mounts = site_checks(c)
+        volumes += [*shared_vols, shm_volume(ns.shm_size), *checks_vols]
+        mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}, *checks_mounts]
         # The limits bound jobs too: they run inside the pod's cgroups. The
         # CPU limit is the CPUs slurm.conf gives the node, so a LimitRange's
         # default cannot throttle it below what Slurm hands out.
@@ -165,8 +182,9 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: 
     b = Builder(c, chash)
     volumes, mounts = base_volumes(c, config=True)
     shared_vols, shared_mounts = shared_volumes(c)
-    volumes += [*shared_vols, shm_volume(shm_size)]
-    mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}]
+    checks_vols, checks_mounts = site_checks(c)
+    volumes += [*shared_vols, shm_volume(shm_size), *checks_vols]
+    mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}, *checks_mounts]
     env = {**slurmd_env(c), "SLURMK8S_NODE_NAME": node, "SLURMK8S_NODE_CONF": desc.conf,
            "SLURMK8S_GRES_CONF": desc.gres_conf, "SLURMK8S_GPU_COUNT": str(desc.gpus)}
     container = slurm_container(

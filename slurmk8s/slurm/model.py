@@ -26,6 +26,15 @@ DRAIN_PREFIX = "slurmk8s:"
 #: by the renderer), and the operator empties it by the one evacuation rule
 #: before the entrypoint's last resort would fire.
 POD_TERMINATING = "pod terminating"
+#: The health check (images/slurmd/healthcheck.sh) drains a failing node with
+#: ``slurmk8s: health: <check>`` and resumes it once it passes; only it does.
+HEALTH_PREFIX = f"{DRAIN_PREFIX} health: "
+
+
+def unhealthy(nodes: Iterable["Node"]) -> dict[str, str]:
+    """Node -> the health check it failed, for the nodes the health check drained. Pure."""
+    return {n.name: n.reason[len(HEALTH_PREFIX):].split(" [", 1)[0].strip() or "unknown"
+            for n in nodes if n.drain_set and n.reason.startswith(HEALTH_PREFIX)}
 
 
 @dataclass(frozen=True)

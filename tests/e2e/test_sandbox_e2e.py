@@ -389,6 +389,52 @@ def test_a_cluster_pulls_from_a_registry_that_asks_for_credentials_as_the_instal
 
 
 @default_release_only
+def test_each_injected_fault_drains_its_node_with_the_checks_reason_and_it_comes_back(sandbox):
+    """The health check (images/slurmd/healthcheck.sh, every 10 s here): a GPU
+    device gone and the shared storage read-only each drain the node with
+    `slurmk8s: health: <check>` and an Event on the SlurmCluster; once the
+    fault is cleared the node takes jobs again."""
+    box, env = sandbox
+    box.kubectl("patch", "slurmcluster", "demo", "--type", "merge", "-p",
+                json.dumps({"spec": {"healthCheck": {"intervalSeconds": 10}}}))
+
+    def config(key: str) -> str:
+        out = subprocess.run(box.exec("demo-controller-0", ["scontrol", "show", "config"]), capture_output=True,
+                             text=True, timeout=60).stdout
+        return next((line.split("=", 1)[1].strip() for line in out.splitlines()
+                     if line.split("=", 1)[0].strip() == key), "")
+    wait_for("slurmctld to run the checks every 10 s", lambda: config("HealthCheckInterval") == "10 sec",
+             timeout=90, show=lambda: config("HealthCheckInterval"))
+    worker = "demo-gpu-1"
+
+    def node():
+        return next(n for n in box.slurm().nodes() if n.name == worker)
+    for kind, check in (("gpu", "gpus"), ("shared-readonly", "sharedStorage")):
+        wait_for(f"{worker} healthy", lambda: not node().drain_set, timeout=60, show=lambda: node())
+        fault = subprocess.run([SLURMK8S, "sandbox", "fault", kind, worker], capture_output=True, text=True,
+                               env=env, timeout=60)
+        assert fault.returncode == 0, fault.stderr
+        t0 = time.monotonic()
+        try:
+            wait_for(f"{worker} drained by the {check} check", lambda: node().drain_set and node().reason.startswith(
+                f"slurmk8s: health: {check}"), timeout=60, show=lambda: node())
+            print(f"\n{kind} fault: drained after {time.monotonic() - t0:.1f}s")
+            events = json.loads(box.kubectl("get", "events", "--field-selector",
+                                            "involvedObject.name=demo,reason=NodeUnhealthy", "-o", "json").stdout)
+            wait_for("the NodeUnhealthy Event", lambda: any(
+                worker in e["message"] and check in e["message"] for e in json.loads(box.kubectl(
+                    "get", "events", "--field-selector", "involvedObject.name=demo,reason=NodeUnhealthy",
+                    "-o", "json").stdout)["items"]), timeout=30, show=lambda: events)
+        finally:
+            cleared = subprocess.run([SLURMK8S, "sandbox", "fault", kind, worker, "--clear"], capture_output=True,
+                                     text=True, env=env, timeout=60)
+            assert cleared.returncode == 0, cleared.stderr
+        t0 = time.monotonic()
+        wait_for(f"{worker} resumed", lambda: not node().drain_set, timeout=60, show=lambda: node())
+        print(f"{kind} fault cleared: resumed after {time.monotonic() - t0:.1f}s")
+
+
+@default_release_only
 def test_after_down_and_up_the_login_pod_answers_as_soon_as_up_returns(sandbox, release):
     """`sandbox down` (keeping the objects) then `up`: the pods' Ready from
     before the restart is stale, so `up` must wait for the kubelet to probe
