@@ -133,6 +133,18 @@ def test_the_first_round_creates_everything_and_later_rounds_write_nothing(offli
     assert w.kube.writes == []  # nothing changed, not even the status
 
 
+def test_the_leading_replica_names_itself_in_status(offline):
+    w = offline
+    for identity in ("slurmk8s-a_1", "slurmk8s-a_1", "slurmk8s-b_2"):
+        w.kube.writes.clear()
+        Operator(w.kube, agent=lambda c, t, p: RemoteSlurm(w.agent_url, t, timeout=2), clock=lambda: w.now,
+                 fresh_keys=lambda: w.keys, identity=identity).reconcile(w.body)
+        assert w.body["status"]["leader"] == identity
+    # Without an election (one replica) the last leader's name stays.
+    w.round()
+    assert w.body["status"]["leader"] == "slurmk8s-b_2"
+
+
 def test_rounds_read_key_secrets_by_name_and_never_list_secrets(offline, keys):
     w = offline
     w.round()

@@ -62,3 +62,6 @@ class SlurmClusterStatus(ApiModel):
     slurm_version: str | None = None
     """The Slurm release the cluster runs (its slurmctld's), which a change of
     spec.slurm.version is judged against."""
+    leader: str | None = None
+    """The operator replica that leads and wrote this status: its identity
+    in the Lease slurmk8s-operator (`<pod>_<suffix>`)."""

@@ -31,16 +31,15 @@ DEFAULT_CERT_DIR = "/etc/slurmk8s/webhook"
 LEASE_NAME = "slurmk8s-operator"
 
 
-def build(kubeconfig: str | None = None, *, interval: float = 10.0, metrics_port: int | None = None,
-          agent_clients: AgentClients | None = None,
-          trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)) -> tuple[kopf.OperatorRegistry, Operator]:
-    """A registry with the SlurmCluster handlers, and the Operator behind them."""
+def build(kubeconfig: str | None = None, *, interval: float = 10.0, agent_clients: AgentClients | None = None,
+          trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,),
+          identity: str | None = None) -> tuple[kopf.OperatorRegistry, Operator]:
+    """A registry with the SlurmCluster handlers, and the Operator behind them
+    (``identity``: its name in the Lease, for status.leader)."""
     op = Operator(Kube.from_kubeconfig(kubeconfig), agent_clients=agent_clients,
-                  trusted_repositories=trusted_repositories)
+                  trusted_repositories=trusted_repositories, identity=identity)
     registry = kopf.OperatorRegistry()
     register(registry, op, interval=interval)
-    if metrics_port is not None:
-        metrics.serve(metrics_port)
     return registry, op
 
 
@@ -81,10 +80,10 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
     hook = None
     if webhook_port:
         hook = WebhookServer(webhook_port, webhook_cert_dir or DEFAULT_CERT_DIR, trusted_repositories).start()
+    if metrics_port is not None:
+        metrics.serve(metrics_port)
     elector = None
     try:
-        registry, _ = build(kubeconfig, interval=interval, metrics_port=metrics_port, agent_clients=agent_clients,
-                            trusted_repositories=trusted_repositories)
         if lease_namespace:
             # Until kopf installs its own, SIGTERM and SIGINT end the wait.
             stop = threading.Event()
@@ -94,6 +93,8 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
                 signal.signal(sig, handler)
             if elector is None:
                 return
+        registry, _ = build(kubeconfig, interval=interval, agent_clients=agent_clients,
+                            trusted_repositories=trusted_repositories, identity=elector.me if elector else None)
         last_beat = time.monotonic()
 
         async def beating() -> None:

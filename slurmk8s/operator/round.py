@@ -94,8 +94,11 @@ class Operator:
                  clock: Callable[[], float] = time.time,
                  fresh_keys: Callable[[], ClusterKeys] | None = None,
                  agent_clients: AgentClients | None = None,
-                 trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)):
+                 trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,),
+                 identity: str | None = None):
         self.kube = kube
+        #: This replica's name in the Lease, written into status.leader (None: no election).
+        self.identity = identity
         #: Image repositories a privileged slurmd may come from (api.validate.load_cluster).
         self.trusted_repositories = tuple(trusted_repositories)
         #: Who the agent's NetworkPolicy admits (None: no policy is rendered).
@@ -166,6 +169,7 @@ class Operator:
         return out
 
     def _patch_status(self, body: Mapping, before: SlurmClusterStatus | None, after: SlurmClusterStatus) -> None:
+        after = after.model_copy(update={"leader": self.identity or (before.leader if before else None)})
         if before is not None and before.dump() == after.dump():
             return
         meta = body["metadata"]

@@ -1,7 +1,8 @@
 """A SlurmCluster's life with kubectl against the sandbox, real Slurm behind it:
 conflicting edits, scaling out and in with a job on the node that goes (its
 leading operator killed meanwhile, on the default release), the operator
-killed in the middle of a change, a node drained with kubectl, and deletion.
+killed in the middle of a change, a node drained with kubectl, slurmctld's pod
+deleted (its jobs carry on), and deletion.
 
 The tests share one sandbox and run in order; the last one deletes the cluster.
 """
@@ -340,6 +341,52 @@ def test_a_kill_wait_change_is_reconfigured_and_restarts_no_worker(life):
     assert uids() == before and life.ctld_pid() == pid
     assert not {"Draining", "Restarting"} & {e["reason"] for e in life.events() if e["metadata"]["name"] not in seen}
     assert life.settled(workers)
+
+
+@default_release_only
+def test_the_controller_pod_deleted_comes_back_with_its_state_and_jobs_carry_on(life):
+    """slurmctld's pod deleted: the StatefulSet makes it again with the state
+    claim; the running job keeps running (same id, not restarted) and a
+    queued one starts after it. The gap is measured (the sandbox has one
+    CPU node, so the pod comes back on the same one)."""
+    workers = sorted(life.slurm_nodes())
+    assert len(workers) == 2, workers
+
+    def job(j: int) -> dict[str, str] | None:
+        try:
+            return life.job(j)
+        except (AssertionError, KeyError, runtime.SandboxError, subprocess.SubprocessError):
+            return None  # slurmctld (or its pod) away
+    running = life.sbatch("-w", workers[0], "-o", "/dev/null", "--wrap", "sleep 600")
+    wait_for("the first job running", lambda: (job(running) or {}).get("JobState") == "RUNNING", timeout=60)
+    queued = life.sbatch("-w", workers[1], "--begin=now+5", "-o", "/dev/null", "--wrap", "sleep 600")
+    assert life.job(queued)["JobState"] == "PENDING"
+    uid = json.loads(life.kubectl("get", "pod", CONTROLLER, "-o", "json").stdout)["metadata"]["uid"]
+    t0 = time.monotonic()
+    life.kubectl("delete", "pod", CONTROLLER, "--wait=false")
+
+    def answering() -> bool:
+        pod = json.loads(life.kubectl("get", "pod", CONTROLLER, "-o", "json", check=False).stdout or "{}")
+        if (pod.get("metadata") or {}).get("uid") in (None, uid):
+            return False
+        try:
+            proc = subprocess.run(life.box.exec(CONTROLLER, ["scontrol", "ping"]), capture_output=True, text=True,
+                                  timeout=30)
+        except (KeyError, runtime.SandboxError):
+            return False  # the new pod's container not running yet
+        return proc.returncode == 0 and "UP" in proc.stdout
+    wait_for("a new controller pod whose slurmctld answers", answering, timeout=180, every=0.5,
+             show=life.diagnose)
+    answered = time.monotonic() - t0
+    wait_for("the queued job running", lambda: (job(queued) or {}).get("JobState") == "RUNNING", timeout=120,
+             show=lambda: job(queued))
+    started = time.monotonic() - t0
+    print(f"\ncontroller pod deleted: slurmctld answered after {answered:.1f}s, the queued job ran after "
+          f"{started:.1f}s")
+    kept = life.job(running)
+    assert (kept["JobState"], kept["Restarts"], kept["NodeList"]) == ("RUNNING", "0", workers[0]), kept
+    life.run("scancel", str(running), str(queued))
+    wait_for("the nodes idle, the cluster Ready", lambda: life.settled(workers), timeout=90, show=life.diagnose)
 
 
 def test_deleting_the_cluster_leaves_only_its_state_claim(life):
