@@ -16,16 +16,17 @@ done
 [ $# -eq 0 ] || exec .venv/bin/pytest "$@"
 
 # The whole suite in two lanes at once. The sandbox lane (the end-to-end
-# suites and the sandbox's own up/down) mostly waits on Slurm, the kubelet and
-# the trace clocks; the other lane (pure tests, the host's Slurm in private
-# namespaces, the images run from their root file systems, the kubelet and
-# its runtime each with its own API server, registry and network) mostly
-# computes. None of the second lane's daemons shares a network, a name or a
-# file with a sandbox (each has its own subnet and sandbox id; the image
-# stores they share are keyed by content). Each lane's output is printed
+# suites) mostly waits on Slurm, the kubelet and the trace clocks; the other
+# lane (pure tests, the host's Slurm in private namespaces, the images run
+# from their root file systems, the kubelet and its runtime each with its
+# own API server, registry and network, and the sandbox's own up/down in
+# tests/test_sandbox.py) mostly computes, and is the shorter one. None of the
+# second lane's daemons shares a network, a name or a file with the other's
+# (each has its own subnet and sandbox id; the image stores they share are
+# keyed by content). Each lane's output is printed
 # whole when it ends; hack/test_summary.py then prints the 15 slowest tests
 # of both and the totals.
-sandbox_lane=(tests/e2e tests/test_sandbox.py)
+sandbox_lane=(tests/e2e)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 ignore=()

@@ -48,6 +48,9 @@ def sandbox(tmp_path_factory, release):
     try:
         assert up.returncode == 0, f"sandbox up failed:\n{up.stderr}"
         assert "all 3 Slurm nodes idle" in up.stderr  # progress output
+        # Health checks every 10 s, for the faults' test: reconfigured while the tests before it run.
+        box.kubectl("patch", "slurmcluster", "demo", "--type", "merge", "-p",
+                    json.dumps({"spec": {"healthCheck": {"intervalSeconds": 10}}}))
         yield box, env
         assert_nothing_forbidden(box)
     finally:
@@ -393,10 +396,9 @@ def test_each_injected_fault_drains_its_node_with_the_checks_reason_and_it_comes
     """The health check (images/slurmd/healthcheck.sh, every 10 s here): a GPU
     device gone and the shared storage read-only each drain the node with
     `slurmk8s: health: <check>` and an Event on the SlurmCluster; once the
-    fault is cleared the node takes jobs again."""
+    fault is cleared the node takes jobs again. (The module's fixture set the
+    interval.)"""
     box, env = sandbox
-    box.kubectl("patch", "slurmcluster", "demo", "--type", "merge", "-p",
-                json.dumps({"spec": {"healthCheck": {"intervalSeconds": 10}}}))
 
     def config(key: str) -> str:
         out = subprocess.run(box.exec("demo-controller-0", ["scontrol", "show", "config"]), capture_output=True,
