@@ -205,6 +205,7 @@ def test_the_leading_bridge_killed_while_lending_or_reclaiming_the_standby_conve
     wait_for("both nodes lent", world.all_lent, show=world.states)
     r = world.researcher
     job = None
+    since = audit_now(world.box)
     if stage == "lending":
         # Take a node back by a GPU pod, then let it be lent again: kill the
         # bridge as soon as it marks the node lending, likely mid-round.
@@ -218,11 +219,10 @@ def test_the_leading_bridge_killed_while_lending_or_reclaiming_the_standby_conve
         before = len(world.events("Reclaiming", LEND[0]))
         world.gpu_pod("serve-kill", LEND[0])
         world.until_state(LEND[0], "reclaiming")
-        wait_for("the Reclaiming Event", lambda: len(world.events("Reclaiming", LEND[0])) > before)
-    since = audit_now(world.box)
-    reclaims = len(world.events("Reclaiming", LEND[0]))
-    assert world.states()[LEND[0]] == stage
+    # Killed at once: the leader must not finish the stage first.
+    at_kill = world.states()[LEND[0]]
     killed = world.kill_bridge()
+    assert at_kill == stage
     try:
         if stage == "reclaiming":
             wait_for("the pod on the reclaimed node", lambda: world.pod_node("serve-kill"), timeout=GRACE + 60,
@@ -230,7 +230,9 @@ def test_the_leading_bridge_killed_while_lending_or_reclaiming_the_standby_conve
             # Signalled once: it checkpointed and requeued itself once (-w: it waits for that node).
             wait_for("the job requeued", lambda: r.job(job)["Restarts"] != "0", timeout=30, show=lambda: r.job(job))
             assert r.job(job)["Restarts"] == "1", r.job(job)
-            assert len(world.events("Reclaiming", LEND[0])) == reclaims  # the standby did not start it again
+            # One reclaim: the standby took up the leader's, it did not start another (the
+            # leader may have died between marking the node and posting its Event).
+            assert len(world.events("Reclaiming", LEND[0])) in (before, before + 1)
     finally:
         if stage == "reclaiming":
             r.check(f"scancel {job}")
