@@ -132,6 +132,12 @@ def released(lease: Mapping[str, Any], now_wall: float) -> dict:
     return out
 
 
+def _holder_and_renewal(lease: Mapping[str, Any] | None) -> tuple[str, str]:
+    """What a standby watches change: the holder and the renew time ("" when absent)."""
+    spec = (lease or {}).get("spec") or {}
+    return spec.get("holderIdentity") or "", spec.get("renewTime") or ""
+
+
 class Elector:
     """Holds ``namespace/name`` for this process while it can; see the module docstring.
 
@@ -171,8 +177,7 @@ class Elector:
         now = self.clock()
         try:
             lease = self.kube.get("Lease", self.namespace, self.name)
-            spec = (lease or {}).get("spec") or {}
-            key = (spec.get("holderIdentity") or "", spec.get("renewTime") or "")
+            key = _holder_and_renewal(lease)
             if key != self._seen:
                 self._seen, self._seen_at = key, now
             self.holder = key[0]
@@ -184,18 +189,14 @@ class Elector:
                 written = self.kube.create(body)
             else:
                 written = self.kube.replace(body)
-        except ApiError as exc:
-            # 409: another candidate wrote first; the next try reads its write.
-            if not exc.conflict:
-                log.warning("lease not read or written", lease=f"{self.namespace}/{self.name}", error=str(exc))
-            return False
         except Exception as exc:  # noqa: BLE001 - unreachable API server: retry, lose by the deadline
-            log.warning("lease not read or written", lease=f"{self.namespace}/{self.name}", error=str(exc))
+            # A 409: another candidate wrote first; the next try reads its write.
+            if not (isinstance(exc, ApiError) and exc.conflict):
+                log.warning("lease not read or written", lease=f"{self.namespace}/{self.name}", error=str(exc))
             return False
         finally:
             self.last_try = self.clock()
-        spec = written.get("spec") or {}
-        self._seen, self._seen_at = (spec.get("holderIdentity") or "", spec.get("renewTime") or ""), now
+        self._seen, self._seen_at = _holder_and_renewal(written), now
         self.holder = self.me
         self._renewed_at = now
         return True
