@@ -61,12 +61,18 @@ class Network:
     def veth(self, index: int) -> str:
         return f"sk{self.sid}v{index}"
 
-    def create(self) -> None:
+    def create(self) -> list[str]:
+        """Make the bridge; returns the empty bridges of dead sandboxes it removed on the way."""
+        removed = []
         for line in sh("ip", "-o", "-4", "addr", "show").stdout.splitlines():
             dev, addr = line.split()[1], line.split()[3].split("/")[0]
-            if dev != self.bridge and ipaddress.ip_address(addr) in ipaddress.ip_network(self.subnet):
+            if dev == self.bridge or ipaddress.ip_address(addr) not in ipaddress.ip_network(self.subnet):
+                continue
+            if not abandoned_bridge(dev):
                 raise SandboxError(f"subnet {self.subnet} is already in use on {dev} ({addr}), by another "
                                    "sandbox or network: stop that one, or choose another with --subnet")
+            Network(dev.removeprefix("sk8s"), self.subnet, addr).delete()
+            removed.append(dev)
         if not Path(f"/sys/class/net/{self.bridge}").exists():
             sh("ip", "link", "add", self.bridge, "type", "bridge")
         addr = f"{self.gateway}/{self.prefix}"
@@ -79,6 +85,7 @@ class Network:
         if not nf_call.exists():
             sh("modprobe", "br_netfilter")
         nf_call.write_text("1\n")
+        return removed
 
     def attach(self, pod: str, index: int, ip: str) -> None:
         ns, veth = self.netns(pod), self.veth(index)
@@ -105,6 +112,21 @@ class Network:
         links = [name for name in os.listdir("/sys/class/net")
                  if name == self.bridge or name.startswith(f"sk{self.sid}v")]
         return spaces, links
+
+
+def abandoned_bridge(dev: str) -> bool:
+    """Whether ``dev`` is a sandbox's bridge that nothing uses any more: named as
+    ``Network`` names bridges, with no port and no pod network namespace of its id.
+    Such a bridge is what a sandbox leaves when it is killed and its state
+    directory removed (pytest prunes old temporary directories), so its ``down``
+    can never run; removing it cuts nothing off. Anything else is left alone."""
+    sid = dev.removeprefix("sk8s")
+    if not (dev.startswith("sk8s") and len(sid) == 6 and all(c in "0123456789abcdef" for c in sid)):
+        return False
+    ports = Path(f"/sys/class/net/{dev}/brif")
+    if not ports.is_dir() or any(ports.iterdir()):
+        return False
+    return not any(line.startswith(f"sk8s-{sid}-") for line in sh("ip", "netns", "list").stdout.splitlines())
 
 
 def _nul(items: Sequence[str]) -> bytes:

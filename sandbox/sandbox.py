@@ -381,9 +381,12 @@ class Sandbox:
         self._images(cluster)
         net = self.network(state)
         try:
-            net.create()
+            removed = net.create()
         except runtime.SandboxError as exc:
             raise SandboxFailed(str(exc)) from None
+        for dev in removed:
+            self.progress(f"network: removed {dev}, the empty bridge of a sandbox that no longer exists, "
+                          f"which held {state.subnet}")
         self.progress(f"network: bridge {net.bridge}, {state.subnet}, gateway {state.gateway}")
         self._ensure_processes(state, t0, timeout)
         self._publish(state, cluster.spec.slurm.version)

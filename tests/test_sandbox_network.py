@@ -1,0 +1,59 @@
+"""The sandbox's bridge on a host that a killed sandbox left a bridge on: an
+empty one of a sandbox that no longer exists is removed, anything in use is not."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sandbox import runtime
+
+SUBNET = "10.253.82.0/24"
+
+
+def addresses(dev: str) -> str:
+    return subprocess.run(["ip", "-o", "-4", "addr", "show", "dev", dev], capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def networks():
+    assert os.geteuid() == 0, "bridges need root"
+    made: list[runtime.Network] = []
+
+    def network(sid: str) -> runtime.Network:
+        net = runtime.Network(sid, SUBNET, "10.253.82.1")
+        made.append(net)
+        return net
+
+    yield network
+    for net in made:
+        net.detach("p", 0)
+        net.delete()
+
+
+def test_an_empty_bridge_of_a_dead_sandbox_on_the_subnet_is_removed(networks):
+    dead, new = networks("d0d0d0"), networks("e0e0e0")
+    assert dead.create() == []
+    assert runtime.abandoned_bridge(dead.bridge)
+    assert new.create() == [dead.bridge]
+    assert not Path(f"/sys/class/net/{dead.bridge}").exists()
+    assert "10.253.82.1/24" in addresses(new.bridge)
+
+
+def test_a_bridge_with_a_pod_on_it_is_kept_and_named(networks):
+    live, new = networks("d1d1d1"), networks("e1e1e1")
+    live.create()
+    live.attach("p", 0, "10.253.82.10")
+    assert not runtime.abandoned_bridge(live.bridge)
+    with pytest.raises(runtime.SandboxError, match=f"already in use on {live.bridge}"):
+        new.create()
+    assert "10.253.82.1/24" in addresses(live.bridge)
+    assert not Path(f"/sys/class/net/{new.bridge}").exists()
+
+
+def test_only_bridges_named_as_the_sandbox_names_them_count():
+    assert not runtime.abandoned_bridge("eth0")
+    assert not runtime.abandoned_bridge("sk8sXYZ123")
+    assert not runtime.abandoned_bridge("sk8s0123456")
+    assert not runtime.abandoned_bridge("sk8sabcdef")  # no such device
