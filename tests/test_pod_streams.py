@@ -49,7 +49,7 @@ def pod(name: str, containers: dict[str, str], annotations: dict | None = None, 
 
 class World(KubeletWorld):
     def __init__(self, tmp: Path):
-        super().__init__(tmp, "kstrm", "10.253.93.0/24", NODES, images=[IMAGE])
+        super().__init__(tmp, "kstrm", "10.253.83.0/24", NODES, images=[IMAGE])
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         return self.run_kubectl(*args, input=input, check=check)
@@ -85,7 +85,7 @@ def world(tmp_path_factory):
 def test_nodes_publish_their_kubelet_endpoint(world):
     node = world.core.read_node("streams-0")
     assert node.status.daemon_endpoints.kubelet_endpoint.port == world.kubelet.server.port > 0
-    assert {"InternalDNS": "localhost", "InternalIP": "10.253.93.1"}.items() <= \
+    assert {"InternalDNS": "localhost", "InternalIP": "10.253.83.1"}.items() <= \
         {a.type: a.address for a in node.status.addresses}.items()
 
 

@@ -2,12 +2,14 @@
 empty one of a sandbox that no longer exists is removed, anything in use is not."""
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from sandbox import runtime
+from sandbox.sandbox import DEFAULT_SUBNET
 
 SUBNET = "10.253.82.0/24"
 
@@ -57,3 +59,18 @@ def test_only_bridges_named_as_the_sandbox_names_them_count():
     assert not runtime.abandoned_bridge("sk8sXYZ123")
     assert not runtime.abandoned_bridge("sk8s0123456")
     assert not runtime.abandoned_bridge("sk8sabcdef")  # no such device
+
+
+def test_no_two_test_files_that_may_run_at_once_share_a_subnet():
+    """hack/test.sh runs tests/e2e (one after another) beside everything else: a subnet of a
+    file outside tests/e2e must be that file's alone, or two networks collide on one host."""
+    tests = Path(__file__).parent
+    users: dict[str, set[str]] = {}
+    for path in tests.rglob("*.py"):
+        for subnet in re.findall(r"\b(10\.25[0-9]\.\d+)\.(?:0/24|1\b)", path.read_text()):
+            if subnet + ".0/24" != DEFAULT_SUBNET:  # a sandbox run by hand; pure tests name it
+                users.setdefault(subnet, set()).add(str(path.relative_to(tests)))
+    assert users, "no subnet found: the pattern no longer matches how the tests write them"
+    shared = {s: sorted(files) for s, files in users.items()
+              if len(files) > 1 and any(not f.startswith("e2e/") for f in files)}
+    assert not shared, f"subnets used by files that may run at once: {shared}"
