@@ -21,7 +21,7 @@ from .api.crd import all_crds, crd_filename, dump_yaml
 from .manifest import clusters, policies
 from .render import ClusterKeys, render
 from .simulate.params import Latencies
-from .slurm.control import AGENT_PORT
+from .slurm.control import AGENT_PORT, METRICS_PORT
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -329,7 +329,13 @@ def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: st
 @click.option("--checkpoint-root", default=None, metavar="DIR",
               help="The cluster's checkpoint directory (shared storage, mounted read-only): model versions "
                    "jobs publish below it are served at /v1/published, for the bridge's rollouts.")
-def agent_cmd(listen: str, token_file: Path, config_dir: Path, checkpoint_root: str | None) -> None:
+@click.option("--metrics-listen", default=f"0.0.0.0:{METRICS_PORT}", show_default=True, metavar="HOST:PORT",
+              help="Where to serve Slurm's metrics (GET /metrics, no token; docs/metrics.md); 'off': nowhere.")
+@click.option("--metrics-interval", default=15.0, show_default=True, type=click.FloatRange(min=1),
+              help="Seconds between two readings of Slurm for the metrics (each is a squeue, a node "
+                   "listing and an sdiag, and a sacctmgr with accounting), however often they are scraped.")
+def agent_cmd(listen: str, token_file: Path, config_dir: Path, checkpoint_root: str | None, metrics_listen: str,
+              metrics_interval: float) -> None:
     """Serve the Slurm agent: the operator's authenticated way to change Slurm.
 
     Runs beside slurmctld (a sidecar in its pod, with the munge key and
@@ -339,18 +345,37 @@ def agent_cmd(listen: str, token_file: Path, config_dir: Path, checkpoint_root: 
     a job and make it eligible at once, delete a node, reconfigure, and the
     hash of the config files it sees. Each runs through the local Slurm
     commands. Every request but GET /healthz needs the bearer token.
+
+    It also serves Slurm's own metrics (nodes, GPUs, jobs, queue wait,
+    scheduler, slurmdbd) for Prometheus on --metrics-listen, read once per
+    --metrics-interval whoever scrapes.
     """
+    import threading
+
+    from prometheus_client.registry import CollectorRegistry
+
+    from .metricsserver import serve_metrics
     from .slurm import SlurmClient
-    from .slurm.agent import make_server, read_token
+    from .slurm.agent import make_server, parse_listen, read_token
+    from .slurm.metrics import SlurmMetrics
 
     try:
         token = read_token(token_file)
-        server = make_server(listen, SlurmClient(config_dir=config_dir, checkpoint_root=checkpoint_root), token,
-                             checkpoint_root)
+        slurm = SlurmClient(config_dir=config_dir, checkpoint_root=checkpoint_root)
+        server = make_server(listen, slurm, token, checkpoint_root)
+        if metrics_listen != "off":
+            host, port = parse_listen(metrics_listen)
+            registry = CollectorRegistry(auto_describe=False)
+            collector = SlurmMetrics(slurm, interval=metrics_interval)
+            registry.register(collector)
+            serve_metrics(port, host, registry)
+            threading.Thread(target=collector.run, args=(threading.Event(),), daemon=True,
+                             name="slurm-metrics").start()
     except (ValueError, OSError) as exc:
         click.echo(f"agent: {exc}", err=True)
         sys.exit(1)
-    log.get("slurmk8s.agent").info("serving the Slurm agent", url=server.url, config_dir=str(config_dir))
+    log.get("slurmk8s.agent").info("serving the Slurm agent", url=server.url, config_dir=str(config_dir),
+                                   metrics=metrics_listen)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -227,7 +228,8 @@ def test_the_installed_command_serves_the_agent_inside_the_controllers_namespace
     assert read_token(token) == keys.agent_token
     proc = subprocess.Popen(
         ["nsenter", "-t", str(cluster.pid), "--mount", "--uts", "--net", "--pid", "--",
-         SLURMK8S, "--log-format", "json", "agent", "--listen", "127.0.0.1:6830", "--token-file", str(token)],
+         SLURMK8S, "--log-format", "json", "agent", "--listen", "127.0.0.1:6830", "--token-file", str(token),
+         "--config-dir", str(cluster.work / "conf"), "--metrics-listen", "127.0.0.1:6831", "--metrics-interval", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     # A client in the same network namespace, as the operator reaches the pod.
@@ -239,7 +241,13 @@ def test_the_installed_command_serves_the_agent_inside_the_controllers_namespace
         "for _ in range(100):\n"
         "    if r.healthy(): break\n"
         "    time.sleep(0.1)\n"
-        "print(json.dumps({'nodes': [node_to_dict(n) for n in r.nodes()], 'hash': r.config_hash()}))\n"
+        "import urllib.request\n"
+        "for _ in range(100):\n"  # the metrics, with no token, once the first reading is done
+        "    metrics = urllib.request.urlopen('http://127.0.0.1:6831/metrics', timeout=5).read().decode()\n"
+        "    if 'slurmk8s_slurm_up 1.0' in metrics: break\n"
+        "    time.sleep(0.1)\n"
+        "print(json.dumps({'nodes': [node_to_dict(n) for n in r.nodes()], 'hash': r.config_hash(),\n"
+        "                  'metrics': metrics}))\n"
     )
     try:
         out = subprocess.run(
@@ -252,6 +260,14 @@ def test_the_installed_command_serves_the_agent_inside_the_controllers_namespace
     seen = json.loads(out.stdout)
     assert [n["name"] for n in seen["nodes"]] == [n.name for n in local.nodes()] == [NODE]
     assert seen["hash"] == local.config_hash()
+    # Slurm's metrics, from the same facade: the node counted in its partition, slurmctld's
+    # statistics from sdiag, and no slurmdbd asked where slurm.conf has no accounting.
+    [partition] = local.nodes()[0].partitions
+    state = local.nodes()[0].bucket
+    assert "slurmk8s_slurm_up 1.0" in seen["metrics"]
+    assert f'slurmk8s_slurm_nodes{{partition="{partition}",state="{state}"}} 1.0' in seen["metrics"]
+    assert re.search(r"^slurmk8s_slurm_rpcs_total [1-9]", seen["metrics"], re.M), seen["metrics"]
+    assert "slurmk8s_slurm_accounting_up" not in seen["metrics"]
     logged = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert any(e.get("path") == "/v1/nodes" and e.get("status") == 200 for e in logged)
     assert keys.agent_token.decode() not in err  # the token is never logged

@@ -162,6 +162,29 @@ def test_ssh_from_narrows_who_reaches_login_and_policies_can_be_turned_off(examp
     assert network_policies(render(load_cluster(doc(example_doc, policies=False)), keys)) == []
 
 
+def test_the_slurm_metrics_are_admitted_from_the_scrapers_namespaces_and_not_served_when_off(example_doc, keys):
+    def controller(d):
+        cluster = load_cluster(d)
+        objs = render(cluster, keys, agent_clients=CLIENTS)
+        [pol] = [p for p in network_policies(objs) if p["metadata"]["name"] == names.network_policy(cluster, "controller")]
+        [sts] = [o for o in objs if o["kind"] == "StatefulSet" and o["metadata"]["name"] == names.controller(cluster)]
+        [agent] = [c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "agent"]
+        rules = [r for r in pol["spec"]["ingress"] if any(p["port"] == names.METRICS_PORT for p in r["ports"])]
+        return rules, agent
+    d = doc(example_doc)
+    d["spec"]["metrics"] = {"scrapeFrom": ["monitoring", "team-a"]}
+    rules, agent = controller(d)
+    assert rules == [{"ports": [{"protocol": "TCP", "port": names.METRICS_PORT}], "from": [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}, "podSelector": {}}
+        for ns in ("monitoring", "team-a")]}]
+    assert {"name": "metrics", "containerPort": names.METRICS_PORT} in agent["ports"]
+    assert agent["args"][agent["args"].index("--metrics-listen") + 1] == f"0.0.0.0:{names.METRICS_PORT}"
+    d["spec"]["metrics"] = {"enabled": False}
+    rules, agent = controller(d)
+    assert rules == [] and agent["args"][agent["args"].index("--metrics-listen") + 1] == "off"
+    assert all(p["name"] != "metrics" for p in agent["ports"])
+
+
 def test_the_operator_may_apply_network_policies():
     assert "NetworkPolicy" in MANAGED_KINDS and RESOURCES["NetworkPolicy"].api_version == "networking.k8s.io/v1"
     verbs = {p.verb for p in OPERATOR if p.resource == "networkpolicies" and p.group == "networking.k8s.io"}

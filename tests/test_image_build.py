@@ -236,6 +236,15 @@ def test_a_job_runs_on_slurmctld_and_slurmd_started_from_the_images(version, tmp
     assert f"facade release: {version}\n" in out, out + proc.stderr
     assert f"facade node: node-1 allocated DRAIN,{release.dynamic_node_flag} ours\n" in out, out + proc.stderr
     assert "facade job: 1 sleeper RUNNING\n" in out, out + proc.stderr
+    # The agent's Slurm metrics: this release's sdiag parsed, the running job and the drained node counted.
+    metric = dict(line.removeprefix("facade metric: ").rsplit(" ", 1) for line in out.splitlines()
+                  if line.startswith("facade metric: "))
+    assert metric.get("slurmk8s_slurm_up") == "1.0", out + proc.stderr
+    assert metric.get('slurmk8s_slurm_jobs{partition="cpu",state="running"}') == "1.0", metric
+    assert metric.get('slurmk8s_slurm_nodes{partition="cpu",state="drain"}') == "1.0", metric
+    assert metric.get('slurmk8s_slurm_queue_wait_seconds_count{partition="cpu"}') == "1.0", metric
+    assert float(metric['slurmk8s_slurm_scheduler_cycles_total{scheduler="main"}']) >= 1, metric
+    assert float(metric["slurmk8s_slurm_rpcs_total"]) >= 1 and float(metric["slurmk8s_slurm_server_threads"]) >= 1
     assert "facade undrained: True\n" in out, out + proc.stderr
     assert "facade requeued: 1 RUNNING restarts=1 within 30s\n" in out, out + proc.stderr + logs
     assert "facade signalled: [1]\n" in out, out + proc.stderr

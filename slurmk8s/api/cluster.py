@@ -370,6 +370,20 @@ class RestApiSpec(ApiModel):
     """Resources of the slurmrestd container."""
 
 
+class MetricsSpec(ApiModel):
+    enabled: bool = True
+    """Serve Slurm's own metrics for Prometheus: nodes, GPUs, jobs, pending
+    reasons, queue wait, the scheduler and slurmdbd, from the Slurm agent
+    beside slurmctld (port 6831, GET /metrics, no token; docs/metrics.md).
+    Slurm is read once per interval, however often it is scraped."""
+    interval_seconds: int = Field(15, ge=5, le=600)
+    """Seconds between two readings of Slurm for the metrics."""
+    scrape_from: list[DnsLabel] = Field(default_factory=list, max_length=16)
+    """Namespaces whose pods may scrape the Slurm metrics, when
+    spec.network.policies renders NetworkPolicies; empty: pods of any
+    namespace."""
+
+
 class NetworkSpec(ApiModel):
     policies: bool = True
     """Render NetworkPolicies that admit into the cluster's pods only its own
@@ -722,6 +736,8 @@ class SlurmClusterSpec(ApiModel):
     """The NetworkPolicies rendered for the cluster's traffic."""
     health_check: HealthCheckSpec = HealthCheckSpec()
     """Node health checks that drain a failing node and undrain it once it passes."""
+    metrics: MetricsSpec = MetricsSpec()
+    """Slurm's metrics for Prometheus."""
     image_pull_secrets: list[DnsSubdomain] = Field(default_factory=list, max_length=16)
     """Secrets of type kubernetes.io/dockerconfigjson in the cluster's
     namespace that the kubelet pulls every image of the cluster with (the

@@ -8,11 +8,11 @@ import time
 from typing import Any, Collection
 
 import structlog
-from prometheus_client import start_http_server
 
 from ..health import Health
 from ..kube import Kube
 from ..leader import lead
+from ..metricsserver import serve_metrics
 from .loop import FIELD_MANAGER, Bridge
 from .view import Watching
 
@@ -49,7 +49,7 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if metrics_port:
-        start_http_server(metrics_port)
+        serve_metrics(metrics_port)
     health = Health()
     if health_port:
         health.serve(health_port)

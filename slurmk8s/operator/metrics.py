@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections import Counter as Tally
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram
+
+from slurmk8s.metricsserver import serve_metrics
 
 from slurmk8s.slurm.model import unhealthy
 
@@ -55,4 +57,4 @@ def forget_cluster(namespace: str, cluster: str) -> None:
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:
-    start_http_server(port, addr=addr)
+    serve_metrics(port, addr)

@@ -77,6 +77,8 @@ def objects(b: Builder, with_jwt: bool) -> list[dict]:
         "ports": [
             {"name": "slurmctld", "port": names.SLURMCTLD_PORT, "targetPort": "slurmctld"},
             {"name": "agent", "port": names.AGENT_PORT, "targetPort": "agent"},
+            *([{"name": "metrics", "port": names.METRICS_PORT, "targetPort": "metrics"}]
+              if c.spec.metrics.enabled else []),
         ],
     })
     sts = b.obj("apps/v1", "StatefulSet", b.meta(name, "controller"), spec={
@@ -131,11 +133,18 @@ def _agent(c: SlurmCluster) -> dict:
     if checkpoints is not None:
         mounts.append(checkpoints[1])
         args += ["--checkpoint-root", c.spec.shared_storage.checkpoint_dir]
+    ports = [{"name": "agent", "containerPort": names.AGENT_PORT}]
+    if c.spec.metrics.enabled:
+        args += ["--metrics-listen", f"0.0.0.0:{names.METRICS_PORT}",
+                 "--metrics-interval", str(c.spec.metrics.interval_seconds)]
+        ports.append({"name": "metrics", "containerPort": names.METRICS_PORT})
+    else:
+        args += ["--metrics-listen", "off"]
     return slurm_container(
         c, "agent", "controller",
         env={"SLURMK8S_CLUSTER": c.name},
         mounts=mounts,
-        ports=[{"name": "agent", "containerPort": names.AGENT_PORT}],
+        ports=ports,
         resources={"requests": {"cpu": "50m", "memory": "64Mi"},
                    "limits": {"cpu": AGENT_CPU_LIMIT, "memory": f"{AGENT_MEMORY_LIMIT_MIB}Mi"}},
         args=args,

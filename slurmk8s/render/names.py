@@ -53,6 +53,7 @@ MARIADB_PORT = 3306
 SSH_PORT = 22
 #: The Slurm agent, a sidecar of slurmctld (slurmk8s.slurm.agent).
 AGENT_PORT = control.AGENT_PORT
+METRICS_PORT = control.METRICS_PORT
 
 
 def network_policy(c: SlurmCluster, component: str) -> str:

@@ -8,7 +8,8 @@ The flows (``FLOWS``), by destination:
   login (the commands), slurmrestd, slurmdbd (its updates);
 - the agent (6830) from the Helm release's operator and bridge pods (any pod
   when the operator does not know its release: the agent still asks for the
-  cluster's token);
+  cluster's token); its Slurm metrics (6831) from pods of the namespaces in
+  ``spec.metrics.scrapeFrom`` (any pod when empty);
 - slurmd, of node sets and lent, from each other and from login on every port
   (slurmd's forwarding, srun from login, and the jobs' own traffic: MPI,
   NCCL, a notebook reached through the login pod), and from slurmctld on
@@ -45,7 +46,8 @@ SLURMD_COMPONENTS = ("worker", LENT_COMPONENT)
 @dataclass(frozen=True)
 class Flow:
     """``sources`` (components of the cluster, or "*": anyone, "agent-clients": the operator
-    and the bridge, "ssh-clients": ``spec.network.sshFrom``) reach ``destination`` on
+    and the bridge, "ssh-clients": ``spec.network.sshFrom``, "scrapers": pods of
+    ``spec.metrics.scrapeFrom``'s namespaces) reach ``destination`` on
     ``ports`` (None: every port)."""
 
     destination: str
@@ -57,6 +59,7 @@ class Flow:
 FLOWS = (
     Flow("controller", ("worker", LENT_COMPONENT, "login", "restapi", "slurmdbd"), ("slurmctld",)),
     Flow("controller", ("agent-clients",), ("agent",)),
+    Flow("controller", ("scrapers",), ("metrics",)),
     Flow("worker", (*SLURMD_COMPONENTS, "login"), None),
     Flow("worker", ("controller",), ("slurmd", "srun")),
     Flow("login", ("ssh-clients",), ("ssh",)),
@@ -73,7 +76,8 @@ def _port(b: Builder, name: str) -> dict:
     if name == "srun":
         first, last = (int(p) for p in c.spec.slurm_config.srun_port_range.split("-"))
         return {"protocol": "TCP", "port": first, "endPort": last}
-    numbers = {"slurmctld": names.SLURMCTLD_PORT, "agent": names.AGENT_PORT, "slurmd": names.SLURMD_PORT,
+    numbers = {"slurmctld": names.SLURMCTLD_PORT, "agent": names.AGENT_PORT, "metrics": names.METRICS_PORT,
+               "slurmd": names.SLURMD_PORT,
                "ssh": names.SSH_PORT, "slurmrestd": names.SLURMRESTD_PORT, "slurmdbd": names.SLURMDBD_PORT,
                "mariadb": names.MARIADB_PORT}
     return {"protocol": "TCP", "port": numbers[name]}
@@ -103,6 +107,9 @@ def _peers(b: Builder, sources: tuple[str, ...], clients: AgentClients | None) -
                                       "values": sorted(clients.components)}],
             },
         }]
+    if sources == ("scrapers",):
+        return [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}, "podSelector": {}}
+                for ns in b.c.spec.metrics.scrape_from] or None
     if sources == ("ssh-clients",):
         blocks = b.c.spec.network.ssh_from
         return [{"ipBlock": {"cidr": cidr}} for cidr in blocks] or None
@@ -146,7 +153,8 @@ def policies(b: Builder, clients: AgentClients | None) -> list[dict]:
             continue
         ingress = []
         for f in FLOWS:
-            sources = tuple(s for s in f.sources if s in present or s in ("*", "agent-clients", "ssh-clients"))
+            sources = tuple(s for s in f.sources if s in present or s in ("*", "agent-clients", "ssh-clients")
+                            or (s == "scrapers" and c.spec.metrics.enabled))
             if f.destination != component or not sources:
                 continue
             ports = None if f.ports is None else [_port(b, p) for p in f.ports]

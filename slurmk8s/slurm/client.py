@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -33,6 +33,9 @@ from ..api.fields import SLURM_SIGNALS
 from .accounting import STATE_QUERIES, Associations, commands, parse_state
 from .hostlist import expand
 from .model import DRAIN_PREFIX, Job, JsonItems, Node, config_hash, job_from_json, node_from_json, release_of
+
+if TYPE_CHECKING:
+    from .metrics import Reading
 
 __all__ = ["Runner", "LocalRunner", "local_runner", "SlurmClient", "SlurmError", "NotOurDrain", "DRAIN_PREFIX"]
 
@@ -324,6 +327,27 @@ class SlurmClient:
     def reconfigure(self) -> None:
         """Make slurmctld (and every slurmd) re-read the config files."""
         self._run("scontrol", "reconfigure")
+
+    def metrics_reading(self) -> "Reading":
+        """What the Slurm metrics show (:mod:`.metrics`): the nodes, the jobs, ``sdiag``,
+        and, where slurm.conf sends accounting to slurmdbd, whether it answers
+        (``sacctmgr show cluster``, which asks slurmdbd itself). Three or four
+        commands, each one RPC to slurmctld or slurmdbd."""
+        from .metrics import Reading, parse_sdiag
+
+        accounting_up = None
+        if re.search(r"^AccountingStorageType=accounting_storage/slurmdbd\s*$", self._slurm_conf(), re.M):
+            # sacctmgr waits long for a slurmdbd that does not answer; 5 s is plenty for one that does.
+            accounting_up = self._runner(["timeout", "5", "sacctmgr", "-n", "-P", "show", "cluster",
+                                          "format=cluster"], None).returncode == 0
+        return Reading(nodes=tuple(self.nodes()), jobs=tuple(self.jobs()),
+                       diagnostics=parse_sdiag(self._run("sdiag")), accounting_up=accounting_up)
+
+    def _slurm_conf(self) -> str:
+        try:
+            return (self._config_dir / "slurm.conf").read_text()
+        except OSError:
+            return ""
 
     def config_hash(self) -> str:
         """The hash of the config files in ``config_dir``, as the renderer computes it.

@@ -17,11 +17,13 @@ from typing import Protocol, Sequence, runtime_checkable
 from .accounting import Associations
 from .model import Job, Node
 
-__all__ = ["SlurmControl", "OPERATIONS", "AGENT_PORT"]
+__all__ = ["SlurmControl", "OPERATIONS", "AGENT_PORT", "METRICS_PORT"]
 
 #: The port the agent serves these operations on, beside slurmctld (the
 #: agent, its Service and NetworkPolicy, and `slurmk8s agent --listen`).
 AGENT_PORT = 6830
+#: The port the agent serves Slurm's metrics on (``GET /metrics``, no token: slurm/metrics.py).
+METRICS_PORT = 6831
 
 
 @runtime_checkable

@@ -51,6 +51,9 @@ class Node:
     alloc_cpus: int
     gres: str
     address: str
+    #: GPUs the node has (its ``gres``), and those allocated to jobs (``gres_used``).
+    gpus: int = 0
+    gpus_alloc: int = 0
 
     @property
     def drain_set(self) -> bool:
@@ -107,6 +110,12 @@ class Job:
     #: requeued job is held here for Slurm's requeue delay, reported as
     #: reason BeginTime only once it has left COMPLETING.
     eligible_time: int | None = None
+    account: str = ""
+    #: When it was submitted and started (POSIX seconds; None: not reported, or not started).
+    submit_time: int | None = None
+    start_time: int | None = None
+    #: GPUs allocated to it (``tres_alloc_str``); while pending, those it asks for.
+    gpus: int = 0
 
     @property
     def active(self) -> bool:
@@ -165,6 +174,32 @@ class SlurmState:
         return self.nodes_by_name.get(name)
 
 
+def gres_gpus(text: str) -> int:
+    """The GPUs a node's ``gres`` or ``gres_used`` names: ``gpu:4``, ``gpu:a100:2(S:0-1)``,
+    ``gpu:a100:1(IDX:0),gpu:h100:2(IDX:1-2)``; a plain ``gpu`` is one. Pure."""
+    total, depth, item = 0, 0, []
+    for ch in (text or "") + ",":
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts = "".join(item).split("(", 1)[0].split(":")
+            if parts[0] == "gpu":
+                total += int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else int(len(parts) == 1)
+            item = []
+        else:
+            item.append(ch)
+    return total
+
+
+def tres_gpus(text: str) -> int:
+    """``gres/gpu=N`` of a TRES string (``cpu=2,mem=1G,gres/gpu=2,gres/gpu:a100=2``). Pure."""
+    for part in (text or "").split(","):
+        key, _, value = part.partition("=")
+        if key == "gres/gpu" and value.isdigit():
+            return int(value)
+    return 0
+
+
 def _split(value: Any) -> tuple[str, ...]:
     if isinstance(value, list):
         return tuple(str(v) for v in value)
@@ -201,6 +236,8 @@ def node_from_json(d: dict) -> Node:
         alloc_cpus=int(d.get("alloc_cpus") or 0),
         gres=d.get("gres") or "",
         address=d.get("address") or "",
+        gpus=gres_gpus(d.get("gres") or ""),
+        gpus_alloc=gres_gpus(d.get("gres_used") or ""),
     )
 
 
@@ -243,6 +280,10 @@ def job_from_json(d: dict) -> Job:
         array_job_id=array_job or None,
         array_task_id=_number(d.get("array_task_id")),
         eligible_time=_number(d.get("eligible_time")) or None,
+        account=intern(str(d.get("account") or "")),
+        submit_time=_number(d.get("submit_time")) or None,
+        start_time=_number(d.get("start_time")) or None,
+        gpus=tres_gpus(d.get("tres_alloc_str") or "") or tres_gpus(d.get("tres_req_str") or ""),
     )
 
 
@@ -361,6 +402,7 @@ def node_to_dict(n: Node) -> dict:
         "name": n.name, "state": n.state, "flags": sorted(n.flags), "reason": n.reason,
         "features": list(n.features), "partitions": list(n.partitions), "cpus": n.cpus,
         "alloc_cpus": n.alloc_cpus, "gres": n.gres, "address": n.address,
+        "gpus": n.gpus, "gpus_alloc": n.gpus_alloc,
     }
 
 
@@ -370,6 +412,7 @@ def node_from_dict(d: dict) -> Node:
         reason=str(d["reason"]), features=tuple(map(str, d["features"])),
         partitions=tuple(map(str, d["partitions"])), cpus=int(d["cpus"]),
         alloc_cpus=int(d["alloc_cpus"]), gres=str(d["gres"]), address=str(d["address"]),
+        gpus=int(d.get("gpus", 0)), gpus_alloc=int(d.get("gpus_alloc", 0)),  # absent from an older agent
     )
 
 
@@ -379,6 +422,7 @@ def job_to_dict(j: Job) -> dict:
         "partition": j.partition, "nodes": j.nodes, "requeue": j.requeue,
         "restart_count": j.restart_count, "reason": j.reason,
         "array_job_id": j.array_job_id, "array_task_id": j.array_task_id, "eligible_time": j.eligible_time,
+        "account": j.account, "submit_time": j.submit_time, "start_time": j.start_time, "gpus": j.gpus,
     }
 
 
@@ -392,6 +436,8 @@ def job_from_dict(d: dict) -> Job:
         restart_count=int(d["restart_count"]), reason=str(d["reason"]),
         array_job_id=opt(d.get("array_job_id")), array_task_id=opt(d.get("array_task_id")),
         eligible_time=opt(d.get("eligible_time")),
+        account=str(d.get("account", "")), submit_time=opt(d.get("submit_time")),  # absent from an older agent
+        start_time=opt(d.get("start_time")), gpus=int(d.get("gpus", 0)),
     )
 
 

@@ -1,0 +1,245 @@
+"""Slurm's metrics (slurmk8s/slurm/metrics.py): the pure core over records and
+real sdiag text, the labels that must not grow with jobs or nodes, and the
+server that serves them (slurmk8s/metricsserver.py)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from slurmk8s import metricsserver
+from slurmk8s.api.cluster import LENT_PREFIX
+from slurmk8s.slurm.metrics import (
+    GPU_STATES, NODE_STATES, QUEUE_WAIT_BUCKETS, Diagnostics, QueueWait, Reading, SlurmMetrics, families, parse_sdiag,
+)
+from slurmk8s.slurm.model import Job, Node, gres_gpus, tres_gpus
+
+FIXTURES = Path(__file__).parent / "fixtures" / "slurm-json"
+
+
+def node(name: str, state: str = "idle", partitions=("gpu",), gpus: int = 0, alloc: int = 0, flags=(),
+         features=()) -> Node:
+    return Node(name=name, state=state, flags=frozenset(flags), reason="", features=tuple(features),
+                partitions=tuple(partitions), cpus=8, alloc_cpus=0, gres=f"gpu:{gpus}" if gpus else "", address="",
+                gpus=gpus, gpus_alloc=alloc)
+
+
+def job(job_id: int, state: str = "RUNNING", partition: str = "gpu", account: str = "ml", gpus: int = 0,
+        submit: int | None = 1000, start: int | None = 1060, reason: str = "None", user: str = "alice") -> Job:
+    return Job(job_id=job_id, name=f"j{job_id}", user=user, state=state, partition=partition, nodes="",
+               requeue=False, restart_count=0, reason=reason, account=account, submit_time=submit,
+               start_time=start, gpus=gpus)
+
+
+def samples(r: Reading, queue_wait: QueueWait | None = None) -> dict[tuple[str, tuple], float]:
+    """(sample name, sorted labels) -> value, through the text format Prometheus reads."""
+    class One:
+        def collect(self):
+            yield from families(r)
+            if queue_wait is not None:
+                yield queue_wait.family()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(One())
+    out = {}
+    for fam in text_string_to_metric_families(generate_latest(registry).decode()):
+        for s in fam.samples:
+            out[s.name, tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+@pytest.mark.parametrize("text, want", [
+    ("", 0), ("gpu:4", 4), ("gpu", 1), ("gpu:a100:2(S:0-1)", 2), ("gpu:0", 0), ("gpu:a100:0(IDX:N/A)", 0),
+    ("gpu:a100:1(IDX:0),gpu:h100:2(IDX:1-2)", 3), ("gpu:a100:2(IDX:0,2)", 2), ("mps:100,gpu:2", 2), ("shard:8", 0),
+])
+def test_gpus_of_a_nodes_gres(text, want):
+    assert gres_gpus(text) == want
+
+
+@pytest.mark.parametrize("text, want", [
+    ("cpu=2,mem=1G,node=1,billing=2", 0), ("cpu=2,gres/gpu=2,gres/gpu:a100=2", 2), ("gres/gpu:a100=2", 0), ("", 0),
+])
+def test_gpus_of_a_jobs_tres(text, want):
+    assert tres_gpus(text) == want
+
+
+def test_nodes_and_gpus_by_partition_and_state_with_lent_nodes_apart():
+    r = Reading(nodes=(
+        node("a", "mixed", gpus=4, alloc=1),
+        node("b", "idle", gpus=4, flags={"DRAIN"}),
+        node("c", "allocated", gpus=2, alloc=2, features=(f"{LENT_PREFIX}pool",)),
+        node("d", "idle", partitions=("cpu", "gpu")),
+        node("e", "down", partitions=("cpu",)),
+    ), jobs=(), diagnostics=Diagnostics())
+    s = samples(r)
+    nodes = {(dict(k)["partition"], dict(k)["state"]): v for (n, k), v in s.items() if n == "slurmk8s_slurm_nodes"}
+    assert {k: v for k, v in nodes.items() if v} == {
+        ("gpu", "mixed"): 1, ("gpu", "drain"): 1, ("gpu", "allocated"): 1, ("gpu", "idle"): 1,
+        ("cpu", "idle"): 1, ("cpu", "down"): 1}
+    assert len(nodes) == 2 * len(NODE_STATES)  # every state of every partition, zeros too
+    gpus = {(dict(k)["lent"], dict(k)["state"]): v for (n, k), v in s.items() if n == "slurmk8s_slurm_gpus"}
+    assert gpus == {("false", "allocated"): 1, ("false", "idle"): 3, ("false", "unavailable"): 4,
+                    ("true", "allocated"): 2, ("true", "idle"): 0, ("true", "unavailable"): 0}
+    assert {st for _, st in gpus} == set(GPU_STATES)
+
+
+def test_jobs_pending_reasons_and_accounts():
+    r = Reading(nodes=(), jobs=(
+        job(1, gpus=2), job(2, gpus=1, account="physics"), job(3, "PENDING", reason="Resources", gpus=4, start=None),
+        job(4, "PENDING", reason="Priority", account="physics", start=5000), job(5, "COMPLETED", gpus=8),
+        job(6, "PENDING", partition="cpu", reason="Priority", account="physics"),
+    ), diagnostics=Diagnostics(), accounting_up=False)
+    s = samples(r)
+    assert s["slurmk8s_slurm_jobs", (("partition", "gpu"), ("state", "running"))] == 2
+    assert s["slurmk8s_slurm_jobs", (("partition", "gpu"), ("state", "pending"))] == 2
+    assert s["slurmk8s_slurm_jobs", (("partition", "gpu"), ("state", "completed"))] == 1
+    assert s["slurmk8s_slurm_pending_jobs", (("partition", "gpu"), ("reason", "Resources"))] == 1
+    assert s["slurmk8s_slurm_pending_jobs", (("partition", "cpu"), ("reason", "Priority"))] == 1
+    assert s["slurmk8s_slurm_account_running_gpus", (("account", "ml"),)] == 2  # the completed job's GPUs are free
+    assert s["slurmk8s_slurm_account_running_gpus", (("account", "physics"),)] == 1
+    assert s["slurmk8s_slurm_account_pending_jobs", (("account", "physics"),)] == 2
+    assert s["slurmk8s_slurm_accounting_up", ()] == 0
+    assert ("slurmk8s_slurm_accounting_up", ()) not in samples(replace(r, accounting_up=None))
+
+
+def test_queue_wait_counts_each_start_once_and_a_requeued_start_again():
+    qw = QueueWait()
+    running = job(1, submit=1000, start=1045)
+    pending = job(2, "PENDING", submit=1000, start=9000)  # a pending job's start time is an estimate
+    qw.observe([running, pending])
+    qw.observe([running, pending])
+    s = samples(Reading((), (), Diagnostics()), qw)
+    count = s["slurmk8s_slurm_queue_wait_seconds_count", (("partition", "gpu"),)]
+    assert count == 1 and s["slurmk8s_slurm_queue_wait_seconds_sum", (("partition", "gpu"),)] == 45
+    assert s["slurmk8s_slurm_queue_wait_seconds_bucket", (("le", "30.0"), ("partition", "gpu"))] == 0
+    assert s["slurmk8s_slurm_queue_wait_seconds_bucket", (("le", "60.0"), ("partition", "gpu"))] == 1
+    qw.observe([replace(running, start_time=2000)])  # requeued and started again
+    s = samples(Reading((), (), Diagnostics()), qw)
+    assert s["slurmk8s_slurm_queue_wait_seconds_count", (("partition", "gpu"),)] == 2
+    assert s["slurmk8s_slurm_queue_wait_seconds_bucket", (("le", "+Inf"), ("partition", "gpu"))] == 2
+
+
+def test_real_sdiag_of_slurmctld():
+    d = parse_sdiag((FIXTURES / "22.05" / "sdiag.txt").read_text())
+    assert (d.server_threads, d.agent_queue, d.dbd_queue) == (3, 0, 0)
+    assert d.cycles == {"main": 1, "backfill": 0}
+    assert d.last_cycle_us == {"main": 436, "backfill": 0} and d.mean_cycle_us == {"main": 436}
+    assert (d.queue_length, d.backfilled_jobs) == (1, 0)
+    assert d.rpcs == 2 + 2 + 1 + 1 + 1 + 1  # by message type, not by user again
+    s = samples(Reading((), (), d))
+    assert s["slurmk8s_slurm_scheduler_last_cycle_seconds", (("scheduler", "main"),)] == pytest.approx(436e-6)
+    assert s["slurmk8s_slurm_rpcs_total", ()] == 8
+
+
+def test_sdiag_that_says_nothing_gives_no_invented_figures():
+    d = parse_sdiag("sdiag: error: Unable to contact slurm controller\n")
+    assert d == Diagnostics()
+    names = {n for n, _ in samples(Reading((), (), d))}
+    assert not names & {"slurmk8s_slurm_rpcs_total", "slurmk8s_slurm_server_threads", "slurmk8s_slurm_accounting_queue"}
+
+
+LABELS = {"partition", "state", "lent", "reason", "account", "scheduler", "le"}
+
+
+@settings(max_examples=25, deadline=None)
+@given(users=st.lists(st.text("abcdefgh", min_size=3, max_size=8), min_size=1, max_size=5),
+       count=st.integers(1, 300), seed=st.integers(0, 1000))
+def test_no_job_id_user_or_node_name_becomes_a_label(users, count, seed):
+    """The series are the same for 1 job or 300, on 2 nodes or 200: the labels
+    are partitions, accounts and Slurm's own words."""
+    def reading(n_jobs: int, n_nodes: int) -> Reading:
+        states = ("RUNNING", "PENDING", "COMPLETED")
+        return Reading(
+            nodes=tuple(node(f"node-{seed}-{i}", ("idle", "mixed")[i % 2], gpus=4, alloc=i % 4) for i in range(n_nodes)),
+            jobs=tuple(job(seed * 1000 + i, states[i % 3], account=("ml", "physics")[i % 2], user=users[i % len(users)],
+                           reason=("Priority", "Resources")[i % 2], gpus=i % 3) for i in range(n_jobs)),
+            diagnostics=Diagnostics())
+    small, large = samples(reading(6, 2)), samples(reading(6 + count, 2 + count))
+    assert set(small) == set(large)
+    for _, labels in large:
+        assert {k for k, _ in labels} <= LABELS
+        values = {v for _, v in labels}
+        assert not values & set(users) and not any(v.startswith(("node-", "j")) or v.isdigit() for v in values)
+
+
+class FakeSlurm:
+    def __init__(self):
+        self.reads = 0
+        self.fail = False
+
+    def metrics_reading(self) -> Reading:
+        self.reads += 1
+        if self.fail:
+            raise OSError("slurmctld is away")
+        return Reading((node("a", gpus=2),), (job(1),), Diagnostics(rpcs=5))
+
+
+def test_scrapes_serve_the_last_reading_and_a_failed_read_says_so():
+    slurm = FakeSlurm()
+    m = SlurmMetrics(slurm, interval=1)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(m)
+    text = generate_latest(registry).decode()
+    assert "slurmk8s_slurm_up 0.0" in text and "slurmk8s_slurm_nodes" not in text and slurm.reads == 0
+    m.read()
+    for _ in range(3):
+        text = generate_latest(registry).decode()
+    assert slurm.reads == 1  # scrapes never read Slurm themselves
+    assert "slurmk8s_slurm_up 1.0" in text and "slurmk8s_slurm_rpcs_total 5.0" in text
+    slurm.fail = True
+    m.read()
+    text = generate_latest(registry).decode()
+    assert "slurmk8s_slurm_up 0.0" in text and "slurmk8s_slurm_rpcs_total 5.0" in text  # the last good reading
+    stop = threading.Event()
+    thread = threading.Thread(target=m.run, args=(stop,))
+    thread.start()
+    time.sleep(0.2)
+    stop.set()
+    thread.join(5)
+    assert not thread.is_alive() and slurm.reads == 3
+
+
+@pytest.fixture
+def server():
+    registry = CollectorRegistry(auto_describe=False)
+    m = SlurmMetrics(FakeSlurm())
+    m.read()
+    registry.register(m)
+    srv = metricsserver.serve_metrics(0, "127.0.0.1", registry)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_the_server_serves_metrics_alone_with_no_token(server):
+    port = server.server_address[1]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        assert resp.status == 200 and b"slurmk8s_slurm_up 1.0" in resp.read()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                 headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+        assert resp.read().rstrip().endswith(b"# EOF")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/nodes", timeout=5)
+    assert err.value.code == 404
+
+
+def test_a_client_that_sends_nothing_is_cut_off(server, monkeypatch):
+    monkeypatch.setattr(metricsserver._Handler, "timeout", 0.5)
+    port = server.server_address[1]
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"GET /metr")
+        started = time.monotonic()
+        assert sock.recv(100) == b""  # closed by the server
+        assert time.monotonic() - started < 4
