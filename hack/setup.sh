@@ -3,7 +3,7 @@
 # munge and OpenSSH (the same packages the images use), buildah, mmdebstrap
 # and runc (the images, built and run without Docker), the distribution
 # registry (docker-registry: images pushed and pulled), the tools the tests
-# use, and a virtual environment in .venv with slurmk8s installed editable,
+# use (promtool, unpacked from Debian's prometheus package), and a virtual environment in .venv with slurmk8s installed editable,
 # with the sandbox (sandbox/, its own distribution, which runs only from a
 # checkout) and the tests' extras.
 #
@@ -48,6 +48,21 @@ fi
 if [ -d /run/systemd/system ] && systemctl is-enabled --quiet docker-registry 2>/dev/null; then
   say "disabling Debian's docker-registry service (the sandbox runs its own registry)"
   systemctl disable --now --quiet docker-registry
+fi
+
+# promtool (the alert rules' unit tests) from Debian's prometheus package, unpacked
+# into the cache, not installed: the package would start a Prometheus on :9090.
+PROMTOOL_DIR=/var/cache/slurmk8s/prometheus
+if [ ! -x "$PROMTOOL_DIR/usr/bin/promtool" ]; then
+  say "unpacking promtool from Debian's prometheus package into $PROMTOOL_DIR"
+  deb=$(mktemp -d)
+  if ! (cd "$deb" && apt-get download prometheus >/dev/null 2>&1); then
+    apt-get update -qq
+    (cd "$deb" && apt-get download prometheus >/dev/null)
+  fi
+  mkdir -p "$PROMTOOL_DIR"
+  dpkg-deb -x "$deb"/prometheus_*.deb "$PROMTOOL_DIR"
+  rm -rf "$deb"
 fi
 
 PYTHON=${PYTHON:-python3}

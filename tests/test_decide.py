@@ -1061,6 +1061,10 @@ def test_metrics_count_nodes_by_state_and_policy():
     assert m.by_state == {"kubernetes": 1, LENDING: 1, LENT: 2, RECLAIMING: 1}
     assert m.by_policy == {"hpc/lend": {LENDING: 0, LENT: 2, RECLAIMING: 1},
                            "hpc/other": {LENDING: 1, LENT: 0, RECLAIMING: 0}}
+    assert m.pending_gpu_pods == 0
+    w.pods[("apps", "waiting")] = gpu_pod("waiting", None, gpus=2)
+    w.pods[("apps", "placed")] = gpu_pod("placed", "k", gpus=2)
+    assert lending_metrics(w.observed()).pending_gpu_pods == 1
 
 
 # -- whole cycles ----------------------------------------------------------------------------

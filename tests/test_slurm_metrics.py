@@ -80,12 +80,15 @@ def test_nodes_and_gpus_by_partition_and_state_with_lent_nodes_apart():
         node("c", "allocated", gpus=2, alloc=2, features=(f"{LENT_PREFIX}pool",)),
         node("d", "idle", partitions=("cpu", "gpu")),
         node("e", "down", partitions=("cpu",)),
+        node("f", "mixed", partitions=("cpu",), flags={"DRAIN"}),
     ), jobs=(), diagnostics=Diagnostics())
     s = samples(r)
+    draining = {dict(k)["partition"]: v for (n, k), v in s.items() if n == "slurmk8s_slurm_draining_nodes"}
+    assert draining == {"cpu": 1, "gpu": 0}  # b is drained and idle: its drain has ended
     nodes = {(dict(k)["partition"], dict(k)["state"]): v for (n, k), v in s.items() if n == "slurmk8s_slurm_nodes"}
     assert {k: v for k, v in nodes.items() if v} == {
         ("gpu", "mixed"): 1, ("gpu", "drain"): 1, ("gpu", "allocated"): 1, ("gpu", "idle"): 1,
-        ("cpu", "idle"): 1, ("cpu", "down"): 1}
+        ("cpu", "idle"): 1, ("cpu", "down"): 1, ("cpu", "drain"): 1}
     assert len(nodes) == 2 * len(NODE_STATES)  # every state of every partition, zeros too
     gpus = {(dict(k)["lent"], dict(k)["state"]): v for (n, k), v in s.items() if n == "slurmk8s_slurm_gpus"}
     assert gpus == {("false", "allocated"): 1, ("false", "idle"): 3, ("false", "unavailable"): 4,

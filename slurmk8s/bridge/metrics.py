@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = ["ROUNDS", "ROUND_SECONDS", "ACTIONS", "NODES", "POLICY_NODES", "LEND_SECONDS", "RECLAIM_SECONDS",
-           "JOBS", "RECLAIMS_OVERDUE", "SLURM_READS", "observe_nodes"]
+           "JOBS", "RECLAIMS_OVERDUE", "SLURM_READS", "PENDING_GPU_PODS", "observe_nodes"]
 
 #: Lending and reclaiming take seconds to minutes (a grace period is often 5 minutes).
 _LATENCY_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600)
@@ -37,9 +37,14 @@ SLURM_READS = Counter("slurmk8s_bridge_slurm_reads_total", "Reads of a cluster's
                       ["result"])
 
 
+PENDING_GPU_PODS = Gauge("slurmk8s_bridge_pending_gpu_pods", "Kubernetes pods that ask for GPUs and wait for a "
+                         "node (Pending, not yet placed): the demand that reclaims lent nodes.")
+
+
 def observe_nodes(policy: str, m) -> None:
     """Set the node gauges from :func:`slurmk8s.bridge.nodecounts.lending_metrics`."""
     for state, count in m.by_state.items():
         NODES.labels(state).set(count)
+    PENDING_GPU_PODS.set(m.pending_gpu_pods)
     for state, count in m.by_policy.get(policy, {"lending": 0, "lent": 0, "reclaiming": 0}).items():
         POLICY_NODES.labels(policy, state).set(count)

@@ -21,6 +21,8 @@ class LendingMetrics:
     by_state: dict[str, int]
     #: policy namespace/name -> state -> nodes (lending, lent, reclaiming)
     by_policy: dict[str, dict[str, int]]
+    #: Pods that ask for GPUs and wait for a node (Pending, not placed)
+    pending_gpu_pods: int = 0
 
 
 def lending_metrics(observed: Observed) -> LendingMetrics:
@@ -37,4 +39,6 @@ def lending_metrics(observed: Observed) -> LendingMetrics:
         by_state[state] += 1
         per = by_policy.setdefault(n.record.policy or "", {LENDING: 0, LENT: 0, RECLAIMING: 0})
         per[state] += 1
-    return LendingMetrics(by_state, by_policy)
+    pending = sum(1 for p in observed.pods
+                  if p.gpus > 0 and p.phase == "Pending" and p.node is None and not p.deleting)
+    return LendingMetrics(by_state, by_policy, pending)

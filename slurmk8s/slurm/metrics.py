@@ -181,17 +181,21 @@ def families(r: Reading) -> Iterator[Metric]:
     partitions = sorted({p for n in r.nodes for p in n.partitions} | {j.partition for j in r.jobs if j.partition})
     nodes: Counter = Counter({(p, s): 0 for p in partitions for s in NODE_STATES})
     gpus: Counter = Counter()
+    draining: Counter = Counter({(p,): 0 for p in partitions})
     for n in r.nodes:
         usable = n.bucket in ("idle", "mixed", "allocated")
         alloc = min(n.gpus_alloc, n.gpus)
         for p in n.partitions:
             nodes[p, n.bucket] += 1
+            draining[(p,)] += n.drain_set and n.busy
             if n.gpus:
                 lent = _lent(n)
                 gpus[p, lent, "allocated"] += alloc
                 gpus[p, lent, "idle" if usable else "unavailable"] += n.gpus - alloc
     yield _gauge("slurmk8s_slurm_nodes", "Slurm nodes by partition and state (a node in two partitions counts "
                  "in both).", ["partition", "state"], nodes)
+    yield _gauge("slurmk8s_slurm_draining_nodes", "Nodes drained while jobs still run on them (counted in state "
+                 "drain too): a drain that does not end keeps them here.", ["partition"], draining)
     for p, lent in {(p, lent) for p, lent, _ in gpus}:
         for s in GPU_STATES:
             gpus.setdefault((p, lent, s), 0)
