@@ -7,6 +7,8 @@
 # story (hack/demo_lending.py): idle Kubernetes GPU nodes are lent to Slurm,
 # train.sh runs across them, a serving Deployment takes one back, the job
 # checkpoints, the serving pod serves that checkpoint, and the job resumes.
+# A Prometheus (examples/monitoring/) watches it all, and the last lines are
+# what it saw: GPU-hours lent, lend and reclaim latency, queue wait.
 #
 #   hack/demo.sh [MANIFEST]        default: examples/slurmcluster.yaml
 #
@@ -29,6 +31,9 @@ say "Validating $example"
 say "Bringing the cluster up in the sandbox"
 "$sk" sandbox up -f "$example"
 "$sk" sandbox status
+
+say "Installing Prometheus as a site would (examples/monitoring/prometheus.yaml)"
+.venv/bin/python hack/demo_metrics.py install
 
 user=$(field 'd["login"]["user"]')
 dir=$(field 'd["sharedStorage"]["mountPath"]')/$user/demo
@@ -66,6 +71,9 @@ on_login "ls $ckpt && echo LATEST: \$(cat $ckpt/LATEST)"
 
 # Act 2: lend idle GPU nodes, train on them, take one back for serving, resume.
 .venv/bin/python hack/demo_lending.py
+
+say "What Prometheus saw (the dashboards: charts/slurmk8s/files/dashboards/, docs/metrics.md)"
+.venv/bin/python hack/demo_metrics.py report
 
 say "The cluster is still running. Next:"
 cat <<NEXT

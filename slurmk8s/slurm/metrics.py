@@ -202,11 +202,13 @@ def families(r: Reading) -> Iterator[Metric]:
     yield _gauge("slurmk8s_slurm_gpus", "GPUs of Slurm nodes by partition, state (allocated; idle: on a node "
                  "that takes jobs; unavailable: on a node down or drained) and whether the node is lent by "
                  "the bridge.", ["partition", "lent", "state"], gpus)
-    jobs: Counter = Counter()
+    jobs: Counter = Counter({(p, s): 0 for p in partitions for s in ("pending", "running")})
     pending: Counter = Counter()
     account_gpus: Counter = Counter()
     account_pending: Counter = Counter()
     for j in r.jobs:
+        account_gpus[(j.account,)] += 0  # every account Slurm lists a job of has a series, 0 too
+        account_pending[(j.account,)] += 0
         jobs[j.partition, j.state.lower()] += 1
         if j.state == "PENDING":
             pending[j.partition, j.reason] += 1

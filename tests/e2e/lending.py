@@ -43,6 +43,8 @@ CLUSTER = {
                           "checkpointDir": "/shared/checkpoints"},
         # Lent nodes' jobs are accounted like the others': sacct shows a reclaim's requeue.
         "accounting": {"enabled": True, "database": {"managed": {"volume": {"size": "1Gi"}}}},
+        # The sandbox's Prometheus (monitoring.py) scrapes the Slurm metrics from its namespace.
+        "metrics": {"scrapeFrom": ["monitoring"]},
     },
 }
 
