@@ -36,6 +36,8 @@ class VolumeFile:
     path: str  # relative to the pod dir
     content: bytes
     mode: int = 0o644
+    #: An empty directory (an emptyDir), not a file: made 0777 as the kubelet makes them.
+    directory: bool = False
 
 
 @dataclass
@@ -163,7 +165,7 @@ def _volumes(
                 sources[name] = ("tmpfs", f"tmpfs:{int(parse_quantity(limit))}" if limit else "tmpfs")
             else:
                 sources[name] = ("bind", local)
-                files.append(VolumeFile(f"{local}/.keep", b""))
+                files.append(VolumeFile(local, b"", 0o777, directory=True))
         else:
             raise ValueError(f"pod {pod_name}: volume {name} has a type the sandbox does not run")
     return sources, files

@@ -143,10 +143,20 @@ def _own(path: Path, mode: int, fs_group: int | None) -> None:
 
 
 def write_files(pod: PodPlan, pod_dir: Path) -> None:
-    """Make ``pod_dir`` with the files of the pod's ConfigMap, Secret and other volumes."""
+    """Make ``pod_dir`` with the files of the pod's ConfigMap, Secret and other volumes.
+
+    An emptyDir is a directory of mode 0777, as the kubelet makes it (any user
+    of the pod may write there); with ``fsGroup`` that group owns it, with the
+    setgid bit, as the kubelet's volume ownership management sets it."""
     pod_dir.mkdir(parents=True)
     for f in pod.files:
         path = pod_dir / f.path
+        if f.directory:
+            path.mkdir(parents=True, exist_ok=True)
+            if pod.fs_group is not None:
+                os.chown(path, 0, pod.fs_group)
+            path.chmod(f.mode | (0o2000 if pod.fs_group is not None else 0))
+            continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(f.content)
         _own(path, f.mode, pod.fs_group)
@@ -159,6 +169,8 @@ def refresh_volumes(pod: PodPlan, pod_dir: Path) -> None:
     bind-mount the directory, so they see the new file whole, never half.
     """
     for f in pod.files:
+        if f.directory:  # an emptyDir: its content is the pod's
+            continue
         path = pod_dir / f.path
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.new")

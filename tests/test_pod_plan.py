@@ -125,3 +125,21 @@ def test_with_an_fs_group_the_pods_volume_files_are_that_groups_to_read(tmp_path
     write_files(bare, tmp_path / "bare")
     key = tmp_path / "bare" / "volumes" / "cert" / "tls.key"
     assert (key.stat().st_gid, key.stat().st_mode & 0o777) == (os.getgid(), 0o400)
+
+
+def test_an_empty_dir_is_empty_and_any_user_of_the_pod_may_write_there(tmp_path):
+    """As the kubelet makes an emptyDir: mode 0777, nothing in it; with an fsGroup, that
+    group owns it with the setgid bit (a non-root Prometheus writes its data there)."""
+    from sandbox.runtime import refresh_volumes, write_files
+
+    volumes = [{"name": "data", "emptyDir": {}}]
+    mounts = [{"name": "data", "mountPath": "/data"}]
+    for name, security, gid, mode in (("bare", {}, 0, 0o777), ("grouped", {"fsGroup": 65534}, 65534, 0o2777)):
+        plan = pod_plan(pod([container(volumeMounts=mounts)], volumes, securityContext=security), {}, {}, "10.253.0.9")
+        write_files(plan, tmp_path / name)
+        data = tmp_path / name / "volumes" / "data"
+        assert (data.stat().st_gid, data.stat().st_mode & 0o7777) == (gid, mode)
+        assert list(data.iterdir()) == []
+        (data / "written-by-the-pod").write_text("x")
+        refresh_volumes(plan, tmp_path / name)  # a ConfigMap's refresh leaves it as the pod left it
+        assert [p.name for p in data.iterdir()] == ["written-by-the-pod"]
