@@ -71,29 +71,24 @@ _RPC = re.compile(r"\bcount:\s*(\d+)")
 
 def parse_sdiag(text: str) -> Diagnostics:
     """``sdiag``'s text (every supported release prints the same sections). Pure."""
-    values: dict[tuple[str, str], int] = {}
-    section, rpcs, in_rpc_types = "", 0, False
+    values: dict[tuple[str, str], int] = {}  # (section, key) -> value; "" for the top-level lines
+    section, rpcs = "", None
     for line in text.splitlines():
-        if not line.strip():
-            continue
-        if not line[0].isspace():
+        if line and not line[0].isspace():  # a top-level line, maybe a section's head
             head = line.strip().lower()
-            in_rpc_types = head.startswith("remote procedure call statistics by message type")
-            if head.startswith("main schedule statistics"):
-                section = "main"
-            elif head.startswith("backfilling stats"):
-                section = "backfill"
-            elif not head.startswith(("server thread", "agent", "dbd agent", "jobs ", "job states", "last ")):
-                section = "other" if not in_rpc_types else section
-        if in_rpc_types:
+            section = ("main" if head.startswith("main schedule statistics")
+                       else "backfill" if head.startswith("backfilling stats")
+                       else "rpc" if head.startswith("remote procedure call statistics by message type")
+                       else "")
+            if section == "rpc":
+                rpcs = 0
+        if section == "rpc":
             m = _RPC.search(line)
-            if m:
-                rpcs += int(m[1])
+            rpcs += int(m[1]) if m else 0
             continue
         m = _KEY.match(line)
         if m:
-            key = m[1].strip().lower()
-            values.setdefault((section if line[0].isspace() else "", key), int(m[2]))
+            values.setdefault((section if line[0].isspace() else "", m[1].strip().lower()), int(m[2]))
     get = values.get
     schedulers = ("main", "backfill")
 
@@ -109,7 +104,7 @@ def parse_sdiag(text: str) -> Diagnostics:
         mean_cycle_us=per("mean cycle"),
         queue_length=get(("main", "last queue length")),
         backfilled_jobs=get(("backfill", "total backfilled jobs (since last slurm start)")),
-        rpcs=rpcs if "remote procedure call statistics by message type" in text.lower() else None,
+        rpcs=rpcs,
     )
 
 
