@@ -119,6 +119,25 @@ def test_the_serve_image_runs_its_server(built):
     assert proc.returncode == 0 and "--model-dir" in proc.stdout, proc.stderr
 
 
+def test_the_prometheus_image_discovers_kubernetes_pods_and_takes_the_example_and_the_rules(built):
+    """Debian's Prometheus of the image's suite has Kubernetes service discovery (bookworm's
+    has none); the image's own promtool accepts the example's configuration and the alerts."""
+    import yaml
+
+    image, repo = built["prometheus"], ImageStore().repo
+    docs = yaml.safe_load_all((repo / "examples/monitoring/prometheus.yaml").read_text())
+    [config] = [d["data"]["prometheus.yml"] for d in docs if d and d["kind"] == "ConfigMap"]
+    for what, text in (("config", config), ("rules", (repo / "charts/slurmk8s/files/prometheus/alerts.yaml").read_text())):
+        # In a mount namespace of its own, with a tmpfs on the image's /tmp: the cached root stays as built.
+        script = ('mount -t tmpfs tmpfs "$1/tmp" && cat > "$1/tmp/file.yaml" && '
+                  'chroot "$1" promtool check "$2" /tmp/file.yaml')
+        proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                               str(image.rootfs), what], input=text, capture_output=True, text=True)
+        assert proc.returncode == 0 and "SUCCESS" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert "kubernetes_sd_configs" in config
+    assert chroot(image, "prometheus", "--version").stdout.startswith("prometheus, version 3.")
+
+
 def test_the_slurmd_image_has_the_task_prolog_and_the_job_tools(built):
     image = built["slurmd"]
     assert chroot(image, "bash", "-n", "/usr/local/lib/slurmk8s/task-prolog").returncode == 0
