@@ -34,7 +34,7 @@ class Prometheus:
         return proc.stdout
 
     def install(self, timeout: float = 120) -> None:
-        """Apply the example and the rules; return once Prometheus is ready."""
+        """Apply the example and the rules; return once Prometheus is ready (``installed``: when)."""
         self._kubectl("apply", "-f", str(MANIFEST))
         rules = self._kubectl("-n", NAMESPACE, "create", "configmap", "prometheus-rules", f"--from-file={RULES}",
                               "--dry-run=client", "-o", "json")
@@ -47,6 +47,7 @@ class Prometheus:
                 raise SandboxFailed(f"Prometheus was not ready within {timeout:.0f}s: "
                                     f"`kubectl -n {NAMESPACE} describe pod -l {SELECTOR}`")
             time.sleep(0.5)
+        self.installed = time.time()
 
     def _pod(self, ready: bool = False):
         for p in self.core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items:
@@ -73,6 +74,11 @@ class Prometheus:
     def query(self, expr: str) -> list[dict]:
         """An instant query's result: [{"metric": {...}, "value": [time, "value"]}, ...]."""
         return self.api("query", query=expr)["result"]
+
+    def query_range(self, expr: str, start: float, end: float, step: float = 15) -> list[dict]:
+        """A range query's result, as Grafana asks for a panel's time range:
+        [{"metric": {...}, "values": [[time, "value"], ...]}, ...]."""
+        return self.api("query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step=f"{step:g}")["result"]
 
     def targets(self) -> list[dict]:
         return self.api("targets", state="active")["activeTargets"]

@@ -115,6 +115,14 @@ def test_jobs_pending_reasons_and_accounts():
     assert ("slurmk8s_slurm_accounting_up", ()) not in samples(replace(r, accounting_up=None))
 
 
+class _Partitions:
+    def __init__(self, qw: QueueWait, partitions: list[str]):
+        self.qw, self.partitions = qw, partitions
+
+    def family(self):
+        return self.qw.family(self.partitions)
+
+
 def test_queue_wait_counts_each_start_once_and_a_requeued_start_again():
     qw = QueueWait()
     running = job(1, submit=1000, start=1045)
@@ -126,6 +134,9 @@ def test_queue_wait_counts_each_start_once_and_a_requeued_start_again():
     assert count == 1 and s["slurmk8s_slurm_queue_wait_seconds_sum", (("partition", "gpu"),)] == 45
     assert s["slurmk8s_slurm_queue_wait_seconds_bucket", (("le", "30.0"), ("partition", "gpu"))] == 0
     assert s["slurmk8s_slurm_queue_wait_seconds_bucket", (("le", "60.0"), ("partition", "gpu"))] == 1
+    zeros = {k: v for k, v in samples(Reading((), (), Diagnostics()), _Partitions(qw, ["cpu", "gpu"])).items()
+             if dict(k[1]).get("partition") == "cpu"}
+    assert zeros and set(zeros.values()) == {0}  # born at 0, so the first start in cpu shows in increase()
     qw.observe([replace(running, start_time=2000)])  # requeued and started again
     s = samples(Reading((), (), Diagnostics()), qw)
     assert s["slurmk8s_slurm_queue_wait_seconds_count", (("partition", "gpu"),)] == 2

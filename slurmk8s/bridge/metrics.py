@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from ..slurm.steps import PER_JOB
+from .reasons import REASONS
+
 __all__ = ["ROUNDS", "ROUND_SECONDS", "ACTIONS", "NODES", "POLICY_NODES", "LEND_SECONDS", "RECLAIM_SECONDS",
            "JOBS", "RECLAIMS_OVERDUE", "SLURM_READS", "PENDING_GPU_PODS", "observe_nodes"]
 
@@ -36,6 +39,13 @@ SLURM_READS = Counter("slurmk8s_bridge_slurm_reads_total", "Reads of a cluster's
                       "were decided with Slurm unknown), busy (a late read still running: not asked again).",
                       ["result"])
 
+
+# Every outcome and reclaim reason has its series from the start, at zero: a series born at its
+# first event would hide that event from increase() and rate(), and so from the dashboards.
+for _outcome in ("signalled", *(counted for _, counted, _ in PER_JOB.values())):
+    JOBS.labels(_outcome)
+for _reason in REASONS:
+    RECLAIM_SECONDS.labels(_reason)
 
 PENDING_GPU_PODS = Gauge("slurmk8s_bridge_pending_gpu_pods", "Kubernetes pods that ask for GPUs and wait for a "
                          "node (Pending, not yet placed): the demand that reclaims lent nodes.")

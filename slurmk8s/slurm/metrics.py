@@ -148,10 +148,14 @@ class QueueWait:
             self._by_partition[j.partition] = (counts, total + wait)
         self._seen = listed  # what Slurm no longer lists cannot start again under that key
 
-    def family(self) -> HistogramMetricFamily:
+    def family(self, partitions: Iterable[str] = ()) -> HistogramMetricFamily:
+        """The histogram, with a series of zeros for each of ``partitions`` no job was seen to
+        start in yet: a series that is born at 1 never shows that first start to increase()."""
         h = HistogramMetricFamily("slurmk8s_slurm_queue_wait_seconds", "From submit to start, of the jobs seen "
                                   "to start (by partition).", labels=["partition"])
-        for partition, (counts, total) in sorted(self._by_partition.items()):
+        zero = ([0] * (len(self.buckets) + 1), 0.0)
+        rows = {p: zero for p in partitions} | self._by_partition
+        for partition, (counts, total) in sorted(rows.items()):
             running, cumulative = 0, []
             for bound, n in zip((*map(floatToGoString, self.buckets), "+Inf"), counts):
                 running += n
@@ -171,9 +175,14 @@ def _lent(n: Node) -> str:
     return "true" if any(f.startswith(LENT_PREFIX) for f in n.features) else "false"
 
 
+def partitions_of(r: Reading) -> list[str]:
+    """The partitions a reading names: its nodes' and its jobs'."""
+    return sorted({p for n in r.nodes for p in n.partitions} | {j.partition for j in r.jobs if j.partition})
+
+
 def families(r: Reading) -> Iterator[Metric]:
     """The metric families of one reading. Pure."""
-    partitions = sorted({p for n in r.nodes for p in n.partitions} | {j.partition for j in r.jobs if j.partition})
+    partitions = partitions_of(r)
     nodes: Counter = Counter({(p, s): 0 for p in partitions for s in NODE_STATES})
     gpus: Counter = Counter()
     draining: Counter = Counter({(p,): 0 for p in partitions})
@@ -292,7 +301,7 @@ class SlurmMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             reading, up, read_at, seconds = self._reading, self._up, self._read_at, self._seconds
-            queue_wait = self.queue_wait.family()
+            queue_wait = self.queue_wait.family(partitions_of(reading) if reading is not None else ())
         yield _gauge("slurmk8s_slurm_up", "1 when the last reading of Slurm succeeded (0: slurmctld did not "
                      "answer; the other metrics are then the last good reading's).", [], {(): up})
         yield _gauge("slurmk8s_slurm_read_seconds", "How long the last reading of Slurm took.", [], {(): seconds})

@@ -44,7 +44,8 @@ CLUSTER = {
         # Lent nodes' jobs are accounted like the others': sacct shows a reclaim's requeue.
         "accounting": {"enabled": True, "database": {"managed": {"volume": {"size": "1Gi"}}}},
         # The sandbox's Prometheus (monitoring.py) scrapes the Slurm metrics from its namespace.
-        "metrics": {"scrapeFrom": ["monitoring"]},
+        # Read every 5 s: the tests' jobs are short.
+        "metrics": {"scrapeFrom": ["monitoring"], "intervalSeconds": 5},
     },
 }
 
