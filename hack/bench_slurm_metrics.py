@@ -15,6 +15,13 @@ Prints, per run, the reading's and the scrape's seconds, then their medians,
 the child's peak resident memory (VmHWM), the series a scrape holds and its
 size. The fake commands' own time is in the reading's (they stand for
 slurmctld's answer); their memory is not in the peak.
+
+With ``--real``, the load on a real slurmctld instead: this host's Slurm in
+private namespaces (tests/realslurm.py) on the example's config, ``--jobs``
+held jobs submitted (at most Slurm's MaxJobCount, 10,000), then each reading
+through the facade, with the CPU time slurmctld spent on it (utime + stime
+of its process) and the reading's time. The example's few nodes, not
+``--nodes``: a thousand nodes would need a thousand slurmd.
 """
 
 from __future__ import annotations
@@ -105,16 +112,61 @@ def child(release: str, runs: int) -> None:
                              "bytes": len(text), "up": b"slurmk8s_slurm_up 1.0" in text}), flush=True)
 
 
+def real(jobs: int, runs: int) -> None:
+    import time
+
+    from slurmk8s.api import load_cluster
+    from slurmk8s.render import ClusterKeys, config_files
+    from slurmk8s.slurm.client import SlurmClient
+    from tests.conftest import example_without_accounting, host_release
+    from tests.realslurm import SlurmNamespace
+
+    doc = example_without_accounting()
+    doc["spec"]["slurm"]["version"] = release = host_release()
+    cluster = load_cluster(doc)
+    with tempfile.TemporaryDirectory() as tmp, \
+            SlurmNamespace(config_files(cluster), ClusterKeys.generate(), Path(tmp)) as ns:
+        began = time.monotonic()
+        for first in range(0, jobs, 500):  # in batches: each ns.run has 60 s
+            n = min(500, jobs - first)
+            ns.run(["bash", "-c", f"for i in $(seq {n}); do sbatch -Q --hold -J bench --wrap true || exit 1; done"])
+        print(f"Slurm {release} (this host) in private namespaces: {jobs} held jobs submitted in "
+              f"{time.monotonic() - began:.0f} s")
+        pid = ns.run(["pgrep", "-x", "slurmctld"]).stdout.split()[0]
+        tick = os.sysconf("SC_CLK_TCK")
+
+        def cpu() -> float:
+            fields = ns.run(["cat", f"/proc/{pid}/stat"]).stdout.rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / tick
+
+        client = SlurmClient(lambda argv, stdin: ns.run(argv, input=stdin, check=False), config_dir=ns.work / "conf")
+        out = []
+        for _ in range(runs):
+            before, began = cpu(), time.monotonic()
+            reading = client.metrics_reading()
+            out.append((time.monotonic() - began, cpu() - before))
+        assert len(reading.jobs) == jobs, f"the reading saw {len(reading.jobs)} jobs, not {jobs}"
+        for i, (wall, used) in enumerate(out, 1):
+            print(f"  run {i}: reading {wall:.2f} s, slurmctld CPU {used * 1000:.0f} ms")
+        median = statistics.median(u for _, u in out)
+        print(f"median slurmctld CPU per reading: {median * 1000:.0f} ms, "
+              f"{median / 15 * 100:.1f}% of one core at one reading per 15 s")
+        print(f"median reading: {statistics.median(w for w, _ in out):.2f} s")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=10_000)
     p.add_argument("--nodes", type=int, default=1_000)
     p.add_argument("--release", default=versions.DEFAULT, help="whose JSON shapes (tests/fixtures/slurm-json/)")
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--real", action="store_true", help="measure the load on this host's slurmctld instead")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         return child(args.release, args.runs)
+    if args.real:
+        return real(args.jobs, args.runs)
     release = versions.release(args.release)
     fixtures = ROOT / "tests/fixtures/slurm-json" / args.release
     nodes_file = "sinfo.json" if release.nodes_command[0] == "sinfo" else "scontrol-nodes.json"

@@ -29,6 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from .. import log
 from ..api.cluster import LENT_PREFIX
 from .model import Job, Node
 
@@ -282,7 +283,10 @@ class SlurmMetrics(Collector):
         started = self.clock()
         try:
             reading = self.slurm.metrics_reading()
-        except Exception:  # noqa: BLE001 - slurmctld away, a command failed: said by slurmk8s_slurm_up
+        except Exception as exc:  # noqa: BLE001 - slurmctld away, a command failed: said by slurmk8s_slurm_up
+            if self._up:  # once per outage, not every interval
+                log.get("slurmk8s.agent").warning("the metrics could not read Slurm; serving the last reading",
+                                                  error=f"{exc.__class__.__name__}: {exc}"[:500])
             with self._lock:
                 self._up = 0
                 self._seconds = self.clock() - started
