@@ -17,6 +17,8 @@ __all__ = ["RECONCILES", "ROUND_SECONDS", "CLUSTER_READY", "CLUSTER_NODES", "CLU
 RECONCILES = Counter("slurmk8s_operator_rounds_total", "Rounds run for SlurmClusters, by result "
                      "(ok, problem: something could not be applied, error: the round failed).", ["result"])
 ROUND_SECONDS = Histogram("slurmk8s_operator_round_seconds", "Duration of one round for one SlurmCluster.")
+for _result in ("ok", "problem", "error"):  # each from the start, at zero: increase() sees the first
+    RECONCILES.labels(_result)
 CLUSTER_READY = Gauge("slurmk8s_cluster_ready", "1 when the SlurmCluster's Ready condition is True.",
                       ["namespace", "cluster"])
 CLUSTER_NODES = Gauge("slurmk8s_cluster_nodes", "Slurm nodes of the SlurmCluster by state (status.nodeCounts).",
