@@ -119,11 +119,11 @@ def _volumes(
         vol = volumes[name]
         local = f"volumes/{name}"
         if "configMap" in vol:
-            data = config_maps[vol["configMap"]["name"]].get("data", {})
+            data = config_maps.get(vol["configMap"]["name"], {}).get("data", {})  # optional and missing: empty
             files += [VolumeFile(f"{local}/{k}", v.encode()) for k, v in sorted(data.items())]
             sources[name] = ("bind", local)
         elif "secret" in vol:
-            secret = secrets[vol["secret"]["secretName"]]
+            secret = secrets.get(vol["secret"]["secretName"], {})  # optional and missing: empty
             mode = vol["secret"].get("defaultMode", 0o644)
             files += [VolumeFile(f"{local}/{k}", base64.b64decode(v), mode)
                       for k, v in sorted(secret.get("data", {}).items())]

@@ -68,7 +68,7 @@ class Network:
             dev, addr = line.split()[1], line.split()[3].split("/")[0]
             if dev == self.bridge or ipaddress.ip_address(addr) not in ipaddress.ip_network(self.subnet):
                 continue
-            if not abandoned_bridge(dev):
+            if not abandoned_bridge(dev, addr):
                 raise SandboxError(f"subnet {self.subnet} is already in use on {dev} ({addr}), by another "
                                    "sandbox or network: stop that one, or choose another with --subnet")
             Network(dev.removeprefix("sk8s"), self.subnet, addr).delete()
@@ -114,19 +114,33 @@ class Network:
         return spaces, links
 
 
-def abandoned_bridge(dev: str) -> bool:
+def abandoned_bridge(dev: str, address: str | None = None) -> bool:
     """Whether ``dev`` is a sandbox's bridge that nothing uses any more: named as
-    ``Network`` names bridges, with no port and no pod network namespace of its id.
-    Such a bridge is what a sandbox leaves when it is killed and its state
-    directory removed (pytest prunes old temporary directories), so its ``down``
-    can never run; removing it cuts nothing off. Anything else is left alone."""
+    ``Network`` names bridges, with no port, no pod network namespace of its id,
+    and nothing listening on its ``address`` (a sandbox that is starting serves
+    its registry there before its first pod). Such a bridge is what a sandbox
+    leaves when it is killed and its state directory removed (pytest prunes old
+    temporary directories), so its ``down`` can never run; removing it cuts
+    nothing off. Anything else is left alone."""
     sid = dev.removeprefix("sk8s")
     if not (dev.startswith("sk8s") and len(sid) == 6 and all(c in "0123456789abcdef" for c in sid)):
         return False
     ports = Path(f"/sys/class/net/{dev}/brif")
     if not ports.is_dir() or any(ports.iterdir()):
         return False
+    if address is not None and address in listening_addresses():
+        return False
     return not any(line.startswith(f"sk8s-{sid}-") for line in sh("ip", "netns", "list").stdout.splitlines())
+
+
+def listening_addresses() -> set[str]:
+    """The IPv4 addresses this network namespace has TCP sockets listening on (/proc/net/tcp)."""
+    out = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A":  # LISTEN
+            out.add(str(ipaddress.IPv4Address(bytes(reversed(bytes.fromhex(fields[1].split(":")[0]))))))
+    return out
 
 
 def _nul(items: Sequence[str]) -> bytes:

@@ -62,6 +62,8 @@ def test_the_chart_ships_the_rules_and_monitors_only_when_asked():
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus"
     monitors = {o["metadata"]["name"]: o for o in on if o["kind"] in ("ServiceMonitor", "PodMonitor")}
     assert len(monitors) == 3
+    fewer = objects({"monitoring": {"monitors": {"enabled": True}}, "metrics": {"service": {"enabled": False}}})
+    assert [o["kind"] for o in fewer if o["kind"] in ("ServiceMonitor", "PodMonitor")] == ["ServiceMonitor", "PodMonitor"]
     services = {o["metadata"]["name"]: o for o in on if o["kind"] == "Service" and
                 any(p["name"] == "metrics" for p in o["spec"]["ports"])}
     for m in monitors.values():

@@ -136,6 +136,15 @@ def test_the_prometheus_image_discovers_kubernetes_pods_and_takes_the_example_an
         assert proc.returncode == 0 and "SUCCESS" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert "kubernetes_sd_configs" in config
     assert chroot(image, "prometheus", "--version").stdout.startswith("prometheus, version 3.")
+    # The alerts' unit tests, by the promtool of the Prometheus that runs them (the suite runs bookworm's too).
+    tests = (repo / "tests/prometheus/alerts-test.yaml").read_text().replace(
+        "../../charts/slurmk8s/files/prometheus/alerts.yaml", "alerts.yaml")
+    script = ('mount -t tmpfs tmpfs "$1/tmp" && cp "$2" "$1/tmp/alerts.yaml" && cat > "$1/tmp/test.yaml" && '
+              'chroot "$1" sh -c "cd /tmp && promtool test rules test.yaml"')
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                           str(image.rootfs), str(repo / "charts/slurmk8s/files/prometheus/alerts.yaml")],
+                          input=tests, capture_output=True, text=True)
+    assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_the_slurmd_image_has_the_task_prolog_and_the_job_tools(built):

@@ -143,3 +143,14 @@ def test_an_empty_dir_is_empty_and_any_user_of_the_pod_may_write_there(tmp_path)
         (data / "written-by-the-pod").write_text("x")
         refresh_volumes(plan, tmp_path / name)  # a ConfigMap's refresh leaves it as the pod left it
         assert [p.name for p in data.iterdir()] == ["written-by-the-pod"]
+
+
+def test_an_optional_config_map_or_secret_that_is_missing_is_an_empty_volume_and_a_required_one_waits():
+    volumes = [{"name": "rules", "configMap": {"name": "absent", "optional": True}},
+               {"name": "creds", "secret": {"secretName": "absent", "optional": True}}]
+    mounts = [{"name": "rules", "mountPath": "/rules"}, {"name": "creds", "mountPath": "/creds"}]
+    plan = pod_plan(pod([container(volumeMounts=mounts)], volumes), {}, {}, "10.253.0.9")
+    assert [f.path for f in plan.files] == []
+    required = [{"name": "rules", "configMap": {"name": "absent"}}]
+    with pytest.raises(LookupError, match="configMap .*/absent .*does not exist"):
+        pod_plan(pod([container(volumeMounts=mounts[:1])], required), {}, {}, "10.253.0.9")

@@ -31,8 +31,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "slurm-json"
 def node(name: str, state: str = "idle", partitions=("gpu",), gpus: int = 0, alloc: int = 0, flags=(),
          features=()) -> Node:
     return Node(name=name, state=state, flags=frozenset(flags), reason="", features=tuple(features),
-                partitions=tuple(partitions), cpus=8, alloc_cpus=0, gres=f"gpu:{gpus}" if gpus else "", address="",
-                gpus=gpus, gpus_alloc=alloc)
+                partitions=tuple(partitions), cpus=8, alloc_cpus=0, gres=f"gpu:h100:{gpus}(S:0-1)" if gpus else "",
+                address="", gres_used=f"gpu:h100:{alloc}(IDX:0-{alloc - 1})" if alloc else "gpu:h100:0(IDX:N/A)")
 
 
 def job(job_id: int, state: str = "RUNNING", partition: str = "gpu", account: str = "ml", gpus: int = 0,
@@ -215,10 +215,15 @@ def test_scrapes_serve_the_last_reading_and_a_failed_read_says_so():
     text = generate_latest(registry).decode()
     assert "slurmk8s_slurm_up 0.0" in text and "slurmk8s_slurm_rpcs_total 5.0" in text  # the last good reading
     stop = threading.Event()
+    read = m.read
+
+    def read_then_stop():
+        read()
+        stop.set()  # the first read of run() is done: it stops instead of waiting its interval
+
+    m.read = read_then_stop
     thread = threading.Thread(target=m.run, args=(stop,))
     thread.start()
-    time.sleep(0.2)
-    stop.set()
     thread.join(5)
     assert not thread.is_alive() and slurm.reads == 3
 
@@ -249,11 +254,46 @@ def test_the_server_serves_metrics_alone_with_no_token(server):
     assert err.value.code == 404
 
 
-def test_a_client_that_sends_nothing_is_cut_off(server, monkeypatch):
-    monkeypatch.setattr(metricsserver._Handler, "timeout", 0.5)
+def test_a_request_sent_slowly_is_cut_off_at_its_deadline(server, monkeypatch):
+    monkeypatch.setattr(metricsserver, "TIMEOUT", 1.0)
     port = server.server_address[1]
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(b"GET /metr")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         started = time.monotonic()
-        assert sock.recv(100) == b""  # closed by the server
-        assert time.monotonic() - started < 4
+        closed = False
+        for ch in b"GET /metrics HTTP/1.0\r\n":  # a byte every 0.2 s: never 10 s of silence
+            try:
+                sock.sendall(bytes([ch]))
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.2)
+            sock.setblocking(False)
+            try:
+                closed = sock.recv(100) == b""
+            except BlockingIOError:
+                pass
+            sock.setblocking(True)
+            if closed:
+                break
+        assert closed and time.monotonic() - started < 3  # cut at the 1 s deadline, not after 4.6 s of bytes
+
+
+def test_connections_over_the_cap_are_closed_and_the_others_still_served(server):
+    port = server.server_address[1]
+    held = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(metricsserver.MAX_CONNECTIONS)]
+    try:
+        time.sleep(0.2)  # accepted, each with its slot
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as extra:
+            assert extra.recv(100) == b""  # closed at once, no thread started for it
+    finally:
+        for sock in held:
+            sock.close()
+    deadline = time.monotonic() + 5
+    while True:  # the slots come back as the held connections end
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                assert resp.status == 200
+                break
+        except (urllib.error.URLError, ConnectionError):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)

@@ -30,6 +30,7 @@ from .fields import (
     PortRange,
     ClusterName,
     DnsLabel,
+    NamespaceName,
     MemberName,
     PartitionName,
     ExtraLine,
@@ -378,10 +379,10 @@ class MetricsSpec(ApiModel):
     Slurm is read once per interval, however often it is scraped."""
     interval_seconds: int = Field(15, ge=5, le=600)
     """Seconds between two readings of Slurm for the metrics."""
-    scrape_from: list[DnsLabel] = Field(default_factory=list, max_length=16)
+    scrape_from: list[NamespaceName] = Field(default_factory=list, max_length=16)
     """Namespaces whose pods may scrape the Slurm metrics, when
     spec.network.policies renders NetworkPolicies; empty: pods of any
-    namespace."""
+    namespace (not addresses outside the cluster's pods)."""
 
 
 class NetworkSpec(ApiModel):

@@ -32,7 +32,7 @@ __all__ = [
     "PartitionName",
     "RESERVED_NAMES",
     "ExtraLine",
-    "DnsLabel",
+    "DnsLabel", "NamespaceName",
     "SlurmName",
     "SlurmWord",
     "SlurmDuration",
@@ -65,6 +65,20 @@ DnsLabel = Annotated[
         )
     ),
     schema_pattern(f"^{DNS_LABEL_RE}$", 40),
+]
+
+#: A Kubernetes namespace's name (a DNS-1123 label of at most 63 characters).
+NamespaceName = Annotated[
+    str,
+    AfterValidator(
+        pattern_check(
+            DNS_LABEL_RE,
+            "use lower-case letters, digits and '-', starting and ending with a letter or digit "
+            "(a namespace's name)",
+            63,
+        )
+    ),
+    schema_pattern(f"^{DNS_LABEL_RE}$", 63),
 ]
 
 DNS_1035_RE = r"[a-z]([-a-z0-9]*[a-z0-9])?"

@@ -9,7 +9,8 @@ The flows (``FLOWS``), by destination:
 - the agent (6830) from the Helm release's operator and bridge pods (any pod
   when the operator does not know its release: the agent still asks for the
   cluster's token); its Slurm metrics (6831) from pods of the namespaces in
-  ``spec.metrics.scrapeFrom`` (any pod when empty);
+  ``spec.metrics.scrapeFrom`` (any pod, of any namespace, when empty: no
+  address outside the pod network);
 - slurmd, of node sets and lent, from each other and from login on every port
   (slurmd's forwarding, srun from login, and the jobs' own traffic: MPI,
   NCCL, a notebook reached through the login pod), and from slurmctld on
@@ -107,9 +108,9 @@ def _peers(b: Builder, sources: tuple[str, ...], clients: AgentClients | None) -
                                       "values": sorted(clients.components)}],
             },
         }]
-    if sources == ("scrapers",):
+    if sources == ("scrapers",):  # pods of those namespaces; of any namespace, but only pods, when none is named
         return [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}, "podSelector": {}}
-                for ns in b.c.spec.metrics.scrape_from] or None
+                for ns in b.c.spec.metrics.scrape_from] or [{"namespaceSelector": {}}]
     if sources == ("ssh-clients",):
         blocks = b.c.spec.network.ssh_from
         return [{"ipBlock": {"cidr": cidr}} for cidr in blocks] or None

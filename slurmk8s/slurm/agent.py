@@ -54,6 +54,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .. import log
+from ..metricsserver import DeadlineReader
 from .accounting import Associations
 from .client import NotOurDrain, SlurmError
 from .control import AGENT_PORT
@@ -124,24 +125,6 @@ ROUTES: list[tuple[str, re.Pattern, Callable[..., Any]]] = [
 ]
 
 
-class _DeadlineReader(io.RawIOBase):
-    """The socket, read with a deadline for the whole request."""
-
-    def __init__(self, sock: Any):
-        self.sock = sock
-        self.deadline = time.monotonic()
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the request did not arrive in time")
-        self.sock.settimeout(left)
-        return self.sock.recv_into(buffer)
-
-
 class _RequestHandler(BaseHTTPRequestHandler):
     server: "AgentServer"
     protocol_version = "HTTP/1.1"
@@ -152,7 +135,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         super().setup()
         # Reads go through a deadline: a request (line, headers, body) must
         # arrive within request_timeout in all, however slowly it trickles.
-        self._reader = _DeadlineReader(self.connection)
+        self._reader = DeadlineReader(self.connection)
         self.rfile = io.BufferedReader(self._reader)
 
     def handle_one_request(self) -> None:

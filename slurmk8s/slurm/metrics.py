@@ -125,7 +125,9 @@ class QueueWait:
     A job is counted once per start (a requeued job that starts again counts
     again): it is remembered by id and start time while Slurm still lists it.
     A job that starts and ends between two readings is not seen. Counts start
-    from zero when the agent starts, as Prometheus counters may.
+    from zero when the agent starts, as Prometheus counters may, and its first
+    reading counts the started jobs Slurm still lists then (again, after a
+    restart).
     """
 
     def __init__(self, buckets: tuple[float, ...] = QUEUE_WAIT_BUCKETS):
@@ -177,8 +179,8 @@ def _lent(n: Node) -> str:
 
 
 def partitions_of(r: Reading) -> list[str]:
-    """The partitions a reading names: its nodes' and its jobs'."""
-    return sorted({p for n in r.nodes for p in n.partitions} | {j.partition for j in r.jobs if j.partition})
+    """The partitions a reading names: its nodes', and its jobs' (a job pending in ``-p a,b`` names two)."""
+    return sorted({p for n in r.nodes for p in n.partitions} | {p for j in r.jobs for p in j.partition.split(",") if p})
 
 
 def families(r: Reading) -> Iterator[Metric]:
@@ -241,8 +243,9 @@ def families(r: Reading) -> Iterator[Metric]:
     if r.accounting_up is not None:
         yield _gauge("slurmk8s_slurm_accounting_up", "1 when slurmdbd answered (sacctmgr), 0 when it did not.",
                      [], {(): int(r.accounting_up)})
-    cycles = CounterMetricFamily("slurmk8s_slurm_scheduler_cycles", "Scheduling cycles run since slurmctld "
-                                 "started, by scheduler (main, backfill).", labels=["scheduler"])
+    cycles = CounterMetricFamily("slurmk8s_slurm_scheduler_cycles", "Scheduling cycles run, by scheduler (main, "
+                                 "backfill); sdiag starts them again at midnight UTC, as a counter reset.",
+                                 labels=["scheduler"])
     for s, v in sorted(d.cycles.items()):
         cycles.add_metric([s], v)
     yield cycles
@@ -275,6 +278,7 @@ class SlurmMetrics(Collector):
         self._lock = threading.Lock()
         self._reading: Reading | None = None
         self._up = 0
+        self._failing = False  # a failure is logged once, when it starts
         self._read_at = 0.0
         self._seconds = 0.0
 
@@ -284,13 +288,15 @@ class SlurmMetrics(Collector):
         try:
             reading = self.slurm.metrics_reading()
         except Exception as exc:  # noqa: BLE001 - slurmctld away, a command failed: said by slurmk8s_slurm_up
-            if self._up:  # once per outage, not every interval
+            if not self._failing:  # once per outage, not every interval
+                self._failing = True
                 log.get("slurmk8s.agent").warning("the metrics could not read Slurm; serving the last reading",
                                                   error=f"{exc.__class__.__name__}: {exc}"[:500])
             with self._lock:
                 self._up = 0
                 self._seconds = self.clock() - started
             return
+        self._failing = False
         with self._lock:
             self.queue_wait.observe(reading.jobs)
             self._reading, self._up, self._read_at = reading, 1, started

@@ -51,9 +51,18 @@ class Node:
     alloc_cpus: int
     gres: str
     address: str
-    #: GPUs the node has (its ``gres``), and those allocated to jobs (``gres_used``).
-    gpus: int = 0
-    gpus_alloc: int = 0
+    #: Its GRES allocated to jobs, as Slurm prints them (``gpu:h100:1(IDX:0)``).
+    gres_used: str = ""
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the node has (its ``gres``)."""
+        return gres_gpus(self.gres)
+
+    @property
+    def gpus_alloc(self) -> int:
+        """GPUs allocated to jobs (its ``gres_used``)."""
+        return gres_gpus(self.gres_used)
 
     @property
     def drain_set(self) -> bool:
@@ -236,8 +245,7 @@ def node_from_json(d: dict) -> Node:
         alloc_cpus=int(d.get("alloc_cpus") or 0),
         gres=d.get("gres") or "",
         address=d.get("address") or "",
-        gpus=gres_gpus(d.get("gres") or ""),
-        gpus_alloc=gres_gpus(d.get("gres_used") or ""),
+        gres_used=d.get("gres_used") or "",
     )
 
 
@@ -402,7 +410,7 @@ def node_to_dict(n: Node) -> dict:
         "name": n.name, "state": n.state, "flags": sorted(n.flags), "reason": n.reason,
         "features": list(n.features), "partitions": list(n.partitions), "cpus": n.cpus,
         "alloc_cpus": n.alloc_cpus, "gres": n.gres, "address": n.address,
-        "gpus": n.gpus, "gpus_alloc": n.gpus_alloc,
+        "gres_used": n.gres_used,
     }
 
 
@@ -412,7 +420,7 @@ def node_from_dict(d: dict) -> Node:
         reason=str(d["reason"]), features=tuple(map(str, d["features"])),
         partitions=tuple(map(str, d["partitions"])), cpus=int(d["cpus"]),
         alloc_cpus=int(d["alloc_cpus"]), gres=str(d["gres"]), address=str(d["address"]),
-        gpus=int(d.get("gpus", 0)), gpus_alloc=int(d.get("gpus_alloc", 0)),  # absent from an older agent
+        gres_used=str(d.get("gres_used", "")),  # absent from an older agent
     )
 
 
