@@ -27,6 +27,9 @@ import binascii
 import hashlib
 import json
 import os
+import re
+import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -125,14 +128,17 @@ class NodeImages:
             if local is None:
                 raise PullError("ErrImageNeverPull",
                                 f'Container image "{ref}" is not present with pull policy of Never')
+            self.used(local)
             return local, False
         if policy == "IfNotPresent" and local is not None:
+            self.used(local)
             return local, False
         registries = self.registries
         source, mirrored = registries.resolve(ref)
         puller = Puller(self.cache, Path(registries.ca_file) if registries.ca_file else None)
         pulled = puller.pull(source, {"auths": registries.auths} if mirrored else auths, progress)
         self._index(ref, pulled)
+        self.used(pulled)
         return pulled, True
 
     def _ref_file(self, ref: str) -> Path:
@@ -147,6 +153,50 @@ class NodeImages:
         if not (path / "pull.json").exists():
             return None
         return Pulled(data["pulled"], data["digest"], path)
+
+    @staticmethod
+    def used(pulled: Pulled) -> None:
+        """Note that a container is made from it now (what :func:`prune` goes by)."""
+        try:
+            os.utime(pulled.path / "pull.json")
+        except FileNotFoundError:
+            pass
+
+
+def mounted_lowers() -> set[str]:
+    """The lower directories of every overlay mounted on this host, in any mount namespace
+    (a container's root is one: its image's ``rootfs`` below)."""
+    lowers: set[str] = set()
+    for info in Path("/proc").glob("[0-9]*/mountinfo"):
+        try:
+            text = info.read_text()
+        except OSError:  # the process ended meanwhile
+            continue
+        for m in re.finditer(r"lowerdir=([^,\s]+)", text):
+            lowers.update(m[1].split(":"))
+    return lowers
+
+
+def prune(cache: Path, older_than: float = 86400, now: float | None = None) -> tuple[int, int]:
+    """Free the host's node image store (``cache``), as a kubelet's image garbage collection
+    does: unpacked images no container was made from for ``older_than`` seconds and that no
+    mounted container root stands on, and blobs as old (a later pull fetches them again).
+    Returns (images removed, bytes freed)."""
+    now = time.time() if now is None else now
+    in_use = mounted_lowers()
+    removed = freed = 0
+    for path in sorted((cache / "images").glob("*")):
+        stamp = path / "pull.json"
+        if not stamp.exists() or now - stamp.stat().st_mtime < older_than or str(path / "rootfs") in in_use:
+            continue
+        freed += sum(f.lstat().st_size for f in path.rglob("*") if not f.is_symlink() and f.is_file())
+        shutil.rmtree(path)
+        removed += 1
+    for blob in (cache / "blobs").glob("*/*"):
+        if blob.is_file() and now - blob.stat().st_mtime >= older_than:
+            freed += blob.stat().st_size
+            blob.unlink()
+    return removed, freed
 
     def _index(self, ref: str, pulled: Pulled) -> None:
         f = self._ref_file(ref)

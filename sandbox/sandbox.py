@@ -58,7 +58,7 @@ from slurmk8s.render import names
 from slurmk8s.render.keys import ssh_keypair
 from slurmk8s.slurm import SlurmControl
 from slurmk8s.slurm.remote import cluster_agent
-from . import faults, images, install, podlogs, publish, registry, runcruntime, runtime, site, supervise
+from . import faults, images, install, podlogs, publish, pulls, registry, runcruntime, runtime, site, supervise
 from . import gpus as gpu_devices
 from .imagestore import ImageBuildFailed
 from .kubelet import REGISTRIES_FILE, SandboxNode
@@ -388,6 +388,7 @@ class Sandbox:
             self.progress(f"network: removed {dev}, the empty bridge of a sandbox that no longer exists, "
                           f"which held {state.subnet}")
         self.progress(f"network: bridge {net.bridge}, {state.subnet}, gateway {state.gateway}")
+        self._prune_node_images()
         self._ensure_processes(state, t0, timeout)
         self._publish(state, cluster.spec.slurm.version)
         self._site_namespaces(cluster, state)
@@ -398,6 +399,15 @@ class Sandbox:
         self._publish_login(state, cluster)
         self.progress(f"sandbox {cluster.name} is up after {time.monotonic() - t0:.1f}s")
         return state
+
+    def _prune_node_images(self) -> None:
+        """The nodes' image store grows with every image built (each code change makes a new
+        controller): what no container used for a day, and no running one stands on, goes."""
+        from .kubelet import image_cache
+
+        removed, freed = pulls.prune(image_cache())
+        if removed:
+            self.progress(f"images: removed {removed} node image(s) unused for a day ({freed / 2**30:.1f} GiB)")
 
     def _images(self, cluster: SlurmCluster) -> None:
         """Build what is missing or out of date of the images the cluster's pods and the

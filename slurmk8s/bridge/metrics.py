@@ -52,7 +52,9 @@ PENDING_GPU_PODS = Gauge("slurmk8s_bridge_pending_gpu_pods", "Kubernetes pods th
 
 
 def observe_nodes(policy: str, m) -> None:
-    """Set the node gauges from :func:`slurmk8s.bridge.nodecounts.lending_metrics`."""
+    """Set the node gauges from :func:`slurmk8s.bridge.nodecounts.lending_metrics`; the
+    policy's overdue-reclaim counter exists from here on, at zero until one is overdue."""
+    RECLAIMS_OVERDUE.labels(policy)
     for state, count in m.by_state.items():
         NODES.labels(state).set(count)
     PENDING_GPU_PODS.set(m.pending_gpu_pods)

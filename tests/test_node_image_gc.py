@@ -1,0 +1,54 @@
+"""The nodes' image store is collected as a kubelet collects its images: what no
+container was made from for a day goes, unless a mounted container root stands on
+it; blobs as old go too (a pull fetches them again)."""
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from sandbox import pulls
+from sandbox.distribution import Pulled
+
+DAY = 86400
+
+
+def image(cache: Path, name: str, age: float) -> Path:
+    path = cache / "images" / name
+    (path / "rootfs" / "etc").mkdir(parents=True)
+    (path / "rootfs" / "etc" / "os-release").write_text("x" * 1000)
+    (path / "pull.json").write_text("{}")
+    then = time.time() - age
+    os.utime(path / "pull.json", (then, then))
+    return path
+
+
+def test_unused_images_and_old_blobs_go_and_a_mounted_or_recent_one_stays(tmp_path):
+    assert os.geteuid() == 0, "the overlay mount needs root"
+    cache = tmp_path / "cache"
+    old, recent, mounted = image(cache, "a" * 64, 2 * DAY), image(cache, "b" * 64, 3600), image(cache, "c" * 64, 3 * DAY)
+    blobs = cache / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+    (blobs / "old").write_bytes(b"b" * 500)
+    os.utime(blobs / "old", (time.time() - 2 * DAY,) * 2)
+    (blobs / "new").write_bytes(b"n")
+    merged, upper, work = (tmp_path / d for d in ("merged", "upper", "work"))
+    for d in (merged, upper, work):
+        d.mkdir()
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                    f"lowerdir={mounted / 'rootfs'},upperdir={upper},workdir={work}", str(merged)], check=True)
+    try:
+        assert str(mounted / "rootfs") in pulls.mounted_lowers()
+        removed, freed = pulls.prune(cache)
+    finally:
+        subprocess.run(["umount", str(merged)], check=True)
+    assert (removed, freed) == (1, 1000 + 2 + 500)  # os-release, pull.json, the old blob
+    assert not old.exists() and recent.exists() and mounted.exists()
+    assert sorted(p.name for p in blobs.iterdir()) == ["new"]
+
+
+def test_a_container_made_from_an_image_marks_it_used(tmp_path):
+    path = image(tmp_path, "d" * 64, 2 * DAY)
+    pulls.NodeImages.used(Pulled("ghcr.io/slurmk8s/slurmd:26.05", "sha256:" + "d" * 64, path))
+    assert time.time() - (path / "pull.json").stat().st_mtime < 60
+    assert pulls.prune(tmp_path) == (0, 0)
