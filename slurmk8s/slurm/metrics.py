@@ -12,7 +12,7 @@ series does not grow with the jobs or the nodes.
 
 :class:`SlurmMetrics` is the thin shell: it reads Slurm through the facade
 once per interval in a thread of its own, whoever scrapes (two Prometheus
-replicas scraping every 15 s cost slurmctld what none does), and keeps
+replicas scraping every 15 s cost slurmctld no more than one does), and keeps
 serving the last reading, with ``slurmk8s_slurm_up`` 0, when a read fails.
 """
 
