@@ -8,7 +8,7 @@ then the collector through prometheus_client's text encoder) runs in a child
 process against fake Slurm commands on PATH that print output of the real
 shape: the release's ``tests/fixtures/slurm-json/`` job and node repeated
 (each copy its own id, partition, account, state and GPUs), and the real
-sdiag text of ``22.05/sdiag.txt``. Each fake command counts its calls: one
+sdiag text of the release whose ``sdiag.txt`` the fixtures hold. Each fake command counts its calls: one
 call is one RPC to slurmctld, the load a reading adds to it.
 
 Prints, per run, the reading's and the scrape's seconds, then their medians,
@@ -184,7 +184,7 @@ def main() -> None:
                "FAKE_NODES": str(args.nodes), "FAKE_KIND_SQUEUE": "jobs",
                f"FAKE_KIND_{release.nodes_command[0].upper()}": "nodes",
                "FAKE_TEMPLATE_JOBS": str(fixtures / "squeue.json"), "FAKE_TEMPLATE_NODES": str(fixtures / nodes_file),
-               "FAKE_SDIAG_TEXT": str(ROOT / "tests/fixtures/slurm-json/22.05/sdiag.txt")}
+               "FAKE_SDIAG_TEXT": str(next((ROOT / "tests/fixtures/slurm-json").glob("*/sdiag.txt")))}
         proc = subprocess.run([sys.executable, __file__, "--child", "1", "--release", args.release,
                                "--runs", str(args.runs)], capture_output=True, text=True, env=env, timeout=1800)
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)), None)

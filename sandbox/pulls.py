@@ -162,6 +162,12 @@ class NodeImages:
         except FileNotFoundError:
             pass
 
+    def _index(self, ref: str, pulled: Pulled) -> None:
+        f = self._ref_file(ref)
+        tmp = f.with_name(f".{f.name}.tmp")
+        tmp.write_text(json.dumps({"ref": ref, "pulled": pulled.ref, "digest": pulled.digest}) + "\n")
+        os.replace(tmp, f)
+
 
 def mounted_lowers() -> set[str]:
     """The lower directories of every overlay mounted on this host, in any mount namespace
@@ -197,9 +203,3 @@ def prune(cache: Path, older_than: float = 86400, now: float | None = None) -> t
             freed += blob.stat().st_size
             blob.unlink()
     return removed, freed
-
-    def _index(self, ref: str, pulled: Pulled) -> None:
-        f = self._ref_file(ref)
-        tmp = f.with_name(f".{f.name}.tmp")
-        tmp.write_text(json.dumps({"ref": ref, "pulled": pulled.ref, "digest": pulled.digest}) + "\n")
-        os.replace(tmp, f)
