@@ -162,7 +162,9 @@ def test_a_container_that_ends_is_restarted_with_its_previous_log(world):
     os.kill(pid, 9)
     wait_for("a restart", lambda: world.local("ctld").restarts > before and world.ready("ctld"), timeout=60)
     assert "tick" in world.kubectl("logs", "ctld", "--previous").stdout
-    assert world.kubectl("logs", "ctld").stdout.startswith("slurm-wlm 22.05.8\n")
+    # Ready comes from the probe, which may answer before the new container has written its first line.
+    wait_for("the new container's first line", lambda: world.kubectl("logs", "ctld").stdout.startswith(
+        "slurm-wlm 22.05.8\n"), timeout=30)
 
 
 def test_a_killed_shims_containers_go_when_the_pod_starts_again(world):
