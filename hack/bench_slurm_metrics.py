@@ -18,7 +18,8 @@ slurmctld's answer); their memory is not in the peak.
 
 With ``--real``, the load on a real slurmctld instead: this host's Slurm in
 private namespaces (tests/realslurm.py) on the example's config, ``--jobs``
-held jobs submitted (at most Slurm's MaxJobCount, 10,000), then each reading
+held jobs submitted (fewer than Slurm's MaxJobCount, 10,000: at the limit sbatch
+waits and retries), then each reading
 through the facade, with the CPU time slurmctld spent on it (utime + stime
 of its process) and the reading's time. The example's few nodes, not
 ``--nodes``: a thousand nodes would need a thousand slurmd.
