@@ -276,7 +276,9 @@ class SlurmMetrics(Collector):
         self.clock = clock
         self.queue_wait = QueueWait()
         self._lock = threading.Lock()
-        self._reading: Reading | None = None
+        #: The last good reading's families, and the partitions it names (None: no reading yet).
+        self._families: list[Metric] | None = None
+        self._partitions: list[str] = []
         self._up = 0
         self._failing = False  # a failure is logged once, when it starts
         self._read_at = 0.0
@@ -297,9 +299,10 @@ class SlurmMetrics(Collector):
                 self._seconds = self.clock() - started
             return
         self._failing = False
+        computed, partitions = list(families(reading)), partitions_of(reading)  # once per reading, not per scrape
         with self._lock:
             self.queue_wait.observe(reading.jobs)
-            self._reading, self._up, self._read_at = reading, 1, started
+            self._families, self._partitions, self._up, self._read_at = computed, partitions, 1, started
             self._seconds = self.clock() - started
 
     def run(self, stop: threading.Event) -> None:
@@ -310,13 +313,13 @@ class SlurmMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            reading, up, read_at, seconds = self._reading, self._up, self._read_at, self._seconds
-            queue_wait = self.queue_wait.family(partitions_of(reading) if reading is not None else ())
+            computed, up, read_at, seconds = self._families, self._up, self._read_at, self._seconds
+            queue_wait = self.queue_wait.family(self._partitions)
         yield _gauge("slurmk8s_slurm_up", "1 when the last reading of Slurm succeeded (0: slurmctld did not "
                      "answer; the other metrics are then the last good reading's).", [], {(): up})
         yield _gauge("slurmk8s_slurm_read_seconds", "How long the last reading of Slurm took.", [], {(): seconds})
         yield _gauge("slurmk8s_slurm_read_timestamp_seconds", "When the last good reading of Slurm began "
                      "(Unix time; 0: none yet).", [], {(): read_at})
-        if reading is not None:
-            yield from families(reading)
+        if computed is not None:
+            yield from computed
             yield queue_wait
