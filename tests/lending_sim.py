@@ -32,7 +32,7 @@ from slurmk8s.simulate import slurmrules
 from slurmk8s.render.names import lent_slurmd
 from slurmk8s.slurm import steps
 from slurmk8s.slurm.client import NotOurDrain, SlurmError
-from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node, SlurmState
+from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node, Reservation, SlurmState, lend_reservation_name
 
 T0 = datetime(2025, 3, 3, 12, 0, 0, tzinfo=timezone.utc)  # a Monday
 #: A GPU node its owner allows the policies of namespace hpc to lend (decision record 15).
@@ -96,6 +96,10 @@ class World:
     status: object = None
     #: jobs Slurm ended (cancelled, or NODE_FAIL): gone once COMPLETING is over
     ended: set[int] = field(default_factory=set)
+    #: lending reservations: node -> start (POSIX seconds)
+    reserved: dict[str, int] = field(default_factory=dict)
+    #: Slurm's reservations could be read
+    reservations_known: bool = True
 
     @classmethod
     def of(cls, nodes=(), pods=(), snodes=(), jobs=(), **kw) -> "World":
@@ -106,7 +110,9 @@ class World:
         return copy.deepcopy(self)
 
     def observed(self) -> Observed:
-        slurm = SlurmState(tuple(self.snodes.values()), tuple(self.jobs.values())) \
+        reservations = tuple(Reservation(lend_reservation_name(n), n, t) for n, t in self.reserved.items()) \
+            if self.reservations_known else None
+        slurm = SlurmState(tuple(self.snodes.values()), tuple(self.jobs.values()), reservations=reservations) \
             if self.slurm_known else SlurmState.unknown()
         return Observed(tuple(self.nodes.values()), tuple(self.pods.values()), self.cluster, slurm)
 
@@ -261,6 +267,15 @@ class WorldSlurm:
         if not slurmrules.may_delete_node(len(self.w.active_jobs(name))):
             raise SlurmError(["scontrol", "delete", f"nodename={name}"], 1, "Requested nodes are busy")
         self.w.snodes.pop(name, None)
+
+    def reserve(self, name: str, start: int) -> None:
+        self._node(name, "reserve")
+        self.w.log.append(("reserve", start, name))
+        self.w.reserved[name] = start
+
+    def unreserve(self, name: str) -> None:
+        self.w.log.append(("unreserve", 0, name))
+        self.w.reserved.pop(name, None)
 
 
 def settle(world: World, pol, now: datetime, rounds: int = 20, step: timedelta = timedelta(seconds=10)):

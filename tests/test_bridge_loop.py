@@ -76,6 +76,12 @@ class MemorySlurm:
             raise RuntimeError("scontrol: error: Requested nodes are busy")
         self.nodes.pop(name, None)
 
+    def reservations(self):
+        return []
+
+    def unreserve(self, name):
+        self._do("unreserve", name)
+
 
 class Facade:
     def __init__(self, memory: MemorySlurm):

@@ -90,6 +90,8 @@ CRDS: tuple[CrdSpec, ...] = (
              "description": "Nodes lent and taking Slurm jobs"},
             {"name": "Selected", "type": "integer", "jsonPath": ".status.counts.selected", "priority": 1,
              "description": "GPU nodes the selector matches"},
+            {"name": "Forecast", "type": "integer", "jsonPath": ".status.demand.forecastNodes", "priority": 1,
+             "description": "Nodes Kubernetes is forecast to want within spec.forecast.headroomSeconds"},
             _ready_column("Whether the policy is valid and can lend"),
             {"name": "Reason", "type": "string", "priority": 1,
              "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',

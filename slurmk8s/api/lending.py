@@ -27,7 +27,8 @@ from .fields import DnsLabel, LabelKey, LabelValue, PartitionName, Quantity, con
 __all__ = [
     "KIND", "PLURAL", "NodeLendingPolicy", "NodeLendingPolicySpec", "NodeLendingPolicyStatus",
     "LabelSelector", "LabelSelectorRequirement", "LendingWindow", "ReclaimSpec", "ClusterRef",
-    "WEEKDAYS", "RECLAIM_SIGNALS", "describe_selector", "LENDABLE_TO_LABEL", "may_lend",
+    "WEEKDAYS", "RECLAIM_SIGNALS", "describe_selector", "LENDABLE_TO_LABEL", "may_lend", "ForecastSpec",
+    "DemandRecord",
 ]
 
 KIND = "NodeLendingPolicy"
@@ -186,12 +187,38 @@ class ReclaimSpec(ApiModel):
     if it does not answer at all: its slurmd pod is deleted, the node
     untainted, and its Slurm node set DOWN once Slurm answers again (which
     ends and requeues what still runs there)."""
+    order: Literal["Cheapest", "FewestJobs"] = "Cheapest"
+    """Which lent nodes go back first when some must: Cheapest takes idle
+    nodes first, then those whose jobs would lose least (the most recent
+    checkpoint, then the least time left to their time limit); FewestJobs
+    takes the nodes with the fewest jobs first."""
     not_ready_timeout_seconds: int = Field(300, ge=0, le=86400)
     """How long Kubernetes must have reported a lent node not Ready (NotReady
     or Unknown) before the bridge sets its Slurm node DOWN, which ends its
     jobs at once; Slurm must also report the node NOT_RESPONDING. Until then
     a node that is not Ready is taken back gracefully (signal, grace period,
     jobAction), so that a brief blip does not end a job."""
+
+
+class ForecastSpec(ApiModel):
+    """Lend with foresight: the bridge records the serving demand it sees on
+    the selected nodes (status.demand, 14 days) and forecasts from it how
+    many nodes Kubernetes will want (decision record 40)."""
+
+    quantile_percent: int = Field(95, ge=50, le=100)
+    """Which quantile of the demand's past rises the forecast takes: higher
+    keeps more nodes for Kubernetes and lends less."""
+    headroom_seconds: int = Field(600, ge=0, le=86400)
+    """Keep unlent the nodes Kubernetes is forecast to want within this long
+    (at least minKubernetesNodes), and take lent nodes back, gracefully,
+    when the forecast rises above the nodes it has. 0: no headroom beyond
+    minKubernetesNodes. Pods beyond the forecast still take nodes back at
+    once, as without a forecast."""
+    reserve_seconds: int = Field(86400, ge=0, le=2592000)
+    """Tell Slurm, up to this far ahead, when each lent node is forecast to
+    be wanted back: a reservation on the node from then on, so that Slurm
+    starts there only jobs whose time limit ends before it. Moved as the
+    forecast moves, removed before the node goes back. 0: no reservations."""
 
 
 class NodeLendingPolicySpec(ApiModel):
@@ -235,6 +262,10 @@ class NodeLendingPolicySpec(ApiModel):
     the slurmd image included) before it is given back to Kubernetes."""
     reclaim: ReclaimSpec = ReclaimSpec()
     """Which pending pods take nodes back, and how Slurm jobs are treated."""
+    forecast: ForecastSpec | None = None
+    """Forecast serving demand from what the bridge saw: keep headroom for
+    it and have Slurm start on lent nodes only jobs that end before the
+    nodes are wanted back. Unset: lend every idle node, reclaim on demand."""
 
 
 class PolicyCondition(Condition):
@@ -256,6 +287,19 @@ class LendingCounts(ApiModel):
     """Nodes on their way back to Kubernetes."""
 
 
+class DemandRecord(ApiModel):
+    """The serving demand the bridge saw on the policy's nodes: the peak of
+    each 15-minute bucket over the last 14 days, from start on, as varints
+    in base64 (slurmk8s/bridge/forecast.py). Written by the bridge only."""
+
+    start: str = Field(max_length=64)
+    """When the first bucket starts (RFC 3339)."""
+    peaks: str = Field("", max_length=16384)
+    """The buckets' peaks, in nodes."""
+    forecast_nodes: int | None = None
+    """Nodes Kubernetes is forecast to want within forecast.headroomSeconds."""
+
+
 class NodeLendingPolicyStatus(ApiModel):
     conditions: list[PolicyCondition] = Field(
         default_factory=list,
@@ -271,6 +315,8 @@ class NodeLendingPolicyStatus(ApiModel):
     down_owed: list[str] = Field(default_factory=list)
     """Nodes Kubernetes took back past the reclaim deadline (reclaim.deadlineSeconds)
     whose Slurm node is still to be set DOWN, once Slurm answers again."""
+    demand: DemandRecord | None = None
+    """With spec.forecast: the serving demand seen, which the forecast reads."""
 
 
 class PolicyMeta(ObjectMeta):

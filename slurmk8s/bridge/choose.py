@@ -11,6 +11,7 @@ Longest idle first.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 from ..api.lending import NodeLendingPolicySpec
@@ -24,10 +25,23 @@ from .world import World
 __all__ = ["reclaim_order", "over_cap", "short_of_minimum", "waiting_since", "idle_candidates", "choose_to_lend"]
 
 
-def reclaim_order(world: World, node: KubeNode) -> tuple:
-    """Which held node to give back first: idle before busy, fewest jobs,
-    one still starting before one already lent."""
-    return (len(world.jobs_on(node.name)), node.record.state != LENDING, node.name)
+def reclaim_order(world: World, settings: Settings, node: KubeNode) -> tuple:
+    """Which held node to give back first (``reclaim.order``).
+
+    Cheapest: idle before busy; then the node whose jobs would lose least:
+    the one whose oldest checkpoint is the most recent (where the jobs'
+    checkpoints are known), then the one whose jobs' time limits end
+    soonest (a job without a known end counts as ending last); one still
+    starting before one already lent. FewestJobs: fewest jobs first."""
+    jobs = world.jobs_on(node.name)
+    starting = node.record.state != LENDING
+    if settings.reclaim.order == "FewestJobs" or not jobs:
+        return (len(jobs), starting, node.name)
+    now = settings.now.timestamp()
+    checkpoints = [j.checkpoint_time for j in jobs]
+    stale = max(now - min(checkpoints), 0) if None not in checkpoints else math.inf  # type: ignore[type-var]
+    left = max((j.end_time - now if j.end_time is not None else math.inf) for j in jobs)
+    return (1, stale, max(left, 0), starting, node.name)
 
 
 def over_cap(spec: NodeLendingPolicySpec, held: int) -> int:
@@ -36,11 +50,11 @@ def over_cap(spec: NodeLendingPolicySpec, held: int) -> int:
     return held - cap if cap is not None and held > cap else 0
 
 
-def short_of_minimum(spec: NodeLendingPolicySpec, kube: int, returning: int) -> int:
-    """How many more nodes Kubernetes needs back to keep ``minKubernetesNodes``
+def short_of_minimum(minimum: int, kube: int, returning: int) -> int:
+    """How many more nodes Kubernetes needs back to keep ``minimum``
     (``kube``: selected Kubernetes nodes; ``returning``: selected nodes on
     their way back)."""
-    return max(spec.min_kubernetes_nodes - kube - returning, 0)
+    return max(minimum - kube - returning, 0)
 
 
 def waiting_since(settings: Settings, node: KubeNode) -> datetime | None:
@@ -79,6 +93,8 @@ def idle_candidates(r: Round, world: World, settings: Settings, idle: list[KubeN
             r.blocked.append(f"{n.name} (failed its {n.record.health_failed} health check while lent; remove "
                              f"its {HEALTH_FAILED_ANNOTATION} annotation once it is mended)")
             continue
+        if n.record.down_owed == settings.cluster_key:
+            continue  # settled this round (deadline.settle): its idle time starts again then
         if n.name in world.slurm_nodes and n.name not in ghosts:
             r.blocked.append(f"{n.name} (Slurm already has a node of that name)")
             continue
@@ -90,17 +106,18 @@ def idle_candidates(r: Round, world: World, settings: Settings, idle: list[KubeN
 
 
 def choose_to_lend(r: Round, world: World, settings: Settings, eligible: list[tuple[datetime, KubeNode]],
-                   lent: int, kube_left: int) -> list[tuple[datetime, KubeNode, LentNode]]:
+                   lent: int, kube_left: int, keep_kube: int) -> list[tuple[datetime, KubeNode, LentNode]]:
     """The candidates to lend now, within the limits (``lent``: nodes held;
-    ``kube_left``: selected nodes serving Kubernetes), with their description;
-    a node that cannot be described goes to ``r.blocked``."""
+    ``kube_left``: selected nodes serving Kubernetes; ``keep_kube``: how many
+    of them to keep, minKubernetesNodes or the forecast's headroom), with
+    their description; a node that cannot be described goes to ``r.blocked``."""
     assert settings.policy is not None
     spec = settings.policy.spec
     chosen = []
     for since, n in eligible:
         if spec.max_lent_nodes is not None and lent >= spec.max_lent_nodes:
             break
-        if kube_left - 1 < spec.min_kubernetes_nodes:
+        if kube_left - 1 < keep_kube:
             break
         try:
             desc = settings.describe(n, world.lendable(n))

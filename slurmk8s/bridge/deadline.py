@@ -30,7 +30,7 @@ from typing import Iterable
 from ..api.cluster import LENT_PREFIX
 from ..times import format_time
 from ..slurm.steps import DeleteNode, SetDown
-from .actions import ClearDownOwed, RecordDownOwed, SetLendingState
+from .actions import ClearDownOwed, RecordDownOwed, RecordIdleSince, SetLendingState
 from .nodestate import RECLAIMING, STATES
 from .observed import KubeNode
 from .settings import Settings, Round
@@ -128,7 +128,8 @@ def reclaim_or_take_back(r: Round, world: World, settings: Settings, node: KubeN
         take_back(r, world, settings, node, slurm_read=True)
 
 
-def _down(r: Round, world: World, settings: Settings, name: str, skip_down: bool = False) -> None:
+def _down(r: Round, world: World, settings: Settings, name: str, skip_down: bool = False,
+          idle_since: datetime | None = None) -> None:
     """Set the owed DOWN (when Slurm has the lent node), then clear the
     obligation. With no job and no slurmd pod left there, the DOWN node is
     deleted in the same chain: what the ghost rule
@@ -139,6 +140,11 @@ def _down(r: Round, world: World, settings: Settings, name: str, skip_down: bool
         r.emit(SetDown(name, DOWN_REASON))
         if not world.jobs_on(name) and not world.has_slurmd(name, settings.namespace, settings.cluster_name):
             r.emit(DeleteNode(name))
+            # Its name is free in Slurm from now on: its idle time starts
+            # again, as for a node just handed back, so that it is lent a
+            # later round at the earliest (idle_candidates refused it this one).
+            if idle_since is not None:
+                r.emit(RecordIdleSince(name, settings.now))
     r.emit(ClearDownOwed(name))
     r.down_owed[name] = False
 
@@ -154,7 +160,7 @@ def settle(r: Round, world: World, settings: Settings, nodes: Iterable[KubeNode]
         if r.projected.get(n.name, n.record.state) in STATES:
             continue
         deleted = any(isinstance(a, DeleteNode) and a.node == n.name for a in r.actions)
-        _down(r, world, settings, n.name, skip_down=deleted)
+        _down(r, world, settings, n.name, skip_down=deleted, idle_since=n.record.idle_since)
 
 
 def release_owed(r: Round, settings: Settings, nodes: Iterable[KubeNode]) -> None:

@@ -47,13 +47,14 @@ from . import deadline
 from . import transitions as move
 from .actions import Action
 from .choose import choose_to_lend, idle_candidates, over_cap, reclaim_order, short_of_minimum
+from .foresight import Foresight, demand_status, foresee, reservations, stale_reservations
 from .nodecounts import LendingMetrics, lending_metrics
-from .nodestate import RECLAIMING, STATES
+from .nodestate import LENT, RECLAIMING, STATES
 from .observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, Observed, PolicyGone
 from .placement import cover_demand
 from .problems import policy_problem
 from .reasons import DEFAULT_RECLAIM, DEFAULT_REGISTRATION_TIMEOUT, DEMAND, FAILURES, \
-    FORCE_RETRY_SECONDS, LIMITS, REASONS
+    FORCE_RETRY_SECONDS, FORECAST, LIMITS, REASONS
 from .settings import Round, Settings
 from .status import invalid_policy_status, policy_status
 from .verdicts import failure, must_go, withdrawn
@@ -118,6 +119,7 @@ def _round(world: World, settings: Settings) -> list[Action]:
 
     problem = policy_problem(world, settings, selected) if policy is not None else None
     window_open = policy is None or in_window(policy.spec.windows, policy.spec.time_zone, settings.now)
+    fs = foresee(world, settings, selected)
 
     lending: set[str] = set()
     if settings.cluster is None and policy is not None:
@@ -130,12 +132,13 @@ def _round(world: World, settings: Settings) -> list[Action]:
     elif not world.slurm_known:
         _without_slurm(r, world, settings, mine, kube)
     else:
-        lending = _move_nodes(r, world, settings, mine, selected, kube, lendable, problem, window_open)
+        lending = _move_nodes(r, world, settings, mine, selected, kube, lendable, problem, window_open, fs)
         deadline.settle(r, world, settings, nodes)
+        stale_reservations(r, world, settings)
     move.record_idle(r, world, settings, idle, free, lending)
     kubernetes = len(kube) - len(lending) + _returned(r, settings, mine)
     return r.actions + policy_status(settings, r, len(selected), kubernetes, problem, window_open,
-                                     deadline.owed_by(settings, nodes, r))
+                                     deadline.owed_by(settings, nodes, r), demand_status(fs))
 
 
 def _returned(r: Round, settings: Settings, mine: list[KubeNode]) -> int:
@@ -186,9 +189,12 @@ def _release_all(r: Round, world: World, settings: Settings, mine: list[KubeNode
 
 def _move_nodes(r: Round, world: World, settings: Settings, mine: list[KubeNode], selected: list[KubeNode],
                 kube: list[KubeNode], idle: list[KubeNode], problem: tuple[str, str] | None,
-                window_open: bool) -> set[str]:
+                window_open: bool, fs: Foresight | None) -> set[str]:
     """Every held node's move, then the nodes to lend; returns those lent now."""
     policy = settings.policy
+    # The nodes kept for Kubernetes: minKubernetesNodes, or the forecast's headroom if more.
+    keep_kube = max(policy.spec.min_kubernetes_nodes, fs.headroom if fs is not None else 0) \
+        if policy is not None else 0
     held: list[KubeNode] = []          # lending or lent, staying unless chosen below
     reclaiming: list[KubeNode] = []
     leaving: dict[str, str] = {}       # node -> reason, for held nodes reclaimed now
@@ -229,16 +235,22 @@ def _move_nodes(r: Round, world: World, settings: Settings, mine: list[KubeNode]
     # Limits: too many lent, or too few left to Kubernetes. The cap holds
     # even with a policy problem (maxLentNodes: 0 takes every node back);
     # the minimum counts selected nodes, which a problem makes unreliable.
-    held.sort(key=lambda n: reclaim_order(world, n))
+    held.sort(key=lambda n: reclaim_order(world, settings, n))
     if policy is not None:
-        extra = over_cap(policy.spec, len(held))
+        extra = limits = over_cap(policy.spec, len(held))
         if problem is None:
             returning = sum(1 for n in [*reclaiming, *(by_name[x] for x in leaving), *held[:extra]]
                             if settings.selects(n))
-            extra += short_of_minimum(policy.spec, len(kube), returning)
-        for n in held[:extra]:
-            leaving[n.name] = LIMITS
-        held = held[extra:]
+            limits += short_of_minimum(policy.spec.min_kubernetes_nodes, len(kube), returning)
+            extra += short_of_minimum(keep_kube, len(kube), returning)
+        # The forecast's headroom hurries no job: only idle nodes go back for it
+        # (busy ones get a reservation from now on: foresight.reservations).
+        for i, n in enumerate(held[:extra]):
+            if i < limits:
+                leaving[n.name] = LIMITS
+            elif not world.jobs_on(n.name):
+                leaving[n.name] = FORECAST
+        held = [n for n in held if n.name not in leaving]
 
     # Demand: pending GPU pods the Kubernetes nodes and the nodes on their
     # way back cannot take get as few more nodes as cover them.
@@ -263,13 +275,16 @@ def _move_nodes(r: Round, world: World, settings: Settings, mine: list[KubeNode]
 
     if problem is not None:
         return set()
+    returned = _returned(r, settings, mine)
+    reservations(r, world, settings, fs, [n for n in held if r.projected.get(n.name) == LENT],
+                 len(kube) + returned)
     ghosts = move.clean_ghosts(r, world, settings, kube)
     if policy is None or not window_open:
         return set()
     lending = set()
     candidates = idle_candidates(r, world, settings, idle, reserved, unmet, ghosts)
-    for since, n, desc in choose_to_lend(r, world, settings, candidates, len(held),
-                                         len(kube) + _returned(r, settings, mine)):
+    for since, n, desc in choose_to_lend(r, world, settings, candidates, len(held), len(kube) + returned,
+                                         keep_kube):
         move.start_lending(r, world, settings, n, since, desc)
         lending.add(n.name)
     return lending

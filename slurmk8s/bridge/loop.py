@@ -64,7 +64,7 @@ from ..render.manifests import lent_slurmd_pod
 from ..render.slurmd import is_lent_slurmd_pod
 from ..slurm import SlurmControl
 from ..slurm import steps
-from ..slurm.model import SlurmState
+from ..slurm.model import Reservation, SlurmState
 from ..slurm.remote import AgentError, cluster_agent
 from . import actions as A
 from . import metrics
@@ -219,7 +219,7 @@ class Bridge:
         """Read a cluster's Slurm (in a worker thread: nothing here touches the round's state)."""
         try:
             slurm = self._agent_of(cluster)
-            state = SlurmState(tuple(slurm.nodes()), tuple(slurm.jobs()))
+            state = SlurmState(tuple(slurm.nodes()), tuple(slurm.jobs()), reservations=self._reservations(slurm))
             metrics.SLURM_READS.labels("ok").inc()
             return state, slurm
         except Exception as exc:  # noqa: BLE001 - any failure means: Slurm unknown, fail closed
@@ -227,6 +227,17 @@ class Bridge:
             metrics.SLURM_READS.labels("error").inc()
             log.warning("slurm unreadable", cluster=f"{cluster.namespace}/{cluster.name}", error=str(exc))
             return SlurmState.unknown(), None
+
+    @staticmethod
+    def _reservations(slurm: SlurmControl) -> tuple[Reservation, ...]:
+        """The lending reservations. An agent older than them answers 404: it
+        can hold none. Any other failure fails the whole read (fail closed)."""
+        try:
+            return tuple(slurm.reservations())
+        except AgentError as exc:
+            if exc.status == 404 and exc.kind == "not-found":
+                return ()
+            raise
 
     def _start_reads(self, clusters: Iterable[SlurmCluster]) -> dict[str, cf.Future | None]:
         """Start reading every cluster's Slurm at once. None: a read started in

@@ -15,7 +15,7 @@ __all__ = [
     "DEFAULT_RECLAIM", "DEFAULT_REGISTRATION_TIMEOUT", "FORCE_RETRY_SECONDS", "REASONS", "FAILURES", "SLURMD_GONE",
     "DEMAND", "UNSELECTED", "CORDONED", "WINDOW", "LIMITS", "PARTITION", "POLICY_GONE", "SLURMD_LOST",
     "SLURM_NODE_LOST", "SLURM_NODE_DOWN", "NODE_NOT_READY", "REGISTRATION_TIMEOUT", "UNLENDABLE", "CLUSTER_GONE",
-    "WITHDRAWN", "UNHEALTHY",
+    "WITHDRAWN", "UNHEALTHY", "FORECAST",
 ]
 
 #: Reclaim settings for nodes whose policy is gone.
@@ -40,6 +40,7 @@ UNLENDABLE = "unlendable"
 CLUSTER_GONE = "cluster-gone"
 WITHDRAWN = "withdrawn"
 UNHEALTHY = "unhealthy"
+FORECAST = "forecast"
 
 REASONS = {
     DEMAND: "pending GPU pods need the node",
@@ -58,6 +59,7 @@ REASONS = {
     CLUSTER_GONE: "the SlurmCluster was deleted",
     WITHDRAWN: f"the node's {LENDABLE_TO_LABEL} label no longer names the policy's namespace",
     UNHEALTHY: "the node failed a health check (its Slurm node is drained 'slurmk8s: health: <check>')",
+    FORECAST: "the forecast wants the node for Kubernetes within spec.forecast.headroomSeconds",
 }
 #: Failures where the node's slurmd is gone: its jobs cannot end by
 #: themselves, so the Slurm node is set DOWN, which ends them at once.

@@ -9,7 +9,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Sequence
 
-from ..api.lending import LendingCounts, NodeLendingPolicyStatus, PolicyCondition
+from ..api.lending import DemandRecord, LendingCounts, NodeLendingPolicyStatus, PolicyCondition
 from ..times import format_time
 from .actions import Action, PolicyStatus
 from .nodestate import LENDING, LENT, RECLAIMING
@@ -28,7 +28,8 @@ def _more(names: Sequence[str]) -> str:
 
 
 def policy_status(settings: Settings, r: Round, selected: int, kubernetes: int, problem: tuple[str, str] | None,
-                  window_open: bool, down_owed: Sequence[str] = ()) -> list[Action]:
+                  window_open: bool, down_owed: Sequence[str] = (), demand: DemandRecord | None = None
+                  ) -> list[Action]:
     """The status of a policy once the round's actions are applied (none for
     a policy that is gone): ``selected`` nodes, of which ``kubernetes`` then
     serve Kubernetes."""
@@ -79,7 +80,7 @@ def policy_status(settings: Settings, r: Round, selected: int, kubernetes: int, 
     if extras:
         message += ". " + ". ".join(extras)
     return status_actions(settings.namespace, settings.name, policy.metadata.generation, ready, reason, message,
-                          holding, status_counts, policy.status, settings.now, down_owed)
+                          holding, status_counts, policy.status, settings.now, down_owed, demand)
 
 
 def invalid_policy_status(policy: InvalidPolicy, now: datetime) -> list[Action]:
@@ -91,12 +92,14 @@ def invalid_policy_status(policy: InvalidPolicy, now: datetime) -> list[Action]:
     counts = old.counts if old is not None else LendingCounts()
     holding = old.lent_nodes if old is not None else []
     return status_actions(policy.namespace, policy.name, policy.generation, "False", "InvalidPolicy",
-                          message, holding, counts, old, now, old.down_owed if old is not None else ())
+                          message, holding, counts, old, now, old.down_owed if old is not None else (),
+                          old.demand if old is not None else None)
 
 
 def status_actions(namespace: str, name: str, generation: int | None, ready: str, reason: str, message: str,
                    holding: Sequence[str], counts: LendingCounts, old: NodeLendingPolicyStatus | None,
-                   now: datetime, down_owed: Sequence[str] = ()) -> list[Action]:
+                   now: datetime, down_owed: Sequence[str] = (), demand: DemandRecord | None = None
+                   ) -> list[Action]:
     """A ``PolicyStatus`` when the status differs from ``old``; the Ready
     condition keeps its transition time while its status stays."""
     previous = next((c for c in (old.conditions if old else []) if c.type == "Ready"), None)
@@ -110,6 +113,7 @@ def status_actions(namespace: str, name: str, generation: int | None, ready: str
         lent_nodes=list(holding),
         counts=counts,
         down_owed=list(down_owed),
+        demand=demand,
     )
     if old is not None and old == status:
         return []

@@ -22,7 +22,7 @@ from ..api.cluster import LENT_PREFIX
 from ..evacuation import evacuate
 from ..render.lent import LentNode
 from ..slurm.model import Job, unhealthy
-from ..slurm.steps import Cancel, DeleteNode, Requeue, StartNow
+from ..slurm.steps import Cancel, DeleteNode, Requeue, StartNow, Unreserve
 from ..times import format_time
 from .actions import (
     Action,
@@ -183,8 +183,12 @@ def reclaim(r: Round, world: World, settings: Settings, node: KubeNode, entering
     if not evac.empty:
         r.emit(*acts)  # jobs are ending, or have their grace period: wait
         return
-    # No job left: remove the Slurm node (Slurm refuses if one slipped in,
-    # which stops this chain), then the pod, then hand the node back.
+    # No job left: remove the node's reservation (Slurm would keep it, naming
+    # a node it no longer has, and hold the node again when it is lent again),
+    # the Slurm node (Slurm refuses if a job slipped in, which stops this
+    # chain), then the pod, then hand the node back.
+    if world.reserved(name):
+        acts.append(Unreserve(name))
     if snode is not None:
         acts.append(DeleteNode(name))
     r.emit(*acts)

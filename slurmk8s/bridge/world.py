@@ -276,6 +276,12 @@ class World:
         namespace, _, name = cluster.partition("/")
         return self.slurmd_pod(namespace, name, node.name)
 
+    def reserved(self, node: str) -> bool:
+        """Slurm may hold a lending reservation on the node: it has one, or
+        its reservations could not be read."""
+        have = self.observed.slurm.reservations
+        return have is None or any(res.node == node for res in have)
+
     def jobs_on(self, node: str) -> list[Job]:
         return self.jobs.get(node, [])
 

@@ -179,8 +179,12 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
     def bridge_round(self) -> None:
         self.res.rounds += 1
         obs = Observed(self.observed_nodes(), self.observed_pods(), self.cluster, self.observed_slurm())
-        acts = [a for a in decide(obs, self.policy, T0 + timedelta(seconds=self.t))
-                if not isinstance(a, (A.Event, A.PolicyStatus))]
+        acts = []
+        for a in decide(obs, self.policy, T0 + timedelta(seconds=self.t)):
+            if isinstance(a, A.PolicyStatus):  # the bridge reads its status back next round (status.demand)
+                self.policy = self.policy.model_copy(update={"status": a.status})
+            elif not isinstance(a, A.Event):
+                acts.append(a)
         if not acts:
             self.streak = 0
             return

@@ -20,9 +20,9 @@ import math
 
 from ..api.cluster import lent_nodeset
 from ..slurm.client import NotOurDrain, SlurmError
-from ..slurm.model import DRAIN_PREFIX, Job, Node, SlurmState
+from ..slurm.model import DRAIN_PREFIX, Job, Node, Reservation, SlurmState, lend_reservation_name
 from . import slurmrules
-from .params import COMPLETED, JOB_END
+from .params import COMPLETED, JOB_END, T0
 from .traces import TrainingJob
 
 
@@ -50,10 +50,12 @@ class _Job:
 class _SNode:
     """A Slurm node."""
 
-    __slots__ = ("name", "lent", "free", "jobs", "drain", "down", "reason", "record", "oracle_index")
+    __slots__ = ("name", "lent", "free", "jobs", "drain", "down", "reason", "record", "oracle_index", "reserved")
 
     def __init__(self, name: str, lent: bool, gpus: int):
         self.name, self.lent, self.free = name, lent, gpus
+        #: the lending reservation's start (simulated seconds), or None
+        self.reserved: float | None = None
         self.jobs: dict[int, None] = {}
         self.drain = self.down = False
         self.reason = ""
@@ -75,6 +77,9 @@ class SlurmSide:
         self.slurm_dirty = True
         self.slurm_state: SlurmState | None = None
         self.sched_needed = False
+        #: lending reservations: node name -> start (simulated seconds); they outlive a
+        #: deleted node, as Slurm's do
+        self.reservations: dict[str, float] = {}
         self.gres = f"gpu:sim:{self.G}"
         for k in range(self.shape.slurm_nodes):
             self._add_snode(f"slurm-{k:04d}", lent=False)
@@ -139,13 +144,17 @@ class SlurmSide:
         if j.record is None:
             j.record = Job(job_id=j.id + 1, name=f"train-{j.id}", user="trace",
                            state="RUNNING" if j.state == "running" else "COMPLETING", partition=self.partition,
-                           nodes=",".join(n for n, _ in j.alloc), requeue=j.requeue, restart_count=j.restarts, reason="")
+                           nodes=",".join(n for n, _ in j.alloc), requeue=j.requeue, restart_count=j.restarts, reason="",
+                           end_time=int(T0.timestamp() + j.end) if j.state == "running" else None)
         return j.record
 
     def observed_slurm(self) -> SlurmState:
         if self.slurm_dirty or self.slurm_state is None:
+            t0 = int(T0.timestamp())
             self.slurm_state = SlurmState(tuple(self._node_record(s) for s in self.snodes.values()),
-                                          tuple(self.active_records.values()))
+                                          tuple(self.active_records.values()),
+                                          reservations=tuple(Reservation(lend_reservation_name(n), n, t0 + round(t))
+                                                             for n, t in self.reservations.items()))
             self.slurm_dirty = False
         return self.slurm_state
 
@@ -162,6 +171,11 @@ class SlurmSide:
                             if self._oracle_free_until(self.snodes[name]) >= end:
                                 return [(name, j.gpus)]
                         continue
+                    if lent and self.reservations:
+                        for name in names:
+                            if self._fits_reservation(name, end):
+                                return [(name, j.gpus)]
+                        continue
                     return [(next(iter(names)), j.gpus)]
             return None
         need = math.ceil(j.gpus / G)
@@ -172,6 +186,8 @@ class SlurmSide:
                     break
                 if self.mode == "oracle" and lent and self._oracle_free_until(self.snodes[name]) < end:
                     continue
+                if lent and not self._fits_reservation(name, end):
+                    continue
                 chosen.append(name)
         if len(chosen) < need:
             return None
@@ -181,6 +197,12 @@ class SlurmSide:
             out.append((name, min(G, left)))
             left -= G
         return out
+
+    def _fits_reservation(self, name: str, end: float) -> bool:
+        """A job ending at ``end`` may start on the node: it ends before the
+        node's lending reservation starts (none: it may)."""
+        start = self.reservations.get(name)
+        return start is None or end <= start
 
     def _reservation(self, need: int, free: int) -> tuple[float, int]:
         """EASY backfill's reservation for the first job that cannot start:
@@ -404,6 +426,17 @@ class SimSlurm:
 
     def cancel(self, job_id: int) -> None:
         self.sim.end_job(job_id - 1, cancel=slurmrules.on_cancel() == slurmrules.ENDED)
+
+    def reserve(self, name: str, start: int) -> None:
+        self._node(name, ["scontrol", "create", "reservation", f"Nodes={name}"])
+        self.sim.reservations[name] = start - T0.timestamp()
+        self.sim.slurm_dirty = self.sim.sched_needed = True
+        self.sim.changed()
+
+    def unreserve(self, name: str) -> None:
+        if self.sim.reservations.pop(name, None) is not None:
+            self.sim.slurm_dirty = self.sim.sched_needed = True
+            self.sim.changed()
 
     def delete_node(self, name: str) -> None:
         s = self.sim.snodes.get(name)

@@ -24,6 +24,9 @@ no keep-alive, so they can never keep a caller with the token out
     POST   /v1/jobs/<id>/requeue            requeue, then eligible at once
     POST   /v1/jobs/<id>/start-now          a pending job may start at once
     POST   /v1/jobs/<id>/cancel
+    GET    /v1/reservations                 {"reservations": [reservation, ...]}: the lending ones
+    PUT    /v1/reservations/<node>          {"start": 1764230400}: make or move the node's
+    DELETE /v1/reservations/<node>
     POST   /v1/reconfigure
     GET    /v1/published?dir=D              {"latest": "..."}: D/LATEST, the model version a job
                                             published (D inside --checkpoint-root, read-only;
@@ -59,7 +62,7 @@ from .accounting import Associations
 from .client import NotOurDrain, SlurmError
 from .control import AGENT_PORT
 from .control import SlurmControl
-from .model import job_to_dict, node_to_dict
+from .model import job_to_dict, node_to_dict, reservation_to_dict
 from .published import Fail, published
 
 __all__ = ["AgentServer", "make_server", "read_token", "DEFAULT_PORT", "MAX_BODY"]
@@ -99,6 +102,13 @@ def _string(body: dict, key: str) -> str:
     return value
 
 
+def _time(body: dict) -> int:
+    value = body.get("start")
+    if type(value) is not int or not 0 <= value < 1 << 40:
+        raise Fail(HTTPStatus.BAD_REQUEST, "invalid", "the request body needs POSIX seconds 'start'")
+    return value
+
+
 #: (method, path pattern) -> handler(slurm, query, body, **path groups)
 ROUTES: list[tuple[str, re.Pattern, Callable[..., Any]]] = [
     ("GET", re.compile(r"/v1/ping"), lambda s, q, b: {"up": s.ping()}),
@@ -119,6 +129,10 @@ ROUTES: list[tuple[str, re.Pattern, Callable[..., Any]]] = [
      lambda s, q, b, job_id: s.start_now(int(job_id))),
     ("POST", re.compile(r"/v1/jobs/(?P<job_id>[0-9]{1,10})/cancel"),
      lambda s, q, b, job_id: s.cancel(int(job_id))),
+    ("GET", re.compile(r"/v1/reservations"),
+     lambda s, q, b: {"reservations": [reservation_to_dict(r) for r in s.reservations()]}),
+    ("PUT", re.compile(r"/v1/reservations/(?P<name>[^/]+)"), lambda s, q, b, name: s.reserve(name, _time(b))),
+    ("DELETE", re.compile(r"/v1/reservations/(?P<name>[^/]+)"), lambda s, q, b, name: s.unreserve(name)),
     ("POST", re.compile(r"/v1/reconfigure"), lambda s, q, b: s.reconfigure()),
     ("POST", re.compile(r"/v1/accounting"),
      lambda s, q, b: {"applied": s.apply_accounting(Associations.from_json(b))}),

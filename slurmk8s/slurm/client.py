@@ -17,6 +17,7 @@ Rules that keep jobs safe live here, once:
 
 from __future__ import annotations
 
+import calendar
 import json
 import re
 import subprocess
@@ -32,7 +33,8 @@ from .. import versions
 from ..api.fields import SLURM_SIGNALS
 from .accounting import STATE_QUERIES, Associations, commands, parse_state
 from .hostlist import expand
-from .model import DRAIN_PREFIX, Job, JsonItems, Node, config_hash, job_from_json, node_from_json, release_of
+from .model import (DRAIN_PREFIX, Job, JsonItems, Node, Reservation, config_hash, job_from_json,
+                    lend_reservation_name, node_from_json, release_of, reservations_from_text)
 
 if TYPE_CHECKING:
     from .metrics import Reading
@@ -124,6 +126,14 @@ _reads = retry(
 
 #: Where the Slurm config is mounted in the slurmctld pod (and its agent).
 CONFIG_DIR = Path("/etc/slurm")
+
+
+def _utc_seconds(text: str) -> int | None:
+    """``2026-11-27T07:35:40`` as printed by scontrol under TZ=UTC, in POSIX seconds; None if not a time."""
+    try:
+        return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
 
 
 def check_signal(signal: str) -> str:
@@ -231,6 +241,35 @@ class SlurmClient:
             if "Invalid node name" in exc.stderr or "not found" in exc.stderr.lower():
                 return
             raise
+
+    # Lending reservations (decision record 40). scontrol prints and reads
+    # times in its time zone: it runs in UTC here, whatever the container says.
+
+    @_reads
+    def reservations(self) -> list[Reservation]:
+        return reservations_from_text(self._run("env", "TZ=UTC", "scontrol", "-o", "show", "reservation"),
+                                      _utc_seconds)
+
+    def reserve(self, name: str, start: int) -> None:
+        """Create the node's lending reservation from ``start`` on, or move it
+        there: ``Flags=MAINT,IGNORE_JOBS`` (running jobs go on; no job starts
+        whose time limit reaches past ``start``), for root only, without end."""
+        res = lend_reservation_name(_check_node(name))
+        when = "StartTime=" + time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(start)))
+        try:
+            self._run("env", "TZ=UTC", "scontrol", "update", f"ReservationName={res}", when)
+        except SlurmError as exc:
+            if exc.unreachable or "Requested reservation is invalid" not in exc.stderr:
+                raise
+            self._run("env", "TZ=UTC", "scontrol", "create", "reservation", f"ReservationName={res}",
+                      f"Nodes={name}", when, "Duration=UNLIMITED", "Flags=MAINT,IGNORE_JOBS", "Users=root")
+
+    def unreserve(self, name: str) -> None:
+        try:
+            self._run("scontrol", "delete", f"ReservationName={lend_reservation_name(_check_node(name))}")
+        except SlurmError as exc:
+            if exc.unreachable or "Requested reservation is invalid" not in exc.stderr:
+                raise
 
     def signal(self, job_id: int, signal: str, *, batch_only: bool = True) -> None:
         """Send ``signal`` to a job: by default to its batch shell, as ``--signal=B:`` does."""

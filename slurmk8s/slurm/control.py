@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Protocol, Sequence, runtime_checkable
 
 from .accounting import Associations
-from .model import Job, Node
+from .model import Job, Node, Reservation
 
 __all__ = ["SlurmControl", "OPERATIONS", "AGENT_PORT", "METRICS_PORT"]
 
@@ -64,6 +64,16 @@ class SlurmControl(Protocol):
     def delete_node(self, name: str) -> None:
         """Remove a dynamic node record (gone already is fine)."""
 
+    def reservations(self) -> list[Reservation]:
+        """The lending reservations (``slurmk8s-lend-<node>``); no other is read."""
+
+    def reserve(self, name: str, start: int) -> None:
+        """Make or move the lending reservation on node ``name``: from ``start``
+        (POSIX seconds) on, no job starts there; running ones go on."""
+
+    def unreserve(self, name: str) -> None:
+        """Remove the lending reservation on node ``name`` (none there is fine)."""
+
     def reconfigure(self) -> None:
         """``scontrol reconfigure``: slurmctld and the slurmd nodes re-read the config."""
 
@@ -83,6 +93,7 @@ class SlurmControl(Protocol):
 #: The operations, by name: the agent serves exactly these.
 OPERATIONS = (
     "ping", "nodes", "node", "jobs", "drain", "set_down", "undrain", "signal_node_jobs",
-    "requeue", "start_now", "cancel", "delete_node", "reconfigure", "config_hash",
+    "requeue", "start_now", "cancel", "delete_node", "reservations", "reserve", "unreserve",
+    "reconfigure", "config_hash",
     "apply_accounting", "published",
 )

@@ -16,7 +16,7 @@ import json
 import sys
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 #: Every drain slurmk8s sets starts with this; drains without it belong to an
 #: administrator and are never cleared by slurmk8s.
@@ -125,10 +125,52 @@ class Job:
     start_time: int | None = None
     #: GPUs allocated to it (``tres_alloc_str``); while pending, those it asks for.
     gpus: int = 0
+    #: When a running job's time limit ends (POSIX seconds; None: not reported, or no limit).
+    end_time: int | None = None
+    #: When the job last wrote a checkpoint (POSIX seconds; None: not known).
+    checkpoint_time: int | None = None
 
     @property
     def active(self) -> bool:
         return self.state in ACTIVE_JOB_STATES
+
+
+#: The reservations the bridge makes on lent nodes start with this
+#: (``slurmk8s-lend-<node>``); it touches no other (decision record 40).
+LEND_RESERVATION_PREFIX = "slurmk8s-lend-"
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A lending reservation: from ``start`` (POSIX seconds) on, Slurm starts
+    no job on ``node`` (``Flags=MAINT,IGNORE_JOBS``), so backfill starts there
+    only jobs whose time limit ends before it; the jobs already running keep running."""
+
+    name: str
+    node: str
+    start: int
+
+
+def lend_reservation_name(node: str) -> str:
+    """The name of the lending reservation on ``node``."""
+    return LEND_RESERVATION_PREFIX + node
+
+
+def reservations_from_text(text: str, parse_time: "Callable[[str], int | None]") -> list[Reservation]:
+    """The lending reservations in ``scontrol -o show reservation`` (one line
+    each, ``Key=Value`` fields; every release prints it so, 22.05 has no
+    ``--json`` for reservations). ``parse_time`` reads a StartTime
+    (``2026-11-27T07:35:40``, in the command's time zone). Others' reservations,
+    and ours on more than one node, are left out."""
+    out = []
+    for line in text.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        name, nodes = fields.get("ReservationName", ""), fields.get("Nodes", "")
+        start = parse_time(fields.get("StartTime", ""))
+        if (name.startswith(LEND_RESERVATION_PREFIX) and name == lend_reservation_name(nodes)
+                and start is not None):
+            out.append(Reservation(name, nodes, start))
+    return out
 
 
 @dataclass(frozen=True)
@@ -153,6 +195,9 @@ class SlurmState:
     jobs: tuple[Job, ...] | None = None
     #: False: the jobs were not asked for yet (``jobs`` is then None).
     jobs_read: bool = True
+    #: The lending reservations (:data:`LEND_RESERVATION_PREFIX`), as read;
+    #: None: not read (the operator never asks), or the read failed.
+    reservations: tuple[Reservation, ...] | None = None
 
     @classmethod
     def unknown(cls) -> SlurmState:
@@ -166,7 +211,7 @@ class SlurmState:
 
     def with_jobs(self, jobs: Iterable[Job] | None) -> SlurmState:
         """These nodes, and the jobs as read once asked for (None: the read failed)."""
-        return SlurmState(self.nodes, None if jobs is None else tuple(jobs))
+        return SlurmState(self.nodes, None if jobs is None else tuple(jobs), reservations=self.reservations)
 
     @property
     def known(self) -> bool:
@@ -292,6 +337,7 @@ def job_from_json(d: dict) -> Job:
         submit_time=_number(d.get("submit_time")) or None,
         start_time=_number(d.get("start_time")) or None,
         gpus=tres_gpus(d.get("tres_alloc_str") or "") or tres_gpus(d.get("tres_req_str") or ""),
+        end_time=_number(d.get("end_time")) or None,
     )
 
 
@@ -414,6 +460,14 @@ def node_to_dict(n: Node) -> dict:
     }
 
 
+def reservation_to_dict(r: Reservation) -> dict:
+    return {"name": r.name, "node": r.node, "start": r.start}
+
+
+def reservation_from_dict(d: dict) -> Reservation:
+    return Reservation(str(d["name"]), str(d["node"]), int(d["start"]))
+
+
 def node_from_dict(d: dict) -> Node:
     return Node(
         name=str(d["name"]), state=str(d["state"]), flags=frozenset(map(str, d["flags"])),
@@ -431,6 +485,7 @@ def job_to_dict(j: Job) -> dict:
         "restart_count": j.restart_count, "reason": j.reason,
         "array_job_id": j.array_job_id, "array_task_id": j.array_task_id, "eligible_time": j.eligible_time,
         "account": j.account, "submit_time": j.submit_time, "start_time": j.start_time, "gpus": j.gpus,
+        "end_time": j.end_time, "checkpoint_time": j.checkpoint_time,
     }
 
 
@@ -445,7 +500,8 @@ def job_from_dict(d: dict) -> Job:
         array_job_id=opt(d.get("array_job_id")), array_task_id=opt(d.get("array_task_id")),
         eligible_time=opt(d.get("eligible_time")),
         account=str(d.get("account", "")), submit_time=opt(d.get("submit_time")),  # absent from an older agent
-        start_time=opt(d.get("start_time")), gpus=int(d.get("gpus", 0)),
+        start_time=opt(d.get("start_time")), gpus=int(d.get("gpus", 0)), end_time=opt(d.get("end_time")),
+        checkpoint_time=opt(d.get("checkpoint_time")),
     )
 
 

@@ -22,7 +22,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from .accounting import Associations
 from .client import NotOurDrain, SlurmError
-from .model import Job, Node, job_from_dict, node_from_dict
+from .model import Job, Node, Reservation, job_from_dict, node_from_dict, reservation_from_dict
 
 __all__ = ["RemoteSlurm", "AgentError", "AgentUnreachable", "AgentUnauthorized", "agent_url"]
 
@@ -257,6 +257,15 @@ class RemoteSlurm:
 
     def delete_node(self, name: str) -> None:
         self._call("DELETE", f"/v1/nodes/{_seg(name)}")
+
+    def reservations(self) -> list[Reservation]:
+        return [reservation_from_dict(d) for d in self._call("GET", "/v1/reservations")["reservations"]]
+
+    def reserve(self, name: str, start: int) -> None:
+        self._call("PUT", f"/v1/reservations/{_seg(name)}", {"start": int(start)})
+
+    def unreserve(self, name: str) -> None:
+        self._call("DELETE", f"/v1/reservations/{_seg(name)}")
 
     def reconfigure(self) -> None:
         self._call("POST", "/v1/reconfigure", {})

@@ -41,7 +41,8 @@ from .control import SlurmControl
 from .remote import AgentUnreachable
 
 __all__ = [
-    "Drain", "SetDown", "Undrain", "Signal", "Requeue", "StartNow", "Cancel", "DeleteNode", "Step", "STEPS",
+    "Drain", "SetDown", "Undrain", "Signal", "Requeue", "StartNow", "Cancel", "DeleteNode", "Reserve", "Unreserve",
+    "Step", "STEPS",
     "PER_JOB", "Outcome", "apply_step", "execute", "is_unreachable", "node_chain",
 ]
 
@@ -114,8 +115,25 @@ class DeleteNode:
     node: str
 
 
-Step = Union[Drain, SetDown, Undrain, Signal, Requeue, StartNow, Cancel, DeleteNode]
-STEPS = (Drain, SetDown, Undrain, Signal, Requeue, StartNow, Cancel, DeleteNode)
+@dataclass(frozen=True)
+class Reserve:
+    """Make or move the node's lending reservation to start at ``start``
+    (POSIX seconds): Slurm then starts there only jobs that end before it
+    (decision record 40)."""
+
+    node: str
+    start: int
+
+
+@dataclass(frozen=True)
+class Unreserve:
+    """Remove the node's lending reservation (none there is fine)."""
+
+    node: str
+
+
+Step = Union[Drain, SetDown, Undrain, Signal, Requeue, StartNow, Cancel, DeleteNode, Reserve, Unreserve]
+STEPS = (Drain, SetDown, Undrain, Signal, Requeue, StartNow, Cancel, DeleteNode, Reserve, Unreserve)
 
 #: Steps that run one operation per job: (SlurmControl operation, what a job
 #: it did is counted as, the reason of the Event about a job Slurm refused).
@@ -180,6 +198,10 @@ def apply_step(slurm: SlurmControl, step: Step, out: Outcome) -> None:
             out.jobs[done] += 1
     elif isinstance(step, DeleteNode):
         slurm.delete_node(step.node)
+    elif isinstance(step, Reserve):
+        slurm.reserve(step.node, step.start)
+    elif isinstance(step, Unreserve):
+        slurm.unreserve(step.node)
     else:
         raise TypeError(f"{type(step).__name__} is not a Slurm step")
 

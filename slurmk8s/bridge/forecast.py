@@ -1,0 +1,220 @@
+"""Serving demand as the bridge records it, and what it forecasts from it. Pure.
+
+**The record.** Every round the bridge counts the nodes Kubernetes wants of a
+policy's selection (:func:`demand_now`): selected nodes that run a GPU pod
+and serve Kubernetes, plus the nodes the pending GPU pods that may take
+nodes back would fill. :func:`record` keeps the peak of each
+:data:`STEP`-second bucket for :data:`HISTORY` seconds in the policy's
+status (``status.demand``), so it survives restarts and is bounded: one
+varint per bucket, 1,344 buckets, base64. A bucket the bridge did not see
+(it was down) is unknown, not zero.
+
+**The forecast** answers one question (:func:`wanted`): how many nodes will
+Kubernetes want within the next T seconds, at quantile q? It is the demand
+now plus the q-quantile of the rises the record shows: for each past bucket
+whose next T seconds are recorded, the highest peak in them less its own.
+No period is assumed. Once the record holds :data:`DAILY_AFTER` of history,
+only the buckets within an hour of now's time of day count (quantiles per
+time of day): a daily cycle shows up there, and a demand without one loses
+nothing but samples. With fewer than :data:`MIN_SAMPLES` rises known the
+forecast is the demand now (no headroom and no reservation: what the bridge
+did without a forecast).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import lru_cache
+from typing import Sequence
+
+from ..times import format_time
+from .nodestate import parse_time
+
+__all__ = ["STEP", "HISTORY", "DAILY_AFTER", "MIN_SAMPLES", "Record", "decode", "encode", "record", "wanted",
+           "rise_quantiles", "demand_now", "reserve_horizons"]
+
+#: Seconds per bucket of the record.
+STEP = 900
+#: Seconds of history kept: 14 days, 1,344 buckets.
+HISTORY = 14 * 86400
+#: History needed before the forecast looks at the time of day.
+DAILY_AFTER = 3 * 86400
+#: Rises needed for a quantile; fewer: the forecast is the demand now.
+MIN_SAMPLES = 12
+_BUCKETS = HISTORY // STEP
+_DAY = 86400 // STEP
+_TOD_WINDOW = 3600 // STEP
+
+
+@dataclass(frozen=True)
+class Record:
+    """The peaks of demand from ``start`` (POSIX seconds, a multiple of
+    :data:`STEP`), one per bucket; None where the bridge did not look."""
+
+    start: int
+    peaks: tuple[int | None, ...]
+
+    @property
+    def end(self) -> int:
+        return self.start + STEP * len(self.peaks)
+
+
+def encode(rec: Record) -> tuple[str, str]:
+    """(start as RFC 3339, peaks as base64 of LEB128 varints of peak + 1, 0 unknown)."""
+    out = bytearray()
+    for p in rec.peaks:
+        v = 0 if p is None else p + 1
+        while True:
+            byte = v & 0x7F
+            v >>= 7
+            out.append(byte | (0x80 if v else 0))
+            if not v:
+                break
+    return format_time(datetime.fromtimestamp(rec.start, timezone.utc)), base64.b64encode(bytes(out)).decode()
+
+
+@lru_cache(maxsize=32)
+def decode(start: str, peaks: str) -> Record | None:
+    """The record a status holds; None when it does not read as one (it is
+    then started again: a record is a forecast's input, never a reason to act)."""
+    when = parse_time(start)
+    try:
+        raw = base64.b64decode(peaks, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if when is None or len(raw) > 4 * _BUCKETS:
+        return None
+    values: list[int | None] = []
+    v = shift = 0
+    for byte in raw:
+        v |= (byte & 0x7F) << shift
+        shift += 7
+        if byte & 0x80:
+            if shift > 28:
+                return None
+            continue
+        values.append(None if v == 0 else v - 1)
+        v = shift = 0
+    if shift or len(values) > _BUCKETS:
+        return None
+    first = int(when.timestamp())
+    return Record(first - first % STEP, tuple(values))
+
+
+def record(rec: Record | None, now: datetime, demand: int) -> Record:
+    """``rec`` with ``demand`` seen at ``now``: its bucket keeps the peak,
+    buckets not seen since are unknown, and what is older than
+    :data:`HISTORY` is dropped. A clock that went back starts a new record."""
+    t = int(now.timestamp())
+    bucket = t - t % STEP
+    if rec is None or bucket < rec.start or bucket - rec.start >= 2 * HISTORY:
+        return Record(bucket, (demand,))
+    i = (bucket - rec.start) // STEP
+    peaks = list(rec.peaks)
+    if i < len(peaks):
+        old = peaks[i]
+        if old is not None and old >= demand:
+            return rec
+        peaks[i] = demand
+    else:
+        peaks.extend([None] * (i - len(peaks)))
+        peaks.append(demand)
+    start = rec.start
+    if len(peaks) > _BUCKETS:
+        drop = len(peaks) - _BUCKETS
+        peaks = peaks[drop:]
+        start += drop * STEP
+    return Record(start, tuple(peaks))
+
+
+def _window_max(values: Sequence[int | None], h: int) -> list[int | None]:
+    """For each i, the highest known value of ``values[i+1 .. i+h]`` (None:
+    none known, or the window runs past the end)."""
+    n = len(values)
+    out: list[int | None] = [None] * n
+    dq: deque[int] = deque()  # indexes of a decreasing run of known values in the window
+    # Walk i downwards: the window of i is i+1 .. i+h.
+    for i in range(n - 2, -1, -1):
+        j = i + 1
+        v = values[j]
+        if v is not None:
+            while dq and values[dq[-1]] <= v:  # type: ignore[operator]
+                dq.pop()
+            dq.append(j)
+        while dq and dq[0] > i + h:
+            dq.popleft()
+        if i + h < n and dq:
+            out[i] = values[dq[0]]
+    return out
+
+
+def _quantile(samples: list[int], q: float) -> int:
+    """Nearest rank."""
+    samples.sort()
+    return samples[min(len(samples) - 1, max(0, math.ceil(q * len(samples)) - 1))]
+
+
+@lru_cache(maxsize=64)
+def rise_quantiles(rec: Record, now_bucket: int, horizons: tuple[int, ...], q: float) -> tuple[int | None, ...]:
+    """Per horizon (seconds), the q-quantile of the rises the record shows
+    over that long (None: fewer than :data:`MIN_SAMPLES`). The bucket of
+    ``now_bucket`` and later ones are left out: they are still filling.
+    Recomputed once per bucket (the cache is keyed on the record)."""
+    closed = rec.peaks[:max(0, (now_bucket - rec.start) // STEP)]
+    daily = len(closed) - closed.count(None) >= DAILY_AFTER // STEP
+    tod = (now_bucket // STEP) % _DAY
+    out: list[int | None] = []
+    for horizon in horizons:
+        h = max(1, math.ceil(horizon / STEP))
+        peaks = _window_max(closed, h)
+        rises = []
+        for i, (v, m) in enumerate(zip(closed, peaks)):
+            if v is None or m is None:
+                continue
+            if daily:
+                d = abs(((rec.start // STEP + i) % _DAY) - tod)
+                if min(d, _DAY - d) > _TOD_WINDOW:
+                    continue
+            rises.append(max(0, m - v))
+        out.append(_quantile(rises, q) if len(rises) >= MIN_SAMPLES else None)
+    # Wanting a node within T means wanting it within any longer time.
+    best: int | None = None
+    for k, v in enumerate(out):
+        if v is not None:
+            best = v if best is None else max(best, v)
+        out[k] = best if v is not None else None
+    return tuple(out)
+
+
+def wanted(rec: Record | None, now: datetime, demand: int, horizons: tuple[int, ...], q: float) -> list[int]:
+    """Nodes Kubernetes will want within each horizon (seconds), at quantile
+    ``q``: the demand now plus the rise the record shows; the demand now
+    where the record is too short to tell."""
+    if rec is None:
+        return [demand] * len(horizons)
+    t = int(now.timestamp())
+    rises = rise_quantiles(rec, t - t % STEP, horizons, q)
+    return [demand + (r or 0) for r in rises]
+
+
+def reserve_horizons(first: int, last: int) -> tuple[int, ...]:
+    """The times ahead at which a reservation may be placed: ``first``,
+    doubling, up to ``last`` (both included)."""
+    out = []
+    h = max(first, STEP)
+    while h < last:
+        out.append(h)
+        h *= 2
+    out.append(last)
+    return tuple(out)
+
+
+def demand_now(busy: int, pending_gpus: int, gpus_per_node: int) -> int:
+    """Nodes Kubernetes wants now: ``busy`` selected nodes serving it with a
+    GPU pod, and enough nodes of ``gpus_per_node`` for the pending GPUs."""
+    return busy + (math.ceil(pending_gpus / gpus_per_node) if pending_gpus and gpus_per_node > 0 else 0)

@@ -1,0 +1,151 @@
+"""Lending with foresight (slurmk8s/bridge/foresight.py) through the bridge's own decide."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from slurmk8s.api.lending import NodeLendingPolicyStatus
+from slurmk8s.bridge import actions as A
+from slurmk8s.bridge import forecast as F
+from slurmk8s.bridge.foresight import demand_status, Foresight
+from slurmk8s.bridge.nodestate import LENT, POLICY_ANNOTATION
+from slurmk8s.slurm.steps import DeleteNode, Reserve, Unreserve
+
+from .lending_sim import T0, World, gpu_node, gpu_pod, job, policy, settle
+from .test_decide import IDLE, held_node, kinds, lent_world, of, reclaiming_node, status
+
+FORECAST = {"quantilePercent": 95, "headroomSeconds": 600, "reserveSeconds": 86400}
+
+
+def history(world: World, values, end=T0):
+    """The policy's status holds ``values``, one per bucket, ending just before ``end``."""
+    start = end - timedelta(seconds=F.STEP * len(values))
+    rec = None
+    for i, v in enumerate(values):
+        rec = F.record(rec, start + timedelta(seconds=i * F.STEP), v)
+    fs = Foresight(rec, 0, 0, (), ())
+    world.status = NodeLendingPolicyStatus(demand=demand_status(fs))
+
+
+def saw(rise: int, every: int, days: float = 2):
+    """Demand that rises by ``rise`` nodes once in ``every`` buckets, for a bucket."""
+    return [rise if i % every == every - 1 else 0 for i in range(int(days * 86400 / F.STEP))]
+
+
+def test_the_demand_seen_is_recorded_in_the_status_and_read_back():
+    w = World.of(nodes=[gpu_node("n1"), gpu_node("n2")], pods=[gpu_pod("p", node="n1")])
+    pol = policy(forecast=FORECAST)
+    acts = w.decide(pol, T0)
+    rec = status(acts).demand
+    assert F.decode(rec.start, rec.peaks).peaks == (1,)
+    w.apply(acts)
+    w.pods[("apps", "q")] = gpu_pod("q", node="n2")
+    again = status(w.decide(pol, T0 + timedelta(seconds=60))).demand
+    assert F.decode(again.start, again.peaks).peaks == (2,)
+    # Without spec.forecast nothing is recorded.
+    assert status(World.of(nodes=[gpu_node("n1")]).decide(policy(), T0)).demand is None
+
+
+def test_headroom_keeps_the_nodes_the_forecast_wants_unlent():
+    nodes = [gpu_node(f"n{i}", annotations=IDLE) for i in range(5)]
+    w = World.of(nodes=nodes)
+    history(w, saw(3, every=4))  # +3 nodes within the next bucket, a quarter of the time
+    acts = w.decide(policy(forecast=FORECAST), T0)
+    assert len(of(acts, A.SetLendingState)) == 2
+    assert status(acts).counts.kubernetes == 3 and status(acts).demand.forecast_nodes == 3
+    # No headroom asked for: every idle node is lent.
+    acts = w.decide(policy(forecast={**FORECAST, "headroomSeconds": 0}), T0)
+    assert len(of(acts, A.SetLendingState)) == 5
+
+
+def test_a_rising_forecast_takes_idle_lent_nodes_back_and_reserves_the_cheapest_busy_one_from_now():
+    now = int(T0.timestamp())
+    jobs = [replace(job(1, "a"), end_time=now + 7200), replace(job(2, "b"), end_time=now + 600)]
+    w = lent_world("a", "b", "c", jobs=jobs)
+    history(w, saw(2, every=4))
+    acts = w.decide(policy(forecast=FORECAST), T0)
+    # Idle c goes back at once; no job is hurried for a forecast: b, whose job
+    # ends sooner than a's, takes no new job from now on.
+    assert {a.node: a.reason for a in of(acts, A.SetLendingState)} == {"c": "forecast"}
+    assert "Signal" not in kinds(acts) and "Requeue" not in kinds(acts)
+    assert [(r.node, r.start) for r in of(acts, Reserve)] == [("b", now)]
+
+
+def test_the_reclaim_order_is_the_policys():
+    now = int(T0.timestamp())
+    jobs = [replace(job(1, "a"), end_time=now + 600), replace(job(2, "a"), end_time=now + 900),
+            replace(job(3, "b"), end_time=now + 86400)]
+    w = lent_world("a", "b", jobs=jobs)
+    history(w, saw(1, every=4))
+    cheapest = policy(forecast=FORECAST)
+    fewest = policy(forecast=FORECAST, reclaim={"order": "FewestJobs"})
+    assert [r.node for r in of(w.decide(cheapest, T0), Reserve)] == ["a"]
+    assert [r.node for r in of(w.decide(fewest, T0), Reserve)] == ["b"]
+    # A pending pod takes the first in that order back, as without a forecast.
+    w.pods[("apps", "p")] = gpu_pod("p", gpus=8)
+    assert [a.node for a in of(w.decide(cheapest, T0), A.SetLendingState)] == ["a"]
+    assert [a.node for a in of(w.decide(fewest, T0), A.SetLendingState)] == ["b"]
+
+
+def test_lent_nodes_get_reservations_when_the_forecast_wants_them_back():
+    w = lent_world("a", "b", "c")
+    # +1 node now and then (two days: the time of day is not read yet): within
+    # half an hour the forecast wants one node, never two.
+    history(w, saw(1, every=32))
+    pol = policy(forecast={**FORECAST, "headroomSeconds": 0})
+    acts = w.decide(pol, T0)
+    reserve = of(acts, Reserve)
+    assert len(reserve) == 1
+    now = int(T0.timestamp())
+    assert reserve[0].start == now + 900 and reserve[0].node == "a"
+    w.apply(acts)
+    assert w.reserved == {reserve[0].node: reserve[0].start}
+    # Deciding again a little later changes nothing; much later it moves it along.
+    assert of(w.decide(pol, T0 + timedelta(seconds=60)), Reserve) == []
+    later = of(w.decide(pol, T0 + timedelta(hours=6)), Reserve)
+    assert len(later) == 1 and later[0].start > reserve[0].start
+
+
+def test_a_reservation_is_removed_when_the_forecast_no_longer_needs_it():
+    w = lent_world("a", "b")
+    w.reserved = {"a": int(T0.timestamp()) + 3600}
+    history(w, [0] * 200)  # a flat demand: nothing is wanted back
+    acts = w.decide(policy(forecast=FORECAST), T0)
+    assert [u.node for u in of(acts, Unreserve)] == ["a"] and of(acts, Reserve) == []
+    # Without spec.forecast, too.
+    assert [u.node for u in of(w.decide(policy(), T0), Unreserve)] == ["a"]
+
+
+def test_a_reclaim_removes_the_reservation_before_the_node_leaves_slurm():
+    w = lent_world("a", pods=[gpu_pod("p", gpus=8)])  # a pending pod takes it back
+    w.reserved = {"a": int(T0.timestamp()) + 3600}
+    now = settle(w, policy(forecast=FORECAST), T0, rounds=6)
+    steps = [(k, n) for k, _, n in w.log if k in ("unreserve", "reserve")]
+    assert ("unreserve", "a") in steps and w.reserved == {}
+    assert "a" not in w.snodes and w.nodes["a"].record.state is None
+    assert now > T0
+
+
+def test_the_unreserve_comes_first_in_the_reclaims_last_chain():
+    w = World.of(nodes=[reclaiming_node("a")], snodes=[], jobs=[])
+    w.reserved = {"a": int(T0.timestamp())}
+    acts = [a for a in w.decide(policy(), T0) if isinstance(a, (Unreserve, DeleteNode, A.Untaint))]
+    assert [type(a).__name__ for a in acts][:2] == ["Unreserve", "Untaint"]
+    # Slurm's reservations unknown: the reclaim still asks Slurm to remove one, whatever it has.
+    w.reservations_known = False
+    assert of(w.decide(policy(), T0), Unreserve)
+
+
+def test_a_reservation_on_a_node_no_policy_holds_is_removed_and_another_policys_is_kept():
+    w = World.of(nodes=[gpu_node("free"), held_node("theirs", LENT, **{POLICY_ANNOTATION: "hpc/other"})])
+    w.reserved = {"free": 1, "theirs": 2, "gone": 3}
+    acts = w.decide(policy(), T0)
+    assert sorted(u.node for u in of(acts, Unreserve)) == ["free", "gone"]
+
+
+def test_nothing_is_reserved_while_slurms_reservations_are_unknown():
+    w = lent_world("a", "b")
+    w.reservations_known = False
+    history(w, saw(1, every=32, days=4))
+    assert of(w.decide(policy(forecast={**FORECAST, "headroomSeconds": 0}), T0), Reserve) == []

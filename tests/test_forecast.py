@@ -1,0 +1,114 @@
+"""The demand record and the forecast (slurmk8s/bridge/forecast.py): pure."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmk8s.api.lending import DemandRecord
+from slurmk8s.bridge import forecast as F
+
+T0 = datetime(2025, 3, 3, 0, 0, 0, tzinfo=timezone.utc)  # a Monday, midnight
+
+
+def feed(values, start=T0, step=F.STEP):
+    """A record of one value per bucket from ``start``."""
+    rec = None
+    for i, v in enumerate(values):
+        rec = F.record(rec, start + timedelta(seconds=i * step), v)
+    return rec
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(0, 200_000)), max_size=F.HISTORY // F.STEP))
+def test_the_record_reads_back_as_written(peaks):
+    start = int(T0.timestamp())
+    rec = F.Record(start, tuple(peaks))
+    assert F.decode(*F.encode(rec)) == rec
+
+
+def test_the_record_is_bounded_at_ten_thousand_nodes():
+    rec = F.Record(int(T0.timestamp()), (10_000,) * (F.HISTORY // F.STEP))
+    start, peaks = F.encode(rec)
+    # The status field's schema bound holds with room to spare (the size the docs quote).
+    assert len(peaks) == 3584 and len(peaks) <= DemandRecord.model_fields["peaks"].metadata[0].max_length
+
+
+def test_what_does_not_read_as_a_record_is_none():
+    assert F.decode("2025-03-03T00:00:00Z", "not base64!") is None
+    assert F.decode("yesterday", "AA==") is None
+    assert F.decode("2025-03-03T00:00:00Z", "gICAgIA=") is None  # a varint that does not end
+
+
+def test_a_bucket_keeps_its_peak_and_unseen_buckets_are_unknown():
+    rec = F.record(None, T0, 3)
+    rec = F.record(rec, T0 + timedelta(seconds=60), 5)
+    rec = F.record(rec, T0 + timedelta(seconds=120), 4)
+    assert rec.peaks == (5,)
+    rec = F.record(rec, T0 + timedelta(seconds=3 * F.STEP + 5), 2)
+    assert rec.peaks == (5, None, None, 2)
+    same = F.record(rec, T0 + timedelta(seconds=3 * F.STEP + 6), 1)
+    assert same is rec  # nothing new: the status is not rewritten
+
+
+def test_history_is_dropped_past_its_length_and_a_clock_that_went_back_starts_again():
+    n = F.HISTORY // F.STEP
+    rec = feed(range(n + 10))
+    assert len(rec.peaks) == n and rec.peaks[0] == 10
+    assert rec.start == int(T0.timestamp()) + 10 * F.STEP
+    back = F.record(rec, T0, 7)
+    assert back.peaks == (7,)
+
+
+def test_without_enough_history_the_forecast_is_the_demand_now():
+    rec = feed([1, 5, 2])
+    assert F.wanted(rec, T0 + timedelta(seconds=3 * F.STEP), 4, (600, 3600), 0.95) == [4, 4]
+    assert F.wanted(None, T0, 4, (600,), 0.95) == [4]
+
+
+def test_the_forecast_adds_the_quantile_of_past_rises_and_grows_with_the_horizon():
+    # A saw: +1 node per bucket for 4 buckets, then back down; over two days (no time of day yet).
+    values = [(i % 8) if i % 8 < 4 else 0 for i in range(2 * 96)]
+    rec = feed(values)
+    now = T0 + timedelta(seconds=len(values) * F.STEP)
+    one, two, long = F.wanted(rec, now, 0, (F.STEP, 2 * F.STEP, 8 * F.STEP), 0.95)
+    assert (one, two, long) == (1, 2, 3)
+    low = F.wanted(rec, now, 0, (F.STEP,), 0.5)[0]
+    assert low <= one
+
+
+def test_rises_are_read_per_time_of_day_once_three_days_are_recorded():
+    # Nights at 2 nodes, days (08:00-18:00) at 10: the rise comes each morning.
+    def demand(t):
+        hour = (t // 3600) % 24
+        return 10 if 8 <= hour < 18 else 2
+    days = 5
+    values = [demand(i * F.STEP) for i in range(days * 96)]
+    rec = feed(values)
+    night = T0 + timedelta(days=days, hours=1)      # 01:00: no rise within an hour
+    dawn = T0 + timedelta(days=days, hours=7, minutes=30)  # 07:30: the morning within the hour
+    assert F.wanted(rec, night, 2, (3600,), 0.95) == [2]
+    assert F.wanted(rec, dawn, 2, (3600,), 0.95) == [10]
+    # From the night, the morning is within 8 hours.
+    assert F.wanted(rec, night, 2, (3600, 4 * 3600, 8 * 3600), 0.95) == [2, 2, 10]
+    # Two days of the same record do not show the time of day: the morning's
+    # rise then counts at any hour (no period is assumed before it is seen),
+    # as the 4% of the hours it is: above the 95th percentile, below the 99th.
+    short = feed(values[:2 * 96])
+    assert F.wanted(short, T0 + timedelta(days=2, hours=1), 2, (3600,), 0.99) == [10]
+    assert F.wanted(short, T0 + timedelta(days=2, hours=1), 2, (3600,), 0.95) == [2]
+
+
+def test_reserve_horizons_double_from_the_first_to_the_last():
+    assert F.reserve_horizons(600, 86400) == (900, 1800, 3600, 7200, 14400, 28800, 57600, 86400)
+    assert F.reserve_horizons(3600, 3600) == (3600,)
+
+
+def test_demand_counts_busy_nodes_and_the_nodes_pending_gpus_fill():
+    assert F.demand_now(3, 0, 8) == 3
+    assert F.demand_now(3, 9, 8) == 5
+    assert F.demand_now(0, 1, 0) == 0
+    assert math.isclose(F.STEP * (F.HISTORY // F.STEP), F.HISTORY)
