@@ -228,3 +228,19 @@ def test_slurm_does_to_jobs_what_the_simulators_model_says(run):
     assert _outcome(seen["down-no-requeue"]) == slurmrules.on_node_down(requeue=False), everything
     assert (seen["requeue-no-requeue-accepted"] == "yes") == (slurmrules.on_requeue(requeue=False) is not None), seen
     assert (seen["delete-busy-accepted"] == "yes") == slurmrules.may_delete_node(active_jobs=2), seen
+
+
+def test_a_lending_reservation_lets_only_jobs_that_end_before_it_start(run):
+    """The mechanism lending with foresight tells Slurm when a node is wanted
+    back by (decision record 40), through the facade, on this release: a
+    reservation from start on (Flags=MAINT,IGNORE_JOBS) keeps a job whose time
+    limit reaches past it from starting while a shorter one starts; moved
+    later, the longer job starts; removed, it is gone, and removing it again
+    is fine. The facade reads back the start it set."""
+    _, out, work, everything = run
+    seen = dict(kv.split("=", 1) for kv in _line(out, "reservation").split())
+    everything += (work / "reservation.log").read_text() if (work / "reservation.log").exists() else ""
+    assert seen["read"] == f"node-1@{seen['start']}", everything
+    assert seen["short"] == "RUNNING" and seen["long-before"] == "PENDING", everything
+    assert seen["long-after"] == "RUNNING", everything
+    assert seen["left"] == "[]" and seen["unreserve-again"] == "yes", everything

@@ -278,6 +278,27 @@ def test_an_agent_that_is_not_there_is_unreachable_not_empty():
         RemoteSlurm("http://127.0.0.1:9", "t" * 32, timeout=2).nodes()
 
 
+def test_lending_reservations_cross_the_wire_and_only_ours_are_read(cluster, local, remote):
+    start = int(time.time()) + 3600
+    remote.reserve(NODE, start)
+    assert [(r.node, r.start) for r in remote.reservations()] == [(NODE, start)]
+    remote.reserve(NODE, start + 600)  # moved, not made twice
+    assert [(r.node, r.start) for r in remote.reservations()] == [(NODE, start + 600)]
+    # Someone else's reservation is not ours to read or touch.
+    cluster.run(["scontrol", "create", "reservation", "ReservationName=admin-maint", f"Nodes={NODE}",
+                 "StartTime=now+7200", "Duration=60", "Flags=MAINT,IGNORE_JOBS", "Users=root"])
+    try:
+        assert [r.name for r in local.reservations()] == [f"slurmk8s-lend-{NODE}"]
+        remote.unreserve(NODE)
+        remote.unreserve(NODE)  # none there: fine
+        assert remote.reservations() == []
+        assert "admin-maint" in cluster.run(["scontrol", "-o", "show", "reservation"]).stdout
+    finally:
+        cluster.run(["scontrol", "delete", "ReservationName=admin-maint"], check=False)
+    with pytest.raises(ValueError, match="not a Slurm node name"):
+        remote.reserve("node; reboot", start)
+
+
 def test_delete_node_removes_the_record_and_is_idempotent(local, remote):
     remote.drain(NODE, "removing")
     remote.delete_node(NODE)
@@ -423,3 +444,4 @@ def test_a_request_sent_slowly_is_cut_off_after_the_request_timeout(keys):
     finally:
         s.close()
         server.stop()
+

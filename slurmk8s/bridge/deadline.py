@@ -140,11 +140,11 @@ def _down(r: Round, world: World, settings: Settings, name: str, skip_down: bool
         r.emit(SetDown(name, DOWN_REASON))
         if not world.jobs_on(name) and not world.has_slurmd(name, settings.namespace, settings.cluster_name):
             r.emit(DeleteNode(name))
-            # Its name is free in Slurm from now on: its idle time starts
-            # again, as for a node just handed back, so that it is lent a
-            # later round at the earliest (idle_candidates refused it this one).
-            if idle_since is not None:
-                r.emit(RecordIdleSince(name, settings.now))
+    # Settled: its idle time starts again, as for a node just handed back, so
+    # that it is lent a later round at the earliest (idle_candidates passed
+    # it over this one, while it still owed the DOWN).
+    if idle_since is not None:
+        r.emit(RecordIdleSince(name, settings.now))
     r.emit(ClearDownOwed(name))
     r.down_owed[name] = False
 

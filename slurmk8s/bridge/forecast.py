@@ -64,6 +64,7 @@ class Record:
         return self.start + STEP * len(self.peaks)
 
 
+@lru_cache(maxsize=32)
 def encode(rec: Record) -> tuple[str, str]:
     """(start as RFC 3339, peaks as base64 of LEB128 varints of peak + 1, 0 unknown)."""
     out = bytearray()
