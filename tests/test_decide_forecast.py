@@ -12,7 +12,7 @@ from slurmk8s.bridge.foresight import demand_status, Foresight
 from slurmk8s.bridge.nodestate import LENT, POLICY_ANNOTATION
 from slurmk8s.slurm.steps import DeleteNode, Reserve, Unreserve
 
-from .lending_sim import T0, World, gpu_node, gpu_pod, job, policy, settle
+from .lending_sim import T0, World, gpu_node, gpu_pod, job, policy, settle, slurm_node
 from .test_decide import IDLE, held_node, kinds, lent_world, of, reclaiming_node, status
 
 FORECAST = {"quantilePercent": 95, "headroomSeconds": 600, "reserveSeconds": 86400}
@@ -149,3 +149,10 @@ def test_nothing_is_reserved_while_slurms_reservations_are_unknown():
     w.reservations_known = False
     history(w, saw(1, every=32, days=4))
     assert of(w.decide(policy(forecast={**FORECAST, "headroomSeconds": 0}), T0), Reserve) == []
+
+
+def test_a_ghost_slurm_node_loses_its_reservation_before_it_is_deleted():
+    w = World.of(nodes=[gpu_node("g")], snodes=[slurm_node("g")])
+    w.reserved = {"g": int(T0.timestamp())}
+    acts = [a for a in w.decide(policy(), T0) if isinstance(a, (Unreserve, DeleteNode))]
+    assert acts == [Unreserve("g"), DeleteNode("g")]

@@ -35,7 +35,7 @@ from .nodestate import RECLAIMING, STATES
 from .observed import KubeNode
 from .settings import Settings, Round
 from .reasons import CORDONED, POLICY_GONE, REASONS
-from .transitions import hand_back, node_event, reclaim
+from .transitions import hand_back, leave_slurm, node_event, reclaim
 from .verdicts import withdrawn
 from .world import World
 
@@ -139,7 +139,7 @@ def _down(r: Round, world: World, settings: Settings, name: str, skip_down: bool
     if not skip_down and snode is not None and any(f.startswith(LENT_PREFIX) for f in snode.features):
         r.emit(SetDown(name, DOWN_REASON))
         if not world.jobs_on(name) and not world.has_slurmd(name, settings.namespace, settings.cluster_name):
-            r.emit(DeleteNode(name))
+            r.emit(*leave_slurm(world, name))
     # Settled: its idle time starts again, as for a node just handed back, so
     # that it is lent a later round at the earliest (idle_candidates passed
     # it over this one, while it still owed the DOWN).

@@ -135,10 +135,11 @@ def stale_reservations(r: Round, world: World, settings: Settings) -> None:
     if not have:
         return
     nodes = {n.name: n for n in world.observed.nodes}
+    removed = {a.node for a in r.actions if isinstance(a, Unreserve)}  # with a ghost or an owed DOWN
     for res in have:
         node = nodes.get(res.node)
-        if res.node in r.projected:
-            continue  # this policy holds it: reservations() or its reclaim see to it
+        if res.node in r.projected or res.node in removed:
+            continue  # this policy holds it (reservations() or its reclaim see to it), or removes it already
         if (node is not None and node.record.state in (LENDING, LENT) and node.record.policy != settings.key
                 and node.record.cluster == settings.cluster_key):
             continue  # another policy lends it to this cluster: its rounds see to it

@@ -48,7 +48,7 @@ from .reasons import CLUSTER_GONE, FAILURES, FORCE_RETRY_SECONDS, NODE_NOT_READY
 from .verdicts import lost, pod_of, registered
 from .world import World
 
-__all__ = ["node_event", "start_lending", "keep", "reclaim", "hand_back", "release_without_slurm",
+__all__ = ["node_event", "start_lending", "keep", "reclaim", "leave_slurm", "hand_back", "release_without_slurm",
            "clear_idle", "record_idle", "clean_ghosts"]
 
 
@@ -183,16 +183,19 @@ def reclaim(r: Round, world: World, settings: Settings, node: KubeNode, entering
     if not evac.empty:
         r.emit(*acts)  # jobs are ending, or have their grace period: wait
         return
-    # No job left: remove the node's reservation (Slurm would keep it, naming
-    # a node it no longer has, and hold the node again when it is lent again),
-    # the Slurm node (Slurm refuses if a job slipped in, which stops this
-    # chain), then the pod, then hand the node back.
-    if world.reserved(name):
-        acts.append(Unreserve(name))
-    if snode is not None:
-        acts.append(DeleteNode(name))
+    # No job left: remove it from Slurm, then the pod, then hand the node back.
+    acts += leave_slurm(world, name, in_slurm=snode is not None)
     r.emit(*acts)
     hand_back(r, world, settings, node)
+
+
+def leave_slurm(world: World, name: str, in_slurm: bool = True) -> list[Action]:
+    """The steps that remove a lent node from Slurm, in one chain: its lending
+    reservation first, when it may have one (Slurm keeps a reservation on a
+    node it deletes, naming it, and would hold the next node of that name),
+    then the node itself when Slurm has it (Slurm refuses while a job runs
+    there, which stops the chain)."""
+    return [*([Unreserve(name)] if world.reserved(name) else []), *([DeleteNode(name)] if in_slurm else [])]
 
 
 def _leave_to_slurm(evac: evacuation.Evacuation, job_ids: set[int]) -> evacuation.Evacuation:
@@ -326,6 +329,6 @@ def clean_ghosts(r: Round, world: World, settings: Settings, kube: list[KubeNode
                 or not any(f.startswith(LENT_PREFIX) for f in s.features)):
             continue
         if not world.has_slurmd(n.name, settings.namespace, settings.cluster_name):
-            r.emit(DeleteNode(n.name))
+            r.emit(*leave_slurm(world, n.name))
             cleaned.add(n.name)
     return cleaned
