@@ -252,6 +252,114 @@ def test_the_leading_bridge_killed_while_lending_or_reclaiming_the_standby_conve
     assert_one_writer_at_a_time(world.box, "slurmk8s-bridge", since, killed)
 
 
+def _seed_demand(world: Lending, spikes: set[int]) -> None:
+    """Write into the policy's status a two-day demand record (as the bridge
+    keeps it, 192 buckets) with one node wanted in the buckets ``spikes``,
+    ending at the bucket before now: the forecast reads it. A rise counts
+    for the buckets whose window ahead lies wholly in the record."""
+    from datetime import datetime, timedelta, timezone
+
+    from slurmk8s.bridge import forecast as F
+    from slurmk8s.bridge.foresight import Foresight, demand_status
+
+    now = datetime.now(timezone.utc)
+    values = [1 if i in spikes else 0 for i in range(2 * 86400 // F.STEP)]
+    start = now - timedelta(seconds=F.STEP * (len(values) + 1))
+    rec = None
+    for i, v in enumerate(values):
+        rec = F.record(rec, start + timedelta(seconds=i * F.STEP), v)
+    demand = demand_status(Foresight(rec, 0, 0, (), ())).dump()
+    world.custom.patch_namespaced_custom_object_status(
+        "slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies", "lend-gpus", {"status": {"demand": demand}})
+
+
+def _reservations(world: Lending) -> dict[str, int]:
+    return {r.node: r.start for r in world.slurm.reservations()}
+
+
+def _seeded(world: Lending, spikes: set[int], ready) -> dict[str, int]:
+    """Seed the record until the reservations show it read (``ready``): the
+    bridge writes the status too, and a round that read it before the seed
+    writes its own record over it."""
+    wait_for("the bridge's own record", lambda: (world.policy().get("status") or {}).get("demand"))
+    for _ in range(6):
+        _seed_demand(world, spikes)
+        try:
+            return wait_for("the forecast read", lambda: ready(_reservations(world)), timeout=20)
+        except AssertionError:
+            continue
+    raise AssertionError(f"the seeded record was never read: {_reservations(world)} {world.policy().get('status')}")
+
+
+@default_release_only
+def test_lending_with_foresight_reserves_a_lent_node_moves_it_and_leaves_no_reservation_behind(world):
+    """A forecast that wants one node back within two hours, not one: the
+    cheapest lent node (idle, the other runs a long job) gets a reservation
+    an hour ahead, so a job of 90
+    minutes waits while one of 30 starts there; the forecast moves (within
+    four hours, not two) and the reservation moves two hours ahead, so the
+    90-minute job starts. The node reclaimed with the bridge killed at a
+    random moment, then the policy deleted: no reservation is left on a
+    node that is not lent."""
+    import random
+
+    wait_for("both nodes lent", world.all_lent, show=world.states)
+    r = world.researcher
+    jobs = {}
+
+    def sbatch(name: object, node: str, minutes: int) -> int:
+        jobs[name] = int(r.check(f"sbatch --parsable -p gpu -w {node} --time={minutes} -J resv-{name} "
+                                 f"-o /dev/null --wrap 'sleep 30000'").split(";")[0])
+        return jobs[name]
+
+    # A long job on the second node: the first, idle, is the cheapest to give back.
+    sbatch("filler", LEND[1], 600)
+    wait_for("the filler to run", lambda: r.job(jobs["filler"])["JobState"] == "RUNNING")
+    world.apply(policy(forecast={"quantilePercent": 95, "headroomSeconds": 0, "reserveSeconds": 86400}))
+    since = time.time()
+    # Spikes in buckets 95 and 191: a rise within 1 h in 3% of the past (under
+    # the 95th percentile), within 2 h in 5.4% (over it).
+    first = _seeded(world, {95, 191}, lambda have: have)
+    assert list(first) == [LEND[0]], first  # the cheapest (both idle: by name), and only one
+    assert since + 3600 - 5 <= first[LEND[0]] <= time.time() + 3600 + 5, (first, since)
+    sbatch(90, LEND[0], 90)
+    sbatch(30, LEND[0], 30)
+    try:
+        wait_for("the 30-minute job to run", lambda: r.job(jobs[30])["JobState"] == "RUNNING",
+                 show=lambda: r.job(jobs[30]))
+        time.sleep(3)
+        long = r.job(jobs[90])
+        assert long["JobState"] == "PENDING", (long, _reservations(world))
+        # Slurm's words for it vary by release: "Reserved for maintenance", "May be reserved for other job".
+        assert long.get("Reason", "").startswith("ReqNodeNotAvail"), long
+        # The forecast moves: one spike, in bucket 95: a rise within 2 h in 4.3% of
+        # the past, within 4 h in 9%: the node is wanted in 2 to 4 hours.
+        since = time.time()
+        moved = _seeded(world, {95}, lambda have: have if have.get(LEND[0], 0) > first[LEND[0]] + 1800 else None)
+        assert since + 7200 - 5 <= moved[LEND[0]] <= time.time() + 7200 + 5, moved
+        wait_for("the 90-minute job to run", lambda: r.job(jobs[90])["JobState"] == "RUNNING",
+                 show=lambda: r.job(jobs[90]))
+        # A serving pod takes the node back; the bridge is killed at a random moment of it.
+        world.gpu_pod("serve-resv", LEND[0])
+        time.sleep(random.uniform(0, 1.5))
+        world.kill_bridge()
+        wait_for("the pod on the reclaimed node", lambda: world.pod_node("serve-resv"), timeout=GRACE + 90,
+                 show=world.states)
+        assert LEND[0] not in _reservations(world), _reservations(world)
+        assert all(world.lent(n) for n in _reservations(world)), (_reservations(world), world.states())
+    finally:
+        r.check(f"scancel {' '.join(map(str, jobs.values()))}")
+        world.kubectl("delete", "pod", "serve-resv", "--ignore-not-found")
+    # The policy deleted: its nodes go back, and with them every reservation.
+    world.kubectl("delete", "nodelendingpolicy", "lend-gpus")
+    wait_for("both nodes back", lambda: all(world.returned(n) for n in LEND), timeout=GRACE + 90,
+             show=world.states)
+    wait_for("no reservation left", lambda: not _reservations(world), timeout=30, show=lambda: _reservations(world))
+    world.apply(policy())
+    wait_for("both nodes lent again", world.all_lent, timeout=90, show=world.states)
+    assert not _reservations(world)
+
+
 @default_release_only
 def test_a_policy_that_selects_nothing_or_names_no_partition_says_so_and_touches_nothing(world):
     wait_for("both nodes lent", world.all_lent, show=world.states)
