@@ -112,3 +112,40 @@ def test_demand_counts_busy_nodes_and_the_nodes_pending_gpus_fill():
     assert F.demand_now(3, 9, 8) == 5
     assert F.demand_now(0, 1, 0) == 0
     assert math.isclose(F.STEP * (F.HISTORY // F.STEP), F.HISTORY)
+
+
+def _naive_rises(closed, start_bucket, tod, daily, h):
+    """The rises by their definition, one window at a time."""
+    out = []
+    for i, v in enumerate(closed):
+        if v is None or i + h >= len(closed):
+            continue
+        if daily:
+            d = abs((start_bucket + i) % (86400 // F.STEP) - tod)
+            if min(d, 86400 // F.STEP - d) > 3600 // F.STEP:
+                continue
+        known = [x for x in closed[i + 1:i + h + 1] if x is not None]
+        if known:
+            out.append(max(0, max(known) - v))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(0, 40)), min_size=1, max_size=600),
+       st.lists(st.integers(1, 200 * F.STEP), min_size=1, max_size=5).map(lambda hs: tuple(sorted(hs))),
+       st.sampled_from([0.5, 0.9, 0.95, 1.0]), st.integers(0, 95))
+def test_the_quantiles_are_those_of_the_rises_by_their_definition(peaks, horizons, q, offset):
+    start = int(T0.timestamp()) + offset * F.STEP
+    rec = F.Record(start, tuple(peaks))
+    now_bucket = rec.end
+    got = F.rise_quantiles(rec, now_bucket, horizons, q)
+    daily = len(peaks) - peaks.count(None) >= F.DAILY_AFTER // F.STEP
+    tod = (now_bucket // F.STEP) % (86400 // F.STEP)
+    want, best = [], None
+    for horizon in horizons:
+        rises = sorted(_naive_rises(peaks, start // F.STEP, tod, daily, max(1, math.ceil(horizon / F.STEP))))
+        v = rises[min(len(rises) - 1, max(0, math.ceil(q * len(rises)) - 1))] if len(rises) >= F.MIN_SAMPLES else None
+        if v is not None:
+            best = v if best is None else max(best, v)
+        want.append(best if v is not None else None)
+    assert list(got) == want

@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -133,24 +132,23 @@ def record(rec: Record | None, now: datetime, demand: int) -> Record:
     return Record(start, tuple(peaks))
 
 
-def _window_max(values: Sequence[int | None], h: int) -> list[int | None]:
-    """For each i, the highest known value of ``values[i+1 .. i+h]`` (None:
-    none known, or the window runs past the end)."""
-    n = len(values)
-    out: list[int | None] = [None] * n
-    dq: deque[int] = deque()  # indexes of a decreasing run of known values in the window
-    # Walk i downwards: the window of i is i+1 .. i+h.
-    for i in range(n - 2, -1, -1):
-        j = i + 1
-        v = values[j]
-        if v is not None:
-            while dq and values[dq[-1]] <= v:  # type: ignore[operator]
-                dq.pop()
-            dq.append(j)
-        while dq and dq[0] > i + h:
-            dq.popleft()
-        if i + h < n and dq:
-            out[i] = values[dq[0]]
+def _window_maxima(values: Sequence[int | None], horizons: Sequence[int]) -> list[list[int]]:
+    """Per horizon h (buckets), for each i with ``i + h`` inside ``values``:
+    the highest known value of ``values[i+1 .. i+h]`` (-1: none known). A
+    sparse table: level k holds the maxima of windows of 2**k, and a window
+    of h is the larger of two windows of the largest 2**k <= h."""
+    vals = [-1 if v is None else v for v in values]
+    n = len(vals)
+    levels = [vals[1:] + [-1]]  # windows of 1: values[i+1]
+    top = max(horizons, default=1)
+    while (1 << len(levels)) <= top:
+        prev, step = levels[-1], 1 << (len(levels) - 1)
+        levels.append(list(map(max, prev, prev[step:] + [-1] * step)))
+    out = []
+    for h in horizons:
+        k = h.bit_length() - 1
+        level, shift, count = levels[k], h - (1 << k), max(n - h, 0)
+        out.append(list(map(max, level[:count], level[shift:shift + count])))
     return out
 
 
@@ -167,21 +165,16 @@ def rise_quantiles(rec: Record, now_bucket: int, horizons: tuple[int, ...], q: f
     ``now_bucket`` and later ones are left out: they are still filling.
     Recomputed once per bucket (the cache is keyed on the record)."""
     closed = rec.peaks[:max(0, (now_bucket - rec.start) // STEP)]
+    values = [-1 if v is None else v for v in closed]
     daily = len(closed) - closed.count(None) >= DAILY_AFTER // STEP
-    tod = (now_bucket // STEP) % _DAY
+    if daily:  # only the buckets within an hour of now's time of day
+        tod, first = (now_bucket // STEP) % _DAY, rec.start // STEP
+        values = [v if min(d := abs((first + i) % _DAY - tod), _DAY - d) <= _TOD_WINDOW else -1
+                  for i, v in enumerate(values)]
+    steps = [max(1, math.ceil(horizon / STEP)) for horizon in horizons]
     out: list[int | None] = []
-    for horizon in horizons:
-        h = max(1, math.ceil(horizon / STEP))
-        peaks = _window_max(closed, h)
-        rises = []
-        for i, (v, m) in enumerate(zip(closed, peaks)):
-            if v is None or m is None:
-                continue
-            if daily:
-                d = abs(((rec.start // STEP + i) % _DAY) - tod)
-                if min(d, _DAY - d) > _TOD_WINDOW:
-                    continue
-            rises.append(max(0, m - v))
+    for peaks in _window_maxima(closed, steps):
+        rises = [m - v if m > v else 0 for v, m in zip(values, peaks) if v >= 0 and m >= 0]
         out.append(_quantile(rises, q) if len(rises) >= MIN_SAMPLES else None)
     # Wanting a node within T means wanting it within any longer time.
     best: int | None = None
