@@ -475,6 +475,10 @@ _TIMES = ("Latencies default to hack/bench_lending.py's medians measured on the 
 @click.option("--serving-peak-gpus", type=click.IntRange(1, None), default=None,
               help="--serving-requests: GPUs serving needs in the trace's busiest window (the request rate is "
                    "scaled to it).  [default: all GPUs of the Kubernetes nodes]")
+@click.option("--serving-daily-cycle", is_flag=True,
+              help="--serving-requests: repeat the trace's hour every hour, times a profile of the day (a raised "
+                   "cosine, 0.35 of the peak at 04:00, the peak at 16:00: an assumption, not a measurement; "
+                   "slurmk8s/simulate/traces.py), instead of stretching the hour over the window.")
 @click.option("--lend-seconds", type=click.FloatRange(0, None), default=Latencies.lend, show_default=True,
               help="slurmd pod created -> its node registered in Slurm. " + _TIMES)
 @click.option("--reclaim-seconds", type=click.FloatRange(0, None), default=Latencies.reclaim, show_default=True,
@@ -504,7 +508,7 @@ def simulate_cmd(nodes: int, gpus_per_node: int, slurm_nodes: int | None, jobs_f
                  requests_file: Path | None, policy_files: tuple[str, ...], compare: bool, start: str | None,
                  days: float | None, json_file: Path | None, plot_dir: Path | None, node_labels: dict[str, str],
                  tokens_per_gpu_second: float, target_utilisation: float, gpus_per_replica: int,
-                 autoscale_window: float, serving_peak_gpus: int | None, lend_seconds: float,
+                 autoscale_window: float, serving_peak_gpus: int | None, serving_daily_cycle: bool, lend_seconds: float,
                  reclaim_seconds: float, pod_start_seconds: float, requeue_seconds: float, restart_seconds: float,
                  checkpoint_seconds: float, interval: float, queue_depth: int, time_limits: str,
                  progress: bool) -> None:
@@ -548,7 +552,8 @@ def simulate_cmd(nodes: int, gpus_per_node: int, slurm_nodes: int | None, jobs_f
         raise click.BadParameter(str(exc), param_hint="--start") from None
     shape = Shape(nodes, gpus_per_node, slurm_nodes)
     model = RequestModel(tokens_per_gpu_second, target_utilisation, gpus_per_replica, autoscale_window,
-                         serving_peak_gpus if serving_peak_gpus is not None else shape.kube_nodes * gpus_per_node)
+                         serving_peak_gpus if serving_peak_gpus is not None else shape.kube_nodes * gpus_per_node,
+                         serving_daily_cycle)
     try:
         inputs = load_inputs(shape, jobs_file, pods_file, requests_file, t0, days, model)
     except TraceError as exc:

@@ -83,6 +83,29 @@ def test_requests_become_replicas_sized_to_the_peak_and_stretched(tmp_path):
     assert all(p.end == 1200.0 for p in pods if p.start == 0)
 
 
+def test_with_a_daily_cycle_the_hour_repeats_times_the_profile_of_the_day(tmp_path):
+    from slurmk8s.simulate.traces import DAILY_PROFILE
+
+    f = tmp_path / "req.csv"
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    # An hour of even load, heavier in its first half.
+    rows += [f"2023-11-16 18:{m:02d}:{sec:02d}.0,{190 if m < 30 else 90},10" for m in range(60) for sec in (0, 30)]
+    f.write_text("\n".join(rows) + "\n")
+    model = RequestModel(tokens_per_gpu_second=100, target_utilisation=0.5, bucket_seconds=60, peak_gpus=100,
+                         daily=True)
+    pods, stretch, _ = replicas_from_requests(read_requests(f), 2 * 86400.0, model)
+    assert stretch == 1.0
+    in_use = lambda t: sum(p.gpus for p in pods if p.start <= t < p.end)  # noqa: E731
+    peak_hour = DAILY_PROFILE.index(max(DAILY_PROFILE))
+    trough_hour = DAILY_PROFILE.index(min(DAILY_PROFILE))
+    # The busiest window (the heavy half of the hour, at the day's peak) needs the peak.
+    assert in_use(86400 + peak_hour * 3600) == model.peak_gpus
+    # The same minute of the hour at the trough: the profile's share of it.
+    assert in_use(86400 + trough_hour * 3600) == math.ceil(model.peak_gpus * min(DAILY_PROFILE) - 1e-9)
+    # And within the hour, the trace's own variation: the light half is half as heavy.
+    assert in_use(peak_hour * 3600 + 30 * 60) == math.ceil(model.peak_gpus / 2 - 1e-9)
+
+
 # -- the simulated Slurm ------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from typing import Callable
 from ..api.lending import NodeLendingPolicy
 from .engine import Latencies, Result, Run, Shape, bridge_setup, simulate
 from .report import summary
-from .traces import RequestModel, ServingPod, read_jobs, read_requests, read_serving_pods, replicas_from_requests, \
+from .traces import DAILY_PROFILE, RequestModel, ServingPod, read_jobs, read_requests, read_serving_pods, replicas_from_requests, \
     window
 
 __all__ = ["Inputs", "load_inputs", "run_all"]
@@ -44,7 +44,8 @@ def load_inputs(shape: Shape, jobs_file: Path, pods_file: Path | None, requests_
         described.update(serving_requests_file=str(requests_file), time_stretch=stretch, request_rate_scale=scale,
                          tokens_per_gpu_second=model.tokens_per_gpu_second,
                          target_utilisation=model.target_utilisation, gpus_per_replica=model.gpus_per_replica,
-                         autoscale_window_s=model.bucket_seconds, serving_peak_gpus=model.peak_gpus)
+                         autoscale_window_s=model.bucket_seconds, serving_peak_gpus=model.peak_gpus,
+                         serving_daily_profile=list(DAILY_PROFILE) if model.daily else None)
     described["serving_pods"] = len(pods)
     return Inputs(shape, jobs, pods, t0, span, described)
 

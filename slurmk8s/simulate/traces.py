@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable
 
 __all__ = ["TrainingJob", "ServingPod", "TraceError", "RequestModel", "read_jobs", "read_serving_pods",
-           "read_requests", "replicas_from_requests", "parse_when", "window"]
+           "read_requests", "replicas_from_requests", "parse_when", "window", "DAILY_PROFILE"]
 
 
 class TraceError(ValueError):
@@ -162,6 +162,28 @@ class RequestModel:
     #: the peak number of GPUs serving may use; the request rate is scaled so
     #: that the trace's busiest window needs exactly this many (None: no scaling)
     peak_gpus: int | None = None
+    #: repeat the trace's hour every hour, times this profile of the day
+    #: (:data:`DAILY_PROFILE`), instead of stretching it over the window
+    daily: bool = False
+
+
+#: A day's shape of serving demand for the daily-cycle model: the load of
+#: each hour (UTC) relative to the day's peak. It is this project's
+#: assumption, not a measurement: a raised cosine with its trough at 04:00
+#: (0.35 of the peak) and its peak at 16:00, the shape of a service used in
+#: the working day of one region. No hourly profile of an LLM service can be
+#: read from here (the week-long Azure 2024 traces are not reachable), so the
+#: daily-cycle runs say what a forecast does with a cycle of this shape, not
+#: with a measured one.
+DAILY_PROFILE = tuple(round(0.35 + 0.65 * (1 - math.cos(2 * math.pi * ((h - 4) % 24) / 24)) / 2, 4)
+                      for h in range(24))
+
+
+def _profile(t: float) -> float:
+    """:data:`DAILY_PROFILE` at ``t`` seconds after midnight, linear between the hours."""
+    h = (t / 3600) % 24
+    i = int(h)
+    return DAILY_PROFILE[i] + (DAILY_PROFILE[(i + 1) % 24] - DAILY_PROFILE[i]) * (h - i)
 
 
 def replicas_from_requests(requests: list[tuple[float, int]], span: float, model: RequestModel
@@ -180,7 +202,11 @@ def replicas_from_requests(requests: list[tuple[float, int]], span: float, model
        shape of the demand is the trace's.
     3. Time is stretched: the trace's span (one hour for the Azure traces)
        is laid over the simulated ``span``, so each window lasts
-       ``bucket_seconds * span / trace span`` simulated seconds.
+       ``bucket_seconds * span / trace span`` simulated seconds. With
+       ``daily``, time is not stretched: the trace is repeated back to back
+       over ``span``, each window's load times :data:`DAILY_PROFILE` at the
+       window's time of day (the simulated clock starts at midnight), and
+       ``scale`` sizes the busiest window of that.
     4. Replica counts become pods: when the count rises, new pods start;
        when it falls, the newest pods end (last in, first out).
 
@@ -196,10 +222,14 @@ def replicas_from_requests(requests: list[tuple[float, int]], span: float, model
         tokens[min(int((t - t0) / model.bucket_seconds), buckets - 1)] += n
     per_gpu = model.tokens_per_gpu_second * model.target_utilisation
     load = [x / model.bucket_seconds for x in tokens]
+    stretch = span / (buckets * model.bucket_seconds)
+    if model.daily:
+        stretch = 1.0
+        load = [load[i % buckets] * _profile(i * model.bucket_seconds)
+                for i in range(max(1, math.ceil(span / model.bucket_seconds)))]
     scale = 1.0
     if model.peak_gpus is not None and max(load) > 0:
         scale = model.peak_gpus * per_gpu / max(load)
-    stretch = span / (buckets * model.bucket_seconds)
     counts = [min(math.ceil(x * scale / per_gpu / model.gpus_per_replica - 1e-9),
                   (model.peak_gpus // model.gpus_per_replica) if model.peak_gpus is not None else 1 << 30)
               for x in load]
