@@ -19,6 +19,4 @@ exec .venv/bin/slurmk8s simulate \
   --policy examples/simulate/idle-1h.yaml \
   --policy examples/simulate/idle-5m-grace0.yaml \
   --policy examples/simulate/idle-5m-max24-grace0.yaml \
-  --policy examples/simulate/forecast.yaml \
-  --policy examples/simulate/forecast-grace0.yaml \
   --compare --json "$out/headline.json" --plot "$out" "$@"

@@ -32,7 +32,8 @@ from slurmk8s.simulate import slurmrules
 from slurmk8s.render.names import lent_slurmd
 from slurmk8s.slurm import steps
 from slurmk8s.slurm.client import NotOurDrain, SlurmError
-from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node, Reservation, SlurmState, lend_reservation_name
+from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node, SlurmState
+from slurmk8s.slurm.reservations import Reservation, lend_reservation_name
 
 T0 = datetime(2025, 3, 3, 12, 0, 0, tzinfo=timezone.utc)  # a Monday
 #: A GPU node its owner allows the policies of namespace hpc to lend (decision record 15).

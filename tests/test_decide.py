@@ -1098,3 +1098,20 @@ def test_a_down_owed_by_a_deleted_policy_is_still_settled():
     assert kinds(w.decide(gone, T0)) == ["SetDown", "ClearDownOwed"]
     w.cluster = None
     assert kinds(w.decide(gone, T0)) == ["ClearDownOwed"]
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_a_settled_down_leaves_a_result_that_deciding_again_does_not_change(busy):
+    """Found by hypothesis (test_decide_property): a node that owed a DOWN
+    and kept an idle-since. Its idle time starts again when the DOWN is
+    settled, so it is lent a later round at the earliest; a node that runs a
+    GPU pod has its idle time cleared, not started again."""
+    owed = {"slurmk8s.dev/down-owed": "hpc/demo", "slurmk8s.dev/down-owed-policy": "hpc/lend",
+            IDLE_SINCE_ANNOTATION: format_time(T0 - timedelta(seconds=600))}
+    w = World.of(nodes=[gpu_node("n0", annotations=owed)], snodes=[slurm_node("n0")],
+                 pods=[gpu_pod("app", "n0")] if busy else [])
+    pol = policy(idleAfterSeconds=0)
+    w.apply([a for a in w.decide(pol, T0) if not isinstance(a, A.Event)])
+    assert w.nodes["n0"].record.down_owed is None and "n0" not in w.snodes
+    assert kinds(w.decide(pol, T0)) == []
+    assert (IDLE_SINCE_ANNOTATION in w.nodes["n0"].annotations) == (not busy)

@@ -30,7 +30,7 @@ from typing import Iterable
 from ..api.cluster import LENT_PREFIX
 from ..times import format_time
 from ..slurm.steps import DeleteNode, SetDown
-from .actions import ClearDownOwed, RecordDownOwed, RecordIdleSince, SetLendingState
+from .actions import ClearDownOwed, ClearIdleSince, RecordDownOwed, RecordIdleSince, SetLendingState
 from .nodestate import RECLAIMING, STATES
 from .observed import KubeNode
 from .settings import Settings, Round
@@ -142,8 +142,9 @@ def _down(r: Round, world: World, settings: Settings, name: str, skip_down: bool
             r.emit(*leave_slurm(world, name))
     # Settled: its idle time starts again, as for a node just handed back, so
     # that it is lent a later round at the earliest (idle_candidates passed
-    # it over this one, while it still owed the DOWN).
-    if idle_since is not None:
+    # it over this one, while it still owed the DOWN); unless this round's
+    # idle bookkeeping cleared it (the node is not idle, or not the policy's).
+    if idle_since is not None and not any(isinstance(a, ClearIdleSince) and a.node == name for a in r.actions):
         r.emit(RecordIdleSince(name, settings.now))
     r.emit(ClearDownOwed(name))
     r.down_owed[name] = False

@@ -64,7 +64,8 @@ from ..render.manifests import lent_slurmd_pod
 from ..render.slurmd import is_lent_slurmd_pod
 from ..slurm import SlurmControl
 from ..slurm import steps
-from ..slurm.model import Reservation, SlurmState
+from ..slurm.model import SlurmState
+from ..slurm.reservations import Reservation
 from ..slurm.remote import AgentError, cluster_agent
 from . import actions as A
 from . import metrics

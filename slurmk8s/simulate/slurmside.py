@@ -20,7 +20,8 @@ import math
 
 from ..api.cluster import lent_nodeset
 from ..slurm.client import NotOurDrain, SlurmError
-from ..slurm.model import DRAIN_PREFIX, Job, Node, Reservation, SlurmState, lend_reservation_name
+from ..slurm.model import DRAIN_PREFIX, Job, Node, SlurmState
+from ..slurm.reservations import Reservation, lend_reservation_name
 from . import slurmrules
 from .params import COMPLETED, JOB_END, T0
 from .traces import TrainingJob

@@ -62,7 +62,8 @@ from .accounting import Associations
 from .client import NotOurDrain, SlurmError
 from .control import AGENT_PORT
 from .control import SlurmControl
-from .model import job_to_dict, node_to_dict, reservation_to_dict
+from .model import job_to_dict, node_to_dict
+from .reservations import reservation_to_dict
 from .published import Fail, published
 
 __all__ = ["AgentServer", "make_server", "read_token", "DEFAULT_PORT", "MAX_BODY"]

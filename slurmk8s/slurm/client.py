@@ -33,8 +33,8 @@ from .. import versions
 from ..api.fields import SLURM_SIGNALS
 from .accounting import STATE_QUERIES, Associations, commands, parse_state
 from .hostlist import expand
-from .model import (DRAIN_PREFIX, Job, JsonItems, Node, Reservation, config_hash, job_from_json,
-                    lend_reservation_name, node_from_json, release_of, reservations_from_text)
+from .model import DRAIN_PREFIX, Job, JsonItems, Node, config_hash, job_from_json, node_from_json, release_of
+from .reservations import Reservation, lend_reservation_name, reservations_from_text
 
 if TYPE_CHECKING:
     from .metrics import Reading

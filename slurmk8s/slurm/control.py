@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Protocol, Sequence, runtime_checkable
 
 from .accounting import Associations
-from .model import Job, Node, Reservation
+from .model import Job, Node
+from .reservations import Reservation
 
 __all__ = ["SlurmControl", "OPERATIONS", "AGENT_PORT", "METRICS_PORT"]
 

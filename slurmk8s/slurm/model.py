@@ -16,7 +16,9 @@ import json
 import sys
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
+
+from .reservations import Reservation
 
 #: Every drain slurmk8s sets starts with this; drains without it belong to an
 #: administrator and are never cleared by slurmk8s.
@@ -135,44 +137,6 @@ class Job:
         return self.state in ACTIVE_JOB_STATES
 
 
-#: The reservations the bridge makes on lent nodes start with this
-#: (``slurmk8s-lend-<node>``); it touches no other (decision record 40).
-LEND_RESERVATION_PREFIX = "slurmk8s-lend-"
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """A lending reservation: from ``start`` (POSIX seconds) on, Slurm starts
-    no job on ``node`` (``Flags=MAINT,IGNORE_JOBS``), so backfill starts there
-    only jobs whose time limit ends before it; the jobs already running keep running."""
-
-    name: str
-    node: str
-    start: int
-
-
-def lend_reservation_name(node: str) -> str:
-    """The name of the lending reservation on ``node``."""
-    return LEND_RESERVATION_PREFIX + node
-
-
-def reservations_from_text(text: str, parse_time: "Callable[[str], int | None]") -> list[Reservation]:
-    """The lending reservations in ``scontrol -o show reservation`` (one line
-    each, ``Key=Value`` fields; every release prints it so, 22.05 has no
-    ``--json`` for reservations). ``parse_time`` reads a StartTime
-    (``2026-11-27T07:35:40``, in the command's time zone). Others' reservations,
-    and ours on more than one node, are left out."""
-    out = []
-    for line in text.splitlines():
-        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        name, nodes = fields.get("ReservationName", ""), fields.get("Nodes", "")
-        start = parse_time(fields.get("StartTime", ""))
-        if (name.startswith(LEND_RESERVATION_PREFIX) and name == lend_reservation_name(nodes)
-                and start is not None):
-            out.append(Reservation(name, nodes, start))
-    return out
-
-
 @dataclass(frozen=True)
 class SlurmState:
     """What was read of one cluster's Slurm this round, by the operator and the bridge alike.
@@ -195,7 +159,7 @@ class SlurmState:
     jobs: tuple[Job, ...] | None = None
     #: False: the jobs were not asked for yet (``jobs`` is then None).
     jobs_read: bool = True
-    #: The lending reservations (:data:`LEND_RESERVATION_PREFIX`), as read;
+    #: The lending reservations (:data:`.reservations.LEND_RESERVATION_PREFIX`), as read;
     #: None: not read (the operator never asks), or the read failed.
     reservations: tuple[Reservation, ...] | None = None
 
@@ -458,14 +422,6 @@ def node_to_dict(n: Node) -> dict:
         "alloc_cpus": n.alloc_cpus, "gres": n.gres, "address": n.address,
         "gres_used": n.gres_used,
     }
-
-
-def reservation_to_dict(r: Reservation) -> dict:
-    return {"name": r.name, "node": r.node, "start": r.start}
-
-
-def reservation_from_dict(d: dict) -> Reservation:
-    return Reservation(str(d["name"]), str(d["node"]), int(d["start"]))
 
 
 def node_from_dict(d: dict) -> Node:

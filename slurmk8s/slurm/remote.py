@@ -22,7 +22,8 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from .accounting import Associations
 from .client import NotOurDrain, SlurmError
-from .model import Job, Node, Reservation, job_from_dict, node_from_dict, reservation_from_dict
+from .model import Job, Node, job_from_dict, node_from_dict
+from .reservations import Reservation, reservation_from_dict
 
 __all__ = ["RemoteSlurm", "AgentError", "AgentUnreachable", "AgentUnauthorized", "agent_url"]
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Lending with foresight (decision record 40) against today's best policy
+# with serving p99 pending within 5 s (idle 5 min, grace 0), the static split
+# and the oracle, on four serving demands over the Philly jobs, 64 nodes of 8
+# GPUs:
+#   conv        the headline: the Azure conversation hour stretched over the trace, 32 nodes Slurm's own
+#   code        the Azure code hour stretched over the trace, 32 nodes Slurm's own
+#   conv-48     the conversation hour, 48 of the 64 nodes Kubernetes'
+#   conv-daily  the conversation hour repeated every hour times a profile of the
+#               day (--serving-daily-cycle, an assumption: see `slurmk8s simulate --help`),
+#               over the first DAYS_DAILY days (default 30)
+# Writes docs/simulate/foresight-<scenario>.json and prints each table.
+#
+#   hack/simulate_foresight.sh [TRACES_DIR] [SCENARIO ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+traces=${1:-../shared/traces}
+[ -d "$traces" ] || traces=/work/shared/traces
+shift || true
+scenarios=("$@")
+[ ${#scenarios[@]} -gt 0 ] || scenarios=(conv code conv-48 conv-daily)
+out=docs/simulate
+mkdir -p "$out"
+for s in "${scenarios[@]}"; do
+  case $s in
+    conv) args=(--slurm-nodes 32 --serving-requests "$traces/azure_llm_conv.csv") ;;
+    code) args=(--slurm-nodes 32 --serving-requests "$traces/azure_llm_code.csv") ;;
+    conv-48) args=(--slurm-nodes 16 --serving-requests "$traces/azure_llm_conv.csv") ;;
+    conv-daily) args=(--slurm-nodes 32 --serving-requests "$traces/azure_llm_conv.csv" --serving-daily-cycle
+                      --days "${DAYS_DAILY:-30}") ;;
+    *) echo "unknown scenario $s (conv, code, conv-48, conv-daily)" >&2; exit 2 ;;
+  esac
+  echo "== $s"
+  .venv/bin/slurmk8s simulate --nodes 64 --gpus-per-node 8 --jobs "$traces/philly.csv" "${args[@]}" \
+    --policy examples/simulate/idle-5m-grace0.yaml --policy examples/simulate/forecast-grace0.yaml \
+    --compare --json "$out/foresight-$s.json"
+done
