@@ -29,8 +29,9 @@ def history(world: World, values, end=T0):
 
 
 def saw(rise: int, every: int, days: float = 2):
-    """Demand that rises by ``rise`` nodes once in ``every`` buckets, for a bucket."""
-    return [rise if i % every == every - 1 else 0 for i in range(int(days * 86400 / F.STEP))]
+    """Demand that rises by ``rise`` nodes once in ``every`` buckets, for a
+    bucket, halfway through each period (so the record ends low)."""
+    return [rise if i % every == every // 2 else 0 for i in range(int(days * 86400 / F.STEP))]
 
 
 def test_the_demand_seen_is_recorded_in_the_status_and_read_back():

@@ -149,3 +149,16 @@ def test_the_quantiles_are_those_of_the_rises_by_their_definition(peaks, horizon
             best = v if best is None else max(best, v)
         want.append(best if v is not None else None)
     assert list(got) == want
+
+
+def test_the_forecast_starts_from_the_recent_peak_not_from_a_moment_of_it():
+    # Rises are measured peak to peak: a dip of the demand between two
+    # peaks does not lower what is wanted next.
+    values = [4, 6] * 96  # two days, each bucket's peak 4 or 6
+    rec = feed(values)
+    now = T0 + timedelta(seconds=len(values) * F.STEP + 60)
+    rec = F.record(rec, now, 2)  # the demand this minute: 2
+    one = F.wanted(rec, now, 2, (F.STEP,), 0.95)[0]
+    assert one == 6 + 2  # the last bucket's peak, 6, and a rise of 2 (4 -> 6)
+    # Too short a record: the demand now, as without a forecast.
+    assert F.wanted(feed([6, 4]), T0 + timedelta(seconds=2 * F.STEP), 2, (F.STEP,), 0.95) == [2]

@@ -10,9 +10,10 @@ varint per bucket, 1,344 buckets, base64. A bucket the bridge did not see
 (it was down) is unknown, not zero.
 
 **The forecast** answers one question (:func:`wanted`): how many nodes will
-Kubernetes want within the next T seconds, at quantile q? It is the demand
-now plus the q-quantile of the rises the record shows: for each past bucket
-whose next T seconds are recorded, the highest peak in them less its own.
+Kubernetes want within the next T seconds, at quantile q? It is the recent
+peak (the demand now, this bucket's and the last one's peaks) plus the
+q-quantile of the rises the record shows: for each past bucket whose next T
+seconds are recorded, the highest peak in them less its own.
 No period is assumed. Once the record holds :data:`DAILY_AFTER` of history,
 only the buckets within an hour of now's time of day count (quantiles per
 time of day): a daily cycle shows up there, and a demand without one loses
@@ -187,13 +188,18 @@ def rise_quantiles(rec: Record, now_bucket: int, horizons: tuple[int, ...], q: f
 
 def wanted(rec: Record | None, now: datetime, demand: int, horizons: tuple[int, ...], q: float) -> list[int]:
     """Nodes Kubernetes will want within each horizon (seconds), at quantile
-    ``q``: the demand now plus the rise the record shows; the demand now
-    where the record is too short to tell."""
+    ``q``: the recent peak (of the demand now and the peaks of this bucket
+    and the last: the rises are measured from a bucket's peak, not from a
+    moment of it) plus the rise the record shows; the demand now where the
+    record is too short to tell."""
     if rec is None:
         return [demand] * len(horizons)
     t = int(now.timestamp())
-    rises = rise_quantiles(rec, t - t % STEP, horizons, q)
-    return [demand + (r or 0) for r in rises]
+    bucket = t - t % STEP
+    rises = rise_quantiles(rec, bucket, horizons, q)
+    i = (bucket - rec.start) // STEP
+    base = max([demand, *(v for v in rec.peaks[max(0, i - 1):i + 1] if v is not None)])
+    return [demand if r is None else base + r for r in rises]
 
 
 def reserve_horizons(first: int, last: int) -> tuple[int, ...]:
