@@ -133,12 +133,11 @@ def record(rec: Record | None, now: datetime, demand: int) -> Record:
     return Record(start, tuple(peaks))
 
 
-def _window_maxima(values: Sequence[int | None], horizons: Sequence[int]) -> list[list[int]]:
-    """Per horizon h (buckets), for each i with ``i + h`` inside ``values``:
-    the highest known value of ``values[i+1 .. i+h]`` (-1: none known). A
-    sparse table: level k holds the maxima of windows of 2**k, and a window
-    of h is the larger of two windows of the largest 2**k <= h."""
-    vals = [-1 if v is None else v for v in values]
+def _window_maxima(vals: list[int], horizons: Sequence[int]) -> list[list[int]]:
+    """Per horizon h (buckets), for each i with ``i + h`` inside ``vals``
+    (-1: unknown): the highest known value of ``vals[i+1 .. i+h]`` (-1: none
+    known). A sparse table: level k holds the maxima of windows of 2**k, and
+    a window of h is the larger of two windows of the largest 2**k <= h."""
     n = len(vals)
     levels = [vals[1:] + [-1]]  # windows of 1: values[i+1]
     top = max(horizons, default=1)
@@ -166,15 +165,16 @@ def rise_quantiles(rec: Record, now_bucket: int, horizons: tuple[int, ...], q: f
     ``now_bucket`` and later ones are left out: they are still filling.
     Recomputed once per bucket (the cache is keyed on the record)."""
     closed = rec.peaks[:max(0, (now_bucket - rec.start) // STEP)]
-    values = [-1 if v is None else v for v in closed]
+    known = [-1 if v is None else v for v in closed]
+    values = known  # the buckets whose rises count
     daily = len(closed) - closed.count(None) >= DAILY_AFTER // STEP
     if daily:  # only the buckets within an hour of now's time of day
         tod, first = (now_bucket // STEP) % _DAY, rec.start // STEP
         values = [v if min(d := abs((first + i) % _DAY - tod), _DAY - d) <= _TOD_WINDOW else -1
-                  for i, v in enumerate(values)]
+                  for i, v in enumerate(known)]
     steps = [max(1, math.ceil(horizon / STEP)) for horizon in horizons]
     out: list[int | None] = []
-    for peaks in _window_maxima(closed, steps):
+    for peaks in _window_maxima(known, steps):
         rises = [m - v if m > v else 0 for v, m in zip(values, peaks) if v >= 0 and m >= 0]
         out.append(_quantile(rises, q) if len(rises) >= MIN_SAMPLES else None)
     # Wanting a node within T means wanting it within any longer time.
