@@ -13,6 +13,9 @@ export PATH="$PWD/.venv/bin:$PATH"
 for release in $(.venv/bin/python -c 'from slurmk8s import versions; print(*versions.SUPPORTED)'); do
   .venv/bin/slurmk8s images build --slurm-version "$release"
 done
+# Each code change builds a new controller image: free what earlier builds and
+# pulls left, so the disk does not fill run after run.
+.venv/bin/slurmk8s images prune
 [ $# -eq 0 ] || exec .venv/bin/pytest "$@"
 
 # The whole suite in two lanes at once. The sandbox lane (the end-to-end

@@ -254,10 +254,10 @@ def images() -> None:
     buildah, mmdebstrap (hack/setup.sh installs them).
 
     \b
-      slurmk8s images build              # every image, for Slurm 22.05
+      slurmk8s images build              # every image, for the default Slurm release
       slurmk8s images build slurmd login
       slurmk8s images list
-      slurmk8s images prune              # earlier builds no reference names
+      slurmk8s images prune              # what earlier builds left, and unused node images
       slurmk8s images push --registry 127.0.0.1:5000 --authfile auth.json --ca-file ca.crt
     """
 
@@ -310,16 +310,33 @@ def images_list(cache_dir: Path | None) -> None:
 @images.command("prune")
 @CACHE_OPTION
 def images_prune(cache_dir: Path | None) -> None:
-    """Remove exports no reference names any more (earlier builds of an image).
+    """Free the disk of what earlier builds left.
 
-    Run it when no sandbox runs containers from an earlier build. buildah's
-    own storage is pruned with `buildah rmi --prune` (which also drops its
-    layer cache).
+    \b
+    - exports no reference names any more, unless a running container stands on one;
+    - in buildah's storage, the working containers of builds that died and the
+      images no tag names (earlier builds; the layer cache of the current ones stays);
+    - the sandbox nodes' pulled images, as a kubelet's image garbage collection
+      does: those unused for a day, and the least recently used others while the
+      disk has under 16 GiB free;
+    - in the sandboxes' registry storage, the manifests no tag names and their
+      blobs (not while a registry serves).
+
+    The test command (hack/test.sh) runs it after its builds.
     """
     from .imagestore import ImageStore
+    from . import publish, registry
+    from .kubelet import image_cache
+    from .pulls import prune as prune_node_images
 
-    removed = ImageStore(cache_dir).prune(progress=lambda msg: click.echo(f"images: {msg}", err=True))
-    click.echo(f"images: removed {len(removed)} earlier build(s)", err=True)
+    def say(msg: str) -> None:
+        click.echo(f"images: {msg}", err=True)
+
+    removed = ImageStore(cache_dir).prune(progress=say, storage=True)
+    say(f"removed {len(removed)} earlier export(s)")
+    count, freed = prune_node_images(image_cache())
+    say(f"removed {count} node image(s) ({freed / 2**30:.1f} GiB) from {image_cache()}")
+    say(registry.collect(publish.storage()))
 
 
 @images.command("push")

@@ -21,9 +21,9 @@ buildah keeps its own storage (base, layers, tagged images) in
 cache: ``sandbox up`` pushes the builds to its registry (``push``) and the
 kubelet pulls them (decision record 30).
 
-One module though over 400 lines: the one shell around buildah and the cache
-(base, build, export, references, prune) under one lock and one log; its pure
-rules are already apart in ``images``.
+Over 500 lines because it is the one shell around buildah and the cache (base,
+build, export, references, prune) under one lock and one log; its pure rules
+are already apart in ``images``.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from urllib.parse import quote
 
 from . import images as rules
 from .images import ImageConfig, ImageError, Recipe, Suite
+from .pulls import mounted_lowers
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path("/var/cache/slurmk8s/images")
@@ -58,6 +59,8 @@ BASE_LABEL = "dev.slurmk8s.base-recipe"
 TAIL_LINES = 25
 HEARTBEAT_S = 20.0
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+#: The containers a build leaves when it dies: ``buildah bud``'s working containers and our exports'.
+_LEFTOVER_CONTAINER = re.compile(r"^(.+-working-container(-\d+)?|slurmk8s-export-[a-z0-9-]+)$")
 
 Progress = Callable[[str], None]
 
@@ -162,24 +165,46 @@ class ImageStore:
                 out.append(image)
         return out
 
-    def prune(self, progress: Progress | None = None) -> list[Path]:
-        """Remove the exports no reference names any more (earlier builds of an image).
-        Not while a container runs from such an export. (buildah's own storage is pruned
-        with ``buildah rmi --prune``, which also drops its layer cache.)"""
+    def prune(self, progress: Progress | None = None, *, storage: bool = False) -> list[Path]:
+        """Remove what earlier builds left: the exports no reference names any more, unless a
+        mounted container root stands on one, and (``storage``) in buildah's storage the
+        working containers of builds that died and the images no tag or child names (each
+        earlier build of an image, with the layers only it used; the layer cache of the
+        images tagged now stays). Under this cache's build lock; buildah's storage is the
+        host's, so ``storage`` only where no other cache builds meanwhile (the test command)."""
         progress = progress or _quiet
         if not self.cache.is_dir():
             return []
         named = {(i.name, i.key) for i in self.list()}
         removed = []
         with self._locked(progress):
+            in_use = mounted_lowers()
             for name in self.names():
                 for path in sorted((self.cache / name).glob("*")):
-                    if path.is_dir() and (name, path.name) not in named:
-                        shutil.rmtree(path)
-                        removed.append(path)
-                        progress(f"removed {path}")
+                    if not path.is_dir() or (name, path.name) in named:
+                        continue
+                    if str(path / "rootfs") in in_use:
+                        progress(f"kept {path}: a mounted container root stands on it")
+                        continue
+                    shutil.rmtree(path)
+                    removed.append(path)
+                    progress(f"removed {path}")
             shutil.rmtree(self.cache / "tmp", ignore_errors=True)
+            if storage and shutil.which("buildah") is not None:
+                self._prune_storage(progress)
         return removed
+
+    @staticmethod
+    def _prune_storage(progress: Progress) -> None:
+        leftovers = [c["id"] for c in json.loads(_buildah("containers", "--json") or "null") or []
+                     if _LEFTOVER_CONTAINER.match(c.get("containername", ""))]
+        for container in leftovers:
+            _buildah("rm", container, check=False)
+        images = len(_buildah("images", "--all", "--quiet").split())
+        _buildah("rmi", "--prune", check=False)
+        gone = images - len(_buildah("images", "--all", "--quiet").split())
+        progress(f"buildah: removed {len(leftovers)} working container(s) of earlier builds and "
+                 f"{gone} image(s) and layer(s) no tag names")
 
     def push(self, registry: str, releases: Iterable[str], *, authfile: Path | None = None,
              ca_file: Path | None = None, progress: Progress | None = None) -> list[tuple[str, str]]:

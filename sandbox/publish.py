@@ -11,7 +11,8 @@ there (:mod:`.pulls`); nothing reads the build cache at run time.
 
 The registry's blobs live in one directory for every sandbox of this host
 (``$SLURMK8S_REGISTRY_STORAGE``, else /var/cache/slurmk8s/registry), so a second
-sandbox pushes nothing that an earlier one pushed.
+sandbox pushes nothing that an earlier one pushed; ``slurmk8s images prune`` collects
+what no tag names there (``registry.collect``).
 """
 
 from __future__ import annotations

@@ -183,18 +183,32 @@ def mounted_lowers() -> set[str]:
     return lowers
 
 
-def prune(cache: Path, older_than: float = 86400, now: float | None = None) -> tuple[int, int]:
+#: The free space a node keeps on its image file system: below it, unused images go oldest first
+#: (a kubelet's imageGCHighThresholdPercent, in bytes, since this host's disk is shared).
+MIN_FREE_BYTES = 16 * 2**30
+
+
+def prune(cache: Path, older_than: float = 86400, now: float | None = None,
+          min_free: int = MIN_FREE_BYTES, free: Callable[[], int] | None = None) -> tuple[int, int]:
     """Free the host's node image store (``cache``), as a kubelet's image garbage collection
-    does: unpacked images no container was made from for ``older_than`` seconds and that no
-    mounted container root stands on, and blobs as old (a later pull fetches them again).
-    Returns (images removed, bytes freed)."""
+    does: unpacked images no container was made from for ``older_than`` seconds, then, while
+    the file system has less than ``min_free`` bytes free, the least recently used others; but
+    never one a mounted container root stands on. Blobs unused for ``older_than`` go too (a
+    later pull fetches them again). Returns (images removed, bytes freed)."""
+    if not cache.is_dir():
+        return 0, 0
     now = time.time() if now is None else now
+    free = free or (lambda: shutil.disk_usage(cache).free)
     in_use = mounted_lowers()
-    removed = freed = 0
-    for path in sorted((cache / "images").glob("*")):
+    candidates = []
+    for path in (cache / "images").glob("*"):
         stamp = path / "pull.json"
-        if not stamp.exists() or now - stamp.stat().st_mtime < older_than or str(path / "rootfs") in in_use:
-            continue
+        if stamp.exists() and str(path / "rootfs") not in in_use:
+            candidates.append((stamp.stat().st_mtime, path))
+    removed = freed = 0
+    for used, path in sorted(candidates):
+        if now - used < older_than and free() >= min_free:
+            break
         freed += sum(f.lstat().st_size for f in path.rglob("*") if not f.is_symlink() and f.is_file())
         shutil.rmtree(path)
         removed += 1

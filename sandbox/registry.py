@@ -28,6 +28,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -167,6 +168,63 @@ def prepare(directory: Path, address: str = "127.0.0.1:0", *, username: str = DE
             for f in files:
                 os.chown(os.path.join(dirpath, f), user.pw_uid, user.pw_gid, follow_symlinks=False)
     return Registry(address, pki.ca_cert, username, password, directory), argv
+
+
+def collect(storage: Path) -> str:
+    """Garbage-collect the registry storage ``storage``: the manifests no tag names any more
+    (each push of a rebuilt image leaves its predecessor untagged) and the blobs only they used
+    (``docker-registry garbage-collect --delete-untagged``). Not while any registry serves,
+    since collecting under a push can delete what it uploads: then nothing is done. What was
+    done, in words."""
+    storage = Path(storage)
+    if not (storage / "docker").is_dir():
+        return f"nothing pushed to {storage} yet"
+    serving = [pid for pid in _pids_of(BINARY) if _serves(pid, storage)]
+    if serving:
+        return f"{storage} not collected: a registry serves it (pid {', '.join(map(str, serving))})"
+    before = _size(storage)
+    with tempfile.TemporaryDirectory(prefix="registry-gc-") as tmp:
+        cfg = Path(tmp) / "config.yml"
+        cfg.write_text(yaml.safe_dump({"version": 0.1, "storage": {"filesystem": {"rootdirectory": str(storage)}}}))
+        proc = subprocess.run([binary(), "garbage-collect", "--delete-untagged", str(cfg)], capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise RegistryError(f"garbage-collecting {storage} failed: {(proc.stderr or proc.stdout).strip()[-2000:]}")
+    return f"collected {storage}: {(before - _size(storage)) / 2**30:.1f} GiB freed, {_size(storage) / 2**30:.1f} GiB kept"
+
+
+def _pids_of(name: str) -> list[int]:
+    pids = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == name[:15]:
+                pids.append(int(comm.parent.name))
+        except OSError:  # the process ended meanwhile
+            continue
+    return pids
+
+
+def _serves(pid: int, storage: Path) -> bool:
+    """Whether registry ``pid`` serves ``storage``; yes when its configuration cannot be read."""
+    argv = _cmdline(pid)
+    if "serve" not in argv:
+        return False
+    try:
+        cfg = yaml.safe_load(Path(argv[-1]).read_text())
+        return Path(cfg["storage"]["filesystem"]["rootdirectory"]).resolve() == storage.resolve()
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return True
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").rstrip("\0").split("\0")
+    except OSError:
+        return []
+
+
+def _size(root: Path) -> int:
+    return sum(f.lstat().st_size for f in root.rglob("*") if f.is_file() and not f.is_symlink())
 
 
 def serve_command(directory: Path, run_as: str | None = SERVICE_USER) -> list[str]:

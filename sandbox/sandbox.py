@@ -402,12 +402,13 @@ class Sandbox:
 
     def _prune_node_images(self) -> None:
         """The nodes' image store grows with every image built (each code change makes a new
-        controller): what no container used for a day, and no running one stands on, goes."""
+        controller): what no container used for a day goes, and the least recently used others
+        while the disk is short of space (``pulls.prune``); never what a running one stands on."""
         from .kubelet import image_cache
 
         removed, freed = pulls.prune(image_cache())
         if removed:
-            self.progress(f"images: removed {removed} node image(s) unused for a day ({freed / 2**30:.1f} GiB)")
+            self.progress(f"images: removed {removed} unused node image(s) ({freed / 2**30:.1f} GiB)")
 
     def _images(self, cluster: SlurmCluster) -> None:
         """Build what is missing or out of date of the images the cluster's pods and the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -359,6 +360,26 @@ def test_prune_removes_only_the_exports_no_reference_names(tmp_path):
     removed = ImageStore(tmp_path, repo=ROOT).prune()
     assert removed == [old] and not old.exists() and current.is_dir()
     assert ImageStore(tmp_path).lookup("ghcr.io/slurmk8s/slurmd:22.05").path == current
+
+
+def test_prune_keeps_an_earlier_export_a_mounted_container_root_stands_on(tmp_path):
+    assert os.geteuid() == 0, "the overlay mount needs root"
+    cache = tmp_path / "cache"
+    _fake_export(cache, "slurmd", "new", ["ghcr.io/slurmk8s/slurmd:22.05"])
+    running = cache / "slurmd" / "running"
+    (running / "rootfs").mkdir(parents=True)
+    merged, upper, work = (tmp_path / d for d in ("merged", "upper", "work"))
+    for d in (merged, upper, work):
+        d.mkdir()
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                    f"lowerdir={running / 'rootfs'},upperdir={upper},workdir={work}", str(merged)], check=True)
+    messages: list[str] = []
+    try:
+        assert ImageStore(cache, repo=ROOT).prune(progress=messages.append) == []
+    finally:
+        subprocess.run(["umount", str(merged)], check=True)
+    assert running.is_dir() and any("a mounted container root stands on it" in m for m in messages)
+    assert ImageStore(cache, repo=ROOT).prune() == [running]
 
 
 def test_an_image_without_a_dockerignore_is_refused(tmp_path):

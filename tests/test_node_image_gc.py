@@ -1,6 +1,7 @@
 """The nodes' image store is collected as a kubelet collects its images: what no
-container was made from for a day goes, unless a mounted container root stands on
-it; blobs as old go too (a pull fetches them again)."""
+container was made from for a day goes, and the least recently used others while the
+disk is short of space, unless a mounted container root stands on one; blobs unused
+for a day go too (a pull fetches them again)."""
 
 import os
 import subprocess
@@ -11,6 +12,7 @@ from sandbox import pulls
 from sandbox.distribution import Pulled
 
 DAY = 86400
+PLENTY = 2**50  # bytes free: no shortage
 
 
 def image(cache: Path, name: str, age: float) -> Path:
@@ -39,7 +41,7 @@ def test_unused_images_and_old_blobs_go_and_a_mounted_or_recent_one_stays(tmp_pa
                     f"lowerdir={mounted / 'rootfs'},upperdir={upper},workdir={work}", str(merged)], check=True)
     try:
         assert str(mounted / "rootfs") in pulls.mounted_lowers()
-        removed, freed = pulls.prune(cache)
+        removed, freed = pulls.prune(cache, free=lambda: PLENTY)
     finally:
         subprocess.run(["umount", str(merged)], check=True)
     assert (removed, freed) == (1, 1000 + 2 + 500)  # os-release, pull.json, the old blob
@@ -51,4 +53,18 @@ def test_a_container_made_from_an_image_marks_it_used(tmp_path):
     path = image(tmp_path, "d" * 64, 2 * DAY)
     pulls.NodeImages.used(Pulled("ghcr.io/slurmk8s/slurmd:26.05", "sha256:" + "d" * 64, path))
     assert time.time() - (path / "pull.json").stat().st_mtime < 60
-    assert pulls.prune(tmp_path) == (0, 0)
+    assert pulls.prune(tmp_path, free=lambda: PLENTY) == (0, 0)
+
+
+def test_short_of_space_the_least_recently_used_images_go_until_enough_is_free(tmp_path):
+    ages = {"a": 3600, "b": 7200, "c": 60, "d": 600}
+    paths = {name: image(tmp_path, name * 64, age) for name, age in ages.items()}
+    free = {"bytes": 10_000}
+
+    def disk_free() -> int:  # each image removed frees what it held
+        return free["bytes"] + sum(1002 for p in paths.values() if not p.exists())
+
+    removed, freed = pulls.prune(tmp_path, min_free=12_000, free=disk_free)
+    assert (removed, freed) == (2, 2 * 1002)
+    assert sorted(n for n, p in paths.items() if p.exists()) == ["c", "d"]  # the two oldest went
+    assert pulls.prune(tmp_path, min_free=12_000, free=disk_free) == (0, 0)

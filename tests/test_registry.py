@@ -341,6 +341,32 @@ def test_images_push_sends_every_image_of_a_release_and_no_layer_twice(registry,
 
 
 @pytest.mark.registry
+def test_collecting_a_registry_removes_the_image_a_push_untagged_and_keeps_the_tagged_one(tmp_path):
+    top = Path(tempfile.mkdtemp(prefix="slurmk8s-registry-test-"))
+    top.chmod(0o755)
+    try:
+        r = reg.start(top / "gc")
+        try:
+            old = _push_by_hand(r, "test/gc", _tar([("f", "file", b"first build")]))
+            new = _push_by_hand(r, "test/gc", _tar([("f", "file", b"second build")]))  # the same tag
+            blobs = r.storage / "docker/registry/v2/blobs/sha256"
+            assert (blobs / old[7:9] / old[7:]).is_dir()
+            assert "not collected: a registry serves it" in reg.collect(r.storage)
+        finally:
+            r.stop()
+        assert "GiB freed" in reg.collect(r.storage)
+        assert not (blobs / old[7:9] / old[7:]).exists() and (blobs / new[7:9] / new[7:]).is_dir()
+        r = reg.start(top / "gc")
+        try:
+            pulled = Puller(tmp_path / "cache", r.ca_cert).pull(f"{r.address}/test/gc:v1", r.auths())
+            assert (pulled.rootfs / "f").read_bytes() == b"second build"
+        finally:
+            r.stop()
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.registry
 def test_the_registry_refuses_to_start_on_a_port_in_use_and_shows_its_log(registry, tmp_path):
     top = Path(tempfile.mkdtemp(prefix="slurmk8s-registry-test-"))
     top.chmod(0o755)
