@@ -8,6 +8,7 @@ from datetime import timedelta
 from slurmk8s.api.lending import NodeLendingPolicyStatus
 from slurmk8s.bridge import actions as A
 from slurmk8s.bridge import forecast as F
+from slurmk8s.bridge.choose import at_risk
 from slurmk8s.bridge.foresight import demand_status, Foresight
 from slurmk8s.bridge.nodestate import LENT, POLICY_ANNOTATION
 from slurmk8s.slurm.steps import DeleteNode, Reserve, Unreserve
@@ -87,6 +88,25 @@ def test_the_reclaim_order_is_the_policys():
     w.pods[("apps", "p")] = gpu_pod("p", gpus=8)
     assert [a.node for a in of(w.decide(cheapest, T0), A.SetLendingState)] == ["a"]
     assert [a.node for a in of(w.decide(fewest, T0), A.SetLendingState)] == ["b"]
+
+
+def test_the_cheapest_busy_node_is_the_one_whose_jobs_lose_fewest_gpu_seconds():
+    now = int(T0.timestamp())
+    # a: one 8-GPU job 10 h in, ending in 10 min; b: one 8-GPU job 20 min in, ending in a day;
+    # c: a job 10 h in whose checkpoint is 5 min old; d: a job whose start is not reported.
+    jobs = [replace(job(1, "a"), gpus=8, start_time=now - 36000, end_time=now + 600),
+            replace(job(2, "b"), gpus=8, start_time=now - 1200, end_time=now + 86400),
+            replace(job(3, "c"), gpus=8, start_time=now - 36000, checkpoint_time=now - 300, end_time=now + 86400),
+            replace(job(4, "d"), gpus=8, end_time=now + 60)]
+
+    def first_back(*nodes: str) -> str:  # the node a pending 8-GPU pod takes back
+        w = lent_world(*nodes, jobs=[j for j in jobs if j.nodes in nodes], pods=[gpu_pod("p", gpus=8)])
+        [back] = of(w.decide(policy(), T0), A.SetLendingState)
+        return back.node
+
+    assert [first_back("a", "b", "c", "d"), first_back("a", "b", "d"), first_back("a", "d")] == ["c", "b", "a"]
+    # Two small jobs lose what they hold together: 2 GPUs for 1 h + 1 GPU for 1 h > 1 GPU for 2 h.
+    assert at_risk(replace(job(5, "e"), gpus=2, start_time=now - 3600), now) == 7200
 
 
 def test_lent_nodes_get_reservations_when_the_forecast_wants_them_back():

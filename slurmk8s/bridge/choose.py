@@ -16,32 +16,41 @@ from datetime import datetime, timedelta
 
 from ..api.lending import NodeLendingPolicySpec
 from ..render.lent import LentNode, UnlendableNode
+from ..slurm.model import Job
 from .nodestate import HEALTH_FAILED_ANNOTATION, LENDING, TAINT_KEY
 from .observed import KubeNode, KubePod
 from .placement import fits
 from .settings import Settings, Round
 from .world import World
 
-__all__ = ["reclaim_order", "over_cap", "short_of_minimum", "waiting_since", "idle_candidates", "choose_to_lend"]
+__all__ = ["reclaim_order", "at_risk", "over_cap", "short_of_minimum", "waiting_since", "idle_candidates", "choose_to_lend"]
 
 
 def reclaim_order(world: World, settings: Settings, node: KubeNode) -> tuple:
     """Which held node to give back first (``reclaim.order``).
 
-    Cheapest: idle before busy; then the node whose jobs would lose least:
-    the one whose oldest checkpoint is the most recent (where the jobs'
-    checkpoints are known), then the one whose jobs' time limits end
-    soonest (a job without a known end counts as ending last); one still
-    starting before one already lent. FewestJobs: fewest jobs first."""
+    Cheapest: idle before busy; then the node whose jobs would lose least if
+    ended now: the fewest GPU-seconds since each job's last saved point (its
+    checkpoint where known, else its start: a job that just started loses
+    little); then the one whose jobs' time limits end soonest (a job without
+    a known start or end counts as the worst); one still starting before one
+    already lent. FewestJobs: fewest jobs first."""
     jobs = world.jobs_on(node.name)
     starting = node.record.state != LENDING
     if settings.reclaim.order == "FewestJobs" or not jobs:
         return (len(jobs), starting, node.name)
     now = settings.now.timestamp()
-    checkpoints = [j.checkpoint_time for j in jobs]
-    stale = max(now - min(checkpoints), 0) if None not in checkpoints else math.inf  # type: ignore[type-var]
-    left = max((j.end_time - now if j.end_time is not None else math.inf) for j in jobs)
-    return (1, stale, max(left, 0), starting, node.name)
+    return (1, sum(at_risk(j, now) for j in jobs),
+            max(max((j.end_time - now if j.end_time is not None else math.inf) for j in jobs), 0), starting, node.name)
+
+
+def at_risk(job: Job, now: float) -> float:
+    """The GPU-seconds ``job`` would lose if it ended at ``now``: since its last checkpoint or,
+    without one, its start (infinite when neither is known)."""
+    saved = max((t for t in (job.start_time, job.checkpoint_time) if t is not None), default=None)
+    if saved is None:
+        return math.inf
+    return max(now - saved, 0) * max(job.gpus, 1)
 
 
 def over_cap(spec: NodeLendingPolicySpec, held: int) -> int:

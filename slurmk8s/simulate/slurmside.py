@@ -146,6 +146,7 @@ class SlurmSide:
             j.record = Job(job_id=j.id + 1, name=f"train-{j.id}", user="trace",
                            state="RUNNING" if j.state == "running" else "COMPLETING", partition=self.partition,
                            nodes=",".join(n for n, _ in j.alloc), requeue=j.requeue, restart_count=j.restarts, reason="",
+                           gpus=j.gpus, start_time=int(T0.timestamp() + j.run_start),
                            end_time=int(T0.timestamp() + j.end) if j.state == "running" else None)
         return j.record
 
