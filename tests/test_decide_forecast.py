@@ -105,8 +105,9 @@ def test_the_cheapest_busy_node_is_the_one_whose_jobs_lose_fewest_gpu_seconds():
         return back.node
 
     assert [first_back("a", "b", "c", "d"), first_back("a", "b", "d"), first_back("a", "d")] == ["c", "b", "a"]
-    # Two small jobs lose what they hold together: 2 GPUs for 1 h + 1 GPU for 1 h > 1 GPU for 2 h.
-    assert at_risk(replace(job(5, "e"), gpus=2, start_time=now - 3600), now) == 7200
+    # In whole GPU-hours: 2 GPUs for 1 h are 2; jobs minutes apart tie, and their time limits decide.
+    assert at_risk(replace(job(5, "e"), gpus=2, start_time=now - 3600), now) == 2
+    assert at_risk(replace(job(6, "e"), gpus=1, start_time=now - 600), now) == 0
 
 
 def test_lent_nodes_get_reservations_when_the_forecast_wants_them_back():

@@ -189,8 +189,8 @@ class ReclaimSpec(ApiModel):
     ends and requeues what still runs there)."""
     order: Literal["Cheapest", "FewestJobs"] = "Cheapest"
     """Which lent nodes go back first when some must: Cheapest takes idle
-    nodes first, then those whose jobs would lose least (the fewest
-    GPU-seconds since each job's last checkpoint, or its start where no
+    nodes first, then those whose jobs would lose least (the fewest whole
+    GPU-hours since each job's last checkpoint, or its start where no
     checkpoint is known), then those with the least time left to their time
     limits; FewestJobs takes the nodes with the fewest jobs first."""
     not_ready_timeout_seconds: int = Field(300, ge=0, le=86400)

@@ -30,9 +30,9 @@ def reclaim_order(world: World, settings: Settings, node: KubeNode) -> tuple:
     """Which held node to give back first (``reclaim.order``).
 
     Cheapest: idle before busy; then the node whose jobs would lose least if
-    ended now: the fewest GPU-seconds since each job's last saved point (its
-    checkpoint where known, else its start: a job that just started loses
-    little); then the one whose jobs' time limits end soonest (a job without
+    ended now: the fewest whole GPU-hours since each job's last saved point
+    (its checkpoint where known, else its start: a job that just started
+    loses little); then the one whose jobs' time limits end soonest (a job without
     a known start or end counts as the worst); one still starting before one
     already lent. FewestJobs: fewest jobs first."""
     jobs = world.jobs_on(node.name)
@@ -45,12 +45,13 @@ def reclaim_order(world: World, settings: Settings, node: KubeNode) -> tuple:
 
 
 def at_risk(job: Job, now: float) -> float:
-    """The GPU-seconds ``job`` would lose if it ended at ``now``: since its last checkpoint or,
-    without one, its start (infinite when neither is known)."""
+    """The whole GPU-hours ``job`` would lose if it ended at ``now``: since its last checkpoint
+    or, without one, its start (infinite when neither is known). Whole hours, so that jobs a
+    few minutes apart tie and the time limits decide, rather than when each was seen."""
     saved = max((t for t in (job.start_time, job.checkpoint_time) if t is not None), default=None)
     if saved is None:
         return math.inf
-    return max(now - saved, 0) * max(job.gpus, 1)
+    return max(now - saved, 0) * max(job.gpus, 1) // 3600
 
 
 def over_cap(spec: NodeLendingPolicySpec, held: int) -> int:
