@@ -15,14 +15,13 @@ operator writes is in :mod:`.status`, the field types in :mod:`.fields`.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
 from .. import versions
 from .base import ApiModel, list_map
+from .identity import IdentitySpec
 from .status import SlurmClusterStatus
 from .fields import (
     AbsPath,
@@ -44,6 +43,7 @@ from .fields import (
     SlurmWord,
     SshPublicKey,
     constrained,
+    credential_host,
     quantity_value,
     refuse,
 )
@@ -586,35 +586,8 @@ class ManagedDatabase(ApiModel):
     2 GiB, 22.05 at least 512 MiB."""
 
 
-#: What inet_aton (and so the database client) reads as an IPv4 address:
-#: 1 to 4 parts, each decimal, octal (0...) or hex (0x...): 2852039166 and
-#: 0251.0376.0251.0376 are both 169.254.169.254.
-_INET_ATON_RE = r"(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}"
-
-
-def _database_host(value: str) -> str:
-    """A host name, or an IPv4 address in dotted-decimal form that is not
-    loopback, link-local (cloud metadata services), unspecified, multicast or
-    reserved: the database password is sent there."""
-    if value == "localhost" or value.endswith(".localhost"):
-        raise refuse(value, "is this pod itself (loopback); name the database's host")
-    if not re.fullmatch(_INET_ATON_RE, value):
-        return value
-    try:
-        address = ipaddress.IPv4Address(value)
-    except ValueError:
-        raise refuse(value, "is an IPv4 address in a form other than a.b.c.d (decimal, octal or hex "
-                     "parts hide which host it is); write it as four decimal numbers") from None
-    for bad, why in (("is_loopback", "a loopback"), ("is_link_local", "a link-local (cloud metadata services)"),
-                     ("is_unspecified", "the unspecified"), ("is_multicast", "a multicast"),
-                     ("is_reserved", "a reserved")):
-        if getattr(address, bad):
-            raise refuse(value, f"is {why} address; the database password may only go to a database host")
-    return value
-
-
-#: Where slurmdbd sends the database password: a DNS name or a plain IPv4 address (see _database_host).
-DatabaseHost = Annotated[DnsSubdomain, AfterValidator(_database_host)]
+#: Where slurmdbd sends the database password: a DNS name or a plain IPv4 address (see fields.credential_host).
+DatabaseHost = Annotated[DnsSubdomain, AfterValidator(credential_host)]
 
 
 class ExternalDatabase(ApiModel):
@@ -733,6 +706,8 @@ class SlurmClusterSpec(ApiModel):
     """Network topology (topology/tree) from node labels."""
     accounting: AccountingSpec = AccountingSpec()
     """Job accounting with slurmdbd (off by default)."""
+    identity: IdentitySpec = IdentitySpec()
+    """Where researchers come from besides login.users: an LDAP directory, through SSSD."""
     network: NetworkSpec = NetworkSpec()
     """The NetworkPolicies rendered for the cluster's traffic."""
     health_check: HealthCheckSpec = HealthCheckSpec()

@@ -43,6 +43,7 @@ __all__ = [
     "AbsPath",
     "SshPublicKey",
     "SlurmVersion",
+    "credential_host",
     "quote",
     "refuse",
     "parse_quantity",
@@ -424,3 +425,30 @@ def _cidr(value: str) -> str:
 #: An IPv4 or IPv6 address block in CIDR notation, host bits clear: ``10.20.0.0/16``.
 Cidr = Annotated[str, AfterValidator(_cidr), schema_pattern(r"^[0-9a-fA-F:.]+/[0-9]{1,3}$", 43)]
 
+
+#: What inet_aton (and so the database client) reads as an IPv4 address:
+#: 1 to 4 parts, each decimal, octal (0...) or hex (0x...): 2852039166 and
+#: 0251.0376.0251.0376 are both 169.254.169.254.
+_INET_ATON_RE = r"(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}"
+
+
+def credential_host(value: str) -> str:
+    """A host name, or an IPv4 address in dotted-decimal form that is not
+    loopback, link-local (cloud metadata services), unspecified, multicast or
+    reserved: a password (the database's, the directory's bind password) is
+    sent there."""
+    if value == "localhost" or value.endswith(".localhost"):
+        raise refuse(value, "is this pod itself (loopback); name the service's host")
+    if not re.fullmatch(_INET_ATON_RE, value):
+        return value
+    try:
+        address = ipaddress.IPv4Address(value)
+    except ValueError:
+        raise refuse(value, "is an IPv4 address in a form other than a.b.c.d (decimal, octal or hex "
+                     "parts hide which host it is); write it as four decimal numbers") from None
+    for bad, why in (("is_loopback", "a loopback"), ("is_link_local", "a link-local (cloud metadata services)"),
+                     ("is_unspecified", "the unspecified"), ("is_multicast", "a multicast"),
+                     ("is_reserved", "a reserved")):
+        if getattr(address, bad):
+            raise refuse(value, f"is {why} address; a password may only go to the service's own host")
+    return value

@@ -1,9 +1,11 @@
 """Which Secrets a SlurmCluster may name, and why a named one is refused. Pure.
 
-A spec names Secrets in three fields: ``spec.login.users[].sshPublicKeysFrom``
+A spec names Secrets in these fields: ``spec.login.users[].sshPublicKeysFrom``
 (mounted into every login pod), ``spec.accounting.database.external.passwordSecret``
-(sent to the database host) and ``spec.imagePullSecrets`` (read by the kubelet
-alone). Editing a SlurmCluster needs no right to read Secrets, so no field may
+(sent to the database host), ``spec.identity.ldap.bindPasswordSecret`` (sent to
+the directory) and ``ca.secret`` (or a ConfigMap, ``ca.configMap``: the CA the
+directory's certificate is checked against), and ``spec.imagePullSecrets`` (read
+by the kubelet alone). Editing a SlurmCluster needs no right to read Secrets, so no field may
 reach a Secret its writer could not read: not slurmk8s's own (the munge key,
 the agent token, ...), and nothing its owner did not mark for that use. A pull
 Secret needs no mark: the kubelet sends each registry only the credentials its
@@ -16,8 +18,9 @@ The rule (docs/decisions/0027-secrets-a-spec-may-name.md):
 - when the operator reads the Secret (:func:`secret_problem`): it must exist,
   be an Opaque Secret not made by slurmk8s, hold the key, and carry the label
   ``slurmk8s.dev/secret-use`` with the value of the field's use
-  (``ssh-keys``, ``database-password``). Otherwise the round is refused and
-  nothing is mounted.
+  (``ssh-keys``, ``database-password``, ``ldap-bind-password``, ``ldap-ca``).
+  A ConfigMap likewise, with ``slurmk8s.dev/configmap-use``. Otherwise the
+  round is refused and nothing is mounted.
 """
 
 from __future__ import annotations
@@ -29,20 +32,25 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .cluster import GROUP, SlurmCluster
+from .identity import LDAP_USE
 from .errors import FieldError
 from .fields import quote
 
 __all__ = [
-    "SECRET_USE_LABEL", "SSH_KEYS", "DATABASE_PASSWORD", "IMAGE_PULL", "OWNED_SECRET_SUFFIXES", "SecretRef",
+    "SECRET_USE_LABEL", "CONFIGMAP_USE_LABEL", "SSH_KEYS", "DATABASE_PASSWORD", "LDAP_BIND_PASSWORD", "LDAP_CA",
+    "IMAGE_PULL", "OWNED_SECRET_SUFFIXES", "SecretRef",
     "secret_refs", "pull_secret_refs",
     "owned_name_error", "secret_problem",
 ]
 
-#: The label that says what a Secret may be used for by a SlurmCluster.
+#: The label that says what a Secret (a ConfigMap) may be used for by a SlurmCluster.
 SECRET_USE_LABEL = f"{GROUP}/secret-use"
+CONFIGMAP_USE_LABEL = f"{GROUP}/configmap-use"
 #: Its values: the uses of the fields that name Secrets.
 SSH_KEYS = "ssh-keys"
 DATABASE_PASSWORD = "database-password"
+LDAP_BIND_PASSWORD = LDAP_USE["bindPassword"]
+LDAP_CA = LDAP_USE["ca"]
 #: The use of an image pull Secret (no label asked for: see above).
 IMAGE_PULL = "image-pull"
 
@@ -56,6 +64,9 @@ OWNED_SECRET_SUFFIXES = ("-munge-key", "-jwt-key", "-ssh-host-keys", "-agent-tok
 #: checks the same), where whitespace would start another ``Key=Value``,
 #: '#' a comment, and quotes or a backslash change how the rest is read.
 DB_PASSWORD_RE = r"[A-Za-z0-9!$%&()*+,./:;<=>?@\[\]^_`{|}~-]{1,256}"
+#: What a bind password may hold: one sssd.conf value (``ldap_default_authtok``), which
+#: ends at the line and loses spaces at either end. images/sssd/entrypoint.sh checks the same.
+BIND_PASSWORD_RE = r"[!-~]{1,256}"
 
 #: What marks an object slurmk8s made (render/names.py's labels() and CREATE_ONLY).
 _OWNED_LABELS = {"app.kubernetes.io/managed-by": "slurmk8s-operator"}
@@ -70,6 +81,7 @@ class SecretRef:
     name: str
     key: str
     use: str
+    kind: str = "Secret"
 
 
 def secret_refs(c: SlurmCluster, *, used_only: bool = False) -> list[SecretRef]:
@@ -83,6 +95,18 @@ def secret_refs(c: SlurmCluster, *, used_only: bool = False) -> list[SecretRef]:
     if ext is not None and (acct.enabled or not used_only):
         refs.append(SecretRef("spec.accounting.database.external.passwordSecret", ext.password_secret.name,
                               ext.password_secret.key, DATABASE_PASSWORD))
+    ldap = c.spec.identity.ldap
+    if ldap is not None:
+        path = "spec.identity.ldap"
+        if ldap.bind_password_secret is not None:
+            refs.append(SecretRef(f"{path}.bindPasswordSecret", ldap.bind_password_secret.name,
+                                  ldap.bind_password_secret.key, LDAP_BIND_PASSWORD))
+        ca = ldap.ca
+        if ca is not None and ca.secret is not None:
+            refs.append(SecretRef(f"{path}.ca.secret", ca.secret.name, ca.secret.key, LDAP_CA))
+        if ca is not None and ca.config_map is not None:
+            refs.append(SecretRef(f"{path}.ca.configMap", ca.config_map.name, ca.config_map.key, LDAP_CA,
+                                  kind="ConfigMap"))
     return refs
 
 
@@ -105,35 +129,42 @@ def owned_name_error(ref: SecretRef) -> FieldError | None:
 
 
 def secret_problem(ref: SecretRef, secret: Mapping | None) -> str | None:
-    """Why the Secret read for ``ref`` (None: not found) may not be used, naming the field; None if it may."""
-    shown = quote(ref.name)
-    fix = f"label a Secret of your own {SECRET_USE_LABEL}={ref.use} and name it here"
+    """Why the Secret (or ConfigMap, by ``ref.kind``) read for ``ref`` (None: not found) may
+    not be used, naming the field; None if it may."""
+    shown = f"{ref.kind} {quote(ref.name)}"
+    label = CONFIGMAP_USE_LABEL if ref.kind == "ConfigMap" else SECRET_USE_LABEL
+    fix = f"label a {ref.kind} of your own {label}={ref.use} and name it here"
     if secret is None:
-        return f"{ref.path}: Secret {shown} does not exist in the cluster's namespace; {fix}"
+        return f"{ref.path}: {shown} does not exist in the cluster's namespace; {fix}"
     meta = secret.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     if any(labels.get(k) == v for k, v in _OWNED_LABELS.items()) or \
             any(m in labels or m in annotations for m in _OWNED_MARKS):
-        return f"{ref.path}: Secret {shown} was made by slurmk8s and holds a cluster's own keys; {fix}"
-    if secret.get("type", "Opaque") != "Opaque":
-        return (f"{ref.path}: Secret {shown} is of type {quote(str(secret.get('type')))}; only Opaque "
+        return f"{ref.path}: {shown} was made by slurmk8s and holds a cluster's own keys; {fix}"
+    if ref.kind == "Secret" and secret.get("type", "Opaque") != "Opaque":
+        return (f"{ref.path}: {shown} is of type {quote(str(secret.get('type')))}; only Opaque "
                 f"Secrets may be named; {fix}")
-    if labels.get(SECRET_USE_LABEL) != ref.use:
-        return (f"{ref.path}: Secret {shown} is not labelled {SECRET_USE_LABEL}={ref.use}, which says its "
+    if labels.get(label) != ref.use:
+        return (f"{ref.path}: {shown} is not labelled {label}={ref.use}, which says its "
                 f"owner meant it for this use; nothing of it is mounted until it is")
     data = secret.get("data") or {}
+    if ref.kind == "ConfigMap":
+        return None if ref.key in data else f"{ref.path}.key: {shown} has no key {quote(ref.key)} in its data"
     if ref.key not in data:
-        return f"{ref.path}.key: Secret {shown} has no key {quote(ref.key)}"
-    if ref.use == DATABASE_PASSWORD:
+        return f"{ref.path}.key: {shown} has no key {quote(ref.key)}"
+    rule = {DATABASE_PASSWORD: (DB_PASSWORD_RE, "without spaces, '#', quotes or '\\' (slurmdbd.conf reads it "
+                                                "unquoted)"),
+            LDAP_BIND_PASSWORD: (BIND_PASSWORD_RE, "without spaces (sssd.conf reads it to the end of its line)")}
+    if ref.use in rule:
+        pattern, why = rule[ref.use]
         try:
             password = base64.b64decode(data[ref.key], validate=True).decode("ascii")
         except (binascii.Error, UnicodeDecodeError, ValueError):
             password = None
         first = password.split("\n", 1)[0] if password is not None else None
-        if first is None or not re.fullmatch(DB_PASSWORD_RE, first):
+        if first is None or not re.fullmatch(pattern, first):
             # The value itself is never quoted back: it is a password.
-            return (f"{ref.path}.key: the password in Secret {shown} key {quote(ref.key)} must be 1 to 256 "
-                    "printable ASCII characters without spaces, '#', quotes or '\\' (slurmdbd.conf reads "
-                    "it unquoted)")
+            return (f"{ref.path}.key: the password in {shown} key {quote(ref.key)} must be 1 to 256 "
+                    f"printable ASCII characters {why}")
     return None

@@ -134,7 +134,7 @@ class Operator:
     def unusable_secrets(self, cluster: SlurmCluster) -> list[str]:
         """Why each Secret the spec names may not be used (slurmk8s.api.secrets), read by name."""
         refs = secret_refs(cluster, used_only=True)
-        return [p for p in (secret_problem(r, self.kube.get("Secret", cluster.namespace, r.name)) for r in refs)
+        return [p for p in (secret_problem(r, self.kube.get(r.kind, cluster.namespace, r.name)) for r in refs)
                 if p is not None]
 
     def _worker_nodes(self, pods: Sequence[Mapping]) -> tuple[dict[str, dict | None], list[Exception]]:

@@ -1,0 +1,227 @@
+"""Where researchers come from besides ``spec.login.users``: the site's directory (``spec.identity``).
+
+SSSD in the Slurm pods reads users, groups and SSH keys from LDAP; the
+fields here are what it is told. Each string reaches sssd.conf, where a line
+break or an unbalanced filter would change what it reads, so each has an
+allowlist: URIs of ``ldap``/``ldaps`` to a host name or plain IPv4 address
+(not loopback or link-local: the bind password is sent there), DNs of
+``attribute=value`` parts, filters parsed by the LDAP filter grammar
+(RFC 4515) over a safe alphabet, attribute and group names as POSIX and LDAP
+name them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+from .base import ApiModel
+from .fields import RESERVED_USERS, constrained, credential_host, pattern_check, refuse
+from .refusals import schema_pattern
+
+__all__ = ["IdentitySpec", "LdapSpec", "LdapCa", "BindPasswordRef", "ConfigMapKeyRef", "LDAP_FILTER_MAX",
+           "LDAP_USE", "parse_filter"]
+
+#: The ``slurmk8s.dev/secret-use`` (and ``configmap-use``) values of the objects these fields name.
+LDAP_USE = {"bindPassword": "ldap-bind-password", "ca": "ldap-ca"}
+
+_HOST = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+LDAP_URI_RE = rf"(ldap|ldaps)://({_HOST})(:[0-9]{{1,5}})?/?"
+_URI = re.compile(rf"(?P<scheme>ldaps?)://(?P<host>{_HOST})(:(?P<port>[0-9]{{1,5}}))?/?")
+
+
+def _ldap_uri(value: str) -> str:
+    pattern_check(LDAP_URI_RE, "use ldaps://host[:port] or ldap://host[:port] (a lower-case host name or IPv4 "
+                  "address; no path, user or query)", 255, slurm=False)(value)
+    m = _URI.fullmatch(value)
+    assert m is not None
+    credential_host(m["host"])
+    if m["port"] is not None and not 1 <= int(m["port"]) <= 65535:
+        raise refuse(value, "has a port outside 1-65535")
+    return value
+
+
+LdapUri = Annotated[str, AfterValidator(_ldap_uri), schema_pattern(f"^{LDAP_URI_RE}$", 255)]
+
+#: An attribute type as LDAP names it (a descriptor: RFC 4512's keystring).
+ATTRIBUTE_RE = r"[A-Za-z][A-Za-z0-9-]{0,63}"
+LdapAttribute = constrained(ATTRIBUTE_RE, "use an LDAP attribute name: a letter, then letters, digits and '-'", 64,
+                            slurm=False)
+
+#: A value inside a DN or filter: what directories hold in names, and no character
+#: LDAP escapes (',' '+' '"' '\\' '<' '>' ';' '=' '(' ')' '*' NUL) or sssd.conf reads.
+_VALUE = r"[A-Za-z0-9_.@-]([A-Za-z0-9 _.@-]*[A-Za-z0-9_.@-])?"
+DN_RE = rf"{ATTRIBUTE_RE}={_VALUE}(,{ATTRIBUTE_RE}={_VALUE})*"
+Dn = constrained(DN_RE, "use a DN of attribute=value parts separated by ',' (values of letters, digits, "
+                 "' ', '_', '.', '@' and '-'), such as ou=people,dc=example,dc=org", 512, slurm=False)
+
+#: A POSIX group name, as the directory's groups are named to sssd (``simple_allow_groups``).
+GROUP_RE = r"[a-z_][a-z0-9_-]{0,31}"
+
+
+def _group(value: str) -> str:
+    pattern_check(GROUP_RE, "use lower-case letters, digits, '_' and '-', starting with a letter or '_'", 32,
+                  slurm=False)(value)
+    if value in RESERVED_USERS or value in ("sudo", "adm", "wheel", "shadow", "disk", "docker"):
+        raise refuse(value, "is a system group; name a group of the directory's researchers")
+    return value
+
+
+PosixGroup = Annotated[str, AfterValidator(_group), schema_pattern(f"^{GROUP_RE}$", 32)]
+
+LDAP_FILTER_MAX = 1024
+_FILTER_DEPTH = 8
+#: What an assertion value may hold: a DN's alphabet plus '=' and ',' (memberOf=cn=a,ou=b) and
+#: '*' (a substring or presence match). No '(' ')' '\\' or NUL, which RFC 4515 makes special.
+_ASSERTION = re.compile(r"[A-Za-z0-9 _.@,=*:-]+")
+_ATTRIBUTE = re.compile(ATTRIBUTE_RE)
+
+
+def parse_filter(text: str) -> None:
+    """Check ``text`` against RFC 4515's grammar over a safe alphabet: ``(&...)``, ``(|...)``,
+    ``(!...)`` around items ``(attr=value)``, ``(attr~=value)``, ``(attr>=value)``,
+    ``(attr<=value)``; at most 8 deep. Raises ValueError saying where it is wrong."""
+    pos = _filter(text, 0, 0)
+    if pos != len(text):
+        raise ValueError(f"has {text[pos:pos + 20]!r} after the filter's closing ')' at character {pos + 1}")
+
+
+def _filter(text: str, pos: int, depth: int) -> int:
+    if depth >= _FILTER_DEPTH:
+        raise ValueError(f"nests deeper than {_FILTER_DEPTH} levels")
+    if pos >= len(text) or text[pos] != "(":
+        raise ValueError(f"needs '(' at character {pos + 1}")
+    pos += 1
+    if pos < len(text) and text[pos] in "&|":
+        pos += 1
+        count = 0
+        while pos < len(text) and text[pos] == "(":
+            pos = _filter(text, pos, depth + 1)
+            count += 1
+        if count == 0:
+            raise ValueError(f"has an empty '&' or '|' at character {pos}")
+    elif pos < len(text) and text[pos] == "!":
+        pos = _filter(text, pos + 1, depth + 1)
+    else:
+        pos = _item(text, pos)
+    if pos >= len(text) or text[pos] != ")":
+        raise ValueError(f"needs ')' at character {pos + 1}")
+    return pos + 1
+
+
+def _item(text: str, pos: int) -> int:
+    m = _ATTRIBUTE.match(text, pos)
+    if m is None:
+        raise ValueError(f"needs an attribute name at character {pos + 1}")
+    pos = m.end()
+    op = next((o for o in ("~=", ">=", "<=", "=") if text.startswith(o, pos)), None)
+    if op is None:
+        raise ValueError(f"needs '=', '~=', '>=' or '<=' after {m.group()!r}")
+    pos += len(op)
+    v = _ASSERTION.match(text, pos)
+    if v is None:
+        raise ValueError(f"needs a value after {m.group() + op!r} (letters, digits, ' ', '_', '.', '@', ',', '=', "
+                         "'*', ':' and '-'; no '(', ')' or '\\')")
+    return v.end()
+
+
+def _ldap_filter(value: str) -> str:
+    pattern_check(r".+", "write an LDAP filter such as (objectClass=posixAccount)", LDAP_FILTER_MAX, slurm=False)(value)
+    try:
+        parse_filter(value)
+    except ValueError as e:
+        raise refuse(value, f"is not an LDAP filter of the allowed form: it {e}") from None
+    return value
+
+
+LdapFilter = Annotated[str, AfterValidator(_ldap_filter), Field(json_schema_extra={"maxLength": LDAP_FILTER_MAX})]
+
+ObjectName = constrained(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
+                         "use a Kubernetes object name: lower-case letters, digits, '-' and '.'", 253, slurm=False)
+ObjectKey = constrained(r"[-._a-zA-Z0-9]+", "use a key of letters, digits, '-', '_' and '.'", 253, slurm=False)
+
+
+class BindPasswordRef(ApiModel):
+    name: ObjectName
+    """Secret in the SlurmCluster's namespace, labelled
+    `slurmk8s.dev/secret-use: ldap-bind-password` by its owner; an Opaque
+    Secret. Only the sssd container of each pod that resolves users mounts
+    it, readable by root alone."""
+    key: ObjectKey
+    """Key whose value is the bind password (one line)."""
+
+
+class ConfigMapKeyRef(ApiModel):
+    name: ObjectName
+    """ConfigMap in the SlurmCluster's namespace, labelled
+    `slurmk8s.dev/configmap-use: ldap-ca` by its owner."""
+    key: ObjectKey
+    """Key whose value is the CA bundle (PEM)."""
+
+
+class LdapCa(ApiModel):
+    """Where the CA that signed the directory's certificate is: set one of configMap or secret."""
+
+    config_map: ConfigMapKeyRef | None = None
+    """A ConfigMap key holding the CA bundle (PEM)."""
+    secret: BindPasswordRef | None = None
+    """A Secret key holding the CA bundle (PEM), labelled
+    `slurmk8s.dev/secret-use: ldap-ca`."""
+
+
+class LdapSpec(ApiModel):
+    """An LDAP directory (OpenLDAP, 389, FreeIPA, Active Directory's LDAP)
+    that SSSD reads researchers from: users (posixAccount), groups
+    (posixGroup) and SSH public keys."""
+
+    uris: list[LdapUri] = Field(min_length=1, max_length=4)
+    """Directory servers, tried in order: ldaps://host[:port] (TLS), or
+    ldap://host[:port] with startTLS, or ldap:// in plain text only with
+    allowPlainLdap."""
+    start_tls: bool = False
+    """Upgrade ldap:// connections with StartTLS (the certificate checked
+    against ca). Required for ldap:// URIs unless allowPlainLdap."""
+    allow_plain_ldap: bool = False
+    """Allow ldap:// without TLS: the bind password and every user's data
+    cross the network in the clear. Only for a directory on a trusted
+    network, said here explicitly."""
+    ca: LdapCa | None = None
+    """The CA the directory's certificate is checked against; the image's
+    system CAs when unset. A certificate that does not verify is never
+    accepted."""
+    bind_dn: Dn | None = None
+    """Who SSSD binds as (a read-only account); anonymous when unset."""
+    bind_password_secret: BindPasswordRef | None = None
+    """The bind password; required with bindDn."""
+    user_search_base: Dn
+    """Where users are searched (subtree), e.g. ou=people,dc=example,dc=org."""
+    group_search_base: Dn
+    """Where groups are searched (subtree), e.g. ou=groups,dc=example,dc=org."""
+    user_filter: LdapFilter | None = None
+    """Only users this filter matches exist, e.g. (objectClass=posixAccount)."""
+    group_filter: LdapFilter | None = None
+    """Only groups this filter matches exist."""
+    ssh_public_key_attribute: LdapAttribute = "sshPublicKey"
+    """The user attribute holding OpenSSH public keys (openssh-lpk's
+    sshPublicKey by default); sshd reads them through sss_ssh_authorizedkeys."""
+    login_groups: list[PosixGroup] = Field(default_factory=list, max_length=64)
+    """Directory groups whose members may log in; every user found may when
+    empty. Keys alone do not let others in: sshd asks SSSD's access check."""
+    min_id: int = Field(1000, ge=1000, le=2**31 - 2)
+    """Users and groups below this uid/gid are ignored (never root or a system account)."""
+    max_id: int = Field(2**31 - 2, ge=1000, le=2**31 - 2)
+    """Users and groups above this uid/gid are ignored."""
+    cache_seconds: int = Field(600, ge=60, le=86400)
+    """How long a looked-up user, group or key is trusted before SSSD asks
+    the directory again; with the directory down, cached entries keep
+    answering."""
+
+
+class IdentitySpec(ApiModel):
+    """Where researchers come from besides login.users."""
+
+    ldap: LdapSpec | None = None
+    """Users, groups and SSH keys from an LDAP directory, through SSSD in the
+    login, slurmctld and slurmd pods. Users of login.users are looked up first."""
