@@ -108,7 +108,7 @@ ClusterName = Annotated[
 #: ``<cluster>-<first word>...`` with a first word that says whose it is.
 #: tests/test_names.py checks that the renderer uses no other word.
 RESERVED_NAMES = frozenset(
-    "controller workers login restapi slurmdbd mariadb slurm users munge jwt ssh agent db lent "
+    "controller workers login restapi slurmdbd mariadb slurm users munge jwt ssh agent db lent sssd "
     "all default none".split()
 )
 MEMBER_NAME_RE = r"[a-z][a-z0-9]*"

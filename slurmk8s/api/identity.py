@@ -13,16 +13,17 @@ name them.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Iterator
 
 from pydantic import AfterValidator, Field
 
 from .base import ApiModel
-from .fields import RESERVED_USERS, constrained, credential_host, pattern_check, refuse
+from .errors import FieldError
+from .fields import RESERVED_USERS, constrained, credential_host, pattern_check, quote, refuse
 from .refusals import schema_pattern
 
 __all__ = ["IdentitySpec", "LdapSpec", "LdapCa", "BindPasswordRef", "ConfigMapKeyRef", "LDAP_FILTER_MAX",
-           "LDAP_USE", "parse_filter"]
+           "LDAP_USE", "parse_filter", "identity_errors"]
 
 #: The ``slurmk8s.dev/secret-use`` (and ``configmap-use``) values of the objects these fields name.
 LDAP_USE = {"bindPassword": "ldap-bind-password", "ca": "ldap-ca"}
@@ -225,3 +226,28 @@ class IdentitySpec(ApiModel):
     ldap: LdapSpec | None = None
     """Users, groups and SSH keys from an LDAP directory, through SSSD in the
     login, slurmctld and slurmd pods. Users of login.users are looked up first."""
+
+
+def identity_errors(identity: IdentitySpec) -> Iterator[FieldError]:
+    """The rules of spec.identity that span fields, each with its path."""
+    ldap = identity.ldap
+    if ldap is None:
+        return
+    path = "spec.identity.ldap"
+    plain = [i for i, u in enumerate(ldap.uris) if u.startswith("ldap://")]
+    if plain and not (ldap.start_tls or ldap.allow_plain_ldap):
+        yield FieldError(f"{path}.uris[{plain[0]}]", f"{quote(ldap.uris[plain[0]])} is plain LDAP: set startTls "
+                         "(or use ldaps://), or allowPlainLdap for a directory on a trusted network")
+    if ldap.start_tls and not plain:
+        yield FieldError(f"{path}.startTls", "applies to ldap:// URIs only, and every URI is ldaps:// (TLS already)")
+    if (ldap.bind_dn is None) != (ldap.bind_password_secret is None):
+        yield FieldError(f"{path}.{'bindPasswordSecret' if ldap.bind_dn else 'bindDn'}",
+                         "set bindDn and bindPasswordSecret together (or neither, for an anonymous bind)")
+    if ldap.ca is not None and (ldap.ca.config_map is None) == (ldap.ca.secret is None):
+        yield FieldError(f"{path}.ca", "set exactly one of configMap and secret")
+    if ldap.min_id > ldap.max_id:
+        yield FieldError(f"{path}.maxId", f"{ldap.max_id} is below minId {ldap.min_id}")
+    for field, values in (("uris", ldap.uris), ("loginGroups", ldap.login_groups)):
+        for i, value in enumerate(values):
+            if value in values[:i]:
+                yield FieldError(f"{path}.{field}[{i}]", f"{quote(value)} is listed twice")

@@ -20,6 +20,7 @@ from .lending import NodeLendingPolicy
 from .errors import FieldError, InvalidSpec, field_path, from_pydantic
 from .extralines import EXTRA_LINE_KEYS, KNOB_FOR_KEY, OWNED_KEYS, PROGRAM_KEYS, extra_line_errors
 from .fields import quantity_value, quote
+from .identity import identity_errors
 from .secrets import owned_name_error, pull_secret_refs, secret_refs
 
 __all__ = [
@@ -254,7 +255,7 @@ def semantic_errors(c: SlurmCluster, trusted_repositories: Sequence[str] = (PROJ
         yield from extra_line_errors(i, line, seen_keys)
 
     yield from _accounting_errors(spec)
-    yield from _identity_errors(spec)
+    yield from identity_errors(spec.identity)
     yield from _resource_errors(spec)
 
     if spec.topology is not None:
@@ -366,30 +367,6 @@ def _accounting_errors(spec) -> Iterator[FieldError]:
             if user not in login:
                 yield FieldError(f"spec.accounting.accounts[{i}].users[{j}]",
                                  f"{quote(user)} is not in spec.login.users; add the user there first")
-
-
-def _identity_errors(spec) -> Iterator[FieldError]:
-    ldap = spec.identity.ldap
-    if ldap is None:
-        return
-    path = "spec.identity.ldap"
-    plain = [i for i, u in enumerate(ldap.uris) if u.startswith("ldap://")]
-    if plain and not (ldap.start_tls or ldap.allow_plain_ldap):
-        yield FieldError(f"{path}.uris[{plain[0]}]", f"{quote(ldap.uris[plain[0]])} is plain LDAP: set startTls "
-                         "(or use ldaps://), or allowPlainLdap for a directory on a trusted network")
-    if ldap.start_tls and not plain:
-        yield FieldError(f"{path}.startTls", "applies to ldap:// URIs only, and every URI is ldaps:// (TLS already)")
-    if (ldap.bind_dn is None) != (ldap.bind_password_secret is None):
-        yield FieldError(f"{path}.{'bindPasswordSecret' if ldap.bind_dn else 'bindDn'}",
-                         "set bindDn and bindPasswordSecret together (or neither, for an anonymous bind)")
-    if ldap.ca is not None and (ldap.ca.config_map is None) == (ldap.ca.secret is None):
-        yield FieldError(f"{path}.ca", "set exactly one of configMap and secret")
-    if ldap.min_id > ldap.max_id:
-        yield FieldError(f"{path}.maxId", f"{ldap.max_id} is below minId {ldap.min_id}")
-    for field, values in (("uris", ldap.uris), ("loginGroups", ldap.login_groups)):
-        for i, value in enumerate(values):
-            if value in values[:i]:
-                yield FieldError(f"{path}.{field}[{i}]", f"{quote(value)} is listed twice")
 
 
 def users_config_bytes(c: SlurmCluster) -> int:

@@ -16,7 +16,7 @@ import jinja2
 from ..api.cluster import SlurmCluster
 from ..slurm.model import config_hash  # noqa: F401 (re-exported: the rendered files' digest)
 from .. import versions
-from ..api.fields import quantity_value
+from ..api.fields import RESERVED_USERS, quantity_value
 from . import names
 
 USER_FILES = ("passwd", "group")
@@ -273,3 +273,24 @@ def user_files(c: SlurmCluster) -> dict[str, str]:
     return files
 
 
+
+
+#: Where the sssd container finds the directory's CA (spec.identity.ldap.ca), and its domain's name.
+LDAP_CA_FILE = "/run/slurmk8s/ldap-ca/ca.crt"
+SSSD_DOMAIN = "directory"
+
+
+def sssd_conf(c: SlurmCluster) -> str | None:
+    """sssd.conf of spec.identity.ldap (None without a directory); the bind password is
+    added by the sssd container from its Secret."""
+    ldap = c.spec.identity.ldap
+    if ldap is None:
+        return None
+    return render_template(
+        "sssd.conf", cluster=c.name, domain=SSSD_DOMAIN, uris=ldap.uris, start_tls=ldap.start_tls,
+        ca_file=LDAP_CA_FILE if ldap.ca is not None else None, bind_dn=ldap.bind_dn,
+        user_search_base=ldap.user_search_base, user_filter=ldap.user_filter,
+        group_search_base=ldap.group_search_base, group_filter=ldap.group_filter,
+        ssh_key_attribute=ldap.ssh_public_key_attribute, login_groups=ldap.login_groups,
+        min_id=ldap.min_id, max_id=ldap.max_id, cache_seconds=ldap.cache_seconds,
+        filter_users=sorted(RESERVED_USERS), filter_groups=sorted(RESERVED_USERS))

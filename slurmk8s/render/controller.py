@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from .. import versions
 from ..api.cluster import CONTROLLER_RESOURCES, SlurmCluster
 from . import names
+from .identity import with_directory
 from .config import JWT_KEY_PATH, STATE_DIR
 from .pods import (
     AGENT_TOKEN_DIR, CONFIG_DIR, DAEMON_POD_SECURITY, MUNGE_DIR, Builder, base_volumes, common_env, pod_template, probe, resources_of,
@@ -86,10 +87,10 @@ def objects(b: Builder, with_jwt: bool) -> list[dict]:
         "replicas": 1,
         "selector": {"matchLabels": sel},
         "persistentVolumeClaimRetentionPolicy": {"whenDeleted": retain, "whenScaled": "Retain"},
-        "template": pod_template(
+        "template": with_directory(c, pod_template(
             c, sel, names.labels(c, "controller"), [container, _agent(c)], volumes,
             terminationGracePeriodSeconds=30, securityContext=dict(DAEMON_POD_SECURITY),
-        ),
+        ), "slurmctld"),
         "volumeClaimTemplates": [{
             "metadata": {"name": "state", "labels": names.claim_labels(c, "controller")},
             "spec": claim_spec,

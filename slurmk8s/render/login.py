@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..api.cluster import LOGIN_RESOURCES, SlurmCluster
 from . import names
+from .identity import with_directory
 from .pods import (
     SSH_HOST_KEYS_DIR, USER_KEYS_DIR, Builder, base_volumes, common_env, pod_template, resources_of, shared_volumes,
     slurm_container,
@@ -60,7 +61,8 @@ def objects(b: Builder) -> list[dict]:
         b.obj("apps/v1", "Deployment", b.meta(name, "login"), spec={
             "replicas": login.replicas,
             "selector": {"matchLabels": sel},
-            "template": pod_template(c, sel, names.labels(c, "login"), [container], volumes),
+            "template": with_directory(c, pod_template(c, sel, names.labels(c, "login"), [container], volumes),
+                                       "login"),
         }),
     ]
     if login.replicas > 1:

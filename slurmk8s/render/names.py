@@ -13,6 +13,8 @@ from ..api.cluster import GROUP, LENT_PREFIX, SlurmCluster, lent_nodeset  # noqa
 from ..slurm import control
 
 CONFIG_HASH = f"{GROUP}/config-hash"
+#: On pod templates whose pods run sssd: the digest of sssd.conf, so that a change rolls them.
+SSSD_HASH = f"{GROUP}/sssd-config-hash"
 #: Set by the operator on worker pods that run Slurm jobs; the busy-worker
 #: PodDisruptionBudget selects on it.
 BUSY_LABEL = f"{GROUP}/slurm-busy"
@@ -126,6 +128,11 @@ def slurm_config(c: SlurmCluster) -> str:
 
 def users_config(c: SlurmCluster) -> str:
     return f"{c.name}-users"
+
+
+def sssd_config(c: SlurmCluster) -> str:
+    """The ConfigMap of sssd.conf (spec.identity.ldap)."""
+    return f"{c.name}-sssd"
 
 
 # The generated key Secrets take the cluster or only its name: a teardown

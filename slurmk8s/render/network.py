@@ -26,8 +26,9 @@ The flows (``FLOWS``), by destination:
 
 Traffic between a pod and its node (the kubelet's probes) is never cut
 by a NetworkPolicy. Egress rules mirror these, plus DNS (53, UDP and TCP) to
-anywhere, and slurmdbd to its database's port when the database is
-external.
+anywhere, slurmdbd to its database's port when the database is
+external, and the pods that run sssd (controller, slurmd, login) to the
+directory's ports (``spec.identity.ldap``) anywhere.
 """
 
 from __future__ import annotations
@@ -180,4 +181,22 @@ def _egress(b: Builder, component: str, present: set[str]) -> list[dict]:
     external = b.c.spec.accounting.database.external if b.c.spec.accounting.enabled else None
     if component == "slurmdbd" and external is not None:
         rules.append({"ports": [{"protocol": "TCP", "port": external.port}]})
+    ldap = b.c.spec.identity.ldap
+    if component in DIRECTORY_CLIENTS and ldap is not None:
+        rules.append({"ports": [{"protocol": "TCP", "port": p} for p in directory_ports(ldap.uris)]})
     return rules
+
+
+#: The components whose pods run sssd (render/identity.py), and so reach the directory.
+DIRECTORY_CLIENTS = ("controller", "worker", "login")
+
+
+def directory_ports(uris) -> list[int]:
+    """The ports of the directory's URIs (636 for ldaps://, 389 for ldap:// unless given), in order."""
+    ports = []
+    for uri in uris:
+        rest = uri.split("://", 1)[1].rstrip("/")
+        port = int(rest.rsplit(":", 1)[1]) if ":" in rest else (636 if uri.startswith("ldaps://") else 389)
+        if port not in ports:
+            ports.append(port)
+    return ports

@@ -12,6 +12,7 @@ from typing import Mapping
 from ..api.cluster import NodeSet, SlurmCluster
 from ..slurm.model import DRAIN_PREFIX, POD_TERMINATING
 from . import names
+from .identity import with_directory
 from .config import dynamic_node_conf, gpu_gres_conf, memory_mib
 from .lent import lent_node
 from .pods import (
@@ -122,7 +123,8 @@ def workers(b: Builder) -> list[dict]:
             # time and each drained first (slurmk8s/operator/workers.py).
             "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": sel},
-            "template": _worker_template(pod_template(c, sel, labels, [container], volumes, **pod_spec)),
+            "template": _worker_template(with_directory(c, pod_template(c, sel, labels, [container], volumes,
+                                                                        **pod_spec), "slurmd")),
         }))
         # Busy nodes (the operator labels pods that run jobs) may not be evicted.
         out.append(b.obj("policy/v1", "PodDisruptionBudget",
@@ -197,7 +199,7 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: 
     )
     meta = b.meta(names.lent_slurmd(c, node), LENT_COMPONENT)
     meta["labels"]["app.kubernetes.io/managed-by"] = LENT_MANAGER
-    return b.obj("v1", "Pod", meta, spec={
+    return with_directory(c, b.obj("v1", "Pod", meta, spec={
         "nodeName": node,
         "containers": [container],
         "volumes": volumes,
@@ -209,4 +211,4 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: 
         "restartPolicy": "Always",
         "tolerations": [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"},
                         {"key": taint_key, "operator": "Exists", "effect": "NoExecute"}],
-    })
+    }), "slurmd")

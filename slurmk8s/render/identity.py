@@ -1,0 +1,92 @@
+"""The site's directory in the Slurm pods (``spec.identity.ldap``): an sssd container beside
+the login, slurmctld and slurmd containers. Pure.
+
+The sssd container reads ``sssd.conf`` (the ``<cluster>-sssd`` ConfigMap), the bind
+password and the CA, and answers on its sockets in ``/var/lib/sss/pipes``, an emptyDir it
+shares with the pod's Slurm container. There, glibc's ``sss`` module (``passwd: files
+sss`` in the images) resolves the directory's users and groups, and the login pod's sshd
+asks ``sss_ssh_authorizedkeys`` for their keys. Only the sssd container mounts the
+password (readable by root alone); the Slurm containers see the sockets, read-only.
+Why a container of its own rather than sssd inside each image: docs/decisions/0041.
+"""
+
+from __future__ import annotations
+
+from ..api.cluster import SlurmCluster
+from . import names
+from .config import LDAP_CA_FILE, config_hash, sssd_conf
+from .pods import ENTRYPOINT, security_context
+
+__all__ = ["SSSD_CONFIG_DIR", "LDAP_BIND_DIR", "PIPES_DIR", "with_directory", "SSSD_RESOURCES"]
+
+#: Mount points of the sssd image (images/sssd/entrypoint.sh reads them).
+SSSD_CONFIG_DIR = "/run/slurmk8s/sssd"
+LDAP_BIND_DIR = "/run/slurmk8s/ldap-bind"
+LDAP_CA_DIR = LDAP_CA_FILE.rsplit("/", 1)[0]
+#: SSSD's sockets (nss, ssh; pam and the rest under private/, root's), and its memory cache.
+PIPES_DIR = "/var/lib/sss/pipes"
+MC_DIR = "/var/lib/sss/mc"
+SSSD_RESOURCES = {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+
+
+def _volumes(c: SlurmCluster) -> tuple[list[dict], list[dict]]:
+    ldap = c.spec.identity.ldap
+    assert ldap is not None
+    volumes = [
+        {"name": "sssd-config", "configMap": {"name": names.sssd_config(c), "defaultMode": 0o400}},
+        {"name": "sss-pipes", "emptyDir": {"sizeLimit": "16Mi"}},
+        {"name": "sss-mc", "emptyDir": {"sizeLimit": "64Mi"}},
+    ]
+    mounts = [
+        {"name": "sssd-config", "mountPath": SSSD_CONFIG_DIR, "readOnly": True},
+        {"name": "sss-pipes", "mountPath": PIPES_DIR},
+        {"name": "sss-mc", "mountPath": MC_DIR},
+    ]
+    if ldap.bind_password_secret is not None:
+        ref = ldap.bind_password_secret
+        volumes.append({"name": "ldap-bind", "secret": {
+            "secretName": ref.name, "items": [{"key": ref.key, "path": "password"}], "defaultMode": 0o400}})
+        mounts.append({"name": "ldap-bind", "mountPath": LDAP_BIND_DIR, "readOnly": True})
+    if ldap.ca is not None:
+        cm, secret = ldap.ca.config_map, ldap.ca.secret
+        items = [{"key": (cm or secret).key, "path": "ca.crt"}]  # type: ignore[union-attr]
+        source = {"configMap": {"name": cm.name, "items": items, "defaultMode": 0o444}} if cm is not None else \
+            {"secret": {"secretName": secret.name, "items": items, "defaultMode": 0o444}}  # type: ignore[union-attr]
+        volumes.append({"name": "ldap-ca", **source})
+        mounts.append({"name": "ldap-ca", "mountPath": LDAP_CA_DIR, "readOnly": True})
+    return volumes, mounts
+
+
+def _container(c: SlurmCluster, mounts: list[dict]) -> dict:
+    return {
+        "name": "sssd",
+        "image": names.image(c, "sssd"),
+        "imagePullPolicy": c.spec.slurm.image.pull_policy,
+        "volumeMounts": mounts,
+        "resources": SSSD_RESOURCES,
+        # Ready once its sockets answer; a directory that is down does not make it unready
+        # (cached users keep resolving), the status says so instead.
+        "readinessProbe": {"exec": {"command": [ENTRYPOINT, "ready"]}, "periodSeconds": 10, "timeoutSeconds": 5},
+        "securityContext": security_context(None),
+    }
+
+
+def with_directory(c: SlurmCluster, template: dict, container: str) -> dict:
+    """The pod ``template`` with the sssd container and its volumes when the spec names a
+    directory (its Slurm container, named ``container``, sees sssd's sockets and cache,
+    read-only; a change of sssd.conf rolls the pods); unchanged otherwise."""
+    conf = sssd_conf(c)
+    if conf is None:
+        return template
+    vols, mounts = _volumes(c)
+    shared = [{"name": "sss-pipes", "mountPath": PIPES_DIR, "readOnly": True},
+              {"name": "sss-mc", "mountPath": MC_DIR, "readOnly": True}]
+    spec = template["spec"]
+    assert any(ct["name"] == container for ct in spec["containers"]), container
+    containers = [{**ct, "volumeMounts": [*ct.get("volumeMounts", []), *shared]} if ct["name"] == container else ct
+                  for ct in spec["containers"]]
+    meta = template.get("metadata", {})
+    annotations = {**meta.get("annotations", {}), names.SSSD_HASH: config_hash({"sssd.conf": conf})}
+    return {**template, "metadata": {**meta, "annotations": annotations},
+            "spec": {**spec, "containers": [*containers, _container(c, mounts)],
+                     "volumes": [*spec.get("volumes", []), *vols]}}
