@@ -62,7 +62,7 @@ REPOSITORY = ImageSpec().repository
 #: The chart's appVersion: the tag of the controller image the chart deploys, and of the serve image.
 APP_VERSION = __version__
 #: Images that hold no Slurm: built once, on the default release's suite, tagged APP_VERSION.
-SLURM_FREE = frozenset({"serve", "prometheus"})
+SLURM_FREE = frozenset({"serve", "prometheus", "ldap"})
 #: Images tagged both ways: the chart names the controller by APP_VERSION, the renderer (the
 #: slurmctld pod's agent container) by the Slurm release, like every Slurm image.
 APP_AND_SLURM = frozenset({"controller"})

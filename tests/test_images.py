@@ -25,7 +25,7 @@ HADOLINT = Path(sys.executable).parent / "hadolint"
 
 def test_every_component_has_an_image():
     assert {p.parent.name for p in DOCKERFILES} == {"slurmctld", "slurmd", "login", "slurmrestd", "controller",
-                                                      "serve", "slurmdbd", "mariadb", "prometheus"}
+                                                      "serve", "slurmdbd", "mariadb", "prometheus", "sssd", "ldap"}
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))

@@ -175,6 +175,29 @@ sk_valid_keys() {
     { printf "slurmk8s-entrypoint: warning: line %d of %s is not an OpenSSH public key without options (\"<type> <base64> [comment]\"): skipped\n", NR, what > "/dev/stderr" }'
 }
 
+# sk_user_dir PARENT NAME UID GID: PARENT/NAME for a user on shared storage,
+# created once and owned by the user. An existing entry is left alone (never
+# chowned or followed: it may be the user's own symlink), with a warning when
+# it is not the user's own directory (someone else may have made it first).
+# Users may write to PARENT, so nothing here follows what they can make: mkdir
+# (no -p) fails on any entry made since the check, and chown -h changes a link
+# swapped in after mkdir, never what it points to.
+sk_user_dir() {
+  local dir=$1/$2
+  if [ -e "$dir" ] || [ -L "$dir" ]; then
+    if [ -L "$dir" ] || [ ! -d "$dir" ] || [ "$(stat -c %u -- "$dir")" != "$3" ]; then
+      sk_log "warning: $dir is a link, not a directory, or not $2's: left alone; remove it so that $2 gets a directory of their own"
+    fi
+    return 0
+  fi
+  if ! mkdir -m 0755 -- "$dir"; then
+    sk_log "warning: could not create $dir for $2"
+    return 0
+  fi
+  chown -h -- "$3:$4" "$dir"
+  sk_log "created $dir for $2"
+}
+
 # sk_fix_home NAME UID GID HOME: make HOME, an existing directory, belong to
 # the user and be writable by nobody else, as sshd's StrictModes requires.
 # A link is left alone (never followed as root); the mode is changed as the

@@ -81,29 +81,6 @@ install_keys() {
   sk_log "installed $count SSH key(s) for $name in $home/.ssh/authorized_keys"
 }
 
-# user_dir PARENT NAME UID GID: PARENT/NAME for a user on shared storage,
-# created once and owned by the user. An existing entry is left alone (never
-# chowned or followed: it may be the user's own symlink), with a warning when
-# it is not the user's own directory (someone else may have made it first).
-# Users may write to PARENT, so nothing here follows what they can make: mkdir
-# (no -p) fails on any entry made since the check, and chown -h changes a link
-# swapped in after mkdir, never what it points to.
-user_dir() {
-  local dir=$1/$2
-  if [ -e "$dir" ] || [ -L "$dir" ]; then
-    if [ -L "$dir" ] || [ ! -d "$dir" ] || [ "$(stat -c %u -- "$dir")" != "$3" ]; then
-      sk_log "warning: $dir is a link, not a directory, or not $2's: left alone; remove it so that $2 gets a directory of their own"
-    fi
-    return 0
-  fi
-  if ! mkdir -m 0755 -- "$dir"; then
-    sk_log "warning: could not create $dir for $2"
-    return 0
-  fi
-  chown -h -- "$3:$4" "$dir"
-  sk_log "created $dir for $2"
-}
-
 # Each user gets a directory of their own on every writable shared volume
 # (SLURMK8S_SHARED_DIRS) and under the checkpoint root
 # (SLURMK8S_CHECKPOINT_ROOT), so their files there belong to them.
@@ -118,7 +95,7 @@ prepare_shared_dirs() {
       continue
     fi
     sk_users_each | while read -r name uid gid home; do
-      user_dir "$parent" "$name" "$uid" "$gid"
+      sk_user_dir "$parent" "$name" "$uid" "$gid"
     done
   done
 }
@@ -147,7 +124,28 @@ else
 fi
 sk_log "host key: $(ssh-keygen -l -f "$keydir/ssh_host_ed25519_key.pub")"
 
+# The sshd_config sshd runs with: the image's, and with a directory
+# (spec.identity.ldap: SLURMK8S_DIRECTORY set) its users' keys from SSSD through
+# the helper that also makes their directories at their first login, and only
+# the members of spec.identity.ldap.loginGroups (SLURMK8S_LOGIN_GROUPS) or of a
+# group of spec.login.users let in.
+effective=$keydir/sshd_config
+cp "$sshd_config" "$effective"
+if [ -n "${SLURMK8S_DIRECTORY:-}" ]; then
+  # shellcheck disable=SC2086 # each a path without spaces (the API allows none)
+  printf '%s\n' ${SLURMK8S_SHARED_DIRS:-} ${SLURMK8S_CHECKPOINT_ROOT:-} >"$keydir/user-dir-parents"
+  {
+    echo "AuthorizedKeysCommand /usr/local/lib/slurmk8s/authorized-keys %u"
+    echo "AuthorizedKeysCommandUser root"
+  } >>"$effective"
+  if [ -n "${SLURMK8S_LOGIN_GROUPS:-}" ]; then
+    local_groups=$(awk -F: 'NF == 4 && $1 !~ /^#/ { printf " %s", $1 }' "$SK_USERS_DIR/group" 2>/dev/null || true)
+    echo "AllowGroups $SLURMK8S_LOGIN_GROUPS$local_groups" >>"$effective"
+  fi
+  sk_log "directory users log in with their keys from SSSD${SLURMK8S_LOGIN_GROUPS:+ (groups: $SLURMK8S_LOGIN_GROUPS, and spec.login.users)}"
+fi
+
 # sshd's privilege separation directory.
 install -d -m 0755 /run/sshd
-/usr/sbin/sshd -t -f "$sshd_config" || sk_die "sshd rejects $sshd_config (see above)"
-sk_run /usr/sbin/sshd -D -e -f "$sshd_config" "$@"
+/usr/sbin/sshd -t -f "$effective" || sk_die "sshd rejects $effective (see above)"
+sk_run /usr/sbin/sshd -D -e -f "$effective" "$@"

@@ -214,7 +214,7 @@ class LdapSpec(ApiModel):
     """Users and groups below this uid/gid are ignored (never root or a system account)."""
     max_id: int = Field(2**31 - 2, ge=1000, le=2**31 - 2)
     """Users and groups above this uid/gid are ignored."""
-    cache_seconds: int = Field(600, ge=60, le=86400)
+    cache_seconds: int = Field(600, ge=15, le=86400)
     """How long a looked-up user, group or key is trusted before SSSD asks
     the directory again; with the directory down, cached entries keep
     answering."""

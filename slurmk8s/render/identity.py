@@ -26,6 +26,7 @@ LDAP_CA_DIR = LDAP_CA_FILE.rsplit("/", 1)[0]
 #: SSSD's sockets (nss, ssh; pam and the rest under private/, root's), and its memory cache.
 PIPES_DIR = "/var/lib/sss/pipes"
 MC_DIR = "/var/lib/sss/mc"
+DB_DIR = "/var/lib/sss/db"
 SSSD_RESOURCES = {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
 
 
@@ -36,11 +37,14 @@ def _volumes(c: SlurmCluster) -> tuple[list[dict], list[dict]]:
         {"name": "sssd-config", "configMap": {"name": names.sssd_config(c), "defaultMode": 0o400}},
         {"name": "sss-pipes", "emptyDir": {"sizeLimit": "16Mi"}},
         {"name": "sss-mc", "emptyDir": {"sizeLimit": "64Mi"}},
+        # The cache, sssd's alone: it outlives a restart of the sssd container.
+        {"name": "sss-db", "emptyDir": {"sizeLimit": "256Mi"}},
     ]
     mounts = [
         {"name": "sssd-config", "mountPath": SSSD_CONFIG_DIR, "readOnly": True},
         {"name": "sss-pipes", "mountPath": PIPES_DIR},
         {"name": "sss-mc", "mountPath": MC_DIR},
+        {"name": "sss-db", "mountPath": DB_DIR},
     ]
     if ldap.bind_password_secret is not None:
         ref = ldap.bind_password_secret

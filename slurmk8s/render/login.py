@@ -21,6 +21,11 @@ def _login_env(c: SlurmCluster) -> dict[str, str]:
     storage = c.spec.shared_storage
     if storage:
         env["SLURMK8S_SHARED_DIRS"] = " ".join(v.mount_path for v in storage.volumes if not v.read_only)
+    ldap = c.spec.identity.ldap
+    if ldap is not None:  # sshd asks SSSD for directory users' keys; only these groups log in
+        env["SLURMK8S_DIRECTORY"] = "ldap"
+        if ldap.login_groups:
+            env["SLURMK8S_LOGIN_GROUPS"] = " ".join(ldap.login_groups)
     return env
 
 

@@ -26,6 +26,7 @@ from sandbox import Sandbox
 from slurmk8s.serve import Follower
 
 from ..conftest import EXAMPLE, ROOT
+from . import directory
 from .common import assert_nothing_forbidden, wait_for
 from .researcher import Researcher
 from .conftest import default_release_only
@@ -37,13 +38,29 @@ SUBNET = "10.253.77.0/24"  # apart from a sandbox someone runs by hand (10.253.0
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory, release):
+def ldap(tmp_path_factory) -> tuple[directory.Directory, list[dict], Path]:
+    """The site's directory (OpenLDAP, TLS from the site's own CA) and its objects; a work directory."""
+    work = tmp_path_factory.mktemp("directory")
+    d, docs = directory.make(work)
+    return d, docs, work
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory, release, ldap):
+    """The example cluster, reading researchers from the site's directory as well
+    (spec.identity.ldap: members of the group physics may log in)."""
     assert os.geteuid() == 0, "the sandbox needs root (namespaces, mounts, veths)"
     state = tmp_path_factory.mktemp("sandbox")
     env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(state)}
-    up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(EXAMPLE), "--slurm-version", release,
-                         "--subnet", SUBNET, "--timeout", "120"],
-                        capture_output=True, text=True, env=env, timeout=180)
+    d, directory_docs, work = ldap
+    cluster = yaml.safe_load(EXAMPLE.read_text())
+    cluster["spec"]["identity"] = directory.identity(["physics"])
+    manifest = work / "cluster.yaml"
+    manifest.write_text(yaml.safe_dump_all(
+        directory_docs + directory.cluster_objects(d, cluster["metadata"]["namespace"]) + [cluster]))
+    up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(manifest), "--slurm-version", release,
+                         "--subnet", SUBNET, "--timeout", "150"],
+                        capture_output=True, text=True, env=env, timeout=210)
     box = Sandbox(state)
     try:
         assert up.returncode == 0, f"sandbox up failed:\n{up.stderr}"
@@ -452,3 +469,103 @@ def test_after_down_and_up_the_login_pod_answers_as_soon_as_up_returns(sandbox, 
     answer = subprocess.run(box.ssh_argv(["sinfo", "-h", "-o", "%P"]), capture_output=True, text=True, timeout=30)
     assert answer.returncode == 0, answer.stderr
     assert answer.stdout.split() == ["cpu*", "gpu"]
+
+
+# --- researchers from the site's directory (spec.identity.ldap) ---------------------------------
+
+@pytest.fixture(scope="module")
+def seeded(sandbox, ldap, status):
+    """The directory's reader, the groups physics (may log in) and chemistry (may not), and
+    alice (physics) and carol (chemistry), each with a key; added once the cluster runs, as a
+    site's admin would."""
+    box, _ = sandbox
+    d, _, work = ldap
+    wait_for("the directory's pod", lambda: "1/1" in box.kubectl("get", "pods", "-n", directory.NAMESPACE,
+                                                                  "--no-headers").stdout, timeout=60)
+    keys = {name: directory.keypair(work, name) for name in ("alice", "bob", "carol")}
+    ldif = "\n".join([directory.ldif_reader(d), directory.ldif_group("physics", 5000, ["alice", "bob"]),
+                      directory.ldif_group("chemistry", 5100, ["carol"]),
+                      directory.ldif_user("alice", 5001, 5000, keys["alice"][1]),
+                      directory.ldif_user("carol", 5003, 5100, keys["carol"][1])])
+    proc = directory.ldap_apply(box.kubectl, "ldapadd", ldif)
+    assert proc.returncode == 0, proc.stderr
+    return keys
+
+
+def _directory_login(status, keys, work, user) -> Researcher:
+    login = status["login"]
+    return Researcher(login["host"], login["port"], user, str(keys[user][0]),
+                      str(Path(login["identityFile"]).parent / "known_hosts"))
+
+
+def _refused(status, keys, work, user) -> bool:
+    import paramiko
+    try:
+        _directory_login(status, keys, work, user).close()
+    except paramiko.AuthenticationException:
+        return True
+    return False
+
+
+def test_a_directory_user_logs_in_with_the_key_in_ldap_and_runs_a_two_node_job_as_their_uid(
+        status, seeded, ldap, researcher):
+    work = ldap[2]
+    t0 = time.monotonic()
+    alice = wait_for("alice to log in with her key from the directory",
+                     lambda: _try_login(status, seeded, work, "alice"), timeout=60)
+    login_seconds = time.monotonic() - t0
+    try:
+        assert alice.check("id -u").strip() == "5001" and alice.check("id -gn").strip() == "physics"
+        assert alice.check("pwd").strip() == "/home/alice"  # made at her first login, hers
+        assert alice.check("stat -c %u:%a /home/alice").strip() == "5001:700"
+        assert alice.exists("/shared/alice")  # her directory on shared storage, made at first login
+        out = alice.check("cd /shared/alice && srun -N2 --ntasks-per-node=1 bash -c 'echo $(hostname) $(id -u) $(id -un)'")
+        lines = sorted(out.split("\n")[:-1])
+        assert len(lines) == 2 and len({ln.split()[0] for ln in lines}) == 2, out
+        assert all(ln.split()[1:] == ["5001", "alice"] for ln in lines), out
+    finally:
+        alice.close()
+    print(f"alice's first login took {login_seconds:.1f}s after she was added to the directory")
+    # The spec's own login user still logs in beside the directory.
+    assert researcher.check("id -u").strip() == "2001"
+
+
+def _try_login(status, keys, work, user):
+    import paramiko
+    try:
+        return _directory_login(status, keys, work, user)
+    except (paramiko.AuthenticationException, paramiko.SSHException, OSError):
+        return None
+
+
+def test_a_user_added_to_the_directory_submits_without_a_change_to_the_cluster(sandbox, status, seeded, ldap):
+    box, _ = sandbox
+    work = ldap[2]
+    generation = json.loads(box.kubectl("get", "slurmcluster", "demo", "-o", "json").stdout)["metadata"]["generation"]
+    proc = directory.ldap_apply(box.kubectl, "ldapadd", directory.ldif_user("bob", 5002, 5000, seeded["bob"][1]))
+    assert proc.returncode == 0, proc.stderr
+    t0 = time.monotonic()
+    bob = wait_for("bob to log in", lambda: _try_login(status, seeded, work, "bob"), timeout=90)
+    try:
+        job = int(bob.check("cd /shared/bob && sbatch --parsable -o id.out --wrap 'id -un; id -u'").split(";")[0])
+        bob.wait_state(job, {"COMPLETED"})
+        assert bob.read("/shared/bob/id.out").split() == ["bob", "5002"]
+        print(f"bob's first job ran {time.monotonic() - t0:.1f}s after he was added to the directory")
+    finally:
+        bob.close()
+    after = json.loads(box.kubectl("get", "slurmcluster", "demo", "-o", "json").stdout)["metadata"]["generation"]
+    assert after == generation
+
+
+def test_a_user_outside_the_login_groups_or_without_their_key_is_refused(sandbox, status, seeded, ldap):
+    box, _ = sandbox
+    work = ldap[2]
+    # carol is in the directory, with a key, but in no group that may log in.
+    assert _refused(status, seeded, work, "carol")
+    # alice's key removed: refused once her cached entry is older than cacheSeconds (15 s here).
+    assert _try_login(status, seeded, work, "alice") is not None
+    proc = directory.ldap_apply(box.kubectl, "ldapmodify",
+                                f"dn: uid=alice,{directory.PEOPLE}\nchangetype: modify\ndelete: sshPublicKey\n")
+    assert proc.returncode == 0, proc.stderr
+    wait_for("alice's removed key to be refused", lambda: _refused(status, seeded, work, "alice"), timeout=60,
+             every=3)

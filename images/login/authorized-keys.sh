@@ -1,0 +1,42 @@
+#!/bin/bash
+# sshd's AuthorizedKeysCommand on a login pod whose cluster reads users from a
+# directory (spec.identity.ldap): /usr/local/lib/slurmk8s/authorized-keys USER.
+#
+# Prints USER's OpenSSH public keys from the directory (SSSD's
+# sss_ssh_authorizedkeys, answered from its cache while the directory is
+# down), each by the rule spec.login.users' keys follow (no options). When
+# there are any, it first gives a user who never logged in their home
+# directory and their directories on shared storage, as the login entrypoint
+# does for spec.login.users at start. Runs as root (sshd's
+# AuthorizedKeysCommandUser) for that; it never follows a link a user made
+# (sk_user_dir), and USER is checked before anything uses it.
+set -uo pipefail
+# sshd runs this with an empty environment: what the entrypoint knew is in files.
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+SK_COMPONENT=login-keys
+# The shared directories where each user gets one of their own (the entrypoint writes it).
+parents_file=/run/slurmk8s-sshd/user-dir-parents
+lib=/usr/local/lib/slurmk8s/lib.sh
+# shellcheck source=images/common/slurmk8s-lib.sh
+. "$lib"
+
+user=${1:-}
+LC_ALL=C
+[[ $user =~ ^[a-z_][a-z0-9_-]{0,31}$ ]] || exit 0
+keys=$(timeout 10 sss_ssh_authorizedkeys "$user" 2>/dev/null | sk_valid_keys "the directory's keys of $user") || keys=
+[ -n "$keys" ] || exit 0
+
+IFS=: read -r _ _ uid gid _ home _ < <(getent passwd "$user") || exit 0
+if [[ $uid =~ ^[0-9]+$ && $gid =~ ^[0-9]+$ && $uid -ge 1000 ]]; then
+  # The home directory: under /home, made once; its contents are the user's.
+  if [ "$home" = "/home/$user" ] && [ ! -e "$home" ] && [ ! -L "$home" ]; then
+    sk_user_dir /home "$user" "$uid" "$gid" >&2
+    chmod 0700 "$home" 2>/dev/null || true
+  fi
+  while read -r parent; do
+    if [ -d "$parent" ] && [ ! -L "$parent" ] && [ ! -e "$parent/$user" ] && [ ! -L "$parent/$user" ]; then
+      sk_user_dir "$parent" "$user" "$uid" "$gid" >&2
+    fi
+  done < <(cat "$parents_file" 2>/dev/null)
+fi
+printf '%s\n' "$keys"

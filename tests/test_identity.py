@@ -1,0 +1,209 @@
+"""spec.identity.ldap: what is refused (with its field path), the sssd.conf it renders, the
+sssd container beside the Slurm containers, the Secrets and ConfigMaps it may name, and the
+way out to the directory. Pure."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import re
+
+import pytest
+import yaml
+from hypothesis import given, strategies as st
+
+from slurmk8s.api.errors import InvalidSpec
+from slurmk8s.api.identity import parse_filter
+from slurmk8s.api.secrets import SecretRef, secret_problem, secret_refs
+from slurmk8s.api.validate import load_cluster
+from slurmk8s.render import names
+from slurmk8s.render.config import sssd_conf
+from slurmk8s.render.keys import ClusterKeys
+from slurmk8s.render.manifests import lent_slurmd_pod, render
+
+from .conftest import EXAMPLE
+
+LDAP = {"uris": ["ldaps://ldap.example.org"], "userSearchBase": "ou=people,dc=example,dc=org",
+        "groupSearchBase": "ou=groups,dc=example,dc=org", "bindDn": "cn=reader,dc=example,dc=org",
+        "bindPasswordSecret": {"name": "ldap-bind", "key": "password"},
+        "ca": {"configMap": {"name": "ldap-ca", "key": "ca.crt"}}, "loginGroups": ["physics"]}
+
+
+def cluster(**ldap):
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["identity"] = {"ldap": {**copy.deepcopy(LDAP), **ldap}}
+    doc["spec"].setdefault("network", {})["egress"] = True
+    return doc
+
+
+def errors(doc) -> dict[str, str]:
+    with pytest.raises(InvalidSpec) as e:
+        load_cluster(doc)
+    return {err.path: err.message for err in e.value.errors}
+
+
+@pytest.mark.parametrize("text", [
+    "(objectClass=posixAccount)", "(&(objectClass=posixAccount)(!(uid=svc-*)))",
+    "(|(memberOf=cn=physics,ou=groups,dc=example,dc=org)(uid=alice))", "(uidNumber>=1000)", "(cn~=smith)",
+    "(uid=*)",
+])
+def test_ldap_filters_of_the_grammar_are_accepted(text):
+    parse_filter(text)
+
+
+@pytest.mark.parametrize("text, where", [
+    ("objectClass=posixAccount", "needs '('"), ("(uid=a)(uid=b)", "after the filter's closing"),
+    ("(uid=a\\29)", "needs ')'"), ("(&)", "empty '&'"), ("(uid=a", "needs ')'"), ("(=a)", "attribute name"),
+    ("(uid=a)\n[domain/x]", "after the filter's closing"), ("(&" * 9 + "(uid=a)" + ")" * 9, "nests deeper"),
+    ("(uid)", "needs '='"),
+])
+def test_ldap_filters_outside_the_grammar_are_refused_saying_where(text, where):
+    with pytest.raises(ValueError, match=re.escape(where)):
+        parse_filter(text)
+
+
+@given(st.text(alphabet="()&|!=*uidcn abc\\\n,", max_size=40))
+def test_whatever_the_parser_accepts_is_balanced_and_on_one_line(text):
+    try:
+        parse_filter(text)
+    except ValueError:
+        return
+    depth = 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        assert depth >= 0
+    assert depth == 0 and "\n" not in text and "\\" not in text
+
+
+def test_every_field_a_user_writes_is_refused_with_its_path():
+    found = errors(cluster(uris=["ldaps://127.0.0.1", "ftp://x"], userSearchBase="ou=people\n[sssd]",
+                           groupSearchBase="ou=g,dc=x,", userFilter="(uid=a))", sshPublicKeyAttribute="ssh key",
+                           loginGroups=["sudo", "Physics"], minId=999))
+    assert "loopback" in found["spec.identity.ldap.uris[0]"]
+    assert "ldaps://host" in found["spec.identity.ldap.uris[1]"]
+    assert "newline" in found["spec.identity.ldap.userSearchBase"]
+    assert "DN of attribute=value" in found["spec.identity.ldap.groupSearchBase"]
+    assert "LDAP filter" in found["spec.identity.ldap.userFilter"]
+    assert "LDAP attribute name" in found["spec.identity.ldap.sshPublicKeyAttribute"]
+    assert "system group" in found["spec.identity.ldap.loginGroups[0]"]
+    assert "lower-case" in found["spec.identity.ldap.loginGroups[1]"]
+    assert "spec.identity.ldap.minId" in found
+
+
+def test_plain_ldap_needs_starttls_or_saying_so_and_bind_needs_its_password():
+    found = errors(cluster(uris=["ldap://ldap.example.org"], bindPasswordSecret=None))
+    assert "set startTls" in found["spec.identity.ldap.uris[0]"]
+    assert "together" in found["spec.identity.ldap.bindPasswordSecret"]
+    assert load_cluster(cluster(uris=["ldap://ldap.example.org"], startTls=True))
+    assert load_cluster(cluster(uris=["ldap://ldap.example.org"], allowPlainLdap=True))
+    found = errors(cluster(startTls=True, ca={"configMap": {"name": "a", "key": "k"}, "secret": {"name": "b", "key": "k"}}))
+    assert "ldap:// URIs only" in found["spec.identity.ldap.startTls"]
+    assert "exactly one" in found["spec.identity.ldap.ca"]
+
+
+def test_sssd_conf_has_the_directory_and_no_password():
+    c = load_cluster(cluster(userFilter="(objectClass=posixAccount)", cacheSeconds=120))
+    conf = sssd_conf(c)
+    assert conf is not None
+    lines = conf.splitlines()
+    assert "ldap_uri = ldaps://ldap.example.org" in lines and "ldap_tls_reqcert = demand" in lines
+    assert "ldap_user_search_base = ou=people,dc=example,dc=org?subtree?(objectClass=posixAccount)" in lines
+    assert "ldap_default_bind_dn = cn=reader,dc=example,dc=org" in lines and "entry_cache_timeout = 120" in lines
+    assert "ldap_tls_cacert = /run/slurmk8s/ldap-ca/ca.crt" in lines and "min_id = 1000" in lines
+    assert not any(ln.startswith("ldap_default_authtok =") for ln in lines)
+    # The domain's section is the last: the sssd container appends the password to it.
+    assert [ln for ln in lines if ln.startswith("[")][-1] == "[domain/directory]"
+    assert sssd_conf(load_cluster(yaml.safe_load(EXAMPLE.read_text()))) is None
+
+
+def _pod_specs(objs) -> dict[str, dict]:
+    out = {}
+    for o in objs:
+        t = o["spec"].get("template") if o["kind"] in ("Deployment", "StatefulSet") else None
+        if t is not None:
+            out[o["metadata"]["name"]] = t
+    return out
+
+
+def test_the_sssd_container_runs_beside_login_slurmctld_and_slurmd_and_only_it_reads_the_password():
+    c = load_cluster(cluster())
+    objs = render(c, ClusterKeys.generate())
+    specs = _pod_specs(objs)
+    lent = lent_slurmd_pod(c, "h", node="gpu-1", resources={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"},
+                           labels={}, partition="gpu", shm_size="1Gi", taint_key="slurmk8s.dev/lent")
+    specs["lent"] = lent
+    with_sssd = {name for name, t in specs.items() if any(ct["name"] == "sssd" for ct in t["spec"]["containers"])}
+    expected = {names.login(c), names.controller(c), "lent"} | {f"{c.name}-{ns.name}" for ns in c.spec.node_sets}
+    assert with_sssd == expected
+    for name in with_sssd:
+        t = specs[name]
+        # A worker's restart hash covers it (the operator restarts workers one at a time).
+        assert {names.SSSD_HASH, names.RESTART_HASH} & set(t["metadata"]["annotations"])
+        for ct in t["spec"]["containers"]:
+            mounts = {m["name"]: m for m in ct["volumeMounts"]}
+            if ct["name"] == "sssd":
+                assert {"ldap-bind", "ldap-ca", "sssd-config", "sss-pipes", "sss-db"} <= set(mounts)
+                assert ct["image"].endswith(f"/sssd:{c.spec.slurm.version}")
+            elif ct["name"] == "agent":
+                assert "sss-pipes" not in mounts and "ldap-bind" not in mounts
+            else:
+                assert mounts["sss-pipes"]["readOnly"] and mounts["sss-mc"]["readOnly"]
+                assert "ldap-bind" not in mounts and "sss-db" not in mounts
+        bind = next(v for v in t["spec"]["volumes"] if v["name"] == "ldap-bind")
+        assert bind["secret"]["defaultMode"] == 0o400
+    config = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == names.sssd_config(c))
+    assert config["data"]["sssd.conf"] == sssd_conf(c)
+    login = next(ct for ct in specs[names.login(c)]["spec"]["containers"] if ct["name"] == "login")
+    env = {e["name"]: e["value"] for e in login["env"]}
+    assert env["SLURMK8S_DIRECTORY"] == "ldap" and env["SLURMK8S_LOGIN_GROUPS"] == "physics"
+    # A change of the directory rolls the pods.
+    other = _pod_specs(render(load_cluster(cluster(cacheSeconds=60)), ClusterKeys.generate()))
+    for name in with_sssd - {"lent"}:
+        assert other[name]["metadata"]["annotations"] != specs[name]["metadata"]["annotations"], name
+
+
+def test_without_a_directory_no_pod_changes():
+    c = load_cluster(yaml.safe_load(EXAMPLE.read_text()))
+    for t in _pod_specs(render(c, ClusterKeys.generate())).values():
+        assert all(ct["name"] != "sssd" for ct in t["spec"]["containers"])
+        assert names.SSSD_HASH not in t["metadata"].get("annotations", {})
+
+
+def test_the_pods_that_run_sssd_may_reach_the_directorys_ports():
+    c = load_cluster(cluster(uris=["ldaps://a.example.org", "ldap://b.example.org:3890"], startTls=True))
+    policies = {o["metadata"]["name"]: o for o in render(c, ClusterKeys.generate()) if o["kind"] == "NetworkPolicy"}
+    for component in ("controller", "workers", "login"):
+        egress = policies[f"{c.name}-{component}"]["spec"]["egress"]
+        assert {"ports": [{"protocol": "TCP", "port": 636}, {"protocol": "TCP", "port": 3890}]} in egress
+    assert all(r.get("ports") != [{"protocol": "TCP", "port": 636}, {"protocol": "TCP", "port": 3890}]
+               for r in policies[f"{c.name}-slurmdbd"]["spec"]["egress"])
+
+
+def _ref(refs, path) -> SecretRef:
+    return next(r for r in refs if r.path == path)
+
+
+def test_the_ca_and_the_bind_password_must_be_marked_for_their_use():
+    refs = secret_refs(load_cluster(cluster()))
+    ca = _ref(refs, "spec.identity.ldap.ca.configMap")
+    bind = _ref(refs, "spec.identity.ldap.bindPasswordSecret")
+    assert ca.kind == "ConfigMap" and bind.kind == "Secret"
+    cm = {"metadata": {"labels": {"slurmk8s.dev/configmap-use": "ldap-ca"}}, "data": {"ca.crt": "PEM"}}
+    assert secret_problem(ca, cm) is None
+    assert "not labelled slurmk8s.dev/configmap-use=ldap-ca" in secret_problem(ca, {**cm, "metadata": {}})
+    assert "has no key" in secret_problem(ca, {**cm, "data": {}})
+    assert "does not exist" in secret_problem(ca, None)
+
+    def secret(value: bytes) -> dict:
+        return {"type": "Opaque", "metadata": {"labels": {"slurmk8s.dev/secret-use": "ldap-bind-password"}},
+                "data": {"password": base64.b64encode(value).decode()}}
+
+    assert secret_problem(bind, secret(b"s3cret#!x\n")) is None
+    for bad in ("two words", "", "caf\u00e9"):
+        problem = secret_problem(bind, secret(bad.encode()))
+        assert problem is not None and "printable ASCII" in problem
+        assert not bad or bad not in problem  # a password is never quoted back
+    # A database password's label does not do for a bind password.
+    wrong = secret(b"x")
+    wrong["metadata"]["labels"]["slurmk8s.dev/secret-use"] = "database-password"
+    assert "not labelled slurmk8s.dev/secret-use=ldap-bind-password" in secret_problem(bind, wrong)
