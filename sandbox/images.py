@@ -69,6 +69,8 @@ APP_AND_SLURM = frozenset({"controller"})
 #: Images that install Slurm packages (their Dockerfile takes ``SLURM_VERSION``): built with
 #: the version table's exact package version (``versions.Release.slurm_package_version``).
 SLURM_PACKAGED = frozenset({"controller", "login", "slurmctld", "slurmd", "slurmdbd", "slurmrestd"})
+#: Images with SSSD's client (libnss-sss), from ``versions.Release.sssd_suite`` (build arg SSS_SUITE).
+SSS_CLIENTS = frozenset({"login", "slurmctld", "slurmd"})
 
 #: Debian's minbase (Essential and Priority: required packages, apt) is what debian:*-slim
 #: holds, the Dockerfiles' default base; documentation is left out as in the slim images.
@@ -96,6 +98,12 @@ BASE_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 BASE_CMD = ("bash",)
 #: Files of the base get this time, so the same packages give the same base image ID.
 SOURCE_DATE_EPOCH = 1700000000
+
+
+def sssd_suite(slurm_version: str) -> Suite:
+    """The suite the sssd image of ``slurm_version`` is built on, and its sss clients come from."""
+    name = versions.release(slurm_version).sssd_suite
+    return next(s for s in SUITES.values() if s.name == name)
 
 
 def suite_for(slurm_version: str) -> Suite:
@@ -150,6 +158,8 @@ class Recipe:
 
     @property
     def suite(self) -> Suite:
+        if self.name == "sssd":  # SSSD's own suite, which may not be the release's (versions.Release.sssd_suite)
+            return sssd_suite(self.slurm_version)
         return suite_for(self.slurm_version)
 
     @property
@@ -161,6 +171,8 @@ class Recipe:
         args = {"BASE_IMAGE": base_ref(self.suite)}
         if self.name in SLURM_PACKAGED:
             args["SLURM_VERSION"] = versions.release(self.slurm_version).slurm_package_version
+        if self.name in SSS_CLIENTS:
+            args["SSS_SUITE"] = sssd_suite(self.slurm_version).name
         return args
 
 

@@ -37,6 +37,10 @@ class Release:
     slurm_package_version: str
     #: Extra mmdebstrap options for that suite.
     mmdebstrap_options: tuple[str, ...]
+    #: The suite whose SSSD the sssd image runs and whose sss client (libnss-sss) the Slurm
+    #: images hold (spec.identity.ldap): the release's own where it packages SSSD. Forky has
+    #: none (November 2026): trixie's, whose libnss-sss installs on forky alone.
+    sssd_suite: str
 
     # --- slurm.conf -------------------------------------------------------------------------
     #: Where preempted jobs are told to get their own --signal: (key, value). Up to 22.05
@@ -105,6 +109,7 @@ RELEASES: dict[str, Release] = {
             debian_suite="bookworm",
             slurm_package_version="22.05.8-4+deb12u3",
             mmdebstrap_options=(),
+            sssd_suite="bookworm",
             preempt_user_signal=("SlurmctldParameters", "preempt_send_user_signal"),
             select_type="select/cons_tres",
             topology_tree_plugin="topology/tree",
@@ -127,6 +132,7 @@ RELEASES: dict[str, Release] = {
             debian_suite="trixie",
             slurm_package_version="24.11.5-4+deb13u1",
             mmdebstrap_options=(),
+            sssd_suite="trixie",
             preempt_user_signal=("PreemptParameters", "send_user_signal"),
             select_type="select/cons_tres",
             topology_tree_plugin="topology/tree",
@@ -149,6 +155,7 @@ RELEASES: dict[str, Release] = {
             debian_suite="forky",
             slurm_package_version="26.05.5-1",
             mmdebstrap_options=EXPIRED_RELEASE_OK,
+            sssd_suite="trixie",
             preempt_user_signal=("PreemptParameters", "send_user_signal"),
             select_type="select/cons_tres",
             topology_tree_plugin="topology/tree",

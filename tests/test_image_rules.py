@@ -66,7 +66,7 @@ def test_serve_holds_no_slurm_and_is_built_once():
 
 def test_recipes_default_to_every_image_and_refuse_unknown_ones():
     assert [r.name for r in rules.recipes([], "22.05", NAMES)] == NAMES
-    with pytest.raises(ImageError, match="no image nginx: images/ has controller, login"):
+    with pytest.raises(ImageError, match="no image nginx: images/ has controller, ldap, login"):
         rules.recipes(["nginx"], "22.05", NAMES)
     with pytest.raises(ImageError, match="no Debian suite for Slurm 99.01"):
         rules.recipes(["slurmd"], "99.01", NAMES)
@@ -75,9 +75,17 @@ def test_recipes_default_to_every_image_and_refuse_unknown_ones():
 def test_a_recipe_builds_on_its_suites_base():
     r = Recipe("slurmd", "22.05")
     base = r.build_args["BASE_IMAGE"]
-    assert list(r.build_args) == ["BASE_IMAGE", "SLURM_VERSION"]
+    assert list(r.build_args) == ["BASE_IMAGE", "SLURM_VERSION", "SSS_SUITE"]
     assert base == f"localhost/slurmk8s/base:bookworm-{rules.base_recipe(r.suite)[:12]}"
     assert r.tags == ["ghcr.io/slurmk8s/slurmd:22.05"]
+
+
+def test_sssd_and_its_clients_come_from_the_suite_of_the_releases_sssd():
+    # forky has no SSSD: 26.05's sssd image is built on trixie, and its Slurm images take trixie's client.
+    assert Recipe("sssd", "26.05").suite.name == "trixie" and Recipe("slurmd", "26.05").suite.name == "forky"
+    assert Recipe("slurmd", "26.05").build_args["SSS_SUITE"] == "trixie"
+    assert Recipe("sssd", "22.05").suite.name == "bookworm" == Recipe("login", "22.05").build_args["SSS_SUITE"]
+    assert "SSS_SUITE" not in Recipe("slurmdbd", "26.05").build_args
 
 
 @pytest.mark.parametrize("ref, name", [

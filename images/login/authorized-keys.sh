@@ -2,9 +2,11 @@
 # sshd's AuthorizedKeysCommand on a login pod whose cluster reads users from a
 # directory (spec.identity.ldap): /usr/local/lib/slurmk8s/authorized-keys USER.
 #
-# Prints USER's OpenSSH public keys from the directory (SSSD's
-# sss_ssh_authorizedkeys, answered from its cache while the directory is
-# down), each by the rule spec.login.users' keys follow (no options). When
+# Prints USER's OpenSSH public keys from the directory, each by the rule
+# spec.login.users' keys follow (no options). The sssd container beside this
+# one answers on a socket of its own (images/sssd/keys-of.sh: SSSD's
+# sss_ssh_authorizedkeys, from its cache while the directory is down), so
+# this image needs none of SSSD's daemon packages. When
 # there are any, it first gives a user who never logged in their home
 # directory and their directories on shared storage, as the login entrypoint
 # does for spec.login.users at start. Runs as root (sshd's
@@ -23,7 +25,8 @@ lib=/usr/local/lib/slurmk8s/lib.sh
 user=${1:-}
 LC_ALL=C
 [[ $user =~ ^[a-z_][a-z0-9_-]{0,31}$ ]] || exit 0
-keys=$(timeout 10 sss_ssh_authorizedkeys "$user" 2>/dev/null | sk_valid_keys "the directory's keys of $user") || keys=
+keys=$(printf '%s\n' "$user" | timeout 15 nc -N -U /var/lib/sss/pipes/private/slurmk8s-keys 2>/dev/null \
+  | sk_valid_keys "the directory's keys of $user") || keys=
 [ -n "$keys" ] || exit 0
 
 IFS=: read -r _ _ uid gid _ home _ < <(getent passwd "$user") || exit 0

@@ -3,9 +3,10 @@
 #
 #   slurmk8s-entrypoint          write /etc/sssd/sssd.conf (the rendered one from the
 #                                <cluster>-sssd ConfigMap plus the bind password from
-#                                its Secret), then run sssd in the foreground
-#   slurmk8s-entrypoint ready    exit 0 when sssd's sockets are there for the
-#                                Slurm container (a directory that is down does
+#                                its Secret), then run sssd in the foreground, and
+#                                the login pod's key socket beside it (keys-of.sh)
+#   slurmk8s-entrypoint ready    exit 0 when sssd's and the key socket are there for
+#                                the Slurm container (a directory that is down does
 #                                not make it unready: cached users still resolve)
 #
 # Mounts (slurmk8s/render/identity.py): /run/slurmk8s/sssd/sssd.conf,
@@ -24,9 +25,12 @@ lib=$here/../common/slurmk8s-lib.sh
 rendered=$SK_MOUNTS/sssd/sssd.conf
 password_file=$SK_MOUNTS/ldap-bind/password
 pipes=/var/lib/sss/pipes
+keys_socket=$pipes/private/slurmk8s-keys
 
 if [ "${1:-}" = ready ]; then
-  [ -S "$pipes/nss" ] || { echo "sssd's socket $pipes/nss is not there yet" >&2; exit 1; }
+  for s in "$pipes/nss" "$keys_socket"; do
+    [ -S "$s" ] || { echo "the socket $s is not there yet" >&2; exit 1; }
+  done
   exit 0
 fi
 
@@ -56,8 +60,13 @@ mv -f "$tmp" /etc/sssd/sssd.conf
 # The sockets' directory is an emptyDir the Slurm container reads: root's, and
 # others may only reach the sockets in it (private/ stays root's).
 install -d -m 0755 "$pipes" /var/lib/sss/mc
-install -d -m 0700 /var/lib/sss/db
+install -d -m 0700 "$pipes/private" /var/lib/sss/db
 # A socket or pid file left by an earlier run of this container would make sssd refuse to start.
-rm -f /var/run/sssd.pid /run/sssd.pid
-sk_log "starting sssd for $(sed -n 's/^ldap_uri = //p' /etc/sssd/sssd.conf)"
-exec sssd -i --logger=stderr
+rm -f /var/run/sssd.pid /run/sssd.pid "$keys_socket"
+socat "UNIX-LISTEN:$keys_socket,fork,mode=600" EXEC:/usr/local/lib/slurmk8s/keys-of &
+relay=$!
+# shellcheck disable=SC2317 # run from a trap
+stop_relay() { kill "$relay" 2>/dev/null || true; }
+trap stop_relay EXIT
+sk_log "answering key questions on $keys_socket; starting sssd for $(sed -n 's/^ldap_uri = //p' /etc/sssd/sssd.conf)"
+sk_run sssd -i --logger=stderr

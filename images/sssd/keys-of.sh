@@ -1,0 +1,11 @@
+#!/bin/bash
+# The sssd container's answer to the login pod's sshd (images/login/authorized-keys.sh),
+# one per connection to the socket /var/lib/sss/pipes/private/slurmk8s-keys (root's,
+# under sssd's private directory): reads a user name on a line, writes that user's
+# OpenSSH public keys from the directory (sss_ssh_authorizedkeys, answered from SSSD's
+# cache while the directory is down). Nothing for a name that is not a user name.
+set -uo pipefail
+LC_ALL=C
+IFS= read -r -t 5 user || exit 0
+[[ $user =~ ^[a-z_][a-z0-9_-]{0,31}$ ]] || exit 0
+exec timeout 10 sss_ssh_authorizedkeys "$user" 2>/dev/null
