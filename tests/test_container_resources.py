@@ -51,9 +51,12 @@ def everything() -> dict:
 
 
 def test_every_container_of_a_cluster_with_every_component_has_requests_and_limits(keys):
-    objs = render(load_cluster(everything()), keys)
+    doc = everything()
+    doc["spec"]["identity"] = {"ldap": {"uris": ["ldaps://ldap.example.org"], "userSearchBase": "ou=people,dc=x",
+                                        "groupSearchBase": "ou=groups,dc=x"}}
+    objs = render(load_cluster(doc), keys)
     seen = dict(containers(objs))
-    assert {"slurmctld", "agent", "slurmd", "login", "slurmrestd", "slurmdbd", "mariadb"} <= {
+    assert {"slurmctld", "agent", "slurmd", "login", "slurmrestd", "slurmdbd", "mariadb", "sssd"} <= {
         name.rsplit("/", 1)[1] for name in seen}
     for where, c in seen.items():
         assert_bounded(where, c)

@@ -27,7 +27,7 @@ LDAP_CA_DIR = LDAP_CA_FILE.rsplit("/", 1)[0]
 PIPES_DIR = "/var/lib/sss/pipes"
 MC_DIR = "/var/lib/sss/mc"
 DB_DIR = "/var/lib/sss/db"
-SSSD_RESOURCES = {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+SSSD_RESOURCES = {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}}
 
 
 def _volumes(c: SlurmCluster) -> tuple[list[dict], list[dict]]:
