@@ -23,7 +23,7 @@ if [ -z "$SSS_SUITE" ] || [ "$SSS_SUITE" = "$own" ]; then
   exec /usr/local/lib/slurmk8s/install-packages.sh "$@"
 fi
 [[ $SSS_SUITE =~ ^[a-z]+$ ]] || die "SSS_SUITE=$SSS_SUITE is not a Debian suite name"
-mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '$1 == "deb" { print $2; exit }')
+mirror=$({ grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list || true; } | awk '{ print $2; exit }')
 [ -n "$mirror" ] || die "no deb line in /etc/apt/sources.list*: cannot tell the archive to take $SSS_SUITE from"
 export DEBIAN_FRONTEND=noninteractive
 list=/etc/apt/sources.list.d/slurmk8s-sss.list
