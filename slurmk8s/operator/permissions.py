@@ -73,6 +73,9 @@ OPERATOR: tuple[Permission, ...] = (
     Permission("get", "", "secrets", WATCHED),
     Permission("create", "", "secrets", WATCHED),
     Permission("delete", "", "secrets", WATCHED),
+    # A ConfigMap the spec names (spec.identity.ldap.ca.configMap), read by name
+    # to check its slurmk8s.dev/configmap-use label (api/secrets.py). Never listed.
+    Permission("get", "", "configmaps", WATCHED),
     # The cluster's pods, listed by its label; patched with drain annotations
     # and the busy label; a worker deleted once drained (scale-in, restarts).
     Permission("list", "", "pods", WATCHED),

@@ -145,6 +145,11 @@ operator writes with server-side apply and merge patches), no wildcards.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "create", "delete"]
+# A ConfigMap the spec names (spec.identity.ldap.ca.configMap), read by name
+# to check it is labelled for that use before it is mounted. Never listed.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get"]
 # The cluster's pods, listed by its label: drain annotations and the
 # slurmk8s.dev/slurm-busy label the busy-worker PodDisruptionBudget selects
 # are patched on; drain-first scale-in deletes a worker only once drained.
