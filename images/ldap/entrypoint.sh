@@ -10,6 +10,9 @@
 # Mounts:
 #   /run/slurmk8s/ldap/tls/tls.crt, tls.key   its certificate (a kubernetes.io/tls Secret)
 #   /run/slurmk8s/ldap/admin/password         the password of cn=admin,<suffix> (a Secret)
+#   /run/slurmk8s/ldap/seed/*.ldif            optional: entries loaded, in name order, when
+#                                             the directory is made (a Secret: they may hold
+#                                             passwords), as a directory a site already has
 # The data is in /var/lib/ldap (a volume to keep it). Users, groups and the
 # account SSSD binds as are added with ldapadd as cn=admin; authenticated
 # binds may read everything but passwords, anonymous ones nothing.
@@ -91,6 +94,11 @@ dn: ou=groups,$LDAP_SUFFIX
 objectClass: organizationalUnit
 ou: groups
 LDIF
+  for seed in /run/slurmk8s/ldap/seed/*.ldif; do
+    [ -e "$seed" ] || continue
+    slapadd -f "$run/slapd.conf" -l "$seed" || sk_die "could not load $seed (see above)"
+    sk_log "loaded $(grep -c '^dn:' "$seed") entries of ${seed##*/}"
+  done
   chown -R openldap:openldap /var/lib/ldap
   sk_log "made $LDAP_SUFFIX with ou=people and ou=groups"
 fi

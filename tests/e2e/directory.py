@@ -1,6 +1,8 @@
 """A site's directory for the sandbox: OpenLDAP (the project's ldap image) in a namespace of
 its own, with TLS from a CA of the test's, and the SlurmCluster's ``spec.identity.ldap``
-pointing at it. The test seeds users, groups and keys with ldapadd, as a site's admin would."""
+pointing at it. It starts as a site's directory is: with the account SSSD binds as, the
+groups physics (alice, bob) and chemistry (carol), and alice and carol with their keys;
+the tests add and change entries with ldapadd and ldapmodify, as a site's admin would."""
 
 from __future__ import annotations
 
@@ -27,13 +29,19 @@ class Directory:
     admin_password: str
     reader_password: str
     ca_pem: str
+    #: user -> (private key file, public key line): alice, bob, carol
+    keys: dict[str, tuple[Path, str]]
 
 
 def make(work: Path) -> tuple[Directory, list[dict]]:
-    """The directory's certificate and passwords, and its Kubernetes objects (its namespace,
-    Secrets, Deployment and Service); not yet the cluster's side (:func:`cluster_objects`)."""
+    """The directory's certificate, passwords and users' keys, and its Kubernetes objects (its
+    namespace, Secrets, Deployment and Service); not the cluster's side (:func:`cluster_objects`)."""
     pki = tls.ensure(work / "ldap-tls", [HOST], common_name=HOST, ca_name="site-directory-ca")
-    d = Directory(secrets.token_urlsafe(24), secrets.token_urlsafe(24), pki.ca_pem)
+    keys = {name: keypair(work, name) for name in ("alice", "bob", "carol")}
+    d = Directory(secrets.token_urlsafe(24), secrets.token_urlsafe(24), pki.ca_pem, keys)
+    seed = "\n".join([ldif_reader(d), ldif_group("physics", 5000, ["alice", "bob"]),
+                      ldif_group("chemistry", 5100, ["carol"]), ldif_user("alice", 5001, 5000, keys["alice"][1]),
+                      ldif_user("carol", 5003, 5100, keys["carol"][1])])
     labels = {"app": "ldap"}
     docs = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
@@ -43,6 +51,9 @@ def make(work: Path) -> tuple[Directory, list[dict]]:
         {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
          "metadata": {"name": "ldap-admin", "namespace": NAMESPACE},
          "data": {"password": _b64(d.admin_password.encode())}},
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+         "metadata": {"name": "ldap-seed", "namespace": NAMESPACE},
+         "data": {"10-site.ldif": _b64(seed.encode())}},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ldap", "namespace": NAMESPACE},
          "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
              "metadata": {"labels": labels},
@@ -54,9 +65,11 @@ def make(work: Path) -> tuple[Directory, list[dict]]:
                                     "periodSeconds": 2},
                  "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
                  "volumeMounts": [{"name": "tls", "mountPath": "/run/slurmk8s/ldap/tls", "readOnly": True},
-                                  {"name": "admin", "mountPath": "/run/slurmk8s/ldap/admin", "readOnly": True}]}],
+                                  {"name": "admin", "mountPath": "/run/slurmk8s/ldap/admin", "readOnly": True},
+                                  {"name": "seed", "mountPath": "/run/slurmk8s/ldap/seed", "readOnly": True}]}],
                  "volumes": [{"name": "tls", "secret": {"secretName": "ldap-tls", "defaultMode": 0o400}},
-                             {"name": "admin", "secret": {"secretName": "ldap-admin", "defaultMode": 0o400}}]}}}},
+                             {"name": "admin", "secret": {"secretName": "ldap-admin", "defaultMode": 0o400}},
+                             {"name": "seed", "secret": {"secretName": "ldap-seed", "defaultMode": 0o400}}]}}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ldap", "namespace": NAMESPACE},
          "spec": {"selector": labels, "ports": [{"name": "ldap", "port": 389, "targetPort": "ldap"},
                                                 {"name": "ldaps", "port": 636, "targetPort": "ldaps"}]}},
