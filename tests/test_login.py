@@ -191,11 +191,12 @@ def test_sshd_accepts_the_config(tmp_path):
     assert proc.returncode == 0, proc.stderr
 
 
-ENTRYPOINT = ROOT / "images/login/entrypoint.sh"
+LIB = ROOT / "images/common/slurmk8s-lib.sh"
 
 
 def test_a_user_dir_on_a_volume_users_write_is_made_without_following_a_link_made_meanwhile():
-    """Issue 24: the login entrypoint checks that PARENT/NAME is missing, then creates it
+    """Issue 24: sk_user_dir (the login entrypoint's, and the directory users' at their first
+    login) checks that PARENT/NAME is missing, then creates it
     and gives it to the user. A user who can write PARENT swaps in a link to a root-owned
     directory between the two (here: as the creating command, install or mkdir, starts).
     Root must not chown, or create anything in, what the link points to."""
@@ -212,10 +213,10 @@ def test_a_user_dir_on_a_volume_users_write_is_made_without_following_a_link_mad
                                       f"exec {shutil.which(tool)} \"$@\"\n")
             (shims / tool).chmod(0o755)
         script = (f'sk_log() {{ echo "$*"; }}\n'
-                  f'eval "$(sed -n \'/^user_dir() {{/,/^}}/p\' {ENTRYPOINT})"\n'
-                  f'PATH={shims}:$PATH user_dir {parent} alice 4242 4242\n')
+                  f'eval "$(sed -n \'/^sk_user_dir() {{/,/^}}/p\' {LIB})"\n'
+                  f'PATH={shims}:$PATH sk_user_dir {parent} alice 4242 4242\n')
         proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
-        assert "user_dir" not in proc.stderr, proc.stderr  # the function was found and ran
+        assert "sk_user_dir" not in proc.stderr, proc.stderr  # the function was found and ran
         assert target.stat().st_uid == 0, "root chowned the link's target to the user"
         assert list(target.iterdir()) == []
         assert (parent / "alice").is_symlink()  # left as the user made it
@@ -225,7 +226,7 @@ def test_a_user_dir_someone_else_made_first_is_reported_not_used(tmp_path):
     squatted = tmp_path / "shared" / "alice"
     squatted.mkdir(parents=True)
     script = (f'sk_log() {{ echo "$*"; }}\n'
-              f'eval "$(sed -n \'/^user_dir() {{/,/^}}/p\' {ENTRYPOINT})"\n'
-              f'user_dir {tmp_path / "shared"} alice 4242 4242\n')
+              f'eval "$(sed -n \'/^sk_user_dir() {{/,/^}}/p\' {LIB})"\n'
+              f'sk_user_dir {tmp_path / "shared"} alice 4242 4242\n')
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
     assert "not alice's: left alone" in out and squatted.stat().st_uid == os.geteuid()
