@@ -3,7 +3,12 @@ sbatch scripts on shared storage, and use plain sbatch/squeue/scancel/scontrol.
 
 One sandbox (examples/slurmcluster.yaml) serves the whole module; the two slow
 jobs (a checkpoint/requeue cycle and a time limit) are submitted first and
-checked last, so they run while the other tests do.
+checked last, so they run while the other tests do. On the default release
+the cluster also reads researchers from a site's directory (e2e/directory.py).
+
+Over 500 lines because one sandbox serves all of a researcher's work here,
+directory users included: a module of its own would start a second sandbox
+per release, over a minute of the test command's time each.
 """
 
 from __future__ import annotations
@@ -456,24 +461,6 @@ def test_each_injected_fault_drains_its_node_with_the_checks_reason_and_it_comes
         print(f"{kind} fault cleared: resumed after {time.monotonic() - t0:.1f}s")
 
 
-@default_release_only
-def test_after_down_and_up_the_login_pod_answers_as_soon_as_up_returns(sandbox, release):
-    """`sandbox down` (keeping the objects) then `up`: the pods' Ready from
-    before the restart is stale, so `up` must wait for the kubelet to probe
-    them again. sshd answers the moment `up` returns. (Last in this module:
-    the pods get new addresses.)"""
-    box, env = sandbox
-    down = subprocess.run([SLURMK8S, "sandbox", "down"], capture_output=True, text=True, env=env, timeout=180)
-    assert down.returncode == 0, down.stderr
-    up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(EXAMPLE), "--slurm-version", release,
-                         "--subnet", SUBNET, "--timeout", "120"],
-                        capture_output=True, text=True, env=env, timeout=180)
-    assert up.returncode == 0, up.stderr
-    answer = subprocess.run(box.ssh_argv(["sinfo", "-h", "-o", "%P"]), capture_output=True, text=True, timeout=30)
-    assert answer.returncode == 0, answer.stderr
-    assert answer.stdout.split() == ["cpu*", "gpu"]
-
-
 # --- researchers from the site's directory (spec.identity.ldap), on the default release ---------
 
 @pytest.fixture(scope="module")
@@ -574,3 +561,21 @@ def test_a_user_outside_the_login_groups_or_without_their_key_is_refused(sandbox
     assert proc.returncode == 0, proc.stderr
     wait_for("alice's removed key to be refused", lambda: _refused(status, seeded, work, "alice"), timeout=60,
              every=3)
+
+
+@default_release_only
+def test_after_down_and_up_the_login_pod_answers_as_soon_as_up_returns(sandbox, release, ldap):
+    """`sandbox down` (keeping the objects) then `up`: the pods' Ready from
+    before the restart is stale, so `up` must wait for the kubelet to probe
+    them again. sshd answers the moment `up` returns. (Last in this module:
+    the pods get new addresses.)"""
+    box, env = sandbox
+    down = subprocess.run([SLURMK8S, "sandbox", "down"], capture_output=True, text=True, env=env, timeout=180)
+    assert down.returncode == 0, down.stderr
+    up = subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(ldap[2] / "cluster.yaml"), "--slurm-version", release,
+                         "--subnet", SUBNET, "--timeout", "120"],
+                        capture_output=True, text=True, env=env, timeout=180)
+    assert up.returncode == 0, up.stderr
+    answer = subprocess.run(box.ssh_argv(["sinfo", "-h", "-o", "%P"]), capture_output=True, text=True, timeout=30)
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout.split() == ["cpu*", "gpu"]
