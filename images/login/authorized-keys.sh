@@ -6,12 +6,12 @@
 # spec.login.users' keys follow (no options). The sssd container beside this
 # one answers on a socket of its own (images/sssd/keys-of.sh: SSSD's
 # sss_ssh_authorizedkeys, from its cache while the directory is down), so
-# this image needs none of SSSD's daemon packages. When
-# there are any, it first gives a user who never logged in their home
-# directory and their directories on shared storage, as the login entrypoint
-# does for spec.login.users at start. Runs as root (sshd's
-# AuthorizedKeysCommandUser) for that; it never follows a link a user made
-# (sk_user_dir), and USER is checked before anything uses it.
+# this image needs none of SSSD's daemon packages. When USER has keys, it
+# first gives a user who never logged in their home directory and their
+# directories on shared storage, as the login entrypoint does for
+# spec.login.users at start. Runs as root (sshd's AuthorizedKeysCommandUser)
+# for that; it never follows a link a user made (sk_user_dir), and USER is
+# checked before anything uses it.
 set -uo pipefail
 # sshd runs this with an empty environment: what the entrypoint knew is in files.
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin

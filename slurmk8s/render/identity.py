@@ -5,8 +5,9 @@ The sssd container reads ``sssd.conf`` (the ``<cluster>-sssd`` ConfigMap), the b
 password and the CA, and answers on its sockets in ``/var/lib/sss/pipes``, an emptyDir it
 shares with the pod's Slurm container. There, glibc's ``sss`` module (``passwd: files
 sss`` in the images) resolves the directory's users and groups, and the login pod's sshd
-asks ``sss_ssh_authorizedkeys`` for their keys. Only the sssd container mounts the
-password (readable by root alone); the Slurm containers see the sockets, read-only.
+asks the sssd container for their keys on a root-only socket (``sss_ssh_authorizedkeys``
+runs there). Only the sssd container mounts the password (readable by root alone); the
+Slurm containers see the sockets, read-only.
 Why a container of its own rather than sssd inside each image: docs/decisions/0041.
 """
 
