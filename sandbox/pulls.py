@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from .distribution import PullError, Pulled, Puller, Reference
+from .runtime import tree_bytes
 
 __all__ = ["NodeRegistries", "NodeImages", "default_policy", "pull_secret_auths",
            "DOCKERCONFIGJSON"]
@@ -209,7 +210,7 @@ def prune(cache: Path, older_than: float = 86400, now: float | None = None,
     for used, path in sorted(candidates):
         if now - used < older_than and free() >= min_free:
             break
-        freed += sum(f.lstat().st_size for f in path.rglob("*") if not f.is_symlink() and f.is_file())
+        freed += tree_bytes(path)
         shutil.rmtree(path)
         removed += 1
     for blob in (cache / "blobs").glob("*/*"):

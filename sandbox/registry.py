@@ -39,6 +39,7 @@ import bcrypt
 import requests
 import yaml
 
+from . import runtime
 from .apiserver import tls
 
 BINARY = "docker-registry"
@@ -179,10 +180,10 @@ def collect(storage: Path) -> str:
     storage = Path(storage)
     if not (storage / "docker").is_dir():
         return f"nothing pushed to {storage} yet"
-    serving = [pid for pid in _pids_of(BINARY) if _serves(pid, storage)]
+    serving = [pid for pid, argv in runtime.processes() if _serves(argv, storage)]
     if serving:
         return f"{storage} not collected: a registry serves it (pid {', '.join(map(str, serving))})"
-    before = _size(storage)
+    before = runtime.tree_bytes(storage)
     with tempfile.TemporaryDirectory(prefix="registry-gc-") as tmp:
         cfg = Path(tmp) / "config.yml"
         cfg.write_text(yaml.safe_dump({"version": 0.1, "storage": {"filesystem": {"rootdirectory": str(storage)}}}))
@@ -190,41 +191,20 @@ def collect(storage: Path) -> str:
                               text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         raise RegistryError(f"garbage-collecting {storage} failed: {(proc.stderr or proc.stdout).strip()[-2000:]}")
-    return f"collected {storage}: {(before - _size(storage)) / 2**30:.1f} GiB freed, {_size(storage) / 2**30:.1f} GiB kept"
+    after = runtime.tree_bytes(storage)
+    return f"collected {storage}: {(before - after) / 2**30:.1f} GiB freed, {after / 2**30:.1f} GiB kept"
 
 
-def _pids_of(name: str) -> list[int]:
-    pids = []
-    for comm in Path("/proc").glob("[0-9]*/comm"):
-        try:
-            if comm.read_text().strip() == name[:15]:
-                pids.append(int(comm.parent.name))
-        except OSError:  # the process ended meanwhile
-            continue
-    return pids
-
-
-def _serves(pid: int, storage: Path) -> bool:
-    """Whether registry ``pid`` serves ``storage``; yes when its configuration cannot be read."""
-    argv = _cmdline(pid)
-    if "serve" not in argv:
+def _serves(argv: list[str], storage: Path) -> bool:
+    """Whether the process ``argv`` is a registry serving ``storage``; yes when a registry's
+    configuration cannot be read."""
+    if not argv or Path(argv[0]).name != BINARY or "serve" not in argv:
         return False
     try:
         cfg = yaml.safe_load(Path(argv[-1]).read_text())
         return Path(cfg["storage"]["filesystem"]["rootdirectory"]).resolve() == storage.resolve()
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return True
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").rstrip("\0").split("\0")
-    except OSError:
-        return []
-
-
-def _size(root: Path) -> int:
-    return sum(f.lstat().st_size for f in root.rglob("*") if f.is_file() and not f.is_symlink())
 
 
 def serve_command(directory: Path, run_as: str | None = SERVICE_USER) -> list[str]:

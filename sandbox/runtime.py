@@ -193,6 +193,27 @@ def refresh_volumes(pod: PodPlan, pod_dir: Path) -> None:
         tmp.replace(path)
 
 
+def processes() -> list[tuple[int, list[str]]]:
+    """Every process of this host as (pid, argv), kernel threads (no argv) and processes that
+    ended while being read left out."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if raw:
+            out.append((int(entry.name), raw.decode(errors="surrogateescape").split("\0")[:-1]))
+    return out
+
+
+def tree_bytes(root: Path) -> int:
+    """The bytes of the regular files under ``root`` (links not followed)."""
+    return sum(f.lstat().st_size for f in root.rglob("*") if not f.is_symlink() and f.is_file())
+
+
 def alive(pid: int | None) -> bool:
     if not pid:
         return False

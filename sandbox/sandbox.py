@@ -266,18 +266,9 @@ class Sandbox:
         """Live processes that run exactly what ``process`` is here but whose
         pid state.json does not hold: an `up` killed between starting one and
         recording it left them behind."""
-        want = [a.encode() for a in self._command(process, state)]
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == state.processes.get(process):
-                continue
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
-            except OSError:
-                continue
-            if argv == want and runtime.alive(int(entry.name)):
-                found.append(int(entry.name))
-        return sorted(found)
+        want = list(self._command(process, state))
+        return sorted(pid for pid, argv in runtime.processes()
+                      if argv == want and pid != state.processes.get(process) and runtime.alive(pid))
 
     def _ensure_processes(self, state: State, t0: float, timeout: float) -> None:
         for process in PROCESSES:
