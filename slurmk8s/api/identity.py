@@ -23,7 +23,7 @@ from .fields import RESERVED_USERS, constrained, credential_host, pattern_check,
 from .refusals import schema_pattern
 
 __all__ = ["IdentitySpec", "LdapSpec", "LdapCa", "BindPasswordRef", "ConfigMapKeyRef", "LDAP_FILTER_MAX",
-           "LDAP_USE", "parse_filter", "identity_errors"]
+           "LDAP_USE", "parse_filter", "identity_errors", "uri_port"]
 
 #: The ``slurmk8s.dev/secret-use`` (and ``configmap-use``) values of the objects these fields name.
 LDAP_USE = {"bindPassword": "ldap-bind-password", "ca": "ldap-ca"}
@@ -45,6 +45,13 @@ def _ldap_uri(value: str) -> str:
 
 
 LdapUri = Annotated[str, AfterValidator(_ldap_uri), schema_pattern(f"^{LDAP_URI_RE}$", 255)]
+
+
+def uri_port(uri: str) -> int:
+    """The port an LdapUri names: its own, else 636 for ldaps:// and 389 for ldap://."""
+    m = _URI.fullmatch(uri)
+    assert m is not None, uri
+    return int(m["port"]) if m["port"] is not None else (636 if m["scheme"] == "ldaps" else 389)
 
 #: An attribute type as LDAP names it (a descriptor: RFC 4512's keystring).
 ATTRIBUTE_RE = r"[A-Za-z][A-Za-z0-9-]{0,63}"

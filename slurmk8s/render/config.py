@@ -293,4 +293,4 @@ def sssd_conf(c: SlurmCluster) -> str | None:
         group_search_base=ldap.group_search_base, group_filter=ldap.group_filter,
         ssh_key_attribute=ldap.ssh_public_key_attribute, login_groups=ldap.login_groups,
         min_id=ldap.min_id, max_id=ldap.max_id, cache_seconds=ldap.cache_seconds,
-        filter_users=sorted(RESERVED_USERS), filter_groups=sorted(RESERVED_USERS))
+        system_names=sorted(RESERVED_USERS))

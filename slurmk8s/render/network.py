@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..api.identity import uri_port
 from . import names
 from .controller import AgentClients
 from .pods import Builder
@@ -183,20 +184,11 @@ def _egress(b: Builder, component: str, present: set[str]) -> list[dict]:
         rules.append({"ports": [{"protocol": "TCP", "port": external.port}]})
     ldap = b.c.spec.identity.ldap
     if component in DIRECTORY_CLIENTS and ldap is not None:
-        rules.append({"ports": [{"protocol": "TCP", "port": p} for p in directory_ports(ldap.uris)]})
+        ports = dict.fromkeys(uri_port(uri) for uri in ldap.uris)
+        rules.append({"ports": [{"protocol": "TCP", "port": p} for p in ports]})
     return rules
 
 
 #: The components whose pods run sssd (render/identity.py), and so reach the directory.
 DIRECTORY_CLIENTS = ("controller", "worker", "login")
 
-
-def directory_ports(uris) -> list[int]:
-    """The ports of the directory's URIs (636 for ldaps://, 389 for ldap:// unless given), in order."""
-    ports = []
-    for uri in uris:
-        rest = uri.split("://", 1)[1].rstrip("/")
-        port = int(rest.rsplit(":", 1)[1]) if ":" in rest else (636 if uri.startswith("ldaps://") else 389)
-        if port not in ports:
-            ports.append(port)
-    return ports
