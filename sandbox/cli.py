@@ -52,7 +52,7 @@ def sandbox() -> None:
 @STATE_DIR_OPTION
 @click.option("--subnet", default="10.253.0.0/24", show_default=True,
               help="Private subnet for the pods' addresses (the host takes the first one).")
-@click.option("--timeout", default=300, show_default=True, help="Seconds to wait for every node to be idle.")
+@click.option("--timeout", default=300, show_default=True, help="Seconds to wait for every node to be idle, once the images are built.")
 @click.option("--lendable-nodes", default=2, show_default=True, type=click.IntRange(0, 16),
               help="GPU nodes of Kubernetes' own (no node set uses them), labelled slurmk8s.dev/lendable=true "
                    "and slurmk8s.dev/lendable-to=<the cluster's namespace> for a NodeLendingPolicy there to "

@@ -348,8 +348,12 @@ class Sandbox:
     def up(self, cluster: SlurmCluster, docs: list[dict] | None = None, *, subnet: str = DEFAULT_SUBNET,
            timeout: float = 300, lendable: int = DEFAULT_LENDABLE_NODES,
            gpus_per_node: int = DEFAULT_GPUS_PER_NODE) -> State:
-        """Start (or recover) the sandbox, apply ``docs`` (the manifest) and wait until ``cluster`` is Ready."""
-        t0 = time.monotonic()
+        """Start (or recover) the sandbox, apply ``docs`` (the manifest) and wait until ``cluster`` is Ready.
+
+        ``timeout`` bounds the wait for the sandbox's processes and the cluster, counted once the
+        images are built and the node images pruned: a first build takes minutes of its own, and
+        another `up` building the same images holds their lock meanwhile."""
+        started = time.monotonic()
         try:
             state = self.state()
         except (TypeError, KeyError, ValueError):
@@ -380,6 +384,7 @@ class Sandbox:
                           f"which held {state.subnet}")
         self.progress(f"network: bridge {net.bridge}, {state.subnet}, gateway {state.gateway}")
         self._prune_node_images()
+        t0 = time.monotonic()
         self._ensure_processes(state, t0, timeout)
         self._publish(state, cluster.spec.slurm.version)
         self._site_namespaces(cluster, state)
@@ -388,7 +393,7 @@ class Sandbox:
         self._apply(self._login_secrets(cluster, state) + docs)
         self._wait_ready(state, cluster, t0, timeout)
         self._publish_login(state, cluster)
-        self.progress(f"sandbox {cluster.name} is up after {time.monotonic() - t0:.1f}s")
+        self.progress(f"sandbox {cluster.name} is up after {time.monotonic() - started:.1f}s")
         return state
 
     def _prune_node_images(self) -> None:
