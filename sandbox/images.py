@@ -70,7 +70,7 @@ APP_AND_SLURM = frozenset({"controller"})
 #: the version table's exact package version (``versions.Release.slurm_package_version``).
 SLURM_PACKAGED = frozenset({"controller", "login", "slurmctld", "slurmd", "slurmdbd", "slurmrestd"})
 #: Images with SSSD's client (libnss-sss), from ``versions.Release.sssd_suite`` (build arg SSS_SUITE).
-SSS_CLIENTS = frozenset({"login", "slurmctld", "slurmd"})
+SSS_CLIENTS = frozenset({"controller", "login", "slurmctld", "slurmd"})
 
 #: Debian's minbase (Essential and Priority: required packages, apt) is what debian:*-slim
 #: holds, the Dockerfiles' default base; documentation is left out as in the slim images.

@@ -5,6 +5,7 @@ tests/test_accounting_images.py."""
 from __future__ import annotations
 
 import copy
+import subprocess
 
 import pytest
 
@@ -13,7 +14,8 @@ from slurmk8s.operator import accounting as acct
 from slurmk8s.operator.status import compute
 from slurmk8s.render import ClusterKeys, names, render
 from slurmk8s.render.keys import keys_from_secrets
-from slurmk8s.slurm.accounting import Associations, QosLimits, State, commands, minutes, parse_state
+from slurmk8s.slurm import SlurmClient
+from slurmk8s.slurm.accounting import Associations, QosLimits, State, commands, minutes, parse_state, with_members
 
 UID = "c0ffee00-0000-4000-8000-000000000002"
 
@@ -197,6 +199,10 @@ def _apply(state: State, argv: list[str]) -> None:
         state.default_account.setdefault(words[2], kv["defaultaccount"])
     elif words[:2] == ["modify", "user"] and "defaultaccount" in kv:
         state.default_account[kv["name"]] = kv["defaultaccount"]
+    elif words[:2] == ["modify", "user"] and "maxsubmitjobs" in kv:
+        pair = (kv["name"], kv["account"])
+        assert pair in state.associations, argv
+        (state.closed.add if kv["maxsubmitjobs"] == "0" else state.closed.discard)(pair)
     elif words[:2] == ["modify", "user"]:
         added = next(w for w in words if w.startswith("qos+=")).split("=", 1)[1].split(",")
         state.associations[(kv["name"], kv["account"])] |= set(added)
@@ -227,10 +233,11 @@ def test_commands_add_what_is_missing_and_applying_them_leaves_nothing_to_do(doc
 
 
 def test_parse_state_reads_sacctmgrs_parsable_output():
-    s = parse_state({"clusters": "demo\n", "associations": "ml||normal\nml|alice|normal,short\n",
+    s = parse_state({"clusters": "demo\n", "associations": "ml||normal|\nml|alice|normal,short|\nml|bob|normal|0\n",
                      "users": "alice|ml\n", "qos": "normal|0||||\nshort|10|01:00:00|2|\n"})
     assert s.clusters == {"demo"} and s.accounts == {"ml"}
-    assert s.associations == {("alice", "ml"): {"normal", "short"}}
+    assert s.associations == {("alice", "ml"): {"normal", "short"}, ("bob", "ml"): {"normal"}}
+    assert s.closed == {("bob", "ml")}
     assert s.qos["short"] == QosLimits("short", 10, 60, 2, None)
 
 
@@ -257,3 +264,91 @@ def test_accounting_ready_waits_for_the_database_slurmdbd_and_associations(doc):
     ready = next(x for x in st.conditions if x.type == "Ready")
     assert ready.status == "False"
     assert next(x for x in st.conditions if x.type == "AccountingReady").reason == "SlurmdbdNotReady"
+
+
+def _directory(doc, **accounting):
+    doc = with_accounting(doc, **accounting)
+    doc["spec"]["identity"] = {"ldap": {
+        "uris": ["ldaps://ldap.example.org"], "userSearchBase": "ou=people,dc=example,dc=org",
+        "groupSearchBase": "ou=groups,dc=example,dc=org", "loginGroups": ["physics", "chemistry"]}}
+    doc["spec"].setdefault("network", {})["egress"] = True
+    return doc
+
+
+def _converge(want, state, members, users):
+    """Rounds of the agent until nothing is left to do; the commands of each."""
+    rounds = []
+    for _ in range(3):
+        full, managed = with_members(want, members, users)
+        todo = commands(full, state, managed)
+        if not todo:
+            return rounds
+        for argv in todo:
+            _apply(state, argv)
+        rounds.append(todo)
+    raise AssertionError(f"no fixed point: {rounds}")
+
+
+def test_accounts_follow_directory_groups_and_a_member_who_leaves_is_closed_not_removed(doc):
+    c = load_cluster(_directory(doc, accounts=[{"name": "ml", "users": ["alice"]},
+                                              {"name": "physics", "groups": ["physics"]},
+                                              {"name": "chemistry", "groups": ["chemistry", "labs"]}]))
+    want = acct.wanted(c)
+    assert dict(want.groups) == {"physics": ("physics",), "chemistry": ("chemistry", "labs")}
+    assert Associations.from_json(want.to_json()) == want  # as the agent receives it
+    state = parse_state({"clusters": "demo\n", "associations": "", "users": "", "qos": "normal|0||||\n"})
+    members = {"physics": ["bob", "dan", "ghost"], "chemistry": ["carol"], "labs": ["bob"]}
+    users = {"bob", "carol", "dan"}  # ghost is listed in the group but is no user the directory has
+    _converge(want, state, members, users)
+    assert {p for p in state.associations if p[1] in ("physics", "chemistry")} == {
+        ("bob", "physics"), ("dan", "physics"), ("bob", "chemistry"), ("carol", "chemistry")}
+    assert state.default_account["bob"] == "physics"  # his first account, in the spec's order
+    assert state.closed == set()
+    # bob moves from physics to chemistry: a new default; physics closed to him, his history kept.
+    members = {"physics": ["dan"], "chemistry": ["carol", "bob"], "labs": []}
+    rounds = _converge(want, state, members, users)
+    assert ["sacctmgr", "-i", "modify", "user", "where", "name=bob", "account=physics", "cluster=demo", "set",
+            "maxsubmitjobs=0"] in rounds[0]
+    assert state.default_account["bob"] == "chemistry" and ("bob", "physics") in state.associations
+    assert state.closed == {("bob", "physics")}
+    # The directory away and a group unreadable: nothing in its account is closed.
+    _converge(want, state, {"physics": [], "chemistry": None, "labs": []}, set())
+    assert state.closed == {("bob", "physics"), ("dan", "physics")}
+    # bob back in physics: opened again. An association a site added by hand to ml stays open.
+    state.associations[("erin", "ml")] = {"normal"}
+    _converge(want, state, {"physics": ["bob", "dan"], "chemistry": ["carol"], "labs": []}, users)
+    assert state.closed == {("bob", "chemistry")} and ("erin", "ml") not in state.closed
+
+
+def test_groups_need_the_directory_and_enforced_limits(doc):
+    bad = with_accounting(doc, accounts=[{"name": "physics", "groups": ["physics"]}])
+    with pytest.raises(InvalidSpec) as e:
+        load_cluster(bad)
+    assert "spec.accounting.accounts[0].groups[0]" in str(e.value) and "spec.identity.ldap" in str(e.value)
+    loose = _directory(doc, accounts=[{"name": "physics", "groups": ["physics", "physics"]}], enforce=["associations"])
+    with pytest.raises(InvalidSpec) as e:
+        load_cluster(loose)
+    paths = {err.path: err.message for err in e.value.errors}
+    assert "listed twice" in paths["spec.accounting.accounts[0].groups[1]"]
+    assert "limits" in paths["spec.accounting.accounts[0].groups"]
+    with pytest.raises(InvalidSpec, match="system group"):
+        load_cluster(_directory(doc, accounts=[{"name": "physics", "groups": ["sudo"]}]))
+
+
+def test_the_agent_reads_group_members_with_getent_and_keeps_only_users():
+    calls = []
+
+    def runner(argv, stdin):
+        calls.append(argv)
+        out = {("getent", "group", "physics"): (0, "physics:*:5000:bob,ghost\n"),
+               ("getent", "group", "empty"): (0, "empty:*:5001:\n")}.get(tuple(argv))
+        if argv[:2] == ["getent", "passwd"]:
+            known = {"bob": "bob:*:5002:5000:bob:/home/bob:/bin/bash"}
+            lines = [known[u] for u in argv[2:] if u in known]
+            out = (0 if len(lines) == len(argv) - 2 else 2, "\n".join(lines) + "\n")
+        rc, text = out or (2, "")
+        return subprocess.CompletedProcess(argv, rc, text, "")
+
+    members, users = SlurmClient(runner).group_members(["empty", "missing", "physics"])
+    assert members == {"empty": [], "missing": None, "physics": ["bob", "ghost"]}
+    assert users == {"bob"}

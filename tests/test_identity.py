@@ -21,7 +21,10 @@ from slurmk8s.render.config import sssd_conf
 from slurmk8s.render.keys import ClusterKeys
 from slurmk8s.render.manifests import lent_slurmd_pod, render
 
-from .conftest import EXAMPLE
+from slurmk8s.render.identity import PIPES_DIR
+from slurmk8s.slurm.directory import VERDICT_FILE
+
+from .conftest import EXAMPLE, ROOT
 
 LDAP = {"uris": ["ldaps://ldap.example.org"], "userSearchBase": "ou=people,dc=example,dc=org",
         "groupSearchBase": "ou=groups,dc=example,dc=org", "bindDn": "cn=reader,dc=example,dc=org",
@@ -144,13 +147,17 @@ def test_the_sssd_container_runs_beside_login_slurmctld_and_slurmd_and_only_it_r
             if ct["name"] == "sssd":
                 assert {"ldap-bind", "ldap-ca", "sssd-config", "sss-pipes", "sss-db"} <= set(mounts)
                 assert ct["image"].endswith(f"/sssd:{c.spec.slurm.version}")
-            elif ct["name"] == "agent":
-                assert "sss-pipes" not in mounts and "ldap-bind" not in mounts
-            else:
+            else:  # the Slurm containers, and the agent (group members, the probe's verdict)
                 assert mounts["sss-pipes"]["readOnly"] and mounts["sss-mc"]["readOnly"]
                 assert "ldap-bind" not in mounts and "sss-db" not in mounts
         bind = next(v for v in t["spec"]["volumes"] if v["name"] == "ldap-bind")
         assert bind["secret"]["defaultMode"] == 0o400
+    # Only the controller pod's sssd probes the directory, where the agent reads its verdict.
+    probing = {name for name, t in specs.items() for ct in t["spec"]["containers"]
+               if ct["name"] == "sssd" and any(e["name"] == "PROBE_SECONDS" for e in ct.get("env", []))}
+    assert probing == {names.controller(c)}
+    entrypoint = (ROOT / "images/sssd/entrypoint.sh").read_text()
+    assert VERDICT_FILE == f"{PIPES_DIR}/slurmk8s-directory" and "verdict=$pipes/slurmk8s-directory" in entrypoint
     config = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == names.sssd_config(c))
     assert config["data"]["sssd.conf"] == sssd_conf(c)
     login = next(ct for ct in specs[names.login(c)]["spec"]["containers"] if ct["name"] == "login")

@@ -5,6 +5,9 @@
 #                                <cluster>-sssd ConfigMap plus the bind password from
 #                                its Secret), then run sssd in the foreground, and
 #                                the login pod's key socket beside it (keys-of.sh)
+#                                and, with PROBE_SECONDS set, a probe of the
+#                                directory that often (probe.sh: reachable, TLS,
+#                                bind; its verdict in /var/lib/sss/pipes/slurmk8s-directory)
 #   slurmk8s-entrypoint ready    exit 0 when sssd's and the key socket are there for
 #                                the Slurm container (a directory that is down does
 #                                not make it unready: cached users still resolve)
@@ -26,6 +29,8 @@ rendered=$SK_MOUNTS/sssd/sssd.conf
 password_file=$SK_MOUNTS/ldap-bind/password
 pipes=/var/lib/sss/pipes
 keys_socket=$pipes/private/slurmk8s-keys
+# The probe's verdict on the directory, which the agent beside slurmctld reads.
+verdict=$pipes/slurmk8s-directory
 
 if [ "${1:-}" = ready ]; then
   for s in "$pipes/nss" "$keys_socket"; do
@@ -62,11 +67,23 @@ mv -f "$tmp" /etc/sssd/sssd.conf
 install -d -m 0755 "$pipes" /var/lib/sss/mc
 install -d -m 0700 "$pipes/private" /var/lib/sss/db
 # A socket or pid file left by an earlier run of this container would make sssd refuse to start.
-rm -f /var/run/sssd.pid /run/sssd.pid "$keys_socket"
+rm -f /var/run/sssd.pid /run/sssd.pid "$keys_socket" "$verdict"
 socat "UNIX-LISTEN:$keys_socket,fork,mode=600" EXEC:/usr/local/lib/slurmk8s/keys-of &
 relay=$!
+# The directory's health, for the cluster's status (probe.sh): every PROBE_SECONDS,
+# which the operator sets in the controller pod's sssd container only.
+helpers=("$relay")
+if [[ ${PROBE_SECONDS:-} =~ ^[1-9][0-9]{0,3}$ ]]; then
+  (
+    while true; do
+      /usr/local/lib/slurmk8s/probe "/etc/sssd/sssd.conf" "$password_file" "$verdict" || true
+      sleep "$PROBE_SECONDS"
+    done
+  ) &
+  helpers+=("$!")
+fi
 # shellcheck disable=SC2317 # run from a trap
-stop_relay() { kill "$relay" 2>/dev/null || true; }
-trap stop_relay EXIT
+stop_helpers() { kill "${helpers[@]}" 2>/dev/null || true; }
+trap stop_helpers EXIT
 sk_log "answering key questions on $keys_socket; starting sssd for $(sed -n 's/^ldap_uri = //p' /etc/sssd/sssd.conf)"
 sk_run sssd -i --logger=stderr

@@ -21,7 +21,7 @@ from pydantic import AfterValidator, Field
 
 from .. import versions
 from .base import ApiModel, list_map
-from .identity import IdentitySpec
+from .identity import IdentitySpec, PosixGroup
 from .status import SlurmClusterStatus
 from .fields import (
     AbsPath,
@@ -623,13 +623,22 @@ class SlurmdbdSpec(ApiModel):
 
 
 class Account(ApiModel):
-    """A Slurm account and the login users whose default account it is."""
+    """A Slurm account, the login users whose default account it is, and the
+    directory groups whose members it holds."""
 
     name: AccountName
     """Account name (`sbatch --account`)."""
     users: list[PosixUser] = Field(default_factory=list, max_length=1000)
     """Login users (spec.login.users) in this account; the first account that
     lists a user is the user's default account."""
+    groups: list[PosixGroup] = Field(default_factory=list, max_length=64)
+    """Groups of the directory (spec.identity.ldap) whose members this account holds:
+    a member gets an association here within cacheSeconds and a round of the
+    operator, and one who leaves every group of the account can submit no new
+    job to it (MaxSubmitJobs=0; the association, and so the history, stays). The
+    first such account of a user's is the user's default. An account with groups
+    is the directory's: an association in it of someone in none of its groups and
+    not listed in users is closed the same way."""
 
 
 class Qos(ApiModel):

@@ -2,7 +2,8 @@
 
 - :func:`wanted`: the associations and QOS a cluster's spec asks for (every
   login user gets one, in the first account of ``spec.accounting.accounts``
-  that lists the user, else in an account named after the user).
+  that lists the user, else in an account named after the user), and the
+  directory groups whose members the agent adds.
 - :func:`condition`: the AccountingReady condition from what the round saw.
 """
 
@@ -29,7 +30,10 @@ def wanted(c: SlurmCluster) -> Associations:
     accounts = tuple(dict.fromkeys([*(a.name for a in acct.accounts), *(a for _, a in users)]))
     qos = tuple(QosLimits(q.name, q.priority, minutes(q.max_wall) if q.max_wall else None,
                           q.max_jobs_per_user, q.max_submit_jobs_per_user) for q in acct.qos)
-    return Associations(cluster=c.name, accounts=accounts, users=users, qos=qos)
+    # Their members are the directory's to say: the agent asks it (slurm/accounting.with_members).
+    groups = tuple((a.name, tuple(a.groups)) for a in acct.accounts if a.groups) \
+        if c.spec.identity.ldap is not None else ()
+    return Associations(cluster=c.name, accounts=accounts, users=users, qos=qos, groups=groups)
 
 
 def applies(c: SlurmCluster, observed: Sequence[Mapping]) -> bool:

@@ -15,7 +15,9 @@ what they return, in this order:
    records of gone pods.
 4. Deletes, only in a round where everything before succeeded.
 5. ``scontrol reconfigure`` once the agent sees the rendered config.
-6. Status.
+6. Associations and QOS, through the agent.
+7. The site directory's health (DirectoryReady), as the agent reads it.
+8. Status.
 
 Nothing is remembered between rounds in memory: a round starts from what
 the API server and Slurm say. What it reads becomes the decisions' input in
@@ -44,7 +46,7 @@ from slurmk8s.slurm.model import Job, Node, SlurmState, unhealthy
 from slurmk8s.slurm.remote import agent_url as remote_agent_url, cluster_agent
 from slurmk8s.times import format_time
 
-from . import accounting, plan, status, teardown, upgrade, workers
+from . import accounting, directory, plan, status, teardown, upgrade, workers
 from .observe import observe_nodesets, previous_status
 from .reconfigure import decide_reconfigure
 from slurmk8s.kube import ApiError, Kube
@@ -341,7 +343,23 @@ class Operator:
                 acct_applied, acct_error = False, str(exc)
                 out.waiting.append(f"associations not applied: {exc}")
 
-        # 7. Status. A workload short of pods: its controller's FailedCreate Events say why.
+        # 7. The site's directory, as the sssd container beside slurmctld last probed it.
+        directory_ready = None
+        if cluster.spec.identity.ldap is not None:
+            verdict, why = None, "the agent did not answer this round"
+            if nodes is not None:
+                try:
+                    verdict = slurm.directory()
+                except Exception as exc:  # an agent older than the directory's route: unknown
+                    why = str(exc)
+            directory_ready = directory.condition(verdict, why)
+            before = next((c for c in previous.conditions if c.type == directory.CONDITION), None) \
+                if previous else None
+            change = directory.event(before, directory_ready)
+            if change is not None:
+                out.events.append(change)
+
+        # 8. Status. A workload short of pods: its controller's FailedCreate Events say why.
         short = status.short_of_pods(objects, pods)
         refused_pods: list[str] = []
         if short:
@@ -354,7 +372,8 @@ class Operator:
                                     refused=refused_pods,
                                     rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
                                     now=format_time(now),
-                                    accounting=accounting.condition(cluster, objects, acct_applied, acct_error))
+                                    accounting=accounting.condition(cluster, objects, acct_applied, acct_error),
+                                    directory=directory_ready)
         if previous is None or previous.phase != out.status.phase:
             ready = next(c for c in out.status.conditions if c.type == "Ready")
             kind = "Normal" if out.status.phase in ("Ready", "Provisioning", "Pending") else "Warning"

@@ -180,6 +180,7 @@ def compute(
     accounting: _Cond | None = None,
     pods: Sequence[Mapping] = (),
     refused: Sequence[str] = (),
+    directory: _Cond | None = None,
 ) -> SlurmClusterStatus:
     """The status after a round.
 
@@ -192,7 +193,9 @@ def compute(
     cluster's pods, whose image pull failures Ready names first
     (reason ``ImagePullFailed``); ``refused``: why workloads cannot create
     their pods (:func:`refused_pods`), named before those (reason
-    ``PodsRefused``).
+    ``PodsRefused``); ``directory``: DirectoryReady (``operator.directory.condition``)
+    with spec.identity.ldap, apart from Ready: the cluster runs while the site's
+    directory is away.
     """
     c = cluster
     w = _workloads(observed)
@@ -224,7 +227,9 @@ def compute(
     else:
         ready = ("True", "Ready", "; ".join(["every component is ready", *waiting]))
     prev_conditions = previous.conditions if previous else []
-    conditions = _merge(prev_conditions, {"Ready": ready, **components}, c.metadata.generation, now)
+    extra = {"DirectoryReady": directory or ("Unknown", "Unknown", "not checked this round")} \
+        if c.spec.identity.ldap is not None else {}
+    conditions = _merge(prev_conditions, {"Ready": ready, **components, **extra}, c.metadata.generation, now)
     previous_phase = previous.phase if previous else "Pending"
     if deleting:
         phase = "Deleting"

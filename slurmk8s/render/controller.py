@@ -90,7 +90,7 @@ def objects(b: Builder, with_jwt: bool) -> list[dict]:
         "template": with_directory(c, pod_template(
             c, sel, names.labels(c, "controller"), [container, _agent(c)], volumes,
             terminationGracePeriodSeconds=30, securityContext=dict(DAEMON_POD_SECURITY),
-        ), "slurmctld"),
+        ), "slurmctld", "agent", probe=True),  # the agent: members of the groups accounts follow; the probe
         "volumeClaimTemplates": [{
             "metadata": {"name": "state", "labels": names.claim_labels(c, "controller")},
             "spec": claim_spec,

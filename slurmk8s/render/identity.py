@@ -62,9 +62,15 @@ def _volumes(c: SlurmCluster) -> tuple[list[dict], list[dict]]:
     return volumes, mounts
 
 
-def _container(c: SlurmCluster, mounts: list[dict]) -> dict:
+#: How often the controller pod's sssd container probes the directory (images/sssd/probe.sh):
+#: one bind per interval, from that pod only.
+PROBE_SECONDS = 10
+
+
+def _container(c: SlurmCluster, mounts: list[dict], probe: bool) -> dict:
     return {
         "name": "sssd",
+        **({"env": [{"name": "PROBE_SECONDS", "value": str(PROBE_SECONDS)}]} if probe else {}),
         "image": names.image(c, "sssd"),
         "imagePullPolicy": c.spec.slurm.image.pull_policy,
         "volumeMounts": mounts,
@@ -76,10 +82,12 @@ def _container(c: SlurmCluster, mounts: list[dict]) -> dict:
     }
 
 
-def with_directory(c: SlurmCluster, template: dict, container: str) -> dict:
+def with_directory(c: SlurmCluster, template: dict, *clients: str, probe: bool = False) -> dict:
     """The pod ``template`` with the sssd container and its volumes when the spec names a
-    directory (its Slurm container, named ``container``, sees sssd's sockets and cache,
-    read-only; a change of sssd.conf rolls the pods); unchanged otherwise."""
+    directory (its containers named in ``clients`` see sssd's sockets and cache, read-only;
+    a change of sssd.conf rolls the pods); unchanged otherwise. With ``probe`` (the
+    controller pod), the sssd container also probes the directory every PROBE_SECONDS and
+    leaves its verdict beside its sockets, for the agent (slurm/directory.py)."""
     conf = sssd_conf(c)
     if conf is None:
         return template
@@ -87,11 +95,11 @@ def with_directory(c: SlurmCluster, template: dict, container: str) -> dict:
     shared = [{"name": "sss-pipes", "mountPath": PIPES_DIR, "readOnly": True},
               {"name": "sss-mc", "mountPath": MC_DIR, "readOnly": True}]
     spec = template["spec"]
-    assert any(ct["name"] == container for ct in spec["containers"]), container
-    containers = [{**ct, "volumeMounts": [*ct.get("volumeMounts", []), *shared]} if ct["name"] == container else ct
+    assert clients and set(clients) <= {ct["name"] for ct in spec["containers"]}, clients
+    containers = [{**ct, "volumeMounts": [*ct.get("volumeMounts", []), *shared]} if ct["name"] in clients else ct
                   for ct in spec["containers"]]
     meta = template.get("metadata", {})
     annotations = {**meta.get("annotations", {}), names.SSSD_HASH: config_hash({"sssd.conf": conf})}
     return {**template, "metadata": {**meta, "annotations": annotations},
-            "spec": {**spec, "containers": [*containers, _container(c, mounts)],
+            "spec": {**spec, "containers": [*containers, _container(c, mounts, probe)],
                      "volumes": [*spec.get("volumes", []), *vols]}}

@@ -3,26 +3,31 @@ and the ``sacctmgr`` commands from one to the other. Pure.
 
 :class:`Associations` is the wanted state (the operator builds it from
 ``spec.accounting`` and ``spec.login.users``, the agent receives it as JSON);
-:func:`parse_state` reads what ``sacctmgr -n -P show ...`` printed;
-:func:`commands` is the difference, as sacctmgr argv lists. Commands only
-add and modify: a user removed from the spec keeps the association and so
-the history, and nothing a site added by hand is removed. Applying the
+:func:`with_members` adds the members of the directory groups an account
+follows, as the agent resolved them; :func:`parse_state` reads what
+``sacctmgr -n -P show ...`` printed; :func:`commands` is the difference, as
+sacctmgr argv lists. Commands only add and modify: a user removed from the
+spec keeps the association and so the history, and nothing a site added by
+hand is removed. In an account that follows groups, an association of
+someone no longer wanted there is closed (MaxSubmitJobs=0: no new job, the
+history stays) and opened again (-1) if they come back. Applying the
 commands and reading again yields no commands (idempotent).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Mapping, Sequence
 
 __all__ = ["QosLimits", "Associations", "State", "commands", "parse_state", "STATE_QUERIES",
-           "minutes", "DEFAULT_QOS"]
+           "minutes", "DEFAULT_QOS", "with_members"]
 
 #: Names sacctmgr stores (it lower-cases account and QOS names); users as POSIX names.
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _CLUSTER = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+_GROUP = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 #: Every association has Slurm's default QOS.
 DEFAULT_QOS = "normal"
 
@@ -77,13 +82,16 @@ class Associations:
 
     cluster: str
     accounts: tuple[str, ...] = ()
-    #: (user, default account)
+    #: (user, account) associations; a user's first is the user's default account
     users: tuple[tuple[str, str], ...] = ()
     qos: tuple[QosLimits, ...] = ()
+    #: (account, directory groups): the account holds the groups' members (:func:`with_members`)
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def to_json(self) -> dict:
         return {"cluster": self.cluster, "accounts": list(self.accounts),
-                "users": [list(u) for u in self.users], "qos": [asdict(q) for q in self.qos]}
+                "users": [list(u) for u in self.users], "qos": [asdict(q) for q in self.qos],
+                "groups": {account: list(groups) for account, groups in self.groups}}
 
     @classmethod
     def from_json(cls, data: Mapping) -> "Associations":
@@ -113,7 +121,46 @@ class Associations:
         for _, account in users:
             if account not in accounts:
                 raise ValueError(f"account {account!r} of a user is not among the accounts")
-        return cls(cluster, accounts, tuple(users), tuple(qos))
+        if len(set(users)) != len(users):
+            raise ValueError("a [user, account] pair is listed twice")
+        raw = data.get("groups") or {}
+        if not isinstance(raw, Mapping):
+            raise ValueError("groups must be an object of account: [group, ...]")
+        groups = []
+        for account, names in raw.items():
+            if _check(_NAME, account, "account name") not in accounts:
+                raise ValueError(f"account {account!r} of groups is not among the accounts")
+            if not isinstance(names, list) or not names:
+                raise ValueError(f"the groups of account {account!r} must be a list of group names")
+            groups.append((account, tuple(_check(_GROUP, g, "group name") for g in names)))
+        return cls(cluster, accounts, tuple(users), tuple(qos), tuple(groups))
+
+
+def with_members(want: Associations, members: Mapping[str, Sequence[str] | None], users: set[str]
+                 ) -> tuple[Associations, dict[str, frozenset[str]]]:
+    """``want`` with an association for each member of the groups its accounts follow,
+    and the accounts whose every group is known, each with the users it may hold.
+
+    ``members``: each group's members as the directory lists them, None where the
+    group could not be read; ``users``: the members that resolve to users, the only
+    ones given an association (Slurm maps a user's name to a uid). An account with a
+    group not read is not in the second value: nothing in it is closed while what the
+    directory says is unknown (fail closed); its known members are still added. A
+    listed member whose user does not resolve now is not closed either. A user's
+    default account stays the one ``want`` gives, else the first account (in
+    ``want.accounts`` order) of a group the user is in."""
+    pairs = list(want.users)
+    order = {a: i for i, a in enumerate(want.accounts)}
+    managed: dict[str, frozenset[str]] = {}
+    added: list[tuple[str, str]] = []
+    for account, groups in sorted(want.groups, key=lambda g: order.get(g[0], len(order))):
+        found = [members.get(g) for g in groups]
+        listed = {u for m in found if m is not None for u in m if _USER.fullmatch(u)}
+        added += [(u, account) for u in sorted(listed & users) if (u, account) not in pairs]
+        if all(m is not None for m in found):
+            managed[account] = frozenset(listed) | {u for u, a in want.users if a == account}
+    # Every user's spec association first (their default), then the directory's in account order.
+    return replace(want, users=tuple(dict.fromkeys([*pairs, *added]))), managed
 
 
 @dataclass
@@ -124,6 +171,8 @@ class State:
     accounts: set[str] = field(default_factory=set)
     #: (user, account) -> the association's QOS names
     associations: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    #: (user, account) of the associations closed to new jobs (MaxSubmitJobs=0)
+    closed: set[tuple[str, str]] = field(default_factory=set)
     default_account: dict[str, str] = field(default_factory=dict)
     qos: dict[str, QosLimits] = field(default_factory=dict)
 
@@ -131,7 +180,7 @@ class State:
 #: The reads :func:`parse_state` takes, by name (sacctmgr -n -P argv, the cluster filled in).
 STATE_QUERIES = {
     "clusters": ("show", "cluster", "format=cluster"),
-    "associations": ("show", "assoc", "format=account,user,qos", "cluster={cluster}"),
+    "associations": ("show", "assoc", "format=account,user,qos,maxsubmit", "cluster={cluster}"),
     "users": ("show", "user", "format=user,defaultaccount"),
     "qos": ("show", "qos", "format=name,priority,maxwall,maxjobspu,maxsubmitpu"),
 }
@@ -150,10 +199,12 @@ def parse_state(outputs: Mapping[str, str]) -> State:
     s = State()
     s.clusters = {r[0] for r in _rows(outputs["clusters"])}
     for r in _rows(outputs["associations"]):
-        account, user, qos = (r + ["", "", ""])[:3]
+        account, user, qos, submit = (r + ["", "", "", ""])[:4]
         s.accounts.add(account)
         if user:
             s.associations[(user, account)] = {q for q in qos.split(",") if q}
+            if submit.strip() == "0":
+                s.closed.add((user, account))
     for r in _rows(outputs["users"]):
         if len(r) >= 2 and r[1]:
             s.default_account[r[0]] = r[1]
@@ -163,8 +214,11 @@ def parse_state(outputs: Mapping[str, str]) -> State:
     return s
 
 
-def commands(want: Associations, have: State) -> list[list[str]]:
-    """The sacctmgr commands (argv, ``-i``: no confirmation) that make ``have`` hold ``want``."""
+def commands(want: Associations, have: State, managed: Mapping[str, frozenset[str]] | None = None
+             ) -> list[list[str]]:
+    """The sacctmgr commands (argv, ``-i``: no confirmation) that make ``have`` hold ``want``;
+    ``managed``: the accounts that follow directory groups, each with the users it may hold
+    (:func:`with_members`), where every other association is closed."""
     c = want.cluster
     out: list[list[str]] = []
     if c not in have.clusters:
@@ -180,17 +234,35 @@ def commands(want: Associations, have: State) -> list[list[str]]:
         if account not in have.accounts:
             out.append(["sacctmgr", "-i", "add", "account", account, f"cluster={c}"])
     qos_names = sorted({DEFAULT_QOS, *(q.name for q in want.qos)})
+    default: dict[str, str] = {}
+    followed = {account for account, _ in want.groups}
+    for user, account in want.users:
+        default.setdefault(user, account)
     for user, account in want.users:
         assoc = have.associations.get((user, account))
         if assoc is None:
             out.append(["sacctmgr", "-i", "add", "user", user, f"account={account}", f"cluster={c}",
-                        f"defaultaccount={account}", f"qos={','.join(qos_names)}"])
+                        f"defaultaccount={default[user]}", f"qos={','.join(qos_names)}"])
             continue
-        if have.default_account.get(user) != account:
+        if default[user] == account and have.default_account.get(user) != account:
             out.append(["sacctmgr", "-i", "modify", "user", "where", f"name={user}", f"cluster={c}",
                         "set", f"defaultaccount={account}"])
+        if (user, account) in have.closed and account in followed:  # back in a group
+            out.append(_submit_limit(user, account, c, -1))
         missing = [q for q in qos_names if q not in assoc]
         if missing:
             out.append(["sacctmgr", "-i", "modify", "user", "where", f"name={user}", f"account={account}",
                         f"cluster={c}", "set", f"qos+={','.join(missing)}"])
+    wanted = set(want.users)
+    for (user, account) in sorted(have.associations):
+        allowed = (managed or {}).get(account)
+        if allowed is not None and user not in allowed and (user, account) not in wanted \
+                and (user, account) not in have.closed:
+            out.append(_submit_limit(user, account, c, 0))
     return out
+
+
+def _submit_limit(user: str, account: str, cluster: str, limit: int) -> list[str]:
+    """Close (0) or open again (-1: no limit) one association to new jobs."""
+    return ["sacctmgr", "-i", "modify", "user", "where", f"name={user}", f"account={account}",
+            f"cluster={cluster}", "set", f"maxsubmitjobs={limit}"]

@@ -28,6 +28,9 @@ no keep-alive, so they can never keep a caller with the token out
     PUT    /v1/reservations/<node>          {"start": 1764230400}: make or move the node's
     DELETE /v1/reservations/<node>
     POST   /v1/reconfigure
+    POST   /v1/accounting                   associations: {"applied": [sacctmgr command, ...]}
+    GET    /v1/directory                    {"state": "ok", "message": ..., "uri": ..., "checked": t}:
+                                            the sssd container's last probe of the directory
     GET    /v1/published?dir=D              {"latest": "..."}: D/LATEST, the model version a job
                                             published (D inside --checkpoint-root, read-only;
                                             opened one component at a time without following
@@ -135,6 +138,7 @@ ROUTES: list[tuple[str, re.Pattern, Callable[..., Any]]] = [
     ("PUT", re.compile(r"/v1/reservations/(?P<name>[^/]+)"), lambda s, q, b, name: s.reserve(name, _time(b))),
     ("DELETE", re.compile(r"/v1/reservations/(?P<name>[^/]+)"), lambda s, q, b, name: s.unreserve(name)),
     ("POST", re.compile(r"/v1/reconfigure"), lambda s, q, b: s.reconfigure()),
+    ("GET", re.compile(r"/v1/directory"), lambda s, q, b: s.directory().to_json()),
     ("POST", re.compile(r"/v1/accounting"),
      lambda s, q, b: {"applied": s.apply_accounting(Associations.from_json(b))}),
 ]

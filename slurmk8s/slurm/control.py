@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Protocol, Sequence, runtime_checkable
 
 from .accounting import Associations
+from .directory import Verdict
 from .model import Job, Node
 from .reservations import Reservation
 
@@ -84,6 +85,10 @@ class SlurmControl(Protocol):
     def apply_accounting(self, want: Associations) -> list[str]:
         """Add the missing accounts, associations and QOS (sacctmgr); returns the commands run."""
 
+    def directory(self) -> Verdict:
+        """The site directory's health as the sssd container beside slurmctld last probed
+        it (``spec.identity.ldap``); state ``unknown`` without a recent probe."""
+
     def published(self, model_dir: str) -> str:
         """The text of ``<model_dir>/LATEST`` on the cluster's shared storage, the
         model version a job published (``slurmk8s/published_model.py``), read
@@ -96,5 +101,5 @@ OPERATIONS = (
     "ping", "nodes", "node", "jobs", "drain", "set_down", "undrain", "signal_node_jobs",
     "requeue", "start_now", "cancel", "delete_node", "reservations", "reserve", "unreserve",
     "reconfigure", "config_hash",
-    "apply_accounting", "published",
+    "apply_accounting", "directory", "published",
 )

@@ -21,6 +21,7 @@ from typing import Mapping, Sequence
 from urllib.parse import quote, urlencode, urlsplit
 
 from .accounting import Associations
+from .directory import Verdict
 from .client import NotOurDrain, SlurmError
 from .model import Job, Node, job_from_dict, node_from_dict
 from .reservations import Reservation, reservation_from_dict
@@ -276,6 +277,9 @@ class RemoteSlurm:
 
     def apply_accounting(self, want: Associations) -> list[str]:
         return [str(c) for c in self._call("POST", "/v1/accounting", want.to_json())["applied"]]
+
+    def directory(self) -> Verdict:
+        return Verdict.from_json(self._call("GET", "/v1/directory"))
 
     def published(self, model_dir: str) -> str:
         """The text of ``<model_dir>/LATEST`` on the cluster's shared storage

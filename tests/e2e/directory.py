@@ -2,7 +2,8 @@
 its own, with TLS from a CA of the test's, and the SlurmCluster's ``spec.identity.ldap``
 pointing at it. It starts as a site's directory is: with the account SSSD binds as, the
 groups physics (alice, bob) and chemistry (carol), and alice and carol with their keys;
-the tests add and change entries with ldapadd and ldapmodify, as a site's admin would."""
+the tests add and change entries with ldapadd and ldapmodify, as a site's admin would, and
+cut it off with a NetworkPolicy (:func:`isolated`)."""
 
 from __future__ import annotations
 
@@ -90,6 +91,10 @@ def cluster_objects(d: Directory, namespace: str) -> list[dict]:
     ]
 
 
+#: spec.accounting.accounts that follow the directory's groups.
+ACCOUNTS = [{"name": "physics", "groups": ["physics"]}, {"name": "chemistry", "groups": ["chemistry"]}]
+
+
 def identity(login_groups: list[str], cache_seconds: int = 15) -> dict:
     """spec.identity of the SlurmCluster: this directory over LDAPS, checked against its CA."""
     return {"ldap": {
@@ -97,6 +102,19 @@ def identity(login_groups: list[str], cache_seconds: int = 15) -> dict:
         "bindDn": READER, "bindPasswordSecret": {"name": "ldap-bind", "key": "password"},
         "userSearchBase": PEOPLE, "groupSearchBase": GROUPS, "loginGroups": login_groups,
         "cacheSeconds": cache_seconds}}
+
+
+def other_ca(work: Path) -> str:
+    """A CA that did not sign the directory's certificate: a wrong spec.identity.ldap.ca."""
+    return tls.ensure(work / "other-tls", ["elsewhere.example.org"], common_name="elsewhere.example.org",
+                      ca_name="another-ca").ca_pem
+
+
+def isolated() -> dict:
+    """A NetworkPolicy that cuts the directory off: its pods admit nobody."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "directory-down", "namespace": NAMESPACE},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}
 
 
 def ldif_reader(d: Directory) -> str:

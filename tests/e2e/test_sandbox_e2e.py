@@ -13,6 +13,7 @@ per release, over a minute of the test command's time each.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -63,6 +64,7 @@ def sandbox(tmp_path_factory, release, ldap):
     docs = [cluster]
     if release == versions.DEFAULT:
         cluster["spec"]["identity"] = directory.identity(["physics"])
+        cluster["spec"]["accounting"]["accounts"] += directory.ACCOUNTS
         docs = directory_docs + directory.cluster_objects(d, cluster["metadata"]["namespace"]) + docs
     manifest = work / "cluster.yaml"
     manifest.write_text(yaml.safe_dump_all(docs))
@@ -472,11 +474,42 @@ def seeded(sandbox, ldap, status):
     return ldap[0].keys
 
 
-def _associate(box, user: str, account: str = "ml") -> None:
-    """What a site's admin does for a directory user where accounting enforces associations."""
-    proc = box.kubectl("exec", "-n", "default", "demo-controller-0", "-c", "slurmctld", "--",
-                       "sacctmgr", "-i", "add", "user", user, f"account={account}")
+def _slurmctld(box, *argv: str) -> subprocess.CompletedProcess:
+    return box.kubectl("exec", "-n", "default", "demo-controller-0", "-c", "slurmctld", "--", *argv)
+
+
+def _associations(box, user: str) -> dict[str, str]:
+    """account -> MaxSubmitJobs of the user's associations ("" no limit, "0" closed)."""
+    proc = _slurmctld(box, "sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", "format=account,maxsubmit")
     assert proc.returncode == 0, proc.stderr
+    return dict(line.split("|")[:2] for line in proc.stdout.splitlines() if line.strip())
+
+
+def _default_account(box, user: str) -> str:
+    return _slurmctld(box, "sacctmgr", "-n", "-P", "show", "user", user, "format=defaultaccount").stdout.strip()
+
+
+def _as(box, user: str, script: str) -> subprocess.CompletedProcess:
+    """``script`` as ``user`` in the login pod, whose sssd resolves them (as root there would)."""
+    return box.kubectl("exec", "-n", "default", "deploy/demo-login", "-c", "login", "--",
+                       "runuser", "-u", user, "--", "bash", "-c", script)
+
+
+def _directory_ready(box) -> tuple[str, str, str]:
+    obj = json.loads(box.kubectl("get", "slurmcluster", "demo", "-o", "json").stdout)
+    cond = next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == "DirectoryReady"), {})
+    return cond.get("status", ""), cond.get("reason", ""), cond.get("message", "")
+
+
+def _wait_directory(box, status: str, reason: str) -> tuple[str, str, str]:
+    return wait_for(f"DirectoryReady {status} ({reason})",
+                    lambda: (c := _directory_ready(box))[:2] == (status, reason) and c,
+                    timeout=90, every=2, show=lambda: _directory_ready(box))
+
+
+def _events(box, reason: str) -> list[str]:
+    out = box.kubectl("get", "events", "-n", "default", "-o", "json")
+    return [e["message"] for e in json.loads(out.stdout)["items"] if e.get("reason") == reason]
 
 
 def _directory_login(status, keys, work, user) -> Researcher:
@@ -497,12 +530,13 @@ def _refused(status, keys, work, user) -> bool:
 @default_release_only
 def test_a_directory_user_logs_in_with_the_key_in_ldap_and_runs_a_two_node_job_as_their_uid(
         sandbox, status, seeded, ldap, researcher):
-    work = ldap[2]
-    _associate(sandbox[0], "alice")
+    box, work = sandbox[0], ldap[2]
     t0 = time.monotonic()
     alice = wait_for("alice to log in with her key from the directory",
                      lambda: _try_login(status, seeded, work, "alice"), timeout=60)
     login_seconds = time.monotonic() - t0
+    # Her association is the directory's: the account physics follows her group.
+    wait_for("alice's association in physics", lambda: _associations(box, "alice").get("physics") == "", timeout=60)
     try:
         assert alice.check("id -u").strip() == "5001" and alice.check("id -gn").strip() == "physics"
         assert alice.check("pwd").strip() == "/home/alice"  # made at her first login, hers
@@ -532,20 +566,119 @@ def test_a_user_added_to_the_directory_submits_without_a_change_to_the_cluster(s
     box, _ = sandbox
     work = ldap[2]
     generation = json.loads(box.kubectl("get", "slurmcluster", "demo", "-o", "json").stdout)["metadata"]["generation"]
+    t0 = time.monotonic()
     proc = directory.ldap_apply(box.kubectl, "ldapadd", directory.ldif_user("bob", 5002, 5000, seeded["bob"][1]))
     assert proc.returncode == 0, proc.stderr
-    _associate(box, "bob")
-    t0 = time.monotonic()
+    # The group physics listed him already; now that he is a user, the account physics holds him.
+    wait_for("bob's association in physics", lambda: "physics" in _associations(box, "bob"), timeout=90, every=2)
+    associated = time.monotonic() - t0
     bob = wait_for("bob to log in", lambda: _try_login(status, seeded, work, "bob"), timeout=90)
     try:
         job = int(bob.check("cd /shared/bob && sbatch --parsable -o id.out --wrap 'id -un; id -u'").split(";")[0])
         bob.wait_state(job, {"COMPLETED"})
         assert bob.read("/shared/bob/id.out").split() == ["bob", "5002"]
-        print(f"bob's first job ran {time.monotonic() - t0:.1f}s after he was added to the directory")
+        print(f"bob added to the directory: his association {associated:.1f}s later, his first job ran "
+              f"{time.monotonic() - t0:.1f}s later")
     finally:
         bob.close()
     after = json.loads(box.kubectl("get", "slurmcluster", "demo", "-o", "json").stdout)["metadata"]["generation"]
     assert after == generation
+
+
+@default_release_only
+def test_with_the_directory_cut_off_cached_users_log_in_jobs_finish_and_the_status_says_so(
+        sandbox, status, seeded, ldap):
+    box, work = sandbox[0], ldap[2]
+    _wait_directory(box, "True", "Reachable")
+    t0 = time.monotonic()
+    alice = _directory_login(status, seeded, work, "alice")
+    up_login = time.monotonic() - t0
+    looked_up = time.monotonic()
+    try:
+        job = int(alice.check("cd /shared/alice && sbatch --parsable -o cut.out --wrap 'sleep 20; id -un'")
+                  .split(";")[0])
+        alice.wait_state(job, {"RUNNING"})
+    finally:
+        alice.close()
+    cut = box.kubectl("apply", "-f", "-", input=yaml.safe_dump(directory.isolated()))
+    assert cut.returncode == 0, cut.stderr
+    try:
+        t0 = time.monotonic()
+        down = _wait_directory(box, "False", "Unreachable")
+        noticed = time.monotonic() - t0
+        assert "from sssd's cache" in down[2]
+        assert any("no connection" in m for m in _events(box, "DirectoryUnreachable"))
+        # Her cached entry older than cacheSeconds (15 s): sssd must ask the directory, and finds it away.
+        time.sleep(max(0.0, 16 - (time.monotonic() - looked_up)))
+        t0 = time.monotonic()
+        alice = _directory_login(status, seeded, work, "alice")
+        cached_login = time.monotonic() - t0
+        try:
+            assert alice.check("id -u").strip() == "5001"
+            alice.wait_state(job, {"COMPLETED"})
+            assert alice.read("/shared/alice/cut.out").strip() == "alice"
+        finally:
+            alice.close()
+    finally:
+        box.kubectl("delete", "networkpolicy", "-n", directory.NAMESPACE, "directory-down")
+    _wait_directory(box, "True", "Reachable")
+    assert _events(box, "DirectoryReachable")
+    print(f"alice's login: {up_login:.1f}s with the directory up, {cached_login:.1f}s with it cut off "
+          f"(sssd's cache); the status said so {noticed:.1f}s after the cut")
+
+
+@default_release_only
+def test_a_wrong_bind_password_or_ca_is_a_clear_condition_and_logins_go_on(sandbox, status, seeded, ldap):
+    box, (d, _, work) = sandbox[0], ldap
+    _wait_directory(box, "True", "Reachable")
+
+    def patch(kind: str, name: str, data: dict) -> None:
+        proc = box.kubectl("patch", kind, name, "-n", "default", "--type", "merge", "-p", json.dumps({"data": data}))
+        assert proc.returncode == 0, proc.stderr
+
+    right = directory.cluster_objects(d, "default")
+    patch("secret", "ldap-bind", {"password": base64.b64encode(b"not-the-password").decode()})
+    try:
+        bind = _wait_directory(box, "False", "BindFailed")
+        assert "bindPasswordSecret" in bind[2] and "not-the-password" not in bind[2]
+        # sssd binds with the password it started with: nothing else breaks.
+        _directory_login(status, seeded, work, "alice").close()
+        patch("configmap", "ldap-ca", {"ca.crt": directory.other_ca(work)})
+        tls = _wait_directory(box, "False", "TLSFailed")
+        assert "spec.identity.ldap.ca" in tls[2]
+        _directory_login(status, seeded, work, "alice").close()
+    finally:
+        patch("secret", "ldap-bind", right[1]["data"])
+        patch("configmap", "ldap-ca", right[0]["data"])
+    _wait_directory(box, "True", "Reachable")
+    assert _events(box, "DirectoryBindFailed") and _events(box, "DirectoryTLSFailed")
+
+
+@default_release_only
+def test_a_group_change_moves_a_users_account_and_keeps_their_history(sandbox, seeded, ldap):
+    box, _ = sandbox
+    assert _associations(box, "bob") == {"physics": ""}  # from the group physics (the test before)
+    t0 = time.monotonic()
+    proc = directory.ldap_apply(box.kubectl, "ldapmodify", (
+        f"dn: cn=physics,{directory.GROUPS}\nchangetype: modify\ndelete: memberUid\nmemberUid: bob\n\n"
+        f"dn: cn=chemistry,{directory.GROUPS}\nchangetype: modify\nadd: memberUid\nmemberUid: bob\n"))
+    assert proc.returncode == 0, proc.stderr
+    wait_for("bob's account to move to chemistry",
+             lambda: _associations(box, "bob") == {"physics": "0", "chemistry": ""}
+             and _default_account(box, "bob") == "chemistry",
+             timeout=90, every=2, show=lambda: (_associations(box, "bob"), _default_account(box, "bob")))
+    moved = time.monotonic() - t0
+    refused = _as(box, "bob", "sbatch -A physics -D /shared/bob -o /dev/null --wrap true")
+    assert refused.returncode != 0 and "policy" in refused.stderr, refused.stderr
+    submitted = _as(box, "bob", "sbatch --parsable -D /shared/bob -o /dev/null --wrap true")
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    assert "Account=chemistry" in _as(box, "bob", f"scontrol show job {job}").stdout
+    # His first job, in physics, is still in his history.
+    wait_for("bob's history in both accounts",
+             lambda: {"physics", "chemistry"} <= set(_as(box, "bob", "sacct -n -X -P -o account").stdout.split()),
+             timeout=30, every=1, show=lambda: _as(box, "bob", "sacct -n -X -P -o account").stdout)
+    print(f"bob's account moved {moved:.1f}s after his groups changed in the directory")
 
 
 @default_release_only

@@ -1,0 +1,69 @@
+#!/bin/bash
+# Probe of the sssd image: can the directory be reached, over TLS checked
+# against the cluster's CA, and bound as sssd binds? Run by the entrypoint
+# every PROBE_SECONDS; it writes its verdict where the pod's agent reads it
+# (slurmk8s/slurm/directory.py), a file of three lines:
+#
+#   state=ok|unreachable|tls|bind|error
+#   uri=<the URI that answered, or the first one tried>
+#   message=<what failed, and what to check>
+#
+#   probe.sh SSSD_CONF PASSWORD_FILE OUT
+#
+# The password is read from the mounted Secret at each run, so a Secret changed
+# to a wrong password shows here although sssd, which read it at its start,
+# still binds with the old one.
+set -uo pipefail
+conf=$1 password_file=$2 out=$3
+
+setting() { sed -n "s/^$1 = //p" "$conf" | head -n 1; }
+uris=$(setting ldap_uri | tr -d ' ' | tr ',' ' ')
+bind_dn=$(setting ldap_default_bind_dn)
+start_tls=$(setting ldap_id_use_start_tls)
+ca=$(setting ldap_tls_cacert)
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+bind=(-x)
+if [ -n "$bind_dn" ]; then
+  # ldapwhoami -y reads the whole file: the password without its newline.
+  (umask 077 && head -n 1 "$password_file" | tr -d '\n' >"$work/password") 2>/dev/null
+  bind+=(-D "$bind_dn" -y "$work/password")
+fi
+[ "$start_tls" = true ] && bind+=(-ZZ)
+
+state="" message=() first=""
+rank() { case $1 in ok) echo 4 ;; bind) echo 3 ;; tls) echo 2 ;; error) echo 1 ;; *) echo 0 ;; esac; }
+verdict() {  # keeps the most telling state over the URIs: ok, then bind, tls, error, unreachable
+  if [ -z "$state" ] || [ "$(rank "$1")" -gt "$(rank "$state")" ]; then state=$1 first=$2; fi
+}
+for uri in $uris; do
+  rest=${uri#*://} scheme=${uri%%://*}
+  hostport=${rest%%/*}
+  host=${hostport%:*} port=${hostport##*:}
+  [ "$host" = "$hostport" ] && { [ "$scheme" = ldaps ] && port=636 || port=389; }
+  # shellcheck disable=SC2016 # expanded by the inner bash, from its arguments
+  if ! timeout 5 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$host" "$port" 2>/dev/null; then
+    verdict unreachable "$uri"
+    message+=("$uri: no connection to $host:$port within 5 s")
+    continue
+  fi
+  said=$(LDAPTLS_CACERT=${ca:-/etc/ssl/certs/ca-certificates.crt} LDAPTLS_REQCERT=demand \
+    timeout 15 ldapwhoami -H "$uri" -o nettimeout=5 "${bind[@]}" 2>&1)
+  rc=$?
+  said=$(printf '%s' "$said" | tr '\n\t' '  ' | tr -s ' ' | cut -c 1-200)
+  case $rc in
+    0) verdict ok "$uri"; message=("$uri: bound as ${bind_dn:-anonymous}"); break ;;
+    49) verdict bind "$uri"
+        message+=("$uri: the directory refused the bind as $bind_dn ($said): check the password in the Secret spec.identity.ldap.bindPasswordSecret names") ;;
+    255|245|1) verdict tls "$uri"
+        message+=("$uri: $host:$port answers but TLS failed ($said): check spec.identity.ldap.ca and that the server's certificate names $host") ;;
+    *) verdict error "$uri"; message+=("$uri: ldapwhoami exited $rc ($said)") ;;
+  esac
+done
+[ -n "$state" ] || { state=error; message=("no URI in $conf"); }
+joined=$(IFS=';'; printf '%s' "${message[*]}" | sed 's/;/; /g')
+tmp=$(mktemp "$out.XXXXXX")
+printf 'state=%s\nuri=%s\nmessage=%s\n' "$state" "$first" "$joined" >"$tmp"
+chmod 0644 "$tmp"
+mv -f "$tmp" "$out"

@@ -1,0 +1,85 @@
+"""The site's directory as the cluster sees it (``spec.identity.ldap``). Pure but for :func:`read_verdict`.
+
+The sssd container beside slurmctld probes the directory every 15 s
+(images/sssd/probe.sh: a TCP connection, TLS checked against the cluster's CA,
+and a bind as sssd binds) and writes its verdict into the socket directory it
+shares with the agent. The agent reads it (``GET /v1/directory``), and the
+operator turns it into the DirectoryReady condition and an Event when it
+changes (operator/directory.py). A verdict older than :data:`STALE_SECONDS`,
+or none, is unknown: the condition says so and nothing else follows from it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Mapping
+
+__all__ = ["Verdict", "VERDICT_FILE", "STALE_SECONDS", "parse_verdict", "read_verdict", "STATES"]
+
+#: Where the sssd container writes its verdict (images/sssd/entrypoint.sh), in the pod's
+#: /var/lib/sss/pipes emptyDir, which the agent mounts read-only.
+VERDICT_FILE = "/var/lib/sss/pipes/slurmk8s-directory"
+#: Four missed probes: the sssd container is not probing (stopped, or not started yet).
+STALE_SECONDS = 60
+STATES = ("ok", "unreachable", "tls", "bind", "error", "unknown")
+_MAX_BYTES = 4096
+_LINE = re.compile(r"(state|uri|message)=([ -~]*)")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: str
+    message: str
+    uri: str = ""
+    #: POSIX seconds of the probe, 0 when unknown
+    checked: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> "Verdict":
+        state = data.get("state")
+        if state not in STATES:
+            raise ValueError(f"{state!r} is not a directory state ({', '.join(STATES)})")
+        return cls(state, str(data.get("message", ""))[:1024], str(data.get("uri", ""))[:512],
+                   float(data.get("checked") or 0))
+
+
+def parse_verdict(text: str, checked: float, now: float) -> Verdict:
+    """The probe's file (``state=``, ``uri=``, ``message=`` lines), written at ``checked``."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _LINE.fullmatch(line)
+        if m is None:
+            return Verdict("unknown", f"the probe wrote an unreadable line: {line[:80]!r}", checked=checked)
+        fields[m.group(1)] = m.group(2)
+    state = fields.get("state", "")
+    if state not in STATES:
+        return Verdict("unknown", f"the probe wrote no known state ({state[:20]!r})", checked=checked)
+    if now - checked > STALE_SECONDS:
+        return Verdict("unknown", f"the sssd container last probed the directory {now - checked:.0f} s ago",
+                       fields.get("uri", ""), checked)
+    return Verdict(state, fields.get("message", ""), fields.get("uri", ""), checked)
+
+
+def read_verdict(path: str = VERDICT_FILE, now: float | None = None) -> Verdict:
+    """The verdict in ``path``, opened without following a link (the file is the sssd container's)."""
+    now = time.time() if now is None else now
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return Verdict("unknown", "the sssd container has not probed the directory yet")
+    except OSError as exc:
+        return Verdict("unknown", f"the probe's verdict cannot be read: {exc.strerror}")
+    try:
+        st = os.fstat(fd)
+        if not (st.st_mode & 0o170000 == 0o100000):
+            return Verdict("unknown", "the probe's verdict is not a plain file")
+        data = os.read(fd, _MAX_BYTES)
+    finally:
+        os.close(fd)
+    return parse_verdict(data.decode("ascii", errors="replace"), st.st_mtime, now)
