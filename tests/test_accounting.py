@@ -5,7 +5,9 @@ tests/test_accounting_images.py."""
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
+import time
 
 import pytest
 
@@ -195,8 +197,11 @@ def _apply(state: State, argv: list[str]) -> None:
         state.qos[name] = QosLimits(name, int(kv["Priority"]), limit("MaxWall"), limit("MaxJobsPerUser"),
                                     limit("MaxSubmitJobsPerUser"))
     elif words[:2] == ["add", "user"]:
+        new = not any(u == words[2] for u, _ in state.associations)
+        assert new == ("defaultaccount" in kv), argv  # a default is set by add only for a new user
         state.associations[(words[2], kv["account"])] = set(kv["qos"].split(","))
-        state.default_account.setdefault(words[2], kv["defaultaccount"])
+        if new:
+            state.default_account[words[2]] = kv["defaultaccount"]
     elif words[:2] == ["modify", "user"] and "defaultaccount" in kv:
         state.default_account[kv["name"]] = kv["defaultaccount"]
     elif words[:2] == ["modify", "user"] and "maxsubmitjobs" in kv:
@@ -335,20 +340,23 @@ def test_groups_need_the_directory_and_enforced_limits(doc):
         load_cluster(_directory(doc, accounts=[{"name": "physics", "groups": ["sudo"]}]))
 
 
-def test_the_agent_reads_group_members_with_getent_and_keeps_only_users():
+def test_the_agent_reads_the_directorys_members_and_keeps_those_nss_resolves(tmp_path):
+    """The members as the sssd container listed them from the directory; a group absent from
+    the list, or a list gone old, is unknown; only members getent resolves become users."""
+    listing = tmp_path / "groups"
+    listing.write_text("physics:bob,ghost\nempty:\nBad Line\n")
+    passwd = {"bob": "bob:*:5002:5000::/home/bob:/bin/bash"}
     calls = []
 
     def runner(argv, stdin):
         calls.append(argv)
-        out = {("getent", "group", "physics"): (0, "physics:*:5000:bob,ghost\n"),
-               ("getent", "group", "empty"): (0, "empty:*:5001:\n")}.get(tuple(argv))
-        if argv[:2] == ["getent", "passwd"]:
-            known = {"bob": "bob:*:5002:5000:bob:/home/bob:/bin/bash"}
-            lines = [known[u] for u in argv[2:] if u in known]
-            out = (0 if len(lines) == len(argv) - 2 else 2, "\n".join(lines) + "\n")
-        rc, text = out or (2, "")
-        return subprocess.CompletedProcess(argv, rc, text, "")
+        lines = [passwd[k] for k in argv[2:] if k in passwd]
+        return subprocess.CompletedProcess(argv, 0 if len(lines) == len(argv) - 2 else 2, "\n".join(lines), "")
 
-    members, users = SlurmClient(runner).group_members(["empty", "missing", "physics"])
-    assert members == {"empty": [], "missing": None, "physics": ["bob", "ghost"]}
-    assert users == {"bob"}
+    client = SlurmClient(runner, directory_groups=str(listing))
+    members, users = client.group_members(["empty", "missing", "physics"])
+    assert members == {"empty": [], "missing": None, "physics": ["bob", "ghost"]} and users == {"bob"}
+    assert calls == [["getent", "passwd", "bob", "ghost"]]
+    old = time.time() - 120
+    os.utime(listing, (old, old))
+    assert client.group_members(["physics"]) == ({"physics": None}, set())

@@ -17,7 +17,7 @@ from slurmk8s.operator.status import compute
 from slurmk8s.render.keys import ClusterKeys
 from slurmk8s.slurm import RemoteSlurm, SlurmClient
 from slurmk8s.slurm.agent import AgentServer
-from slurmk8s.slurm.directory import STALE_SECONDS, Verdict, parse_verdict, read_verdict
+from slurmk8s.slurm.directory import STALE_SECONDS, Verdict, parse_groups, parse_verdict, read_groups, read_verdict
 
 from .conftest import EXAMPLE
 
@@ -49,6 +49,17 @@ def test_the_verdict_is_read_without_following_a_link(tmp_path):
     link.symlink_to(real)
     v = read_verdict(str(link))
     assert v.state == "unknown" and "cannot be read" in v.message
+
+
+def test_the_group_list_is_read_strictly_and_not_through_a_link(tmp_path):
+    assert parse_groups("physics:alice,bob\nempty:\nUPPER:x\nbad:a b\nfoo:a:b\n") == {
+        "physics": ["alice", "bob"], "empty": []}
+    real = tmp_path / "groups"
+    real.write_text("physics:alice\n")
+    assert read_groups(str(real)) == {"physics": ["alice"]}
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    assert read_groups(str(link)) is None and read_groups(str(tmp_path / "none")) is None
 
 
 def test_the_agent_serves_the_verdict_to_the_operator(tmp_path):

@@ -17,7 +17,7 @@ from slurmk8s.api.identity import parse_filter
 from slurmk8s.api.secrets import SecretRef, secret_problem, secret_refs
 from slurmk8s.api.validate import load_cluster
 from slurmk8s.render import names
-from slurmk8s.render.config import sssd_conf
+from slurmk8s.render.config import PROLOG, sssd_conf
 from slurmk8s.render.keys import ClusterKeys
 from slurmk8s.render.manifests import lent_slurmd_pod, render
 
@@ -112,6 +112,7 @@ def test_sssd_conf_has_the_directory_and_no_password():
     assert "ldap_uri = ldaps://ldap.example.org" in lines and "ldap_tls_reqcert = demand" in lines
     assert "ldap_user_search_base = ou=people,dc=example,dc=org?subtree?(objectClass=posixAccount)" in lines
     assert "ldap_default_bind_dn = cn=reader,dc=example,dc=org" in lines and "entry_cache_timeout = 120" in lines
+    assert "memcache_timeout = 120" in lines  # glibc's reads of the memory cache age as the entries do
     assert "ldap_tls_cacert = /run/slurmk8s/ldap-ca/ca.crt" in lines and "min_id = 1000" in lines
     assert not any(ln.startswith("ldap_default_authtok =") for ln in lines)
     # The domain's section is the last: the sssd container appends the password to it.
@@ -214,3 +215,23 @@ def test_the_ca_and_the_bind_password_must_be_marked_for_their_use():
     wrong = secret(b"x")
     wrong["metadata"]["labels"]["slurmk8s.dev/secret-use"] = "database-password"
     assert "not labelled slurmk8s.dev/secret-use=ldap-bind-password" in secret_problem(bind, wrong)
+
+
+def test_with_a_directory_each_job_node_looks_its_user_up_and_the_followed_groups_roll_nothing():
+    doc = cluster()
+    doc["spec"]["accounting"]["accounts"] += [{"name": "physics", "groups": ["physics", "labs"]}]
+    c = load_cluster(doc)
+    keys = ClusterKeys.generate()
+    objs = render(c, keys)
+    conf = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == names.slurm_config(c))
+    assert f"Prolog={PROLOG}" in conf["data"]["slurm.conf"].splitlines()
+    assert (ROOT / "images/slurmd/prolog.sh").exists()
+    plain = render(load_cluster(yaml.safe_load(EXAMPLE.read_text())), ClusterKeys.generate())
+    assert not any(ln.startswith("Prolog=") for o in plain if o["kind"] == "ConfigMap"
+                   for ln in o["data"].get("slurm.conf", "").splitlines())
+    sssd = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == names.sssd_config(c))
+    assert sssd["data"]["groups"].split() == ["labs", "physics"]
+    # Another group followed: the list changes, no pod template does (the probe reads it each time).
+    doc["spec"]["accounting"]["accounts"][-1]["groups"].append("optics")
+    other = render(load_cluster(doc), keys)
+    assert _pod_specs(other) == _pod_specs(objs)

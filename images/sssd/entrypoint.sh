@@ -7,7 +7,9 @@
 #                                the login pod's key socket beside it (keys-of.sh)
 #                                and, with PROBE_SECONDS set, a probe of the
 #                                directory that often (probe.sh: reachable, TLS,
-#                                bind; its verdict in /var/lib/sss/pipes/slurmk8s-directory)
+#                                bind; its verdict in /var/lib/sss/pipes/slurmk8s-directory,
+#                                and the members of the groups accounts follow in
+#                                /var/lib/sss/pipes/slurmk8s-groups)
 #   slurmk8s-entrypoint ready    exit 0 when sssd's and the key socket are there for
 #                                the Slurm container (a directory that is down does
 #                                not make it unready: cached users still resolve)
@@ -67,7 +69,7 @@ mv -f "$tmp" /etc/sssd/sssd.conf
 install -d -m 0755 "$pipes" /var/lib/sss/mc
 install -d -m 0700 "$pipes/private" /var/lib/sss/db
 # A socket or pid file left by an earlier run of this container would make sssd refuse to start.
-rm -f /var/run/sssd.pid /run/sssd.pid "$keys_socket" "$verdict"
+rm -f /var/run/sssd.pid /run/sssd.pid "$keys_socket" "$verdict" "$pipes/slurmk8s-groups"
 socat "UNIX-LISTEN:$keys_socket,fork,mode=600" EXEC:/usr/local/lib/slurmk8s/keys-of &
 relay=$!
 # The directory's health, for the cluster's status (probe.sh): every PROBE_SECONDS,
@@ -76,7 +78,8 @@ helpers=("$relay")
 if [[ ${PROBE_SECONDS:-} =~ ^[1-9][0-9]{0,3}$ ]]; then
   (
     while true; do
-      /usr/local/lib/slurmk8s/probe "/etc/sssd/sssd.conf" "$password_file" "$verdict" || true
+      /usr/local/lib/slurmk8s/probe /etc/sssd/sssd.conf "$password_file" "$verdict" \
+        "$SK_MOUNTS/sssd/groups" "$pipes/slurmk8s-groups" || true
       sleep "$PROBE_SECONDS"
     done
   ) &

@@ -8,13 +8,20 @@
 #   uri=<the URI that answered, or the first one tried>
 #   message=<what failed, and what to check>
 #
-#   probe.sh SSSD_CONF PASSWORD_FILE OUT
+#   probe.sh SSSD_CONF PASSWORD_FILE OUT [GROUPS GROUPS_OUT]
 #
 # The password is read from the mounted Secret at each run, so a Secret changed
 # to a wrong password shows here although sssd, which read it at its start,
 # still binds with the old one.
+#
+# With GROUPS (a file of group names, one per line: the groups accounts follow),
+# a bind that succeeded also reads those groups' memberUid from the directory, as
+# sssd's rfc2307 schema does, and writes GROUPS_OUT, a line `name:member,...`
+# per group found, for the agent. Not `getent group`: sssd lists a member who
+# is not yet a user, then leaves them out once they are, until it reads the
+# group again.
 set -uo pipefail
-conf=$1 password_file=$2 out=$3
+conf=$1 password_file=$2 out=$3 groups_file=${4:-} groups_out=${5:-}
 
 setting() { sed -n "s/^$1 = //p" "$conf" | head -n 1; }
 uris=$(setting ldap_uri | tr -d ' ' | tr ',' ' ')
@@ -62,6 +69,30 @@ for uri in $uris; do
   esac
 done
 [ -n "$state" ] || { state=error; message=("no URI in $conf"); }
+
+# The followed groups' members, from the URI that answered.
+if [ "$state" = ok ] && [ -n "$groups_out" ] && [ -s "$groups_file" ]; then
+  base_filter=$(setting ldap_group_search_base)
+  base=${base_filter%%\?*} extra=""
+  case $base_filter in *\?subtree\?*) extra=${base_filter#*\?subtree\?} ;; esac
+  any=""
+  # Names the operator checked (POSIX group names: no LDAP filter character).
+  while read -r group; do [[ $group =~ ^[a-z_][a-z0-9_-]{0,31}$ ]] && any+="(cn=$group)"; done <"$groups_file"
+  if [ -n "$any" ]; then
+    tmp=$(mktemp "$groups_out.XXXXXX")
+    if LDAPTLS_CACERT=${ca:-/etc/ssl/certs/ca-certificates.crt} LDAPTLS_REQCERT=demand \
+        timeout 15 ldapsearch -LLL -o ldif-wrap=no -o nettimeout=5 -H "$first" "${bind[@]}" -b "$base" \
+        "(&(objectClass=posixGroup)(|$any)$extra)" cn memberUid 2>/dev/null |
+        awk '/^cn: / { if (cn == "") cn = substr($0, 5) } /^memberUid: / { m = m (m ? "," : "") substr($0, 12) }
+             /^$/ { if (cn != "") print cn ":" m; cn = ""; m = "" }
+             END { if (cn != "") print cn ":" m }' >"$tmp"; then
+      chmod 0644 "$tmp"
+      mv -f "$tmp" "$groups_out"
+    else
+      rm -f "$tmp"  # the agent sees the list age, and closes nothing while it is old
+    fi
+  fi
+fi
 joined=$(IFS=';'; printf '%s' "${message[*]}" | sed 's/;/; /g')
 tmp=$(mktemp "$out.XXXXXX")
 printf 'state=%s\nuri=%s\nmessage=%s\n' "$state" "$first" "$joined" >"$tmp"

@@ -30,6 +30,9 @@ GPU_FILES = "@GPU_FILES@"
 #: The slurmd image's TaskProlog (images/slurmd/task-prolog.sh): it gives jobs
 #: SLURMK8S_CHECKPOINT_DIR under the directory slurm.conf names beside it.
 TASK_PROLOG = "/usr/local/lib/slurmk8s/task-prolog"
+#: The slurmd image's Prolog with a directory (images/slurmd/prolog.sh): it looks the
+#: job's user up on each of its nodes, so their sssd caches hold them.
+PROLOG = "/usr/local/lib/slurmk8s/prolog"
 #: slurmk8s's HealthCheckProgram in the slurmd image (images/slurmd/healthcheck.sh).
 HEALTH_CHECK_PROGRAM = "/usr/local/lib/slurmk8s/healthcheck"
 #: Every release has auth/munge (`versions.Release.auth_types`), and the images run munged.
@@ -142,6 +145,7 @@ def slurm_conf_context(c: SlurmCluster) -> dict:
         "topology": spec.topology is not None,
         "checkpoint_dir": storage.checkpoint_dir if storage else None,
         "task_prolog": TASK_PROLOG,
+        "prolog": PROLOG if spec.identity.ldap is not None else None,
         "health": _health(c),
         "health_program": HEALTH_CHECK_PROGRAM,
         "node_sets": [
@@ -278,6 +282,14 @@ def user_files(c: SlurmCluster) -> dict[str, str]:
 #: Where the sssd container finds the directory's CA (spec.identity.ldap.ca), and its domain's name.
 LDAP_CA_FILE = "/run/slurmk8s/ldap-ca/ca.crt"
 SSSD_DOMAIN = "directory"
+
+
+def followed_groups(c: SlurmCluster) -> str:
+    """The directory groups accounts follow (spec.accounting.accounts[].groups), one per line,
+    for the controller pod's sssd container, which lists their members (images/sssd/probe.sh)."""
+    acct = c.spec.accounting
+    groups = sorted({g for a in acct.accounts for g in a.groups}) if acct.enabled else []
+    return render_template("sssd-groups", cluster=c.name, groups=groups)
 
 
 def sssd_conf(c: SlurmCluster) -> str | None:

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from ..api.cluster import SlurmCluster
 from . import accounting, controller, login, names, network, restapi, slurmd
-from .config import TopologyNode, config_files, config_hash, sssd_conf, user_files
+from .config import TopologyNode, config_files, config_hash, followed_groups, sssd_conf, user_files
 from .controller import AgentClients
 from .keys import ClusterKeys
 from .pods import Builder
@@ -77,7 +77,9 @@ def render(
     objs = [
         b.obj("v1", "ConfigMap", b.meta(names.slurm_config(c), "config"), data=files),
         b.obj("v1", "ConfigMap", b.meta(names.users_config(c), "config"), data=user_files(c)),
-        *([b.obj("v1", "ConfigMap", b.meta(names.sssd_config(c), "config"), data={"sssd.conf": sssd})]
+        # groups: read at each probe, so a change of them rolls no pod (the hash is sssd.conf's).
+        *([b.obj("v1", "ConfigMap", b.meta(names.sssd_config(c), "config"),
+                 data={"sssd.conf": sssd, "groups": followed_groups(c)})]
           if (sssd := sssd_conf(c)) is not None else []),
         _secret(b, names.munge_secret(c), "config", {"munge.key": keys.munge_key}),
         _secret(b, names.ssh_host_keys_secret(c), "login", {

@@ -238,17 +238,26 @@ def commands(want: Associations, have: State, managed: Mapping[str, frozenset[st
     followed = {account for account, _ in want.groups}
     for user, account in want.users:
         default.setdefault(user, account)
+    known = {user for user, _ in have.associations}
     for user, account in want.users:
         assoc = have.associations.get((user, account))
         if assoc is None:
+            # A user's default is set on their first association only, and changed with `modify`
+            # after: an `add` that changes it leaves slurmctld with none (26.05), and a job
+            # without --account is then refused.
+            first = [f"defaultaccount={default[user]}"] if user not in known else []
+            known.add(user)
             out.append(["sacctmgr", "-i", "add", "user", user, f"account={account}", f"cluster={c}",
-                        f"defaultaccount={default[user]}", f"qos={','.join(qos_names)}"])
-            continue
+                        *first, f"qos={','.join(qos_names)}"])
+            if first:
+                continue
         if default[user] == account and have.default_account.get(user) != account:
             out.append(["sacctmgr", "-i", "modify", "user", "where", f"name={user}", f"cluster={c}",
                         "set", f"defaultaccount={account}"])
         if (user, account) in have.closed and account in followed:  # back in a group
             out.append(_submit_limit(user, account, c, -1))
+        if assoc is None:
+            continue
         missing = [q for q in qos_names if q not in assoc]
         if missing:
             out.append(["sacctmgr", "-i", "modify", "user", "where", f"name={user}", f"account={account}",

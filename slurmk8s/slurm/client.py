@@ -32,7 +32,7 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 from .. import versions
 from ..api.fields import SLURM_SIGNALS
 from .accounting import STATE_QUERIES, Associations, commands, parse_state, with_members
-from .directory import VERDICT_FILE, Verdict, read_verdict
+from .directory import GROUPS_FILE, VERDICT_FILE, Verdict, read_groups, read_verdict
 from .hostlist import expand
 from .model import DRAIN_PREFIX, Job, JsonItems, Node, config_hash, job_from_json, node_from_json, release_of
 from .reservations import Reservation, lend_reservation_name, reservations_from_text
@@ -154,12 +154,13 @@ class SlurmClient:
 
     def __init__(self, runner: Runner = local_runner, config_dir: Path = CONFIG_DIR,
                  release: versions.Release | None = None, checkpoint_root: str | None = None,
-                 directory_verdict: str = VERDICT_FILE):
+                 directory_verdict: str = VERDICT_FILE, directory_groups: str = GROUPS_FILE):
         self._runner = runner
         self._config_dir = Path(config_dir)
         self._release = release
         self._checkpoint_root = checkpoint_root
         self._directory_verdict = directory_verdict
+        self._directory_groups = directory_groups
 
     def _run(self, *argv: str, stdin: str | None = None) -> str:
         proc = self._runner(list(argv), stdin)
@@ -348,15 +349,16 @@ class SlurmClient:
         A command that fails does not stop the others (one bad association
         must not keep every later user from submitting): all are tried, and
         then the first failure is raised, saying how many failed."""
-        managed = None
-        if want.groups:  # the directory's members, as this container's NSS (sssd) resolves them
-            want, managed = with_members(want, *self.group_members(
-                sorted({g for _, groups in want.groups for g in groups})))
         outputs = {name: self._run("sacctmgr", "-n", "-P", *(a.format(cluster=want.cluster) for a in argv))
                    for name, argv in STATE_QUERIES.items()}
+        have = parse_state(outputs)
+        managed = None
+        if want.groups:  # the directory's members (the sssd container lists them beside its sockets)
+            want, managed = with_members(want, *self.group_members(
+                sorted({g for _, groups in want.groups for g in groups})))
         done: list[str] = []
         failed: list[SlurmError] = []
-        todo = commands(want, parse_state(outputs), managed)
+        todo = commands(want, have, managed)
         for argv in todo:
             try:
                 self._run(*argv)
@@ -376,19 +378,16 @@ class SlurmClient:
         return read_verdict(self._directory_verdict)
 
     def group_members(self, groups: Sequence[str]) -> tuple[dict[str, list[str] | None], set[str]]:
-        """Each group's members (``getent``: sssd with a directory), None for a group that cannot
-        be read (absent, or the directory away and the group not cached); and which of the
-        members resolve to users."""
-        out: dict[str, list[str] | None] = {}
-        for group in groups:
-            proc = self._runner(["getent", "group", group], None)
-            fields = proc.stdout.strip().split("\n")[0].split(":") if proc.returncode == 0 else []
-            out[group] = [m for m in fields[3].split(",") if m] if len(fields) == 4 else None
-        names = sorted({m for members in out.values() if members for m in members})
+        """Each group's members, None for a group whose members are unknown (not in the
+        directory, or the list the sssd container reads from it is missing or old); and which
+        members resolve to users through NSS (sssd: its filters and id range apply)."""
+        listed = read_groups(self._directory_groups)
+        members = {g: None if listed is None else listed.get(g) for g in groups}
+        names = sorted({m for found in members.values() if found for m in found})
         # Exit 2 when one is not found; the others are still printed.
         users = {line.split(":", 1)[0] for line in self._runner(["getent", "passwd", *names], None)
-                 .stdout.splitlines()} if names else set()
-        return out, users
+                 .stdout.splitlines()} & set(names) if names else set()
+        return members, users
 
     def reconfigure(self) -> None:
         """Make slurmctld (and every slurmd) re-read the config files."""

@@ -17,11 +17,14 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-__all__ = ["Verdict", "VERDICT_FILE", "STALE_SECONDS", "parse_verdict", "read_verdict", "STATES"]
+__all__ = ["Verdict", "VERDICT_FILE", "GROUPS_FILE", "STALE_SECONDS", "parse_verdict", "read_verdict",
+           "parse_groups", "read_groups", "STATES"]
 
 #: Where the sssd container writes its verdict (images/sssd/entrypoint.sh), in the pod's
 #: /var/lib/sss/pipes emptyDir, which the agent mounts read-only.
 VERDICT_FILE = "/var/lib/sss/pipes/slurmk8s-directory"
+#: Beside it, the members of the groups accounts follow, as the directory lists them (memberUid).
+GROUPS_FILE = "/var/lib/sss/pipes/slurmk8s-groups"
 #: Four missed probes: the sssd container is not probing (stopped, or not started yet).
 STALE_SECONDS = 60
 STATES = ("ok", "unreachable", "tls", "bind", "error", "unknown")
@@ -66,20 +69,50 @@ def parse_verdict(text: str, checked: float, now: float) -> Verdict:
     return Verdict(state, fields.get("message", ""), fields.get("uri", ""), checked)
 
 
+def _read_small(path: str, limit: int) -> tuple[str, float]:
+    """A plain file's text and mtime, opened without following a link. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & 0o170000 != 0o100000:
+            raise OSError(0, "not a plain file")
+        return os.read(fd, limit).decode("ascii", errors="replace"), st.st_mtime
+    finally:
+        os.close(fd)
+
+
 def read_verdict(path: str = VERDICT_FILE, now: float | None = None) -> Verdict:
     """The verdict in ``path``, opened without following a link (the file is the sssd container's)."""
     now = time.time() if now is None else now
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        text, checked = _read_small(path, _MAX_BYTES)
     except FileNotFoundError:
         return Verdict("unknown", "the sssd container has not probed the directory yet")
     except OSError as exc:
         return Verdict("unknown", f"the probe's verdict cannot be read: {exc.strerror}")
+    return parse_verdict(text, checked, now)
+
+
+_GROUP_LINE = re.compile(r"([a-z_][a-z0-9_-]{0,31}):([^:\s]*)")
+
+
+def parse_groups(text: str) -> dict[str, list[str]]:
+    """``name:member,member`` lines (probe.sh) as group -> members; a line of another shape
+    is left out, so its group reads as not found."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        m = _GROUP_LINE.fullmatch(line)
+        if m is not None:
+            out[m.group(1)] = [u for u in m.group(2).split(",") if u]
+    return out
+
+
+def read_groups(path: str = GROUPS_FILE, now: float | None = None) -> dict[str, list[str]] | None:
+    """The members of the followed groups, None when the list is missing or older than
+    :data:`STALE_SECONDS` (the directory away, or no bind): what it says is then unknown."""
+    now = time.time() if now is None else now
     try:
-        st = os.fstat(fd)
-        if not (st.st_mode & 0o170000 == 0o100000):
-            return Verdict("unknown", "the probe's verdict is not a plain file")
-        data = os.read(fd, _MAX_BYTES)
-    finally:
-        os.close(fd)
-    return parse_verdict(data.decode("ascii", errors="replace"), st.st_mtime, now)
+        text, written = _read_small(path, 4 * 1024 * 1024)
+    except OSError:
+        return None
+    return parse_groups(text) if now - written <= STALE_SECONDS else None
