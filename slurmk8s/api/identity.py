@@ -23,7 +23,7 @@ from .fields import RESERVED_USERS, constrained, credential_host, pattern_check,
 from .refusals import schema_pattern
 
 __all__ = ["IdentitySpec", "LdapSpec", "LdapCa", "BindPasswordRef", "ConfigMapKeyRef", "LDAP_FILTER_MAX",
-           "LDAP_USE", "parse_filter", "identity_errors", "uri_port"]
+           "LDAP_USE", "parse_filter", "identity_errors", "account_group_errors", "uri_port"]
 
 #: The ``slurmk8s.dev/secret-use`` (and ``configmap-use``) values of the objects these fields name.
 LDAP_USE = {"bindPassword": "ldap-bind-password", "ca": "ldap-ca"}
@@ -258,3 +258,23 @@ def identity_errors(identity: IdentitySpec) -> Iterator[FieldError]:
         for i, value in enumerate(values):
             if value in values[:i]:
                 yield FieldError(f"{path}.{field}[{i}]", f"{quote(value)} is listed twice")
+
+
+def account_group_errors(identity: IdentitySpec, accounting) -> Iterator[FieldError]:
+    """Accounts that follow directory groups (spec.accounting.accounts[].groups, with
+    accounting on): a directory to read them from, each group once, and the enforcement
+    that closes an association (MaxSubmitJobs=0) for a member who left."""
+    for i, account in enumerate(accounting.accounts):
+        for j, group in enumerate(account.groups):
+            where = f"spec.accounting.accounts[{i}].groups[{j}]"
+            if identity.ldap is None:
+                yield FieldError(where, "groups are the directory's: set spec.identity.ldap, or list users instead")
+                break
+            if group in account.groups[:j]:
+                yield FieldError(where, f"{quote(group)} is listed twice")
+        lacking = [o for o in ("associations", "limits") if o not in accounting.enforce]
+        if account.groups and lacking:
+            yield FieldError(f"spec.accounting.accounts[{i}].groups",
+                             f"an account of directory groups needs enforce to hold {' and '.join(lacking)} "
+                             "(without them a member who left the groups could still submit); add "
+                             f"{' and '.join(lacking)} to spec.accounting.enforce")

@@ -20,7 +20,7 @@ from .lending import NodeLendingPolicy
 from .errors import FieldError, InvalidSpec, field_path, from_pydantic
 from .extralines import EXTRA_LINE_KEYS, KNOB_FOR_KEY, OWNED_KEYS, PROGRAM_KEYS, extra_line_errors
 from .fields import quantity_value, quote
-from .identity import identity_errors
+from .identity import account_group_errors, identity_errors
 from .secrets import owned_name_error, pull_secret_refs, secret_refs
 
 __all__ = [
@@ -367,21 +367,7 @@ def _accounting_errors(spec) -> Iterator[FieldError]:
             if user not in login:
                 yield FieldError(f"spec.accounting.accounts[{i}].users[{j}]",
                                  f"{quote(user)} is not in spec.login.users; add the user there first")
-        for j, group in enumerate(account.groups):
-            where = f"spec.accounting.accounts[{i}].groups[{j}]"
-            if spec.identity.ldap is None:
-                yield FieldError(where, "groups are the directory's: set spec.identity.ldap, or list users instead")
-                break
-            if group in account.groups[:j]:
-                yield FieldError(where, f"{quote(group)} is listed twice")
-        if account.groups:
-            # A member who leaves is closed with MaxSubmitJobs=0: Slurm enforces it with both.
-            lacking = [o for o in ("associations", "limits") if o not in acct.enforce]
-            if lacking:
-                yield FieldError(f"spec.accounting.accounts[{i}].groups",
-                                 f"an account of directory groups needs enforce to hold {' and '.join(lacking)} "
-                                 "(without them a member who left the groups could still submit); add "
-                                 f"{' and '.join(lacking)} to spec.accounting.enforce")
+    yield from account_group_errors(spec.identity, acct)
 
 
 def users_config_bytes(c: SlurmCluster) -> int:
