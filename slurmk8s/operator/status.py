@@ -16,6 +16,7 @@ from slurmk8s.api.status import Condition, NodeCounts, SlurmClusterStatus
 from slurmk8s.render import names
 from slurmk8s.slurm.model import Node
 
+from .directory import CONDITION as DIRECTORY_CONDITION, condition as directory_condition
 from .upgrade import running_release
 
 __all__ = ["COMPONENTS", "compute", "invalid", "node_counts", "image_pull_failures", "short_of_pods",
@@ -227,8 +228,7 @@ def compute(
     else:
         ready = ("True", "Ready", "; ".join(["every component is ready", *waiting]))
     prev_conditions = previous.conditions if previous else []
-    extra = {"DirectoryReady": directory or ("Unknown", "Unknown", "not checked this round")} \
-        if c.spec.identity.ldap is not None else {}
+    extra = {DIRECTORY_CONDITION: directory or directory_condition(None)} if c.spec.identity.ldap is not None else {}
     conditions = _merge(prev_conditions, {"Ready": ready, **components, **extra}, c.metadata.generation, now)
     previous_phase = previous.phase if previous else "Pending"
     if deleting:

@@ -20,6 +20,8 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping, Sequence
 
+from ..api.identity import GROUP_RE
+
 __all__ = ["QosLimits", "Associations", "State", "commands", "parse_state", "STATE_QUERIES",
            "minutes", "DEFAULT_QOS", "with_members"]
 
@@ -27,7 +29,7 @@ __all__ = ["QosLimits", "Associations", "State", "commands", "parse_state", "STA
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _CLUSTER = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
-_GROUP = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+_GROUP = re.compile(GROUP_RE)  # as the spec names them
 #: Every association has Slurm's default QOS.
 DEFAULT_QOS = "normal"
 

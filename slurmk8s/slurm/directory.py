@@ -1,9 +1,11 @@
-"""The site's directory as the cluster sees it (``spec.identity.ldap``). Pure but for :func:`read_verdict`.
+"""The site's directory as the cluster sees it (``spec.identity.ldap``). Pure but for
+:func:`read_verdict` and :func:`read_groups`.
 
-The sssd container beside slurmctld probes the directory every 15 s
-(images/sssd/probe.sh: a TCP connection, TLS checked against the cluster's CA,
-and a bind as sssd binds) and writes its verdict into the socket directory it
-shares with the agent. The agent reads it (``GET /v1/directory``), and the
+The sssd container beside slurmctld probes the directory every
+``render.identity.PROBE_SECONDS`` (images/sssd/probe.sh: a TCP connection, TLS
+checked against the cluster's CA, and a bind as sssd binds) and writes its
+verdict, and the members of the groups accounts follow, into the socket
+directory it shares with the agent. The agent reads it (``GET /v1/directory``), and the
 operator turns it into the DirectoryReady condition and an Event when it
 changes (operator/directory.py). A verdict older than :data:`STALE_SECONDS`,
 or none, is unknown: the condition says so and nothing else follows from it.
@@ -13,9 +15,12 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from dataclasses import asdict, dataclass
 from typing import Mapping
+
+from ..api.identity import GROUP_RE
 
 __all__ = ["Verdict", "VERDICT_FILE", "GROUPS_FILE", "STALE_SECONDS", "parse_verdict", "read_verdict",
            "parse_groups", "read_groups", "STATES"]
@@ -25,7 +30,7 @@ __all__ = ["Verdict", "VERDICT_FILE", "GROUPS_FILE", "STALE_SECONDS", "parse_ver
 VERDICT_FILE = "/var/lib/sss/pipes/slurmk8s-directory"
 #: Beside it, the members of the groups accounts follow, as the directory lists them (memberUid).
 GROUPS_FILE = "/var/lib/sss/pipes/slurmk8s-groups"
-#: Four missed probes: the sssd container is not probing (stopped, or not started yet).
+#: Several missed probes: the sssd container is not probing (stopped, or not started yet).
 STALE_SECONDS = 60
 STATES = ("ok", "unreachable", "tls", "bind", "error", "unknown")
 _MAX_BYTES = 4096
@@ -74,7 +79,7 @@ def _read_small(path: str, limit: int) -> tuple[str, float]:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
-        if st.st_mode & 0o170000 != 0o100000:
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(0, "not a plain file")
         return os.read(fd, limit).decode("ascii", errors="replace"), st.st_mtime
     finally:
@@ -93,7 +98,7 @@ def read_verdict(path: str = VERDICT_FILE, now: float | None = None) -> Verdict:
     return parse_verdict(text, checked, now)
 
 
-_GROUP_LINE = re.compile(r"([a-z_][a-z0-9_-]{0,31}):([^:\s]*)")
+_GROUP_LINE = re.compile(rf"({GROUP_RE}):([^:\s]*)")
 
 
 def parse_groups(text: str) -> dict[str, list[str]]:
