@@ -37,18 +37,22 @@ class KubeletWorld:
         self.nodes = nodes
         self.server = APIServer(tmp / "api").start()
         self.registry: registry.Registry | None = None
+        self.net: runtime.Network | None = None
         try:
             self.kubeconfig = self.server.write_kubeconfig(tmp / "kubeconfig")
             self.api = config.new_client_from_config(str(self.kubeconfig))
             self.core = client.CoreV1Api(self.api)
-            self.net = runtime.Network(sid, subnet, subnet.rsplit(".", 1)[0] + ".1")
-            self.net.create()
+            net = runtime.Network(sid, subnet, subnet.rsplit(".", 1)[0] + ".1")
+            net.create()
+            self.net = net
             self.registry = registry.start(publish.directory(sid), "127.0.0.1:0", storage=publish.storage())
             for release in sorted({i.meta["slurmVersion"] for i in built.values()}):
                 publish.publish(self.registry, release, print)  # seconds: the registry has them
-        except BaseException:  # what started goes with the failure: no registry or API server left behind
+        except BaseException:  # what started goes with the failure: no registry, bridge or API server left
             if self.registry is not None:
                 self.registry.stop()
+            if self.net is not None:
+                self.net.delete()
             self.server.stop()
             raise
         self.images = NodeImages(image_cache(), publish.node_registries(self.registry), tmp / "images")
