@@ -22,7 +22,7 @@ from slurmk8s.render.keys import ClusterKeys
 from slurmk8s.render.manifests import lent_slurmd_pod, render
 
 from slurmk8s.render.identity import PIPES_DIR
-from slurmk8s.slurm.directory import VERDICT_FILE
+from slurmk8s.slurm.directory import GROUPS_FILE, VERDICT_FILE
 
 from .conftest import EXAMPLE, ROOT
 
@@ -159,6 +159,7 @@ def test_the_sssd_container_runs_beside_login_slurmctld_and_slurmd_and_only_it_r
     assert probing == {names.controller(c)}
     entrypoint = (ROOT / "images/sssd/entrypoint.sh").read_text()
     assert VERDICT_FILE == f"{PIPES_DIR}/slurmk8s-directory" and "verdict=$pipes/slurmk8s-directory" in entrypoint
+    assert GROUPS_FILE == f"{PIPES_DIR}/slurmk8s-groups" and "members=$pipes/slurmk8s-groups" in entrypoint
     config = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == names.sssd_config(c))
     assert config["data"]["sssd.conf"] == sssd_conf(c)
     login = next(ct for ct in specs[names.login(c)]["spec"]["containers"] if ct["name"] == "login")

@@ -31,8 +31,10 @@ rendered=$SK_MOUNTS/sssd/sssd.conf
 password_file=$SK_MOUNTS/ldap-bind/password
 pipes=/var/lib/sss/pipes
 keys_socket=$pipes/private/slurmk8s-keys
-# The probe's verdict on the directory, which the agent beside slurmctld reads.
+# The probe's verdict on the directory, and the members of the groups accounts
+# follow, which the agent beside slurmctld reads (slurmk8s/slurm/directory.py).
 verdict=$pipes/slurmk8s-directory
+members=$pipes/slurmk8s-groups
 
 if [ "${1:-}" = ready ]; then
   for s in "$pipes/nss" "$keys_socket"; do
@@ -69,7 +71,7 @@ mv -f "$tmp" /etc/sssd/sssd.conf
 install -d -m 0755 "$pipes" /var/lib/sss/mc
 install -d -m 0700 "$pipes/private" /var/lib/sss/db
 # A socket or pid file left by an earlier run of this container would make sssd refuse to start.
-rm -f /var/run/sssd.pid /run/sssd.pid "$keys_socket" "$verdict" "$pipes/slurmk8s-groups"
+rm -f /var/run/sssd.pid /run/sssd.pid "$keys_socket" "$verdict" "$members"
 socat "UNIX-LISTEN:$keys_socket,fork,mode=600" EXEC:/usr/local/lib/slurmk8s/keys-of &
 relay=$!
 # The directory's health, for the cluster's status (probe.sh): every PROBE_SECONDS,
@@ -79,7 +81,7 @@ if [[ ${PROBE_SECONDS:-} =~ ^[1-9][0-9]{0,3}$ ]]; then
   (
     while true; do
       /usr/local/lib/slurmk8s/probe /etc/sssd/sssd.conf "$password_file" "$verdict" \
-        "$SK_MOUNTS/sssd/groups" "$pipes/slurmk8s-groups" || true
+        "$SK_MOUNTS/sssd/groups" "$members" || true
       sleep "$PROBE_SECONDS"
     done
   ) &
