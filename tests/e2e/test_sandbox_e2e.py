@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from slurmk8s.api import load_cluster
+from slurmk8s.slurm.directory import GROUPS_FILE
 from sandbox import Sandbox
 from slurmk8s.serve import Follower
 
@@ -487,14 +488,13 @@ def _associations(box, user: str) -> dict[str, str]:
     return dict(line.split("|")[:2] for line in proc.stdout.splitlines() if line.strip())
 
 
-def _accounts_seen(box, group: str, user: str) -> str:
-    """What the agent sees of ``group`` and ``user`` through sssd, and AccountingReady: why an
-    association does not come."""
-    seen = [box.kubectl("exec", "-n", "default", "demo-controller-0", "-c", "agent", "--", "getent", *argv)
-            for argv in (("group", group), ("passwd", user))]
-    obj = json.loads(box.kubectl("get", "slurmcluster", "demo", "-o", "json").stdout)
-    cond = next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == "AccountingReady"), {})
-    return "; ".join([*(f"{p.args[-3:]}: {p.returncode} {p.stdout.strip()}" for p in seen), str(cond)])
+def _accounts_seen(box, user: str) -> str:
+    """What the agent reads: the members the probe listed from the directory, and ``user``
+    through sssd; and AccountingReady: why an association does not come."""
+    seen = [box.kubectl("exec", "-n", "default", "demo-controller-0", "-c", "agent", "--", *argv)
+            for argv in (("cat", GROUPS_FILE), ("getent", "passwd", user))]
+    return "; ".join([*(f"{p.args[-2:]}: {p.returncode} {p.stdout.strip()}" for p in seen),
+                      str(_condition(box, "AccountingReady"))])
 
 
 def _default_account(box, user: str) -> str:
@@ -507,9 +507,14 @@ def _as(box, user: str, script: str) -> subprocess.CompletedProcess:
                        "runuser", "-u", user, "--", "bash", "-c", script)
 
 
-def _directory_ready(box) -> tuple[str, str, str]:
+def _condition(box, kind: str) -> dict:
+    """The SlurmCluster's condition of type ``kind``, {} while it has none."""
     obj = json.loads(box.kubectl("get", "slurmcluster", "demo", "-o", "json").stdout)
-    cond = next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == "DirectoryReady"), {})
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+def _directory_ready(box) -> tuple[str, str, str]:
+    cond = _condition(box, "DirectoryReady")
     return cond.get("status", ""), cond.get("reason", ""), cond.get("message", "")
 
 
@@ -582,7 +587,7 @@ def test_a_user_added_to_the_directory_submits_without_a_change_to_the_cluster(s
     assert proc.returncode == 0, proc.stderr
     # The group physics listed him already; now that he is a user, the account physics holds him.
     wait_for("bob's association in physics", lambda: "physics" in _associations(box, "bob"), timeout=90, every=2,
-             show=lambda: _accounts_seen(box, "physics", "bob"))
+             show=lambda: _accounts_seen(box, "bob"))
     associated = time.monotonic() - t0
     bob = wait_for("bob to log in", lambda: _try_login(status, seeded, work, "bob"), timeout=90)
     try:
