@@ -29,10 +29,11 @@ done
 # network, a name or a file with the other's (each has its own subnet and
 # sandbox id; the image stores they share are keyed by content). Each lane's
 # output is printed whole when it ends; hack/test_summary.py then prints the
-# 15 slowest tests of all and the totals.
+# 15 slowest tests and modules of all and the totals. SLURMK8S_TEST_REPORTS=DIR
+# keeps the lanes' logs and JUnit XML in DIR.
 rest_e2e=(tests/e2e/test_upgrade_e2e.py tests/e2e/test_simulate_trust.py)
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+trap '[ -z "${SLURMK8S_TEST_REPORTS:-}" ] || cp "$out"/* "$SLURMK8S_TEST_REPORTS"/; rm -rf "$out"' EXIT
 start=$SECONDS
 .venv/bin/pytest -p no:cacheprovider --junitxml="$out/sandbox.xml" "${rest_e2e[@]/#/--ignore=}" tests/e2e \
   >"$out/sandbox.log" 2>&1 &

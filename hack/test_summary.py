@@ -3,7 +3,8 @@
 
 Reads the lanes' JUnit XML (pytest --junitxml; a test's time there is its
 setup, call and teardown, a module fixture's setup counted in its first
-test) and prints the slowest tests, then one closing line
+test) and prints the slowest tests and the slowest modules (each module's
+tests summed: what a lane's balance is made of), then one closing line
 ``suite: N passed, N failed, N skipped``. Exits 1 when a file is missing or
 names no test.
 
@@ -18,6 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 SLOWEST = 15
+SLOWEST_MODULES = 12
 
 
 def _cases(path: Path):
@@ -50,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n===== the {SLOWEST} slowest tests of the whole suite =====")
     for test, seconds, _ in sorted(cases, key=lambda c: -c[1])[:SLOWEST]:
         print(f"{seconds:8.2f}s {test}")
+    modules: dict[str, list[float]] = {}
+    for test, seconds, _ in cases:
+        modules.setdefault(test.split("::")[0], []).append(seconds)
+    print(f"\n===== the {SLOWEST_MODULES} slowest modules (their tests' time summed) =====")
+    for module, times in sorted(modules.items(), key=lambda m: -sum(m[1]))[:SLOWEST_MODULES]:
+        print(f"{sum(times):8.2f}s {module} ({len(times)} tests)")
     count = {o: sum(1 for *_, out in cases if out == o) for o in ("passed", "failed", "skipped")}
     busy = sum(seconds for _, seconds, _ in cases)
     wall = f" in {args.seconds // 60} min {args.seconds % 60} s of wall-clock time" if args.seconds is not None else ""

@@ -37,6 +37,10 @@ def test_both_lanes_are_counted_and_the_slowest_come_first(tmp_path):
     ranked = [line.split()[-1] for line in lines if line.strip().endswith(("slow", "slower", "quick", "fails",
                                                                             "skipped"))]
     assert ranked[:2] == ["test_b.py::test_slower", "test_a.py::test_slow"], lines
+    # Modules by their tests' summed time: b's two (0.6 s) before a's three (0.3 s).
+    modules = [line.split()[1:] for line in lines if "tests)" in line]
+    assert [m[0].rsplit("/", 1)[-1] for m in modules] == ["test_b.py", "test_a.py"], lines
+    assert [m[1:] for m in modules] == [["(2", "tests)"], ["(3", "tests)"]], lines
 
 
 def test_a_lane_that_wrote_nothing_fails_the_summary(tmp_path):

@@ -3,5 +3,4 @@
 #SBATCH --time=1
 #SBATCH --output=time-limit-%j.out
 echo started
-sleep 600
-echo "should never get here"
+sleep 600 && echo "should never get here"
