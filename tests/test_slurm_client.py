@@ -12,6 +12,7 @@ import pytest
 from slurmk8s.api import load_cluster
 from slurmk8s.render import config_files, node_conf
 from slurmk8s.slurm import DRAIN_PREFIX, NotOurDrain, SlurmClient, SlurmError
+from slurmk8s.slurm import client as client_module
 
 from .realslurm import SlurmNamespace, missing_tools
 
@@ -87,6 +88,30 @@ def test_a_job_runs_is_signalled_requeued_and_resumes(client, cluster, tmp_path)
     wait_until(lambda: marks.read_text().count("start") == 2, what="second start")
     client.cancel(job)
     wait_until(lambda: job_state(client, job) in (None, "CANCELLED", "COMPLETING"), what="cancel")
+
+
+def test_a_requeued_job_is_made_eligible_a_second_after_it_left_completing(monkeypatch):
+    """slurmd refuses to launch a job whose credential is of the very second it
+    revoked the job's last one ("already killed, do not launch batch job"), and
+    the job then fails: start_now waits a whole second after COMPLETING."""
+    states = iter(["COMPLETING", "COMPLETING", "PENDING"])
+    log: list[tuple[float, str]] = []
+    clock = [0.0]
+    monkeypatch.setattr(client_module.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(client_module.time, "monotonic", lambda: clock[0])
+
+    def runner(argv, stdin):
+        log.append((clock[0], argv[0] if argv[0] != "scontrol" else " ".join(argv[:2])))
+        if argv[0] == "squeue":
+            return subprocess.CompletedProcess(argv, 0, json.dumps(
+                {"jobs": [{"job_id": 7, "job_state": next(states), "nodes": "c-cpu-0"}]}), "")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    SlurmClient(runner).requeue(7)
+    left = [t for t, what in log if what == "squeue"][-1]  # the read that found it PENDING
+    [started] = [t for t, what in log if what == "scontrol update"]
+    assert started - left + 1e-9 >= client_module.REISSUE_SECONDS >= 1.0, log
+    assert [what for _, what in log][0] == "scontrol requeue"
 
 
 def test_jobs_of_a_node_are_only_those_allocated_there():

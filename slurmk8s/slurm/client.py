@@ -48,6 +48,9 @@ Runner = Callable[[Sequence[str], "str | None"], subprocess.CompletedProcess]
 
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 SIGNALS = SLURM_SIGNALS
+#: How long :meth:`SlurmClient.requeue` waits, after the job left COMPLETING, before
+#: making it eligible: slurmd refuses a credential of the second it revoked the old one.
+REISSUE_SECONDS = 1.0
 
 
 class LocalRunner:
@@ -296,8 +299,9 @@ class SlurmClient:
         return running
 
     def requeue(self, job_id: int, *, start_now: bool = True, timeout: float = 30) -> None:
-        """Requeue a job. ``start_now``: make it eligible at once instead of
-        after Slurm's requeue delay (about two minutes with the defaults)."""
+        """Requeue a job. ``start_now``: make it eligible a second after it left
+        COMPLETING (:data:`REISSUE_SECONDS`) instead of after Slurm's requeue
+        delay (about two minutes with the defaults)."""
         self._run("scontrol", "requeue", str(int(job_id)))
         if not start_now:
             return
@@ -309,6 +313,12 @@ class SlurmClient:
             if job is None or job.state != "COMPLETING":
                 break
             time.sleep(0.2)
+        # A slurmd that ended the job revoked its credential at the kill's time, to
+        # the second, and refuses a credential made in that same second ("already
+        # killed, do not launch"): a job started again at once on one of its old
+        # nodes would fail instead of running. The kill came before the job left
+        # COMPLETING, so a second after that any new credential is later than it.
+        time.sleep(REISSUE_SECONDS)
         self.start_now(job_id)
 
     def start_now(self, job_id: int) -> None:
