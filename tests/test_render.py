@@ -28,6 +28,7 @@ from slurmk8s.render.pods import ROOT_CAPABILITIES
 from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.render.slurmd import TERMINATING_DRAIN_REASON
 from slurmk8s.slurm.model import POD_TERMINATING
+from slurmk8s.slurm.checkpoints import job_dir
 from slurmk8s.render import names
 from slurmk8s.render.config import GPU_FILES, TASK_PROLOG
 
@@ -503,6 +504,8 @@ def test_the_task_prolog_exports_a_per_user_per_job_dir(doc, keys, tmp_path, nam
         assert out == f"export SLURMK8S_CHECKPOINT_DIR={root}/researcher/{expected}\n"
     assert (root / "researcher" / expected).is_dir()
     assert [p.name for p in (root / "researcher").iterdir()] == [expected]
+    # The agent finds the job's checkpoint directory by the same rule (slurm/checkpoints.py).
+    assert job_dir("researcher", name, int(array_task) if array_task else None) == ("researcher", expected)
 
 
 def test_the_task_prolog_leaves_the_variable_unset_when_it_cannot_create_the_dir(doc, keys, tmp_path):

@@ -18,6 +18,7 @@ Rules that keep jobs safe live here, once:
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import json
 import re
 import subprocess
@@ -32,6 +33,7 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 from .. import versions
 from ..api.fields import SLURM_SIGNALS
 from .accounting import STATE_QUERIES, Associations, commands, parse_state, with_members
+from .checkpoints import job_dir, last_write
 from .directory import GROUPS_FILE, VERDICT_FILE, Verdict, read_groups, read_verdict
 from .hostlist import expand
 from .model import DRAIN_PREFIX, Job, JsonItems, Node, config_hash, job_from_json, node_from_json, release_of
@@ -152,7 +154,9 @@ class SlurmClient:
     ``config_dir`` is the directory of the config files slurmctld reads (as
     this process sees it); :meth:`config_hash` digests it. ``checkpoint_root``
     is the cluster's checkpoint directory as this process sees it (the agent's
-    ``--checkpoint-root``): :meth:`published` reads below it only.
+    ``--checkpoint-root``): :meth:`published` reads below it only, and
+    :meth:`jobs` gives each running job the time it last wrote there
+    (:mod:`.checkpoints`).
     """
 
     def __init__(self, runner: Runner = local_runner, config_dir: Path = CONFIG_DIR,
@@ -215,7 +219,16 @@ class SlurmClient:
         jobs = (job_from_json(j) for j in JsonItems(self._stream("squeue", "--json"), "jobs"))
         if wanted:
             jobs = (j for j in jobs if j.nodes and wanted.intersection(expand(j.nodes)))
+        if self._checkpoint_root is not None:
+            jobs = (self._with_checkpoint(j) for j in jobs)
         return sorted(jobs, key=lambda j: j.job_id)
+
+    def _with_checkpoint(self, job: Job) -> Job:
+        """A running job with the time it last wrote in its checkpoint directory, if any."""
+        if job.state != "RUNNING" or not job.user:
+            return job
+        written = last_write(self._checkpoint_root, job_dir(job.user, job.name, job.array_task_id))
+        return job if written is None else dataclasses.replace(job, checkpoint_time=written)
 
     # Changes.
 

@@ -76,6 +76,8 @@ on_usr1() {
 trap on_usr1 USR1
 while true; do
   step=$((step + 1))
+  # A periodic checkpoint into the TaskProlog's directory, as training writes one.
+  [ "$step" -eq 2 ] && echo "$step" > "$SLURMK8S_CHECKPOINT_DIR/periodic"
   sleep 1 & wait $!
 done
 """

@@ -96,7 +96,13 @@ def test_a_busy_node_is_reclaimed_the_job_checkpoints_and_resumes(world):
     job = r.sbatch("/shared/researcher/ckpt.sh", cwd="/shared/researcher")
     first = wait_for("the job to run", lambda: r.job(job)["JobState"] == "RUNNING" and r.job(job)["NodeList"])
     other = next(n for n in LEND if n != first)
-    time.sleep(3)  # a few steps
+    # The job's periodic checkpoint (its second step) as the agent reads it for the reclaim
+    # order: a write in its checkpoint directory after it started.
+    running = wait_for("the agent to see the job's checkpoint", lambda: next(
+        (j for j in world.slurm.jobs() if j.job_id == job and j.checkpoint_time and j.start_time
+         and j.checkpoint_time > j.start_time), None), timeout=30,
+        show=lambda: [j for j in world.slurm.jobs() if j.job_id == job])
+    assert running.checkpoint_time <= time.time() + 1
     reclaims = len(world.events("Reclaiming", first))
     world.gpu_pod("serve-busy", first)  # a serving pod that needs exactly that node
     # The bridge acts on the pod's event: signal, checkpoint, requeue and hand-back

@@ -1,0 +1,69 @@
+"""When a running job last wrote its checkpoint, read from the checkpoint layer.
+
+Every task of a job gets ``SLURMK8S_CHECKPOINT_DIR=<root>/<user>/<job name>[_<array
+task id>]`` from the slurmd image's TaskProlog (images/slurmd/task-prolog.sh), which
+makes the job name one safe path component; :func:`job_dir` is that rule, and
+tests/test_render.py holds the two to the same cases. A checkpoint is written into a
+new entry of that directory and made current by a rename (examples/train.sh:
+``step-N`` then ``LATEST``), which changes the directory's modification time, and a
+writer that overwrites a file in place changes that file's: so the job's last
+checkpoint is the newest modification time of the directory and of its entries.
+
+The bridge's reclaim order (``slurmk8s/bridge/choose.py``) counts a job's work at
+risk from its last checkpoint rather than its start. Everything below the root is
+the jobs', so it is read as an adversary's: each component opened without following
+a link, entries stat'ed without following one, at most :data:`MAX_ENTRIES` of them,
+and any error means "not known" (the order then counts from the job's start, as
+without this).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+__all__ = ["MAX_ENTRIES", "job_dir", "last_write"]
+
+#: Entries of a checkpoint directory looked at; a directory with more is judged on these.
+MAX_ENTRIES = 256
+_UNSAFE = re.compile(rb"[^A-Za-z0-9._-]")
+
+
+def job_dir(user: str, name: str, array_task_id: int | None = None) -> tuple[str, str]:
+    """The two path components below the checkpoint root of a job's checkpoint
+    directory: its user, and its name made safe byte by byte (the TaskProlog's rule)."""
+    safe = _UNSAFE.sub(b"_", name.encode("utf-8", "surrogateescape"))
+    safe = (b"_" + safe[1:] if safe.startswith(b".") else safe)[:128] or b"job"
+    component = safe.decode("ascii")
+    if array_task_id is not None:
+        component = f"{component}_{int(array_task_id)}"
+    return user, component
+
+
+def last_write(root: str, parts: tuple[str, ...]) -> int | None:
+    """The newest modification time (POSIX seconds) of ``root/parts...`` and its
+    entries, opened without following any link; None when it is not a directory
+    reached that way, or cannot be read."""
+    if not parts or any(p in ("", ".", "..") or "/" in p or "\0" in p for p in parts):
+        return None
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fds: list[int] = []
+    try:
+        fds.append(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))  # the administrator's path
+        for part in parts:
+            fds.append(os.open(part, flags, dir_fd=fds[-1]))
+        newest = os.fstat(fds[-1]).st_mtime
+        with os.scandir(fds[-1]) as entries:
+            for n, entry in enumerate(entries):
+                if n >= MAX_ENTRIES:
+                    break
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+                    newest = max(newest, st.st_mtime)
+        return int(newest)
+    except OSError:
+        return None
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -1,0 +1,84 @@
+"""When a running job last wrote its checkpoint (slurmk8s/slurm/checkpoints.py), as
+the agent's facade reads it for the bridge's reclaim order: the newest modification
+of the job's checkpoint directory and its entries, never through a link, and "not
+known" for anything amiss. The directory's name is the TaskProlog's
+(tests/test_render.py holds the two rules to the same cases)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from slurmk8s.slurm import SlurmClient
+from slurmk8s.slurm import checkpoints
+from slurmk8s.slurm.checkpoints import job_dir, last_write
+
+
+def _dir(root, *parts, mtime):
+    d = root.joinpath(*parts)
+    d.mkdir(parents=True)
+    os.utime(d, (mtime, mtime))
+    return d
+
+
+def test_the_newest_write_of_the_directory_or_an_entry_counts(tmp_path):
+    d = _dir(tmp_path, "alice", "train", mtime=1000)
+    assert last_write(str(tmp_path), ("alice", "train")) == 1000
+    (d / "step-1").mkdir()
+    os.utime(d / "step-1", (1500, 1500))
+    (d / "ckpt.pt").write_text("weights")
+    os.utime(d / "ckpt.pt", (2500, 2500))  # overwritten in place: only the file's time moves
+    os.utime(d, (1200, 1200))
+    assert last_write(str(tmp_path), ("alice", "train")) == 2500
+
+
+def test_no_link_is_followed_and_anything_amiss_is_not_known(tmp_path):
+    elsewhere = _dir(tmp_path, "elsewhere", mtime=9000)
+    (elsewhere / "new").write_text("x")
+    os.utime(elsewhere / "new", (9999, 9999))
+    _dir(tmp_path, "root", "alice", mtime=100)
+    (tmp_path / "root" / "alice" / "link").symlink_to(elsewhere)
+    (tmp_path / "root" / "mallory").symlink_to(tmp_path / "root" / "alice")
+    root = str(tmp_path / "root")
+    assert last_write(root, ("alice", "link")) is None  # the job's directory is a link
+    assert last_write(root, ("mallory", "alice")) is None  # the user's directory is a link
+    d = _dir(tmp_path, "root", "alice", "train", mtime=100)
+    (d / "to-elsewhere").symlink_to(elsewhere / "new")  # an entry that is a link: its target's time is not read
+    os.utime(d, (100, 100))
+    assert last_write(root, ("alice", "train")) == 100
+    assert last_write(root, ("alice", "missing")) is None
+    (d / "file").write_text("x")
+    assert last_write(root, ("alice", "train", "file")) is None  # not a directory
+    for bad in ((), ("alice", ".."), ("alice/train",), ("",)):
+        assert last_write(root, bad) is None, bad
+
+
+def test_a_directory_with_very_many_entries_is_judged_on_some(tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoints, "MAX_ENTRIES", 3)
+    d = _dir(tmp_path, "alice", "sweep", mtime=100)
+    for i in range(10):
+        (d / f"f{i}").write_text("x")
+        os.utime(d / f"f{i}", (200 + i, 200 + i))
+    os.utime(d, (100, 100))
+    assert 200 <= last_write(str(tmp_path), ("alice", "sweep")) <= 209
+
+
+def test_the_facade_gives_running_jobs_their_last_checkpoint(tmp_path):
+    _dir(tmp_path, "alice", "train", mtime=5000)
+    _dir(tmp_path, "alice", "sweep_3", mtime=6000)
+    _dir(tmp_path, "alice", "queued", mtime=7000)
+    jobs = [{"job_id": 1, "job_state": "RUNNING", "name": "train", "user_name": "alice", "nodes": "n1"},
+            {"job_id": 2, "job_state": "RUNNING", "name": "sweep", "array_task_id": 3, "array_job_id": 9,
+             "user_name": "alice", "nodes": "n1"},
+            {"job_id": 3, "job_state": "PENDING", "name": "queued", "user_name": "alice", "nodes": ""},
+            {"job_id": 4, "job_state": "RUNNING", "name": "fresh", "user_name": "alice", "nodes": "n2"}]
+
+    def runner(argv, stdin):
+        return subprocess.CompletedProcess(argv, 0, json.dumps({"jobs": jobs}), "")
+
+    found = {j.job_id: j.checkpoint_time for j in SlurmClient(runner, checkpoint_root=str(tmp_path)).jobs()}
+    assert found == {1: 5000, 2: 6000, 3: None, 4: None}
+    # Without a checkpoint root (a cluster without spec.sharedStorage.checkpointDir), none is known.
+    assert {j.checkpoint_time for j in SlurmClient(runner).jobs()} == {None}
+    assert job_dir("alice", "sweep", 3) == ("alice", "sweep_3")
