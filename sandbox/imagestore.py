@@ -44,11 +44,22 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import quote
 
 from . import images as rules
 from .images import ImageConfig, ImageError, Recipe, Suite
 from .pulls import mounted_lowers
+
+class PushRecord(Protocol):
+    """What :meth:`ImageStore.push` asks of a record of earlier pushes."""
+
+    def present(self, target: str, image_id: str) -> str | None:
+        """The digest under which the registry holds build ``image_id`` as ``target`` already; None: push it."""
+
+    def pushed(self, target: str, image_id: str, digest: str) -> None:
+        """``image_id`` was pushed as ``target`` and the registry named it ``digest``."""
+
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path("/var/cache/slurmk8s/images")
@@ -207,11 +218,14 @@ class ImageStore:
                  f"{gone} image(s) and layer(s) no tag names")
 
     def push(self, registry: str, releases: Iterable[str], *, authfile: Path | None = None,
-             ca_file: Path | None = None, progress: Progress | None = None) -> list[tuple[str, str]]:
+             ca_file: Path | None = None, progress: Progress | None = None,
+             record: PushRecord | None = None) -> list[tuple[str, str]]:
         """Push every image of ``releases``, as last built here, to ``registry`` (``host[:port][/prefix]``,
         see ``images.push_ref``) with ``buildah push``; (reference, digest) of each. A layer the
-        registry has already is not sent again (buildah asks with a blob HEAD first). Refuses, naming
-        them, when an image was never built or is gone from buildah's storage."""
+        registry has already is not sent again (buildah asks with a blob HEAD first), but buildah
+        compresses each layer again to know its digest; with a ``record`` of earlier pushes, an
+        image the registry already holds under that tag, as that same build, is not pushed at all.
+        Refuses, naming them, when an image was never built or is gone from buildah's storage."""
         progress = progress or _quiet
         if shutil.which("buildah") is None:
             raise ImageBuildFailed("buildah missing: run hack/setup.sh (installs buildah from Debian)")
@@ -239,12 +253,19 @@ class ImageStore:
             auth = [f"--authfile={authfile}"] if authfile is not None else []
             for tag, (image_id, _) in wanted.items():
                 target = rules.push_ref(tag, registry)
+                digest = record.present(target, image_id) if record is not None else None
+                if digest is not None:
+                    progress(f"{target}@{digest} is there already")
+                    pushed.append((target, digest))
+                    continue
                 digestfile = Path(tmp) / "digest"
                 start = time.monotonic()
                 _buildah("push", "--quiet", *auth, *certs, f"--digestfile={digestfile}", image_id, f"docker://{target}")
                 digest = digestfile.read_text().strip()
                 progress(f"pushed {target}@{digest} ({time.monotonic() - start:.1f}s)")
                 pushed.append((target, digest))
+                if record is not None:
+                    record.pushed(target, image_id, digest)
         return pushed
 
     # --- the build ---

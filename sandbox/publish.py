@@ -12,15 +12,23 @@ there (:mod:`.pulls`); nothing reads the build cache at run time.
 The registry's blobs live in one directory for every sandbox of this host
 (``$SLURMK8S_REGISTRY_STORAGE``, else /var/cache/slurmk8s/registry), so a second
 sandbox pushes nothing that an earlier one pushed; ``slurmk8s images prune`` collects
-what no tag names there (``registry.collect``).
+what no tag names there (``registry.collect``). Its ``pushed.json`` records which build
+each tag was pushed as, under which digest (:class:`StorageRecord`): an image the
+registry answers for with that digest is not pushed again, which spares buildah
+compressing every layer anew only to find the registry has it (half a minute a
+sandbox).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
+
+import requests
 
 from . import images, registry
 from .pulls import NodeRegistries
@@ -73,7 +81,7 @@ def publish(reg: registry.Registry, release: str, progress: Progress) -> list[tu
     t0 = time.monotonic()
     authfile = reg.write_authfile(reg.directory / "auth" / "push-auth.json")
     pushed = ImageStore().push(mirror(reg), [release], authfile=authfile, ca_file=reg.ca_cert,
-                               progress=lambda msg: progress(f"registry: {msg}"))
+                               progress=lambda msg: progress(f"registry: {msg}"), record=StorageRecord(reg))
     progress(f"registry: {len(pushed)} images in {mirror(reg)} after {time.monotonic() - t0:.1f}s")
     return pushed
 
@@ -83,3 +91,50 @@ def node_registries(reg: registry.Registry) -> NodeRegistries:
     registry, with the node's credentials for it and its CA."""
     return NodeRegistries(mirrors={images.REPOSITORY: mirror(reg)}, ca_file=str(reg.ca_cert),
                           auths=reg.auths()["auths"])
+
+
+class StorageRecord:
+    """Which build each tag of the shared registry storage was pushed as, and its digest
+    (``<storage>/pushed.json``, by repository and tag, whatever the sandbox's registry
+    address): :meth:`present` answers only when the running registry serves the tag
+    with the recorded digest, so a tag another build replaced, or storage collected,
+    is pushed again. A lost update (two sandboxes pushing at once) costs a push."""
+
+    def __init__(self, reg: registry.Registry, path: Path | None = None):
+        self.reg = reg
+        self.path = path or storage() / "pushed.json"
+
+    def _read(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def present(self, target: str, image_id: str) -> str | None:
+        repo_tag = target.split("/", 1)[1]
+        entry = self._read().get(repo_tag)
+        if not isinstance(entry, dict) or entry.get("image") != image_id:
+            return None
+        repo, _, tag = repo_tag.rpartition(":")
+        try:
+            answer = requests.head(f"https://{self.reg.address}/v2/{repo}/manifests/{tag}",
+                                   auth=(self.reg.username, self.reg.password), verify=str(self.reg.ca_cert),
+                                   headers={"Accept": ", ".join(MANIFEST_TYPES)}, timeout=(2.0, 10.0))
+        except requests.RequestException:
+            return None
+        digest = answer.headers.get("Docker-Content-Digest")
+        return digest if answer.status_code == 200 and digest == entry.get("digest") else None
+
+    def pushed(self, target: str, image_id: str, digest: str) -> None:
+        data = self._read()
+        data[target.split("/", 1)[1]] = {"image": image_id, "digest": digest}
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".pushed-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, self.path)
+
+
+#: What buildah pushes (OCI) and what a registry may answer with for it.
+MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
+                  "application/vnd.docker.distribution.manifest.v2+json")

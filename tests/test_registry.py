@@ -306,16 +306,11 @@ def test_an_escaping_entry_and_an_altered_layer_are_refused(registry, tmp_path):
     assert not (tmp_path / "cache2/blobs/sha256" / layer[7:]).exists() and not list((tmp_path / "cache2/tmp").iterdir())
 
 
-@pytest.mark.registry
-def test_images_push_sends_every_image_of_a_release_and_no_layer_twice(registry, tiny, tmp_path):
-    """`slurmk8s images push` over a cache whose every image of the release is the tiny image:
-    each pushed and printed with its digest; pushed again, no blob is uploaded."""
-    from sandbox.cli import images
+def _cache_of(cache: Path, image_id: str) -> list[str]:
+    """An image cache whose every image of the default release is buildah's ``image_id``; their tags."""
     from sandbox.images import DEFAULT_SLURM, recipes
     from sandbox.imagestore import ImageStore
 
-    image_id, digest, authfile = tiny
-    cache = tmp_path / "cache"
     (cache / "refs").mkdir(parents=True)
     tags = [t for r in recipes([], DEFAULT_SLURM, ImageStore(cache).names()) for t in r.tags]
     for tag in tags:
@@ -323,6 +318,52 @@ def test_images_push_sends_every_image_of_a_release_and_no_layer_twice(registry,
         (cache / "refs" / (quote(tag, safe="") + ".json")).write_text(json.dumps({"ref": tag, "name": name, "key": "k"}))
         (cache / name / "k").mkdir(parents=True, exist_ok=True)
         (cache / name / "k" / "image.json").write_text(json.dumps({"imageId": image_id, "tags": [tag]}))
+    return tags
+
+
+@pytest.mark.registry
+def test_a_sandbox_pushes_no_image_the_shared_storage_holds_as_that_build(registry, tiny, tmp_path):
+    """`sandbox up` pushes through a record of earlier pushes (publish.StorageRecord): an image
+    the registry serves under its tag with the recorded digest, as the same build, is not
+    pushed again; another build, or another digest, is."""
+    from sandbox.images import DEFAULT_SLURM
+    from sandbox.imagestore import ImageStore
+    from sandbox.publish import StorageRecord
+
+    image_id, digest, authfile = tiny
+    cache = tmp_path / "cache"
+    tags = _cache_of(cache, image_id)
+    record = StorageRecord(registry, tmp_path / "pushed.json")
+    said: list[str] = []
+
+    def push() -> list[tuple[str, str]]:
+        said.clear()
+        return ImageStore(cache).push(f"{registry.address}/stored", [DEFAULT_SLURM], authfile=authfile,
+                                      ca_file=registry.ca_cert, progress=said.append, record=record)
+
+    first = push()
+    assert len(first) == len(tags) and {d for _, d in first} == {digest}
+    assert [m.split()[0] for m in said] == ["pushed"] * len(tags), said
+    assert push() == first
+    assert all(m.endswith("is there already") for m in said) and len(said) == len(tags), said
+    data = json.loads(record.path.read_text())
+    one, two = sorted(data)[:2]
+    data[one]["image"] = "another build"
+    data[two]["digest"] = "sha256:" + "0" * 64
+    record.path.write_text(json.dumps(data))
+    assert push() == first
+    assert sorted(m.split()[1].split("@")[0].split("/", 1)[1] for m in said if m.startswith("pushed ")) == [one, two]
+
+
+@pytest.mark.registry
+def test_images_push_sends_every_image_of_a_release_and_no_layer_twice(registry, tiny, tmp_path):
+    """`slurmk8s images push` over a cache whose every image of the release is the tiny image:
+    each pushed and printed with its digest; pushed again, no blob is uploaded."""
+    from sandbox.cli import images
+
+    image_id, digest, authfile = tiny
+    cache = tmp_path / "cache"
+    tags = _cache_of(cache, image_id)
     argv = ["push", "--registry", f"{registry.address}/pushed", "--authfile", str(authfile),
             "--ca-file", str(registry.ca_cert), "--cache-dir", str(cache)]
     first = CliRunner().invoke(images, argv)
