@@ -12,7 +12,7 @@ import subprocess
 
 from slurmk8s.slurm import SlurmClient
 from slurmk8s.slurm import checkpoints
-from slurmk8s.slurm.checkpoints import job_dir, last_write
+from slurmk8s.slurm.checkpoints import job_dir, last_write, user_dir
 
 
 def _dir(root, *parts, mtime):
@@ -65,20 +65,38 @@ def test_a_directory_with_very_many_entries_is_judged_on_some(tmp_path, monkeypa
 
 
 def test_the_facade_gives_running_jobs_their_last_checkpoint(tmp_path):
+    """By the job's uid: the agent may not know the user's name (squeue then reports none)."""
     _dir(tmp_path, "alice", "train", mtime=5000)
     _dir(tmp_path, "alice", "sweep_3", mtime=6000)
     _dir(tmp_path, "alice", "queued", mtime=7000)
-    jobs = [{"job_id": 1, "job_state": "RUNNING", "name": "train", "user_name": "alice", "nodes": "n1"},
-            {"job_id": 2, "job_state": "RUNNING", "name": "sweep", "array_task_id": 3, "array_job_id": 9,
-             "user_name": "alice", "nodes": "n1"},
-            {"job_id": 3, "job_state": "PENDING", "name": "queued", "user_name": "alice", "nodes": ""},
-            {"job_id": 4, "job_state": "RUNNING", "name": "fresh", "user_name": "alice", "nodes": "n2"}]
+    bob = _dir(tmp_path, "bob", "train", mtime=8000)
+    os.chown(bob, 4242, 4242)
+    os.chown(bob.parent, 4242, 4242)
+    uid = os.getuid()
+
+    def job(i, state, name, user="alice", user_id=uid, **more):
+        return {"job_id": i, "job_state": state, "name": name, "user_name": user, "user_id": user_id,
+                "nodes": "n1" if state == "RUNNING" else "", **more}
+
+    jobs = [job(1, "RUNNING", "train"), job(2, "RUNNING", "sweep", array_task_id=3, array_job_id=9),
+            job(3, "PENDING", "queued"), job(4, "RUNNING", "fresh"),
+            job(5, "RUNNING", "train", user=""),  # a user the agent cannot name: found by uid
+            job(6, "RUNNING", "train", user="bob"),  # named bob, but of this uid: its own directory
+            job(7, "RUNNING", "train", user="bob", user_id=4242), job(8, "RUNNING", "train", user_id=None)]
 
     def runner(argv, stdin):
         return subprocess.CompletedProcess(argv, 0, json.dumps({"jobs": jobs}), "")
 
     found = {j.job_id: j.checkpoint_time for j in SlurmClient(runner, checkpoint_root=str(tmp_path)).jobs()}
-    assert found == {1: 5000, 2: 6000, 3: None, 4: None}
+    assert found == {1: 5000, 2: 6000, 3: None, 4: None, 5: 5000, 6: 5000, 7: 8000, 8: None}
     # Without a checkpoint root (a cluster without spec.sharedStorage.checkpointDir), none is known.
     assert {j.checkpoint_time for j in SlurmClient(runner).jobs()} == {None}
     assert job_dir("alice", "sweep", 3) == ("alice", "sweep_3")
+
+
+def test_a_uid_that_owns_two_user_directories_is_matched_by_name_or_not_at_all():
+    owners = {1000: ["alice", "alice-old"], 1001: ["bob"]}
+    assert user_dir(owners, 1000, "alice") == "alice"
+    assert user_dir(owners, 1000, "") is None
+    assert user_dir(owners, 1001, "") == "bob" and user_dir(owners, 1001, "alice") == "bob"
+    assert user_dir(owners, 1002, "carol") is None and user_dir(owners, None, "bob") is None

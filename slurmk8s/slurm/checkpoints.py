@@ -9,8 +9,11 @@ new entry of that directory and made current by a rename (examples/train.sh:
 writer that overwrites a file in place changes that file's: so the job's last
 checkpoint is the newest modification time of the directory and of its entries.
 
-The bridge's reclaim order (``slurmk8s/bridge/choose.py``) counts a job's work at
-risk from its last checkpoint rather than its start. Everything below the root is
+The user's directory is found by its owner, the job's uid (:func:`user_dirs`): the
+TaskProlog makes and uses only a directory of the job's own uid there, and the agent
+that reads this need not know the cluster's users by name. The bridge's reclaim order
+(``slurmk8s/bridge/choose.py``) counts a job's work at risk from its last checkpoint
+rather than its start. Everything below the root is
 the jobs', so it is read as an adversary's: each component opened without following
 a link, entries stat'ed without following one, at most :data:`MAX_ENTRIES` of them,
 and any error means "not known" (the order then counts from the job's start, as
@@ -23,10 +26,12 @@ import os
 import re
 import stat
 
-__all__ = ["MAX_ENTRIES", "job_dir", "last_write"]
+__all__ = ["MAX_ENTRIES", "MAX_USERS", "job_dir", "last_write", "user_dir", "user_dirs"]
 
 #: Entries of a checkpoint directory looked at; a directory with more is judged on these.
 MAX_ENTRIES = 256
+#: Entries of the checkpoint root (one per user) looked at.
+MAX_USERS = 65536
 _UNSAFE = re.compile(rb"[^A-Za-z0-9._-]")
 
 
@@ -39,6 +44,34 @@ def job_dir(user: str, name: str, array_task_id: int | None = None) -> tuple[str
     if array_task_id is not None:
         component = f"{component}_{int(array_task_id)}"
     return user, component
+
+
+def user_dirs(root: str) -> dict[int, list[str]]:
+    """The users' directories of the checkpoint root by owner: the TaskProlog only uses
+    ``<root>/<user>`` when it is a directory (not a link) of the job's own uid, and the
+    agent may not know users by name (slurmctld's users are not the agent's). Empty
+    when the root cannot be read; at most :data:`MAX_USERS` entries are looked at."""
+    owners: dict[int, list[str]] = {}
+    try:
+        with os.scandir(root) as entries:
+            for n, entry in enumerate(entries):
+                if n >= MAX_USERS:
+                    break
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    owners.setdefault(st.st_uid, []).append(entry.name)
+    except OSError:
+        return {}
+    return owners
+
+
+def user_dir(owners: dict[int, list[str]], uid: int | None, name: str) -> str | None:
+    """The directory of the user ``uid`` (named ``name`` where the reader knows it) in
+    :func:`user_dirs`' map: the one of that name, else the only one that uid owns."""
+    mine = owners.get(uid, []) if uid is not None else []
+    if name and name in mine:
+        return name
+    return mine[0] if len(mine) == 1 else None
 
 
 def last_write(root: str, parts: tuple[str, ...]) -> int | None:

@@ -33,7 +33,7 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 from .. import versions
 from ..api.fields import SLURM_SIGNALS
 from .accounting import STATE_QUERIES, Associations, commands, parse_state, with_members
-from .checkpoints import job_dir, last_write
+from .checkpoints import job_dir, last_write, user_dir, user_dirs
 from .directory import GROUPS_FILE, VERDICT_FILE, Verdict, read_groups, read_verdict
 from .hostlist import expand
 from .model import DRAIN_PREFIX, Job, JsonItems, Node, config_hash, job_from_json, node_from_json, release_of
@@ -220,14 +220,20 @@ class SlurmClient:
         if wanted:
             jobs = (j for j in jobs if j.nodes and wanted.intersection(expand(j.nodes)))
         if self._checkpoint_root is not None:
-            jobs = (self._with_checkpoint(j) for j in jobs)
+            owners: list[dict[int, list[str]]] = []  # read once, when a running job first needs it
+            jobs = (self._with_checkpoint(j, owners) for j in jobs)
         return sorted(jobs, key=lambda j: j.job_id)
 
-    def _with_checkpoint(self, job: Job) -> Job:
+    def _with_checkpoint(self, job: Job, owners: list[dict[int, list[str]]]) -> Job:
         """A running job with the time it last wrote in its checkpoint directory, if any."""
-        if job.state != "RUNNING" or not job.user:
+        if job.state != "RUNNING":
             return job
-        written = last_write(self._checkpoint_root, job_dir(job.user, job.name, job.array_task_id))
+        if not owners:
+            owners.append(user_dirs(self._checkpoint_root))
+        user = user_dir(owners[0], job.user_id, job.user)
+        if user is None:
+            return job
+        written = last_write(self._checkpoint_root, job_dir(user, job.name, job.array_task_id))
         return job if written is None else dataclasses.replace(job, checkpoint_time=written)
 
     # Changes.

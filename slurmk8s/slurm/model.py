@@ -107,6 +107,7 @@ ACTIVE_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURIN
 class Job:
     job_id: int
     name: str
+    #: Its user's name, as the reading host resolves its uid ("" where it cannot).
     user: str
     #: PENDING, RUNNING, COMPLETING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...
     state: str
@@ -131,6 +132,8 @@ class Job:
     end_time: int | None = None
     #: When the job last wrote a checkpoint (POSIX seconds; None: not known).
     checkpoint_time: int | None = None
+    #: Its user's uid (None: not reported).
+    user_id: int | None = None
 
     @property
     def active(self) -> bool:
@@ -302,6 +305,7 @@ def job_from_json(d: dict) -> Job:
         start_time=_number(d.get("start_time")) or None,
         gpus=tres_gpus(d.get("tres_alloc_str") or "") or tres_gpus(d.get("tres_req_str") or ""),
         end_time=_number(d.get("end_time")) or None,
+        user_id=_number(d.get("user_id")),
     )
 
 
@@ -441,7 +445,7 @@ def job_to_dict(j: Job) -> dict:
         "restart_count": j.restart_count, "reason": j.reason,
         "array_job_id": j.array_job_id, "array_task_id": j.array_task_id, "eligible_time": j.eligible_time,
         "account": j.account, "submit_time": j.submit_time, "start_time": j.start_time, "gpus": j.gpus,
-        "end_time": j.end_time, "checkpoint_time": j.checkpoint_time,
+        "end_time": j.end_time, "checkpoint_time": j.checkpoint_time, "user_id": j.user_id,
     }
 
 
@@ -457,7 +461,7 @@ def job_from_dict(d: dict) -> Job:
         eligible_time=opt(d.get("eligible_time")),
         account=str(d.get("account", "")), submit_time=opt(d.get("submit_time")),  # absent from an older agent
         start_time=opt(d.get("start_time")), gpus=int(d.get("gpus", 0)), end_time=opt(d.get("end_time")),
-        checkpoint_time=opt(d.get("checkpoint_time")),
+        checkpoint_time=opt(d.get("checkpoint_time")), user_id=opt(d.get("user_id")),
     )
 
 
