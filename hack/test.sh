@@ -23,15 +23,15 @@ done
 # lane (pure tests, the host's Slurm in private namespaces, the images run
 # from their root file systems, the kubelet and its runtime each with its
 # own API server, registry and network, and the sandbox's own up/down in
-# tests/test_sandbox.py) mostly computes, and is the shorter one, so two
-# end-to-end suites end it, in a pytest run of their own: the live upgrade
-# and the simulator's trust test (one long trace). rest_e2e names them. None of the second lane's daemons shares a
+# tests/test_sandbox.py) mostly computes, and is the shorter one, so an
+# end-to-end suite ends it, in a pytest run of its own: the simulator's trust
+# test (one long trace). rest_e2e names it. None of the second lane's daemons shares a
 # network, a name or a file with the other's (each has its own subnet and
 # sandbox id; the image stores they share are keyed by content). Each lane's
 # output is printed whole when it ends; hack/test_summary.py then prints the
 # 15 slowest tests and modules of all and the totals. SLURMK8S_TEST_REPORTS=DIR
 # keeps the lanes' logs and JUnit XML in DIR.
-rest_e2e=(tests/e2e/test_upgrade_e2e.py tests/e2e/test_simulate_trust.py)
+rest_e2e=(tests/e2e/test_simulate_trust.py)
 out=$(mktemp -d)
 trap '[ -z "${SLURMK8S_TEST_REPORTS:-}" ] || cp "$out"/* "$SLURMK8S_TEST_REPORTS"/; rm -rf "$out"' EXIT
 start=$SECONDS
@@ -47,7 +47,7 @@ sandbox_pid=$!
 rest_pid=$!
 rc_rest=0 rc_sandbox=0
 wait "$rest_pid" || rc_rest=$?
-printf '\n===== lane: everything but the sandbox, then the upgrade and trust tests (%ss) =====\n' "$((SECONDS - start))"
+printf '\n===== lane: everything but the sandbox, then the trust test (%ss) =====\n' "$((SECONDS - start))"
 cat "$out/rest.log"
 wait "$sandbox_pid" || rc_sandbox=$?
 printf '\n===== lane: the sandbox (%ss) =====\n' "$((SECONDS - start))"
