@@ -51,6 +51,7 @@ from . import images as rules
 from .images import ImageConfig, ImageError, Recipe, Suite
 from .pulls import mounted_lowers
 
+
 class PushRecord(Protocol):
     """What :meth:`ImageStore.push` asks of a record of earlier pushes."""
 

@@ -13,11 +13,14 @@ The user's directory is found by its owner, the job's uid (:func:`user_dirs`): t
 TaskProlog makes and uses only a directory of the job's own uid there, and the agent
 that reads this need not know the cluster's users by name. The bridge's reclaim order
 (``slurmk8s/bridge/choose.py``) counts a job's work at risk from its last checkpoint
-rather than its start. Everything below the root is
-the jobs', so it is read as an adversary's: each component opened without following
-a link, entries stat'ed without following one, at most :data:`MAX_ENTRIES` of them,
-and any error means "not known" (the order then counts from the job's start, as
-without this).
+rather than its start.
+
+Everything below the root is the jobs', so it is read as an adversary's: each
+component opened without following a link (a FIFO or a file there is refused by
+``O_DIRECTORY`` before it could block), entries stat'ed without following one, at
+most :data:`MAX_ENTRIES` of them, and any error means "not known" (the order then
+counts from the job's start, as without this). Only modification times are passed
+on: no name, and no byte of the jobs' files.
 """
 
 from __future__ import annotations
