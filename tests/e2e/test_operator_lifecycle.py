@@ -1,7 +1,5 @@
-"""A SlurmCluster's life with kubectl against the sandbox, real Slurm behind it,
-the way a platform engineer works: printer columns, a config change applied by
-`scontrol reconfigure` while a job runs, the chart's pods with exactly its
-RBAC, conflicting edits, scaling out and in with a job on the node that goes (its
+"""A SlurmCluster's life with kubectl against the sandbox, real Slurm behind it:
+conflicting edits, scaling out and in with a job on the node that goes (its
 leading operator killed meanwhile, on the default release), the operator
 killed in the middle of a change, a node drained with kubectl, slurmctld's pod
 deleted (its jobs carry on), and deletion.
@@ -14,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -26,14 +23,11 @@ import yaml
 
 from slurmk8s import versions
 from slurmk8s.api import load_cluster
-from slurmk8s.bridge import permissions as bridge_permissions
-from slurmk8s.operator import permissions
-from slurmk8s.permissions import grants
 from slurmk8s.render import ClusterKeys, names, render
 from sandbox import install, runcruntime, runtime
 
-from .common import assert_one_writer_at_a_time, audit_now, kill_leader, wait_for, writers
-from .platform import ManifestPlatform
+from .common import assert_one_writer_at_a_time, audit_now, kill_leader, writers
+from .test_operator_e2e import ManifestPlatform, wait_for
 from .conftest import default_release_only
 
 pytestmark = pytest.mark.slurm
@@ -143,68 +137,6 @@ def all_pid_namespaces() -> dict[int, str]:
 def life(tmp_path_factory, release):
     with Life.running(tmp_path_factory.mktemp("operator-lifecycle"), release, MANIFEST) as p:
         yield p
-
-
-def test_kubectl_shows_the_cluster_with_its_printer_columns(life):
-    table = life.kubectl("get", "slurmclusters").stdout
-    header, row = table.splitlines()[:2]
-    assert header.split()[:4] == ["NAME", "PHASE", "READY", "VERSION"]
-    assert row.split()[:3] == [NAME, "Ready", "True"]
-
-
-def test_a_config_change_is_applied_by_reconfigure_without_losing_a_job(life):
-    job = life.sbatch("--wrap", "sleep 300", "-o", "/dev/null")
-    wait_for("the job to run", lambda: life.job(job)["JobState"] == "RUNNING")
-    pid = life.ctld_pid()
-    assert pid
-    # A slurm.conf-only setting: no pod template changes, so no pod restarts.
-    life.kubectl("patch", "slurmcluster", NAME, "--type", "merge", "-p",
-                 json.dumps({"spec": {"slurmConfig": {"schedulerParameters": ["bf_max_job_test=321"]}}}))
-    wait_for("slurmctld to read the new SchedulerParameters",
-             lambda: "bf_max_job_test=321" in life.scontrol("show", "config"), timeout=120)
-    assert life.job(job)["JobState"] == "RUNNING"  # the job kept running
-    assert life.ctld_pid() == pid  # reconfigured, not restarted
-    wait_for("the cluster Ready again", life.ready)
-    subprocess.run(life.box.exec(CONTROLLER, ["scancel", str(job)]), check=True, timeout=30)
-    wait_for("the job cancelled", lambda: life.job(job)["JobState"] == "CANCELLED", timeout=90)
-
-
-def can_i_list(platform: ManifestPlatform, account: str, namespace: str) -> set[tuple[str, str, str]]:
-    """`kubectl auth can-i --list --as=<ServiceAccount>` as (verb, group, resource) triples;
-    the self-reviews every authenticated user may make are left out."""
-    out = platform.kubectl("auth", "can-i", "--list", "-n", namespace,
-                           f"--as=system:serviceaccount:{install.RELEASE_NAMESPACE}:{account}").stdout
-    found = set()
-    for line in out.splitlines()[1:]:
-        match = re.match(r"^(\S+)\s+\[\]\s+\[\]\s+\[(.*)\]$", line)
-        if not match:
-            continue  # non-resource URLs (discovery)
-        resource, _, sub = match.group(1).partition("/")
-        plural, _, group = resource.partition(".")
-        if group in ("authentication.k8s.io", "authorization.k8s.io"):
-            continue
-        found |= {(verb, group, plural + (f"/{sub}" if sub else "")) for verb in match.group(2).split()}
-    return found
-
-
-@default_release_only
-def test_the_operator_and_the_bridge_run_as_the_charts_pods_with_exactly_its_rbac(life):
-    """What a platform engineer checks after `helm install`: the components'
-    pods run under their ServiceAccounts, `kubectl auth can-i --list` shows
-    what the chart grants (what slurmk8s/operator/permissions.py and
-    slurmk8s/bridge/permissions.py declare), and `kubectl logs`/`exec` reach the pods."""
-    components = life.box.status()["components"]
-    assert {k: (v["ready"], v["serviceAccount"]) for k, v in components.items()} == {
-        "operator": (True, "slurmk8s"), "bridge": (True, "slurmk8s-bridge")}
-    for account, declared in (("slurmk8s", permissions.OPERATOR), ("slurmk8s-bridge", bridge_permissions.BRIDGE)):
-        granted = grants(declared, ["default"])
-        want = granted.get("default", set()) | granted.get(None, set())
-        assert can_i_list(life, account, "default") == want, account
-    assert ("get", "", "secrets") not in can_i_list(life, "slurmk8s-bridge", "kube-system")
-    logs = life.kubectl("-n", install.RELEASE_NAMESPACE, "logs", "deployment/slurmk8s", "--tail", "50").stdout
-    assert logs.strip()
-    ping = life.kubectl("exec", life.controller, "-c", "slurmctld", "--", "scontrol", "ping").stdout
-    assert "UP" in ping
 
 
 @default_release_only

@@ -1,0 +1,185 @@
+"""The operator end to end, the way a platform engineer works: kubectl against
+the sandbox's API, a SlurmCluster changed while real Slurm runs a job on it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import yaml
+
+import pytest
+
+from slurmk8s.bridge import permissions as bridge_permissions
+from slurmk8s.manifest import with_slurm_version
+from slurmk8s.operator import permissions
+from slurmk8s.permissions import grants
+from sandbox import Sandbox, install
+
+from .common import running_sandbox, wait_for
+from .conftest import default_release_only
+
+pytestmark = pytest.mark.slurm
+SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
+SUBNET = "10.253.93.0/24"
+
+
+class Platform:
+    """A platform engineer's view: kubectl, plus Slurm as its admin sees it."""
+
+    def __init__(self, box: Sandbox, name: str = "ops"):
+        self.box = box
+        self.name = name
+        self.controller = f"{name}-controller-0"
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        proc = self.box.kubectl(*args, input=input)
+        assert not check or proc.returncode == 0, proc.stderr
+        return proc
+
+    def cluster(self) -> dict:
+        return json.loads(self.kubectl("get", "slurmcluster", self.name, "-o", "json").stdout)
+
+    def ready(self) -> bool:
+        c = self.cluster()
+        st = c.get("status", {})
+        return st.get("phase") == "Ready" and st.get("observedGeneration") == c["metadata"]["generation"]
+
+    def scontrol(self, *args: str) -> str:
+        proc = subprocess.run(self.box.exec(self.controller, ["scontrol", *args]), capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    def sbatch(self, *args: str) -> int:
+        proc = subprocess.run(self.box.exec(self.controller, ["sbatch", "--parsable", *args]),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return int(proc.stdout.strip())
+
+    def job(self, job: int) -> dict[str, str]:
+        return dict(f.split("=", 1) for f in self.scontrol("show", "job", "--oneliner", str(job)).split() if "=" in f)
+
+    def ctld_pid(self) -> str:
+        proc = subprocess.run(self.box.exec(self.controller, ["pidof", "slurmctld"]), capture_output=True,
+                              text=True, timeout=30)
+        return proc.stdout.strip()
+
+
+
+class ManifestPlatform(Platform):
+    """A platform engineer who brings a cluster up from a manifest with
+    `sandbox up`, on a sandbox (and subnet) of its own."""
+
+    NAME = ""
+    SUBNET = ""
+    #: `sandbox up --timeout`, and how long the command may take in all
+    UP_TIMEOUT = (150, 200)
+
+    def __init__(self, box: Sandbox, work: Path, env: dict, release: str):
+        super().__init__(box, self.NAME)
+        self.work, self.env, self.release = work, env, release
+
+    def up(self, doc: dict) -> subprocess.CompletedProcess:
+        """`sandbox up` with ``doc`` on the module's Slurm release."""
+        path = self.work / f"{self.NAME}.yaml"
+        path.write_text(yaml.safe_dump(with_slurm_version([doc], self.release)[0]))
+        inner, outer = self.UP_TIMEOUT
+        return subprocess.run([SLURMK8S, "sandbox", "up", "-f", str(path), "--subnet", self.SUBNET,
+                               "--timeout", str(inner)], capture_output=True, text=True, env=self.env, timeout=outer)
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, work: Path, release: str, doc: dict) -> Iterator["ManifestPlatform"]:
+        """Up with ``doc`` (asserted), then down with everything purged."""
+        assert os.geteuid() == 0, "the sandbox needs root"
+        env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(work / "state")}
+        p = cls(Sandbox(work / "state"), work, env, release)
+        try:
+            up = p.up(doc)
+            assert up.returncode == 0, up.stderr
+            yield p
+        finally:
+            subprocess.run([SLURMK8S, "sandbox", "down", "--purge"], capture_output=True, env=env, timeout=240)
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory, release):
+    doc = {
+        "apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster", "metadata": {"name": "ops"},
+        "spec": {
+            "nodeSets": [{"name": "cpu", "replicas": 2, "cpus": 1, "memory": "1Gi",
+                          "drain": {"gracePeriod": 15}}],
+            "partitions": [{"name": "cpu", "nodeSets": ["cpu"], "default": True}],
+        },
+    }
+    with running_sandbox(tmp_path_factory.mktemp("operator-e2e"), doc, SUBNET, release) as (box, _, _):
+        yield Platform(box)
+
+
+def test_kubectl_shows_the_cluster_with_its_printer_columns(platform):
+    table = platform.kubectl("get", "slurmclusters").stdout
+    header, row = table.splitlines()[:2]
+    assert header.split()[:4] == ["NAME", "PHASE", "READY", "VERSION"]
+    assert row.split()[:3] == ["ops", "Ready", "True"]
+
+
+def test_a_config_change_is_applied_by_reconfigure_without_losing_a_job(platform):
+    job = platform.sbatch("--wrap", "sleep 300", "-o", "/dev/null")
+    wait_for("the job to run", lambda: platform.job(job)["JobState"] == "RUNNING")
+    pid = platform.ctld_pid()
+    assert pid
+    # A slurm.conf-only setting: no pod template changes, so no pod restarts.
+    platform.kubectl("patch", "slurmcluster", "ops", "--type", "merge", "-p",
+                     json.dumps({"spec": {"slurmConfig": {"schedulerParameters": ["bf_max_job_test=321"]}}}))
+    wait_for("slurmctld to read the new SchedulerParameters",
+             lambda: "bf_max_job_test=321" in platform.scontrol("show", "config"), timeout=120)
+    assert platform.job(job)["JobState"] == "RUNNING"  # the job kept running
+    assert platform.ctld_pid() == pid  # reconfigured, not restarted
+    wait_for("the cluster Ready again", platform.ready)
+    subprocess.run(platform.box.exec("ops-controller-0", ["scancel", str(job)]), check=True, timeout=30)
+    wait_for("the job cancelled", lambda: platform.job(job)["JobState"] == "CANCELLED", timeout=90)
+
+
+def can_i_list(platform: Platform, account: str, namespace: str) -> set[tuple[str, str, str]]:
+    """`kubectl auth can-i --list --as=<ServiceAccount>` as (verb, group, resource) triples;
+    the self-reviews every authenticated user may make are left out."""
+    out = platform.kubectl("auth", "can-i", "--list", "-n", namespace,
+                           f"--as=system:serviceaccount:{install.RELEASE_NAMESPACE}:{account}").stdout
+    found = set()
+    for line in out.splitlines()[1:]:
+        match = re.match(r"^(\S+)\s+\[\]\s+\[\]\s+\[(.*)\]$", line)
+        if not match:
+            continue  # non-resource URLs (discovery)
+        resource, _, sub = match.group(1).partition("/")
+        plural, _, group = resource.partition(".")
+        if group in ("authentication.k8s.io", "authorization.k8s.io"):
+            continue
+        found |= {(verb, group, plural + (f"/{sub}" if sub else "")) for verb in match.group(2).split()}
+    return found
+
+
+@default_release_only
+def test_the_operator_and_the_bridge_run_as_the_charts_pods_with_exactly_its_rbac(platform):
+    """What a platform engineer checks after `helm install`: the components'
+    pods run under their ServiceAccounts, `kubectl auth can-i --list` shows
+    what the chart grants (what slurmk8s/operator/permissions.py and
+    slurmk8s/bridge/permissions.py declare), and `kubectl logs`/`exec` reach the pods."""
+    components = platform.box.status()["components"]
+    assert {k: (v["ready"], v["serviceAccount"]) for k, v in components.items()} == {
+        "operator": (True, "slurmk8s"), "bridge": (True, "slurmk8s-bridge")}
+    for account, declared in (("slurmk8s", permissions.OPERATOR), ("slurmk8s-bridge", bridge_permissions.BRIDGE)):
+        granted = grants(declared, ["default"])
+        want = granted.get("default", set()) | granted.get(None, set())
+        assert can_i_list(platform, account, "default") == want, account
+    assert ("get", "", "secrets") not in can_i_list(platform, "slurmk8s-bridge", "kube-system")
+    logs = platform.kubectl("-n", install.RELEASE_NAMESPACE, "logs", "deployment/slurmk8s", "--tail", "50").stdout
+    assert logs.strip()
+    ping = platform.kubectl("exec", platform.controller, "-c", "slurmctld", "--", "scontrol", "ping").stdout
+    assert "UP" in ping
