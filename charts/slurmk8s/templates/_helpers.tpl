@@ -335,14 +335,12 @@ spec:
             periodSeconds: 20
             timeoutSeconds: 5
             failureThreshold: 3
-          # Ready (and so the webhook's endpoint) within seconds of /healthz answering:
-          # until then, with failurePolicy Fail, no SlurmCluster can be created.
           readinessProbe:
             httpGet:
               path: /healthz
               port: health
-            initialDelaySeconds: 2
-            periodSeconds: 3
+            initialDelaySeconds: 5
+            periodSeconds: 10
             timeoutSeconds: 5
             failureThreshold: 3
           {{- with $v.resources }}
