@@ -76,9 +76,9 @@ def assert_nothing_left(box: Sandbox, before: dict) -> None:
 
 def test_a_pod_that_fails_is_named_with_the_tail_of_its_log(tmp_path):
     state = tmp_path / "state"
-    up = sandbox("up", "-f", str(manifest(tmp_path, "broken", extraLines=["MessageTimeout=soon"])),
-                 "--subnet", "10.253.78.0/24", "--timeout", "120", state=state)
-    try:
+    try:  # an `up` that runs past its limit is torn down too: nothing is left on the subnet
+        up = sandbox("up", "-f", str(manifest(tmp_path, "broken", extraLines=["MessageTimeout=soon"])),
+                     "--subnet", "10.253.78.0/24", "--timeout", "120", state=state)
         assert up.returncode == 1
         assert "pod broken-controller-0 keeps failing" in up.stderr
         # the log's tail carries slurmctld's own words, and the message says what to do next
