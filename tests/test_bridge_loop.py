@@ -93,7 +93,7 @@ class Facade:
     def nodes(self):
         return self.m.nodes_()
 
-    def jobs(self, nodes=()):
+    def jobs(self, nodes=(), checkpoints=False):
         return list(self.m.jobs)
 
 

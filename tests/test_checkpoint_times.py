@@ -87,10 +87,13 @@ def test_the_facade_gives_running_jobs_their_last_checkpoint(tmp_path):
     def runner(argv, stdin):
         return subprocess.CompletedProcess(argv, 0, json.dumps({"jobs": jobs}), "")
 
-    found = {j.job_id: j.checkpoint_time for j in SlurmClient(runner, checkpoint_root=str(tmp_path)).jobs()}
+    client = SlurmClient(runner, checkpoint_root=str(tmp_path))
+    found = {j.job_id: j.checkpoint_time for j in client.jobs(checkpoints=True)}
     assert found == {1: 5000, 2: 6000, 3: None, 4: None, 5: 5000, 6: 5000, 7: 8000, 8: None}
+    # Only when asked (the bridge): the metrics and the facade's own waits read no directory.
+    assert {j.checkpoint_time for j in client.jobs()} == {None}
     # Without a checkpoint root (a cluster without spec.sharedStorage.checkpointDir), none is known.
-    assert {j.checkpoint_time for j in SlurmClient(runner).jobs()} == {None}
+    assert {j.checkpoint_time for j in SlurmClient(runner).jobs(checkpoints=True)} == {None}
     assert job_dir("alice", "sweep", 3) == ("alice", "sweep_3")
 
 
@@ -100,3 +103,20 @@ def test_a_uid_that_owns_two_user_directories_is_matched_by_name_or_not_at_all()
     assert user_dir(owners, 1000, "") is None
     assert user_dir(owners, 1001, "") == "bob" and user_dir(owners, 1001, "alice") == "bob"
     assert user_dir(owners, 1002, "carol") is None and user_dir(owners, None, "bob") is None
+
+
+def test_the_agent_reads_checkpoint_times_only_when_the_request_asks():
+    """``GET /v1/jobs?checkpoints=1`` (what RemoteSlurm.jobs(checkpoints=True) sends) and nothing else."""
+    from slurmk8s.slurm.agent import _get_jobs
+
+    asked = []
+
+    class Slurm:
+        def jobs(self, nodes=(), checkpoints=False):
+            asked.append((list(nodes), checkpoints))
+            return []
+
+    _get_jobs(Slurm(), {"node": ["n1"], "checkpoints": ["1"]}, {})
+    _get_jobs(Slurm(), {}, {})
+    _get_jobs(Slurm(), {"checkpoints": ["yes"]}, {})
+    assert asked == [(["n1"], True), ([], False), ([], False)]

@@ -220,7 +220,9 @@ class Bridge:
         """Read a cluster's Slurm (in a worker thread: nothing here touches the round's state)."""
         try:
             slurm = self._agent_of(cluster)
-            state = SlurmState(tuple(slurm.nodes()), tuple(slurm.jobs()), reservations=self._reservations(slurm))
+            # Checkpoint times: what a reclaim of each lent node would lose (choose.at_risk).
+            state = SlurmState(tuple(slurm.nodes()), tuple(slurm.jobs(checkpoints=True)),
+                               reservations=self._reservations(slurm))
             metrics.SLURM_READS.labels("ok").inc()
             return state, slurm
         except Exception as exc:  # noqa: BLE001 - any failure means: Slurm unknown, fail closed

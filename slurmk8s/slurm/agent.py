@@ -14,14 +14,15 @@ no keep-alive, so they can never keep a caller with the token out
     GET    /healthz                         liveness; no token, no Slurm call
     GET    /v1/ping                         {"up": bool}
     GET    /v1/nodes                        {"nodes": [node, ...]}
-    GET    /v1/jobs[?node=N&node=M]         {"jobs": [job, ...]}
+    GET    /v1/jobs[?node=N&node=M]         {"jobs": [job, ...]}; &checkpoints=1: with each running
+                                            job's last checkpoint time (the bridge's reclaim order)
     GET    /v1/config-hash                  {"hash": "0123456789abcdef"}
     POST   /v1/nodes/<name>/drain           {"reason": "scale-in"}
     POST   /v1/nodes/<name>/undrain
     POST   /v1/nodes/<name>/down            {"reason": "slurmd lost"}
     POST   /v1/nodes/<name>/signal          {"signal": "USR1"} -> {"jobs": [ids]}
     DELETE /v1/nodes/<name>
-    POST   /v1/jobs/<id>/requeue            requeue, then eligible at once
+    POST   /v1/jobs/<id>/requeue            requeue, then eligible a second after it left COMPLETING
     POST   /v1/jobs/<id>/start-now          a pending job may start at once
     POST   /v1/jobs/<id>/cancel
     GET    /v1/reservations                 {"reservations": [reservation, ...]}: the lending ones
@@ -96,7 +97,8 @@ def _get_nodes(s: SlurmControl, query: dict, body: dict) -> dict:
 
 
 def _get_jobs(s: SlurmControl, query: dict, body: dict) -> dict:
-    return {"jobs": [job_to_dict(j) for j in s.jobs(nodes=query.get("node", []))]}
+    checkpoints = query.get("checkpoints", ["0"]) == ["1"]
+    return {"jobs": [job_to_dict(j) for j in s.jobs(nodes=query.get("node", []), checkpoints=checkpoints)]}
 
 
 def _string(body: dict, key: str) -> str:

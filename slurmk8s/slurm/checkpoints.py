@@ -15,9 +15,11 @@ that reads this need not know the cluster's users by name. The bridge's reclaim 
 (``slurmk8s/bridge/choose.py``) counts a job's work at risk from its last checkpoint
 rather than its start.
 
-Everything below the root is the jobs', so it is read as an adversary's: each
-component opened without following a link (a FIFO or a file there is refused by
-``O_DIRECTORY`` before it could block), entries stat'ed without following one, at
+Only the agent's ``GET /v1/jobs?checkpoints=1`` reads them, for the bridge; the
+facade's other reads of the jobs (metrics, its own waits) do not. Everything below
+the root is the jobs', so it is read as an adversary's: each component opened
+without following a link (``open_beneath``, non-blocking, so a FIFO there cannot
+block the reader), entries stat'ed without following one, at
 most :data:`MAX_ENTRIES` of them, and any error means "not known" (the order then
 counts from the job's start, as without this). Only modification times are passed
 on: no name, and no byte of the jobs' files.
@@ -25,11 +27,15 @@ on: no name, and no byte of the jobs' files.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
 
-__all__ = ["MAX_ENTRIES", "MAX_USERS", "job_dir", "last_write", "user_dir", "user_dirs"]
+from ..published_model import open_beneath
+from .model import Job
+
+__all__ = ["MAX_ENTRIES", "MAX_USERS", "job_dir", "last_write", "user_dir", "user_dirs", "with_checkpoint_times"]
 
 #: Entries of a checkpoint directory looked at; a directory with more is judged on these.
 MAX_ENTRIES = 256
@@ -79,18 +85,21 @@ def user_dir(owners: dict[int, list[str]], uid: int | None, name: str) -> str | 
 
 def last_write(root: str, parts: tuple[str, ...]) -> int | None:
     """The newest modification time (POSIX seconds) of ``root/parts...`` and its
-    entries, opened without following any link; None when it is not a directory
-    reached that way, or cannot be read."""
-    if not parts or any(p in ("", ".", "..") or "/" in p or "\0" in p for p in parts):
-        return None
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fds: list[int] = []
+    entries, opened without following any link (:func:`~slurmk8s.published_model.open_beneath`,
+    the rule for what jobs write); None when it is not a directory reached that way,
+    or cannot be read."""
+    root_fd = None
     try:
-        fds.append(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))  # the administrator's path
-        for part in parts:
-            fds.append(os.open(part, flags, dir_fd=fds[-1]))
-        newest = os.fstat(fds[-1]).st_mtime
-        with os.scandir(fds[-1]) as entries:
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the administrator's path
+        fd = open_beneath(root_fd, parts, directory=True)
+    except (OSError, ValueError):
+        return None
+    finally:
+        if root_fd is not None:
+            os.close(root_fd)
+    try:
+        newest = os.fstat(fd).st_mtime
+        with os.scandir(fd) as entries:
             for n, entry in enumerate(entries):
                 if n >= MAX_ENTRIES:
                     break
@@ -101,5 +110,18 @@ def last_write(root: str, parts: tuple[str, ...]) -> int | None:
     except OSError:
         return None
     finally:
-        for fd in fds:
-            os.close(fd)
+        os.close(fd)
+
+
+def with_checkpoint_times(root: str, jobs: list[Job]) -> list[Job]:
+    """``jobs`` with each running job's :func:`last_write` as its ``checkpoint_time``
+    where one is known; the root's user directories are read once, if a job runs."""
+    if not any(j.state == "RUNNING" for j in jobs):
+        return jobs
+    owners = user_dirs(root)
+    out = []
+    for job in jobs:
+        user = user_dir(owners, job.user_id, job.user) if job.state == "RUNNING" else None
+        written = last_write(root, job_dir(user, job.name, job.array_task_id)) if user is not None else None
+        out.append(job if written is None else dataclasses.replace(job, checkpoint_time=written))
+    return out

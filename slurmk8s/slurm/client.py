@@ -18,7 +18,6 @@ Rules that keep jobs safe live here, once:
 from __future__ import annotations
 
 import calendar
-import dataclasses
 import json
 import re
 import subprocess
@@ -33,7 +32,7 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 from .. import versions
 from ..api.fields import SLURM_SIGNALS
 from .accounting import STATE_QUERIES, Associations, commands, parse_state, with_members
-from .checkpoints import job_dir, last_write, user_dir, user_dirs
+from .checkpoints import with_checkpoint_times
 from .directory import GROUPS_FILE, VERDICT_FILE, Verdict, read_groups, read_verdict
 from .hostlist import expand
 from .model import DRAIN_PREFIX, Job, JsonItems, Node, config_hash, job_from_json, node_from_json, release_of
@@ -155,7 +154,7 @@ class SlurmClient:
     this process sees it); :meth:`config_hash` digests it. ``checkpoint_root``
     is the cluster's checkpoint directory as this process sees it (the agent's
     ``--checkpoint-root``): :meth:`published` reads below it only, and
-    :meth:`jobs` gives each running job the time it last wrote there
+    :meth:`jobs` gives each running job the time it last wrote there when asked
     (:mod:`.checkpoints`).
     """
 
@@ -206,8 +205,10 @@ class SlurmClient:
         return next((n for n in self.nodes() if n.name == _check_node(name)), None)
 
     @_reads
-    def jobs(self, nodes: Sequence[str] = ()) -> list[Job]:
-        """Jobs Slurm still tracks; with ``nodes``, only those allocated there.
+    def jobs(self, nodes: Sequence[str] = (), *, checkpoints: bool = False) -> list[Job]:
+        """Jobs Slurm still tracks; with ``nodes``, only those allocated there; with
+        ``checkpoints``, each running job with the time it last wrote below the
+        checkpoint root (:mod:`.checkpoints`; none without a root).
 
         ``squeue --json`` ignores every filtering option (its man page says so),
         so the node filter is applied here, on each job's host list. Its output
@@ -219,22 +220,10 @@ class SlurmClient:
         jobs = (job_from_json(j) for j in JsonItems(self._stream("squeue", "--json"), "jobs"))
         if wanted:
             jobs = (j for j in jobs if j.nodes and wanted.intersection(expand(j.nodes)))
-        if self._checkpoint_root is not None:
-            owners: list[dict[int, list[str]]] = []  # read once, when a running job first needs it
-            jobs = (self._with_checkpoint(j, owners) for j in jobs)
-        return sorted(jobs, key=lambda j: j.job_id)
-
-    def _with_checkpoint(self, job: Job, owners: list[dict[int, list[str]]]) -> Job:
-        """A running job with the time it last wrote in its checkpoint directory, if any."""
-        if job.state != "RUNNING":
-            return job
-        if not owners:
-            owners.append(user_dirs(self._checkpoint_root))
-        user = user_dir(owners[0], job.user_id, job.user)
-        if user is None:
-            return job
-        written = last_write(self._checkpoint_root, job_dir(user, job.name, job.array_task_id))
-        return job if written is None else dataclasses.replace(job, checkpoint_time=written)
+        found = sorted(jobs, key=lambda j: j.job_id)
+        if checkpoints and self._checkpoint_root is not None:
+            return with_checkpoint_times(self._checkpoint_root, found)
+        return found
 
     # Changes.
 

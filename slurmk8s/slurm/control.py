@@ -39,8 +39,10 @@ class SlurmControl(Protocol):
     def node(self, name: str) -> Node | None:
         """The node, or None when Slurm has no such node. Raises when Slurm cannot be asked."""
 
-    def jobs(self, nodes: Sequence[str] = ()) -> list[Job]:
-        """Jobs Slurm still tracks; with ``nodes``, only those allocated there."""
+    def jobs(self, nodes: Sequence[str] = (), *, checkpoints: bool = False) -> list[Job]:
+        """Jobs Slurm still tracks; with ``nodes``, only those allocated there; with
+        ``checkpoints``, each running job's last checkpoint time where the checkpoint
+        layer shows one (``Job.checkpoint_time``, for the reclaim order)."""
 
     def drain(self, name: str, reason: str) -> None:
         """Drain a node; the reason Slurm shows is ``slurmk8s: <reason>``."""

@@ -231,8 +231,9 @@ class RemoteSlurm:
     def node(self, name: str) -> Node | None:
         return next((n for n in self.nodes() if n.name == name), None)
 
-    def jobs(self, nodes: Sequence[str] = ()) -> list[Job]:
-        out = self._call("GET", "/v1/jobs", query=[("node", n) for n in nodes])
+    def jobs(self, nodes: Sequence[str] = (), *, checkpoints: bool = False) -> list[Job]:
+        out = self._call("GET", "/v1/jobs", query=[("node", n) for n in nodes]
+                         + ([("checkpoints", "1")] if checkpoints else []))
         return [job_from_dict(d) for d in out["jobs"]]
 
     def drain(self, name: str, reason: str) -> None:

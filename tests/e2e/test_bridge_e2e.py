@@ -99,9 +99,9 @@ def test_a_busy_node_is_reclaimed_the_job_checkpoints_and_resumes(world):
     # The job's periodic checkpoint (its second step) as the agent reads it for the reclaim
     # order: a write in its checkpoint directory after it started.
     running = wait_for("the agent to see the job's checkpoint", lambda: next(
-        (j for j in world.slurm.jobs() if j.job_id == job and j.checkpoint_time and j.start_time
+        (j for j in world.slurm.jobs(checkpoints=True) if j.job_id == job and j.checkpoint_time and j.start_time
          and j.checkpoint_time > j.start_time), None), timeout=30,
-        show=lambda: [j for j in world.slurm.jobs() if j.job_id == job])
+        show=lambda: [j for j in world.slurm.jobs(checkpoints=True) if j.job_id == job])
     assert running.checkpoint_time <= time.time() + 1
     reclaims = len(world.events("Reclaiming", first))
     world.gpu_pod("serve-busy", first)  # a serving pod that needs exactly that node
