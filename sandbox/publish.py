@@ -31,6 +31,7 @@ from typing import Callable
 import requests
 
 from . import images, registry
+from .distribution import MANIFESTS
 from .pulls import NodeRegistries
 
 STORAGE_ENV = "SLURMK8S_REGISTRY_STORAGE"
@@ -120,7 +121,7 @@ class StorageRecord:
         try:
             answer = requests.head(f"https://{self.reg.address}/v2/{repo}/manifests/{tag}",
                                    auth=(self.reg.username, self.reg.password), verify=str(self.reg.ca_cert),
-                                   headers={"Accept": ", ".join(MANIFEST_TYPES)}, timeout=(2.0, 10.0))
+                                   headers={"Accept": ", ".join(MANIFESTS)}, timeout=(2.0, 10.0))
         except requests.RequestException:
             return None
         digest = answer.headers.get("Docker-Content-Digest")
@@ -133,8 +134,3 @@ class StorageRecord:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
         os.replace(tmp, self.path)
-
-
-#: What buildah pushes (OCI) and what a registry may answer with for it.
-MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
-                  "application/vnd.docker.distribution.manifest.v2+json")
