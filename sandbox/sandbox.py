@@ -388,7 +388,7 @@ class Sandbox:
         self._ensure_processes(state, t0, timeout)
         self._publish(state, cluster.spec.slurm.version)
         self._site_namespaces(cluster, state)
-        self._install(cluster)
+        self._install(cluster, state)
         docs = docs if docs is not None else [cluster.model_dump(by_alias=True, exclude_none=True)]
         self._apply(self._login_secrets(cluster, state) + docs)
         self._wait_ready(state, cluster, t0, timeout)
@@ -433,7 +433,7 @@ class Sandbox:
                       "a ResourceQuota and a LimitRange, as sites set them")
         self._apply(docs)
 
-    def _install(self, cluster: SlurmCluster) -> None:
+    def _install(self, cluster: SlurmCluster, state: State) -> None:
         """helm upgrade --install of the chart; CRDs, ServiceAccounts, RBAC, the operator and the bridge."""
         self.progress(f"helm: installing {install.CHART.relative_to(REPO)} as {install.RELEASE_NAMESPACE}/"
                       f"{install.RELEASE} (operator and bridge watch namespace {cluster.namespace})")
@@ -442,11 +442,13 @@ class Sandbox:
         except install.InstallFailed as exc:
             raise SandboxFailed(str(exc)) from None
         self.progress(f"helm: release {install.RELEASE} revision {release.get('revision')} {release.get('status', '')}")
-        self._wait_operator()
+        self._wait_operator(state)
 
-    def _wait_operator(self, timeout: float = 120) -> None:
+    def _wait_operator(self, state: State, timeout: float = 120) -> None:
         """Until the operator's pod is Ready: its validating webhook checks every SlurmCluster
-        written (failurePolicy Fail), so the manifest waits for it, as `helm install --wait` would."""
+        written (failurePolicy Fail), so the manifest waits for it, as `helm install --wait` would.
+        A Ready from before the kubelet (re)started is stale (after `down` and `up` the pod comes
+        back with a new address), so only the running kubelet's word counts."""
         client, api = self.api()
         core = client.CoreV1Api(api)
         selector = _component_selector("operator")
@@ -454,7 +456,7 @@ class Sandbox:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             pods = core.list_namespaced_pod(install.RELEASE_NAMESPACE, label_selector=selector).items
-            if any(_pod_ready(p) for p in pods):
+            if self._kubelet_synced(state) and any(_pod_ready(p) for p in pods):
                 return
             time.sleep(0.5)
         raise SandboxFailed(f"the operator's pod was not Ready within {timeout:.0f}s: "
