@@ -71,7 +71,8 @@ def test_a_rising_forecast_takes_idle_lent_nodes_back_and_reserves_the_cheapest_
     # ends sooner than a's, takes no new job from now on.
     assert {a.node: a.reason for a in of(acts, A.SetLendingState)} == {"c": "forecast"}
     assert "Signal" not in kinds(acts) and "Requeue" not in kinds(acts)
-    assert [(r.node, r.start) for r in of(acts, Reserve)] == [("b", now)]
+    # a, whose job runs longer, is not lent past what the two days' record can tell (a day).
+    assert sorted((r.node, r.start) for r in of(acts, Reserve)) == [("a", now + 86400), ("b", now)]
 
 
 def test_the_reclaim_order_is_the_policys():
@@ -82,8 +83,12 @@ def test_the_reclaim_order_is_the_policys():
     history(w, saw(1, every=4))
     cheapest = policy(forecast=FORECAST)
     fewest = policy(forecast=FORECAST, reclaim={"order": "FewestJobs"})
-    assert [r.node for r in of(w.decide(cheapest, T0), Reserve)] == ["a"]
-    assert [r.node for r in of(w.decide(fewest, T0), Reserve)] == ["b"]
+
+    def first_reserved(pol):
+        return min(of(w.decide(pol, T0), Reserve), key=lambda r: r.start).node
+
+    assert first_reserved(cheapest) == "a"
+    assert first_reserved(fewest) == "b"
     # A pending pod takes the first in that order back, as without a forecast.
     w.pods[("apps", "p")] = gpu_pod("p", gpus=8)
     assert [a.node for a in of(w.decide(cheapest, T0), A.SetLendingState)] == ["a"]
@@ -117,25 +122,39 @@ def test_lent_nodes_get_reservations_when_the_forecast_wants_them_back():
     history(w, saw(1, every=32))
     pol = policy(forecast={**FORECAST, "headroomSeconds": 0})
     acts = w.decide(pol, T0)
-    reserve = of(acts, Reserve)
-    assert len(reserve) == 1
+    reserve = {r.node: r.start for r in of(acts, Reserve)}
     now = int(T0.timestamp())
-    assert reserve[0].start == now + 900 and reserve[0].node == "a"
+    # The first to go back is wanted within a bucket; the others are not lent
+    # past the longest horizon the two days' record tells: a day.
+    assert reserve == {"a": now + 900, "b": now + 86400, "c": now + 86400}
     w.apply(acts)
-    assert w.reserved == {reserve[0].node: reserve[0].start}
-    # Deciding again a little later changes nothing; much later it moves it along.
+    assert w.reserved == reserve
+    # Deciding again a little later changes nothing; much later it moves them along.
     assert of(w.decide(pol, T0 + timedelta(seconds=60)), Reserve) == []
-    later = of(w.decide(pol, T0 + timedelta(hours=6)), Reserve)
-    assert len(later) == 1 and later[0].start > reserve[0].start
+    later = {r.node: r.start for r in of(w.decide(pol, T0 + timedelta(hours=7)), Reserve)}
+    assert set(later) == {"a", "b", "c"} and all(later[n] > reserve[n] for n in later)
 
 
-def test_a_reservation_is_removed_when_the_forecast_no_longer_needs_it():
+def test_a_reservation_moves_to_what_the_record_can_tell_and_goes_when_nothing_is_known():
     w = lent_world("a", "b")
-    w.reserved = {"a": int(T0.timestamp()) + 3600}
-    history(w, [0] * 200)  # a flat demand: nothing is wanted back
+    now = int(T0.timestamp())
+    w.reserved = {"a": now + 3600}
+    history(w, [0] * 200)  # a flat demand: nothing is wanted back within the day the record tells
+    acts = w.decide(policy(forecast=FORECAST), T0)
+    assert {r.node: r.start for r in of(acts, Reserve)} == {"a": now + 86400, "b": now + 86400}
+    assert of(acts, Unreserve) == []
+    # Three days asked for (the default), two days recorded: rises are known
+    # over 32 hours (the longest horizon with enough of the record after it), not beyond.
+    acts = w.decide(policy(forecast={"quantilePercent": 95}), T0)
+    horizon = max(h for h in F.reserve_horizons(F.STEP, 3 * 86400) if h <= 2 * 86400 - F.MIN_SAMPLES * F.STEP)
+    assert horizon == 32 * 3600
+    assert {r.node: r.start for r in of(acts, Reserve)} == {"a": now + horizon, "b": now + horizon}
+    # A record too short to tell any horizon: nothing is reserved (as without a forecast).
+    history(w, [0] * 4)
     acts = w.decide(policy(forecast=FORECAST), T0)
     assert [u.node for u in of(acts, Unreserve)] == ["a"] and of(acts, Reserve) == []
     # Without spec.forecast, too.
+    history(w, [0] * 200)
     assert [u.node for u in of(w.decide(policy(), T0), Unreserve)] == ["a"]
 
 

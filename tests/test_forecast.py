@@ -63,10 +63,10 @@ def test_history_is_dropped_past_its_length_and_a_clock_that_went_back_starts_ag
     assert back.peaks == (7,)
 
 
-def test_without_enough_history_the_forecast_is_the_demand_now():
+def test_without_enough_history_the_forecast_does_not_know():
     rec = feed([1, 5, 2])
-    assert F.wanted(rec, T0 + timedelta(seconds=3 * F.STEP), 4, (600, 3600), 0.95) == [4, 4]
-    assert F.wanted(None, T0, 4, (600,), 0.95) == [4]
+    assert F.wanted(rec, T0 + timedelta(seconds=3 * F.STEP), 4, (600, 3600), 0.95) == [None, None]
+    assert F.wanted(None, T0, 4, (600,), 0.95) == [None]
 
 
 def test_the_forecast_adds_the_quantile_of_past_rises_and_grows_with_the_horizon():
@@ -160,5 +160,5 @@ def test_the_forecast_starts_from_the_recent_peak_not_from_a_moment_of_it():
     rec = F.record(rec, now, 2)  # the demand this minute: 2
     one = F.wanted(rec, now, 2, (F.STEP,), 0.95)[0]
     assert one == 6 + 2  # the last bucket's peak, 6, and a rise of 2 (4 -> 6)
-    # Too short a record: the demand now, as without a forecast.
-    assert F.wanted(feed([6, 4]), T0 + timedelta(seconds=2 * F.STEP), 2, (F.STEP,), 0.95) == [2]
+    # Too short a record: not known.
+    assert F.wanted(feed([6, 4]), T0 + timedelta(seconds=2 * F.STEP), 2, (F.STEP,), 0.95) == [None]

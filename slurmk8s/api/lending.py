@@ -215,11 +215,14 @@ class ForecastSpec(ApiModel):
     when the forecast rises above the nodes it has. 0: no headroom beyond
     minKubernetesNodes. Pods beyond the forecast still take nodes back at
     once, as without a forecast."""
-    reserve_seconds: int = Field(86400, ge=0, le=2592000)
+    reserve_seconds: int = Field(259200, ge=0, le=2592000)
     """Tell Slurm, up to this far ahead, when each lent node is forecast to
     be wanted back: a reservation on the node from then on, so that Slurm
-    starts there only jobs whose time limit ends before it. Moved as the
-    forecast moves, removed before the node goes back. 0: no reservations."""
+    starts there only jobs whose time limit ends before it. A node not
+    wanted within this long (or within as long as the demand record can
+    tell yet) is reserved from then: no job longer than the forecast can see
+    starts on a lent node. Moved as the forecast moves, removed before the
+    node goes back. 0: no reservations."""
 
 
 class NodeLendingPolicySpec(ApiModel):

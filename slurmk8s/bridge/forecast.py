@@ -17,9 +17,10 @@ seconds are recorded, the highest peak in them less its own.
 No period is assumed. Once the record holds :data:`DAILY_AFTER` of history,
 only the buckets within an hour of now's time of day count (quantiles per
 time of day): a daily cycle shows up there, and a demand without one loses
-nothing but samples. With fewer than :data:`MIN_SAMPLES` rises known the
-forecast is the demand now (no headroom and no reservation: what the bridge
-did without a forecast).
+nothing but samples. With fewer than :data:`MIN_SAMPLES` rises known over a
+horizon the forecast does not know it (None): the headroom is then the
+demand now (what the bridge did without a forecast), and no lent node is
+let to run jobs past the longest horizon it knows (:mod:`.foresight`).
 """
 
 from __future__ import annotations
@@ -186,20 +187,21 @@ def rise_quantiles(rec: Record, now_bucket: int, horizons: tuple[int, ...], q: f
     return tuple(out)
 
 
-def wanted(rec: Record | None, now: datetime, demand: int, horizons: tuple[int, ...], q: float) -> list[int]:
+def wanted(rec: Record | None, now: datetime, demand: int, horizons: tuple[int, ...],
+           q: float) -> list[int | None]:
     """Nodes Kubernetes will want within each horizon (seconds), at quantile
     ``q``: the recent peak (of the demand now and the peaks of this bucket
     and the last: the rises are measured from a bucket's peak, not from a
-    moment of it) plus the rise the record shows; the demand now where the
-    record is too short to tell."""
+    moment of it) plus the rise the record shows; None where the record is
+    too short to tell (the caller decides what not knowing means)."""
     if rec is None:
-        return [demand] * len(horizons)
+        return [None] * len(horizons)
     t = int(now.timestamp())
     bucket = t - t % STEP
     rises = rise_quantiles(rec, bucket, horizons, q)
     i = (bucket - rec.start) // STEP
     base = max([demand, *(v for v in rec.peaks[max(0, i - 1):i + 1] if v is not None)])
-    return [demand if r is None else base + r for r in rises]
+    return [None if r is None else base + r for r in rises]
 
 
 def reserve_horizons(first: int, last: int) -> tuple[int, ...]:

@@ -13,9 +13,13 @@ in the policy's status and asks the forecast (:mod:`.forecast`) two things:
 - **when each lent node is wanted back**, up to ``reserveSeconds`` ahead:
   the lent nodes in the order they would be given back (:func:`.choose.reclaim_order`),
   the k-th wanted once Kubernetes is forecast to want more than its own
-  nodes and k of them. :func:`reservations` has Slurm hold each from then on
+  nodes and k of them; a node the forecast does not want back within the
+  longest horizon its record can tell (at most ``reserveSeconds``) is
+  wanted from that horizon: past it nothing is known, and unknown is not
+  "never". :func:`reservations` has Slurm hold each from then on
   (a ``slurmk8s-lend-<node>`` reservation, ``Flags=MAINT,IGNORE_JOBS``), so
   that backfill starts there only jobs whose time limit ends before it.
+  Until the record tells any horizon (its first hours) nothing is reserved.
 
 A reservation is moved when the forecast moves it later, or earlier than
 it is; it is kept while it is at most a quarter of the time ahead early
@@ -77,8 +81,12 @@ def foresee(world: World, settings: Settings, selected: Sequence[KubeNode]) -> F
     # The pending pods' nodes are demand's own to take back (placement.cover_demand):
     # the headroom is what Kubernetes will want beyond them.
     pending_nodes = demand - busy
-    headroom = max(got[0] - pending_nodes, 0) if spec.headroom_seconds else 0
-    return Foresight(rec, demand, headroom, horizons, tuple(got[1 if spec.headroom_seconds else 0:]))
+    near = got[0] if spec.headroom_seconds and got[0] is not None else demand
+    headroom = max(near - pending_nodes, 0) if spec.headroom_seconds else 0
+    ahead = got[1 if spec.headroom_seconds else 0:]
+    # The horizons the record can tell (a longer one needs a longer record): beyond the last, unknown.
+    known = next((i for i, v in enumerate(ahead) if v is None), len(ahead))
+    return Foresight(rec, demand, headroom, horizons[:known], tuple(v for v in ahead[:known] if v is not None))
 
 
 def demand_status(fs: Foresight | None) -> DemandRecord | None:
@@ -89,13 +97,15 @@ def demand_status(fs: Foresight | None) -> DemandRecord | None:
     return DemandRecord(start=start, peaks=peaks, forecast_nodes=fs.headroom or None)
 
 
-def _wanted_at(fs: Foresight, kube: int, k: int) -> int | None:
-    """Seconds ahead from which the k-th lent node to go back is wanted
-    (the horizon before the first one whose forecast exceeds ``kube`` + k);
-    None: not within the last horizon."""
+def _wanted_at(fs: Foresight, kube: int, k: int) -> int:
+    """Seconds ahead from which the k-th lent node to go back is wanted:
+    the horizon before the first one whose forecast exceeds ``kube`` + k,
+    else the last horizon the forecast knows. Beyond it the forecast cannot
+    tell, so the node is not lent past it (fail closed): a job whose time
+    limit runs past what the record has seen would be the one a rise ends."""
     j = bisect.bisect_right(fs.wanted, kube + k)  # wanted is non-decreasing
     if j >= len(fs.wanted):
-        return None
+        return fs.horizons[-1]
     return 0 if j == 0 else fs.horizons[j - 1]
 
 
@@ -114,7 +124,7 @@ def reservations(r: Round, world: World, settings: Settings, fs: Foresight | Non
     for n in lent:
         if n.name not in world.slurm_nodes:
             continue  # not registered yet: nothing to reserve
-        ahead = _wanted_at(fs, kube, k) if fs is not None and fs.horizons else None
+        ahead = _wanted_at(fs, kube, k) if fs is not None and fs.horizons else None  # None: none known
         k += 1
         current = by_node.get(n.name)
         if ahead is None:
