@@ -71,7 +71,7 @@ def test_a_rising_forecast_takes_idle_lent_nodes_back_and_reserves_the_cheapest_
     # ends sooner than a's, takes no new job from now on.
     assert {a.node: a.reason for a in of(acts, A.SetLendingState)} == {"c": "forecast"}
     assert "Signal" not in kinds(acts) and "Requeue" not in kinds(acts)
-    # a, whose job runs longer, is not lent past what the two days' record can tell (a day).
+    # a, whose job runs longer, is not lent past the policy's reach (a day).
     assert sorted((r.node, r.start) for r in of(acts, Reserve)) == [("a", now + 86400), ("b", now)]
 
 
@@ -125,7 +125,7 @@ def test_lent_nodes_get_reservations_when_the_forecast_wants_them_back():
     reserve = {r.node: r.start for r in of(acts, Reserve)}
     now = int(T0.timestamp())
     # The first to go back is wanted within a bucket; the others are not lent
-    # past the longest horizon the two days' record tells: a day.
+    # past the policy's reach: a day.
     assert reserve == {"a": now + 900, "b": now + 86400, "c": now + 86400}
     w.apply(acts)
     assert w.reserved == reserve
@@ -139,7 +139,7 @@ def test_a_reservation_moves_to_what_the_record_can_tell_and_goes_when_nothing_i
     w = lent_world("a", "b")
     now = int(T0.timestamp())
     w.reserved = {"a": now + 3600}
-    history(w, [0] * 200)  # a flat demand: nothing is wanted back within the day the record tells
+    history(w, [0] * 200)  # a flat demand: nothing is wanted back within the policy's reach (a day)
     acts = w.decide(policy(forecast=FORECAST), T0)
     assert {r.node: r.start for r in of(acts, Reserve)} == {"a": now + 86400, "b": now + 86400}
     assert of(acts, Unreserve) == []

@@ -301,8 +301,8 @@ def _seeded(world: Lending, spikes: set[int], ready) -> dict[str, int]:
 def test_lending_with_foresight_reserves_a_lent_node_moves_it_and_leaves_no_reservation_behind(world):
     """A forecast that wants one node back within two hours, not one: the
     cheapest lent node (idle, the other runs a long job) gets a reservation
-    an hour ahead (the other one a day ahead, as far as the two days'
-    record can tell), so a job of 90
+    an hour ahead (the other one a day ahead, the policy's reach: it is
+    not lent past what the forecast looks at), so a job of 90
     minutes waits while one of 30 starts there; the forecast moves (within
     four hours, not two) and the reservation moves two hours ahead, so the
     90-minute job starts. The node reclaimed with the bridge killed at a
@@ -327,7 +327,7 @@ def test_lending_with_foresight_reserves_a_lent_node_moves_it_and_leaves_no_rese
     # Spikes in buckets 95 and 191: a rise within 1 h in 3% of the past (under
     # the 95th percentile), within 2 h in 5.4% (over it).
     first = _seeded(world, {95, 191}, lambda have: have if len(have) == 2 else None)
-    # The cheapest (idle) within the hour; the other is not lent past the day the record can tell.
+    # The cheapest (idle) within the hour; the other is not lent past the policy's reach, a day.
     assert since + 3600 - 5 <= first[LEND[0]] <= time.time() + 3600 + 5, (first, since)
     assert since + 86400 - 5 <= first[LEND[1]] <= time.time() + 86400 + 5, (first, since)
     sbatch(90, LEND[0], 90)
