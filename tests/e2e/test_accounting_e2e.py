@@ -23,7 +23,8 @@ from slurmk8s.render.keys import ssh_keypair
 
 from .conftest import default_release_only
 from .lending import SERVE_IMAGE
-from .test_operator_e2e import ManifestPlatform, wait_for
+from .common import wait_for
+from .platform import ManifestPlatform
 
 pytestmark = [pytest.mark.slurm, default_release_only]
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")

@@ -26,8 +26,8 @@ from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, names, render
 from sandbox import install, runcruntime, runtime
 
-from .common import assert_one_writer_at_a_time, audit_now, kill_leader, writers
-from .test_operator_e2e import ManifestPlatform, wait_for
+from .common import assert_one_writer_at_a_time, audit_now, kill_leader, wait_for, writers
+from .platform import ManifestPlatform
 from .conftest import default_release_only
 
 pytestmark = pytest.mark.slurm

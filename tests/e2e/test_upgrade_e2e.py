@@ -19,7 +19,7 @@ from slurmk8s import versions
 from sandbox.runtime import SandboxError
 
 from .test_accounting_e2e import KEY, Accounting
-from .test_operator_e2e import wait_for
+from .common import wait_for
 
 pytestmark = pytest.mark.slurm
 #: The oldest in-place step between supported releases.
