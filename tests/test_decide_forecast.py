@@ -49,6 +49,32 @@ def test_the_demand_seen_is_recorded_in_the_status_and_read_back():
     assert status(World.of(nodes=[gpu_node("n1")]).decide(policy(), T0)).demand is None
 
 
+def test_a_node_handed_back_is_not_demand_while_its_slurmd_pod_ends():
+    """A reclaim deletes the lent slurmd pod and clears the node's record in
+    one round; until the pod is gone the node is busy (not lent again) but
+    Kubernetes does not want it: counting it would make every reclaim a
+    rise the forecast then keeps nodes for."""
+    w = lent_world("n1", "n2")
+    pol = policy(forecast=FORECAST, maxLentNodes=0)
+    now = T0
+    for _ in range(4):  # until both are handed back, their pods still ending
+        w.apply([a for a in w.decide(pol, now) if not isinstance(a, A.Event)])
+        now += timedelta(seconds=1)
+        if all(n.record.state is None for n in w.nodes.values()):
+            break
+    assert all(n.record.state is None for n in w.nodes.values())
+    assert sum(p.deleting for p in w.pods.values()) == 2
+    acts = w.decide(pol, now)
+    assert not of(acts, A.SetLendingState)  # busy: not lent again yet
+    w.apply(acts)
+    rec = w.status.demand
+    assert set(F.decode(rec.start, rec.peaks).peaks) == {0}
+    # A serving pod beside the ending one is demand.
+    w.pods[("apps", "serve")] = gpu_pod("serve", node="n1")
+    rec = status(w.decide(pol, now)).demand
+    assert F.decode(rec.start, rec.peaks).peaks[-1] == 1
+
+
 def test_headroom_keeps_the_nodes_the_forecast_wants_unlent():
     nodes = [gpu_node(f"n{i}", annotations=IDLE) for i in range(5)]
     w = World.of(nodes=nodes)

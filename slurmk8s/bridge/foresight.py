@@ -1,7 +1,10 @@
 """Lending with foresight: headroom and reservations from the forecast. Pure.
 
 With ``spec.forecast`` a round (:func:`foresee`) records the demand it sees
-in the policy's status and asks the forecast (:mod:`.forecast`) two things:
+in the policy's status (the selected Kubernetes nodes that run a GPU pod,
+the bridge's own slurmd pods still ending after a reclaim left out, and
+the nodes pending pods would fill) and asks the forecast (:mod:`.forecast`)
+two things:
 
 - **headroom**: how many nodes Kubernetes will want within
   ``headroomSeconds``, beyond those its pending pods take back (as without
@@ -67,7 +70,8 @@ def foresee(world: World, settings: Settings, selected: Sequence[KubeNode]) -> F
     if policy is None or policy.spec.forecast is None:
         return None
     spec = policy.spec.forecast
-    busy = sum(1 for n in selected if n.record.state is None and n.name in world.busy)
+    busy = sum(1 for n in selected
+               if n.record.state is None and world.serving(n.name, settings.namespace, settings.cluster_name))
     pending = sum(p.gpus for p in world.pending if triggers(p, settings.reclaim))
     per_node = max((n.gpus for n in selected), default=0)
     demand = forecast.demand_now(busy, pending, per_node)

@@ -296,6 +296,16 @@ class World:
         policy's ``namespace`` and ``cluster`` left on the node."""
         return node not in self.busy and not self.has_slurmd(node, namespace, cluster)
 
+    def serving(self, node: str, namespace: str, cluster: str) -> bool:
+        """The node runs a GPU pod (DaemonSets aside) other than the lent
+        slurmd pod of the policy's ``namespace`` and ``cluster``: Kubernetes
+        uses it. A node just handed back, whose slurmd pod is still ending,
+        is not in use (it is still busy: :meth:`idle`)."""
+        own = self.slurmd_pod(namespace, cluster, node)
+        counted = (own is not None and own.gpus > 0 and own.phase not in TERMINAL_PHASES
+                   and own.owner_kind != "DaemonSet")  # as PodIndex counts it
+        return self.gpu_pods.get(node, 0) > (1 if counted else 0)
+
     def has_free(self, node: KubeNode, namespace: str, cluster: str, at_least: int = 1) -> bool:
         """At least ``at_least`` GPUs of the node are free and no lent slurmd
         pod of the policy's ``namespace`` and ``cluster`` is left on it."""
