@@ -137,6 +137,37 @@ def test_without_time_limits_every_job_that_fits_starts_in_order():
     assert r.delay_of == {0: 0, 2: 0, 1: 2 + 500 - 1}  # no reservation: the big job waits for both
 
 
+def test_the_scheduler_plans_with_time_limits_where_jobs_give_them():
+    one = Shape(nodes=1, gpus_per_node=4, slurm_nodes=1)
+
+    def delays(first_limit):
+        return _run(one, [TrainingJob(0, 0, 100, 2, limit=first_limit),
+                          TrainingJob(1, 1, 100, 4),               # reserved when the first one's limit ends
+                          TrainingJob(2, 2, 50, 2, limit=500)], [], 2000).delay_of
+
+    # The first job's limit ends at 1000: the second job waits for it, and the third (its limit at 502) fits before.
+    assert delays(1000) == {0: 0, 1: 99, 2: 0}
+    # Its limit is its runtime: the reservation is at 100, which the third job's limit would pass, so it waits.
+    assert delays(None) == {0: 0, 1: 99, 2: 198}
+    with pytest.raises(ValueError, match=r"training job 0: its time limit \(50 s\) is shorter than its duration"):
+        _run(one, [TrainingJob(0, 0, 100, 2, limit=50)], [], 200)
+
+
+def test_the_bridges_rounds_read_the_clock_from_the_epoch_given(monkeypatch):
+    from datetime import datetime, timedelta, timezone
+
+    calls = []
+    real = engine.decide
+    monkeypatch.setattr(engine, "decide", lambda *a: calls.append(a[2]) or real(*a))
+    pol = _policy()
+    cluster, labels = bridge_setup(pol)
+    epoch = datetime(2026, 11, 27, 21, 7, 3, tzinfo=timezone.utc)
+    simulate(Shape(2, 4, 1), [], [], 30, Run(pol.name, "policy", pol), cluster, labels, Latencies(interval=5),
+             epoch=epoch)
+    assert calls[0] == epoch and calls[-1] <= epoch + timedelta(seconds=30)
+    assert all(b > a for a, b in zip(calls, calls[1:]))
+
+
 def test_serving_pods_wait_for_free_gpus_and_their_pending_time_is_measured():
     lat = Latencies()
     shape = Shape(nodes=2, gpus_per_node=4, slurm_nodes=1)

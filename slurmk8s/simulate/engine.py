@@ -41,8 +41,8 @@ Running ``pod_start`` seconds after it is bound. A node handed back
 registers its node with Slurm ``lend`` seconds after it is created.
 
 **Slurm**: one partition, jobs in submission order (up to
-``queue_depth`` of them per pass), with backfill. With time limits equal to
-the runtimes (``time_limits`` True, the default) it is EASY backfill: the
+``queue_depth`` of them per pass), with backfill. With time limits (a
+job's ``limit``, else its runtime; ``time_limits`` True, the default) it is EASY backfill: the
 first job that cannot start gets a reservation at the earliest time enough
 GPUs free up (counted in GPUs, not per node), and later jobs start now only
 if they end before it or fit in GPUs it leaves spare. Without time limits
@@ -50,8 +50,9 @@ if they end before it or fit in GPUs it leaves spare. Without time limits
 fits starts.
 Gang allocation: a job of at most a
 node's GPUs goes on one node (best fit, Slurm's own nodes before lent
-ones); a larger one on whole free nodes. Runtimes are the trace's, known
-to the scheduler. A reclaim drains the node (no new jobs); signalled
+ones); a larger one on whole free nodes. Runtimes are the trace's; the
+scheduler plans with the time limits, as the job records' EndTime shows
+them. A reclaim drains the node (no new jobs); signalled
 checkpointing jobs write a checkpoint that takes ``checkpoint`` seconds; a
 requeued job keeps the work up to a checkpoint that completed, loses the
 rest (all of it without one), is COMPLETING for ``requeue`` seconds, goes
@@ -63,7 +64,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Callable
 
 from ..api.cluster import SlurmCluster
@@ -96,8 +97,10 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
     def __init__(self, shape: Shape, jobs: list[TrainingJob], pods: list[ServingPod], span: float,
                  lat: Latencies, run: Run, cluster: SlurmCluster | None, labels: dict[str, str],
                  queue_depth: int, samples: int, progress: Callable[[float], None] | None,
-                 time_limits: bool = True):
+                 time_limits: bool = True, epoch: datetime = T0):
         self.shape, self.lat, self.cfg, self.span = shape, lat, run, span
+        #: the wall-clock time of the trace's second 0 (the bridge's rounds read it; POSIX seconds below)
+        self.epoch, self.epoch_s = epoch, epoch.timestamp()
         self.G = shape.gpus_per_node
         self.mode = run.mode
         self.policy = run.policy
@@ -180,7 +183,7 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
         self.res.rounds += 1
         obs = Observed(self.observed_nodes(), self.observed_pods(), self.cluster, self.observed_slurm())
         acts = []
-        for a in decide(obs, self.policy, T0 + timedelta(seconds=self.t)):
+        for a in decide(obs, self.policy, self.epoch + timedelta(seconds=self.t)):
             if isinstance(a, A.PolicyStatus):  # the bridge reads its status back next round (status.demand)
                 self.policy = self.policy.model_copy(update={"status": a.status})
             elif not isinstance(a, A.Event):
@@ -330,12 +333,20 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
 def simulate(shape: Shape, jobs: list[TrainingJob], pods: list[ServingPod], span: float, run: Run,
              cluster: SlurmCluster | None = None, labels: dict[str, str] | None = None,
              latencies: Latencies = Latencies(), queue_depth: int = 100, samples: int = 500,
-             progress: Callable[[float], None] | None = None, time_limits: bool = True) -> Result:
-    """Run one simulation (see the module's docstring)."""
+             progress: Callable[[float], None] | None = None, time_limits: bool = True,
+             epoch: datetime = T0) -> Result:
+    """Run one simulation (see the module's docstring). ``epoch``: the wall-clock
+    time of the trace's second 0 (a fixed Monday by default; a policy's
+    forecast reads its record by the clock, so a run that replays what
+    happened gives the time it began)."""
     if run.mode == "policy" and (run.policy is None or cluster is None):
         raise ValueError("a policy run needs the policy and its SlurmCluster")
+    short = next((j for j in jobs if j.limit is not None and j.limit < j.duration), None)
+    if short is not None:
+        raise ValueError(f"training job {short.id}: its time limit ({short.limit:g} s) is shorter than its duration "
+                         f"({short.duration:g} s); Slurm would end it at its limit, which is not simulated")
     sim = _Sim(shape, jobs, pods, span, latencies, run, cluster, dict(labels or {}), queue_depth, samples, progress,
-               time_limits)
+               time_limits, epoch)
     return sim.run()
 
 

@@ -23,16 +23,17 @@ from ..slurm.client import NotOurDrain, SlurmError
 from ..slurm.model import DRAIN_PREFIX, Job, Node, SlurmState
 from ..slurm.reservations import Reservation, lend_reservation_name
 from . import slurmrules
-from .params import COMPLETED, JOB_END, T0
+from .params import COMPLETED, JOB_END
 from .traces import TrainingJob
 
 
 class _Job:
     __slots__ = ("id", "submit", "gpus", "remaining", "first_start", "state", "token", "alloc", "run_start",
-                 "overhead", "signalled", "restarts", "record", "end", "lent_gpus", "requeue")
+                 "overhead", "signalled", "restarts", "record", "end", "bound", "limit", "lent_gpus",
+                 "requeue")
 
     def __init__(self, j: TrainingJob):
-        self.id, self.submit, self.gpus, self.remaining = j.id, j.submit, j.gpus, j.duration
+        self.id, self.submit, self.gpus, self.remaining, self.limit = j.id, j.submit, j.gpus, j.duration, j.limit
         self.first_start: float | None = None
         self.state = "pending"
         self.token = 0
@@ -42,7 +43,8 @@ class _Job:
         self.signalled: float | None = None
         self.restarts = 0
         self.record: Job | None = None
-        self.end = 0.0
+        #: when it ends, and when its time limit ends (what Slurm plans with and shows as EndTime)
+        self.end = self.bound = 0.0
         self.lent_gpus = 0
         #: may Slurm requeue it (no --no-requeue): every trace job may, as training jobs that checkpoint are submitted
         self.requeue = True
@@ -146,13 +148,13 @@ class SlurmSide:
             j.record = Job(job_id=j.id + 1, name=f"train-{j.id}", user="trace",
                            state="RUNNING" if j.state == "running" else "COMPLETING", partition=self.partition,
                            nodes=",".join(n for n, _ in j.alloc), requeue=j.requeue, restart_count=j.restarts, reason="",
-                           gpus=j.gpus, start_time=int(T0.timestamp() + j.run_start),
-                           end_time=int(T0.timestamp() + j.end) if j.state == "running" else None)
+                           gpus=j.gpus, start_time=int(self.epoch_s + j.run_start),
+                           end_time=int(self.epoch_s + j.bound) if j.state == "running" else None)
         return j.record
 
     def observed_slurm(self) -> SlurmState:
         if self.slurm_dirty or self.slurm_state is None:
-            t0 = int(T0.timestamp())
+            t0 = int(self.epoch_s)
             self.slurm_state = SlurmState(tuple(self._node_record(s) for s in self.snodes.values()),
                                           tuple(self.active_records.values()),
                                           reservations=tuple(Reservation(lend_reservation_name(n), n, t0 + round(t))
@@ -209,7 +211,7 @@ class SlurmSide:
     def _reservation(self, need: int, free: int) -> tuple[float, int]:
         """EASY backfill's reservation for the first job that cannot start:
         when enough GPUs will be free, and how many are spare then."""
-        ends = sorted((j.end, j.gpus) for j in self.running.values())
+        ends = sorted((j.bound, j.gpus) for j in self.running.values())
         acc = free
         for end, gpus in ends:
             acc += gpus
@@ -228,8 +230,9 @@ class SlurmSide:
         started: list[int] = []
         for jid in self.queue[:self.queue_depth]:
             j = self.jobs[jid]
-            runtime = (self.lat.restart if j.restarts else 0.0) + j.remaining
-            end = t + runtime
+            overhead = self.lat.restart if j.restarts else 0.0
+            runtime = overhead + j.remaining
+            end = t + overhead + (j.remaining if j.limit is None else j.limit)  # what Slurm plans with
             fits = j.gpus <= free
             if fits and shadow is not None and not (end <= shadow or j.gpus <= extra):
                 continue
@@ -240,7 +243,7 @@ class SlurmSide:
                 continue
             if shadow is not None and end > shadow:
                 extra -= j.gpus
-            self._start(j, alloc, runtime)
+            self._start(j, alloc, runtime, end)
             free = self.free_total
             started.append(jid)
             if free <= 0:
@@ -249,7 +252,7 @@ class SlurmSide:
             gone = set(started)
             self.queue = [x for x in self.queue if x not in gone]
 
-    def _start(self, j: _Job, alloc: list[tuple[str, int]], runtime: float) -> None:
+    def _start(self, j: _Job, alloc: list[tuple[str, int]], runtime: float, bound: float) -> None:
         t = self.t
         self.advance(t)
         j.state = "running"
@@ -257,7 +260,7 @@ class SlurmSide:
         j.run_start = t
         j.overhead = self.lat.restart if j.restarts else 0.0
         j.signalled = None
-        j.end = t + runtime
+        j.end, j.bound = t + runtime, bound
         j.token += 1
         j.record = None
         if j.first_start is None:
@@ -431,7 +434,7 @@ class SimSlurm:
 
     def reserve(self, name: str, start: int) -> None:
         self._node(name, ["scontrol", "create", "reservation", f"Nodes={name}"])
-        self.sim.reservations[name] = start - T0.timestamp()
+        self.sim.reservations[name] = start - self.sim.epoch_s
         self.sim.slurm_dirty = self.sim.sched_needed = True
         self.sim.changed()
 

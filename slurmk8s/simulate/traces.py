@@ -32,12 +32,15 @@ class TraceError(ValueError):
 
 @dataclass(frozen=True)
 class TrainingJob:
-    """A training job: submitted at ``submit`` (seconds), runs ``duration`` seconds on ``gpus`` GPUs."""
+    """A training job: submitted at ``submit`` (seconds), runs ``duration`` seconds on ``gpus`` GPUs.
+    ``limit``: its time limit (``--time``, seconds), what Slurm plans with; None: its duration (the
+    traces know no limits: each job asks for exactly what it runs)."""
 
     id: int
     submit: float
     duration: float
     gpus: int
+    limit: float | None = None
 
 
 @dataclass(frozen=True)
