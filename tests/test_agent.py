@@ -299,6 +299,23 @@ def test_lending_reservations_cross_the_wire_and_only_ours_are_read(cluster, loc
         remote.reserve("node; reboot", start)
 
 
+def test_a_lending_reservation_that_has_begun_is_moved_later_and_nothing_else_is_left(cluster, local, remote):
+    """Slurm refuses to move a started reservation: it is made again, a short
+    hold of the node in between, which is gone afterwards."""
+    now = int(time.time())
+    remote.reserve(NODE, now - 60)  # from a minute ago: it has begun
+    assert "State=ACTIVE" in cluster.run(["scontrol", "-o", "show", "reservation"]).stdout
+    try:
+        remote.reserve(NODE, now + 3600)
+        assert [(r.node, r.start) for r in remote.reservations()] == [(NODE, now + 3600)]
+        names = re.findall(r"ReservationName=(\S+)", cluster.run(["scontrol", "-o", "show", "reservation"]).stdout)
+        assert names == [f"slurmk8s-lend-{NODE}"]
+        remote.reserve(NODE, now + 7200)  # a reservation yet to begin moves as before
+        assert [(r.node, r.start) for r in remote.reservations()] == [(NODE, now + 7200)]
+    finally:
+        remote.unreserve(NODE)
+
+
 def test_delete_node_removes_the_record_and_is_idempotent(local, remote):
     remote.drain(NODE, "removing")
     remote.delete_node(NODE)

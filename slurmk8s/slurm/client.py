@@ -36,7 +36,7 @@ from .checkpoints import with_checkpoint_times
 from .directory import GROUPS_FILE, VERDICT_FILE, Verdict, read_groups, read_verdict
 from .hostlist import expand
 from .model import DRAIN_PREFIX, Job, JsonItems, Node, config_hash, job_from_json, node_from_json, release_of
-from .reservations import Reservation, lend_reservation_name, reservations_from_text
+from .reservations import HOLD_RESERVATION_PREFIX, Reservation, lend_reservation_name, reservations_from_text
 
 if TYPE_CHECKING:
     from .metrics import Reading
@@ -268,16 +268,46 @@ class SlurmClient:
     def reserve(self, name: str, start: int) -> None:
         """Create the node's lending reservation from ``start`` on, or move it
         there: ``Flags=MAINT,IGNORE_JOBS`` (running jobs go on; no job starts
-        whose time limit reaches past ``start``), for root only, without end."""
+        whose time limit reaches past ``start``), for root only, without end.
+
+        Slurm does not move a reservation that has begun ("Reservation
+        already started"): that one is made again, while a short reservation
+        of its own (``slurmk8s-hold-<node>``, two minutes, so that a bridge
+        killed meanwhile leaves nothing that lasts) holds the node, so that
+        no job starts there in between."""
         res = lend_reservation_name(_check_node(name))
         when = "StartTime=" + time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(start)))
         try:
             self._run("env", "TZ=UTC", "scontrol", "update", f"ReservationName={res}", when)
+            return
+        except SlurmError as exc:
+            if exc.unreachable:
+                raise
+            if "already started" in exc.stderr:
+                self._remake_started(name, res, when)
+                return
+            if "Requested reservation is invalid" not in exc.stderr:
+                raise
+        self._create_reservation(name, res, when)
+
+    def _create_reservation(self, node: str, res: str, when: str, duration: str = "UNLIMITED") -> None:
+        self._run("env", "TZ=UTC", "scontrol", "create", "reservation", f"ReservationName={res}",
+                  f"Nodes={node}", when, f"Duration={duration}", "Flags=MAINT,IGNORE_JOBS", "Users=root")
+
+    def _remake_started(self, node: str, res: str, when: str) -> None:
+        hold = HOLD_RESERVATION_PREFIX + node
+        try:
+            self._create_reservation(node, hold, "StartTime=now", duration="2")
+        except SlurmError as exc:
+            if exc.unreachable or "Duplicate reservation name" not in exc.stderr:
+                raise  # nothing held the node: the started reservation stays, as it was
+        self._run("scontrol", "delete", f"ReservationName={res}")
+        self._create_reservation(node, res, when)
+        try:
+            self._run("scontrol", "delete", f"ReservationName={hold}")
         except SlurmError as exc:
             if exc.unreachable or "Requested reservation is invalid" not in exc.stderr:
                 raise
-            self._run("env", "TZ=UTC", "scontrol", "create", "reservation", f"ReservationName={res}",
-                      f"Nodes={name}", when, "Duration=UNLIMITED", "Flags=MAINT,IGNORE_JOBS", "Users=root")
 
     def unreserve(self, name: str) -> None:
         try:

@@ -8,12 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["LEND_RESERVATION_PREFIX", "Reservation", "lend_reservation_name", "reservations_from_text",
+__all__ = ["LEND_RESERVATION_PREFIX", "HOLD_RESERVATION_PREFIX", "Reservation", "lend_reservation_name", "reservations_from_text",
            "reservation_to_dict", "reservation_from_dict"]
 
 #: The reservations the bridge makes on lent nodes start with this
 #: (``slurmk8s-lend-<node>``); it touches no other (decision record 40).
 LEND_RESERVATION_PREFIX = "slurmk8s-lend-"
+#: A short reservation (two minutes) that holds a node while its lending
+#: reservation, already begun, is made again later (Slurm does not move a
+#: started one); never read, it ends by itself.
+HOLD_RESERVATION_PREFIX = "slurmk8s-hold-"
 
 
 @dataclass(frozen=True)
