@@ -71,6 +71,10 @@ BASE_LABEL = "dev.slurmk8s.base-recipe"
 TAIL_LINES = 25
 HEARTBEAT_S = 20.0
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+#: A named build stage (``FROM <image> AS <stage>``).
+_STAGE = re.compile(r"^FROM\s+\S+\s+AS\s+([A-Za-z0-9_.-]+)\s*$", re.I | re.M)
+#: Where a Dockerfile's named build stages are tagged (see ``_build_one``).
+STAGE_REPOSITORY = "localhost/slurmk8s-stages"
 #: The containers a build leaves when it dies: ``buildah bud``'s working containers and our exports'.
 _LEFTOVER_CONTAINER = re.compile(r"^(.+-working-container(-\d+)?|slurmk8s-export-[a-z0-9-]+)$")
 
@@ -344,10 +348,17 @@ class ImageStore:
         tmp = Path(tempfile.mkdtemp(prefix=f"{r.name}-", dir=self.cache / "tmp"))
         try:
             iidfile = tmp / "iid"
-            argv = ["buildah", "bud", "--isolation=chroot", "--format=docker", "--layers", "--pull=never",
-                    f"--ignorefile={dockerfile.with_name('Dockerfile.dockerignore')}", f"--iidfile={iidfile}",
-                    f"--file={dockerfile}", *[f"--build-arg={k}={v}" for k, v in sorted(r.build_args.items())],
-                    *[f"--tag={t}" for t in r.tags], *_ca_secret(), str(self.repo)]
+            common = ["buildah", "bud", "--isolation=chroot", "--format=docker", "--layers", "--pull=never",
+                      f"--ignorefile={dockerfile.with_name('Dockerfile.dockerignore')}", f"--file={dockerfile}",
+                      *[f"--build-arg={k}={v}" for k, v in sorted(r.build_args.items())], *_ca_secret()]
+            # A named build stage is built and tagged first: buildah keeps the layers of a
+            # tagged image only, so the next build (a change to the code alone) finds the
+            # stage's earlier layers (its packages, its dependencies) in its cache.
+            for stage in _STAGE.findall(dockerfile.read_text()):
+                self._run_logged(f"{r.name}-{r.slurm_version}-{stage}", [
+                    *common, f"--target={stage}", f"--tag={STAGE_REPOSITORY}/{r.name}-{stage.lower()}:{r.slurm_version}",
+                    str(self.repo)], progress, what=f"{r.name} ({stage})")
+            argv = [*common, f"--iidfile={iidfile}", *[f"--tag={t}" for t in r.tags], str(self.repo)]
             self._run_logged(f"{r.name}-{r.slurm_version}", argv, progress, what=r.name)
             image_id = iidfile.read_text().strip()
             progress(f"{r.name}: exporting the root file system")
