@@ -244,3 +244,14 @@ def test_a_lending_reservation_lets_only_jobs_that_end_before_it_start(run):
     assert seen["short"] == "RUNNING" and seen["long-before"] == "PENDING", everything
     assert seen["long-after"] == "RUNNING", everything
     assert seen["left"] == "[]" and seen["unreserve-again"] == "yes", everything
+
+
+def test_a_lending_reservation_that_has_begun_is_moved_later(run):
+    """Slurm does not move a reservation that has begun; the facade makes it
+    again at its new start (a short hold of the node in between, gone after)."""
+    _, out, work, everything = run
+    seen = dict(kv.split("=", 1) for kv in _line(out, "started reservation").split())
+    everything += (work / "reservation.log").read_text() if (work / "reservation.log").exists() else ""
+    assert seen["active"] == "1", everything
+    assert seen["later"] and seen["read"] == f"node-1@{seen['later']}", everything
+    assert seen["names"] == "[slurmk8s-lend-node-1,]", everything
