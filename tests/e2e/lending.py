@@ -188,6 +188,42 @@ class Lending:
     def all_lent(self) -> bool:
         return all(self.lent(n) for n in LEND) and len(self.slurmd_pods()) == 2
 
+    def reservations(self) -> dict[str, int]:
+        """Slurm's lending reservations: node -> start (POSIX seconds)."""
+        return {r.node: r.start for r in self.slurm.reservations()}
+
+    def seed_demand(self, peaks: list[int]) -> dict:
+        """Write into the policy's status a demand record as the bridge keeps
+        it (one peak per 15-minute bucket), ``peaks`` ending with the bucket
+        before now: the forecast reads it. Returns the status's ``demand``."""
+        from datetime import datetime, timedelta, timezone
+
+        from slurmk8s.bridge import forecast as F
+        from slurmk8s.bridge.foresight import Foresight, demand_status
+
+        start = datetime.now(timezone.utc) - timedelta(seconds=F.STEP * (len(peaks) + 1))
+        rec = None
+        for i, v in enumerate(peaks):
+            rec = F.record(rec, start + timedelta(seconds=i * F.STEP), v)
+        demand = demand_status(Foresight(rec, 0, 0, (), ())).dump()
+        self.custom.patch_namespaced_custom_object_status(
+            "slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies", "lend-gpus", {"status": {"demand": demand}})
+        return demand
+
+    def seeded(self, peaks: list[int], ready):
+        """Seed the record (:meth:`seed_demand`) until ``ready(demand)``
+        shows the bridge read the ``demand`` written, and return what
+        ``ready`` returned: the bridge writes the status too, and a round
+        that read it before the seed writes its own record over it."""
+        wait_for("the bridge's own record", lambda: (self.policy().get("status") or {}).get("demand"))
+        for _ in range(6):
+            demand = self.seed_demand(peaks)
+            try:
+                return wait_for("the forecast read", lambda: ready(demand), timeout=20)
+            except AssertionError:
+                continue
+        raise AssertionError(f"the seeded record was never read: {self.reservations()} {self.policy().get('status')}")
+
 
 
 @contextlib.contextmanager

@@ -258,43 +258,17 @@ def test_the_leading_bridge_killed_while_lending_or_reclaiming_the_standby_conve
     assert_one_writer_at_a_time(world.box, "slurmk8s-bridge", since, killed)
 
 
-def _seed_demand(world: Lending, spikes: set[int]) -> None:
-    """Write into the policy's status a two-day demand record (as the bridge
-    keeps it, 192 buckets) with one node wanted in the buckets ``spikes``,
-    ending at the bucket before now: the forecast reads it. A rise counts
-    for the buckets whose window ahead lies wholly in the record."""
-    from datetime import datetime, timedelta, timezone
-
-    from slurmk8s.bridge import forecast as F
-    from slurmk8s.bridge.foresight import Foresight, demand_status
-
-    now = datetime.now(timezone.utc)
-    values = [1 if i in spikes else 0 for i in range(2 * 86400 // F.STEP)]
-    start = now - timedelta(seconds=F.STEP * (len(values) + 1))
-    rec = None
-    for i, v in enumerate(values):
-        rec = F.record(rec, start + timedelta(seconds=i * F.STEP), v)
-    demand = demand_status(Foresight(rec, 0, 0, (), ())).dump()
-    world.custom.patch_namespaced_custom_object_status(
-        "slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies", "lend-gpus", {"status": {"demand": demand}})
+def _two_days(spikes: set[int]) -> list[int]:
+    """Two days of demand (192 buckets) with one node wanted in the buckets
+    ``spikes``: a rise counts for the buckets whose window ahead lies wholly
+    in the record."""
+    return [1 if i in spikes else 0 for i in range(2 * 86400 // 900)]
 
 
-def _reservations(world: Lending) -> dict[str, int]:
-    return {r.node: r.start for r in world.slurm.reservations()}
-
-
-def _seeded(world: Lending, spikes: set[int], ready) -> dict[str, int]:
-    """Seed the record until the reservations show it read (``ready``): the
-    bridge writes the status too, and a round that read it before the seed
-    writes its own record over it."""
-    wait_for("the bridge's own record", lambda: (world.policy().get("status") or {}).get("demand"))
-    for _ in range(6):
-        _seed_demand(world, spikes)
-        try:
-            return wait_for("the forecast read", lambda: ready(_reservations(world)), timeout=20)
-        except AssertionError:
-            continue
-    raise AssertionError(f"the seeded record was never read: {_reservations(world)} {world.policy().get('status')}")
+def _reserved(world: Lending, ok) -> dict[str, int] | None:
+    """Slurm's lending reservations once ``ok`` says they show what is awaited."""
+    have = world.reservations()
+    return have if ok(have) else None
 
 
 @default_release_only
@@ -326,7 +300,7 @@ def test_lending_with_foresight_reserves_a_lent_node_moves_it_and_leaves_no_rese
     since = time.time()
     # Spikes in buckets 95 and 191: a rise within 1 h in 3% of the past (under
     # the 95th percentile), within 2 h in 5.4% (over it).
-    first = _seeded(world, {95, 191}, lambda have: have if len(have) == 2 else None)
+    first = world.seeded(_two_days({95, 191}), lambda _: _reserved(world, lambda have: len(have) == 2))
     # The cheapest (idle) within the hour; the other is not lent past the policy's reach, a day.
     assert since + 3600 - 5 <= first[LEND[0]] <= time.time() + 3600 + 5, (first, since)
     assert since + 86400 - 5 <= first[LEND[1]] <= time.time() + 86400 + 5, (first, since)
@@ -337,13 +311,14 @@ def test_lending_with_foresight_reserves_a_lent_node_moves_it_and_leaves_no_rese
                  show=lambda: r.job(jobs[30]))
         time.sleep(3)
         long = r.job(jobs[90])
-        assert long["JobState"] == "PENDING", (long, _reservations(world))
+        assert long["JobState"] == "PENDING", (long, world.reservations())
         # Slurm's words for it vary by release: "Reserved for maintenance", "May be reserved for other job".
         assert long.get("Reason", "").startswith("ReqNodeNotAvail"), long
         # The forecast moves: one spike, in bucket 95: a rise within 2 h in 4.3% of
         # the past, within 4 h in 9%: the node is wanted in 2 to 4 hours.
         since = time.time()
-        moved = _seeded(world, {95}, lambda have: have if have.get(LEND[0], 0) > first[LEND[0]] + 1800 else None)
+        moved = world.seeded(_two_days({95}), lambda _: _reserved(
+            world, lambda have: have.get(LEND[0], 0) > first[LEND[0]] + 1800))
         assert since + 7200 - 5 <= moved[LEND[0]] <= time.time() + 7200 + 5, moved
         wait_for("the 90-minute job to run", lambda: r.job(jobs[90])["JobState"] == "RUNNING",
                  show=lambda: r.job(jobs[90]))
@@ -353,8 +328,8 @@ def test_lending_with_foresight_reserves_a_lent_node_moves_it_and_leaves_no_rese
         world.kill_bridge()
         wait_for("the pod on the reclaimed node", lambda: world.pod_node("serve-resv"), timeout=GRACE + 90,
                  show=world.states)
-        assert LEND[0] not in _reservations(world), _reservations(world)
-        assert all(world.lent(n) for n in _reservations(world)), (_reservations(world), world.states())
+        assert LEND[0] not in world.reservations(), world.reservations()
+        assert all(world.lent(n) for n in world.reservations()), (world.reservations(), world.states())
     finally:
         r.check(f"scancel {' '.join(map(str, jobs.values()))}")
         world.kubectl("delete", "pod", "serve-resv", "--ignore-not-found")
@@ -362,10 +337,10 @@ def test_lending_with_foresight_reserves_a_lent_node_moves_it_and_leaves_no_rese
     world.kubectl("delete", "nodelendingpolicy", "lend-gpus")
     wait_for("both nodes back", lambda: all(world.returned(n) for n in LEND), timeout=GRACE + 90,
              show=world.states)
-    wait_for("no reservation left", lambda: not _reservations(world), timeout=30, show=lambda: _reservations(world))
+    wait_for("no reservation left", lambda: not world.reservations(), timeout=30, show=lambda: world.reservations())
     world.apply(policy())
     wait_for("both nodes lent again", world.all_lent, timeout=90, show=world.states)
-    assert not _reservations(world)
+    assert not world.reservations()
 
 
 @default_release_only
