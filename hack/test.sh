@@ -2,7 +2,7 @@
 # The test command: install what the tests need (hack/setup.sh), build the
 # images the sandbox's pods run, for every supported Slurm release (cached
 # outside the checkout: seconds once built), then run the whole suite against
-# real Slurm daemons, in two lanes at once (below). With arguments, one
+# real Slurm daemons, in three lanes at once (below). With arguments, one
 # pytest run with them instead, e.g.
 #   hack/test.sh -k render -x
 set -euo pipefail
@@ -18,39 +18,44 @@ done
 .venv/bin/slurmk8s images prune
 [ $# -eq 0 ] || exec .venv/bin/pytest "$@"
 
-# The whole suite in two lanes at once. The sandbox lane (the end-to-end
-# suites) mostly waits on Slurm, the kubelet and the trace clocks; the other
-# lane (pure tests, the host's Slurm in private namespaces, the images run
-# from their root file systems, the kubelet and its runtime each with its
-# own API server, registry and network, and the sandbox's own up/down in
-# tests/test_sandbox.py) mostly computes, and is the shorter one, so an
-# end-to-end suite ends it, in a pytest run of its own: the simulator's trust
-# test (one long trace). rest_e2e names it. None of the second lane's daemons shares a
-# network, a name or a file with the other's (each has its own subnet and
-# sandbox id; the image stores they share are keyed by content). Each lane's
-# output is printed whole when it ends; hack/test_summary.py then prints the
-# 15 slowest tests and modules of all and the totals. SLURMK8S_TEST_REPORTS=DIR
+# The whole suite in three lanes at once: the pure tests and everything
+# that runs daemons outside a sandbox (the host's Slurm in private
+# namespaces, the images run from their root file systems, the kubelet and
+# its runtime each with its own API server, registry and network, and the
+# sandbox's own up/down in tests/test_sandbox.py), which mostly computes;
+# and the end-to-end suites, which mostly wait on Slurm, the kubelet and the
+# trace clocks, split in two lanes of about the same length, each running
+# one sandbox at a time: the researcher's suite and the simulator's trust
+# test in one, the operator's, the bridge's, accounting's and the upgrade's
+# in the other. None of the lanes' daemons shares a network, a name or a
+# file with another's (each sandbox has its own subnet and sandbox id; the
+# image stores they share are keyed by content). Each lane's output is
+# printed whole when it ends; hack/test_summary.py then prints the 15
+# slowest tests and modules of all and the totals. SLURMK8S_TEST_REPORTS=DIR
 # keeps the lanes' logs and JUnit XML in DIR.
-rest_e2e=(tests/e2e/test_simulate_trust.py)
+researcher_e2e=(tests/e2e/test_sandbox_e2e.py tests/e2e/test_simulate_trust.py)
 out=$(mktemp -d)
 trap '[ -z "${SLURMK8S_TEST_REPORTS:-}" ] || cp "$out"/* "$SLURMK8S_TEST_REPORTS"/; rm -rf "$out"' EXIT
 start=$SECONDS
-.venv/bin/pytest -p no:cacheprovider --junitxml="$out/sandbox.xml" "${rest_e2e[@]/#/--ignore=}" tests/e2e \
-  >"$out/sandbox.log" 2>&1 &
-sandbox_pid=$!
-(
-  rc=0
-  .venv/bin/pytest -p no:cacheprovider --junitxml="$out/rest.xml" --ignore=tests/e2e tests || rc=$?
-  .venv/bin/pytest -p no:cacheprovider --junitxml="$out/trust.xml" "${rest_e2e[@]}" || rc=$?
-  exit "$rc"
-) >"$out/rest.log" 2>&1 &
-rest_pid=$!
-rc_rest=0 rc_sandbox=0
-wait "$rest_pid" || rc_rest=$?
-printf '\n===== lane: everything but the sandbox, then the trust test (%ss) =====\n' "$((SECONDS - start))"
-cat "$out/rest.log"
-wait "$sandbox_pid" || rc_sandbox=$?
-printf '\n===== lane: the sandbox (%ss) =====\n' "$((SECONDS - start))"
-cat "$out/sandbox.log"
-.venv/bin/python hack/test_summary.py --seconds "$((SECONDS - start))" "$out/rest.xml" "$out/trust.xml" "$out/sandbox.xml"
-[ "$rc_rest" -eq 0 ] && [ "$rc_sandbox" -eq 0 ]
+lane() {  # NAME PYTEST-ARGS...: a pytest run in the background, its output and JUnit XML under $out
+  local name=$1; shift
+  .venv/bin/pytest -p no:cacheprovider --junitxml="$out/$name.xml" "$@" >"$out/$name.log" 2>&1 &
+}
+declare -A pids
+lane rest --ignore=tests/e2e tests
+pids[rest]=$!
+lane researcher "${researcher_e2e[@]}"
+pids[researcher]=$!
+lane platform "${researcher_e2e[@]/#/--ignore=}" tests/e2e
+pids[platform]=$!
+rc=0
+for name in rest researcher platform; do
+  lane_rc=0
+  wait "${pids[$name]}" || lane_rc=$?
+  [ "$lane_rc" -eq 0 ] || rc=$lane_rc
+  printf '\n===== lane %s: exit %s (done by %ss) =====\n' "$name" "$lane_rc" "$((SECONDS - start))"
+  cat "$out/$name.log"
+done
+.venv/bin/python hack/test_summary.py --seconds "$((SECONDS - start))" "$out/rest.xml" "$out/researcher.xml" \
+  "$out/platform.xml"
+[ "$rc" -eq 0 ]
