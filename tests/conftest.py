@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from pathlib import Path
 
+import kubernetes_validate.utils
 import pytest
 import yaml
 
@@ -14,6 +16,13 @@ from slurmk8s.render import ClusterKeys
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "slurmcluster.yaml"
+
+# kubernetes-validate reads and parses its JSON schemas (the definitions file
+# alone is megabytes) on every object it validates, half of what the corpus
+# tests spent: each file is parsed once. The schemas are only ever read.
+kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(
+    kubernetes_validate.utils.schema_contents)
+kubernetes_validate.utils.all_versions = functools.lru_cache(maxsize=1)(kubernetes_validate.utils.all_versions)
 
 
 @pytest.fixture(scope="session")
