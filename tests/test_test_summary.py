@@ -1,5 +1,5 @@
-"""hack/test_summary.py, the end of hack/test.sh's two lanes: the slowest
-tests of both and the closing line, read from the JUnit XML pytest writes."""
+"""hack/test_summary.py, the end of hack/test.sh's lanes: the slowest
+tests of all and the closing line, read from the JUnit XML pytest writes."""
 
 from __future__ import annotations
 
