@@ -303,18 +303,18 @@ class SlurmClient:
                 raise  # nothing held the node: the started reservation stays, as it was
         self._run("scontrol", "delete", f"ReservationName={res}")
         self._create_reservation(node, res, when)
+        self._delete_reservation(hold)
+
+    def _delete_reservation(self, res: str) -> None:
+        """Delete reservation ``res``; none of that name is fine."""
         try:
-            self._run("scontrol", "delete", f"ReservationName={hold}")
+            self._run("scontrol", "delete", f"ReservationName={res}")
         except SlurmError as exc:
             if exc.unreachable or "Requested reservation is invalid" not in exc.stderr:
                 raise
 
     def unreserve(self, name: str) -> None:
-        try:
-            self._run("scontrol", "delete", f"ReservationName={lend_reservation_name(_check_node(name))}")
-        except SlurmError as exc:
-            if exc.unreachable or "Requested reservation is invalid" not in exc.stderr:
-                raise
+        self._delete_reservation(lend_reservation_name(_check_node(name)))
 
     def signal(self, job_id: int, signal: str, *, batch_only: bool = True) -> None:
         """Send ``signal`` to a job: by default to its batch shell, as ``--signal=B:`` does."""
