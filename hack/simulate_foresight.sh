@@ -15,7 +15,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 traces=${1:-../shared/traces}
-[ -d "$traces" ] || traces=/work/shared/traces
+if [ ! -d "$traces" ]; then
+  echo "$(basename "$0"): no traces at $traces; give the folder that holds philly.csv and the Azure LLM traces as the first argument" >&2
+  exit 2
+fi
 shift || true
 scenarios=("$@")
 [ ${#scenarios[@]} -gt 0 ] || scenarios=(conv code conv-48 conv-daily)
