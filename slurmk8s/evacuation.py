@@ -145,10 +145,6 @@ def sets_down(node: Node | None, jobs: Sequence[Job], slurmd_gone: bool) -> bool
     return slurmd_gone and node is not None and node.state != "down" and any(j.active for j in jobs)
 
 
-def _ids(ids: Sequence[int]) -> str:
-    return ",".join(map(str, ids))
-
-
 def evacuate(name: str, node: Node | None, jobs: Sequence[Job] | None, record: Record, policy: Policy,
              now: datetime, *, recorded: Sequence[Job] = (), slurmd_gone: bool = False) -> Evacuation:
     """This round's step in emptying the Slurm node ``name``.
@@ -186,14 +182,14 @@ def evacuate(name: str, node: Node | None, jobs: Sequence[Job] | None, record: R
         acts.append(SetDown(name, policy.drain_reason))
         if record.signalled is None:
             record = replace(record, signalled=now, jobs=job_ids(active))
-        return waits(f"its slurmd is gone: set DOWN, Slurm ends jobs {_ids(job_ids(active))}")
+        return waits(f"its slurmd is gone: set DOWN, Slurm ends jobs {format_job_ids(job_ids(active))}")
 
     if policy.signal and record.signalled is None:
         record = replace(record, signalled=now, jobs=job_ids(running))
         if running:
             acts.append(Signal(name, job_ids(running), policy.signal))
             if policy.grace_seconds > 0:
-                return waits(f"sent SIG{policy.signal} to jobs {_ids(job_ids(running))}; they have "
+                return waits(f"sent SIG{policy.signal} to jobs {format_job_ids(job_ids(running))}; they have "
                              f"{policy.grace_seconds}s to checkpoint")
 
     # Signalled jobs that requeued themselves: eligible again at once.
@@ -209,9 +205,9 @@ def evacuate(name: str, node: Node | None, jobs: Sequence[Job] | None, record: R
         verb = "requeued" if policy.job_action == REQUEUE else "cancelled"
         if grace_left > timedelta(0):
             seconds = int(grace_left.total_seconds() + 0.999)
-            return waits(f"jobs {_ids(job_ids(active))} may run {seconds}s more before they are {verb}")
+            return waits(f"jobs {format_job_ids(job_ids(active))} may run {seconds}s more before they are {verb}")
         if record.forced is not None and now < record.forced + timedelta(seconds=policy.retry_seconds):
-            return waits(f"jobs {_ids(job_ids(running))} were {verb}; waiting for them to leave")
+            return waits(f"jobs {format_job_ids(job_ids(running))} were {verb}; waiting for them to leave")
         requeue = [j for j in running if policy.job_action == REQUEUE and j.requeue]
         cancel = [j for j in running if j not in requeue]
         if requeue:
@@ -225,7 +221,7 @@ def evacuate(name: str, node: Node | None, jobs: Sequence[Job] | None, record: R
     empty = not active and (node is None or "COMPLETING" not in node.flags)
     left = [j for j in remaining if j.state != "COMPLETING" or j.job_id in wanted]
     if left:
-        return waits(f"waiting for jobs {_ids(job_ids(left))} to leave and be started again")
+        return waits(f"waiting for jobs {format_job_ids(job_ids(left))} to leave and be started again")
     if wanted and node is not None and "COMPLETING" in node.flags:
         # A job that requeued itself shows PENDING while Slurm still completes its
         # last run here; Slurm sets the requeue's hold when that ends. Seen next round.
@@ -235,7 +231,7 @@ def evacuate(name: str, node: Node | None, jobs: Sequence[Job] | None, record: R
         # Confirmed next round: a start moved while Slurm still completes the
         # job's last run is undone when it finishes, and the hold comes back.
         return Evacuation(tuple(acts), record, empty=empty, released=False,
-                          waiting=f"jobs {_ids(job_ids(delayed))} requeued themselves; starting them again at once")
+                          waiting=f"jobs {format_job_ids(job_ids(delayed))} requeued themselves; starting them again at once")
     if not drained:
         return Evacuation(tuple(acts), record, empty=empty, released=False,
                           waiting="drained now; looking again before it is given up")

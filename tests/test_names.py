@@ -325,3 +325,14 @@ def test_the_lent_pod_is_named_by_the_renderer_and_found_by_that_name():
     pod = lent_slurmd_pod(c, "", node="gpu-0", resources=GPU_NODE, labels={}, partition="gpu", shm_size="1Gi",
                           taint_key="t")
     assert pod["metadata"]["name"] == names.lent_slurmd(c, "gpu-0") == "c1-lent.gpu-0"
+
+
+@pytest.mark.parametrize(("name", "ordinal"), [
+    ("demo-cpu-0", 0), ("demo-cpu-12", 12), ("demo-cpu-012", None), ("demo-cpu-²", None),
+    ("demo-cpu-٣", None), ("demo-cpu-", None), ("demo-cpu-1-2", None), ("demo-cpux-1", None),
+    ("demo-cpu-99999999999", None), ("other-cpu-1", None),
+])
+def test_a_worker_s_name_is_read_one_way(name: str, ordinal: int | None) -> None:
+    """The one reading of ``<statefulset>-<ordinal>`` (the operator's pods and its
+    Slurm nodes): ASCII digits as the StatefulSet controller writes them, or nothing."""
+    assert names.worker_ordinal("demo-cpu", name) == ordinal

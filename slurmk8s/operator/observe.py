@@ -45,11 +45,11 @@ def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping], pod
             meta = p["metadata"]
             if (meta.get("labels") or {}).get(names.NODESET_LABEL) != set_name:
                 continue
-            base, _, ordinal = meta["name"].rpartition("-")
-            if base != sts_name or not ordinal.isdigit():
+            ordinal = names.worker_ordinal(sts_name, meta["name"])
+            if ordinal is None:
                 continue
             set_pods.append(workers.Pod(
-                name=meta["name"], uid=meta.get("uid", ""), ordinal=int(ordinal), ready=_ready(p),
+                name=meta["name"], uid=meta.get("uid", ""), ordinal=ordinal, ready=_ready(p),
                 deleting=bool(meta.get("deletionTimestamp")),
                 revision=(meta.get("labels") or {}).get("controller-revision-hash"),
                 annotations=dict(meta.get("annotations") or {}),

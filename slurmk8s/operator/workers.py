@@ -63,7 +63,6 @@ API (:mod:`.observe`).
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
@@ -78,6 +77,8 @@ from slurmk8s.times import from_epoch
 
 from . import podrecord
 from .maintenance import MAINTENANCE
+
+_ids = evacuation.format_job_ids
 
 __all__ = [
     "SCALE_IN", "ROLLING_UPDATE", "POD_TERMINATING", "OPERATOR_DRAINS", "Pod", "NodeSetState",
@@ -201,7 +202,6 @@ class Decision:
                         self.events, self.waiting, self.hurry)
 
 
-_ORDINAL = re.compile(r"(?P<base>.+)-(?P<ordinal>0|[1-9][0-9]*)")
 
 
 class _Round:
@@ -292,17 +292,6 @@ class _Round:
                                                 "they may start again at once")
 
 
-def _ids(ids: Sequence[int]) -> str:
-    return ",".join(str(i) for i in ids)
-
-
-def _ordinal(node_name: str, statefulset: str) -> int | None:
-    m = _ORDINAL.fullmatch(node_name)
-    if m and m.group("base") == statefulset:
-        return int(m.group("ordinal"))
-    return None
-
-
 def _ours(reason: str) -> bool:
     return reason in OPERATOR_DRAINS or reason.startswith(f"{DRAIN_PREFIX} {MAINTENANCE} ")
 
@@ -390,7 +379,7 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState, now: float) -> Decis
                 busy.append(LabelBusy(p.name, p.uid, is_busy))
         # Records of nodes whose pods are gone.
         for node in slurm.nodes:
-            o = _ordinal(node.name, s.statefulset)
+            o = names.worker_ordinal(s.statefulset, node.name)
             if o is None or o < s.current or o in pods:
                 continue
             keep.add(s.name)

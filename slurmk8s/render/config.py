@@ -19,8 +19,6 @@ from .. import versions
 from ..api.fields import RESERVED_USERS, quantity_value
 from . import names
 
-USER_FILES = ("passwd", "group")
-
 #: Where the images expect things (see images/README.md).
 STATE_DIR = "/var/spool/slurmctld"
 SLURMD_SPOOL = "/var/spool/slurmd"

@@ -117,11 +117,6 @@ def database_fqdn(c: SlurmCluster) -> str:
     return f"{database(c)}.{c.namespace}.svc.{c.spec.cluster_domain}"
 
 
-def database_claim(c: SlurmCluster) -> str:
-    """The PersistentVolumeClaim the MariaDB StatefulSet creates for its data."""
-    return f"data-{database(c)}-0"
-
-
 def slurm_config(c: SlurmCluster) -> str:
     return f"{c.name}-slurm-config"
 
@@ -242,9 +237,16 @@ def legacy_lent_slurmd(c: SlurmCluster | str, node: str) -> str:
     return f"{name[:242].rstrip('.-')}-{digest}"
 
 
-def worker_node_name(c: SlurmCluster, nodeset_name: str, ordinal: int) -> str:
-    """A worker's pod and Slurm node name."""
-    return f"{nodeset(c, nodeset_name)}-{ordinal}"
+def worker_ordinal(statefulset: str, name: str) -> int | None:
+    """The ordinal of the worker pod (and Slurm node) ``name`` of the StatefulSet
+    ``statefulset``: ``<statefulset>-<ordinal>``, the ordinal in ASCII digits
+    without a leading zero, as the StatefulSet controller names pods; None for
+    any other name. The one reading of a worker's name."""
+    prefix = statefulset + "-"
+    digits = name[len(prefix):] if name.startswith(prefix) else ""
+    if not re.fullmatch(r"0|[1-9][0-9]{0,8}", digits):
+        return None
+    return int(digits)
 
 
 def is_worker_node_name(cluster: str, node: str) -> bool:

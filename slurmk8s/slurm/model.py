@@ -309,10 +309,6 @@ def job_from_json(d: dict) -> Job:
     )
 
 
-class _More(Exception):
-    """The buffer ends before the value does."""
-
-
 class JsonItems:
     """The items of the array ``data[key]`` of one JSON object that arrives as text
     chunks, one item at a time: a command's output is never held whole, nor its
