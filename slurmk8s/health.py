@@ -20,7 +20,7 @@ __all__ = ["Health", "LIMITS"]
 
 #: A probe is a GET without a body; the kubelet's, and people's with curl.
 LIMITS = Limits(deadline=10.0, max_header_bytes=8 * 1024, max_headers=48, max_body=0,
-                max_buffered=1024 * 1024, max_connections=64, workers=2, max_inflight=8)
+                max_buffered=1024 * 1024, max_connections=256, workers=2, max_inflight=8)
 
 
 class Health:
@@ -57,8 +57,8 @@ class Health:
         ok, body = self.check()
         return json_response(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, body)
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> HttpServer:
+    def serve(self, port: int, host: str = "0.0.0.0", limits: Limits = LIMITS) -> HttpServer:
         """Serve ``GET /healthz`` on ``host:port`` from a thread of its own (:mod:`slurmk8s.httpserver`)."""
-        server = HttpServer((host, port), self.answer, LIMITS, name="healthz", quiet=("/healthz",))
+        server = HttpServer((host, port), self.answer, limits, name="healthz", quiet=("/healthz",))
         server.start()
         return server

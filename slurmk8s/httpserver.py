@@ -20,11 +20,12 @@ out:
   bytes (``Content-Length`` only), and all connections' unread requests
   together in bytes (``max_buffered``). Over a bound: a JSON error (431, 413,
   411, 400, 408) and the connection is closed.
-- At most ``max_connections`` are open. One more closes the oldest connection
-  still waiting for a request without the token (a slow or idle one: a prompt
-  request is already with a worker), never the newcomer, which may be the
-  probe. Over ``max_buffered``, the oldest waiting connections holding bytes
-  are closed the same way. Connections with the token (at most
+- At most ``max_connections`` are open. One more closes a connection still
+  waiting for a request without the token (a slow or idle one: a prompt
+  request is already with a worker): the oldest of the client address that
+  holds the most, so a flood from one pod closes its own connections and
+  never the probe's, nor the newcomer. Over ``max_buffered``, waiting
+  connections holding bytes are closed the same way. Connections with the token (at most
   ``max_authenticated``) are never closed for others; without the token there
   is no keep-alive where a token exists.
 - A reply must be taken within ``reply_deadline``; it is written from the
@@ -452,7 +453,7 @@ class _Connection(asyncio.Protocol):
         self.buf, self.head = bytearray(rest), None
         self.state = _BUSY
         self._cancel_timer()
-        server._waiting.pop(self, None)
+        server._leave_waiting(self)
         if self.transport is not None:
             self.transport.pause_reading()
         url = urlsplit(head.target)
@@ -516,7 +517,7 @@ class _Connection(asyncio.Protocol):
 
     def _refuse(self, refusal: Refusal) -> None:
         """Answer an error before any handler ran, and close."""
-        self.server._waiting.pop(self, None)
+        self.server._leave_waiting(self)
         if self.transport is not None:
             self.transport.pause_reading()
         if self.request is None and self.head is not None:
@@ -554,9 +555,8 @@ class _Connection(asyncio.Protocol):
             self._close()
             return
         self.state = _READING
-        server._waiting.pop(self, None)
         if not self.authenticated:
-            server._waiting[self] = None  # the newest waiting: the last to be closed for room
+            server._enter_waiting(self)  # the newest waiting: the last of its address to be closed for room
         self._wait(server.limits.deadline)
         if self.transport is not None:
             self.transport.resume_reading()
@@ -596,7 +596,7 @@ class _Connection(asyncio.Protocol):
         self.state = _CLOSED
         self._cancel_timer()
         server._open.pop(self, None)
-        server._waiting.pop(self, None)
+        server._leave_waiting(self)
         server._buffered -= len(self.buf)
         self.buf = bytearray()
         if self.authenticated:
@@ -640,6 +640,8 @@ class HttpServer:
         self._open: dict[_Connection, None] = {}
         #: connections waiting for a request without the token, oldest first: the ones closed for room
         self._waiting: dict[_Connection, None] = {}
+        #: the same by client address
+        self._waiting_by: dict[str, dict[_Connection, None]] = {}
         self._authenticated = 0
         self._buffered = 0
         self._closed: dict[str, int] = {}
@@ -709,29 +711,57 @@ class HttpServer:
     # on the event loop
 
     def _admit(self, conn: _Connection) -> bool:
-        """Room for one more connection: the oldest waiting one without the token is closed for it."""
+        """Room for one more connection: a waiting one without the token is closed for it, the
+        oldest of the address holding the most (a flood from one pod closes its own first)."""
         while len(self._open) >= self.limits.max_connections:
-            if not self._waiting:
+            victim = self._victim()
+            if victim is None:
                 self._count("full")
                 return False
-            oldest = next(iter(self._waiting))
             self._count("evicted")
-            oldest._drop()
+            victim._drop()
         self._open[conn] = None
-        self._waiting[conn] = None
+        self._enter_waiting(conn)
         return True
 
+    def _victim(self, holding: bool = False) -> "_Connection | None":
+        """The oldest waiting connection of the address with the most waiting (``holding``:
+        only connections holding bytes count)."""
+        best, best_count = None, 0
+        for conns in self._waiting_by.values():
+            count = sum(1 for c in conns if c.buf) if holding else len(conns)
+            if count > best_count:
+                best, best_count = conns, count
+        if best is None:
+            return None
+        return next((c for c in best if c.buf or not holding), None)
+
+    def _enter_waiting(self, conn: _Connection) -> None:
+        self._leave_waiting(conn)
+        self._waiting[conn] = None
+        self._waiting_by.setdefault(conn.client, {})[conn] = None
+
+    def _leave_waiting(self, conn: _Connection) -> None:
+        if self._waiting.pop(conn, 0) is None:
+            mine = self._waiting_by.get(conn.client)
+            if mine is not None:
+                mine.pop(conn, None)
+                if not mine:
+                    del self._waiting_by[conn.client]
+
     def _shed(self, keep: _Connection) -> None:
-        """Over max_buffered: close the oldest waiting connections that hold bytes (``keep`` last)."""
-        if self._buffered <= self.limits.max_buffered:
-            return
-        for conn in [c for c in self._waiting if c is not keep and c.buf]:
-            self._count("evicted")
-            conn._drop()
-            if self._buffered <= self.limits.max_buffered:
+        """Over max_buffered: close waiting connections that hold bytes, as :meth:`_victim` picks (``keep`` last)."""
+        while self._buffered > self.limits.max_buffered:
+            victim = self._victim(holding=True)
+            if victim is None or victim is keep:
+                victim = next((c for c in self._waiting if c is not keep and c.buf), None)
+            if victim is None:
+                self._count("buffered")
+                keep._refuse(Refusal(HTTPStatus.SERVICE_UNAVAILABLE, "busy",
+                                     "too many requests being received; try again"))
                 return
-        self._count("buffered")
-        keep._refuse(Refusal(HTTPStatus.SERVICE_UNAVAILABLE, "busy", "too many requests being received; try again"))
+            self._count("evicted")
+            victim._drop()
 
     def _run(self, request: Request) -> Response:
         """In a worker thread: the handler's answer, or a 500 for its failure."""

@@ -26,7 +26,7 @@ __all__ = ["serve_metrics", "metrics_server", "LIMITS", "TIMEOUT"]
 TIMEOUT = 10.0
 #: A scrape is a GET without a body; a few scrapers at once.
 LIMITS = Limits(deadline=TIMEOUT, max_header_bytes=8 * 1024, max_headers=48, max_body=0,
-                max_buffered=1024 * 1024, max_connections=64, workers=2, max_inflight=8)
+                max_buffered=1024 * 1024, max_connections=256, workers=2, max_inflight=8)
 
 
 def _handler(registry: CollectorRegistry):

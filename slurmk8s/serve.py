@@ -91,7 +91,7 @@ class Follower:
 
 #: What the model server allows (:mod:`slurmk8s.httpserver`): GETs without a body.
 LIMITS = Limits(deadline=10.0, max_header_bytes=16 * 1024, max_headers=64, max_body=0,
-                max_buffered=2 * 1024 * 1024, max_connections=256, workers=4, max_inflight=32)
+                max_buffered=2 * 1024 * 1024, max_connections=512, workers=4, max_inflight=32)
 
 
 def _handler(follower: Follower):
@@ -114,9 +114,10 @@ def _json(status: int, body: dict) -> Response:
     return Response(status, json.dumps(body, sort_keys=True).encode() + b"\n")
 
 
-def make_server(model_dir: Path, host: str = "0.0.0.0", port: int = 8080) -> tuple[HttpServer, Follower]:
+def make_server(model_dir: Path, host: str = "0.0.0.0", port: int = 8080,
+                limits: Limits = LIMITS) -> tuple[HttpServer, Follower]:
     follower = Follower(model_dir)
-    server = HttpServer((host, port), _handler(follower), LIMITS, name="serve", quiet=("/healthz",))
+    server = HttpServer((host, port), _handler(follower), limits, name="serve", quiet=("/healthz",))
     return server, follower
 
 

@@ -93,7 +93,7 @@ def review(body: Any, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,
 #: What the webhook's server allows (:mod:`slurmk8s.httpserver`): a review's body up to
 #: :data:`MAX_BODY`, a few reviews at once, within the API server's own timeout (10 s by default).
 LIMITS = Limits(deadline=10.0, max_header_bytes=16 * 1024, max_headers=64, max_body=MAX_BODY,
-                max_buffered=4 * MAX_BODY, max_connections=128, workers=4, max_inflight=8)
+                max_buffered=4 * MAX_BODY, max_connections=256, workers=4, max_inflight=8)
 
 
 class WebhookServer:

@@ -205,7 +205,7 @@ def answer(slurm: SlurmControl, checkpoint_root: str | None, request: Request) -
 #: What the agent's server allows (:mod:`slurmk8s.httpserver`). Connections with the token
 #: (the operator's and the bridge's, a few each) have 32 places that no one else can take.
 LIMITS = Limits(deadline=10.0, max_header_bytes=16 * 1024, max_headers=64, max_body=MAX_BODY,
-                max_buffered=4 * 1024 * 1024, max_connections=128, max_authenticated=32, workers=2,
+                max_buffered=4 * 1024 * 1024, max_connections=512, max_authenticated=32, workers=2,
                 max_inflight=16)
 
 
