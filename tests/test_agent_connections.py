@@ -178,3 +178,27 @@ def test_idle_unauthenticated_connections_are_bounded(keys):
         for s in idle:
             s.close()
         server.stop()
+
+
+def test_slurm_output_the_agent_cannot_read_is_a_502_and_only_the_callers_mistake_a_400(keys):
+    """Issue 41, item 9: ``squeue --json`` that does not parse is the agent's (Slurm's) failure,
+    never a client's 400; a bad node name or reason still is."""
+    from slurmk8s.slurm.remote import AgentError, RemoteSlurm
+
+    def runner(argv, stdin):
+        return subprocess.CompletedProcess(argv, 0, '{"jobs": [{"job_id": 1},' if "squeue" in argv else "", "")
+
+    server = make_server("127.0.0.1:0", SlurmClient(runner), keys.agent_token)
+    server.start()
+    remote = RemoteSlurm(server.url, keys.agent_token)
+    try:
+        with pytest.raises(AgentError) as info:
+            remote.jobs()
+        assert info.value.status == 502 and info.value.kind == "slurm-output"
+        assert not isinstance(info.value, ValueError)
+        with pytest.raises(ValueError, match="not a Slurm node name"):
+            remote.drain("bad name!", "slurmk8s: test")
+        with pytest.raises(ValueError, match="not a usable drain reason"):
+            remote.drain("node-1", "two\nlines")
+    finally:
+        server.stop()
