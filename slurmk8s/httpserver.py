@@ -40,6 +40,10 @@ out:
 
 Standard library only (structlog when installed): the serve image runs this
 file beside ``serve.py`` with nothing but ``python3``.
+
+Over 500 lines because the serve image copies it as one file beside
+``serve.py``: the pure request-head rules, the TLS layer and the loop's
+connection states would otherwise be three files to keep in step there.
 """
 
 from __future__ import annotations

@@ -99,9 +99,12 @@ def test_idle_and_slow_connections_beyond_the_cap_never_keep_a_caller_out(target
         for i in range(2 * cap):
             held.append(socket.create_connection((target.host, target.port), source_address=("127.0.0.2", 0)))
         for _ in range(20):
-            s = _raw(target, "127.0.0.2")
-            s.sendall(f"{target.method} {target.path} HTTP/1.1\r\nX-Slow: ".encode())
-            held.append(s)
+            try:
+                s = _raw(target, "127.0.0.2")
+                s.sendall(f"{target.method} {target.path} HTTP/1.1\r\nX-Slow: ".encode())
+                held.append(s)
+            except (OSError, ssl.SSLError):
+                pass  # closed for room at once: 127.0.0.2 holds the most
         times = []
         for _ in range(5):
             status, seconds = target.call(timeout=5)
@@ -150,18 +153,24 @@ def test_300_slow_connections_hold_no_thread_and_little_memory(kind, tmp_path):
     try:
         for i in range(300):
             s = socket.create_connection((t.host, t.port), source_address=("127.0.0.2", 0))
-            s.sendall(b"GET / HTTP/1.1\r\nX-Slow: " + b"a" * 1024 if kind != "webhook" else b"\x16\x03\x01")
             held.append(s)
+            try:
+                s.sendall(b"GET / HTTP/1.1\r\nX-Slow: " + b"a" * 1024 if kind != "webhook" else b"\x16\x03\x01")
+            except OSError:
+                pass  # over the cap: closed for room
         time.sleep(0.5)
-        for s in held[:50]:
-            s.sendall(b"b")
+        for s in held[-50:]:
+            try:
+                s.sendall(b"b")
+            except OSError:
+                pass
         status, seconds = t.call(timeout=5)
         assert status in t.ok and seconds < 1.0
         grown_threads = threading.active_count() - before_threads
         grown_rss = _rss_mib() - before_rss
         assert grown_threads <= t.server.limits.workers + 1, grown_threads
         assert grown_rss < 40, f"{grown_rss:.1f} MiB for 300 slow connections"
-        assert t.server.stats()["open"] >= 250  # they were held, not refused
+        assert t.server.stats()["open"] >= min(250, t.server.limits.max_connections - 10)  # held, not refused
     finally:
         for s in held:
             s.close()

@@ -7,9 +7,9 @@ cancel. See docs/decisions/0006-slurm-control-path.md for why it exists.
 
 Every request but ``GET /healthz`` needs ``Authorization: Bearer <token>``,
 the cluster's agent token (the ``<cluster>-agent-token`` Secret), compared in
-constant time. Connections without the token have their own small pool and
-no keep-alive, so they can never keep a caller with the token out
-(:class:`AgentServer`). Routes (JSON in and out)::
+constant time. Connections without the token get no keep-alive and are the
+ones closed for room, so they can never keep a caller with the token out
+(:class:`AgentServer`, on :mod:`slurmk8s.httpserver`). Routes (JSON in and out)::
 
     GET    /healthz                         liveness; no token, no Slurm call
     GET    /v1/ping                         {"up": bool}
@@ -38,11 +38,14 @@ no keep-alive, so they can never keep a caller with the token out
                                             links, by a child process running as nobody)
 
 Errors are ``{"error": message, "kind": kind}`` with status 400 (invalid
-name, reason or signal), 401 (token), 403 (a published path that is a link,
-not a plain file, or not readable by others), 404, 405, 409 (not our drain), 502 (a
-Slurm command failed: also ``argv``, ``returncode``, ``stderr``) or 503
-(slurmctld unreachable, the config directory unreadable, or too many
-authenticated connections).
+name, reason, signal or body: the caller's mistake, and only that), 401
+(token), 403 (a published path that is a link, not a plain file, or not
+readable by others), 404, 405, 409 (not our drain), 502 (a Slurm command
+failed: also ``argv``, ``returncode``, ``stderr``; or kind ``slurm-output``:
+what Slurm printed could not be read) or 503 (slurmctld unreachable, the
+config directory unreadable, or too many authenticated connections); the
+server's own bounds (:mod:`slurmk8s.httpserver`) answer 408, 411, 413, 431
+and 503 in the same shape.
 """
 
 from __future__ import annotations
