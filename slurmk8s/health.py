@@ -9,13 +9,18 @@ with ``curl``.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from typing import Any, Callable
 
-__all__ = ["Health"]
+from .httpserver import HttpServer, Limits, Request, Response, error, json_response
+
+__all__ = ["Health", "LIMITS"]
+
+#: A probe is a GET without a body; the kubelet's, and people's with curl.
+LIMITS = Limits(deadline=10.0, max_header_bytes=8 * 1024, max_headers=48, max_body=0,
+                max_buffered=1024 * 1024, max_connections=256, workers=2, max_inflight=8)
 
 
 class Health:
@@ -44,29 +49,16 @@ class Health:
         body = {"ok": ok, **{f"secondsSince{k[:1].upper()}{k[1:]}": round(a, 1) for k, (a, _) in ages.items()}, **self._info()}
         return ok, body
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
-        health = self
+    def answer(self, request: Request) -> Response:
+        if request.path != "/healthz":
+            return error(HTTPStatus.NOT_FOUND, "only /healthz is served here", "not-found")
+        if request.method != "GET":
+            return error(HTTPStatus.METHOD_NOT_ALLOWED, "GET /healthz only", "method", {"Allow": "GET"})
+        ok, body = self.check()
+        return json_response(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, body)
 
-        class Handler(BaseHTTPRequestHandler):
-            timeout = 10
-
-            def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's name
-                pass
-
-            def do_GET(self) -> None:
-                if self.path != "/healthz":
-                    code, body = 404, {"ok": False, "error": "only /healthz is served here"}
-                else:
-                    ok, body = health.check()
-                    code = 200 if ok else 503
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        server = ThreadingHTTPServer((host, port), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True, name="healthz").start()
+    def serve(self, port: int, host: str = "0.0.0.0", limits: Limits = LIMITS) -> HttpServer:
+        """Serve ``GET /healthz`` on ``host:port`` from a thread of its own (:mod:`slurmk8s.httpserver`)."""
+        server = HttpServer((host, port), self.answer, limits, name="healthz", quiet=("/healthz",))
+        server.start()
         return server

@@ -32,12 +32,13 @@ import json
 import logging
 import signal
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 try:
+    from .httpserver import HttpServer, Limits, Request, Response, error
     from .published_model import LoadError, Model, load, read_latest
-except ImportError:  # run as a file (python3 serve.py, the serve image): the layout is beside it
+except ImportError:  # run as a file (python3 serve.py, the serve image): both modules are beside it
+    from httpserver import HttpServer, Limits, Request, Response, error  # type: ignore[no-redef]
     from published_model import LoadError, Model, load, read_latest  # type: ignore[no-redef]
 
 __all__ = ["Follower", "make_server", "follow", "serve", "main"]
@@ -88,39 +89,35 @@ class Follower:
         return True
 
 
-def _handler(follower: Follower) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "slurmk8s-serve"
-
-        def do_GET(self) -> None:  # noqa: N802 - the http.server name
-            model = follower.model
-            if self.path not in ("/", "/healthz"):
-                self._send(404, {"error": f"no such path {self.path}; try / or /healthz"})
-            elif model is None:  # why is in the server's log: nothing read from the files is echoed
-                self._send(503, {"error": "no model loaded"})
-            elif self.path == "/healthz":
-                self._send(200, {"status": "ok", "version": model.version})
-            else:
-                self._send(200, model.as_json())
-
-        def _send(self, code: int, body: dict) -> None:
-            data = json.dumps(body, sort_keys=True).encode() + b"\n"
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args) -> None:  # noqa: A002 - the http.server signature
-            logger.debug("%s %s", self.address_string(), format % args)
-
-    return Handler
+#: What the model server allows (:mod:`slurmk8s.httpserver`): GETs without a body.
+LIMITS = Limits(deadline=10.0, max_header_bytes=16 * 1024, max_headers=64, max_body=0,
+                max_buffered=2 * 1024 * 1024, max_connections=512, workers=4, max_inflight=32)
 
 
-def make_server(model_dir: Path, host: str = "0.0.0.0", port: int = 8080) -> tuple[ThreadingHTTPServer, Follower]:
+def _handler(follower: Follower):
+    def handle(request: Request) -> Response:
+        model = follower.model
+        if request.target not in ("/", "/healthz"):
+            return error(404, f"no such path {request.path}; try / or /healthz", "not-found")
+        if request.method != "GET":
+            return error(405, "GET only", "method", {"Allow": "GET"})
+        if model is None:  # why is in the server's log: nothing read from the files is echoed
+            return error(503, "no model loaded", "no-model")
+        if request.target == "/healthz":
+            return _json(200, {"status": "ok", "version": model.version})
+        return _json(200, model.as_json())
+
+    return handle
+
+
+def _json(status: int, body: dict) -> Response:
+    return Response(status, json.dumps(body, sort_keys=True).encode() + b"\n")
+
+
+def make_server(model_dir: Path, host: str = "0.0.0.0", port: int = 8080,
+                limits: Limits = LIMITS) -> tuple[HttpServer, Follower]:
     follower = Follower(model_dir)
-    server = ThreadingHTTPServer((host, port), _handler(follower))
-    server.daemon_threads = True
+    server = HttpServer((host, port), _handler(follower), limits, name="serve", quiet=("/healthz",))
     return server, follower
 
 

@@ -1,10 +1,10 @@
 """The agent's connection handling, over real sockets, without Slurm daemons.
 
 Whoever reaches the agent port without the token must not keep the operator
-and the bridge out (issue 24, item 3): unauthenticated connections have their
-own small pool, whose oldest member is closed when a newcomer arrives, and
-they get no keep-alive; a connection whose request carries the token leaves
-that pool and is never evicted.
+and the bridge out (issue 24, item 3): while the agent is full, the oldest
+connection waiting for a request without the token is closed when a newcomer
+arrives, and without the token there is no keep-alive; a connection whose
+request carries the token is never closed for room (slurmk8s/httpserver.py).
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import socket
 import subprocess
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
 from slurmk8s.slurm import SlurmClient
-from slurmk8s.slurm.agent import make_server
+from slurmk8s.slurm.agent import LIMITS, make_server
 
 
 def _ping_runner(argv, stdin):
@@ -125,7 +126,7 @@ def test_authenticated_calls_get_in_while_unauthenticated_clients_hold_every_con
 def test_an_authenticated_keep_alive_connection_is_never_evicted(agent, keys):
     first = _authenticated_ping(agent, keys.agent_token)
     assert first["close"] is None  # kept alive
-    flood = [socket.create_connection(agent.server_address[:2]) for _ in range(3 * agent.max_unauthenticated)]
+    flood = [socket.create_connection(agent.server_address[:2]) for _ in range(3 * agent.limits.max_connections)]
     try:
         time.sleep(0.3)
         again = _authenticated_ping(agent, keys.agent_token, first["conn"])
@@ -161,19 +162,43 @@ def test_without_the_token_there_is_no_keep_alive(agent, keys):
 
 
 def test_idle_unauthenticated_connections_are_bounded(keys):
-    """50 silent connections hold at most max_unauthenticated threads: the oldest are closed."""
-    server = make_server("127.0.0.1:0", SlurmClient(_ping_runner), keys.agent_token)
-    server.max_unauthenticated, server.request_timeout = 8, 30.0
+    """50 silent connections hold no thread, and at most max_connections stay open: the oldest are closed."""
+    server = make_server("127.0.0.1:0", SlurmClient(_ping_runner), keys.agent_token,
+                         limits=replace(LIMITS, max_connections=8, deadline=30.0))
     before = threading.active_count()
     server.start()
     idle = [socket.create_connection(server.server_address[:2]) for _ in range(50)]
     try:
         time.sleep(0.5)
-        assert threading.active_count() - before <= 1 + 8
+        assert threading.active_count() - before <= 1  # the event loop's thread alone
         for s in idle[:-8]:  # closed long before request_timeout
             s.settimeout(2)
             assert s.recv(1) == b""
     finally:
         for s in idle:
             s.close()
+        server.stop()
+
+
+def test_slurm_output_the_agent_cannot_read_is_a_502_and_only_the_callers_mistake_a_400(keys):
+    """Issue 41, item 9: ``squeue --json`` that does not parse is the agent's (Slurm's) failure,
+    never a client's 400; a bad node name or reason still is."""
+    from slurmk8s.slurm.remote import AgentError, RemoteSlurm
+
+    def runner(argv, stdin):
+        return subprocess.CompletedProcess(argv, 0, '{"jobs": [{"job_id": 1},' if "squeue" in argv else "", "")
+
+    server = make_server("127.0.0.1:0", SlurmClient(runner), keys.agent_token)
+    server.start()
+    remote = RemoteSlurm(server.url, keys.agent_token)
+    try:
+        with pytest.raises(AgentError) as info:
+            remote.jobs()
+        assert info.value.status == 502 and info.value.kind == "slurm-output"
+        assert not isinstance(info.value, ValueError)
+        with pytest.raises(ValueError, match="not a Slurm node name"):
+            remote.drain("bad name!", "slurmk8s: test")
+        with pytest.raises(ValueError, match="not a usable drain reason"):
+            remote.drain("node-1", "two\nlines")
+    finally:
         server.stop()

@@ -28,18 +28,36 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_server_runs_as_a_file_with_only_the_layout_beside_it(tmp_path):
-    """What the serve image holds (images/serve/Dockerfile): serve.py and
-    published_model.py, run by a bare python3 with nothing of slurmk8s installed."""
+    """What the serve image holds (images/serve/Dockerfile): serve.py,
+    published_model.py and httpserver.py, run by a bare python3 with nothing of
+    slurmk8s installed; it answers, and logs through the standard library."""
     copied = tmp_path / "lib"
     copied.mkdir()
     dockerfile = (ROOT / "images/serve/Dockerfile").read_text()
-    for name in ("serve.py", "published_model.py"):
+    for name in ("serve.py", "published_model.py", "httpserver.py"):
         assert f"slurmk8s/{name}" in dockerfile and f"!slurmk8s/{name}" in (
             ROOT / "images/serve/Dockerfile.dockerignore").read_text()
         (copied / name).write_text((ROOT / "slurmk8s" / name).read_text())
     proc = subprocess.run(["python3", "-S", "-E", str(copied / "serve.py"), "--help"], capture_output=True,
                           text=True, cwd=tmp_path, timeout=30)
     assert proc.returncode == 0 and "--model-dir" in proc.stdout, proc.stderr
+    port = free_port()
+    server = subprocess.Popen(["python3", "-S", "-E", str(copied / "serve.py"), "--model-dir", str(tmp_path),
+                               "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    try:
+        def answers():
+            try:
+                return get(f"http://127.0.0.1:{port}/nothing")
+            except OSError:
+                return None
+        assert wait_for("the server", answers, timeout=15) == (404, {
+            "error": "no such path /nothing; try / or /healthz", "kind": "not-found"})
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, _ = server.communicate(timeout=10)
+    assert server.returncode == 0, out
+    assert "request method=GET path=/nothing status=404" in out
 
 
 def test_read_latest_names_the_version(tmp_path):
@@ -149,7 +167,7 @@ def test_nothing_is_read_through_a_link_nor_echoed(tmp_path, secret_file, caplog
     caplog.set_level("DEBUG", logger="slurmk8s.serve")
     follower, (code, body) = _follow_once(model_dir)
     assert follower.model is None and code == 503
-    assert body == {"error": "no model loaded"}
+    assert body == {"error": "no model loaded", "kind": "no-model"}
     assert SECRET[:6] not in json.dumps(body) and SECRET[:6] not in caplog.text
     assert SECRET[:6] not in follower.error
     if "link" in how:
@@ -171,7 +189,7 @@ def test_http_answers_503_until_a_model_is_loaded_then_the_model(tmp_path):
     try:
         follower.refresh()
         code, body = get(f"{url}/healthz")
-        assert (code, body) == (503, {"error": "no model loaded"})  # why: in the log only
+        assert (code, body) == (503, {"error": "no model loaded", "kind": "no-model"})  # why: in the log only
         assert "does not exist yet" in follower.error
         assert get(f"{url}/")[0] == 503
         publish(tmp_path, "step-000005", 5)

@@ -11,7 +11,7 @@ backwards or too wide from the release the cluster runs (its
 finalizer and annotations, labels) is always allowed, so a cluster that
 became invalid can still be deleted. :class:`WebhookServer` is the thin
 shell: HTTPS with the certificate the chart mounts, ``POST /validate``
-only, bounded bodies and timeouts.
+only, served by :mod:`slurmk8s.httpserver` under :data:`LIMITS`.
 """
 
 from __future__ import annotations
@@ -19,15 +19,16 @@ from __future__ import annotations
 import json
 import ssl
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from slurmk8s import log, versions
+from slurmk8s.httpserver import HttpServer, Limits, Request, Response, error, json_response
 from slurmk8s.api import InvalidSpec, load_cluster, load_policy
 from slurmk8s.api.cluster import PROJECT_REPOSITORY
 
-__all__ = ["refusal", "review", "WebhookServer", "PATH"]
+__all__ = ["refusal", "review", "WebhookServer", "PATH", "LIMITS"]
 
 PATH = "/validate"
 #: The API server sends at most its own request limit; more is not an AdmissionReview.
@@ -89,83 +90,53 @@ def review(body: Any, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
+#: What the webhook's server allows (:mod:`slurmk8s.httpserver`): a review's body up to
+#: :data:`MAX_BODY`, a few reviews at once, within the API server's own timeout (10 s by default).
+LIMITS = Limits(deadline=10.0, max_header_bytes=16 * 1024, max_headers=64, max_body=MAX_BODY,
+                max_buffered=4 * MAX_BODY, max_connections=256, workers=4, max_inflight=8)
+
+
 class WebhookServer:
     """HTTPS on ``port`` with ``cert_dir``'s tls.crt and tls.key (a kubernetes.io/tls Secret)."""
 
     def __init__(self, port: int, cert_dir: str | Path, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,),
-                 addr: str = "0.0.0.0"):
-        trusted = tuple(trusted_repositories)
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            timeout = 10  # a client gets 10 s per read: no slow-loris holds a thread
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-            def setup(self) -> None:
-                super().setup()  # the read timeout, then the TLS handshake under it
-                self.connection.do_handshake()
-
-            def _answer(self, code: int, doc: Mapping) -> None:
-                data = json.dumps(doc).encode()
-                if code != 200:
-                    self.close_connection = True  # a body may be left unread
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_POST(self) -> None:
-                if self.path.split("?", 1)[0] != PATH:
-                    return self._answer(404, {"error": f"POST {PATH} only"})
-                try:
-                    length = int(self.headers.get("Content-Length") or 0)
-                except ValueError:
-                    length = -1
-                if not 0 < length <= MAX_BODY:
-                    return self._answer(413 if length > MAX_BODY else 400, {"error": "bad Content-Length"})
-                try:
-                    body = json.loads(self.rfile.read(length))
-                    doc = review(body, trusted)
-                except ValueError as exc:
-                    return self._answer(400, {"error": str(exc)})
-                except Exception as exc:  # noqa: BLE001 - answered, so the API server applies its failurePolicy
-                    _log.error("the webhook failed", error=str(exc))
-                    return self._answer(500, {"error": "the webhook failed; see the operator's log"})
-                if not doc["response"]["allowed"]:
-                    request = body["request"]
-                    _log.info("refused", kind=(request.get("kind") or {}).get("kind"),
-                              namespace=request.get("namespace"), name=request.get("name"),
-                              operation=request.get("operation"))
-                self._answer(200, doc)
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def get_request(self):
-                sock, client = self.socket.accept()
-                hook.refresh()
-                # The handshake happens in the connection's own thread, under its timeout.
-                return hook.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), client
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                _log.debug("a webhook connection failed", client=str(client_address))
-
-        self.server = Server((addr, port), Handler)
+                 addr: str = "0.0.0.0", limits: Limits = LIMITS):
+        self.trusted = tuple(trusted_repositories)
         self.cert_dir = Path(cert_dir)
         self._loaded: tuple = ()
         self._lock = threading.Lock()
         try:
             self.context = self._load()
         except (OSError, ssl.SSLError) as exc:
-            self.server.server_close()
             raise RuntimeError(f"the webhook's certificate: cannot load tls.crt and tls.key from {self.cert_dir} "
                                f"({exc}); mount the chart's <release>-webhook Secret there, or pass "
                                "--webhook-cert-dir") from None
-        self.port = self.server.server_address[1]
+        self.server = HttpServer((addr, port), self.answer, limits, name="webhook", tls_context=self._context)
+        self.port = self.server.port
+
+    def _context(self) -> ssl.SSLContext:
+        self.refresh()
+        return self.context
+
+    def answer(self, request: Request) -> Response:
+        if request.path != PATH or request.method != "POST":
+            return error(HTTPStatus.NOT_FOUND, f"POST {PATH} only", "not-found")
+        if not request.body:
+            return error(HTTPStatus.BAD_REQUEST, "an AdmissionReview body is required", "invalid")
+        try:
+            body = json.loads(request.body)
+            doc = review(body, self.trusted)
+        except ValueError as exc:  # the request's: not JSON, not a review of our kinds
+            return error(HTTPStatus.BAD_REQUEST, str(exc), "invalid")
+        except Exception as exc:  # noqa: BLE001 - answered, so the API server applies its failurePolicy
+            _log.error("the webhook failed", error=str(exc))
+            return error(HTTPStatus.INTERNAL_SERVER_ERROR, "the webhook failed; see the operator's log", "internal")
+        if not doc["response"]["allowed"]:
+            request_ = body["request"]
+            _log.info("refused", kind=(request_.get("kind") or {}).get("kind"),
+                      namespace=request_.get("namespace"), name=request_.get("name"),
+                      operation=request_.get("operation"))
+        return json_response(HTTPStatus.OK, doc)
 
     def _stamp(self) -> tuple:
         return tuple((f.stat().st_mtime_ns, f.stat().st_size)
@@ -195,10 +166,9 @@ class WebhookServer:
             _log.info("serving the renewed webhook certificate")
 
     def start(self) -> "WebhookServer":
-        threading.Thread(target=self.server.serve_forever, name="webhook", daemon=True).start()
+        self.server.start()
         _log.info("serving the validating webhook", port=self.port, path=PATH)
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()

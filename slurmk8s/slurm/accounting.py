@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping, Sequence
 
 from ..api.identity import GROUP_RE
+from .errors import InvalidArgument
 
 __all__ = ["QosLimits", "Associations", "State", "commands", "parse_state", "STATE_QUERIES",
            "minutes", "DEFAULT_QOS", "with_members"]
@@ -36,7 +37,7 @@ DEFAULT_QOS = "normal"
 
 def _check(pattern: re.Pattern, value: object, what: str) -> str:
     if not isinstance(value, str) or not pattern.fullmatch(value):
-        raise ValueError(f"{value!r} is not a valid {what}")
+        raise InvalidArgument(f"{value!r} is not a valid {what}")
     return value
 
 
@@ -99,41 +100,41 @@ class Associations:
     def from_json(cls, data: Mapping) -> "Associations":
         """Checked: every name must be one sacctmgr stores as is (the agent's input)."""
         if not isinstance(data, Mapping):
-            raise ValueError("associations must be a JSON object")
+            raise InvalidArgument("associations must be a JSON object")
         cluster = _check(_CLUSTER, data.get("cluster"), "cluster name")
         accounts = tuple(_check(_NAME, a, "account name") for a in data.get("accounts") or [])
         users = []
         for u in data.get("users") or []:
             if not isinstance(u, (list, tuple)) or len(u) != 2:
-                raise ValueError(f"{u!r} is not a [user, account] pair")
+                raise InvalidArgument(f"{u!r} is not a [user, account] pair")
             users.append((_check(_USER, u[0], "user name"), _check(_NAME, u[1], "account name")))
         qos = []
         for q in data.get("qos") or []:
             if not isinstance(q, Mapping):
-                raise ValueError(f"{q!r} is not a QOS object")
+                raise InvalidArgument(f"{q!r} is not a QOS object")
             limits = {}
             for k in ("priority", "max_wall", "max_jobs_per_user", "max_submit_jobs_per_user"):
                 v = q.get(k)
                 if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 10**9):
-                    raise ValueError(f"QOS {q.get('name')!r}: {k} must be a whole number")
+                    raise InvalidArgument(f"QOS {q.get('name')!r}: {k} must be a whole number")
                 limits[k] = v
             qos.append(QosLimits(name=_check(_NAME, q.get("name"), "QOS name"),
                                  priority=limits["priority"] or 0,
                                  **{k: limits[k] for k in limits if k != "priority"}))
         for _, account in users:
             if account not in accounts:
-                raise ValueError(f"account {account!r} of a user is not among the accounts")
+                raise InvalidArgument(f"account {account!r} of a user is not among the accounts")
         if len(set(users)) != len(users):
-            raise ValueError("a [user, account] pair is listed twice")
+            raise InvalidArgument("a [user, account] pair is listed twice")
         raw = data.get("groups") or {}
         if not isinstance(raw, Mapping):
-            raise ValueError("groups must be an object of account: [group, ...]")
+            raise InvalidArgument("groups must be an object of account: [group, ...]")
         groups = []
         for account, names in raw.items():
             if _check(_NAME, account, "account name") not in accounts:
-                raise ValueError(f"account {account!r} of groups is not among the accounts")
+                raise InvalidArgument(f"account {account!r} of groups is not among the accounts")
             if not isinstance(names, list) or not names:
-                raise ValueError(f"the groups of account {account!r} must be a list of group names")
+                raise InvalidArgument(f"the groups of account {account!r} must be a list of group names")
             groups.append((account, tuple(_check(_GROUP, g, "group name") for g in names)))
         return cls(cluster, accounts, tuple(users), tuple(qos), tuple(groups))
 

@@ -7,9 +7,9 @@ cancel. See docs/decisions/0006-slurm-control-path.md for why it exists.
 
 Every request but ``GET /healthz`` needs ``Authorization: Bearer <token>``,
 the cluster's agent token (the ``<cluster>-agent-token`` Secret), compared in
-constant time. Connections without the token have their own small pool and
-no keep-alive, so they can never keep a caller with the token out
-(:class:`AgentServer`). Routes (JSON in and out)::
+constant time. Connections without the token get no keep-alive and are the
+ones closed for room, so they can never keep a caller with the token out
+(:class:`AgentServer`, on :mod:`slurmk8s.httpserver`). Routes (JSON in and out)::
 
     GET    /healthz                         liveness; no token, no Slurm call
     GET    /v1/ping                         {"up": bool}
@@ -38,39 +38,37 @@ no keep-alive, so they can never keep a caller with the token out
                                             links, by a child process running as nobody)
 
 Errors are ``{"error": message, "kind": kind}`` with status 400 (invalid
-name, reason or signal), 401 (token), 403 (a published path that is a link,
-not a plain file, or not readable by others), 404, 405, 409 (not our drain), 502 (a
-Slurm command failed: also ``argv``, ``returncode``, ``stderr``) or 503
-(slurmctld unreachable, the config directory unreadable, or too many
-authenticated connections).
+name, reason, signal or body: the caller's mistake, and only that), 401
+(token), 403 (a published path that is a link, not a plain file, or not
+readable by others), 404, 405, 409 (not our drain), 502 (a Slurm command
+failed: also ``argv``, ``returncode``, ``stderr``; or kind ``slurm-output``:
+what Slurm printed could not be read) or 503 (slurmctld unreachable, the
+config directory unreadable, or too many authenticated connections); the
+server's own bounds (:mod:`slurmk8s.httpserver`) answer 408, 411, 413, 431
+and 503 in the same shape.
 """
 
 from __future__ import annotations
 
 import hmac
-import io
 import json
 import re
-import socket
-import threading
-import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote
 
 from .. import log
-from ..metricsserver import DeadlineReader
+from ..httpserver import HttpServer, Limits, Request, Response, error, json_response
 from .accounting import Associations
-from .client import NotOurDrain, SlurmError
+from .client import InvalidArgument, NotOurDrain, SlurmError
 from .control import AGENT_PORT
 from .control import SlurmControl
 from .model import job_to_dict, node_to_dict
 from .reservations import reservation_to_dict
 from .published import Fail, published
 
-__all__ = ["AgentServer", "make_server", "read_token", "DEFAULT_PORT", "MAX_BODY"]
+__all__ = ["AgentServer", "answer", "make_server", "read_token", "DEFAULT_PORT", "MAX_BODY", "LIMITS"]
 
 DEFAULT_PORT = AGENT_PORT
 MAX_BODY = 64 * 1024
@@ -146,191 +144,83 @@ ROUTES: list[tuple[str, re.Pattern, Callable[..., Any]]] = [
 ]
 
 
-class _RequestHandler(BaseHTTPRequestHandler):
-    server: "AgentServer"
-    protocol_version = "HTTP/1.1"
-    server_version = "slurmk8s-agent"
-
-    def setup(self) -> None:
-        self.timeout = self.server.request_timeout  # socket timeout for every read and write
-        super().setup()
-        # Reads go through a deadline: a request (line, headers, body) must
-        # arrive within request_timeout in all, however slowly it trickles.
-        self._reader = DeadlineReader(self.connection)
-        self.rfile = io.BufferedReader(self._reader)
-
-    def handle_one_request(self) -> None:
-        self._reader.deadline = time.monotonic() + self.server.request_timeout
-        super().handle_one_request()
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
-        pass  # requests are logged by _handle, without headers
-
-    def do_GET(self) -> None:
-        self._handle("GET")
-
-    def do_POST(self) -> None:
-        self._handle("POST")
-
-    def do_DELETE(self) -> None:
-        self._handle("DELETE")
-
-    def do_PUT(self) -> None:
-        self._handle("PUT")
-
-    def do_PATCH(self) -> None:
-        self._handle("PATCH")
-
-    def _send(self, status: HTTPStatus, payload: dict, headers: dict[str, str] = {}) -> None:
-        data = json.dumps(payload).encode()
-        self.connection.settimeout(self.server.request_timeout)  # the reply gets its own time
-        if status != HTTPStatus.OK:
-            self.close_connection = True  # the request body may be unread
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.send_header("Content-Length", str(len(data)))
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _authorized(self) -> bool:
-        header = self.headers.get("Authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer":
-            return False
-        return hmac.compare_digest(given.strip().encode(), self.server.token)
-
-    def _body(self) -> dict:
-        length = self.headers.get("Content-Length")
-        if not length:
-            return {}
-        try:
-            size = int(length)
-        except ValueError:
-            raise Fail(HTTPStatus.BAD_REQUEST, "invalid", "Content-Length is not a number") from None
-        if size > MAX_BODY:
-            raise Fail(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "invalid", f"request bodies are at most {MAX_BODY} bytes")
-        raw = self.rfile.read(size)
-        if not raw:
-            return {}
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            raise Fail(HTTPStatus.BAD_REQUEST, "invalid", "the request body is not JSON") from None
-        if not isinstance(body, dict):
-            raise Fail(HTTPStatus.BAD_REQUEST, "invalid", "the request body must be a JSON object")
-        return body
-
-    def _route(self, method: str, path: str) -> tuple[Callable[..., Any], dict]:
-        allowed = False
-        for m, pattern, handler in ROUTES:
-            match = pattern.fullmatch(path)
-            if match:
-                if m == method:
-                    return handler, {k: unquote(v) for k, v in match.groupdict().items()}
-                allowed = True
-        if allowed:
-            raise Fail(HTTPStatus.METHOD_NOT_ALLOWED, "method", f"{method} is not allowed on {path}")
-        raise Fail(HTTPStatus.NOT_FOUND, "not-found", f"no such operation: {path}")
-
-    def _handle(self, method: str) -> None:
-        started = time.monotonic()
-        url = urlsplit(self.path)
-        status = HTTPStatus.OK
-        try:
-            if method == "GET" and url.path == "/healthz":
-                if not self.server.authenticated(self.connection):
-                    self.close_connection = True  # no keep-alive without the token
-                self._send(status, {"ok": True})
-                return
-            if not self._authorized():
-                status = HTTPStatus.UNAUTHORIZED
-                self._send(status, {"error": "a valid 'Authorization: Bearer <token>' header is required "
-                                             "(the cluster's <cluster>-agent-token Secret)",
-                                    "kind": "unauthorized"}, {"WWW-Authenticate": 'Bearer realm="slurmk8s-agent"'})
-                return
-            if not self.server.authenticate(self.connection):
-                status = HTTPStatus.SERVICE_UNAVAILABLE
-                self._send(status, {"error": f"too many connections (at most {self.server.max_connections})",
-                                    "kind": "busy"})
-                return
-            query = parse_qs(url.query)
-            if method == "GET" and url.path == "/v1/published":
-                self._send(status, published(self.server.checkpoint_root, query))
-                return
-            handler, groups = self._route(method, url.path)
-            body = self._body()
-            result = handler(self.server.slurm, query, body, **groups)
-            self._send(status, result if isinstance(result, dict) else {})
-        except Fail as f:
-            status = f.status
-            self._send(status, {"error": f.message, "kind": f.kind, **f.extra})
-        except NotOurDrain as exc:
-            status = HTTPStatus.CONFLICT
-            self._send(status, {"error": str(exc), "kind": "not-our-drain"})
-        except ValueError as exc:
-            status = HTTPStatus.BAD_REQUEST
-            self._send(status, {"error": str(exc), "kind": "invalid"})
-        except SlurmError as exc:
-            status = HTTPStatus.SERVICE_UNAVAILABLE if exc.unreachable else HTTPStatus.BAD_GATEWAY
-            self._send(status, {"error": str(exc), "kind": "slurm-unreachable" if exc.unreachable else "slurm",
-                                "argv": exc.argv, "returncode": exc.returncode, "stderr": exc.stderr})
-        except OSError as exc:
-            status = HTTPStatus.SERVICE_UNAVAILABLE
-            self._send(status, {"error": f"{exc.__class__.__name__}: {exc}", "kind": "unavailable"})
-        except Exception as exc:  # a bug: say so, keep serving
-            status = HTTPStatus.INTERNAL_SERVER_ERROR
-            log.get("slurmk8s.agent").exception("request failed", method=method, path=url.path)
-            self._send(status, {"error": f"{exc.__class__.__name__}: {exc}", "kind": "internal"})
-        finally:
-            if url.path != "/healthz":
-                log.get("slurmk8s.agent").info(
-                    "request", method=method, path=url.path, status=int(status),
-                    ms=round((time.monotonic() - started) * 1000))
-
-
-def _close_now(sock: Any) -> None:
-    """Wake the thread blocked reading ``sock`` (it then ends and closes it)."""
+def _body(request: Request) -> dict:
+    if not request.body:
+        return {}
     try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
+        body = json.loads(request.body)
+    except ValueError:
+        raise Fail(HTTPStatus.BAD_REQUEST, "invalid", "the request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise Fail(HTTPStatus.BAD_REQUEST, "invalid", "the request body must be a JSON object")
+    return body
 
 
-class AgentServer(ThreadingHTTPServer):
-    """The HTTP server; one thread per connection (Slurm commands block).
+def _route(method: str, path: str) -> tuple[Callable[..., Any], dict]:
+    allowed = False
+    for m, pattern, handler in ROUTES:
+        match = pattern.fullmatch(path)
+        if match:
+            if m == method:
+                return handler, {k: unquote(v) for k, v in match.groupdict().items()}
+            allowed = True
+    if allowed:
+        raise Fail(HTTPStatus.METHOD_NOT_ALLOWED, "method", f"{method} is not allowed on {path}")
+    raise Fail(HTTPStatus.NOT_FOUND, "not-found", f"no such operation: {path}")
 
-    Connections are counted in two pools, so that no one without the token can
-    keep the operator and the bridge out (issue 24, item 3):
 
-    - every new connection is *unauthenticated* until a request on it carries
-      the token. At most ``max_unauthenticated`` are open at once; when one
-      more arrives, the oldest unauthenticated connection is closed to make
-      room (never the new one: it may be the operator's). An unauthenticated
-      connection serves one request (``/healthz`` or a 401) and is closed:
-      no keep-alive without the token.
-    - a request with the token moves its connection to the *authenticated*
-      pool (at most ``max_connections``; over it the request gets a 503),
-      where keep-alive works and nothing evicts it.
+def answer(slurm: SlurmControl, checkpoint_root: str | None, request: Request) -> Response:
+    """One request -> its answer. Only what the caller sent wrong is a 4xx: Slurm's
+    failures, and answers of Slurm the agent cannot read, are 5xx."""
+    if request.method == "GET" and request.path == "/healthz":
+        return json_response(HTTPStatus.OK, {"ok": True})
+    if not request.authenticated:
+        return error(HTTPStatus.UNAUTHORIZED, "a valid 'Authorization: Bearer <token>' header is required "
+                     "(the cluster's <cluster>-agent-token Secret)", "unauthorized",
+                     {"WWW-Authenticate": 'Bearer realm="slurmk8s-agent"'})
+    try:
+        query = parse_qs(request.query)
+        if request.method == "GET" and request.path == "/v1/published":
+            return json_response(HTTPStatus.OK, published(checkpoint_root, query))
+        handler, groups = _route(request.method, request.path)
+        body = _body(request)
+        result = handler(slurm, query, body, **groups)
+        return json_response(HTTPStatus.OK, result if isinstance(result, dict) else {})
+    except Fail as f:
+        return error(f.status, f.message, f.kind, **f.extra)
+    except NotOurDrain as exc:
+        return error(HTTPStatus.CONFLICT, str(exc), "not-our-drain")
+    except InvalidArgument as exc:  # a name, reason, signal or association the caller sent
+        return error(HTTPStatus.BAD_REQUEST, str(exc), "invalid")
+    except SlurmError as exc:
+        return error(HTTPStatus.SERVICE_UNAVAILABLE if exc.unreachable else HTTPStatus.BAD_GATEWAY, str(exc),
+                     "slurm-unreachable" if exc.unreachable else "slurm",
+                     argv=exc.argv, returncode=exc.returncode, stderr=exc.stderr)
+    except ValueError as exc:  # what Slurm (or the config directory) gave could not be read: not the caller's
+        log.get("slurmk8s.agent").warning("cannot read Slurm's answer", method=request.method, path=request.path,
+                                          error=str(exc)[:500])
+        return error(HTTPStatus.BAD_GATEWAY, f"the agent could not read Slurm's answer: {str(exc)[:500]}",
+                     "slurm-output")
+    except OSError as exc:
+        return error(HTTPStatus.SERVICE_UNAVAILABLE, f"{exc.__class__.__name__}: {exc}", "unavailable")
 
-    A request (line, headers, body) must arrive within ``request_timeout``
-    seconds of the connection, or of the previous reply on it; otherwise the
-    connection is closed."""
 
-    daemon_threads = True
-    allow_reuse_address = True
-    #: Authenticated connections served at once (the operator and the bridge need a few).
-    max_connections = 32
-    #: Connections without the token yet (probes, newcomers) open at once; the oldest is
-    #: closed when one more arrives.
-    max_unauthenticated = 16
-    #: Seconds a client may stay silent on a connection.
-    request_timeout = 10.0
+#: What the agent's server allows (:mod:`slurmk8s.httpserver`). Connections with the token
+#: (the operator's and the bridge's, a few each) have 32 places that no one else can take.
+LIMITS = Limits(deadline=10.0, max_header_bytes=16 * 1024, max_headers=64, max_body=MAX_BODY,
+                max_buffered=4 * 1024 * 1024, max_connections=512, max_authenticated=32, workers=2,
+                max_inflight=16)
 
-    def __init__(self, address: tuple[str, int], slurm: SlurmControl, token: bytes):
+
+class AgentServer(HttpServer):
+    """The agent on :mod:`slurmk8s.httpserver`: a request whose ``Authorization``
+    carries the token (compared in constant time) moves its connection to the
+    pool of authenticated ones, where keep-alive works and nothing closes it for
+    room; without the token, a connection serves one request (``/healthz`` or a
+    401) and may be closed for a newcomer while it waits. Slurm commands run in
+    the authenticated pool's threads, one per connection."""
+
+    def __init__(self, address: tuple[str, int], slurm: SlurmControl, token: bytes, limits: Limits = LIMITS):
         if len(token) < 16:
             raise ValueError("the agent token must be at least 16 characters")
         self.slurm = slurm
@@ -338,77 +228,15 @@ class AgentServer(ThreadingHTTPServer):
         #: The checkpoint directory on the shared storage (mounted read-only):
         #: /v1/published reads model versions below it. None: not served.
         self.checkpoint_root: str | None = None
-        self._pools_lock = threading.Lock()
-        #: socket -> when it was accepted, oldest first (dicts keep insertion order)
-        self._unauthenticated: dict[Any, float] = {}
-        self._authenticated: set[Any] = set()
-        self._evicted, self._evicted_logged = 0, -1e9
-        super().__init__(address, _RequestHandler)
+        super().__init__(address, lambda request: answer(self.slurm, self.checkpoint_root, request), limits,
+                         name="agent", authenticate=self._authorized, quiet=("/healthz",),
+                         logger=log.get("slurmk8s.agent"))
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._pools_lock:
-            evict = []
-            while len(self._unauthenticated) >= self.max_unauthenticated:
-                oldest = next(iter(self._unauthenticated))
-                del self._unauthenticated[oldest]
-                evict.append(oldest)
-            self._unauthenticated[request] = time.monotonic()
-        for sock in evict:
-            _close_now(sock)
-        if evict:
-            self._evicted += len(evict)
-            now = time.monotonic()
-            if now - self._evicted_logged >= 10:  # a flood must not flood the log too
-                log.get("slurmk8s.agent").warning("closed the oldest unauthenticated connections",
-                                                  closed=self._evicted, limit=self.max_unauthenticated)
-                self._evicted, self._evicted_logged = 0, now
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._release(request)
-            raise
-
-    def authenticate(self, request: Any) -> bool:
-        """Move a connection whose request carried the token to the authenticated pool.
-        False: the pool is full, or the connection was evicted meanwhile."""
-        with self._pools_lock:
-            if request in self._authenticated:
-                return True
-            if request not in self._unauthenticated or len(self._authenticated) >= self.max_connections:
-                return False
-            del self._unauthenticated[request]
-            self._authenticated.add(request)
-            return True
-
-    def authenticated(self, request: Any) -> bool:
-        with self._pools_lock:
-            return request in self._authenticated
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._release(request)
-
-    def _release(self, request: Any) -> None:
-        with self._pools_lock:
-            self._unauthenticated.pop(request, None)
-            self._authenticated.discard(request)
-
-    @property
-    def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> threading.Thread:
-        """Serve in a background thread (tests, embedding); stop with :meth:`stop`."""
-        thread = threading.Thread(target=self.serve_forever, name="slurmk8s-agent", daemon=True)
-        thread.start()
-        return thread
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
+    def _authorized(self, request: Request) -> bool:
+        scheme, _, given = (request.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(given.strip().encode("latin-1", errors="replace"), self.token)
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -419,7 +247,8 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def make_server(listen: str, slurm: SlurmControl, token: bytes, checkpoint_root: str | None = None) -> AgentServer:
-    server = AgentServer(parse_listen(listen), slurm, token)
+def make_server(listen: str, slurm: SlurmControl, token: bytes, checkpoint_root: str | None = None,
+                limits: Limits = LIMITS) -> AgentServer:
+    server = AgentServer(parse_listen(listen), slurm, token, limits)
     server.checkpoint_root = checkpoint_root
     return server

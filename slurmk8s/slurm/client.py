@@ -33,6 +33,7 @@ from .. import versions
 from ..api.fields import SLURM_SIGNALS
 from .accounting import STATE_QUERIES, Associations, commands, parse_state, with_members
 from .checkpoints import with_checkpoint_times
+from .errors import InvalidArgument
 from .directory import GROUPS_FILE, VERDICT_FILE, Verdict, read_groups, read_verdict
 from .hostlist import expand
 from .model import DRAIN_PREFIX, Job, JsonItems, Node, config_hash, job_from_json, node_from_json, release_of
@@ -111,13 +112,13 @@ class NotOurDrain(RuntimeError):
 
 def _check_node(name: str) -> str:
     if not NODE_NAME.fullmatch(name):
-        raise ValueError(f"{name!r} is not a Slurm node name")
+        raise InvalidArgument(f"{name!r} is not a Slurm node name")
     return name
 
 
 def _check_reason(reason: str) -> str:
     if not reason or any(ord(c) < 32 for c in reason) or len(reason) > 200:
-        raise ValueError(f"{reason!r} is not a usable drain reason (one printable line, at most 200 characters)")
+        raise InvalidArgument(f"{reason!r} is not a usable drain reason (one printable line, at most 200 characters)")
     return reason
 
 
@@ -143,7 +144,7 @@ def _utc_seconds(text: str) -> int | None:
 
 def check_signal(signal: str) -> str:
     if signal not in SIGNALS:
-        raise ValueError(f"{signal!r} is not a signal slurmk8s sends; use one of {', '.join(sorted(SIGNALS))}")
+        raise InvalidArgument(f"{signal!r} is not a signal slurmk8s sends; use one of {', '.join(sorted(SIGNALS))}")
     return signal
 
 
