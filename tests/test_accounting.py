@@ -275,7 +275,8 @@ def _directory(doc, **accounting):
     doc = with_accounting(doc, **accounting)
     doc["spec"]["identity"] = {"ldap": {
         "uris": ["ldaps://ldap.example.org"], "userSearchBase": "ou=people,dc=example,dc=org",
-        "groupSearchBase": "ou=groups,dc=example,dc=org", "loginGroups": ["physics", "chemistry"]}}
+        "groupSearchBase": "ou=groups,dc=example,dc=org", "loginGroups": ["physics", "chemistry"],
+        "minId": 5000, "egressCidrs": ["192.0.2.0/24"]}}
     doc["spec"].setdefault("network", {})["egress"] = True
     return doc
 

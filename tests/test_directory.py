@@ -111,7 +111,8 @@ def test_a_directory_that_is_down_is_a_condition_of_its_own_not_unready():
     plain = load_cluster(doc)
     doc["spec"]["identity"] = {"ldap": {
         "uris": ["ldaps://ldap.example.org"], "userSearchBase": "ou=people,dc=example,dc=org",
-        "groupSearchBase": "ou=groups,dc=example,dc=org"}}
+        "groupSearchBase": "ou=groups,dc=example,dc=org", "minId": 5000,
+        "egressCidrs": ["192.0.2.0/24"]}}
     doc["spec"].setdefault("network", {})["egress"] = True
     c = load_cluster(doc)
     down = directory.condition(Verdict("unreachable", "no connection"))

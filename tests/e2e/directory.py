@@ -101,7 +101,8 @@ def identity(login_groups: list[str], cache_seconds: int = 15) -> dict:
         "uris": [f"ldaps://{HOST}"], "ca": {"configMap": {"name": "ldap-ca", "key": "ca.crt"}},
         "bindDn": READER, "bindPasswordSecret": {"name": "ldap-bind", "key": "password"},
         "userSearchBase": PEOPLE, "groupSearchBase": GROUPS, "loginGroups": login_groups,
-        "cacheSeconds": cache_seconds}}
+        # The directory's ids (5000-5100) above the example's login user (2001).
+        "minId": 5000, "cacheSeconds": cache_seconds}}
 
 
 def other_ca(work: Path) -> str:
