@@ -343,7 +343,8 @@ def test_the_ca_and_the_bind_password_must_be_marked_for_their_use():
     assert "does not exist" in secret_problem(ca, None)
 
     def secret(value: bytes) -> dict:
-        return {"type": "Opaque", "metadata": {"labels": {"slurmk8s.dev/secret-use": "ldap-bind-password"}},
+        return {"type": "Opaque", "metadata": {"labels": {"slurmk8s.dev/secret-use": "ldap-bind-password"},
+                                               "annotations": {"slurmk8s.dev/allowed-hosts": "ldap.example.org"}},
                 "data": {"password": base64.b64encode(value).decode()}}
 
     assert secret_problem(bind, secret(b"s3cret#!x\n")) is None
@@ -355,6 +356,28 @@ def test_the_ca_and_the_bind_password_must_be_marked_for_their_use():
     wrong = secret(b"x")
     wrong["metadata"]["labels"]["slurmk8s.dev/secret-use"] = "database-password"
     assert "not labelled slurmk8s.dev/secret-use=ldap-bind-password" in secret_problem(bind, wrong)
+
+
+def test_the_bind_password_goes_only_to_the_hosts_its_secret_names():
+    """A labelled bind password went to whatever host a SlurmCluster's editor named (a public CA
+    verifies theirs, and ca is optional). Its Secret now lists the hosts it may go to."""
+    c = load_cluster(cluster(uris=["ldaps://ldap.example.org", "ldaps://198.51.100.7:636"]))
+    bind = _ref(secret_refs(c), "spec.identity.ldap.bindPasswordSecret")
+    assert bind.hosts == ("ldap.example.org", "198.51.100.7")
+
+    def secret(annotations: dict) -> dict:
+        return {"type": "Opaque", "metadata": {"labels": {"slurmk8s.dev/secret-use": "ldap-bind-password"},
+                                               "annotations": annotations},
+                "data": {"password": base64.b64encode(b"pw").decode()}}
+
+    assert secret_problem(bind, secret({"slurmk8s.dev/allowed-hosts": "ldap.example.org, 198.51.100.7"})) is None
+    for annotations in ({}, {"slurmk8s.dev/allowed-hosts": "ldap.example.org"},
+                        {"slurmk8s.dev/allowed-hosts": "ldap.example.org.evil.org,198.51.100.70"}):
+        problem = secret_problem(bind, secret(annotations))
+        assert problem is not None and problem.startswith("spec.identity.ldap.bindPasswordSecret: ")
+        assert '"198.51.100.7"' in problem and "kubectl annotate secret ldap-bind slurmk8s.dev/allowed-hosts=" in problem
+    # The CA is sent nowhere: it needs no hosts.
+    assert _ref(secret_refs(c), "spec.identity.ldap.ca.configMap").hosts == ()
 
 
 def test_with_a_directory_each_job_node_looks_its_user_up_and_the_followed_groups_roll_nothing():
