@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import os
+import resource
 import subprocess
 import time
 
@@ -17,6 +18,7 @@ from slurmk8s.operator.status import compute
 from slurmk8s.render import ClusterKeys, names, render
 from slurmk8s.render.keys import keys_from_secrets
 from slurmk8s.slurm import SlurmClient
+from slurmk8s.slurm.client import LocalRunner
 from slurmk8s.slurm.accounting import Associations, QosLimits, State, commands, minutes, parse_state, with_members
 
 UID = "c0ffee00-0000-4000-8000-000000000002"
@@ -275,7 +277,8 @@ def _directory(doc, **accounting):
     doc = with_accounting(doc, **accounting)
     doc["spec"]["identity"] = {"ldap": {
         "uris": ["ldaps://ldap.example.org"], "userSearchBase": "ou=people,dc=example,dc=org",
-        "groupSearchBase": "ou=groups,dc=example,dc=org", "loginGroups": ["physics", "chemistry"]}}
+        "groupSearchBase": "ou=groups,dc=example,dc=org", "loginGroups": ["physics", "chemistry"],
+        "minId": 5000, "egressCidrs": ["192.0.2.0/24"]}}
     doc["spec"].setdefault("network", {})["egress"] = True
     return doc
 
@@ -350,13 +353,49 @@ def test_the_agent_reads_the_directorys_members_and_keeps_those_nss_resolves(tmp
 
     def runner(argv, stdin):
         calls.append(argv)
-        lines = [passwd[k] for k in argv[2:] if k in passwd]
-        return subprocess.CompletedProcess(argv, 0 if len(lines) == len(argv) - 2 else 2, "\n".join(lines), "")
+        assert argv[:3] == ["getent", "passwd", "--"]
+        lines = [passwd[k] for k in argv[3:] if k in passwd]
+        return subprocess.CompletedProcess(argv, 0 if len(lines) == len(argv) - 3 else 2, "\n".join(lines), "")
 
     client = SlurmClient(runner, directory_groups=str(listing))
     members, users = client.group_members(["empty", "missing", "physics"])
     assert members == {"empty": [], "missing": None, "physics": ["bob", "ghost"]} and users == {"bob"}
-    assert calls == [["getent", "passwd", "bob", "ghost"]]
+    assert calls == [["getent", "passwd", "--", "bob", "ghost"]]
     old = time.time() - 120
     os.utime(listing, (old, old))
     assert client.group_members(["physics"]) == ({"physics": None}, set())
+
+
+def test_hostile_members_neither_stop_the_associations_nor_freeze_their_group(tmp_path):
+    """Real getent: a member '-x' was read as getent's option and stopped every new association;
+    a group of many members overflowed getent's argv (E2BIG) and failed apply_accounting for
+    everyone; a member with a space froze its group. Each is now left out alone."""
+    listing = tmp_path / "groups"
+    # 20,000 names, some 300 KB: past ARG_MAX at once under a 512 KiB stack limit (ARG_MAX is a
+    # quarter of it, 128 KiB at least), as 200,000 are under the usual 8 MiB.
+    many = [f"nosuch{i:07d}" for i in range(20_000)]
+    listing.write_text(f"physics:-x,root,bob smith,{','.join(many)}\nlabs:--help,root\n")
+
+    class SmallStack(LocalRunner):
+        def __call__(self, argv, stdin=None):
+            def limit():
+                resource.setrlimit(resource.RLIMIT_STACK, (512 * 1024, 512 * 1024))
+            return subprocess.run(list(argv), input=stdin, capture_output=True, text=True, timeout=self.timeout,
+                                  preexec_fn=limit)
+
+    client = SlurmClient(SmallStack(), directory_groups=str(listing))
+    members, users = client.group_members(["labs", "physics"])
+    assert members["physics"][:1] == ["root"] and len(members["physics"]) == 1 + len(many)
+    assert members["labs"] == ["root"] and users == {"root"}  # every batch was asked, and answered
+
+
+def test_members_named_like_login_users_or_system_accounts_get_no_account_from_the_directory(doc):
+    """login.users win over the directory: its member 'alice' is not the login user alice."""
+    c = load_cluster(_directory(doc, accounts=[{"name": "physics", "groups": ["physics"]}]))
+    want = acct.wanted(c)
+    login = want.users[0][0]
+    state = parse_state({"clusters": "demo\n", "associations": f"physics|{login}|normal|\n", "users": "",
+                         "qos": "normal|0||||\n"})
+    _converge(want, state, {"physics": [login, "root", "slurm", "bob"]}, {login, "root", "slurm", "bob"})
+    assert {u for u, a in state.associations if a == "physics"} == {login, "bob"}
+    assert state.closed == {(login, "physics")}  # the login user's old association there: closed

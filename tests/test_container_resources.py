@@ -53,7 +53,8 @@ def everything() -> dict:
 def test_every_container_of_a_cluster_with_every_component_has_requests_and_limits(keys):
     doc = everything()
     doc["spec"]["identity"] = {"ldap": {"uris": ["ldaps://ldap.example.org"], "userSearchBase": "ou=people,dc=x",
-                                        "groupSearchBase": "ou=groups,dc=x"}}
+                                        "groupSearchBase": "ou=groups,dc=x", "minId": 65536,
+                                        "maxId": 2**31 - 2, "egressCidrs": ["192.0.2.0/24"]}}
     objs = render(load_cluster(doc), keys)
     seen = dict(containers(objs))
     assert {"slurmctld", "agent", "slurmd", "login", "slurmrestd", "slurmdbd", "mariadb", "sssd"} <= {

@@ -24,7 +24,7 @@ crashed
     Any other exception while loading or rendering, or a refusal that
     breaks the rules above.
 accepted-and-unsafe
-    Loaded and rendered, and one of these holds (U1-U20; a policy renders
+    Loaded and rendered, and one of these holds (U1-U21; a policy renders
     nothing alone, so U10 and U11 apply to it):
 
     U1  a rendered config file has an unprintable character other than the
@@ -78,8 +78,13 @@ accepted-and-unsafe
     U20 an accepted policy whose reclaim deadline is not an integer from 30
         to 86400 s, or with the grace period over two days: the owner must
         get its nodes back in a bounded time (issue 24, item 2).
+    U21 with a directory: sssd.conf's filter_users lacks a login user or a
+        system account, or filter_groups a login user's group or a system
+        group; its min_id-max_id holds a login user's uid or gid or an id of
+        SYSTEM_ID_BLOCK (SlurmUser, nobody); or, with egress rules, a rule
+        other than DNS's opens ports to any address (issue 41, items 5, 6, 8).
 accepted-and-safe
-    Loaded, rendered, and none of U1-U20.
+    Loaded, rendered, and none of U1-U21.
 """
 
 from __future__ import annotations
@@ -97,12 +102,14 @@ import pytest
 import yaml
 
 from slurmk8s.api import InvalidSpec, load_cluster, load_policy
-from slurmk8s.api.fields import SLURM_NAME_RE, duration_seconds, quantity_value, unprintable
+from slurmk8s.api.fields import (
+    RESERVED_USERS, SLURM_NAME_RE, SYSTEM_GROUPS, SYSTEM_ID_BLOCK, duration_seconds, quantity_value, unprintable,
+)
 from slurmk8s.api.secrets import OWNED_SECRET_SUFFIXES
 from slurmk8s.api.validate import EXTRA_LINE_KEYS, OWNED_KEYS, PROGRAM_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
 from slurmk8s.render import names as object_names
-from slurmk8s.render.config import HEALTH_CHECK_PROGRAM, TASK_PROLOG, render_template
+from slurmk8s.render.config import HEALTH_CHECK_PROGRAM, PROLOG, TASK_PROLOG, render_template, sssd_conf
 from slurmk8s.render.slurmd import node_conf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,6 +127,7 @@ IMAGE_PATHS = (
 )
 #: What slurmk8s itself writes for the program keys it owns.
 OWN_PROGRAMS = {"taskprolog": TASK_PROLOG, "healthcheckprogram": HEALTH_CHECK_PROGRAM, "mailprog": "/bin/true",
+                "prolog": PROLOG,  # with a directory: each job node looks the job's user up
                 "jobsubmitplugins": "lua",
                 "accountingstoragetype": "accounting_storage/slurmdbd"}
 ROOTS = re.compile(r"(apiVersion|kind|metadata|spec|status)([.\[]|$)|\(document\)$|\(file\)$")
@@ -504,12 +512,35 @@ def _check_numbers_and_hosts(o: dict) -> None:
                 raise Unsafe(f"U19 time {value}")
 
 
+def _check_directory(cluster, objs: list[dict]) -> None:
+    """U21: the pods' own accounts win over the directory, whose ids and egress stay bounded."""
+    conf = sssd_conf(cluster)
+    if conf is None:
+        return
+    setting = {k: v for k, _, v in (ln.partition(" = ") for ln in conf.splitlines()) if v}
+    users = {u.name for u in cluster.spec.login.users}
+    for key, wanted in (("filter_users", users | RESERVED_USERS), ("filter_groups", users | SYSTEM_GROUPS)):
+        missing = wanted - set(setting.get(key, "").split(", "))
+        if missing:
+            raise Unsafe(f"U21 sssd.conf's {key} lacks {sorted(missing)[:5]}")
+    low, high = int(setting["min_id"]), int(setting["max_id"])
+    ids = {i for u in cluster.spec.login.users for i in (u.uid, u.gid) if i is not None}
+    if any(low <= i <= high for i in ids) or (low <= SYSTEM_ID_BLOCK[1] and high >= SYSTEM_ID_BLOCK[0]):
+        raise Unsafe(f"U21 the directory's ids {low}-{high} hold a login user's or the images' own")
+    dns = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    for o in objs:
+        for rule in (o["spec"].get("egress") or []) if o["kind"] == "NetworkPolicy" else []:
+            if rule.get("ports") != dns and not rule.get("to"):
+                raise Unsafe(f"U21 {o['metadata']['name']} opens {rule.get('ports')} to any address")
+
+
 def _render(cluster) -> list[dict]:
     nodes = [TopologyNode(f"{cluster.name}-n{i}", {"example.com/spine": f"s{i % 2}", "example.com/leaf": f"l{i}"})
              for i in range(3)]
     _check_config(cluster, config_files(cluster, nodes))
     objs = render(cluster, KEYS, nodes)
     _check_objects(cluster, objs)
+    _check_directory(cluster, objs)
     return objs
 
 
@@ -632,6 +663,11 @@ def test_every_category_of_the_issue_is_in_the_corpus(results):
     ("SlurmCluster/max-time-999999999-00", "refused-with-path"),
     ("SlurmCluster/account-set", "refused-with-path"),
     ("SlurmCluster/login-user-where", "refused-with-path"),
+    ("SlurmCluster/ldap-id-range-holds-slurmuser", "refused-with-path"),
+    ("SlurmCluster/ldap-id-range-holds-login-user", "refused-with-path"),
+    ("SlurmCluster/ldap-id-range-above-the-images", "accepted-and-safe"),
+    ("SlurmCluster/ldap-egress-host-by-name", "refused-with-path"),
+    ("SlurmCluster/ldap-egress-ipv4-uri", "accepted-and-safe"),
 ])
 def test_known_cases_land_in_their_class(results, case_id, expected):
     found = {case.id: cls for case, cls, _ in results}

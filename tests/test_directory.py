@@ -5,6 +5,8 @@ itself runs against a real slapd in the sandbox (tests/e2e/test_sandbox_e2e.py).
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import time
 
 import pytest
@@ -17,9 +19,11 @@ from slurmk8s.operator.status import compute
 from slurmk8s.render.keys import ClusterKeys
 from slurmk8s.slurm import RemoteSlurm, SlurmClient
 from slurmk8s.slurm.agent import AgentServer
-from slurmk8s.slurm.directory import STALE_SECONDS, Verdict, parse_groups, parse_verdict, read_groups, read_verdict
+from slurmk8s.slurm.directory import (
+    GROUPS_MAX_BYTES, STALE_SECONDS, Verdict, parse_groups, parse_verdict, read_groups, read_verdict,
+)
 
-from .conftest import EXAMPLE
+from .conftest import EXAMPLE, ROOT
 
 NOW = 1_800_000_000.0
 
@@ -52,14 +56,53 @@ def test_the_verdict_is_read_without_following_a_link(tmp_path):
 
 
 def test_the_group_list_is_read_strictly_and_not_through_a_link(tmp_path):
-    assert parse_groups("physics:alice,bob\nempty:\nUPPER:x\nbad:a b\nfoo:a:b\n") == {
-        "physics": ["alice", "bob"], "empty": []}
+    groups = parse_groups("physics:alice,bob\nempty:\nUPPER:x\nfoo:a:b\n")
+    assert groups.members == {"physics": ["alice", "bob"], "empty": [], "foo": []}
+    assert groups.invalid == {"foo": ["'a:b'"]}
     real = tmp_path / "groups"
     real.write_text("physics:alice\n")
-    assert read_groups(str(real)) == {"physics": ["alice"]}
+    assert read_groups(str(real)).members == {"physics": ["alice"]}
     link = tmp_path / "link"
     link.symlink_to(real)
     assert read_groups(str(link)) is None and read_groups(str(tmp_path / "none")) is None
+
+
+def test_a_member_that_is_no_user_name_is_left_out_and_its_group_still_counts():
+    """A member with a space froze its whole group (read as not found, so never closed)."""
+    groups = parse_groups("physics:alice,bob smith,-x,Carol,dan,<base64 value>," + "e" * 40 + "\n")
+    assert groups.members == {"physics": ["alice", "dan"]}
+    assert groups.invalid == {"physics": ["'bob smith'", "'-x'", "'Carol'", "'<base64 value>'", repr("e" * 40)]}
+
+
+def test_a_group_list_cut_at_its_limit_is_not_read_at_all(tmp_path):
+    """A list longer than the agent reads was cut there: the members after the cut read as gone
+    and were closed. Now none of it is read, and nobody is closed."""
+    path = tmp_path / "groups"
+    members = ",".join(f"user{i:07d}" for i in range(GROUPS_MAX_BYTES // 12 + 10))
+    path.write_text(f"physics:{members}\n")
+    assert path.stat().st_size > GROUPS_MAX_BYTES
+    assert read_groups(str(path)) is None
+    path.write_text(f"physics:{members[:GROUPS_MAX_BYTES - 100].rsplit(',', 1)[0]}\n")
+    assert len(read_groups(str(path)).members["physics"]) > 300_000
+
+
+def _members_awk() -> str:
+    text = (ROOT / "images/sssd/probe.sh").read_text()
+    return re.search(r"^members_awk='(.*?)'$", text, re.M | re.S).group(1)
+
+
+def test_the_probe_lists_members_so_that_no_value_becomes_another_member(tmp_path):
+    """What images/sssd/probe.sh makes of ldapsearch's LDIF: a value with ',' stays one (invalid)
+    member, a base64 value is marked, and a group whose members came in parts is left out."""
+    ldif = ("dn: cn=physics,ou=groups,dc=x\ncn: physics\nmemberUid: alice\nmemberUid: x,root\n"
+            "memberUid:: IGJvYg==\nmemberUid: bob smith\n\n"
+            "dn: cn=big,ou=groups,dc=x\ncn: big\nmemberUid;range=0-1499: a\nmemberUid;range=0-1499: b\n\n"
+            "dn: cn=labs,ou=groups,dc=x\ncn: labs\nmemberUid: carol\n")
+    out = subprocess.run(["awk", _members_awk()], input=ldif, capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["physics:alice,x root,<base64 value>,bob smith", "labs:carol"]
+    groups = parse_groups(out)
+    assert groups.members == {"physics": ["alice"], "labs": ["carol"]} and "big" not in groups.members
+    assert "'x root'" in groups.invalid["physics"]
 
 
 def test_the_agent_serves_the_verdict_to_the_operator(tmp_path):
@@ -111,7 +154,8 @@ def test_a_directory_that_is_down_is_a_condition_of_its_own_not_unready():
     plain = load_cluster(doc)
     doc["spec"]["identity"] = {"ldap": {
         "uris": ["ldaps://ldap.example.org"], "userSearchBase": "ou=people,dc=example,dc=org",
-        "groupSearchBase": "ou=groups,dc=example,dc=org"}}
+        "groupSearchBase": "ou=groups,dc=example,dc=org", "minId": 5000,
+        "egressCidrs": ["192.0.2.0/24"]}}
     doc["spec"].setdefault("network", {})["egress"] = True
     c = load_cluster(doc)
     down = directory.condition(Verdict("unreachable", "no connection"))

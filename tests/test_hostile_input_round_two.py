@@ -87,7 +87,7 @@ def test_a_file_over_the_size_bound_is_refused_without_reading_it_all(tmp_path):
 
 from slurmk8s.api import load_cluster  # noqa: E402
 from slurmk8s.api.secrets import (  # noqa: E402
-    DATABASE_PASSWORD, OWNED_SECRET_SUFFIXES, SECRET_USE_LABEL, SSH_KEYS, secret_problem, secret_refs,
+    ALLOWED_HOSTS_ANNOTATION, DATABASE_PASSWORD, OWNED_SECRET_SUFFIXES, SECRET_USE_LABEL, SSH_KEYS, secret_problem, secret_refs,
 )
 from slurmk8s.render import ClusterKeys, render  # noqa: E402
 from slurmk8s.render.keys import key_secret_names  # noqa: E402
@@ -174,7 +174,8 @@ def test_secret_problem_checks_the_label_of_the_use_the_field_has():
                                                DATABASE_PASSWORD)]
 
     def secret(use: str | None, key: str) -> dict:
-        return {"metadata": {"labels": {SECRET_USE_LABEL: use} if use else {}}, "data": {key: "eA=="}}
+        return {"metadata": {"labels": {SECRET_USE_LABEL: use} if use else {},
+                             "annotations": {ALLOWED_HOSTS_ANNOTATION: "db.example.com"}}, "data": {key: "eA=="}}
 
     ssh, db = refs
     assert secret_problem(ssh, secret(SSH_KEYS, "k")) is None
@@ -312,7 +313,8 @@ def test_the_slurmdbd_entrypoint_and_the_operator_agree_on_database_passwords(pa
     assert shell == bool(re.fullmatch(DB_PASSWORD_RE, password))
     c = load_cluster(minimal(accounting=external()))
     ref = next(r for r in secret_refs(c) if r.use == DATABASE_PASSWORD)
-    secret = {"metadata": {"labels": {SECRET_USE_LABEL: DATABASE_PASSWORD}},
+    secret = {"metadata": {"labels": {SECRET_USE_LABEL: DATABASE_PASSWORD},
+                           "annotations": {ALLOWED_HOSTS_ANNOTATION: "db.example.com"}},
               "data": {"pw": base64.b64encode(password.encode()).decode()}}
     problem = secret_problem(ref, secret)
     assert (problem is None) == shell

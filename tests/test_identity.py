@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import base64
 import copy
+import os
 import re
+import subprocess
 
 import pytest
 import yaml
 from hypothesis import given, strategies as st
 
 from slurmk8s.api.errors import InvalidSpec
-from slurmk8s.api.identity import parse_filter
+from slurmk8s.api.fields import PERSON_ID_MIN, POSIX_NAME_RE, SYSTEM_ID_BLOCK
+from slurmk8s.api.identity import LdapSpec, parse_filter
 from slurmk8s.api.secrets import SecretRef, secret_problem, secret_refs
 from slurmk8s.api.validate import load_cluster
 from slurmk8s.render import names
@@ -29,7 +32,9 @@ from .conftest import EXAMPLE, ROOT
 LDAP = {"uris": ["ldaps://ldap.example.org"], "userSearchBase": "ou=people,dc=example,dc=org",
         "groupSearchBase": "ou=groups,dc=example,dc=org", "bindDn": "cn=reader,dc=example,dc=org",
         "bindPasswordSecret": {"name": "ldap-bind", "key": "password"},
-        "ca": {"configMap": {"name": "ldap-ca", "key": "ca.crt"}}, "loginGroups": ["physics"]}
+        "ca": {"configMap": {"name": "ldap-ca", "key": "ca.crt"}}, "loginGroups": ["physics"],
+        # Above the example's login user (uid 2001); the way out to the directory's servers.
+        "minId": 5000, "egressCidrs": ["192.0.2.0/24"]}
 
 
 def cluster(**ldap):
@@ -113,7 +118,8 @@ def test_sssd_conf_has_the_directory_and_no_password():
     assert "ldap_user_search_base = ou=people,dc=example,dc=org?subtree?(objectClass=posixAccount)" in lines
     assert "ldap_default_bind_dn = cn=reader,dc=example,dc=org" in lines and "entry_cache_timeout = 120" in lines
     assert "memcache_timeout = 120" in lines  # glibc's reads of the memory cache age as the entries do
-    assert "ldap_tls_cacert = /run/slurmk8s/ldap-ca/ca.crt" in lines and "min_id = 1000" in lines
+    assert "ldap_tls_cacert = /run/slurmk8s/ldap-ca/ca.crt" in lines
+    assert "min_id = 5000" in lines and "max_id = 60000" in lines
     assert not any(ln.startswith("ldap_default_authtok =") for ln in lines)
     # The domain's section is the last: the sssd container appends the password to it.
     assert [ln for ln in lines if ln.startswith("[")][-1] == "[domain/directory]"
@@ -178,14 +184,147 @@ def test_without_a_directory_no_pod_changes():
         assert names.SSSD_HASH not in t["metadata"].get("annotations", {})
 
 
-def test_the_pods_that_run_sssd_may_reach_the_directorys_ports():
-    c = load_cluster(cluster(uris=["ldaps://a.example.org", "ldap://b.example.org:3890"], startTls=True))
-    policies = {o["metadata"]["name"]: o for o in render(c, ClusterKeys.generate()) if o["kind"] == "NetworkPolicy"}
+def _egress(c) -> dict[str, list[dict]]:
+    return {o["metadata"]["name"]: o["spec"]["egress"] for o in render(c, ClusterKeys.generate())
+            if o["kind"] == "NetworkPolicy"}
+
+
+def test_the_pods_that_run_sssd_may_reach_the_directorys_ports_at_its_servers_alone():
+    """ldaps://x:443 must not open 443 to the world: the rule names the servers' addresses."""
+    c = load_cluster(cluster(uris=["ldaps://a.example.org", "ldap://198.51.100.7:3890"], startTls=True))
+    ports = [{"protocol": "TCP", "port": 636}, {"protocol": "TCP", "port": 3890}]
+    policies = _egress(c)
     for component in ("controller", "workers", "login"):
-        egress = policies[f"{c.name}-{component}"]["spec"]["egress"]
-        assert {"ports": [{"protocol": "TCP", "port": 636}, {"protocol": "TCP", "port": 3890}]} in egress
-    assert all(r.get("ports") != [{"protocol": "TCP", "port": 636}, {"protocol": "TCP", "port": 3890}]
-               for r in policies[f"{c.name}-slurmdbd"]["spec"]["egress"])
+        egress = policies[f"{c.name}-{component}"]
+        assert {"ports": ports, "to": [{"ipBlock": {"cidr": "198.51.100.7/32"}},
+                                       {"ipBlock": {"cidr": "192.0.2.0/24"}}]} in egress
+    assert all(r.get("ports") != ports for r in policies[f"{c.name}-slurmdbd"])
+    # No rule but DNS's opens a port to any address.
+    for name, egress in policies.items():
+        assert all("to" in r for r in egress if r.get("ports") != [{"protocol": "UDP", "port": 53},
+                                                                 {"protocol": "TCP", "port": 53}]), name
+    # A URI of an IPv4 address needs nothing more; one that names a host needs its blocks said.
+    ip_only = load_cluster(cluster(uris=["ldaps://198.51.100.7:443"], egressCidrs=[]))
+    assert {"ports": [{"protocol": "TCP", "port": 443}], "to": [{"ipBlock": {"cidr": "198.51.100.7/32"}}]} \
+        in _egress(ip_only)[f"{c.name}-login"]
+    found = errors(cluster(uris=["ldaps://x.example.org:443"], egressCidrs=[]))
+    assert "names its host by name" in found["spec.identity.ldap.egressCidrs"]
+    assert "not an address block" in errors(cluster(egressCidrs=["10.0.0.1/8"]))["spec.identity.ldap.egressCidrs[0]"]
+    # Without egress rules there is nothing to say.
+    doc = cluster(egressCidrs=[])
+    doc["spec"]["network"]["egress"] = False
+    assert load_cluster(doc)
+
+
+def test_login_users_and_the_images_accounts_win_over_the_directory(tmp_path):
+    """A directory user or group named like a login user (or a system account, or a system
+    group) does not exist in the pods: sssd.conf filters them, and the sssd container tells
+    sshd no keys of theirs."""
+    c = load_cluster(cluster())
+    user = c.spec.login.users[0].name
+    conf = sssd_conf(c)
+    lines = conf.splitlines()
+    filtered = {k: set(next(ln for ln in lines if ln.startswith(f"{k} = ")).split(" = ")[1].split(", "))
+                for k in ("filter_users", "filter_groups")}
+    assert {user, "slurm", "munge", "root", "nobody"} <= filtered["filter_users"]
+    assert {user, "slurm", "sudo", "users", "staff", "shadow"} <= filtered["filter_groups"]
+    assert lines.index("[nss]") < lines.index(next(ln for ln in lines if ln.startswith("filter_users")))
+    # The sssd container's key socket: nothing for a filtered name, without asking SSSD.
+    (tmp_path / "sssd.conf").write_text(conf)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "sss_ssh_authorizedkeys"
+    fake.write_text(f'#!/bin/sh\necho "$1" >>{tmp_path}/asked\necho "ssh-ed25519 AAAA $1"\n')
+    fake.chmod(0o755)
+
+    def keys_of(name: str, conf_path=tmp_path / "sssd.conf") -> str:
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SSSD_CONF": str(conf_path)}
+        return subprocess.run(["bash", str(ROOT / "images/sssd/keys-of.sh")], input=f"{name}\n", text=True,
+                              capture_output=True, env=env, timeout=30).stdout
+
+    assert keys_of("bob") == "ssh-ed25519 AAAA bob\n"
+    for name in (user, "slurm", "root", "-x", "bob x"):
+        assert keys_of(name) == "", name
+    assert keys_of("bob", tmp_path / "missing.conf") == ""  # no rendered sssd.conf: nobody
+    assert (tmp_path / "asked").read_text().split() == ["bob"]
+
+
+def test_sshd_never_asks_the_directory_for_the_keys_of_an_account_of_the_pods_files(tmp_path):
+    """AuthorizedKeysCommand (images/login/authorized-keys.sh) for a login user or an image's
+    account answers nothing and never asks the sssd container; for another name it asks."""
+    asked = tmp_path / "asked"
+    env = {"PATH": os.environ["PATH"], "ASKED": str(asked),
+           # The pod's /etc/passwd, as sk_setup_users leaves it: the login user alice is there.
+           "BASH_FUNC_getent%%": '() { if [ "$*" = "-s files passwd -- alice" ]; then '
+                                 'echo "alice:x:2001:2001::/home/alice:/bin/bash"; return 0; fi; '
+                                 'command getent "$@"; }',
+           "BASH_FUNC_timeout%%": '() { shift; "$@"; }',
+           "BASH_FUNC_nc%%": '() { cat >>"$ASKED"; echo "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA x"; }'}
+    script = str(ROOT / "images/login/authorized-keys.sh")
+    for name in ("alice", "root", "slurm", "-x", "Alice"):
+        proc = subprocess.run(["bash", script, name], capture_output=True, text=True, env=env, timeout=30)
+        assert proc.returncode == 0 and proc.stdout == "", (name, proc.stderr)
+        assert not asked.exists(), name
+    subprocess.run(["bash", script, "nosuchuser"], capture_output=True, text=True, env=env, timeout=30)
+    assert asked.read_text() == "nosuchuser\n"
+
+
+def test_a_login_users_ids_may_not_lie_in_the_directorys_range():
+    """A directory entry with a login user's uid or gid would own their files and jobs."""
+    doc = cluster(minId=1000)
+    doc["spec"]["login"]["users"][0]["gid"] = 2500
+    found = errors(doc)
+    user = doc["spec"]["login"]["users"][0]
+    assert f"{user['uid']} lies in the directory's id range 1000-60000" in found["spec.login.users[0].uid"]
+    assert "2500 lies in" in found["spec.login.users[0].gid"]
+    assert load_cluster(cluster(minId=65536, maxId=2**31 - 2))
+
+
+#: The ids an image gives an account of its own, and why one outside the system ids is safe.
+OWN_IDS_OUTSIDE = {10001: "the controller and serve images' own user: it runs the operator, the bridge and "
+                          "serve, in pods with no sssd; the agent, in that image beside slurmctld, runs as root"}
+
+
+def _image_ids() -> dict[int, str]:
+    """Every uid and gid an image or a rendered pod sets, and where."""
+    found: dict[int, str] = {}
+    pattern = re.compile(r"(?:--uid|--gid|-o|-g|USER|runAsUser|runAsGroup|fsGroup)[\s=:\"']+([0-9]+)(?::([0-9]+))?")
+    for path in [*ROOT.glob("images/*/Dockerfile"), *ROOT.glob("images/*/*.sh"), *ROOT.glob("slurmk8s/render/*.py"),
+                 ROOT / "slurmk8s/slurm/published.py"]:
+        for m in pattern.finditer(path.read_text()):
+            for value in m.groups():
+                if value is not None and int(value) > 0:
+                    found[int(value)] = str(path.relative_to(ROOT))
+    return found
+
+
+def test_the_directorys_id_range_holds_no_id_the_images_keep():
+    """The default range was 1000-2^31-2: a directory entry with uid 64030 was SlurmUser."""
+    assert LdapSpec.model_fields["max_id"].default == 60000
+    low, high = SYSTEM_ID_BLOCK
+    ids = _image_ids()
+    assert {65534} <= set(ids)  # the scan finds what the images set
+    for uid, where in ids.items():
+        assert uid < PERSON_ID_MIN or low <= uid <= high or uid in OWN_IDS_OUTSIDE, (uid, where)
+    for slurm_own in (64030, 65534, 65535):  # SlurmUser of Debian's packages, nobody, a 16-bit -1
+        assert low <= slurm_own <= high
+    conf = sssd_conf(load_cluster(cluster())).splitlines()
+    assert "min_id = 5000" in conf and "max_id = 60000" in conf
+    assert "images keep" in errors(cluster(maxId=2**31 - 2))["spec.identity.ldap.maxId"]
+    assert "images keep" in errors(cluster(minId=60001, maxId=70000))["spec.identity.ldap.minId"]
+    assert "images keep" in errors(cluster(minId=64030, maxId=64030))["spec.identity.ldap.minId"]
+    high_range = sssd_conf(load_cluster(cluster(minId=65536, maxId=2**31 - 2))).splitlines()
+    assert "min_id = 65536" in high_range and f"max_id = {2**31 - 2}" in high_range
+
+
+def test_every_name_check_of_the_images_is_the_apis_rule():
+    """One rule for user and group names: the shell scripts check the pattern api/fields.py holds."""
+    shell = f"^{POSIX_NAME_RE}$"
+    for script in ("images/sssd/keys-of.sh", "images/sssd/probe.sh", "images/common/slurmk8s-lib.sh"):
+        text = (ROOT / script).read_text()
+        checks = re.findall(r"=~ (\^\[a-z_\][^ )]*)", text)
+        assert checks and all(c == shell for c in checks), (script, checks)
+    assert 'sk_directory_user "$user" || exit 0' in (ROOT / "images/login/authorized-keys.sh").read_text()
 
 
 def _ref(refs, path) -> SecretRef:
@@ -204,7 +343,8 @@ def test_the_ca_and_the_bind_password_must_be_marked_for_their_use():
     assert "does not exist" in secret_problem(ca, None)
 
     def secret(value: bytes) -> dict:
-        return {"type": "Opaque", "metadata": {"labels": {"slurmk8s.dev/secret-use": "ldap-bind-password"}},
+        return {"type": "Opaque", "metadata": {"labels": {"slurmk8s.dev/secret-use": "ldap-bind-password"},
+                                               "annotations": {"slurmk8s.dev/allowed-hosts": "ldap.example.org"}},
                 "data": {"password": base64.b64encode(value).decode()}}
 
     assert secret_problem(bind, secret(b"s3cret#!x\n")) is None
@@ -216,6 +356,28 @@ def test_the_ca_and_the_bind_password_must_be_marked_for_their_use():
     wrong = secret(b"x")
     wrong["metadata"]["labels"]["slurmk8s.dev/secret-use"] = "database-password"
     assert "not labelled slurmk8s.dev/secret-use=ldap-bind-password" in secret_problem(bind, wrong)
+
+
+def test_the_bind_password_goes_only_to_the_hosts_its_secret_names():
+    """A labelled bind password went to whatever host a SlurmCluster's editor named (a public CA
+    verifies theirs, and ca is optional). Its Secret now lists the hosts it may go to."""
+    c = load_cluster(cluster(uris=["ldaps://ldap.example.org", "ldaps://198.51.100.7:636"]))
+    bind = _ref(secret_refs(c), "spec.identity.ldap.bindPasswordSecret")
+    assert bind.hosts == ("ldap.example.org", "198.51.100.7")
+
+    def secret(annotations: dict) -> dict:
+        return {"type": "Opaque", "metadata": {"labels": {"slurmk8s.dev/secret-use": "ldap-bind-password"},
+                                               "annotations": annotations},
+                "data": {"password": base64.b64encode(b"pw").decode()}}
+
+    assert secret_problem(bind, secret({"slurmk8s.dev/allowed-hosts": "ldap.example.org, 198.51.100.7"})) is None
+    for annotations in ({}, {"slurmk8s.dev/allowed-hosts": "ldap.example.org"},
+                        {"slurmk8s.dev/allowed-hosts": "ldap.example.org.evil.org,198.51.100.70"}):
+        problem = secret_problem(bind, secret(annotations))
+        assert problem is not None and problem.startswith("spec.identity.ldap.bindPasswordSecret: ")
+        assert '"198.51.100.7"' in problem and "kubectl annotate secret ldap-bind slurmk8s.dev/allowed-hosts=" in problem
+    # The CA is sent nowhere: it needs no hosts.
+    assert _ref(secret_refs(c), "spec.identity.ldap.ca.configMap").hosts == ()
 
 
 def test_with_a_directory_each_job_node_looks_its_user_up_and_the_followed_groups_roll_nothing():

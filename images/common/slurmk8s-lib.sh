@@ -161,6 +161,16 @@ sk_users_each() {
   awk -F: 'NF == 7 && $1 !~ /^#/ { print $1, $3, $4, $6 }' "$SK_USERS_DIR/passwd"
 }
 
+# sk_directory_user NAME: succeeds when the directory (spec.identity.ldap) may
+# answer for NAME: a user name (slurmk8s/api/fields.py, POSIX_NAME_RE) that is
+# not an account of the pod's own files (/etc/passwd: the image's accounts, and
+# spec.login.users once sk_setup_users merged them), which win over the directory.
+sk_directory_user() {
+  LC_ALL=C
+  [[ ${1:-} =~ ^[a-z_][a-z0-9_-]{0,31}$ ]] || return 1
+  ! getent -s files passwd -- "$1" >/dev/null 2>&1
+}
+
 # sk_valid_keys [WHAT]: copy the OpenSSH public keys on stdin to stdout, one
 # per line, by the rule spec.login.users[].sshPublicKeys follows
 # (slurmk8s/api/fields.py, SSH_KEY_RE): '<type> <base64> [comment]' of

@@ -11,25 +11,29 @@
 # directories on shared storage, as the login entrypoint does for
 # spec.login.users at start. Runs as root (sshd's AuthorizedKeysCommandUser)
 # for that; it never follows a link a user made (sk_user_dir), and USER is
-# checked before anything uses it.
+# checked before anything uses it. An account of the pod's own files (the
+# image's, spec.login.users) is never the directory's: their keys are in their
+# ~/.ssh/authorized_keys, and the directory is not asked (sk_directory_user).
 set -uo pipefail
 # sshd runs this with an empty environment: what the entrypoint knew is in files.
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 SK_COMPONENT=login-keys
 # The shared directories where each user gets one of their own (the entrypoint writes it).
 parents_file=/run/slurmk8s-sshd/user-dir-parents
-lib=/usr/local/lib/slurmk8s/lib.sh
+here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+lib=$here/../common/slurmk8s-lib.sh
+[ -r "$lib" ] || lib=/usr/local/lib/slurmk8s/lib.sh
 # shellcheck source=images/common/slurmk8s-lib.sh
 . "$lib"
 
 user=${1:-}
 LC_ALL=C
-[[ $user =~ ^[a-z_][a-z0-9_-]{0,31}$ ]] || exit 0
+sk_directory_user "$user" || exit 0
 keys=$(printf '%s\n' "$user" | timeout 15 nc -N -U /var/lib/sss/pipes/private/slurmk8s-keys 2>/dev/null \
   | sk_valid_keys "the directory's keys of $user") || keys=
 [ -n "$keys" ] || exit 0
 
-IFS=: read -r _ _ uid gid _ home _ < <(getent passwd "$user") || exit 0
+IFS=: read -r _ _ uid gid _ home _ < <(getent passwd -- "$user") || exit 0
 if [[ $uid =~ ^[0-9]+$ && $gid =~ ^[0-9]+$ && $uid -ge 1000 ]]; then
   # The home directory: under /home, made once; its contents are the user's.
   if [ "$home" = "/home/$user" ] && [ ! -e "$home" ] && [ ! -L "$home" ]; then

@@ -14,6 +14,6 @@ if [ -n "${SLURM_JOB_UID:-}" ]; then
   timeout 10 getent passwd "$SLURM_JOB_UID" >/dev/null 2>&1
 fi
 if [ -n "${SLURM_JOB_USER:-}" ]; then
-  timeout 10 getent initgroups "$SLURM_JOB_USER" >/dev/null 2>&1
+  timeout 10 getent initgroups -- "$SLURM_JOB_USER" >/dev/null 2>&1
 fi
 exit 0

@@ -70,7 +70,20 @@ for uri in $uris; do
 done
 [ -n "$state" ] || { state=error; message=("no URI in $conf"); }
 
-# The followed groups' members, from the URI that answered.
+# The followed groups' members, from the URI that answered: `name:member,...` per group.
+# A value with ',' would read as two members: its ',' become ' ', which no user name holds,
+# and the agent leaves it out (slurmk8s/slurm/directory.py). A base64 value (LDIF's form for
+# a value no user name is) is marked so. A group whose members came in parts
+# (memberUid;range=..., Active Directory's answer for a long list) is left out: the agent
+# reads it as unknown and closes nobody in its account.
+# shellcheck disable=SC2016 # an awk program: its $0 and $1 are awk's
+members_awk='
+/^cn: / { if (cn == "") cn = substr($0, 5) }
+/^memberUid: / { v = substr($0, 12); gsub(/,/, " ", v); m = m (m ? "," : "") v }
+/^memberUid:: / { m = m (m ? "," : "") "<base64 value>" }
+/^memberUid;/ { partial = 1 }
+/^$/ { if (cn != "" && !partial) print cn ":" m; cn = ""; m = ""; partial = 0 }
+END { if (cn != "" && !partial) print cn ":" m }'
 if [ "$state" = ok ] && [ -n "$groups_out" ] && [ -s "$groups_file" ]; then
   base_filter=$(setting ldap_group_search_base)
   base=${base_filter%%\?*} extra=""
@@ -83,9 +96,7 @@ if [ "$state" = ok ] && [ -n "$groups_out" ] && [ -s "$groups_file" ]; then
     if LDAPTLS_CACERT=${ca:-/etc/ssl/certs/ca-certificates.crt} LDAPTLS_REQCERT=demand \
         timeout 15 ldapsearch -LLL -o ldif-wrap=no -o nettimeout=5 -H "$first" "${bind[@]}" -b "$base" \
         "(&(objectClass=posixGroup)(|$any)$extra)" cn memberUid 2>/dev/null |
-        awk '/^cn: / { if (cn == "") cn = substr($0, 5) } /^memberUid: / { m = m (m ? "," : "") substr($0, 12) }
-             /^$/ { if (cn != "") print cn ":" m; cn = ""; m = "" }
-             END { if (cn != "") print cn ":" m }' >"$tmp"; then
+        awk "$members_awk" >"$tmp"; then
       chmod 0644 "$tmp"
       mv -f "$tmp" "$groups_out"
     else

@@ -24,6 +24,8 @@ from .base import ApiModel, list_map
 from .identity import IdentitySpec, PosixGroup
 from .status import SlurmClusterStatus
 from .fields import (
+    PERSON_ID_LOW_MAX,
+    PERSON_ID_MIN,
     AbsPath,
     Cidr,
     PortRange,
@@ -329,9 +331,11 @@ class LoginUser(ApiModel):
 
     name: PosixUser
     """User name, the same in every Slurm pod."""
-    uid: int = Field(ge=1000, le=60000)
-    """Numeric user id, the same in every pod: files on shared storage belong to it."""
-    gid: int | None = Field(None, ge=1000, le=60000)
+    uid: int = Field(ge=PERSON_ID_MIN, le=PERSON_ID_LOW_MAX)
+    """Numeric user id, the same in every pod: files on shared storage belong to it.
+    Ids above 60000 are the images' own accounts (SlurmUser, nobody). With a
+    directory (spec.identity.ldap) it lies outside the directory's minId-maxId."""
+    gid: int | None = Field(None, ge=PERSON_ID_MIN, le=PERSON_ID_LOW_MAX)
     """Primary group id; defaults to the uid (a group named like the user)."""
     ssh_public_keys: list[SshPublicKey] = Field(default_factory=list, max_length=32)
     """OpenSSH public keys allowed to log in as this user."""

@@ -40,6 +40,7 @@ __all__ = [
     "LabelKey",
     "LabelValue",
     "PosixUser",
+    "POSIX_NAME_RE", "RESERVED_USERS", "SYSTEM_GROUPS", "PERSON_ID_MIN", "SYSTEM_ID_BLOCK", "PERSON_ID_LOW_MAX",
     "AbsPath",
     "SshPublicKey",
     "SlurmVersion",
@@ -264,13 +265,35 @@ LabelValue = Annotated[
     str, AfterValidator(_label_value), schema_pattern(f"^{LABEL_VALUE_RE}$", 63)
 ]
 
-POSIX_USER_RE = r"[a-z_][a-z0-9_-]*"
+_POSIX_FIRST, _POSIX_REST = "[a-z_]", "[a-z0-9_-]"
+POSIX_USER_RE = rf"{_POSIX_FIRST}{_POSIX_REST}*"
+#: A user or group name as every pod reads it, within its 32 characters: the one rule for
+#: names that come from spec.login.users, from the directory (its group members, the names
+#: sshd and Slurm ask about), and the shell scripts of the images that check them
+#: (tests/test_identity.py checks that they use this pattern).
+POSIX_NAME_RE = rf"{_POSIX_FIRST}{_POSIX_REST}{{0,31}}"
 
 #: Names the images already use, or that would collide with system accounts.
 RESERVED_USERS = frozenset(
     "root daemon bin sys sync games man lp mail news uucp proxy www-data backup list irc "
     "gnats nobody _apt systemd-network systemd-resolve messagebus sshd munge slurm".split()
 )
+#: Group names the images hold (Debian's base groups and those their packages add), and the
+#: system users' names: no login group, followed group or directory group takes one.
+SYSTEM_GROUPS = RESERVED_USERS | frozenset(
+    "adm tty disk kmem dialout fax voice cdrom floppy tape sudo audio dip operator src shadow utmp video "
+    "sasl plugdev staff users nogroup wheel docker input kvm render sgx crontab systemd-journal "
+    "systemd-timesync _ssh ssh slurmk8s".split()
+)
+
+#: Ids the images keep for their own accounts, which no person's uid or gid takes (neither
+#: spec.login.users' nor the directory's: spec.identity.ldap.minId and maxId): those below
+#: PERSON_ID_MIN (Debian's system accounts, munge among them) and SYSTEM_ID_BLOCK, Debian's
+#: statically allocated accounts (SlurmUser slurm is 64030), nobody and nogroup (65534) and a
+#: 16-bit -1 (65535). A uid there is the Slurm administrator or the owner of the images' files.
+PERSON_ID_MIN = 1000
+SYSTEM_ID_BLOCK = (60001, 65535)
+PERSON_ID_LOW_MAX = SYSTEM_ID_BLOCK[0] - 1
 
 
 def _posix_user(value: str) -> str:

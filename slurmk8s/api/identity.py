@@ -19,11 +19,15 @@ from pydantic import AfterValidator, Field
 
 from .base import ApiModel
 from .errors import FieldError
-from .fields import RESERVED_USERS, constrained, credential_host, pattern_check, quote, refuse
+from .fields import (
+    Cidr, PERSON_ID_LOW_MAX, PERSON_ID_MIN, POSIX_NAME_RE, SYSTEM_GROUPS, SYSTEM_ID_BLOCK, constrained, credential_host,
+    pattern_check, quote, refuse,
+)
 from .refusals import schema_pattern
 
 __all__ = ["IdentitySpec", "LdapSpec", "LdapCa", "BindPasswordRef", "ConfigMapKeyRef", "LDAP_FILTER_MAX",
-           "LDAP_USE", "parse_filter", "identity_errors", "account_group_errors", "uri_port"]
+           "LDAP_USE", "parse_filter", "identity_errors", "account_group_errors", "uri_port", "uri_host",
+           "login_overlap_errors", "ID_MAX", "egress_errors", "directory_blocks"]
 
 #: The ``slurmk8s.dev/secret-use`` (and ``configmap-use``) values of the objects these fields name.
 LDAP_USE = {"bindPassword": "ldap-bind-password", "ca": "ldap-ca"}
@@ -47,6 +51,13 @@ def _ldap_uri(value: str) -> str:
 LdapUri = Annotated[str, AfterValidator(_ldap_uri), schema_pattern(f"^{LDAP_URI_RE}$", 255)]
 
 
+def uri_host(uri: str) -> str:
+    """The host an LdapUri names."""
+    m = _URI.fullmatch(uri)
+    assert m is not None, uri
+    return m["host"]
+
+
 def uri_port(uri: str) -> int:
     """The port an LdapUri names: its own, else 636 for ldaps:// and 389 for ldap://."""
     m = _URI.fullmatch(uri)
@@ -66,13 +77,13 @@ Dn = constrained(DN_RE, "use a DN of attribute=value parts separated by ',' (val
                  "' ', '_', '.', '@' and '-'), such as ou=people,dc=example,dc=org", 512, slurm=False)
 
 #: A POSIX group name, as the directory's groups are named to sssd (``simple_allow_groups``).
-GROUP_RE = r"[a-z_][a-z0-9_-]{0,31}"
+GROUP_RE = POSIX_NAME_RE
 
 
 def _group(value: str) -> str:
     pattern_check(GROUP_RE, "use lower-case letters, digits, '_' and '-', starting with a letter or '_'", 32,
                   slurm=False)(value)
-    if value in RESERVED_USERS or value in ("sudo", "adm", "wheel", "shadow", "disk", "docker"):
+    if value in SYSTEM_GROUPS:
         raise refuse(value, "is a system group; name a group of the directory's researchers")
     return value
 
@@ -146,6 +157,9 @@ def _ldap_filter(value: str) -> str:
 
 LdapFilter = Annotated[str, AfterValidator(_ldap_filter), Field(json_schema_extra={"maxLength": LDAP_FILTER_MAX})]
 
+#: The largest uid or gid SSSD reads (its id range's bound, and one below glibc's (uid_t)-1 halved).
+ID_MAX = 2**31 - 2
+
 ObjectName = constrained(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
                          "use a Kubernetes object name: lower-case letters, digits, '-' and '.'", 253, slurm=False)
 ObjectKey = constrained(r"[-._a-zA-Z0-9]+", "use a key of letters, digits, '-', '_' and '.'", 253, slurm=False)
@@ -217,10 +231,21 @@ class LdapSpec(ApiModel):
     login_groups: list[PosixGroup] = Field(default_factory=list, max_length=64)
     """Directory groups whose members may log in; every user found may when
     empty. Keys alone do not let others in: sshd asks SSSD's access check."""
-    min_id: int = Field(1000, ge=1000, le=2**31 - 2)
-    """Users and groups below this uid/gid are ignored (never root or a system account)."""
-    max_id: int = Field(2**31 - 2, ge=1000, le=2**31 - 2)
-    """Users and groups above this uid/gid are ignored."""
+    min_id: int = Field(PERSON_ID_MIN, ge=PERSON_ID_MIN, le=ID_MAX)
+    """Users and groups below this uid/gid are ignored (never root or a system account).
+    The range minId-maxId holds no id the images keep for their own accounts
+    (60001-65535: SlurmUser, nobody), so it lies within 1000-60000 or within
+    65536-2147483646, and no uid or gid of login.users."""
+    max_id: int = Field(PERSON_ID_LOW_MAX, ge=PERSON_ID_MIN, le=ID_MAX)
+    """Users and groups above this uid/gid are ignored: 60000 by default, as
+    for login.users; set minId to 65536 or more for a directory whose ids
+    lie above the images' own."""
+    egress_cidrs: list[Cidr] = Field(default_factory=list, max_length=16)
+    """Address blocks (CIDR) the directory's servers are in. With
+    spec.network.egress, the pods that run sssd may reach the directory's
+    ports at these addresses and at the IPv4 addresses uris name, and nowhere
+    else; required then when a URI names its host by name (a NetworkPolicy
+    admits addresses, not names)."""
     cache_seconds: int = Field(600, ge=15, le=86400)
     """How long a looked-up user, group or key is trusted before SSSD asks
     the directory again; with the directory down, cached entries keep
@@ -232,7 +257,10 @@ class IdentitySpec(ApiModel):
 
     ldap: LdapSpec | None = None
     """Users, groups and SSH keys from an LDAP directory, through SSSD in the
-    login, slurmctld and slurmd pods. Users of login.users are looked up first."""
+    login, slurmctld and slurmd pods. login.users win: a directory user or
+    group named like one of them (or like a system account) does not exist
+    in the pods, sshd never asks the directory for their keys, and the
+    directory's id range may not hold their uids and gids."""
 
 
 def identity_errors(identity: IdentitySpec) -> Iterator[FieldError]:
@@ -254,10 +282,59 @@ def identity_errors(identity: IdentitySpec) -> Iterator[FieldError]:
         yield FieldError(f"{path}.ca", "set exactly one of configMap and secret")
     if ldap.min_id > ldap.max_id:
         yield FieldError(f"{path}.maxId", f"{ldap.max_id} is below minId {ldap.min_id}")
+    elif ldap.min_id <= SYSTEM_ID_BLOCK[1] and ldap.max_id >= SYSTEM_ID_BLOCK[0]:
+        low, high = SYSTEM_ID_BLOCK
+        field = "maxId" if ldap.min_id < low else "minId"
+        yield FieldError(f"{path}.{field}", f"the id range {ldap.min_id}-{ldap.max_id} holds the ids {low}-{high} the "
+                         "images keep for their own accounts (SlurmUser slurm is 64030, nobody 65534): a directory "
+                         "entry with one would be the Slurm administrator; keep maxId at or below "
+                         f"{PERSON_ID_LOW_MAX}, or minId at or above {high + 1}")
     for field, values in (("uris", ldap.uris), ("loginGroups", ldap.login_groups)):
         for i, value in enumerate(values):
             if value in values[:i]:
                 yield FieldError(f"{path}.{field}[{i}]", f"{quote(value)} is listed twice")
+
+
+def _ipv4(host: str) -> bool:
+    return re.fullmatch(r"[0-9]{1,3}(\.[0-9]{1,3}){3}", host) is not None
+
+
+def directory_blocks(ldap: LdapSpec) -> list[str]:
+    """The address blocks the directory's servers are in: the IPv4 addresses its URIs name
+    (each alone) and egressCidrs, each once."""
+    hosts = [f"{uri_host(u)}/32" for u in ldap.uris if _ipv4(uri_host(u))]
+    return list(dict.fromkeys([*hosts, *ldap.egress_cidrs]))
+
+
+def egress_errors(identity: IdentitySpec, egress: bool) -> Iterator[FieldError]:
+    """With egress rules, the way out to the directory goes to its servers' addresses alone,
+    and a URI that names its host by name needs them said (egressCidrs)."""
+    ldap = identity.ldap
+    if ldap is None or not egress or ldap.egress_cidrs:
+        return
+    named = [i for i, u in enumerate(ldap.uris) if not _ipv4(uri_host(u))]
+    if named:
+        yield FieldError("spec.identity.ldap.egressCidrs",
+                         f"{quote(ldap.uris[named[0]])} names its host by name, and with spec.network.egress the "
+                         "pods reach only addresses a NetworkPolicy admits: list the address blocks of the "
+                         "directory's servers here (e.g. 192.0.2.10/32), or name the servers by IPv4 address")
+
+
+def login_overlap_errors(identity: IdentitySpec, users) -> Iterator[FieldError]:
+    """login.users win over the directory: a uid or gid of one inside the directory's id
+    range would make a directory entry with that id the same account (its files, its jobs).
+    Their names need no rule here: sssd.conf filters them out of the directory."""
+    ldap = identity.ldap
+    if ldap is None:
+        return
+    for i, u in enumerate(users):
+        for field, value in (("uid", u.uid), ("gid", u.gid)):
+            if value is not None and ldap.min_id <= value <= ldap.max_id:
+                yield FieldError(f"spec.login.users[{i}].{field}",
+                                 f"{value} lies in the directory's id range {ldap.min_id}-{ldap.max_id} "
+                                 "(spec.identity.ldap.minId, maxId): a directory entry with that id would own "
+                                 f"{quote(u.name)}'s files and jobs; give {quote(u.name)} an id outside the range, "
+                                 "or narrow the range")
 
 
 def account_group_errors(identity: IdentitySpec, accounting) -> Iterator[FieldError]:

@@ -19,8 +19,13 @@ The rule (docs/decisions/0027-secrets-a-spec-may-name.md):
   be an Opaque Secret not made by slurmk8s, hold the key, and carry the label
   ``slurmk8s.dev/secret-use`` with the value of the field's use
   (``ssh-keys``, ``database-password``, ``ldap-bind-password``, ``ldap-ca``).
-  A ConfigMap likewise, with ``slurmk8s.dev/configmap-use``. Otherwise the
-  round is refused and nothing is mounted.
+  A ConfigMap likewise, with ``slurmk8s.dev/configmap-use``. A password that
+  is sent to a host (the database's, the directory's) also needs the
+  annotation ``slurmk8s.dev/allowed-hosts`` to list every host the spec sends
+  it to: a label says what a Secret is for, and whoever may edit a
+  SlurmCluster could otherwise send it to a host of theirs (a public CA's
+  certificate would do). Otherwise the round is refused and nothing is
+  mounted.
 """
 
 from __future__ import annotations
@@ -32,13 +37,13 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .cluster import GROUP, SlurmCluster
-from .identity import LDAP_USE
+from .identity import LDAP_USE, uri_host
 from .errors import FieldError
 from .fields import quote
 
 __all__ = [
     "SECRET_USE_LABEL", "CONFIGMAP_USE_LABEL", "SSH_KEYS", "DATABASE_PASSWORD", "LDAP_BIND_PASSWORD", "LDAP_CA",
-    "IMAGE_PULL", "OWNED_SECRET_SUFFIXES", "SecretRef",
+    "IMAGE_PULL", "OWNED_SECRET_SUFFIXES", "SecretRef", "ALLOWED_HOSTS_ANNOTATION",
     "secret_refs", "pull_secret_refs",
     "owned_name_error", "secret_problem",
 ]
@@ -46,6 +51,8 @@ __all__ = [
 #: The label that says what a Secret (a ConfigMap) may be used for by a SlurmCluster.
 SECRET_USE_LABEL = f"{GROUP}/secret-use"
 CONFIGMAP_USE_LABEL = f"{GROUP}/configmap-use"
+#: On a password's Secret: the hosts (as the spec names them, separated by ',') it may be sent to.
+ALLOWED_HOSTS_ANNOTATION = f"{GROUP}/allowed-hosts"
 #: Its values: the uses of the fields that name Secrets.
 SSH_KEYS = "ssh-keys"
 DATABASE_PASSWORD = "database-password"
@@ -82,6 +89,8 @@ class SecretRef:
     key: str
     use: str
     kind: str = "Secret"
+    #: The hosts the spec sends its value to (a password's): each must be allowed by the Secret.
+    hosts: tuple[str, ...] = ()
 
 
 def secret_refs(c: SlurmCluster, *, used_only: bool = False) -> list[SecretRef]:
@@ -94,13 +103,14 @@ def secret_refs(c: SlurmCluster, *, used_only: bool = False) -> list[SecretRef]:
     ext = acct.database.external
     if ext is not None and (acct.enabled or not used_only):
         refs.append(SecretRef("spec.accounting.database.external.passwordSecret", ext.password_secret.name,
-                              ext.password_secret.key, DATABASE_PASSWORD))
+                              ext.password_secret.key, DATABASE_PASSWORD, hosts=(ext.host,)))
     ldap = c.spec.identity.ldap
     if ldap is not None:
         path = "spec.identity.ldap"
         if ldap.bind_password_secret is not None:
             refs.append(SecretRef(f"{path}.bindPasswordSecret", ldap.bind_password_secret.name,
-                                  ldap.bind_password_secret.key, LDAP_BIND_PASSWORD))
+                                  ldap.bind_password_secret.key, LDAP_BIND_PASSWORD,
+                                  hosts=tuple(dict.fromkeys(uri_host(u) for u in ldap.uris))))
         ca = ldap.ca
         if ca is not None and ca.secret is not None:
             refs.append(SecretRef(f"{path}.ca.secret", ca.secret.name, ca.secret.key, LDAP_CA))
@@ -148,6 +158,13 @@ def secret_problem(ref: SecretRef, secret: Mapping | None) -> str | None:
     if labels.get(label) != ref.use:
         return (f"{ref.path}: {shown} is not labelled {label}={ref.use}, which says its "
                 f"owner meant it for this use; nothing of it is mounted until it is")
+    allowed = {h.strip() for h in str(annotations.get(ALLOWED_HOSTS_ANNOTATION) or "").split(",") if h.strip()}
+    foreign = [h for h in ref.hosts if h not in allowed]
+    if foreign:
+        return (f"{ref.path}: the spec sends the password in {shown} to {', '.join(map(quote, foreign))}, which "
+                f"its annotation {ALLOWED_HOSTS_ANNOTATION} does not list; if its owner means it to go there: "
+                f"kubectl annotate secret {ref.name} {ALLOWED_HOSTS_ANNOTATION}="
+                f"{','.join(dict.fromkeys([*sorted(allowed), *ref.hosts]))} --overwrite")
     data = secret.get("data") or {}
     if ref.kind == "ConfigMap":
         return None if ref.key in data else f"{ref.path}.key: {shown} has no key {quote(ref.key)} in its data"

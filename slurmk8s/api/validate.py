@@ -20,7 +20,7 @@ from .lending import NodeLendingPolicy
 from .errors import FieldError, InvalidSpec, field_path, from_pydantic
 from .extralines import EXTRA_LINE_KEYS, KNOB_FOR_KEY, OWNED_KEYS, PROGRAM_KEYS, extra_line_errors
 from .fields import quantity_value, quote
-from .identity import account_group_errors, identity_errors
+from .identity import account_group_errors, egress_errors, identity_errors, login_overlap_errors
 from .secrets import owned_name_error, pull_secret_refs, secret_refs
 
 __all__ = [
@@ -256,6 +256,8 @@ def semantic_errors(c: SlurmCluster, trusted_repositories: Sequence[str] = (PROJ
 
     yield from _accounting_errors(spec)
     yield from identity_errors(spec.identity)
+    yield from login_overlap_errors(spec.identity, spec.login.users)
+    yield from egress_errors(spec.identity, spec.network.egress)
     yield from _resource_errors(spec)
 
     if spec.topology is not None:

@@ -16,7 +16,7 @@ import jinja2
 from ..api.cluster import SlurmCluster
 from ..slurm.model import config_hash  # noqa: F401 (re-exported: the rendered files' digest)
 from .. import versions
-from ..api.fields import RESERVED_USERS, quantity_value
+from ..api.fields import RESERVED_USERS, SYSTEM_GROUPS, quantity_value
 from . import names
 
 #: Where the images expect things (see images/README.md).
@@ -296,6 +296,9 @@ def sssd_conf(c: SlurmCluster) -> str | None:
     ldap = c.spec.identity.ldap
     if ldap is None:
         return None
+    # login.users win: the directory's entries of their names (their groups are named after
+    # them, user_files) are not read, as those of the images' own accounts and groups.
+    local = [u.name for u in c.spec.login.users]
     return render_template(
         "sssd.conf", cluster=c.name, domain=SSSD_DOMAIN, uris=ldap.uris, start_tls=ldap.start_tls,
         ca_file=LDAP_CA_FILE if ldap.ca is not None else None, bind_dn=ldap.bind_dn,
@@ -303,4 +306,4 @@ def sssd_conf(c: SlurmCluster) -> str | None:
         group_search_base=ldap.group_search_base, group_filter=ldap.group_filter,
         ssh_key_attribute=ldap.ssh_public_key_attribute, login_groups=ldap.login_groups,
         min_id=ldap.min_id, max_id=ldap.max_id, cache_seconds=ldap.cache_seconds,
-        system_names=sorted(RESERVED_USERS))
+        filter_users=sorted(RESERVED_USERS | set(local)), filter_groups=sorted(SYSTEM_GROUPS | set(local)))

@@ -28,14 +28,15 @@ Traffic between a pod and its node (the kubelet's probes) is never cut
 by a NetworkPolicy. Egress rules mirror these, plus DNS (53, UDP and TCP) to
 anywhere, slurmdbd to its database's port when the database is
 external, and the pods that run sssd (controller, slurmd, login) to the
-directory's ports (``spec.identity.ldap``) anywhere.
+directory's ports (``spec.identity.ldap``) at its servers' addresses alone
+(the IPv4 addresses its URIs name and ``egressCidrs``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..api.identity import uri_port
+from ..api.identity import directory_blocks, uri_port
 from . import names
 from .controller import AgentClients
 from .pods import Builder
@@ -183,9 +184,11 @@ def _egress(b: Builder, component: str, present: set[str]) -> list[dict]:
     if component == "slurmdbd" and external is not None:
         rules.append({"ports": [{"protocol": "TCP", "port": external.port}]})
     ldap = b.c.spec.identity.ldap
-    if component in DIRECTORY_CLIENTS and ldap is not None:
+    if component in DIRECTORY_CLIENTS and ldap is not None and directory_blocks(ldap):
+        # Its ports at its servers' addresses alone (ldaps://x:443 must not open 443 to the world).
         ports = dict.fromkeys(uri_port(uri) for uri in ldap.uris)
-        rules.append({"ports": [{"protocol": "TCP", "port": p} for p in ports]})
+        rules.append({"ports": [{"protocol": "TCP", "port": p} for p in ports],
+                      "to": [{"ipBlock": {"cidr": cidr}} for cidr in directory_blocks(ldap)]})
     return rules
 
 

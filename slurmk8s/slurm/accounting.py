@@ -20,6 +20,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping, Sequence
 
+from ..api.fields import POSIX_NAME_RE, RESERVED_USERS
 from ..api.identity import GROUP_RE
 from .errors import InvalidArgument
 
@@ -28,7 +29,7 @@ __all__ = ["QosLimits", "Associations", "State", "commands", "parse_state", "STA
 
 #: Names sacctmgr stores (it lower-cases account and QOS names); users as POSIX names.
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
-_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+_USER = re.compile(POSIX_NAME_RE)
 _CLUSTER = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 _GROUP = re.compile(GROUP_RE)  # as the spec names them
 #: Every association has Slurm's default QOS.
@@ -151,14 +152,17 @@ def with_members(want: Associations, members: Mapping[str, Sequence[str] | None]
     directory says is unknown (fail closed); its known members are still added. A
     listed member whose user does not resolve now is not closed either. A user's
     default account stays the one ``want`` gives, else the first account (in
-    ``want.accounts`` order) of a group the user is in."""
+    ``want.accounts`` order) of a group the user is in. A member named like a
+    login user or a system account is not the directory's (login.users win, and
+    sssd does not read such entries): the directory gives them no account."""
     pairs = list(want.users)
     order = {a: i for i, a in enumerate(want.accounts)}
     managed: dict[str, frozenset[str]] = {}
     added: list[tuple[str, str]] = []
+    local = {u for u, _ in want.users} | RESERVED_USERS
     for account, groups in sorted(want.groups, key=lambda g: order.get(g[0], len(order))):
         found = [members.get(g) for g in groups]
-        listed = {u for m in found if m is not None for u in m if _USER.fullmatch(u)}
+        listed = {u for m in found if m is not None for u in m if _USER.fullmatch(u) and u not in local}
         added += [(u, account) for u in sorted(listed & users) if (u, account) not in pairs]
         if all(m is not None for m in found):
             managed[account] = frozenset(listed) | {u for u, a in want.users if a == account}

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
-from .. import versions
+from .. import log, versions
 from ..api.fields import SLURM_SIGNALS
 from .accounting import STATE_QUERIES, Associations, commands, parse_state, with_members
 from .checkpoints import with_checkpoint_times
@@ -50,6 +50,8 @@ Runner = Callable[[Sequence[str], "str | None"], subprocess.CompletedProcess]
 
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 SIGNALS = SLURM_SIGNALS
+#: How many names one ``getent passwd`` is given: at most 66 KiB of argv, far below ARG_MAX.
+GETENT_BATCH = 2048
 #: How long :meth:`SlurmClient.requeue` waits, after the job left COMPLETING, before
 #: making it eligible: slurmd refuses a credential of the second it revoked the old one.
 REISSUE_SECONDS = 1.0
@@ -428,14 +430,27 @@ class SlurmClient:
 
     def group_members(self, groups: Sequence[str]) -> tuple[dict[str, list[str] | None], set[str]]:
         """Each group's members, None for a group whose members are unknown (not in the
-        directory, or the list the sssd container reads from it is missing or old); and which
-        members resolve to users through NSS (sssd: its filters and id range apply)."""
+        directory, or the list the sssd container reads from it is missing, old or too long);
+        and which members resolve to users through NSS (sssd: its filters and id range apply).
+        A member whose name is no user name is left out of its group, which still counts, and
+        logged; the others are asked of ``getent`` after ``--``, GETENT_BATCH at a time."""
         listed = read_groups(self._directory_groups)
-        members = {g: None if listed is None else listed.get(g) for g in groups}
+        members = {g: None if listed is None else listed.members.get(g) for g in groups}
+        if listed is not None and any(g in listed.invalid for g in groups):
+            log.get("slurmk8s.agent").warning(
+                "directory group members that are no user name were left out",
+                groups={g: listed.invalid[g][:10] for g in groups if g in listed.invalid})
         names = sorted({m for found in members.values() if found for m in found})
-        # Exit 2 when one is not found; the others are still printed.
-        users = {line.split(":", 1)[0] for line in self._runner(["getent", "passwd", *names], None)
-                 .stdout.splitlines()} & set(names) if names else set()
+        users: set[str] = set()
+        for i in range(0, len(names), GETENT_BATCH):
+            batch = names[i:i + GETENT_BATCH]
+            done = self._runner(["getent", "passwd", "--", *batch], None)
+            if done.returncode not in (0, 2):  # 2: one was not found; the others are still printed
+                log.get("slurmk8s.agent").warning("getent passwd failed: these members stay unresolved",
+                                                  code=done.returncode, members=len(batch),
+                                                  stderr=(done.stderr or "")[:200])
+                continue
+            users |= {line.split(":", 1)[0] for line in done.stdout.splitlines()} & set(batch)
         return members, users
 
     def reconfigure(self) -> None:

@@ -13,6 +13,7 @@ or none, is unknown: the condition says so and nothing else follows from it.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -20,16 +21,20 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
+from ..api.fields import POSIX_NAME_RE
 from ..api.identity import GROUP_RE
 
-__all__ = ["Verdict", "VERDICT_FILE", "GROUPS_FILE", "STALE_SECONDS", "parse_verdict", "read_verdict",
-           "parse_groups", "read_groups", "STATES"]
+__all__ = ["Verdict", "VERDICT_FILE", "GROUPS_FILE", "GROUPS_MAX_BYTES", "STALE_SECONDS", "parse_verdict",
+           "read_verdict", "Groups", "parse_groups", "read_groups", "STATES"]
 
 #: Where the sssd container writes its verdict (images/sssd/entrypoint.sh), in the pod's
 #: /var/lib/sss/pipes emptyDir, which the agent mounts read-only.
 VERDICT_FILE = "/var/lib/sss/pipes/slurmk8s-directory"
 #: Beside it, the members of the groups accounts follow, as the directory lists them (memberUid).
 GROUPS_FILE = "/var/lib/sss/pipes/slurmk8s-groups"
+#: The most of the group list the agent reads: a longer one is not read at all (its members
+#: after the cut would read as gone, and be closed).
+GROUPS_MAX_BYTES = 4 * 1024 * 1024
 #: Several missed probes: the sssd container is not probing (stopped, or not started yet).
 STALE_SECONDS = 60
 STATES = ("ok", "unreachable", "tls", "bind", "error", "unknown")
@@ -75,13 +80,19 @@ def parse_verdict(text: str, checked: float, now: float) -> Verdict:
 
 
 def _read_small(path: str, limit: int) -> tuple[str, float]:
-    """A plain file's text and mtime, opened without following a link. Raises OSError."""
+    """A plain file's text and mtime, opened without following a link. Raises OSError,
+    also for a file longer than ``limit`` bytes (EFBIG): a part of it is never read as all."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(0, "not a plain file")
-        return os.read(fd, limit).decode("ascii", errors="replace"), st.st_mtime
+        data = b""
+        while len(data) <= limit and (chunk := os.read(fd, limit + 1 - len(data))):
+            data += chunk
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, f"longer than {limit} bytes")
+        return data.decode("ascii", errors="replace"), st.st_mtime
     finally:
         os.close(fd)
 
@@ -98,26 +109,46 @@ def read_verdict(path: str = VERDICT_FILE, now: float | None = None) -> Verdict:
     return parse_verdict(text, checked, now)
 
 
-_GROUP_LINE = re.compile(rf"({GROUP_RE}):([^:\s]*)")
+_GROUP_LINE = re.compile(rf"({GROUP_RE}):([ -~]*)")
+_MEMBER = re.compile(POSIX_NAME_RE)
 
 
-def parse_groups(text: str) -> dict[str, list[str]]:
-    """``name:member,member`` lines (probe.sh) as group -> members; a line of another shape
-    is left out, so its group reads as not found."""
-    out: dict[str, list[str]] = {}
+@dataclass(frozen=True)
+class Groups:
+    """The followed groups as the probe listed them (probe.sh: ``name:member,member`` lines)."""
+
+    #: group -> its members that are user names (api/fields.py, POSIX_NAME_RE)
+    members: dict[str, list[str]]
+    #: group -> the members left out because they are no user name (shown quoted, shortened)
+    invalid: dict[str, list[str]]
+
+
+def parse_groups(text: str) -> Groups:
+    """The groups of the probe's lines. A member whose name is no user name (a space, a
+    leading '-', a value the directory gave in base64) is left out and reported; the rest of
+    its group still counts. A line of another shape is left out, so its group reads as not
+    found (unknown: nothing in it is closed)."""
+    members: dict[str, list[str]] = {}
+    invalid: dict[str, list[str]] = {}
     for line in text.splitlines():
         m = _GROUP_LINE.fullmatch(line)
-        if m is not None:
-            out[m.group(1)] = [u for u in m.group(2).split(",") if u]
-    return out
+        if m is None:
+            continue
+        found = [u for u in m.group(2).split(",") if u]
+        members[m.group(1)] = [u for u in found if _MEMBER.fullmatch(u)]
+        bad = [repr(u[:40]) for u in found if not _MEMBER.fullmatch(u)]
+        if bad:
+            invalid[m.group(1)] = bad
+    return Groups(members, invalid)
 
 
-def read_groups(path: str = GROUPS_FILE, now: float | None = None) -> dict[str, list[str]] | None:
-    """The members of the followed groups, None when the list is missing or older than
-    :data:`STALE_SECONDS` (the directory away, or no bind): what it says is then unknown."""
+def read_groups(path: str = GROUPS_FILE, now: float | None = None) -> Groups | None:
+    """The members of the followed groups, None when the list is missing, longer than
+    :data:`GROUPS_MAX_BYTES` or older than :data:`STALE_SECONDS` (the directory away, or no
+    bind): what it says is then unknown, and nobody is closed for it."""
     now = time.time() if now is None else now
     try:
-        text, written = _read_small(path, 4 * 1024 * 1024)
+        text, written = _read_small(path, GROUPS_MAX_BYTES)
     except OSError:
         return None
     return parse_groups(text) if now - written <= STALE_SECONDS else None

@@ -79,14 +79,16 @@ def make(work: Path) -> tuple[Directory, list[dict]]:
 
 
 def cluster_objects(d: Directory, namespace: str) -> list[dict]:
-    """The CA and the bind password where the SlurmCluster is, labelled for their use."""
+    """The CA and the bind password where the SlurmCluster is, labelled for their use (the
+    password also for the directory's host)."""
     return [
         {"apiVersion": "v1", "kind": "ConfigMap",
          "metadata": {"name": "ldap-ca", "namespace": namespace, "labels": {"slurmk8s.dev/configmap-use": "ldap-ca"}},
          "data": {"ca.crt": d.ca_pem}},
         {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
          "metadata": {"name": "ldap-bind", "namespace": namespace,
-                      "labels": {"slurmk8s.dev/secret-use": "ldap-bind-password"}},
+                      "labels": {"slurmk8s.dev/secret-use": "ldap-bind-password"},
+                      "annotations": {"slurmk8s.dev/allowed-hosts": HOST}},
          "data": {"password": _b64(d.reader_password.encode())}},
     ]
 
@@ -101,7 +103,8 @@ def identity(login_groups: list[str], cache_seconds: int = 15) -> dict:
         "uris": [f"ldaps://{HOST}"], "ca": {"configMap": {"name": "ldap-ca", "key": "ca.crt"}},
         "bindDn": READER, "bindPasswordSecret": {"name": "ldap-bind", "key": "password"},
         "userSearchBase": PEOPLE, "groupSearchBase": GROUPS, "loginGroups": login_groups,
-        "cacheSeconds": cache_seconds}}
+        # The directory's ids (5000-5100) above the example's login user (2001).
+        "minId": 5000, "cacheSeconds": cache_seconds}}
 
 
 def other_ca(work: Path) -> str:
