@@ -187,7 +187,7 @@ class FakeKube(Kube):
         self.events: dict[str, dict] = {}
         self.fail_patch = False
 
-    def request(self, method, path, *, query=(), body=None, content_type="application/json"):
+    def request(self, method, path, *, query=(), body=None, content_type="application/json", timeout=None):
         parts = path.split("/")
         if method == "GET" and parts[-1] == "deployments":
             namespace = parts[-2] if "namespaces" in parts else None
