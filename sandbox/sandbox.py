@@ -53,6 +53,7 @@ import yaml
 from slurmk8s.api.cluster import GROUP, VERSION, SlurmCluster
 from slurmk8s.api.lending import LENDABLE_TO_LABEL
 from slurmk8s.api.secrets import SECRET_USE_LABEL, SSH_KEYS
+from slurmk8s.leader import lease_name
 from slurmk8s.bridge.nodestate import STATE_LABEL
 from slurmk8s.render import names
 from slurmk8s.render.keys import ssh_keypair
@@ -466,7 +467,7 @@ class Sandbox:
         """The pod whose process holds a component's Lease (operator, bridge), or None while none does."""
         client, api = self.api()
         try:
-            lease = client.CoordinationV1Api(api).read_namespaced_lease(f"slurmk8s-{component}",
+            lease = client.CoordinationV1Api(api).read_namespaced_lease(lease_name(component, install.RELEASE),
                                                                          install.RELEASE_NAMESPACE)
         except client.ApiException as exc:
             if exc.status == 404:

@@ -18,6 +18,7 @@ from . import __version__, log
 from .api import InvalidSpec
 from .api.cluster import PROJECT_REPOSITORY
 from .api.crd import all_crds, crd_filename, dump_yaml
+from .leader import LEASE_SECONDS_MAX, LEASE_SECONDS_MIN, lease_name
 from .manifest import clusters, policies
 from .render import ClusterKeys, render
 from .simulate.params import Latencies
@@ -204,10 +205,25 @@ def _controller_options(watched: str, verb: str):
                               "(default $POD_NAMESPACE, which the chart sets)."),
             click.option("--no-leader-election", is_flag=True,
                          help="Act without a Lease. Run exactly one replica then: two would both act."),
+            click.option("--lease-duration", type=click.IntRange(LEASE_SECONDS_MIN, LEASE_SECONDS_MAX), default=15,
+                         show_default=True, metavar="SECONDS",
+                         help="How long a standby waits without seeing a renewal before it takes the Lease; the "
+                              "leader renews every 2/15 of it and stops acting past 2/3 of it without a renewal "
+                              "(client-go's 15/10/2 s)."),
         ]):
             f = option(f)
         return f
     return decorate
+
+
+def _release_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A Helm release name, or a usage error saying what one is (it names the Leases)."""
+    if value is not None:
+        try:
+            lease_name("operator", value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value
 
 
 def _lease_namespace(namespace: str | None, off: bool) -> str | None:
@@ -227,8 +243,9 @@ def _lease_namespace(namespace: str | None, off: bool) -> str | None:
 @click.option("--release-namespace", default=None, metavar="NS",
               help="Namespace of the operator and bridge pods (the Helm release's). With --release-name, "
                    "each cluster gets a NetworkPolicy that admits only them to its Slurm agent.")
-@click.option("--release-name", default=None, metavar="NAME",
-              help="The Helm release (their app.kubernetes.io/instance label).")
+@click.option("--release-name", default=None, metavar="NAME", callback=_release_name,
+              help="The Helm release (their app.kubernetes.io/instance label). It also names the Lease: "
+                   "slurmk8s-operator-NAME (without it, slurmk8s-operator).")
 @click.option("--trusted-repository", "trusted_repositories", multiple=True, metavar="REPOSITORY",
               help=f"An image repository a privileged slurmd (spec.slurmConfig.cgroups) may come from "
                    f"(repeatable; default {PROJECT_REPOSITORY}): your registry's copy of the project's "
@@ -242,7 +259,7 @@ def _lease_namespace(namespace: str | None, off: bool) -> str | None:
                    "default /etc/slurmk8s/webhook).")
 def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
                  metrics_port: int | None, health_port: int | None, lease_namespace: str | None,
-                 no_leader_election: bool, interval: float,
+                 no_leader_election: bool, lease_duration: int, interval: float,
                  release_namespace: str | None, release_name: str | None,
                  trusted_repositories: tuple[str, ...], webhook_port: int | None,
                  webhook_cert_dir: str | None) -> None:
@@ -258,8 +275,8 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
     SlurmCluster drains its nodes and removes its objects; volumes stay
     unless spec.deletionPolicy is Delete.
 
-    Of several replicas only the one holding the Lease `slurmk8s-operator`
-    acts; the others serve the webhook and stand by.
+    Of several replicas only the one holding the Lease
+    `slurmk8s-operator-<release>` acts; the others serve the webhook and stand by.
 
     \b
       slurmk8s operator --namespace hpc --metrics-port 8080 --health-port 8081
@@ -278,7 +295,8 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
         run(namespaces=namespaces, all_namespaces=all_namespaces, kubeconfig=kubeconfig,
             metrics_port=metrics_port, health_port=health_port, interval=interval, agent_clients=clients,
             trusted_repositories=trusted_repositories or (PROJECT_REPOSITORY,), webhook_port=webhook_port,
-            webhook_cert_dir=webhook_cert_dir, lease_namespace=lease)
+            webhook_cert_dir=webhook_cert_dir, lease_namespace=lease, lease_seconds=lease_duration,
+            release_name=release_name)
     except KeyboardInterrupt:
         pass
 
@@ -288,9 +306,11 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
 @click.option("--interval", type=click.FloatRange(0.2, 600), default=2.0, show_default=True, metavar="SECONDS",
               help="Seconds between timed rounds (Slurm is read each round; it has no watch). Nodes, pods, "
                    "policies and clusters are watched: a change that matters starts a round at once.")
+@click.option("--release-name", default=None, metavar="NAME", callback=_release_name,
+              help="The Helm release; it names the Lease: slurmk8s-bridge-NAME (without it, slurmk8s-bridge).")
 def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
                metrics_port: int | None, health_port: int | None, lease_namespace: str | None,
-               no_leader_election: bool, interval: float) -> None:
+               no_leader_election: bool, lease_duration: int, interval: float, release_name: str | None) -> None:
     """Run the node-lending bridge until stopped.
 
     Lends idle Kubernetes GPU nodes to Slurm partitions as NodeLendingPolicies
@@ -302,8 +322,8 @@ def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: st
     the bridge can be stopped or killed at any time and picks up where it
     left off. Slurm is reached only through each cluster's agent.
 
-    Of several replicas only the one holding the Lease `slurmk8s-bridge`
-    acts; the others stand by.
+    Of several replicas only the one holding the Lease
+    `slurmk8s-bridge-<release>` acts; the others stand by.
 
     \b
       slurmk8s bridge --all-namespaces --metrics-port 8090 --health-port 8091
@@ -315,7 +335,8 @@ def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: st
     from .bridge.main import run
 
     run(namespaces=namespaces, all_namespaces=all_namespaces, kubeconfig=kubeconfig,
-        metrics_port=metrics_port, health_port=health_port, interval=interval, lease_namespace=lease)
+        metrics_port=metrics_port, health_port=health_port, interval=interval, lease_namespace=lease,
+        lease_seconds=lease_duration, release_name=release_name)
 
 
 @main.command("agent")

@@ -16,7 +16,11 @@ package's loaders (token refresh, exec plugins). What it uses:
 - ``PUT`` with the resourceVersion read, for the leader election's Lease.
 
 Every write carries one field manager: ``slurmk8s-operator`` by default
-(the bridge passes its own).
+(the bridge passes its own). Every failure is an :class:`ApiError`: the
+server's refusal, or no answer (``status`` 0). A busy server (429, or a 5xx
+with ``Retry-After``: API Priority and Fairness) is asked again after what
+it asks for, a few times within the request's timeout
+(:func:`slurmk8s.backoff.patiently`); past that its answer is the error.
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ import datetime
 import json
 import secrets
 import ssl
+import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import quote, urlencode
 
 import urllib3
 
+from slurmk8s.backoff import busy, patiently, retry_after
 from slurmk8s.api.cluster import API_VERSION, PLURAL as CLUSTER_PLURAL
 from slurmk8s.api.lending import PLURAL as POLICY_PLURAL
 from slurmk8s.render.names import FIELD_MANAGER
@@ -74,7 +80,8 @@ FORBIDDEN_HINT = ("RBAC refused it: installed with the Helm chart, the operator 
 
 
 class ApiError(RuntimeError):
-    """The API server refused a request; ``status`` is the HTTP code, ``reason`` its Status reason."""
+    """The API server refused a request; ``status`` is the HTTP code, ``reason``
+    its Status reason. ``status`` 0: no answer (connection, timeout)."""
 
     def __init__(self, method: str, path: str, status: int, reason: str, message: str):
         self.method, self.path, self.status, self.reason, self.message = method, path, status, reason, message
@@ -88,6 +95,10 @@ class ApiError(RuntimeError):
     @property
     def conflict(self) -> bool:
         return self.status == 409
+
+    @property
+    def unreachable(self) -> bool:
+        return self.status == 0
 
 
 def load_configuration(kubeconfig: str | None = None):
@@ -154,11 +165,30 @@ class Kube:
         return headers
 
     def request(self, method: str, path: str, *, query: Iterable[tuple[str, str]] = (), body: Any = None,
-                content_type: str = "application/json") -> dict:
+                content_type: str = "application/json", timeout: float | None = None) -> dict:
+        """One request, answered within ``timeout`` seconds (default the
+        client's), busy answers and the waits they ask for included."""
         q = list(query)
         url = f"{self.server}/{path}" + (f"?{urlencode(q)}" if q else "")
         data = None if body is None else json.dumps(body).encode()
-        resp = self._http.request(method, url, body=data, headers=self._headers(content_type if data else None))
+        seconds = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + seconds
+        headers = self._headers(content_type if data else None)
+
+        def send() -> Any:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise urllib3.exceptions.TimeoutError(f"no answer within {seconds:g} s")
+            return self._http.request(method, url, body=data, headers=headers, timeout=urllib3.Timeout(total=left))
+
+        def wait_of(resp: Any) -> float | None:
+            header = resp.headers.get("Retry-After")
+            return retry_after(header, cap=seconds / 3) if busy(resp.status, header) else None
+
+        try:
+            resp = patiently(send, wait_of, budget=seconds / 2)
+        except urllib3.exceptions.HTTPError as exc:  # no answer: the connection, or the time ran out
+            raise ApiError(method, "/" + path, 0, "Unreachable", str(exc) or type(exc).__name__) from None
         payload: dict = {}
         if resp.data:
             try:
@@ -262,9 +292,9 @@ class Kube:
                 resp.close()
             resp.release_conn()
 
-    def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
+    def get(self, kind: str, namespace: str | None, name: str, *, timeout: float | None = None) -> dict | None:
         try:
-            obj = self.request("GET", self.path(kind, namespace, name))
+            obj = self.request("GET", self.path(kind, namespace, name), timeout=timeout)
         except ApiError as exc:
             if exc.not_found:
                 return None
@@ -275,10 +305,10 @@ class Kube:
 
     # Writes, all as ``field_manager``.
 
-    def create(self, obj: Mapping) -> dict:
+    def create(self, obj: Mapping, *, timeout: float | None = None) -> dict:
         meta = obj["metadata"]
         return self.request("POST", self.path(obj["kind"], meta.get("namespace")),
-                            query=[("fieldManager", self.field_manager)], body=obj)
+                            query=[("fieldManager", self.field_manager)], body=obj, timeout=timeout)
 
     def apply(self, obj: Mapping) -> dict:
         """Server-side apply of ``obj`` (creates it when missing)."""
@@ -299,12 +329,12 @@ class Kube:
                 raise
         return self.create(obj)
 
-    def replace(self, obj: Mapping) -> dict:
+    def replace(self, obj: Mapping, *, timeout: float | None = None) -> dict:
         """``PUT`` of the whole object; with its metadata.resourceVersion, a
         write that someone else's came between is refused with 409."""
         meta = obj["metadata"]
         return self.request("PUT", self.path(obj["kind"], meta.get("namespace"), meta["name"]),
-                            query=[("fieldManager", self.field_manager)], body=obj)
+                            query=[("fieldManager", self.field_manager)], body=obj, timeout=timeout)
 
     def patch(self, kind: str, namespace: str | None, name: str, patch: Mapping, *,
               subresource: str | None = None) -> dict:

@@ -21,6 +21,21 @@ thin shell that reads and writes the Lease.
   starts.
 - A leader that stops cleanly releases the Lease (no holder), so that a
   standby takes over at its next try instead of after the lease duration.
+- Each request of a try may take what is left of the renew deadline (a
+  standby: the whole renew deadline), as client-go bounds its renewals by
+  the deadline, not by a short per-request timeout: a slow answer from a
+  loaded API server is a late renewal, not a lost lease. A busy answer
+  (429, Retry-After) is asked again within that time (:mod:`slurmk8s.kube`).
+- The timings follow the lease duration (:meth:`Timing.for_lease`: client-go's
+  15/10/2 s ratios), which the command takes within
+  [:data:`LEASE_SECONDS_MIN`, :data:`LEASE_SECONDS_MAX`]. A duration read
+  from a Lease is bounded the same way: a Lease written with a huge or
+  unreadable ``leaseDurationSeconds`` cannot keep standbys waiting for ever.
+- Each Helm release has its own Leases (:func:`lease_name`:
+  ``slurmk8s-<component>-<release>``), so two releases in one namespace
+  each elect their own leader. Until it first leads, a candidate also waits
+  for the name older versions used (:func:`legacy_lease_name`) to be free,
+  so that an upgrade never runs an old leader beside a new one.
 
 Who leads: the Lease's ``holderIdentity`` (``kubectl get lease``), each
 replica's ``slurmk8s_leader`` gauge and ``/healthz``.
@@ -29,6 +44,7 @@ replica's ``slurmk8s_leader`` gauge and ``/healthz``.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
@@ -43,7 +59,8 @@ from .health import Health
 from .kube import ApiError, Kube
 from .permissions import RELEASE, Permission
 
-__all__ = ["Timing", "claim", "released", "Elector", "identity", "lead", "LEADER", "PERMISSIONS"]
+__all__ = ["Timing", "claim", "released", "Elector", "identity", "lead", "LEADER", "PERMISSIONS", "lease_name",
+           "legacy_lease_name", "lease_seconds", "is_free", "LEASE_SECONDS_MIN", "LEASE_SECONDS_MAX"]
 
 log = structlog.get_logger("slurmk8s.leader")
 
@@ -54,6 +71,41 @@ PERMISSIONS = (
     Permission("create", "coordination.k8s.io", "leases", RELEASE),
     Permission("update", "coordination.k8s.io", "leases", RELEASE),
 )
+
+#: The lease durations a command accepts (``--lease-duration``, the chart's
+#: ``leaderElection.leaseDurationSeconds``), and the most a Lease's own is believed.
+LEASE_SECONDS_MIN = 5
+LEASE_SECONDS_MAX = 300
+
+#: A Helm release name: a DNS-1123 label of at most 53 characters (Helm's own limit).
+_RELEASE = re.compile(r"[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?")
+
+
+def lease_name(component: str, release: str | None = None) -> str:
+    """The Lease of ``component`` ("operator", "bridge") of the Helm release
+    ``release``: ``slurmk8s-<component>-<release>``; without a release, the
+    name older versions used. ValueError for what is no release name."""
+    if release is None:
+        return legacy_lease_name(component)
+    if not _RELEASE.fullmatch(release):
+        raise ValueError(f"{release!r} is not a Helm release name (lower-case letters, digits and '-', starting "
+                         "and ending with a letter or digit, at most 53 characters)")
+    return f"slurmk8s-{component}-{release}"
+
+
+def legacy_lease_name(component: str) -> str:
+    """The one Lease name of ``component`` before Leases were per release."""
+    return f"slurmk8s-{component}"
+
+
+def lease_seconds(spec: Mapping[str, Any], default: float) -> float:
+    """A Lease's ``leaseDurationSeconds`` as believed: a whole number of
+    seconds, at most LEASE_SECONDS_MAX; ``default`` when absent or unreadable. Pure."""
+    raw = spec.get("leaseDurationSeconds")
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        return default
+    return float(min(raw, LEASE_SECONDS_MAX))
+
 
 LEADER = Gauge("slurmk8s_leader", "1 on the replica that holds its component's Lease and acts, 0 on a standby.",
                ["component"])
@@ -74,6 +126,14 @@ class Timing:
         if not (self.lease > self.renew_deadline > self.retry > 0):
             raise ValueError(f"leader election needs lease > renew deadline > retry > 0, not {self}")
 
+    @classmethod
+    def for_lease(cls, seconds: float) -> "Timing":
+        """The timings of a lease of ``seconds``, in client-go's ratios (15, 10, 2)."""
+        if not LEASE_SECONDS_MIN <= seconds <= LEASE_SECONDS_MAX:
+            raise ValueError(f"the lease duration must be {LEASE_SECONDS_MIN} to {LEASE_SECONDS_MAX} seconds, "
+                             f"not {seconds}")
+        return cls(lease=seconds, renew_deadline=seconds * 2 / 3, retry=seconds * 2 / 15)
+
 
 def identity() -> str:
     """This process's name in the Lease: its pod (``POD_NAME``, from the
@@ -89,7 +149,17 @@ def _stamp(now_wall: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f".{int(now_wall % 1 * 1_000_000):06d}Z"
 
 
-def claim(lease: Mapping[str, Any] | None, me: str, seen_for: float, now_wall: float, lease_seconds: float,
+def is_free(lease: Mapping[str, Any] | None, seen_for: float, default_seconds: float) -> bool:
+    """Nobody holds ``lease``: it does not exist, has no holder, or its holder
+    and renew time have not changed for its duration (:func:`lease_seconds`)
+    by the candidate's clock (``seen_for``). Pure."""
+    spec = (lease or {}).get("spec") or {}
+    if not spec.get("holderIdentity"):
+        return True
+    return seen_for >= lease_seconds(spec, default_seconds)
+
+
+def claim(lease: Mapping[str, Any] | None, me: str, seen_for: float, now_wall: float, duration: float,
           *, namespace: str, name: str) -> dict | None:
     """The Lease to write for ``me`` to lead, or None while another holds it. Pure.
 
@@ -107,14 +177,13 @@ def claim(lease: Mapping[str, Any] | None, me: str, seen_for: float, now_wall: f
         out.setdefault("apiVersion", "coordination.k8s.io/v1")
         out.setdefault("kind", "Lease")
     holder = spec.get("holderIdentity") or ""
-    duration = spec.get("leaseDurationSeconds") or lease_seconds
-    if holder and holder != me and seen_for < duration:
+    if holder and holder != me and not is_free(lease, seen_for, duration):
         return None
     stamp = _stamp(now_wall)
     transitions = int(spec.get("leaseTransitions") or 0)
     out["spec"] = {
         "holderIdentity": me,
-        "leaseDurationSeconds": max(1, int(round(lease_seconds))),
+        "leaseDurationSeconds": max(1, int(round(duration))),
         "acquireTime": spec.get("acquireTime") if holder == me and spec.get("acquireTime") else stamp,
         "renewTime": stamp,
         "leaseTransitions": transitions if holder == me else (transitions + 1 if lease is not None else 0),
@@ -148,8 +217,14 @@ class Elector:
 
     def __init__(self, kube: Kube, namespace: str, name: str, component: str, *, me: str | None = None,
                  timing: Timing = Timing(), on_lost: Callable[[], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 legacy: str | None = None):
         self.kube, self.namespace, self.name, self.component = kube, namespace, name, component
+        #: A Lease that must be free before this candidate first leads (the
+        #: name older versions used; None: none, or the same name).
+        self.legacy = legacy if legacy != name else None
+        self._legacy_seen: tuple[str, str] | None = None
+        self._legacy_seen_at = clock()
         self.me = me or identity()
         self.timing = timing
         self.on_lost = on_lost
@@ -172,11 +247,38 @@ class Elector:
         return (not self._lost and self._renewed_at is not None
                 and self.clock() - self._renewed_at < self.timing.renew_deadline)
 
+    def _time_left(self, now: float) -> float:
+        """How long this try's requests may take, together: what is left of the
+        renew deadline while leading, the whole renew deadline otherwise."""
+        if self._renewed_at is not None and not self._lost:
+            return max(self._renewed_at + self.timing.renew_deadline - now, 0.05)
+        return self.timing.renew_deadline
+
+    def _legacy_free(self, deadline: float) -> bool:
+        """The older versions' Lease is free (read once a try until this candidate first leads)."""
+        if self.legacy is None or self._renewed_at is not None:  # it has led: the Lease is its own
+            return True
+        lease = self.kube.get("Lease", self.namespace, self.legacy, timeout=max(deadline - self.clock(), 0.05))
+        key = _holder_and_renewal(lease)
+        if key != self._legacy_seen:
+            self._legacy_seen, self._legacy_seen_at = key, self.clock()
+        if is_free(lease, self.clock() - self._legacy_seen_at, self.timing.lease):
+            return True
+        self.holder = key[0]
+        return False
+
     def try_once(self) -> bool:
         """One read and, when the rule allows, one write. True when this process now holds the Lease."""
         now = self.clock()
+        deadline = now + self._time_left(now)
+
+        def left() -> float:
+            return max(deadline - self.clock(), 0.05)
+
         try:
-            lease = self.kube.get("Lease", self.namespace, self.name)
+            if not self._legacy_free(deadline):
+                return False
+            lease = self.kube.get("Lease", self.namespace, self.name, timeout=left())
             key = _holder_and_renewal(lease)
             if key != self._seen:
                 self._seen, self._seen_at = key, now
@@ -186,9 +288,9 @@ class Elector:
             if body is None:
                 return False
             if lease is None:
-                written = self.kube.create(body)
+                written = self.kube.create(body, timeout=left())
             else:
-                written = self.kube.replace(body)
+                written = self.kube.replace(body, timeout=left())
         except Exception as exc:  # noqa: BLE001 - unreachable API server: retry, lose by the deadline
             # A 409: another candidate wrote first; the next try reads its write.
             if not (isinstance(exc, ApiError) and exc.conflict):
@@ -267,12 +369,12 @@ def _exit_lost() -> None:
 
 def lead(kubeconfig: str | None, namespace: str, name: str, component: str, health: Health,
          stopped: Callable[[], bool], *, timing: Timing = Timing(),
-         on_lost: Callable[[], None] = _exit_lost) -> Elector | None:
-    """Stand by until this process holds ``namespace/name``; the Elector
-    (renewing in its threads), or None when ``stopped()`` first. ``health``
-    watches its tries and says who leads."""
-    elector = Elector(Kube.from_kubeconfig(kubeconfig, timeout=timing.retry * 2), namespace, name, component,
-                      timing=timing, on_lost=on_lost)
+         on_lost: Callable[[], None] = _exit_lost, legacy: str | None = None) -> Elector | None:
+    """Stand by until this process holds ``namespace/name`` (and ``legacy`` is
+    free); the Elector (renewing in its threads), or None when ``stopped()``
+    first. ``health`` watches its tries and says who leads."""
+    elector = Elector(Kube.from_kubeconfig(kubeconfig, timeout=timing.renew_deadline), namespace, name, component,
+                      timing=timing, on_lost=on_lost, legacy=legacy)
     health.watch("leaseTry", lambda: elector.last_try, stale=max(30.0, 5 * timing.retry + elector.kube.timeout))
     health.describe(lambda: {"leading": elector.leading, "leader": elector.holder or None,
                              "identity": elector.me})

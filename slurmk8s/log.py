@@ -23,6 +23,8 @@ def configure(level: str = "info", fmt: str = "console") -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            # A traceback (exc_info) as text in JSON; the console renderer formats its own.
+            *([structlog.processors.format_exc_info] if fmt == "json" else []),
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),

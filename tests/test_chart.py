@@ -14,6 +14,7 @@ import base64
 import json
 import re
 
+import click
 import helm_python as helm
 import kubernetes_validate
 import pytest
@@ -23,6 +24,7 @@ from slurmk8s import cli, log
 from slurmk8s.api import load_cluster
 from slurmk8s.api.crd import all_crds
 from slurmk8s.bridge.permissions import BRIDGE
+from slurmk8s.leader import LEASE_SECONDS_MAX, LEASE_SECONDS_MIN, lease_name, legacy_lease_name
 from slurmk8s.operator.permissions import OPERATOR
 from slurmk8s.permissions import allows, grants, of_kind
 from slurmk8s.operator.plan import MANAGED_KINDS
@@ -241,10 +243,17 @@ def test_replicas_are_spread_and_kept_through_drains_and_only_the_lease_holder_a
     role = one(objs, "Role", f"{dep['metadata']['name']}-lease")
     assert role["metadata"]["namespace"] == NAMESPACE
     named = [r for r in role["rules"] if r.get("resourceNames")]
+    lease = lease_name(component, RELEASE)
     assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                      "resourceNames": [f"slurmk8s-{component}"], "verbs": ["get", "update"]}]
+                      "resourceNames": [lease], "verbs": ["get", "update"]},
+                     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                      "resourceNames": [legacy_lease_name(component)], "verbs": ["get"]}]
     args = container(objects(), component)["args"]
     assert args[args.index("--lease-namespace") + 1] == NAMESPACE
+    # The Lease the command takes is the one the Role names: this release's.
+    command = {"operator": cli.operator_cmd, "bridge": cli.bridge_cmd}[component]
+    params = command.make_context(component, args[args.index(component) + 1:]).params
+    assert lease_name(component, params["release_name"]) == lease
     single = of(objects({"replicas": 1, "bridge": {"replicas": 1}}), component)
     assert deployment(single, component)["spec"]["replicas"] == 1
     assert "topologySpreadConstraints" not in deployment(single, component)["spec"]["template"]["spec"]
@@ -257,6 +266,7 @@ def test_default_args_watch_the_release_namespace_with_the_global_flags_first(ch
     assert args == ["--log-level", v["logLevel"], "--log-format", v["logFormat"], "operator",
                     "--metrics-port", str(v["metrics"]["port"]), "--health-port", str(v["health"]["port"]),
                     "--namespace", NAMESPACE, "--interval", str(v["interval"]), "--lease-namespace", NAMESPACE,
+                    "--lease-duration", str(v["leaderElection"]["leaseDurationSeconds"]),
                     "--release-namespace", NAMESPACE, "--release-name", RELEASE,
                     "--trusted-repository", "ghcr.io/slurmk8s",
                     "--webhook-port", str(v["webhook"]["port"]), "--webhook-cert-dir", "/etc/slurmk8s/webhook"]
@@ -331,6 +341,43 @@ def test_the_cli_accepts_the_options_the_chart_passes(chart, name):
     assert (params["release_namespace"], params["release_name"]) == (NAMESPACE, RELEASE)
 
 
+def test_two_releases_in_one_namespace_have_their_own_leases():
+    """Issue 41, item 8: with one Lease name per component, a second release in
+    the namespace never led. Each release's commands take, and its Roles name,
+    a Lease of its own."""
+    taken: dict[str, set] = {"operator": set(), "bridge": set()}
+    for release in ("ops", "hpc"):
+        with helm.Chart.load(CHART) as loaded:
+            texts = loaded.render({}, name=release, namespace=NAMESPACE)
+        objs = [d for path, text in texts.items() if not path.endswith("NOTES.txt")
+                for d in yaml.safe_load_all(text) if d]
+        for component, command in (("operator", cli.operator_cmd), ("bridge", cli.bridge_cmd)):
+            args = container(objs, component)["args"]
+            params = command.make_context(component, args[args.index(component) + 1:]).params
+            lease = lease_name(component, params["release_name"])
+            role = one(of(objs, component), "Role", f"{deployment(objs, component)['metadata']['name']}-lease")
+            assert any(r.get("resourceNames") == [lease] and "update" in r["verbs"] for r in role["rules"])
+            taken[component].add(lease)
+    assert all(len(leases) == 2 for leases in taken.values()), taken
+
+
+def test_the_lease_duration_is_bounded_by_the_schema_and_the_cli_alike():
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["leaderElection"]
+    bounds = schema["properties"]["leaseDurationSeconds"]
+    for command in (cli.operator_cmd, cli.bridge_cmd):
+        option = next(p for p in command.params if p.name == "lease_duration")
+        assert (bounds["minimum"], bounds["maximum"]) == (option.type.min, option.type.max) \
+            == (LEASE_SECONDS_MIN, LEASE_SECONDS_MAX)
+    for bad in (0, 4, 301, 10**9):
+        with pytest.raises(Exception, match="leaseDurationSeconds"):
+            objects({"leaderElection": {"leaseDurationSeconds": bad}})
+    args = container(objects({"leaderElection": {"leaseDurationSeconds": 60}}), "bridge")["args"]
+    params = cli.bridge_cmd.make_context("bridge", args[args.index("bridge") + 1:]).params
+    assert params["lease_duration"] == 60
+    with pytest.raises(click.BadParameter, match="not in the range 5<=x<=300"):
+        cli.bridge_cmd.make_context("bridge", ["-A", "--lease-duration", "1000"])
+
+
 def test_schema_log_choices_are_the_clis():
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
     assert schema["logLevel"]["enum"] == list(log.LEVELS)
@@ -367,7 +414,8 @@ def test_overrides_reach_the_deployment():
     assert c["args"][:5] == ["--log-level", "debug", "--log-format", "console", "operator"]
     assert c["args"][5:9] == ["--metrics-port", "9090", "--health-port", "9091"]
     assert c["args"][9:] == ["--namespace", "hpc-a", "--namespace", "hpc-b", "--interval", "30",
-                             "--lease-namespace", NAMESPACE, "--release-namespace", NAMESPACE, "--release-name", RELEASE,
+                             "--lease-namespace", NAMESPACE, "--lease-duration", "15",
+                             "--release-namespace", NAMESPACE, "--release-name", RELEASE,
                              "--trusted-repository", "ghcr.io/slurmk8s",
                              "--webhook-port", "9443", "--webhook-cert-dir", "/etc/slurmk8s/webhook"]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091, "webhook": 9443}
@@ -787,7 +835,8 @@ def test_bridge_watch_namespaces_confine_the_namespaced_rules_to_roles(values, s
     args = container(objs, "bridge")["args"]
     if scoped:
         assert args[args.index("--health-port") + 2:] == [
-            *(x for ns in scoped for x in ("--namespace", ns)), "--interval", "2", "--lease-namespace", NAMESPACE]
+            *(x for ns in scoped for x in ("--namespace", ns)), "--interval", "2", "--lease-namespace", NAMESPACE,
+            "--lease-duration", "15", "--release-name", RELEASE]
     bridge = [o for o in of(objs, "bridge") if not o["metadata"]["name"].endswith("-lease")]
     if not scoped:
         assert "--all-namespaces" in args and "--namespace" not in args

@@ -20,11 +20,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from slurmk8s.bridge import main as bridge_main
 from slurmk8s.bridge.loop import FIELD_MANAGER
 from slurmk8s.bridge.main import watching_bridge
-from slurmk8s.leader import Elector, Timing
-from slurmk8s.operator import main as operator_main
+from slurmk8s.leader import Elector, Timing, lease_name, legacy_lease_name
 from slurmk8s.bridge.nodestate import STATE_LABEL
 from slurmk8s.operator.round import Operator
 from slurmk8s.operator.teardown import PATIENCE as TEARDOWN_PATIENCE
@@ -38,7 +36,7 @@ from sandbox.apiserver import audit
 from .apiserver.conftest import CRDS, start_server, wait_for
 from .conftest import labelled_user_secrets
 from .test_bridge_loop import NOW, Facade, MemorySlurm, idle_node
-from .test_chart import NAMESPACE, RBAC_VALUE_SETS, WATCHED, declared, objects, of, one, watched
+from .test_chart import NAMESPACE, RELEASE, RBAC_VALUE_SETS, WATCHED, declared, objects, of, one, watched
 
 #: Every verb RBAC knows for resources (besides escalate, bind, impersonate, which no rule names).
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
@@ -102,7 +100,8 @@ class Installed:
 
 
 #: The Lease each component elects its leader on.
-LEASES = {"operator": operator_main.LEASE_NAME, "bridge": bridge_main.LEASE_NAME}
+#: Each component's Lease, as the chart's release (test_chart.RELEASE) names it.
+LEASES = {c: lease_name(c, RELEASE) for c in ("operator", "bridge")}
 
 
 @pytest.fixture(scope="module", params=ASKED)
@@ -165,6 +164,10 @@ def test_least_privilege_by_default_as_the_api_server_answers(installed):
         for verb in ("get", "update"):
             assert chart.allowed(component, verb, "coordination.k8s.io", "leases", NAMESPACE)
             assert not chart.allowed(component, verb, "coordination.k8s.io", "leases", NAMESPACE, LEASES[other])
+        # The name older versions used: read (to wait until it is free), never written.
+        legacy = legacy_lease_name(component)
+        assert chart.allowed(component, "get", "coordination.k8s.io", "leases", NAMESPACE, legacy)
+        assert not chart.allowed(component, "update", "coordination.k8s.io", "leases", NAMESPACE, legacy)
     # Where the operator works it reads its key Secrets by name.
     for namespace in watched(chart.values, "operator") or [NAMESPACE]:
         assert chart.allowed("operator", "get", "", "secrets", namespace)
@@ -319,7 +322,7 @@ def test_the_leader_election_makes_only_declared_requests_and_none_is_refused(wo
     """Create, renew and release of the component's Lease in the release
     namespace, as its ServiceAccount."""
     e = Elector(work.kube_as(component, names.FIELD_MANAGER), NAMESPACE, LEASES[component], component,
-                timing=Timing(lease=1.5, renew_deadline=1.0, retry=0.2))
+                timing=Timing(lease=1.5, renew_deadline=1.0, retry=0.2), legacy=legacy_lease_name(component))
     assert e.try_once() and e.try_once() and e.leading
     e._became.set()
     e.stop()

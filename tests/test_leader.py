@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from slurmk8s.kube import ApiError, Kube
-from slurmk8s.leader import Elector, Timing, claim, released
+from slurmk8s.leader import (LEASE_SECONDS_MAX, LEASE_SECONDS_MIN, Elector, Timing, claim, lease_name,
+                              legacy_lease_name, released)
 
 from .apiserver.conftest import Cluster, start_server, wait_for
 
@@ -81,37 +82,43 @@ class Clock:
 
 
 class MemoryLeases:
-    """A Lease store as the API server keeps it: create refused when it exists,
-    PUT refused unless it carries the current resourceVersion. ``lose``: 1,
-    the next write fails before it reaches the store; 2, it is stored but its
-    answer is lost (both a timeout to the writer)."""
+    """A Lease store as the API server keeps it, by name: create refused when
+    it exists, PUT refused unless it carries the current resourceVersion.
+    ``lose``: 1, the next write fails before it reaches the store; 2, it is
+    stored but its answer is lost (both a timeout to the writer)."""
 
     timeout = 1.0
 
     def __init__(self) -> None:
-        self.obj: dict | None = None
+        self.objs: dict[str, dict] = {}
         self.version = 0
         self.lose = 0
 
-    def get(self, kind: str, namespace: str, name: str) -> dict | None:
-        return None if self.obj is None else {**self.obj, "metadata": dict(self.obj["metadata"])}
+    @property
+    def obj(self) -> dict | None:
+        return self.objs.get(NAME)
+
+    def get(self, kind: str, namespace: str, name: str, *, timeout: float | None = None) -> dict | None:
+        obj = self.objs.get(name)
+        return None if obj is None else {**obj, "metadata": dict(obj["metadata"])}
 
     def _store(self, obj: dict) -> dict:
         if self.lose == 1:
             raise TimeoutError("the write timed out")
         self.version += 1
-        self.obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.version)}}
+        name = obj["metadata"]["name"]
+        self.objs[name] = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.version)}}
         if self.lose == 2:
             raise TimeoutError("the answer timed out")
-        return self.obj
+        return self.objs[name]
 
-    def create(self, obj: dict) -> dict:
-        if self.obj is not None:
+    def create(self, obj: dict, *, timeout: float | None = None) -> dict:
+        if obj["metadata"]["name"] in self.objs:
             raise ApiError("POST", "/leases", 409, "AlreadyExists", "exists")
         return self._store(obj)
 
-    def replace(self, obj: dict) -> dict:
-        if obj["metadata"].get("resourceVersion") != self.obj["metadata"]["resourceVersion"]:
+    def replace(self, obj: dict, *, timeout: float | None = None) -> dict:
+        if obj["metadata"].get("resourceVersion") != self.objs[obj["metadata"]["name"]]["metadata"]["resourceVersion"]:
             raise ApiError("PUT", "/leases", 409, "Conflict", "modified")
         return self._store(obj)
 
@@ -237,3 +244,113 @@ def test_of_two_creates_at_once_the_api_refuses_one(api: Cluster):
         t.join()
     assert sorted(won) == [False, True]
     assert [e.leading for e in (a, b)].count(True) == 1
+
+
+# --- bounds, names per release, a slow API server (issue 41, items 8 and 9) --------------
+
+
+def test_a_lease_duration_from_the_lease_is_believed_only_within_bounds():
+    """A Lease written with a huge or unreadable duration cannot keep standbys out for ever."""
+    for duration, waits in ((10**9, LEASE_SECONDS_MAX), ("15", 15), (None, 15), (True, 15), (-3, 15), (40, 40)):
+        held = lease("a")
+        held["spec"]["leaseDurationSeconds"] = duration
+        assert claim(held, "b", waits - 0.1, 1_800_000_000.0, 15, namespace=NS, name=NAME) is None
+        assert claim(held, "b", waits, 1_800_000_000.0, 15, namespace=NS, name=NAME)["spec"]["holderIdentity"] == "b"
+
+
+@pytest.mark.parametrize("seconds", [LEASE_SECONDS_MIN - 1, LEASE_SECONDS_MAX + 1, 0])
+def test_a_lease_duration_out_of_bounds_is_refused_with_the_bounds(seconds):
+    with pytest.raises(ValueError, match=f"{LEASE_SECONDS_MIN} to {LEASE_SECONDS_MAX} seconds"):
+        Timing.for_lease(seconds)
+
+
+def test_the_timings_follow_the_lease_duration_as_client_gos():
+    assert Timing.for_lease(15) == Timing()
+    t = Timing.for_lease(60)
+    assert (t.lease, t.renew_deadline, t.retry) == (60, 40, 8)
+
+
+def test_lease_names_are_per_release_and_refuse_what_is_no_release_name():
+    assert lease_name("operator", "ops") == "slurmk8s-operator-ops" != lease_name("operator", "hpc")
+    assert lease_name("bridge") == legacy_lease_name("bridge") == "slurmk8s-bridge"
+    for bad in ("Ops", "a" * 54, "-x", "x_y", "", "a.b"):
+        with pytest.raises(ValueError, match="not a Helm release name"):
+            lease_name("operator", bad)
+
+
+def test_two_releases_in_one_namespace_each_lead():
+    """Issue 41, item 8: with one fixed Lease name, the second release never led."""
+    clock, store = Clock(), MemoryLeases()
+    electors = [Elector(store, NS, lease_name("operator", release), "test", me=release, clock=clock, wall=clock)
+                for release in ("ops", "hpc")]
+    for e in electors:
+        assert e.try_once() and e.leading
+
+
+def test_a_new_version_waits_for_the_old_versions_lease_to_be_free():
+    """An upgrade: the old leader holds slurmk8s-operator; the new candidate
+    does not lead beside it, and takes its own Lease once the old one is free."""
+    clock, store = Clock(), MemoryLeases()
+    old = Elector(store, NS, NAME, "test", me="old", clock=clock, wall=clock)
+    new = Elector(store, NS, lease_name("operator", "ops"), "test", me="new", clock=clock, wall=clock, legacy=NAME)
+    assert old.try_once()
+    for _ in range(5):
+        clock.t += 2
+        assert old.try_once() and not new.try_once() and new.holder == "old"
+    store.objs[NAME] = released(store.objs[NAME], clock.t)  # the old pod stops cleanly
+    assert new.try_once() and new.leading
+    # Once leading it reads only its own Lease.
+    store.objs[NAME]["spec"]["holderIdentity"] = "someone"
+    clock.t += 2
+    assert new.try_once()
+
+
+class SlowLeases(MemoryLeases):
+    """An API server that answers every request after ``delay`` seconds; a
+    request given less time (its timeout, else the client's) fails as a real one would."""
+
+    def __init__(self, delay: float, timeout: float) -> None:
+        super().__init__()
+        self.delay, self.timeout = delay, timeout
+        self.lock = threading.Lock()
+
+    def _slow(self, timeout: float | None) -> None:
+        allowed = self.timeout if timeout is None else timeout
+        time.sleep(min(self.delay, allowed))
+        if allowed < self.delay:
+            raise ApiError("GET", "/leases", 0, "Unreachable", f"no answer within {allowed:g} s")
+
+    def get(self, kind, namespace, name, *, timeout=None):
+        self._slow(timeout)
+        with self.lock:
+            return super().get(kind, namespace, name)
+
+    def create(self, obj, *, timeout=None):
+        self._slow(timeout)
+        with self.lock:
+            return super().create(obj)
+
+    def replace(self, obj, *, timeout=None):
+        self._slow(timeout)
+        with self.lock:
+            return super().replace(obj)
+
+
+def test_a_slow_api_server_is_a_late_renewal_not_a_lost_lease():
+    """Issue 41, item 9: each request had 4 s (twice the retry period), so an
+    API server slower than that made leaders flip. Here, in proportion: a lease
+    of 3 s, a renew deadline of 2 s, retries every 0.15 s (the old timeout:
+    0.3 s), and every answer takes 0.4 s, a read and a write 0.8 s a try: the
+    leader keeps its Lease, and the standby never takes it."""
+    timing = Timing(lease=3.0, renew_deadline=2.0, retry=0.15)
+    store = SlowLeases(delay=0.4, timeout=timing.retry * 2)
+    lost: list[str] = []
+    a, b = (Elector(store, NS, NAME, "test", me=me, timing=timing, on_lost=lambda me=me: lost.append(me))
+            for me in ("a", "b"))
+    a.start()
+    wait_for("a leads", lambda: a.leading, timeout=5)
+    b.start()
+    time.sleep(4 * timing.lease)
+    assert a.leading and not b.leading and lost == [] and store.obj["spec"]["holderIdentity"] == "a"
+    for e in (a, b):
+        e.stop()

@@ -19,23 +19,27 @@ import os
 import threading
 import time
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from datetime import datetime, timezone
 
+import kopf
 import pytest
+import structlog
 
-from slurmk8s import versions
+from slurmk8s import log, versions
 from slurmk8s.api import load_cluster
 from slurmk8s.api.secrets import SECRET_USE_LABEL
 from slurmk8s.evacuation import held
-from slurmk8s.operator.round import Operator, Outcome
+from slurmk8s.events import Event
+from slurmk8s.operator.round import Operator, Outcome, RoundFailed
 from slurmk8s.operator.teardown import PATIENCE as TEARDOWN_PATIENCE
-from slurmk8s.operator.handlers import HURRY_SECONDS, Handlers
+from slurmk8s.operator.handlers import HURRY_SECONDS, ROUND_BACKOFF_CAP, Handlers
 from slurmk8s.kube import ApiError
 from slurmk8s.operator.permissions import OPERATOR
 from slurmk8s.permissions import grants
 from slurmk8s.render import ClusterKeys, config_files, names, node_conf
 from slurmk8s.slurm import RemoteSlurm, SlurmClient
-from slurmk8s.slurm.model import Job
+from slurmk8s.slurm.model import Job, Node, node_to_dict
 from slurmk8s.slurm.agent import AgentServer
 
 from .conftest import labelled_user_secrets
@@ -345,8 +349,9 @@ def test_a_failed_lookup_stops_the_round_before_any_write(offline):
     w.kube.fail[("list", "Pod")] = ApiError("GET", "/api/v1/pods", 500, "InternalError", "etcd timeout")
     w.spec(lambda s: s.update(nodeSets=[], partitions=[]))
     w.kube.writes.clear()
-    with pytest.raises(ApiError):
+    with pytest.raises(RoundFailed) as failed:
         w.round()
+    assert isinstance(failed.value.__cause__, ApiError) and failed.value.step == "observe"
     assert w.kube.writes == []
 
 
@@ -433,6 +438,140 @@ def test_the_daemon_runs_a_round_every_interval_and_hurries_while_a_round_asks()
     gaps = [b - a for a, b in zip(op.rounds, op.rounds[1:])]
     # Three hurried rounds, HURRY_SECONDS apart; then the interval.
     assert len(op.rounds) == 5 and all(g < HURRY_SECONDS + 0.3 for g in gaps[:3]) and gaps[3] >= 2.0
+
+
+class _Failing:
+    """An Operator whose rounds fail ``times`` times (at the status step, with the Events found), then succeed."""
+
+    def __init__(self, times: int):
+        self.times, self.rounds, self.announced = times, 0, []
+
+    def reconcile(self, body):
+        self.rounds += 1
+        if self.rounds <= self.times:
+            try:
+                raise ApiError("PATCH", "/apis/slurmk8s.dev/v1alpha1/.../status", 503, "ServiceUnavailable", "etcd")
+            except ApiError as exc:
+                raise RoundFailed("status", Outcome(events=[Event("Normal", "Provisioning", "x")])) from exc
+        return Outcome()
+
+    def announce(self, body, events):
+        self.announced.append([e.reason for e in events])
+
+
+def test_failed_rounds_back_off_per_cluster_and_a_good_round_resets_it():
+    """Issue 41, item 9: a failed round was retried every 10 s for ever."""
+    op = _Failing(times=4)
+    h = Handlers(op, interval=2.0)
+    a = {"metadata": {"name": "a", "namespace": "hpc", "uid": "ua"}}
+    b = {"metadata": {"name": "b", "namespace": "hpc", "uid": "ub"}}
+    waits = []
+    for _ in range(4):
+        with pytest.raises(kopf.TemporaryError) as caught:
+            h.reconcile(a)
+        waits.append(h._due["ua"] - time.monotonic())
+        assert abs(caught.value.delay - waits[-1]) < 0.5  # kopf retries its handler after the same backoff
+    # Doubling from the interval, with up to one interval of jitter.
+    assert all(2.0 * 2 ** k - 0.2 <= w <= 2.0 * 2 ** k + 2.0 for k, w in enumerate(waits)), waits
+    h.reconcile(b)  # another cluster's rounds are not held back
+    assert h._due["ub"] - time.monotonic() <= 2.0 and "ub" not in h.failures
+    h.reconcile(a)  # a round that went through: the interval again
+    assert h._due["ua"] - time.monotonic() <= 2.0 and "ua" not in h.failures
+
+
+def test_a_round_failing_for_ever_waits_at_most_the_cap():
+    op = _Failing(times=10**6)
+    h = Handlers(op, interval=10.0)
+    body = {"metadata": {"name": "a", "namespace": "hpc", "uid": "ua"}}
+    for _ in range(12):
+        with pytest.raises(kopf.TemporaryError):
+            h.reconcile(body)
+    assert ROUND_BACKOFF_CAP - 1 <= h._due["ua"] - time.monotonic() <= ROUND_BACKOFF_CAP
+
+
+def test_a_failed_round_is_logged_with_its_context_and_its_events_are_posted(capsys):
+    op = _Failing(times=1)
+    h = Handlers(op, interval=2.0)
+    before = structlog.get_config()
+    log.configure("info", "json")
+    try:
+        with pytest.raises(kopf.TemporaryError):
+            h.reconcile({"metadata": {"name": "a", "namespace": "hpc", "uid": "ua"}})
+    finally:
+        structlog.configure(**before)
+    line = next(json.loads(l) for l in capsys.readouterr().err.splitlines() if "round failed" in l)
+    assert line["cluster"] == "hpc/a" and line["step"] == "status" and line["error_type"] == "ApiError"
+    assert "Traceback" in line["exception"] and "ServiceUnavailable" in line["exception"]
+    # The Events the round had found, and one saying it failed.
+    assert op.announced == [["Provisioning", "RoundFailed"]]
+
+
+def test_the_rounds_events_are_posted_even_when_its_status_patch_fails(offline):
+    w = offline
+    w.round()
+    w.kube.run_controllers()  # the pods run: the next round changes the phase, and says so in an Event
+    w.kube.fail[("patch", "SlurmCluster")] = ApiError("PATCH", "/apis/.../status", 500, "InternalError", "etcd")
+    op = Operator(w.kube, clock=lambda: w.now, fresh_keys=lambda: w.keys)
+    h = Handlers(op, interval=2.0)
+    with pytest.raises(kopf.TemporaryError, match="at status"):
+        h.reconcile(w.body)
+    posted = {e["reason"] for e in w.kube.of_kind("Event").values()}
+    del w.kube.fail[("patch", "SlurmCluster")]
+    phase = w.round().status.phase  # what the failed round found too
+    assert phase != "Pending" and {phase, "RoundFailed"} <= posted, posted
+
+
+class _Refusing(BaseHTTPRequestHandler):
+    """A Slurm agent that knows one node, whose pod is gone, and answers 400 to deleting it."""
+
+    def log_message(self, *args):
+        pass
+
+    def _answer(self, code: int, payload) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/v1/nodes":
+            gone = Node("demo-cpu-5", "down", frozenset({"NOT_RESPONDING"}), "", (), ("cpu",), 2, 0, "", "")
+            return self._answer(200, {"nodes": [node_to_dict(gone)]})
+        if self.path.startswith("/v1/jobs"):
+            return self._answer(200, {"jobs": []})
+        if self.path == "/v1/config-hash":
+            return self._answer(200, {"hash": "old"})
+        return self._answer(404, {"error": "no such thing", "kind": "not-found"})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        return self._answer(200, {"applied": []})
+
+    def do_DELETE(self):
+        return self._answer(400, {"error": "'demo-cpu-5' is not a Slurm node name"})
+
+
+def test_an_agent_refusing_a_request_is_a_problem_of_the_round_which_goes_on(offline):
+    """Issue 41, item 9: the agent client's ValueError for a 400 was missing
+    from the operator's list of failures and aborted the round midway."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        w = offline
+        w.agent_url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        w.round()
+        w.kube.run_controllers()
+        out = w.round()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert any(p.startswith("delete Slurm node demo-cpu-5") and "not a Slurm node name" in p for p in out.problems)
+    assert "ActionFailed" in [e.reason for e in out.events]
+    # The round went on to its last step: the status says what failed.
+    assert out.step == "status" and w.kube.objects[("SlurmCluster", "default", "demo")]["status"]["phase"]
 
 
 def test_scale_in_and_removal_wait_while_slurm_cannot_be_asked(offline):

@@ -16,7 +16,8 @@ import pytest
 
 from slurmk8s.slurm import AgentUnreachable
 from slurmk8s.slurm.client import NotOurDrain, SlurmError
-from slurmk8s.slurm.remote import AgentUnauthorized, RemoteSlurm
+from slurmk8s.slurm.remote import (AgentBadAnswer, AgentError, AgentRefused, AgentUnauthorized,
+                                  RemoteSlurm)
 
 TOKEN = "t" * 32
 #: What a call may take beyond its deadline (scheduling, closing the socket).
@@ -175,3 +176,75 @@ def test_answers_and_refusals_become_the_facades_results_and_exceptions():
         with pytest.raises(AgentUnauthorized):
             RemoteSlurm(server.url, "wrong", timeout=5).nodes()
         assert Agent.seen[2] == ("POST", "/v1/nodes/n1/drain", {"reason": "reclaimed"})
+
+
+class Odd(Agent):
+    """Answers every refusal the agent can give, and answers of the wrong shape."""
+
+    def do_GET(self):
+        if self.path == "/v1/nodes":
+            return self._answer(200, {"nodes": [{"name": "n1"}]})  # fields missing
+        if self.path.startswith("/v1/jobs"):
+            return self._answer(200, {"jobs": "none"})
+        return self._answer(200, [])  # config-hash: not an object
+
+    def do_DELETE(self):
+        return self._answer(400, {"error": "'bad name' is not a Slurm node name"})
+
+
+def test_every_failure_of_the_agents_client_is_an_agent_error_and_the_facades_exception():
+    """One hierarchy for the callers (issue 41, item 9): a 400 was a bare
+    ValueError, which the operator's list of failures missed, so one such
+    answer aborted a round midway."""
+    for server in _serve(Agent):
+        slurm = RemoteSlurm(server.url, TOKEN, timeout=5)
+        for call, facades in ((lambda: slurm.drain("n1", "x"), NotOurDrain),
+                              (lambda: slurm.signal_node_jobs("n1", "USR1"), ValueError),
+                              (lambda: slurm.set_down("n1", "gone"), SlurmError)):
+            with pytest.raises(AgentError) as caught:
+                call()
+            assert isinstance(caught.value, facades)
+        with pytest.raises(AgentRefused, match="bad signal"):
+            slurm.signal_node_jobs("n1", "USR1")
+    for server in _serve(Odd):
+        slurm = RemoteSlurm(server.url, TOKEN, timeout=5)
+        for call in (slurm.nodes, slurm.jobs, slurm.config_hash):
+            with pytest.raises(AgentBadAnswer, match="cannot read"):
+                call()
+        with pytest.raises(AgentRefused):
+            slurm.delete_node("n1")
+
+
+class Busy(Agent):
+    """Answers 429 (Retry-After: 1) ``busy_for`` times, then as the agent."""
+
+    busy_for = 2
+    asked: list = []
+
+    def do_GET(self):
+        Busy.asked.append(time.monotonic())
+        if len(Busy.asked) <= self.busy_for:
+            body = b'{"error": "too many connections"}'
+            self.send_response(429)
+            self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        super().do_GET()
+
+
+def test_a_busy_agent_is_asked_again_after_its_retry_after_within_the_calls_deadline():
+    Busy.asked, Busy.busy_for = [], 2
+    for server in _serve(Busy):
+        assert RemoteSlurm(server.url, TOKEN, timeout=10).nodes() == []
+        gaps = [b - a for a, b in zip(Busy.asked, Busy.asked[1:])]
+        assert len(Busy.asked) == 3 and all(g >= 0.9 for g in gaps), gaps
+    # Busy for ever: the call ends by its deadline with the agent's answer, not an endless wait.
+    Busy.asked, Busy.busy_for = [], 10**6
+    for server in _serve(Busy):
+        started = time.monotonic()
+        with pytest.raises(AgentError) as caught:
+            RemoteSlurm(server.url, TOKEN, timeout=3).nodes()
+        assert caught.value.status == 429 and time.monotonic() - started < 3 + MARGIN
+        assert 1 < len(Busy.asked) <= 4

@@ -187,7 +187,7 @@ class FakeKube(Kube):
         self.events: dict[str, dict] = {}
         self.fail_patch = False
 
-    def request(self, method, path, *, query=(), body=None, content_type="application/json"):
+    def request(self, method, path, *, query=(), body=None, content_type="application/json", timeout=None):
         parts = path.split("/")
         if method == "GET" and parts[-1] == "deployments":
             namespace = parts[-2] if "namespaces" in parts else None
@@ -328,3 +328,43 @@ def test_the_example_serving_deployment_rolls_in_the_stand_in(tmp_path):
     finally:
         cluster.api_client.close()
         cluster.srv.stop()
+
+
+def test_the_bridges_round_reports_the_rollouts_that_failed(example_doc):
+    """Issue 41, item 9: the bridge dropped rollout failures from its round
+    report; they are reported as its other failures are (report, Event once,
+    metric, log)."""
+    from slurmk8s.bridge import metrics
+    from slurmk8s.bridge.loop import Bridge, RoundReport
+    from slurmk8s.slurm import AgentError
+
+    namespace = example_doc["metadata"].get("namespace", "default")
+    apps = FakeKube(deployment("unread", namespace=namespace, model_dir=f"{ROOTS[0]}/unread"),
+                    deployment("refused", namespace=namespace, model_dir=f"{ROOTS[0]}/refused"))
+    apps.fail_patch = True
+
+    class View:
+        def clusters(self, ns):
+            return [copy.deepcopy(example_doc)]
+
+    class Agent:
+        def published(self, model_dir: str) -> str:
+            if model_dir.endswith("/unread"):
+                raise AgentError("the Slurm agent answered 500: boom", 500)
+            return "v1"
+
+    bridge = Bridge.__new__(Bridge)  # only what the rollouts use
+    bridge.namespaces, bridge.view, bridge.kube, bridge._unanswered = (), View(), apps, set()
+    bridge._agent_of = lambda cluster: Agent()
+    failed = metrics.ROLLOUTS.labels("failed")
+    before = failed._value.get()
+    for _ in range(2):
+        report = RoundReport()
+        bridge._rollouts(report)
+        assert sorted(report.rollouts_failed) == [f"{namespace}/refused", f"{namespace}/unread"]
+        assert "boom" in report.rollouts_failed[f"{namespace}/unread"]
+        assert "connection refused" in report.rollouts_failed[f"{namespace}/refused"]
+    assert failed._value.get() - before == 4
+    # One Warning Event per Deployment and what failed, however many rounds.
+    assert sorted((e["reason"], e["involvedObject"]["name"]) for e in apps.events.values()) == [
+        ("RolloutFailed", "refused"), ("RolloutFailed", "unread")]

@@ -101,6 +101,8 @@ class RoundReport:
     errors: list[str] = field(default_factory=list)
     #: Deployments rolled to a new model version: namespace/name -> version.
     rolled: dict[str, str] = field(default_factory=dict)
+    #: Deployments that could not be rolled (LATEST unread, the patch failed): namespace/name -> why.
+    rollouts_failed: dict[str, str] = field(default_factory=dict)
     #: Caches not synced yet: the round decided nothing.
     waiting: list[str] = field(default_factory=list)
 
@@ -328,7 +330,8 @@ class Bridge:
             report.errors.append(f"model-version rollouts: {exc}")
             log.exception("rollouts failed")
         metrics.ROUND_SECONDS.observe(time.monotonic() - started)
-        metrics.ROUNDS.labels("error" if report.errors else ("problem" if report.failed else "ok")).inc()
+        problem = report.failed or report.rollouts_failed
+        metrics.ROUNDS.labels("error" if report.errors else ("problem" if problem else "ok")).inc()
         return report
 
     def _rollouts(self, report: RoundReport) -> None:
@@ -370,6 +373,10 @@ class Bridge:
 
             done = apply_rollouts(self.kube, read_file, sorted(roots), namespace=namespace)
             report.rolled.update(done.rolled)
+            report.rollouts_failed.update(done.failed)
+            for result, count in (("rolled", len(done.rolled)), ("failed", len(done.failed)),
+                                  ("invalid", len(done.invalid))):
+                metrics.ROLLOUTS.labels(result).inc(count)
 
     def _world(self) -> tuple[dict[str, dict], tuple[KubeNode, ...], tuple]:
         """Nodes (as the API returns them, and parsed) and Pods, as they are now."""
@@ -433,6 +440,8 @@ class Bridge:
                 log.warning("round error", error=error)
             for action, why in report.failed:
                 log.warning("action failed", action=type(action).__name__, node=A.node_of(action), error=why)
+            for deployment, why in report.rollouts_failed.items():
+                log.warning("rollout failed", deployment=deployment, error=why)
             now = time.time()
             acted = bool(report.applied or report.failed)
             if report.applied and follow_ups < FOLLOW_UPS:

@@ -11,15 +11,16 @@ import structlog
 
 from ..health import Health
 from ..kube import Kube
-from ..leader import lead
+from ..leader import Timing, lead, lease_name, legacy_lease_name
 from ..metricsserver import serve_metrics
 from .loop import FIELD_MANAGER, Bridge
 from .view import Watching
 
 __all__ = ["run", "watching_bridge", "LEASE_NAME"]
 
-#: The bridge's Lease, in its own namespace: of its replicas, only the holder acts.
-LEASE_NAME = "slurmk8s-bridge"
+#: The bridge's Lease without a release name, in its own namespace: of its replicas, only the holder acts
+#: (with one: ``slurmk8s.leader.lease_name("bridge", release)``).
+LEASE_NAME = legacy_lease_name("bridge")
 
 #: How long a cluster's agent client (its token Secret and controller pod) is reused, until a call fails.
 AGENT_TTL = 300.0
@@ -37,12 +38,13 @@ def watching_bridge(kube: Kube, namespaces: Collection[str] = (), **kwargs: Any)
 
 def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubeconfig: str | None = None,
         metrics_port: int | None = None, health_port: int | None = None, interval: float = 2.0,
-        lease_namespace: str | None = None) -> None:
+        lease_namespace: str | None = None, lease_seconds: float = 15, release_name: str | None = None) -> None:
     """Run the bridge until SIGTERM or SIGINT: a round every ``interval`` seconds, and when a watched change matters.
 
     ``lease_namespace``: stand by until this replica holds the bridge's Lease
-    there (:mod:`slurmk8s.leader`), and exit if it loses it; None runs
-    without an election (one replica only)."""
+    there (:mod:`slurmk8s.leader`; the Lease is ``release_name``'s, of
+    ``lease_seconds``), and exit if it loses it; None runs without an
+    election (one replica only)."""
     if not namespaces and not all_namespaces:
         raise ValueError("name the namespaces to watch (--namespace, repeatable) or pass --all-namespaces")
     stop = threading.Event()
@@ -55,7 +57,8 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
         health.serve(health_port)
     elector = None
     if lease_namespace:
-        elector = lead(kubeconfig, lease_namespace, LEASE_NAME, "bridge", health, stop.is_set)
+        elector = lead(kubeconfig, lease_namespace, lease_name("bridge", release_name), "bridge", health, stop.is_set,
+                       timing=Timing.for_lease(lease_seconds), legacy=LEASE_NAME)
         if elector is None:
             return
     kube = Kube.from_kubeconfig(kubeconfig, field_manager=FIELD_MANAGER)

@@ -8,13 +8,13 @@ from ..slurm.steps import PER_JOB
 from .reasons import REASONS
 
 __all__ = ["ROUNDS", "ROUND_SECONDS", "ACTIONS", "NODES", "POLICY_NODES", "LEND_SECONDS", "RECLAIM_SECONDS",
-           "JOBS", "RECLAIMS_OVERDUE", "SLURM_READS", "PENDING_GPU_PODS", "observe_nodes"]
+           "JOBS", "RECLAIMS_OVERDUE", "SLURM_READS", "PENDING_GPU_PODS", "ROLLOUTS", "observe_nodes"]
 
 #: Lending and reclaiming take seconds to minutes (a grace period is often 5 minutes).
 _LATENCY_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600)
 
 ROUNDS = Counter("slurmk8s_bridge_rounds_total", "Rounds of the bridge's loop, by result (ok; problem: an action "
-                 "failed and is retried next round; error: a policy's round failed; unsynced: a watch cache was not "
+                 "or a model-version rollout failed and is retried next round; error: a policy's round failed; unsynced: a watch cache was not "
                  "synced, so nothing was decided).", ["result"])
 ROUND_SECONDS = Histogram("slurmk8s_bridge_round_seconds", "Duration of one round over every policy.")
 ACTIONS = Counter("slurmk8s_bridge_actions_total", "Actions applied, by kind and result (ok, failed).",
@@ -46,6 +46,12 @@ for _outcome in ("signalled", *(counted for _, counted, _ in PER_JOB.values())):
     JOBS.labels(_outcome)
 for _reason in REASONS:
     RECLAIM_SECONDS.labels(_reason)
+
+ROLLOUTS = Counter("slurmk8s_bridge_rollouts_total", "Serving Deployments by what a round's model-version rollout "
+                   "did: rolled (to a newly published version), failed (LATEST unread or the patch failed: "
+                   "retried next round), invalid (a model-dir annotation refused).", ["result"])
+for _result in ("rolled", "failed", "invalid"):
+    ROLLOUTS.labels(_result)
 
 PENDING_GPU_PODS = Gauge("slurmk8s_bridge_pending_gpu_pods", "Kubernetes pods that ask for GPUs and wait for a "
                          "node (Pending, not yet placed): the demand that reclaims lent nodes.")

@@ -14,7 +14,10 @@ The model directory must be a normalised absolute path inside one of the
 allowed roots (the clusters' ``spec.sharedStorage.checkpointDir``), so that a
 Deployment cannot make the bridge read other files. A Deployment whose
 annotation breaks that gets a Warning Event (``InvalidModelDir``) and is left
-alone. Only a plain version name (``slurmk8s.published_model.VERSION``) from ``LATEST``
+alone. A Deployment whose ``LATEST`` cannot be read, or whose patch fails,
+gets a Warning Event (``RolloutFailed``, once while Kubernetes keeps it) and
+is tried again next round; the bridge's round report, log and metrics count
+both. Only a plain version name (``slurmk8s.published_model.VERSION``) from ``LATEST``
 ever reaches an annotation.
 
 :func:`rollout_patch` and :func:`check_model_dir` are pure;
@@ -40,6 +43,8 @@ MODEL_DIR_ANNOTATION = "slurmk8s.dev/model-dir"
 MODEL_VERSION_ANNOTATION = "slurmk8s.dev/model-version"
 #: The reason of the Warning Event a Deployment with a bad model-dir gets.
 INVALID_REASON = "InvalidModelDir"
+#: The reason of the Warning Event a Deployment gets when its LATEST cannot be read or its patch fails.
+FAILED_REASON = "RolloutFailed"
 COMPONENT = "slurmk8s-bridge"
 
 _log = log.get("slurmk8s.bridge.rollout")
@@ -84,13 +89,13 @@ class RolloutReport:
     failed: dict[str, str] = field(default_factory=dict)  # -> the error reading LATEST or patching
 
 
-def _event_name(deployment: dict, message: str) -> str:
-    """The name of the Warning Event about a refused annotation. It depends on
-    the Deployment and the message only, so a bad annotation gives one Event,
-    not one per round (creating it again is refused as AlreadyExists)."""
+def _event_name(deployment: dict, message: str, reason: str = INVALID_REASON) -> str:
+    """The name of a Warning Event about a Deployment. It depends on the
+    Deployment, the reason and ``message`` only, so a lasting problem gives
+    one Event, not one per round (creating it again is refused as AlreadyExists)."""
     meta = deployment["metadata"]
     digest = hashlib.sha256(f"{meta.get('uid', '')}\n{message}".encode()).hexdigest()[:12]
-    return f"{meta['name'][:200]}.{INVALID_REASON.lower()}.{digest}"
+    return f"{meta['name'][:200]}.{reason.lower()}.{digest}"
 
 
 def apply_rollouts(kube: Any, read_file: Callable[[str], str], allowed_roots: Sequence[str], *,
@@ -125,6 +130,7 @@ def apply_rollouts(kube: Any, read_file: Callable[[str], str], allowed_roots: Se
         except (OSError, UnicodeDecodeError) as exc:
             report.failed[key] = f"cannot read {model_dir}/{LATEST}: {exc}"
             _log.warning("cannot read the published model version", deployment=key, error=str(exc))
+            _failed(kube if events else None, dep, f"cannot read {model_dir}/{LATEST}", report.failed[key])
             continue
         patch = rollout_patch(dep, version)
         if version is None:
@@ -137,11 +143,26 @@ def apply_rollouts(kube: Any, read_file: Callable[[str], str], allowed_roots: Se
         except Exception as exc:  # an ApiError, or the connection
             report.failed[key] = f"patch failed: {exc}"
             _log.warning("could not roll the Deployment", deployment=key, version=version, error=str(exc))
+            _failed(kube if events else None, dep, "patch failed", f"rolling to {version}: {report.failed[key]}")
             continue
         report.rolled[key] = version
         _log.info("rolling the Deployment to a new model version", deployment=key, version=version,
                   model_dir=model_dir)
     return report
+
+
+def _failed(kube: Any, dep: dict, what: str, message: str) -> None:
+    """A Warning Event that the Deployment could not be rolled; named by
+    ``what`` failed, not by the error's words, so a lasting failure is told once."""
+    if kube is None:
+        return
+    key = f"{dep['metadata'].get('namespace')}/{dep['metadata'].get('name')}"
+    try:
+        kube.event(dep, "Warning", FAILED_REASON, f"not rolled to the published model version: {message}",
+                   component=COMPONENT, name=_event_name(dep, what, FAILED_REASON))
+    except Exception as exc:  # noqa: BLE001 - the report and the log say it all the same
+        if getattr(exc, "status", None) != 409:  # 409: the same Event exists, told already
+            _log.warning("could not record an Event", deployment=key, error=str(exc))
 
 
 def _warn(kube: Any, dep: dict, message: str) -> None:

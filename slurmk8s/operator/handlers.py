@@ -7,7 +7,12 @@
 - a daemon per SlurmCluster that runs a round every ``interval`` seconds,
   and every HURRY_SECONDS while a round says so (``Outcome.hurry``: an evacuation
   waits for signalled jobs that may requeue themselves, to start them again
-  at once instead of after Slurm's requeue delay);
+  at once instead of after Slurm's requeue delay); after rounds that failed,
+  later and later (:func:`slurmk8s.backoff.round_backoff`: doubling with
+  jitter, at most ROUND_BACKOFF_CAP), back to ``interval`` after one that
+  did not. A failed round is logged with its cluster, step, exception type
+  and traceback, and its Events (those it had found, and a ``RoundFailed``
+  Warning) are posted all the same;
 - delete: the finalizer ``slurmk8s.dev/teardown`` runs an orderly teardown;
 - login: the credentials the operator's own client uses;
 - startup: kopf's settings (annotations for its bookkeeping, the finalizer
@@ -31,14 +36,17 @@ from typing import Any
 import kopf
 
 from slurmk8s import log
+from slurmk8s.backoff import ROUND_BACKOFF_CAP, round_backoff
 from slurmk8s.api.cluster import GROUP, PLURAL, VERSION
 from slurmk8s.render import names
 
 from . import metrics
 from .diffbase import DigestDiffBaseStorage
-from .round import Operator
+from slurmk8s.events import Event
 
-__all__ = ["register", "Handlers", "FINALIZER"]
+from .round import Operator, RoundFailed
+
+__all__ = ["register", "Handlers", "FINALIZER", "ROUND_BACKOFF_CAP"]
 
 FINALIZER = f"{GROUP}/teardown"
 _log = log.get("slurmk8s.operator")
@@ -56,6 +64,8 @@ class Handlers:
         self._guard = threading.Lock()
         #: When each cluster's next round is due (time.monotonic()).
         self._due: dict[str, float] = {}
+        #: Rounds of each cluster that failed in a row (its backoff).
+        self.failures: dict[str, int] = {}
 
     @staticmethod
     def _key(body: Any) -> str:
@@ -74,27 +84,55 @@ class Handlers:
                 try:
                     self.reconcile(body)
                 except kopf.TemporaryError:
-                    self._due[key] = time.monotonic() + max(self.interval, 10.0)
+                    pass  # reconcile set when the next round is due
             stopped.wait(min(HURRY_SECONDS, self.interval))
 
     def reconcile(self, body: kopf.Body, **_: Any) -> None:
         if body["metadata"].get("deletionTimestamp"):
             return  # the teardown handler owns a cluster being deleted
         started = time.monotonic()
+        key = self._key(body)
         with self._lock(body):
             try:
                 outcome = self.op.reconcile(dict(body))
             except Exception as exc:
-                metrics.RECONCILES.labels(result="error").inc()
-                _log.warning("round failed", cluster=body["metadata"]["name"], error=str(exc))
-                raise kopf.TemporaryError(f"round failed: {exc}", delay=10) from exc
-            self._due[self._key(body)] = time.monotonic() + (HURRY_SECONDS if outcome.hurry else self.interval)
+                raise self._failed(body, exc) from exc
+            self.failures.pop(key, None)
+            self._due[key] = time.monotonic() + (HURRY_SECONDS if outcome.hurry else self.interval)
         metrics.ROUND_SECONDS.observe(time.monotonic() - started)
         metrics.RECONCILES.labels(result="problem" if outcome.problems else "ok").inc()
         metrics.observe_cluster(body["metadata"].get("namespace", ""), body["metadata"]["name"], outcome)
         self.op.announce(dict(body), outcome.events)
         for what in outcome.applied:
             _log.info("applied", cluster=body["metadata"]["name"], action=what)
+
+    def _failed(self, body: kopf.Body, exc: Exception) -> kopf.TemporaryError:
+        """A round that raised: back off, log it with its context, post its
+        Events; the error for kopf to retry the handler after the backoff."""
+        key = self._key(body)
+        meta = body["metadata"]
+        cluster = f"{meta.get('namespace', '')}/{meta['name']}"
+        step, cause = "start", exc
+        if isinstance(exc, RoundFailed):
+            step, cause = exc.step, exc.__cause__ or exc
+        failures = self.failures.get(key, 0) + 1
+        self.failures[key] = failures
+        delay = round_backoff(failures, self.interval)
+        self._due[key] = time.monotonic() + delay
+        metrics.RECONCILES.labels(result="error").inc()
+        _log.warning("round failed", cluster=cluster, step=step, error_type=type(cause).__name__,
+                     error=str(cause)[:2000], failures=failures, retry_in=round(delay, 1),
+                     exc_info=(type(cause), cause, cause.__traceback__))
+        events = list(exc.outcome.events) if isinstance(exc, RoundFailed) else []
+        # Named by step and exception type: announced once while Kubernetes keeps it.
+        events.append(Event("Warning", "RoundFailed",
+                            f"the round failed at {step}: {type(cause).__name__}: {cause}; next round in "
+                            f"{delay:.0f} s", name=f"{step}: {type(cause).__name__}"))
+        try:
+            self.op.announce(dict(body), events)
+        except Exception:  # noqa: BLE001 - the log line says it all the same
+            _log.warning("could not post the failed round's Events", cluster=cluster, exc_info=True)
+        return kopf.TemporaryError(f"round failed at {step}: {type(cause).__name__}: {cause}", delay=delay)
 
     def teardown(self, body: kopf.Body, retry: int = 0, **_: Any) -> None:
         with self._lock(body):

@@ -15,7 +15,7 @@ from slurmk8s import log
 from slurmk8s.api.cluster import PROJECT_REPOSITORY
 from slurmk8s.health import Health
 from slurmk8s.kube import Kube
-from slurmk8s.leader import lead
+from slurmk8s.leader import Timing, lead, lease_name, legacy_lease_name
 from slurmk8s.render.manifests import AgentClients
 
 from . import metrics
@@ -27,8 +27,9 @@ __all__ = ["run", "build", "LEASE_NAME", "DEFAULT_CERT_DIR"]
 
 #: Where the chart mounts the webhook's certificate (tls.crt, tls.key).
 DEFAULT_CERT_DIR = "/etc/slurmk8s/webhook"
-#: The operator's Lease, in its own namespace: of its replicas, only the holder acts.
-LEASE_NAME = "slurmk8s-operator"
+#: The operator's Lease without a release name, in its own namespace: of its replicas, only the holder acts
+#: (with one: ``slurmk8s.leader.lease_name("operator", release)``).
+LEASE_NAME = legacy_lease_name("operator")
 
 
 def build(kubeconfig: str | None = None, *, interval: float = 10.0, agent_clients: AgentClients | None = None,
@@ -47,7 +48,8 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
         metrics_port: int | None = None, health_port: int | None = None, interval: float = 10.0,
         agent_clients: AgentClients | None = None,
         trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,), webhook_port: int | None = None,
-        webhook_cert_dir: str | None = None, lease_namespace: str | None = None) -> None:
+        webhook_cert_dir: str | None = None, lease_namespace: str | None = None, lease_seconds: float = 15,
+        release_name: str | None = None) -> None:
     """Run the operator until stopped (SIGINT/SIGTERM).
 
     Watches SlurmClusters in ``namespaces``, or in every namespace with
@@ -55,7 +57,8 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
     holds the operator's Lease there (:mod:`slurmk8s.leader`), then run
     kopf (standalone: the Lease, not kopf's peering, keeps a second replica
     out), and exit if the Lease is lost; None runs without an election (one
-    replica only). ``/healthz`` answers on ``health_port``, from a standby
+    replica only). The Lease is ``release_name``'s (:func:`slurmk8s.leader.lease_name`),
+    of ``lease_seconds``. ``/healthz`` answers on ``health_port``, from a standby
     too. ``agent_clients``: the operator's and the bridge's pods (from the
     chart), admitted to each cluster's agent by a NetworkPolicy; None
     admits any pod (and says so). ``trusted_repositories``: the image
@@ -88,7 +91,8 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
             # Until kopf installs its own, SIGTERM and SIGINT end the wait.
             stop = threading.Event()
             before = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-            elector = lead(kubeconfig, lease_namespace, LEASE_NAME, "operator", health, stop.is_set)
+            elector = lead(kubeconfig, lease_namespace, lease_name("operator", release_name), "operator", health,
+                           stop.is_set, timing=Timing.for_lease(lease_seconds), legacy=LEASE_NAME)
             for sig, handler in before.items():
                 signal.signal(sig, handler)
             if elector is None:

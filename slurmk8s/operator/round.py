@@ -19,6 +19,13 @@ what they return, in this order:
 7. The site directory's health (DirectoryReady), as the agent reads it.
 8. Status.
 
+A step that raises ends the round as :class:`RoundFailed`, which names the
+step and carries what the round had found so far (its Events are still
+posted: :mod:`.handlers`). The failures of a write or a Slurm step the
+round expects (:data:`FAILURES`: the API server's, and every
+:class:`~slurmk8s.slurm.AgentError` of the agent's client) are the round's
+problems instead, and it goes on as each step says.
+
 Nothing is remembered between rounds in memory: a round starts from what
 the API server and Slurm say. What it reads becomes the decisions' input in
 :mod:`.observe`; the finalizer's teardown is :mod:`.teardown`.
@@ -41,7 +48,7 @@ from slurmk8s.render import ClusterKeys, TopologyNode, names, render
 from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, key_secret_names, keys_from_secrets
 from slurmk8s.render.manifests import AgentClients
 from slurmk8s.events import Event
-from slurmk8s.slurm import SlurmControl, SlurmError, steps
+from slurmk8s.slurm import AgentError, NotOurDrain, SlurmControl, SlurmError, steps
 from slurmk8s.slurm.model import Job, Node, SlurmState, unhealthy
 from slurmk8s.slurm.remote import agent_url as remote_agent_url, cluster_agent
 from slurmk8s.times import format_time
@@ -51,7 +58,7 @@ from .observe import observe_nodesets, previous_status
 from .reconfigure import decide_reconfigure
 from slurmk8s.kube import ApiError, Kube
 
-__all__ = ["Operator", "Outcome", "agent_url"]
+__all__ = ["Operator", "Outcome", "RoundFailed", "FAILURES", "agent_url"]
 
 _log = log.get("slurmk8s.operator")
 
@@ -68,6 +75,24 @@ class Outcome:
     nodes: list[Node] | None = None
     #: Run the next round soon (workers.Decision.hurry): signalled jobs may requeue themselves.
     hurry: bool = False
+    #: The step the round is at (the last one it reached, in a round that failed).
+    step: str = "start"
+
+
+class RoundFailed(Exception):
+    """A round stopped at ``step`` (its cause is ``__cause__``); ``outcome``:
+    what it had found and done until then, its Events included."""
+
+    def __init__(self, step: str, outcome: Outcome):
+        self.step, self.outcome = step, outcome
+        super().__init__(f"the round failed at {step}")
+
+
+#: What a write or a Slurm step may raise that the round reports as its
+#: problem and goes on: the API server's refusal or silence, and every
+#: failure of the agent's client (a 400, a refused drain, Slurm's error,
+#: no answer).
+FAILURES: tuple[type[BaseException], ...] = (ApiError, AgentError, SlurmError, NotOurDrain, OSError)
 
 
 def agent_url(cluster: SlurmCluster, controller_pod: Mapping | None) -> str | None:
@@ -189,12 +214,21 @@ class Operator:
         if previous is None or previous.phase != "Failed" or _ready_message(previous) != message:
             out.events.append(Event("Warning", reason, message))
         out.problems.append(message)
+        out.step = "status"
         self._patch_status(body, previous, out.status)
         return out
 
     def reconcile(self, body: Mapping) -> Outcome:
-        now = self.clock()
+        """One round; :class:`RoundFailed` when a step raised."""
         out = Outcome()
+        try:
+            return self._round(body, out)
+        except Exception as exc:
+            raise RoundFailed(out.step, out) from exc
+
+    def _round(self, body: Mapping, out: Outcome) -> Outcome:
+        now = self.clock()
+        out.step = "read the spec"
         previous = previous_status(body)
         doc = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
         try:
@@ -202,10 +236,12 @@ class Operator:
         except InvalidSpec as exc:
             return self._refuse(body, previous, out, str(exc), "InvalidSpec", now)
 
+        out.step = "read the Secrets the spec names"
         unusable = self.unusable_secrets(cluster)
         if unusable:  # nothing is mounted or sent that its owner did not mark for it
             return self._refuse(body, previous, out, "; ".join(unusable), "UnusableSecret", now)
 
+        out.step = "observe"
         observed = self.observe(cluster.namespace, cluster.name)
         pods = [o for o in observed if o["kind"] == "Pod"]
         objects = [o for o in observed if o["kind"] != "Pod"]
@@ -226,15 +262,19 @@ class Operator:
                                         applied_hash=previous.config_hash if previous else None,
                                         rendered_hash="", problems=out.problems, now=format_time(now),
                                         problem_reason=reason)
+            out.step = "status"
             self._patch_status(body, previous, out.status)
             return out
+        out.step = "read the workers' Nodes"
         worker_nodes, unread = self._worker_nodes(pods)
         if cluster.spec.topology and unread:
             raise unread[0]  # a topology without a node's switch labels would be wrong, not partial
         topology = self._topology(pods, worker_nodes) if cluster.spec.topology else []
+        out.step = "render"
         desired = render(cluster, keys, topology, agent_clients=self.agent_clients)
         rendered_hash = desired[0]["metadata"]["annotations"][names.CONFIG_HASH]
 
+        out.step = "read Slurm"
         controller_pod = next((p for p in pods if p["metadata"]["name"] == names.controller_pod(cluster)), None)
         slurm = self.agent(cluster, keys.agent_token, controller_pod)
         nodes: list[Node] | None = None
@@ -271,12 +311,14 @@ class Operator:
         out.hurry = decision.hurry
 
         # 1. Slurm actions and their annotations.
+        out.step = "Slurm actions"
         if not self._slurm_actions(cluster, slurm, decision.slurm_actions, out):
             decision = decision.hold(sets)
         held = bool(out.problems)
         out.events += decision.events
 
         # 2. Creates and updates; removed node sets are scaled through their observed StatefulSet.
+        out.step = "create and update"
         keep = {(kind, name) for s in sets if s.name in decision.keep
                 for kind, name in (("StatefulSet", s.statefulset), ("PodDisruptionBudget", f"{s.statefulset}-busy"))}
         wanted = plan.with_replicas(desired, decision.replicas)
@@ -297,6 +339,7 @@ class Operator:
                     {"spec": {"replicas": decision.replicas[s.statefulset]}}))
 
         # 3. Busy labels (the busy-worker PodDisruptionBudget), restarts and leftover records.
+        out.step = "labels, restarts and node records"
         for b in decision.busy_labels:
             self._try(out, f"label Pod/{b.pod} busy={b.busy}", lambda b=b: self.kube.patch(
                 "Pod", cluster.namespace, b.pod,
@@ -309,12 +352,14 @@ class Operator:
                 self._try(out, f"delete Slurm node {r.node}", lambda r=r: slurm.delete_node(r.node))
 
         # 4. Deletes, only after a clean round so far.
+        out.step = "delete"
         if not out.problems:
             for d in changes.deletes:
                 self._try(out, f"delete {d.kind}/{d.name}", lambda d=d: self.kube.delete(
                     d.kind, d.namespace, d.name, uid=d.uid))
 
         # 5. Reconfigure.
+        out.step = "reconfigure"
         applied = previous.config_hash if previous else None
         go, why = decide_reconfigure(rendered_hash, applied, seen_hash)
         if why:
@@ -330,6 +375,7 @@ class Operator:
                 out.problems.append(f"scontrol reconfigure failed: {exc}")
 
         # 6. Accounting: every login user's association and the QOS, through the agent.
+        out.step = "accounting"
         acct_applied: bool | None = None
         acct_error = ""
         if nodes is not None and accounting.applies(cluster, objects):
@@ -344,6 +390,7 @@ class Operator:
                 out.waiting.append(f"associations not applied: {exc}")
 
         # 7. The site's directory, as the sssd container beside slurmctld last probed it.
+        out.step = "directory"
         directory_ready = None
         if cluster.spec.identity.ldap is not None:
             verdict, why = None, "the agent did not answer this round"
@@ -360,6 +407,7 @@ class Operator:
                 out.events.append(change)
 
         # 8. Status. A workload short of pods: its controller's FailedCreate Events say why.
+        out.step = "status"
         short = status.short_of_pods(objects, pods)
         refused_pods: list[str] = []
         if short:
@@ -385,7 +433,7 @@ class Operator:
         """``what``: a verb and the object (``create StatefulSet/x``)."""
         try:
             fn()
-        except (ApiError, SlurmError, OSError, RuntimeError) as exc:
+        except FAILURES as exc:
             out.problems.append(f"{what}: {exc}")
             out.events.append(Event("Warning", "ActionFailed", f"{what}: {exc}", name=what))
             return False

@@ -1,13 +1,26 @@
 """The agent's client: :class:`~.control.SlurmControl` over HTTP.
 
 The operator (and the bridge) hold a :class:`RemoteSlurm` for each cluster.
-It carries each call to the cluster's agent (:mod:`.agent`) and turns the
-agent's refusals back into the exceptions :class:`~.client.SlurmClient`
-raises: ``ValueError`` for a bad name, reason or signal, ``NotOurDrain``,
-``SlurmError`` (with ``unreachable`` when slurmctld did not answer). When the
-agent itself cannot be reached it raises :class:`AgentUnreachable`. Every
-failure raises: callers never get a default that could pass for "no such
-node" or "no jobs".
+It carries each call to the cluster's agent (:mod:`.agent`). Every failure
+it raises is an :class:`AgentError` (one hierarchy for its callers to
+handle), and each also is the exception :class:`~.client.SlurmClient`
+raises for the same failure, so that a caller of either facade reads it
+alike:
+
+- :class:`AgentRefused` (also a ``ValueError``): the agent refused the
+  request (400: a bad name, reason or signal);
+- :class:`AgentNotOurDrain` (also :class:`~.client.NotOurDrain`);
+- :class:`AgentSlurmError` (also :class:`~.client.SlurmError`, with
+  ``unreachable`` when slurmctld did not answer);
+- :class:`AgentUnreachable`: the agent itself did not answer;
+- :class:`AgentUnauthorized`: it refused the token;
+- :class:`AgentBadAnswer`: its answer is not what the call reads;
+- :class:`AgentError` itself for any other refusal (``status``, ``kind``).
+
+An agent that answers busy (429, or a 5xx with ``Retry-After``) is asked
+again after what it asks for, within the call's deadline
+(:func:`slurmk8s.backoff.patiently`). Callers never get a default that
+could pass for "no such node" or "no jobs".
 """
 
 from __future__ import annotations
@@ -17,16 +30,20 @@ import ipaddress
 import json
 import socket
 import time
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
+from ..backoff import busy, patiently, retry_after
 from .accounting import Associations
 from .directory import Verdict
 from .client import NotOurDrain, SlurmError
 from .model import Job, Node, job_from_dict, node_from_dict
 from .reservations import Reservation, reservation_from_dict
 
-__all__ = ["RemoteSlurm", "AgentError", "AgentUnreachable", "AgentUnauthorized", "agent_url"]
+__all__ = ["RemoteSlurm", "AgentError", "AgentUnreachable", "AgentUnauthorized", "AgentRefused", "AgentBadAnswer",
+           "AgentSlurmError", "AgentNotOurDrain", "agent_url"]
+
+T = TypeVar("T")
 
 
 def agent_url(controller_pod: Mapping | None, port: int) -> str | None:
@@ -54,7 +71,8 @@ def cluster_agent(cluster: object, token: bytes | str, controller_pod: Mapping |
 
 
 class AgentError(RuntimeError):
-    """The agent answered with an error that has no Slurm equivalent."""
+    """Every failure of the agent's client; itself: the agent answered with an
+    error that has no Slurm equivalent."""
 
     def __init__(self, message: str, status: int | None = None, kind: str = ""):
         super().__init__(message)
@@ -68,6 +86,32 @@ class AgentUnreachable(AgentError):
 
 class AgentUnauthorized(AgentError):
     """The agent refused the token."""
+
+
+class AgentRefused(AgentError, ValueError):
+    """The agent refused the request as malformed (400): a bad node name,
+    reason or signal, as :class:`~.client.SlurmClient`'s ``ValueError``."""
+
+
+class AgentBadAnswer(AgentError):
+    """The agent's answer is not JSON, or not the shape the call reads."""
+
+
+class AgentSlurmError(SlurmError, AgentError):
+    """A Slurm command the agent ran failed (a :class:`~.client.SlurmError`)."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str, status: int | None = None,
+                 kind: str = ""):
+        SlurmError.__init__(self, argv, returncode, stderr)
+        self.status = status
+        self.kind = kind
+
+
+class AgentNotOurDrain(NotOurDrain, AgentError):
+    """Someone else drained the node (a :class:`~.client.NotOurDrain`)."""
+
+    def __init__(self, message: str, status: int | None = None, kind: str = ""):
+        AgentError.__init__(self, message, status, kind)
 
 
 def _time_left(deadline: float) -> float:
@@ -136,7 +180,15 @@ MAX_RESPONSE_BYTES = 256 << 20
 def _request(base_url: str, method: str, path: str, data: bytes | None, headers: dict[str, str],
              seconds: float) -> tuple[int, bytes]:
     """One HTTP request, the whole exchange within ``seconds``: (status, body)."""
-    deadline = time.monotonic() + seconds
+    status, body, _ = _exchange(base_url, method, path, data, headers, time.monotonic() + seconds)
+    return status, body
+
+
+def _exchange(base_url: str, method: str, path: str, data: bytes | None, headers: dict[str, str],
+              deadline: float) -> tuple[int, bytes, str | None]:
+    """One HTTP request, the whole exchange by ``deadline`` (``time.monotonic``):
+    (status, body, its Retry-After header)."""
+    _time_left(deadline)
     url = urlsplit(base_url)
     conn = _DeadlineConnection(url.hostname or "", url.port, deadline)
     try:
@@ -145,7 +197,7 @@ def _request(base_url: str, method: str, path: str, data: bytes | None, headers:
         body = resp.read(MAX_RESPONSE_BYTES + 1)
         if len(body) > MAX_RESPONSE_BYTES:
             raise ValueError(f"the answer is over {MAX_RESPONSE_BYTES} bytes")
-        return resp.status, body
+        return resp.status, body, resp.getheader("Retry-After")
     finally:
         conn.close()
 
@@ -172,7 +224,10 @@ class RemoteSlurm:
         return f"RemoteSlurm({self.base_url!r})"  # never the token
 
     def _call(self, method: str, path: str, body: dict | None = None, *,
-              query: Sequence[tuple[str, str]] = (), timeout: float | None = None) -> dict:
+              query: Sequence[tuple[str, str]] = (), timeout: float | None = None,
+              read: Callable[[Any], T] = lambda answer: answer) -> T:
+        """One call; ``read`` takes what the call returns from the answer
+        (a KeyError, TypeError or ValueError there: :class:`AgentBadAnswer`)."""
         if self.base_url is None:
             raise AgentUnreachable("the <cluster>-controller-0 pod has no IP yet, so its Slurm agent cannot be "
                                    "reached; wait for the pod to be scheduled and started")
@@ -183,8 +238,19 @@ class RemoteSlurm:
             "Accept": "application/json",
             **({"Content-Type": "application/json"} if data is not None else {}),
         }
+        seconds = timeout or self.timeout
+        deadline = time.monotonic() + seconds
+        base_url = self.base_url
+
+        def send() -> tuple[int, bytes, str | None]:
+            return _exchange(base_url, method, target, data, headers, deadline)
+
+        def wait_of(answer: tuple[int, bytes, str | None]) -> float | None:
+            # Busy: ask again after what it asks, if that leaves time for the answer.
+            return retry_after(answer[2], cap=seconds / 3) if busy(answer[0], answer[2]) else None
+
         try:
-            status, raw = _request(self.base_url, method, target, data, headers, timeout or self.timeout)
+            status, raw, _ = patiently(send, wait_of, budget=seconds / 2)
         except (OSError, http.client.HTTPException, ValueError) as exc:
             raise AgentUnreachable(
                 f"the Slurm agent at {self.base_url} did not answer ({exc or type(exc).__name__}): check that "
@@ -192,10 +258,10 @@ class RemoteSlurm:
         if status >= 400:
             raise self._error(_HTTPError(status, raw)) from None
         try:
-            return json.loads(raw or b"{}")
-        except ValueError:
-            raise AgentError(f"the Slurm agent at {self.base_url} answered something that is not JSON",
-                             status) from None
+            return read(json.loads(raw or b"{}"))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise AgentBadAnswer(f"the Slurm agent at {self.base_url} answered what {method} {path} cannot "
+                                 f"read ({type(exc).__name__}: {str(exc)[:200]})", status) from None
 
     def _error(self, exc: _HTTPError) -> Exception:
         try:
@@ -212,29 +278,34 @@ class RemoteSlurm:
                 "<cluster>-agent-token Secret, which must be the one mounted in the controller pod",
                 exc.code, kind)
         if exc.code == 409 and kind == "not-our-drain":
-            return NotOurDrain(message)
+            return AgentNotOurDrain(str(message), exc.code, kind)
         if exc.code == 400:
-            return ValueError(message)
+            return AgentRefused(str(message), exc.code, kind)
         if kind in ("slurm", "slurm-unreachable"):
-            return SlurmError(payload.get("argv") or ["(agent)"], int(payload.get("returncode") or 1),
-                              payload.get("stderr") or message)
+            argv = payload.get("argv")
+            try:
+                code = int(payload.get("returncode") or 1)
+            except (TypeError, ValueError):
+                code = 1
+            return AgentSlurmError([str(a) for a in argv] if isinstance(argv, list) and argv else ["(agent)"],
+                                   code, str(payload.get("stderr") or message), exc.code, kind)
         return AgentError(f"the Slurm agent at {self.base_url} answered {exc.code}: {message}", exc.code, kind)
 
     # SlurmControl
 
     def ping(self) -> bool:
-        return bool(self._call("GET", "/v1/ping")["up"])
+        return self._call("GET", "/v1/ping", read=lambda a: bool(a["up"]))
 
     def nodes(self) -> list[Node]:
-        return [node_from_dict(d) for d in self._call("GET", "/v1/nodes")["nodes"]]
+        return self._call("GET", "/v1/nodes", read=lambda a: [node_from_dict(d) for d in a["nodes"]])
 
     def node(self, name: str) -> Node | None:
         return next((n for n in self.nodes() if n.name == name), None)
 
     def jobs(self, nodes: Sequence[str] = (), *, checkpoints: bool = False) -> list[Job]:
-        out = self._call("GET", "/v1/jobs", query=[("node", n) for n in nodes]
-                         + ([("checkpoints", "1")] if checkpoints else []))
-        return [job_from_dict(d) for d in out["jobs"]]
+        return self._call("GET", "/v1/jobs", query=[("node", n) for n in nodes]
+                          + ([("checkpoints", "1")] if checkpoints else []),
+                          read=lambda a: [job_from_dict(d) for d in a["jobs"]])
 
     def drain(self, name: str, reason: str) -> None:
         self._call("POST", f"/v1/nodes/{_seg(name)}/drain", {"reason": reason})
@@ -246,8 +317,8 @@ class RemoteSlurm:
         self._call("POST", f"/v1/nodes/{_seg(name)}/undrain", {})
 
     def signal_node_jobs(self, name: str, signal: str) -> list[int]:
-        out = self._call("POST", f"/v1/nodes/{_seg(name)}/signal", {"signal": signal})
-        return [int(j) for j in out["jobs"]]
+        return self._call("POST", f"/v1/nodes/{_seg(name)}/signal", {"signal": signal},
+                          read=lambda a: [int(j) for j in a["jobs"]])
 
     def requeue(self, job_id: int) -> None:
         self._call("POST", f"/v1/jobs/{int(job_id)}/requeue", {}, timeout=self.requeue_timeout)
@@ -262,7 +333,8 @@ class RemoteSlurm:
         self._call("DELETE", f"/v1/nodes/{_seg(name)}")
 
     def reservations(self) -> list[Reservation]:
-        return [reservation_from_dict(d) for d in self._call("GET", "/v1/reservations")["reservations"]]
+        return self._call("GET", "/v1/reservations",
+                          read=lambda a: [reservation_from_dict(d) for d in a["reservations"]])
 
     def reserve(self, name: str, start: int) -> None:
         self._call("PUT", f"/v1/reservations/{_seg(name)}", {"start": int(start)})
@@ -274,19 +346,19 @@ class RemoteSlurm:
         self._call("POST", "/v1/reconfigure", {})
 
     def config_hash(self) -> str:
-        return str(self._call("GET", "/v1/config-hash")["hash"])
+        return self._call("GET", "/v1/config-hash", read=lambda a: str(a["hash"]))
 
     def apply_accounting(self, want: Associations) -> list[str]:
-        return [str(c) for c in self._call("POST", "/v1/accounting", want.to_json())["applied"]]
+        return self._call("POST", "/v1/accounting", want.to_json(), read=lambda a: [str(c) for c in a["applied"]])
 
     def directory(self) -> Verdict:
-        return Verdict.from_json(self._call("GET", "/v1/directory"))
+        return self._call("GET", "/v1/directory", read=Verdict.from_json)
 
     def published(self, model_dir: str) -> str:
         """The text of ``<model_dir>/LATEST`` on the cluster's shared storage
         (FileNotFoundError when nothing is published there)."""
         try:
-            return str(self._call("GET", "/v1/published", query=[("dir", model_dir)])["latest"])
+            return self._call("GET", "/v1/published", query=[("dir", model_dir)], read=lambda a: str(a["latest"]))
         except AgentError as exc:
             if exc.status == 404:
                 raise FileNotFoundError(f"{model_dir}/LATEST: {exc}") from None

@@ -208,6 +208,8 @@ list is empty, and `--interval`.
 - {{ $values.interval | toString | quote }}
 - --lease-namespace
 - {{ $.Release.Namespace | quote }}
+- --lease-duration
+- {{ $.Values.leaderElection.leaseDurationSeconds | int | quote }}
 {{- end }}
 
 {{/* The operator's arguments. */}}
@@ -425,11 +427,18 @@ rules:
   - apiGroups: ["coordination.k8s.io"]
     resources: ["leases"]
     verbs: ["create"]
-  # Reading it, renewing and releasing it (PUT): its own Lease only.
+  # Reading it, renewing and releasing it (PUT): its own Lease only, named
+  # after the release (slurmk8s/leader.py, lease_name).
+  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    resourceNames: [{{ printf "slurmk8s-%s-%s" .component $.Release.Name | quote }}]
+    verbs: ["get", "update"]
+  # Reading the Lease older versions held, which must be free before a
+  # replica first leads (an upgrade never runs an old leader beside a new one).
   - apiGroups: ["coordination.k8s.io"]
     resources: ["leases"]
     resourceNames: [{{ printf "slurmk8s-%s" .component | quote }}]
-    verbs: ["get", "update"]
+    verbs: ["get"]
 ---
 {{ include "slurmk8s.binding" (dict "ctx" $ "component" .component "kind" "Role"
   "name" (printf "%s-lease" .name) "namespace" $.Release.Namespace "serviceAccountName" .serviceAccountName) }}
@@ -553,6 +562,9 @@ namespaces when that is unset (null). Empty: every namespace.
 {{/* The bridge's arguments. */}}
 {{- define "slurmk8s.bridge.args" -}}
 {{- include "slurmk8s.commandArgs" (list . "bridge" .Values.bridge (include "slurmk8s.bridge.namespaces" . | fromJsonArray)) }}
+{{- /* The release names the bridge's Lease. */}}
+- --release-name
+- {{ .Release.Name | quote }}
 {{- end }}
 
 {{/*
