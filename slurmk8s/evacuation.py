@@ -44,6 +44,7 @@ from typing import Iterable, Sequence, Union
 
 from .slurm.model import Job, Node
 from .slurm.steps import Cancel, Drain, Requeue, SetDown, Signal, StartNow
+from .strict import MAX_JOB_ID, counts
 from .times import aware
 
 __all__ = [
@@ -128,8 +129,8 @@ def format_job_ids(ids: Sequence[int]) -> str:
 
 
 def parse_job_ids(value: str | None) -> tuple[int, ...]:
-    """Job ids an annotation holds; unreadable entries are dropped."""
-    return tuple(int(v) for v in (value or "").split(",") if v.strip().isdigit() and len(v.strip()) <= 10)
+    """Job ids an annotation holds (:func:`slurmk8s.strict.counts`); unreadable entries are dropped."""
+    return counts(value, MAX_JOB_ID)
 
 
 def held(job: Job, now: datetime) -> bool:

@@ -11,11 +11,15 @@ from typing import Mapping, Sequence
 
 from slurmk8s.api.cluster import DrainSpec, SlurmCluster, SlurmClusterStatus
 from slurmk8s.render import names
+from slurmk8s.strict import count
 
 from . import workers
 from .maintenance import maintenance
 
 __all__ = ["observe_nodesets", "previous_status"]
+
+#: Pod ordinals a node set's pods may have (a set holds at most 1024: the spec's bound).
+MAX_ORDINAL = 99999
 
 
 def _ready(pod: Mapping) -> bool:
@@ -45,11 +49,12 @@ def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping], pod
             meta = p["metadata"]
             if (meta.get("labels") or {}).get(names.NODESET_LABEL) != set_name:
                 continue
-            base, _, ordinal = meta["name"].rpartition("-")
-            if base != sts_name or not ordinal.isdigit():
+            base, _, suffix = meta["name"].rpartition("-")
+            ordinal = count(suffix, MAX_ORDINAL)
+            if base != sts_name or ordinal is None:
                 continue
             set_pods.append(workers.Pod(
-                name=meta["name"], uid=meta.get("uid", ""), ordinal=int(ordinal), ready=_ready(p),
+                name=meta["name"], uid=meta.get("uid", ""), ordinal=ordinal, ready=_ready(p),
                 deleting=bool(meta.get("deletionTimestamp")),
                 revision=(meta.get("labels") or {}).get("controller-revision-hash"),
                 annotations=dict(meta.get("annotations") or {}),

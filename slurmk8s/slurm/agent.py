@@ -62,6 +62,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from .. import log
 from ..metricsserver import DeadlineReader
+from ..strict import count
 from .accounting import Associations
 from .client import NotOurDrain, SlurmError
 from .control import AGENT_PORT
@@ -414,9 +415,10 @@ class AgentServer(ThreadingHTTPServer):
 def parse_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` too) -> (host, port)."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    number = count(port, 65535)
+    if not sep or number is None:
         raise ValueError(f"--listen {value!r}: use HOST:PORT, e.g. 0.0.0.0:{DEFAULT_PORT}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    return host.strip("[]") or "0.0.0.0", number
 
 
 def make_server(listen: str, slurm: SlurmControl, token: bytes, checkpoint_root: str | None = None) -> AgentServer:
