@@ -163,6 +163,11 @@ def evacuate(name: str, node: Node | None, jobs: Sequence[Job] | None, record: R
     slurmd answers for the node any more.
     """
     now = aware(now).replace(microsecond=0)
+    # Whoever may patch the object the record lives on may write its times:
+    # one later than now reads as now (and is stored so, being returned),
+    # so no grace period runs longer than the policy allows from this round.
+    record = replace(record, **{f: now for f in ("started", "signalled", "forced")
+                                if getattr(record, f) is not None and getattr(record, f) > now})
     if record.purpose != policy.purpose or record.started is None:
         record = Record(purpose=policy.purpose, started=now)
     if node is None and not jobs:
