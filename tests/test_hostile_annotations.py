@@ -222,7 +222,7 @@ def test_the_year_one_is_written_so_that_it_reads_back():
 
 # -- the bridge's loop: an unrelated Node's garbage stops nothing -------------------------------
 
-from .test_bridge_loop import Facade, MemorySlurm, idle_node, lend_two, world  # noqa: E402,F401 (the fixture)
+from .test_bridge_loop import idle_node, lend_two, world  # noqa: E402,F401 (world: the bridge tests' fixture)
 
 
 def test_an_unrelated_node_with_unreadable_annotations_stops_no_lending_or_reclaim(world):
@@ -254,7 +254,7 @@ def test_an_error_outside_every_policy_is_reported_and_the_next_round_runs(world
     """No round-level error leaves Bridge.round(): the loop (run_forever) would die with it."""
     from slurmk8s.bridge import loop
 
-    cluster, bridge, memory = world
+    cluster, bridge, _ = world
     idle_node(cluster, "gpu-a")
 
     def broken(*args, **kw):
