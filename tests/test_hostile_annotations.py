@@ -97,6 +97,9 @@ def annotations(draw) -> dict[str, str]:
             value = timeish()
         elif key == FREE_GPUS_ANNOTATION:  # often a count, so that a free-since record reads often enough
             value = st.one_of(st.integers(0, 9999).map(str), numberish())
+        elif key in (JOBS_ANNOTATION, names.SIGNALLED_JOBS):  # lists of ids, some in other scripts' digits
+            value = st.one_of(numberish(), st.lists(st.one_of(st.integers(0, 2**33).map(str),
+                                                              st.sampled_from(ODD_DIGITS)), max_size=5).map(",".join))
         else:
             value = st.one_of(numberish(), st.text(max_size=20))
         out[key] = draw(value)
@@ -137,7 +140,7 @@ def test_reading_any_annotations_labels_and_taints_never_raises():
                             "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": gpus}}}]}})
         assert pod.gpus >= 0
         record = podrecord.read_record(ann)
-        observe_nodesets_of(ann, gpus)
+        observe_nodesets_of(ann, gpus, obj)
         for t in (rec.since, rec.signalled, rec.forced, rec.idle_since, record.started, record.signalled,
                   record.forced, node.not_ready_since):
             assert t is None or (t.tzinfo is timezone.utc and format_time(t))  # readable, and writable back
@@ -170,14 +173,14 @@ def test_reading_any_annotations_labels_and_taints_never_raises():
     assert len(shares) == 9 and not low, shares
 
 
-def observe_nodesets_of(ann: dict[str, str], suffix: str) -> None:
-    """The operator reads its worker pods (names with any ordinal, any annotations) and decides on them."""
+def observe_nodesets_of(ann: dict[str, str], suffix: str, node: dict) -> None:
+    """The operator reads its worker pods (names with any ordinal, any annotations, on ``node``) and decides on them."""
     cluster = WORKERS
     sts = names.nodeset(cluster, "gpu")
-    pods = [{"metadata": {"name": f"{sts}-{s}", "labels": {names.NODESET_LABEL: "gpu"}, "annotations": ann}}
-            for s in (suffix, "0")]
+    pods = [{"metadata": {"name": f"{sts}-{s}", "labels": {names.NODESET_LABEL: "gpu"}, "annotations": ann},
+             "spec": {"nodeName": "n1"}} for s in (suffix, "0")]
     sets = observe_nodesets(cluster, [{"metadata": {"name": sts, "labels": {names.NODESET_LABEL: "gpu"}},
-                                       "spec": {"replicas": 2}}], pods)
+                                       "spec": {"replicas": 2}}], pods, {"n1": node})
     assert all(0 <= p.ordinal <= 99999 for s in sets for p in s.pods)
     state = SlurmState.nodes_only([worker(f"{sts}-0")])
     first = workers_decide(sets, state, T0.timestamp())
