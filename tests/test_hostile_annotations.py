@@ -137,7 +137,8 @@ def test_reading_any_annotations_labels_and_taints_never_raises():
         assert rec == LendingRecord.read(lab, ann, tuple(NodeTaint(**t) for t in tnt))
         assert node.gpus >= 0
         pod = pod_from_api({"metadata": {"name": "p", "namespace": "x", "labels": lab, "annotations": ann},
-                            "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": gpus}}}]}})
+                            "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": gpus}}}],
+                                     "priority": gpus}})
         assert pod.gpus >= 0
         record = podrecord.read_record(ann)
         observe_nodesets_of(ann, gpus, obj)
