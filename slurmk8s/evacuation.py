@@ -44,6 +44,7 @@ from typing import Iterable, Sequence, Union
 
 from .slurm.model import Job, Node
 from .slurm.steps import Cancel, Drain, Requeue, SetDown, Signal, StartNow
+from .strict import MAX_JOB_ID, counts
 from .times import aware
 
 __all__ = [
@@ -128,8 +129,8 @@ def format_job_ids(ids: Sequence[int]) -> str:
 
 
 def parse_job_ids(value: str | None) -> tuple[int, ...]:
-    """Job ids an annotation holds; unreadable entries are dropped."""
-    return tuple(int(v) for v in (value or "").split(",") if v.strip().isdigit() and len(v.strip()) <= 10)
+    """Job ids an annotation holds (:func:`slurmk8s.strict.counts`); unreadable entries are dropped."""
+    return counts(value, MAX_JOB_ID)
 
 
 def held(job: Job, now: datetime) -> bool:
@@ -158,6 +159,11 @@ def evacuate(name: str, node: Node | None, jobs: Sequence[Job] | None, record: R
     slurmd answers for the node any more.
     """
     now = aware(now).replace(microsecond=0)
+    # Whoever may patch the object the record lives on may write its times:
+    # one later than now reads as now (and is stored so, being returned),
+    # so no grace period runs longer than the policy allows from this round.
+    record = replace(record, **{f: now for f in ("started", "signalled", "forced")
+                                if getattr(record, f) is not None and getattr(record, f) > now})
     if record.purpose != policy.purpose or record.started is None:
         record = Record(purpose=policy.purpose, started=now)
     if node is None and not jobs:

@@ -3,12 +3,16 @@
 The one helper for every annotation, status field and message that holds a
 time (``2025-01-31T23:59:59Z``), and to the millisecond where a decision
 waits on the time to under a second (``2025-01-31T23:59:59.250Z``). Times in memory are timezone-aware
-``datetime``s; a naive one is taken as UTC.
+``datetime``s; a naive one is taken as UTC. Times are read by
+:func:`slurmk8s.strict.parse_time` (re-exported here): strictly, and never
+raising.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
+
+from .strict import parse_time  # the one strict reader of times (RFC 3339)
 
 __all__ = ["format_time", "parse_time", "aware", "from_epoch"]
 
@@ -29,17 +33,6 @@ def format_time(t: datetime | float, *, millis: bool = False) -> str:
     if not isinstance(t, datetime):
         t = from_epoch(t if millis else int(t))
     t = aware(t).astimezone(timezone.utc)
-    if millis:
-        return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """The time a string holds (RFC 3339; naive means UTC); None when absent or unreadable."""
-    if not value:
-        return None
-    try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
-    except (ValueError, TypeError):
-        return None
-    return aware(t)
+    # Not strftime: its %Y writes the year 1 as "1", which no reader takes.
+    text = f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
+    return text + (f".{t.microsecond // 1000:03d}Z" if millis else "Z")

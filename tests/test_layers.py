@@ -19,6 +19,7 @@ TREES = {"slurmk8s": ROOT / "slurmk8s", "slurmk8s.templates": ROOT / "templates"
 SANDBOX = ROOT / "sandbox"
 #: Lower imports nothing of higher; equal ranks import nothing of each other.
 RANK = {
+    "slurmk8s.strict": -1,
     "slurmk8s.log": 0, "slurmk8s.times": 0, "slurmk8s.events": 0, "slurmk8s.versions": 0,
     "slurmk8s.published_model": 0, "slurmk8s.templates": 0, "slurmk8s.httpserver": 0, "slurmk8s.backoff": 0,
     "slurmk8s.api": 1, "slurmk8s.serve": 1, "slurmk8s.health": 1, "slurmk8s.metricsserver": 1,

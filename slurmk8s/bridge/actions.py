@@ -28,7 +28,7 @@ from ..slurm.steps import Cancel, DeleteNode, Drain, Requeue, SetDown, Signal, S
 __all__ = [
     "SetLendingState", "ClearLending", "RecordIdleSince", "ClearIdleSince", "RecordFreeSince",
     "ClearFreeSince", "RecordSignalled",
-    "RecordForced", "RecordDownOwed", "ClearDownOwed", "RecordHealthFailed", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "Drain", "SetDown",
+    "RecordForced", "ClampTimes", "RecordDownOwed", "ClearDownOwed", "RecordHealthFailed", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "Drain", "SetDown",
     "Signal", "Requeue", "StartNow", "Cancel", "DeleteNode", "Event", "PolicyStatus",
     "Action", "NodeAction", "DESTRUCTIVE_ACTIONS", "node_of",
 ]
@@ -111,6 +111,18 @@ class RecordForced:
 
     node: str
     at: datetime
+
+
+@dataclass(frozen=True)
+class ClampTimes:
+    """Write ``at`` (the round's now) in place of the node's lending times
+    named in ``fields`` (``since``, ``signalled``, ``forced``): they were
+    later than now, or (``since``) missing or unreadable, and were read as
+    now (:mod:`.nodetimes`). From then on they count from this round."""
+
+    node: str
+    at: datetime
+    fields: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -208,7 +220,7 @@ class PolicyStatus:
 
 NodeAction = Union[
     SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordFreeSince, ClearFreeSince,
-    RecordSignalled, RecordForced,
+    RecordSignalled, RecordForced, ClampTimes,
     RecordDownOwed, ClearDownOwed, RecordHealthFailed, Taint, Untaint, CreateSlurmdPod, DeleteSlurmdPod, Drain, SetDown, Signal, Requeue,
     StartNow, Cancel, DeleteNode,
 ]

@@ -50,6 +50,7 @@ from .choose import choose_to_lend, idle_candidates, over_cap, reclaim_order, sh
 from .foresight import Foresight, demand_status, foresee, reservations, stale_reservations
 from .nodecounts import LendingMetrics, lending_metrics
 from .nodestate import LENT, RECLAIMING, STATES
+from .nodetimes import present
 from .observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, Observed, PolicyGone
 from .placement import cover_demand
 from .problems import policy_problem
@@ -81,7 +82,9 @@ def decide(observed: Observed, policy: NodeLendingPolicy | PolicyGone | InvalidP
     now = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
     if isinstance(policy, InvalidPolicy):
         return invalid_policy_status(policy, now)
-    return _round(World(observed), settings_of(policy, observed.cluster, now))
+    # Times on the policy's nodes later than now (or a lending-since it cannot read) count from now.
+    observed, clamped = present(observed, policy.key, now)
+    return clamped + _round(World(observed), settings_of(policy, observed.cluster, now))
 
 
 def settings_of(policy: NodeLendingPolicy | PolicyGone, cluster: SlurmCluster | None, now: datetime) -> Settings:

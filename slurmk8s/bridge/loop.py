@@ -268,6 +268,17 @@ class Bridge:
     # One round.
 
     def round(self) -> RoundReport:
+        """One round. It never raises: an error no policy's own round caught
+        (a Node or a policy that could not be read, say) is logged with its
+        traceback and reported, and the loop goes on to the next round."""
+        try:
+            return self._round()
+        except Exception as exc:  # noqa: BLE001 - no error stops the loop
+            log.exception("round failed")
+            metrics.ROUNDS.labels("error").inc()
+            return RoundReport(errors=[f"round: {type(exc).__name__}: {exc}"])
+
+    def _round(self) -> RoundReport:
         report = RoundReport()
         started = time.monotonic()
         report.waiting = self.view.not_synced()

@@ -31,6 +31,7 @@ from typing import Mapping
 
 from ..evacuation import format_job_ids, parse_job_ids  # noqa: F401 (re-exported)
 from ..api.cluster import GROUP
+from ..strict import count
 from ..times import format_time, parse_time  # noqa: F401 (re-exported: the one RFC 3339 helper)
 
 __all__ = [
@@ -141,8 +142,10 @@ class LendingRecord:
         )
 
 
+#: The most free GPUs a record may name (four digits).
+MAX_FREE_GPUS = 9999
+
+
 def _free_since(since: str | None, gpus: str | None) -> tuple[datetime, int] | None:
-    at = parse_time(since)
-    if at is None or gpus is None or not gpus.isdigit() or len(gpus) > 4:
-        return None
-    return at, int(gpus)
+    at, free = parse_time(since), count(gpus, MAX_FREE_GPUS)
+    return None if at is None or free is None else (at, free)

@@ -212,6 +212,11 @@ def _container_gpus(container: Mapping[str, Any]) -> int:
     return max(gpu_count(res.get("requests") or {}), gpu_count(res.get("limits") or {}))
 
 
+def _priority(value: Any) -> int:
+    """spec.priority: an int32 as the API server keeps it; anything else is 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and -2**31 <= value < 2**31 else 0
+
+
 def pod_from_api(obj: Mapping[str, Any]) -> KubePod:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
@@ -228,7 +233,7 @@ def pod_from_api(obj: Mapping[str, Any]) -> KubePod:
         gpus=gpus,
         cpu_millis=requested(spec, "cpu", 1000),
         memory=requested(spec, "memory"),
-        priority=int(spec.get("priority") or 0),
+        priority=_priority(spec.get("priority")),
         labels=dict(meta.get("labels") or {}),
         owner_kind=owner.get("kind") if owner else None,
         deleting=bool(meta.get("deletionTimestamp")),

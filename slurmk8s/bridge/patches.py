@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from .actions import (
+    ClampTimes,
     ClearDownOwed,
     ClearFreeSince,
     ClearIdleSince,
@@ -54,8 +55,11 @@ __all__ = ["NODE_PATCH_ACTIONS", "node_patch"]
 
 NODE_PATCH_ACTIONS = (
     SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordFreeSince, ClearFreeSince,
-    RecordSignalled, RecordForced, RecordDownOwed, ClearDownOwed, RecordHealthFailed, Taint, Untaint,
+    RecordSignalled, RecordForced, ClampTimes, RecordDownOwed, ClearDownOwed, RecordHealthFailed, Taint, Untaint,
 )
+
+#: The annotation of each time :class:`ClampTimes` may write.
+_CLAMPED = {"since": SINCE_ANNOTATION, "signalled": SIGNALLED_ANNOTATION, "forced": FORCED_ANNOTATION}
 
 
 def _taints(node: KubeNode) -> list[dict]:
@@ -101,6 +105,8 @@ def node_patch(action: Any, node: KubeNode) -> dict:
                                              JOBS_ANNOTATION: format_job_ids(action.jobs) or None}}}
     if isinstance(action, RecordForced):
         return {"metadata": {"annotations": {FORCED_ANNOTATION: format_time(action.at)}}}
+    if isinstance(action, ClampTimes):
+        return {"metadata": {"annotations": {_CLAMPED[f]: format_time(action.at) for f in action.fields}}}
     if isinstance(action, RecordDownOwed):
         return {"metadata": {"annotations": {DOWN_OWED_ANNOTATION: action.cluster,
                                              DOWN_OWED_POLICY_ANNOTATION: action.policy}}}

@@ -60,6 +60,7 @@ from urllib.parse import parse_qs, unquote
 
 from .. import log
 from ..httpserver import HttpServer, Limits, Request, Response, error, json_response
+from ..strict import count
 from .accounting import Associations
 from .client import InvalidArgument, NotOurDrain, SlurmError
 from .control import AGENT_PORT
@@ -242,9 +243,10 @@ class AgentServer(HttpServer):
 def parse_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` too) -> (host, port)."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    number = count(port, 65535)
+    if not sep or number is None:
         raise ValueError(f"--listen {value!r}: use HOST:PORT, e.g. 0.0.0.0:{DEFAULT_PORT}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    return host.strip("[]") or "0.0.0.0", number
 
 
 def make_server(listen: str, slurm: SlurmControl, token: bytes, checkpoint_root: str | None = None,

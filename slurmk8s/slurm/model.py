@@ -18,7 +18,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterable, Iterator, Mapping
 
+from ..strict import count
 from .reservations import Reservation
+
+#: The most GPUs a gres or TRES string may name (more reads as none).
+MAX_GPUS = 1 << 20
 
 #: Every drain slurmk8s sets starts with this; drains without it belong to an
 #: administrator and are never cleared by slurmk8s.
@@ -205,7 +209,7 @@ def gres_gpus(text: str) -> int:
         if ch == "," and depth == 0:
             parts = "".join(item).split("(", 1)[0].split(":")
             if parts[0] == "gpu":
-                total += int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else int(len(parts) == 1)
+                total += (count(parts[-1], MAX_GPUS) or 0) if len(parts) > 1 else 1
             item = []
         else:
             item.append(ch)
@@ -216,8 +220,8 @@ def tres_gpus(text: str) -> int:
     """``gres/gpu=N`` of a TRES string (``cpu=2,mem=1G,gres/gpu=2,gres/gpu:a100=2``). Pure."""
     for part in (text or "").split(","):
         key, _, value = part.partition("=")
-        if key == "gres/gpu" and value.isdigit():
-            return int(value)
+        if key == "gres/gpu" and (gpus := count(value, MAX_GPUS)) is not None:
+            return gpus
     return 0
 
 

@@ -428,6 +428,49 @@ def test_a_node_serving_on_one_gpu_lends_its_other_three_and_jobs_there_get_only
 
 
 @default_release_only
+def test_an_unrelated_node_with_unreadable_annotations_stops_neither_bridge_and_a_lent_node_is_still_reclaimed(world):
+    """Issue 41, item 2: whoever may patch a Node (its kubelet, a labelling
+    DaemonSet) wrote ``free-gpus: "²"`` on a node no policy selects, and both
+    bridge replicas died in turn: nothing was lent or reclaimed anywhere.
+    Both keep running (no restart, the same pods, the same leader) while a
+    lent node is reclaimed for a GPU pod, and lent again after."""
+    from sandbox import install
+
+    wait_for("both nodes lent", world.all_lent, show=world.states)
+    selector = f"app.kubernetes.io/instance={install.RELEASE},app.kubernetes.io/component=bridge"
+
+    def bridges() -> dict[str, int]:
+        return {p.metadata.name: sum(c.restart_count for c in p.status.container_statuses or [])
+                for p in world.core.list_namespaced_pod(install.RELEASE_NAMESPACE, label_selector=selector).items}
+
+    before, leader = bridges(), world.box.leader_pod("bridge")
+    assert len(before) == 2 and leader in before, (before, leader)
+    unrelated = "sandbox-node-0"  # runs the cluster's own pods; no policy selects it
+    garbage = {"slurmk8s.dev/free-gpus": "²", "slurmk8s.dev/free-since": "2026-01-01T00:00:00Z",
+               "slurmk8s.dev/reclaim-jobs": "²,x,٣", "slurmk8s.dev/lending-since": "9999-12-31T23:59:59-01:00",
+               "slurmk8s.dev/reclaim-signalled": "0001-01-01T00:00:00+01:00", "slurmk8s.dev/idle-since": "٢٠٢٦"}
+    world.kubectl("annotate", "node", unrelated, "--overwrite", *(f"{k}={v}" for k, v in garbage.items()))
+    world.kubectl("label", "node", unrelated, "--overwrite", "slurmk8s.dev/lending=reclaiming")
+    try:
+        time.sleep(3)  # the change wakes the leader at once; several rounds run with it
+        world.gpu_pod("serve-garbage", LEND[0])
+        node = wait_for("the GPU pod to run on the reclaimed node", lambda: world.pod_node("serve-garbage"),
+                        timeout=GRACE + 60, show=world.states)
+        assert node == LEND[0] and world.lent(LEND[1])
+        assert [e.message for e in world.events("Reclaiming", LEND[0])]
+        time.sleep(3)
+        assert bridges() == before, (before, bridges())  # the same pods, no restart since
+        assert world.box.leader_pod("bridge") == leader
+        # The unrelated node is left as it was: no policy holds it.
+        assert (world.node(unrelated).metadata.annotations or {}).get("slurmk8s.dev/reclaim-jobs") == "²,x,٣"
+    finally:
+        world.kubectl("label", "node", unrelated, "slurmk8s.dev/lending-")
+        world.kubectl("annotate", "node", unrelated, *(f"{k}-" for k in garbage))
+        world.delete_pod("serve-garbage")
+    wait_for("the node lent again", world.all_lent, timeout=90, show=world.states)
+
+
+@default_release_only
 def test_prometheus_scrapes_every_target_and_every_dashboard_query_returns_data(world):
     """After the lending story above, the sandbox's Prometheus (examples/monitoring/,
     Kubernetes service discovery) scrapes the operator, the bridge and the Slurm
