@@ -204,6 +204,13 @@ def _controller_options(watched: str, verb: str):
                               "(default $POD_NAMESPACE, which the chart sets)."),
             click.option("--no-leader-election", is_flag=True,
                          help="Act without a Lease. Run exactly one replica then: two would both act."),
+            # The operator, its webhook and the bridge judge a SlurmCluster by one rule with one setting.
+            click.option("--trusted-repository", "trusted_repositories", multiple=True, metavar="REPOSITORY",
+                         help=f"An image repository a privileged slurmd (spec.slurmConfig.cgroups) may come from "
+                              f"(repeatable; default {PROJECT_REPOSITORY}): your registry's copy of the project's "
+                              "images. A SlurmCluster with cgroups and another spec.slurm.image.repository is "
+                              "invalid. Give the operator and the bridge the same list (the chart does): the "
+                              "bridge takes back the nodes lent to a cluster it finds invalid."),
         ]):
             f = option(f)
         return f
@@ -229,10 +236,6 @@ def _lease_namespace(namespace: str | None, off: bool) -> str | None:
                    "each cluster gets a NetworkPolicy that admits only them to its Slurm agent.")
 @click.option("--release-name", default=None, metavar="NAME",
               help="The Helm release (their app.kubernetes.io/instance label).")
-@click.option("--trusted-repository", "trusted_repositories", multiple=True, metavar="REPOSITORY",
-              help=f"An image repository a privileged slurmd (spec.slurmConfig.cgroups) may come from "
-                   f"(repeatable; default {PROJECT_REPOSITORY}): your registry's copy of the project's "
-                   "images. A SlurmCluster with cgroups and another spec.slurm.image.repository is refused.")
 @click.option("--webhook-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
               help="Serve the validating admission webhook for SlurmClusters and NodeLendingPolicies on PORT "
                    "(HTTPS, POST /validate), so that `kubectl apply` of a spec the operator would refuse is "
@@ -290,7 +293,7 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
                    "policies and clusters are watched: a change that matters starts a round at once.")
 def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
                metrics_port: int | None, health_port: int | None, lease_namespace: str | None,
-               no_leader_election: bool, interval: float) -> None:
+               no_leader_election: bool, trusted_repositories: tuple[str, ...], interval: float) -> None:
     """Run the node-lending bridge until stopped.
 
     Lends idle Kubernetes GPU nodes to Slurm partitions as NodeLendingPolicies
@@ -315,7 +318,8 @@ def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: st
     from .bridge.main import run
 
     run(namespaces=namespaces, all_namespaces=all_namespaces, kubeconfig=kubeconfig,
-        metrics_port=metrics_port, health_port=health_port, interval=interval, lease_namespace=lease)
+        metrics_port=metrics_port, health_port=health_port, interval=interval, lease_namespace=lease,
+        trusted_repositories=trusted_repositories or (PROJECT_REPOSITORY,))
 
 
 @main.command("agent")

@@ -210,6 +210,18 @@ list is empty, and `--interval`.
 - {{ $.Release.Namespace | quote }}
 {{- end }}
 
+{{/*
+Where a privileged slurmd's image may come from: the operator (and its
+webhook) and the bridge judge a SlurmCluster by one rule, with this one
+setting, so that a cluster the operator runs is one the bridge can load.
+*/}}
+{{- define "slurmk8s.trustedRepositoryArgs" -}}
+{{- range .Values.trustedRepositories }}
+- --trusted-repository
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
 {{/* The operator's arguments. */}}
 {{- define "slurmk8s.args" -}}
 {{- include "slurmk8s.commandArgs" (list . "operator" .Values (include "slurmk8s.namespaces" . | fromJsonArray)) }}
@@ -218,10 +230,7 @@ list is empty, and `--interval`.
 - {{ .Release.Namespace | quote }}
 - --release-name
 - {{ .Release.Name | quote }}
-{{- range .Values.trustedRepositories }}
-- --trusted-repository
-- {{ . | quote }}
-{{- end }}
+{{- include "slurmk8s.trustedRepositoryArgs" . }}
 {{- if .Values.webhook.enabled }}
 - --webhook-port
 - {{ .Values.webhook.port | quote }}
@@ -553,6 +562,7 @@ namespaces when that is unset (null). Empty: every namespace.
 {{/* The bridge's arguments. */}}
 {{- define "slurmk8s.bridge.args" -}}
 {{- include "slurmk8s.commandArgs" (list . "bridge" .Values.bridge (include "slurmk8s.bridge.namespaces" . | fromJsonArray)) }}
+{{- include "slurmk8s.trustedRepositoryArgs" . }}
 {{- end }}
 
 {{/*
