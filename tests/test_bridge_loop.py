@@ -492,3 +492,24 @@ def test_the_bridge_loads_a_cluster_by_the_operators_rule_with_the_operators_tru
     assert condition["reason"] == "ClusterUnreadable" and "spec.slurm.image.repository" in condition["message"]
     assert {(cluster.core.read_node(n).metadata.labels or {}).get(STATE_LABEL) for n in ("gpu-a", "gpu-b")} == {
         "reclaiming"}
+
+
+def test_a_policy_the_bridge_cannot_load_gives_its_nodes_back_as_a_deleted_one(world):
+    """The sibling on the policy's side: a NodeLendingPolicy that no longer
+    loads (a field of a newer version, a rule an upgrade tightened) says so
+    in its status, and its nodes go back as a deleted policy's would."""
+    cluster, bridge, memory = world
+    lend_two(cluster, bridge, memory)
+    listed = bridge.view.policies
+
+    def with_a_new_field():
+        return [{**p, "spec": {**p["spec"], "preemptible": True}} for p in listed()]
+    bridge.view.policies = with_a_new_field
+    report = bridge.round()
+    assert not report.errors, report.errors
+    assert [(a.node, a.reason) for a in report.applied if type(a).__name__ == "SetLendingState"] == [
+        ("gpu-a", "policy-gone"), ("gpu-b", "policy-gone")]
+    assert not _held(cluster, "gpu-a") and not _held(cluster, "gpu-b")  # idle in Slurm: back at once
+    condition = cluster.custom.get_namespaced_custom_object(
+        "slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies", "lend")["status"]["conditions"][0]
+    assert condition["reason"] == "InvalidPolicy" and "spec.preemptible" in condition["message"]

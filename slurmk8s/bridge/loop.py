@@ -26,7 +26,9 @@ Rules the loop keeps (slurmk8s/bridge/README.md explains why):
   the operator's rule, which the bridge applies with the same trusted
   repositories; unknown to this version; a read that fails) is an
   ``UnreadableCluster``: decide gives it no Slurm, lends it nothing and
-  takes its nodes back (decision record 42). Slurm that cannot be read is
+  takes its nodes back (decision record 42). A policy that cannot be
+  loaded gets its status, and its nodes are decided as a deleted
+  policy's (``PolicyGone``). Slurm that cannot be read is
   ``SlurmState.unknown()`` (decide then fails closed, but for the owner's
   claims, ``maxLentNodes`` and the reclaim deadline).
 - One cluster's Slurm does not hold up another's policies: every cluster's
@@ -319,7 +321,8 @@ class Bridge:
             report.errors.append(f"cannot list Nodes and Pods: {exc}")
             metrics.ROUNDS.labels("error").inc()
             return report
-        existing = {_key(o) for o in policy_objs}
+        # A policy that cannot be loaded holds its nodes no more than a deleted one.
+        existing = {_key(o) for p, o in policies if not isinstance(p, InvalidPolicy)}
         policies += [(gone, None) for gone in orphaned_policies(world[1], existing)
                      if not self.namespaces or gone.namespace in self.namespaces]
         # Each policy's SlurmCluster (from the cache), then every cluster's Slurm at once.

@@ -94,10 +94,11 @@ def policy_status(settings: Settings, r: Round, selected: int, kubernetes: int, 
 
 
 def invalid_policy_status(policy: InvalidPolicy, now: datetime) -> list[Action]:
-    """An invalid policy lends and reclaims nothing: its status says why, and
-    keeps the nodes and counts it last reported."""
-    message = "the policy is invalid and nothing is lent or reclaimed until it is fixed: " + "; ".join(
-        policy.errors)
+    """An invalid policy lends nothing: its status says why, and keeps the
+    nodes and counts it last reported. (Its nodes are taken back as a
+    deleted policy's: the loop decides them with a ``PolicyGone``.)"""
+    message = ("the policy is invalid: nothing is lent, and the nodes it holds go back as a deleted policy's "
+               "would; fix it to lend again: " + "; ".join(policy.errors))
     old = policy.status
     counts = old.counts if old is not None else LendingCounts()
     holding = old.lent_nodes if old is not None else []
