@@ -1,6 +1,9 @@
 """The bridge's loop against the Kubernetes stand-in: what each action becomes
 through the API, and the chain rule. Slurm is an in-memory SlurmControl here
-(the sandbox tests, tests/e2e/test_bridge_e2e.py, run the loop with real Slurm)."""
+(the sandbox tests, tests/e2e/test_bridge_e2e.py, run the loop with real Slurm).
+
+Over 500 lines because each rule of the loop is one short case against the
+stand-in, and what it cannot load is run by every cause and every owner's change."""
 
 from __future__ import annotations
 
