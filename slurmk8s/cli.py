@@ -210,6 +210,13 @@ def _controller_options(watched: str, verb: str):
                          help="How long a standby waits without seeing a renewal before it takes the Lease; the "
                               "leader renews every 2/15 of it and stops acting past 2/3 of it without a renewal "
                               "(client-go's 15/10/2 s)."),
+            # The operator, its webhook and the bridge judge a SlurmCluster by one rule with one setting.
+            click.option("--trusted-repository", "trusted_repositories", multiple=True, metavar="REPOSITORY",
+                         help=f"An image repository a privileged slurmd (spec.slurmConfig.cgroups) may come from "
+                              f"(repeatable; default {PROJECT_REPOSITORY}): your registry's copy of the project's "
+                              "images. A SlurmCluster with cgroups and another spec.slurm.image.repository is "
+                              "invalid. Give the operator and the bridge the same list (the chart does): the "
+                              "bridge takes back the nodes lent to a cluster it finds invalid."),
         ]):
             f = option(f)
         return f
@@ -246,10 +253,6 @@ def _lease_namespace(namespace: str | None, off: bool) -> str | None:
 @click.option("--release-name", default=None, metavar="NAME", callback=_release_name,
               help="The Helm release (their app.kubernetes.io/instance label). It also names the Lease: "
                    "slurmk8s-operator-NAME (without it, slurmk8s-operator).")
-@click.option("--trusted-repository", "trusted_repositories", multiple=True, metavar="REPOSITORY",
-              help=f"An image repository a privileged slurmd (spec.slurmConfig.cgroups) may come from "
-                   f"(repeatable; default {PROJECT_REPOSITORY}): your registry's copy of the project's "
-                   "images. A SlurmCluster with cgroups and another spec.slurm.image.repository is refused.")
 @click.option("--webhook-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
               help="Serve the validating admission webhook for SlurmClusters and NodeLendingPolicies on PORT "
                    "(HTTPS, POST /validate), so that `kubectl apply` of a spec the operator would refuse is "
@@ -310,7 +313,8 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
               help="The Helm release; it names the Lease: slurmk8s-bridge-NAME (without it, slurmk8s-bridge).")
 def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
                metrics_port: int | None, health_port: int | None, lease_namespace: str | None,
-               no_leader_election: bool, lease_duration: int, interval: float, release_name: str | None) -> None:
+               no_leader_election: bool, lease_duration: int, trusted_repositories: tuple[str, ...],
+               interval: float, release_name: str | None) -> None:
     """Run the node-lending bridge until stopped.
 
     Lends idle Kubernetes GPU nodes to Slurm partitions as NodeLendingPolicies
@@ -336,7 +340,8 @@ def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: st
 
     run(namespaces=namespaces, all_namespaces=all_namespaces, kubeconfig=kubeconfig,
         metrics_port=metrics_port, health_port=health_port, interval=interval, lease_namespace=lease,
-        lease_seconds=lease_duration, release_name=release_name)
+        lease_seconds=lease_duration, release_name=release_name,
+        trusted_repositories=trusted_repositories or (PROJECT_REPOSITORY,))
 
 
 @main.command("agent")

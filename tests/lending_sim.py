@@ -24,7 +24,7 @@ from slurmk8s.api.cluster import lent_nodeset
 from slurmk8s.bridge import actions as A
 from slurmk8s.bridge.decide import decide
 from slurmk8s.bridge.nodestate import COMPONENT_LABEL, SLURMD_COMPONENT, TAINT_KEY
-from slurmk8s.bridge.observed import KubeNode, KubePod, Observed, PolicyGone, pod_from_api
+from slurmk8s.bridge.observed import KubeNode, KubePod, Observed, PolicyGone, UnreadableCluster, pod_from_api
 from slurmk8s.bridge.patches import NODE_PATCH_ACTIONS, node_patch
 from slurmk8s.bridge.patches import applied as patched  # noqa: F401 (the tests name it so)
 from slurmk8s.render.manifests import lent_slurmd_pod
@@ -91,6 +91,8 @@ class World:
     jobs: dict[int, Job] = field(default_factory=dict)
     cluster: SlurmCluster | None = field(default_factory=cluster)
     slurm_known: bool = True
+    #: the bridge cannot load the cluster (it observes none, and no Slurm, then)
+    unreadable: UnreadableCluster | None = None
     #: what was done to Slurm jobs: (kind, job id, extra)
     log: list[tuple] = field(default_factory=list)
     #: the policy's status as last written
@@ -114,8 +116,9 @@ class World:
         reservations = tuple(Reservation(lend_reservation_name(n), n, t) for n, t in self.reserved.items()) \
             if self.reservations_known else None
         slurm = SlurmState(tuple(self.snodes.values()), tuple(self.jobs.values()), reservations=reservations) \
-            if self.slurm_known else SlurmState.unknown()
-        return Observed(tuple(self.nodes.values()), tuple(self.pods.values()), self.cluster, slurm)
+            if self.slurm_known and self.unreadable is None else SlurmState.unknown()
+        return Observed(tuple(self.nodes.values()), tuple(self.pods.values()),
+                        self.cluster if self.unreadable is None else None, slurm, self.unreadable)
 
     def summary(self) -> str:
         """A compact picture of the world, for failure messages."""
@@ -133,7 +136,8 @@ class World:
             lines.append(f"slurm {sn.name} {sn.state} {sorted(sn.flags)} {sn.reason!r} {sn.partitions}")
         for j in self.jobs.values():
             lines.append(f"job {j.job_id} {j.state} on {j.nodes!r} requeue={j.requeue}")
-        lines.append(f"cluster={'yes' if self.cluster else 'none'} slurm_known={self.slurm_known}")
+        lines.append(f"cluster={'yes' if self.cluster else 'none'} slurm_known={self.slurm_known} "
+                     f"unreadable={self.unreadable}")
         return "\n".join(lines)
 
     def decide(self, pol, now: datetime) -> list:

@@ -1,6 +1,9 @@
 """The bridge's loop against the Kubernetes stand-in: what each action becomes
 through the API, and the chain rule. Slurm is an in-memory SlurmControl here
-(the sandbox tests, tests/e2e/test_bridge_e2e.py, run the loop with real Slurm)."""
+(the sandbox tests, tests/e2e/test_bridge_e2e.py, run the loop with real Slurm).
+
+Over 500 lines because each rule of the loop is one short case against the
+stand-in, and what it cannot load is run by every cause and every owner's change."""
 
 from __future__ import annotations
 
@@ -351,3 +354,165 @@ def test_a_cluster_whose_agent_hangs_does_not_delay_another_policys_lending_and_
         released.set()
         kube.patch = patch
         bridge.close()
+
+
+# -- a SlurmCluster the bridge cannot load (issue 41, item 1) ---------------------------------
+
+GRACE_PLUS_DEADLINE = 60 + 600  # the policy's defaults: gracePeriodSeconds + reclaim.deadlineSeconds
+
+
+def _policy_patch(cluster, patch: dict) -> None:
+    cluster.custom.patch_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies",
+                                                  "lend", patch)
+
+
+def _invalid(cluster, bridge) -> None:
+    # Valid for the schema, not for the rule the operator and the bridge share.
+    cluster.custom.patch_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "slurmclusters", "demo",
+                                                  {"spec": {"slurmConfig": {"cgroups": True}}})
+
+
+def _deleted(cluster, bridge) -> None:
+    cluster.custom.delete_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "slurmclusters", "demo")
+
+
+def _newer_status(cluster, bridge) -> None:
+    # A field a newer operator writes in status, which this version does not know.
+    read = bridge.view.cluster
+
+    def cluster_with_a_new_field(namespace, name):
+        obj = read(namespace, name)
+        return obj and {**obj, "status": {**(obj.get("status") or {}), "shardCount": 3}}
+    bridge.view.cluster = cluster_with_a_new_field
+
+
+OWNER_CHANGES = {
+    "nothing": lambda cluster: None,
+    "withdrawn": lambda cluster: cluster.core.patch_node("gpu-a", {"metadata": {"labels": {LENDABLE_TO_LABEL: None}}}),
+    "cordoned": lambda cluster: cluster.core.patch_node("gpu-a", {"spec": {"unschedulable": True}}),
+    "policy-deleted": lambda cluster: cluster.custom.delete_namespaced_custom_object(
+        "slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies", "lend"),
+    "max-lent-0": lambda cluster: _policy_patch(cluster, {"spec": {"maxLentNodes": 0}}),
+}
+
+
+def _held(cluster, name: str) -> bool:
+    node = cluster.core.read_node(name)
+    return STATE_LABEL in (node.metadata.labels or {}) or any(t.key == TAINT_KEY for t in node.spec.taints or [])
+
+
+@pytest.mark.parametrize("change", sorted(OWNER_CHANGES))
+@pytest.mark.parametrize("lose", [_invalid, _deleted, _newer_status], ids=["invalid", "deleted", "newer-status"])
+def test_a_cluster_the_bridge_cannot_load_gives_its_lent_nodes_back_within_grace_plus_the_deadline(
+        world, lose, change):
+    """No policy is skipped: whatever makes the SlurmCluster unreadable to
+    the bridge, and whatever the owner does meanwhile, the nodes lent to it
+    start their reclaim in the first round and are Kubernetes' again by
+    gracePeriodSeconds + deadlineSeconds later, on a simulated clock."""
+    cluster, bridge, memory = world
+    lend_two(cluster, bridge, memory)
+    assert _held(cluster, "gpu-a") and _held(cluster, "gpu-b")
+    memory.jobs = [Job(job_id=1, name="train", user="u", state="RUNNING", partition="gpu", nodes="gpu-a",
+                       requeue=True, restart_count=0, reason="")]
+    idle_node(cluster, "gpu-c")  # idle and lendable: nothing may be lent to that cluster now
+    lose(cluster, bridge)
+    OWNER_CHANGES[change](cluster)
+    now = [NOW + timedelta(seconds=1)]
+    bridge.clock = lambda: now[0]
+    report = bridge.round()
+    assert not report.errors, report.errors
+    states = {n: (cluster.core.read_node(n).metadata.labels or {}).get(STATE_LABEL) for n in ("gpu-a", "gpu-b")}
+    assert all(s in ("reclaiming", None) for s in states.values()), states
+    now[0] += timedelta(seconds=GRACE_PLUS_DEADLINE - 1)
+    bridge.round()
+    now[0] += timedelta(seconds=1)
+    report = bridge.round()
+    assert not report.errors, report.errors
+    assert not _held(cluster, "gpu-a") and not _held(cluster, "gpu-b")
+    assert not _held(cluster, "gpu-c")
+    assert {p.metadata.name for p in cluster.core.list_namespaced_pod("default").items
+            if p.metadata.deletion_timestamp is None} & {"demo-lent.gpu-a", "demo-lent.gpu-b", "demo-lent.gpu-c"} == set()
+
+
+@pytest.mark.parametrize("status,lasting", [(403, True), (400, True), (503, False), (429, False)])
+def test_a_cluster_the_api_server_will_not_show_is_decided_not_skipped(world, status, lasting):
+    """A refused read (403) is as good as an invalid cluster: the nodes go
+    back. One that may pass (503, 429) is Slurm unknown: the nodes stay, but
+    not from their owner, and nothing is lent."""
+    from slurmk8s.kube import ApiError
+
+    cluster, bridge, memory = world
+    lend_two(cluster, bridge, memory)
+    get = bridge.kube.get
+
+    def refusing(kind, namespace, name):
+        if kind == "SlurmCluster":
+            raise ApiError("GET", f"/slurmclusters/{name}", status, "Refused", "no")
+        return get(kind, namespace, name)
+    bridge.kube.get = refusing
+    idle_node(cluster, "gpu-c")
+    cluster.core.patch_node("gpu-b", {"spec": {"unschedulable": True}})
+    report = bridge.round()
+    assert not report.errors, report.errors
+    states = {n: (cluster.core.read_node(n).metadata.labels or {}).get(STATE_LABEL) for n in ("gpu-a", "gpu-b")}
+    assert states == {"gpu-a": "reclaiming" if lasting else "lent", "gpu-b": "reclaiming"}
+    assert not _held(cluster, "gpu-c")
+    condition = cluster.custom.get_namespaced_custom_object(
+        "slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies", "lend")["status"]["conditions"][0]
+    assert condition["reason"] == "ClusterUnreadable" and str(status) in condition["message"]
+
+
+def test_the_bridge_loads_a_cluster_by_the_operators_rule_with_the_operators_trusted_repositories(world):
+    """The issue's case: with cgroups and the site's own registry the
+    operator (and its webhook) accept the cluster; the bridge, given the same
+    trusted repositories, reads it too. Without them it finds the cluster
+    invalid, says so, and takes the nodes back rather than keep them."""
+    from slurmk8s.api import load_cluster
+    from slurmk8s.api.cluster import PROJECT_REPOSITORY
+    from slurmk8s.operator.webhook import refusal
+
+    cluster, bridge, memory = world
+    lend_two(cluster, bridge, memory)
+    mirror = "registry.example.org/hpc"
+    cluster.custom.patch_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "slurmclusters", "demo", {
+        "spec": {"slurmConfig": {"cgroups": True}, "slurm": {"image": {"repository": mirror}},
+                 "partitions": [{"name": "gpu", "acceptLentNodes": False}]}})
+    obj = cluster.custom.get_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "slurmclusters", "demo")
+    trusted = (PROJECT_REPOSITORY, mirror)
+    assert load_cluster(obj, trusted_repositories=trusted)  # the operator runs it
+    assert refusal("SlurmCluster", "CREATE", obj, None, trusted_repositories=trusted) is None  # its webhook too
+    one_rule = Bridge(bridge.kube, agent=bridge.agent, clock=lambda: NOW, trusted_repositories=trusted)
+    report = one_rule.round()
+    assert not report.errors, report.errors
+    condition = cluster.custom.get_namespaced_custom_object(
+        "slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies", "lend")["status"]["conditions"][0]
+    assert condition["reason"] == "PartitionNotLendable", condition
+    # A bridge told less than the operator: the cluster is invalid to it, and its nodes go back.
+    report = bridge.round()
+    assert not report.errors, report.errors
+    condition = cluster.custom.get_namespaced_custom_object(
+        "slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies", "lend")["status"]["conditions"][0]
+    assert condition["reason"] == "ClusterUnreadable" and "spec.slurm.image.repository" in condition["message"]
+    assert {(cluster.core.read_node(n).metadata.labels or {}).get(STATE_LABEL) for n in ("gpu-a", "gpu-b")} == {
+        "reclaiming"}
+
+
+def test_a_policy_the_bridge_cannot_load_gives_its_nodes_back_as_a_deleted_one(world):
+    """The sibling on the policy's side: a NodeLendingPolicy that no longer
+    loads (a field of a newer version, a rule an upgrade tightened) says so
+    in its status, and its nodes go back as a deleted policy's would."""
+    cluster, bridge, memory = world
+    lend_two(cluster, bridge, memory)
+    listed = bridge.view.policies
+
+    def with_a_new_field():
+        return [{**p, "spec": {**p["spec"], "preemptible": True}} for p in listed()]
+    bridge.view.policies = with_a_new_field
+    report = bridge.round()
+    assert not report.errors, report.errors
+    assert [(a.node, a.reason) for a in report.applied if type(a).__name__ == "SetLendingState"] == [
+        ("gpu-a", "policy-gone"), ("gpu-b", "policy-gone")]
+    assert not _held(cluster, "gpu-a") and not _held(cluster, "gpu-b")  # idle in Slurm: back at once
+    condition = cluster.custom.get_namespaced_custom_object(
+        "slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies", "lend")["status"]["conditions"][0]
+    assert condition["reason"] == "InvalidPolicy" and "spec.preemptible" in condition["message"]

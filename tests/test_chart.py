@@ -294,6 +294,20 @@ def test_the_operator_trusts_the_repositories_the_chart_names_for_privileged_slu
         objects({"trustedRepositories": ["https://example.org/x"]})
 
 
+@pytest.mark.parametrize("trusted", [None, ["ghcr.io/slurmk8s", "registry.example.org:5000/hpc"]])
+def test_the_bridge_judges_clusters_with_the_operators_trusted_repositories(trusted):
+    """The operator (and its webhook) and the bridge load a SlurmCluster by
+    one rule with one setting: a cluster the operator runs is never one the
+    bridge finds invalid (issue 41, item 1)."""
+    objs = objects({"trustedRepositories": trusted} if trusted else None)
+    parsed = {}
+    for component, command in (("operator", cli.operator_cmd), ("bridge", cli.bridge_cmd)):
+        args = container(objs, component)["args"]
+        parsed[component] = command.make_context(component, args[args.index(component) + 1:]).params
+    assert parsed["bridge"]["trusted_repositories"] == parsed["operator"]["trusted_repositories"] \
+        == tuple(trusted or ["ghcr.io/slurmk8s"])
+
+
 def test_the_operator_learns_which_pods_its_agent_network_policies_admit(chart):
     """The chart's operator and bridge pods are what the NetworkPolicy of each
     cluster's Slurm agent admits: the release's namespace and instance label,
@@ -836,7 +850,7 @@ def test_bridge_watch_namespaces_confine_the_namespaced_rules_to_roles(values, s
     if scoped:
         assert args[args.index("--health-port") + 2:] == [
             *(x for ns in scoped for x in ("--namespace", ns)), "--interval", "2", "--lease-namespace", NAMESPACE,
-            "--lease-duration", "15", "--release-name", RELEASE]
+            "--lease-duration", "15", "--release-name", RELEASE, "--trusted-repository", "ghcr.io/slurmk8s"]
     bridge = [o for o in of(objs, "bridge") if not o["metadata"]["name"].endswith("-lease")]
     if not scoped:
         assert "--all-namespaces" in args and "--namespace" not in args

@@ -41,7 +41,15 @@ from slurmk8s.bridge.nodestate import (
     format_time,
     parse_time,
 )
-from slurmk8s.bridge.observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, PolicyGone, pod_from_api
+from slurmk8s.bridge.observed import (
+    InvalidPolicy,
+    KubeNode,
+    KubePod,
+    NodeTaint,
+    PolicyGone,
+    UnreadableCluster,
+    pod_from_api,
+)
 from slurmk8s.render.lent import lent_node
 from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.render.names import lent_slurmd
@@ -946,16 +954,125 @@ def test_nodes_lent_to_another_cluster_are_left_alone():
 # -- policy problems ------------------------------------------------------------------------
 
 
-def test_a_missing_cluster_is_reported_and_its_nodes_are_left_as_they_are():
-    w = lent_world("n1", jobs=[job(1, "n1")], pods=[gpu_pod("want", None, gpus=8)])
+def test_a_missing_cluster_is_reported_and_the_nodes_lent_to_it_go_back():
+    """The policy names a SlurmCluster that is gone, the one its nodes are
+    lent to: nothing is lent, and those nodes start their reclaim (decision
+    record 42); nodes lent to another cluster (clusterRef changed, maybe a
+    typo) stay until their owner claims them."""
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    w.nodes["n2"] = held_node("n2", LENT, **{CLUSTER_ANNOTATION: "hpc/old"})
     w.cluster = None
     w.slurm_known = False   # no cluster, no Slurm to read
     w.nodes["idle"] = gpu_node("idle", annotations=IDLE)
     acts = w.decide(POLICY, T0)
-    assert kinds(acts) == []
+    assert [(a.node, a.reason) for a in of(acts, A.SetLendingState)] == [("n1", "cluster-gone")]
+    assert kinds(acts) == ["SetLendingState"]
     cond = status(acts).conditions[0]
     assert (cond.status, cond.reason) == ("False", "ClusterNotFound")
-    assert "fix spec.clusterRef.name" in cond.message and "the 1 node(s) this policy holds" in cond.message
+    assert "fix spec.clusterRef.name" in cond.message and "the 1 node(s) lent to it go back" in cond.message
+    assert "still lent to another SlurmCluster" in cond.message and "n2" in cond.message
+
+
+# -- a SlurmCluster the bridge cannot load: decided toward Kubernetes (issue 41, item 1) ----
+
+INVALID = UnreadableCluster("hpc/demo", "spec.partitions[1].acceptLentNodes: cannot be true with "
+                            "slurmConfig.cgroups")
+NEWER = UnreadableCluster("hpc/demo", "status.shardCount: Extra inputs are not permitted")
+
+
+def unreadable_ways():
+    """Each way the bridge loses the policy's SlurmCluster, as a change to a lent world."""
+    def invalid(w):
+        w.unreadable = INVALID
+
+    def newer(w):
+        w.unreadable = NEWER
+
+    def deleted(w):
+        w.cluster = None
+    return [("invalid", invalid, "cluster-unreadable"), ("newer-status", newer, "cluster-unreadable"),
+            ("deleted", deleted, "cluster-gone")]
+
+
+def owner_changes():
+    """Each thing the owner may do meanwhile (or nothing), and the policy it leaves."""
+    def withdraw(w):
+        w.nodes["n1"] = replace(w.nodes["n1"], labels={**w.nodes["n1"].labels, "slurmk8s.dev/lendable-to": "other"})
+
+    def cordon(w):
+        w.nodes["n1"] = replace(w.nodes["n1"], unschedulable=True)
+    return [("nothing", lambda w: None, POLICY, None), ("withdrawn", withdraw, POLICY, "withdrawn"),
+            ("cordoned", cordon, POLICY, "cordoned"),
+            ("policy-gone", lambda w: None, PolicyGone("hpc", "lend", "hpc/demo"), "policy-gone"),
+            ("max-lent-0", lambda w: None, policy(maxLentNodes=0), None)]
+
+
+@pytest.mark.parametrize("change,claim,pol,reason", owner_changes(), ids=[c[0] for c in owner_changes()])
+@pytest.mark.parametrize("way,lose,lost_reason", unreadable_ways(), ids=[u[0] for u in unreadable_ways()])
+def test_a_cluster_the_bridge_cannot_load_loses_its_nodes_within_grace_plus_the_deadline(
+        way, lose, lost_reason, change, claim, pol, reason):
+    """Whatever makes the cluster unreadable (invalid by the operator's rule,
+    a status field of a newer operator, deleted), and whatever its owner does
+    meanwhile, every node lent to it is Kubernetes' again within
+    gracePeriodSeconds + deadlineSeconds, and nothing is lent to it."""
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    w.nodes["idle"] = gpu_node("idle", annotations=IDLE)
+    lose(w)
+    claim(w)
+    now, began, returned = T0, None, None
+    while now <= T0 + timedelta(seconds=DEADLINE + 120):
+        acts = w.decide(pol, now)
+        assert not of(acts, A.CreateSlurmdPod) and not of(acts, A.Taint), acts
+        for a in of(acts, A.SetLendingState):
+            assert a.state == RECLAIMING and a.reason in (reason, lost_reason), a
+            began = began or now
+        w.apply([a for a in acts if not isinstance(a, (A.Event, A.PolicyStatus))])
+        if STATE_LABEL not in w.nodes["n1"].labels:
+            returned = now
+            began = began or now
+            break
+        now += timedelta(seconds=10)
+    assert began == T0, "the reclaim starts the first round the cluster cannot be loaded"
+    assert returned is not None and returned - began <= timedelta(seconds=DEADLINE), (returned, w.summary())
+    assert not w.nodes["n1"].taints and w.pods[("hpc", lent_slurmd("demo", "n1"))].deleting
+    assert STATE_LABEL not in w.nodes["idle"].labels
+
+
+def test_an_unloadable_cluster_is_reported_with_why_and_what_happens_to_the_nodes():
+    w = lent_world("n1")
+    w.unreadable = INVALID
+    cond = status(w.decide(POLICY, T0)).conditions[0]
+    assert (cond.status, cond.reason) == ("False", "ClusterUnreadable")
+    assert INVALID.problem in cond.message and "the 1 node(s) lent to it go back" in cond.message
+    assert f"{DEADLINE}s after its reclaim began whatever Slurm says" in cond.message
+
+
+def test_a_cluster_that_could_not_be_read_for_a_moment_keeps_its_nodes_but_not_from_their_owner():
+    """A read that may pass by itself (the API server busy) is Slurm unknown:
+    nothing is lent, the nodes stay, and the owner's claims and the deadline
+    still run."""
+    w = lent_world("n1", "n2", jobs=[job(1, "n1")])
+    w.nodes["idle"] = gpu_node("idle", annotations=IDLE)
+    w.unreadable = UnreadableCluster("hpc/demo", "GET ...: 503 ServiceUnavailable", transient=True)
+    acts = w.decide(POLICY, T0)
+    assert kinds(acts) == []
+    assert status(acts).conditions[0].reason == "ClusterUnreadable"
+    w.nodes["n2"] = replace(w.nodes["n2"], unschedulable=True)
+    acts = w.decide(POLICY, T0)
+    assert [(a.node, a.reason) for a in of(acts, A.SetLendingState)] == [("n2", "cordoned")]
+    w.apply(acts)
+    assert kinds(w.decide(POLICY, T0 + timedelta(seconds=DEADLINE)))[:4] == HAND_BACK
+
+
+def test_max_lent_nodes_takes_nodes_back_while_slurm_cannot_be_read():
+    """maxLentNodes is a rule of Kubernetes' side: it needs no Slurm to start a
+    reclaim (the deadline ends it)."""
+    w = lent_world("n1", "n2", jobs=[job(1, "n1")])
+    w.slurm_known = False
+    acts = w.decide(policy(maxLentNodes=1), T0)
+    assert [a.reason for a in of(acts, A.SetLendingState)] == ["limits"]
+    acts = w.decide(policy(maxLentNodes=0), T0)
+    assert sorted((a.node, a.reason) for a in of(acts, A.SetLendingState)) == [("n1", "limits"), ("n2", "limits")]
 
 
 def test_when_policy_and_cluster_are_gone_the_nodes_are_handed_back_without_slurm():

@@ -33,7 +33,7 @@ from slurmk8s.bridge.nodestate import (
 )
 from slurmk8s.bridge.decide import DEFAULT_RECLAIM
 from slurmk8s.render.names import lent_slurmd
-from slurmk8s.bridge.observed import KubePod, NodeTaint, PolicyGone
+from slurmk8s.bridge.observed import KubePod, NodeTaint, PolicyGone, UnreadableCluster
 from slurmk8s.slurm.model import DRAIN_PREFIX
 
 from .lending_sim import GPU_LABELS, T0, World, cluster, gpu_node, gpu_pod, job, policy, slurm_node
@@ -207,7 +207,8 @@ def test_unknown_slurm_means_no_destructive_action(case):
     acts = w.decide(pol, now)
     for a in acts:
         if isinstance(a, A.SetLendingState):
-            assert a.state == RECLAIMING and a.reason in ("withdrawn", "cordoned", "demand", "policy-gone"), a
+            assert a.state == RECLAIMING and a.reason in ("withdrawn", "cordoned", "demand", "policy-gone",
+                                                          "limits"), a
         elif isinstance(a, (A.DeleteSlurmdPod, A.Untaint, A.ClearLending, A.RecordDownOwed)):
             assert overdue(w, pol, now, a.node), (a, w.summary())
         else:
@@ -281,6 +282,47 @@ def test_no_node_stays_held_past_grace_plus_deadline_when_its_owner_wants_it_bac
         t += timedelta(seconds=30)
     still = sorted(wanted - back)
     assert still == [], (still, w.summary())
+
+
+def lose_cluster(w: World, loss: str) -> None:
+    """The bridge can no longer load the policy's SlurmCluster."""
+    if loss == "deleted":
+        w.cluster = None
+    else:
+        w.unreadable = UnreadableCluster("hpc/demo", loss)
+
+
+@SETTINGS
+@given(worlds(), st.sampled_from(["invalid", "newer-status", "deleted"]), st.integers(0, 3))
+def test_no_node_stays_lent_to_a_cluster_the_bridge_cannot_load_past_grace_plus_deadline(case, loss, step):
+    """Issue 41, item 1: whatever else the world holds, a SlurmCluster the
+    bridge cannot load (invalid, unknown to it, deleted) gets nothing lent,
+    and every node the policy lent to it is Kubernetes' again within
+    gracePeriodSeconds + deadlineSeconds (and a round). Built to reach the
+    case: n0 is always lent to it by the policy."""
+    w, pol, now = case
+    labels = {**w.nodes["n0"].labels, STATE_LABEL: LENT} if "n0" in w.nodes else {**GPU_LABELS, STATE_LABEL: LENT}
+    w.nodes["n0"] = gpu_node("n0", labels=labels, annotations={
+        POLICY_ANNOTATION: pol.key, "slurmk8s.dev/lending-cluster": "hpc/demo",
+        "slurmk8s.dev/lending-partition": "gpu", SINCE_ANNOTATION: format_time(now - timedelta(hours=1))},
+        taints=(NodeTaint(TAINT_KEY, "demo", TAINT_EFFECT),))
+    lose_cluster(w, loss)
+    mine = {n.name for n in w.nodes.values() if n.record.state in (LENDING, LENT, RECLAIMING)
+            and n.record.policy == pol.key and n.record.cluster == "hpc/demo"}
+    assert "n0" in mine
+    spec = reclaim_of(pol)
+    end = now + timedelta(seconds=spec.grace_period_seconds + spec.deadline_seconds + 30)
+    t, back = now, set()
+    while t <= end:
+        acts = w.decide(pol, t)
+        assert not [a for a in acts if isinstance(a, (A.CreateSlurmdPod, A.Taint))
+                    or (isinstance(a, A.SetLendingState) and a.state != RECLAIMING)], acts
+        w.apply(acts)
+        back |= {n for n in mine if w.nodes[n].record.state is None}
+        w.step()
+        t += timedelta(seconds=10 * (step + 1))
+    still = sorted(mine - back)
+    assert still == [], (still, loss, w.summary())
 
 
 @SETTINGS

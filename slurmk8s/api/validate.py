@@ -86,7 +86,8 @@ def load_cluster(obj: Any, *, trusted_repositories: Sequence[str] = (PROJECT_REP
     Schema problems are reported first, all of them; the rules that span
     fields run once the schema holds. ``trusted_repositories``: the image
     repositories a privileged slurmd (``slurmConfig.cgroups``) may come
-    from, the site's choice (the operator's ``--trusted-repository``).
+    from, the site's choice (``--trusted-repository``, which the operator,
+    its webhook and the bridge are given alike: they judge by this one rule).
     """
     obj = _precheck(obj, "SlurmCluster")
     name = _name_of(obj)

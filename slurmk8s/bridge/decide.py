@@ -24,7 +24,13 @@ unchanged inputs (:mod:`.memo`), which changes no answer.
 
 Safety rules, each enforced in those modules:
 - Slurm could not be read: nothing that depends on Slurm changes (fail closed),
-  except the owner's claims, which start a reclaim (:mod:`.deadline`).
+  except the owner's claims and ``maxLentNodes``, which start a reclaim
+  (:mod:`.deadline`).
+- A SlurmCluster the bridge cannot load (gone while the policy names it,
+  invalid, or unknown to this version: ``Observed.unreadable``) is decided
+  toward Kubernetes: its Slurm is unknown, nothing is lent to it, and the
+  nodes lent to it start a reclaim, which the deadline ends (decision
+  record 42). No policy is skipped.
 - A node goes back to Kubernetes (untaint) only when Slurm shows no job on it,
   or when its reclaim is past gracePeriodSeconds + reclaim.deadlineSeconds
   (:mod:`.deadline`): the owner always gets its nodes back.
@@ -51,11 +57,11 @@ from .foresight import Foresight, demand_status, foresee, reservations, stale_re
 from .nodecounts import LendingMetrics, lending_metrics
 from .nodestate import LENT, RECLAIMING, STATES
 from .nodetimes import present
-from .observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, Observed, PolicyGone
+from .observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, Observed, PolicyGone, UnreadableCluster
 from .placement import cover_demand
 from .problems import policy_problem
-from .reasons import DEFAULT_RECLAIM, DEFAULT_REGISTRATION_TIMEOUT, DEMAND, FAILURES, \
-    FORCE_RETRY_SECONDS, FORECAST, LIMITS, REASONS
+from .reasons import CLUSTER_GONE, CLUSTER_UNREADABLE, DEFAULT_RECLAIM, DEFAULT_REGISTRATION_TIMEOUT, DEMAND, \
+    FAILURES, FORCE_RETRY_SECONDS, FORECAST, LIMITS, REASONS
 from .settings import Round, Settings
 from .status import invalid_policy_status, policy_status
 from .verdicts import failure, must_go, withdrawn
@@ -66,7 +72,7 @@ __all__ = [
     "decide", "lending_metrics", "LendingMetrics", "orphaned_policies",
     "REASONS", "FAILURES", "FORCE_RETRY_SECONDS", "DEFAULT_RECLAIM",
     # the observed state, re-exported so that callers need one import
-    "Observed", "KubeNode", "KubePod", "NodeTaint", "PolicyGone", "InvalidPolicy",
+    "Observed", "KubeNode", "KubePod", "NodeTaint", "PolicyGone", "InvalidPolicy", "UnreadableCluster",
 ]
 
 
@@ -84,11 +90,13 @@ def decide(observed: Observed, policy: NodeLendingPolicy | PolicyGone | InvalidP
         return invalid_policy_status(policy, now)
     # Times on the policy's nodes later than now (or a lending-since it cannot read) count from now.
     observed, clamped = present(observed, policy.key, now)
-    return clamped + _round(World(observed), settings_of(policy, observed.cluster, now))
+    return clamped + _round(World(observed), settings_of(policy, observed.cluster, now, observed.unreadable))
 
 
-def settings_of(policy: NodeLendingPolicy | PolicyGone, cluster: SlurmCluster | None, now: datetime) -> Settings:
-    """The settings a round goes by, and the SlurmCluster the nodes are lent to."""
+def settings_of(policy: NodeLendingPolicy | PolicyGone, cluster: SlurmCluster | None, now: datetime,
+                unreadable: UnreadableCluster | None = None) -> Settings:
+    """The settings a round goes by, and the SlurmCluster the nodes are lent to
+    (``unreadable``: why it could not be loaded)."""
     if cluster is not None:
         cluster_key, cluster_name = f"{cluster.namespace}/{cluster.name}", cluster.name
     elif isinstance(policy, NodeLendingPolicy):
@@ -98,9 +106,9 @@ def settings_of(policy: NodeLendingPolicy | PolicyGone, cluster: SlurmCluster | 
         cluster_key, cluster_name = policy.cluster, policy.cluster.split("/")[-1]
     if isinstance(policy, PolicyGone):
         return Settings(policy.key, policy.namespace, policy.name, None, DEFAULT_RECLAIM,
-                        DEFAULT_REGISTRATION_TIMEOUT, cluster, cluster_key, cluster_name, now)
+                        DEFAULT_REGISTRATION_TIMEOUT, cluster, cluster_key, cluster_name, now, unreadable)
     return Settings(policy.key, policy.namespace, policy.name, policy, policy.spec.reclaim,
-                    policy.spec.registration_timeout_seconds, cluster, cluster_key, cluster_name, now)
+                    policy.spec.registration_timeout_seconds, cluster, cluster_key, cluster_name, now, unreadable)
 
 
 def _round(world: World, settings: Settings) -> list[Action]:
@@ -125,14 +133,14 @@ def _round(world: World, settings: Settings) -> list[Action]:
     fs = foresee(world, settings, selected)
 
     lending: set[str] = set()
-    if settings.cluster is None and policy is not None:
-        # Maybe a typo in clusterRef: report it; the nodes wait, but only
-        # until the owner's claims meet the reclaim deadline.
-        _without_slurm(r, world, settings, mine, kube)
-    elif settings.cluster is None:
+    if settings.cluster is None and policy is None and settings.unreadable is None:
+        # The policy and its cluster are gone, and with the cluster its Slurm and jobs.
         deadline.release_owed(r, settings, nodes)
         _release_all(r, world, settings, mine)
-    elif not world.slurm_known:
+    elif settings.cluster is None or not world.slurm_known:
+        # No Slurm to ask (no cluster, one that cannot be loaded, or Slurm
+        # does not answer): nothing is lent, and the nodes go back by the
+        # rules that need no Slurm, within the reclaim deadline.
         _without_slurm(r, world, settings, mine, kube)
     else:
         lending = _move_nodes(r, world, settings, mine, selected, kube, lendable, problem, window_open, fs)
@@ -152,24 +160,38 @@ def _returned(r: Round, settings: Settings, mine: list[KubeNode]) -> int:
 def _without_slurm(r: Round, world: World, settings: Settings, mine: list[KubeNode], kube: list[KubeNode]) -> None:
     """The nodes' Slurm cannot be read: every held node stays as it is, except
     that the owner's claims (a withdrawn or cordoned node, a deleted policy,
-    pending GPU pods) start a reclaim, and a reclaim past its deadline goes
-    back whatever Slurm says (:mod:`.deadline`)."""
+    pending GPU pods) and ``maxLentNodes`` start a reclaim, and a reclaim
+    past its deadline goes back whatever Slurm says (:mod:`.deadline`). When
+    the policy's SlurmCluster is lost (gone, or it cannot be loaded:
+    :attr:`.Settings.cluster_lost`), every node lent to it starts its
+    reclaim now."""
     held: list[KubeNode] = []
     reclaiming: list[KubeNode] = []
+    lost = CLUSTER_UNREADABLE if settings.unreadable is not None else CLUSTER_GONE
     for n in mine:
         if n.record.state not in STATES:
             r.unknown_state.append(n.name)
             continue
         r.projected[n.name] = n.record.state
+        ours = n.record.cluster == settings.cluster_key
+        if not ours:
+            r.stale.append(n.name)
         if n.record.state == RECLAIMING:
             reclaiming.append(n)
-        elif (reason := deadline.owner_claim(settings, n)) is not None:
+        elif (reason := deadline.owner_claim(settings, n)
+              or (lost if ours and settings.cluster_lost else None)) is not None:
             deadline.enter_without_slurm(r, settings, n, reason)
             reclaiming.append(n)
         else:
             held.append(n)
     if settings.policy is not None and held:
-        _, _, chosen = cover_demand(world, settings, kube, reclaiming, sorted(held, key=lambda n: n.name))
+        held.sort(key=lambda n: reclaim_order(world, settings, n))
+        extra = over_cap(settings.policy.spec, len(held))
+        for n in held[:extra]:
+            deadline.enter_without_slurm(r, settings, n, LIMITS)
+            reclaiming.append(n)
+        held = sorted(held[extra:], key=lambda n: n.name)
+        _, _, chosen = cover_demand(world, settings, kube, reclaiming, held)
         for n in chosen:
             deadline.enter_without_slurm(r, settings, n, DEMAND)
     for n in reclaiming:

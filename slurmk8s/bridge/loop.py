@@ -22,9 +22,15 @@ Rules the loop keeps (slurmk8s/bridge/README.md explains why):
   refuses gets a Warning Event and the rest go on.
 - Node patches that change taints carry the Node's resourceVersion, so two
   writers cannot both take a node; a conflict fails the chain.
-- A SlurmCluster that cannot be read (other than 404) skips the policy's
-  round; Slurm that cannot be read is ``SlurmState.unknown()`` (decide then
-  fails closed, but for the owner's claims and the reclaim deadline).
+- No policy is skipped. A SlurmCluster that cannot be loaded (invalid by
+  the operator's rule, which the bridge applies with the same trusted
+  repositories; unknown to this version; a read that fails) is an
+  ``UnreadableCluster``: decide gives it no Slurm, lends it nothing and
+  takes its nodes back (decision record 42). A policy that cannot be
+  loaded gets its status, and its nodes are decided as a deleted
+  policy's (``PolicyGone``). Slurm that cannot be read is
+  ``SlurmState.unknown()`` (decide then fails closed, but for the owner's
+  claims, ``maxLentNodes`` and the reclaim deadline).
 - One cluster's Slurm does not hold up another's policies: every cluster's
   Slurm is read at once, in threads, and each policy is decided (in this
   thread, in turn) as soon as its cluster answered; one that has not within
@@ -50,15 +56,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import structlog
+import urllib3
 
 from ..api import load_cluster, load_policy
-from ..api.cluster import API_VERSION, SlurmCluster
+from ..api.cluster import API_VERSION, PROJECT_REPOSITORY, SlurmCluster
 from ..api.errors import InvalidSpec
 from ..api.lending import NodeLendingPolicy, NodeLendingPolicyStatus
 from ..events import Event
+from ..kube import ApiError
 from ..render import names
 from ..render.manifests import lent_slurmd_pod
 from ..render.slurmd import is_lent_slurmd_pod
@@ -71,7 +79,7 @@ from . import actions as A
 from . import metrics
 from .decide import decide, lending_metrics, orphaned_policies
 from .nodestate import LENT, RECLAIMING, TAINT_KEY
-from .observed import InvalidPolicy, KubeNode, Observed, PolicyGone, node_from_api
+from .observed import InvalidPolicy, KubeNode, Observed, PolicyGone, UnreadableCluster, node_from_api
 from .patches import NODE_PATCH_ACTIONS, node_patch
 from .rollout import apply_rollouts
 from .view import Listing
@@ -116,13 +124,22 @@ def _ckey(cluster: SlurmCluster | None) -> str:
     return f"{cluster.namespace}/{cluster.name}" if cluster is not None else ""
 
 
-def _slurm_ready(cluster: SlurmCluster | None, reads: dict[str, cf.Future | None], due: float) -> bool:
+def _slurm_ready(cluster: SlurmCluster | UnreadableCluster | None, reads: dict[str, cf.Future | None],
+                 due: float) -> bool:
     """A policy can be decided: no Slurm to read, its read is in, late from
     an earlier round, or past this round's wait."""
-    if cluster is None:
+    if not isinstance(cluster, SlurmCluster):
         return True
     future = reads.get(_ckey(cluster))
     return future is None or future.done() or time.monotonic() >= due
+
+
+def transient(exc: BaseException) -> bool:
+    """A failed read that may pass by itself: the API server busy (429),
+    failing (5xx) or not reached. A refusal (403, 400, ...) is lasting."""
+    if isinstance(exc, ApiError):
+        return exc.status == 429 or exc.status >= 500
+    return isinstance(exc, (OSError, TimeoutError, urllib3.exceptions.HTTPError))
 
 
 def next_tick(now: float, interval: float, offset: float = 0.02) -> float:
@@ -140,13 +157,18 @@ class Bridge:
     (:mod:`.view`) is where Nodes, Pods, policies and clusters are read:
     by default a full read each round. ``agent_ttl``: reuse a cluster's
     agent client (its token and controller pod, read by name) this many
-    seconds, until a call fails; 0: read them each round."""
+    seconds, until a call fails; 0: read them each round.
+    ``trusted_repositories``: where a privileged slurmd's image may come
+    from, as the operator is told (``--trusted-repository``): a SlurmCluster
+    is judged by the one rule, :func:`slurmk8s.api.load_cluster`, with the
+    same settings in both."""
 
     def __init__(self, kube: Any, *, agent: AgentFactory = _default_agent,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
                  namespaces: Iterable[str] = (), view: Any = None, agent_ttl: float = 0.0,
-                 slurm_timeout: float = 5.0):
+                 slurm_timeout: float = 5.0, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)):
         self.kube = kube
+        self.trusted_repositories = tuple(trusted_repositories)
         self.agent = agent
         self.clock = clock
         #: Watch policies in these namespaces only; empty: every namespace.
@@ -182,16 +204,30 @@ class Bridge:
             return InvalidPolicy(meta.get("namespace", "default"), meta.get("name", ""),
                                  tuple(str(e) for e in exc.errors), meta.get("generation"), status)
 
-    def _cluster(self, namespace: str, name: str) -> SlurmCluster | None:
-        """The SlurmCluster (None when there is none; raises when it cannot be read)."""
-        obj = self.view.cluster(namespace, name)
+    def _load(self, obj: dict) -> SlurmCluster:
+        """A SlurmCluster by the operator's rule and settings; raises InvalidSpec."""
+        return load_cluster(obj, trusted_repositories=self.trusted_repositories)
+
+    def _cluster(self, namespace: str, name: str) -> SlurmCluster | UnreadableCluster | None:
+        """The SlurmCluster; None when there is none; an UnreadableCluster
+        when it cannot be read or loaded (never raises: its policies are
+        decided all the same, toward Kubernetes)."""
+        key = f"{namespace}/{name}"
+        try:
+            obj = self.view.cluster(namespace, name)
+        except Exception as exc:  # noqa: BLE001 - whatever the failure, the policy is decided
+            log.warning("slurmcluster unreadable", cluster=key, error=str(exc), transient=transient(exc))
+            return UnreadableCluster(key, f"reading it failed: {exc}", transient=transient(exc))
         if obj is None:
             return None
         try:
-            return load_cluster(obj)
-        except InvalidSpec:
-            # The operator reports an invalid cluster; lending waits for a valid one.
-            raise RuntimeError(f"SlurmCluster {namespace}/{name} is invalid") from None
+            return self._load(obj)
+        except InvalidSpec as exc:
+            problem = "; ".join(str(e) for e in exc.errors)
+        except Exception as exc:  # noqa: BLE001 - a loader's own failure is no reason to skip the policy
+            problem = f"{type(exc).__name__}: {exc}"
+        log.warning("slurmcluster cannot be loaded: its nodes go back", cluster=key, error=problem)
+        return UnreadableCluster(key, problem)
 
     def _agent_of(self, cluster: SlurmCluster) -> SlurmControl:
         key = f"{cluster.namespace}/{cluster.name}"
@@ -298,18 +334,14 @@ class Bridge:
             report.errors.append(f"cannot list Nodes and Pods: {exc}")
             metrics.ROUNDS.labels("error").inc()
             return report
-        existing = {_key(o) for o in policy_objs}
+        # A policy that cannot be loaded holds its nodes no more than a deleted one.
+        existing = {_key(o) for p, o in policies if not isinstance(p, InvalidPolicy)}
         policies += [(gone, None) for gone in orphaned_policies(world[1], existing)
                      if not self.namespaces or gone.namespace in self.namespaces]
         # Each policy's SlurmCluster (from the cache), then every cluster's Slurm at once.
-        todo: list[tuple[Policy, dict | None, SlurmCluster | None]] = []
-        for policy, obj in policies:
-            try:
-                todo.append((policy, obj, self._policy_cluster(policy)))
-            except Exception as exc:  # noqa: BLE001 - one policy's failure must not stop the others
-                report.errors.append(f"{policy.key}: {exc}")
-                log.warning("policy round skipped", policy=policy.key, error=str(exc))
-        reads = self._start_reads(c for _, _, c in todo if c is not None)
+        # None is skipped: a cluster that cannot be loaded is decided toward Kubernetes.
+        todo = [(policy, obj, self._policy_cluster(policy)) for policy, obj in policies]
+        reads = self._start_reads(c for _, _, c in todo if isinstance(c, SlurmCluster))
         self._unanswered = set()
         due = time.monotonic() + self.slurm_timeout
         while todo:
@@ -323,7 +355,7 @@ class Bridge:
                 todo.remove(item)
                 policy, obj, cluster = item
                 slurm_state, slurm = SlurmState.unknown(), None
-                if cluster is not None:
+                if isinstance(cluster, SlurmCluster):
                     slurm_state, slurm = self._slurm_result(cluster, reads)
                 acted = len(report.applied) + len(report.failed)
                 try:
@@ -354,7 +386,7 @@ class Bridge:
         for ns in namespaces:
             for obj in self.view.clusters(ns):
                 try:
-                    c = load_cluster(obj)
+                    c = self._load(obj)
                 except InvalidSpec:
                     continue
                 if c.spec.shared_storage and c.spec.shared_storage.checkpoint_dir:
@@ -393,8 +425,9 @@ class Bridge:
         """Nodes (as the API returns them, and parsed) and Pods, as they are now."""
         return self.view.world()
 
-    def _policy_cluster(self, policy: Policy) -> SlurmCluster | None:
-        """The SlurmCluster a policy's nodes are lent to (None: there is none, or an invalid policy)."""
+    def _policy_cluster(self, policy: Policy) -> SlurmCluster | UnreadableCluster | None:
+        """The SlurmCluster a policy's nodes are lent to (None: there is none,
+        or an invalid policy; UnreadableCluster: it cannot be loaded)."""
         if isinstance(policy, NodeLendingPolicy):
             return self._cluster(policy.namespace, policy.spec.cluster_ref.name)
         if isinstance(policy, PolicyGone):
@@ -415,15 +448,18 @@ class Bridge:
         return SlurmState.unknown(), None
 
     def _policy_round(self, policy: Policy, obj: dict | None, world: tuple, report: RoundReport,
-                      cluster: SlurmCluster | None, slurm_state: SlurmState, slurm: SlurmControl | None) -> None:
+                      found: SlurmCluster | UnreadableCluster | None, slurm_state: SlurmState,
+                      slurm: SlurmControl | None) -> None:
         node_objs, nodes, pods = dict(world[0]), world[1], world[2]
-        observed = Observed(nodes, pods, cluster, slurm_state)
+        cluster = found if isinstance(found, SlurmCluster) else None
+        unreadable = found if isinstance(found, UnreadableCluster) else None
+        observed = Observed(nodes, pods, cluster, slurm_state, unreadable)
         now = self.clock()
         todo = decide(observed, policy, now)
         ctx = _Acting(self, cluster, slurm, node_objs, {n.name: n for n in nodes}, obj, policy, now, report)
         ctx.run(todo)
         # The gauges show the nodes as this round left them.
-        after = Observed(tuple(ctx.nodes.values()), pods, cluster, slurm_state)
+        after = Observed(tuple(ctx.nodes.values()), pods, cluster, slurm_state, unreadable)
         metrics.observe_nodes(policy.key, lending_metrics(after))
 
     def run_forever(self, interval: float, stop: Callable[[], bool] = lambda: False, *,

@@ -5,10 +5,11 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from typing import Any, Collection
+from typing import Any, Collection, Sequence
 
 import structlog
 
+from ..api.cluster import PROJECT_REPOSITORY
 from ..health import Health
 from ..kube import Kube
 from ..leader import Timing, lead, lease_name, legacy_lease_name
@@ -38,13 +39,16 @@ def watching_bridge(kube: Kube, namespaces: Collection[str] = (), **kwargs: Any)
 
 def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubeconfig: str | None = None,
         metrics_port: int | None = None, health_port: int | None = None, interval: float = 2.0,
-        lease_namespace: str | None = None, lease_seconds: float = 15, release_name: str | None = None) -> None:
+        lease_namespace: str | None = None, lease_seconds: float = 15, release_name: str | None = None,
+        trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)) -> None:
     """Run the bridge until SIGTERM or SIGINT: a round every ``interval`` seconds, and when a watched change matters.
 
     ``lease_namespace``: stand by until this replica holds the bridge's Lease
     there (:mod:`slurmk8s.leader`; the Lease is ``release_name``'s, of
     ``lease_seconds``), and exit if it loses it; None runs without an
-    election (one replica only)."""
+    election (one replica only). ``trusted_repositories``: the operator's
+    (``--trusted-repository``), so that both judge a SlurmCluster alike.
+    """
     if not namespaces and not all_namespaces:
         raise ValueError("name the namespaces to watch (--namespace, repeatable) or pass --all-namespaces")
     stop = threading.Event()
@@ -62,7 +66,8 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
         if elector is None:
             return
     kube = Kube.from_kubeconfig(kubeconfig, field_manager=FIELD_MANAGER)
-    bridge = watching_bridge(kube, () if all_namespaces else tuple(namespaces))
+    bridge = watching_bridge(kube, () if all_namespaces else tuple(namespaces),
+                             trusted_repositories=trusted_repositories)
     last_round = time.monotonic()
     health.watch("lastRound", lambda: last_round, stale=max(60.0, 10 * interval))
     log.info("bridge started", namespaces=list(namespaces) or "all", interval=interval)

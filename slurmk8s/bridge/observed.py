@@ -24,7 +24,7 @@ from ..slurm.model import SlurmState
 from .nodestate import LendingRecord, parse_time
 
 __all__ = [
-    "NodeTaint", "KubeNode", "KubePod", "Observed", "PolicyGone", "InvalidPolicy",
+    "NodeTaint", "KubeNode", "KubePod", "Observed", "PolicyGone", "InvalidPolicy", "UnreadableCluster",
     "node_from_api", "pod_from_api", "gpu_count", "requested",
 ]
 
@@ -139,15 +139,35 @@ class KubePod:
 
 
 @dataclass(frozen=True)
+class UnreadableCluster:
+    """A SlurmCluster the bridge could not load: it is invalid by the rule the
+    operator judges it by (:func:`slurmk8s.api.load_cluster`, with the same
+    trusted repositories), it carries a field this version does not know (a
+    newer operator's status, say), or reading it failed. ``transient``: the
+    read failed in a way that may pass by itself (the API server busy or
+    unreachable); otherwise the cluster is lost to the bridge until it
+    changes. Either way its Slurm is unknown and nothing is lent to it
+    (decision record 42)."""
+
+    #: namespace/name
+    key: str
+    #: What went wrong, for the policy's status.
+    problem: str
+    transient: bool = False
+
+
+@dataclass(frozen=True)
 class Observed:
     """One round's view of the world, for one policy."""
 
     nodes: tuple[KubeNode, ...]
     pods: tuple[KubePod, ...]
-    #: The policy's SlurmCluster; None when the API server says there is none
-    #: (not when it could not be asked: then the loop skips the round).
+    #: The policy's SlurmCluster; None when the API server says there is
+    #: none, or when it could not be loaded (then ``unreadable`` says why).
     cluster: SlurmCluster | None
     slurm: SlurmState
+    #: Why the policy's SlurmCluster could not be loaded (``cluster`` is None then).
+    unreadable: UnreadableCluster | None = None
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,22 @@ __all__ = ["policy_problem"]
 
 
 def policy_problem(world: World, settings: Settings, selected: Sequence[KubeNode]) -> tuple[str, str] | None:
-    """(reason, message) of the first problem, or None: ClusterNotFound,
-    PartitionNotFound, PartitionNotLendable, NoMatchingNodes, SlurmUnreachable."""
+    """(reason, message) of the first problem, or None: ClusterUnreadable,
+    ClusterNotFound, PartitionNotFound, PartitionNotLendable, NoMatchingNodes,
+    SlurmUnreachable."""
     policy = settings.policy
     assert policy is not None
     spec = policy.spec
     cluster = settings.cluster
+    if settings.unreadable is not None:
+        bad = settings.unreadable
+        if bad.transient:
+            return ("ClusterUnreadable", f"SlurmCluster {bad.key} could not be read ({bad.problem}); "
+                    "nothing is lent until it can")
+        return ("ClusterUnreadable",
+                f"SlurmCluster {bad.key} cannot be loaded by the bridge ({bad.problem}); the operator judges "
+                "it by the same rule, so fix the SlurmCluster (kubectl describe slurmcluster says why), or "
+                "run the bridge and the operator of one release")
     if cluster is None:
         return ("ClusterNotFound",
                 f"SlurmCluster {settings.namespace}/{spec.cluster_ref.name} does not exist; create it, "

@@ -15,7 +15,7 @@ __all__ = [
     "DEFAULT_RECLAIM", "DEFAULT_REGISTRATION_TIMEOUT", "FORCE_RETRY_SECONDS", "REASONS", "FAILURES", "SLURMD_GONE",
     "DEMAND", "UNSELECTED", "CORDONED", "WINDOW", "LIMITS", "PARTITION", "POLICY_GONE", "SLURMD_LOST",
     "SLURM_NODE_LOST", "SLURM_NODE_DOWN", "NODE_NOT_READY", "REGISTRATION_TIMEOUT", "UNLENDABLE", "CLUSTER_GONE",
-    "WITHDRAWN", "UNHEALTHY", "FORECAST",
+    "CLUSTER_UNREADABLE", "WITHDRAWN", "UNHEALTHY", "FORECAST",
 ]
 
 #: Reclaim settings for nodes whose policy is gone.
@@ -38,6 +38,7 @@ NODE_NOT_READY = "node-not-ready"
 REGISTRATION_TIMEOUT = "registration-timeout"
 UNLENDABLE = "unlendable"
 CLUSTER_GONE = "cluster-gone"
+CLUSTER_UNREADABLE = "cluster-unreadable"
 WITHDRAWN = "withdrawn"
 UNHEALTHY = "unhealthy"
 FORECAST = "forecast"
@@ -57,6 +58,7 @@ REASONS = {
     REGISTRATION_TIMEOUT: "the node did not register with Slurm in time",
     UNLENDABLE: "the node cannot be described to Slurm",
     CLUSTER_GONE: "the SlurmCluster was deleted",
+    CLUSTER_UNREADABLE: "the bridge cannot load the SlurmCluster (invalid, or written by a newer version)",
     WITHDRAWN: f"the node's {LENDABLE_TO_LABEL} label no longer names the policy's namespace",
     UNHEALTHY: "the node failed a health check (its Slurm node is drained 'slurmk8s: health: <check>')",
     FORECAST: "the forecast wants the node for Kubernetes within spec.forecast.headroomSeconds",

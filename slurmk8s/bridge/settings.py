@@ -18,7 +18,7 @@ from ..api.lending import NodeLendingPolicy, ReclaimSpec, may_lend
 from ..render.lent import LentNode, lent_node
 from .actions import Action
 from .memo import Recent, changed_spans, respliced
-from .observed import KubeNode
+from .observed import KubeNode, UnreadableCluster
 
 __all__ = ["Settings", "Round"]
 
@@ -39,6 +39,15 @@ class Settings:
     cluster_key: str
     cluster_name: str
     now: datetime
+    #: Why the SlurmCluster could not be loaded (``cluster`` is None then).
+    unreadable: UnreadableCluster | None = None
+
+    @property
+    def cluster_lost(self) -> bool:
+        """The policy's SlurmCluster is gone or cannot be loaded, and not
+        because of a read that may pass by itself: its Slurm is unknown, and
+        the nodes lent to it go back (decision record 42)."""
+        return self.cluster is None and (self.unreadable is None or not self.unreadable.transient)
 
     def selects(self, node: KubeNode) -> bool:
         """The policy may lend the node (its owner allows the namespace) and

@@ -18,6 +18,9 @@ from .settings import Settings, Round
 
 __all__ = ["policy_status", "invalid_policy_status", "status_actions"]
 
+#: The problems of a policy whose SlurmCluster is gone or cannot be loaded.
+_CLUSTER_PROBLEMS = ("ClusterNotFound", "ClusterUnreadable")
+
 #: How many node names a status message lists before "and N more".
 _LISTED = 5
 
@@ -44,15 +47,22 @@ def policy_status(settings: Settings, r: Round, selected: int, kubernetes: int, 
                                   lending=counts[LENDING], lent=counts[LENT], reclaiming=counts[RECLAIMING])
     if problem is not None:
         ready, reason, message = "False", problem[0], problem[1]
-        if holding and problem[0] != "SlurmUnreachable":
+        deadline = settings.reclaim.grace_period_seconds + settings.reclaim.deadline_seconds
+        lent_to_it = [n for n in holding if n not in r.stale]
+        if lent_to_it and problem[0] in _CLUSTER_PROBLEMS and settings.cluster_lost:
+            message += (f". Nothing is lent to it; the {len(lent_to_it)} node(s) lent to it go back to "
+                        "Kubernetes: their jobs get the signal and grace period if Slurm answers again, and "
+                        f"each node goes back {deadline}s after its reclaim began whatever Slurm says "
+                        "(gracePeriodSeconds + reclaim.deadlineSeconds)")
+        elif holding and problem[0] not in ("SlurmUnreachable", *_CLUSTER_PROBLEMS):
             message += (f". Nothing is lent meanwhile; the {len(holding)} node(s) this policy holds are "
                         "taken back only when they fail or pending pods need them (set maxLentNodes: 0 "
                         "or delete the policy to take them all back)")
         elif holding:
             message += (f". The {len(holding)} node(s) this policy holds wait for Slurm, except that "
-                        "their owner's claims (pending GPU pods, a withdrawn or cordoned node) start a reclaim, "
-                        f"which ends {settings.reclaim.grace_period_seconds + settings.reclaim.deadline_seconds}s "
-                        "later whatever Slurm says (gracePeriodSeconds + reclaim.deadlineSeconds)")
+                        "their owner's claims (pending GPU pods, a withdrawn or cordoned node) and "
+                        f"maxLentNodes start a reclaim, which ends {deadline}s later whatever Slurm says "
+                        "(gracePeriodSeconds + reclaim.deadlineSeconds)")
     else:
         ready, reason = "True", "Lending"
         message = (f"{counts[LENT]} of {selected} selected nodes lent to partition "
@@ -84,10 +94,11 @@ def policy_status(settings: Settings, r: Round, selected: int, kubernetes: int, 
 
 
 def invalid_policy_status(policy: InvalidPolicy, now: datetime) -> list[Action]:
-    """An invalid policy lends and reclaims nothing: its status says why, and
-    keeps the nodes and counts it last reported."""
-    message = "the policy is invalid and nothing is lent or reclaimed until it is fixed: " + "; ".join(
-        policy.errors)
+    """An invalid policy lends nothing: its status says why, and keeps the
+    nodes and counts it last reported. (Its nodes are taken back as a
+    deleted policy's: the loop decides them with a ``PolicyGone``.)"""
+    message = ("the policy is invalid: nothing is lent, and the nodes it holds go back as a deleted policy's "
+               "would; fix it to lend again: " + "; ".join(policy.errors))
     old = policy.status
     counts = old.counts if old is not None else LendingCounts()
     holding = old.lent_nodes if old is not None else []

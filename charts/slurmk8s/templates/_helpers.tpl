@@ -212,6 +212,18 @@ list is empty, and `--interval`.
 - {{ $.Values.leaderElection.leaseDurationSeconds | int | quote }}
 {{- end }}
 
+{{/*
+Where a privileged slurmd's image may come from: the operator (and its
+webhook) and the bridge judge a SlurmCluster by one rule, with this one
+setting, so that a cluster the operator runs is one the bridge can load.
+*/}}
+{{- define "slurmk8s.trustedRepositoryArgs" -}}
+{{- range .Values.trustedRepositories }}
+- --trusted-repository
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
 {{/* The operator's arguments. */}}
 {{- define "slurmk8s.args" -}}
 {{- include "slurmk8s.commandArgs" (list . "operator" .Values (include "slurmk8s.namespaces" . | fromJsonArray)) }}
@@ -220,10 +232,7 @@ list is empty, and `--interval`.
 - {{ .Release.Namespace | quote }}
 - --release-name
 - {{ .Release.Name | quote }}
-{{- range .Values.trustedRepositories }}
-- --trusted-repository
-- {{ . | quote }}
-{{- end }}
+{{- include "slurmk8s.trustedRepositoryArgs" . }}
 {{- if .Values.webhook.enabled }}
 - --webhook-port
 - {{ .Values.webhook.port | quote }}
@@ -565,6 +574,7 @@ namespaces when that is unset (null). Empty: every namespace.
 {{- /* The release names the bridge's Lease. */}}
 - --release-name
 - {{ .Release.Name | quote }}
+{{- include "slurmk8s.trustedRepositoryArgs" . }}
 {{- end }}
 
 {{/*
