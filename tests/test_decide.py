@@ -957,7 +957,7 @@ def test_nodes_lent_to_another_cluster_are_left_alone():
 def test_a_missing_cluster_is_reported_and_the_nodes_lent_to_it_go_back():
     """The policy names a SlurmCluster that is gone, the one its nodes are
     lent to: nothing is lent, and those nodes start their reclaim (decision
-    record 42); nodes lent to another cluster (clusterRef changed, maybe a
+    record 46); nodes lent to another cluster (clusterRef changed, maybe a
     typo) stay until their owner claims them."""
     w = lent_world("n1", jobs=[job(1, "n1")])
     w.nodes["n2"] = held_node("n2", LENT, **{CLUSTER_ANNOTATION: "hpc/old"})

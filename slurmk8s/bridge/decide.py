@@ -30,7 +30,7 @@ Safety rules, each enforced in those modules:
   invalid, or unknown to this version: ``Observed.unreadable``) is decided
   toward Kubernetes: its Slurm is unknown, nothing is lent to it, and the
   nodes lent to it start a reclaim, which the deadline ends (decision
-  record 42). No policy is skipped.
+  record 46). No policy is skipped.
 - A node goes back to Kubernetes (untaint) only when Slurm shows no job on it,
   or when its reclaim is past gracePeriodSeconds + reclaim.deadlineSeconds
   (:mod:`.deadline`): the owner always gets its nodes back.

@@ -26,7 +26,7 @@ Rules the loop keeps (slurmk8s/bridge/README.md explains why):
   the operator's rule, which the bridge applies with the same trusted
   repositories; unknown to this version; a read that fails) is an
   ``UnreadableCluster``: decide gives it no Slurm, lends it nothing and
-  takes its nodes back (decision record 42). A policy that cannot be
+  takes its nodes back (decision record 46). A policy that cannot be
   loaded gets its status, and its nodes are decided as a deleted
   policy's (``PolicyGone``). Slurm that cannot be read is
   ``SlurmState.unknown()`` (decide then fails closed, but for the owner's

@@ -147,7 +147,7 @@ class UnreadableCluster:
     read failed in a way that may pass by itself (the API server busy or
     unreachable); otherwise the cluster is lost to the bridge until it
     changes. Either way its Slurm is unknown and nothing is lent to it
-    (decision record 42)."""
+    (decision record 46)."""
 
     #: namespace/name
     key: str

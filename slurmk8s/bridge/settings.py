@@ -46,7 +46,7 @@ class Settings:
     def cluster_lost(self) -> bool:
         """The policy's SlurmCluster is gone or cannot be loaded, and not
         because of a read that may pass by itself: its Slurm is unknown, and
-        the nodes lent to it go back (decision record 42)."""
+        the nodes lent to it go back (decision record 46)."""
         return self.cluster is None and (self.unreadable is None or not self.unreadable.transient)
 
     def selects(self, node: KubeNode) -> bool:
