@@ -3,7 +3,8 @@
 from .cluster import API_VERSION, GROUP, KIND, PLURAL, VERSION, SlurmCluster
 from .errors import FieldError, InvalidSpec
 from .lending import NodeLendingPolicy
-from .validate import load_cluster, load_policy
+from .policy import load_policy
+from .validate import load_cluster
 
 __all__ = [
     "API_VERSION", "GROUP", "KIND", "PLURAL", "VERSION",

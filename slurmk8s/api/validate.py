@@ -16,7 +16,6 @@ from pydantic import ValidationError
 from .. import versions
 from .base import without_nulls
 from .cluster import ACCOUNT_NAME_RE, LENT_PREFIX, PROJECT_REPOSITORY, SACCTMGR_KEYWORDS, SlurmCluster
-from .lending import NodeLendingPolicy
 from .errors import FieldError, InvalidSpec, field_path, from_pydantic
 from .extralines import EXTRA_LINE_KEYS, KNOB_FOR_KEY, OWNED_KEYS, PROGRAM_KEYS, extra_line_errors
 from .fields import quantity_value, quote
@@ -24,7 +23,7 @@ from .identity import account_group_errors, egress_errors, identity_errors, logi
 from .secrets import owned_name_error, pull_secret_refs, secret_refs
 
 __all__ = [
-    "load_cluster", "load_policy", "semantic_errors", "policy_errors", "OWNED_KEYS", "KNOB_FOR_KEY",
+    "load_cluster", "semantic_errors", "OWNED_KEYS", "KNOB_FOR_KEY",
     "EXTRA_LINE_KEYS", "PROGRAM_KEYS", "RESERVED_MOUNTS", "MAX_DEPTH", "USERS_CONFIG_BUDGET", "users_config_bytes",
 ]
 
@@ -434,69 +433,3 @@ def _storage_errors(storage) -> Iterator[FieldError]:
                 "spec.sharedStorage.checkpointDir",
                 f"{quote(cp)} is on volume {quote(owner.name)}, which is mounted read-only",
             )
-
-
-def load_policy(obj: Any) -> NodeLendingPolicy:
-    """Parse and check a NodeLendingPolicy manifest, reporting every problem by field path."""
-    obj = _precheck(obj, "NodeLendingPolicy")
-    name = _name_of(obj)
-    try:
-        policy = NodeLendingPolicy.model_validate(obj)
-    except ValidationError as exc:
-        raise InvalidSpec(sorted(from_pydantic(exc)), kind="NodeLendingPolicy", name=name) from None
-    errors = list(policy_errors(policy))
-    if errors:
-        raise InvalidSpec(errors, kind="NodeLendingPolicy", name=policy.name)
-    return policy
-
-
-def _selector_errors(sel, path: str) -> Iterator[FieldError]:
-    for i, req in enumerate(sel.match_expressions):
-        where = f"{path}.matchExpressions[{i}]"
-        if req.operator in ("In", "NotIn") and not req.values:
-            yield FieldError(f"{where}.values", f"operator {req.operator} needs at least one value")
-        if req.operator in ("Exists", "DoesNotExist") and req.values:
-            yield FieldError(f"{where}.values", f"must be empty with operator {req.operator}, which only looks at the key")
-
-
-def policy_errors(p: NodeLendingPolicy) -> Iterator[FieldError]:
-    """Rules of a NodeLendingPolicy that involve more than one field."""
-    spec = p.spec
-    if spec.node_selector.empty:
-        yield FieldError(
-            "spec.nodeSelector",
-            "is empty and would lend every GPU node of the cluster; give matchLabels or matchExpressions, "
-            'e.g. matchLabels: {slurmk8s.dev/lendable: "true"}',
-        )
-    elif not spec.node_selector.positive:
-        yield FieldError(
-            "spec.nodeSelector",
-            "only says which labels a node must not have, so it matches every node without them; "
-            "ask for a label with matchLabels, or an In or Exists expression, "
-            'e.g. matchLabels: {slurmk8s.dev/lendable: "true"}',
-        )
-    yield from _selector_errors(spec.node_selector, "spec.nodeSelector")
-    if quantity_value(spec.shm_size) < 2**20:
-        yield FieldError("spec.shmSize", f"{quote(spec.shm_size)} is not at least 1Mi")
-    pod_selector = spec.reclaim.pod_selector
-    if pod_selector is not None:
-        if pod_selector.empty:
-            yield FieldError(
-                "spec.reclaim.podSelector",
-                "is empty and matches every pod; leave podSelector out (then every pending GPU pod "
-                "triggers a reclaim, or those with minPriority) or give matchLabels or matchExpressions",
-            )
-        yield from _selector_errors(pod_selector, "spec.reclaim.podSelector")
-    for i, w in enumerate(spec.windows):
-        where = f"spec.windows[{i}]"
-        if w.start == "24:00":
-            yield FieldError(f"{where}.start", '"24:00" is the end of a day; start the window at 00:00')
-        elif w.start == w.end:
-            yield FieldError(
-                f"{where}.end",
-                f"{quote(w.end)} equals start, which leaves an empty window; for a whole day use "
-                "start 00:00 and end 24:00",
-            )
-        for j, day in enumerate(w.days):
-            if day in w.days[:j]:
-                yield FieldError(f"{where}.days[{j}]", f"{quote(day)} is listed twice")
