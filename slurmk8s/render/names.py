@@ -11,6 +11,7 @@ import re
 
 from ..api.cluster import GROUP, LENT_PREFIX, SlurmCluster, lent_nodeset  # noqa: F401 (re-exported)
 from ..slurm import control
+from ..strict import count
 
 CONFIG_HASH = f"{GROUP}/config-hash"
 #: On pod templates whose pods run sssd: the digest of sssd.conf, so that a change rolls them.
@@ -237,16 +238,20 @@ def legacy_lent_slurmd(c: SlurmCluster | str, node: str) -> str:
     return f"{name[:242].rstrip('.-')}-{digest}"
 
 
+#: The highest ordinal a worker's name may carry (a node set holds at most 1024 nodes).
+MAX_ORDINAL = 99999
+
+
 def worker_ordinal(statefulset: str, name: str) -> int | None:
     """The ordinal of the worker pod (and Slurm node) ``name`` of the StatefulSet
     ``statefulset``: ``<statefulset>-<ordinal>``, the ordinal in ASCII digits
-    without a leading zero, as the StatefulSet controller names pods; None for
-    any other name. The one reading of a worker's name."""
-    prefix = statefulset + "-"
-    digits = name[len(prefix):] if name.startswith(prefix) else ""
-    if not re.fullmatch(r"0|[1-9][0-9]{0,8}", digits):
+    without a leading zero, as the StatefulSet controller names pods, and at
+    most :data:`MAX_ORDINAL`; None for any other name. The one reading of a
+    worker's name."""
+    digits = name[len(statefulset) + 1:] if name.startswith(statefulset + "-") else ""
+    if digits.startswith("0") and digits != "0":
         return None
-    return int(digits)
+    return count(digits, MAX_ORDINAL)
 
 
 def is_worker_node_name(cluster: str, node: str) -> bool:
