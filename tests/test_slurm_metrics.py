@@ -239,8 +239,8 @@ def test_the_facade_reads_the_accounts_slurmdbd_knows(tmp_path):
         return subprocess.CompletedProcess(argv, 0, out, "")
 
     client = SlurmClient(runner, config_dir=tmp_path)
-    client.nodes = lambda: []  # noqa: the node listing depends on the release; not what is tested here
-    client.jobs = lambda: []
+    client.nodes = list  # the node listing depends on the release; not what is tested here
+    client.jobs = list
     r = client.metrics_reading()
     assert r.accounting_up is True and r.accounts == frozenset({"ml", "physics"})
     assert ["timeout", "5", "sacctmgr", "-n", "-P", "show", "account", "format=account"] in calls
