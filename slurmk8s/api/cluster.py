@@ -381,8 +381,8 @@ class MetricsSpec(ApiModel):
     """Seconds between two readings of Slurm for the metrics."""
     scrape_from: list[NamespaceName] = Field(default_factory=list, max_length=16)
     """Namespaces whose pods may scrape the Slurm metrics, when
-    spec.network.policies renders NetworkPolicies; empty: pods of any
-    namespace (not addresses outside the cluster's pods)."""
+    spec.network.policies renders NetworkPolicies; empty: only pods of the
+    cluster's own namespace (name the monitoring namespace here)."""
 
 
 class NetworkSpec(ApiModel):
