@@ -66,20 +66,32 @@ def test_bad_health_settings_are_refused_by_field_path(health, path, why):
     assert why in found[path]
 
 
-def test_site_checks_are_mounted_read_only_on_workers_and_lent_nodes():
+def test_site_checks_are_mounted_read_only_on_workers_and_on_lent_nodes_once_verified():
+    """Workers mount the site checks' ConfigMap (the operator renders them only once it
+    found the ConfigMap labelled for that use), never optional: a pod does not start
+    to run whatever ConfigMap of that name someone makes later. A lent pod, which the
+    bridge renders, mounts it only while status.siteChecks (the operator's verdict)
+    names the ConfigMap the spec names."""
     doc = minimal(nodeSets=[{"name": "cpu", "replicas": 1}], partitions=[{"name": "p", "nodeSets": ["cpu"]},
                   {"name": "gpu", "acceptLentNodes": True}], healthCheck={"siteChecks": "site-health"})
     doc["metadata"]["uid"] = "0b5e2c6e-1111-4c2b-9c57-3a9a4d3c2e01"
     cluster = load_cluster(doc)
     worker = next(o for o in render(cluster, ClusterKeys.generate()) if o["kind"] == "StatefulSet"
                   and o["metadata"]["name"] == "c1-cpu")["spec"]["template"]["spec"]
-    lent = lent_slurmd_pod(cluster, "h", node="n", resources={"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
-                           labels={}, partition="gpu", shm_size="1Gi", taint_key="slurmk8s.dev/lent")["spec"]
-    for spec in (worker, lent):
-        assert {"name": "site-checks", "configMap": {"name": "site-health", "optional": True, "defaultMode": 0o444}} \
-            in spec["volumes"]
-        assert {"name": "site-checks", "mountPath": SITE_CHECKS_DIR, "readOnly": True} in \
-            spec["containers"][0]["volumeMounts"]
+
+    def lent(status: dict | None) -> dict:
+        c = load_cluster({**doc, "status": status}) if status is not None else cluster
+        return lent_slurmd_pod(c, "h", node="n", resources={"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                               labels={}, partition="gpu", shm_size="1Gi", taint_key="slurmk8s.dev/lent")["spec"]
+
+    volume = {"name": "site-checks", "configMap": {"name": "site-health", "defaultMode": 0o444}}
+    mount = {"name": "site-checks", "mountPath": SITE_CHECKS_DIR, "readOnly": True}
+    for spec in (worker, lent({"siteChecks": "site-health"})):
+        assert volume in spec["volumes"] and mount in spec["containers"][0]["volumeMounts"]
+    for status in (None, {}, {"siteChecks": "other-checks"}):  # not verified, or verified under another name
+        spec = lent(status)
+        assert all(v["name"] != "site-checks" for v in spec["volumes"])
+        assert mount not in spec["containers"][0]["volumeMounts"]
 
 
 def node(name: str, reason: str = "", drained: bool = True) -> Node:

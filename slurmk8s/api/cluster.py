@@ -447,8 +447,11 @@ class HealthCheckSpec(ApiModel):
     """Fail when the pod's memory limit leaves less than this unused."""
     site_checks: DnsSubdomain | None = None
     """A ConfigMap in the cluster's namespace whose every key is a check
-    script of the site's. Each runs as nobody, in key order, with 10 seconds
-    to exit 0; the key names the check in the drain reason."""
+    script of the site's, labelled slurmk8s.dev/configmap-use=health-checks
+    by its owner (the operator refuses the round otherwise, naming it). Each
+    runs as nobody, in key order, in a session of its own, with 10 seconds to
+    exit 0; every process it leaves is killed; the key names the check in the
+    drain reason."""
 
 
 class SharedVolume(ApiModel):
