@@ -251,23 +251,28 @@ def _fake_pod(root: Path, processes: dict[int, tuple[int, int]], limit: int | st
     (root / "cgroup" / "memory.current").write_text(f"{stat['anon'] + stat.get('file', 0)}\n")
 
 
-@pytest.mark.parametrize("processes,stat,passes", [
+@pytest.mark.parametrize("limit,minimum,processes,stat,passes", [
     # A job using nearly all the pod's memory, with page cache and /dev/shm files of its own: healthy.
-    ({1: (0, 100 << 20), 40: (JOB_UID, 3 << 30), 41: (JOB_UID + 7, 400 << 20)},
+    (4 << 30, 512 << 20, {1: (0, 100 << 20), 40: (JOB_UID, 3 << 30), 41: (JOB_UID + 7, 400 << 20)},
      {"anon": (100 << 20) + (3 << 30) + (400 << 20), "file": 300 << 20, "shmem": 200 << 20}, True),
+    # The same on a node of terabytes (no figure is cut at 2^31 on the way).
+    (4 << 40, 64 << 30, {1: (0, 50 << 30), 40: (JOB_UID, (4 << 40) - (60 << 30))},
+     {"anon": (4 << 40) - (10 << 30), "file": 0}, True),
     # A daemon (root, SlurmUser, nobody: not a job's) holding the memory: the node's fault.
-    ({1: (0, 3700 << 20), 40: (JOB_UID, 200 << 20)}, {"anon": (3700 << 20) + (200 << 20), "file": 0}, False),
-    ({1: (64030, 1 << 30), 2: (65534, 2600 << 20)}, {"anon": (1 << 30) + (2600 << 20), "file": 0}, False),
+    (4 << 30, 512 << 20, {1: (0, 3700 << 20), 40: (JOB_UID, 200 << 20)},
+     {"anon": (3700 << 20) + (200 << 20), "file": 0}, False),
+    (4 << 30, 512 << 20, {1: (64030, 1 << 30), 2: (65534, 2600 << 20)},
+     {"anon": (1 << 30) + (2600 << 20), "file": 0}, False),
 ])
-def test_the_memory_check_counts_what_is_not_the_jobs(tmp_path, processes, stat, passes):
+def test_the_memory_check_counts_what_is_not_the_jobs(tmp_path, limit, minimum, processes, stat, passes):
     """Issue 41: the memory check failed when the pod's limit left too little
     unused, so a job using the memory it was given drained its node. Now only
-    the anonymous memory of what is not a job counts against the 4 GiB limit."""
-    _fake_pod(tmp_path, processes, 4 << 30, stat)
+    the anonymous memory of what is not a job counts against the limit."""
+    _fake_pod(tmp_path, processes, limit, stat)
     proc = subprocess.run(["bash", "-c", f"""
 source {shlex.quote(str(PROGRAM))}
 PROC={tmp_path}/proc CGROUP={tmp_path}/cgroup SLURM_UID=64030
-check_memory {512 << 20}; echo "rc=$?"; echo "why=$why"
+check_memory {minimum}; echo "rc=$?"; echo "why=$why"
 """], capture_output=True, text=True, timeout=30)
     found = result(proc)
     assert (found["rc"] == "0") == passes, found

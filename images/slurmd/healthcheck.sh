@@ -77,7 +77,7 @@ jobs_anon_bytes() {
     $1 == "Name:" { job = 0 }
     $1 == "Uid:" { job = $2 >= 1000 && $2 != slurm && $2 != 65534 && $2 != check }
     $1 == "RssAnon:" && job { kb += $2 }
-    END { printf "%d\n", kb * 1024 }'
+    END { printf "%.0f\n", kb * 1024 }'
 }
 
 check_disk() {
@@ -94,7 +94,7 @@ check_disk() {
       # skipped); a scratch too large to read in 30 s is not judged.
       # shellcheck disable=SC2086
       used=$(timeout 30 find "$dir" -xdev -type f \( $uids \) -printf '%b\n' 2>/dev/null |
-             awk '{ b += $1 } END { printf "%d\n", b * 512 }'; [ "${PIPESTATUS[0]}" -lt 124 ]) ||
+             awk '{ b += $1 } END { printf "%.0f\n", b * 512 }'; [ "${PIPESTATUS[0]}" -lt 124 ]) ||
         { log "reading the jobs' scratch in $dir took over 30 s: disk not judged"; return 0; }
       held=$((held + used))
     done
@@ -114,7 +114,7 @@ check_memory() {
     [ "$node" -ge 0 ] || node=0
     left=$((max - node))
   else  # no limit: the node's memory, with what the jobs hold counted as available
-    left=$(awk '/^MemAvailable:/ { printf "%d\n", $2 * 1024 }' "$PROC/meminfo")
+    left=$(awk '/^MemAvailable:/ { printf "%.0f\n", $2 * 1024 }' "$PROC/meminfo")
     [ -n "$left" ] || { why="no memory.max nor MemAvailable to read"; return 1; }
     left=$((left + jobs))
   fi
