@@ -453,7 +453,7 @@ class HealthCheckSpec(ApiModel):
     """A ConfigMap in the cluster's namespace whose every key is a check
     script of the site's, labelled slurmk8s.dev/configmap-use=health-checks
     by its owner (the operator refuses the round otherwise, naming it). Each
-    runs as nobody, in key order, in a session of its own, with 10 seconds to
+    runs as nobody, in key order, with 10 seconds to
     exit 0; every process it leaves is killed; the key names the check in the
     drain reason."""
 
