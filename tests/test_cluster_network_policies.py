@@ -179,9 +179,9 @@ def test_the_slurm_metrics_are_admitted_from_the_scrapers_namespaces_and_not_ser
         for ns in ("monitoring", "team-a")]}]
     assert {"name": "metrics", "containerPort": names.METRICS_PORT} in agent["ports"]
     assert agent["args"][agent["args"].index("--metrics-listen") + 1] == f"0.0.0.0:{names.METRICS_PORT}"
-    d["spec"]["metrics"] = {}  # no namespace named: any pod of the cluster's network, not any address
+    d["spec"]["metrics"] = {}  # no namespace named: the pods of the cluster's own namespace, no other
     rules, _ = controller(d)
-    assert [r["from"] for r in rules] == [[{"namespaceSelector": {}}]]
+    assert [r["from"] for r in rules] == [[{"podSelector": {}}]]
     d["spec"]["metrics"] = {"enabled": False}
     rules, agent = controller(d)
     assert rules == [] and agent["args"][agent["args"].index("--metrics-listen") + 1] == "off"

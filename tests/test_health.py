@@ -1,10 +1,17 @@
 """Node health checks without daemons: what spec.healthCheck renders (the
 slurm.conf keys and the `#slurmk8s:Health` lines the program reads, the site
 checks' volume), refusals by field path, the drains the health check sets
-read back, and the operator's Event and metric for them. The program itself
-runs against real Slurm in the sandbox (tests/e2e/test_sandbox_e2e.py)."""
+read back, and the operator's Event and metric for them; the program's own
+checks (site checks, disk, memory) run by bash here, in namespaces of their
+own. The whole program runs against real Slurm in the sandbox
+(tests/e2e/test_sandbox_e2e.py)."""
 
 from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
@@ -21,7 +28,7 @@ from slurmk8s.slurm.model import Node, unhealthy
 
 from sandbox.faults import fault_commands
 
-from .conftest import minimal
+from .conftest import ROOT, minimal
 
 SHARED = {"volumes": [{"name": "shared", "mountPath": "/shared", "size": "1Gi"},
                       {"name": "data", "mountPath": "/data", "size": "1Gi"}]}
@@ -66,20 +73,32 @@ def test_bad_health_settings_are_refused_by_field_path(health, path, why):
     assert why in found[path]
 
 
-def test_site_checks_are_mounted_read_only_on_workers_and_lent_nodes():
+def test_site_checks_are_mounted_read_only_on_workers_and_on_lent_nodes_once_verified():
+    """Workers mount the site checks' ConfigMap (the operator renders them only once it
+    found the ConfigMap labelled for that use), never optional: a pod does not start
+    to run whatever ConfigMap of that name someone makes later. A lent pod, which the
+    bridge renders, mounts it only while status.siteChecks (the operator's verdict)
+    names the ConfigMap the spec names."""
     doc = minimal(nodeSets=[{"name": "cpu", "replicas": 1}], partitions=[{"name": "p", "nodeSets": ["cpu"]},
                   {"name": "gpu", "acceptLentNodes": True}], healthCheck={"siteChecks": "site-health"})
     doc["metadata"]["uid"] = "0b5e2c6e-1111-4c2b-9c57-3a9a4d3c2e01"
     cluster = load_cluster(doc)
     worker = next(o for o in render(cluster, ClusterKeys.generate()) if o["kind"] == "StatefulSet"
                   and o["metadata"]["name"] == "c1-cpu")["spec"]["template"]["spec"]
-    lent = lent_slurmd_pod(cluster, "h", node="n", resources={"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
-                           labels={}, partition="gpu", shm_size="1Gi", taint_key="slurmk8s.dev/lent")["spec"]
-    for spec in (worker, lent):
-        assert {"name": "site-checks", "configMap": {"name": "site-health", "optional": True, "defaultMode": 0o444}} \
-            in spec["volumes"]
-        assert {"name": "site-checks", "mountPath": SITE_CHECKS_DIR, "readOnly": True} in \
-            spec["containers"][0]["volumeMounts"]
+
+    def lent(status: dict | None) -> dict:
+        c = load_cluster({**doc, "status": status}) if status is not None else cluster
+        return lent_slurmd_pod(c, "h", node="n", resources={"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                               labels={}, partition="gpu", shm_size="1Gi", taint_key="slurmk8s.dev/lent")["spec"]
+
+    volume = {"name": "site-checks", "configMap": {"name": "site-health", "defaultMode": 0o444}}
+    mount = {"name": "site-checks", "mountPath": SITE_CHECKS_DIR, "readOnly": True}
+    for spec in (worker, lent({"siteChecks": "site-health"})):
+        assert volume in spec["volumes"] and mount in spec["containers"][0]["volumeMounts"]
+    for status in (None, {}, {"siteChecks": "other-checks"}):  # not verified, or verified under another name
+        spec = lent(status)
+        assert all(v["name"] != "site-checks" for v in spec["volumes"])
+        assert mount not in spec["containers"][0]["volumeMounts"]
 
 
 def node(name: str, reason: str = "", drained: bool = True) -> Node:
@@ -121,3 +140,162 @@ def test_the_sandbox_takes_away_the_highest_gpu_and_gives_back_every_missing_one
         ["mount", "-o", "remount,bind,rw", "/shared"]]
     with pytest.raises(ValueError, match="given no GPU"):
         fault_commands("gpu", False, gpus=[], present=[], shared=[])
+
+
+# -- the program itself (images/slurmd/healthcheck.sh), its checks run by bash as slurmd runs it ---------------
+#
+# Each runs in private mount and PID namespaces (unshare): a tmpfs of its own is the
+# disk, its processes are the pod's, and whatever it kills or leaves dies with it.
+
+PROGRAM = ROOT / "images/slurmd/healthcheck.sh"
+JOB_UID = 2001  # a job user's uid (spec users are 1000 to 60000)
+
+
+def program(body: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run ``body`` in bash after sourcing the program (its functions, no checks run), in
+    private mount and PID namespaces with a 64 MiB tmpfs at $D (spool/ and tmp/ in it)."""
+    assert os.geteuid() == 0, "the namespaces, the tmpfs and the uids of jobs and checks need root"
+    script = f"""
+set -u
+D=$(mktemp -d)
+mount -t tmpfs -o size=64m slurmk8s-health "$D"
+mkdir -p "$D/spool" "$D/tmp" && chmod 1777 "$D/tmp"
+source {shlex.quote(str(PROGRAM))}
+LOG=$D/log SPOOL=$D/spool SCRATCH=$D/tmp
+as() {{ setpriv --reuid="$1" --regid="$1" --clear-groups -- "${{@:2}}"; }}
+alive() {{  # the processes of uid $1 that have not ended (zombies aside)
+  cat /proc/[0-9]*/status 2>/dev/null | awk -v u="$1" '$1 == "State:" {{ z = $2 == "Z" }} $1 == "Uid:" && $2 == u && !z {{ n++ }} END {{ print n + 0 }}'
+}}
+{body}
+"""
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--mount-proc",
+                           "bash", "-c", script], capture_output=True, text=True, timeout=timeout)
+
+
+def result(proc: subprocess.CompletedProcess) -> dict[str, str]:
+    assert proc.returncode == 0, proc.stderr
+    return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+
+
+def test_a_site_check_that_setsids_a_sleeper_leaves_nothing_running():
+    """Issue 41: a check that put a process in a session of its own (`setsid`) left
+    the 10 s timeout's process group and ran on after it, as nobody, in every
+    slurmd pod. Now every process of the checks' uid is killed when a check ends:
+    one that exits at once, one still running at the timeout, one that forks on."""
+    proc = program("""
+CHECK_SECONDS=2
+printf 'setsid sleep 300 >/dev/null 2>&1 &\\nexit 0\\n' >"$D/quick.sh"
+printf 'setsid sleep 300\\nexit 0\\n' >"$D/slow.sh"
+printf 'setsid sh -c "while :; do sleep 1 & wait; done" >/dev/null 2>&1 &\\nsetsid sleep 300 >/dev/null 2>&1 &\\nsleep 1\\nexit 0\\n' >"$D/forks.sh"
+chmod 0444 "$D"/*.sh
+for s in quick slow forks; do
+  start=$SECONDS
+  run_site_check "$D/$s.sh"; rc=$?
+  sleep 0.5  # SIGKILL is delivered at once; the parent reaps a moment later
+  echo "$s=$rc $(alive "$CHECK_UID") $((SECONDS - start))"
+done
+""")
+    found = result(proc)
+    assert found["quick"].split()[:2] == ["0", "0"], found  # it passed, and its sleeper is gone
+    rc, left, seconds = found["slow"].split()
+    assert rc != "0" and left == "0" and int(seconds) <= 2 + 2 + 1, found  # timed out, killed, within -k 2
+    assert found["forks"].split()[:2] == ["0", "0"], found
+
+
+def test_an_ordinary_check_still_runs_as_nobody_and_its_exit_status_counts():
+    proc = program("""
+printf 'test "$(id -u)" = 65534 && test "$(id -g)" = 65534\\n' >"$D/who.sh"
+printf 'exit 3\\n' >"$D/fails.sh"
+run_site_check "$D/who.sh"; echo "who=$?"
+run_site_check "$D/fails.sh"; echo "fails=$?"
+""")
+    assert result(proc) == {"who": "0", "fails": "3"}
+
+
+def test_a_job_filling_its_scratch_does_not_trip_the_disk_check_and_the_nodes_own_use_does():
+    """Issue 41: the disk check read /tmp's free space, so a job writing scratch
+    there drained its node (and a lent node was reclaimed and marked for good).
+    Now what the running jobs' users hold in the scratch directories counts as
+    free; the spool's file system filling otherwise (slurmd's state, a daemon,
+    the litter of users with no job running) still fails the check."""
+    mib = 1 << 20
+    proc = program(f"""
+MIN={32 * mib}
+as {JOB_UID} sleep 300 &  # the job, running
+as {JOB_UID} dd if=/dev/zero of="$D/tmp/scratch" bs=1M count=40 status=none
+check_disk $MIN; echo "job=$? $why"
+rm "$D/tmp/scratch"; why=''
+dd if=/dev/zero of="$D/spool/state" bs=1M count=40 status=none
+check_disk $MIN; echo "daemon=$? $why"
+rm "$D/spool/state"; why=''
+as {JOB_UID + 1} dd if=/dev/zero of="$D/tmp/litter" bs=1M count=40 status=none  # no job of theirs runs
+check_disk $MIN; echo "litter=$? $why"
+""")
+    found = result(proc)
+    assert found["job"] == "0 ", found
+    assert found["daemon"].startswith("1 ") and "under" in found["daemon"], found
+    assert found["litter"].startswith("1 "), found
+
+
+def _fake_pod(root: Path, processes: dict[int, tuple[int, int]], limit: int | str, stat: dict[str, int]) -> None:
+    """A /proc (pid -> (uid, RssAnon bytes)) and a cgroup (memory.max, .stat, .current) under ``root``."""
+    for pid, (uid, anon) in processes.items():
+        (root / "proc" / str(pid)).mkdir(parents=True)
+        (root / "proc" / str(pid) / "status").write_text(
+            f"Name:\tp{pid}\nState:\tS (sleeping)\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nVmRSS:\t{anon // 1024} kB\n"
+            f"RssAnon:\t{anon // 1024} kB\nRssFile:\t0 kB\n")
+    (root / "proc" / "meminfo").write_text(f"MemTotal:\t{64 << 20} kB\nMemAvailable:\t{1 << 20} kB\n")
+    (root / "cgroup").mkdir()
+    (root / "cgroup" / "memory.max").write_text(f"{limit}\n")
+    (root / "cgroup" / "memory.stat").write_text("".join(f"{k} {v}\n" for k, v in stat.items()))
+    (root / "cgroup" / "memory.current").write_text(f"{stat['anon'] + stat.get('file', 0)}\n")
+
+
+@pytest.mark.parametrize("limit,minimum,processes,stat,passes", [
+    # A job using nearly all the pod's memory, with page cache and /dev/shm files of its own: healthy.
+    (4 << 30, 512 << 20, {1: (0, 100 << 20), 40: (JOB_UID, 3 << 30), 41: (JOB_UID + 7, 400 << 20)},
+     {"anon": (100 << 20) + (3 << 30) + (400 << 20), "file": 300 << 20, "shmem": 200 << 20}, True),
+    # The same on a node of terabytes (no figure is cut at 2^31 on the way).
+    (4 << 40, 64 << 30, {1: (0, 50 << 30), 40: (JOB_UID, (4 << 40) - (60 << 30))},
+     {"anon": (4 << 40) - (10 << 30), "file": 0}, True),
+    # A daemon (root, SlurmUser, nobody: not a job's) holding the memory: the node's fault.
+    (4 << 30, 512 << 20, {1: (0, 3700 << 20), 40: (JOB_UID, 200 << 20)},
+     {"anon": (3700 << 20) + (200 << 20), "file": 0}, False),
+    (4 << 30, 512 << 20, {1: (64030, 1 << 30), 2: (65534, 2600 << 20)},
+     {"anon": (1 << 30) + (2600 << 20), "file": 0}, False),
+])
+def test_the_memory_check_counts_what_is_not_the_jobs(tmp_path, limit, minimum, processes, stat, passes):
+    """Issue 41: the memory check failed when the pod's limit left too little
+    unused, so a job using the memory it was given drained its node. Now only
+    the anonymous memory of what is not a job counts against the limit."""
+    _fake_pod(tmp_path, processes, limit, stat)
+    proc = subprocess.run(["bash", "-c", f"""
+source {shlex.quote(str(PROGRAM))}
+PROC={tmp_path}/proc CGROUP={tmp_path}/cgroup SLURM_UID=64030
+check_memory {minimum}; echo "rc=$?"; echo "why=$why"
+"""], capture_output=True, text=True, timeout=30)
+    found = result(proc)
+    assert (found["rc"] == "0") == passes, found
+    if not passes:
+        assert "besides the jobs'" in found["why"]
+
+
+def test_without_a_limit_the_memory_check_adds_the_jobs_memory_to_what_the_node_has_available(tmp_path):
+    _fake_pod(tmp_path, {40: (JOB_UID, 2 << 30)}, "max", {"anon": 2 << 30})  # MemAvailable: 1 GiB
+    body = f"source {shlex.quote(str(PROGRAM))}; PROC={tmp_path}/proc CGROUP={tmp_path}/cgroup; "
+    for minimum, rc in ((2 << 30, "0"), (4 << 30, "1")):
+        proc = subprocess.run(["bash", "-c", body + f'check_memory {minimum}; echo "rc=$?"'], capture_output=True,
+                              text=True, timeout=30)
+        assert result(proc)["rc"] == rc
+
+
+def test_the_jobs_memory_is_read_from_the_real_proc():
+    """The job's anonymous memory as the program reads it from this kernel's /proc."""
+    proc = program(f"""
+as {JOB_UID} python3 -c 'import time; b = bytearray(200 << 20); print("up", flush=True); time.sleep(60)' >"$D/up" &
+for _ in $(seq 100); do [ -s "$D/up" ] && break; sleep 0.1; done
+echo "jobs=$(jobs_anon_bytes)"
+echo "uids=$(job_uids | tr '\\n' ' ')"
+""")
+    found = result(proc)
+    assert int(found["jobs"]) >= 200 << 20 and found["uids"].split() == [str(JOB_UID)], found

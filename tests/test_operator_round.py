@@ -248,6 +248,38 @@ def test_a_secret_not_labelled_for_login_keys_is_refused_and_nothing_mounts_it(o
     assert volume["projected"]["defaultMode"] == 0o400
 
 
+def test_site_checks_run_only_from_a_configmap_labelled_for_them(offline):
+    """Issue 41: spec.healthCheck.siteChecks mounted any ConfigMap of that name,
+    optional, into every slurmd pod, lent ones included: whoever made it ran
+    code there. The operator now reads it first: missing, or not labelled
+    slurmk8s.dev/configmap-use=health-checks, the round is refused, naming the
+    field, the ConfigMap and the label to add, and nothing is written; labelled,
+    the workers mount it (not optional) and status.siteChecks tells the bridge."""
+    w = offline
+    w.spec(lambda spec: spec.setdefault("healthCheck", {}).update(siteChecks="site-health"))
+    cm = {"apiVersion": "v1", "kind": "ConfigMap",
+          "metadata": {"name": "site-health", "namespace": "default", "labels": {}},
+          "data": {"10-nfs.sh": "exit 0"}}
+    for present in (False, True):
+        if present:
+            w.kube.add(copy.deepcopy(cm))
+        out = w.round()
+        assert not [x for x in w.kube.writes if x[1] != "SlurmCluster"], w.kube.writes  # its status alone
+        ready = next(c for c in out.status.conditions if c.type == "Ready")
+        assert (ready.status, ready.reason) == ("False", "UnusableSecret")
+        assert ready.message.startswith('spec.healthCheck.siteChecks: ConfigMap "site-health" ')
+        assert "slurmk8s.dev/configmap-use=health-checks" in ready.message
+        assert out.status.site_checks is None
+        assert [e for e in out.events if e.reason == "UnusableSecret" and "site-health" in e.message]
+    w.kube.objects[("ConfigMap", "default", "site-health")]["metadata"]["labels"] = {
+        "slurmk8s.dev/configmap-use": "health-checks"}
+    out = w.round()
+    assert not out.problems, out.problems
+    assert out.status.site_checks == "site-health"
+    worker = w.kube.of_kind("StatefulSet")["demo-cpu"]["spec"]["template"]["spec"]
+    assert {"name": "site-checks", "configMap": {"name": "site-health", "defaultMode": 0o444}} in worker["volumes"]
+
+
 def test_a_key_secret_that_appears_between_reading_and_creating_stops_the_round(offline):
     """The 409 on creating a key Secret was swallowed, and the pods created in
     the same round mounted whatever was there. Now it is a problem of the

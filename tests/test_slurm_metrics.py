@@ -5,15 +5,17 @@ server that serves them (slurmk8s/metricsserver.py)."""
 from __future__ import annotations
 
 import socket
+import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,8 +23,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from slurmk8s import metricsserver
 from slurmk8s.api.cluster import LENT_PREFIX
 from slurmk8s.slurm.metrics import (
-    GPU_STATES, NODE_STATES, QUEUE_WAIT_BUCKETS, Diagnostics, QueueWait, Reading, SlurmMetrics, families, parse_sdiag,
+    GPU_STATES, MAX_LABEL_VALUES, NODE_STATES, OTHER, QUEUE_WAIT_BUCKETS, Diagnostics, QueueWait, Reading,
+    SlurmMetrics, families, parse_sdiag,
 )
+from slurmk8s.slurm.client import SlurmClient
 from slurmk8s.slurm.model import Job, Node, gres_gpus, tres_gpus
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm-json"
@@ -101,7 +105,7 @@ def test_jobs_pending_reasons_and_accounts():
         job(1, gpus=2), job(2, gpus=1, account="physics"), job(3, "PENDING", reason="Resources", gpus=4, start=None),
         job(4, "PENDING", reason="Priority", account="physics", start=5000), job(5, "COMPLETED", gpus=8),
         job(6, "PENDING", partition="cpu", reason="Priority", account="physics"),
-    ), diagnostics=Diagnostics(), accounting_up=False)
+    ), diagnostics=Diagnostics(), accounting_up=False, accounts=frozenset({"ml", "physics", "chem"}))
     s = samples(r)
     assert s["slurmk8s_slurm_jobs", (("partition", "gpu"), ("state", "running"))] == 2
     assert s["slurmk8s_slurm_jobs", (("partition", "gpu"), ("state", "pending"))] == 2
@@ -113,6 +117,133 @@ def test_jobs_pending_reasons_and_accounts():
     assert s["slurmk8s_slurm_account_pending_jobs", (("account", "physics"),)] == 2
     assert s["slurmk8s_slurm_accounting_up", ()] == 0
     assert ("slurmk8s_slurm_accounting_up", ()) not in samples(replace(r, accounting_up=None))
+
+
+def test_accounts_are_labels_only_where_slurmdbd_knows_them():
+    """Without accounting (the default), ``sbatch --account`` takes any word: no
+    job's account becomes a label, every job counts under (other). With it,
+    only the accounts slurmdbd knows do (sacctmgr stores them in lower case)."""
+    typed = ("ml", "x" * 60, "job-4711", "Physics")
+    r = Reading(nodes=(), jobs=tuple(job(i, gpus=1, account=a) for i, a in enumerate(typed)),
+                diagnostics=Diagnostics())
+    running = {dict(k)["account"]: v for (n, k), v in samples(r).items() if n == "slurmk8s_slurm_account_running_gpus"}
+    assert running == {OTHER: 4}
+    known = replace(r, accounting_up=True, accounts=frozenset({"ml", "physics"}))
+    running = {dict(k)["account"]: v for (n, k), v in samples(known).items()
+               if n == "slurmk8s_slurm_account_running_gpus"}
+    assert running == {"ml": 1, "physics": 1, OTHER: 2}
+
+
+def _series(r: Reading) -> dict[str, set]:
+    out: dict[str, set] = {}
+    for fam in families(r):
+        for s in fam.samples:
+            out.setdefault(fam.name, set()).add(tuple(sorted(s.labels.items())))
+    return out
+
+
+#: The most series each family may have, from the caps: labels' values multiplied.
+CAP = MAX_LABEL_VALUES
+BOUNDS = {"slurmk8s_slurm_nodes": CAP["partition"] * len(NODE_STATES),
+          "slurmk8s_slurm_draining_nodes": CAP["partition"],
+          "slurmk8s_slurm_gpus": CAP["partition"] * 2 * len(GPU_STATES),
+          "slurmk8s_slurm_jobs": CAP["partition"] * CAP["state"],
+          "slurmk8s_slurm_pending_jobs": CAP["partition"] * CAP["reason"],
+          "slurmk8s_slurm_account_running_gpus": CAP["account"],
+          "slurmk8s_slurm_account_pending_jobs": CAP["account"]}
+
+
+def test_series_are_bounded_whatever_the_jobs():
+    """Jobs whose accounts, partitions, reasons and states are any words, in any
+    number: each label keeps within its cap, each family within the product
+    of its labels' caps, and without accounting no account a user typed is a
+    label. The strategies reach past every cap (asserted at the end)."""
+    reached: Counter = Counter()
+    many = st.one_of(st.integers(0, 40), st.integers(1300, 2500))
+
+    @settings(max_examples=40, deadline=None)
+    @given(accounts=many, partitions=st.one_of(st.integers(1, 10), st.integers(130, 400)),
+           reasons=st.one_of(st.integers(1, 5), st.integers(130, 300)), states=st.integers(1, 100),
+           word=st.text(min_size=1, max_size=12), accounting=st.booleans(), seed=st.integers(0, 10**6))
+    def check(accounts, partitions, reasons, states, word, accounting, seed):
+        n = max(accounts, partitions, reasons, states, 1)
+        jobs = tuple(job(i, ("PENDING", "RUNNING", f"{word}{i % states}")[i % 3], partition=f"{word}p{i % partitions}",
+                         account=f"{word}{seed}a{i % max(accounts, 1)}", reason=f"{word}r{i % reasons}", gpus=i % 3)
+                     for i in range(n))
+        nodes = tuple(node(f"n{i}", partitions=(f"{word}p{i % partitions}", f"{word}p{(i + 1) % partitions}"), gpus=2,
+                           features=(f"{LENT_PREFIX}x",) if i % 2 else ()) for i in range(min(n, 300)))
+        known = frozenset(j.account.lower() for j in jobs if j.job_id % 7) if accounting else None
+        r = Reading(nodes=nodes, jobs=jobs, diagnostics=Diagnostics(), accounting_up=accounting or None,
+                    accounts=known)
+        series = _series(r)
+        for name, bound in BOUNDS.items():
+            assert len(series.get(name, ())) <= bound, name
+        for name, fam in series.items():
+            for label, cap in CAP.items():
+                assert len({v for labels in fam for k, v in labels if k == label}) <= cap, (name, label)
+        shown = {v for labels in series["slurmk8s_slurm_account_running_gpus"] for _, v in labels}
+        assert shown <= (known or frozenset()) | {OTHER}
+        if not accounting:
+            assert shown == {OTHER}
+        for label, count in (("account", len(known or ())), ("partition", partitions), ("reason", reasons)):
+            if count > CAP[label]:
+                event(f"{label} past its cap")
+                reached[label] += 1
+        if not accounting and accounts > CAP["account"]:
+            reached["typed accounts without accounting"] += 1
+
+    check()
+    assert min(reached[k] for k in ("account", "partition", "reason", "typed accounts without accounting")) >= 3, \
+        reached
+
+
+def test_the_queue_wait_histogram_keeps_its_cap_across_readings():
+    qw = QueueWait()
+    for r in range(3):
+        qw.observe([job(r * 1000 + i, partition=f"p{r}-{i}") for i in range(100)])
+    partitions = {dict(s.labels)["partition"] for s in qw.family([f"q{i}" for i in range(50)]).samples}
+    assert len(partitions) == CAP["partition"] and OTHER in partitions
+
+
+class _Accounting:
+    def __init__(self):
+        self.up = True
+
+    def metrics_reading(self) -> Reading:
+        return Reading((), (job(1, gpus=2, account="ml"), job(2, gpus=1, account="typed")), Diagnostics(),
+                       accounting_up=self.up, accounts=frozenset({"ml"}) if self.up else None)
+
+
+def test_while_slurmdbd_is_away_the_accounts_it_last_named_stay_labels():
+    slurm = _Accounting()
+    m = SlurmMetrics(slurm)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(m)
+    m.read()
+    slurm.up = False
+    m.read()
+    text = generate_latest(registry).decode()
+    assert 'slurmk8s_slurm_account_running_gpus{account="ml"} 2.0' in text
+    assert f'slurmk8s_slurm_account_running_gpus{{account="{OTHER}"}} 1.0' in text
+    assert "slurmk8s_slurm_accounting_up 0.0" in text
+
+
+def test_the_facade_reads_the_accounts_slurmdbd_knows(tmp_path):
+    (tmp_path / "slurm.conf").write_text("AccountingStorageType=accounting_storage/slurmdbd\n")
+    calls = []
+
+    def runner(argv, stdin):
+        calls.append(list(argv))
+        out = {"sacctmgr": "ml\nphysics\n", "sdiag": "", "squeue": '{"jobs": []}'}.get(argv[0] if argv[0] != "timeout"
+                                                                                   else argv[2], "")
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    client = SlurmClient(runner, config_dir=tmp_path)
+    client.nodes = list  # the node listing depends on the release; not what is tested here
+    client.jobs = list
+    r = client.metrics_reading()
+    assert r.accounting_up is True and r.accounts == frozenset({"ml", "physics"})
+    assert ["timeout", "5", "sacctmgr", "-n", "-P", "show", "account", "format=account"] in calls
 
 
 class _Partitions:

@@ -15,12 +15,25 @@
 #   sharedStorage  every shared volume's mount point is mounted read-write
 #                  (its mount options: nothing is written, so root-squashed
 #                  NFS passes)
-#   disk           /tmp has at least HealthMinFreeDisk bytes free
-#   memory         the pod's memory limit leaves at least
-#                  HealthMinAvailableMemory bytes unused (cgroup v2)
+#   disk           the file system of slurmd's spool directory has at
+#                  least HealthMinFreeDisk bytes free, counting what the
+#                  running jobs' users hold in the scratch directories on it
+#                  (/tmp, /var/tmp) as free: a job filling its scratch is the
+#                  job's business, not the node's fault
+#   memory         the pod's memory limit (cgroup v2; the node's memory
+#                  without one) leaves at least HealthMinAvailableMemory
+#                  bytes after everything but the jobs: the anonymous memory
+#                  of processes that are not the job users'. Page cache, tmpfs
+#                  (/dev/shm) and the jobs' own memory never count
 #   site checks    each file of /etc/slurmk8s/health.d (the ConfigMap
-#                  spec.healthCheck.siteChecks names), in name order, as
-#                  nobody, within 10 s; its name names the check
+#                  spec.healthCheck.siteChecks names, labelled for it), in
+#                  name order, as nobody, within 10 s; its name names the
+#                  check. Every process it leaves (backgrounded, or in a
+#                  session of its own) is killed when it ends
+#
+# A job's process is one whose real uid is a user's: 1000 or more, and not
+# SlurmUser's, nobody's or the site checks'. A job cannot change its uid, so
+# it cannot hide its use as the node's.
 #
 # A failure drains the node with the reason `slurmk8s: health: <check>`,
 # unless it is drained already for another reason (an administrator's, the
@@ -41,6 +54,92 @@ log() {
   [ -L "$LOG" ] || echo "$(date -u +%FT%TZ) $*" >>"$LOG"
 }
 
+why=''  # why the check that failed failed
+# Where it reads the pod's state (tests point them elsewhere after sourcing this file).
+PROC=/proc
+CGROUP=/sys/fs/cgroup
+SPOOL=/var/spool/slurmd
+SCRATCH="/tmp /var/tmp"
+# Who a site check runs as (nobody), and for how long.
+CHECK_UID=65534 CHECK_GID=65534 CHECK_SECONDS=10
+SLURM_UID=$(id -u slurm 2>/dev/null || echo 64030)
+
+# The uids of the job users that have a process in the pod, one a line.
+job_uids() {
+  cat "$PROC"/[0-9]*/status 2>/dev/null | awk -v slurm="$SLURM_UID" -v check="$CHECK_UID" '
+    $1 == "Uid:" && $2 >= 1000 && $2 != slurm && $2 != 65534 && $2 != check { seen[$2] = 1 }
+    END { for (u in seen) print u }'
+}
+
+# Bytes of anonymous memory of the job users' processes (RssAnon).
+jobs_anon_bytes() {
+  cat "$PROC"/[0-9]*/status 2>/dev/null | awk -v slurm="$SLURM_UID" -v check="$CHECK_UID" '
+    $1 == "Name:" { job = 0 }
+    $1 == "Uid:" { job = $2 >= 1000 && $2 != slurm && $2 != 65534 && $2 != check }
+    $1 == "RssAnon:" && job { kb += $2 }
+    END { printf "%.0f\n", kb * 1024 }'
+}
+
+check_disk() {
+  local min=$1 free dev dir held=0 used uids
+  [ -n "$min" ] || return 0
+  free=$(df -P -B1 "$SPOOL" 2>/dev/null | awk 'NR == 2 { print $4 }')
+  [ -n "$free" ] || { why="df $SPOOL failed"; return 1; }
+  dev=$(stat -c %d "$SPOOL")
+  uids=$(job_uids | awk '{ printf "%s-uid %s", (NR > 1 ? " -o " : ""), $1 }')
+  if [ -n "$uids" ]; then
+    for dir in $SCRATCH; do
+      if ! { [ -d "$dir" ] && [ ! -L "$dir" ] && [ "$(stat -c %d "$dir")" = "$dev" ]; }; then continue; fi
+      # Blocks of 512 bytes of the running jobs' users' files (a file that goes meanwhile is
+      # skipped); a scratch too large to read in 30 s is not judged.
+      # shellcheck disable=SC2086
+      used=$(timeout 30 find "$dir" -xdev -type f \( $uids \) -printf '%b\n' 2>/dev/null |
+             awk '{ b += $1 } END { printf "%.0f\n", b * 512 }'; [ "${PIPESTATUS[0]}" -lt 124 ]) ||
+        { log "reading the jobs' scratch in $dir took over 30 s: disk not judged"; return 0; }
+      held=$((held + used))
+    done
+  fi
+  [ $((free + held)) -ge "$min" ] ||
+    { why="$SPOOL's file system has $free bytes free ($held more in the jobs' scratch), under $min"; return 1; }
+}
+
+check_memory() {
+  local min=$1 max anon jobs node left
+  [ -n "$min" ] || return 0
+  jobs=$(jobs_anon_bytes)
+  max=$(cat "$CGROUP/memory.max" 2>/dev/null)
+  anon=$(awk '$1 == "anon" { print $2 }' "$CGROUP/memory.stat" 2>/dev/null)
+  if [ -n "$max" ] && [ "$max" != max ] && [ -n "$anon" ]; then
+    node=$((anon - jobs))
+    [ "$node" -ge 0 ] || node=0
+    left=$((max - node))
+  else  # no limit: the node's memory, with what the jobs hold counted as available
+    left=$(awk '/^MemAvailable:/ { printf "%.0f\n", $2 * 1024 }' "$PROC/meminfo")
+    [ -n "$left" ] || { why="no memory.max nor MemAvailable to read"; return 1; }
+    left=$((left + jobs))
+  fi
+  [ "$left" -ge "$min" ] ||
+    { why="$left bytes of memory left besides the jobs', under $min"; return 1; }
+}
+
+# One site check: 0 when it exits 0 within CHECK_SECONDS. It runs as CHECK_UID, with no
+# capability and no way to gain one; a process it puts in a session of its own leaves
+# timeout's process group, not its uid, so when it ends every process of that uid is
+# killed at once (kill -1 as that uid: the kernel signals them under one lock, and a
+# process being killed forks no more).
+run_site_check() {
+  local rc
+  (cd / && exec timeout -k 2 "$CHECK_SECONDS" setpriv --reuid="$CHECK_UID" --regid="$CHECK_GID" --clear-groups \
+      --inh-caps=-all --no-new-privs -- /bin/sh "$1" >/dev/null 2>&1 </dev/null)
+  rc=$?
+  setpriv --reuid="$CHECK_UID" --regid="$CHECK_GID" --clear-groups --inh-caps=-all --no-new-privs -- \
+    kill -9 -1 2>/dev/null
+  return "$rc"
+}
+
+# Run as a program (not sourced, as the tests do): the checks this node's slurm.conf names.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
+
 # What the entrypoint found at start: NODE=<slurm node name>, GPUS=<count>,
 # SLURM_CONF=<the slurm.conf this slurmd runs with>.
 facts=/run/slurmk8s/node
@@ -60,6 +159,8 @@ export SLURM_CONF=$conf
 [ -r "$conf" ] || { log "no slurm.conf at $conf: nothing checked"; exit 0; }
 
 setting() { sed -n "s/^#slurmk8s:$1=//p" "$conf" | tail -n 1; }
+spool=$(sed -n 's/^SlurmdSpoolDir=//p' "$conf" | tail -n 1)
+[ -z "$spool" ] || SPOOL=$spool
 checks=$(setting HealthChecks)
 shared=$(setting HealthSharedPaths)
 min_disk=$(setting HealthMinFreeDisk)
@@ -87,33 +188,14 @@ check_sharedStorage() {
   done
 }
 
-check_disk() {
-  [ -n "$min_disk" ] || return 0
-  local free
-  free=$(df -P -B1 /tmp 2>/dev/null | awk 'NR == 2 { print $4 }')
-  [ -n "$free" ] || { why="df /tmp failed"; return 1; }
-  [ "$free" -ge "$min_disk" ] || { why="/tmp has $free bytes free, under $min_disk"; return 1; }
-}
-
-check_memory() {
-  [ -n "$min_memory" ] || return 0
-  local max current
-  max=$(cat /sys/fs/cgroup/memory.max 2>/dev/null) current=$(cat /sys/fs/cgroup/memory.current 2>/dev/null)
-  if [ -z "$current" ] || [ -z "$max" ] || [ "$max" = max ]; then
-    max=$(awk '/^MemTotal:/ { print $2 * 1024 }' /proc/meminfo)
-    current=$((max - $(awk '/^MemAvailable:/ { print $2 * 1024 }' /proc/meminfo)))
-  fi
-  [ $((max - current)) -ge "$min_memory" ] || { why="$((max - current)) bytes of memory left, under $min_memory"; return 1; }
-}
-
 failed='' why=''
 for check in $checks; do
   case $check in
     gpus) check_gpus ;;
     munge) check_munge ;;
     sharedStorage) check_sharedStorage ;;
-    disk) check_disk ;;
-    memory) check_memory ;;
+    disk) check_disk "$min_disk" ;;
+    memory) check_memory "$min_memory" ;;
     *) log "unknown check '$check' in $conf: skipped"; true ;;
   esac || { failed=$check; break; }
 done
@@ -122,9 +204,8 @@ if [ -z "$failed" ] && [ -d /etc/slurmk8s/health.d ]; then
     name=${script##*/}
     # ConfigMap keys: letters, digits, '-', '_', '.'; the kubelet's ..data entries are not checks.
     if ! [[ $name =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || [ ! -f "$script" ]; then continue; fi
-    if ! (cd / && timeout -k 2 10 setpriv --reuid=nobody --regid=nogroup --clear-groups --inh-caps=-all \
-          --no-new-privs -- /bin/sh "$script" >/dev/null 2>&1); then
-      failed=$name why="exited non-zero or took over 10 s"
+    if ! run_site_check "$script"; then
+      failed=$name why="exited non-zero or took over $CHECK_SECONDS s"
       break
     fi
   done

@@ -385,8 +385,8 @@ class MetricsSpec(ApiModel):
     """Seconds between two readings of Slurm for the metrics."""
     scrape_from: list[NamespaceName] = Field(default_factory=list, max_length=16)
     """Namespaces whose pods may scrape the Slurm metrics, when
-    spec.network.policies renders NetworkPolicies; empty: pods of any
-    namespace (not addresses outside the cluster's pods)."""
+    spec.network.policies renders NetworkPolicies; empty: only pods of the
+    cluster's own namespace (name the monitoring namespace here)."""
 
 
 class NetworkSpec(ApiModel):
@@ -445,14 +445,21 @@ class HealthCheckSpec(ApiModel):
     and read-write (its mount options; nothing is written, so root-squashed
     NFS passes)."""
     min_free_disk: Quantity | None = None
-    """Fail when the node's local disk (/tmp, where jobs write scratch
-    files) has less free space than this."""
+    """Fail when the file system of slurmd's spool directory (the pod's
+    local disk, where /tmp is too) has less free space than this, counting
+    what the running jobs' users hold in /tmp and /var/tmp as free: a job
+    filling its scratch never fails the node."""
     min_available_memory: Quantity | None = None
-    """Fail when the pod's memory limit leaves less than this unused."""
+    """Fail when the pod's memory limit leaves less than this after
+    everything but the jobs (the anonymous memory of processes that are not
+    a job user's): a job using its own memory never fails the node."""
     site_checks: DnsSubdomain | None = None
     """A ConfigMap in the cluster's namespace whose every key is a check
-    script of the site's. Each runs as nobody, in key order, with 10 seconds
-    to exit 0; the key names the check in the drain reason."""
+    script of the site's, labelled slurmk8s.dev/configmap-use=health-checks
+    by its owner (the operator refuses the round otherwise, naming it). Each
+    runs as nobody, in key order, with 10 seconds to
+    exit 0; every process it leaves is killed; the key names the check in the
+    drain reason."""
 
 
 class SharedVolume(ApiModel):

@@ -5,7 +5,9 @@ A spec names Secrets in these fields: ``spec.login.users[].sshPublicKeysFrom``
 (sent to the database host), ``spec.identity.ldap.bindPasswordSecret`` (sent to
 the directory) and ``ca.secret`` (or a ConfigMap, ``ca.configMap``: the CA the
 directory's certificate is checked against), and ``spec.imagePullSecrets`` (read
-by the kubelet alone). Editing a SlurmCluster needs no right to read Secrets, so no field may
+by the kubelet alone); one field names a whole ConfigMap: ``spec.healthCheck.siteChecks``
+(scripts every slurmd pod runs, lent ones included). Editing a SlurmCluster needs
+no right to read Secrets, so no field may
 reach a Secret its writer could not read: not slurmk8s's own (the munge key,
 the agent token, ...), and nothing its owner did not mark for that use. A pull
 Secret needs no mark: the kubelet sends each registry only the credentials its
@@ -19,7 +21,8 @@ The rule (docs/decisions/0027-secrets-a-spec-may-name.md):
   be an Opaque Secret not made by slurmk8s, hold the key, and carry the label
   ``slurmk8s.dev/secret-use`` with the value of the field's use
   (``ssh-keys``, ``database-password``, ``ldap-bind-password``, ``ldap-ca``).
-  A ConfigMap likewise, with ``slurmk8s.dev/configmap-use``. A password that
+  A ConfigMap likewise, with ``slurmk8s.dev/configmap-use`` (``ldap-ca``,
+  ``health-checks``). A password that
   is sent to a host (the database's, the directory's) also needs the
   annotation ``slurmk8s.dev/allowed-hosts`` to list every host the spec sends
   it to: a label says what a Secret is for, and whoever may edit a
@@ -43,7 +46,7 @@ from .fields import quote
 
 __all__ = [
     "SECRET_USE_LABEL", "CONFIGMAP_USE_LABEL", "SSH_KEYS", "DATABASE_PASSWORD", "LDAP_BIND_PASSWORD", "LDAP_CA",
-    "IMAGE_PULL", "OWNED_SECRET_SUFFIXES", "SecretRef", "ALLOWED_HOSTS_ANNOTATION",
+    "HEALTH_CHECKS", "IMAGE_PULL", "OWNED_SECRET_SUFFIXES", "SecretRef", "ALLOWED_HOSTS_ANNOTATION",
     "secret_refs", "pull_secret_refs",
     "owned_name_error", "secret_problem",
 ]
@@ -58,6 +61,8 @@ SSH_KEYS = "ssh-keys"
 DATABASE_PASSWORD = "database-password"
 LDAP_BIND_PASSWORD = LDAP_USE["bindPassword"]
 LDAP_CA = LDAP_USE["ca"]
+#: The use of the ConfigMap of the site's health check scripts (every key of it).
+HEALTH_CHECKS = "health-checks"
 #: The use of an image pull Secret (no label asked for: see above).
 IMAGE_PULL = "image-pull"
 
@@ -82,7 +87,7 @@ _OWNED_MARKS = (f"{GROUP}/cluster", f"{GROUP}/create-only")
 
 @dataclass(frozen=True)
 class SecretRef:
-    """One field of a spec that names a Secret key."""
+    """One field of a spec that names a Secret key (a ConfigMap's; "": every key of it)."""
 
     path: str
     name: str
@@ -117,6 +122,10 @@ def secret_refs(c: SlurmCluster, *, used_only: bool = False) -> list[SecretRef]:
         if ca is not None and ca.config_map is not None:
             refs.append(SecretRef(f"{path}.ca.configMap", ca.config_map.name, ca.config_map.key, LDAP_CA,
                                   kind="ConfigMap"))
+    health = c.spec.health_check
+    if health.site_checks and (health.enabled or not used_only):
+        refs.append(SecretRef("spec.healthCheck.siteChecks", health.site_checks, "", HEALTH_CHECKS,
+                              kind="ConfigMap"))
     return refs
 
 
@@ -166,6 +175,8 @@ def secret_problem(ref: SecretRef, secret: Mapping | None) -> str | None:
                 f"kubectl annotate secret {ref.name} {ALLOWED_HOSTS_ANNOTATION}="
                 f"{','.join(dict.fromkeys([*sorted(allowed), *ref.hosts]))} --overwrite")
     data = secret.get("data") or {}
+    if ref.kind == "ConfigMap" and not ref.key:
+        return None if data else f"{ref.path}: {shown} has no data: nothing in it to run"
     if ref.kind == "ConfigMap":
         return None if ref.key in data else f"{ref.path}.key: {shown} has no key {quote(ref.key)} in its data"
     if ref.key not in data:

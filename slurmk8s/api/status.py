@@ -65,3 +65,7 @@ class SlurmClusterStatus(ApiModel):
     leader: str | None = None
     """The operator replica that leads and wrote this status: its identity
     in the Lease slurmk8s-operator (`<pod>_<suffix>`)."""
+    site_checks: str | None = None
+    """The ConfigMap of spec.healthCheck.siteChecks as the operator last
+    found it labelled for that use (slurmk8s.dev/configmap-use=health-checks):
+    lent slurmd pods mount it only while it is the one the spec names."""

@@ -246,6 +246,9 @@ def compute(
         phase=phase, conditions=conditions, observed_generation=c.metadata.generation,
         node_counts=counts, config_hash=applied_hash,
         slurm_version=running_release(c, observed) or (previous.slurm_version if previous else None),
+        # A round computes its status only once every ConfigMap and Secret the spec names passed
+        # slurmk8s.api.secrets' rule: the site checks' ConfigMap among them.
+        site_checks=c.spec.health_check.site_checks if c.spec.health_check.enabled else None,
     )
 
 

@@ -9,8 +9,8 @@ The flows (``FLOWS``), by destination:
 - the agent (6830) from the Helm release's operator and bridge pods (any pod
   when the operator does not know its release: the agent still asks for the
   cluster's token); its Slurm metrics (6831) from pods of the namespaces in
-  ``spec.metrics.scrapeFrom`` (any pod, of any namespace, when empty: no
-  address outside the pod network);
+  ``spec.metrics.scrapeFrom`` (when empty, pods of the cluster's own
+  namespace alone: never every namespace);
 - slurmd, of node sets and lent, from each other and from login on every port
   (slurmd's forwarding, srun from login, and the jobs' own traffic: MPI,
   NCCL, a notebook reached through the login pod), and from slurmctld on
@@ -111,9 +111,9 @@ def _peers(b: Builder, sources: tuple[str, ...], clients: AgentClients | None) -
                                       "values": sorted(clients.components)}],
             },
         }]
-    if sources == ("scrapers",):  # pods of those namespaces; of any namespace, but only pods, when none is named
+    if sources == ("scrapers",):  # pods of those namespaces; when none is named, of the cluster's own alone
         return [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}, "podSelector": {}}
-                for ns in b.c.spec.metrics.scrape_from] or [{"namespaceSelector": {}}]
+                for ns in b.c.spec.metrics.scrape_from] or [{"podSelector": {}}]
     if sources == ("ssh-clients",):
         blocks = b.c.spec.network.ssh_from
         return [{"ipBlock": {"cidr": cidr}} for cidr in blocks] or None

@@ -52,16 +52,24 @@ def _worker_template(template: dict) -> dict:
 SITE_CHECKS_DIR = "/etc/slurmk8s/health.d"
 
 
-def site_checks(c: SlurmCluster) -> tuple[list[dict], list[dict]]:
+def site_checks(c: SlurmCluster, *, verified: bool) -> tuple[list[dict], list[dict]]:
     """The volume and mount of the site's health checks, when the spec names
-    their ConfigMap: optional, so that a pod starts before it exists (the
-    checks then run none), read-only, not executable (the program runs
-    each with /bin/sh)."""
+    their ConfigMap and it was ``verified`` (labelled for that use:
+    slurmk8s.api.secrets): not optional, so that no pod runs checks from a
+    ConfigMap someone made after the check; read-only, not executable (the
+    program runs each with /bin/sh)."""
     h = c.spec.health_check
-    if not (h.enabled and h.site_checks):
+    if not (h.enabled and h.site_checks and verified):
         return [], []
-    return ([{"name": "site-checks", "configMap": {"name": h.site_checks, "optional": True, "defaultMode": 0o444}}],
+    return ([{"name": "site-checks", "configMap": {"name": h.site_checks, "defaultMode": 0o444}}],
             [{"name": "site-checks", "mountPath": SITE_CHECKS_DIR, "readOnly": True}])
+
+
+def site_checks_verified(c: SlurmCluster) -> bool:
+    """Whether the operator found the spec's site checks ConfigMap labelled for its use
+    (``status.siteChecks``): what a lent slurmd pod, which the bridge makes, goes by."""
+    return c.status is not None and c.status.site_checks is not None \
+        and c.status.site_checks == c.spec.health_check.site_checks
 
 
 def workers(b: Builder) -> list[dict]:
@@ -81,7 +89,8 @@ def workers(b: Builder) -> list[dict]:
         # A GPU slurmd reads the config files with a gres.conf of its own
         # (render.config.gpu_gres_conf); the others fetch theirs (configless).
         volumes, mounts = base_volumes(c, config=bool(ns.gpus))
-        checks_vols, checks_mounts = site_checks(c)
+        # The operator renders the workers only once the spec's ConfigMaps passed its check.
+        checks_vols, checks_mounts = site_checks(c, verified=True)
         volumes += [*shared_vols, shm_volume(ns.shm_size), *checks_vols]
         mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}, *checks_mounts]
         # The limits bound jobs too: they run inside the pod's cgroups. The
@@ -184,7 +193,7 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: 
     b = Builder(c, chash)
     volumes, mounts = base_volumes(c, config=True)
     shared_vols, shared_mounts = shared_volumes(c)
-    checks_vols, checks_mounts = site_checks(c)
+    checks_vols, checks_mounts = site_checks(c, verified=site_checks_verified(c))
     volumes += [*shared_vols, shm_volume(shm_size), *checks_vols]
     mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}, *checks_mounts]
     env = {**slurmd_env(c), "SLURMK8S_NODE_NAME": node, "SLURMK8S_NODE_CONF": desc.conf,

@@ -459,18 +459,21 @@ class SlurmClient:
 
     def metrics_reading(self) -> "Reading":
         """What the Slurm metrics show (:mod:`.metrics`): the nodes, the jobs, ``sdiag``,
-        and, where slurm.conf sends accounting to slurmdbd, whether it answers
-        (``sacctmgr show cluster``, which asks slurmdbd itself). Three or four
-        commands, each one RPC to slurmctld or slurmdbd."""
+        and, where slurm.conf sends accounting to slurmdbd, whether it answers and the
+        accounts it knows (``sacctmgr show account``, which asks slurmdbd itself): the
+        metrics name only those. Three or four commands, each one RPC to slurmctld or
+        slurmdbd."""
         from .metrics import Reading, parse_sdiag
 
-        accounting_up = None
+        accounting_up, accounts = None, None
         if re.search(r"^AccountingStorageType=accounting_storage/slurmdbd\s*$", self._slurm_conf(), re.M):
             # sacctmgr waits long for a slurmdbd that does not answer; 5 s is plenty for one that does.
-            accounting_up = self._runner(["timeout", "5", "sacctmgr", "-n", "-P", "show", "cluster",
-                                          "format=cluster"], None).returncode == 0
+            done = self._runner(["timeout", "5", "sacctmgr", "-n", "-P", "show", "account", "format=account"], None)
+            accounting_up = done.returncode == 0
+            if accounting_up:
+                accounts = frozenset(a.strip() for a in done.stdout.splitlines() if a.strip())
         return Reading(nodes=tuple(self.nodes()), jobs=tuple(self.jobs()),
-                       diagnostics=parse_sdiag(self._run("sdiag")), accounting_up=accounting_up)
+                       diagnostics=parse_sdiag(self._run("sdiag")), accounting_up=accounting_up, accounts=accounts)
 
     def _slurm_conf(self) -> str:
         try:

@@ -8,7 +8,11 @@ metric families, and :class:`QueueWait` keeps the one thing that spans
 readings, the queue-wait histogram of the jobs seen to start. No job id, user
 or node name becomes a label: the labels are partitions, accounts, states and
 reasons, which an administrator or Slurm itself defines, so the number of
-series does not grow with the jobs or the nodes.
+series does not grow with the jobs or the nodes. An account is a label only
+when slurmdbd knows it (``sacctmgr show account``): without accounting, or
+without association enforcement, ``sbatch --account`` takes any word, and
+those jobs count under ``(other)``. Every label also has a hard cap on its
+values (:data:`MAX_LABEL_VALUES`); past it, the rest count under ``(other)``.
 
 :class:`SlurmMetrics` is the thin shell: it reads Slurm through the facade
 once per interval in a thread of its own, whoever scrapes (two Prometheus
@@ -22,7 +26,7 @@ import re
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -34,7 +38,7 @@ from ..api.cluster import LENT_PREFIX
 from .model import Job, Node
 
 __all__ = ["Reading", "Diagnostics", "QueueWait", "families", "parse_sdiag", "SlurmMetrics",
-           "QUEUE_WAIT_BUCKETS", "NODE_STATES", "GPU_STATES"]
+           "QUEUE_WAIT_BUCKETS", "NODE_STATES", "GPU_STATES", "OTHER", "MAX_LABEL_VALUES"]
 
 #: Queue wait buckets, seconds: from a job that starts at once to one that waited a day.
 QUEUE_WAIT_BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 24 * 3600)
@@ -43,6 +47,14 @@ NODE_STATES = ("idle", "mixed", "allocated", "drain", "down", "other")
 #: What a GPU is doing: allocated to a job, idle on a node that takes jobs, or
 #: unavailable (on a node that is down or drained, and not allocated).
 GPU_STATES = ("allocated", "idle", "unavailable")
+#: The label value of what is not shown by name: an account slurmdbd does not know,
+#: and any value past a label's cap. Parentheses: no Slurm partition or account is so named.
+OTHER = "(other)"
+#: The most values each label takes in one reading, ``(other)`` included:
+#: partitions (spec.partitions holds at most 64; a pending job's ``-p a,b`` is
+#: one more value), Slurm's pending reasons (a few dozen) and accounts
+#: (spec.accounting.accounts holds at most 1000, and login users get one each).
+MAX_LABEL_VALUES = {"partition": 128, "reason": 128, "account": 1024, "state": 64}
 #: Job states of jobs that have started (their start time is a real one; a
 #: pending job's start time is Slurm's estimate).
 _STARTED = frozenset({"RUNNING", "COMPLETING", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -111,12 +123,34 @@ def parse_sdiag(text: str) -> Diagnostics:
 
 @dataclass(frozen=True)
 class Reading:
-    """One reading of a cluster's Slurm. ``accounting_up`` None: the cluster has no accounting."""
+    """One reading of a cluster's Slurm. ``accounting_up`` None: the cluster has no accounting.
+    ``accounts``: the accounts slurmdbd knows (None: no accounting, or slurmdbd did not answer)."""
 
     nodes: tuple[Node, ...]
     jobs: tuple[Job, ...]
     diagnostics: Diagnostics
     accounting_up: bool | None = None
+    accounts: frozenset[str] | None = None
+
+
+def capped(values: Iterable[str], limit: int, always: Iterable[str] = ()) -> dict[str, str]:
+    """Each of ``values`` and ``always`` -> its label: itself, or :data:`OTHER` past
+    ``always`` and the first of the others in name order (the cap's last place is
+    ``OTHER``'s): at most ``limit`` labels. Pure."""
+    first = sorted(set(always))
+    rest = sorted(set(values) - set(first))
+    kept = set(first + rest) if len(first) + len(rest) <= limit else set(first + rest[:limit - 1 - len(first)])
+    return {v: v if v in kept else OTHER for v in first + rest}
+
+
+def account_labels(jobs: Iterable[Job], known: frozenset[str] | None) -> dict[str, str]:
+    """Each job's account -> its label: the account where slurmdbd knows it (``known``;
+    sacctmgr stores names in lower case), :data:`OTHER` where it does not or where
+    there is no accounting (``sbatch --account`` then takes any word), capped. Pure."""
+    named = {j.account: j.account.lower() if known is not None and j.account.lower() in known else OTHER
+             for j in jobs}
+    cap = capped(named.values(), MAX_LABEL_VALUES["account"])
+    return {account: cap[label] for account, label in named.items()}
 
 
 class QueueWait:
@@ -146,9 +180,13 @@ class QueueWait:
             if key in self._seen:
                 continue
             wait = max(0, j.start_time - j.submit_time)
-            counts, total = self._by_partition.get(j.partition, ([0] * (len(self.buckets) + 1), 0.0))
+            partition = j.partition
+            if partition not in self._by_partition and \
+                    len(self._by_partition.keys() - {OTHER}) >= MAX_LABEL_VALUES["partition"] - 1:
+                partition = OTHER  # the cap holds across readings too
+            counts, total = self._by_partition.get(partition, ([0] * (len(self.buckets) + 1), 0.0))
             counts[next((i for i, b in enumerate(self.buckets) if wait <= b), len(self.buckets))] += 1
-            self._by_partition[j.partition] = (counts, total + wait)
+            self._by_partition[partition] = (counts, total + wait)
         self._seen = listed  # what Slurm no longer lists cannot start again under that key
 
     def family(self, partitions: Iterable[str] = ()) -> HistogramMetricFamily:
@@ -157,7 +195,9 @@ class QueueWait:
         h = HistogramMetricFamily("slurmk8s_slurm_queue_wait_seconds", "From submit to start, of the jobs seen "
                                   "to start (by partition).", labels=["partition"])
         zero = ([0] * (len(self.buckets) + 1), 0.0)
-        rows = {p: zero for p in partitions} | self._by_partition
+        room = max(0, MAX_LABEL_VALUES["partition"] - len(self._by_partition.keys() | {OTHER}))
+        rows = {p: zero for p in sorted(set(partitions) - self._by_partition.keys() - {OTHER})[:room]} \
+            | self._by_partition
         for partition, (counts, total) in sorted(rows.items()):
             running, cumulative = 0, []
             for bound, n in zip((*map(floatToGoString, self.buckets), "+Inf"), counts):
@@ -178,21 +218,38 @@ def _lent(n: Node) -> str:
     return "true" if any(f.startswith(LENT_PREFIX) for f in n.features) else "false"
 
 
+def _singles(r: Reading) -> set[str]:
+    return {p for n in r.nodes for p in n.partitions} | {p for j in r.jobs for p in j.partition.split(",") if p}
+
+
+def partition_labels(r: Reading) -> dict[str, str]:
+    """Each partition a reading shows (a node's; a job's, ``a,b`` for a job pending in
+    ``-p a,b``, and each of those) -> its label, capped. Pure."""
+    return capped(_singles(r) | {j.partition for j in r.jobs}, MAX_LABEL_VALUES["partition"])
+
+
 def partitions_of(r: Reading) -> list[str]:
-    """The partitions a reading names: its nodes', and its jobs' (a job pending in ``-p a,b`` names two)."""
-    return sorted({p for n in r.nodes for p in n.partitions} | {p for j in r.jobs for p in j.partition.split(",") if p})
+    """The partitions a reading names: its nodes', and its jobs' (a job pending in ``-p a,b`` names two),
+    as labels (:func:`partition_labels`)."""
+    labels = partition_labels(r)
+    return sorted({labels[p] for p in _singles(r)})
 
 
 def families(r: Reading) -> Iterator[Metric]:
     """The metric families of one reading. Pure."""
     partitions = partitions_of(r)
+    # Labels: each value a reading shows, mapped to itself or OTHER under the caps.
+    part = partition_labels(r)
+    reason = capped({j.reason for j in r.jobs if j.state == "PENDING"}, MAX_LABEL_VALUES["reason"])
+    account = account_labels(r.jobs, r.accounts)
+    state = capped({j.state.lower() for j in r.jobs}, MAX_LABEL_VALUES["state"], always=("pending", "running"))
     nodes: Counter = Counter({(p, s): 0 for p in partitions for s in NODE_STATES})
     gpus: Counter = Counter()
     draining: Counter = Counter({(p,): 0 for p in partitions})
     for n in r.nodes:
         usable = n.bucket in ("idle", "mixed", "allocated")
         alloc = min(n.gpus_alloc, n.gpus)
-        for p in n.partitions:
+        for p in {part[p] for p in n.partitions}:
             nodes[p, n.bucket] += 1
             draining[(p,)] += n.drain_set and n.busy
             if n.gpus:
@@ -214,14 +271,15 @@ def families(r: Reading) -> Iterator[Metric]:
     account_gpus: Counter = Counter()
     account_pending: Counter = Counter()
     for j in r.jobs:
-        account_gpus[(j.account,)] += 0  # every account Slurm lists a job of has a series, 0 too
-        account_pending[(j.account,)] += 0
-        jobs[j.partition, j.state.lower()] += 1
+        a = account[j.account]
+        account_gpus[(a,)] += 0  # every account Slurm lists a job of has a series, 0 too
+        account_pending[(a,)] += 0
+        jobs[part[j.partition], state[j.state.lower()]] += 1
         if j.state == "PENDING":
-            pending[j.partition, j.reason] += 1
-            account_pending[(j.account,)] += 1
+            pending[part[j.partition], reason[j.reason]] += 1
+            account_pending[(a,)] += 1
         elif j.active:
-            account_gpus[(j.account,)] += j.gpus
+            account_gpus[(a,)] += j.gpus
     yield _gauge("slurmk8s_slurm_jobs", "Jobs Slurm lists, by partition and state (finished jobs stay listed "
                  "for MinJobAge, 300 s by default).", ["partition", "state"], jobs)
     yield _gauge("slurmk8s_slurm_pending_jobs", "Pending jobs by partition and Slurm's reason (Priority, "
@@ -279,6 +337,8 @@ class SlurmMetrics(Collector):
         #: The last good reading's families, and the partitions it names (None: no reading yet).
         self._families: list[Metric] | None = None
         self._partitions: list[str] = []
+        #: The accounts slurmdbd last named (None: none yet).
+        self._accounts: frozenset[str] | None = None
         self._up = 0
         self._failing = False  # a failure is logged once, when it starts
         self._read_at = 0.0
@@ -299,6 +359,10 @@ class SlurmMetrics(Collector):
                 self._seconds = self.clock() - started
             return
         self._failing = False
+        if reading.accounts is not None:
+            self._accounts = reading.accounts
+        elif reading.accounting_up is False:  # slurmdbd away: its accounts are those it last named
+            reading = replace(reading, accounts=self._accounts)
         computed, partitions = list(families(reading)), partitions_of(reading)  # once per reading, not per scrape
         with self._lock:
             self.queue_wait.observe(reading.jobs)
