@@ -119,7 +119,7 @@ def test_the_charts_network_policies_admit_a_clusters_pod_to_the_webhook_alone(p
             want[target] = "open" if port["name"] == "webhook" else "closed"
     assert "open" in want.values() and "closed" in want.values()
     proc = subprocess.run(platform.box.exec(platform.controller, ["bash", "-c", PROBE, "probe", *want]),
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert dict(line.split() for line in proc.stdout.splitlines()) == want
     components = platform.box.status()["components"]
