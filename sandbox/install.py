@@ -15,6 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "slurmk8s"
 RELEASE = "slurmk8s"
 RELEASE_NAMESPACE = "slurmk8s-system"
+#: Where examples/monitoring/prometheus.yaml runs Prometheus.
+MONITORING_NAMESPACE = "monitoring"
 
 
 class InstallFailed(RuntimeError):
@@ -24,12 +26,16 @@ class InstallFailed(RuntimeError):
 def values(cluster_namespace: str, operator_interval: float = 3, bridge_interval: float = 1) -> dict:
     """The chart values the sandbox installs with: the operator and the bridge
     watch the SlurmCluster's namespace; rounds are shorter than the chart's
-    defaults so the sandbox reacts quickly; logs are for people."""
+    defaults so the sandbox reacts quickly; logs are for people. The
+    Prometheus of ``examples/monitoring/`` (namespace ``monitoring``) may
+    scrape the operator and the bridge through the chart's NetworkPolicies."""
     return {
         "watchNamespaces": [cluster_namespace],
         "interval": operator_interval,
         "logFormat": "console",
         "bridge": {"interval": bridge_interval},
+        "networkPolicy": {"metricsFrom": [{"namespaceSelector": {"matchLabels": {
+            "kubernetes.io/metadata.name": MONITORING_NAMESPACE}}}]},
     }
 
 

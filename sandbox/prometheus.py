@@ -12,12 +12,13 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from .install import MONITORING_NAMESPACE
 from .sandbox import Sandbox, SandboxFailed
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "examples" / "monitoring" / "prometheus.yaml"
 RULES = ROOT / "charts" / "slurmk8s" / "files" / "prometheus" / "alerts.yaml"
-NAMESPACE = "monitoring"
+NAMESPACE = MONITORING_NAMESPACE  # the chart values admit its scrapes (install.values)
 SELECTOR = "app.kubernetes.io/name=prometheus"
 
 

@@ -143,8 +143,16 @@ VALUE_SETS = {
         "priorityClassName": "system-cluster-critical",
         "serviceAccount": {"name": "slurm-operator", "annotations": {"iam.example.com/role": "ops"}},
         "bridge": BRIDGE_OVERRIDES,
+        "networkPolicy": {
+            "webhookFrom": ["192.0.2.0/24"],
+            "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}],
+            "healthFrom": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.9.0.0/16"]}}],
+            "egress": {"apiServer": {"ports": [6443], "cidrs": ["198.51.100.0/28"]},
+                       "extraRules": [{"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]},
+        },
     },
-    "bare": {"crds": {"install": False}, "rbac": {"create": False}, "serviceAccount": {"create": False},
+    "bare": {"networkPolicy": {"enabled": False}, "crds": {"install": False}, "rbac": {"create": False}, "serviceAccount": {"create": False},
              "metrics": {"service": {"enabled": False}}, "webhook": {"enabled": False},
              "bridge": {"serviceAccount": {"create": False}, "metrics": {"service": {"enabled": False}}}},
     "bridgeless": {"bridge": {"enabled": False}},
@@ -719,7 +727,7 @@ def test_bridge_renders_by_default_beside_the_operator(chart):
     assert sorted((o["kind"], o["metadata"].get("namespace")) for o in bridge
                   if o["kind"] not in ("Deployment", "Service", "ServiceAccount")) == [
         ("ClusterRole", None), ("ClusterRoleBinding", None),
-        ("PodDisruptionBudget", NAMESPACE),
+        ("NetworkPolicy", NAMESPACE), ("PodDisruptionBudget", NAMESPACE),
         # Its policies' namespace, and Events about Nodes in "default"; its Lease.
         ("Role", "default"), ("Role", NAMESPACE), ("Role", NAMESPACE),
         ("RoleBinding", "default"), ("RoleBinding", NAMESPACE), ("RoleBinding", NAMESPACE)]
@@ -889,6 +897,14 @@ def test_bridge_watch_namespaces_confine_the_namespaced_rules_to_roles(values, s
     ({"interval": 0.5}, "at '/interval'"),
     ({"interval": "10s"}, "at '/interval': got string, want number"),
     ({"bridge": {"serviceAccount": {"role": "x"}}}, "additional properties 'role' not allowed"),
+    ({"networkPolicy": {"enabled": "no"}}, "at '/networkPolicy/enabled': got string, want boolean"),
+    ({"networkPolicy": {"webhookFrom": ["10.0.0.1"]}}, "at '/networkPolicy/webhookFrom/0'"),
+    ({"networkPolicy": {"metricsFrom": [{"namespace": "monitoring"}]}},
+     "at '/networkPolicy/metricsFrom/0': additional properties 'namespace' not allowed"),
+    ({"networkPolicy": {"healthFrom": [{}]}}, "at '/networkPolicy/healthFrom/0'"),
+    ({"networkPolicy": {"egress": {"apiServer": {"ports": []}}}}, "at '/networkPolicy/egress/apiServer/ports'"),
+    ({"networkPolicy": {"egress": {"extraRules": [{"from": []}]}}},
+     "at '/networkPolicy/egress/extraRules/0': additional properties 'from' not allowed"),
 ])
 def test_schema_refuses_bad_values_naming_the_field(chart, values, message):
     with pytest.raises(helm.HelmValuesError) as err:

@@ -96,3 +96,32 @@ def test_the_operator_and_the_bridge_run_as_the_charts_pods_with_exactly_its_rba
     assert logs.strip()
     ping = platform.kubectl("exec", platform.controller, "-c", "slurmctld", "--", "scontrol", "ping").stdout
     assert "UP" in ping
+
+
+#: Tries each HOST:PORT argument with bash's /dev/tcp; a dropped connection times out.
+PROBE = ('for t in "$@"; do if timeout 3 bash -c "exec 3<>/dev/tcp/${t%:*}/${t##*:}" 2>/dev/null; '
+         'then echo "$t open"; else echo "$t closed"; fi; done')
+
+
+def test_the_charts_network_policies_admit_a_clusters_pod_to_the_webhook_alone(platform):
+    """The chart's NetworkPolicies (decision record 43) in the sandbox's pod network: a pod
+    of the SlurmCluster's namespace reaches the operator's webhook port and none of the
+    operator's or the bridge's metrics and health ports, while the kubelet's probes (from
+    the node) keep both Ready and the operator still reaches the cluster's agent."""
+    pods = json.loads(platform.kubectl("-n", install.RELEASE_NAMESPACE, "get", "pods", "-o", "json").stdout)["items"]
+    want = {}
+    for pod in pods:
+        component = pod["metadata"]["labels"].get("app.kubernetes.io/component")
+        if component not in ("operator", "bridge") or not pod["status"].get("podIP"):
+            continue
+        for port in pod["spec"]["containers"][0]["ports"]:
+            target = f"{pod['status']['podIP']}:{port['containerPort']}"
+            want[target] = "open" if port["name"] == "webhook" else "closed"
+    assert "open" in want.values() and "closed" in want.values()
+    proc = subprocess.run(platform.box.exec(platform.controller, ["bash", "-c", PROBE, "probe", *want]),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert dict(line.split() for line in proc.stdout.splitlines()) == want
+    components = platform.box.status()["components"]
+    assert all(v["ready"] for v in components.values()), components
+    wait_for("the cluster Ready (the operator reaches its agent)", platform.ready)

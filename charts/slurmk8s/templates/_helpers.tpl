@@ -650,3 +650,126 @@ ClusterRole when the bridge acts on every namespace.
   resources: ["events"]
   verbs: ["create"]
 {{- end }}
+
+{{/*
+The NetworkPolicy of one component's own pods (operator or bridge; decision
+record 43), given a dict:
+  ctx         the root context ($)
+  component   "operator" or "bridge"
+  name        the policy's name (the component's Deployment's)
+  values      the component's values: metrics.port, health.port
+  webhook     whether its pods serve the webhook (webhook.port)
+  namespaces  the namespaces of the SlurmClusters whose agents it calls (JSON
+              list; empty: every namespace)
+Ingress: the webhook's port from anywhere (or networkPolicy.webhookFrom), the
+metrics port from networkPolicy.metricsFrom only, the health port from
+networkPolicy.healthFrom only; traffic from the pod's own node (the kubelet's
+probes) is never cut. Egress (networkPolicy.egress.enabled): the API server's
+ports, each watched namespace's Slurm agent (controller pods, port 6830), and
+networkPolicy.egress.extraRules.
+*/}}
+{{- define "slurmk8s.networkPolicy" -}}
+{{- $ := .ctx }}
+{{- $np := $.Values.networkPolicy }}
+{{- $v := .values }}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ .name }}
+  namespace: {{ $.Release.Namespace }}
+  labels:
+    {{- include "slurmk8s.componentLabels" (list $ .component) | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "slurmk8s.componentSelectorLabels" (list $ .component) | nindent 6 }}
+  policyTypes:
+    - Ingress
+    {{- if $np.egress.enabled }}
+    - Egress
+    {{- end }}
+  {{- if not (or .webhook $np.metricsFrom $np.healthFrom) }}
+  # No pod may connect (the node's probes still do).
+  ingress: []
+  {{- else }}
+  ingress:
+    {{- if .webhook }}
+    # The API server calls the webhook. Its source address is the control
+    # plane's, which no provider makes predictable (managed control planes,
+    # konnectivity, a node's address), so any address may connect unless
+    # networkPolicy.webhookFrom lists the control plane's CIDRs. The server
+    # itself bounds what one caller holds (decision record 42).
+    - ports:
+        - protocol: TCP
+          port: {{ $.Values.webhook.port }}
+      {{- with $np.webhookFrom }}
+      from:
+        {{- range . }}
+        - ipBlock:
+            cidr: {{ . | quote }}
+        {{- end }}
+      {{- end }}
+    {{- end }}
+    {{- with $np.metricsFrom }}
+    # Prometheus: the scrapers networkPolicy.metricsFrom names, no one else.
+    - ports:
+        - protocol: TCP
+          port: {{ $v.metrics.port }}
+      from:
+        {{- toYaml . | nindent 8 }}
+    {{- end }}
+    {{- with $np.healthFrom }}
+    # /healthz for others than the kubelet (whose probes come from the
+    # pod's own node, which no NetworkPolicy cuts).
+    - ports:
+        - protocol: TCP
+          port: {{ $v.health.port }}
+      from:
+        {{- toYaml . | nindent 8 }}
+    {{- end }}
+  {{- end }}
+  {{- if $np.egress.enabled }}
+  egress:
+    # The Kubernetes API server (every watch, read and write). Its Service
+    # address is translated to the server's own before policy applies, so
+    # these are the server's ports (443 on most managed clusters, 6443 on
+    # kubeadm's); to any address unless networkPolicy.egress.apiServer.cidrs
+    # lists them.
+    - ports:
+        {{- range $np.egress.apiServer.ports }}
+        - protocol: TCP
+          port: {{ . }}
+        {{- end }}
+      {{- with $np.egress.apiServer.cidrs }}
+      to:
+        {{- range . }}
+        - ipBlock:
+            cidr: {{ . | quote }}
+        {{- end }}
+      {{- end }}
+    # The Slurm agent beside each watched SlurmCluster's slurmctld, at its
+    # pod's address (never a name: no DNS).
+    - ports:
+        - protocol: TCP
+          port: 6830
+      to:
+        {{- $namespaces := .namespaces | fromJsonArray }}
+        - namespaceSelector:
+            {{- if $namespaces }}
+            matchExpressions:
+              - key: kubernetes.io/metadata.name
+                operator: In
+                values:
+                  {{- toYaml $namespaces | nindent 18 }}
+            {{- else }}
+            {}
+            {{- end }}
+          podSelector:
+            matchLabels:
+              app.kubernetes.io/name: slurm
+              app.kubernetes.io/component: controller
+    {{- with $np.egress.extraRules }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- end }}
+{{- end }}
