@@ -1,5 +1,5 @@
 """The chart's NetworkPolicies for the operator's and the bridge's own pods
-(charts/slurmk8s/templates/networkpolicy.yaml; decision record 43): rendered
+(charts/slurmk8s/templates/networkpolicy.yaml; decision record 47): rendered
 by the real Helm engine, then enforced by the sandbox's pod network
 (tests/networld.py: a network namespace per pod, labelled as the rendered
 pods are, without containers), beside a SlurmCluster's own policies in a

@@ -104,7 +104,7 @@ PROBE = ('for t in "$@"; do if timeout 3 bash -c "exec 3<>/dev/tcp/${t%:*}/${t##
 
 
 def test_the_charts_network_policies_admit_a_clusters_pod_to_the_webhook_alone(platform):
-    """The chart's NetworkPolicies (decision record 43) in the sandbox's pod network: a pod
+    """The chart's NetworkPolicies (decision record 47) in the sandbox's pod network: a pod
     of the SlurmCluster's namespace reaches the operator's webhook port and none of the
     operator's or the bridge's metrics and health ports, while the kubelet's probes (from
     the node) keep both Ready and the operator still reaches the cluster's agent."""

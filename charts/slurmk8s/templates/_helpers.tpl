@@ -653,7 +653,7 @@ ClusterRole when the bridge acts on every namespace.
 
 {{/*
 The NetworkPolicy of one component's own pods (operator or bridge; decision
-record 43), given a dict:
+record 47), given a dict:
   ctx         the root context ($)
   component   "operator" or "bridge"
   name        the policy's name (the component's Deployment's)
