@@ -15,6 +15,7 @@ may do to the root.
 
 from __future__ import annotations
 
+import copy
 import errno
 import os
 import shutil
@@ -66,14 +67,29 @@ def unpack_layer(blob: Path, root: Path, compression: str = "gz") -> None:
                 if st is None or not stat.S_ISREG(st.st_mode):
                     raise LayerError(f"hard link {member.name!r} -> {member.linkname!r}: the target is not a "
                                      "regular file of the image")
-                member = member.replace(name=rel, linkname=link_rel, deep=False)
+                member = _renamed(member, rel, link_rel)
             else:
-                member = member.replace(name=rel, deep=False)
+                member = _renamed(member, rel)
             if member.isdev() or member.isfifo() or member.isfile() or member.isdir() or member.issym() \
                     or member.islnk():
-                tar.extract(member, root, set_attrs=True, numeric_owner=True, filter="fully_trusted")
+                tar.extract(member, root, set_attrs=True, numeric_owner=True, **_TRUSTED)
                 _set_xattrs(member, root / rel)
             made.add(rel)
+
+
+#: Extract as written: this module does the checking. Python 3.12+ (and 3.11.4+)
+#: filter entries and want that said; Debian bookworm's 3.11.2 has no filters.
+_TRUSTED = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+
+
+def _renamed(member: tarfile.TarInfo, name: str, linkname: str | None = None) -> tarfile.TarInfo:
+    """A copy of ``member`` at ``name`` (and a hard link's ``linkname``); the
+    entry itself is left as the archive read it (``TarInfo.replace`` is 3.11.4+)."""
+    out = copy.copy(member)
+    out.name = name
+    if linkname is not None:
+        out.linkname = linkname
+    return out
 
 
 def _entry_name(name: str) -> str | None:
