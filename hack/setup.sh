@@ -65,7 +65,16 @@ if [ ! -x "$PROMTOOL_DIR/usr/bin/promtool" ]; then
   rm -rf "$deb"
 fi
 
-PYTHON=${PYTHON:-python3}
+# Debian's own Python (bookworm: 3.11.2), not whichever python3 comes first on
+# PATH: the suite runs on what a fresh bookworm machine has, and the pure tier
+# runs as an unprivileged user (hack/test.sh), who may not reach a Python
+# installed under root's home.
+PYTHON=${PYTHON:-/usr/bin/python3}
+if [ -x .venv/bin/python ] \
+    && [ "$(.venv/bin/python -c 'import sys; print(sys._base_executable)')" != "$(readlink -f "$(command -v "$PYTHON")")" ]; then
+  say "recreating .venv: it was made with another Python than $PYTHON"
+  rm -rf .venv
+fi
 if [ ! -x .venv/bin/python ]; then
   say "creating .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv
