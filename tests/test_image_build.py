@@ -376,3 +376,47 @@ def test_where_the_tree_does_not_place_dynamic_nodes_no_job_would_run(version, t
     assert "Requested node configuration is not available" in proc.stderr, proc.stderr
     ctld = (work / "ctld.log").read_text()
     assert 'lookup failure for node "node-1"' in ctld and "never runnable in partition cpu" in ctld, ctld
+
+
+@pytest.mark.parametrize("version", [
+    pytest.param(v, marks=[] if versions.release(v).env_cache_only else pytest.mark.xfail(
+        strict=True, reason="open: without GetEnvTimeout=0 (defunct from 25.05) nothing stops a second "
+                            "SLURM_GET_USER_ENV=1 entry, which job_submit.lua cannot see"))
+    # 22.05's slurmd starts the login shell without namespaces (no clone to fail), and its
+    # REST API (openapi/v0.0.38, no data parsers) takes another job document.
+    for v in versions.SUPPORTED if versions.release(v).rest_data_parser])
+def test_a_request_naming_the_login_environment_twice_leaves_an_unprivileged_slurmd_running(version, tmp_path):
+    """job_submit.lua rewrites the first SLURM_GET_USER_ENV entry only, and slurmd acts on any
+    SLURM_GET_USER_ENV=1. A REST (or libslurm) request may name it twice: slurmd, with the
+    capabilities of its pod, must neither exit nor start a login shell, and the job runs with
+    the environment it was submitted with."""
+    doc = example_without_accounting()
+    doc["spec"]["slurm"]["version"] = version
+    cluster = load_cluster(doc)
+    objects = render(cluster, ClusterKeys.generate())
+    conf = tmp_path / "etc-slurm"
+    conf.mkdir()
+    for name, text in _config_map(objects, f"{cluster.name}-slurm-config").items():
+        (conf / name).write_text(text)
+    (tmp_path / "munge.key").write_bytes(base64.b64decode(_config_map(objects, f"{cluster.name}-munge-key")["munge.key"]))
+    built = {i.name: i for i in ImageStore().build(["slurmctld", "slurmd", "slurmrestd"], version)}
+    work = tmp_path / "run"
+    work.mkdir()
+    release = versions.release(version)
+    parser = release.rest_data_parser
+    proc = subprocess.run([str(ROOT / "tests/fixtures/login-env-cluster.sh"), str(built["slurmctld"].rootfs),
+                           str(built["slurmd"].rootfs), str(built["slurmrestd"].rootfs), str(conf),
+                           str(tmp_path / "munge.key"), str(work), parser],
+                          capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "SLURMK8S_DRAIN_REASON": TERMINATING_DRAIN_REASON})
+    logs = "\n".join(f"--- {f.name}\n{f.read_text()}" for f in sorted(work.glob("*.log")))
+    out = proc.stdout
+    # The slurmd of the test has no CAP_SYS_ADMIN (bit 21), as in its pod.
+    cap_eff = re.search(r"^slurmd CapEff: ([0-9a-f]+)$", out, re.M)
+    assert cap_eff and not int(cap_eff[1], 16) & (1 << 21), out + proc.stderr
+    # The request sbatch --export=NONE sends: job_submit.lua's rewrite.
+    assert "job single: COMPLETED\n" in out and "single.out: SLURM_GET_USER_ENV=0\n" in out, out + proc.stderr + logs
+    slurmd_log = (work / "slurmd.log").read_text()
+    assert "job twice: COMPLETED\n" in out and "twice.out: done\n" in out, out + proc.stderr + logs
+    assert "slurmd: running\n" in out and "fatal" not in slurmd_log, out + logs
+    assert "Unable to get user's local environment, running only with passed environment" in slurmd_log, logs

@@ -136,6 +136,7 @@ def slurm_conf_context(c: SlurmCluster) -> dict:
         "preempt_params": ",".join(params["PreemptParameters"]),
         "auth_type": AUTH_TYPE,
         "select_type": release.select_type,
+        "env_cache_only": release.env_cache_only,
         "topology_plugin": release.topology_tree_plugin,
         "preempting": preempting,
         "cfg": cfg,
