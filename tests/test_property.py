@@ -141,7 +141,7 @@ def assert_config_is_well_formed(cluster, files: dict[str, str]) -> None:
     assert counts["nodeset"] == len(cluster.spec.node_sets)
 
 
-@reaches(renders=0.25, refused=0.25)
+@reaches(renders=0.3, refused=0.1)
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs())
 def test_random_specs_render_valid_output_or_raise_field_errors(doc):
