@@ -132,7 +132,7 @@ def _naive_rises(closed, start_bucket, tod, daily, h):
     return out
 
 
-@reaches(known=0.25)
+@reaches(known=0.2)
 @settings(max_examples=150, deadline=None)
 @given(st.one_of(st.lists(st.one_of(st.none(), st.integers(0, 40)), min_size=1, max_size=600),
                  # long enough for a quantile, now and then with a day's gap

@@ -74,7 +74,7 @@ def _reported(draw, good: list[str]) -> str:
     return draw(st.text(max_size=40)) if how == "any" else value
 
 
-@reaches(described=0.2, refused=0.2)
+@reaches(described=0.15, refused=0.2)
 @given(cpu=_reported(["8", "32", "7500m", "1k"]), memory=_reported(["256Gi", "64G", "1000Mi", "5e9"]),
        gpus=_reported(["8", "4", "1"]), product=_reported(["NVIDIA-H100-80GB", "A100", "gpu.x_1"]))
 def test_nothing_unsafe_reaches_the_command_line(cpu, memory, gpus, product):

@@ -167,7 +167,7 @@ def test_sdiag_that_says_nothing_gives_no_invented_figures():
 LABELS = {"partition", "state", "lent", "reason", "account", "scheduler", "le"}
 
 
-@reaches(hundreds=0.15)
+@reaches(hundreds=0.1)
 @settings(max_examples=50, deadline=None)
 @given(users=st.lists(st.text("abcdefgh", min_size=3, max_size=8), min_size=1, max_size=5),
        count=st.integers(1, 300), seed=st.integers(0, 1000))
