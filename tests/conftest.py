@@ -104,14 +104,19 @@ def publish(model_dir: Path, version: str, step: int | None = None) -> Path:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    """The hostile-input corpus's counts (tests/test_corpus.py), when it ran."""
+    """The hostile-input corpus's counts (tests/test_corpus.py), when it ran, and the share
+    of examples each property test reached its point with (tests/reach.py)."""
     import sys
+
+    from .reach import LINES
 
     for name in ("tests.test_corpus", "tests.apiserver.test_corpus_crd"):
         module = sys.modules.get(name)
         counts = getattr(module, "COUNTS", None)
         if counts:
             terminalreporter.write_line(f"{name.split('.')[-1]}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    for line in LINES:
+        terminalreporter.write_line(line)
 
 
 def labelled_user_secrets(doc: dict, public_key: str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop") -> list[dict]:

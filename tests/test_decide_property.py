@@ -37,23 +37,25 @@ from slurmk8s.bridge.observed import KubePod, NodeTaint, PolicyGone, UnreadableC
 from slurmk8s.slurm.model import DRAIN_PREFIX
 
 from .lending_sim import GPU_LABELS, T0, World, cluster, gpu_node, gpu_pod, job, policy, slurm_node
+from .reach import reached, reaches
 
 NAMES = [f"n{i}" for i in range(6)]
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
-def policies(draw):
+def policies(draw, lendable=False):
     spec = {
         "idleAfterSeconds": draw(st.sampled_from([0, 60, 120])),
-        "minKubernetesNodes": draw(st.sampled_from([0, 0, 0, 1, 3])),
+        "minKubernetesNodes": draw(st.sampled_from([0, 0, 1, 2] if lendable else [0, 0, 0, 1, 3])),
         "registrationTimeoutSeconds": draw(st.sampled_from([60, 600])),
     }
-    if draw(st.booleans()):
-        spec["maxLentNodes"] = draw(st.integers(0, 4))
+    if draw(st.integers(0, 3)) > 0 if lendable else draw(st.booleans()):
+        spec["maxLentNodes"] = draw(st.integers(0, 2 if lendable else 4))
     if draw(st.integers(0, 3)) == 0:
-        spec["windows"] = [{"start": draw(st.sampled_from(["08:00", "11:00", "13:00"])),
-                            "end": draw(st.sampled_from(["12:30", "18:00", "02:00"]))}]
+        # T0 is Monday 12:00, and worlds are in its hour: 11:00-18:00 is open then.
+        spec["windows"] = [{"start": draw(st.sampled_from(["11:00"] if lendable else ["08:00", "11:00", "13:00"])),
+                            "end": draw(st.sampled_from(["18:00"] if lendable else ["12:30", "18:00", "02:00"]))}]
     reclaim = {"gracePeriodSeconds": draw(st.sampled_from([0, 30, 90])),
                "deadlineSeconds": draw(st.sampled_from([30, 300, 600])),
                "jobAction": draw(st.sampled_from(["requeue", "cancel"])),
@@ -67,17 +69,35 @@ def policies(draw):
 
 
 @st.composite
-def worlds(draw):
-    pol = draw(policies())
-    if draw(st.integers(0, 7)) == 0:
+def worlds(draw, lendable=False):
+    """A world, its policy and the time. ``lendable``: one where lending may happen (the
+    policy and its SlurmCluster there, Slurm read, within a window, no pending GPU pod that
+    could land on a free node), with free nodes idle long enough, and most of the rest as
+    varied as in any world; random worlds lend in very few examples."""
+
+    def one_in(n: int, then: int | None = None) -> bool:
+        """True one time in ``n`` (in ``then`` when lendable and ``then`` is given)."""
+        n = then if lendable and then is not None else n
+        return n > 0 and draw(st.integers(1, n)) == 1
+
+    pol = draw(policies(lendable))
+    if one_in(8, 0):
         pol = PolicyGone("hpc", "lend", "hpc/demo")  # deleted: its nodes come back
     now = T0 + timedelta(seconds=draw(st.integers(0, 3600)))
     w = World()
-    names = NAMES[: draw(st.integers(1, len(NAMES)))]
-    for name in names:
-        state = draw(st.sampled_from([None, None, LENDING, LENT, LENT, RECLAIMING, "bogus"]))
-        labels = dict(GPU_LABELS) if draw(st.integers(0, 5)) else {"other": "x"}
-        if draw(st.integers(0, 4)) == 0:
+    names = NAMES[: draw(st.integers(2 if lendable else 1, len(NAMES)))]
+    # When lendable, the first nodes are free to lend: selected, idle long enough, nothing on them.
+    free = draw(st.integers(1, 3)) if lendable else 0
+    for i, name in enumerate(names):
+        if i < free:
+            idle_after = pol.spec.idle_after_seconds
+            w.nodes[name] = gpu_node(name, annotations={IDLE_SINCE_ANNOTATION: format_time(
+                now - timedelta(seconds=idle_after + draw(st.integers(1, 300))))})
+            continue
+        state = draw(st.sampled_from([None, None, None, LENDING, LENT, RECLAIMING] if lendable else
+                                     [None, None, LENDING, LENT, LENT, RECLAIMING, "bogus"]))
+        labels = {"other": "x"} if one_in(6, 12) else dict(GPU_LABELS)
+        if one_in(5, 3):
             # Selected, but its owner lends it to another namespace, or to none.
             labels = {k: v for k, v in labels.items() if k != LENDABLE_TO_LABEL}
             if draw(st.booleans()):
@@ -86,7 +106,7 @@ def worlds(draw):
         taints = ()
         if state is not None:
             labels[STATE_LABEL] = state
-            other_policy = draw(st.integers(0, 9)) == 0
+            other_policy = one_in(10)
             annotations = {
                 POLICY_ANNOTATION: "hpc/other" if other_policy else pol.key,
                 "slurmk8s.dev/lending-cluster": "hpc/demo",
@@ -100,45 +120,48 @@ def worlds(draw):
                     annotations[SIGNALLED_ANNOTATION] = format_time(now - timedelta(seconds=draw(st.integers(0, 200))))
                 if draw(st.booleans()):
                     annotations[FORCED_ANNOTATION] = format_time(now - timedelta(seconds=draw(st.integers(0, 60))))
-            if draw(st.integers(0, 4)):
+            if not one_in(5):
                 taints = (NodeTaint(TAINT_KEY, "demo", TAINT_EFFECT),)
-        elif draw(st.booleans()):
-            annotations[IDLE_SINCE_ANNOTATION] = format_time(now - timedelta(seconds=draw(st.integers(0, 300))))
-        if draw(st.integers(0, 7)) == 0:
+        elif not one_in(2, 8):
+            idle_after = pol.spec.idle_after_seconds if lendable and isinstance(pol, NodeLendingPolicy) else 0
+            annotations[IDLE_SINCE_ANNOTATION] = format_time(
+                now - timedelta(seconds=idle_after + draw(st.integers(1 if lendable else 0, 300))))
+        if one_in(8, 16):
             # Taken back past a reclaim deadline: its Slurm node still to be set DOWN.
             annotations[DOWN_OWED_ANNOTATION] = draw(st.sampled_from(["hpc/demo", "hpc/other"]))
             annotations[DOWN_OWED_POLICY_ANNOTATION] = pol.key
-        ready = draw(st.integers(0, 11)) > 0
+        ready = not one_in(12, 24)
         not_ready_since = None
-        if not ready and draw(st.integers(0, 3)):
+        if not ready and not one_in(4):
             not_ready_since = now - timedelta(seconds=draw(st.integers(0, 900)))
         node = gpu_node(name, labels=labels, annotations=annotations, taints=taints,
-                        ready=ready, not_ready_since=not_ready_since, unschedulable=draw(st.integers(0, 11)) == 0,
+                        ready=ready, not_ready_since=not_ready_since, unschedulable=one_in(12, 24),
                         allocatable={"cpu": "32", "memory": "256Gi",
-                                     "nvidia.com/gpu": str(draw(st.sampled_from([0, 4, 8, 8, 8])))})
+                                     "nvidia.com/gpu": str(draw(st.sampled_from([8, 8, 8, 4, 0] if lendable else
+                                                                                [0, 4, 8, 8, 8])))})
         w.nodes[name] = node
         held_state = state in (LENDING, LENT, RECLAIMING)
         # A GPU pod (or a DaemonSet's) may run there.
-        if draw(st.integers(0, 3)) == 0:
+        if one_in(4, 8):
             w.pods[("apps", f"app-{name}")] = gpu_pod(
                 f"app-{name}", name, gpus=draw(st.sampled_from([1, 4, 8])),
                 owner_kind=draw(st.sampled_from([None, "ReplicaSet", "DaemonSet"])))
         # The lent slurmd pod, in some phase: usually there on held nodes.
-        if draw(st.integers(0, 5)) > 0 if held_state else draw(st.integers(0, 7)) == 0:
+        if not one_in(6) if held_state else one_in(8, 16):
             pod_name = lent_slurmd("demo", name)
             w.pods[("hpc", pod_name)] = KubePod(
                 "hpc", pod_name, node=name,
                 phase=draw(st.sampled_from(["Running", "Running", "Running", "Pending", "Failed"])),
-                gpus=8, labels={COMPONENT_LABEL: SLURMD_COMPONENT}, deleting=draw(st.integers(0, 7)) == 0)
+                gpus=8, labels={COMPONENT_LABEL: SLURMD_COMPONENT}, deleting=one_in(8))
         # A tenant's pod that carries the lent slurmd label (issue 24, item 8).
-        if draw(st.integers(0, 7)) == 0:
+        if one_in(8):
             w.pods[("tenant", f"forged-{name}")] = KubePod(
                 "tenant", lent_slurmd("demo", name), node=draw(st.sampled_from([name, None])),
                 phase=draw(st.sampled_from(["Running", "Pending"])), gpus=draw(st.sampled_from([0, 8])),
                 unschedulable=True, labels={COMPONENT_LABEL: SLURMD_COMPONENT})
         # Its Slurm node, in some state: usually there on lent nodes.
-        if draw(st.integers(0, 5)) > 0 if state in (LENT, RECLAIMING) else \
-                draw(st.booleans()) if state == LENDING else draw(st.integers(0, 3)) == 0:
+        if not one_in(6) if state in (LENT, RECLAIMING) else \
+                draw(st.booleans()) if state == LENDING else one_in(4, 16):
             flag = draw(st.sampled_from([None, None, None, "DRAIN", "NOT_RESPONDING", "COMPLETING"]))
             flags = {flag} if flag else set()
             reason = ""
@@ -153,19 +176,20 @@ def worlds(draw):
         on = draw(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True))
         w.jobs[job_id] = job(job_id, ",".join(sorted(on)),
                              state=draw(st.sampled_from(["RUNNING", "RUNNING", "COMPLETING", "PENDING"])),
-                             requeue=draw(st.integers(0, 4)) > 0)
-    # Pending GPU pods.
-    for i in range(draw(st.sampled_from([0, 0, 1, 2, 3]))):
+                             requeue=not one_in(5))
+    # Pending GPU pods (when lendable, only ones no node here can take).
+    for i in range(draw(st.sampled_from([0, 0, 0, 1] if lendable else [0, 0, 1, 2, 3]))):
         w.pods[("apps", f"want-{i}")] = gpu_pod(
             f"want-{i}", None, gpus=draw(st.sampled_from([1, 4, 8])),
             priority=draw(st.sampled_from([0, 100])),
             labels={"team": draw(st.sampled_from(["inference", "research"]))},
-            node_selector=draw(st.sampled_from([{}, {}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB"},
+            node_selector=draw(st.sampled_from([{"zone": "b"}] if lendable else
+                                               [{}, {}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB"},
                                                 {"zone": "b"}])))
-    w.slurm_known = draw(st.integers(0, 5)) > 0
-    if draw(st.integers(0, 9)) == 0:
+    w.slurm_known = not one_in(6, 0)
+    if one_in(10, 0):
         w.cluster = None
-    elif draw(st.integers(0, 9)) == 0:
+    elif one_in(10, 0):
         w.cluster = cluster(accept=False)
     return w, pol, now
 
@@ -194,6 +218,7 @@ def overdue(w: World, pol, now, node: str) -> bool:
             and now - rec.since >= timedelta(seconds=spec.grace_period_seconds + spec.deadline_seconds))
 
 
+@reaches(suppressed=0.4)
 @SETTINGS
 @given(worlds())
 def test_unknown_slurm_means_no_destructive_action(case):
@@ -201,9 +226,13 @@ def test_unknown_slurm_means_no_destructive_action(case):
     a reclaim (the record only), and only a reclaim past its deadline hands
     a node back."""
     w, pol, now = case
-    w.slurm_known = False
     if w.cluster is None:
         w.cluster = cluster()
+    known = w.copy()
+    known.slurm_known = True
+    if any(isinstance(a, (*A.DESTRUCTIVE_ACTIONS, A.CreateSlurmdPod)) for a in known.decide(pol, now)):
+        reached("suppressed")  # what Slurm's answer would have led to
+    w.slurm_known = False
     acts = w.decide(pol, now)
     for a in acts:
         if isinstance(a, A.SetLendingState):
@@ -215,6 +244,7 @@ def test_unknown_slurm_means_no_destructive_action(case):
             assert not isinstance(a, (*A.DESTRUCTIVE_ACTIONS, A.CreateSlurmdPod, A.ClearDownOwed)), a
 
 
+@reaches(sets_down=0.05)
 @SETTINGS
 @given(worlds())
 def test_a_node_is_set_down_only_when_its_slurmd_is_gone_or_it_is_lost(case):
@@ -228,6 +258,7 @@ def test_a_node_is_set_down_only_when_its_slurmd_is_gone_or_it_is_lost(case):
     for a in acts:
         if not isinstance(a, A.SetDown):
             continue
+        reached("sets_down")
         node = w.nodes[a.node]
         entering = [x.reason for x in acts if isinstance(x, A.SetLendingState) and x.node == a.node]
         reason = entering[0] if entering else node.record.reason
@@ -239,6 +270,7 @@ def test_a_node_is_set_down_only_when_its_slurmd_is_gone_or_it_is_lost(case):
         assert reason == "slurmd-lost" or lost or owed, (a, reason, node)
 
 
+@reaches(hands_back=0.1, busy=0.15)
 @SETTINGS
 @given(worlds())
 def test_no_node_with_slurm_jobs_is_untainted_or_handed_back(case):
@@ -247,12 +279,16 @@ def test_no_node_with_slurm_jobs_is_untainted_or_handed_back(case):
     if w.cluster is None:
         return  # no cluster, no Slurm: nothing can run there (covered elsewhere)
     acts = w.decide(pol, now)
+    if any(w.active_jobs(n.name) for n in w.nodes.values() if n.record.state in (LENDING, LENT, RECLAIMING)):
+        reached("busy")
     for a in acts:
         if isinstance(a, (A.Untaint, A.ClearLending)) and not overdue(w, pol, now, a.node):
+            reached("hands_back")
             assert w.slurm_known
             assert w.active_jobs(a.node) == [], (a, w.active_jobs(a.node))
 
 
+@reaches(wanted=0.15)
 @SETTINGS
 @given(worlds(), st.integers(0, 3))
 def test_no_node_stays_held_past_grace_plus_deadline_when_its_owner_wants_it_back(case, lie):
@@ -267,6 +303,8 @@ def test_no_node_stays_held_past_grace_plus_deadline_when_its_owner_wants_it_bac
             and n.record.policy == pol.key]
     wanted = {n.name for n in mine if n.record.state == RECLAIMING or n.unschedulable or isinstance(pol, PolicyGone)
               or n.labels.get(LENDABLE_TO_LABEL) != pol.namespace}
+    if wanted:
+        reached("wanted")
     spec = reclaim_of(pol)
     end = now + timedelta(seconds=spec.grace_period_seconds + spec.deadline_seconds + 30)
     t = now
@@ -325,11 +363,24 @@ def test_no_node_stays_lent_to_a_cluster_the_bridge_cannot_load_past_grace_plus_
     assert still == [], (still, loss, w.summary())
 
 
+def lifted(pol: NodeLendingPolicy, **limits) -> NodeLendingPolicy:
+    """``pol`` with some of its limits changed (None: no limit)."""
+    return pol.model_copy(update={"spec": pol.spec.model_copy(update=limits)})
+
+
+@reaches(lends=0.3, capped=0.12)
 @SETTINGS
-@given(worlds())
+@given(worlds(lendable=True))
 def test_lending_never_passes_max_lent_nodes_or_goes_below_min_kubernetes_nodes(case):
+    """The examples are worlds where lending may happen; in many, maxLentNodes or
+    minKubernetesNodes keeps back a node that would be lent without it."""
     w, pol, now = case
     before_held, before_kube = held(w, pol.key), kube_selected(w)
+    if isinstance(pol, NodeLendingPolicy) and pol.spec.max_lent_nodes is not None:
+        free = w.copy()
+        free.apply(free.decide(lifted(pol, max_lent_nodes=None), now))
+        if held(free, pol.key) > max(pol.spec.max_lent_nodes, before_held):
+            reached("capped")  # the limit is what keeps a node back here
     acts = w.decide(pol, now)
     w.apply(acts)
     after_held, after_kube = held(w, pol.key), kube_selected(w)
@@ -338,6 +389,7 @@ def test_lending_never_passes_max_lent_nodes_or_goes_below_min_kubernetes_nodes(
         return
     spec = pol.spec
     if any(isinstance(a, A.SetLendingState) and a.state == LENDING for a in acts):
+        reached("lends")
         if spec.max_lent_nodes is not None:
             assert after_held <= spec.max_lent_nodes
         assert after_kube >= spec.min_kubernetes_nodes
@@ -346,8 +398,9 @@ def test_lending_never_passes_max_lent_nodes_or_goes_below_min_kubernetes_nodes(
     assert after_kube >= min(spec.min_kubernetes_nodes, before_kube)
 
 
+@reaches(lends=0.3, withheld=0.2)
 @SETTINGS
-@given(worlds())
+@given(worlds(lendable=True))
 def test_only_nodes_lendable_to_the_policys_namespace_are_lent_or_kept(case):
     """A node whose owner did not name the policy's namespace in
     slurmk8s.dev/lendable-to is never lent, never kept lent: whatever it
@@ -355,8 +408,11 @@ def test_only_nodes_lendable_to_the_policys_namespace_are_lent_or_kept(case):
     w, pol, now = case
     acts = w.decide(pol, now)
     allowed = {n.name for n in w.nodes.values() if n.labels.get(LENDABLE_TO_LABEL) == pol.namespace}
+    if any(n.labels.get("slurmk8s.dev/lendable") == "true" and n.name not in allowed for n in w.nodes.values()):
+        reached("withheld")  # a node the policy selects but may not lend
     for a in acts:
         if isinstance(a, (A.CreateSlurmdPod, A.Taint)) or (isinstance(a, A.SetLendingState) and a.state != RECLAIMING):
+            reached("lends")
             assert a.node in allowed, (a, w.summary())
     w.apply(acts)
     if isinstance(pol, NodeLendingPolicy) and w.cluster is not None and w.slurm_known:
@@ -366,12 +422,15 @@ def test_only_nodes_lendable_to_the_policys_namespace_are_lent_or_kept(case):
                 assert n.labels.get(STATE_LABEL) in (None, RECLAIMING, "bogus"), (n, w.summary())
 
 
+@reaches(acts=0.4)
 @SETTINGS
-@given(worlds())
+@given(st.one_of(worlds(), worlds(lendable=True)))
 def test_deciding_again_on_the_result_changes_nothing(case):
     w, pol, now = case
     before = w.summary()
     first = w.decide(pol, now)
+    if any(not isinstance(a, (A.Event, A.PolicyStatus)) for a in first):
+        reached("acts")
     w.apply(first)
     again = w.decide(pol, now)
     assert again == [], (f"\n{before}\npolicy {getattr(pol, 'spec', pol)}\n"
@@ -400,8 +459,9 @@ def run(w: World, pol, now, rounds: int = 60):
     return w
 
 
+@reaches(cut=0.3, lends=0.12)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(worlds(), st.data())
+@given(st.one_of(worlds(), worlds(lendable=True)), st.data())
 def test_a_bridge_killed_after_any_prefix_of_its_actions_converges_to_the_same_end(case, data):
     w, pol, now = case
     acts = w.decide(pol, now)
@@ -409,6 +469,10 @@ def test_a_bridge_killed_after_any_prefix_of_its_actions_converges_to_the_same_e
     whole, killed = w.copy(), w.copy()
     whole.apply(acts)
     killed.apply(acts[:cut])
+    if 0 < cut < len(acts):
+        reached("cut")
+    if any(isinstance(a, A.SetLendingState) and a.state == LENDING for a in acts):
+        reached("lends")
     # The restarted bridge decides again on the partially updated world.
     killed.apply(killed.decide(pol, now))
     later = now + timedelta(seconds=30)

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 import yaml
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from slurmk8s.api.errors import InvalidSpec
 from slurmk8s.api.fields import PERSON_ID_MIN, POSIX_NAME_RE, SYSTEM_ID_BLOCK
@@ -28,6 +28,7 @@ from slurmk8s.render.identity import PIPES_DIR
 from slurmk8s.slurm.directory import GROUPS_FILE, VERDICT_FILE
 
 from .conftest import EXAMPLE, ROOT
+from .reach import reached, reaches
 
 LDAP = {"uris": ["ldaps://ldap.example.org"], "userSearchBase": "ou=people,dc=example,dc=org",
         "groupSearchBase": "ou=groups,dc=example,dc=org", "bindDn": "cn=reader,dc=example,dc=org",
@@ -70,17 +71,75 @@ def test_ldap_filters_outside_the_grammar_are_refused_saying_where(text, where):
         parse_filter(text)
 
 
-@given(st.text(alphabet="()&|!=*uidcn abc\\\n,", max_size=40))
+#: RFC 4515 over the alphabet parse_filter allows: attribute names, the four match
+#: operators, assertion values (a DN's characters, '=', ',', '*' and ':').
+_VALUE_CHARACTERS = "abcAZ09 _.@,=*:-"
+_FILTER_ATTRIBUTES = st.one_of(st.sampled_from(["uid", "cn", "objectClass", "memberOf", "uidNumber"]),
+                               st.builds(str.__add__, st.sampled_from("aZx"), st.text("bY7-", max_size=6)))
+_FILTER_VALUES = st.text(alphabet=_VALUE_CHARACTERS, min_size=1, max_size=12)
+
+
+def ldap_filters(depth: int = 0) -> st.SearchStrategy[str]:
+    """Filters of the grammar, up to five deep (parse_filter allows eight)."""
+    item = st.builds(lambda a, op, v: f"({a}{op}{v})", _FILTER_ATTRIBUTES, st.sampled_from(["=", "~=", ">=", "<="]),
+                     _FILTER_VALUES)
+    if depth >= 3:
+        return item
+    inner = st.deferred(lambda: ldap_filters(depth + 1))
+    return st.one_of(item, item,
+                     st.builds(lambda op, fs: f"({op}{''.join(fs)})", st.sampled_from("&|"),
+                               st.lists(inner, min_size=1, max_size=3)),
+                     inner.map(lambda f: f"(!{f})"))
+
+
+#: What an edit puts in: the grammar's own characters (those of values most, which keep
+#: many filters in the grammar), and what would break the file a filter is written to.
+_EDIT_CHARACTERS = st.one_of(st.sampled_from(_VALUE_CHARACTERS), st.sampled_from(_VALUE_CHARACTERS),
+                             st.sampled_from("()&|!~<>"),
+                             st.sampled_from(["\n", "\\", "\r", "\x00", "\t", "é", ")\n("]))
+
+
+@st.composite
+def edited_ldap_filters(draw) -> str:
+    """A filter of the grammar with one edit: a character put in, removed or replaced
+    at the end of a value (where many edits stay in the grammar) or anywhere, or text
+    after the filter's end (``(uid=a)\\n``)."""
+    text = draw(ldap_filters())
+    how = draw(st.sampled_from(["insert", "replace", "delete", "append"]))
+    if draw(st.booleans()):
+        at = draw(st.sampled_from([i for i, ch in enumerate(text) if ch == ")" and text[i - 1] != ")"]))
+        at -= how in ("replace", "delete")  # the value's last character; an insert goes after it
+    else:
+        at = draw(st.integers(0, len(text)))
+    if how == "append":
+        return text + draw(st.sampled_from(["\n", "\r\n", " ", "\n[domain/x]", ")", "(uid=a)", "\x00"]))
+    if how == "delete":
+        return text[:at] + text[at + 1:]
+    return text[:at] + draw(_EDIT_CHARACTERS) + text[at + (how == "replace"):]
+
+
+@settings(max_examples=200, deadline=None)
+@given(ldap_filters())
+def test_every_filter_of_the_grammar_is_accepted(text):
+    parse_filter(text)
+
+
+@reaches(accepted=0.12, refused=0.3)
+@settings(max_examples=200, deadline=None)
+@given(edited_ldap_filters())
 def test_whatever_the_parser_accepts_is_balanced_and_on_one_line(text):
     try:
         parse_filter(text)
     except ValueError:
+        reached("refused")
         return
+    reached("accepted")
     depth = 0
-    for ch in text:
+    for i, ch in enumerate(text):
         depth += {"(": 1, ")": -1}.get(ch, 0)
-        assert depth >= 0
-    assert depth == 0 and "\n" not in text and "\\" not in text
+        assert depth > 0 or i == len(text) - 1, text  # one filter, balanced, closed by its last character
+    assert depth == 0, text
+    assert re.fullmatch(r"[A-Za-z0-9 _.@,=*:~<>&|!()-]+", text), text  # one line, nothing sssd.conf reads
 
 
 def test_every_field_a_user_writes_is_refused_with_its_path():

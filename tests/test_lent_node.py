@@ -14,6 +14,8 @@ from slurmk8s.render.config import GPU_FILES
 from slurmk8s.slurm.hostlist import expand
 from slurmk8s.render.lent import DEFAULT_GPU_TYPE, GPU_PRODUCT_LABEL, UnlendableNode, lent_node
 
+from .reach import reached, reaches
+
 ALLOCATABLE = {"cpu": "95500m", "memory": "1031880Mi", "nvidia.com/gpu": "8", "pods": "110"}
 LABELS = {GPU_PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"}
 
@@ -61,14 +63,29 @@ def test_what_cannot_be_described_safely_is_refused(node, allocatable, partition
         lent_node("demo", node, allocatable, {}, partition)
 
 
-@given(value=st.text(max_size=40))
-def test_nothing_unsafe_reaches_the_command_line(value):
+@st.composite
+def _reported(draw, good: list[str]) -> str:
+    """What a node may report: mostly a good value, else one with a character put in, or any text."""
+    value = draw(st.sampled_from(good))
+    how = draw(st.sampled_from(["as is", "as is", "as is", "edited", "any"]))
+    if how == "edited":
+        at = draw(st.integers(0, len(value)))
+        return value[:at] + draw(st.characters()) + value[at:]
+    return draw(st.text(max_size=40)) if how == "any" else value
+
+
+@reaches(described=0.15, refused=0.2)
+@given(cpu=_reported(["8", "32", "7500m", "1k"]), memory=_reported(["256Gi", "64G", "1000Mi", "5e9"]),
+       gpus=_reported(["8", "4", "1"]), product=_reported(["NVIDIA-H100-80GB", "A100", "gpu.x_1"]))
+def test_nothing_unsafe_reaches_the_command_line(cpu, memory, gpus, product):
     """Whatever a node reports, the --conf value is four plain Key=Value words."""
     try:
-        node = lent_node("demo", "n1", {"cpu": value, "memory": value, "nvidia.com/gpu": value},
-                         {GPU_PRODUCT_LABEL: value}, "gpu")
+        node = lent_node("demo", "n1", {"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpus},
+                         {GPU_PRODUCT_LABEL: product}, "gpu")
     except UnlendableNode:
+        reached("refused")
         return
+    reached("described")
     words = node.conf.split(" ")
     assert [w.split("=", 1)[0] for w in words] == ["CPUs", "RealMemory", "Gres", "Feature"]
     assert all(c.isalnum() or c in "=:_.-" for c in node.conf.replace(" ", ""))

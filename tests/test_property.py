@@ -16,13 +16,14 @@ from slurmk8s.api.validate import OWNED_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
 from sandbox.apiserver import schema
 
+from .reach import reached, reaches
 from .test_corpus import _check_name as check_name
 
 KEYS = ClusterKeys.generate()
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x@y"
 
-# Each spec is drawn either clean (valid values only, so the renderer runs) or
-# hostile (injection attempts and out-of-range values mixed in).
+# Each spec is drawn either clean (valid values only, so the renderer runs: every
+# clean spec is valid) or hostile (injection attempts and out-of-range values mixed in).
 HOSTILE = st.sampled_from(
     ["", " ", "a\nb", "x#y", "k=v", "a b", "{x}", "é", "-a", "a" * 80, "a\r", "a,b", "../x", "\t"]
 )
@@ -38,8 +39,8 @@ def node_sets(draw, clean):
     name = pick(clean, DNS, HOSTILE)
     ns = {"name": draw(name), "replicas": draw(pick(clean, st.integers(0, 3), st.integers(-1, 2000))),
           "cpus": draw(pick(clean, st.integers(1, 8), st.just(0))),
-          "memory": draw(pick(clean, st.sampled_from(["1Gi", "512Mi", "2", "1.5Gi", "4G"]),
-                              st.sampled_from(["x", "1 Gi", "4GB"])))}
+          "memory": draw(pick(clean, st.sampled_from(["1Gi", "512Mi", "1.5Gi", "4G"]),
+                              st.sampled_from(["x", "1 Gi", "4GB", "2"])))}
     if draw(st.booleans()):
         ns["gpus"] = {"type": draw(pick(clean, st.sampled_from(["h100", "a100_80g", "gpu"]), HOSTILE)),
                       "count": draw(pick(clean, st.integers(1, 8), st.integers(-1, 99)))}
@@ -68,9 +69,12 @@ def partitions(draw, clean, known):
 
 
 @st.composite
-def specs(draw):
-    clean = draw(st.booleans())
+def specs(draw, clean=None):
+    clean = draw(st.booleans()) if clean is None else clean
     sets = draw(st.lists(node_sets(clean), max_size=3, unique_by=lambda n: n["name"]))
+    if clean:  # a node set's name is the feature that puts a node in it: no other may list it
+        for ns in (ns for ns in sets if "features" in ns):
+            ns["features"] = [f for f in ns["features"] if f not in {s["name"] for s in sets}]
     spec = {"nodeSets": sets}
     parts = draw(st.lists(partitions(clean, [s["name"] for s in sets]), max_size=3, unique_by=lambda p: p["name"]))
     if parts:
@@ -104,7 +108,8 @@ def specs(draw):
         }
         mount = spec["sharedStorage"]["volumes"][0]["mountPath"]
         spec["sharedStorage"]["checkpointDir"] = draw(pick(clean, st.just(mount + "/ckpt"), st.just("/elsewhere")))
-    if draw(st.booleans()):
+    release = versions.RELEASES.get(spec["slurm"]["version"])
+    if draw(st.booleans()) and (not clean or release.topology_places_dynamic_nodes):
         spec["topology"] = {"labelKeys": draw(st.lists(
             pick(clean, st.sampled_from(["net/spine", "net/leaf"]), st.just("bad key")),
             min_size=1, max_size=2, unique=True))}
@@ -136,16 +141,19 @@ def assert_config_is_well_formed(cluster, files: dict[str, str]) -> None:
     assert counts["nodeset"] == len(cluster.spec.node_sets)
 
 
+@reaches(renders=0.3, refused=0.1)
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs())
 def test_random_specs_render_valid_output_or_raise_field_errors(doc):
     try:
         cluster = load_cluster(doc)
     except InvalidSpec as exc:
+        reached("refused")
         for err in exc.errors:
             assert re.match(r"(spec|metadata)(\.|$)", err.path), err
             assert err.message.strip(), err
         return
+    reached("renders")
     nodes = [TopologyNode(f"{cluster.name}-n{i}", {"net/spine": f"s{i % 2}", "net/leaf": f"l{i}"}) for i in range(3)]
     assert_config_is_well_formed(cluster, config_files(cluster, nodes))
     objs = render(cluster, KEYS, nodes)
@@ -174,19 +182,33 @@ def _scalars(node, loc=()):
         yield loc
 
 
+def _neighbours(value) -> list:
+    """Values a lax reader may take for ``value``: the same in another type or form."""
+    if isinstance(value, bool):
+        return [int(value), str(value).lower(), None]
+    if isinstance(value, int):
+        return [str(value), float(value), value + 0.5, True, None]
+    if isinstance(value, str):
+        return [value.upper(), f" {value}", f"{value}\n", [value], None]
+    return [None]
+
+
 @st.composite
 def mutated_specs(draw):
-    doc = draw(specs())
+    """A valid spec with one scalar replaced: by the same value in another type or
+    form, which a lax validator might accept, or by a value of the wrong kind."""
+    doc = draw(specs(clean=True))
     spots = [loc for loc in _scalars(doc["spec"]) if loc]
     if spots:
         loc = draw(st.sampled_from(spots))
         parent = doc["spec"]
         for part in loc[:-1]:
             parent = parent[part]
-        parent[loc[-1]] = draw(MUTANTS)
+        parent[loc[-1]] = draw(st.one_of(st.sampled_from(_neighbours(parent[loc[-1]])), MUTANTS))
     return doc
 
 
+@reaches(accepted=0.12)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_specs())
 def test_what_the_validator_accepts_the_crd_schema_accepts(doc):
@@ -197,5 +219,6 @@ def test_what_the_validator_accepts_the_crd_schema_accepts(doc):
         load_cluster(doc)
     except InvalidSpec:
         return
+    reached("accepted")
     outcome = schema.process(doc, CRD_SCHEMA)
     assert not outcome.errors and not outcome.unknown, (outcome.errors, outcome.unknown)

@@ -27,6 +27,8 @@ from slurmk8s.kube import ApiError, Kube
 from sandbox.apiserver.patch import merge_patch
 from slurmk8s.published_model import VERSION
 
+from .reach import reached, reaches
+
 ROOT = Path(__file__).resolve().parent.parent
 ROOTS = ["/shared/checkpoints"]
 MODEL_DIR = "/shared/checkpoints/researcher/train"
@@ -91,6 +93,7 @@ def test_the_input_is_not_changed():
 versions = st.from_regex(VERSION, fullmatch=True)
 
 
+@reaches(patched=0.15)
 @given(old=st.none() | versions, new=st.none() | st.text(max_size=20) | versions)
 def test_applying_the_patch_reaches_the_version_and_then_nothing_more_is_patched(old, new):
     dep = deployment(version=old)
@@ -98,6 +101,7 @@ def test_applying_the_patch_reaches_the_version_and_then_nothing_more_is_patched
     if patch is None:
         assert new is None or not VERSION.fullmatch(new) or new == old
         return
+    reached("patched")
     rolled = merge_patch(dep, patch)
     annotations = rolled["spec"]["template"]["metadata"]["annotations"]
     assert annotations[MODEL_VERSION_ANNOTATION] == new
@@ -147,21 +151,34 @@ def test_no_roots_means_nothing_is_allowed():
         check_model_dir(MODEL_DIR, ["shared/checkpoints", "/shared/./checkpoints"])  # bad roots are ignored
 
 
+_PARTS = st.lists(st.sampled_from(["a", "b", ".", "..", "", "checkpoints", "shared", "x.y", "\n"]), max_size=8)
+
+
+@reaches(accepted=0.15, refused=0.3)
 @settings(max_examples=500)
-@given(st.lists(st.sampled_from(["a", "b", ".", "..", "", "checkpoints", "shared", "x.y", "\n"]), max_size=8))
+@given(st.one_of(_PARTS, _PARTS.map(lambda p: ["shared", "checkpoints", *p]),  # often below the root
+                 st.lists(st.sampled_from(["a", "b", "x.y", "checkpoints"]), max_size=4)
+                 .map(lambda p: ["shared", "checkpoints", *p])))
 def test_an_accepted_path_is_normalised_and_lies_inside_a_root(parts):
     path = "/" + "/".join(parts)
     try:
         check_model_dir(path, ROOTS)
     except BadModelDir:
+        reached("refused")
         return
+    reached("accepted")
     assert posixpath.normpath(path) == path and ".." not in path.split("/")
     assert path == ROOTS[0] or path.startswith(ROOTS[0] + "/")
 
 
-@given(st.text(max_size=300))
+@reaches(version=0.2)
+@given(st.one_of(st.text(max_size=300),
+                 st.tuples(st.sampled_from(["", " ", "\n", "\t"]), versions, st.sampled_from(["", "\n", "  ", "/"]))
+                 .map("".join)))
 def test_parse_latest_gives_a_version_name_or_none(text):
     version = parse_latest(text)
+    if version is not None:
+        reached("version")
     assert version is None or (VERSION.fullmatch(version) and version == text.strip())
 
 

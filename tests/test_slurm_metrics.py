@@ -29,6 +29,8 @@ from slurmk8s.slurm.metrics import (
 from slurmk8s.slurm.client import SlurmClient
 from slurmk8s.slurm.model import Job, Node, gres_gpus, tres_gpus
 
+from .reach import reached, reaches
+
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm-json"
 
 
@@ -296,12 +298,15 @@ def test_sdiag_that_says_nothing_gives_no_invented_figures():
 LABELS = {"partition", "state", "lent", "reason", "account", "scheduler", "le"}
 
 
-@settings(max_examples=25, deadline=None)
+@reaches(hundreds=0.1)
+@settings(max_examples=50, deadline=None)
 @given(users=st.lists(st.text("abcdefgh", min_size=3, max_size=8), min_size=1, max_size=5),
        count=st.integers(1, 300), seed=st.integers(0, 1000))
 def test_no_job_id_user_or_node_name_becomes_a_label(users, count, seed):
     """The series are the same for 1 job or 300, on 2 nodes or 200: the labels
     are partitions, accounts and Slurm's own words."""
+    if count >= 100:
+        reached("hundreds")  # a label per job or node would be a hundred series more
     def reading(n_jobs: int, n_nodes: int) -> Reading:
         states = ("RUNNING", "PENDING", "COMPLETED")
         return Reading(
