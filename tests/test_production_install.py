@@ -56,8 +56,9 @@ def _third_party_imports(files) -> set[str]:
 
 
 #: Product modules a module run as a file imports by their bare names, from
-#: the directory they share: serve.py in the serve image, beside published_model.py.
-_RUN_AS_FILES = {"published_model"}
+#: the directory they share: serve.py in the serve image, beside published_model.py
+#: and httpserver.py.
+_RUN_AS_FILES = {"published_model", "httpserver"}
 
 
 def _distributions(modules: set[str]) -> set[str]:
