@@ -112,6 +112,14 @@ def publish(model_dir: Path, version: str, step: int | None = None) -> Path:
     return model_dir / version
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Each test gets the markers its fixtures declare (tests/tiers.py)."""
+    from .tiers import mark_needs
+
+    for item in items:
+        mark_needs(item)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """The hostile-input corpus's counts (tests/test_corpus.py), when it ran, and the share
     of examples each property test reached its point with (tests/reach.py)."""

@@ -24,6 +24,7 @@ from slurmk8s.render.manifests import AgentClients
 from .conftest import EXAMPLE, ROOT
 from .networld import NODE, NetPod, NetWorld
 from .test_chart import CHART, VALUE_SETS, WATCHED, deployment, notes, objects
+from .tiers import needs
 
 NS = "hpc"
 #: The operator's ports (metrics, health, webhook), the bridge's, the agent's, and the API server's.
@@ -63,6 +64,7 @@ def chart_pod(objs: list[dict], component: str) -> NetPod:
 
 
 @pytest.fixture(scope="module")
+@needs("root")
 def world(tmp_path_factory):
     chart = release_objects(install.values(NS))
     slurm = cluster_objects(NS)

@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from slurmk8s.slurm import SlurmClient
 from slurmk8s.slurm import checkpoints
 from slurmk8s.slurm.checkpoints import job_dir, last_write, user_dir
@@ -64,6 +66,7 @@ def test_a_directory_with_very_many_entries_is_judged_on_some(tmp_path, monkeypa
     assert 200 <= last_write(str(tmp_path), ("alice", "sweep")) <= 209
 
 
+@pytest.mark.root
 def test_the_facade_gives_running_jobs_their_last_checkpoint(tmp_path):
     """By the job's uid: the agent may not know the user's name (squeue then reports none)."""
     _dir(tmp_path, "alice", "train", mtime=5000)

@@ -22,6 +22,7 @@ from slurmk8s.render.manifests import AgentClients, lent_slurmd_pod
 
 from .conftest import EXAMPLE
 from .networld import NODE, NetPod, NetWorld
+from .tiers import needs
 
 CLIENTS = AgentClients(namespace="slurmk8s-system", release="slurmk8s")
 NS = "hpc"
@@ -54,6 +55,7 @@ def pod_labels(objs) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
+@needs("root")
 def world(tmp_path_factory):
     cluster = load_cluster(doc(yaml.safe_load(EXAMPLE.read_text()), egress=True))
     objs = render(cluster, ClusterKeys.generate(), agent_clients=CLIENTS)

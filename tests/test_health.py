@@ -177,6 +177,7 @@ def result(proc: subprocess.CompletedProcess) -> dict[str, str]:
     return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
 
 
+@pytest.mark.root
 def test_a_site_check_that_setsids_a_sleeper_leaves_nothing_running():
     """Issue 41: a check that put a process in a session of its own (`setsid`) left
     the 10 s timeout's process group and ran on after it, as nobody, in every
@@ -202,6 +203,7 @@ done
     assert found["forks"].split()[:2] == ["0", "0"], found
 
 
+@pytest.mark.root
 def test_an_ordinary_check_still_runs_as_nobody_and_its_exit_status_counts():
     proc = program("""
 printf 'test "$(id -u)" = 65534 && test "$(id -g)" = 65534\\n' >"$D/who.sh"
@@ -212,6 +214,7 @@ run_site_check "$D/fails.sh"; echo "fails=$?"
     assert result(proc) == {"who": "0", "fails": "3"}
 
 
+@pytest.mark.root
 def test_a_job_filling_its_scratch_does_not_trip_the_disk_check_and_the_nodes_own_use_does():
     """Issue 41: the disk check read /tmp's free space, so a job writing scratch
     there drained its node (and a lent node was reclaimed and marked for good).
@@ -289,6 +292,7 @@ def test_without_a_limit_the_memory_check_adds_the_jobs_memory_to_what_the_node_
         assert result(proc)["rc"] == rc
 
 
+@pytest.mark.root
 def test_the_jobs_memory_is_read_from_the_real_proc():
     """The job's anonymous memory as the program reads it from this kernel's /proc."""
     proc = program(f"""

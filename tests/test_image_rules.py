@@ -370,6 +370,7 @@ def test_prune_removes_only_the_exports_no_reference_names(tmp_path):
     assert ImageStore(tmp_path).lookup("ghcr.io/slurmk8s/slurmd:22.05").path == current
 
 
+@pytest.mark.root
 def test_prune_keeps_an_earlier_export_a_mounted_container_root_stands_on(tmp_path):
     assert os.geteuid() == 0, "the overlay mount needs root"
     cache = tmp_path / "cache"

@@ -20,6 +20,7 @@ from slurmk8s.slurm.remote import RemoteSlurm
 
 from .conftest import example_without_accounting
 from .kubeletworld import KubeletWorld
+from .tiers import needs
 
 pytestmark = pytest.mark.slurm
 GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
@@ -71,6 +72,7 @@ class World(KubeletWorld):
 
 
 @pytest.fixture(scope="module")
+@needs("root")
 def world(tmp_path_factory):
     w = World(tmp_path_factory.mktemp("kubelet"))
     try:

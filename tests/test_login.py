@@ -156,7 +156,7 @@ def test_the_secret_filter_keeps_exactly_the_lines_the_api_accepts_inline(lines)
 
 # -- home directories ---------------------------------------------------------------------
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+needs_root = pytest.mark.root  # chown to other users
 
 
 @pytest.fixture
@@ -220,6 +220,7 @@ def test_sshd_accepts_the_config(tmp_path):
 LIB = ROOT / "images/common/slurmk8s-lib.sh"
 
 
+@pytest.mark.root
 def test_a_user_dir_on_a_volume_users_write_is_made_without_following_a_link_made_meanwhile():
     """Issue 24: sk_user_dir (the login entrypoint's, and the directory users' at their first
     login) checks that PARENT/NAME is missing, then creates it

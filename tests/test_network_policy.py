@@ -9,6 +9,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from .networld import NODE, NetPod, NetWorld
+from .tiers import needs
 
 PORTS = (80, 6818, 7000, 7005)
 PODS = [
@@ -20,6 +21,7 @@ PODS = [
 
 
 @pytest.fixture(scope="module")
+@needs("root")
 def world(tmp_path_factory):
     w = NetWorld(tmp_path_factory.mktemp("netpol"), "npol", "10.253.70.0/24",
                  {"team-a": {"team": "a"}, "team-b": {"team": "b"}}, PODS, PORTS)
@@ -86,6 +88,7 @@ def test_the_api_refuses_a_policy_it_could_not_enforce(world: NetWorld):
     assert "spec.ingress[0].ports[0].endPort" in err.value.body
 
 
+@pytest.mark.root
 def test_overlapping_ports_and_blocks_and_a_one_port_range_make_a_table_nft_takes():
     """nft refuses overlapping set intervals and an empty range; one bad policy must not stop
     the enforcement of all (the agent would keep the old table)."""

@@ -8,6 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from sandbox import pulls
 from sandbox.distribution import Pulled
 
@@ -25,6 +27,7 @@ def image(cache: Path, name: str, age: float) -> Path:
     return path
 
 
+@pytest.mark.root
 def test_unused_images_and_old_blobs_go_and_a_mounted_or_recent_one_stays(tmp_path):
     assert os.geteuid() == 0, "the overlay mount needs root"
     cache = tmp_path / "cache"

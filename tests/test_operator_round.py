@@ -45,6 +45,7 @@ from slurmk8s.slurm.agent import AgentServer
 from .conftest import labelled_user_secrets
 from .fakekube import FakeKube
 from .realslurm import SlurmNamespace, missing_tools
+from .tiers import needs
 
 
 @pytest.fixture(scope="session")
@@ -664,6 +665,7 @@ def test_teardown_with_deletion_policy_delete_removes_the_claims(offline):
 
 
 @pytest.fixture(scope="module")
+@needs("root", "slurm")
 def slurm(tmp_path_factory, example_doc, keys):
     assert os.geteuid() == 0 and not missing_tools(), "run hack/test.sh: it installs Slurm and runs as root"
     c = load_cluster(cpu_only(example_doc))
@@ -836,6 +838,7 @@ NODES = ("demo-cpu-0", "demo-cpu-1")
 
 
 @pytest.fixture(scope="module")
+@needs("root", "slurm")
 def two_nodes(tmp_path_factory, example_doc, keys):
     assert os.geteuid() == 0 and not missing_tools(), "run hack/test.sh: it installs Slurm and runs as root"
     doc = cpu_only(example_doc)

@@ -103,6 +103,7 @@ def test_projected_secret_items_and_a_downward_api_volume():
     assert files == {"volumes/keys/x/a": b"A", "volumes/info/labels": b'app="op"'}
 
 
+@pytest.mark.root
 def test_with_an_fs_group_the_pods_volume_files_are_that_groups_to_read(tmp_path):
     """As the kubelet's volume ownership management: a non-root container reads a Secret
     mounted 0400 when the pod's fsGroup owns it (mode | 0440)."""
@@ -127,6 +128,7 @@ def test_with_an_fs_group_the_pods_volume_files_are_that_groups_to_read(tmp_path
     assert (key.stat().st_gid, key.stat().st_mode & 0o777) == (os.getgid(), 0o400)
 
 
+@pytest.mark.root
 def test_an_empty_dir_is_empty_and_any_user_of_the_pod_may_write_there(tmp_path):
     """As the kubelet makes an emptyDir: mode 0777, nothing in it; with an fsGroup, that
     group owns it with the setgid bit (a non-root Prometheus writes its data there)."""

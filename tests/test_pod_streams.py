@@ -29,6 +29,7 @@ from sandbox.kubelet import SandboxNode
 
 from .kubeletworld import KubeletWorld
 from .test_kubelet import wait_for
+from .tiers import needs
 
 #: Any image with a shell: the controller's (the sandbox needs it built anyway).
 IMAGE = tags("controller")[0]
@@ -61,6 +62,7 @@ class World(KubeletWorld):
 
 
 @pytest.fixture(scope="module")
+@needs("root")
 def world(tmp_path_factory):
     w = World(tmp_path_factory.mktemp("streams"))
     try:

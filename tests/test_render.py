@@ -522,6 +522,7 @@ def test_the_task_prolog_leaves_the_variable_unset_when_it_cannot_create_the_dir
     assert "export" not in proc.stdout
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("squat", ["their-dir", "link-to-their-dir", "their-job-dir"])
 def test_no_one_else_can_make_a_users_checkpoint_directory_first(doc, keys, squat):
     """Issue 24: on a checkpoint root others may write to (sticky, as /tmp), another user

@@ -23,6 +23,7 @@ from sandbox.kubelet import SandboxNode
 
 from .kubeletworld import KubeletWorld
 from .test_kubelet import wait_for
+from .tiers import needs
 
 CTLD = "ghcr.io/slurmk8s/slurmctld:22.05"
 NODES = [SandboxNode("runc-0", gpus=2)]
@@ -63,6 +64,7 @@ class World(KubeletWorld):
 
 
 @pytest.fixture(scope="module")
+@needs("root")
 def world(tmp_path_factory):
     w = World(tmp_path_factory.mktemp("runc"))
     # The images are in the registry now: the build cache moved away (an empty one), the

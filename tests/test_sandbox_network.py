@@ -12,6 +12,8 @@ import pytest
 from sandbox import runtime
 from sandbox.sandbox import DEFAULT_SUBNET
 
+from .tiers import needs
+
 SUBNET = "10.253.82.0/24"
 
 
@@ -20,6 +22,7 @@ def addresses(dev: str) -> str:
 
 
 @pytest.fixture
+@needs("root")
 def networks():
     assert os.geteuid() == 0, "bridges need root"
     made: list[runtime.Network] = []
