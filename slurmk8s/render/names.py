@@ -87,6 +87,11 @@ def nodeset(c: SlurmCluster, nodeset_name: str) -> str:
     return f"{c.name}-{nodeset_name}"
 
 
+def busy_budget(statefulset: str) -> str:
+    """The PodDisruptionBudget that keeps a node set's busy workers (``BUSY_LABEL``) from eviction."""
+    return f"{statefulset}-busy"
+
+
 def login(c: SlurmCluster) -> str:
     return f"{c.name}-login"
 
