@@ -606,6 +606,55 @@ def test_an_agent_refusing_a_request_is_a_problem_of_the_round_which_goes_on(off
     assert out.step == "status" and w.kube.objects[("SlurmCluster", "default", "demo")]["status"]["phase"]
 
 
+class _Slurm:
+    """Slurm with the cluster's workers idle and a node whose pod is gone (down);
+    ``drain_fails``: every drain is refused."""
+
+    def __init__(self, workers, drain_fails: bool):
+        idle = [Node(n, "idle", frozenset(), "", ("cpu",), ("cpu",), 2, 0, "", "") for n in workers]
+        self.known = [*idle, Node("demo-cpu-5", "down", frozenset({"NOT_RESPONDING"}), "", (), ("cpu",), 2, 0, "", "")]
+        self.drain_fails, self.drained, self.deleted = drain_fails, [], []
+
+    def nodes(self):
+        return list(self.known)
+
+    def config_hash(self):
+        return "old"
+
+    def jobs(self, *args, **kwargs):
+        return []
+
+    def drain(self, name, reason):
+        if self.drain_fails:
+            raise RuntimeError(f"slurmctld refused to drain {name}")
+        self.drained.append(name)
+
+    def delete_node(self, name):
+        self.deleted.append(name)
+
+
+@pytest.mark.parametrize("drain_fails", [False, True], ids=["drained", "drain refused"])
+def test_a_round_whose_slurm_action_failed_restarts_nothing_and_removes_no_record(offline, drain_fails):
+    """A refused drain is a value the round passes on (may_restart): the node sets stay
+    at their size, no Slurm record goes, nothing is deleted; the same round with the
+    drain done removes the gone pod's record."""
+    w = offline
+    w.spec(lambda s: s["nodeSets"][0].update(replicas=2))
+    w.round()
+    w.kube.run_controllers()
+    w.spec(lambda s: s["nodeSets"][0].update(replicas=1))
+    slurm = _Slurm(["demo-cpu-0", "demo-cpu-1"], drain_fails)
+    out = Operator(w.kube, agent=lambda c, t, p: slurm, clock=lambda: w.now + 1, fresh_keys=lambda: w.keys) \
+        .reconcile(w.body)
+    if not drain_fails:
+        assert slurm.drained == ["demo-cpu-1"] and slurm.deleted == ["demo-cpu-5"]
+        return
+    assert any("refused to drain demo-cpu-1" in p for p in out.problems)
+    assert "SlurmActionFailed" in [e.reason for e in out.events]
+    assert slurm.deleted == [] and not any(a.startswith("delete") for a in out.applied)
+    assert w.kube.of_kind("StatefulSet")["demo-cpu"]["spec"]["replicas"] == 2
+
+
 def test_scale_in_and_removal_wait_while_slurm_cannot_be_asked(offline):
     w = offline
     w.round()
