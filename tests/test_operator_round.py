@@ -43,7 +43,7 @@ from slurmk8s.slurm.model import Job, Node, node_to_dict
 from slurmk8s.slurm.agent import AgentServer
 
 from .conftest import labelled_user_secrets
-from .fakekube import FakeKube
+from .fakekube import FakeKube, claim_name
 from .realslurm import SlurmNamespace, missing_tools
 
 
@@ -671,6 +671,8 @@ def test_teardown_removes_the_cluster_but_keeps_its_data(offline):
     w = offline
     w.round()
     w.kube.run_controllers()
+    controller = w.kube.of_kind("StatefulSet")["demo-controller"]
+    state_claim = claim_name(controller["spec"]["volumeClaimTemplates"][0], "demo-controller-0")
     op = Operator(w.kube, agent=lambda c, t, p: RemoteSlurm(w.agent_url, t, timeout=2), fresh_keys=lambda: w.keys)
     done, why = op.teardown(w.body, attempt=0)
     assert not done and "waiting to drain the Slurm nodes" in why
@@ -679,7 +681,7 @@ def test_teardown_removes_the_cluster_but_keeps_its_data(offline):
     assert done
     left = sorted((k, n) for k, _, n in w.kube.objects if k not in ("SlurmCluster", "Pod"))
     assert left == [("PersistentVolumeClaim", "demo-shared"),
-                    ("PersistentVolumeClaim", names.controller_state_claim(load_cluster(w.body))),
+                    ("PersistentVolumeClaim", state_claim),
                     ("Secret", "researcher-ssh")]  # the site's, which the cluster only named
 
 

@@ -165,11 +165,6 @@ def db_password_secret(c: SlurmCluster | str) -> str:
     return f"{_cluster_name(c)}-db-password"
 
 
-def controller_state_claim(c: SlurmCluster) -> str:
-    """The PersistentVolumeClaim the controller StatefulSet creates for slurmctld's state."""
-    return f"state-{controller_pod(c)}"
-
-
 def shared_claim(c: SlurmCluster, volume_name: str) -> str:
     return f"{c.name}-{volume_name}"
 
