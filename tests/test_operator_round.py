@@ -608,12 +608,12 @@ def test_an_agent_refusing_a_request_is_a_problem_of_the_round_which_goes_on(off
 
 class _Slurm:
     """Slurm with the cluster's workers idle and a node whose pod is gone (down);
-    ``drain_fails``: every drain is refused."""
+    ``drain_fails``: every drain is refused; ``delete_fails``: the agent does not answer a deletion."""
 
-    def __init__(self, workers, drain_fails: bool):
+    def __init__(self, workers, drain_fails: bool = False, delete_fails: bool = False):
         idle = [Node(n, "idle", frozenset(), "", ("cpu",), ("cpu",), 2, 0, "", "") for n in workers]
         self.known = [*idle, Node("demo-cpu-5", "down", frozenset({"NOT_RESPONDING"}), "", (), ("cpu",), 2, 0, "", "")]
-        self.drain_fails, self.drained, self.deleted = drain_fails, [], []
+        self.drain_fails, self.delete_fails, self.drained, self.deleted = drain_fails, delete_fails, [], []
 
     def nodes(self):
         return list(self.known)
@@ -630,6 +630,8 @@ class _Slurm:
         self.drained.append(name)
 
     def delete_node(self, name):
+        if self.delete_fails:
+            raise OSError(f"the agent did not answer deleting {name}")
         self.deleted.append(name)
 
 
@@ -653,6 +655,25 @@ def test_a_round_whose_slurm_action_failed_restarts_nothing_and_removes_no_recor
     assert "SlurmActionFailed" in [e.reason for e in out.events]
     assert slurm.deleted == [] and not any(a.startswith("delete") for a in out.applied)
     assert w.kube.of_kind("StatefulSet")["demo-cpu"]["spec"]["replicas"] == 2
+
+
+@pytest.mark.parametrize("delete_fails", [False, True], ids=["record removed", "record removal failed"])
+def test_a_round_whose_slurm_record_removal_failed_deletes_no_object(offline, delete_fails):
+    """Deletes come last, only after every step before them went through: a Slurm
+    record that could not be removed (step 3) keeps a Deployment the spec dropped."""
+    w = offline
+    w.spec(lambda s: s.update(restApi={"enabled": True}))
+    w.round()
+    w.kube.run_controllers()
+    w.spec(lambda s: s.update(restApi={"enabled": False}))
+    slurm = _Slurm(["demo-cpu-0"], delete_fails=delete_fails)
+    out = Operator(w.kube, agent=lambda c, t, p: slurm, clock=lambda: w.now + 1, fresh_keys=lambda: w.keys) \
+        .reconcile(w.body)
+    if not delete_fails:
+        assert slurm.deleted == ["demo-cpu-5"] and "demo-restapi" not in w.kube.of_kind("Deployment")
+        return
+    assert any(p.startswith("delete Slurm node demo-cpu-5") for p in out.problems)
+    assert "demo-restapi" in w.kube.of_kind("Deployment") and out.step == "status"
 
 
 def test_scale_in_and_removal_wait_while_slurm_cannot_be_asked(offline):
