@@ -8,7 +8,7 @@ An :class:`Event` says what happened (``type`` Normal or Warning, a
 - the operator always about its SlurmCluster; ``kind``/``name`` only say
   which part of it a Warning concerns (a Slurm node, an object it writes),
   so that a lasting failure is announced once per reason and object
-  (``Operator.announce``). ``kind`` may be empty there: ``name`` then names
+  (``slurmk8s.operator.announce``). ``kind`` may be empty there: ``name`` then names
   the thing in words (``create StatefulSet/x``).
 
 An Event with no ``name`` is about the poster's own object as a whole.

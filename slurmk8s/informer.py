@@ -162,11 +162,6 @@ class Store(Generic[T]):
             entry = self._items.get(key)
         return entry[1] if entry else None
 
-    def get_raw(self, key: str) -> Mapping[str, Any] | None:
-        with self._lock:
-            entry = self._items.get(key)
-        return entry[0] if entry else None
-
 
 class Source(Protocol):
     def list_versioned(self, kind: str, namespace: str | None = None) -> tuple[list[dict], str]: ...

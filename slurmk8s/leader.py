@@ -55,6 +55,7 @@ from typing import Any, Callable, Mapping
 import structlog
 from prometheus_client import Gauge
 
+from .api.fields import DNS_LABEL_RE
 from .health import Health
 from .kube import ApiError, Kube
 from .permissions import RELEASE, Permission
@@ -77,8 +78,9 @@ PERMISSIONS = (
 LEASE_SECONDS_MIN = 5
 LEASE_SECONDS_MAX = 300
 
-#: A Helm release name: a DNS-1123 label of at most 53 characters (Helm's own limit).
-_RELEASE = re.compile(r"[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?")
+#: A Helm release name: a DNS-1123 label of at most RELEASE_MAX characters (Helm's own limit).
+_RELEASE = re.compile(DNS_LABEL_RE)
+RELEASE_MAX = 53
 
 
 def lease_name(component: str, release: str | None = None) -> str:
@@ -87,7 +89,7 @@ def lease_name(component: str, release: str | None = None) -> str:
     name older versions used. ValueError for what is no release name."""
     if release is None:
         return legacy_lease_name(component)
-    if not _RELEASE.fullmatch(release):
+    if len(release) > RELEASE_MAX or not _RELEASE.fullmatch(release):
         raise ValueError(f"{release!r} is not a Helm release name (lower-case letters, digits and '-', starting "
                          "and ending with a letter or digit, at most 53 characters)")
     return f"slurmk8s-{component}-{release}"

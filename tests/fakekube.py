@@ -23,6 +23,11 @@ from sandbox.apiserver.patch import merge_patch
 _ids = itertools.count(1)
 
 
+
+def claim_name(template: Mapping, pod: str) -> str:
+    """The claim the StatefulSet controller makes from a volumeClaimTemplate for ``pod``."""
+    return f"{template['metadata']['name']}-{pod}"
+
 class FakeKube:
     """``granted``: what the client may do, as ``permissions.grants`` returns
     it; any other request is refused with 403, as RBAC refuses it. None: everything."""
@@ -185,7 +190,7 @@ class FakeKube:
                            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
             })
             for tpl in spec.get("volumeClaimTemplates", []):
-                claim = f"{tpl['metadata']['name']}-{pod_name}"
+                claim = claim_name(tpl, pod_name)
                 if ("PersistentVolumeClaim", ns, claim) not in self.objects:
                     self.add({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                               "metadata": {"name": claim, "namespace": ns, "labels": tpl["metadata"]["labels"]},

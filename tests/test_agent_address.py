@@ -52,7 +52,7 @@ def pod(ip=None):
     (pod("demo-controller-0.attacker.example"), None),  # not an IP: not a place to send the token
 ])
 def test_the_operator_addresses_the_agent_by_the_pods_ip_only(cluster, controller_pod, url):
-    assert operator_round.agent_url(cluster, controller_pod) == url
+    assert operator_round._default_agent(cluster, TOKEN, controller_pod).base_url == url
 
 
 @pytest.mark.parametrize("make", [operator_round._default_agent, loop._default_agent], ids=["operator", "bridge"])

@@ -43,7 +43,7 @@ def test_a_list_fills_the_store_and_syncs_it_and_events_change_it():
     s.apply(ev("ADDED", node("c", 4)))
     s.apply(ev("DELETED", node("b", 5)))
     assert sorted(n.name for n in s.values()) == ["a", "c"] and s.version == "5"
-    assert s.get_raw("a")["metadata"]["resourceVersion"] == "3"
+    assert s.raw()["a"]["metadata"]["resourceVersion"] == "3"
 
 
 def test_a_bookmark_moves_the_version_and_changes_nothing():

@@ -43,7 +43,7 @@ from slurmk8s.slurm.model import Job, Node, node_to_dict
 from slurmk8s.slurm.agent import AgentServer
 
 from .conftest import labelled_user_secrets
-from .fakekube import FakeKube
+from .fakekube import FakeKube, claim_name
 from .realslurm import SlurmNamespace, missing_tools
 from .tiers import needs
 
@@ -607,6 +607,76 @@ def test_an_agent_refusing_a_request_is_a_problem_of_the_round_which_goes_on(off
     assert out.step == "status" and w.kube.objects[("SlurmCluster", "default", "demo")]["status"]["phase"]
 
 
+class _Slurm:
+    """Slurm with the cluster's workers idle and a node whose pod is gone (down);
+    ``drain_fails``: every drain is refused; ``delete_fails``: the agent does not answer a deletion."""
+
+    def __init__(self, workers, drain_fails: bool = False, delete_fails: bool = False):
+        idle = [Node(n, "idle", frozenset(), "", ("cpu",), ("cpu",), 2, 0, "", "") for n in workers]
+        self.known = [*idle, Node("demo-cpu-5", "down", frozenset({"NOT_RESPONDING"}), "", (), ("cpu",), 2, 0, "", "")]
+        self.drain_fails, self.delete_fails, self.drained, self.deleted = drain_fails, delete_fails, [], []
+
+    def nodes(self):
+        return list(self.known)
+
+    def config_hash(self):
+        return "old"
+
+    def jobs(self, *args, **kwargs):
+        return []
+
+    def drain(self, name, reason):
+        if self.drain_fails:
+            raise RuntimeError(f"slurmctld refused to drain {name}")
+        self.drained.append(name)
+
+    def delete_node(self, name):
+        if self.delete_fails:
+            raise OSError(f"the agent did not answer deleting {name}")
+        self.deleted.append(name)
+
+
+@pytest.mark.parametrize("drain_fails", [False, True], ids=["drained", "drain refused"])
+def test_a_round_whose_slurm_action_failed_restarts_nothing_and_removes_no_record(offline, drain_fails):
+    """A refused drain is a value the round passes on (may_restart): the node sets stay
+    at their size, no Slurm record goes, nothing is deleted; the same round with the
+    drain done removes the gone pod's record."""
+    w = offline
+    w.spec(lambda s: s["nodeSets"][0].update(replicas=2))
+    w.round()
+    w.kube.run_controllers()
+    w.spec(lambda s: s["nodeSets"][0].update(replicas=1))
+    slurm = _Slurm(["demo-cpu-0", "demo-cpu-1"], drain_fails)
+    out = Operator(w.kube, agent=lambda c, t, p: slurm, clock=lambda: w.now + 1, fresh_keys=lambda: w.keys) \
+        .reconcile(w.body)
+    if not drain_fails:
+        assert slurm.drained == ["demo-cpu-1"] and slurm.deleted == ["demo-cpu-5"]
+        return
+    assert any("refused to drain demo-cpu-1" in p for p in out.problems)
+    assert "SlurmActionFailed" in [e.reason for e in out.events]
+    assert slurm.deleted == [] and not any(a.startswith("delete") for a in out.applied)
+    assert w.kube.of_kind("StatefulSet")["demo-cpu"]["spec"]["replicas"] == 2
+
+
+@pytest.mark.parametrize("delete_fails", [False, True], ids=["record removed", "record removal failed"])
+def test_a_round_whose_slurm_record_removal_failed_deletes_no_object(offline, delete_fails):
+    """Deletes come last, only after every step before them went through: a Slurm
+    record that could not be removed (step 3) keeps a Deployment the spec dropped."""
+    w = offline
+    w.spec(lambda s: s.update(restApi={"enabled": True}))
+    w.round()
+    w.kube.run_controllers()
+    w.spec(lambda s: s.update(restApi={"enabled": False}))
+    slurm = _Slurm(["demo-cpu-0"], delete_fails=delete_fails)
+    out = Operator(w.kube, agent=lambda c, t, p: slurm, clock=lambda: w.now + 1, fresh_keys=lambda: w.keys) \
+        .reconcile(w.body)
+    if not delete_fails:
+        assert slurm.deleted == ["demo-cpu-5"] and "demo-restapi" not in w.kube.of_kind("Deployment")
+        return
+    assert any(p.startswith("delete Slurm node demo-cpu-5") for p in out.problems)
+    assert "demo-restapi" in w.kube.of_kind("Deployment") and out.step == "status"
+
+
 def test_scale_in_and_removal_wait_while_slurm_cannot_be_asked(offline):
     w = offline
     w.round()
@@ -623,6 +693,8 @@ def test_teardown_removes_the_cluster_but_keeps_its_data(offline):
     w = offline
     w.round()
     w.kube.run_controllers()
+    controller = w.kube.of_kind("StatefulSet")["demo-controller"]
+    state_claim = claim_name(controller["spec"]["volumeClaimTemplates"][0], "demo-controller-0")
     op = Operator(w.kube, agent=lambda c, t, p: RemoteSlurm(w.agent_url, t, timeout=2), fresh_keys=lambda: w.keys)
     done, why = op.teardown(w.body, attempt=0)
     assert not done and "waiting to drain the Slurm nodes" in why
@@ -631,7 +703,7 @@ def test_teardown_removes_the_cluster_but_keeps_its_data(offline):
     assert done
     left = sorted((k, n) for k, _, n in w.kube.objects if k not in ("SlurmCluster", "Pod"))
     assert left == [("PersistentVolumeClaim", "demo-shared"),
-                    ("PersistentVolumeClaim", names.controller_state_claim(load_cluster(w.body))),
+                    ("PersistentVolumeClaim", state_claim),
                     ("Secret", "researcher-ssh")]  # the site's, which the cluster only named
 
 

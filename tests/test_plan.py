@@ -15,6 +15,7 @@ from slurmk8s.operator.plan import (
 from slurmk8s.render import ClusterKeys, render
 from slurmk8s.render import names
 
+from .fakekube import claim_name
 from .reach import reached, reaches
 from .test_property import specs
 
@@ -242,8 +243,10 @@ def test_objects_that_are_not_ours_are_never_deleted(doc):
                                                        "config")}})
     pod = serve({"apiVersion": "v1", "kind": "Pod",
                  "metadata": {"name": "demo-cpu-0", "namespace": "default", "labels": names.labels(c, "worker")}})
+    controller = next(o for o in observed if o["kind"] == "StatefulSet" and o["metadata"]["name"] == names.controller(c))
+    state_claim = claim_name(controller["spec"]["volumeClaimTemplates"][0], names.controller_pod(c))
     state = serve({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                   "metadata": {"name": names.controller_state_claim(c), "namespace": "default",
+                   "metadata": {"name": state_claim, "namespace": "default",
                                 "labels": names.labels(c, "controller")}, "spec": {}})
     p = plan([], observed + [foreign, other, pod, state], cluster_name=c.name)
     deleted = {d.key for d in p.deletes}

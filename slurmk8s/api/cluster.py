@@ -24,6 +24,9 @@ from .base import ApiModel, list_map
 from .identity import IdentitySpec, PosixGroup
 from .status import SlurmClusterStatus
 from .fields import (
+    DATA_KEY_RE,
+    SACCTMGR_NAME_RE,
+    DnsSubdomain,
     PERSON_ID_LOW_MAX,
     PERSON_ID_MIN,
     AbsPath,
@@ -69,15 +72,9 @@ ImageTag = constrained(
     128,
     slurm=False,
 )
-DnsSubdomain = constrained(
-    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
-    "use a Kubernetes object name: lower-case letters, digits, '-' and '.'",
-    253,
-    slurm=False,
-)
 ObjectUid = constrained(r"[A-Za-z0-9-]+", "use the uid the API server set (a UUID)", 128, slurm=False)
 SecretKey = constrained(
-    r"[-._a-zA-Z0-9]+", "use a Secret key of letters, digits, '-', '_' and '.'", 253, slurm=False
+    DATA_KEY_RE, "use a Secret key of letters, digits, '-', '_' and '.'", 253, slurm=False
 )
 
 #: Slurm node sets and features of lent nodes start with this. Node set names
@@ -550,10 +547,6 @@ class Topology(ApiModel):
 #: command line (`add account set` adds nothing and skips the word after it):
 #: an account, QOS or login user may not be called so.
 SACCTMGR_KEYWORDS = frozenset({"where", "set"})
-#: A Slurm account or QOS name as sacctmgr stores it (it lower-cases names).
-ACCOUNT_NAME_RE = r"[a-z0-9][a-z0-9_-]{0,63}"
-
-
 def _account_name(value: str) -> str:
     if value in SACCTMGR_KEYWORDS:
         raise refuse(value, f"is a sacctmgr keyword ({', '.join(sorted(SACCTMGR_KEYWORDS))}); choose another name")
@@ -562,7 +555,7 @@ def _account_name(value: str) -> str:
 
 #: A Slurm account or QOS name as sacctmgr stores it (it lower-cases names), not one of its keywords.
 AccountName = Annotated[constrained(
-    ACCOUNT_NAME_RE,
+    SACCTMGR_NAME_RE,
     "use lower-case letters, digits, '_' and '-', starting with a letter or digit (sacctmgr lower-cases names)",
     64,
 ), AfterValidator(_account_name)]

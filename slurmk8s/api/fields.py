@@ -9,18 +9,26 @@ path, giving messages like::
     spec.partitions[1].name: "gpu\\nProlog=/x" contains a newline
 
 How a value is checked and a refusal quoted is :mod:`.refusals`; resource
-quantities are :mod:`.quantities`; what callers use of them is re-exported here.
+quantities are :mod:`.quantities`, addresses and ports :mod:`.network`; what
+callers use of them is re-exported here.
+
+The patterns of the names that reach Kubernetes, Slurm and the images are
+spelled here and nowhere else in slurmk8s/ (tests/test_patterns.py): the
+DNS label and subdomain (:data:`DNS_LABEL_RE`, :data:`DNS_SUBDOMAIN_RE`),
+sacctmgr's names (:data:`SACCTMGR_NAME_RE`), POSIX user and group names
+(:data:`POSIX_NAME_RE`), Slurm's names (:data:`SLURM_NAME_RE`) and node
+names (:data:`SLURM_NODE_NAME_RE`). Others import them.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
 from .. import versions
+from .network import Cidr, PortRange, credential_host
 from .quantities import Quantity, parse_quantity, quantity_value
 from .refusals import bad_char, constrained, escape, pattern_check, quote, refuse, schema_pattern, unprintable
 
@@ -33,6 +41,9 @@ __all__ = [
     "RESERVED_NAMES",
     "ExtraLine",
     "DnsLabel", "NamespaceName",
+    "DNS_LABEL_RE", "DNS_SUBDOMAIN_RE", "DnsSubdomain", "DATA_KEY_RE",
+    "SACCTMGR_NAME_RE",
+    "SLURM_NAME_RE", "SLURM_NODE_NAME_RE",
     "SlurmName",
     "SlurmWord",
     "SlurmDuration",
@@ -53,7 +64,26 @@ __all__ = [
 ]
 
 
+#: A DNS-1123 label: lower-case letters, digits and '-', starting and ending with a
+#: letter or digit. Its length (at most 63) is each use's bound.
 DNS_LABEL_RE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+#: A DNS-1123 subdomain: labels joined by '.', as Kubernetes names most objects and as
+#: host names are written (at most 253 characters, each use's bound).
+DNS_SUBDOMAIN_RE = rf"{DNS_LABEL_RE}(\.{DNS_LABEL_RE})*"
+
+#: A Kubernetes object name (Secret, ConfigMap, StorageClass, claim) or a host name.
+DnsSubdomain = constrained(
+    DNS_SUBDOMAIN_RE,
+    "use a Kubernetes object name: lower-case letters, digits, '-' and '.'",
+    253,
+    slurm=False,
+)
+#: A key of a Secret's or ConfigMap's data.
+DATA_KEY_RE = r"[-._a-zA-Z0-9]+"
+
+#: An account, QOS or cluster name as sacctmgr stores it (it lower-cases names): the spec's
+#: accounts and QOS, and every name the agent passes to sacctmgr.
+SACCTMGR_NAME_RE = r"[a-z0-9][a-z0-9_-]{0,63}"
 
 #: Becomes part of Kubernetes object names and Slurm node host names.
 DnsLabel = Annotated[
@@ -136,7 +166,14 @@ MemberName = Annotated[
     str, AfterValidator(_member_name), schema_pattern(f"^{MEMBER_NAME_RE}$", 20)
 ]
 
-SLURM_NAME_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+_SLURM_FIRST, _SLURM_REST = "[A-Za-z0-9]", "[A-Za-z0-9_.-]"
+#: A name Slurm reads in slurm.conf and its commands (partition, feature, GRES type; the
+#: spec's names are bounded at 64 by each use).
+SLURM_NAME_RE = rf"{_SLURM_FIRST}{_SLURM_REST}*"
+#: A Slurm node name as the Slurm facade takes it: the same alphabet, at most 128
+#: characters, longer than the spec's own names: a node's name is a worker pod's or a lent
+#: Kubernetes Node's, which the spec does not choose.
+SLURM_NODE_NAME_RE = rf"{_SLURM_FIRST}{_SLURM_REST}{{0,127}}"
 
 #: A Slurm partition, feature or GRES type name.
 SlurmName = Annotated[
@@ -233,7 +270,7 @@ def _duration(value: str) -> str:
 SlurmDuration = Annotated[str, AfterValidator(_duration), schema_pattern(f"^({DURATION_RE})$", 32)]
 
 LABEL_NAME_RE = r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
-LABEL_KEY_RE = rf"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{LABEL_NAME_RE}"
+LABEL_KEY_RE = rf"({DNS_SUBDOMAIN_RE}/)?{LABEL_NAME_RE}"
 
 #: A Kubernetes label key, optionally prefixed: ``topology.kubernetes.io/zone``.
 LabelKey = Annotated[
@@ -265,13 +302,11 @@ LabelValue = Annotated[
     str, AfterValidator(_label_value), schema_pattern(f"^{LABEL_VALUE_RE}$", 63)
 ]
 
-_POSIX_FIRST, _POSIX_REST = "[a-z_]", "[a-z0-9_-]"
-POSIX_USER_RE = rf"{_POSIX_FIRST}{_POSIX_REST}*"
 #: A user or group name as every pod reads it, within its 32 characters: the one rule for
 #: names that come from spec.login.users, from the directory (its group members, the names
 #: sshd and Slurm ask about), and the shell scripts of the images that check them
 #: (tests/test_identity.py checks that they use this pattern).
-POSIX_NAME_RE = rf"{_POSIX_FIRST}{_POSIX_REST}{{0,31}}"
+POSIX_NAME_RE = r"[a-z_][a-z0-9_-]{0,31}"
 
 #: Names the images already use, or that would collide with system accounts.
 RESERVED_USERS = frozenset(
@@ -298,7 +333,7 @@ PERSON_ID_LOW_MAX = SYSTEM_ID_BLOCK[0] - 1
 
 def _posix_user(value: str) -> str:
     pattern_check(
-        POSIX_USER_RE,
+        POSIX_NAME_RE,
         "use lower-case letters, digits, '_' and '-', starting with a letter or '_'",
         32,
     )(value)
@@ -309,7 +344,7 @@ def _posix_user(value: str) -> str:
 
 #: A login user name, the same in every pod.
 PosixUser = Annotated[
-    str, AfterValidator(_posix_user), schema_pattern(f"^{POSIX_USER_RE}$", 32)
+    str, AfterValidator(_posix_user), schema_pattern(f"^{POSIX_NAME_RE}$", 32)
 ]
 
 ABS_PATH_RE = r"/[A-Za-z0-9._/-]*"
@@ -415,63 +450,3 @@ ExtraLine = Annotated[str, AfterValidator(_extra_line), schema_pattern(f"^{EXTRA
 #: The signals slurmk8s sends to Slurm jobs (``scontrol``/``scancel --signal``
 #: names). The Slurm facade checks every signal against this set.
 SLURM_SIGNALS = frozenset("USR1 USR2 TERM INT HUP CONT STOP KILL".split())
-
-
-PORT_RANGE_RE = r"[0-9]{4,5}-[0-9]{4,5}"
-#: Ports srun listens on, for slurmstepd and slurmctld to call back: at least 100 of them (each
-#: srun takes a few), above the privileged ports, within 1024-65535.
-PORT_RANGE_MIN = 100
-
-
-def _port_range(value: str) -> str:
-    pattern_check(PORT_RANGE_RE, "use FIRST-LAST, e.g. 60001-63000", 11)(value)
-    first, last = (int(v) for v in value.split("-"))
-    if not 1024 <= first <= last <= 65535:
-        raise refuse(value, "must lie within 1024-65535, the first port not above the last")
-    if last - first + 1 < PORT_RANGE_MIN:
-        raise refuse(value, f"holds {last - first + 1} ports; srun needs a few for each step, give at least {PORT_RANGE_MIN}")
-    return value
-
-
-#: A range of TCP ports, ``FIRST-LAST``, as slurm.conf's SrunPortRange takes it.
-PortRange = Annotated[str, AfterValidator(_port_range), schema_pattern(f"^{PORT_RANGE_RE}$", 11)]
-
-
-def _cidr(value: str) -> str:
-    try:
-        net = ipaddress.ip_network(value, strict=True)
-    except ValueError as exc:
-        raise refuse(value, f"is not an address block such as 10.0.0.0/8 or 192.0.2.7/32 ({exc})") from None
-    return str(net)
-
-
-#: An IPv4 or IPv6 address block in CIDR notation, host bits clear: ``10.20.0.0/16``.
-Cidr = Annotated[str, AfterValidator(_cidr), schema_pattern(r"^[0-9a-fA-F:.]+/[0-9]{1,3}$", 43)]
-
-
-#: What inet_aton (and so the database client) reads as an IPv4 address:
-#: 1 to 4 parts, each decimal, octal (0...) or hex (0x...): 2852039166 and
-#: 0251.0376.0251.0376 are both 169.254.169.254.
-_INET_ATON_RE = r"(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}"
-
-
-def credential_host(value: str) -> str:
-    """A host name, or an IPv4 address in dotted-decimal form that is not
-    loopback, link-local (cloud metadata services), unspecified, multicast or
-    reserved: a password (the database's, the directory's bind password) is
-    sent there."""
-    if value == "localhost" or value.endswith(".localhost"):
-        raise refuse(value, "is this pod itself (loopback); name the service's host")
-    if not re.fullmatch(_INET_ATON_RE, value):
-        return value
-    try:
-        address = ipaddress.IPv4Address(value)
-    except ValueError:
-        raise refuse(value, "is an IPv4 address in a form other than a.b.c.d (decimal, octal or hex "
-                     "parts hide which host it is); write it as four decimal numbers") from None
-    for bad, why in (("is_loopback", "a loopback"), ("is_link_local", "a link-local (cloud metadata services)"),
-                     ("is_unspecified", "the unspecified"), ("is_multicast", "a multicast"),
-                     ("is_reserved", "a reserved")):
-        if getattr(address, bad):
-            raise refuse(value, f"is {why} address; a password may only go to the service's own host")
-    return value

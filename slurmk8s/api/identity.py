@@ -20,7 +20,7 @@ from pydantic import AfterValidator, Field
 from .base import ApiModel
 from .errors import FieldError
 from .fields import (
-    Cidr, PERSON_ID_LOW_MAX, PERSON_ID_MIN, POSIX_NAME_RE, SYSTEM_GROUPS, SYSTEM_ID_BLOCK, constrained, credential_host,
+    DATA_KEY_RE, DNS_SUBDOMAIN_RE, Cidr, DnsSubdomain, PERSON_ID_LOW_MAX, PERSON_ID_MIN, POSIX_NAME_RE, SYSTEM_GROUPS, SYSTEM_ID_BLOCK, constrained, credential_host,
     pattern_check, quote, refuse,
 )
 from .refusals import schema_pattern
@@ -32,9 +32,8 @@ __all__ = ["IdentitySpec", "LdapSpec", "LdapCa", "BindPasswordRef", "ConfigMapKe
 #: The ``slurmk8s.dev/secret-use`` (and ``configmap-use``) values of the objects these fields name.
 LDAP_USE = {"bindPassword": "ldap-bind-password", "ca": "ldap-ca"}
 
-_HOST = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-LDAP_URI_RE = rf"(ldap|ldaps)://({_HOST})(:[0-9]{{1,5}})?/?"
-_URI = re.compile(rf"(?P<scheme>ldaps?)://(?P<host>{_HOST})(:(?P<port>[0-9]{{1,5}}))?/?")
+LDAP_URI_RE = rf"(ldap|ldaps)://({DNS_SUBDOMAIN_RE})(:[0-9]{{1,5}})?/?"
+_URI = re.compile(rf"(?P<scheme>ldaps?)://(?P<host>{DNS_SUBDOMAIN_RE})(:(?P<port>[0-9]{{1,5}}))?/?")
 
 
 def _ldap_uri(value: str) -> str:
@@ -76,19 +75,16 @@ DN_RE = rf"{ATTRIBUTE_RE}={_VALUE}(,{ATTRIBUTE_RE}={_VALUE})*"
 Dn = constrained(DN_RE, "use a DN of attribute=value parts separated by ',' (values of letters, digits, "
                  "' ', '_', '.', '@' and '-'), such as ou=people,dc=example,dc=org", 512, slurm=False)
 
-#: A POSIX group name, as the directory's groups are named to sssd (``simple_allow_groups``).
-GROUP_RE = POSIX_NAME_RE
-
-
 def _group(value: str) -> str:
-    pattern_check(GROUP_RE, "use lower-case letters, digits, '_' and '-', starting with a letter or '_'", 32,
+    pattern_check(POSIX_NAME_RE, "use lower-case letters, digits, '_' and '-', starting with a letter or '_'", 32,
                   slurm=False)(value)
     if value in SYSTEM_GROUPS:
         raise refuse(value, "is a system group; name a group of the directory's researchers")
     return value
 
 
-PosixGroup = Annotated[str, AfterValidator(_group), schema_pattern(f"^{GROUP_RE}$", 32)]
+#: A POSIX group name, as the directory's groups are named to sssd (``simple_allow_groups``).
+PosixGroup = Annotated[str, AfterValidator(_group), schema_pattern(f"^{POSIX_NAME_RE}$", 32)]
 
 LDAP_FILTER_MAX = 1024
 _FILTER_DEPTH = 8
@@ -160,13 +156,11 @@ LdapFilter = Annotated[str, AfterValidator(_ldap_filter), Field(json_schema_extr
 #: The largest uid or gid SSSD reads (its id range's bound, and one below glibc's (uid_t)-1 halved).
 ID_MAX = 2**31 - 2
 
-ObjectName = constrained(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
-                         "use a Kubernetes object name: lower-case letters, digits, '-' and '.'", 253, slurm=False)
-ObjectKey = constrained(r"[-._a-zA-Z0-9]+", "use a key of letters, digits, '-', '_' and '.'", 253, slurm=False)
+ObjectKey = constrained(DATA_KEY_RE, "use a key of letters, digits, '-', '_' and '.'", 253, slurm=False)
 
 
 class BindPasswordRef(ApiModel):
-    name: ObjectName
+    name: DnsSubdomain
     """Secret in the SlurmCluster's namespace, labelled
     `slurmk8s.dev/secret-use: ldap-bind-password` by its owner; an Opaque
     Secret. Only the sssd container of each pod that resolves users mounts
@@ -176,7 +170,7 @@ class BindPasswordRef(ApiModel):
 
 
 class ConfigMapKeyRef(ApiModel):
-    name: ObjectName
+    name: DnsSubdomain
     """ConfigMap in the SlurmCluster's namespace, labelled
     `slurmk8s.dev/configmap-use: ldap-ca` by its owner."""
     key: ObjectKey

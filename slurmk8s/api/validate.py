@@ -15,10 +15,10 @@ from pydantic import ValidationError
 
 from .. import versions
 from .base import without_nulls
-from .cluster import ACCOUNT_NAME_RE, LENT_PREFIX, PROJECT_REPOSITORY, SACCTMGR_KEYWORDS, SlurmCluster
+from .cluster import LENT_PREFIX, PROJECT_REPOSITORY, SACCTMGR_KEYWORDS, SlurmCluster
 from .errors import FieldError, InvalidSpec, field_path, from_pydantic
 from .extralines import EXTRA_LINE_KEYS, KNOB_FOR_KEY, OWNED_KEYS, PROGRAM_KEYS, extra_line_errors
-from .fields import quantity_value, quote
+from .fields import SACCTMGR_NAME_RE, quantity_value, quote
 from .identity import account_group_errors, egress_errors, identity_errors, login_overlap_errors
 from .secrets import owned_name_error, pull_secret_refs, secret_refs
 
@@ -345,7 +345,7 @@ def _accounting_errors(spec) -> Iterator[FieldError]:
     login = [u.name for u in spec.login.users]
     listed = {user for account in acct.accounts for user in account.users}
     for i, u in enumerate(spec.login.users):
-        if u.name not in listed and not re.fullmatch(ACCOUNT_NAME_RE, u.name):
+        if u.name not in listed and not re.fullmatch(SACCTMGR_NAME_RE, u.name):
             yield FieldError(f"spec.login.users[{i}].name",
                              f"{quote(u.name)} is in no account of spec.accounting.accounts, so it would get an "
                              "account of its own name, and an account name starts with a letter or digit; "

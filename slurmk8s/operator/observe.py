@@ -2,7 +2,9 @@
 
 The round (:mod:`.round`) lists the cluster's objects; these functions turn
 them into the inputs of the decisions: the node sets with their pods for
-:func:`.workers.decide`, and the status the SlurmCluster had before.
+:func:`.workers.decide`, the Kubernetes Nodes the workers run on
+(:func:`worker_hosts`) and the topology their labels make, and the status
+the SlurmCluster had before.
 """
 
 from __future__ import annotations
@@ -10,17 +12,40 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from slurmk8s.api.cluster import DrainSpec, SlurmCluster, SlurmClusterStatus
-from slurmk8s.render import names
+from slurmk8s.render import TopologyNode, names
 
 from . import workers
 from .maintenance import maintenance
 
-__all__ = ["observe_nodesets", "previous_status"]
+__all__ = ["observe_nodesets", "previous_status", "worker_hosts", "topology"]
 
 
 def _ready(pod: Mapping) -> bool:
     conds = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def _worker_host(pod: Mapping) -> str | None:
+    """The Kubernetes Node a worker pod is bound to; None for another pod or one not bound yet."""
+    if (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/component") != "worker":
+        return None
+    return (pod.get("spec") or {}).get("nodeName") or None
+
+
+def worker_hosts(pods: Sequence[Mapping]) -> list[str]:
+    """The Kubernetes Nodes the worker pods are bound to, each once, in the pods' order."""
+    return list(dict.fromkeys(h for h in map(_worker_host, pods) if h is not None))
+
+
+def topology(pods: Sequence[Mapping], nodes: Mapping[str, Mapping | None]) -> list[TopologyNode]:
+    """Each bound worker pod with the labels of its Node (none for a Node not read)."""
+    out = []
+    for p in pods:
+        host = _worker_host(p)
+        if host is not None:
+            node = nodes.get(host) or {"metadata": {}}
+            out.append(TopologyNode(p["metadata"]["name"], dict(node["metadata"].get("labels") or {})))
+    return out
 
 
 def observe_nodesets(cluster: SlurmCluster, statefulsets: Sequence[Mapping], pods: Sequence[Mapping],

@@ -30,9 +30,11 @@ from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
 from slurmk8s.api.fields import parse_quantity
 from slurmk8s.render import names
 
+from .workers import NodeSetState
+
 __all__ = [
     "MANAGED_KINDS", "Key", "Create", "Update", "Delete", "Plan", "plan", "key", "differences",
-    "is_ours", "create_only", "with_replicas",
+    "is_ours", "create_only", "with_replicas", "held_objects", "removed_scales",
 ]
 
 #: Kinds the renderer produces, in the order they are created.
@@ -236,3 +238,21 @@ def with_replicas(desired: Sequence[dict], replicas: Mapping[str, int]) -> list[
             o["spec"]["replicas"] = replicas[o["metadata"]["name"]]
         out.append(o)
     return out
+
+
+def held_objects(sets: Iterable[NodeSetState], held: Collection[str]) -> frozenset[Key]:
+    """The StatefulSet and busy-worker PodDisruptionBudget of each node set named in
+    ``held`` (those still being drained): :func:`plan`'s ``keep``."""
+    return frozenset((kind, name) for s in sets if s.name in held
+                     for kind, name in (("StatefulSet", s.statefulset),
+                                        ("PodDisruptionBudget", names.busy_budget(s.statefulset))))
+
+
+def removed_scales(sets: Iterable[NodeSetState], desired: Sequence[Mapping],
+                   replicas: Mapping[str, int]) -> list[tuple[str, int]]:
+    """(StatefulSet, replicas) of each node set gone from ``desired`` whose observed
+    StatefulSet ``replicas`` resizes: it is scaled in place, not rendered."""
+    rendered = {o["metadata"]["name"] for o in desired if o["kind"] == "StatefulSet"}
+    return [(s.statefulset, replicas[s.statefulset]) for s in sets
+            if s.statefulset not in rendered and s.current is not None
+            and replicas.get(s.statefulset, s.current) != s.current]

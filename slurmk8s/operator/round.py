@@ -8,12 +8,14 @@ what they return, in this order:
 
 1. Slurm actions (drain, signal, requeue, undrain) and the pod annotations
    that remember them. If one fails, the round goes on with every node set
-   held at its current size, and nothing is deleted.
+   held at its current size, and nothing is restarted or deleted: the step
+   returns that as :class:`SlurmActed` (``may_restart``).
 2. The plan: create, then update (StatefulSets with the replicas the
    scale-in allows).
 3. Busy labels on worker pods; pods to restart (rolling update), Slurm
-   records of gone pods.
-4. Deletes, only in a round where everything before succeeded.
+   records of gone pods, where ``may_restart``.
+4. Deletes, only in a round where everything before succeeded (each step
+   returns whether it did).
 5. ``scontrol reconfigure`` once the agent sees the rendered config.
 6. Associations and QOS, through the agent.
 7. The site directory's health (DirectoryReady), as the agent reads it.
@@ -27,38 +29,37 @@ round expects (:data:`FAILURES`: the API server's, and every
 problems instead, and it goes on as each step says.
 
 Nothing is remembered between rounds in memory: a round starts from what
-the API server and Slurm say. What it reads becomes the decisions' input in
-:mod:`.observe`; the finalizer's teardown is :mod:`.teardown`.
+the API server and Slurm say. Its reads are :mod:`.reads`; what they return
+becomes the decisions' input in :mod:`.observe`; its Events are posted by
+:mod:`.announce`; the finalizer's teardown is :mod:`.teardown`.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from slurmk8s import log
 from slurmk8s.api import InvalidSpec, load_cluster
-from slurmk8s.api.secrets import secret_problem, secret_refs
 from slurmk8s.api.cluster import PROJECT_REPOSITORY, SlurmCluster, SlurmClusterStatus
-from slurmk8s.render import ClusterKeys, TopologyNode, names, render
-from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, key_secret_names, keys_from_secrets
+from slurmk8s.render import ClusterKeys, names, render
+from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, keys_from_secrets
 from slurmk8s.render.manifests import AgentClients
 from slurmk8s.events import Event
 from slurmk8s.slurm import AgentError, NotOurDrain, SlurmControl, SlurmError, steps
-from slurmk8s.slurm.model import Job, Node, SlurmState, unhealthy
-from slurmk8s.slurm.remote import agent_url as remote_agent_url, cluster_agent
+from slurmk8s.slurm.model import Job, Node, SlurmState
+from slurmk8s.slurm.remote import cluster_agent
 from slurmk8s.times import format_time
 
-from . import accounting, directory, plan, status, teardown, upgrade, workers
-from .observe import observe_nodesets, previous_status
+from . import accounting, announce, directory, plan, reads, status, teardown, upgrade, workers
+from .observe import observe_nodesets, previous_status, topology as observe_topology, worker_hosts
 from .reconfigure import decide_reconfigure
 from slurmk8s.kube import ApiError, Kube
 
-__all__ = ["Operator", "Outcome", "RoundFailed", "FAILURES", "agent_url"]
+__all__ = ["Operator", "Outcome", "RoundFailed", "FAILURES", "SlurmActed"]
 
 _log = log.get("slurmk8s.operator")
 
@@ -95,12 +96,43 @@ class RoundFailed(Exception):
 FAILURES: tuple[type[BaseException], ...] = (ApiError, AgentError, SlurmError, NotOurDrain, OSError)
 
 
-def agent_url(cluster: SlurmCluster, controller_pod: Mapping | None) -> str | None:
-    """The agent's address: the controller pod's IP; None while it has none
-    (never a DNS name: the bearer token goes to the pod and nowhere else)."""
-    return remote_agent_url(controller_pod, names.AGENT_PORT)
+@dataclass(frozen=True)
+class Seen:
+    """What a round read before it decides: the spec, the status it had, the
+    cluster's objects (but pods), its pods, its keys, and the Nodes its
+    workers run on (None: not read)."""
+
+    cluster: SlurmCluster
+    previous: SlurmClusterStatus | None
+    objects: list[dict]
+    pods: list[dict]
+    keys: ClusterKeys
+    worker_nodes: dict[str, dict | None]
 
 
+@dataclass(frozen=True)
+class SlurmRead:
+    """The cluster's agent, and what it said this round: the Slurm nodes and
+    the hash of the config Slurm sees (None: unknown, and decisions wait)."""
+
+    control: SlurmControl
+    nodes: list[Node] | None = None
+    config_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class SlurmActed:
+    """What the Slurm-actions step (1) leaves the later steps."""
+
+    #: The decision to carry out: held (every node set at its size) unless ``may_restart``.
+    decision: workers.Decision
+    #: Every Slurm action and annotation went through: pods may restart and the
+    #: Slurm records of gone pods may go (step 3); deletes may follow (step 4).
+    may_restart: bool
+
+
+#: The cluster's Slurm client, at the controller pod's IP
+#: (:func:`~slurmk8s.slurm.remote.agent_url`: never a DNS name).
 _default_agent = functools.partial(cluster_agent, port=names.AGENT_PORT)
 
 
@@ -109,7 +141,7 @@ class Operator:
 
     ``agent``: makes the Slurm client of a cluster from (cluster, agent
     token, controller pod) — by default :func:`~slurmk8s.slurm.remote.cluster_agent` at
-    :func:`agent_url`. ``clock`` and ``fresh_keys`` (the key set that
+    the controller pod's IP. ``clock`` and ``fresh_keys`` (the key set that
     missing Secrets take their keys from; by default each missing key is
     generated alone) are injectable for tests.
     ``agent_clients``: the pods a NetworkPolicy admits to each agent;
@@ -138,63 +170,6 @@ class Operator:
         """A key for a missing Secret: generated (only that one), or from the injected set."""
         return ClusterKeys.new_key(name) if self.fresh_keys is None else getattr(self.fresh_keys(), name)
 
-    # Observing.
-
-    def observe(self, namespace: str, cluster_name: str) -> list[dict]:
-        """The cluster's objects and pods, listed by the cluster's label, and
-        its key Secrets, read by name: the operator never lists Secrets (it
-        has get on them, not list), so it cannot enumerate anyone else's."""
-        selector = f"{names.CLUSTER_LABEL}={cluster_name}"
-        objs: list[dict] = []
-        for kind in (*plan.MANAGED_KINDS, "Pod"):
-            if kind == "Secret":
-                objs += self._key_secrets(namespace, cluster_name)
-            else:
-                objs += self.kube.list(kind, namespace, selector)
-        return objs
-
-    def _key_secrets(self, namespace: str, cluster_name: str) -> list[dict]:
-        """The cluster's key Secrets that exist (a 404 means missing: the round creates it)."""
-        found = (self.kube.get("Secret", namespace, name) for name in key_secret_names(cluster_name))
-        return [s for s in found if s is not None]
-
-    def unusable_secrets(self, cluster: SlurmCluster) -> list[str]:
-        """Why each Secret the spec names may not be used (slurmk8s.api.secrets), read by name."""
-        refs = secret_refs(cluster, used_only=True)
-        return [p for p in (secret_problem(r, self.kube.get(r.kind, cluster.namespace, r.name)) for r in refs)
-                if p is not None]
-
-    def _worker_nodes(self, pods: Sequence[Mapping]) -> tuple[dict[str, dict | None], list[Exception]]:
-        """The Nodes the cluster's worker pods are bound to, each read by name
-        once a round (for node maintenance and spec.topology): None for one
-        that is gone or could not be read (unknown); and the read failures."""
-        out: dict[str, dict | None] = {}
-        failed: list[Exception] = []
-        for p in pods:
-            host = (p.get("spec") or {}).get("nodeName")
-            if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/component") != "worker" or not host \
-                    or host in out:
-                continue
-            try:
-                out[host] = self.kube.get("Node", None, host)
-            except Exception as exc:  # noqa: BLE001 - unknown: nothing is drained for it
-                _log.info("node not read", node=host, error=str(exc))
-                out[host] = None
-                failed.append(exc)
-        return out, failed
-
-    @staticmethod
-    def _topology(pods: Sequence[Mapping], nodes: Mapping[str, dict | None]) -> list[TopologyNode]:
-        out = []
-        for p in pods:
-            labels = p["metadata"].get("labels") or {}
-            host = (p.get("spec") or {}).get("nodeName")
-            if labels.get("app.kubernetes.io/component") != "worker" or not host:
-                continue
-            node = nodes.get(host) or {"metadata": {}}
-            out.append(TopologyNode(p["metadata"]["name"], dict(node["metadata"].get("labels") or {})))
-        return out
-
     def _patch_status(self, body: Mapping, before: SlurmClusterStatus | None, after: SlurmClusterStatus) -> None:
         after = after.model_copy(update={"leader": self.identity or (before.leader if before else None)})
         if before is not None and before.dump() == after.dump():
@@ -206,17 +181,16 @@ class Operator:
     # A round.
 
     def _refuse(self, body: Mapping, previous: SlurmClusterStatus | None, out: Outcome, message: str,
-                reason: str, now: float) -> Outcome:
+                reason: str, now: float) -> None:
         """End a round whose spec is refused (``reason``): the status says why (Failed), a
         Warning Event says it once, and nothing else is written."""
         out.status = status.invalid(previous, message, body["metadata"].get("generation"), format_time(now),
                                     reason=reason)
-        if previous is None or previous.phase != "Failed" or _ready_message(previous) != message:
+        if previous is None or previous.phase != "Failed" or status.ready_message(previous) != message:
             out.events.append(Event("Warning", reason, message))
         out.problems.append(message)
         out.step = "status"
         self._patch_status(body, previous, out.status)
-        return out
 
     def reconcile(self, body: Mapping) -> Outcome:
         """One round; :class:`RoundFailed` when a step raised."""
@@ -227,27 +201,65 @@ class Operator:
             raise RoundFailed(out.step, out) from exc
 
     def _round(self, body: Mapping, out: Outcome) -> Outcome:
+        """The steps of the module docstring, each a method; what one allows
+        the next (``may_restart``, ``may_delete``) is a value it returns."""
         now = self.clock()
+        seen = self._read(body, out, now)
+        if seen is None:
+            return out
+        desired = self._render(seen, out)
+        rendered_hash = desired[0]["metadata"]["annotations"][names.CONFIG_HASH]
+        slurm = self._read_slurm(seen, out)
+        sets, decision = self._decide(seen, slurm, now, out)
+        acted = self._act_in_slurm(seen, slurm, sets, decision, out)                  # 1.
+        deletes, written = self._create_and_update(seen, desired, sets, acted.decision, out)  # 2.
+        relabelled = self._labels_restarts_records(seen, slurm, acted, out)           # 3.
+        out.step = "delete"                                                           # 4.
+        if acted.may_restart and written and relabelled:  # may delete: everything before went through
+            for d in deletes:
+                self._try(out, f"delete {d.kind}/{d.name}",
+                          functools.partial(self.kube.delete, d.kind, d.namespace, d.name, uid=d.uid))
+        applied = self._reconfigure(seen, slurm, rendered_hash, out)                  # 5.
+        acct = self._accounting(seen, slurm, out)                                     # 6.
+        directory_ready = self._directory(seen, slurm, out)                           # 7.
+        out.step = "status"                                                           # 8.
+        out.status = status.compute(seen.cluster, seen.previous, observed=seen.objects, nodes=slurm.nodes,
+                                    applied_hash=applied, pods=seen.pods,
+                                    refused=reads.refused_pods(self.kube, seen.cluster, seen.objects, seen.pods),
+                                    rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
+                                    now=format_time(now), accounting=acct, directory=directory_ready)
+        change = status.phase_event(seen.previous, out.status)
+        if change is not None:
+            out.events.append(change)
+        self._patch_status(body, seen.previous, out.status)
+        return out
+
+    def _read(self, body: Mapping, out: Outcome, now: float) -> Seen | None:
+        """The spec, the Secrets it names, the cluster's objects and its keys;
+        None when the round ends here (the status says why)."""
         out.step = "read the spec"
         previous = previous_status(body)
         doc = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
         try:
             cluster = load_cluster(doc, trusted_repositories=self.trusted_repositories)
         except InvalidSpec as exc:
-            return self._refuse(body, previous, out, str(exc), "InvalidSpec", now)
+            self._refuse(body, previous, out, str(exc), "InvalidSpec", now)
+            return None
 
         out.step = "read the Secrets the spec names"
-        unusable = self.unusable_secrets(cluster)
+        unusable = reads.unusable_secrets(self.kube, cluster)
         if unusable:  # nothing is mounted or sent that its owner did not mark for it
-            return self._refuse(body, previous, out, "; ".join(unusable), "UnusableSecret", now)
+            self._refuse(body, previous, out, "; ".join(unusable), "UnusableSecret", now)
+            return None
 
         out.step = "observe"
-        observed = self.observe(cluster.namespace, cluster.name)
+        observed = reads.observe(self.kube, cluster.namespace, cluster.name)
         pods = [o for o in observed if o["kind"] == "Pod"]
         objects = [o for o in observed if o["kind"] != "Pod"]
         refused = upgrade.refused(cluster, objects)
         if refused:  # the cluster keeps running its release
-            return self._refuse(body, previous, out, refused, "UnsupportedUpgrade", now)
+            self._refuse(body, previous, out, refused, "UnsupportedUpgrade", now)
+            return None
         secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
         try:
             keys, _missing = keys_from_secrets(cluster, secrets, self.new_key)
@@ -255,8 +267,7 @@ class Operator:
             # Nothing is created or updated: no pod may mount a key that is not the cluster's.
             reason = "ForeignKeySecret" if isinstance(exc, ForeignKeySecret) else "BadKeySecret"
             out.problems.append(str(exc))
-            reported = _ready_message(previous) if previous else ""
-            if str(exc) not in reported:
+            if str(exc) not in status.ready_message(previous):
                 out.events.append(Event("Warning", reason, str(exc)))
             out.status = status.compute(cluster, previous, observed=objects, nodes=None,
                                         applied_hash=previous.config_hash if previous else None,
@@ -264,123 +275,163 @@ class Operator:
                                         problem_reason=reason)
             out.step = "status"
             self._patch_status(body, previous, out.status)
-            return out
+            return None
+
         out.step = "read the workers' Nodes"
-        worker_nodes, unread = self._worker_nodes(pods)
+        worker_nodes, unread = reads.worker_nodes(self.kube, worker_hosts(pods))
         if cluster.spec.topology and unread:
             raise unread[0]  # a topology without a node's switch labels would be wrong, not partial
-        topology = self._topology(pods, worker_nodes) if cluster.spec.topology else []
+        return Seen(cluster, previous, objects, pods, keys, worker_nodes)
+
+    def _render(self, seen: Seen, out: Outcome) -> list[dict]:
+        """The cluster's objects as the spec wants them (switches from the workers' Nodes)."""
         out.step = "render"
-        desired = render(cluster, keys, topology, agent_clients=self.agent_clients)
-        rendered_hash = desired[0]["metadata"]["annotations"][names.CONFIG_HASH]
+        topology = observe_topology(seen.pods, seen.worker_nodes) if seen.cluster.spec.topology else []
+        return render(seen.cluster, seen.keys, topology, agent_clients=self.agent_clients)
 
+    def _read_slurm(self, seen: Seen, out: Outcome) -> SlurmRead:
+        """The Slurm nodes and the config the agent sees, once the controller exists;
+        unknown (None) when the agent does not answer, and every decision waits."""
         out.step = "read Slurm"
-        controller_pod = next((p for p in pods if p["metadata"]["name"] == names.controller_pod(cluster)), None)
-        slurm = self.agent(cluster, keys.agent_token, controller_pod)
-        nodes: list[Node] | None = None
-        seen_hash: str | None = None
-        controller_exists = any(o["kind"] == "StatefulSet" and o["metadata"]["name"] == names.controller(cluster)
-                                for o in objects)
-        if controller_exists:
-            try:
-                nodes = slurm.nodes()
-                seen_hash = slurm.config_hash()
-            except Exception as exc:  # unknown Slurm state: every decision below waits
-                out.waiting.append(f"Slurm state unknown: {exc}")
-                _log.info("agent not answering", cluster=cluster.name, error=str(exc))
+        cluster = seen.cluster
+        controller_pod = next((p for p in seen.pods if p["metadata"]["name"] == names.controller_pod(cluster)),
+                              None)
+        slurm = self.agent(cluster, seen.keys.agent_token, controller_pod)
+        if not any(o["kind"] == "StatefulSet" and o["metadata"]["name"] == names.controller(cluster)
+                   for o in seen.objects):
+            return SlurmRead(slurm)
+        try:
+            nodes = slurm.nodes()
+            seen_hash = slurm.config_hash()
+        except Exception as exc:  # unknown Slurm state: every decision below waits
+            out.waiting.append(f"Slurm state unknown: {exc}")
+            _log.info("agent not answering", cluster=cluster.name, error=str(exc))
+            return SlurmRead(slurm)
         out.nodes = nodes
-        if nodes is not None:
-            for node, check in sorted(unhealthy(nodes).items()):
-                # Named by node and check: announced once while Kubernetes keeps the Event.
-                out.events.append(Event("Warning", "NodeUnhealthy",
-                                        f"Slurm node {node} failed its {check} health check: drained until "
-                                        "it passes again", kind="SlurmNode", name=f"{node}.{check}"))
+        out.events += status.unhealthy_events(nodes)
+        return SlurmRead(slurm, nodes, seen_hash)
 
-        sets = observe_nodesets(cluster, [o for o in objects if o["kind"] == "StatefulSet"], pods, worker_nodes)
-        state = SlurmState.nodes_only(nodes)
+    def _decide(self, seen: Seen, slurm: SlurmRead, now: float,
+                out: Outcome) -> tuple[list[workers.NodeSetState], workers.Decision]:
+        """The node sets and what happens to their workers (:func:`.workers.decide`),
+        with Slurm's jobs read once when the decision asks for them."""
+        sets = observe_nodesets(seen.cluster, [o for o in seen.objects if o["kind"] == "StatefulSet"], seen.pods,
+                                seen.worker_nodes)
+        state = SlurmState.nodes_only(slurm.nodes)
         decision = workers.decide(sets, state, now)
         if decision.needs_jobs and state.nodes is not None:
             # Once a round, every job: the decision indexes them by node and by id.
             try:
-                jobs: tuple[Job, ...] | None = tuple(slurm.jobs())
+                jobs: tuple[Job, ...] | None = tuple(slurm.control.jobs())
             except Exception as exc:
                 jobs = None
                 _log.info("job lookup failed", error=str(exc))
             decision = workers.decide(sets, state.with_jobs(jobs), now)
         out.waiting += decision.waiting
         out.hurry = decision.hurry
+        return sets, decision
 
-        # 1. Slurm actions and their annotations.
+    def _act_in_slurm(self, seen: Seen, slurm: SlurmRead, sets: Sequence[workers.NodeSetState],
+                      decision: workers.Decision, out: Outcome) -> SlurmActed:
+        """Step 1: the decision's Slurm steps and pod annotations, by the one
+        executor's rule (:func:`slurmk8s.slurm.steps.execute`: a pod's
+        annotations are its node's chain). When one did not go through, the
+        decision is held (every node set at its size) and nothing may restart."""
         out.step = "Slurm actions"
-        if not self._slurm_actions(cluster, slurm, decision.slurm_actions, out):
-            decision = decision.hold(sets)
-        held = bool(out.problems)
+
+        def annotate(a: Any) -> None:
+            if not isinstance(a, workers.AnnotatePod):  # pragma: no cover - a new action type without a runner
+                raise TypeError(f"no runner for {a!r}")
+            patch = {"metadata": {"uid": a.uid, "annotations": dict(a.annotations)}}
+            self.kube.patch("Pod", seen.cluster.namespace, a.pod, patch)
+
+        def subject(a: Any) -> str:
+            return f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}"
+
+        done = steps.execute(slurm.control, decision.slurm_actions, other=annotate,
+                             chain=lambda a: getattr(a, "node", None) or getattr(a, "pod", None))
+        out.applied += [subject(a) for a in done.applied]
+        out.events += done.refusals
+        for a, error in done.failed:
+            out.problems.append(f"{subject(a)}: {error}")
+            out.events.append(Event("Warning", "SlurmActionFailed", f"{subject(a)}: {error}",
+                                    kind=type(a).__name__, name=getattr(a, "node", getattr(a, "pod", ""))))
         out.events += decision.events
+        clean = not done.failed and not done.skipped
+        return SlurmActed(decision if clean else decision.hold(sets), may_restart=clean)
 
-        # 2. Creates and updates; removed node sets are scaled through their observed StatefulSet.
+    def _create_and_update(self, seen: Seen, desired: Sequence[dict], sets: Sequence[workers.NodeSetState],
+                           decision: workers.Decision, out: Outcome) -> tuple[tuple[plan.Delete, ...], bool]:
+        """Step 2: creates and updates, with the replicas the decision allows;
+        node sets gone from the spec scaled through their observed StatefulSet.
+        The plan's deletes (for step 4), and whether every write went through."""
         out.step = "create and update"
-        keep = {(kind, name) for s in sets if s.name in decision.keep
-                for kind, name in (("StatefulSet", s.statefulset), ("PodDisruptionBudget", f"{s.statefulset}-busy"))}
-        wanted = plan.with_replicas(desired, decision.replicas)
-        changes = plan.plan(wanted, objects, cluster_name=cluster.name, keep=keep)
-        updates = changes.updates
-        held_keys, held_why = upgrade.held(cluster, desired, objects)
+        cluster = seen.cluster
+        changes = plan.plan(plan.with_replicas(desired, decision.replicas), seen.objects,
+                            cluster_name=cluster.name, keep=plan.held_objects(sets, decision.keep))
+        held_keys, held_why = upgrade.held(cluster, desired, seen.objects)
         out.waiting += held_why
-        updates = tuple(u for u in updates if u.key not in held_keys)
-        for action in (*changes.creates, *updates):
-            if not self._write(action, out) and plan.create_only(action.obj):
-                break  # a key Secret that could not be created: nothing may mount what is there
-        desired_names = {o["metadata"]["name"] for o in desired if o["kind"] == "StatefulSet"}
-        for s in sets:
-            if s.statefulset not in desired_names and s.current is not None \
-                    and decision.replicas.get(s.statefulset, s.current) != s.current:
-                self._try(out, f"scale StatefulSet/{s.statefulset}", lambda s=s: self.kube.patch(
-                    "StatefulSet", cluster.namespace, s.statefulset,
-                    {"spec": {"replicas": decision.replicas[s.statefulset]}}))
+        written = True
+        writes: list[plan.Create | plan.Update] = [*changes.creates, *(u for u in changes.updates
+                                                                        if u.key not in held_keys)]
+        for action in writes:
+            if not self._write(action, out):
+                written = False
+                if plan.create_only(action.obj):
+                    break  # a key Secret that could not be created: nothing may mount what is there
+        for sts, replicas in plan.removed_scales(sets, desired, decision.replicas):
+            written &= self._try(out, f"scale StatefulSet/{sts}", functools.partial(
+                self.kube.patch, "StatefulSet", cluster.namespace, sts, {"spec": {"replicas": replicas}}))
+        return changes.deletes, written
 
-        # 3. Busy labels (the busy-worker PodDisruptionBudget), restarts and leftover records.
+    def _labels_restarts_records(self, seen: Seen, slurm: SlurmRead, acted: SlurmActed, out: Outcome) -> bool:
+        """Step 3: busy labels (the busy-worker PodDisruptionBudget); pod restarts
+        and Slurm records of gone pods where ``may_restart``. Whether every
+        write went through."""
         out.step = "labels, restarts and node records"
+        namespace, decision = seen.cluster.namespace, acted.decision
+        ok = True
         for b in decision.busy_labels:
-            self._try(out, f"label Pod/{b.pod} busy={b.busy}", lambda b=b: self.kube.patch(
-                "Pod", cluster.namespace, b.pod,
-                {"metadata": {"uid": b.uid, "labels": {names.BUSY_LABEL: "true" if b.busy else None}}}))
-        if not held:
+            label = {"metadata": {"uid": b.uid, "labels": {names.BUSY_LABEL: "true" if b.busy else None}}}
+            ok &= self._try(out, f"label Pod/{b.pod} busy={b.busy}",
+                            functools.partial(self.kube.patch, "Pod", namespace, b.pod, label))
+        if acted.may_restart:
             for d in decision.pod_deletions:
-                self._try(out, f"delete Pod/{d.pod}", lambda d=d: self.kube.delete(
-                    "Pod", cluster.namespace, d.pod, uid=d.uid))
+                ok &= self._try(out, f"delete Pod/{d.pod}",
+                                functools.partial(self.kube.delete, "Pod", namespace, d.pod, uid=d.uid))
             for r in decision.record_deletions:
-                self._try(out, f"delete Slurm node {r.node}", lambda r=r: slurm.delete_node(r.node))
+                ok &= self._try(out, f"delete Slurm node {r.node}", functools.partial(slurm.control.delete_node, r.node))
+        return ok
 
-        # 4. Deletes, only after a clean round so far.
-        out.step = "delete"
-        if not out.problems:
-            for d in changes.deletes:
-                self._try(out, f"delete {d.kind}/{d.name}", lambda d=d: self.kube.delete(
-                    d.kind, d.namespace, d.name, uid=d.uid))
-
-        # 5. Reconfigure.
+    def _reconfigure(self, seen: Seen, slurm: SlurmRead, rendered_hash: str, out: Outcome) -> str | None:
+        """Step 5: ``scontrol reconfigure`` once the agent sees the rendered config;
+        the config hash Slurm has applied after it."""
         out.step = "reconfigure"
-        applied = previous.config_hash if previous else None
-        go, why = decide_reconfigure(rendered_hash, applied, seen_hash)
+        applied = seen.previous.config_hash if seen.previous else None
+        go, why = decide_reconfigure(rendered_hash, applied, slurm.config_hash)
         if why:
             out.waiting.append(why)
         if go:
             try:
-                slurm.reconfigure()
+                slurm.control.reconfigure()
                 applied = rendered_hash
                 out.applied.append("scontrol reconfigure")
                 out.events.append(Event("Normal", "Reconfigured",
-                                                f"slurmctld and the nodes read the new config ({rendered_hash})"))
+                                        f"slurmctld and the nodes read the new config ({rendered_hash})"))
             except Exception as exc:
                 out.problems.append(f"scontrol reconfigure failed: {exc}")
+        return applied
 
-        # 6. Accounting: every login user's association and the QOS, through the agent.
+    def _accounting(self, seen: Seen, slurm: SlurmRead, out: Outcome) -> tuple[str, str, str]:
+        """Step 6: every login user's association and the QOS, through the agent;
+        the AccountingReady condition."""
         out.step = "accounting"
+        cluster, objects = seen.cluster, seen.objects
         acct_applied: bool | None = None
         acct_error = ""
-        if nodes is not None and accounting.applies(cluster, objects):
+        if slurm.nodes is not None and accounting.applies(cluster, objects):
             try:
-                done = slurm.apply_accounting(accounting.wanted(cluster))
+                done = slurm.control.apply_accounting(accounting.wanted(cluster))
                 acct_applied = True
                 if done:
                     out.applied += done
@@ -388,46 +439,27 @@ class Operator:
             except Exception as exc:  # slurmdbd away: records queue in slurmctld, retried next round
                 acct_applied, acct_error = False, str(exc)
                 out.waiting.append(f"associations not applied: {exc}")
+        return accounting.condition(cluster, objects, acct_applied, acct_error)
 
-        # 7. The site's directory, as the sssd container beside slurmctld last probed it.
+    def _directory(self, seen: Seen, slurm: SlurmRead, out: Outcome) -> tuple[str, str, str] | None:
+        """Step 7: the site's directory, as the sssd container beside slurmctld last
+        probed it (DirectoryReady; None without one)."""
         out.step = "directory"
-        directory_ready = None
-        if cluster.spec.identity.ldap is not None:
-            verdict, why = None, "the agent did not answer this round"
-            if nodes is not None:
-                try:
-                    verdict = slurm.directory()
-                except Exception as exc:  # an agent older than the directory's route: unknown
-                    why = str(exc)
-            directory_ready = directory.condition(verdict, why)
-            before = next((c for c in previous.conditions if c.type == directory.CONDITION), None) \
-                if previous else None
-            change = directory.event(before, directory_ready)
-            if change is not None:
-                out.events.append(change)
-
-        # 8. Status. A workload short of pods: its controller's FailedCreate Events say why.
-        out.step = "status"
-        short = status.short_of_pods(objects, pods)
-        refused_pods: list[str] = []
-        if short:
+        if seen.cluster.spec.identity.ldap is None:
+            return None
+        verdict, why = None, "the agent did not answer this round"
+        if slurm.nodes is not None:
             try:
-                refused_pods = status.refused_pods(short, self.kube.list("Event", cluster.namespace,
-                                                                         fields="reason=FailedCreate"))
-            except Exception as exc:  # the status says what is known; the next round asks again
-                _log.warning("could not read FailedCreate events", cluster=cluster.name, error=str(exc))
-        out.status = status.compute(cluster, previous, observed=objects, nodes=nodes, applied_hash=applied, pods=pods,
-                                    refused=refused_pods,
-                                    rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
-                                    now=format_time(now),
-                                    accounting=accounting.condition(cluster, objects, acct_applied, acct_error),
-                                    directory=directory_ready)
-        if previous is None or previous.phase != out.status.phase:
-            ready = next(c for c in out.status.conditions if c.type == "Ready")
-            kind = "Normal" if out.status.phase in ("Ready", "Provisioning", "Pending") else "Warning"
-            out.events.append(Event(kind, out.status.phase, ready.message))
-        self._patch_status(body, previous, out.status)
-        return out
+                verdict = slurm.control.directory()
+            except Exception as exc:  # an agent older than the directory's route: unknown
+                why = str(exc)
+        ready = directory.condition(verdict, why)
+        before = next((c for c in seen.previous.conditions if c.type == directory.CONDITION), None) \
+            if seen.previous else None
+        change = directory.event(before, ready)
+        if change is not None:
+            out.events.append(change)
+        return ready
 
     def _try(self, out: Outcome, what: str, fn: Callable[[], Any]) -> bool:
         """``what``: a verb and the object (``create StatefulSet/x``)."""
@@ -454,59 +486,10 @@ class Operator:
             _log.info("updated", object=what, changed=list(action.changed)[:8])
         return ok
 
-    def _slurm_actions(self, cluster: SlurmCluster, slurm: SlurmControl,
-                       actions: Sequence[Any], out: Outcome) -> bool:
-        """Run the decision's Slurm steps and pod annotations by the one
-        executor's rule (:func:`slurmk8s.slurm.steps.execute`: a pod's
-        annotations are its node's chain); False when anything failed."""
-        def annotate(a: Any) -> None:
-            if not isinstance(a, workers.AnnotatePod):  # pragma: no cover - a new action type without a runner
-                raise TypeError(f"no runner for {a!r}")
-            patch = {"metadata": {"uid": a.uid, "annotations": dict(a.annotations)}}
-            self.kube.patch("Pod", cluster.namespace, a.pod, patch)
-
-        def subject(a: Any) -> str:
-            return f"{type(a).__name__} {getattr(a, 'node', getattr(a, 'pod', ''))}"
-
-        done = steps.execute(slurm, actions, other=annotate,
-                             chain=lambda a: getattr(a, "node", None) or getattr(a, "pod", None))
-        out.applied += [subject(a) for a in done.applied]
-        out.events += done.refusals
-        for a, error in done.failed:
-            out.problems.append(f"{subject(a)}: {error}")
-            out.events.append(Event("Warning", "SlurmActionFailed", f"{subject(a)}: {error}",
-                                    kind=type(a).__name__, name=getattr(a, "node", getattr(a, "pod", ""))))
-        return not done.failed and not done.skipped
-
     def teardown(self, body: Mapping, attempt: int = 0) -> tuple[bool, str]:
         """One step of an orderly teardown (:func:`.teardown.step`); (done, what it waits for)."""
         return teardown.step(self, body, attempt)
 
     def announce(self, body: Mapping, events: Sequence[Event]) -> None:
-        """Post a round's Events about the SlurmCluster, as ``slurmk8s-operator``.
-
-        A Warning about an object (a failed write, a refused Slurm action)
-        is named after the cluster, its reason and that object, so posting
-        it again while Kubernetes keeps it (an hour by default) is refused
-        with 409: a failure that lasts is announced once per reason and
-        object, whatever its message says. Other Events are posted as they come.
-        """
-        for e in events:
-            name = _event_name(body, e) if e.type == "Warning" and e.about else None
-            try:
-                self.kube.event(body, e.type, e.reason, e.message, component=names.FIELD_MANAGER, name=name)
-            except ApiError as exc:
-                if not exc.conflict:
-                    _log.warning("could not post an Event", reason=e.reason, error=str(exc))
-            except OSError as exc:
-                _log.warning("could not post an Event", reason=e.reason, error=str(exc))
-
-def _event_name(body: Mapping, e: Event) -> str:
-    """The one name of a failure Event: cluster, reason and object."""
-    meta = body["metadata"]
-    digest = hashlib.sha256(f"{meta.get('uid', '')}\0{e.reason}\0{e.about}".encode()).hexdigest()[:16]
-    return f"{meta['name']}.{digest}"
-
-
-def _ready_message(st: SlurmClusterStatus) -> str:
-    return next((c.message for c in st.conditions if c.type == "Ready"), "")
+        """Post a round's Events about the SlurmCluster, each failure once (:mod:`.announce`)."""
+        announce.post(self.kube, body, events)

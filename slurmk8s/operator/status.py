@@ -5,6 +5,9 @@ RestApiReady, AccountingReady) and Ready, which holds when every component is re
 config is applied and the last round had no problems. The phase summarises:
 Pending (no controller yet), Provisioning (never ready yet), Ready, Degraded
 (was ready, is not), Deleting, Failed (the spec is invalid).
+
+The Events a status change makes: a new phase (:func:`phase_event`), a
+Slurm node failing a health check (:func:`unhealthy_events`).
 """
 
 from __future__ import annotations
@@ -13,14 +16,15 @@ from typing import Mapping, Sequence
 
 from slurmk8s.api.cluster import SlurmCluster
 from slurmk8s.api.status import Condition, NodeCounts, SlurmClusterStatus
+from slurmk8s.events import Event
 from slurmk8s.render import names
-from slurmk8s.slurm.model import Node
+from slurmk8s.slurm.model import Node, unhealthy
 
 from .directory import CONDITION as DIRECTORY_CONDITION, condition as directory_condition
 from .upgrade import running_release
 
 __all__ = ["COMPONENTS", "compute", "invalid", "node_counts", "image_pull_failures", "short_of_pods",
-           "refused_pods"]
+           "refused_pods", "ready_message", "phase_event", "unhealthy_events"]
 
 COMPONENTS = ("ControllerReady", "WorkersReady", "LoginReady", "RestApiReady", "AccountingReady")
 
@@ -266,3 +270,25 @@ def invalid(previous: SlurmClusterStatus | None, message: str, generation: int |
         config_hash=previous.config_hash if previous else None,
         slurm_version=previous.slurm_version if previous else None,
     )
+
+
+def ready_message(st: SlurmClusterStatus | None) -> str:
+    """What the Ready condition of ``st`` says; "" without one."""
+    return next((c.message for c in st.conditions if c.type == "Ready"), "") if st is not None else ""
+
+
+def phase_event(previous: SlurmClusterStatus | None, after: SlurmClusterStatus) -> Event | None:
+    """The Event of a new phase, with the Ready condition's message; None when the phase stays."""
+    if previous is not None and previous.phase == after.phase:
+        return None
+    kind = "Normal" if after.phase in ("Ready", "Provisioning", "Pending") else "Warning"
+    return Event(kind, after.phase, ready_message(after))
+
+
+def unhealthy_events(nodes: Sequence[Node]) -> list[Event]:
+    """A Warning per Slurm node and failed health check, named by both: announced
+    once while Kubernetes keeps the Event."""
+    return [Event("Warning", "NodeUnhealthy",
+                  f"Slurm node {node} failed its {check} health check: drained until it passes again",
+                  kind="SlurmNode", name=f"{node}.{check}")
+            for node, check in sorted(unhealthy(nodes).items())]

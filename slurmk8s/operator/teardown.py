@@ -16,7 +16,7 @@ from slurmk8s.api import load_cluster
 from slurmk8s.render import names
 from slurmk8s.render.keys import keys_from_secrets
 
-from . import plan
+from . import plan, reads
 
 if TYPE_CHECKING:
     from .round import Operator
@@ -40,7 +40,7 @@ def step(op: Operator, body: Mapping, attempt: int = 0) -> tuple[bool, str]:
     cluster_name, namespace = meta["name"], meta.get("namespace", "default")
     policy = ((body.get("spec") or {}).get("deletionPolicy")) or "Retain"
     patient = attempt < PATIENCE
-    observed = op.observe(namespace, cluster_name)
+    observed = reads.observe(op.kube, namespace, cluster_name)
     ours = [o for o in observed if plan.is_ours(o, cluster_name)]
     workers = [o for o in ours if o["kind"] == "StatefulSet"
                and names.NODESET_LABEL in (o["metadata"].get("labels") or {})]

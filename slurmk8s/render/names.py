@@ -87,6 +87,11 @@ def nodeset(c: SlurmCluster, nodeset_name: str) -> str:
     return f"{c.name}-{nodeset_name}"
 
 
+def busy_budget(statefulset: str) -> str:
+    """The PodDisruptionBudget that keeps a node set's busy workers (``BUSY_LABEL``) from eviction."""
+    return f"{statefulset}-busy"
+
+
 def login(c: SlurmCluster) -> str:
     return f"{c.name}-login"
 
@@ -158,11 +163,6 @@ def agent_token_secret(c: SlurmCluster | str) -> str:
 def db_password_secret(c: SlurmCluster | str) -> str:
     """The generated password of the managed database's user."""
     return f"{_cluster_name(c)}-db-password"
-
-
-def controller_state_claim(c: SlurmCluster) -> str:
-    """The PersistentVolumeClaim the controller StatefulSet creates for slurmctld's state."""
-    return f"state-{controller_pod(c)}"
 
 
 def shared_claim(c: SlurmCluster, volume_name: str) -> str:

@@ -137,7 +137,7 @@ def workers(b: Builder) -> list[dict]:
         }))
         # Busy nodes (the operator labels pods that run jobs) may not be evicted.
         out.append(b.obj("policy/v1", "PodDisruptionBudget",
-                         b.meta(f"{name}-busy", "worker", **{names.NODESET_LABEL: ns.name}), spec={
+                         b.meta(names.busy_budget(name), "worker", **{names.NODESET_LABEL: ns.name}), spec={
             "maxUnavailable": 0,
             "selector": {"matchLabels": {**sel, names.BUSY_LABEL: "true"}},
         }))

@@ -20,18 +20,16 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping, Sequence
 
-from ..api.fields import POSIX_NAME_RE, RESERVED_USERS
-from ..api.identity import GROUP_RE
+from ..api.fields import POSIX_NAME_RE, RESERVED_USERS, SACCTMGR_NAME_RE
 from .errors import InvalidArgument
 
 __all__ = ["QosLimits", "Associations", "State", "commands", "parse_state", "STATE_QUERIES",
            "minutes", "DEFAULT_QOS", "with_members"]
 
-#: Names sacctmgr stores (it lower-cases account and QOS names); users as POSIX names.
-_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+#: Names sacctmgr stores (accounts, QOS, the cluster; it lower-cases them); users and the
+#: spec's groups as POSIX names.
+_NAME = re.compile(SACCTMGR_NAME_RE)
 _USER = re.compile(POSIX_NAME_RE)
-_CLUSTER = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
-_GROUP = re.compile(GROUP_RE)  # as the spec names them
 #: Every association has Slurm's default QOS.
 DEFAULT_QOS = "normal"
 
@@ -102,7 +100,7 @@ class Associations:
         """Checked: every name must be one sacctmgr stores as is (the agent's input)."""
         if not isinstance(data, Mapping):
             raise InvalidArgument("associations must be a JSON object")
-        cluster = _check(_CLUSTER, data.get("cluster"), "cluster name")
+        cluster = _check(_NAME, data.get("cluster"), "cluster name")
         accounts = tuple(_check(_NAME, a, "account name") for a in data.get("accounts") or [])
         users = []
         for u in data.get("users") or []:
@@ -136,7 +134,7 @@ class Associations:
                 raise InvalidArgument(f"account {account!r} of groups is not among the accounts")
             if not isinstance(names, list) or not names:
                 raise InvalidArgument(f"the groups of account {account!r} must be a list of group names")
-            groups.append((account, tuple(_check(_GROUP, g, "group name") for g in names)))
+            groups.append((account, tuple(_check(_USER, g, "group name") for g in names)))
         return cls(cluster, accounts, tuple(users), tuple(qos), tuple(groups))
 
 

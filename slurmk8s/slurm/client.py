@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from .. import log, versions
-from ..api.fields import SLURM_SIGNALS
+from ..api.fields import SLURM_NODE_NAME_RE, SLURM_SIGNALS
 from .accounting import STATE_QUERIES, Associations, commands, parse_state, with_members
 from .checkpoints import with_checkpoint_times
 from .errors import InvalidArgument
@@ -48,7 +48,7 @@ __all__ = ["Runner", "LocalRunner", "local_runner", "SlurmClient", "SlurmError",
 #: not raise on a non-zero exit; the client reads the return code.
 Runner = Callable[[Sequence[str], "str | None"], subprocess.CompletedProcess]
 
-NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+NODE_NAME = re.compile(SLURM_NODE_NAME_RE)
 SIGNALS = SLURM_SIGNALS
 #: How many names one ``getent passwd`` is given: at most 66 KiB of argv, far below ARG_MAX.
 GETENT_BATCH = 2048

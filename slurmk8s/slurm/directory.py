@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass
 from typing import Mapping
 
 from ..api.fields import POSIX_NAME_RE
-from ..api.identity import GROUP_RE
 
 __all__ = ["Verdict", "VERDICT_FILE", "GROUPS_FILE", "GROUPS_MAX_BYTES", "STALE_SECONDS", "parse_verdict",
            "read_verdict", "Groups", "parse_groups", "read_groups", "STATES"]
@@ -109,7 +108,7 @@ def read_verdict(path: str = VERDICT_FILE, now: float | None = None) -> Verdict:
     return parse_verdict(text, checked, now)
 
 
-_GROUP_LINE = re.compile(rf"({GROUP_RE}):([ -~]*)")
+_GROUP_LINE = re.compile(rf"({POSIX_NAME_RE}):([ -~]*)")
 _MEMBER = re.compile(POSIX_NAME_RE)
 
 

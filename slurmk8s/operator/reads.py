@@ -1,0 +1,82 @@
+"""What a round reads from the API server, each read as narrow as it can be. Shell.
+
+The cluster's objects and pods by the cluster's label, its key Secrets and
+the Secrets its spec names by name (the operator has get on Secrets, never
+list), the Nodes its workers run on by name, and the FailedCreate Events of
+a workload short of pods. :mod:`.observe` turns what these return into the
+decisions' input; :mod:`.round` runs them.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from slurmk8s import log
+from slurmk8s.api.cluster import SlurmCluster
+from slurmk8s.api.secrets import secret_problem, secret_refs
+from slurmk8s.kube import Kube
+from slurmk8s.render import names
+from slurmk8s.render.keys import key_secret_names
+
+from . import plan, status
+
+__all__ = ["observe", "unusable_secrets", "worker_nodes", "refused_pods"]
+
+_log = log.get("slurmk8s.operator")
+
+
+def observe(kube: Kube, namespace: str, cluster_name: str) -> list[dict]:
+    """The cluster's objects and pods, listed by the cluster's label, and
+    its key Secrets, read by name: the operator never lists Secrets (it
+    has get on them, not list), so it cannot enumerate anyone else's."""
+    selector = f"{names.CLUSTER_LABEL}={cluster_name}"
+    objs: list[dict] = []
+    for kind in (*plan.MANAGED_KINDS, "Pod"):
+        if kind == "Secret":
+            objs += _key_secrets(kube, namespace, cluster_name)
+        else:
+            objs += kube.list(kind, namespace, selector)
+    return objs
+
+
+def _key_secrets(kube: Kube, namespace: str, cluster_name: str) -> list[dict]:
+    """The cluster's key Secrets that exist (a 404 means missing: the round creates it)."""
+    found = (kube.get("Secret", namespace, name) for name in key_secret_names(cluster_name))
+    return [s for s in found if s is not None]
+
+
+def unusable_secrets(kube: Kube, cluster: SlurmCluster) -> list[str]:
+    """Why each Secret the spec names may not be used (slurmk8s.api.secrets), read by name."""
+    refs = secret_refs(cluster, used_only=True)
+    return [p for p in (secret_problem(r, kube.get(r.kind, cluster.namespace, r.name)) for r in refs)
+            if p is not None]
+
+
+def worker_nodes(kube: Kube, hosts: Sequence[str]) -> tuple[dict[str, dict | None], list[Exception]]:
+    """The Nodes the cluster's worker pods are bound to (:func:`.observe.worker_hosts`),
+    each read by name once a round (for node maintenance and spec.topology):
+    None for one that is gone or could not be read (unknown); and the read failures."""
+    out: dict[str, dict | None] = {}
+    failed: list[Exception] = []
+    for host in hosts:
+        try:
+            out[host] = kube.get("Node", None, host)
+        except Exception as exc:  # noqa: BLE001 - unknown: nothing is drained for it
+            _log.info("node not read", node=host, error=str(exc))
+            out[host] = None
+            failed.append(exc)
+    return out, failed
+
+
+def refused_pods(kube: Kube, cluster: SlurmCluster, objects: Sequence[Mapping], pods: Sequence[Mapping]) -> list[str]:
+    """Why a workload short of pods has none, as its controller's FailedCreate Events
+    say (:func:`.status.refused_pods`); none when they cannot be read: the status
+    says what is known, and the next round asks again."""
+    short = status.short_of_pods(objects, pods)
+    if not short:
+        return []
+    try:
+        return status.refused_pods(short, kube.list("Event", cluster.namespace, fields="reason=FailedCreate"))
+    except Exception as exc:  # noqa: BLE001 - unknown: the status goes without it
+        _log.warning("could not read FailedCreate events", cluster=cluster.name, error=str(exc))
+        return []
