@@ -57,28 +57,28 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "SlurmCluster"
 PLURAL = "slurmclusters"
 
-ImageRepository = constrained(
+ImageRepository = Annotated[str, constrained(
     r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*",
     "use an image repository such as ghcr.io/slurmk8s or registry.example.com:5000/hpc",
     255,
     slurm=False,
-)
-ImageTag = constrained(
+)]
+ImageTag = Annotated[str, constrained(
     r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}",
     "use an image tag of letters, digits, '_', '.' and '-'",
     128,
     slurm=False,
-)
-DnsSubdomain = constrained(
+)]
+DnsSubdomain = Annotated[str, constrained(
     r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
     "use a Kubernetes object name: lower-case letters, digits, '-' and '.'",
     253,
     slurm=False,
-)
-ObjectUid = constrained(r"[A-Za-z0-9-]+", "use the uid the API server set (a UUID)", 128, slurm=False)
-SecretKey = constrained(
+)]
+ObjectUid = Annotated[str, constrained(r"[A-Za-z0-9-]+", "use the uid the API server set (a UUID)", 128, slurm=False)]
+SecretKey = Annotated[str, constrained(
     r"[-._a-zA-Z0-9]+", "use a Secret key of letters, digits, '-', '_' and '.'", 253, slurm=False
-)
+)]
 
 #: Slurm node sets and features of lent nodes start with this. Node set names
 #: are DNS labels (no '_'), so no node set can take a lent node set's name.
@@ -561,13 +561,13 @@ def _account_name(value: str) -> str:
 
 
 #: A Slurm account or QOS name as sacctmgr stores it (it lower-cases names), not one of its keywords.
-AccountName = Annotated[constrained(
+AccountName = Annotated[str, constrained(
     ACCOUNT_NAME_RE,
     "use lower-case letters, digits, '_' and '-', starting with a letter or digit (sacctmgr lower-cases names)",
     64,
 ), AfterValidator(_account_name)]
-DatabaseName = constrained(r"[A-Za-z0-9_]{1,64}", "use letters, digits and '_'", 64, slurm=False)
-DatabaseUser = constrained(r"[A-Za-z0-9_]{1,32}", "use letters, digits and '_'", 32, slurm=False)
+DatabaseName = Annotated[str, constrained(r"[A-Za-z0-9_]{1,64}", "use letters, digits and '_'", 64, slurm=False)]
+DatabaseUser = Annotated[str, constrained(r"[A-Za-z0-9_]{1,32}", "use letters, digits and '_'", 32, slurm=False)]
 
 #: AccountingStorageEnforce options, as Slurm names them.
 EnforceOption = Literal["associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps"]

@@ -53,12 +53,12 @@ def may_lend(namespace: str, labels: Mapping[str, str]) -> bool:
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 Weekday = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 
-ClockTime = constrained(
+ClockTime = Annotated[str, constrained(
     r"([01][0-9]|2[0-3]):[0-5][0-9]|24:00",
     "use a time of day as HH:MM from 00:00 to 24:00, e.g. 08:30",
     5,
     slurm=False,
-)
+)]
 
 
 def _signal(value: str) -> str:
