@@ -15,7 +15,7 @@ operator writes is in :mod:`.status`, the field types in :mod:`.fields`.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, Field
 
@@ -53,8 +53,8 @@ from .fields import (
 #: The API group of every slurmk8s resource, label and annotation: the one place it is written.
 GROUP = "slurmk8s.dev"
 VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "SlurmCluster"
+API_VERSION: Final = "slurmk8s.dev/v1alpha1"  # GROUP/VERSION, spelled out: the models' Literal types say it so
+KIND: Final = "SlurmCluster"
 PLURAL = "slurmclusters"
 
 ImageRepository = Annotated[str, constrained(
@@ -413,6 +413,8 @@ class NetworkSpec(ApiModel):
 HealthCheckName = Literal["gpus", "munge", "sharedStorage"]
 #: HealthCheckNodeState's words: on nodes in which states the check runs.
 HealthNodeState = Literal["ANY", "ALLOC", "MIXED", "IDLE", "CYCLE"]
+_DEFAULT_NODE_STATES: tuple[HealthNodeState, ...] = ("ANY",)
+_DEFAULT_CHECKS: tuple[HealthCheckName, ...] = ("gpus", "munge", "sharedStorage")
 
 
 def _distinct(values: list) -> list:
@@ -434,12 +436,12 @@ class HealthCheckSpec(ApiModel):
     """Seconds between two runs on each node (HealthCheckInterval); slurmd
     also runs it when it starts."""
     node_states: Annotated[list[HealthNodeState], AfterValidator(_distinct)] = Field(
-        default_factory=lambda: ["ANY"], min_length=1, max_length=5)
+        default_factory=lambda: list(_DEFAULT_NODE_STATES), min_length=1, max_length=5)
     """On nodes in which states the checks run (HealthCheckNodeState): ANY,
     or some of ALLOC, MIXED, IDLE; CYCLE spreads the runs over the interval
     instead of running them on every node at once."""
     checks: Annotated[list[HealthCheckName], AfterValidator(_distinct)] = Field(
-        default_factory=lambda: ["gpus", "munge", "sharedStorage"], max_length=3)
+        default_factory=lambda: list(_DEFAULT_CHECKS), max_length=3)
     """gpus: the node has the GPU devices its gres says; munge: a credential
     made on the node decodes; sharedStorage: every shared volume is mounted,
     and read-write (its mount options; nothing is written, so root-squashed
@@ -571,6 +573,7 @@ DatabaseUser = Annotated[str, constrained(r"[A-Za-z0-9_]{1,32}", "use letters, d
 
 #: AccountingStorageEnforce options, as Slurm names them.
 EnforceOption = Literal["associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps"]
+_DEFAULT_ENFORCE: tuple[EnforceOption, ...] = ("associations", "limits", "qos")
 
 
 class PasswordRef(ApiModel):
@@ -693,7 +696,7 @@ class AccountingSpec(ApiModel):
     """Where the records are kept: managed (default) or external."""
     slurmdbd: SlurmdbdSpec = SlurmdbdSpec()
     """The slurmdbd Deployment."""
-    enforce: list[EnforceOption] = Field(default_factory=lambda: ["associations", "limits", "qos"],
+    enforce: list[EnforceOption] = Field(default_factory=lambda: list(_DEFAULT_ENFORCE),
                                          max_length=7)
     """AccountingStorageEnforce. With associations only users with an
     association may submit: the operator gives every login user one."""

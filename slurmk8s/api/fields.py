@@ -180,8 +180,8 @@ PartitionName = Annotated[
 
 
 def _slurm_word(value: str) -> str:
-    if bad_char(value):
-        raise refuse(value, bad_char(value))
+    if bad := bad_char(value):
+        raise refuse(value, bad)
     if len(value) > 128:
         raise refuse(value[:40] + "...", f"is {len(value)} characters long; at most 128 are allowed")
     if "#" in value:
@@ -370,8 +370,8 @@ SshPublicKey = Annotated[
 def _version(value: str) -> str:
     if value not in versions.SUPPORTED:
         shown = value if len(value) <= 40 else value[:40] + "..."
-        if bad_char(value):
-            raise refuse(shown, bad_char(value))
+        if bad := bad_char(value):
+            raise refuse(shown, bad)
         raise refuse(shown, f"is not a supported Slurm release: use one of {', '.join(versions.SUPPORTED)}")
     return value
 
@@ -390,8 +390,8 @@ EXTRA_LINE_MAX = 1024
 def _extra_line(value: str) -> str:
     if "\n" in value or "\r" in value:
         raise refuse(value, "contains a newline; give one line per list item")
-    if bad_char(value):
-        raise refuse(value, bad_char(value))
+    if bad := bad_char(value):
+        raise refuse(value, bad)
     if len(value) > EXTRA_LINE_MAX:
         raise refuse(value[:40] + "...", f"is {len(value)} characters long; at most {EXTRA_LINE_MAX} are allowed")
     if "#" in value:

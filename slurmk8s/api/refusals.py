@@ -104,8 +104,8 @@ def pattern_check(pattern: str, what: str, max_len: int, *, slurm: bool = True):
     def check(value: str) -> str:
         if slurm:
             no_injection(value)
-        elif bad_char(value):
-            raise refuse(value, bad_char(value))
+        elif bad := bad_char(value):
+            raise refuse(value, bad)
         if not value:
             raise refuse(value, f"is empty; {what}")
         if len(value) > max_len:
