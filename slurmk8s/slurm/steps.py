@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Callable, Iterable
 
 from ..events import WARNING, Event
 from .client import NotOurDrain, SlurmError
@@ -132,7 +132,7 @@ class Unreserve:
     node: str
 
 
-Step = Union[Drain, SetDown, Undrain, Signal, Requeue, StartNow, Cancel, DeleteNode, Reserve, Unreserve]
+Step = Drain | SetDown | Undrain | Signal | Requeue | StartNow | Cancel | DeleteNode | Reserve | Unreserve
 STEPS = (Drain, SetDown, Undrain, Signal, Requeue, StartNow, Cancel, DeleteNode, Reserve, Unreserve)
 
 #: Steps that run one operation per job: (SlurmControl operation, what a job
@@ -183,7 +183,7 @@ def apply_step(slurm: SlurmControl, step: Step, out: Outcome) -> None:
             out.refusals.append(Event(WARNING, "UndrainRefused", f"{step.node}: {exc}", kind="Node", name=step.node))
     elif isinstance(step, Signal):
         out.jobs["signalled"] += len(slurm.signal_node_jobs(step.node, step.signal))
-    elif type(step) in PER_JOB:
+    elif isinstance(step, (Requeue, StartNow, Cancel)):  # the keys of PER_JOB
         operation, done, refused = PER_JOB[type(step)]
         for job_id in step.job_ids:
             try:
