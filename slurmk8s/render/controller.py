@@ -133,6 +133,7 @@ def _agent(c: SlurmCluster) -> dict:
     checkpoints = _checkpoint_volume(c)
     if checkpoints is not None:
         mounts.append(checkpoints[1])
+        assert c.spec.shared_storage is not None and c.spec.shared_storage.checkpoint_dir  # what the volume holds
         args += ["--checkpoint-root", c.spec.shared_storage.checkpoint_dir]
     ports = [{"name": "agent", "containerPort": names.AGENT_PORT}]
     if c.spec.metrics.enabled:
