@@ -177,11 +177,9 @@ def plan(desired: Sequence[dict], observed: Iterable[dict], *, cluster_name: str
     (the StatefulSet and PodDisruptionBudget of a node set that is still
     being drained).
     """
-    seen: dict[Key, dict] = {}
-    for o in observed:
-        if o.get("kind") in MANAGED_KINDS:
-            seen[key(o)] = o
-    creates, updates = [], []
+    seen: dict[Key, dict] = {key(o): o for o in observed if o.get("kind") in MANAGED_KINDS}
+    creates: list[Create] = []
+    updates: list[Update] = []
     wanted = set()
     for d in desired:
         k = key(d)

@@ -327,36 +327,37 @@ class Operator:
         held_keys, held_why = upgrade.held(cluster, desired, objects)
         out.waiting += held_why
         updates = tuple(u for u in updates if u.key not in held_keys)
-        for action in (*changes.creates, *updates):
+        writes: tuple[plan.Create | plan.Update, ...] = (*changes.creates, *updates)
+        for action in writes:
             if not self._write(action, out) and plan.create_only(action.obj):
                 break  # a key Secret that could not be created: nothing may mount what is there
         desired_names = {o["metadata"]["name"] for o in desired if o["kind"] == "StatefulSet"}
         for s in sets:
             if s.statefulset not in desired_names and s.current is not None \
                     and decision.replicas.get(s.statefulset, s.current) != s.current:
-                self._try(out, f"scale StatefulSet/{s.statefulset}", lambda s=s: self.kube.patch(
+                self._try(out, f"scale StatefulSet/{s.statefulset}", lambda s=s: self.kube.patch(  # type: ignore[misc]  # mypy infers no lambda whose loop variable is bound by a default
                     "StatefulSet", cluster.namespace, s.statefulset,
                     {"spec": {"replicas": decision.replicas[s.statefulset]}}))
 
         # 3. Busy labels (the busy-worker PodDisruptionBudget), restarts and leftover records.
         out.step = "labels, restarts and node records"
         for b in decision.busy_labels:
-            self._try(out, f"label Pod/{b.pod} busy={b.busy}", lambda b=b: self.kube.patch(
+            self._try(out, f"label Pod/{b.pod} busy={b.busy}", lambda b=b: self.kube.patch(  # type: ignore[misc]  # mypy infers no lambda whose loop variable is bound by a default
                 "Pod", cluster.namespace, b.pod,
                 {"metadata": {"uid": b.uid, "labels": {names.BUSY_LABEL: "true" if b.busy else None}}}))
         if not held:
             for d in decision.pod_deletions:
-                self._try(out, f"delete Pod/{d.pod}", lambda d=d: self.kube.delete(
+                self._try(out, f"delete Pod/{d.pod}", lambda d=d: self.kube.delete(  # type: ignore[misc]  # mypy infers no lambda whose loop variable is bound by a default
                     "Pod", cluster.namespace, d.pod, uid=d.uid))
             for r in decision.record_deletions:
-                self._try(out, f"delete Slurm node {r.node}", lambda r=r: slurm.delete_node(r.node))
+                self._try(out, f"delete Slurm node {r.node}", lambda r=r: slurm.delete_node(r.node))  # type: ignore[misc]  # mypy infers no lambda whose loop variable is bound by a default
 
         # 4. Deletes, only after a clean round so far.
         out.step = "delete"
         if not out.problems:
-            for d in changes.deletes:
-                self._try(out, f"delete {d.kind}/{d.name}", lambda d=d: self.kube.delete(
-                    d.kind, d.namespace, d.name, uid=d.uid))
+            for delete in changes.deletes:
+                self._try(out, f"delete {delete.kind}/{delete.name}", lambda delete=delete: self.kube.delete(  # type: ignore[misc]  # as above
+                    delete.kind, delete.namespace, delete.name, uid=delete.uid))
 
         # 5. Reconfigure.
         out.step = "reconfigure"
