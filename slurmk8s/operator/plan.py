@@ -133,7 +133,7 @@ def differences(desired: Any, observed: Any, path: str = "", quantities: bool = 
         if not isinstance(observed, list) or len(desired) != len(observed):
             return [path]
         out = []
-        for i, (d, o) in enumerate(zip(desired, observed)):
+        for i, (d, o) in enumerate(zip(desired, observed, strict=True)):
             out += differences(d, o, f"{path}[{i}]")
         return out
     if desired == observed and type(desired) is type(observed):

@@ -285,7 +285,7 @@ class Operator:
             try:
                 nodes = slurm.nodes()
                 seen_hash = slurm.config_hash()
-            except Exception as exc:  # unknown Slurm state: every decision below waits
+            except Exception as exc:  # noqa: BLE001 - unknown Slurm state: every decision below waits
                 out.waiting.append(f"Slurm state unknown: {exc}")
                 _log.info("agent not answering", cluster=cluster.name, error=str(exc))
         out.nodes = nodes
@@ -303,7 +303,7 @@ class Operator:
             # Once a round, every job: the decision indexes them by node and by id.
             try:
                 jobs: tuple[Job, ...] | None = tuple(slurm.jobs())
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - unknown jobs: the decisions that need them wait
                 jobs = None
                 _log.info("job lookup failed", error=str(exc))
             decision = workers.decide(sets, state.with_jobs(jobs), now)
@@ -372,7 +372,7 @@ class Operator:
                 out.applied.append("scontrol reconfigure")
                 out.events.append(Event("Normal", "Reconfigured",
                                                 f"slurmctld and the nodes read the new config ({rendered_hash})"))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a problem of the round, said in its status
                 out.problems.append(f"scontrol reconfigure failed: {exc}")
 
         # 6. Accounting: every login user's association and the QOS, through the agent.
@@ -386,7 +386,7 @@ class Operator:
                 if done:
                     out.applied += done
                     out.events.append(Event("Normal", "AssociationsApplied", "; ".join(done)[:1024]))
-            except Exception as exc:  # slurmdbd away: records queue in slurmctld, retried next round
+            except Exception as exc:  # noqa: BLE001 - slurmdbd away: records queue in slurmctld, retried next round
                 acct_applied, acct_error = False, str(exc)
                 out.waiting.append(f"associations not applied: {exc}")
 
@@ -398,7 +398,7 @@ class Operator:
             if nodes is not None:
                 try:
                     verdict = slurm.directory()
-                except Exception as exc:  # an agent older than the directory's route: unknown
+                except Exception as exc:  # noqa: BLE001 - an agent older than the directory's route: unknown
                     why = str(exc)
             directory_ready = directory.condition(verdict, why)
             before = next((c for c in previous.conditions if c.type == directory.CONDITION), None) \
@@ -415,7 +415,7 @@ class Operator:
             try:
                 refused_pods = status.refused_pods(short, self.kube.list("Event", cluster.namespace,
                                                                          fields="reason=FailedCreate"))
-            except Exception as exc:  # the status says what is known; the next round asks again
+            except Exception as exc:  # noqa: BLE001 - the status says what is known; the next round asks again
                 _log.warning("could not read FailedCreate events", cluster=cluster.name, error=str(exc))
         out.status = status.compute(cluster, previous, observed=objects, nodes=nodes, applied_hash=applied, pods=pods,
                                     refused=refused_pods,

@@ -105,7 +105,7 @@ def _checkpoint_volume(c: SlurmCluster) -> tuple[dict, dict] | None:
     if storage is None or not storage.checkpoint_dir:
         return None
     volumes, mounts = shared_volumes(c)
-    for volume, mount in zip(volumes, mounts):
+    for volume, mount in zip(volumes, mounts, strict=True):
         root = mount["mountPath"].rstrip("/") + "/"
         if storage.checkpoint_dir == mount["mountPath"] or storage.checkpoint_dir.startswith(root):
             return volume, {**mount, "readOnly": True}

@@ -201,7 +201,7 @@ class QueueWait:
             | self._by_partition
         for partition, (counts, total) in sorted(rows.items()):
             running, cumulative = 0, []
-            for bound, n in zip((*map(floatToGoString, self.buckets), "+Inf"), counts):
+            for bound, n in zip((*map(floatToGoString, self.buckets), "+Inf"), counts, strict=True):
                 running += n
                 cumulative.append((bound, running))
             h.add_metric([partition], cumulative, total)
