@@ -18,6 +18,16 @@ done
 .venv/bin/slurmk8s images prune
 [ $# -eq 0 ] || exec .venv/bin/pytest "$@"
 
+# The linter and the type checker (their rules are in pyproject.toml): seconds,
+# and a failure stops the command before the lanes start.
+lint_rc=0
+.venv/bin/ruff check slurmk8s sandbox tests hack || lint_rc=1
+.venv/bin/mypy || lint_rc=1
+if [ "$lint_rc" -ne 0 ]; then
+  echo "test.sh: ruff or mypy found problems (above); the suite did not run" >&2
+  exit 1
+fi
+
 # The whole suite in three lanes at once: the pure tests and everything
 # that runs daemons outside a sandbox (the host's Slurm in private
 # namespaces, the images run from their root file systems, the kubelet and

@@ -84,7 +84,7 @@ def prepare(pod: PodPlan, images: Sequence[Pulled], pod_dir: Path, hosts_file: P
     (pause_bundle / "config.json").write_text(json.dumps(oci.pause_spec(
         root=str(images[0].rootfs), hostname=pod.hostname, net=netns_path, cgroups_path=f"{cgroup}/{container_id(netns, 'pause')}"), indent=1))
     record = {"pause": {"id": container_id(netns, "pause"), "bundle": str(pause_bundle)}, "containers": []}
-    for i, (c, image) in enumerate(zip(pod.containers, images)):
+    for i, (c, image) in enumerate(zip(pod.containers, images, strict=True)):
         ctr = pod_dir / "containers" / str(i)
         bundle = ctr / "bundle"
         bundle.mkdir(parents=True)

@@ -26,6 +26,8 @@ from .slurm.control import AGENT_PORT, METRICS_PORT
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
+    from .api.cluster import SlurmCluster
+    from .api.lending import NodeLendingPolicy
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -157,7 +159,7 @@ def validate_cmd(filename: str) -> None:
     """Check the SlurmClusters and NodeLendingPolicies in FILE; exit 1 with
     every problem, by field path."""
     try:
-        found = [*clusters(filename), *policies(filename)]
+        found: list[SlurmCluster | NodeLendingPolicy] = [*clusters(filename), *policies(filename)]
     except InvalidSpec as exc:
         _fail(exc)
     if not found:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Iterable, Sequence, Union
+from typing import Iterable, Sequence
 
 from .slurm.model import Job, Node
 from .slurm.steps import Cancel, Drain, Requeue, SetDown, Signal, StartNow
@@ -95,7 +95,7 @@ class Record:
 # which the caller runs with its executor (slurmk8s.slurm.steps.execute).
 
 
-Action = Union[Drain, SetDown, Signal, Requeue, StartNow, Cancel]
+Action = Drain | SetDown | Signal | Requeue | StartNow | Cancel
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,10 @@ class Evacuation:
     released: bool
     #: Why it is not released yet, for people; None when it is.
     waiting: str | None
+
+
+def _not_after(t: datetime | None, now: datetime) -> datetime | None:
+    return None if t is None else min(t, now)
 
 
 def job_ids(jobs: Iterable[Job]) -> tuple[int, ...]:
@@ -162,8 +166,8 @@ def evacuate(name: str, node: Node | None, jobs: Sequence[Job] | None, record: R
     # Whoever may patch the object the record lives on may write its times:
     # one later than now reads as now (and is stored so, being returned),
     # so no grace period runs longer than the policy allows from this round.
-    record = replace(record, **{f: now for f in ("started", "signalled", "forced")
-                                if getattr(record, f) is not None and getattr(record, f) > now})
+    record = replace(record, started=_not_after(record.started, now), signalled=_not_after(record.signalled, now),
+                     forced=_not_after(record.forced, now))
     if record.purpose != policy.purpose or record.started is None:
         record = Record(purpose=policy.purpose, started=now)
     if node is None and not jobs:
@@ -207,6 +211,7 @@ def evacuate(name: str, node: Node | None, jobs: Sequence[Job] | None, record: R
     forced: set[int] = set()
     if running:
         since = record.signalled or record.started
+        assert since is not None  # a record without started was made anew above
         grace_left = since + timedelta(seconds=policy.grace_seconds) - now
         verb = "requeued" if policy.job_action == REQUEUE else "cancelled"
         if grace_left > timedelta(0):

@@ -60,7 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, cast
 from urllib.parse import parse_qs, urlsplit
 
 try:
@@ -342,13 +342,13 @@ class _Connection(asyncio.Protocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        peer = transport.get_extra_info("peername")
+        self.transport = stream = cast(asyncio.Transport, transport)  # what a stream server gives its protocols
+        peer = stream.get_extra_info("peername")
         self.client = str(peer[0]) if isinstance(peer, tuple) and peer else ""
-        transport.set_write_buffer_limits(high=0)  # type: ignore[attr-defined] - told when all is sent
+        stream.set_write_buffer_limits(high=0)  # told when all is sent
         server = self.server
         if not server._admit(self):
-            transport.abort()
+            stream.abort()
             return
         if server.tls_context is not None:
             try:

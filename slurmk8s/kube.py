@@ -25,6 +25,7 @@ it asks for, a few times within the request's timeout
 
 from __future__ import annotations
 
+import builtins
 import datetime
 import json
 import secrets
@@ -225,7 +226,7 @@ class Kube:
         return self.list_versioned(kind, namespace, selector, fields)[0]
 
     def list_versioned(self, kind: str, namespace: str | None = None,
-                       selector: str | None = None, fields: str | None = None) -> tuple[list[dict], str]:
+                       selector: str | None = None, fields: str | None = None) -> tuple[builtins.list[dict], str]:
         """:meth:`list`, and the list's resourceVersion (its first page's): a
         watch from it sees every change after the list (what an informer needs)."""
         items: list[dict] = []

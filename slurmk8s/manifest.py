@@ -81,6 +81,7 @@ def load_yaml(text: str | bytes, *, what: str = "(file)") -> list:
     try:
         while loader.check_node():
             node = loader.get_node()
+            assert node is not None  # check_node() said there is one
             try:
                 size = _expanded_size(node, left)
             except ValueError as exc:

@@ -55,10 +55,11 @@ def grants(permissions: Iterable[Permission], namespaces: Sequence[str] | None,
     out: dict[str | None, set[Grant]] = {}
     for p in permissions:
         g = (p.verb, p.group, p.resource)
+        where: Iterable[str | None]
         if p.scope == RELEASE:
             where = (release,) if release else ()
         elif p.scope == LISTED:
-            where: Iterable[str | None] = () if namespaces is None else (None,)
+            where = () if namespaces is None else (None,)
         elif p.scope == CLUSTER or namespaces is None:
             where = (None,)
         elif p.scope == WATCHED:

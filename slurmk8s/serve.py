@@ -38,8 +38,8 @@ try:
     from .httpserver import HttpServer, Limits, Request, Response, error
     from .published_model import LoadError, Model, load, read_latest
 except ImportError:  # run as a file (python3 serve.py, the serve image): both modules are beside it
-    from httpserver import HttpServer, Limits, Request, Response, error  # type: ignore[no-redef]
-    from published_model import LoadError, Model, load, read_latest  # type: ignore[no-redef]
+    from httpserver import HttpServer, Limits, Request, Response, error  # type: ignore[no-redef,import-not-found]
+    from published_model import LoadError, Model, load, read_latest  # type: ignore[no-redef,import-not-found]
 
 __all__ = ["Follower", "make_server", "follow", "serve", "main"]
 

@@ -195,7 +195,7 @@ class FakeKube:
                     self.add({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                               "metadata": {"name": claim, "namespace": ns, "labels": tpl["metadata"]["labels"]},
                               "spec": tpl["spec"]})
-        for pod_name, pod in pods.items():
+        for pod_name in pods:
             base, _, ordinal = pod_name.rpartition("-")
             if base == name and ordinal.isdigit() and int(ordinal) >= replicas:
                 del self.objects[("Pod", ns, pod_name)]

@@ -125,7 +125,7 @@ class NetWorld:
         targets = [f"{ip}:{port}" for name, ip in self.ips.items() for port in self.ports]
         targets.append(f"{self.gateway}:{self.node_port}")
         with ThreadPoolExecutor(len(self.pods)) as pool:
-            results = dict(zip(self.ips, pool.map(lambda name: self._reach(name, targets), self.ips)))
+            results = dict(zip(self.ips, pool.map(lambda name: self._reach(name, targets), self.ips), strict=True))
         out = set()
         for src, res in results.items():
             for target, ok in res.items():

@@ -112,7 +112,7 @@ def _sacct(work: Path) -> dict[str, list[dict[str, str]]]:
     fields = ["JobID", "JobName", "User", "Account", "State", "ExitCode", "NodeList", "Elapsed"]
     out: dict[str, list[dict[str, str]]] = {}
     for line in (work / "sacct.txt").read_text().splitlines():
-        rec = dict(zip(fields, line.split("|")))
+        rec = dict(zip(fields, line.split("|"), strict=False))
         if "." in rec["JobID"]:
             continue  # steps (batch, extern)
         out.setdefault(rec["JobID"], []).append(rec)

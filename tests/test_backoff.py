@@ -6,6 +6,7 @@ backoff grows, jitters and is capped."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 import email.utils
 import json
 import threading
@@ -114,7 +115,7 @@ def kube_at(url: str, timeout: float) -> Kube:
 def test_the_kubernetes_client_asks_a_busy_server_again_after_its_retry_after(apf):
     Apf.asked, Apf.busy_for = [], 2
     assert kube_at(apf, 10).get("ConfigMap", "ns", "x")["metadata"]["name"] == "x"
-    gaps = [b - a for a, b in zip(Apf.asked, Apf.asked[1:])]
+    gaps = [b - a for a, b in pairwise(Apf.asked)]
     assert len(Apf.asked) == 3 and all(g >= 0.9 for g in gaps), gaps
 
 

@@ -229,7 +229,7 @@ def test_the_year_one_is_written_so_that_it_reads_back():
 from .test_bridge_loop import idle_node, lend_two, world  # noqa: E402,F401 (world: the bridge tests' fixture)
 
 
-def test_an_unrelated_node_with_unreadable_annotations_stops_no_lending_or_reclaim(world):
+def test_an_unrelated_node_with_unreadable_annotations_stops_no_lending_or_reclaim(world):  # noqa: F811 - the fixture imported above
     """Issue 41, item 2: "²" in free-gpus or reclaim-jobs on any Node left
     Bridge.round() with a ValueError, so nothing was lent or reclaimed anywhere."""
     cluster, bridge, memory = world
@@ -254,7 +254,7 @@ def test_an_unrelated_node_with_unreadable_annotations_stops_no_lending_or_recla
     assert other.labels[STATE_LABEL] == RECLAIMING and other.annotations[JOBS_ANNOTATION] == "²,x,٣"
 
 
-def test_an_error_outside_every_policy_is_reported_and_the_next_round_runs(world, monkeypatch):
+def test_an_error_outside_every_policy_is_reported_and_the_next_round_runs(world, monkeypatch):  # noqa: F811 - the fixture imported above
     """No round-level error leaves Bridge.round(): the loop (run_forever) would die with it."""
     from slurmk8s.bridge import loop
 

@@ -96,7 +96,7 @@ def test_idle_and_slow_connections_beyond_the_cap_never_keep_a_caller_out(target
     cap = target.server.limits.max_connections
     held = []
     try:
-        for i in range(2 * cap):
+        for _ in range(2 * cap):
             held.append(socket.create_connection((target.host, target.port), source_address=("127.0.0.2", 0)))
         for _ in range(20):
             try:
@@ -151,7 +151,7 @@ def test_300_slow_connections_hold_no_thread_and_little_memory(kind, tmp_path):
     before_threads, before_rss = threading.active_count(), _rss_mib()
     held = []
     try:
-        for i in range(300):
+        for _ in range(300):
             s = socket.create_connection((t.host, t.port), source_address=("127.0.0.2", 0))
             held.append(s)
             try:

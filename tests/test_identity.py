@@ -430,9 +430,9 @@ def test_the_bind_password_goes_only_to_the_hosts_its_secret_names():
                 "data": {"password": base64.b64encode(b"pw").decode()}}
 
     assert secret_problem(bind, secret({"slurmk8s.dev/allowed-hosts": "ldap.example.org, 198.51.100.7"})) is None
-    for annotations in ({}, {"slurmk8s.dev/allowed-hosts": "ldap.example.org"},
-                        {"slurmk8s.dev/allowed-hosts": "ldap.example.org.evil.org,198.51.100.70"}):
-        problem = secret_problem(bind, secret(annotations))
+    for wrong in ({}, {"slurmk8s.dev/allowed-hosts": "ldap.example.org"},
+                  {"slurmk8s.dev/allowed-hosts": "ldap.example.org.evil.org,198.51.100.70"}):
+        problem = secret_problem(bind, secret(wrong))
         assert problem is not None and problem.startswith("spec.identity.ldap.bindPasswordSecret: ")
         assert '"198.51.100.7"' in problem and "kubectl annotate secret ldap-bind slurmk8s.dev/allowed-hosts=" in problem
     # The CA is sent nowhere: it needs no hosts.

@@ -95,7 +95,7 @@ def test_rendered_objects_become_running_pods_and_idle_slurm_nodes(world):
     assert world.expected <= set(pods)
     wait_for("every pod Ready", lambda: all(
         any(c.type == "Ready" and c.status == "True" for c in world.pod(n).status.conditions) for n in pods))
-    for name, pod in pods.items():
+    for pod in pods.values():
         assert pod.status.phase == "Running" and pod.status.pod_ip.startswith("10.253.91.")
     # GPU workers landed on GPU nodes (the scheduler honoured resources and taints).
     assert {pods[n].spec.node_name for n in pods if n.startswith("demo-gpu-")} == {"sbx-gpu-0", "sbx-gpu-1"}

@@ -185,7 +185,7 @@ def _tree(text: str) -> tuple[dict[str, str], dict[str, str]]:
 @given(st.lists(st.tuples(LABEL_VALUES, LABEL_VALUES), min_size=1, max_size=6))
 def test_switches_are_shared_exactly_by_nodes_with_the_same_labels(labels):
     c = load_cluster(minimal(slurm={"version": "24.11"}, topology={"labelKeys": ["t/spine", "t/leaf"]}))
-    nodes = [TopologyNode(f"c1-n-{i}", {k: v for k, v in zip(("t/spine", "t/leaf"), pair) if v})
+    nodes = [TopologyNode(f"c1-n-{i}", {k: v for k, v in zip(("t/spine", "t/leaf"), pair, strict=True) if v})
              for i, pair in enumerate(labels)]
     parent, leaf = _tree(config_files(c, nodes)["topology.conf"])
 
@@ -231,7 +231,7 @@ def test_the_lent_pod_of_cluster_a_is_not_the_worker_of_cluster_a_lent():
     assert names.lent_slurmd(a, "gpu-0") not in workers
 
 
-def test_a_409_is_success_only_when_the_pod_is_this_nodes_lent_pod(world):
+def test_a_409_is_success_only_when_the_pod_is_this_nodes_lent_pod(world):  # noqa: F811 - the fixture imported above
     cluster, bridge, _ = world
     # Someone else's pod holds the name the lent pod of gpu-a would have.
     taken = names.lent_slurmd("demo", "gpu-a")
@@ -260,7 +260,7 @@ def test_a_pod_lent_under_the_old_name_is_found_only_if_it_says_it_is_the_nodes(
 
     def pod_of(*pods):
         """World.slurmd_pod (the bridge's one lookup of a node's lent pod) over these pods."""
-        world = SimpleNamespace(slurmd_pods={(p.namespace, p.name): p for p in pods})
+        world = SimpleNamespace(slurmd_pods={(p.namespace, p.name): p for p in pods})  # noqa: F811 - the fixture imported above
         return World.slurmd_pod(world, "hpc", "a", "gpu-0")
 
     ours = _pod(old_name, "gpu-0", **lent)

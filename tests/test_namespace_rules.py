@@ -56,7 +56,7 @@ def replicas(objs: list[dict]) -> dict[str, int]:
             if o["kind"] in ("StatefulSet", "Deployment")}
 
 
-def test_every_pod_of_the_example_is_admitted_under_baseline_a_quota_and_a_limit_range(api: Cluster, keys):
+def test_every_pod_of_the_example_is_admitted_under_baseline_a_quota_and_a_limit_range(api: Cluster, keys):  # noqa: F811 - the fixture imported above
     ns = site_namespace(api)
     cluster = load_cluster(cluster_doc(ns))
     objs = render(cluster, keys)
@@ -90,7 +90,7 @@ def test_every_pod_of_the_example_is_admitted_under_baseline_a_quota_and_a_limit
     api.core.create_namespaced_pod(ns, lent)
 
 
-def test_with_cgroups_slurmd_is_refused_under_baseline_and_its_statefulset_says_why(api: Cluster, keys):
+def test_with_cgroups_slurmd_is_refused_under_baseline_and_its_statefulset_says_why(api: Cluster, keys):  # noqa: F811 - the fixture imported above
     ns = site_namespace(api)
     objs = render(load_cluster(cluster_doc(ns, cgroups=True)), keys)
     warnings = apply(api, objs)

@@ -158,7 +158,7 @@ class _Api(BaseHTTPRequestHandler):
                 events.put({"type": "MODIFIED", "object": changed})
         self._json(201 if self.command == "POST" else 200, body)
 
-    do_POST = do_PATCH = _write
+    do_POST = do_PATCH = _write  # noqa: N815 - http.server's handler names
 
 
 def free_port() -> int:
@@ -279,7 +279,7 @@ def test_a_slurmcluster_is_picked_up_and_rendered_with_one_field_manager(api):
                if w[0] == "PATCH" and w[3] == "application/apply-patch+yaml"}
     assert {"configmaps/demo-slurm-config", "statefulsets/demo-controller", "statefulsets/demo-cpu",
             "services/demo-controller"} <= set(applied)
-    for method, path, query, ctype, body in writes:
+    for method, path, query, _ctype, _body in writes:
         if "slurmclusters" in path and not path.endswith("/status"):
             continue  # kopf's own bookkeeping patches
         if "/events" in path:

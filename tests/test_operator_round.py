@@ -12,6 +12,7 @@ carried in memory from one round to the next.
 
 from __future__ import annotations
 
+from itertools import pairwise
 import base64
 import copy
 import json
@@ -468,7 +469,7 @@ def test_the_daemon_runs_a_round_every_interval_and_hurries_while_a_round_asks()
     body = {"metadata": {"name": "demo", "namespace": "hpc", "uid": "u1"}}
     h.reconcile(body)  # what kopf's create or resume handler runs first
     h.rounds(Stopped(4.0), body)
-    gaps = [b - a for a, b in zip(op.rounds, op.rounds[1:])]
+    gaps = [b - a for a, b in pairwise(op.rounds)]
     # Three hurried rounds, HURRY_SECONDS apart; then the interval.
     assert len(op.rounds) == 5 and all(g < HURRY_SECONDS + 0.3 for g in gaps[:3]) and gaps[3] >= 2.0
 
@@ -532,7 +533,7 @@ def test_a_failed_round_is_logged_with_its_context_and_its_events_are_posted(cap
             h.reconcile({"metadata": {"name": "a", "namespace": "hpc", "uid": "ua"}})
     finally:
         structlog.configure(**before)
-    line = next(json.loads(l) for l in capsys.readouterr().err.splitlines() if "round failed" in l)
+    line = next(json.loads(s) for s in capsys.readouterr().err.splitlines() if "round failed" in s)
     assert line["cluster"] == "hpc/a" and line["step"] == "status" and line["error_type"] == "ApiError"
     assert "Traceback" in line["exception"] and "ServiceUnavailable" in line["exception"]
     # The Events the round had found, and one saying it failed.
@@ -785,7 +786,7 @@ def test_a_config_change_is_reconfigured_once_the_pod_sees_it_without_a_restart(
     assert w.body["status"]["configHash"] == rendered and out.status.phase == "Ready"
     boot = config_value(w, "BOOT_TIME")
     pods = {n: p["metadata"]["uid"] for n, p in w.kube.of_kind("Pod").items()}
-    grace = lambda: w.kube.of_kind("StatefulSet")["demo-cpu"]["spec"]["template"]["spec"][
+    grace = lambda: w.kube.of_kind("StatefulSet")["demo-cpu"]["spec"]["template"]["spec"][  # noqa: E731 - a one-line accessor
         "terminationGracePeriodSeconds"]
     grace_before = grace()
 

@@ -71,7 +71,7 @@ def _distributions(modules: set[str]) -> set[str]:
 
 
 def _product_files():
-    for package, tree in PRODUCT_TREES.items():
+    for tree in PRODUCT_TREES.values():
         yield from tree.rglob("*.py")
 
 

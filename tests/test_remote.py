@@ -6,6 +6,7 @@ become the facade's exceptions."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 import json
 import socket
 import threading
@@ -198,9 +199,9 @@ def test_every_failure_of_the_agents_client_is_an_agent_error_and_the_facades_ex
     answer aborted a round midway."""
     for server in _serve(Agent):
         slurm = RemoteSlurm(server.url, TOKEN, timeout=5)
-        for call, facades in ((lambda: slurm.drain("n1", "x"), NotOurDrain),
-                              (lambda: slurm.signal_node_jobs("n1", "USR1"), ValueError),
-                              (lambda: slurm.set_down("n1", "gone"), SlurmError)):
+        for call, facades in ((lambda: slurm.drain("n1", "x"), NotOurDrain),  # noqa: B023 - called within this iteration
+                              (lambda: slurm.signal_node_jobs("n1", "USR1"), ValueError),  # noqa: B023 - called within this iteration
+                              (lambda: slurm.set_down("n1", "gone"), SlurmError)):  # noqa: B023 - called within this iteration
             with pytest.raises(AgentError) as caught:
                 call()
             assert isinstance(caught.value, facades)
@@ -238,7 +239,7 @@ def test_a_busy_agent_is_asked_again_after_its_retry_after_within_the_calls_dead
     Busy.asked, Busy.busy_for = [], 2
     for server in _serve(Busy):
         assert RemoteSlurm(server.url, TOKEN, timeout=10).nodes() == []
-        gaps = [b - a for a, b in zip(Busy.asked, Busy.asked[1:])]
+        gaps = [b - a for a, b in pairwise(Busy.asked)]
         assert len(Busy.asked) == 3 and all(g >= 0.9 for g in gaps), gaps
     # Busy for ever: the call ends by its deadline with the agent's answer, not an endless wait.
     Busy.asked, Busy.busy_for = [], 10**6

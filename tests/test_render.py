@@ -192,7 +192,7 @@ def test_a_config_change_changes_the_hash_and_leaves_keys_alone(doc, keys):
     before = by_kind(render(load_cluster(doc), keys))
     doc["spec"]["slurmConfig"]["killWait"] = 45
     after = by_kind(render(load_cluster(doc), keys))
-    hash_of = lambda objs: objs[("ConfigMap", "demo-slurm-config")]["metadata"]["annotations"][names.CONFIG_HASH]
+    hash_of = lambda objs: objs[("ConfigMap", "demo-slurm-config")]["metadata"]["annotations"][names.CONFIG_HASH]  # noqa: E731 - a one-line accessor
     assert hash_of(before) != hash_of(after)
     secret = ("Secret", "demo-munge-key")
     assert before[secret]["data"] == after[secret]["data"]
@@ -201,8 +201,8 @@ def test_a_config_change_changes_the_hash_and_leaves_keys_alone(doc, keys):
     # period follows killWait, but their restart hash leaves it out.
     controller = ("StatefulSet", "demo-controller")
     assert before[controller]["spec"]["template"] == after[controller]["spec"]["template"]
-    worker = lambda objs: objs[("StatefulSet", "demo-gpu")]["spec"]["template"]
-    grace = lambda objs: worker(objs)["spec"]["terminationGracePeriodSeconds"]
+    worker = lambda objs: objs[("StatefulSet", "demo-gpu")]["spec"]["template"]  # noqa: E731 - a one-line accessor
+    grace = lambda objs: worker(objs)["spec"]["terminationGracePeriodSeconds"]  # noqa: E731 - a one-line accessor
     assert grace(after) - grace(before) == 45 - 30
     assert worker(before)["metadata"]["annotations"] == worker(after)["metadata"]["annotations"]
     for key in (controller, ("StatefulSet", "demo-gpu")):
@@ -626,7 +626,7 @@ def test_slurmd_pods_have_a_memory_limit_and_a_bounded_dev_shm(doc, keys):
     doc["spec"]["nodeSets"][1].update(memory="8Gi", memoryLimit="10Gi", shmSize="2Gi")
     cluster = load_cluster(doc)
     objs = render(cluster, keys)
-    for ns, limit, shm in zip(cluster.spec.node_sets, ("4608Mi", "10Gi"), ("1Gi", "2Gi")):
+    for ns, limit, shm in zip(cluster.spec.node_sets, ("4608Mi", "10Gi"), ("1Gi", "2Gi"), strict=True):
         sts = next(o for o in objs if o["kind"] == "StatefulSet" and o["metadata"]["name"] == names.nodeset(cluster, ns.name))
         spec = sts["spec"]["template"]["spec"]
         (container,) = spec["containers"]

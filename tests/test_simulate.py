@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 import json
 import math
 
@@ -165,7 +166,7 @@ def test_the_bridges_rounds_read_the_clock_from_the_epoch_given(monkeypatch):
     simulate(Shape(2, 4, 1), [], [], 30, Run(pol.name, "policy", pol), cluster, labels, Latencies(interval=5),
              epoch=epoch)
     assert calls[0] == epoch and calls[-1] <= epoch + timedelta(seconds=30)
-    assert all(b > a for a, b in zip(calls, calls[1:]))
+    assert all(b > a for a, b in pairwise(calls))
 
 
 def test_serving_pods_wait_for_free_gpus_and_their_pending_time_is_measured():

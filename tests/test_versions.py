@@ -8,6 +8,7 @@ daemons and plugin files in tests/test_image_build.py.
 
 from __future__ import annotations
 
+from itertools import pairwise
 import ast
 import re
 from pathlib import Path
@@ -46,7 +47,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
         for field in ("body", "orelse"):
             body = getattr(node, field, None)
             if isinstance(body, list):
-                for prev, stmt in zip(body, body[1:]):
+                for prev, stmt in pairwise(body):
                     if isinstance(prev, (ast.Assign, ast.AnnAssign)) and isinstance(stmt, ast.Expr) \
                             and isinstance(stmt.value, ast.Constant):
                         out.add(id(stmt.value))

@@ -216,6 +216,6 @@ def quota_errors(obj: dict, quotas: Iterable[dict], others: Iterable[dict],
         over = [k for k in sorted(hard) if k in charge and used[k] + charge[k] > hard[k]]
         if over:
             def fmt(values) -> str:
-                return ",".join(f"{k}={format_quantity(values[k], k)}" for k in over)
+                return ",".join(f"{k}={format_quantity(values[k], k)}" for k in over)  # noqa: B023 - called within this iteration
             return [f"exceeded quota: {qname}, requested: {fmt(charge)}, used: {fmt(used)}, limited: {fmt(hard)}"]
     return []

@@ -413,7 +413,7 @@ def _pod_spec_changed(old: dict, new: dict) -> bool:
     for key in ("containers", "initContainers"):
         oc, nc = o.get(key) or [], n.get(key) or []
         if len(oc) == len(nc):
-            for a, b in zip(oc, nc):
+            for a, b in zip(oc, nc, strict=True):
                 if isinstance(a, dict) and isinstance(b, dict):
                     a.pop("image", None)
                     b.pop("image", None)

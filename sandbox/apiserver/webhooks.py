@@ -190,8 +190,8 @@ async def admit(hooks: Sequence[dict], t: Target, user: Mapping[str, Any], dry_r
                 resolve: Callable[[str, str, int], tuple[str, int] | None]) -> None:
     """Call every hook at once; raise the first denial or failure (in the hooks' order)."""
     sent = [review(t, user, dry_run) for _ in hooks]
-    answers = await asyncio.gather(*(call(h, s, resolve) for h, s in zip(hooks, sent)), return_exceptions=True)
-    for hook, s, answer in zip(hooks, sent, answers):
+    answers = await asyncio.gather(*(call(h, s, resolve) for h, s in zip(hooks, sent, strict=True)), return_exceptions=True)
+    for hook, s, answer in zip(hooks, sent, answers, strict=True):
         if isinstance(answer, WebhookFailed):
             if (hook.get("failurePolicy") or "Fail") == "Ignore":
                 continue

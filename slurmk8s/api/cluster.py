@@ -15,7 +15,7 @@ operator writes is in :mod:`.status`, the field types in :mod:`.fields`.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, Field
 
@@ -56,26 +56,26 @@ from .fields import (
 #: The API group of every slurmk8s resource, label and annotation: the one place it is written.
 GROUP = "slurmk8s.dev"
 VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "SlurmCluster"
+API_VERSION: Final = "slurmk8s.dev/v1alpha1"  # GROUP/VERSION, spelled out: the models' Literal types say it so
+KIND: Final = "SlurmCluster"
 PLURAL = "slurmclusters"
 
-ImageRepository = constrained(
+ImageRepository = Annotated[str, constrained(
     r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*",
     "use an image repository such as ghcr.io/slurmk8s or registry.example.com:5000/hpc",
     255,
     slurm=False,
-)
-ImageTag = constrained(
+)]
+ImageTag = Annotated[str, constrained(
     r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}",
     "use an image tag of letters, digits, '_', '.' and '-'",
     128,
     slurm=False,
-)
-ObjectUid = constrained(r"[A-Za-z0-9-]+", "use the uid the API server set (a UUID)", 128, slurm=False)
-SecretKey = constrained(
+)]
+ObjectUid = Annotated[str, constrained(r"[A-Za-z0-9-]+", "use the uid the API server set (a UUID)", 128, slurm=False)]
+SecretKey = Annotated[str, constrained(
     DATA_KEY_RE, "use a Secret key of letters, digits, '-', '_' and '.'", 253, slurm=False
-)
+)]
 
 #: Slurm node sets and features of lent nodes start with this. Node set names
 #: are DNS labels (no '_'), so no node set can take a lent node set's name.
@@ -410,6 +410,8 @@ class NetworkSpec(ApiModel):
 HealthCheckName = Literal["gpus", "munge", "sharedStorage"]
 #: HealthCheckNodeState's words: on nodes in which states the check runs.
 HealthNodeState = Literal["ANY", "ALLOC", "MIXED", "IDLE", "CYCLE"]
+_DEFAULT_NODE_STATES: tuple[HealthNodeState, ...] = ("ANY",)
+_DEFAULT_CHECKS: tuple[HealthCheckName, ...] = ("gpus", "munge", "sharedStorage")
 
 
 def _distinct(values: list) -> list:
@@ -431,12 +433,12 @@ class HealthCheckSpec(ApiModel):
     """Seconds between two runs on each node (HealthCheckInterval); slurmd
     also runs it when it starts."""
     node_states: Annotated[list[HealthNodeState], AfterValidator(_distinct)] = Field(
-        default_factory=lambda: ["ANY"], min_length=1, max_length=5)
+        default_factory=lambda: list(_DEFAULT_NODE_STATES), min_length=1, max_length=5)
     """On nodes in which states the checks run (HealthCheckNodeState): ANY,
     or some of ALLOC, MIXED, IDLE; CYCLE spreads the runs over the interval
     instead of running them on every node at once."""
     checks: Annotated[list[HealthCheckName], AfterValidator(_distinct)] = Field(
-        default_factory=lambda: ["gpus", "munge", "sharedStorage"], max_length=3)
+        default_factory=lambda: list(_DEFAULT_CHECKS), max_length=3)
     """gpus: the node has the GPU devices its gres says; munge: a credential
     made on the node decodes; sharedStorage: every shared volume is mounted,
     and read-write (its mount options; nothing is written, so root-squashed
@@ -554,16 +556,17 @@ def _account_name(value: str) -> str:
 
 
 #: A Slurm account or QOS name as sacctmgr stores it (it lower-cases names), not one of its keywords.
-AccountName = Annotated[constrained(
+AccountName = Annotated[str, constrained(
     SACCTMGR_NAME_RE,
     "use lower-case letters, digits, '_' and '-', starting with a letter or digit (sacctmgr lower-cases names)",
     64,
 ), AfterValidator(_account_name)]
-DatabaseName = constrained(r"[A-Za-z0-9_]{1,64}", "use letters, digits and '_'", 64, slurm=False)
-DatabaseUser = constrained(r"[A-Za-z0-9_]{1,32}", "use letters, digits and '_'", 32, slurm=False)
+DatabaseName = Annotated[str, constrained(r"[A-Za-z0-9_]{1,64}", "use letters, digits and '_'", 64, slurm=False)]
+DatabaseUser = Annotated[str, constrained(r"[A-Za-z0-9_]{1,32}", "use letters, digits and '_'", 32, slurm=False)]
 
 #: AccountingStorageEnforce options, as Slurm names them.
 EnforceOption = Literal["associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps"]
+_DEFAULT_ENFORCE: tuple[EnforceOption, ...] = ("associations", "limits", "qos")
 
 
 class PasswordRef(ApiModel):
@@ -686,7 +689,7 @@ class AccountingSpec(ApiModel):
     """Where the records are kept: managed (default) or external."""
     slurmdbd: SlurmdbdSpec = SlurmdbdSpec()
     """The slurmdbd Deployment."""
-    enforce: list[EnforceOption] = Field(default_factory=lambda: ["associations", "limits", "qos"],
+    enforce: list[EnforceOption] = Field(default_factory=lambda: list(_DEFAULT_ENFORCE),
                                          max_length=7)
     """AccountingStorageEnforce. With associations only users with an
     association may submit: the operator gives every login user one."""

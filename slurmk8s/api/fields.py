@@ -72,12 +72,12 @@ DNS_LABEL_RE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS_SUBDOMAIN_RE = rf"{DNS_LABEL_RE}(\.{DNS_LABEL_RE})*"
 
 #: A Kubernetes object name (Secret, ConfigMap, StorageClass, claim) or a host name.
-DnsSubdomain = constrained(
+DnsSubdomain = Annotated[str, constrained(
     DNS_SUBDOMAIN_RE,
     "use a Kubernetes object name: lower-case letters, digits, '-' and '.'",
     253,
     slurm=False,
-)
+)]
 #: A key of a Secret's or ConfigMap's data.
 DATA_KEY_RE = r"[-._a-zA-Z0-9]+"
 
@@ -217,8 +217,8 @@ PartitionName = Annotated[
 
 
 def _slurm_word(value: str) -> str:
-    if bad_char(value):
-        raise refuse(value, bad_char(value))
+    if bad := bad_char(value):
+        raise refuse(value, bad)
     if len(value) > 128:
         raise refuse(value[:40] + "...", f"is {len(value)} characters long; at most 128 are allowed")
     if "#" in value:
@@ -405,8 +405,8 @@ SshPublicKey = Annotated[
 def _version(value: str) -> str:
     if value not in versions.SUPPORTED:
         shown = value if len(value) <= 40 else value[:40] + "..."
-        if bad_char(value):
-            raise refuse(shown, bad_char(value))
+        if bad := bad_char(value):
+            raise refuse(shown, bad)
         raise refuse(shown, f"is not a supported Slurm release: use one of {', '.join(versions.SUPPORTED)}")
     return value
 
@@ -425,8 +425,8 @@ EXTRA_LINE_MAX = 1024
 def _extra_line(value: str) -> str:
     if "\n" in value or "\r" in value:
         raise refuse(value, "contains a newline; give one line per list item")
-    if bad_char(value):
-        raise refuse(value, bad_char(value))
+    if bad := bad_char(value):
+        raise refuse(value, bad)
     if len(value) > EXTRA_LINE_MAX:
         raise refuse(value[:40] + "...", f"is {len(value)} characters long; at most {EXTRA_LINE_MAX} are allowed")
     if "#" in value:

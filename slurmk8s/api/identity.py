@@ -65,15 +65,15 @@ def uri_port(uri: str) -> int:
 
 #: An attribute type as LDAP names it (a descriptor: RFC 4512's keystring).
 ATTRIBUTE_RE = r"[A-Za-z][A-Za-z0-9-]{0,63}"
-LdapAttribute = constrained(ATTRIBUTE_RE, "use an LDAP attribute name: a letter, then letters, digits and '-'", 64,
-                            slurm=False)
+LdapAttribute = Annotated[str, constrained(ATTRIBUTE_RE, "use an LDAP attribute name: a letter, then letters, digits and '-'", 64,
+                            slurm=False)]
 
 #: A value inside a DN or filter: what directories hold in names, and no character
 #: LDAP escapes (',' '+' '"' '\\' '<' '>' ';' '=' '(' ')' '*' NUL) or sssd.conf reads.
 _VALUE = r"[A-Za-z0-9_.@-]([A-Za-z0-9 _.@-]*[A-Za-z0-9_.@-])?"
 DN_RE = rf"{ATTRIBUTE_RE}={_VALUE}(,{ATTRIBUTE_RE}={_VALUE})*"
-Dn = constrained(DN_RE, "use a DN of attribute=value parts separated by ',' (values of letters, digits, "
-                 "' ', '_', '.', '@' and '-'), such as ou=people,dc=example,dc=org", 512, slurm=False)
+Dn = Annotated[str, constrained(DN_RE, "use a DN of attribute=value parts separated by ',' (values of letters, digits, "
+                 "' ', '_', '.', '@' and '-'), such as ou=people,dc=example,dc=org", 512, slurm=False)]
 
 def _group(value: str) -> str:
     pattern_check(POSIX_NAME_RE, "use lower-case letters, digits, '_' and '-', starting with a letter or '_'", 32,
@@ -156,7 +156,8 @@ LdapFilter = Annotated[str, AfterValidator(_ldap_filter), Field(json_schema_extr
 #: The largest uid or gid SSSD reads (its id range's bound, and one below glibc's (uid_t)-1 halved).
 ID_MAX = 2**31 - 2
 
-ObjectKey = constrained(DATA_KEY_RE, "use a key of letters, digits, '-', '_' and '.'", 253, slurm=False)
+ObjectKey = Annotated[str, constrained(DATA_KEY_RE, "use a key of letters, digits, '-', '_' and '.'", 253,
+                                      slurm=False)]
 
 
 class BindPasswordRef(ApiModel):

@@ -14,7 +14,7 @@ role, so a namespace's admin cannot lend nodes that belong to others.
 from __future__ import annotations
 
 import zoneinfo
-from typing import Annotated, Literal, Mapping
+from typing import Annotated, Final, Literal, Mapping
 
 from pydantic import AfterValidator, Field
 
@@ -31,7 +31,7 @@ __all__ = [
     "DemandRecord",
 ]
 
-KIND = "NodeLendingPolicy"
+KIND: Final = "NodeLendingPolicy"
 PLURAL = "nodelendingpolicies"
 
 #: Signals a reclaim may send: those the Slurm facade sends, less the two a
@@ -50,15 +50,15 @@ def may_lend(namespace: str, labels: Mapping[str, str]) -> bool:
     return labels.get(LENDABLE_TO_LABEL) == namespace
 
 
-WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 Weekday = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+WEEKDAYS: tuple[Weekday, ...] = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
-ClockTime = constrained(
+ClockTime = Annotated[str, constrained(
     r"([01][0-9]|2[0-3]):[0-5][0-9]|24:00",
     "use a time of day as HH:MM from 00:00 to 24:00, e.g. 08:30",
     5,
     slurm=False,
-)
+)]
 
 
 def _signal(value: str) -> str:

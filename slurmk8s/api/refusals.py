@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from typing import Annotated
+from collections.abc import Iterator
 
+from annotated_types import GroupedMetadata
 from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
@@ -103,8 +104,8 @@ def pattern_check(pattern: str, what: str, max_len: int, *, slurm: bool = True):
     def check(value: str) -> str:
         if slurm:
             no_injection(value)
-        elif bad_char(value):
-            raise refuse(value, bad_char(value))
+        elif bad := bad_char(value):
+            raise refuse(value, bad)
         if not value:
             raise refuse(value, f"is empty; {what}")
         if len(value) > max_len:
@@ -116,10 +117,17 @@ def pattern_check(pattern: str, what: str, max_len: int, *, slurm: bool = True):
     return check
 
 
-def constrained(pattern: str, what: str, max_len: int, *, slurm: bool = True):
-    """A string type checked against ``pattern``; ``what`` tells the user how to fix it."""
-    return Annotated[
-        str,
-        AfterValidator(pattern_check(pattern, what, max_len, slurm=slurm)),
-        schema_pattern(f"^{pattern}$", max_len),
-    ]
+class constrained(GroupedMetadata):  # noqa: N801 - read as a type's constraint: Annotated[str, constrained(...)]
+    """The constraint of a string type checked against ``pattern``, as ``Annotated[str, constrained(...)]``
+    (an alias a type checker reads as ``str``); ``what`` tells the user how to fix it."""
+
+    __slots__ = ("_metadata",)
+
+    def __init__(self, pattern: str, what: str, max_len: int, *, slurm: bool = True):
+        self._metadata = (
+            AfterValidator(pattern_check(pattern, what, max_len, slurm=slurm)),
+            schema_pattern(f"^{pattern}$", max_len),
+        )
+
+    def __iter__(self) -> Iterator[object]:
+        return iter(self._metadata)

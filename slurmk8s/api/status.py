@@ -14,12 +14,16 @@ from .base import ApiModel, list_map
 __all__ = ["Condition", "NodeCounts", "SlurmClusterStatus"]
 
 
+ConditionStatus = Literal["True", "False", "Unknown"]
+Phase = Literal["Pending", "Provisioning", "Ready", "Degraded", "Deleting", "Failed"]
+
+
 class Condition(ApiModel):
     """A status condition, as in Kubernetes' metav1.Condition."""
 
     type: str = Field(max_length=316)
     """Ready, or a component: ControllerReady, WorkersReady, LoginReady, RestApiReady, AccountingReady."""
-    status: Literal["True", "False", "Unknown"]
+    status: ConditionStatus
     """Whether the condition holds."""
     reason: str = Field("", max_length=1024)
     """One CamelCase word for the last transition."""
@@ -49,7 +53,7 @@ class NodeCounts(ApiModel):
 
 
 class SlurmClusterStatus(ApiModel):
-    phase: Literal["Pending", "Provisioning", "Ready", "Degraded", "Deleting", "Failed"] = "Pending"
+    phase: Phase = "Pending"
     """Summary of the cluster's state."""
     conditions: list[Condition] = Field(default_factory=list, json_schema_extra=list_map("type"))
     """Ready, and one condition per component."""

@@ -203,11 +203,11 @@ def semantic_errors(c: SlurmCluster, trusted_repositories: Sequence[str] = (PROJ
             f"spec.partitions[{defaults[0]}] is already the default partition; at most one may be",
         )
     for i, p in enumerate(spec.partitions):
-        for j, ref in enumerate(p.node_sets):
-            if ref not in known:
+        for j, node_set in enumerate(p.node_sets):
+            if node_set not in known:
                 yield FieldError(
                     f"spec.partitions[{i}].nodeSets[{j}]",
-                    f"{quote(ref)} is not a node set; known node sets: {', '.join(known) or '(none)'}",
+                    f"{quote(node_set)} is not a node set; known node sets: {', '.join(known) or '(none)'}",
                 )
 
     for i, ns in enumerate(spec.node_sets):

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Union
 
 from ..api.lending import NodeLendingPolicyStatus
 from ..events import Event
-from ..slurm.steps import Cancel, DeleteNode, Drain, Requeue, SetDown, Signal, StartNow
+from ..slurm.steps import Cancel, DeleteNode, Drain, Requeue, Reserve, SetDown, Signal, StartNow, Unreserve
 
 __all__ = [
     "SetLendingState", "ClearLending", "RecordIdleSince", "ClearIdleSince", "RecordFreeSince",
@@ -218,13 +217,13 @@ class PolicyStatus:
     status: NodeLendingPolicyStatus
 
 
-NodeAction = Union[
-    SetLendingState, ClearLending, RecordIdleSince, ClearIdleSince, RecordFreeSince, ClearFreeSince,
-    RecordSignalled, RecordForced, ClampTimes,
-    RecordDownOwed, ClearDownOwed, RecordHealthFailed, Taint, Untaint, CreateSlurmdPod, DeleteSlurmdPod, Drain, SetDown, Signal, Requeue,
-    StartNow, Cancel, DeleteNode,
-]
-Action = Union[NodeAction, Event, PolicyStatus]
+NodeAction = (
+    SetLendingState | ClearLending | RecordIdleSince | ClearIdleSince | RecordFreeSince | ClearFreeSince
+    | RecordSignalled | RecordForced | ClampTimes
+    | RecordDownOwed | ClearDownOwed | RecordHealthFailed | Taint | Untaint | CreateSlurmdPod | DeleteSlurmdPod
+    | Drain | SetDown | Signal | Requeue | StartNow | Cancel | DeleteNode | Reserve | Unreserve
+)
+Action = NodeAction | Event | PolicyStatus
 
 #: Actions that stop or disturb Slurm work, or hand a node back to Kubernetes.
 DESTRUCTIVE_ACTIONS = (Drain, SetDown, Signal, Requeue, Cancel, DeleteNode, DeleteSlurmdPod,

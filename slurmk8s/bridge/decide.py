@@ -328,4 +328,5 @@ def orphaned_policies(nodes: Iterable[KubeNode], existing: Iterable[str]) -> lis
                   | {(n.record.down_owed_policy, n.record.down_owed) for n in nodes
                      if n.record.down_owed and n.record.down_owed_policy
                      and n.record.down_owed_policy not in alive})
-    return [PolicyGone(*key.split("/", 1), cluster) for key, cluster in gone if "/" in key]
+    return [PolicyGone(namespace, name, cluster) for key, cluster in gone if "/" in key
+            for namespace, _, name in [key.partition("/")]]

@@ -176,7 +176,7 @@ def rise_quantiles(rec: Record, now_bucket: int, horizons: tuple[int, ...], q: f
     steps = [max(1, math.ceil(horizon / STEP)) for horizon in horizons]
     out: list[int | None] = []
     for peaks in _window_maxima(known, steps):
-        rises = [m - v if m > v else 0 for v, m in zip(values, peaks) if v >= 0 and m >= 0]
+        rises = [m - v if m > v else 0 for v, m in zip(values, peaks, strict=False) if v >= 0 and m >= 0]
         out.append(_quantile(rises, q) if len(rises) >= MIN_SAMPLES else None)
     # Wanting a node within T means wanting it within any longer time.
     best: int | None = None

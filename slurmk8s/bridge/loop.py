@@ -293,8 +293,7 @@ class Bridge:
                 metrics.SLURM_READS.labels("busy").inc()
                 reads[key] = None
                 continue
-            reads[key] = self._pool.submit(self._slurm, c)
-            self._reading[key] = reads[key]
+            reads[key] = self._reading[key] = self._pool.submit(self._slurm, c)
         return reads
 
     def close(self) -> None:
@@ -328,6 +327,7 @@ class Bridge:
             metrics.ROUNDS.labels("error").inc()
             return report
         policies: list[tuple[Policy, dict | None]] = [(self._parse_policy(o), o) for o in policy_objs]
+        world: tuple[dict[str, dict], tuple[KubeNode, ...], tuple] | None
         try:
             world = self._world()
         except Exception as exc:  # noqa: BLE001
@@ -335,7 +335,7 @@ class Bridge:
             metrics.ROUNDS.labels("error").inc()
             return report
         # A policy that cannot be loaded holds its nodes no more than a deleted one.
-        existing = {_key(o) for p, o in policies if not isinstance(p, InvalidPolicy)}
+        existing = {_key(o) for p, o in policies if o is not None and not isinstance(p, InvalidPolicy)}
         policies += [(gone, None) for gone in orphaned_policies(world[1], existing)
                      if not self.namespaces or gone.namespace in self.namespaces]
         # Each policy's SlurmCluster (from the cache), then every cluster's Slurm at once.
@@ -348,8 +348,9 @@ class Bridge:
             # Decide, in turn, every policy whose Slurm is in (or late): none waits on another's.
             ready = [t for t in todo if _slurm_ready(t[2], reads, due)]
             if not ready:
-                waiting = {reads[_ckey(t[2])] for t in todo}
-                cf.wait(waiting - {None}, timeout=max(due - time.monotonic(), 0), return_when=cf.FIRST_COMPLETED)
+                # None of them ready: each has a SlurmCluster whose read is in flight.
+                waiting = {f for _, _, c in todo if isinstance(c, SlurmCluster) and (f := reads[_ckey(c)]) is not None}
+                cf.wait(waiting, timeout=max(due - time.monotonic(), 0), return_when=cf.FIRST_COMPLETED)
                 continue
             for item in ready:
                 todo.remove(item)
@@ -382,15 +383,15 @@ class Bridge:
         (slurmk8s/bridge/rollout.py), in the namespaces of SlurmClusters with a
         checkpoint directory; ``LATEST`` is read through each cluster's agent."""
         namespaces = self.namespaces or (None,)
-        clusters: dict[str, list[SlurmCluster]] = {}
+        clusters: dict[str, list[tuple[str, SlurmCluster]]] = {}  # namespace -> (checkpoint directory, cluster)
         for ns in namespaces:
             for obj in self.view.clusters(ns):
                 try:
                     c = self._load(obj)
                 except InvalidSpec:
                     continue
-                if c.spec.shared_storage and c.spec.shared_storage.checkpoint_dir:
-                    clusters.setdefault(c.namespace, []).append(c)
+                if (storage := c.spec.shared_storage) and storage.checkpoint_dir:
+                    clusters.setdefault(c.namespace, []).append((storage.checkpoint_dir, c))
         if not clusters:
             return
         agents: dict[str, SlurmControl] = {}  # one per cluster and round, however many Deployments follow it
@@ -402,7 +403,7 @@ class Bridge:
             return agents[key]
 
         for namespace, found in sorted(clusters.items()):
-            roots = {c.spec.shared_storage.checkpoint_dir: c for c in found}
+            roots = dict(found)
 
             def read_file(path: str, roots=roots) -> str:
                 model_dir = posixpath.dirname(path)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Sequence
 
 from ..times import format_time
 from .actions import Action, ClampTimes
@@ -78,5 +77,5 @@ def present(observed: Observed, policy_key: str, now: datetime) -> tuple[Observe
             "the grace period and the reclaim deadline count from then", warning=True)]
     if not fixed:
         return observed, []
-    nodes: Sequence[KubeNode] = tuple(fixed.get(n.name, n) for n in observed.nodes)
+    nodes: tuple[KubeNode, ...] = tuple(fixed.get(n.name, n) for n in observed.nodes)
     return replace(observed, nodes=nodes), acts

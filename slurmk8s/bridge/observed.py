@@ -209,7 +209,7 @@ def node_from_api(obj: Mapping[str, Any]) -> KubeNode:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-    ready_cond = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    ready_cond: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
     ready = conditions.get("Ready") == "True"
     return KubeNode(
         name=meta["name"],
@@ -244,7 +244,7 @@ def pod_from_api(obj: Mapping[str, Any]) -> KubePod:
     gpus = sum(_container_gpus(c) for c in spec.get("containers") or [])
     gpus = max([gpus, *(_container_gpus(c) for c in spec.get("initContainers") or [])])
     owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
-    scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+    scheduled: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
     return KubePod(
         namespace=meta.get("namespace", "default"),
         name=meta["name"],

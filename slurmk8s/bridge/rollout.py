@@ -140,7 +140,7 @@ def apply_rollouts(kube: Any, read_file: Callable[[str], str], allowed_roots: Se
             continue
         try:
             kube.patch("Deployment", meta["namespace"], meta["name"], patch)
-        except Exception as exc:  # an ApiError, or the connection
+        except Exception as exc:  # noqa: BLE001 - an ApiError, or the connection
             report.failed[key] = f"patch failed: {exc}"
             _log.warning("could not roll the Deployment", deployment=key, version=version, error=str(exc))
             _failed(kube if events else None, dep, "patch failed", f"rolling to {version}: {report.failed[key]}")
@@ -172,7 +172,7 @@ def _warn(kube: Any, dep: dict, message: str) -> None:
         return
     try:
         kube.event(dep, "Warning", INVALID_REASON, message, component=COMPONENT, name=_event_name(dep, message))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a 409 is told already; anything else is logged
         if getattr(exc, "status", None) == 409:  # the same Event exists: told already
             _log.debug("refused a model directory (Event exists)", deployment=key)
             return

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from itertools import compress
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence, cast
 
 from ..api.cluster import SlurmCluster
 from ..api.lending import NodeLendingPolicy, ReclaimSpec, may_lend
@@ -66,7 +66,8 @@ class Settings:
         if last is not None and last[0] is nodes:
             flags = last[1]
         else:
-            spans = None if last is None else changed_spans(last[0], nodes, max(len(nodes) // 4, 16))  # type: ignore
+            spans = None if last is None else changed_spans(cast("Sequence[KubeNode]", last[0]), nodes,
+                                                               max(len(nodes) // 4, 16))  # put() with nodes below
             if last is not None and spans is not None:
                 flags = respliced(last[1], spans, nodes, self.selects)
             else:

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Sequence
 
 from ..api.lending import DemandRecord, LendingCounts, NodeLendingPolicyStatus, PolicyCondition
+from ..api.status import ConditionStatus
 from ..times import format_time
 from .actions import Action, PolicyStatus
 from .nodestate import LENDING, LENT, RECLAIMING
@@ -45,6 +46,7 @@ def policy_status(settings: Settings, r: Round, selected: int, kubernetes: int, 
     holding = sorted(n for n, s in r.projected.items() if s is not None)
     status_counts = LendingCounts(selected=selected, kubernetes=kubernetes,
                                   lending=counts[LENDING], lent=counts[LENT], reclaiming=counts[RECLAIMING])
+    ready: ConditionStatus
     if problem is not None:
         ready, reason, message = "False", problem[0], problem[1]
         deadline = settings.reclaim.grace_period_seconds + settings.reclaim.deadline_seconds
@@ -107,7 +109,7 @@ def invalid_policy_status(policy: InvalidPolicy, now: datetime) -> list[Action]:
                           old.demand if old is not None else None)
 
 
-def status_actions(namespace: str, name: str, generation: int | None, ready: str, reason: str, message: str,
+def status_actions(namespace: str, name: str, generation: int | None, ready: ConditionStatus, reason: str, message: str,
                    holding: Sequence[str], counts: LendingCounts, old: NodeLendingPolicyStatus | None,
                    now: datetime, down_owed: Sequence[str] = (), demand: DemandRecord | None = None
                    ) -> list[Action]:

@@ -238,14 +238,15 @@ def evacuation_actions(name: str, evac: evacuation.Evacuation, policy: evacuatio
     reclaim starts this round)."""
     acts: list[Action] = []
     new = evac.record
-    signalled = new.signalled is not None and (before is None or before.signalled is None)
+    # when the jobs were signalled, if this round signalled them: recorded once, before they go
+    signalled = new.signalled if before is None or before.signalled is None else None
     for a in evac.actions:
-        if signalled and isinstance(a, (StartNow, Requeue, Cancel)):
-            acts.append(RecordSignalled(name, new.signalled, new.jobs))
-            signalled = False
+        if signalled is not None and isinstance(a, (StartNow, Requeue, Cancel)):
+            acts.append(RecordSignalled(name, signalled, new.jobs))
+            signalled = None
         acts.append(a)
-    if signalled:
-        acts.append(RecordSignalled(name, new.signalled, new.jobs))
+    if signalled is not None:
+        acts.append(RecordSignalled(name, signalled, new.jobs))
     if new.forced is not None and (before is None or before.forced != new.forced):
         requeued = sum(len(a.job_ids) for a in evac.actions if isinstance(a, Requeue))
         cancelled = sum(len(a.job_ids) for a in evac.actions if isinstance(a, Cancel))

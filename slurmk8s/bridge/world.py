@@ -158,7 +158,7 @@ class SlurmIndex:
         #: node -> jobs allocated there (active states only)
         self.jobs: defaultdict[str, list[Job]] = defaultdict(list)
         self.all_jobs: Sequence[Job] = slurm.jobs if slurm.known and slurm.jobs is not None else ()
-        self._by_id: dict[int, list[Job]] | None = None
+        self._by_id: dict[int, list[int]] | None = None  # job id -> indices in all_jobs
         if not self.all_jobs:
             return
         jobs = self.jobs

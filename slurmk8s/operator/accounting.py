@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from slurmk8s.api.cluster import SlurmCluster
+from slurmk8s.api.status import ConditionStatus
 from slurmk8s.render import names
 from slurmk8s.slurm.accounting import Associations, QosLimits, minutes
 
 __all__ = ["wanted", "condition", "applies"]
 
-_Cond = tuple[str, str, str]  # status, reason, message
+_Cond = tuple[ConditionStatus, str, str]  # status, reason, message
 
 
 def wanted(c: SlurmCluster) -> Associations:

@@ -8,17 +8,17 @@ failed and who waits; a Normal Event says when it answers again.
 
 from __future__ import annotations
 
-from slurmk8s.api.status import Condition
+from slurmk8s.api.status import Condition, ConditionStatus
 from slurmk8s.events import Event
 from slurmk8s.slurm.directory import Verdict
 
 __all__ = ["condition", "event", "CONDITION"]
 
 CONDITION = "DirectoryReady"
-_Cond = tuple[str, str, str]  # status, reason, message
+_Cond = tuple[ConditionStatus, str, str]  # status, reason, message
 
 #: state -> (condition status, reason)
-_CONDITION = {
+_CONDITION: dict[str, tuple[ConditionStatus, str]] = {
     "ok": ("True", "Reachable"),
     "unreachable": ("False", "Unreachable"),
     "tls": ("False", "TLSFailed"),

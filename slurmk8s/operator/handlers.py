@@ -112,7 +112,8 @@ class Handlers:
         key = self._key(body)
         meta = body["metadata"]
         cluster = f"{meta.get('namespace', '')}/{meta['name']}"
-        step, cause = "start", exc
+        step: str = "start"
+        cause: BaseException = exc
         if isinstance(exc, RoundFailed):
             step, cause = exc.step, exc.__cause__ or exc
         failures = self.failures.get(key, 0) + 1
@@ -146,7 +147,7 @@ class Handlers:
 def register(registry: kopf.OperatorRegistry, op: Operator, *, interval: float = 10.0) -> Handlers:
     """Register the SlurmCluster handlers of ``op`` on ``registry``."""
     h = Handlers(op, interval)
-    resource = dict(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
+    resource: dict[str, Any] = dict(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
     kopf.on.create(**resource, id="reconcile-create")(h.reconcile)
     kopf.on.update(**resource, id="reconcile-update", field="spec")(h.reconcile)
     kopf.on.resume(**resource, id="reconcile-resume")(h.reconcile)

@@ -135,7 +135,7 @@ def differences(desired: Any, observed: Any, path: str = "", quantities: bool = 
         if not isinstance(observed, list) or len(desired) != len(observed):
             return [path]
         out = []
-        for i, (d, o) in enumerate(zip(desired, observed)):
+        for i, (d, o) in enumerate(zip(desired, observed, strict=True)):
             out += differences(d, o, f"{path}[{i}]")
         return out
     if desired == observed and type(desired) is type(observed):
@@ -179,11 +179,9 @@ def plan(desired: Sequence[dict], observed: Iterable[dict], *, cluster_name: str
     (the StatefulSet and PodDisruptionBudget of a node set that is still
     being drained).
     """
-    seen: dict[Key, dict] = {}
-    for o in observed:
-        if o.get("kind") in MANAGED_KINDS:
-            seen[key(o)] = o
-    creates, updates = [], []
+    seen: dict[Key, dict] = {key(o): o for o in observed if o.get("kind") in MANAGED_KINDS}
+    creates: list[Create] = []
+    updates: list[Update] = []
     wanted = set()
     for d in desired:
         k = key(d)

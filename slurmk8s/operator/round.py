@@ -436,7 +436,7 @@ class Operator:
                 if done:
                     out.applied += done
                     out.events.append(Event("Normal", "AssociationsApplied", "; ".join(done)[:1024]))
-            except Exception as exc:  # slurmdbd away: records queue in slurmctld, retried next round
+            except Exception as exc:  # noqa: BLE001 - slurmdbd away: records queue in slurmctld, retried next round
                 acct_applied, acct_error = False, str(exc)
                 out.waiting.append(f"associations not applied: {exc}")
         return accounting.condition(cluster, objects, acct_applied, acct_error)

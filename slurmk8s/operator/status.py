@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from slurmk8s.api.cluster import SlurmCluster
-from slurmk8s.api.status import Condition, NodeCounts, SlurmClusterStatus
+from slurmk8s.api.status import Condition, ConditionStatus, NodeCounts, Phase, SlurmClusterStatus
 from slurmk8s.events import Event
 from slurmk8s.render import names
 from slurmk8s.slurm.model import Node, unhealthy
@@ -28,7 +28,7 @@ __all__ = ["COMPONENTS", "compute", "invalid", "node_counts", "image_pull_failur
 
 COMPONENTS = ("ControllerReady", "WorkersReady", "LoginReady", "RestApiReady", "AccountingReady")
 
-_Cond = tuple[str, str, str]  # status, reason, message
+_Cond = tuple[ConditionStatus, str, str]  # status, reason, message
 
 
 def _workloads(observed: Sequence[Mapping]) -> dict[tuple[str, str], Mapping]:
@@ -105,7 +105,7 @@ def image_pull_failures(pods: Sequence[Mapping]) -> list[str]:
         for cs in (p.get("status") or {}).get("containerStatuses") or []:
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in PULL_FAILURES:
-                spec = next((c for c in (p.get("spec") or {}).get("containers") or []
+                spec: dict = next((c for c in (p.get("spec") or {}).get("containers") or []
                              if c.get("name") == cs.get("name")), {})
                 out.append(f"pod {p['metadata']['name']} cannot pull image {spec.get('image') or cs.get('image')} "
                            f"({waiting['reason']}): {(waiting.get('message') or '')[:512]}")
@@ -204,7 +204,7 @@ def compute(
     """
     c = cluster
     w = _workloads(observed)
-    components = {
+    components: dict[str, _Cond] = {
         "ControllerReady": _controller(c, w, nodes is not None),
         "WorkersReady": _workers(c, w, nodes),
         "LoginReady": _deployment(w, names.login(c), c.spec.login.replicas, "login"),
@@ -235,6 +235,7 @@ def compute(
     extra = {DIRECTORY_CONDITION: directory or directory_condition(None)} if c.spec.identity.ldap is not None else {}
     conditions = _merge(prev_conditions, {"Ready": ready, **components, **extra}, c.metadata.generation, now)
     previous_phase = previous.phase if previous else "Pending"
+    phase: Phase
     if deleting:
         phase = "Deleting"
     elif ready[0] == "True":
@@ -260,7 +261,7 @@ def invalid(previous: SlurmClusterStatus | None, message: str, generation: int |
             now: str, reason: str = "InvalidSpec") -> SlurmClusterStatus:
     """The status of a cluster whose spec was refused (``reason``): Failed, nothing changed."""
     prev_conditions = previous.conditions if previous else []
-    ready = {"Ready": ("False", reason, message)}
+    ready: dict[str, _Cond] = {"Ready": ("False", reason, message)}
     kept = [c for c in prev_conditions if c.type != "Ready"]
     return SlurmClusterStatus(
         phase="Failed",

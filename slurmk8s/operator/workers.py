@@ -65,14 +65,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence, TypeGuard
 
 from slurmk8s import evacuation
 from slurmk8s.events import Event
 from slurmk8s.render import names
 from slurmk8s.slurm.hostlist import HostlistError, expand
 from slurmk8s.slurm.model import DRAIN_PREFIX, POD_TERMINATING, Job, Node, SlurmState
-from slurmk8s.slurm.steps import Cancel, Drain, Requeue, Signal, StartNow, Undrain
+from slurmk8s.slurm.steps import Cancel, Drain, Requeue, SetDown, Signal, StartNow, Undrain
 from slurmk8s.times import from_epoch
 
 from . import podrecord
@@ -165,7 +165,7 @@ class DeletePod:
 
 #: The steps (slurmk8s.slurm.steps; Drain, Signal, Requeue, StartNow and Cancel
 #: come from the evacuation rule), and the pod annotations that record them.
-SlurmAction = Drain | Undrain | Signal | Requeue | StartNow | Cancel | AnnotatePod
+SlurmAction = Drain | SetDown | Undrain | Signal | Requeue | StartNow | Cancel | AnnotatePod
 
 
 @dataclass(frozen=True)
@@ -296,7 +296,7 @@ def _ours(reason: str) -> bool:
     return reason in OPERATOR_DRAINS or reason.startswith(f"{DRAIN_PREFIX} {MAINTENANCE} ")
 
 
-def _operator_drain(node: Node | None) -> bool:
+def _operator_drain(node: Node | None) -> TypeGuard[Node]:
     return node is not None and node.drain_set and _ours(node.reason)
 
 
@@ -379,8 +379,8 @@ def decide(sets: Sequence[NodeSetState], slurm: SlurmState, now: float) -> Decis
                 busy.append(LabelBusy(p.name, p.uid, is_busy))
         # Records of nodes whose pods are gone.
         for node in slurm.nodes:
-            o = names.worker_ordinal(s.statefulset, node.name)
-            if o is None or o < s.current or o in pods:
+            ordinal = names.worker_ordinal(s.statefulset, node.name)
+            if ordinal is None or ordinal < s.current or ordinal in pods:
                 continue
             keep.add(s.name)
             if node.responding and not node.drain_set:

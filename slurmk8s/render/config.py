@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.resources
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import jinja2
 
@@ -258,7 +258,7 @@ def config_files(c: SlurmCluster, topology_nodes: Sequence[TopologyNode] = ()) -
 
 def user_files(c: SlurmCluster) -> dict[str, str]:
     """passwd/group fragments and inline authorized_keys of the login users."""
-    users = [
+    users: list[dict[str, Any]] = [
         {"name": u.name, "uid": u.uid, "gid": u.gid or u.uid, "keys": u.ssh_public_keys}
         for u in c.spec.login.users
     ]

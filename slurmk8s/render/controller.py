@@ -105,7 +105,7 @@ def _checkpoint_volume(c: SlurmCluster) -> tuple[dict, dict] | None:
     if storage is None or not storage.checkpoint_dir:
         return None
     volumes, mounts = shared_volumes(c)
-    for volume, mount in zip(volumes, mounts):
+    for volume, mount in zip(volumes, mounts, strict=True):
         root = mount["mountPath"].rstrip("/") + "/"
         if storage.checkpoint_dir == mount["mountPath"] or storage.checkpoint_dir.startswith(root):
             return volume, {**mount, "readOnly": True}
@@ -133,6 +133,7 @@ def _agent(c: SlurmCluster) -> dict:
     checkpoints = _checkpoint_volume(c)
     if checkpoints is not None:
         mounts.append(checkpoints[1])
+        assert c.spec.shared_storage is not None and c.spec.shared_storage.checkpoint_dir  # what the volume holds
         args += ["--checkpoint-root", c.spec.shared_storage.checkpoint_dir]
     ports = [{"name": "agent", "containerPort": names.AGENT_PORT}]
     if c.spec.metrics.enabled:

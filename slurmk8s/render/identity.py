@@ -34,14 +34,14 @@ SSSD_RESOURCES = {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"cpu"
 def _volumes(c: SlurmCluster) -> tuple[list[dict], list[dict]]:
     ldap = c.spec.identity.ldap
     assert ldap is not None
-    volumes = [
+    volumes: list[dict] = [
         {"name": "sssd-config", "configMap": {"name": names.sssd_config(c), "defaultMode": 0o400}},
         {"name": "sss-pipes", "emptyDir": {"sizeLimit": "16Mi"}},
         {"name": "sss-mc", "emptyDir": {"sizeLimit": "64Mi"}},
         # The cache, sssd's alone: it outlives a restart of the sssd container.
         {"name": "sss-db", "emptyDir": {"sizeLimit": "256Mi"}},
     ]
-    mounts = [
+    mounts: list[dict] = [
         {"name": "sssd-config", "mountPath": SSSD_CONFIG_DIR, "readOnly": True},
         {"name": "sss-pipes", "mountPath": PIPES_DIR},
         {"name": "sss-mc", "mountPath": MC_DIR},

@@ -35,6 +35,7 @@ directory's ports (``spec.identity.ldap``) at its servers' addresses alone
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..api.identity import directory_blocks, uri_port
 from . import names
@@ -163,7 +164,7 @@ def policies(b: Builder, clients: AgentClients | None) -> list[dict]:
                 continue
             ports = None if f.ports is None else [_port(b, p) for p in f.ports]
             ingress.append(_rule(_peers(b, sources, clients), "from", ports))
-        spec = {"podSelector": _pods(b, (component,)), "policyTypes": ["Ingress"], "ingress": ingress}
+        spec: dict[str, Any] = {"podSelector": _pods(b, (component,)), "policyTypes": ["Ingress"], "ingress": ingress}
         if c.spec.network.egress:
             spec["policyTypes"].append("Egress")
             spec["egress"] = _egress(b, component, present)
@@ -175,7 +176,7 @@ def policies(b: Builder, clients: AgentClients | None) -> list[dict]:
 def _egress(b: Builder, component: str, present: set[str]) -> list[dict]:
     """What ``component`` sends: the flows it is a source of, to their destinations, and DNS."""
     sources = {component} | (set(SLURMD_COMPONENTS) if component == "worker" else set())
-    rules = [{"ports": DNS}]
+    rules: list[dict[str, Any]] = [{"ports": DNS}]
     for f in FLOWS:
         if f.destination in present and sources & set(f.sources):
             ports = None if f.ports is None else [_port(b, p) for p in f.ports]
@@ -186,8 +187,8 @@ def _egress(b: Builder, component: str, present: set[str]) -> list[dict]:
     ldap = b.c.spec.identity.ldap
     if component in DIRECTORY_CLIENTS and ldap is not None and directory_blocks(ldap):
         # Its ports at its servers' addresses alone (ldaps://x:443 must not open 443 to the world).
-        ports = dict.fromkeys(uri_port(uri) for uri in ldap.uris)
-        rules.append({"ports": [{"protocol": "TCP", "port": p} for p in ports],
+        uri_ports = dict.fromkeys(uri_port(uri) for uri in ldap.uris)
+        rules.append({"ports": [{"protocol": "TCP", "port": p} for p in uri_ports],
                       "to": [{"ipBlock": {"cidr": cidr}} for cidr in directory_blocks(ldap)]})
     return rules
 

@@ -6,6 +6,8 @@ templates. Pure; the components (:mod:`.controller`, :mod:`.slurmd`,
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from ..api.cluster import Resources, SlurmCluster
 from . import names
 
@@ -32,11 +34,12 @@ class Builder:
         self.c = c
         self.chash = chash
 
-    def meta(self, name: str, component: str, *, owned: bool = True, **extra_labels: str) -> dict:
-        meta = {
+    def meta(self, name: str, component: str, *, owned: bool = True,
+             extra_labels: Mapping[str, str] | None = None) -> dict:
+        meta: dict[str, Any] = {
             "name": name,
             "namespace": self.c.namespace,
-            "labels": names.labels(self.c, component, **extra_labels),
+            "labels": names.labels(self.c, component, **(extra_labels or {})),
             "annotations": {names.CONFIG_HASH: self.chash},
         }
         uid = self.c.metadata.uid
@@ -88,7 +91,7 @@ def shared_volumes(c: SlurmCluster) -> tuple[list[dict], list[dict]]:
     for v in storage.volumes:
         claim = v.existing_claim or names.shared_claim(c, v.name)
         volumes.append({"name": f"shared-{v.name}", "persistentVolumeClaim": {"claimName": claim}})
-        mount = {"name": f"shared-{v.name}", "mountPath": v.mount_path}
+        mount: dict[str, Any] = {"name": f"shared-{v.name}", "mountPath": v.mount_path}
         if v.read_only:
             mount["readOnly"] = True
         mounts.append(mount)
@@ -157,7 +160,7 @@ def security_context(given: dict | None) -> dict:
 def slurm_container(c: SlurmCluster, name: str, component: str, *, env: dict, mounts: list,
                ports: list, resources: dict, **extra) -> dict:
     extra["securityContext"] = security_context(extra.get("securityContext"))
-    container = {
+    container: dict[str, Any] = {
         "name": name,
         "image": names.image(c, component),
         "imagePullPolicy": c.spec.slurm.image.pull_policy,

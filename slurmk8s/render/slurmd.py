@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..api.cluster import NodeSet, SlurmCluster
 from ..slurm.model import DRAIN_PREFIX, POD_TERMINATING
@@ -114,7 +114,7 @@ def workers(b: Builder) -> list[dict]:
             readinessProbe=probe("ready"),
             securityContext={"privileged": True} if c.spec.slurm_config.cgroups else {},
         )
-        pod_spec = {
+        pod_spec: dict[str, Any] = {
             # Time for the entrypoint to drain the node, wait out the drain
             # grace, and requeue what still runs (Slurm's KillWait). Not part
             # of the restart hash: running pods keep theirs.
@@ -124,7 +124,7 @@ def workers(b: Builder) -> list[dict]:
             pod_spec["nodeSelector"] = dict(ns.node_selector)
         if ns.tolerations:
             pod_spec["tolerations"] = [t.dump() for t in ns.tolerations]
-        out.append(b.obj("apps/v1", "StatefulSet", b.meta(name, "worker", **{names.NODESET_LABEL: ns.name}), spec={
+        out.append(b.obj("apps/v1", "StatefulSet", b.meta(name, "worker", extra_labels={names.NODESET_LABEL: ns.name}), spec={
             "serviceName": svc_name,
             "replicas": ns.replicas,
             "podManagementPolicy": "Parallel",
@@ -137,7 +137,7 @@ def workers(b: Builder) -> list[dict]:
         }))
         # Busy nodes (the operator labels pods that run jobs) may not be evicted.
         out.append(b.obj("policy/v1", "PodDisruptionBudget",
-                         b.meta(names.busy_budget(name), "worker", **{names.NODESET_LABEL: ns.name}), spec={
+                         b.meta(names.busy_budget(name), "worker", extra_labels={names.NODESET_LABEL: ns.name}), spec={
             "maxUnavailable": 0,
             "selector": {"matchLabels": {**sel, names.BUSY_LABEL: "true"}},
         }))

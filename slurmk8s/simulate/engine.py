@@ -181,6 +181,7 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
 
     def bridge_round(self) -> None:
         self.res.rounds += 1
+        assert self.policy is not None  # rounds run in policy mode only, which has a policy
         obs = Observed(self.observed_nodes(), self.observed_pods(), self.cluster, self.observed_slurm())
         acts = []
         for a in decide(obs, self.policy, self.epoch + timedelta(seconds=self.t)):
@@ -233,6 +234,7 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
         """The lent slurmd pod as the loop has it rendered (the renderer is the one place it is made)."""
         pod = self.slurmd_template.get((a.node, a.resources))
         if pod is None:
+            assert self.cluster is not None  # a policy run's: lent slurmd pods are the bridge's, in policy runs
             node = self.knodes[self.kindex[a.node]]
             pod = pod_from_api(lent_slurmd_pod(self.cluster, "", node=a.node, resources=dict(a.resources),
                                                labels=node.labels, partition=a.partition, shm_size=a.shm_size,

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from ..bridge.observed import KubeNode, KubePod
 from .params import POD_RUNNING, SERVING_NAMESPACE
+from .state import SimState
 from .traces import ServingPod
 
 
@@ -26,7 +27,7 @@ class _Pod:
         self.ended = False
 
 
-class KubeSide:
+class KubeSide(SimState):
     def _init_kube(self, pods: list[ServingPod], labels: dict[str, str]) -> None:
         self.knames = [f"gpu-{k:04d}" for k in range(self.shape.kube_nodes)]
         self.kindex = {n: k for k, n in enumerate(self.knames)}
@@ -40,7 +41,7 @@ class KubeSide:
         self.pods_tuple: tuple[KubePod, ...] | None = None
         self.pending: dict[int, None] = {}  # serving pods waiting, in creation order
         self.k8s_needed = False
-        self.slurmd_template: dict[str, KubePod] = {}
+        self.slurmd_template: dict[tuple[str, tuple[tuple[str, str], ...]], KubePod] = {}  # by (node, resources)
 
     def observed_nodes(self) -> tuple[KubeNode, ...]:
         if self.nodes_tuple is None:
@@ -122,6 +123,7 @@ class KubeSide:
             return
         self.pending.pop(i, None)
         if p.bound:
+            assert p.node is not None  # bound to it
             self.kfree[self.kindex[p.node]] += p.spec.gpus
             self.k8s_needed = True
         self._set_pod(("serving", f"serve-{i}"), None)

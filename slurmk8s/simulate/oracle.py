@@ -11,10 +11,11 @@ import math
 from bisect import bisect_left, bisect_right
 
 from .params import ORACLE
+from .state import SimState
 from .traces import ServingPod
 
 
-class OracleSide:
+class OracleSide(SimState):
     def _init_oracle(self) -> None:
         # serving GPU demand as a step function, and per Kubernetes node when serving wants it
         self.oracle_busy: list[list[tuple[float, float]]] = []
@@ -34,15 +35,16 @@ class OracleSide:
             gpus += steps[t]
             d = min(K, math.ceil(gpus / self.G - 1e-9))
             for k in range(K):
-                if k < d and opened[k] is None:
+                start = opened[k]
+                if k < d and start is None:
                     opened[k] = t
-                elif k >= d and opened[k] is not None:
-                    busy[k].append((opened[k], t))
+                elif k >= d and start is not None:
+                    busy[k].append((start, t))
                     opened[k] = None
             self.push(t, ORACLE)
-        for k in range(K):
-            if opened[k] is not None:
-                busy[k].append((opened[k], math.inf))
+        for k, start in enumerate(opened):
+            if start is not None:
+                busy[k].append((start, math.inf))
         self.oracle_busy = busy
         self.oracle_starts = [[a for a, _ in b] for b in busy]
         for k, name in enumerate(self.knames):

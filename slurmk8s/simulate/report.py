@@ -150,7 +150,7 @@ def plot(directory: Path, results: list[Result]) -> list[Path]:
 
     n = len(results)
     fig, axes = plt.subplots(n, 1, figsize=(10, 2.2 * n + 0.6), sharex=True, squeeze=False)
-    for ax, r in zip(axes[:, 0], results):
+    for ax, r in zip(axes[:, 0], results, strict=True):
         total = r.shape.nodes * r.shape.gpus_per_node
         days = [k * r.sample / 86400 for k in range(len(r.timeline))]
         serving = [100 * row[0] / total for row in r.timeline]

@@ -24,6 +24,7 @@ from ..slurm.model import DRAIN_PREFIX, Job, Node, SlurmState
 from ..slurm.reservations import Reservation, lend_reservation_name
 from . import slurmrules
 from .params import COMPLETED, JOB_END
+from .state import SimState
 from .traces import TrainingJob
 
 
@@ -66,7 +67,7 @@ class _SNode:
         self.oracle_index = -1
 
 
-class SlurmSide:
+class SlurmSide(SimState):
     def _init_slurm(self, jobs: list[TrainingJob]) -> None:
         self.jobs = [_Job(j) for j in jobs]
         self.queue: list[int] = []

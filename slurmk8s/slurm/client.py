@@ -76,6 +76,7 @@ class LocalRunner:
                 text=True, encoding="utf-8", errors="replace") as proc:
             timer = threading.Timer(self.timeout, proc.kill)
             timer.start()
+            assert proc.stdout is not None  # stdout=PIPE
             try:
                 while text := proc.stdout.read(chunk):
                     yield text

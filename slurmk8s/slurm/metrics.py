@@ -27,7 +27,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -85,7 +85,8 @@ _RPC = re.compile(r"\bcount:\s*(\d+)")
 def parse_sdiag(text: str) -> Diagnostics:
     """``sdiag``'s text (every supported release prints the same sections). Pure."""
     values: dict[tuple[str, str], int] = {}  # (section, key) -> value; "" for the top-level lines
-    section, rpcs = "", None
+    section = ""
+    rpcs: int | None = None  # 0 from the RPC section's head on
     for line in text.splitlines():
         if line and not line[0].isspace():  # a top-level line, maybe a section's head
             head = line.strip().lower()
@@ -97,7 +98,7 @@ def parse_sdiag(text: str) -> Diagnostics:
                 rpcs = 0
         if section == "rpc":
             m = _RPC.search(line)
-            rpcs += int(m[1]) if m else 0
+            rpcs = (rpcs or 0) + (int(m[1]) if m else 0)
             continue
         m = _KEY.match(line)
         if m:
@@ -106,7 +107,7 @@ def parse_sdiag(text: str) -> Diagnostics:
     schedulers = ("main", "backfill")
 
     def per(key: str) -> dict[str, int]:
-        return {s: get((s, key)) for s in schedulers if get((s, key)) is not None}
+        return {s: v for s in schedulers if (v := get((s, key))) is not None}
 
     return Diagnostics(
         server_threads=get(("", "server thread count")),
@@ -200,14 +201,14 @@ class QueueWait:
             | self._by_partition
         for partition, (counts, total) in sorted(rows.items()):
             running, cumulative = 0, []
-            for bound, n in zip((*map(floatToGoString, self.buckets), "+Inf"), counts):
+            for bound, n in zip((*map(floatToGoString, self.buckets), "+Inf"), counts, strict=True):
                 running += n
                 cumulative.append((bound, running))
             h.add_metric([partition], cumulative, total)
         return h
 
 
-def _gauge(name: str, doc: str, labels: list[str], values: dict[tuple[str, ...], float]) -> GaugeMetricFamily:
+def _gauge(name: str, doc: str, labels: list[str], values: Mapping[tuple[str, ...], float]) -> GaugeMetricFamily:
     g = GaugeMetricFamily(name, doc, labels=labels)
     for key, value in sorted(values.items()):
         g.add_metric(list(key), value)

@@ -202,7 +202,8 @@ class SlurmState:
 def gres_gpus(text: str) -> int:
     """The GPUs a node's ``gres`` or ``gres_used`` names: ``gpu:4``, ``gpu:a100:2(S:0-1)``,
     ``gpu:a100:1(IDX:0),gpu:h100:2(IDX:1-2)``; a plain ``gpu`` is one. Pure."""
-    total, depth, item = 0, 0, []
+    total, depth = 0, 0
+    item: list[str] = []
     for ch in (text or "") + ",":
         depth += ch == "("
         depth -= ch == ")"
@@ -291,8 +292,11 @@ def job_from_json(d: dict) -> Job:
     state = _job_state(d.get("job_state", "UNKNOWN"))
     array_job = _number(d.get("array_job_id"))
     intern = sys.intern  # users, states, partitions and reasons repeat over thousands of jobs
+    job_id = _number(d["job_id"])
+    if job_id is None:
+        raise TypeError(f"a job without its id: job_id is {d['job_id']!r}")
     return Job(
-        job_id=int(_number(d["job_id"])),
+        job_id=job_id,
         name=d.get("name", ""),
         user=intern(str(d.get("user_name", ""))),
         state=intern(str(state)),

@@ -78,7 +78,7 @@ def read_beneath(root: str, parts: list[str], limit: int, timeout: float = 10) -
                 os.write(w, b"D" + read_beneath_fd(root_fd, parts, limit))
             except OSError as exc:
                 os.write(w, b"E%d" % (exc.errno or 0))
-            except BaseException:
+            except BaseException:  # noqa: BLE001 - the forked child exits whatever happened
                 code = 1
             finally:
                 os._exit(code)

@@ -133,19 +133,19 @@ class _DeadlineSocket(socket.socket):
     def _left(self) -> None:
         self.settimeout(_time_left(self.deadline))
 
-    def recv_into(self, *args, **kwargs):  # type: ignore[override]
+    def recv_into(self, *args, **kwargs):
         self._left()
         return super().recv_into(*args, **kwargs)
 
-    def recv(self, *args, **kwargs):  # type: ignore[override]
+    def recv(self, *args, **kwargs):
         self._left()
         return super().recv(*args, **kwargs)
 
-    def sendall(self, *args, **kwargs):  # type: ignore[override]
+    def sendall(self, *args, **kwargs):
         self._left()
         return super().sendall(*args, **kwargs)
 
-    def send(self, *args, **kwargs):  # type: ignore[override]
+    def send(self, *args, **kwargs):
         self._left()
         return super().send(*args, **kwargs)
 

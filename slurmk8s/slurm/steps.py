@@ -33,17 +33,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Callable, Iterable, Protocol
 
 from ..events import WARNING, Event
 from .client import NotOurDrain, SlurmError
-from .control import SlurmControl
 from .remote import AgentUnreachable
 
 __all__ = [
     "Drain", "SetDown", "Undrain", "Signal", "Requeue", "StartNow", "Cancel", "DeleteNode", "Reserve", "Unreserve",
     "Step", "STEPS",
-    "PER_JOB", "Outcome", "apply_step", "execute", "is_unreachable", "node_chain",
+    "PER_JOB", "Outcome", "StepControl", "apply_step", "execute", "is_unreachable", "node_chain",
 ]
 
 
@@ -132,8 +131,33 @@ class Unreserve:
     node: str
 
 
-Step = Union[Drain, SetDown, Undrain, Signal, Requeue, StartNow, Cancel, DeleteNode, Reserve, Unreserve]
+Step = Drain | SetDown | Undrain | Signal | Requeue | StartNow | Cancel | DeleteNode | Reserve | Unreserve
 STEPS = (Drain, SetDown, Undrain, Signal, Requeue, StartNow, Cancel, DeleteNode, Reserve, Unreserve)
+
+class StepControl(Protocol):
+    """The operations of :class:`~.control.SlurmControl` that the steps call:
+    what the simulator's Slurm (:class:`slurmk8s.simulate.slurmside.SimSlurm`) has too."""
+
+    def drain(self, name: str, reason: str) -> None: ...
+
+    def set_down(self, name: str, reason: str) -> None: ...
+
+    def undrain(self, name: str) -> None: ...
+
+    def signal_node_jobs(self, name: str, signal: str) -> list[int]: ...
+
+    def requeue(self, job_id: int) -> None: ...
+
+    def start_now(self, job_id: int) -> None: ...
+
+    def cancel(self, job_id: int) -> None: ...
+
+    def delete_node(self, name: str) -> None: ...
+
+    def reserve(self, name: str, start: int) -> None: ...
+
+    def unreserve(self, name: str) -> None: ...
+
 
 #: Steps that run one operation per job: (SlurmControl operation, what a job
 #: it did is counted as, the reason of the Event about a job Slurm refused).
@@ -170,7 +194,7 @@ def node_chain(action: Any) -> str | None:
     return getattr(action, "node", None)
 
 
-def apply_step(slurm: SlurmControl, step: Step, out: Outcome) -> None:
+def apply_step(slurm: StepControl, step: Step, out: Outcome) -> None:
     """Take one step; raises when it failed. Refused jobs go to ``out.refusals``."""
     if isinstance(step, Drain):
         slurm.drain(step.node, step.reason)
@@ -183,7 +207,7 @@ def apply_step(slurm: SlurmControl, step: Step, out: Outcome) -> None:
             out.refusals.append(Event(WARNING, "UndrainRefused", f"{step.node}: {exc}", kind="Node", name=step.node))
     elif isinstance(step, Signal):
         out.jobs["signalled"] += len(slurm.signal_node_jobs(step.node, step.signal))
-    elif type(step) in PER_JOB:
+    elif isinstance(step, (Requeue, StartNow, Cancel)):  # the keys of PER_JOB
         operation, done, refused = PER_JOB[type(step)]
         for job_id in step.job_ids:
             try:
@@ -206,7 +230,7 @@ def apply_step(slurm: SlurmControl, step: Step, out: Outcome) -> None:
         raise TypeError(f"{type(step).__name__} is not a Slurm step")
 
 
-def execute(slurm: SlurmControl | None, actions: Iterable[Any], *,
+def execute(slurm: StepControl | None, actions: Iterable[Any], *,
             other: Callable[[Any], None] | None = None,
             chain: Callable[[Any], str | None] = node_chain,
             unreachable: str | None = None) -> Outcome:

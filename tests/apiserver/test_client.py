@@ -541,7 +541,7 @@ def test_schema_defaults_are_applied(cluster: Cluster, crds, ns: str) -> None:
     assert created["spec"]["slurm"]["image"]["pullPolicy"] == image["properties"]["pullPolicy"]["default"]
     top_defaults = {k: v["default"] for k, v in schema["properties"]["spec"]["properties"].items() if "default" in v and k not in doc["spec"]}
     assert top_defaults, "the CRD declares top-level spec defaults"
-    for key, value in top_defaults.items():
+    for key in top_defaults:
         assert key in created["spec"], key
 
 

@@ -77,7 +77,7 @@ def operator(cluster: Cluster):
     def run() -> None:
         try:
             asyncio.run(kopf.operator(registry=registry, standalone=True, namespaces=[ns], ready_flag=ready, stop_flag=stop))
-        except BaseException as e:  # surfaced by the tests
+        except BaseException as e:  # noqa: BLE001 - surfaced by the tests
             errors.append(e)
 
     thread = threading.Thread(target=run, name="kopf", daemon=True)

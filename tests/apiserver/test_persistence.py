@@ -40,7 +40,7 @@ def test_objects_survive_a_restart(tmp_path) -> None:
         assert e.value.status == 410
         w = watch.Watch()
         for ev in w.stream(b.core.list_namespaced_config_map, ns, resource_version=after.metadata.resource_version, timeout_seconds=1):
-            assert False, f"nothing happened after the last write, got {ev['type']}"
+            raise AssertionError(f"nothing happened after the last write, got {ev['type']}")
     finally:
         b.api_client.close()
         b.srv.stop()

@@ -199,7 +199,7 @@ def test_request_attributes_resolve_like_kubernetes() -> None:
         assert ra("GET", p, {}) == Attributes("get", resource_request=False, path=p)
 
 
-class _v:
+class _v:  # noqa: N801 - read as a suffix: `attrs | _v("v1")`
     def __init__(self, version: str) -> None:
         self.version = version
 

@@ -176,7 +176,7 @@ def test_a_webhook_that_fails_refuses_the_write_unless_its_failure_policy_ignore
                   "service": {"namespace": HOOK_NS, "name": "checker"},
                   "caBundle": base64.b64encode(other.ca_cert.read_bytes()).decode()})]
     cluster.kubectl("delete", "validatingwebhookconfiguration", "cm")
-    for cfg, why in zip(broken, ("no endpoints available", "CERTIFICATE_VERIFY_FAILED")):
+    for cfg, why in zip(broken, ("no endpoints available", "CERTIFICATE_VERIFY_FAILED"), strict=True):
         cluster.kubectl("apply", "-f", "-", stdin=json.dumps(cfg))
         with pytest.raises(ApiException) as err:
             cluster.core.create_namespaced_config_map(checked, configmap(f"cm-{cfg['metadata']['name']}"))

@@ -100,7 +100,7 @@ def test_statefulset_ordered_ready_scale_and_rolling_update(cluster: Cluster, ns
         order += deleted_names(cluster, ns, rv, 1)
         rv = cluster.core.list_namespaced_pod(ns).metadata.resource_version
         recreated = order[-1]
-        wait_for(f"{recreated} to come back", lambda: recreated in pods(cluster, ns) and pods(cluster, ns)[recreated].spec.node_name)
+        wait_for(f"{recreated} to come back", lambda: recreated in pods(cluster, ns) and pods(cluster, ns)[recreated].spec.node_name)  # noqa: B023 - called within this iteration
         assert pods(cluster, ns)[recreated].spec.containers[0].image == "slurmd:2"
         cluster.report_running(ns, recreated)
     assert order == ["db-1", "db-0"]  # one at a time, from the highest ordinal

@@ -219,7 +219,7 @@ class Lending:
         for _ in range(6):
             demand = self.seed_demand(peaks)
             try:
-                return wait_for("the forecast read", lambda: ready(demand), timeout=20)
+                return wait_for("the forecast read", lambda: ready(demand), timeout=20)  # noqa: B023 - called within this iteration
             except AssertionError:
                 continue
         raise AssertionError(f"the seeded record was never read: {self.reservations()} {self.policy().get('status')}")

@@ -394,7 +394,7 @@ def test_a_published_model_version_rolls_the_serving_deployment(world):
         # What a training job does: the version first, then LATEST by a rename.
         r.check(f"mkdir -p {model_dir}/step-{step:06d} && echo {step} > {model_dir}/step-{step:06d}/step && "
                 f"echo step-{step:06d} > {model_dir}/.LATEST.new && mv {model_dir}/.LATEST.new {model_dir}/LATEST")
-        wait_for(f"the Deployment rolled to step-{step:06d}", lambda: version("serve-model") == f"step-{step:06d}",
+        wait_for(f"the Deployment rolled to step-{step:06d}", lambda: version("serve-model") == f"step-{step:06d}",  # noqa: B023 - called within this iteration
                  timeout=30)
     warnings = world.events("InvalidModelDir", "serve-elsewhere")
     assert warnings and "outside the checkpoint directories" in warnings[0].message

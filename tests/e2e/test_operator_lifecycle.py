@@ -325,12 +325,12 @@ def test_an_operator_killed_mid_change_converges_without_duplicates(life):
 def test_a_kill_wait_change_is_reconfigured_and_restarts_no_worker(life):
     """killWait sets the workers' termination grace period too; the running
     workers keep theirs (the restart hash leaves it out) and are not restarted."""
-    uids = lambda: {p: json.loads(life.kubectl("get", "pod", p, "-o", "json").stdout)["metadata"]["uid"]
+    uids = lambda: {p: json.loads(life.kubectl("get", "pod", p, "-o", "json").stdout)["metadata"]["uid"]  # noqa: E731 - a one-line accessor
                     for p in life.names("pods")}
     before, pid = uids(), life.ctld_pid()
     workers = sorted(life.slurm_nodes())  # whichever node sets the tests before this one left
     seen = {e["metadata"]["name"] for e in life.events()}
-    grace = lambda: json.loads(life.kubectl("get", "statefulset", f"{NAME}-cpu", "-o", "json").stdout)[
+    grace = lambda: json.loads(life.kubectl("get", "statefulset", f"{NAME}-cpu", "-o", "json").stdout)[  # noqa: E731 - a one-line accessor
         "spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     grace_before = grace()
     life.patch({"slurmConfig": {"killWait": 45}})
@@ -402,7 +402,7 @@ def test_deleting_the_cluster_leaves_only_its_state_claim(life):
     assert gone.returncode != 0 and "NotFound" in gone.stderr
 
     # The controller and login pods end gracefully after their owners are gone.
-    left = lambda: sorted(life.kubectl("get", "all,cm,secret,pvc", "-o", "name").stdout.split())
+    left = lambda: sorted(life.kubectl("get", "all,cm,secret,pvc", "-o", "name").stdout.split())  # noqa: E731 - a one-line accessor
     # (and, in default, the API server's own Service)
     wait_for("nothing left but the namespace's CA and the claims", lambda: left() == sorted(
         ["configmap/kube-root-ca.crt", "service/kubernetes", *(f"persistentvolumeclaim/{c}" for c in claims)]),

@@ -350,9 +350,9 @@ def test_a_killed_api_server_or_kubelet_is_restarted_and_the_cluster_carries_on(
 
     before = pods()
     for process in ("apiserver", "kubelet"):
-        old = wait_for(f"the {process} running", lambda: box.process_pid(process), timeout=30)
+        old = wait_for(f"the {process} running", lambda: box.process_pid(process), timeout=30)  # noqa: B023 - called within this iteration
         os.kill(old, signal.SIGKILL)
-        wait_for(f"the {process} to be started again", lambda: box.process_pid(process) not in (None, old), timeout=30)
+        wait_for(f"the {process} to be started again", lambda: box.process_pid(process) not in (None, old), timeout=30)  # noqa: B023 - called within this iteration
     wait_for("the new kubelet's first round", lambda: box._kubelet_synced(box.state()))
     status = json.loads(subprocess.run([SLURMK8S, "sandbox", "status", "-o", "json"], capture_output=True,
                                        text=True, env=env, check=True).stdout)
@@ -457,14 +457,14 @@ def test_each_injected_fault_drains_its_node_with_the_checks_reason_and_it_comes
         t0 = time.monotonic()
         try:
             wait_for(f"{worker} drained by the {check} check", lambda: node().drain_set and node().reason.startswith(
-                f"slurmk8s: health: {check}"), timeout=60, show=lambda: node())
+                f"slurmk8s: health: {check}"), timeout=60, show=lambda: node())  # noqa: B023 - called within this iteration
             print(f"\n{kind} fault: drained after {time.monotonic() - t0:.1f}s")
             events = json.loads(box.kubectl("get", "events", "--field-selector",
                                             "involvedObject.name=demo,reason=NodeUnhealthy", "-o", "json").stdout)
             wait_for("the NodeUnhealthy Event", lambda: any(
-                worker in e["message"] and check in e["message"] for e in json.loads(box.kubectl(
+                worker in e["message"] and check in e["message"] for e in json.loads(box.kubectl(  # noqa: B023 - called within this iteration
                     "get", "events", "--field-selector", "involvedObject.name=demo,reason=NodeUnhealthy",
-                    "-o", "json").stdout)["items"]), timeout=30, show=lambda: events)
+                    "-o", "json").stdout)["items"]), timeout=30, show=lambda: events)  # noqa: B023 - called within this iteration
         finally:
             cleared = subprocess.run([SLURMK8S, "sandbox", "fault", kind, worker, "--clear"], capture_output=True,
                                      text=True, env=env, timeout=60)

@@ -186,7 +186,7 @@ def plan(sts: dict, pods: list[dict], pvc_names: set[str]) -> Plan:
                 blocked = True
                 break
     if not blocked:
-        for o, p in condemned:
+        for _o, p in condemned:
             if deleting(p):
                 if monotonic:
                     blocked = True
