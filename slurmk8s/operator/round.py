@@ -45,6 +45,7 @@ from typing import Any, Callable, Mapping, Sequence
 from slurmk8s import log
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.api.cluster import PROJECT_REPOSITORY, SlurmCluster, SlurmClusterStatus
+from slurmk8s.api.status import ConditionStatus
 from slurmk8s.render import ClusterKeys, names, render
 from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, keys_from_secrets
 from slurmk8s.render.manifests import AgentClients
@@ -422,7 +423,7 @@ class Operator:
                 out.problems.append(f"scontrol reconfigure failed: {exc}")
         return applied
 
-    def _accounting(self, seen: Seen, slurm: SlurmRead, out: Outcome) -> tuple[str, str, str]:
+    def _accounting(self, seen: Seen, slurm: SlurmRead, out: Outcome) -> tuple[ConditionStatus, str, str]:
         """Step 6: every login user's association and the QOS, through the agent;
         the AccountingReady condition."""
         out.step = "accounting"
@@ -441,7 +442,7 @@ class Operator:
                 out.waiting.append(f"associations not applied: {exc}")
         return accounting.condition(cluster, objects, acct_applied, acct_error)
 
-    def _directory(self, seen: Seen, slurm: SlurmRead, out: Outcome) -> tuple[str, str, str] | None:
+    def _directory(self, seen: Seen, slurm: SlurmRead, out: Outcome) -> tuple[ConditionStatus, str, str] | None:
         """Step 7: the site's directory, as the sssd container beside slurmctld last
         probed it (DirectoryReady; None without one)."""
         out.step = "directory"
@@ -451,7 +452,7 @@ class Operator:
         if slurm.nodes is not None:
             try:
                 verdict = slurm.control.directory()
-            except Exception as exc:  # an agent older than the directory's route: unknown
+            except Exception as exc:  # noqa: BLE001 - an agent older than the directory's route: unknown
                 why = str(exc)
         ready = directory.condition(verdict, why)
         before = next((c for c in seen.previous.conditions if c.type == directory.CONDITION), None) \
