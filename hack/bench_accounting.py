@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from slurmk8s import versions  # noqa: E402
-from tests.test_accounting_images import run_accounting_cluster  # noqa: E402
+from slurmk8s import versions  # noqa: E402 - after the checkout is put on sys.path
+from tests.test_accounting_images import run_accounting_cluster  # noqa: E402 - after the checkout is put on sys.path
 
 
 def main() -> int:

@@ -33,12 +33,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from slurmk8s.api import load_cluster, load_policy  # noqa: E402
-from slurmk8s.api.cluster import lent_nodeset  # noqa: E402
-from slurmk8s.bridge.decide import decide  # noqa: E402
-from slurmk8s.bridge.memo import forget  # noqa: E402
-from slurmk8s.render.names import lent_slurmd  # noqa: E402
-from slurmk8s.bridge.nodestate import (  # noqa: E402
+from slurmk8s.api import load_cluster, load_policy  # noqa: E402 - after the checkout is put on sys.path
+from slurmk8s.api.cluster import lent_nodeset  # noqa: E402 - after the checkout is put on sys.path
+from slurmk8s.bridge.decide import decide  # noqa: E402 - after the checkout is put on sys.path
+from slurmk8s.bridge.memo import forget  # noqa: E402 - after the checkout is put on sys.path
+from slurmk8s.bridge.nodestate import (  # noqa: E402 - after the checkout is put on sys.path
     CLUSTER_ANNOTATION,
     COMPONENT_LABEL,
     IDLE_SINCE_ANNOTATION,
@@ -56,8 +55,9 @@ from slurmk8s.bridge.nodestate import (  # noqa: E402
     TAINT_KEY,
     format_time,
 )
-from slurmk8s.bridge.observed import KubeNode, KubePod, NodeTaint, Observed  # noqa: E402
-from slurmk8s.slurm.model import Job, Node, SlurmState  # noqa: E402
+from slurmk8s.bridge.observed import KubeNode, KubePod, NodeTaint, Observed  # noqa: E402 - after the checkout is put on sys.path
+from slurmk8s.render.names import lent_slurmd  # noqa: E402 - after the checkout is put on sys.path
+from slurmk8s.slurm.model import Job, Node, SlurmState  # noqa: E402 - after the checkout is put on sys.path
 
 NOW = datetime(2025, 3, 3, 12, 0, tzinfo=timezone.utc)
 LABELS = {"slurmk8s.dev/lendable": "true", "slurmk8s.dev/lendable-to": "hpc", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",

@@ -300,7 +300,7 @@ class _LoadProcess:
         self.proc.terminate()
         try:
             self.proc.wait(10)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - killed however the wait failed
             self.proc.kill()
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.lending import CHECKPOINT_JOB, LEND, Lending, lending_sandbox, policy, wait_for  # noqa: E402
+from tests.e2e.lending import CHECKPOINT_JOB, LEND, Lending, lending_sandbox, policy, wait_for  # noqa: E402 - after the checkout is put on sys.path
 
 SUBNET = "10.253.98.0/24"
 POD = "bench-serve"

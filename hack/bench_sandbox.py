@@ -40,16 +40,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import yaml  # noqa: E402
+import yaml  # noqa: E402 - after the checkout is put on sys.path
 
-from slurmk8s import versions  # noqa: E402
-from slurmk8s.api import load_cluster  # noqa: E402
-from slurmk8s.manifest import with_slurm_version  # noqa: E402
-from slurmk8s.render import ClusterKeys, config_files, node_conf  # noqa: E402
-from sandbox import Sandbox  # noqa: E402
-from sandbox.images import tags  # noqa: E402
-from sandbox.imagestore import ImageStore  # noqa: E402
-from tests.realslurm import SlurmNamespace  # noqa: E402
+from sandbox import Sandbox  # noqa: E402 - after the checkout is put on sys.path
+from sandbox.images import tags  # noqa: E402 - after the checkout is put on sys.path
+from sandbox.imagestore import ImageStore  # noqa: E402 - after the checkout is put on sys.path
+from slurmk8s import versions  # noqa: E402 - after the checkout is put on sys.path
+from slurmk8s.api import load_cluster  # noqa: E402 - after the checkout is put on sys.path
+from slurmk8s.manifest import with_slurm_version  # noqa: E402 - after the checkout is put on sys.path
+from slurmk8s.render import ClusterKeys, config_files, node_conf  # noqa: E402 - after the checkout is put on sys.path
+from tests.realslurm import SlurmNamespace  # noqa: E402 - after the checkout is put on sys.path
 
 EXAMPLE = ROOT / "examples" / "slurmcluster.yaml"
 SUBNET = "10.253.99.0/24"

@@ -23,11 +23,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from slurmk8s.bridge.memo import forget  # noqa: E402
-from slurmk8s.manifest import policies  # noqa: E402
-from slurmk8s.simulate.engine import Latencies, Run, Shape, bridge_setup, simulate  # noqa: E402
-from slurmk8s.simulate.traces import (  # noqa: E402
-    RequestModel, TrainingJob, parse_when, read_jobs, read_requests, replicas_from_requests, window)
+from slurmk8s.bridge.memo import forget  # noqa: E402 - after the checkout is put on sys.path
+from slurmk8s.manifest import policies  # noqa: E402 - after the checkout is put on sys.path
+from slurmk8s.simulate.engine import Latencies, Run, Shape, bridge_setup, simulate  # noqa: E402 - after the checkout is put on sys.path
+from slurmk8s.simulate.traces import (  # noqa: E402 - after the checkout is put on sys.path
+    RequestModel,
+    TrainingJob,
+    parse_when,
+    read_jobs,
+    read_requests,
+    replicas_from_requests,
+    window,
+)
 
 TRACES = Path("/work/shared/traces") if Path("/work/shared/traces").is_dir() else ROOT.parent / "shared" / "traces"
 

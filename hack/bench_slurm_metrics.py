@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from slurmk8s import versions  # noqa: E402
+from slurmk8s import versions  # noqa: E402 - after the checkout is put on sys.path
 
 MARK = "bench-slurm-metrics: "
 

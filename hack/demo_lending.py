@@ -34,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.common import wait_for  # noqa: E402
+from tests.e2e.common import wait_for  # noqa: E402 - after the checkout is put on sys.path
+
 SK = str(ROOT / ".venv" / "bin" / "slurmk8s")
 KUBECTL = str(ROOT / ".venv" / "bin" / "kubectl")
 STEPS = 240  # train.sh steps of 0.5 s: long enough to be reclaimed mid-run

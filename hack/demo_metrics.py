@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sandbox.prometheus import Prometheus  # noqa: E402
-from sandbox.sandbox import DEFAULT_STATE_DIR, Sandbox  # noqa: E402
+from sandbox.prometheus import Prometheus  # noqa: E402 - after the checkout is put on sys.path
+from sandbox.sandbox import DEFAULT_STATE_DIR, Sandbox  # noqa: E402 - after the checkout is put on sys.path
 
 
 def value(prom: Prometheus, expr: str) -> float | None:

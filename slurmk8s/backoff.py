@@ -68,9 +68,9 @@ def patiently(send: Callable[[], T], wait_of: Callable[[T], float | None], *, bu
     try ``budget`` seconds or more after the first: then the last answer."""
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_result(lambda answer: wait_of(answer) is not None),
-        wait=lambda state: wait_of(state.outcome.result()) or 0.0,  # type: ignore[union-attr]
+        wait=lambda state: wait_of(state.outcome.result()) or 0.0,  # type: ignore[union-attr]  # set once a try ended
         stop=tenacity.stop_after_attempt(max(1, tries)) | tenacity.stop_before_delay(budget),
-        retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]
+        retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]  # as above
         sleep=sleep, reraise=True)
     return retrying(send)
 
@@ -87,6 +87,6 @@ def round_backoff(failures: int, interval: float, cap: float = ROUND_BACKOFF_CAP
         return interval
     wait = _ROUND_WAITS.setdefault((interval, cap), tenacity.wait_exponential_jitter(
         multiplier=interval, max=cap, exp_base=2, jitter=interval))
-    state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]
+    state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]  # for the wait's arithmetic alone
     state.attempt_number = failures
     return float(wait(state))

@@ -85,14 +85,20 @@ def test_a_file_over_the_size_bound_is_refused_without_reading_it_all(tmp_path):
 
 # -- item 1: the Secrets a spec may name --------------------------------------------------------
 
-from slurmk8s.api import load_cluster  # noqa: E402
-from slurmk8s.api.secrets import (  # noqa: E402
-    ALLOWED_HOSTS_ANNOTATION, DATABASE_PASSWORD, OWNED_SECRET_SUFFIXES, SECRET_USE_LABEL, SSH_KEYS, secret_problem, secret_refs,
+from slurmk8s.api import load_cluster  # noqa: E402 - with the item's tests below
+from slurmk8s.api.secrets import (  # noqa: E402 - with the item's tests below
+    ALLOWED_HOSTS_ANNOTATION,
+    DATABASE_PASSWORD,
+    OWNED_SECRET_SUFFIXES,
+    SECRET_USE_LABEL,
+    SSH_KEYS,
+    secret_problem,
+    secret_refs,
 )
-from slurmk8s.render import ClusterKeys, render  # noqa: E402
-from slurmk8s.render.keys import key_secret_names  # noqa: E402
+from slurmk8s.render import ClusterKeys, render  # noqa: E402 - with the item's tests below
+from slurmk8s.render.keys import key_secret_names  # noqa: E402 - with the item's tests below
 
-from .conftest import labelled_user_secrets, minimal  # noqa: E402
+from .conftest import labelled_user_secrets, minimal  # noqa: E402 - with the item's tests below
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop"
 
@@ -203,16 +209,16 @@ def test_login_key_files_are_readable_by_root_only():
 
 # -- item 7: values Kubernetes or Slurm refuse later ---------------------------------------------
 
-import base64  # noqa: E402
-import re  # noqa: E402
+import base64  # noqa: E402 - with the item's tests below
+import re  # noqa: E402 - with the item's tests below
 
-from slurmk8s.api.fields import SLURM_DURATION_MAX_SECONDS, duration_seconds  # noqa: E402
-from slurmk8s.api.quantities import quantity_value  # noqa: E402
-from slurmk8s.api.secrets import DB_PASSWORD_RE  # noqa: E402
-from slurmk8s.slurm import SlurmClient, SlurmError  # noqa: E402
-from slurmk8s.slurm.accounting import Associations, QosLimits  # noqa: E402
+from slurmk8s.api.fields import SLURM_DURATION_MAX_SECONDS, duration_seconds  # noqa: E402 - with the item's tests below
+from slurmk8s.api.quantities import quantity_value  # noqa: E402 - with the item's tests below
+from slurmk8s.api.secrets import DB_PASSWORD_RE  # noqa: E402 - with the item's tests below
+from slurmk8s.slurm import SlurmClient, SlurmError  # noqa: E402 - with the item's tests below
+from slurmk8s.slurm.accounting import Associations, QosLimits  # noqa: E402 - with the item's tests below
 
-from .conftest import ROOT  # noqa: E402
+from .conftest import ROOT  # noqa: E402 - with the item's tests below
 
 
 @pytest.mark.parametrize("toleration,path", [

@@ -77,7 +77,7 @@ def test_requests_become_replicas_sized_to_the_peak_and_stretched(tmp_path):
     model = RequestModel(tokens_per_gpu_second=100, target_utilisation=0.5, bucket_seconds=60, peak_gpus=12)
     pods, stretch, scale = replicas_from_requests(requests, 1200.0, model)
     assert stretch == pytest.approx(1200.0 / 120)
-    in_use = lambda t: sum(p.gpus for p in pods if p.start <= t < p.end)  # noqa: E731
+    in_use = lambda t: sum(p.gpus for p in pods if p.start <= t < p.end)  # noqa: E731 - a one-line accessor
     assert in_use(900) == model.peak_gpus  # the busiest window needs the peak
     assert in_use(100) == math.ceil(model.peak_gpus * 100 / 300)  # the light one, in proportion
     # when demand falls, the newest pods end first
@@ -96,7 +96,7 @@ def test_with_a_daily_cycle_the_hour_repeats_times_the_profile_of_the_day(tmp_pa
                          daily=True)
     pods, stretch, _ = replicas_from_requests(read_requests(f), 2 * 86400.0, model)
     assert stretch == 1.0
-    in_use = lambda t: sum(p.gpus for p in pods if p.start <= t < p.end)  # noqa: E731
+    in_use = lambda t: sum(p.gpus for p in pods if p.start <= t < p.end)  # noqa: E731 - a one-line accessor
     peak_hour = DAILY_PROFILE.index(max(DAILY_PROFILE))
     trough_hour = DAILY_PROFILE.index(min(DAILY_PROFILE))
     # The busiest window (the heavy half of the hour, at the day's peak) needs the peak.

@@ -322,7 +322,7 @@ class Bridge:
             return report
         try:
             policy_objs = self._policies()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - any failure to list: an error of the round, reported
             report.errors.append(f"cannot list NodeLendingPolicies: {exc}")
             metrics.ROUNDS.labels("error").inc()
             return report
@@ -330,7 +330,7 @@ class Bridge:
         world: tuple[dict[str, dict], tuple[KubeNode, ...], tuple] | None
         try:
             world = self._world()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - any failure to list: an error of the round, reported
             report.errors.append(f"cannot list Nodes and Pods: {exc}")
             metrics.ROUNDS.labels("error").inc()
             return report

@@ -195,7 +195,7 @@ def _pod_index(pods: Sequence[KubePod]) -> PodIndex:
     if found is not None:
         return found
     last = _POD_INDEXES.latest()
-    index = last[1].updated(last[0], pods) if last is not None else None  # type: ignore[arg-type]
+    index = last[1].updated(last[0], pods) if last is not None else None  # type: ignore[arg-type]  # put() with pods
     return _POD_INDEXES.put(pods, index if index is not None else PodIndex.of(pods))
 
 

@@ -54,9 +54,11 @@ def _volumes(c: SlurmCluster) -> tuple[list[dict], list[dict]]:
         mounts.append({"name": "ldap-bind", "mountPath": LDAP_BIND_DIR, "readOnly": True})
     if ldap.ca is not None:
         cm, secret = ldap.ca.config_map, ldap.ca.secret
-        items = [{"key": (cm or secret).key, "path": "ca.crt"}]  # type: ignore[union-attr]
-        source = {"configMap": {"name": cm.name, "items": items, "defaultMode": 0o444}} if cm is not None else \
-            {"secret": {"secretName": secret.name, "items": items, "defaultMode": 0o444}}  # type: ignore[union-attr]
+        ca = cm if cm is not None else secret
+        assert ca is not None  # the API takes exactly one of the two
+        items = [{"key": ca.key, "path": "ca.crt"}]
+        source = {"configMap": {"name": ca.name, "items": items, "defaultMode": 0o444}} if cm is not None else \
+            {"secret": {"secretName": ca.name, "items": items, "defaultMode": 0o444}}
         volumes.append({"name": "ldap-ca", **source})
         mounts.append({"name": "ldap-ca", "mountPath": LDAP_CA_DIR, "readOnly": True})
     return volumes, mounts

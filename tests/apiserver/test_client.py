@@ -286,7 +286,7 @@ def test_label_selectors(cluster: Cluster, ns: str) -> None:
 def test_field_selectors(cluster: Cluster, ns: str) -> None:
     cluster.pod(ns, "fa")
     cluster.pod(ns, "fb", nodeName="some-node")
-    names = lambda **kw: sorted(p.metadata.name for p in cluster.core.list_namespaced_pod(ns, **kw).items)  # noqa: E731
+    names = lambda **kw: sorted(p.metadata.name for p in cluster.core.list_namespaced_pod(ns, **kw).items)  # noqa: E731 - a one-line accessor
     assert names(field_selector="metadata.name=fa") == ["fa"]
     assert names(field_selector="spec.nodeName=some-node") == ["fb"]
     assert names(field_selector="spec.nodeName!=some-node,status.phase=Pending") == ["fa"]

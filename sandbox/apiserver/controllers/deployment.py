@@ -296,7 +296,7 @@ class Deployments(Controller):
         spec = d.get("spec") or {}
         want = int(spec.get("replicas", 1))
         all_rs = [new, *old]
-        st = lambda rs, k: int((rs.get("status") or {}).get(k, 0))  # noqa: E731
+        st = lambda rs, k: int((rs.get("status") or {}).get(k, 0))  # noqa: E731 - a one-line accessor
         replicas = sum(st(rs, "replicas") for rs in all_rs)
         available = sum(st(rs, "availableReplicas") for rs in all_rs)
         ready = sum(st(rs, "readyReplicas") for rs in all_rs)
