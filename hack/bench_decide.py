@@ -28,7 +28,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -59,7 +59,7 @@ from slurmk8s.bridge.observed import KubeNode, KubePod, NodeTaint, Observed  # n
 from slurmk8s.render.names import lent_slurmd  # noqa: E402 - after the checkout is put on sys.path
 from slurmk8s.slurm.model import Job, Node, SlurmState  # noqa: E402 - after the checkout is put on sys.path
 
-NOW = datetime(2025, 3, 3, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 3, 3, 12, 0, tzinfo=UTC)
 LABELS = {"slurmk8s.dev/lendable": "true", "slurmk8s.dev/lendable-to": "hpc", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
           "topology.kubernetes.io/zone": "zone-a"}
 ALLOCATABLE = {"cpu": "95500m", "memory": "1031880Mi", "nvidia.com/gpu": "8", "pods": "110"}

@@ -41,9 +41,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -132,7 +133,6 @@ def start_local(kind: str, workdir: Path, **limits: Any) -> Target:
         return Target("127.0.0.1", server.port, path="/metrics", server=server, stop=server.stop)
     if kind == "webhook":
         from sandbox.apiserver import tls
-
         from slurmk8s.operator.webhook import LIMITS, PATH, WebhookServer
 
         pki = tls.ensure(workdir / "pki", ["localhost", "127.0.0.1"], "webhook")
@@ -253,7 +253,7 @@ class Load:
                 self._drop(sock)
             self.selector.close()
 
-    def __enter__(self) -> "Load":
+    def __enter__(self) -> Load:
         self.thread.start()
         return self
 
@@ -293,7 +293,7 @@ class _LoadProcess:
         with self.lock:
             return self.last
 
-    def __enter__(self) -> "_LoadProcess":
+    def __enter__(self) -> _LoadProcess:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -18,7 +18,6 @@ from slurmk8s import versions
 from slurmk8s.api import InvalidSpec
 from slurmk8s.cli import CONTEXT, FILE_OPTION, _fail
 
-
 STATE_DIR_OPTION = click.option(
     "--state-dir", type=click.Path(file_okay=False, path_type=Path), envvar="SLURMK8S_SANDBOX_DIR",
     default=None, show_default="/var/lib/slurmk8s/sandbox",
@@ -87,6 +86,7 @@ def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int,
       kubectl --kubeconfig "$(slurmk8s sandbox status -o json | jq -r .kubeconfig)" get slurmclusters
     """
     from slurmk8s.manifest import clusters_in, read_documents, with_slurm_version
+
     from . import SandboxFailed
 
     try:
@@ -324,8 +324,8 @@ def images_prune(cache_dir: Path | None) -> None:
 
     The test command (hack/test.sh) runs it after its builds.
     """
-    from .imagestore import ImageStore
     from . import publish, registry
+    from .imagestore import ImageStore
     from .kubelet import image_cache
     from .pulls import prune as prune_node_images
 

@@ -31,11 +31,11 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 import urllib3
 from kubernetes import client
@@ -43,10 +43,10 @@ from kubernetes.client.rest import ApiException
 
 from . import gpus, runcruntime, runtime
 from .distribution import Pulled, PullError
-from .pulls import NodeImages, pull_secret_auths
 from .kubeletserver import KubeletServer
 from .netpolwatch import PolicyAgent, wake_on_changes
 from .plan import PodPlan, hosts_file, pod_plan, token_requests
+from .pulls import NodeImages, pull_secret_auths
 
 Progress = Callable[[str], None]
 GPU = "nvidia.com/gpu"
@@ -63,7 +63,7 @@ def image_cache() -> Path:
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def _waiting(container: str, pod: str) -> APIError:
 
 
 class KubeletServer:
-    def __init__(self, kubelet: "Kubelet", ca_file: str | Path, pki_dir: Path, host: str = "127.0.0.1",
+    def __init__(self, kubelet: Kubelet, ca_file: str | Path, pki_dir: Path, host: str = "127.0.0.1",
                  port: int = 0):
         self.kubelet = kubelet
         self.ca_file = str(ca_file)
@@ -86,7 +86,7 @@ class KubeletServer:
 
     # Lifecycle
 
-    def start(self, until: threading.Event | None = None) -> "KubeletServer":
+    def start(self, until: threading.Event | None = None) -> KubeletServer:
         """Serve (in a thread of its own) until ``stop()``, or until ``until`` is set."""
         self._until = until
         self._thread = threading.Thread(target=self._run, name="kubelet-server", daemon=True)
@@ -140,7 +140,7 @@ class KubeletServer:
             while not self._stop.is_set() and not (self._until is not None and self._until.is_set()):
                 try:
                     await asyncio.wait_for(self._stop.wait(), 0.5)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
         finally:
             await runner.cleanup()
@@ -159,7 +159,7 @@ class KubeletServer:
 
     # Pods
 
-    def _find(self, namespace: str, pod: str, container: str) -> tuple["LocalPod", Path, Path]:
+    def _find(self, namespace: str, pod: str, container: str) -> tuple[LocalPod, Path, Path]:
         k = self.kubelet
         with k.lock:  # one being stopped only if there is no other (a StatefulSet's pod coming back)
             named = sorted((p for p in k.pods.values() if p.namespace == namespace and p.name == pod),
@@ -211,7 +211,7 @@ class KubeletServer:
             await resp.write(data)
         return budget
 
-    async def _follow(self, resp, f, path: Path, local: "LocalPod", pod_dir: Path, index: int,
+    async def _follow(self, resp, f, path: Path, local: LocalPod, pod_dir: Path, index: int,
                       budget: int | None) -> None:
         """Send what the container writes until it ends (or the pod is started
         again: a new log), the byte budget is spent, or the client goes."""

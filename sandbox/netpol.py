@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import ipaddress
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 from .apiserver.selectors import selects
 

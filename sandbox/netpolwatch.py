@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import urllib3
 from kubernetes import client, watch

@@ -31,9 +31,9 @@ What Kubernetes (with containerd) gives a container, and so this does:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Mapping, Sequence
 
 from . import gpus as gpu_devices
 from .apiserver.quantity import parse as parse_quantity

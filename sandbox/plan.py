@@ -10,12 +10,14 @@ spec says. ``hosts_file`` gives pods and Services their DNS names.
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Mapping, Sequence
 
 from slurmk8s.render.config import render_template
+
 from .apiserver.quantity import parse as parse_quantity
+
 
 @dataclass(frozen=True)
 class Mount:

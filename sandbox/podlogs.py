@@ -14,9 +14,10 @@ line selection are pure.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Mapping
+from typing import BinaryIO
 
 CURRENT, PREVIOUS = "log", "previous.log"
 

@@ -30,11 +30,11 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
-from .distribution import PullError, Pulled, Puller, Reference
+from .distribution import Pulled, Puller, PullError, Reference
 from .runtime import tree_bytes
 
 __all__ = ["NodeRegistries", "NodeImages", "default_policy", "pull_secret_auths",

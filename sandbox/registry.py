@@ -31,9 +31,9 @@ import subprocess
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import bcrypt
 import requests

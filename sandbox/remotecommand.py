@@ -12,8 +12,8 @@ which is not served.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 V5 = "v5.channel.k8s.io"
 V4 = "v4.channel.k8s.io"

@@ -29,13 +29,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from . import oci, podlogs
+from .distribution import Pulled
 from .images import ImageError
 from .plan import ContainerPlan, Mount, PodPlan
-from .distribution import Pulled
 from .runtime import SandboxError, _nul, alive, network_probe, write_files
 
 NAME = "runc"

@@ -12,9 +12,9 @@ import os
 import socket
 import subprocess
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from .plan import ContainerPlan, PodPlan
 

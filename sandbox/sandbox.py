@@ -42,23 +42,24 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
 
 import yaml
 
 from slurmk8s.api.cluster import GROUP, VERSION, SlurmCluster
 from slurmk8s.api.lending import LENDABLE_TO_LABEL
 from slurmk8s.api.secrets import SECRET_USE_LABEL, SSH_KEYS
-from slurmk8s.leader import lease_name
 from slurmk8s.bridge.nodestate import STATE_LABEL
+from slurmk8s.leader import lease_name
 from slurmk8s.render import names
 from slurmk8s.render.keys import ssh_keypair
 from slurmk8s.slurm import SlurmControl
 from slurmk8s.slurm.remote import cluster_agent
+
 from . import faults, images, install, podlogs, publish, pulls, registry, runcruntime, runtime, site, supervise
 from . import gpus as gpu_devices
 from .imagestore import ImageBuildFailed
@@ -104,7 +105,7 @@ class State:
     registry_port: int = 0
 
     @classmethod
-    def load(cls, path: Path) -> "State | None":
+    def load(cls, path: Path) -> State | None:
         if not path.exists():
             return None
         return cls(**json.loads(path.read_text()))

@@ -19,7 +19,7 @@ The operator's and bridge's namespace is at Pod Security ``restricted``.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from slurmk8s.api import SlurmCluster
 from slurmk8s.api.quantities import quantity_value

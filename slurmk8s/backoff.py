@@ -22,7 +22,8 @@ from __future__ import annotations
 import email.utils
 import re
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import tenacity
 

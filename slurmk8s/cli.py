@@ -26,6 +26,7 @@ from .slurm.control import AGENT_PORT, METRICS_PORT
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
+
     from .api.cluster import SlurmCluster
     from .api.lending import NodeLendingPolicy
 

@@ -38,9 +38,9 @@ nothing but the drain.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Iterable, Sequence
 
 from .slurm.model import Job, Node
 from .slurm.steps import Cancel, Drain, Requeue, SetDown, Signal, StartNow

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from http import HTTPStatus
-from typing import Any, Callable
+from typing import Any
 
 from .httpserver import HttpServer, Limits, Request, Response, error, json_response
 

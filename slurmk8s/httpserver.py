@@ -56,11 +56,12 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any, Callable, Iterable, Mapping, cast
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 try:
@@ -322,7 +323,7 @@ class _Pool:
 
 
 class _Connection(asyncio.Protocol):
-    def __init__(self, server: "HttpServer"):
+    def __init__(self, server: HttpServer):
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.tls: _Tls | None = None
@@ -728,7 +729,7 @@ class HttpServer:
         self._enter_waiting(conn)
         return True
 
-    def _victim(self, holding: bool = False) -> "_Connection | None":
+    def _victim(self, holding: bool = False) -> _Connection | None:
         """The oldest waiting connection of the address with the most waiting (``holding``:
         only connections holding bytes count)."""
         best, best_count = None, 0

@@ -20,8 +20,9 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 
@@ -196,7 +197,7 @@ class Informer(Generic[T]):
     def name(self) -> str:
         return f"{self.kind}/{self.namespace}" if self.namespace else self.kind
 
-    def start(self) -> "Informer[T]":
+    def start(self) -> Informer[T]:
         self._thread = threading.Thread(target=self.run, daemon=True, name=f"informer-{self.name}")
         self._thread.start()
         return self

@@ -31,15 +31,17 @@ import json
 import secrets
 import ssl
 import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
 
-from slurmk8s.backoff import busy, patiently, retry_after
-from slurmk8s.api.cluster import API_VERSION, PLURAL as CLUSTER_PLURAL
+from slurmk8s.api.cluster import API_VERSION
+from slurmk8s.api.cluster import PLURAL as CLUSTER_PLURAL
 from slurmk8s.api.lending import PLURAL as POLICY_PLURAL
+from slurmk8s.backoff import busy, patiently, retry_after
 from slurmk8s.render.names import FIELD_MANAGER
 
 __all__ = ["Kube", "ApiError", "RESOURCES", "Resource", "load_configuration"]
@@ -142,7 +144,7 @@ class Kube:
         self._http = urllib3.PoolManager(num_pools=4, maxsize=32, **kwargs)
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: str | None = None, **kwargs: Any) -> "Kube":
+    def from_kubeconfig(cls, kubeconfig: str | None = None, **kwargs: Any) -> Kube:
         return cls(load_configuration(kubeconfig), **kwargs)
 
     def bearer_token(self) -> str | None:
@@ -367,7 +369,7 @@ class Kube:
         (creating it again is refused with 409); by default a fresh one."""
         meta = involved["metadata"]
         namespace = meta.get("namespace") or "default"
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         ref = {"kind": involved["kind"], "apiVersion": involved.get("apiVersion", "v1"), "name": meta["name"]}
         for key in ("namespace", "uid", "resourceVersion"):
             if meta.get(key):

@@ -49,8 +49,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import structlog
 from prometheus_client import Gauge
@@ -129,7 +130,7 @@ class Timing:
             raise ValueError(f"leader election needs lease > renew deadline > retry > 0, not {self}")
 
     @classmethod
-    def for_lease(cls, seconds: float) -> "Timing":
+    def for_lease(cls, seconds: float) -> Timing:
         """The timings of a lease of ``seconds``, in client-go's ratios (15, 10, 2)."""
         if not LEASE_SECONDS_MIN <= seconds <= LEASE_SECONDS_MAX:
             raise ValueError(f"the lease duration must be {LEASE_SECONDS_MIN} to {LEASE_SECONDS_MAX} seconds, "
@@ -326,7 +327,7 @@ class Elector:
                     self.on_lost()
                 return
 
-    def start(self) -> "Elector":
+    def start(self) -> Elector:
         for target, what in ((self._loop, "lease"), (self._watchdog, "lease-watchdog")):
             t = threading.Thread(target=target, daemon=True, name=what)
             t.start()

@@ -10,16 +10,15 @@ well under a second instead of keeping a command busy for minutes.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import yaml
 
 from .api import InvalidSpec, NodeLendingPolicy, SlurmCluster, load_cluster, load_policy
 from .api.cluster import API_VERSION, KIND
-from .api.lending import KIND as POLICY_KIND
 from .api.errors import FieldError
-
+from .api.lending import KIND as POLICY_KIND
 
 _stdin: str | None = None
 

@@ -18,7 +18,8 @@ Where a permission is needed:
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, NamedTuple, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from .kube import RESOURCES
 

@@ -25,9 +25,10 @@ import posixpath
 import re
 import stat
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = [
     "LATEST", "VERSION", "LATEST_MAX", "LoadError", "Model", "check_parts", "open_beneath", "read_beneath_fd",

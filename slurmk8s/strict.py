@@ -13,7 +13,7 @@ decision (decide toward Kubernetes).
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 __all__ = ["count", "counts", "parse_time", "not_after", "MAX_JOB_ID"]
 
@@ -65,7 +65,7 @@ def parse_time(value: str | None) -> datetime | None:
         return None
     try:
         t = datetime(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"] or 0), int(m["mi"] or 0),
-                     int(m["s"] or 0), int((m["f"] or "0").ljust(6, "0")[:6]), tzinfo=timezone.utc)
+                     int(m["s"] or 0), int((m["f"] or "0").ljust(6, "0")[:6]), tzinfo=UTC)
         z = m["z"]
         if z and z != "Z":
             hours, minutes = int(z[1:3]), int(z[4:6])

@@ -10,7 +10,7 @@ raising.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from .strict import parse_time  # the one strict reader of times (RFC 3339)
 
@@ -19,12 +19,12 @@ __all__ = ["format_time", "parse_time", "aware", "from_epoch"]
 
 def aware(t: datetime) -> datetime:
     """``t`` with a time zone: a naive time is UTC."""
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def from_epoch(seconds: float) -> datetime:
     """A POSIX timestamp (``time.time()``) as an aware UTC datetime."""
-    return datetime.fromtimestamp(seconds, tz=timezone.utc)
+    return datetime.fromtimestamp(seconds, tz=UTC)
 
 
 def format_time(t: datetime | float, *, millis: bool = False) -> str:
@@ -32,7 +32,7 @@ def format_time(t: datetime | float, *, millis: bool = False) -> str:
     down); ``t`` a datetime or a POSIX timestamp."""
     if not isinstance(t, datetime):
         t = from_epoch(t if millis else int(t))
-    t = aware(t).astimezone(timezone.utc)
+    t = aware(t).astimezone(UTC)
     # Not strftime: its %Y writes the year 1 as "1", which no reader takes.
     text = f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
     return text + (f".{t.microsecond // 1000:03d}Z" if millis else "Z")

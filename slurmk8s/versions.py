@@ -15,7 +15,6 @@ Pure: no imports from the rest of slurmk8s, so every layer may use it.
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 
 #: Options of mmdebstrap for a suite whose Release file has passed its

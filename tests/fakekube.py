@@ -14,11 +14,11 @@ import copy
 import hashlib
 import itertools
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
+from sandbox.apiserver.patch import merge_patch
 from slurmk8s.kube import RESOURCES, ApiError, Kube
 from slurmk8s.permissions import allows, of_kind
-from sandbox.apiserver.patch import merge_patch
 
 _ids = itertools.count(1)
 

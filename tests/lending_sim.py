@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from slurmk8s.api import NodeLendingPolicy, SlurmCluster, load_cluster, load_policy
 from slurmk8s.api.cluster import lent_nodeset
@@ -28,14 +28,14 @@ from slurmk8s.bridge.observed import KubeNode, KubePod, Observed, PolicyGone, Un
 from slurmk8s.bridge.patches import NODE_PATCH_ACTIONS, node_patch
 from slurmk8s.bridge.patches import applied as patched  # noqa: F401 (the tests name it so)
 from slurmk8s.render.manifests import lent_slurmd_pod
-from slurmk8s.simulate import slurmrules
 from slurmk8s.render.names import lent_slurmd
+from slurmk8s.simulate import slurmrules
 from slurmk8s.slurm import steps
 from slurmk8s.slurm.client import NotOurDrain, SlurmError
 from slurmk8s.slurm.model import DRAIN_PREFIX, Job, Node, SlurmState
 from slurmk8s.slurm.reservations import Reservation, lend_reservation_name
 
-T0 = datetime(2025, 3, 3, 12, 0, 0, tzinfo=timezone.utc)  # a Monday
+T0 = datetime(2025, 3, 3, 12, 0, 0, tzinfo=UTC)  # a Monday
 #: A GPU node its owner allows the policies of namespace hpc to lend (decision record 15).
 GPU_LABELS = {"slurmk8s.dev/lendable": "true", "slurmk8s.dev/lendable-to": "hpc",
               "nvidia.com/gpu.product": "NVIDIA-H100-80GB"}
@@ -105,11 +105,11 @@ class World:
     reservations_known: bool = True
 
     @classmethod
-    def of(cls, nodes=(), pods=(), snodes=(), jobs=(), **kw) -> "World":
+    def of(cls, nodes=(), pods=(), snodes=(), jobs=(), **kw) -> World:
         return cls(nodes={n.name: n for n in nodes}, pods={(p.namespace, p.name): p for p in pods},
                    snodes={s.name: s for s in snodes}, jobs={j.job_id: j for j in jobs}, **kw)
 
-    def copy(self) -> "World":
+    def copy(self) -> World:
         return copy.deepcopy(self)
 
     def observed(self) -> Observed:

@@ -14,8 +14,8 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from slurmk8s.render import ClusterKeys
 
@@ -123,7 +123,7 @@ class SlurmNamespace:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
 
-    def __enter__(self) -> "SlurmNamespace":
+    def __enter__(self) -> SlurmNamespace:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -18,8 +18,8 @@ from slurmk8s.operator.status import compute
 from slurmk8s.render import ClusterKeys, names, render
 from slurmk8s.render.keys import keys_from_secrets
 from slurmk8s.slurm import SlurmClient
-from slurmk8s.slurm.client import LocalRunner
 from slurmk8s.slurm.accounting import Associations, QosLimits, State, commands, minutes, parse_state, with_members
+from slurmk8s.slurm.client import LocalRunner
 
 UID = "c0ffee00-0000-4000-8000-000000000002"
 

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sandbox.imagestore import ImageStore
 from slurmk8s import versions
 from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, render
 from slurmk8s.render.slurmd import TERMINATING_DRAIN_REASON
-from sandbox.imagestore import ImageStore
 
 pytestmark = [pytest.mark.images, pytest.mark.slurm, pytest.mark.timeout(900)]
 

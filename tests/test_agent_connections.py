@@ -99,7 +99,7 @@ class _KeepAliveProbers:
             try:
                 if not s.recv(1):
                     raise OSError("closed")
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 s.close()

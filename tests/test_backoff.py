@@ -6,16 +6,17 @@ backoff grows, jitters and is capped."""
 
 from __future__ import annotations
 
-from itertools import pairwise
 import email.utils
 import json
 import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
 
 import pytest
-from hypothesis import event, given, settings, strategies as st
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from slurmk8s.backoff import RETRY_AFTER_CAP, busy, retry_after, round_backoff
 from slurmk8s.kube import ApiError, Kube

@@ -8,7 +8,7 @@ stand-in, and what it cannot load is run by every cause and every owner's change
 from __future__ import annotations
 
 import base64
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -21,7 +21,7 @@ from slurmk8s.slurm.model import Job, Node
 
 from .apiserver.conftest import CRDS, start_server
 
-NOW = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 GPU = {"nvidia.com/gpu": "4"}
 
 
@@ -223,7 +223,7 @@ def test_a_watching_bridge_acts_on_a_change_without_waiting_for_its_interval(wor
     cluster, listing, memory = world
     cluster.node("gpu-a", cpu="8", memory="64Gi", labels={LENDABLE_TO_LABEL: "default"}, extra=GPU, ready=True)
     cluster.core.patch_node("gpu-a", {"metadata": {"annotations": {
-        IDLE_SINCE_ANNOTATION: format_time(datetime.now(timezone.utc) - timedelta(minutes=5))}}})
+        IDLE_SINCE_ANNOTATION: format_time(datetime.now(UTC) - timedelta(minutes=5))}}})
     bridge = watching_bridge(listing.kube, ["default"], agent=lambda c, token, pod: Facade(memory))
     stop = threading.Event()
     thread = threading.Thread(target=bridge.run_forever, args=(600,), kwargs={"stop": stop.is_set}, daemon=True)

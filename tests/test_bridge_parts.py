@@ -3,7 +3,7 @@ patches, the Node record and the Kubernetes JSON parsers."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
@@ -74,7 +74,7 @@ def w(start, end, days=None, tz="UTC"):
     return LendingWindow.model_validate(spec)
 
 
-MONDAY = datetime(2025, 3, 3, tzinfo=timezone.utc)
+MONDAY = datetime(2025, 3, 3, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("windows,when,inside", [
@@ -96,8 +96,8 @@ def test_lending_windows(windows, when, inside):
 
 def test_windows_follow_the_time_zone_through_daylight_saving():
     window = [w("09:00", "17:00")]
-    winter = datetime(2025, 1, 6, 8, 30, tzinfo=timezone.utc)   # 09:30 in Berlin (UTC+1)
-    summer = datetime(2025, 7, 7, 7, 30, tzinfo=timezone.utc)   # 09:30 in Berlin (UTC+2)
+    winter = datetime(2025, 1, 6, 8, 30, tzinfo=UTC)   # 09:30 in Berlin (UTC+1)
+    summer = datetime(2025, 7, 7, 7, 30, tzinfo=UTC)   # 09:30 in Berlin (UTC+2)
     assert in_window(window, "Europe/Berlin", winter) and in_window(window, "Europe/Berlin", summer)
     assert not in_window(window, "UTC", summer)
 
@@ -106,7 +106,7 @@ def test_windows_follow_the_time_zone_through_daylight_saving():
 
 
 def test_times_round_trip_through_annotations():
-    t = datetime(2025, 3, 3, 12, 0, 7, 999, tzinfo=timezone.utc)
+    t = datetime(2025, 3, 3, 12, 0, 7, 999, tzinfo=UTC)
     assert format_time(t) == "2025-03-03T12:00:07Z"
     assert parse_time(format_time(t)) == t.replace(microsecond=0)
     assert parse_time("yesterday") is None and parse_time(None) is None
@@ -188,7 +188,7 @@ POD_JSON = {
 def test_a_node_is_read_from_the_kubernetes_api():
     node = node_from_api(NODE_JSON)
     assert node.name == "gpu-7" and node.ready and node.unschedulable and node.gpus == 8
-    assert node.record.taint == "demo" and node.record.idle_since == datetime(2025, 3, 3, 11, tzinfo=timezone.utc)
+    assert node.record.taint == "demo" and node.record.idle_since == datetime(2025, 3, 3, 11, tzinfo=UTC)
     assert node.allocatable["cpu"] == "95500m"
 
 

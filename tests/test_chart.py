@@ -9,8 +9,8 @@ against the official Kubernetes schemas.
 
 from __future__ import annotations
 
-import functools
 import base64
+import functools
 import json
 import re
 
@@ -26,8 +26,8 @@ from slurmk8s.api.crd import all_crds
 from slurmk8s.bridge.permissions import BRIDGE
 from slurmk8s.leader import LEASE_SECONDS_MAX, LEASE_SECONDS_MIN, lease_name, legacy_lease_name
 from slurmk8s.operator.permissions import OPERATOR
-from slurmk8s.permissions import allows, grants, of_kind
 from slurmk8s.operator.plan import MANAGED_KINDS
+from slurmk8s.permissions import allows, grants, of_kind
 from slurmk8s.render import render
 
 from .conftest import EXAMPLE, ROOT

@@ -20,23 +20,23 @@ import pytest
 import yaml
 from kubernetes import client
 
+from sandbox.apiserver import audit
 from slurmk8s.bridge.loop import FIELD_MANAGER
 from slurmk8s.bridge.main import watching_bridge
-from slurmk8s.leader import Elector, Timing, lease_name, legacy_lease_name
 from slurmk8s.bridge.nodestate import STATE_LABEL
+from slurmk8s.kube import ApiError, Kube
+from slurmk8s.leader import Elector, Timing, lease_name, legacy_lease_name
+from slurmk8s.operator.handlers import FINALIZER, register
 from slurmk8s.operator.round import Operator
 from slurmk8s.operator.teardown import PATIENCE as TEARDOWN_PATIENCE
-from slurmk8s.operator.handlers import FINALIZER, register
-from slurmk8s.kube import ApiError, Kube
 from slurmk8s.permissions import allows
 from slurmk8s.render import names
 from slurmk8s.render.keys import key_secret_names
-from sandbox.apiserver import audit
 
 from .apiserver.conftest import CRDS, start_server, wait_for
 from .conftest import labelled_user_secrets
 from .test_bridge_loop import NOW, Facade, MemorySlurm, idle_node
-from .test_chart import NAMESPACE, RELEASE, RBAC_VALUE_SETS, WATCHED, declared, objects, of, one, watched
+from .test_chart import NAMESPACE, RBAC_VALUE_SETS, RELEASE, WATCHED, declared, objects, of, one, watched
 
 #: Every verb RBAC knows for resources (besides escalate, bind, impersonate, which no rule names).
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")

@@ -12,8 +12,7 @@ import subprocess
 
 import pytest
 
-from slurmk8s.slurm import SlurmClient
-from slurmk8s.slurm import checkpoints
+from slurmk8s.slurm import SlurmClient, checkpoints
 from slurmk8s.slurm.checkpoints import job_dir, last_write, user_dir
 
 

@@ -93,9 +93,10 @@ import copy
 import ipaddress
 import re
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import kubernetes_validate
 import pytest
@@ -103,7 +104,13 @@ import yaml
 
 from slurmk8s.api import InvalidSpec, load_cluster, load_policy
 from slurmk8s.api.fields import (
-    RESERVED_USERS, SLURM_NAME_RE, SYSTEM_GROUPS, SYSTEM_ID_BLOCK, duration_seconds, quantity_value, unprintable,
+    RESERVED_USERS,
+    SLURM_NAME_RE,
+    SYSTEM_GROUPS,
+    SYSTEM_ID_BLOCK,
+    duration_seconds,
+    quantity_value,
+    unprintable,
 )
 from slurmk8s.api.secrets import OWNED_SECRET_SUFFIXES
 from slurmk8s.api.validate import EXTRA_LINE_KEYS, OWNED_KEYS, PROGRAM_KEYS

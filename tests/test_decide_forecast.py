@@ -9,7 +9,7 @@ from slurmk8s.api.lending import NodeLendingPolicyStatus
 from slurmk8s.bridge import actions as A
 from slurmk8s.bridge import forecast as F
 from slurmk8s.bridge.choose import at_risk
-from slurmk8s.bridge.foresight import demand_status, Foresight
+from slurmk8s.bridge.foresight import Foresight, demand_status
 from slurmk8s.bridge.nodestate import LENT, POLICY_ANNOTATION
 from slurmk8s.slurm.steps import DeleteNode, Reserve, Unreserve
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from slurmk8s.api.lending import LENDABLE_TO_LABEL, NodeLendingPolicy
 from slurmk8s.bridge import actions as A
+from slurmk8s.bridge.decide import DEFAULT_RECLAIM
 from slurmk8s.bridge.nodestate import (
     COMPONENT_LABEL,
     DOWN_OWED_ANNOTATION,
@@ -31,9 +32,8 @@ from slurmk8s.bridge.nodestate import (
     TAINT_KEY,
     format_time,
 )
-from slurmk8s.bridge.decide import DEFAULT_RECLAIM
-from slurmk8s.render.names import lent_slurmd
 from slurmk8s.bridge.observed import KubePod, NodeTaint, PolicyGone, UnreadableCluster
+from slurmk8s.render.names import lent_slurmd
 from slurmk8s.slurm.model import DRAIN_PREFIX
 
 from .lending_sim import GPU_LABELS, T0, World, cluster, gpu_node, gpu_pod, job, policy, slurm_node

@@ -14,7 +14,12 @@ import pytest
 
 from slurmk8s.bridge import actions as A
 from slurmk8s.bridge.nodestate import (
-    COMPONENT_LABEL, FREE_GPUS_ANNOTATION, FREE_SINCE_ANNOTATION, LENT, SLURMD_COMPONENT, format_time,
+    COMPONENT_LABEL,
+    FREE_GPUS_ANNOTATION,
+    FREE_SINCE_ANNOTATION,
+    LENT,
+    SLURMD_COMPONENT,
+    format_time,
 )
 from slurmk8s.bridge.observed import KubePod, pod_from_api, requested
 from slurmk8s.bridge.patches import node_patch

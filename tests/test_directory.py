@@ -20,7 +20,13 @@ from slurmk8s.render.keys import ClusterKeys
 from slurmk8s.slurm import RemoteSlurm, SlurmClient
 from slurmk8s.slurm.agent import AgentServer
 from slurmk8s.slurm.directory import (
-    GROUPS_MAX_BYTES, STALE_SECONDS, Verdict, parse_groups, parse_verdict, read_groups, read_verdict,
+    GROUPS_MAX_BYTES,
+    STALE_SECONDS,
+    Verdict,
+    parse_groups,
+    parse_verdict,
+    read_groups,
+    read_verdict,
 )
 
 from .conftest import EXAMPLE, ROOT

@@ -4,18 +4,28 @@ grace period, requeue or cancel, start again at once, DOWN for a lost slurmd."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmk8s.evacuation import (
-    CANCEL, Cancel, Drain, Policy, Record, Requeue, SetDown, Signal, StartNow, evacuate, held,
+    CANCEL,
+    Cancel,
+    Drain,
+    Policy,
+    Record,
+    Requeue,
+    SetDown,
+    Signal,
+    StartNow,
+    evacuate,
+    held,
 )
 from slurmk8s.slurm.model import Job, Node
 from slurmk8s.times import format_time, from_epoch, parse_time
 
-T0 = datetime(2026, 5, 4, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
 N = "demo-gpu-1"
 POLICY = Policy(purpose="scale-in", drain_reason="scale-in", signal="USR1", grace_seconds=60)
 

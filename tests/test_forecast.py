@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +13,7 @@ from slurmk8s.bridge import forecast as F
 
 from .reach import reached, reaches
 
-T0 = datetime(2025, 3, 3, 0, 0, 0, tzinfo=timezone.utc)  # a Monday, midnight
+T0 = datetime(2025, 3, 3, 0, 0, 0, tzinfo=UTC)  # a Monday, midnight
 
 
 def feed(values, start=T0, step=F.STEP):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
+from sandbox.faults import fault_commands
 from slurmk8s.api import load_cluster
 from slurmk8s.api.errors import InvalidSpec
 from slurmk8s.api.status import SlurmClusterStatus
@@ -25,8 +26,6 @@ from slurmk8s.render.config import HEALTH_CHECK_PROGRAM
 from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.render.slurmd import SITE_CHECKS_DIR
 from slurmk8s.slurm.model import Node, unhealthy
-
-from sandbox.faults import fault_commands
 
 from .conftest import ROOT, minimal
 

@@ -92,8 +92,8 @@ def test_install_upgrade_and_uninstall(cluster, tmp_path):
     assert args[args.index("--log-level") + 1] == "debug"
     assert c.apps.read_namespaced_deployment("slurmk8s", SYSTEM).spec.template != old_template
     def operator_replica_sets():
-        return sorted((r.spec.replicas for r in c.apps.list_namespaced_replica_set(
-            SYSTEM, label_selector="app.kubernetes.io/component=operator").items))
+        return sorted(r.spec.replicas for r in c.apps.list_namespaced_replica_set(
+            SYSTEM, label_selector="app.kubernetes.io/component=operator").items)
 
     # One ReplicaSet per pod template: the upgrade rolls the operator. No kubelet
     # runs these pods, so none turns Ready: with maxUnavailable 0 the old two stay

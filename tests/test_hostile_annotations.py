@@ -7,7 +7,7 @@ round that saw it."""
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -73,7 +73,7 @@ def numberish() -> st.SearchStrategy[str]:
 def timeish() -> st.SearchStrategy[str]:
     """RFC 3339 times, well and badly formed, at the edges of the calendar and far in the future."""
     fine = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30),
-                        timezones=st.just(timezone.utc)).map(format_time)
+                        timezones=st.just(UTC)).map(format_time)
     offset = st.tuples(st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31)),
                        st.integers(-23, 23), st.integers(0, 59)).map(
         lambda t: t[0].strftime("%Y-%m-%dT%H:%M:%S").rjust(19, "0") + f"{'+' if t[1] >= 0 else '-'}"
@@ -144,7 +144,7 @@ def test_reading_any_annotations_labels_and_taints_never_raises():
         observe_nodesets_of(ann, gpus, obj)
         for t in (rec.since, rec.signalled, rec.forced, rec.idle_since, record.started, record.signalled,
                   record.forced, node.not_ready_since):
-            assert t is None or (t.tzinfo is timezone.utc and format_time(t))  # readable, and writable back
+            assert t is None or (t.tzinfo is UTC and format_time(t))  # readable, and writable back
         # What the examples reach: the interesting branches, counted.
         raw_free = ann.get(FREE_GPUS_ANNOTATION)
         branches = {
@@ -215,12 +215,12 @@ def test_job_ids_keep_only_what_reads_as_a_slurm_job_id():
 @pytest.mark.parametrize("value", EDGE_TIMES[1:])
 def test_a_time_is_rfc_3339_in_utc_or_nothing(value):
     t = strict.parse_time(value)
-    assert t is None or (t.tzinfo is timezone.utc and strict.parse_time(format_time(t, millis=True)) is not None)
+    assert t is None or (t.tzinfo is UTC and strict.parse_time(format_time(t, millis=True)) is not None)
 
 
 def test_the_year_one_is_written_so_that_it_reads_back():
     """strftime wrote the year 1 as "1", which no reader takes."""
-    t = datetime(1, 1, 1, 1, tzinfo=timezone.utc)
+    t = datetime(1, 1, 1, 1, tzinfo=UTC)
     assert format_time(t) == "0001-01-01T01:00:00Z" and strict.parse_time(format_time(t)) == t
 
 

@@ -76,7 +76,7 @@ def test_a_request_trickled_past_its_deadline_is_cut_with_a_json_408(target):
             try:
                 sock.sendall(b"X")
                 answer += sock.recv(65536)
-            except (socket.timeout, ssl.SSLWantReadError):
+            except (TimeoutError, ssl.SSLWantReadError):
                 continue
             except (OSError, ssl.SSLError):
                 break

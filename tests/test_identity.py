@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurmk8s.api.errors import InvalidSpec
 from slurmk8s.api.fields import PERSON_ID_MIN, POSIX_NAME_RE, SYSTEM_ID_BLOCK
@@ -21,10 +22,9 @@ from slurmk8s.api.secrets import SecretRef, secret_problem, secret_refs
 from slurmk8s.api.validate import load_cluster
 from slurmk8s.render import names
 from slurmk8s.render.config import PROLOG, sssd_conf
+from slurmk8s.render.identity import PIPES_DIR
 from slurmk8s.render.keys import ClusterKeys
 from slurmk8s.render.manifests import lent_slurmd_pod, render
-
-from slurmk8s.render.identity import PIPES_DIR
 from slurmk8s.slurm.directory import GROUPS_FILE, VERDICT_FILE
 
 from .conftest import EXAMPLE, ROOT

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from sandbox import images as rules
+from sandbox.imagestore import Image, ImageStore
 from slurmk8s import __version__, versions
 from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, TopologyNode, render
 from slurmk8s.render.slurmd import TERMINATING_DRAIN_REASON
-from sandbox import images as rules
-from sandbox.imagestore import Image, ImageStore
 from slurmk8s.slurm.model import job_from_json, node_from_json, release_of
 
 from .conftest import example_without_accounting

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmk8s import __version__, versions
-from slurmk8s.manifest import clusters
-from slurmk8s.render import ClusterKeys, names, render
 from sandbox import images as rules
 from sandbox.images import IgnoreRules, ImageConfig, ImageError, Recipe, container_process
 from sandbox.imagestore import ImageBuildFailed, ImageStore, context_listing
+from slurmk8s import __version__, versions
+from slurmk8s.manifest import clusters
+from slurmk8s.render import ClusterKeys, names, render
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = sorted(p.parent.name for p in ROOT.glob("images/*/Dockerfile"))

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = sorted(ROOT.glob("images/*/Dockerfile"))
 SCRIPTS = sorted(

@@ -4,7 +4,8 @@ source; and what the bridge does with a cache that is not synced."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 

@@ -12,10 +12,10 @@ import time
 import pytest
 import yaml
 
-from slurmk8s.api import load_cluster
-from slurmk8s.render import ClusterKeys, render
 from sandbox import runtime
 from sandbox.kubelet import SandboxNode
+from slurmk8s.api import load_cluster
+from slurmk8s.render import ClusterKeys, render
 from slurmk8s.slurm.remote import RemoteSlurm
 
 from .conftest import example_without_accounting

@@ -13,11 +13,20 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurmk8s.kube import ApiError, Kube
-from slurmk8s.leader import (LEASE_SECONDS_MAX, LEASE_SECONDS_MIN, Elector, Timing, claim, lease_name,
-                              legacy_lease_name, released)
+from slurmk8s.leader import (
+    LEASE_SECONDS_MAX,
+    LEASE_SECONDS_MIN,
+    Elector,
+    Timing,
+    claim,
+    lease_name,
+    legacy_lease_name,
+    released,
+)
 
 from .apiserver.conftest import Cluster, start_server, wait_for
 

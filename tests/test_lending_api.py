@@ -197,9 +197,9 @@ def test_validate_command_checks_policies_too(tmp_path):
 def test_the_sandboxs_lendable_nodes_are_ones_the_example_policy_may_lend():
     """The sandbox labels its lendable nodes for the cluster's namespace, as a
     platform team would (decision record 15), so the example policy lends them."""
+    from sandbox.sandbox import sandbox_nodes
     from slurmk8s.api import load_cluster
     from slurmk8s.api.lending import may_lend
-    from sandbox.sandbox import sandbox_nodes
     cluster = load_cluster(yaml.safe_load((ROOT / "examples" / "slurmcluster.yaml").read_text()))
     pol = load_policy(yaml.safe_load(EXAMPLE.read_text()))
     nodes = sandbox_nodes(cluster, lendable=2)

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from slurmk8s.render import names
 from slurmk8s.render.config import GPU_FILES
-from slurmk8s.slurm.hostlist import expand
 from slurmk8s.render.lent import DEFAULT_GPU_TYPE, GPU_PRODUCT_LABEL, UnlendableNode, lent_node
+from slurmk8s.slurm.hostlist import expand
 
 from .reach import reached, reaches
 

@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.api.fields import RESERVED_NAMES
 from slurmk8s.bridge.observed import KubePod
-from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
-from slurmk8s.render import names
+from slurmk8s.render import ClusterKeys, TopologyNode, config_files, names, render
 from slurmk8s.render.lent import UnlendableNode, lent_node
 from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.render.slurmd import node_conf

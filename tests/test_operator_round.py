@@ -12,7 +12,6 @@ carried in memory from one round to the next.
 
 from __future__ import annotations
 
-from itertools import pairwise
 import base64
 import copy
 import json
@@ -20,8 +19,9 @@ import os
 import threading
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from datetime import datetime, timezone
+from itertools import pairwise
 
 import kopf
 import pytest
@@ -32,16 +32,16 @@ from slurmk8s.api import load_cluster
 from slurmk8s.api.secrets import SECRET_USE_LABEL
 from slurmk8s.evacuation import held
 from slurmk8s.events import Event
+from slurmk8s.kube import ApiError
+from slurmk8s.operator.handlers import HURRY_SECONDS, ROUND_BACKOFF_CAP, Handlers
+from slurmk8s.operator.permissions import OPERATOR
 from slurmk8s.operator.round import Operator, Outcome, RoundFailed
 from slurmk8s.operator.teardown import PATIENCE as TEARDOWN_PATIENCE
-from slurmk8s.operator.handlers import HURRY_SECONDS, ROUND_BACKOFF_CAP, Handlers
-from slurmk8s.kube import ApiError
-from slurmk8s.operator.permissions import OPERATOR
 from slurmk8s.permissions import grants
 from slurmk8s.render import ClusterKeys, config_files, names, node_conf
 from slurmk8s.slurm import RemoteSlurm, SlurmClient
-from slurmk8s.slurm.model import Job, Node, node_to_dict
 from slurmk8s.slurm.agent import AgentServer
+from slurmk8s.slurm.model import Job, Node, node_to_dict
 
 from .conftest import labelled_user_secrets
 from .fakekube import FakeKube, claim_name
@@ -905,7 +905,7 @@ def test_scale_in_drains_signals_waits_requeues_then_removes_the_node(world, tmp
 
 
 def held_back(j: Job, at: float) -> bool:
-    return held(j, datetime.fromtimestamp(at, tz=timezone.utc))
+    return held(j, datetime.fromtimestamp(at, tz=UTC))
 
 NODES = ("demo-cpu-0", "demo-cpu-1")
 

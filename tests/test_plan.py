@@ -10,10 +10,17 @@ from hypothesis import HealthCheck, assume, given, settings
 from slurmk8s import versions
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.operator.plan import (
-    MANAGED_KINDS, Create, Delete, Update, differences, is_ours, key, plan, with_replicas,
+    MANAGED_KINDS,
+    Create,
+    Delete,
+    Update,
+    differences,
+    is_ours,
+    key,
+    plan,
+    with_replicas,
 )
-from slurmk8s.render import ClusterKeys, render
-from slurmk8s.render import names
+from slurmk8s.render import ClusterKeys, names, render
 
 from .fakekube import claim_name
 from .reach import reached, reaches

@@ -10,11 +10,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sandbox.apiserver import schema
 from slurmk8s import versions
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.api.validate import OWNED_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
-from sandbox.apiserver import schema
 
 from .reach import reached, reaches
 from .test_corpus import _check_name as check_name

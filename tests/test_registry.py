@@ -32,10 +32,10 @@ import requests
 from click.testing import CliRunner
 
 from sandbox import registry as reg
-from sandbox.distribution import DOCKER_MANIFEST, PullError, Puller, Reference, credentials_for
+from sandbox.distribution import DOCKER_MANIFEST, Puller, PullError, Reference, credentials_for
+from sandbox.images import ImageError, push_ref
 from sandbox.layers import LayerError, unpack_layer
 from sandbox.pulls import DOCKERCONFIGJSON, NodeImages, NodeRegistries, default_policy, pull_secret_auths
-from sandbox.images import ImageError, push_ref
 
 # --- layers built here ------------------------------------------------------------------------
 
@@ -460,7 +460,7 @@ def token_service(tmp_path):
             for scope in query.get("scope", []):
                 kind, name, actions = scope.split(":")
                 access.append({"type": kind, "name": name, "actions": actions.split(",")})
-            now = int(datetime.datetime.now(datetime.timezone.utc).timestamp())
+            now = int(datetime.datetime.now(datetime.UTC).timestamp())
             header = {"alg": "ES256", "typ": "JWT",
                       "x5c": [base64.b64encode(leaf.public_bytes(serialization.Encoding.DER)).decode()]}
             claims = {"iss": "test-issuer", "sub": "u", "aud": query["service"][0], "exp": now + 300,

@@ -6,19 +6,18 @@ become the facade's exceptions."""
 
 from __future__ import annotations
 
-from itertools import pairwise
 import json
 import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
 
 import pytest
 
 from slurmk8s.slurm import AgentUnreachable
 from slurmk8s.slurm.client import NotOurDrain, SlurmError
-from slurmk8s.slurm.remote import (AgentBadAnswer, AgentError, AgentRefused, AgentUnauthorized,
-                                  RemoteSlurm)
+from slurmk8s.slurm.remote import AgentBadAnswer, AgentError, AgentRefused, AgentUnauthorized, RemoteSlurm
 
 TOKEN = "t" * 32
 #: What a call may take beyond its deadline (scheduling, closing the socket).

@@ -22,15 +22,14 @@ from slurmk8s import versions
 from slurmk8s.api import load_cluster
 from slurmk8s.api.crd import dump_yaml
 from slurmk8s.api.validate import OWNED_KEYS
-from slurmk8s.render import ClusterKeys, TopologyNode, config_files, config_hash, render
 from slurmk8s.operator.workers import OPERATOR_DRAINS
-from slurmk8s.render.pods import ROOT_CAPABILITIES
-from slurmk8s.render.manifests import lent_slurmd_pod
-from slurmk8s.render.slurmd import TERMINATING_DRAIN_REASON
-from slurmk8s.slurm.model import POD_TERMINATING
-from slurmk8s.slurm.checkpoints import job_dir
-from slurmk8s.render import names
+from slurmk8s.render import ClusterKeys, TopologyNode, config_files, config_hash, names, render
 from slurmk8s.render.config import GPU_FILES, TASK_PROLOG
+from slurmk8s.render.manifests import lent_slurmd_pod
+from slurmk8s.render.pods import ROOT_CAPABILITIES
+from slurmk8s.render.slurmd import TERMINATING_DRAIN_REASON
+from slurmk8s.slurm.checkpoints import job_dir
+from slurmk8s.slurm.model import POD_TERMINATING
 
 from .conftest import minimal
 

@@ -13,6 +13,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sandbox.apiserver.patch import merge_patch
 from slurmk8s.bridge.rollout import (
     INVALID_REASON,
     MODEL_DIR_ANNOTATION,
@@ -24,7 +25,6 @@ from slurmk8s.bridge.rollout import (
     rollout_patch,
 )
 from slurmk8s.kube import ApiError, Kube
-from sandbox.apiserver.patch import merge_patch
 from slurmk8s.published_model import VERSION
 
 from .reach import reached, reaches

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from itertools import pairwise
 import json
 import math
+from datetime import UTC
+from itertools import pairwise
 
 import pytest
 from click.testing import CliRunner
@@ -14,8 +15,17 @@ from slurmk8s.cli import main
 from slurmk8s.simulate import engine
 from slurmk8s.simulate.engine import Latencies, Run, Shape, bridge_setup, simulate
 from slurmk8s.simulate.report import percentile, summary, table
-from slurmk8s.simulate.traces import (RequestModel, ServingPod, TraceError, TrainingJob, read_jobs, read_requests,
-                                      read_serving_pods, replicas_from_requests, window)
+from slurmk8s.simulate.traces import (
+    RequestModel,
+    ServingPod,
+    TraceError,
+    TrainingJob,
+    read_jobs,
+    read_requests,
+    read_serving_pods,
+    replicas_from_requests,
+    window,
+)
 
 JSON_KEYS = {"name", "queueing_delay_mean_s", "queueing_delay_p95_s", "jct_mean_s", "gpu_hours_used",
              "gpu_hours_available", "serving_pending_p99_s", "serving_pending_max_s", "reclaims", "lost_gpu_hours"}
@@ -155,14 +165,14 @@ def test_the_scheduler_plans_with_time_limits_where_jobs_give_them():
 
 
 def test_the_bridges_rounds_read_the_clock_from_the_epoch_given(monkeypatch):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     calls = []
     real = engine.decide
     monkeypatch.setattr(engine, "decide", lambda *a: calls.append(a[2]) or real(*a))
     pol = _policy()
     cluster, labels = bridge_setup(pol)
-    epoch = datetime(2026, 11, 27, 21, 7, 3, tzinfo=timezone.utc)
+    epoch = datetime(2026, 11, 27, 21, 7, 3, tzinfo=UTC)
     simulate(Shape(2, 4, 1), [], [], 30, Run(pol.name, "policy", pol), cluster, labels, Latencies(interval=5),
              epoch=epoch)
     assert calls[0] == epoch and calls[-1] <= epoch + timedelta(seconds=30)

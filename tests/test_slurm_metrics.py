@@ -22,11 +22,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slurmk8s import metricsserver
 from slurmk8s.api.cluster import LENT_PREFIX
-from slurmk8s.slurm.metrics import (
-    GPU_STATES, MAX_LABEL_VALUES, NODE_STATES, OTHER, QUEUE_WAIT_BUCKETS, Diagnostics, QueueWait, Reading,
-    SlurmMetrics, families, parse_sdiag,
-)
 from slurmk8s.slurm.client import SlurmClient
+from slurmk8s.slurm.metrics import (
+    GPU_STATES,
+    MAX_LABEL_VALUES,
+    NODE_STATES,
+    OTHER,
+    Diagnostics,
+    QueueWait,
+    Reading,
+    SlurmMetrics,
+    families,
+    parse_sdiag,
+)
 from slurmk8s.slurm.model import Job, Node, gres_gpus, tres_gpus
 
 from .reach import reached, reaches
@@ -404,7 +412,7 @@ def test_a_request_sent_slowly_is_cut_off_at_its_deadline():
                 try:
                     sock.sendall(bytes([ch]))
                     answer += sock.recv(1000)
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 except OSError:
                     break

@@ -7,7 +7,15 @@ import pytest
 from slurmk8s.events import Event
 from slurmk8s.slurm import AgentUnreachable, NotOurDrain, SlurmError
 from slurmk8s.slurm.steps import (
-    Cancel, DeleteNode, Drain, Requeue, SetDown, Signal, StartNow, Undrain, execute,
+    Cancel,
+    DeleteNode,
+    Drain,
+    Requeue,
+    SetDown,
+    Signal,
+    StartNow,
+    Undrain,
+    execute,
 )
 
 UNREACHABLE = SlurmError(["scontrol"], 1, "slurm_load_jobs error: Unable to contact slurm controller")

@@ -10,7 +10,6 @@ import pytest
 
 from slurmk8s.api import load_cluster
 from slurmk8s.render import config_files
-
 from slurmk8s.render.config import GPU_FILES
 from slurmk8s.render.lent import lent_node
 

@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sandbox import supervise
 from sandbox.supervise import BACKOFF, BURST, STABLE, WINDOW, Restarts

@@ -8,17 +8,17 @@ daemons and plugin files in tests/test_image_build.py.
 
 from __future__ import annotations
 
-from itertools import pairwise
 import ast
 import re
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
+from sandbox import images
 from slurmk8s import versions
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.api.crd import all_crds
-from sandbox import images
 
 from .conftest import minimal
 

@@ -12,10 +12,9 @@ import urllib.request
 
 import pytest
 
+from sandbox.apiserver import tls
 from slurmk8s import versions
 from slurmk8s.operator.webhook import PATH, WebhookServer, refusal, review
-
-from sandbox.apiserver import tls
 
 
 def request(kind: str, operation: str, obj, old=None) -> dict:

@@ -9,19 +9,33 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmk8s.evacuation import Record
-import pytest
-
 from slurmk8s.operator.maintenance import CORDONED, maintenance
-from slurmk8s.operator.workers import (
-    OPERATOR_DRAINS, POD_TERMINATING, ROLLING_UPDATE, SCALE_IN, AnnotatePod, Cancel, DeleteNodeRecord, DeletePod,
-    Drain, LabelBusy, NodeSetState, Pod, Requeue, Signal, StartNow, Undrain, decide,
-)
 from slurmk8s.operator.podrecord import read_record, record_annotations
 from slurmk8s.operator.reconfigure import decide_reconfigure
+from slurmk8s.operator.workers import (
+    OPERATOR_DRAINS,
+    POD_TERMINATING,
+    ROLLING_UPDATE,
+    SCALE_IN,
+    AnnotatePod,
+    Cancel,
+    DeleteNodeRecord,
+    DeletePod,
+    Drain,
+    LabelBusy,
+    NodeSetState,
+    Pod,
+    Requeue,
+    Signal,
+    StartNow,
+    Undrain,
+    decide,
+)
 from slurmk8s.render import names
 from slurmk8s.slurm.model import Job, Node, SlurmState
 from slurmk8s.times import format_time as timestamp

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from slurmk8s import log as logconf
+
 from .server import APIServer, StartupError
 
 

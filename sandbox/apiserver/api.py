@@ -18,12 +18,14 @@ import copy
 import ipaddress
 import secrets
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from . import admission, podsecurity, quota
+from . import admission, jsonpath, podsecurity, quota, strategy, timeutil
 from . import apply as ssa
-from . import jsonpath, patch as patches, schema as crdschema, strategy, timeutil
+from . import patch as patches
+from . import schema as crdschema
 from .errors import (
     APIError,
     FieldError,
@@ -74,7 +76,7 @@ class Options:
     audit_annotations: dict[str, str] = field(default_factory=dict)
     # called with (rt, new, old) once an object is defaulted and valid, before it is stored:
     # the HTTP routes' RBAC escalation check (in-process controllers pass none)
-    admit: Callable[[ResourceType, dict, "dict | None"], None] | None = None
+    admit: Callable[[ResourceType, dict, dict | None], None] | None = None
 
 
 @dataclass
@@ -86,7 +88,7 @@ class DeleteOptions:
     dry_run: bool = False
 
     @classmethod
-    def from_body(cls, body: dict | None, query: dict[str, str]) -> "DeleteOptions":
+    def from_body(cls, body: dict | None, query: dict[str, str]) -> DeleteOptions:
         body = body or {}
         pre = body.get("preconditions") or {}
         policy = query.get("propagationPolicy") or body.get("propagationPolicy")

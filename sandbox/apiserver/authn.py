@@ -26,9 +26,9 @@ import os
 import secrets
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -273,7 +273,7 @@ class Authenticator:
     """Bearer token -> :class:`User` (or :class:`TokenError`)."""
 
     def __init__(self, rows: list[StaticToken], key: rsa.RSAPrivateKey, issuer: str = ISSUER,
-                 service_account: Lookup | None = None, pod: Callable[[str, str], "tuple[str, float | None] | None"] | None = None,
+                 service_account: Lookup | None = None, pod: Callable[[str, str], tuple[str, float | None] | None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.rows = rows
         self.key = key

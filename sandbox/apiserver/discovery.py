@@ -11,8 +11,8 @@ types compiled into it.
 
 from __future__ import annotations
 
-import hashlib
 import functools
+import hashlib
 import json
 from pathlib import Path
 from typing import Any

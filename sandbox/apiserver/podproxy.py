@@ -157,7 +157,7 @@ class PodProxy:
                 await resp.prepare(request)
                 async for chunk in r.content.iter_any():
                     await resp.write(chunk)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             if resp is None:
                 raise self._unreachable(node, base, exc) from None
             # Midway: the status line is sent; the log just ends.
@@ -179,7 +179,7 @@ class PodProxy:
                                                timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=10))
             except aiohttp.WSServerHandshakeError:
                 return await self._plain(session, url, node, base)
-            except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientConnectionError) as exc:
                 raise self._unreachable(node, base, exc) from None
             async with kws:
                 ws = web.WebSocketResponse(protocols=(kws.protocol,) if kws.protocol else (), max_msg_size=0)
@@ -191,7 +191,7 @@ class PodProxy:
         try:
             async with session.get(url, ssl=self._ssl(), timeout=aiohttp.ClientTimeout(total=READ_TIMEOUT)) as r:
                 return web.Response(body=await r.read(), status=r.status, content_type=r.content_type)
-        except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
             raise self._unreachable(node, base, exc) from None
 
 

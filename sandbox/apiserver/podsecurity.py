@@ -18,7 +18,8 @@ violations as Kubernetes words them: ``(reason, detail)`` pairs, e.g.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["LEVELS", "MODES", "check", "forbidden_message", "warning", "namespace_levels", "label_errors"]
 

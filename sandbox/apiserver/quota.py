@@ -23,8 +23,8 @@ storage class, ``<class>.storageclass.storage.k8s.io/requests.storage`` and
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from decimal import Decimal
-from typing import Iterable
 
 from .quantity import parse
 

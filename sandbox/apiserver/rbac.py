@@ -12,8 +12,9 @@ One module though over 400 lines: Kubernetes' RBAC authorizer is one rule set
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .selectors import from_label_selector_object, labels_match
 

@@ -16,15 +16,17 @@ import base64
 import copy
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 from aiohttp import web
 
 from slurmk8s.log import get as get_logger
+
 from . import audit, authn, discovery, podproxy, protobuf, rbac, tables, timeutil, webhooks
 from .api import API, DeleteOptions, Options
 from .errors import APIError, FieldError, bad_request, gone, invalid, not_found
@@ -139,8 +141,8 @@ def forbidden(user: rbac.User, attrs: rbac.Attributes, reason: str = "") -> APIE
 
 
 class Routes:
-    def __init__(self, api: API, authenticator: "authn.Authenticator", server_address: Callable[[], str],
-                 bookmark_interval: float = 30.0, audit_log: "audit.AuditLog | None" = None,
+    def __init__(self, api: API, authenticator: authn.Authenticator, server_address: Callable[[], str],
+                 bookmark_interval: float = 30.0, audit_log: audit.AuditLog | None = None,
                  kubelet_client: tuple[Path, Path] | None = None) -> None:
         self.api = api
         self.podproxy = podproxy.PodProxy(api, kubelet_client)
@@ -685,7 +687,7 @@ class Routes:
         md = dict(body.get("metadata") or {})
         md.update(name=name, namespace=namespace, creationTimestamp=timeutil.rfc3339())
         return {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1", "metadata": md, "spec": spec,
-                "status": {"token": token, "expirationTimestamp": timeutil.rfc3339(datetime.fromtimestamp(exp, timezone.utc)) if exp else None}}
+                "status": {"token": token, "expirationTimestamp": timeutil.rfc3339(datetime.fromtimestamp(exp, UTC)) if exp else None}}
 
     async def _body_for_patch(self, request: web.Request) -> Any:
         ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
@@ -851,7 +853,7 @@ class Routes:
                 wait = min(remaining, self.bookmark_interval) if bookmarks else remaining
                 try:
                     item = await asyncio.wait_for(watcher.queue.get(), wait)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     if bookmarks and watcher.queue.empty() and loop.time() < deadline:
                         await resp.write(encode("BOOKMARK", bookmark(store.rv)))
                     continue

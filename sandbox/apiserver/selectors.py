@@ -9,8 +9,9 @@ selectable (see :func:`field_value`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from .errors import APIError
 

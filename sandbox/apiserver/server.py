@@ -12,13 +12,14 @@ import os
 import secrets
 import ssl
 import threading
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import yaml
 from aiohttp import web
 
 from slurmk8s.log import get as get_logger
+
 from . import audit, authn, policy, timeutil, tls
 from .api import API, CRD_STORAGE, Options
 from .errors import APIError
@@ -127,7 +128,7 @@ class APIServer:
     def ca_pem(self) -> str:
         return self.ca_path.read_text()
 
-    def start(self) -> "APIServer":
+    def start(self) -> APIServer:
         if self._thread is not None:
             raise RuntimeError("this APIServer is already started")
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -170,7 +171,7 @@ class APIServer:
             while self._thread.is_alive():
                 self._thread.join(timeout=0.5)
 
-    def __enter__(self) -> "APIServer":
+    def __enter__(self) -> APIServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -15,9 +15,9 @@ import asyncio
 import json
 import sqlite3
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from .errors import APIError
 

@@ -7,7 +7,8 @@ get the columns Kubernetes prints for them (a close, simplified version).
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import jsonpath, timeutil
 from .resources import ResourceType

@@ -2,28 +2,28 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def rfc3339(t: datetime | None = None) -> str:
     """``metav1.Time``: whole seconds, UTC, ``Z``."""
-    return (t or now()).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (t or now()).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def micro(t: datetime | None = None) -> str:
     """``metav1.MicroTime``: microseconds, UTC, ``Z``."""
-    return (t or now()).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return (t or now()).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse(text: str) -> datetime | None:
     if not text or not isinstance(text, str):
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
     except ValueError:
         return None
 

@@ -62,7 +62,7 @@ def _leaf(subject: x509.Name, usage, issuer, names: list[str] | None = None):
     extended key usage ``usage`` (and ``names`` as its SANs), signed by
     ``issuer`` (CA certificate, CA key), or self-signed when it is None."""
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     issuer_name, signer = (issuer[0].subject, issuer[1]) if issuer else (subject, key)
     builder = (
         x509.CertificateBuilder()
@@ -94,7 +94,7 @@ def ensure(directory: Path, names: list[str], common_name: str = "slurmk8s-apise
     directory.mkdir(parents=True, exist_ok=True)
     ca_cert_p, ca_key_p = directory / "ca.crt", directory / "ca.key"
     crt_p, key_p = directory / "server.crt", directory / "server.key"
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     if ca_cert_p.exists() and ca_key_p.exists():
         ca_key = serialization.load_pem_private_key(ca_key_p.read_bytes(), None)
         ca_cert = x509.load_pem_x509_certificate(ca_cert_p.read_bytes())
@@ -142,7 +142,7 @@ def ensure_kubelet_client(directory: Path) -> tuple[Path, Path]:
     accept it because they trust the CA their kubeconfig names."""
     crt_p, key_p = directory / "kubelet-client.crt", directory / "kubelet-client.key"
     ca_cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     if crt_p.exists() and key_p.exists():
         current = x509.load_pem_x509_certificate(crt_p.read_bytes())
         if current.issuer == ca_cert.subject and current.not_valid_after_utc > now + datetime.timedelta(days=1):
@@ -161,7 +161,7 @@ def ensure_self_signed(directory: Path, names: list[str], common_name: str) -> t
     with when no CA signs one for it, as kubelets do by default)."""
     directory.mkdir(parents=True, exist_ok=True)
     crt_p, key_p = directory / "server.crt", directory / "server.key"
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     if crt_p.exists() and key_p.exists():
         current = x509.load_pem_x509_certificate(crt_p.read_bytes())
         if set(names) <= _cert_names(current) and current.not_valid_after_utc > now + datetime.timedelta(days=1):

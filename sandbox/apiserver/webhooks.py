@@ -23,8 +23,9 @@ import asyncio
 import base64
 import ssl
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -180,7 +181,7 @@ async def call(hook: Mapping, sent: dict, resolve: Callable[[str, str, int], tup
                     raise WebhookFailed(f'failed to call webhook: Post "{url}": the server responded '
                                         f"with the status code {resp.status}")
                 return await resp.json(content_type=None)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise WebhookFailed(f'failed to call webhook: Post "{url}": context deadline exceeded') from None
     except (aiohttp.ClientError, ssl.SSLError, OSError, ValueError) as exc:
         raise WebhookFailed(f'failed to call webhook: Post "{url}": {exc}') from None

@@ -21,25 +21,23 @@ from pydantic import AfterValidator, Field
 
 from .. import versions
 from .base import ApiModel, list_map
-from .identity import IdentitySpec, PosixGroup
-from .status import SlurmClusterStatus
 from .fields import (
     DATA_KEY_RE,
-    SACCTMGR_NAME_RE,
-    DnsSubdomain,
     PERSON_ID_LOW_MAX,
     PERSON_ID_MIN,
+    SACCTMGR_NAME_RE,
     AbsPath,
     Cidr,
-    PortRange,
     ClusterName,
     DnsLabel,
-    NamespaceName,
-    MemberName,
-    PartitionName,
+    DnsSubdomain,
     ExtraLine,
     LabelKey,
     LabelValue,
+    MemberName,
+    NamespaceName,
+    PartitionName,
+    PortRange,
     PosixUser,
     Quantity,
     SlurmDuration,
@@ -52,6 +50,8 @@ from .fields import (
     quantity_value,
     refuse,
 )
+from .identity import IdentitySpec, PosixGroup
+from .status import SlurmClusterStatus
 
 #: The API group of every slurmk8s resource, label and annotation: the one place it is written.
 GROUP = "slurmk8s.dev"
@@ -141,7 +141,7 @@ class Resources(ApiModel):
     container has both, so a namespace's quota on limits admits it and a
     LimitRange's defaults do not apply."""
 
-    def filled(self, default: "Resources") -> "Resources":
+    def filled(self, default: Resources) -> Resources:
         """These, with what they leave out taken from ``default``: a request
         kept at or under the limit given, a limit at or over the request."""
         requests, limits = {}, {}

@@ -9,7 +9,7 @@ the spec. The line's form (characters, length) is the model's check
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from .errors import FieldError
 from .fields import quote

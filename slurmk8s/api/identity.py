@@ -13,15 +13,28 @@ name them.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Iterator
+from collections.abc import Iterator
+from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
 from .base import ApiModel
 from .errors import FieldError
 from .fields import (
-    DATA_KEY_RE, DNS_SUBDOMAIN_RE, Cidr, DnsSubdomain, PERSON_ID_LOW_MAX, PERSON_ID_MIN, POSIX_NAME_RE, SYSTEM_GROUPS, SYSTEM_ID_BLOCK, constrained, credential_host,
-    pattern_check, quote, refuse,
+    DATA_KEY_RE,
+    DNS_SUBDOMAIN_RE,
+    PERSON_ID_LOW_MAX,
+    PERSON_ID_MIN,
+    POSIX_NAME_RE,
+    SYSTEM_GROUPS,
+    SYSTEM_ID_BLOCK,
+    Cidr,
+    DnsSubdomain,
+    constrained,
+    credential_host,
+    pattern_check,
+    quote,
+    refuse,
 )
 from .refusals import schema_pattern
 

@@ -14,15 +14,16 @@ role, so a namespace's admin cannot lend nodes that belong to others.
 from __future__ import annotations
 
 import zoneinfo
-from typing import Annotated, Final, Literal, Mapping
+from collections.abc import Mapping
+from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, Field
 
-from .fields import SLURM_SIGNALS as SIGNALS
 from .base import ApiModel, list_map
 from .cluster import API_VERSION, GROUP, DnsSubdomain, ObjectMeta
-from .status import Condition
+from .fields import SLURM_SIGNALS as SIGNALS
 from .fields import DnsLabel, LabelKey, LabelValue, PartitionName, Quantity, constrained, refuse
+from .status import Condition
 
 __all__ = [
     "KIND", "PLURAL", "NodeLendingPolicy", "NodeLendingPolicySpec", "NodeLendingPolicyStatus",

@@ -4,7 +4,8 @@ for a SlurmCluster, whose prechecks it shares)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from pydantic import ValidationError
 

@@ -36,13 +36,13 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from .cluster import GROUP, SlurmCluster
-from .identity import LDAP_USE, uri_host
 from .errors import FieldError
 from .fields import quote
+from .identity import LDAP_USE, uri_host
 
 __all__ = [
     "SECRET_USE_LABEL", "CONFIGMAP_USE_LABEL", "SSH_KEYS", "DATABASE_PASSWORD", "LDAP_BIND_PASSWORD", "LDAP_CA",

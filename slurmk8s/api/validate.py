@@ -9,7 +9,8 @@ half-valid object. Which slurm.conf keys ``extraLines`` may set is
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from pydantic import ValidationError
 

@@ -20,7 +20,7 @@ from ..slurm.model import Job
 from .nodestate import HEALTH_FAILED_ANNOTATION, LENDING, TAINT_KEY
 from .observed import KubeNode, KubePod
 from .placement import fits
-from .settings import Settings, Round
+from .settings import Round, Settings
 from .world import World
 
 __all__ = ["reclaim_order", "at_risk", "over_cap", "short_of_minimum", "waiting_since", "idle_candidates", "choose_to_lend"]

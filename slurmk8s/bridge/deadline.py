@@ -24,17 +24,17 @@ Before the deadline an unknown Slurm still means wait.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Iterable
 
 from ..api.cluster import LENT_PREFIX
-from ..times import format_time
 from ..slurm.steps import DeleteNode, SetDown
+from ..times import format_time
 from .actions import ClearDownOwed, ClearIdleSince, RecordDownOwed, RecordIdleSince, SetLendingState
 from .nodestate import RECLAIMING, STATES
 from .observed import KubeNode
-from .settings import Settings, Round
 from .reasons import CORDONED, POLICY_GONE, REASONS
+from .settings import Round, Settings
 from .transitions import hand_back, leave_slurm, node_event, reclaim
 from .verdicts import withdrawn
 from .world import World

@@ -44,8 +44,8 @@ Safety rules, each enforced in those modules:
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
 
 from ..api.cluster import SlurmCluster
 from ..api.lending import NodeLendingPolicy
@@ -60,8 +60,18 @@ from .nodetimes import present
 from .observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, Observed, PolicyGone, UnreadableCluster
 from .placement import cover_demand
 from .problems import policy_problem
-from .reasons import CLUSTER_GONE, CLUSTER_UNREADABLE, DEFAULT_RECLAIM, DEFAULT_REGISTRATION_TIMEOUT, DEMAND, \
-    FAILURES, FORCE_RETRY_SECONDS, FORECAST, LIMITS, REASONS
+from .reasons import (
+    CLUSTER_GONE,
+    CLUSTER_UNREADABLE,
+    DEFAULT_RECLAIM,
+    DEFAULT_REGISTRATION_TIMEOUT,
+    DEMAND,
+    FAILURES,
+    FORCE_RETRY_SECONDS,
+    FORECAST,
+    LIMITS,
+    REASONS,
+)
 from .settings import Round, Settings
 from .status import invalid_policy_status, policy_status
 from .verdicts import failure, must_go, withdrawn
@@ -85,7 +95,7 @@ def decide(observed: Observed, policy: NodeLendingPolicy | PolicyGone | InvalidP
     reclaimed); or an :class:`InvalidPolicy` (only its status is written).
     ``now`` is timezone-aware (naive means UTC).
     """
-    now = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
+    now = now if now.tzinfo else now.replace(tzinfo=UTC)
     if isinstance(policy, InvalidPolicy):
         return invalid_policy_status(policy, now)
     # Times on the policy's nodes later than now (or a lending-since it cannot read) count from now.

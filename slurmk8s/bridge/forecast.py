@@ -28,10 +28,10 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Sequence
 
 from ..times import format_time
 from .nodestate import parse_time
@@ -77,7 +77,7 @@ def encode(rec: Record) -> tuple[str, str]:
             out.append(byte | (0x80 if v else 0))
             if not v:
                 break
-    return format_time(datetime.fromtimestamp(rec.start, timezone.utc)), base64.b64encode(bytes(out)).decode()
+    return format_time(datetime.fromtimestamp(rec.start, UTC)), base64.b64encode(bytes(out)).decode()
 
 
 @lru_cache(maxsize=32)

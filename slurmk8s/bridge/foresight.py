@@ -36,8 +36,8 @@ steps, a policy that stopped forecasting): none is left behind.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..api.lending import DemandRecord
 from ..slurm.steps import Reserve, Unreserve

@@ -54,9 +54,10 @@ import math
 import posixpath
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 import urllib3
@@ -70,11 +71,10 @@ from ..kube import ApiError
 from ..render import names
 from ..render.manifests import lent_slurmd_pod
 from ..render.slurmd import is_lent_slurmd_pod
-from ..slurm import SlurmControl
-from ..slurm import steps
+from ..slurm import SlurmControl, steps
 from ..slurm.model import SlurmState
-from ..slurm.reservations import Reservation
 from ..slurm.remote import AgentError, cluster_agent
+from ..slurm.reservations import Reservation
 from . import actions as A
 from . import metrics
 from .decide import decide, lending_metrics, orphaned_policies
@@ -164,7 +164,7 @@ class Bridge:
     same settings in both."""
 
     def __init__(self, kube: Any, *, agent: AgentFactory = _default_agent,
-                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  namespaces: Iterable[str] = (), view: Any = None, agent_ttl: float = 0.0,
                  slurm_timeout: float = 5.0, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)):
         self.kube = kube

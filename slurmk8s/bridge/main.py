@@ -5,7 +5,8 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from typing import Any, Collection, Sequence
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import structlog
 

@@ -12,9 +12,10 @@ only that is computed again.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Sequence
 from itertools import compress, count
 from operator import is_not
-from typing import Callable, Generic, Hashable, Sequence, TypeVar
+from typing import Generic, TypeVar
 
 __all__ = ["Recent", "changed_spans", "respliced", "forget", "forgettable"]
 

@@ -25,12 +25,12 @@ killed at any instant and pick up where it left off.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Mapping
 
-from ..evacuation import format_job_ids, parse_job_ids  # noqa: F401 (re-exported)
 from ..api.cluster import GROUP
+from ..evacuation import format_job_ids, parse_job_ids  # noqa: F401 (re-exported)
 from ..strict import count
 from ..times import format_time, parse_time  # noqa: F401 (re-exported: the one RFC 3339 helper)
 
@@ -120,7 +120,7 @@ class LendingRecord:
 
     @classmethod
     def read(cls, labels: Mapping[str, str], annotations: Mapping[str, str],
-             taints: tuple = ()) -> "LendingRecord":
+             taints: tuple = ()) -> LendingRecord:
         ann = annotations.get
         taint = next((t.value for t in taints if t.key == TAINT_KEY and t.effect == TAINT_EFFECT), None)
         return cls(

@@ -11,10 +11,11 @@ round and passes it in; ``decide`` does no I/O.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any
 
 from ..api.cluster import SlurmCluster
 from ..api.fields import parse_quantity

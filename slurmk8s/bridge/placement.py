@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Iterable
 from itertools import chain
-from typing import Iterable
 
 from ..api.lending import ReclaimSpec
 from .observed import KubeNode, KubePod

@@ -7,7 +7,7 @@ that follow from the policy's content stop too (``slurmk8s/bridge/README.md``).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..api.lending import LENDABLE_TO_LABEL, describe_selector
 from .observed import KubeNode

@@ -28,8 +28,9 @@ per round.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .. import log
 from ..published_model import LATEST, LATEST_MAX, VERSION, BadModelDir, check_model_dir  # noqa: F401 (re-exported)

@@ -7,11 +7,12 @@ policy that is gone), with the SlurmCluster it lends to and the clock;
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from itertools import compress
-from typing import Callable, Mapping, Sequence, cast
+from typing import cast
 
 from ..api.cluster import SlurmCluster
 from ..api.lending import NodeLendingPolicy, ReclaimSpec, may_lend

@@ -6,8 +6,8 @@ Written only when it changed, so that a quiet round writes nothing.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Sequence
 
 from ..api.lending import DemandRecord, LendingCounts, NodeLendingPolicyStatus, PolicyCondition
 from ..api.status import ConditionStatus
@@ -15,7 +15,7 @@ from ..times import format_time
 from .actions import Action, PolicyStatus
 from .nodestate import LENDING, LENT, RECLAIMING
 from .observed import InvalidPolicy
-from .settings import Settings, Round
+from .settings import Round, Settings
 
 __all__ = ["policy_status", "invalid_policy_status", "status_actions"]
 

@@ -14,8 +14,8 @@ the Node.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Sequence
 
 from .. import evacuation
 from ..api.cluster import LENT_PREFIX
@@ -43,8 +43,8 @@ from .actions import (
 )
 from .nodestate import LENDING, LENT, RECLAIMING, TAINT_EFFECT, TAINT_KEY, LendingRecord
 from .observed import KubeNode
-from .settings import Settings, Round
 from .reasons import CLUSTER_GONE, FAILURES, FORCE_RETRY_SECONDS, NODE_NOT_READY, REASONS, SLURMD_GONE, UNHEALTHY
+from .settings import Round, Settings
 from .verdicts import lost, pod_of, registered
 from .world import World
 

@@ -15,7 +15,6 @@ from ..render.lent import UnlendableNode
 from ..slurm.model import Node, unhealthy
 from .nodestate import LENDING
 from .observed import KubeNode, KubePod
-from .settings import Settings
 from .reasons import (
     CORDONED,
     NODE_NOT_READY,
@@ -31,6 +30,7 @@ from .reasons import (
     WINDOW,
     WITHDRAWN,
 )
+from .settings import Settings
 from .world import World
 
 __all__ = ["pod_of", "registered", "lost", "failure", "withdrawn", "must_go"]

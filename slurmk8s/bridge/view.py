@@ -18,8 +18,9 @@ bridge) converges to the same decisions.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from ..informer import Change, Informer, Store, object_key
 from .nodestate import COMPONENT_LABEL, SLURMD_COMPONENT
@@ -136,7 +137,7 @@ class Watching:
                 self._wake.set()
         return changed
 
-    def start(self) -> "Watching":
+    def start(self) -> Watching:
         for informer in self.informers:
             informer.start()
         return self

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import zoneinfo
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Sequence
 
 from ..api.lending import WEEKDAYS, LendingWindow
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
 from operator import attrgetter
-from typing import Iterable, Mapping, Sequence
 
 from ..api.fields import parse_quantity
 from ..render import names as _names
@@ -78,12 +78,12 @@ class PodIndex:
         return self._busy
 
     @classmethod
-    def of(cls, pods: Sequence[KubePod]) -> "PodIndex":
+    def of(cls, pods: Sequence[KubePod]) -> PodIndex:
         index = cls()
         index._account(pods, 1)
         return index
 
-    def updated(self, old: Sequence[KubePod], new: Sequence[KubePod]) -> "PodIndex | None":
+    def updated(self, old: Sequence[KubePod], new: Sequence[KubePod]) -> PodIndex | None:
         """The index of ``new``, from this one (the index of ``old``) and the
         difference; None when they differ too much (build it afresh then)."""
         spans = changed_spans(old, new, limit=max(len(new) // 4, 16))

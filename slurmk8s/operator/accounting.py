@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from slurmk8s.api.cluster import SlurmCluster
 from slurmk8s.api.status import ConditionStatus

@@ -10,7 +10,7 @@ whatever its message says. Other Events are posted as they come.
 from __future__ import annotations
 
 import hashlib
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from slurmk8s import log
 from slurmk8s.events import Event

@@ -36,14 +36,13 @@ from typing import Any
 import kopf
 
 from slurmk8s import log
-from slurmk8s.backoff import ROUND_BACKOFF_CAP, round_backoff
 from slurmk8s.api.cluster import GROUP, PLURAL, VERSION
+from slurmk8s.backoff import ROUND_BACKOFF_CAP, round_backoff
+from slurmk8s.events import Event
 from slurmk8s.render import names
 
 from . import metrics
 from .diffbase import DigestDiffBaseStorage
-from slurmk8s.events import Event
-
 from .round import Operator, RoundFailed
 
 __all__ = ["register", "Handlers", "FINALIZER", "ROUND_BACKOFF_CAP"]

@@ -7,7 +7,7 @@ import os
 import signal
 import threading
 import time
-from typing import Collection, Sequence
+from collections.abc import Collection, Sequence
 
 import kopf
 

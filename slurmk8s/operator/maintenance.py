@@ -9,7 +9,7 @@ the purpose and drain reason of the evacuation that empties the Slurm node
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 __all__ = ["MAINTENANCE", "CORDONED", "CONDITION_TAINTS", "maintenance"]
 

@@ -8,7 +8,6 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram
 
 from slurmk8s.metricsserver import serve_metrics
-
 from slurmk8s.slurm.model import unhealthy
 
 __all__ = ["RECONCILES", "ROUND_SECONDS", "CLUSTER_READY", "CLUSTER_NODES", "CLUSTER_UNHEALTHY", "observe_cluster",

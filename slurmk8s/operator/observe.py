@@ -9,7 +9,7 @@ the SlurmCluster had before.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from slurmk8s.api.cluster import DrainSpec, SlurmCluster, SlurmClusterStatus
 from slurmk8s.render import TopologyNode, names

@@ -24,7 +24,6 @@ at start; Kubernetes grants it to every authenticated client
 
 from __future__ import annotations
 
-
 from slurmk8s import leader
 from slurmk8s.api.cluster import GROUP
 from slurmk8s.permissions import CLUSTER, LISTED, WATCHED, Permission, of_kind

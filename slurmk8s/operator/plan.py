@@ -24,8 +24,9 @@ Applying the plan and observing the result yields an empty plan.
 from __future__ import annotations
 
 import copy
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from slurmk8s.api.fields import parse_quantity
 from slurmk8s.render import names

@@ -9,8 +9,8 @@ again or forgetting it; the bridge keeps the same record on the Node
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Mapping
 
 from slurmk8s import evacuation
 from slurmk8s.evacuation import format_job_ids, parse_job_ids

@@ -9,7 +9,7 @@ decisions' input; :mod:`.round` runs them.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from slurmk8s import log
 from slurmk8s.api.cluster import SlurmCluster

@@ -39,26 +39,28 @@ from __future__ import annotations
 import copy
 import functools
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from slurmk8s import log
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.api.cluster import PROJECT_REPOSITORY, SlurmCluster, SlurmClusterStatus
 from slurmk8s.api.status import ConditionStatus
+from slurmk8s.events import Event
+from slurmk8s.kube import ApiError, Kube
 from slurmk8s.render import ClusterKeys, names, render
 from slurmk8s.render.keys import BadKeySecret, ForeignKeySecret, keys_from_secrets
 from slurmk8s.render.manifests import AgentClients
-from slurmk8s.events import Event
 from slurmk8s.slurm import AgentError, NotOurDrain, SlurmControl, SlurmError, steps
 from slurmk8s.slurm.model import Job, Node, SlurmState
 from slurmk8s.slurm.remote import cluster_agent
 from slurmk8s.times import format_time
 
 from . import accounting, announce, directory, plan, reads, status, teardown, upgrade, workers
-from .observe import observe_nodesets, previous_status, topology as observe_topology, worker_hosts
+from .observe import observe_nodesets, previous_status, worker_hosts
+from .observe import topology as observe_topology
 from .reconfigure import decide_reconfigure
-from slurmk8s.kube import ApiError, Kube
 
 __all__ = ["Operator", "Outcome", "RoundFailed", "FAILURES", "SlurmActed"]
 
@@ -304,7 +306,7 @@ class Operator:
         try:
             nodes = slurm.nodes()
             seen_hash = slurm.config_hash()
-        except Exception as exc:  # unknown Slurm state: every decision below waits
+        except Exception as exc:  # noqa: BLE001 - unknown Slurm state: every decision below waits
             out.waiting.append(f"Slurm state unknown: {exc}")
             _log.info("agent not answering", cluster=cluster.name, error=str(exc))
             return SlurmRead(slurm)
@@ -324,7 +326,7 @@ class Operator:
             # Once a round, every job: the decision indexes them by node and by id.
             try:
                 jobs: tuple[Job, ...] | None = tuple(slurm.control.jobs())
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - unknown jobs: the decisions that need them wait
                 jobs = None
                 _log.info("job lookup failed", error=str(exc))
             decision = workers.decide(sets, state.with_jobs(jobs), now)
@@ -419,7 +421,7 @@ class Operator:
                 out.applied.append("scontrol reconfigure")
                 out.events.append(Event("Normal", "Reconfigured",
                                         f"slurmctld and the nodes read the new config ({rendered_hash})"))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - said as a problem of the round; tried again next round
                 out.problems.append(f"scontrol reconfigure failed: {exc}")
         return applied
 

@@ -12,7 +12,7 @@ Slurm node failing a health check (:func:`unhealthy_events`).
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from slurmk8s.api.cluster import SlurmCluster
 from slurmk8s.api.status import Condition, ConditionStatus, NodeCounts, Phase, SlurmClusterStatus
@@ -20,7 +20,8 @@ from slurmk8s.events import Event
 from slurmk8s.render import names
 from slurmk8s.slurm.model import Node, unhealthy
 
-from .directory import CONDITION as DIRECTORY_CONDITION, condition as directory_condition
+from .directory import CONDITION as DIRECTORY_CONDITION
+from .directory import condition as directory_condition
 from .upgrade import running_release
 
 __all__ = ["COMPONENTS", "compute", "invalid", "node_counts", "image_pull_failures", "short_of_pods",

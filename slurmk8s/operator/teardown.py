@@ -9,7 +9,8 @@ objects. Claims stay unless spec.deletionPolicy is Delete.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from slurmk8s import log
 from slurmk8s.api import load_cluster

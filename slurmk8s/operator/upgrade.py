@@ -17,7 +17,7 @@ controller StatefulSet, which the operator writes together with its template.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from slurmk8s import versions
 from slurmk8s.api.cluster import SlurmCluster

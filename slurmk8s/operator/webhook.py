@@ -19,14 +19,15 @@ from __future__ import annotations
 import json
 import ssl
 import threading
+from collections.abc import Sequence
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from slurmk8s import log, versions
-from slurmk8s.httpserver import HttpServer, Limits, Request, Response, error, json_response
 from slurmk8s.api import InvalidSpec, load_cluster, load_policy
 from slurmk8s.api.cluster import PROJECT_REPOSITORY
+from slurmk8s.httpserver import HttpServer, Limits, Request, Response, error, json_response
 
 __all__ = ["refusal", "review", "WebhookServer", "PATH", "LIMITS"]
 
@@ -165,7 +166,7 @@ class WebhookServer:
             self.context = fresh
             _log.info("serving the renewed webhook certificate")
 
-    def start(self) -> "WebhookServer":
+    def start(self) -> WebhookServer:
         self.server.start()
         _log.info("serving the validating webhook", port=self.port, path=PATH)
         return self

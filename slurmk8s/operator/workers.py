@@ -64,8 +64,9 @@ API (:mod:`.observe`).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence, TypeGuard
+from typing import TypeGuard
 
 from slurmk8s import evacuation
 from slurmk8s.events import Event
@@ -193,7 +194,7 @@ class Decision:
     #: any moment: decide again within a second or two, to start them at once.
     hurry: bool = False
 
-    def hold(self, sets: Iterable[NodeSetState]) -> "Decision":
+    def hold(self, sets: Iterable[NodeSetState]) -> Decision:
         """This decision with no scale-in, restart or record removal: for a
         round where a Slurm action failed."""
         replicas = {s.statefulset: max(s.current, s.desired) if s.current is not None else s.desired

@@ -8,15 +8,16 @@ text. Every value that comes from the user was checked by the API model.
 from __future__ import annotations
 
 import importlib.resources
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import jinja2
 
-from ..api.cluster import SlurmCluster
-from ..slurm.model import config_hash  # noqa: F401 (re-exported: the rendered files' digest)
 from .. import versions
+from ..api.cluster import SlurmCluster
 from ..api.fields import RESERVED_USERS, SYSTEM_GROUPS, quantity_value
+from ..slurm.model import config_hash  # noqa: F401 (re-exported: the rendered files' digest)
 from . import names
 
 #: Where the images expect things (see images/README.md).

@@ -9,11 +9,21 @@ from dataclasses import dataclass
 from .. import versions
 from ..api.cluster import CONTROLLER_RESOURCES, SlurmCluster
 from . import names
-from .identity import with_directory
 from .config import JWT_KEY_PATH, STATE_DIR
+from .identity import with_directory
 from .pods import (
-    AGENT_TOKEN_DIR, CONFIG_DIR, DAEMON_POD_SECURITY, MUNGE_DIR, Builder, base_volumes, common_env, pod_template, probe, resources_of,
-    shared_volumes, slurm_container,
+    AGENT_TOKEN_DIR,
+    CONFIG_DIR,
+    DAEMON_POD_SECURITY,
+    MUNGE_DIR,
+    Builder,
+    base_volumes,
+    common_env,
+    pod_template,
+    probe,
+    resources_of,
+    shared_volumes,
+    slurm_container,
 )
 
 __all__ = ["AgentClients", "objects"]

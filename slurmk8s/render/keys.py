@@ -12,9 +12,9 @@ from __future__ import annotations
 import base64
 import os
 import secrets
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable, Mapping
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -60,7 +60,7 @@ class ClusterKeys:
     db_password: bytes = b""
 
     @classmethod
-    def generate(cls) -> "ClusterKeys":
+    def generate(cls) -> ClusterKeys:
         return cls(**{f.name: cls.new_key(f.name) for f in fields(cls)})
 
     @staticmethod
@@ -88,7 +88,7 @@ class ClusterKeys:
     }
 
     @classmethod
-    def from_dir(cls, directory: Path) -> tuple["ClusterKeys", list[Path]]:
+    def from_dir(cls, directory: Path) -> tuple[ClusterKeys, list[Path]]:
         """Keys from ``directory``; missing ones are generated and written there.
 
         Returns the keys and the files that were newly written.

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from ..api.cluster import lent_nodeset
 from ..api.fields import SLURM_NAME_RE, parse_quantity
 from ..slurm.client import NODE_NAME
-from .names import is_worker_node_name
 from .config import dynamic_node_conf, gpu_gres_conf
+from .names import is_worker_node_name
 
 __all__ = ["GPU_RESOURCE", "GPU_PRODUCT_LABEL", "MAX_GPUS", "LentNode", "UnlendableNode", "lent_node"]
 

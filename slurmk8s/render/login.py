@@ -8,7 +8,14 @@ from ..api.cluster import LOGIN_RESOURCES, SlurmCluster
 from . import names
 from .identity import with_directory
 from .pods import (
-    SSH_HOST_KEYS_DIR, USER_KEYS_DIR, Builder, base_volumes, common_env, pod_template, resources_of, shared_volumes,
+    SSH_HOST_KEYS_DIR,
+    USER_KEYS_DIR,
+    Builder,
+    base_volumes,
+    common_env,
+    pod_template,
+    resources_of,
+    shared_volumes,
     slurm_container,
 )
 

@@ -14,7 +14,7 @@ described in docs/architecture.md and images/README.md.
 from __future__ import annotations
 
 import base64
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..api.cluster import SlurmCluster
 from . import accounting, controller, login, names, network, restapi, slurmd

@@ -6,7 +6,8 @@ templates. Pure; the components (:mod:`.controller`, :mod:`.slurmd`,
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..api.cluster import Resources, SlurmCluster
 from . import names

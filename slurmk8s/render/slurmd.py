@@ -7,16 +7,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..api.cluster import NodeSet, SlurmCluster
 from ..slurm.model import DRAIN_PREFIX, POD_TERMINATING
 from . import names
-from .identity import with_directory
 from .config import dynamic_node_conf, gpu_gres_conf, memory_mib
+from .identity import with_directory
 from .lent import lent_node
 from .pods import (
-    Builder, base_volumes, common_env, pod_template, probe, pull_secrets, shared_volumes, shm_volume,
+    Builder,
+    base_volumes,
+    common_env,
+    pod_template,
+    probe,
+    pull_secrets,
+    shared_volumes,
+    shm_volume,
     slurm_container,
 )
 

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..api.lending import NodeLendingPolicy
 from .engine import Latencies, Result, Run, Shape, bridge_setup, simulate
 from .report import summary
-from .traces import DAILY_PROFILE, RequestModel, ServingPod, read_jobs, read_requests, read_serving_pods, replicas_from_requests, \
-    window
+from .traces import (
+    DAILY_PROFILE,
+    RequestModel,
+    ServingPod,
+    read_jobs,
+    read_requests,
+    read_serving_pods,
+    replicas_from_requests,
+    window,
+)
 
 __all__ = ["Inputs", "load_inputs", "run_all"]
 

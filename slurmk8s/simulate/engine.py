@@ -63,9 +63,9 @@ starts again. A cancelled job is lost.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Callable
 
 from ..api.cluster import SlurmCluster
 from ..api.lending import NodeLendingPolicy
@@ -78,8 +78,25 @@ from ..render.manifests import lent_slurmd_pod
 from ..slurm import steps
 from .kubeside import KubeSide
 from .oracle import OracleSide
-from .params import (COMPLETED, JOB_END, ORACLE, POD_END, POD_RUNNING, POD_START, REGISTERED, ROUND, SCHEDULABLE,
-                     SERVING_NAMESPACE, SUBMIT, T0, TICK, Latencies, Result, Run, Shape)
+from .params import (
+    COMPLETED,
+    JOB_END,
+    ORACLE,
+    POD_END,
+    POD_RUNNING,
+    POD_START,
+    REGISTERED,
+    ROUND,
+    SCHEDULABLE,
+    SERVING_NAMESPACE,
+    SUBMIT,
+    T0,
+    TICK,
+    Latencies,
+    Result,
+    Run,
+    Shape,
+)
 from .slurmside import SimSlurm, SlurmSide
 from .traces import ServingPod, TrainingJob
 

@@ -5,12 +5,12 @@ zero and the kinds of events, in the order they are handled at one instant."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ..api.lending import NodeLendingPolicy
 
 #: The simulated clock's zero, as decide sees it (a Monday, midnight UTC; policies' windows are read against it).
-T0 = datetime(2025, 1, 6, 0, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2025, 1, 6, 0, 0, 0, tzinfo=UTC)
 SERVING_NAMESPACE = "serving"
 
 #: Event kinds, in the order they are handled at one instant.

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .engine import Result
 

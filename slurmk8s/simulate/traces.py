@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterable
 
 __all__ = ["TrainingJob", "ServingPod", "TraceError", "RequestModel", "read_jobs", "read_serving_pods",
            "read_requests", "replicas_from_requests", "parse_when", "window", "DAILY_PROFILE"]
@@ -64,7 +64,7 @@ def parse_when(value: str) -> float:
     except ValueError:
         raise ValueError(f"{value!r} is neither seconds nor a timestamp such as 2017-10-09 07:01:55") from None
     if t.tzinfo is None:
-        t = t.replace(tzinfo=timezone.utc)
+        t = t.replace(tzinfo=UTC)
     return t.timestamp()
 
 

@@ -17,8 +17,8 @@ commands and reading again yields no commands (idempotent).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Mapping, Sequence
 
 from ..api.fields import POSIX_NAME_RE, RESERVED_USERS, SACCTMGR_NAME_RE
 from .errors import InvalidArgument
@@ -96,7 +96,7 @@ class Associations:
                 "groups": {account: list(groups) for account, groups in self.groups}}
 
     @classmethod
-    def from_json(cls, data: Mapping) -> "Associations":
+    def from_json(cls, data: Mapping) -> Associations:
         """Checked: every name must be one sacctmgr stores as is (the agent's input)."""
         if not isinstance(data, Mapping):
             raise InvalidArgument("associations must be a JSON object")

@@ -53,9 +53,10 @@ from __future__ import annotations
 import hmac
 import json
 import re
+from collections.abc import Callable
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from .. import log
@@ -63,11 +64,10 @@ from ..httpserver import HttpServer, Limits, Request, Response, error, json_resp
 from ..strict import count
 from .accounting import Associations
 from .client import InvalidArgument, NotOurDrain, SlurmError
-from .control import AGENT_PORT
-from .control import SlurmControl
+from .control import AGENT_PORT, SlurmControl
 from .model import job_to_dict, node_to_dict
-from .reservations import reservation_to_dict
 from .published import Fail, published
+from .reservations import reservation_to_dict
 
 __all__ = ["AgentServer", "answer", "make_server", "read_token", "DEFAULT_PORT", "MAX_BODY", "LIMITS"]
 

@@ -24,8 +24,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -33,8 +34,8 @@ from .. import log, versions
 from ..api.fields import SLURM_NODE_NAME_RE, SLURM_SIGNALS
 from .accounting import STATE_QUERIES, Associations, commands, parse_state, with_members
 from .checkpoints import with_checkpoint_times
-from .errors import InvalidArgument
 from .directory import GROUPS_FILE, VERDICT_FILE, Verdict, read_groups, read_verdict
+from .errors import InvalidArgument
 from .hostlist import expand
 from .model import DRAIN_PREFIX, Job, JsonItems, Node, config_hash, job_from_json, node_from_json, release_of
 from .reservations import HOLD_RESERVATION_PREFIX, Reservation, lend_reservation_name, reservations_from_text
@@ -458,7 +459,7 @@ class SlurmClient:
         """Make slurmctld (and every slurmd) re-read the config files."""
         self._run("scontrol", "reconfigure")
 
-    def metrics_reading(self) -> "Reading":
+    def metrics_reading(self) -> Reading:
         """What the Slurm metrics show (:mod:`.metrics`): the nodes, the jobs, ``sdiag``,
         and, where slurm.conf sends accounting to slurmdbd, whether it answers and the
         accounts it knows (``sacctmgr show account``, which asks slurmdbd itself): the

@@ -12,7 +12,8 @@ exceptions.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from .accounting import Associations
 from .directory import Verdict

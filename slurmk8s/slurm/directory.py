@@ -18,8 +18,8 @@ import os
 import re
 import stat
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Mapping
 
 from ..api.fields import POSIX_NAME_RE
 
@@ -53,7 +53,7 @@ class Verdict:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping) -> "Verdict":
+    def from_json(cls, data: Mapping) -> Verdict:
         state = data.get("state")
         if state not in STATES:
             raise ValueError(f"{state!r} is not a directory state ({', '.join(STATES)})")

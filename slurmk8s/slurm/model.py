@@ -14,9 +14,10 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 from ..strict import count
 from .reservations import Reservation
@@ -37,7 +38,7 @@ POD_TERMINATING = "pod terminating"
 HEALTH_PREFIX = f"{DRAIN_PREFIX} health: "
 
 
-def unhealthy(nodes: Iterable["Node"]) -> dict[str, str]:
+def unhealthy(nodes: Iterable[Node]) -> dict[str, str]:
     """Node -> the health check it failed, for the nodes the health check drained. Pure."""
     return {n.name: n.reason[len(HEALTH_PREFIX):].split(" [", 1)[0].strip() or "unknown"
             for n in nodes if n.drain_set and n.reason.startswith(HEALTH_PREFIX)}

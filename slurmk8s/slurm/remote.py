@@ -30,13 +30,14 @@ import ipaddress
 import json
 import socket
 import time
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
 from ..backoff import busy, patiently, retry_after
 from .accounting import Associations
-from .directory import Verdict
 from .client import NotOurDrain, SlurmError
+from .directory import Verdict
 from .model import Job, Node, job_from_dict, node_from_dict
 from .reservations import Reservation, reservation_from_dict
 
@@ -62,7 +63,7 @@ def agent_url(controller_pod: Mapping | None, port: int) -> str | None:
 
 
 def cluster_agent(cluster: object, token: bytes | str, controller_pod: Mapping | None, *, port: int,
-                  timeout: float = 30) -> "RemoteSlurm":
+                  timeout: float = 30) -> RemoteSlurm:
     """A cluster's Slurm through its agent: the one way the operator, the bridge
     and the sandbox make that client. ``cluster`` is not used to address it:
     only the controller pod's IP is (:func:`agent_url`; while the pod has

@@ -5,8 +5,8 @@ has no ``--json`` for reservations) and the agent's wire form."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 __all__ = ["LEND_RESERVATION_PREFIX", "HOLD_RESERVATION_PREFIX", "Reservation", "lend_reservation_name", "reservations_from_text",
            "reservation_to_dict", "reservation_from_dict"]

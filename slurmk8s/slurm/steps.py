@@ -32,8 +32,9 @@ The rule is in :func:`execute`; :func:`apply_step` is one step against a
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Protocol
 
 from ..events import WARNING, Event
 from .client import NotOurDrain, SlurmError

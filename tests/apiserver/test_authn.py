@@ -4,7 +4,8 @@ protobuf bodies kubectl sends for reviews, ServiceAccount admission."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sandbox.apiserver import admission, authn, protobuf
 from sandbox.apiserver.errors import APIError

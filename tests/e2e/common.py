@@ -8,14 +8,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import yaml
 
-from slurmk8s.manifest import with_slurm_version
 from sandbox import Sandbox, install
 from sandbox.apiserver import audit
+from slurmk8s.manifest import with_slurm_version
 
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
 

@@ -13,8 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmk8s import __version__
 from sandbox.apiserver import tls
+from slurmk8s import __version__
 
 NAMESPACE = "directory"
 HOST = f"ldap.{NAMESPACE}.svc.cluster.local"

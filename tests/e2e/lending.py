@@ -12,17 +12,17 @@ from __future__ import annotations
 import contextlib
 import json
 import urllib.request
+from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
-from typing import Iterator
 
-
-from slurmk8s import versions
-from slurmk8s.bridge.nodestate import STATE_LABEL
 from sandbox import Sandbox
 from sandbox.images import tags
+from slurmk8s import versions
+from slurmk8s.bridge.nodestate import STATE_LABEL
 
-from .researcher import Researcher
 from .common import kill_leader, running_sandbox, wait_for
+from .researcher import Researcher
 
 #: What a serving pod runs: the image examples/serving.yaml names.
 SERVE_IMAGE = tags("serve")[0]
@@ -196,12 +196,12 @@ class Lending:
         """Write into the policy's status a demand record as the bridge keeps
         it (one peak per 15-minute bucket), ``peaks`` ending with the bucket
         before now: the forecast reads it. Returns the status's ``demand``."""
-        from datetime import datetime, timedelta, timezone
+        from datetime import datetime, timedelta
 
         from slurmk8s.bridge import forecast as F
         from slurmk8s.bridge.foresight import Foresight, demand_status
 
-        start = datetime.now(timezone.utc) - timedelta(seconds=F.STEP * (len(peaks) + 1))
+        start = datetime.now(UTC) - timedelta(seconds=F.STEP * (len(peaks) + 1))
         rec = None
         for i, v in enumerate(peaks):
             rec = F.record(rec, start + timedelta(seconds=i * F.STEP), v)

@@ -9,13 +9,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import yaml
 
-from slurmk8s.manifest import with_slurm_version
 from sandbox import Sandbox
+from slurmk8s.manifest import with_slurm_version
 
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
 
@@ -85,7 +85,7 @@ class ManifestPlatform(Platform):
 
     @classmethod
     @contextlib.contextmanager
-    def running(cls, work: Path, release: str, doc: dict) -> Iterator["ManifestPlatform"]:
+    def running(cls, work: Path, release: str, doc: dict) -> Iterator[ManifestPlatform]:
         """Up with ``doc`` (asserted), then down with everything purged."""
         assert os.geteuid() == 0, "the sandbox needs root"
         env = {**os.environ, "SLURMK8S_SANDBOX_DIR": str(work / "state")}

@@ -21,9 +21,9 @@ import pytest
 
 from slurmk8s.render.keys import ssh_keypair
 
+from .common import wait_for
 from .conftest import default_release_only
 from .lending import SERVE_IMAGE
-from .common import wait_for
 from .platform import ManifestPlatform
 
 pytestmark = [pytest.mark.slurm, default_release_only]

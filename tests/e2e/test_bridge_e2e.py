@@ -17,10 +17,10 @@ import pytest
 from sandbox.prometheus import Prometheus
 from slurmk8s import versions
 
-from .common import assert_one_writer_at_a_time, audit_now
 from ..dashboards import queries
-from .lending import CHECKPOINT_JOB, GRACE, LEND, SERVE_IMAGE, Lending, lending_sandbox, policy, wait_for
+from .common import assert_one_writer_at_a_time, audit_now
 from .conftest import default_release_only
+from .lending import CHECKPOINT_JOB, GRACE, LEND, SERVE_IMAGE, Lending, lending_sandbox, policy, wait_for
 
 pytestmark = pytest.mark.slurm
 SUBNET = "10.253.96.0/24"

@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
+from sandbox import install
 from slurmk8s.bridge import permissions as bridge_permissions
 from slurmk8s.operator import permissions
 from slurmk8s.permissions import grants
-from sandbox import install
 
 from .common import running_sandbox, wait_for
 from .conftest import default_release_only

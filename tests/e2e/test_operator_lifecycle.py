@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sandbox import install, runcruntime, runtime
 from slurmk8s import versions
 from slurmk8s.api import load_cluster
 from slurmk8s.render import ClusterKeys, names, render
-from sandbox import install, runcruntime, runtime
 
 from .common import assert_one_writer_at_a_time, audit_now, kill_leader, wait_for, writers
-from .platform import ManifestPlatform
 from .conftest import default_release_only
+from .platform import ManifestPlatform
 
 pytestmark = pytest.mark.slurm
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")

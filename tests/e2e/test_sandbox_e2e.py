@@ -29,16 +29,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmk8s.api import load_cluster
-from slurmk8s.slurm.directory import GROUPS_FILE
 from sandbox import Sandbox
+from slurmk8s.api import load_cluster
 from slurmk8s.serve import Follower
+from slurmk8s.slurm.directory import GROUPS_FILE
 
 from ..conftest import EXAMPLE, ROOT
 from . import directory
 from .common import assert_nothing_forbidden, wait_for
-from .researcher import Researcher
 from .conftest import default_release_only
+from .researcher import Researcher
 
 pytestmark = pytest.mark.slurm
 JOBS = Path(__file__).parent / "jobs"

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -247,7 +247,7 @@ def test_the_simulator_agrees_with_the_sandbox(world, name):
                                    limit=60.0 * limit[k] if limit[k] else None) for i, k in enumerate(order)],
                       [ServingPod(a - t0, b - t0, 4) for a, b in pods.values()], time.time() - t0,
                       Run(pol.name, "policy", pol), cluster, labels, Latencies(interval=1.0),
-                      epoch=datetime.fromtimestamp(t0, timezone.utc))
+                      epoch=datetime.fromtimestamp(t0, UTC))
 
     real = {k: started[k] - submitted[k] for k in short}
     sim = {order[i]: d for i, d in result.delay_of.items()}

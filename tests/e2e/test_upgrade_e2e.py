@@ -15,11 +15,11 @@ import subprocess
 
 import pytest
 
-from slurmk8s import versions
 from sandbox.runtime import SandboxError
+from slurmk8s import versions
 
-from .test_accounting_e2e import KEY, Accounting
 from .common import wait_for
+from .test_accounting_e2e import KEY, Accounting
 
 pytestmark = pytest.mark.slurm
 #: The oldest in-place step between supported releases.

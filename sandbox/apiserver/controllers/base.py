@@ -4,9 +4,10 @@ controller, each key reconciled at most once per wake-up, with delayed requeues.
 from __future__ import annotations
 
 import asyncio
-from typing import Hashable, Iterable
+from collections.abc import Hashable, Iterable
 
 from slurmk8s.log import get as get_logger
+
 from ..api import API
 from ..errors import APIError
 from ..store import Event, Storage

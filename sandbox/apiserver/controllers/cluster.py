@@ -7,8 +7,8 @@ runtime puts it), Services get Endpoints, PodDisruptionBudgets get a status
 from __future__ import annotations
 
 import copy
+from collections.abc import Hashable, Iterable
 from datetime import timedelta
-from typing import Hashable, Iterable
 
 from .. import timeutil
 from ..api import DeleteOptions, Options

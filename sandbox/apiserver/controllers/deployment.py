@@ -10,7 +10,7 @@ old ones to zero first. A ReplicaSet keeps ``replicas`` pods named
 from __future__ import annotations
 
 import copy
-from typing import Hashable, Iterable
+from collections.abc import Hashable, Iterable
 
 from .. import timeutil
 from ..api import DeleteOptions, Options

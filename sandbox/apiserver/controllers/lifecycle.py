@@ -5,7 +5,7 @@ contents, CustomResourceDefinition cleanup, and the pod garbage collector."""
 from __future__ import annotations
 
 import copy
-from typing import Hashable, Iterable
+from collections.abc import Hashable, Iterable
 
 from ..api import CRD_CLEANUP, DeleteOptions, Options, node_ready
 from ..errors import APIError

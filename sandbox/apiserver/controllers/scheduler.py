@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from collections.abc import Hashable, Iterable, Mapping
 from decimal import Decimal
-from typing import Hashable, Iterable, Mapping
 
 from .. import quantity, timeutil
 from ..api import DeleteOptions

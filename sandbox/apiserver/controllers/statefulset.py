@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Hashable, Iterable
 
 from ..api import DeleteOptions, Options
 from ..errors import APIError
@@ -29,8 +29,8 @@ from .util import (
     deleting,
     name,
     namespace,
-    owner_ref,
     owned_by,
+    owner_ref,
     pod_available,
     pod_running_ready,
     pod_terminal,
