@@ -28,31 +28,62 @@ if [ "$lint_rc" -ne 0 ]; then
   exit 1
 fi
 
-# The whole suite in three lanes at once: the pure tests and everything
-# that runs daemons outside a sandbox (the host's Slurm in private
-# namespaces, the images run from their root file systems, the kubelet and
-# its runtime each with its own API server, registry and network, and the
-# sandbox's own up/down in tests/test_sandbox.py), which mostly computes;
-# and the end-to-end suites, which mostly wait on Slurm, the kubelet and the
-# trace clocks, split in two lanes of about the same length, each running
-# one sandbox at a time: the researcher's suite and the simulator's trust
-# test in one, the operator's, the bridge's, accounting's and the upgrade's
-# in the other. None of the lanes' daemons shares a network, a name or a
-# file with another's (each sandbox has its own subnet and sandbox id; the
-# image stores they share are keyed by content). Each lane's output is
-# printed whole when it ends; hack/test_summary.py then prints the 15
-# slowest tests and modules of all and the totals. SLURMK8S_TEST_REPORTS=DIR
-# keeps the lanes' logs and JUnit XML in DIR.
-researcher_e2e=(tests/e2e/test_sandbox_e2e.py tests/e2e/test_simulate_trust.py)
 out=$(mktemp -d)
+chmod 755 "$out"
 trap '[ -z "${SLURMK8S_TEST_REPORTS:-}" ] || cp "$out"/* "$SLURMK8S_TEST_REPORTS"/; rm -rf "$out"' EXIT
 start=$SECONDS
+
+# The pure tier first, alone (tests/README.md: `-m "not root"`: models,
+# rendering, decisions, the API stand-in, the corpus), so that a broken rule
+# fails in minutes: as the unprivileged user nobody, who can make no network
+# namespace, mount or chown, wherever nobody can read the checkout (else as
+# root, said so). Its result is printed before the lanes start; a failure
+# stops the command there.
+pure=(-p no:cacheprovider -m "not root" --ignore=tests/e2e --junitxml="$out/pure.xml" tests)
+as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --)
+if "${as_nobody[@]}" "$PWD/.venv/bin/python" -c 'import slurmk8s, sandbox, tests' 2>/dev/null; then
+  echo "test.sh: the pure tier, as nobody"
+  pure_home=$(mktemp -d)
+  chown 65534:65534 "$pure_home"
+  chmod 777 "$out"
+  pure_rc=0
+  HOME="$pure_home" HYPOTHESIS_STORAGE_DIRECTORY="$pure_home/hypothesis" "${as_nobody[@]}" .venv/bin/pytest \
+    "${pure[@]}" || pure_rc=$?
+  chmod 755 "$out"
+  rm -rf "$pure_home"
+else
+  echo "test.sh: nobody cannot read this checkout ($PWD): the pure tier runs as root"
+  pure_rc=0
+  .venv/bin/pytest "${pure[@]}" || pure_rc=$?
+fi
+printf '\n===== pure tier: exit %s (done by %ss) =====\n' "$pure_rc" "$((SECONDS - start))"
+if [ "$pure_rc" -ne 0 ]; then
+  echo "test.sh: the pure tier failed (above); the lanes did not start" >&2
+  exit "$pure_rc"
+fi
+
+# Then the rest in three lanes at once: the root tier (everything that
+# runs daemons outside a sandbox: the host's Slurm in private namespaces,
+# the images run from their root file systems, the kubelet and its runtime
+# each with its own API server, registry and network, and the sandbox's own
+# up/down in tests/test_sandbox.py), which mostly computes; and the
+# end-to-end suites, which mostly wait on Slurm, the kubelet and the trace
+# clocks, split in two lanes of about the same length, each running one
+# sandbox at a time: the researcher's suite and the simulator's trust test
+# in one, the operator's, the bridge's, accounting's and the upgrade's in
+# the other. None of the lanes' daemons shares a network, a name or a file
+# with another's (each sandbox has its own subnet and sandbox id; the image
+# stores they share are keyed by content). Each lane's output is printed
+# whole when it ends; hack/test_summary.py then prints the 15 slowest tests
+# and modules of all and the totals. SLURMK8S_TEST_REPORTS=DIR keeps the
+# logs and JUnit XML in DIR.
+researcher_e2e=(tests/e2e/test_sandbox_e2e.py tests/e2e/test_simulate_trust.py)
 lane() {  # NAME PYTEST-ARGS...: a pytest run in the background, its output and JUnit XML under $out
   local name=$1; shift
   .venv/bin/pytest -p no:cacheprovider --junitxml="$out/$name.xml" "$@" >"$out/$name.log" 2>&1 &
 }
 declare -A pids
-lane rest --ignore=tests/e2e tests
+lane rest -m root --ignore=tests/e2e tests
 pids[rest]=$!
 lane researcher "${researcher_e2e[@]}"
 pids[researcher]=$!
@@ -66,6 +97,6 @@ for name in rest researcher platform; do
   printf '\n===== lane %s: exit %s (done by %ss) =====\n' "$name" "$lane_rc" "$((SECONDS - start))"
   cat "$out/$name.log"
 done
-.venv/bin/python hack/test_summary.py --seconds "$((SECONDS - start))" "$out/rest.xml" "$out/researcher.xml" \
+.venv/bin/python hack/test_summary.py --seconds "$((SECONDS - start))" "$out/pure.xml" "$out/rest.xml" "$out/researcher.xml" \
   "$out/platform.xml"
 [ "$rc" -eq 0 ]
