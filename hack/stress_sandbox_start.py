@@ -94,12 +94,11 @@ def main() -> int:
     for b in burners:
         b.start()
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="stress-sandbox-") as tmp:
-        # Each lane a process of its own, as the test command's lanes are.
-        with multiprocessing.get_context("fork").Pool(args.lanes) as pool:
-            timeout = 0 if args.first_look else args.timeout
-            results = pool.starmap(one_start, [(Path(tmp) / f"c{i}", timeout) for i in range(args.cycles)],
-                                   chunksize=1)
+    timeout = 0 if args.first_look else args.timeout
+    # Each lane a process of its own, as the test command's lanes are.
+    with tempfile.TemporaryDirectory(prefix="stress-sandbox-") as tmp, \
+            multiprocessing.get_context("fork").Pool(args.lanes) as pool:
+        results = pool.starmap(one_start, [(Path(tmp) / f"c{i}", timeout) for i in range(args.cycles)], chunksize=1)
     for b in burners:
         b.terminate()
     failures = [msg for msg in results if msg is not None]

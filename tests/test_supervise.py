@@ -117,7 +117,7 @@ def _box(tmp_path: Path, monkeypatch, script: str):
 
     monkeypatch.setattr(Sandbox, "_argv", lambda self, process, state: [sys.executable, "-c", script, "sandbox"])
     box = Sandbox(tmp_path)
-    state = State(cluster="c", namespace="d", sid="s", subnet="10.253.80.0/24", gateway="10.253.80.1",
+    state = State(cluster="c", namespace="d", sid="s", subnet="192.0.2.0/24", gateway="192.0.2.1",  # no network made
                   api_port=1, nodes=[], login=None, shared_storage=None, started=0)
     state.save(box.state_file)
     box._spawn("apiserver", state)
