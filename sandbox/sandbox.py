@@ -344,7 +344,7 @@ class Sandbox:
         pid, last = status.get("pid"), status.get("lastExit")
         if pid is not None:
             ends.append(f"its run {status.get('restarts', 0) + 1} (pid {pid}) "
-                        + ("still runs" if _running(pid, "sandbox") else "has ended, its supervisor gone"))
+                        + ("still runs" if _running(pid, "sandbox") else "has ended"))
         if last is not None:
             ends.append(f"its {'previous' if pid is not None else 'last'} run {supervise.describe(last)}")
         if pid is None and last is None:
