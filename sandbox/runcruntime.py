@@ -36,7 +36,7 @@ from . import oci, podlogs
 from .distribution import Pulled
 from .images import ImageError
 from .plan import ContainerPlan, Mount, PodPlan
-from .runtime import SandboxError, _nul, alive, network_probe, write_files
+from .runtime import SandboxError, _nul, alive, cmdline, network_probe, write_files
 
 NAME = "runc"
 
@@ -195,10 +195,7 @@ def stop(holder: int | None, grace: float) -> None:
 
 
 def _pod_dir_of(holder: int) -> Path | None:
-    try:
-        argv = Path(f"/proc/{holder}/cmdline").read_bytes().split(b"\0")
-    except FileNotFoundError:
-        return None
+    argv = cmdline(holder)
     if b"sandbox.runcshim" not in argv:
         return None
     return Path(argv[argv.index(b"sandbox.runcshim") + 1].decode())

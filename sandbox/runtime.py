@@ -11,6 +11,7 @@ import ipaddress
 import os
 import socket
 import subprocess
+import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -214,14 +215,50 @@ def tree_bytes(root: Path) -> int:
     return sum(f.lstat().st_size for f in root.rglob("*") if not f.is_symlink() and f.is_file())
 
 
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (the state first), or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return stat.rsplit(")", 1)[1].split()
+
+
 def alive(pid: int | None) -> bool:
     if not pid:
         return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+#: /proc/PID/stat's flags: a kernel thread, which has no command line at all.
+PF_KTHREAD = 0x00200000
+#: How long a live process's command line may read empty while it execs.
+EXEC_SETTLE = 2.0
+
+
+def cmdline(pid: int, settle: float = EXEC_SETTLE) -> list[bytes]:
+    """The arguments of a process, [] once it has exited.
+
+    A process that has just been started reads with an empty command line for
+    a moment: execve switches the process to the new program's memory (its
+    parent's fork or vfork returns then, and its close-on-exec pipe closes)
+    before it places the arguments there, and /proc/PID/cmdline reads them
+    from that memory. A live process other than a kernel thread that reads
+    empty is read again, for up to ``settle`` seconds, rather than taken for
+    one that is not what it was started as."""
+    deadline = time.monotonic() + settle
+    while True:
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            return []
+        if raw:
+            return raw.split(b"\0")[:-1] if raw.endswith(b"\0") else raw.split(b"\0")
+        stat = _stat(pid)
+        if stat is None or stat[0] in ("Z", "X") or int(stat[6]) & PF_KTHREAD or time.monotonic() >= deadline:
+            return []
+        time.sleep(0.005)
 
 
 def network_probe(pod: PodPlan, c: ContainerPlan) -> bool | None:

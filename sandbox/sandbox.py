@@ -168,19 +168,21 @@ def _free_port() -> int:
 def _running(pid: int | None, what: str) -> bool:
     """``pid`` is alive and still the process we started (not a reused number):
     every process `up` starts names the sandbox in its command line
-    (``-m sandbox.supervise``, ``-m sandbox.apiserver``, ``slurmk8s.cli sandbox kubelet``)."""
+    (``-m sandbox.supervise``, ``-m sandbox.apiserver``, ``slurmk8s.cli sandbox kubelet``).
+    One read just after it was started may find it still in its execve, with no command
+    line yet: :func:`runtime.cmdline` waits that out."""
     if not runtime.alive(pid):
         return False
-    try:
-        return what.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except FileNotFoundError:
-        return False
+    assert pid is not None
+    return any(what.encode() in arg for arg in runtime.cmdline(pid))
 
 
 class Sandbox:
     def __init__(self, state_dir: Path = DEFAULT_STATE_DIR, progress: Progress = lambda _: None):
         self.dir = state_dir
         self.progress = progress
+        #: The supervisors this object started: their exit status is known, not guessed from /proc.
+        self._started: dict[str, subprocess.Popen] = {}
 
     # Paths
 
@@ -260,9 +262,18 @@ class Sandbox:
             proc = subprocess.Popen(self._command(process, state), stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self._started[process] = proc
         state.processes[process] = proc.pid
         state.save(self.state_file)
         self.progress(f"started {process} (pid {proc.pid}, log {log})")
+
+    def _supervisor_running(self, process: str, state: State) -> bool:
+        """The supervisor of ``process`` runs: for one this object started, as its exit status
+        says; for one an earlier `up` started, as /proc says (:func:`_running`)."""
+        proc = self._started.get(process)
+        if proc is not None and proc.pid == state.processes.get(process):
+            return proc.poll() is None
+        return _running(state.processes.get(process), "sandbox")
 
     def _unrecorded(self, process: str, state: State) -> list[int]:
         """Live processes that run exactly what ``process`` is here but whose
@@ -296,9 +307,11 @@ class Sandbox:
         nodes where the project's repository is served; before any pod is made."""
         reg = publish.running(state.sid, self.registry_address(state))  # prepared before it was started
         try:
-            registry.wait_ready(reg, 30, alive=lambda: _running(state.processes.get("registry"), "sandbox"))
+            registry.wait_ready(reg, 30, alive=lambda: self._supervisor_running("registry", state))
             publish.publish(reg, release, self.progress)
         except (registry.RegistryError, ImageBuildFailed, images.ImageError) as exc:
+            if not self._supervisor_running("registry", state):
+                raise self._fail_process("registry", "exited before it answered") from None
             raise SandboxFailed(f"registry: {exc}") from None
         publish.node_registries(reg).save(self.dir / REGISTRIES_FILE)
 
@@ -310,16 +323,36 @@ class Sandbox:
                         return
                 except OSError:
                     pass
-            if not _running(state.processes.get("apiserver"), "sandbox"):
+            if not self._supervisor_running("apiserver", state):
                 raise self._fail_process("apiserver", "exited before it answered")
             if time.monotonic() - t0 > timeout:
                 raise self._fail_process("apiserver", f"did not answer within {timeout:.0f}s")
             time.sleep(0.2)
 
     def _fail_process(self, process: str, why: str) -> SandboxFailed:
-        lines = self.log_path(process).read_text(errors="replace").splitlines()[-20:]
-        return SandboxFailed(f"the sandbox's {process} {why}.\nLast lines of {self.log_path(process)}:\n"
-                             + "\n".join(lines) + "\nRun `slurmk8s sandbox up` again, or `slurmk8s sandbox down`.")
+        """What `up` says when one of its processes fails: how it and its supervisor
+        ended (their exit status), and the end of their log, or that the log is empty."""
+        log = self.log_path(process)
+        try:
+            lines = log.read_text(errors="replace").splitlines()[-20:]
+        except FileNotFoundError:
+            lines = []
+        ends = []
+        proc = self._started.get(process)
+        if proc is not None and proc.poll() is not None:
+            ends.append(f"its supervisor (pid {proc.pid}) {supervise.describe(proc.returncode)}")
+        status = supervise.read_status(self.supervisor_status(process))
+        pid, last = status.get("pid"), status.get("lastExit")
+        if pid is not None:
+            ends.append(f"its run {status.get('restarts', 0) + 1} (pid {pid}) "
+                        + ("still runs" if _running(pid, "sandbox") else "has ended"))
+        if last is not None:
+            ends.append(f"its {'previous' if pid is not None else 'last'} run {supervise.describe(last)}")
+        if pid is None and last is None:
+            ends.append(f"{process} itself was never started")
+        tail = (f"Last lines of {log}:\n" + "\n".join(lines)) if lines else f"{log} is empty."
+        return SandboxFailed(f"the sandbox's {process} {why}: {'; '.join(ends)}.\n{tail}\n"
+                             "Run `slurmk8s sandbox up` again, or `slurmk8s sandbox down`.")
 
     # Kubernetes
 
@@ -535,7 +568,7 @@ class Sandbox:
         last = ""
         while True:
             for process in PROCESSES:
-                if not _running(state.processes.get(process), "sandbox"):
+                if not self._supervisor_running(process, state):
                     raise self._fail_process(process, "exited")
             try:
                 obj = custom.get_namespaced_custom_object(GROUP, VERSION, cluster.namespace,

@@ -11,8 +11,12 @@ forever.
 
 SIGTERM or SIGINT stops the command (SIGTERM, SIGKILL after ``GRACE``
 seconds) and then the supervisor. The status file (JSON, replaced
-atomically) says the command's current ``pid`` and how often it was
-``restarts``; ``sandbox status`` shows it and ``sandbox up`` reads the pid.
+atomically) says the command's current ``pid`` (null between runs), how often
+it was ``restarts`` and how its last run ended (``lastExit``, negative for a
+signal, as :class:`subprocess.Popen` says it); ``sandbox status`` shows it and
+``sandbox up`` reads the pid and, when the command fails, the status. The
+supervisor writes a line to its output for every start, exit and stop, so the
+log of a supervised process never reads empty, whatever ended it.
 """
 
 from __future__ import annotations
@@ -68,6 +72,21 @@ def _write_status(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
+def describe(returncode: int) -> str:
+    """A process's end in words, from its status as :class:`subprocess.Popen` gives it."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+def _name(command: list[str]) -> str:
+    """How the log names the command: the module of ``python -m MODULE``, else the program."""
+    return command[command.index("-m") + 1] if "-m" in command[:-1] else command[0]
+
+
 def _log(message: str) -> None:
     print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} supervise: {message}", flush=True)
 
@@ -104,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     stopping = []
     child: subprocess.Popen | None = None
 
-    def stop(_signum, _frame) -> None:
-        stopping.append(True)
+    def stop(signum, _frame) -> None:
+        stopping.append(signum)
         if child is not None and child.poll() is None:
             child.send_signal(signal.SIGTERM)
 
@@ -113,21 +132,28 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     rule = Restarts()
     restarts = 0
+    name = _name(command)
+    status: dict = {"pid": None, "restarts": 0, "supervisor": os.getpid()}
     while not stopping:
         started = time.monotonic()
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-        _write_status(args.status, {"pid": child.pid, "restarts": restarts, "supervisor": os.getpid()})
+        status.update(pid=child.pid, restarts=restarts)
+        _write_status(args.status, status)
+        _log(f"started {name} (pid {child.pid})")
         if stopping:  # the signal came between the check and Popen
             child.send_signal(signal.SIGTERM)
         rc = _wait(child, lambda: bool(stopping))
+        status.update(pid=None, lastExit=rc)
+        _write_status(args.status, status)
         if stopping:
+            _log(f"stopping on {signal.Signals(stopping[0]).name}: {name} {describe(rc)}")
             break
         lasted = time.monotonic() - started
         wait = rule.after(lasted, rc != 0)
         if wait is None:
-            _log(f"{command[0]} failed {BURST} times within {WINDOW:.0f}s each (last status {rc}); giving up")
-            return rc or 1
-        _log(f"{' '.join(command[:3])} exited with status {rc} after {lasted:.1f}s; restarting in {wait:.1f}s")
+            _log(f"{name} failed {BURST} times within {WINDOW:.0f}s each (last: {describe(rc)}); giving up")
+            return rc if rc > 0 else 128 - rc if rc < 0 else 1
+        _log(f"{name} exited with status {rc} after {lasted:.1f}s; restarting in {wait:.1f}s")
         deadline = time.monotonic() + wait
         while not stopping and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -163,3 +163,66 @@ def test_a_process_started_but_not_recorded_is_adopted_by_up_and_stopped_by_down
     finally:
         if orphan.poll() is None:
             orphan.kill()
+
+
+def in_execve(monkeypatch, pids: set[int], seconds: float) -> None:
+    """/proc/PID/cmdline of each of ``pids`` reads empty for ``seconds`` from now, as the kernel
+    reads a process that is in its execve: switched to the new program's memory (its parent's
+    fork has returned) and its arguments not yet placed there. The window is microseconds on an
+    idle machine and longer on a busy one; stretched here so that every look falls in it."""
+    until = time.monotonic() + seconds
+    read_bytes = Path.read_bytes
+
+    def read(path: Path) -> bytes:
+        if time.monotonic() < until and str(path) in {f"/proc/{pid}/cmdline" for pid in pids}:
+            return b""
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", read)
+
+
+def test_a_process_still_in_its_execve_is_running_and_a_kernel_thread_is_not_ours(monkeypatch):
+    from sandbox.sandbox import _running
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "sandbox-in-execve"])
+    try:
+        in_execve(monkeypatch, {child.pid}, 0.5)
+        assert _running(child.pid, "sandbox-in-execve")
+        kernel_thread = next(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and runtime._stat(
+            int(p.name)) and int(runtime._stat(int(p.name))[6]) & runtime.PF_KTHREAD)
+        started = time.monotonic()
+        assert runtime.cmdline(kernel_thread) == [] and not _running(kernel_thread, "sandbox")
+        assert time.monotonic() - started < runtime.EXEC_SETTLE / 2  # not waited on: it never has one
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_up_waits_for_an_api_server_whose_supervisor_is_still_in_its_execve(tmp_path, monkeypatch):
+    """`up` looks at the API server's supervisor right after starting it; a look that falls
+    in its execve must not be taken for its end ("exited before it answered", empty log)."""
+    from sandbox.sandbox import State, _free_port
+
+    box = Sandbox(tmp_path)
+    state = State(cluster="c", namespace="d", sid="s", subnet="10.253.80.0/24", gateway="10.253.80.1",
+                  api_port=_free_port(), nodes=[], login=None, shared_storage=None, started=0)
+    state.save(box.state_file)
+    # An API server that answers after a second: writes both kubeconfigs and listens.
+    server = (f"import socket, time, pathlib; time.sleep(1); s = socket.create_server(('127.0.0.1', {state.api_port})); "
+              f"[pathlib.Path(p).write_text('') for p in ({str(box.kubeconfig)!r}, {str(box.kubelet_kubeconfig)!r})]; "
+              "time.sleep(60)")
+    monkeypatch.setattr(Sandbox, "_argv", lambda self, process, state: [sys.executable, "-c", server, "sandbox"])
+    spawn = subprocess.Popen
+
+    def popen(argv, **kw):  # the supervisor's command line reads empty for its first 0.6 s
+        proc = spawn(argv, **kw)
+        in_execve(monkeypatch, {proc.pid}, 0.6)
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    try:
+        box._spawn("apiserver", state)
+        box._wait_api(state, time.monotonic(), 30)
+    finally:
+        monkeypatch.undo()
+        box._kill(state.processes.get("apiserver"))

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -109,3 +110,48 @@ def test_a_process_that_cannot_start_is_given_up_with_its_status(tmp_path):
     assert sup.wait(timeout=60) == 3
     out = sup.stdout.read()
     assert f"failed {BURST} times" in out and out.count("restarting in") == BURST - 1
+
+
+def _box(tmp_path: Path, monkeypatch, script: str):
+    """A sandbox whose API server is ``script``, started as `up` starts it (under its supervisor)."""
+    from sandbox.sandbox import Sandbox, State
+
+    monkeypatch.setattr(Sandbox, "_argv", lambda self, process, state: [sys.executable, "-c", script, "sandbox"])
+    box = Sandbox(tmp_path)
+    state = State(cluster="c", namespace="d", sid="s", subnet="192.0.2.0/24", gateway="192.0.2.1",  # no network made
+                  api_port=1, nodes=[], login=None, shared_storage=None, started=0)
+    state.save(box.state_file)
+    box._spawn("apiserver", state)
+    return box, state
+
+
+def test_an_api_server_that_fails_is_reported_with_its_exit_status_and_its_output(tmp_path, monkeypatch):
+    from sandbox.sandbox import SandboxFailed
+
+    box, state = _box(tmp_path, monkeypatch, "import sys; print('error: cannot listen on 127.0.0.1:1', "
+                                             "file=sys.stderr); sys.exit(3)")
+    with pytest.raises(SandboxFailed) as failed:
+        box._wait_api(state, time.monotonic(), 120)
+    message = str(failed.value)
+    assert message.startswith("the sandbox's apiserver exited before it answered: its supervisor (pid "
+                              f"{state.processes['apiserver']}) exited with status 3; its last run exited with "
+                              "status 3.")
+    assert message.count("error: cannot listen on 127.0.0.1:1") == BURST  # each run's own words
+    assert f"failed {BURST} times" in message
+
+
+def test_a_supervisor_killed_before_its_api_server_answered_is_said_so_with_its_signal(tmp_path, monkeypatch):
+    from sandbox.sandbox import SandboxFailed
+
+    box, state = _box(tmp_path, monkeypatch, "import time; time.sleep(60)")
+    status = box.supervisor_status("apiserver")
+    child = _wait_for(lambda: supervise.read_status(status).get("pid"))
+    os.kill(state.processes["apiserver"], signal.SIGKILL)
+    with pytest.raises(SandboxFailed) as failed:
+        box._wait_api(state, time.monotonic(), 120)
+    message = str(failed.value)
+    assert f"its supervisor (pid {state.processes['apiserver']}) was killed by SIGKILL" in message
+    assert f"its run 1 (pid {child}) " in message  # still running or ended by now: its parent's death signal
+    assert f"supervise: started sandbox (pid {child})" not in message  # named by its module or program
+    assert f"supervise: started {sys.executable} (pid {child})" in message  # the log is never empty
+    _wait_for(lambda: not _alive(child))
