@@ -89,6 +89,7 @@ def test_an_opaque_marker_after_the_layers_own_files_spares_them(tmp_path):
     assert os.listdir(root / "d") == ["upper"]
 
 
+@pytest.mark.root
 def test_symlinks_are_kept_as_written_and_owners_and_setuid_kept(tmp_path):
     root = _apply(tmp_path, [("bin", "dir", None), ("bin/su", "file", b"su", {"mode": 0o4755, "uid": 7, "gid": 9}),
                              ("etc", "dir", None), ("etc/localtime", "sym", "/usr/share/zoneinfo/UTC")])
@@ -97,6 +98,7 @@ def test_symlinks_are_kept_as_written_and_owners_and_setuid_kept(tmp_path):
     assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (0o4755, 7, 9)
 
 
+@pytest.mark.root
 def test_extended_attributes_of_the_layer_are_restored(tmp_path):
     cap = bytes([1, 0, 0, 2, 0, 0x20, 0, 0] + [0] * 12)  # cap_net_raw+ep, as ping carries it
     root = _apply(tmp_path, [("ping", "file", b"x", {"pax_headers": {

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbox.apiserver.patch import merge_patch
+from slurmk8s.api.cluster import PROJECT_REPOSITORY
 from slurmk8s.bridge.rollout import (
     INVALID_REASON,
     MODEL_DIR_ANNOTATION,
@@ -373,6 +374,7 @@ def test_the_bridges_round_reports_the_rollouts_that_failed(example_doc):
     bridge = Bridge.__new__(Bridge)  # only what the rollouts use
     bridge.namespaces, bridge.view, bridge.kube, bridge._unanswered = (), View(), apps, set()
     bridge._agent_of = lambda cluster: Agent()
+    bridge.trusted_repositories = (PROJECT_REPOSITORY,)
     failed = metrics.ROLLOUTS.labels("failed")
     before = failed._value.get()
     for _ in range(2):
