@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from itertools import pairwise
 
 import kopf
@@ -45,6 +45,7 @@ from slurmk8s.slurm.model import Job, Node, node_to_dict
 
 from .conftest import labelled_user_secrets
 from .fakekube import FakeKube, claim_name
+from .jsonhttp import JsonHandler
 from .realslurm import SlurmNamespace, missing_tools
 from .tiers import needs
 
@@ -555,19 +556,8 @@ def test_the_rounds_events_are_posted_even_when_its_status_patch_fails(offline):
     assert phase != "Pending" and {phase, "RoundFailed"} <= posted, posted
 
 
-class _Refusing(BaseHTTPRequestHandler):
+class _Refusing(JsonHandler):
     """A Slurm agent that knows one node, whose pod is gone, and answers 400 to deleting it."""
-
-    def log_message(self, *args):
-        pass
-
-    def _answer(self, code: int, payload) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self):
         if self.path == "/v1/nodes":

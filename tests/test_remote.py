@@ -19,6 +19,8 @@ from slurmk8s.slurm import AgentUnreachable
 from slurmk8s.slurm.client import NotOurDrain, SlurmError
 from slurmk8s.slurm.remote import AgentBadAnswer, AgentError, AgentRefused, AgentUnauthorized, RemoteSlurm
 
+from .jsonhttp import JsonHandler
+
 TOKEN = "t" * 32
 #: What a call may take beyond its deadline (scheduling, closing the socket).
 MARGIN = 1.0
@@ -119,22 +121,11 @@ def test_a_listener_that_never_accepts_is_bounded_too():
         assert time.monotonic() - started < 1.5 + MARGIN
 
 
-class Agent(BaseHTTPRequestHandler):
+class Agent(JsonHandler):
     """Answers as the agent does: JSON, errors with a kind."""
 
     stop: threading.Event
     seen: list = []
-
-    def log_message(self, *args):
-        pass
-
-    def _answer(self, code: int, payload: dict):
-        body = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self):
         self.seen.append((self.command, self.path, self.headers.get("Authorization")))
