@@ -365,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--address", help="HOST:PORT of a running server instead")
     p.add_argument("--path", default="/healthz", help="with --address: the legitimate request's path")
     p.add_argument("--tls", action="store_true", help="with --address: HTTPS, certificate not verified")
+    p.add_argument("--body-file", type=Path, help="with --address: POST this file (JSON) as the legitimate request")
+    p.add_argument("--ok", type=int, action="append", help="with --address: a status the legitimate caller expects "
+                   "(repeatable; default 200)")
     p.add_argument("--token-file", type=Path, help="with --address: send this bearer token")
     p.add_argument("--pid", type=int, help="with --address: the server's process on this host, for threads and RSS")
     p.add_argument("--slow", type=int, default=300, help="slow connections (at most 2000)")
@@ -392,7 +395,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.tls:
             context = ssl.create_default_context()
             context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-        target = Target(host.strip("[]"), int(port), path=args.path, headers=headers, tls=context)
+        body = args.body_file.read_bytes() if args.body_file else None
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        target = Target(host.strip("[]"), int(port), method="POST" if body is not None else "GET", path=args.path,
+                        body=body, headers=headers, tls=context, ok=tuple(args.ok or (200,)))
         if args.load_only:
             return _load_only(args, target)
         measure(target, slow=args.slow, idle=args.idle, seconds=args.seconds, every=args.every, samples=args.samples,
