@@ -102,6 +102,36 @@ def test_the_buffer_pool_is_half_the_mariadb_containers_memory(doc, resources, m
     assert env["SLURMK8S_DB_BUFFER_POOL_MIB"] == str(mib)
 
 
+def test_slurmdbd_may_reach_an_external_databases_port_at_its_address_alone(doc):
+    """Issue 41, item 8's class: with egress rules, a database on port 443 must not open 443
+    to the world. The rule names the database's IPv4 address, or the blocks a named
+    host's servers are in, which the spec must then give."""
+
+    def egress(external: dict) -> list[dict]:
+        d = with_accounting(doc, database={"external": {"passwordSecret": {"name": "acct-db", "key": "pw"},
+                                                         **external}})
+        d["spec"].setdefault("network", {})["egress"] = True
+        policies = {o["metadata"]["name"]: o["spec"]["egress"] for o in render(load_cluster(d), ClusterKeys.generate())
+                    if o["kind"] == "NetworkPolicy"}
+        return policies["demo-slurmdbd"]
+
+    assert {"ports": [{"protocol": "TCP", "port": 443}], "to": [{"ipBlock": {"cidr": "198.51.100.20/32"}}]} \
+        in egress({"host": "198.51.100.20", "port": 443})
+    named = egress({"host": "db.example.org", "egressCidrs": ["192.0.2.0/28"]})
+    assert {"ports": [{"protocol": "TCP", "port": 3306}], "to": [{"ipBlock": {"cidr": "192.0.2.0/28"}}]} in named
+    # No rule but DNS's opens a port to any address.
+    dns = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    assert all("to" in r for r in named if r.get("ports") != dns)
+    d = with_accounting(doc, database={"external": {"host": "db.example.org",
+                                                    "passwordSecret": {"name": "acct-db", "key": "pw"}}})
+    d["spec"].setdefault("network", {})["egress"] = True
+    with pytest.raises(InvalidSpec) as refused:
+        load_cluster(d)
+    assert "is a name" in str(refused.value) and "spec.accounting.database.external.egressCidrs" in str(refused.value)
+    d["spec"]["network"]["egress"] = False
+    assert load_cluster(d)
+
+
 @pytest.mark.parametrize("policy", ["Retain", "Delete"])
 def test_the_database_claim_follows_the_deletion_policy(doc, policy):
     d = with_accounting(doc)

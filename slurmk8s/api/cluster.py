@@ -611,6 +611,11 @@ class ExternalDatabase(ApiModel):
     """Database user; it needs all privileges on that database."""
     password_secret: PasswordRef
     """Secret key holding that user's password."""
+    egress_cidrs: list[Cidr] = Field(default_factory=list, max_length=16)
+    """Address blocks (CIDR) the database is in. With spec.network.egress,
+    slurmdbd may reach the database's port at these addresses and at the
+    host's own when it is an IPv4 address, and nowhere else; required then
+    when host is a name (a NetworkPolicy admits addresses, not names)."""
 
 
 class AccountingDatabase(ApiModel):

@@ -36,6 +36,7 @@ from .fields import (
     quote,
     refuse,
 )
+from .network import egress_blocks, ipv4_literal
 from .refusals import schema_pattern
 
 __all__ = ["IdentitySpec", "LdapSpec", "LdapCa", "BindPasswordRef", "ConfigMapKeyRef", "LDAP_FILTER_MAX",
@@ -303,15 +304,10 @@ def identity_errors(identity: IdentitySpec) -> Iterator[FieldError]:
                 yield FieldError(f"{path}.{field}[{i}]", f"{quote(value)} is listed twice")
 
 
-def _ipv4(host: str) -> bool:
-    return re.fullmatch(r"[0-9]{1,3}(\.[0-9]{1,3}){3}", host) is not None
-
-
 def directory_blocks(ldap: LdapSpec) -> list[str]:
     """The address blocks the directory's servers are in: the IPv4 addresses its URIs name
     (each alone) and egressCidrs, each once."""
-    hosts = [f"{uri_host(u)}/32" for u in ldap.uris if _ipv4(uri_host(u))]
-    return list(dict.fromkeys([*hosts, *ldap.egress_cidrs]))
+    return egress_blocks([uri_host(u) for u in ldap.uris], ldap.egress_cidrs)
 
 
 def egress_errors(identity: IdentitySpec, egress: bool) -> Iterator[FieldError]:
@@ -320,7 +316,7 @@ def egress_errors(identity: IdentitySpec, egress: bool) -> Iterator[FieldError]:
     ldap = identity.ldap
     if ldap is None or not egress or ldap.egress_cidrs:
         return
-    named = [i for i, u in enumerate(ldap.uris) if not _ipv4(uri_host(u))]
+    named = [i for i, u in enumerate(ldap.uris) if not ipv4_literal(uri_host(u))]
     if named:
         yield FieldError("spec.identity.ldap.egressCidrs",
                          f"{quote(ldap.uris[named[0]])} names its host by name, and with spec.network.egress the "

@@ -13,7 +13,7 @@ from pydantic import AfterValidator
 
 from .refusals import pattern_check, refuse, schema_pattern
 
-__all__ = ["Cidr", "PortRange", "PORT_RANGE_MIN", "credential_host"]
+__all__ = ["Cidr", "PortRange", "PORT_RANGE_MIN", "credential_host", "ipv4_literal", "egress_blocks"]
 
 
 PORT_RANGE_RE = r"[0-9]{4,5}-[0-9]{4,5}"
@@ -74,3 +74,16 @@ def credential_host(value: str) -> str:
         if getattr(address, bad):
             raise refuse(value, f"is {why} address; a password may only go to the service's own host")
     return value
+
+
+def ipv4_literal(host: str) -> bool:
+    """Whether ``host`` is an IPv4 address written a.b.c.d (as :func:`credential_host`
+    lets one through), not a name."""
+    return re.fullmatch(r"[0-9]{1,3}(\.[0-9]{1,3}){3}", host) is not None
+
+
+def egress_blocks(hosts: list[str], cidrs: list[str]) -> list[str]:
+    """The address blocks an egress rule may send to for servers named by ``hosts``:
+    each IPv4 address alone and ``cidrs``, each once (a NetworkPolicy admits
+    addresses, not names)."""
+    return list(dict.fromkeys([*(f"{h}/32" for h in hosts if ipv4_literal(h)), *cidrs]))

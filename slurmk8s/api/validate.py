@@ -21,6 +21,7 @@ from .errors import FieldError, InvalidSpec, field_path, from_pydantic
 from .extralines import EXTRA_LINE_KEYS, KNOB_FOR_KEY, OWNED_KEYS, PROGRAM_KEYS, extra_line_errors
 from .fields import SACCTMGR_NAME_RE, quantity_value, quote
 from .identity import account_group_errors, egress_errors, identity_errors, login_overlap_errors
+from .network import ipv4_literal
 from .secrets import owned_name_error, pull_secret_refs, secret_refs
 
 __all__ = [
@@ -259,6 +260,7 @@ def semantic_errors(c: SlurmCluster, trusted_repositories: Sequence[str] = (PROJ
     yield from identity_errors(spec.identity)
     yield from login_overlap_errors(spec.identity, spec.login.users)
     yield from egress_errors(spec.identity, spec.network.egress)
+    yield from _database_egress_errors(spec)
     yield from _resource_errors(spec)
 
     if spec.topology is not None:
@@ -266,6 +268,18 @@ def semantic_errors(c: SlurmCluster, trusted_repositories: Sequence[str] = (PROJ
         for i, k in enumerate(keys):
             if k in keys[:i]:
                 yield FieldError(f"spec.topology.labelKeys[{i}]", f"{quote(k)} is listed twice")
+
+
+def _database_egress_errors(spec) -> Iterator[FieldError]:
+    """With egress rules, the way out to an external database goes to its address alone,
+    and a host given by name needs its address blocks said (egressCidrs)."""
+    external = spec.accounting.database.external if spec.accounting.enabled else None
+    if external is None or not spec.network.egress or external.egress_cidrs or ipv4_literal(external.host):
+        return
+    yield FieldError("spec.accounting.database.external.egressCidrs",
+                     f"host {quote(external.host)} is a name, and with spec.network.egress slurmdbd reaches only "
+                     "addresses a NetworkPolicy admits: list the address blocks of the database's servers here "
+                     "(e.g. 192.0.2.20/32), or give host as an IPv4 address")
 
 
 def _resource_errors(spec) -> Iterator[FieldError]:

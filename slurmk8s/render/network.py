@@ -26,8 +26,9 @@ The flows (``FLOWS``), by destination:
 
 Traffic between a pod and its node (the kubelet's probes) is never cut
 by a NetworkPolicy. Egress rules mirror these, plus DNS (53, UDP and TCP) to
-anywhere, slurmdbd to its database's port when the database is
-external, and the pods that run sssd (controller, slurmd, login) to the
+anywhere, slurmdbd to its database's port at the database's addresses
+alone when the database is external (its IPv4 address, ``egressCidrs``),
+and the pods that run sssd (controller, slurmd, login) to the
 directory's ports (``spec.identity.ldap``) at its servers' addresses alone
 (the IPv4 addresses its URIs name and ``egressCidrs``).
 """
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api.identity import directory_blocks, uri_port
+from ..api.network import egress_blocks
 from . import names
 from .controller import AgentClients
 from .pods import Builder
@@ -183,7 +185,10 @@ def _egress(b: Builder, component: str, present: set[str]) -> list[dict]:
             rules.append(_rule([{"podSelector": _pods(b, (f.destination,))}], "to", ports))
     external = b.c.spec.accounting.database.external if b.c.spec.accounting.enabled else None
     if component == "slurmdbd" and external is not None:
-        rules.append({"ports": [{"protocol": "TCP", "port": external.port}]})
+        # Its port at its address alone: a database on 443 must not open 443 to the world.
+        blocks = egress_blocks([external.host], external.egress_cidrs)
+        rules.append({"ports": [{"protocol": "TCP", "port": external.port}],
+                      "to": [{"ipBlock": {"cidr": cidr}} for cidr in blocks]})
     ldap = b.c.spec.identity.ldap
     if component in DIRECTORY_CLIENTS and ldap is not None and directory_blocks(ldap):
         # Its ports at its servers' addresses alone (ldaps://x:443 must not open 443 to the world).
