@@ -20,7 +20,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs
 
@@ -28,6 +28,8 @@ import pytest
 import yaml
 
 from sandbox.apiserver.patch import merge_patch
+
+from .jsonhttp import JsonHandler
 
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
 
@@ -75,7 +77,7 @@ def json_patch(doc: dict, ops: list[dict]) -> dict:
     return doc
 
 
-class _Api(BaseHTTPRequestHandler):
+class _Api(JsonHandler):
     """Discovery, lists (namespaces; the SlurmClusters in ``clusters``, kept and watched;
     nothing else); writes to other objects are recorded and answered with their body."""
 
@@ -85,22 +87,11 @@ class _Api(BaseHTTPRequestHandler):
     clusters: list[dict] = []
     watchers: list[queue.Queue] = []
 
-    def log_message(self, *args) -> None:
-        pass
-
-    def _json(self, status: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def do_GET(self) -> None:
         path, _, query = self.path.partition("?")
         self.seen.append(("GET", path, self.headers.get("Authorization", "")))
         if path in DISCOVERY:
-            return self._json(200, DISCOVERY[path])
+            return self._answer(200, DISCOVERY[path])
         lists = {"/api/v1/namespaces": ("v1", "NamespaceList", [
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hpc", "uid": "ns-1",
                                                                   "resourceVersion": "1"}}])}
@@ -133,11 +124,11 @@ class _Api(BaseHTTPRequestHandler):
                 return
             api_version, kind, items = lists.get(path, ("slurmk8s.dev/v1alpha1", "SlurmClusterList", self.clusters))
             latest = max([1, *(int(i["metadata"]["resourceVersion"]) for i in items)])
-            return self._json(200, {"apiVersion": api_version, "kind": kind,
+            return self._answer(200, {"apiVersion": api_version, "kind": kind,
                                     "metadata": {"resourceVersion": str(latest)}, "items": items})
         if "labelSelector=" in query:  # the operator's observation of a cluster: nothing exists yet
-            return self._json(200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": []})
-        return self._json(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+            return self._answer(200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": []})
+        return self._answer(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
                                 "message": f"{path} not found", "code": 404})
 
 
@@ -151,12 +142,12 @@ class _Api(BaseHTTPRequestHandler):
             try:
                 changed = json_patch(current, body) if isinstance(body, list) else merge_patch(current, body)
             except ValueError as exc:
-                return self._json(409, {"kind": "Status", "reason": "Conflict", "message": str(exc), "code": 409})
+                return self._answer(409, {"kind": "Status", "reason": "Conflict", "message": str(exc), "code": 409})
             changed["metadata"]["resourceVersion"] = str(int(current["metadata"]["resourceVersion"]) + 1)
             self.clusters[0] = body = changed
             for events in list(self.watchers):
                 events.put({"type": "MODIFIED", "object": changed})
-        self._json(201 if self.command == "POST" else 200, body)
+        self._answer(201 if self.command == "POST" else 200, body)
 
     do_POST = do_PATCH = _write  # noqa: N815 - http.server's handler names
 

@@ -37,6 +37,8 @@ from sandbox.images import ImageError, push_ref
 from sandbox.layers import LayerError, unpack_layer
 from sandbox.pulls import DOCKERCONFIGJSON, NodeImages, NodeRegistries, default_policy, pull_secret_auths
 
+from .jsonhttp import JsonHandler
+
 # --- layers built here ------------------------------------------------------------------------
 
 
@@ -432,7 +434,7 @@ def token_service(tmp_path):
     import datetime
     import ssl
     import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import ThreadingHTTPServer
     from urllib.parse import parse_qs, urlparse
 
     from cryptography import x509
@@ -449,15 +451,12 @@ def token_service(tmp_path):
     leaf = x509.load_pem_x509_certificate(pki.server_cert.read_bytes())
     password, answered = "token-secret", []
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
+    class Handler(JsonHandler):
         def do_GET(self):
             query = parse_qs(urlparse(self.path).query)
             answered.append(query)
             if self.headers.get("Authorization") != "Basic " + base64.b64encode(f"u:{password}".encode()).decode():
-                return self._send(401, {"errors": [{"code": "UNAUTHORIZED", "message": "bad credentials"}]})
+                return self._answer(401, {"errors": [{"code": "UNAUTHORIZED", "message": "bad credentials"}]})
             access = []
             for scope in query.get("scope", []):
                 kind, name, actions = scope.split(":")
@@ -469,15 +468,8 @@ def token_service(tmp_path):
                       "nbf": now - 10, "iat": now, "jti": os.urandom(8).hex(), "access": access}
             signing = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
             r, s = decode_dss_signature(key.sign(signing.encode(), ec.ECDSA(hashes.SHA256())))
-            self._send(200, {"token": f"{signing}.{_b64url(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}"})
+            self._answer(200, {"token": f"{signing}.{_b64url(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}"})
 
-        def _send(self, code, doc):
-            body = json.dumps(doc).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
