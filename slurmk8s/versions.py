@@ -89,16 +89,6 @@ class Release:
     #: controller pod's probes use them there; before, the entrypoint's `scontrol ping`.
     ctld_http_probes: bool
 
-    # --- A job's login environment ------------------------------------------------------------
-    #: Whether slurm.conf may say GetEnvTimeout=0: slurmd then never starts a login shell for a
-    #: job that asks for its login environment (SLURM_GET_USER_ENV=1, however many times the
-    #: request names it), it reads an env cache file that no pod has and runs the job with the
-    #: environment it was submitted with. From 23.11 that shell starts in new PID and mount
-    #: namespaces, and an unprivileged slurmd exits on the clone's EPERM. The option is defunct
-    #: from 25.05 (no env cache): there only job_submit.lua rewrites the first entry, and a
-    #: second one still ends the node's slurmd.
-    env_cache_only: bool
-
     # --- Dynamic nodes (slurmd -Z) ------------------------------------------------------------
     #: The node state flag a dynamic node carries in sinfo/scontrol (DYNAMIC_NORM).
     dynamic_node_flag: str
@@ -133,7 +123,6 @@ RELEASES: dict[str, Release] = {
             json_commands=("sinfo", "squeue"),
             nodes_command=("sinfo", "--json"),
             ctld_http_probes=False,
-            env_cache_only=True,
             dynamic_node_flag="DYNAMIC_NORM",
             upgrades_from=("20.11", "21.08"),
         ),
@@ -157,7 +146,6 @@ RELEASES: dict[str, Release] = {
             json_commands=("sinfo", "squeue", "scontrol", "sacctmgr"),
             nodes_command=("scontrol", "--json", "show", "nodes"),
             ctld_http_probes=False,
-            env_cache_only=True,
             dynamic_node_flag="DYNAMIC_NORM",
             upgrades_from=("23.02", "23.11", "24.05"),
         ),
@@ -181,7 +169,6 @@ RELEASES: dict[str, Release] = {
             json_commands=("sinfo", "squeue", "scontrol", "sacctmgr"),
             nodes_command=("scontrol", "--json", "show", "nodes"),
             ctld_http_probes=True,
-            env_cache_only=False,
             dynamic_node_flag="DYNAMIC_NORM",
             upgrades_from=("24.11", "25.05", "25.11"),
         ),

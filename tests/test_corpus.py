@@ -57,8 +57,9 @@ accepted-and-unsafe
         (it would select every node that lacks some label);
     U13 a slurmd container without a memory limit of at least its request,
         or a memory-backed emptyDir (/dev/shm) without a sizeLimit;
-    U14 a job_submit.lua whose code (its lines that are not comments) differs
-        from the template's: only its comments may name the cluster;
+    U14 a job_submit.lua or prolog-slurmctld whose code (its lines that are
+        not comments) differs from the template's: only its comments may name
+        the cluster;
     U15 for the cluster pairs: two objects of one kind and name across the
         two clusters, counting beside what is rendered the pods and claims
         their StatefulSets make and the lent pods of the nodes in LENT_NODES;
@@ -116,7 +117,16 @@ from slurmk8s.api.secrets import OWNED_SECRET_SUFFIXES
 from slurmk8s.api.validate import EXTRA_LINE_KEYS, OWNED_KEYS, PROGRAM_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
 from slurmk8s.render import names as object_names
-from slurmk8s.render.config import HEALTH_CHECK_PROGRAM, PROLOG, TASK_PROLOG, render_template, sssd_conf
+from slurmk8s.render.config import (
+    HEALTH_CHECK_PROGRAM,
+    PROLOG,
+    PROLOG_SLURMCTLD,
+    PROLOG_SLURMCTLD_FILE,
+    STATE_DIR,
+    TASK_PROLOG,
+    render_template,
+    sssd_conf,
+)
 from slurmk8s.render.slurmd import node_conf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,6 +145,7 @@ IMAGE_PATHS = (
 #: What slurmk8s itself writes for the program keys it owns.
 OWN_PROGRAMS = {"taskprolog": TASK_PROLOG, "healthcheckprogram": HEALTH_CHECK_PROGRAM, "mailprog": "/bin/true",
                 "prolog": PROLOG,  # with a directory: each job node looks the job's user up
+                "prologslurmctld": PROLOG_SLURMCTLD,
                 "jobsubmitplugins": "lua",
                 "accountingstoragetype": "accounting_storage/slurmdbd"}
 ROOTS = re.compile(r"(apiVersion|kind|metadata|spec|status)([.\[]|$)|\(document\)$|\(file\)$")
@@ -359,24 +370,30 @@ def _no_unprintable(where: str, obj: Any) -> None:
             raise Unsafe(f"U10 {where}: unprintable character in {ascii(s)[:120]}")
 
 
-def _lua_code(text: str) -> list[str]:
-    return [line for line in text.split("\n") if not line.lstrip().startswith("--")]
+def _code(text: str, comment: re.Pattern) -> list[str]:
+    return [line for line in text.split("\n") if not comment.match(line.lstrip())]
 
 
-#: The code of job_submit.lua, whatever the cluster: only its comments name the cluster.
-LUA_CODE = _lua_code(render_template("job_submit.lua", namespace="ns", cluster="c"))
+#: The programs among the config files, with their comment lines and their code whatever the
+#: cluster (only their comments name it; a shell script's "#!" line is code).
+LUA_COMMENT, SH_COMMENT = re.compile("--"), re.compile("#($| )")
+PROGRAMS = {
+    "job_submit.lua": (LUA_COMMENT, _code(render_template("job_submit.lua", namespace="ns", cluster="c"), LUA_COMMENT)),
+    PROLOG_SLURMCTLD_FILE: (SH_COMMENT, _code(render_template("prolog-slurmctld", namespace="ns", cluster="c",
+                                                              state_dir=STATE_DIR), SH_COMMENT)),
+}
 
 
 def _check_config(cluster, files: dict[str, str]) -> None:
     extra = {line.split("=", 1)[0].lower() for line in cluster.spec.slurm_config.extra_lines}
     counts = {"partitionname": 0, "nodeset": 0}
     for fname, text in files.items():
-        if fname == "job_submit.lua" and _lua_code(text) != LUA_CODE:
-            raise Unsafe(f"U14 job_submit.lua runs code of its own: {ascii(text)}")
+        if fname in PROGRAMS and _code(text, PROGRAMS[fname][0]) != PROGRAMS[fname][1]:
+            raise Unsafe(f"U14 {fname} runs code of its own: {ascii(text)}")
         for line in text.split("\n"):
             if any(unprintable(ch) for ch in line) or line.endswith("\\"):
                 raise Unsafe(f"U1 {fname}: {ascii(line)}")
-            if fname == "job_submit.lua":
+            if fname in PROGRAMS:
                 continue
             if not line.strip() or line.startswith("#"):
                 continue
@@ -689,6 +706,12 @@ def test_the_unsafe_checks_catch_what_they_define():
                       ("PartitionName=DEFAULT State=UP\n", "U4"), ("X=1\u2028Y=2\n", "U1"), ("a b\n", "U2")]:
         with pytest.raises(Unsafe, match=rule):
             _check_config(cluster, {**files, "slurm.conf": files["slurm.conf"] + bad})
+    # Code in a program, a line that is no comment or a changed "#!" line: U14; a comment passes.
+    for name, bad in [("job_submit.lua", "os.execute('x')\n"), (PROLOG_SLURMCTLD_FILE, "x\n"),
+                      (PROLOG_SLURMCTLD_FILE, "#!/tmp/x\n")]:
+        with pytest.raises(Unsafe, match="U14"):
+            _check_config(cluster, {**files, name: bad + files[name]})
+    _check_config(cluster, {**files, PROLOG_SLURMCTLD_FILE: files[PROLOG_SLURMCTLD_FILE] + "# a comment\n"})
     objs = render(cluster, KEYS)
     svc = next(o for o in objs if o["kind"] == "Service")
     with pytest.raises(Unsafe, match="U5"):

@@ -378,18 +378,35 @@ def test_where_the_tree_does_not_place_dynamic_nodes_no_job_would_run(version, t
     assert 'lookup failure for node "node-1"' in ctld and "never runnable in partition cpu" in ctld, ctld
 
 
-@pytest.mark.parametrize("version", [
-    pytest.param(v, marks=[] if versions.release(v).env_cache_only else pytest.mark.xfail(
-        strict=True, reason="open: without GetEnvTimeout=0 (defunct from 25.05) nothing stops a second "
-                            "SLURM_GET_USER_ENV=1 entry, which job_submit.lua cannot see"))
-    # 22.05's slurmd starts the login shell without namespaces (no clone to fail), and its
-    # REST API (openapi/v0.0.38, no data parsers) takes another job document.
-    for v in versions.SUPPORTED if versions.release(v).rest_data_parser])
+def _ctld_files(objects: list[dict], cluster: str, dest: Path) -> None:
+    """The files the controller pod's slurmctld container mounts from the slurm-config ConfigMap
+    outside /etc/slurm (projected items), under ``dest`` at their paths, with their modes."""
+    sts = next(o for o in objects if o["kind"] == "StatefulSet" and o["metadata"]["name"] == f"{cluster}-controller")
+    pod = sts["spec"]["template"]["spec"]
+    data = _config_map(objects, f"{cluster}-slurm-config")
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    ctld = next(c for c in pod["containers"] if c["name"] == "slurmctld")
+    for mount in ctld["volumeMounts"]:
+        for source in volumes.get(mount["name"], {}).get("projected", {}).get("sources", []):
+            if source.get("configMap", {}).get("name") != f"{cluster}-slurm-config":
+                continue
+            for item in source["configMap"]["items"]:
+                path = dest / mount["mountPath"].lstrip("/") / item["path"]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(data[item["key"]])
+                path.chmod(item["mode"])
+
+
+# 22.05's slurmd starts the login shell without namespaces (no clone to fail), and its REST API
+# (openapi/v0.0.38, no data parsers) takes another job document.
+@pytest.mark.parametrize("version", [v for v in versions.SUPPORTED if versions.release(v).rest_data_parser])
 def test_a_request_naming_the_login_environment_twice_leaves_an_unprivileged_slurmd_running(version, tmp_path):
     """job_submit.lua rewrites the first SLURM_GET_USER_ENV entry only, and slurmd acts on any
-    SLURM_GET_USER_ENV=1. A REST (or libslurm) request may name it twice: slurmd, with the
-    capabilities of its pod, must neither exit nor start a login shell, and the job runs with
-    the environment it was submitted with."""
+    SLURM_GET_USER_ENV=1. A REST (or libslurm) request may name it again: the rendered
+    PrologSlurmctld, mounted as the controller pod mounts it, turns the rest into =0, so slurmd,
+    with the capabilities of its pod, neither exits nor starts a login shell, and the job (an
+    array's tasks too) runs with the environment it was submitted with. Jobs from sbatch
+    --export=NONE and srun (no stored environment) run as before."""
     doc = example_without_accounting()
     doc["spec"]["slurm"]["version"] = version
     cluster = load_cluster(doc)
@@ -398,6 +415,8 @@ def test_a_request_naming_the_login_environment_twice_leaves_an_unprivileged_slu
     conf.mkdir()
     for name, text in _config_map(objects, f"{cluster.name}-slurm-config").items():
         (conf / name).write_text(text)
+    ctld_files = tmp_path / "ctld-files"
+    _ctld_files(objects, cluster.name, ctld_files)
     (tmp_path / "munge.key").write_bytes(base64.b64decode(_config_map(objects, f"{cluster.name}-munge-key")["munge.key"]))
     built = {i.name: i for i in ImageStore().build(["slurmctld", "slurmd", "slurmrestd"], version)}
     work = tmp_path / "run"
@@ -406,17 +425,26 @@ def test_a_request_naming_the_login_environment_twice_leaves_an_unprivileged_slu
     parser = release.rest_data_parser
     proc = subprocess.run([str(ROOT / "tests/fixtures/login-env-cluster.sh"), str(built["slurmctld"].rootfs),
                            str(built["slurmd"].rootfs), str(built["slurmrestd"].rootfs), str(conf),
-                           str(tmp_path / "munge.key"), str(work), parser],
-                          capture_output=True, text=True, timeout=240,
+                           str(tmp_path / "munge.key"), str(work), parser, str(ctld_files)],
+                          capture_output=True, text=True, timeout=300,
                           env={**os.environ, "SLURMK8S_DRAIN_REASON": TERMINATING_DRAIN_REASON})
     logs = "\n".join(f"--- {f.name}\n{f.read_text()}" for f in sorted(work.glob("*.log")))
     out = proc.stdout
+    why = out + proc.stderr + logs
     # The slurmd of the test has no CAP_SYS_ADMIN (bit 21), as in its pod.
     cap_eff = re.search(r"^slurmd CapEff: ([0-9a-f]+)$", out, re.M)
-    assert cap_eff and not int(cap_eff[1], 16) & (1 << 21), out + proc.stderr
+    assert cap_eff and not int(cap_eff[1], 16) & (1 << 21), why
     # The request sbatch --export=NONE sends: job_submit.lua's rewrite.
-    assert "job single: COMPLETED\n" in out and "single.out: SLURM_GET_USER_ENV=0\n" in out, out + proc.stderr + logs
+    assert "job single: COMPLETED\n" in out and "single.out: SLURM_GET_USER_ENV=0\n" in out, why
+    # Twice, and three times in an array of two tasks: PrologSlurmctld's rewrite of the rest.
+    for name in ("twice", "array-1", "array-2"):
+        assert f"{name}.out: SLURM_GET_USER_ENV=0\n" in out and f"{name}.out: done\n" in out, why
+    assert "job twice: COMPLETED\n" in out and "job array: COMPLETED\n" in out, why
+    assert "SLURM_GET_USER_ENV=1" not in out, why
+    # sbatch --export=NONE itself, and a job with no stored environment.
+    assert "job plain: COMPLETED\n" in out and "plain.out: SLURM_GET_USER_ENV=0\n" in out, why
+    assert "srun: ran\n" in out, why
     slurmd_log = (work / "slurmd.log").read_text()
-    assert "job twice: COMPLETED\n" in out and "twice.out: done\n" in out, out + proc.stderr + logs
-    assert "slurmd: running\n" in out and "fatal" not in slurmd_log, out + logs
-    assert "Unable to get user's local environment, running only with passed environment" in slurmd_log, logs
+    assert "slurmd: running\n" in out and "fatal" not in slurmd_log, why
+    # slurmd never even tried to load a login environment.
+    assert "local environment" not in slurmd_log, why

@@ -10,6 +10,7 @@ import base64
 import copy
 import os
 import re
+import struct
 import subprocess
 import tempfile
 from dataclasses import replace
@@ -24,7 +25,14 @@ from slurmk8s.api.crd import dump_yaml
 from slurmk8s.api.validate import OWNED_KEYS
 from slurmk8s.operator.workers import OPERATOR_DRAINS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, config_hash, names, render
-from slurmk8s.render.config import GPU_FILES, TASK_PROLOG
+from slurmk8s.render.config import (
+    GPU_FILES,
+    PROLOG_SLURMCTLD,
+    PROLOG_SLURMCTLD_FILE,
+    STATE_DIR,
+    TASK_PROLOG,
+    render_template,
+)
 from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.render.pods import ROOT_CAPABILITIES
 from slurmk8s.render.slurmd import TERMINATING_DRAIN_REASON
@@ -679,3 +687,131 @@ def test_only_slurmd_with_cgroups_is_privileged(doc, keys, cgroups):
     lent = lent_slurmd_pod(cluster, "h", node="n", resources=_ONE_GPU_1024, labels={}, partition="gpu",
                            shm_size="1Gi", taint_key="slurmk8s.dev/lent")
     assert not (lent["spec"]["containers"][0].get("securityContext") or {}).get("privileged")
+
+
+def test_slurmctld_runs_the_rendered_prolog_slurmctld_from_its_configmap_executable(doc, keys):
+    """PrologSlurmctld names the slurm-config ConfigMap's script, which the controller pod's
+    slurmctld container (and no other) mounts there with mode 0755."""
+    objs = render(load_cluster(doc), keys)
+    assert f"PrologSlurmctld={PROLOG_SLURMCTLD}" in conf_lines(slurm_conf(objs))
+    cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-slurm-config"))
+    assert cm["data"][PROLOG_SLURMCTLD_FILE].startswith("#!/bin/sh\n")
+    found = []
+    for obj in objs:
+        pod = obj.get("spec", {}).get("template", {}).get("spec")
+        if not pod:
+            continue
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        for container in pod["containers"]:
+            for mount in container.get("volumeMounts", []):
+                for source in volumes.get(mount["name"], {}).get("projected", {}).get("sources", []):
+                    for item in source.get("configMap", {}).get("items", []):
+                        if item["key"] == PROLOG_SLURMCTLD_FILE:
+                            assert source["configMap"]["name"] == cm["metadata"]["name"]
+                            found.append((container["name"], f"{mount['mountPath']}/{item['path']}", item["mode"]))
+    assert found == [("slurmctld", PROLOG_SLURMCTLD, 0o755)]
+
+
+def _environment_file(entries: list[bytes]) -> bytes:
+    """A batch job's environment as slurmctld stores it: a native 4-byte count, then the
+    entries, each NUL-terminated (job_mgr.c, _write_data_array_to_file)."""
+    return struct.pack("=I", len(entries)) + b"".join(e + b"\0" for e in entries)
+
+
+def _run_prolog_slurmctld(state: Path, job_id: str, array_job_id: str | None = None,
+                          user: int | None = None) -> subprocess.CompletedProcess:
+    """The rendered PrologSlurmctld over a state directory at ``state``, with the environment
+    slurmctld gives it (job_common_env_vars), as ``user`` (default: this one)."""
+    script = state.parent / "prolog-slurmctld"
+    script.write_text(render_template(PROLOG_SLURMCTLD_FILE, namespace="ns", cluster="c", state_dir=str(state)))
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": job_id, "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld",
+           **({"SLURM_ARRAY_JOB_ID": array_job_id} if array_job_id else {})}
+    user_args = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user is not None else []
+    return subprocess.run([*user_args, "sh", str(script)], env=env, capture_output=True, text=True, timeout=10)
+
+
+def _stored(state: Path, job: int, entries: list[bytes]) -> Path:
+    path = state / f"hash.{job % 10}" / f"job.{job}" / "environment"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(_environment_file(entries))
+    path.chmod(0o600)
+    return path
+
+
+def test_the_template_renders_the_prolog_slurmctld_of_the_state_directory(doc, keys):
+    files = config_files(load_cluster(doc))
+    assert files[PROLOG_SLURMCTLD_FILE] == render_template(PROLOG_SLURMCTLD_FILE, namespace="default",
+                                                           cluster="demo", state_dir=STATE_DIR)
+
+
+GET = b"SLURM_GET_USER_ENV=1"
+KEEP = b"SLURM_GET_USER_ENV=0"
+
+
+@pytest.mark.parametrize("entries", [
+    [b"PATH=/bin", KEEP, GET],                             # job_submit.lua rewrote the first, a second left
+    [KEEP, b"PATH=/bin", GET, b"HOME=/x", GET],            # more than one left
+    [GET, *[b"V%d=x" % i for i in range(8)], GET],         # ten entries: the count's first byte is a newline
+    [b"F=() { echo\n}", KEEP, GET, b"G=a\n"],              # values with newlines around it
+], ids=["second", "third-and-fifth", "count-is-a-newline", "multi-line-values"])
+def test_the_prolog_slurmctld_turns_every_login_environment_request_left_into_0(tmp_path, entries):
+    """A REST or libslurm request may name SLURM_GET_USER_ENV=1 more than once; slurmd acts on
+    any such entry. Every one left in the stored environment becomes =0 before the launch,
+    in place: the file keeps its count, its length, its other entries and its mode."""
+    state = tmp_path / "state"
+    path = _stored(state, 4711, entries)
+    proc = _run_prolog_slurmctld(state, "4711")
+    assert proc.returncode == 0, proc.stderr
+    assert path.read_bytes() == _environment_file([KEEP if e == GET else e for e in entries])
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_an_array_jobs_tasks_share_the_environment_of_its_master_id(tmp_path):
+    state = tmp_path / "state"
+    path = _stored(state, 30, [b"PATH=/bin", KEEP, GET])
+    proc = _run_prolog_slurmctld(state, "33", array_job_id="30")
+    assert proc.returncode == 0, proc.stderr
+    assert path.read_bytes() == _environment_file([b"PATH=/bin", KEEP, KEEP])
+    # The next task finds nothing left to do.
+    assert _run_prolog_slurmctld(state, "34", array_job_id="30").returncode == 0
+    assert path.read_bytes() == _environment_file([b"PATH=/bin", KEEP, KEEP])
+
+
+@pytest.mark.parametrize("entries", [
+    [b"PATH=/bin", KEEP],
+    [b"PATH=/bin", b"SLURM_GET_USER_ENV=10", b"XSLURM_GET_USER_ENV=1", b"SLURM_GET_USER_ENV=1 ",
+     b"A=x\nSLURM_GET_USER_ENV=1", b"SLURM_GET_USER_ENV=1\nB=y"],
+    [],
+], ids=["none", "only-look-alikes", "empty"])
+def test_the_prolog_slurmctld_leaves_any_other_environment_alone(tmp_path, entries):
+    """Entries slurmd does not read as the request (it compares whole entries) are not
+    touched, nor is the file: no rewrite, the same inode, per job only a read."""
+    state = tmp_path / "state"
+    path = _stored(state, 12, entries)
+    before = path.stat()
+    proc = _run_prolog_slurmctld(state, "12")
+    assert proc.returncode == 0, proc.stderr
+    assert path.read_bytes() == _environment_file(entries)
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+@pytest.mark.parametrize("job_id", ["99", "", "1;x", "../1"])
+def test_a_job_without_a_stored_environment_passes(tmp_path, job_id):
+    """salloc and srun jobs have no environment file; nothing blocks them."""
+    (tmp_path / "state").mkdir()
+    proc = _run_prolog_slurmctld(tmp_path / "state", job_id)
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+
+
+def test_a_rewrite_that_fails_keeps_the_job_from_launching(tmp_path):
+    """Fail closed: when the entry cannot be rewritten, the script exits non-zero, and
+    slurmctld requeues the job instead of sending it to a slurmd it would end."""
+    if os.geteuid() != 0:
+        pytest.fail("run as root (hack/test.sh): the script runs as another user here")
+    state = tmp_path / "state"
+    path = _stored(state, 5, [b"PATH=/bin", KEEP, GET])
+    path.chmod(0o644)  # readable, in a directory nobody may not write to
+    tmp_path.chmod(0o755)
+    proc = _run_prolog_slurmctld(state, "5", user=65534)
+    assert proc.returncode != 0
+    assert path.read_bytes() == _environment_file([b"PATH=/bin", KEEP, GET])

@@ -65,7 +65,7 @@ KNOB_FOR_KEY: dict[str, str | None] = {
             "slurmuser slurmduser authtype credtype selecttype slurmctldparameters treewidth "
             "statesavelocation slurmdspooldir slurmctldpidfile slurmdpidfile slurmctldlogfile "
             "slurmdlogfile include schedulertype mpidefault taskprolog prolog epilog "
-            "jobcomptype launchparameters mailprog jobsubmitplugins getenvtimeout"
+            "jobcomptype launchparameters mailprog jobsubmitplugins prologslurmctld"
         ).lower().split()
     },
 }

@@ -32,6 +32,12 @@ TASK_PROLOG = "/usr/local/lib/slurmk8s/task-prolog"
 #: The slurmd image's Prolog with a directory (images/slurmd/prolog.sh): it looks the
 #: job's user up on each of its nodes, so their sssd caches hold them.
 PROLOG = "/usr/local/lib/slurmk8s/prolog"
+#: slurmctld's PrologSlurmctld (templates/prolog-slurmctld.j2, in the slurm-config ConfigMap): it
+#: turns every SLURM_GET_USER_ENV=1 left in a batch job's stored environment into =0 before the
+#: job launches. The controller pod mounts it executable here (render/controller.py).
+PROLOG_SLURMCTLD_DIR = "/run/slurmk8s/slurmctld"
+PROLOG_SLURMCTLD_FILE = "prolog-slurmctld"
+PROLOG_SLURMCTLD = f"{PROLOG_SLURMCTLD_DIR}/{PROLOG_SLURMCTLD_FILE}"
 #: slurmk8s's HealthCheckProgram in the slurmd image (images/slurmd/healthcheck.sh).
 HEALTH_CHECK_PROGRAM = "/usr/local/lib/slurmk8s/healthcheck"
 #: Every release has auth/munge (`versions.Release.auth_types`), and the images run munged.
@@ -137,7 +143,7 @@ def slurm_conf_context(c: SlurmCluster) -> dict:
         "preempt_params": ",".join(params["PreemptParameters"]),
         "auth_type": AUTH_TYPE,
         "select_type": release.select_type,
-        "env_cache_only": release.env_cache_only,
+        "prolog_slurmctld": PROLOG_SLURMCTLD,
         "topology_plugin": release.topology_tree_plugin,
         "preempting": preempting,
         "cfg": cfg,
@@ -254,6 +260,8 @@ def config_files(c: SlurmCluster, topology_nodes: Sequence[TopologyNode] = ()) -
         "cgroup.conf": render_template("cgroup.conf", cluster=c.name, cgroups=c.spec.slurm_config.cgroups),
         "topology.conf": render_template("topology.conf", **topology_context(c, topology_nodes)),
         "job_submit.lua": render_template("job_submit.lua", namespace=c.namespace, cluster=c.name),
+        PROLOG_SLURMCTLD_FILE: render_template("prolog-slurmctld", namespace=c.namespace, cluster=c.name,
+                                               state_dir=STATE_DIR),
     }
 
 

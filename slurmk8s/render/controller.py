@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from .. import versions
 from ..api.cluster import CONTROLLER_RESOURCES, SlurmCluster
 from . import names
-from .config import JWT_KEY_PATH, STATE_DIR
+from .config import JWT_KEY_PATH, PROLOG_SLURMCTLD_DIR, PROLOG_SLURMCTLD_FILE, STATE_DIR
 from .identity import with_directory
 from .pods import (
     AGENT_TOKEN_DIR,
@@ -61,6 +61,8 @@ def objects(b: Builder, with_jwt: bool) -> list[dict]:
     sel = names.selector(c, "controller")
     volumes, mounts = base_volumes(c, config=True)
     mounts.append({"name": "state", "mountPath": STATE_DIR})
+    volumes.append(_prolog_slurmctld_volume(c))
+    mounts.append({"name": "prolog-slurmctld", "mountPath": PROLOG_SLURMCTLD_DIR, "readOnly": True})
     if with_jwt:
         volumes.append({"name": "jwt-key", "secret": {"secretName": names.jwt_secret(c), "defaultMode": 0o400}})
         mounts.append({"name": "jwt-key", "mountPath": JWT_KEY_PATH.rsplit("/", 1)[0], "readOnly": True})
@@ -107,6 +109,14 @@ def objects(b: Builder, with_jwt: bool) -> list[dict]:
         }],
     })
     return [service, sts]
+
+
+def _prolog_slurmctld_volume(c: SlurmCluster) -> dict:
+    """slurmctld's PrologSlurmctld from the slurm-config ConfigMap, the only file of its
+    volume, executable (the ConfigMap's own mount at /etc/slurm has every file 0644)."""
+    return {"name": "prolog-slurmctld", "projected": {"sources": [{"configMap": {
+        "name": names.slurm_config(c),
+        "items": [{"key": PROLOG_SLURMCTLD_FILE, "path": PROLOG_SLURMCTLD_FILE, "mode": 0o755}]}}]}}
 
 
 def _checkpoint_volume(c: SlurmCluster) -> tuple[dict, dict] | None:
