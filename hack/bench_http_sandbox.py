@@ -53,7 +53,7 @@ def kubectl(kubeconfig: str, *argv: str) -> dict:
 def netns_of(pod: str) -> str:
     """The sandbox's network namespace of ``pod`` (``sk8s-<sid>-<pod>``)."""
     names = [line.split()[0] for line in sh("ip", "netns", "list").splitlines() if line.strip()]
-    found = [n for n in names if n.endswith("-" + pod)]
+    found = [n for n in names if n.rsplit("-", 1)[0].endswith("-" + pod)]
     if len(found) != 1:
         raise SystemExit(f"no single network namespace for pod {pod}: {found}")
     return found[0]
@@ -109,13 +109,14 @@ def main() -> int:
     kc = st["kubeconfig"]
     pods = kubectl(kc, "get", "pods", "-A")["items"]
 
-    def pod(pred):
-        return next(x for x in pods if pred(x["metadata"]) and x.get("status", {}).get("podIP"))
+    def pod(namespace: str | None, component: str):
+        return next(x for x in pods if (namespace is None or x["metadata"]["namespace"] == namespace)
+                    and (x["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == component
+                    and x.get("status", {}).get("podIP"))
 
-    operator = pod(lambda m: m["namespace"] == SYSTEM and "operator" in m["name"])
-    bridge = pod(lambda m: m["namespace"] == SYSTEM and "bridge" in m["name"])
-    login = pod(lambda m: m["name"].endswith("-login-0"))
-    ctld = pod(lambda m: m["name"].endswith("-controller-0") and m["namespace"] == login["metadata"]["namespace"])
+    operator, bridge = pod(SYSTEM, "operator"), pod(SYSTEM, "bridge")
+    login = pod(None, "login")
+    ctld = pod(login["metadata"]["namespace"], "controller")
     ns = login["metadata"]["namespace"]
     op_ip, br_ip, ctld_ip = operator["status"]["podIP"], bridge["status"]["podIP"], ctld["status"]["podIP"]
     op_ns, br_ns, login_ns = (netns_of(x["metadata"]["name"]) for x in (operator, bridge, login))
@@ -124,7 +125,7 @@ def main() -> int:
     print(f"cores {os.cpu_count()}; operator {operator['metadata']['name']} {op_ip} (pid {op_pid}), bridge "
           f"{bridge['metadata']['name']} {br_ip} (pid {br_pid}), agent {ctld_ip} (pid {agent_pid}), "
           f"from {login['metadata']['name']}")
-    doc = kubectl(kc, "get", "slurmcluster", "-n", ns, ctld["metadata"]["name"].removesuffix("-controller-0"))
+    doc = kubectl(kc, "get", "slurmcluster", "-n", ns, login["metadata"]["labels"]["slurmk8s.dev/cluster"])
     doc.pop("status", None)
     for k in ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation"):
         doc["metadata"].pop(k, None)
@@ -132,8 +133,8 @@ def main() -> int:
         "uid": "load-1", "kind": {"group": "slurmk8s.dev", "version": "v1alpha1", "kind": "SlurmCluster"},
         "operation": "UPDATE", "object": doc, "oldObject": doc, "namespace": ns, "name": doc["metadata"]["name"]}}
     secrets = kubectl(kc, "get", "secrets", "-n", ns)["items"]
-    token = next((base64.b64decode(v).decode() for s in secrets for k, v in (s.get("data") or {}).items()
-                  if "agent" in s["metadata"]["name"] and "token" in k), None)
+    token = next((base64.b64decode(v).decode().strip() for s in secrets for v in (s.get("data") or {}).values()
+                  if s["metadata"]["name"].endswith("-agent-token")), None)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         body, tok = Path(tmp, "review.json"), Path(tmp, "token")
