@@ -35,9 +35,8 @@ from slurmk8s.bridge.nodestate import (
     format_time,
 )
 from slurmk8s.bridge.observed import KubePod, NodeTaint, PolicyGone, Unattributed, UnreadableCluster
-from slurmk8s.slurm.model import SlurmState
 from slurmk8s.render.names import lent_slurmd
-from slurmk8s.slurm.model import DRAIN_PREFIX
+from slurmk8s.slurm.model import DRAIN_PREFIX, SlurmState
 
 from .lending_sim import GPU_LABELS, T0, World, cluster, gpu_node, gpu_pod, job, policy, slurm_node
 from .reach import reached, reaches
