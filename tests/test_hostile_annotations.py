@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from slurmk8s import strict
 from slurmk8s.api import load_cluster
 from slurmk8s.bridge import actions as A
+from slurmk8s.bridge.decide import orphaned_policies
 from slurmk8s.bridge.nodestate import (
     FORCED_ANNOTATION,
     FREE_GPUS_ANNOTATION,
@@ -30,6 +31,7 @@ from slurmk8s.bridge.nodestate import (
     STATE_LABEL,
     TAINT_EFFECT,
     TAINT_KEY,
+    UNATTRIBUTED,
     LendingRecord,
     format_time,
 )
@@ -145,6 +147,11 @@ def test_reading_any_annotations_labels_and_taints_never_raises():
         for t in (rec.since, rec.signalled, rec.forced, rec.idle_since, record.started, record.signalled,
                   record.forced, node.not_ready_since):
             assert t is None or (t.tzinfo is UTC and format_time(t))  # readable, and writable back
+        # A node held (our label, any value, or our taint) is someone's: a policy's, or a holder's
+        # that orphaned_policies yields when no policy exists; never nobody's (issue 41).
+        assert (rec.holder is not None) == (rec.state is not None or rec.taint is not None)
+        if rec.holder is not None:
+            assert rec.holder in {h.key for h in orphaned_policies([node], existing=[])}, rec
         # What the examples reach: the interesting branches, counted.
         raw_free = ann.get(FREE_GPUS_ANNOTATION)
         branches = {
@@ -161,6 +168,7 @@ def test_reading_any_annotations_labels_and_taints_never_raises():
                 rec.since, rec.signalled, rec.forced, rec.idle_since, node.not_ready_since)),
             "lending state": rec.state in (LENDING, "lent", RECLAIMING),
             "our taint": rec.taint is not None,
+            "held, no policy can be told": rec.holder is not None and rec.holder.startswith(UNATTRIBUTED),
         }
         seen["examples"] += 1
         for name, hit in branches.items():
@@ -171,7 +179,7 @@ def test_reading_any_annotations_labels_and_taints_never_raises():
     check()
     shares = {name: seen[name] / seen["examples"] for name in seen if name != "examples"}
     low = {name: share for name, share in shares.items() if share < 0.05}
-    assert len(shares) == 9 and not low, shares
+    assert len(shares) == 10 and not low, shares
 
 
 def observe_nodesets_of(ann: dict[str, str], suffix: str, node: dict) -> None:
