@@ -129,8 +129,10 @@ def _holder(state: str | None, taint: str | None, policy: str | None, cluster: s
 class LendingRecord:
     """What a Node says about its lending: read from its label, annotations and taint."""
 
-    #: lending, lent or reclaiming; None: the node serves Kubernetes. Any
-    #: other label value is kept as is (and left alone by decide).
+    #: lending, lent or reclaiming; None: no label (the node serves
+    #: Kubernetes, unless it carries the taint: see ``holder``). Any
+    #: other label value is kept as is: a state that cannot be read, which its
+    #: holder takes back (``record-unreadable``).
     state: str | None
     policy: str | None
     cluster: str | None
