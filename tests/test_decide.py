@@ -1023,6 +1023,19 @@ def test_a_held_node_that_no_policy_holds_goes_back_within_grace_plus_the_deadli
     assert w.decide(holder, end) == [] and orphaned_policies(w.nodes.values(), existing=[POLICY.key]) == []
 
 
+def test_a_node_no_policy_holds_counts_its_reclaim_from_now_when_its_time_is_in_the_future():
+    """Decision record 45 for such nodes too: a lending-since far ahead
+    (or unreadable) is read as now, so the deadline still comes."""
+    node = unattributed_node("n1", "no-cluster")
+    node = replace(node, labels={**node.labels, STATE_LABEL: RECLAIMING},
+                   annotations={**node.annotations, SINCE_ANNOTATION: "9999-12-31T23:59:59Z"})
+    w = World.of(nodes=[node], pods=[slurmd("n1")], snodes=[slurm_node("n1", state="mixed")], jobs=[job(1, "n1")])
+    [holder] = orphaned_policies(w.nodes.values(), existing=[POLICY.key])
+    assert kinds(w.decide(holder, T0))[0] == "ClampTimes"
+    end = T0 + timedelta(seconds=DEFAULT_RECLAIM.grace_period_seconds + DEFAULT_RECLAIM.deadline_seconds + 10)
+    assert back_by(w, holder, "n1", end, lying=True), w.summary()
+
+
 def test_an_unattributed_node_whose_cluster_can_be_read_is_reclaimed_through_its_slurm():
     """The policy cannot be told but the SlurmCluster can: its jobs get the
     default signal and grace period, then are requeued, as a deleted policy's."""

@@ -366,7 +366,7 @@ def test_no_node_stays_lent_to_a_cluster_the_bridge_cannot_load_past_grace_plus_
 
 
 #: What makes a held node's record unreadable: each kind, and the values it may write.
-SPOILS = ("no-policy", "policy", "no-cluster", "cluster", "state", "no-label", "no-taint")
+SPOILS = ("no-policy", "policy", "no-cluster", "cluster", "state", "no-label", "no-taint", "since")
 BAD_KEYS = ["lend", "hpc/", "/lend", "HPC/lend", "hpc/lend/x", "hpc/le nd", " hpc/lend", "\u00b2", ""]
 
 
@@ -374,7 +374,8 @@ BAD_KEYS = ["lend", "hpc/", "/lend", "HPC/lend", "hpc/lend/x", "hpc/le nd", " hp
 def spoiled(draw, node, policy_only=False):
     """``node``, held, with its record spoiled as anyone with patch on a Node
     can: the policy or SlurmCluster annotation gone or no <namespace>/<name>,
-    a state label this version does not know, only the label or only the taint.
+    a state label this version does not know, only the label or only the taint,
+    a lending time far ahead or unreadable.
     ``policy_only``: the policy annotation, and the SlurmCluster's left as it is."""
     kinds = draw(st.lists(st.sampled_from(SPOILS), min_size=1, max_size=3, unique=True))
     if policy_only:
@@ -395,6 +396,8 @@ def spoiled(draw, node, policy_only=False):
         annotations["slurmk8s.dev/lending-cluster"] = draw(st.sampled_from([k.replace("lend", "demo") for k in BAD_KEYS]))
     if "state" in kinds:
         labels[STATE_LABEL] = draw(st.sampled_from(["borrowed", "LENT", "lent ", "x" * 63]))
+    if "since" in kinds:  # a time that would hold the reclaim for ever (decision record 45)
+        annotations[SINCE_ANNOTATION] = draw(st.sampled_from(["9999-12-31T23:59:59Z", "2999-01-01T00:00:00Z", "x"]))
     if "no-label" in kinds:
         del labels[STATE_LABEL]
     elif "no-taint" in kinds:
