@@ -1315,6 +1315,12 @@ def test_metrics_count_nodes_by_state_and_policy():
     assert lending_metrics(w.observed()).pending_gpu_pods == 1
 
 
+def test_metrics_count_a_node_no_policy_holds_under_its_holder():
+    w = World.of(nodes=[unattributed_node("n1", "no-policy")])
+    assert lending_metrics(w.observed()).by_policy == {
+        Unattributed("hpc/demo").key: {LENDING: 0, LENT: 1, RECLAIMING: 0}}
+
+
 # -- whole cycles ----------------------------------------------------------------------------
 
 
