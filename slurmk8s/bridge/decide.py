@@ -370,14 +370,14 @@ def orphaned_policies(nodes: Iterable[KubeNode], existing: Iterable[str],
         holder = rec.holder
         if holder is not None and holder not in alive:
             if readable_key(rec.policy) and readable_key(rec.cluster):
-                gone.add((holder, rec.cluster))  # type: ignore[arg-type]  # readable: a str
+                gone.add((holder, rec.cluster))
             else:
                 unattributed.add(rec.cluster if readable_key(rec.cluster) else None)
         # and nodes that still owe a DOWN to a cluster whose policy is gone (or cannot be told)
         owed, by = rec.down_owed, rec.down_owed_policy
         if readable_key(owed) and by not in alive:
             if readable_key(by):
-                gone.add((by, owed))  # type: ignore[arg-type]  # readable: a str
+                gone.add((by, owed))
             else:
                 unattributed.add(owed)
     out: list[PolicyGone | Unattributed] = [

@@ -36,6 +36,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeGuard
 
 from ..api.cluster import GROUP
 from ..api.fields import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
@@ -106,7 +107,7 @@ _KEY = re.compile(rf"{DNS_LABEL_RE}/{DNS_SUBDOMAIN_RE}")
 UNATTRIBUTED = "(unattributed)"
 
 
-def readable_key(value: str | None) -> bool:
+def readable_key(value: str | None) -> TypeGuard[str]:
     """``value`` names an object as ``<namespace>/<name>``."""
     return value is not None and len(value) <= 317 and _KEY.fullmatch(value) is not None
 
