@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from slurmk8s import strict
 from slurmk8s.api import load_cluster
 from slurmk8s.bridge import actions as A
-from slurmk8s.bridge.decide import orphaned_policies
+from slurmk8s.bridge.decide import DEFAULT_RECLAIM, orphaned_policies
 from slurmk8s.bridge.nodestate import (
     FORCED_ANNOTATION,
     FREE_GPUS_ANNOTATION,
@@ -257,9 +257,16 @@ def test_an_unrelated_node_with_unreadable_annotations_stops_no_lending_or_recla
     states = {n: (cluster.core.read_node(n).metadata.labels or {}).get(STATE_LABEL) for n in ("gpu-a", "gpu-b")}
     assert sorted(states.values(), key=str) == [None, "lent"], states  # one handed back, one kept
     assert STATE_LABEL not in (cluster.core.read_node("gpu-c").metadata.labels or {})  # the cap holds
-    # The unrelated node is left as it was: no policy holds it.
+    # No policy holds the unrelated node: its reclaim is counted from this round (its time read as
+    # now) and it goes back by the defaults' deadline, its record cleared (decision record 46).
     other = cluster.core.read_node("other").metadata
     assert other.labels[STATE_LABEL] == RECLAIMING and other.annotations[JOBS_ANNOTATION] == "²,x,٣"
+    assert other.annotations[SINCE_ANNOTATION] == format_time(bridge.clock())
+    later = bridge.clock() + timedelta(seconds=DEFAULT_RECLAIM.grace_period_seconds + DEFAULT_RECLAIM.deadline_seconds)
+    bridge.clock = lambda: later
+    assert not bridge.round().errors
+    other = cluster.core.read_node("other").metadata
+    assert STATE_LABEL not in (other.labels or {}) and JOBS_ANNOTATION not in (other.annotations or {})
 
 
 def test_an_error_outside_every_policy_is_reported_and_the_next_round_runs(world, monkeypatch):  # noqa: F811 - the fixture imported above
