@@ -261,7 +261,7 @@ def test_the_longest_idle_node_is_lent_first():
     (dict(unschedulable=True), "cordoned"),
     (dict(labels={"other": "x"}), "not selected"),
     (dict(allocatable={"cpu": "8", "memory": "8Gi"}), "no GPUs"),
-    (dict(taints=(NodeTaint(TAINT_KEY, "other", TAINT_EFFECT),)), "carries the lending taint"),
+    (dict(taints=(NodeTaint(TAINT_KEY, "other", TAINT_EFFECT),)), "carries the lending taint: no policy holds it"),
 ])
 def test_nodes_that_are_not_lent(change, reason):
     w = World.of(nodes=[replace(gpu_node("n1", annotations=IDLE), **change)])
