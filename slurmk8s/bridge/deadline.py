@@ -82,9 +82,11 @@ def enter_without_slurm(r: Round, settings: Settings, node: KubeNode, reason: st
         SetLendingState(node.name, RECLAIMING, policy, rec.cluster or cluster, rec.partition or "",
                         settings.now, reason=reason),
         node_event(node.name, "Reclaiming",
-                   f"taking the node back from Slurm: {REASONS.get(reason, reason)}; SlurmCluster "
-                   f"{rec.cluster} cannot be read now: its jobs get the signal and grace period once it answers, "
-                   f"and the node goes back at {format_time(due)} whatever Slurm says", warning=True),
+                   f"taking the node back from Slurm: {REASONS.get(reason, reason)}; "
+                   + (f"SlurmCluster {rec.cluster} cannot be read now: its jobs get the signal and grace period "
+                      "once it answers, " if readable_key(rec.cluster) else
+                      "its record names no SlurmCluster that can be asked about its jobs, ")
+                   + f"and the node goes back at {format_time(due)} whatever Slurm says", warning=True),
     )
     r.projected[node.name] = RECLAIMING
 
@@ -108,7 +110,7 @@ def take_back(r: Round, world: World, settings: Settings, node: KubeNode, slurm_
                    f"{format_time(rec.since) if rec.since else '?'} and was not done by "
                    f"{format_time(due) if due else '?'} (gracePeriodSeconds {settings.reclaim.grace_period_seconds} + "
                    f"deadlineSeconds {settings.reclaim.deadline_seconds}): the node goes back to Kubernetes whatever "
-                   f"SlurmCluster {cluster} says"
+                   f"SlurmCluster {cluster if owes else '(none named)'} says"
                    + (f" ({jobs} job(s) still shown there)" if jobs else "" if slurm_read else " (it does not answer)")
                    + ("; its Slurm node is set DOWN " + ("now" if slurm_read else "once Slurm answers") if owes
                       else "; no SlurmCluster can be told to set its Slurm node DOWN"),
