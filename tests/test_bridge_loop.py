@@ -516,3 +516,48 @@ def test_a_policy_the_bridge_cannot_load_gives_its_nodes_back_as_a_deleted_one(w
     condition = cluster.custom.get_namespaced_custom_object(
         "slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies", "lend")["status"]["conditions"][0]
     assert condition["reason"] == "InvalidPolicy" and "spec.preemptible" in condition["message"]
+
+
+SPOILED_RECORDS = {
+    # the policy cannot be told, its SlurmCluster can: that Slurm is asked
+    "policy-not-a-key": {"metadata": {"annotations": {"slurmk8s.dev/lending-policy": "lend"}}},
+    # neither can be told: no Slurm, the lent pod found by its name on the node
+    "no-cluster": {"metadata": {"annotations": {"slurmk8s.dev/lending-cluster": None}}},
+    # only the taint is left
+    "taint-only": {"metadata": {"labels": {STATE_LABEL: None}, "annotations": {
+        "slurmk8s.dev/lending-policy": None, "slurmk8s.dev/lending-cluster": None}}},
+    # a state this version does not know: the policy takes it back
+    "unknown-state": {"metadata": {"labels": {STATE_LABEL: "borrowed"}}},
+}
+
+
+@pytest.mark.parametrize("namespaces", [(), ("default",)], ids=["all-namespaces", "one-namespace"])
+@pytest.mark.parametrize("spoil", sorted(SPOILED_RECORDS))
+def test_a_lent_node_whose_record_no_policy_can_read_goes_back_within_grace_plus_the_deadline(
+        world, spoil, namespaces):
+    """Issue 41: anyone with patch on a Node can make its lending record name
+    no policy or SlurmCluster (or a state this version does not know); the
+    node is taken back all the same, untainted and its lent slurmd pod
+    deleted, by gracePeriodSeconds + deadlineSeconds (the defaults), while
+    the policy keeps its other node."""
+    cluster, bridge, memory = world
+    bridge = Bridge(bridge.kube, agent=bridge.agent, clock=bridge.clock, namespaces=namespaces)
+    lend_two(cluster, bridge, memory)
+    memory.jobs = [Job(job_id=1, name="train", user="u", state="RUNNING", partition="gpu", nodes="gpu-a",
+                       requeue=True, restart_count=0, reason="")]
+    cluster.core.patch_node("gpu-a", SPOILED_RECORDS[spoil])
+    now = [NOW + timedelta(seconds=1)]
+    bridge.clock = lambda: now[0]
+    report = bridge.round()
+    assert not report.errors and not report.failed, report
+    assert [(a.node, a.reason) for a in report.applied if type(a).__name__ == "SetLendingState"] == [
+        ("gpu-a", "record-unreadable")]
+    now[0] += timedelta(seconds=GRACE_PLUS_DEADLINE)
+    report = bridge.round()
+    assert not report.errors and not report.failed, report
+    assert not _held(cluster, "gpu-a")
+    assert "demo-lent.gpu-a" not in {p.metadata.name for p in cluster.core.list_namespaced_pod("default").items
+                                     if p.metadata.deletion_timestamp is None}
+    assert (cluster.core.read_node("gpu-b").metadata.labels or {}).get(STATE_LABEL) == "lent"
+    asked = {c[0] for c in memory.calls if c[1:2] == ("gpu-a",)}
+    assert ("drain" in asked) == (spoil in ("policy-not-a-key", "unknown-state")), memory.calls

@@ -47,6 +47,7 @@ from slurmk8s.bridge.observed import (
     KubePod,
     NodeTaint,
     PolicyGone,
+    Unattributed,
     UnreadableCluster,
     pod_from_api,
 )
@@ -260,7 +261,7 @@ def test_the_longest_idle_node_is_lent_first():
     (dict(unschedulable=True), "cordoned"),
     (dict(labels={"other": "x"}), "not selected"),
     (dict(allocatable={"cpu": "8", "memory": "8Gi"}), "no GPUs"),
-    (dict(taints=(NodeTaint(TAINT_KEY, "other", TAINT_EFFECT),)), "carries the lending taint"),
+    (dict(taints=(NodeTaint(TAINT_KEY, "other", TAINT_EFFECT),)), "carries the lending taint: no policy holds it"),
 ])
 def test_nodes_that_are_not_lent(change, reason):
     w = World.of(nodes=[replace(gpu_node("n1", annotations=IDLE), **change)])
@@ -935,11 +936,141 @@ def test_a_lost_taint_is_put_back():
     assert kinds(w.decide(POLICY, T0)) == ["Taint"]
 
 
-def test_nodes_with_an_unknown_state_value_are_left_alone_and_reported():
-    w = World.of(nodes=[held_node("n1", "borrowed")])
+@pytest.mark.parametrize("slurm_known", [True, False])
+def test_a_node_with_an_unknown_state_value_is_taken_back_by_its_policy(slurm_known):
+    """Issue 41: a state label this version does not know is a lent node in
+    an unknown state, taken back (through Slurm when it answers), never left
+    alone for ever."""
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    w.nodes["n1"] = held_node("n1", "borrowed")
+    w.slurm_known = slurm_known
     acts = w.decide(POLICY, T0)
-    assert kinds(acts) == []
-    assert "unknown value of label slurmk8s.dev/lending, left alone: n1" in status(acts).conditions[0].message
+    entered = only(acts, A.SetLendingState)
+    assert (entered.state, entered.reason, entered.policy, entered.cluster) == (
+        RECLAIMING, "record-unreadable", POLICY.key, "hpc/demo")
+    assert bool(of(acts, A.Signal)) == slurm_known
+    spec = POLICY.spec.reclaim
+    assert back_by(w, POLICY, "n1", T0 + timedelta(seconds=spec.grace_period_seconds + spec.deadline_seconds + 10))
+
+
+def back_by(w: World, pol, node: str, end, lying: bool = False) -> bool:
+    """Rounds every 10 s from T0 until ``node`` serves Kubernetes again
+    (unlabelled, untainted, its lent slurmd pod gone), at the latest ``end``;
+    ``lying``: every job stays RUNNING, whatever it is told."""
+    t = T0
+    while t <= end:
+        w.apply(w.decide(pol, t))
+        n = w.nodes[node]
+        if STATE_LABEL not in n.labels and n.taints == () and ("hpc", lent_slurmd("demo", node)) not in w.pods:
+            return True
+        if lying:
+            w.jobs = {k: replace(j, state="RUNNING") for k, j in w.jobs.items()}
+        w.step()
+        t += timedelta(seconds=10)
+    return False
+
+
+#: Records of held nodes that name no policy and SlurmCluster as <namespace>/<name>:
+#: (label, annotations over held_node's, taint), and the SlurmCluster that can still be told.
+UNATTRIBUTED = {
+    "no-policy": (LENT, {POLICY_ANNOTATION: None}, True, "hpc/demo"),
+    "policy-without-namespace": (LENT, {POLICY_ANNOTATION: "lend"}, True, "hpc/demo"),
+    "policy-not-a-name": (RECLAIMING, {POLICY_ANNOTATION: "hpc/Lend!"}, True, "hpc/demo"),
+    "no-cluster": (LENT, {CLUSTER_ANNOTATION: None}, True, None),
+    "cluster-without-namespace": (LENDING, {CLUSTER_ANNOTATION: "demo"}, True, None),
+    "unknown-state-no-policy": ("borrowed", {POLICY_ANNOTATION: ""}, True, "hpc/demo"),
+    "label-only": (LENT, {POLICY_ANNOTATION: None, CLUSTER_ANNOTATION: None}, False, None),
+    "taint-only": (None, {POLICY_ANNOTATION: None, CLUSTER_ANNOTATION: None, PARTITION_ANNOTATION: None,
+                          SINCE_ANNOTATION: None}, True, None),
+}
+
+
+def unattributed_node(name: str, case: str) -> KubeNode:
+    state, changed, taint, _ = UNATTRIBUTED[case]
+    node = held_node(name, state or LENT, taint=taint)
+    labels = {k: v for k, v in node.labels.items() if state is not None or k != STATE_LABEL}
+    annotations = {k: v for k, v in {**node.annotations, **changed}.items() if v is not None}
+    return replace(node, labels=labels, annotations=annotations)
+
+
+@pytest.mark.parametrize("slurm", ["answers", "down", "lying"])
+@pytest.mark.parametrize("case", sorted(UNATTRIBUTED))
+def test_a_held_node_that_no_policy_holds_goes_back_within_grace_plus_the_deadline(case, slurm):
+    """Issue 41: a node with the lending label or taint whose record names no
+    policy or SlurmCluster that can be read (anyone with patch on the Node can
+    make it so) is taken back by an unattributed holder that orphaned_policies
+    yields, with the default settings: untainted, its record and lent slurmd
+    pod gone, within gracePeriodSeconds + deadlineSeconds, whatever Slurm does."""
+    w = lent_world("n1", "n2", jobs=[job(1, "n1")])
+    w.nodes["n1"] = unattributed_node("n1", case)
+    w.slurm_known = slurm != "down"
+    holders = orphaned_policies(w.nodes.values(), existing=[POLICY.key])
+    assert holders == [Unattributed(UNATTRIBUTED[case][3])]
+    [holder] = holders
+    # The policy leaves it alone (it is not its node), and so does every other.
+    assert not [a for a in w.decide(POLICY, T0) if getattr(a, "node", None) == "n1"]
+    acts = w.decide(holder, T0)
+    assert not of(acts, A.PolicyStatus) and not [a for a in acts if getattr(a, "node", "n1") != "n1"]
+    end = T0 + timedelta(seconds=DEFAULT_RECLAIM.grace_period_seconds + DEFAULT_RECLAIM.deadline_seconds + 10)
+    assert back_by(w, holder, "n1", end, lying=slurm == "lying"), w.summary()
+    assert w.nodes["n2"].record.holder == POLICY.key  # the policy's own node is left to it
+    left = orphaned_policies(w.nodes.values(), existing=[POLICY.key])
+    if left:  # taken back past the deadline while Slurm did not answer: it owes the cluster a DOWN
+        assert left == [holder] and w.nodes["n1"].record.down_owed == holder.cluster
+        w.slurm_known = True
+        w.apply(w.decide(holder, end))
+        assert w.nodes["n1"].record.down_owed is None
+    assert w.decide(holder, end) == [] and orphaned_policies(w.nodes.values(), existing=[POLICY.key]) == []
+
+
+def test_a_node_no_policy_holds_counts_its_reclaim_from_now_when_its_time_is_in_the_future():
+    """Decision record 45 for such nodes too: a lending-since far ahead
+    (or unreadable) is read as now, so the deadline still comes."""
+    node = unattributed_node("n1", "no-cluster")
+    node = replace(node, labels={**node.labels, STATE_LABEL: RECLAIMING},
+                   annotations={**node.annotations, SINCE_ANNOTATION: "9999-12-31T23:59:59Z"})
+    w = World.of(nodes=[node], pods=[slurmd("n1")], snodes=[slurm_node("n1", state="mixed")], jobs=[job(1, "n1")])
+    [holder] = orphaned_policies(w.nodes.values(), existing=[POLICY.key])
+    assert kinds(w.decide(holder, T0))[0] == "ClampTimes"
+    end = T0 + timedelta(seconds=DEFAULT_RECLAIM.grace_period_seconds + DEFAULT_RECLAIM.deadline_seconds + 10)
+    assert back_by(w, holder, "n1", end, lying=True), w.summary()
+
+
+def test_an_unattributed_node_whose_cluster_can_be_read_is_reclaimed_through_its_slurm():
+    """The policy cannot be told but the SlurmCluster can: its jobs get the
+    default signal and grace period, then are requeued, as a deleted policy's."""
+    w = lent_world("n1", jobs=[job(1, "n1")])
+    w.nodes["n1"] = unattributed_node("n1", "no-policy")
+    [holder] = orphaned_policies(w.nodes.values(), existing=[POLICY.key])
+    acts = w.decide(holder, T0)
+    entered = only(acts, A.SetLendingState)
+    assert (entered.reason, entered.cluster) == ("record-unreadable", "hpc/demo")
+    assert kinds(acts) == ["SetLendingState", "Drain", "Signal", "RecordSignalled"]
+    assert only(acts, A.Signal).signal == DEFAULT_RECLAIM.signal
+    settle(w, holder, T0, rounds=DEFAULT_RECLAIM.grace_period_seconds // 10 + 5)
+    assert [e[0] for e in w.log] == ["signal", "requeue"] and "n1" not in w.snodes
+    assert STATE_LABEL not in w.nodes["n1"].labels and w.nodes["n1"].taints == ()
+
+
+def test_an_unattributed_nodes_lent_pod_is_found_by_its_name_on_the_node_in_the_bridges_namespaces():
+    """No SlurmCluster can be told: the lent slurmd pod is the pod on the node
+    that is some cluster's lent pod by name (in a namespace the bridge serves);
+    a pod that only carries the label is not, and one the bridge may not
+    delete does not hold the node."""
+    w = lent_world("n1")
+    w.nodes["n1"] = unattributed_node("n1", "no-cluster")
+    w.pods[("tenant", "mine")] = KubePod("tenant", "mine", node="n1", phase="Running", gpus=0,
+                                         labels={COMPONENT_LABEL: SLURMD_COMPONENT})
+    w.snodes.clear()
+    past = T0 + timedelta(seconds=DEFAULT_RECLAIM.grace_period_seconds + DEFAULT_RECLAIM.deadline_seconds + 1)
+    for namespaces, deleted in (((), [("hpc", lent_slurmd("demo", "n1"))]), (("hpc",), [("hpc", lent_slurmd("demo", "n1"))]),
+                                (("other",), [])):
+        world = w.copy()
+        holder = Unattributed(None, namespaces)
+        world.apply(world.decide(holder, T0))
+        acts = world.decide(holder, past)
+        assert [(a.namespace, a.name) for a in of(acts, A.DeleteSlurmdPod)] == deleted
+        assert "Untaint" in kinds(acts) and "ClearLending" in kinds(acts) and not of(acts, A.RecordDownOwed)
 
 
 def test_nodes_lent_to_another_cluster_are_left_alone():
@@ -1182,6 +1313,12 @@ def test_metrics_count_nodes_by_state_and_policy():
     w.pods[("apps", "waiting")] = gpu_pod("waiting", None, gpus=2)
     w.pods[("apps", "placed")] = gpu_pod("placed", "k", gpus=2)
     assert lending_metrics(w.observed()).pending_gpu_pods == 1
+
+
+def test_metrics_count_a_node_no_policy_holds_under_its_holder():
+    w = World.of(nodes=[unattributed_node("n1", "no-policy")])
+    assert lending_metrics(w.observed()).by_policy == {
+        Unattributed("hpc/demo").key: {LENDING: 0, LENT: 1, RECLAIMING: 0}}
 
 
 # -- whole cycles ----------------------------------------------------------------------------

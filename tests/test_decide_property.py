@@ -237,7 +237,7 @@ def test_unknown_slurm_means_no_destructive_action(case):
     for a in acts:
         if isinstance(a, A.SetLendingState):
             assert a.state == RECLAIMING and a.reason in ("withdrawn", "cordoned", "demand", "policy-gone",
-                                                          "limits"), a
+                                                          "limits", "record-unreadable"), a
         elif isinstance(a, (A.DeleteSlurmdPod, A.Untaint, A.ClearLending, A.RecordDownOwed)):
             assert overdue(w, pol, now, a.node), (a, w.summary())
         else:

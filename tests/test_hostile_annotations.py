@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from slurmk8s import strict
 from slurmk8s.api import load_cluster
 from slurmk8s.bridge import actions as A
+from slurmk8s.bridge.decide import DEFAULT_RECLAIM, orphaned_policies
 from slurmk8s.bridge.nodestate import (
     FORCED_ANNOTATION,
     FREE_GPUS_ANNOTATION,
@@ -30,6 +31,7 @@ from slurmk8s.bridge.nodestate import (
     STATE_LABEL,
     TAINT_EFFECT,
     TAINT_KEY,
+    UNATTRIBUTED,
     LendingRecord,
     format_time,
 )
@@ -145,6 +147,11 @@ def test_reading_any_annotations_labels_and_taints_never_raises():
         for t in (rec.since, rec.signalled, rec.forced, rec.idle_since, record.started, record.signalled,
                   record.forced, node.not_ready_since):
             assert t is None or (t.tzinfo is UTC and format_time(t))  # readable, and writable back
+        # A node held (our label, any value, or our taint) is someone's: a policy's, or a holder's
+        # that orphaned_policies yields when no policy exists; never nobody's (issue 41).
+        assert (rec.holder is not None) == (rec.state is not None or rec.taint is not None)
+        if rec.holder is not None:
+            assert rec.holder in {h.key for h in orphaned_policies([node], existing=[])}, rec
         # What the examples reach: the interesting branches, counted.
         raw_free = ann.get(FREE_GPUS_ANNOTATION)
         branches = {
@@ -161,6 +168,7 @@ def test_reading_any_annotations_labels_and_taints_never_raises():
                 rec.since, rec.signalled, rec.forced, rec.idle_since, node.not_ready_since)),
             "lending state": rec.state in (LENDING, "lent", RECLAIMING),
             "our taint": rec.taint is not None,
+            "held, no policy can be told": rec.holder is not None and rec.holder.startswith(UNATTRIBUTED),
         }
         seen["examples"] += 1
         for name, hit in branches.items():
@@ -171,7 +179,7 @@ def test_reading_any_annotations_labels_and_taints_never_raises():
     check()
     shares = {name: seen[name] / seen["examples"] for name in seen if name != "examples"}
     low = {name: share for name, share in shares.items() if share < 0.05}
-    assert len(shares) == 9 and not low, shares
+    assert len(shares) == 10 and not low, shares
 
 
 def observe_nodesets_of(ann: dict[str, str], suffix: str, node: dict) -> None:
@@ -249,9 +257,16 @@ def test_an_unrelated_node_with_unreadable_annotations_stops_no_lending_or_recla
     states = {n: (cluster.core.read_node(n).metadata.labels or {}).get(STATE_LABEL) for n in ("gpu-a", "gpu-b")}
     assert sorted(states.values(), key=str) == [None, "lent"], states  # one handed back, one kept
     assert STATE_LABEL not in (cluster.core.read_node("gpu-c").metadata.labels or {})  # the cap holds
-    # The unrelated node is left as it was: no policy holds it.
+    # No policy holds the unrelated node: its reclaim is counted from this round (its time read as
+    # now) and it goes back by the defaults' deadline, its record cleared (decision record 46).
     other = cluster.core.read_node("other").metadata
     assert other.labels[STATE_LABEL] == RECLAIMING and other.annotations[JOBS_ANNOTATION] == "²,x,٣"
+    assert other.annotations[SINCE_ANNOTATION] == format_time(bridge.clock())
+    later = bridge.clock() + timedelta(seconds=DEFAULT_RECLAIM.grace_period_seconds + DEFAULT_RECLAIM.deadline_seconds)
+    bridge.clock = lambda: later
+    assert not bridge.round().errors
+    other = cluster.core.read_node("other").metadata
+    assert STATE_LABEL not in (other.labels or {}) and JOBS_ANNOTATION not in (other.annotations or {})
 
 
 def test_an_error_outside_every_policy_is_reported_and_the_next_round_runs(world, monkeypatch):  # noqa: F811 - the fixture imported above

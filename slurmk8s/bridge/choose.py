@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from ..api.lending import NodeLendingPolicySpec
 from ..render.lent import LentNode, UnlendableNode
 from ..slurm.model import Job
-from .nodestate import HEALTH_FAILED_ANNOTATION, LENDING, TAINT_KEY
+from .nodestate import HEALTH_FAILED_ANNOTATION, LENDING
 from .observed import KubeNode, KubePod
 from .placement import fits
 from .settings import Round, Settings
@@ -95,9 +95,6 @@ def idle_candidates(r: Round, world: World, settings: Settings, idle: list[KubeN
             continue
         since = waiting_since(settings, n)
         if since is None or settings.now - since <= idle_after:
-            continue
-        if n.record.taint is not None:
-            r.blocked.append(f"{n.name} (carries the {TAINT_KEY} taint)")
             continue
         if n.record.health_failed:
             r.blocked.append(f"{n.name} (failed its {n.record.health_failed} health check while lent; remove "

@@ -31,9 +31,9 @@ from ..api.cluster import LENT_PREFIX
 from ..slurm.steps import DeleteNode, SetDown
 from ..times import format_time
 from .actions import ClearDownOwed, ClearIdleSince, RecordDownOwed, RecordIdleSince, SetLendingState
-from .nodestate import RECLAIMING, STATES
+from .nodestate import RECLAIMING, STATES, readable_key
 from .observed import KubeNode
-from .reasons import CORDONED, POLICY_GONE, REASONS
+from .reasons import CORDONED, REASONS
 from .settings import Round, Settings
 from .transitions import hand_back, leave_slurm, node_event, reclaim
 from .verdicts import withdrawn
@@ -67,7 +67,7 @@ def owner_claim(settings: Settings, node: KubeNode) -> str | None:
     Slurm: the policy is gone, the owner withdrew the node, or cordoned it.
     (Pending pods are placed by the caller: :func:`slurmk8s.bridge.placement.cover_demand`.)"""
     if settings.policy is None:
-        return POLICY_GONE
+        return settings.gone_reason
     return withdrawn(settings, node) or (CORDONED if node.unschedulable else None)
 
 
@@ -77,13 +77,16 @@ def enter_without_slurm(r: Round, settings: Settings, node: KubeNode, reason: st
     and grace follow once Slurm answers, and the deadline runs from now."""
     rec = node.record
     due = settings.now + timedelta(seconds=settings.reclaim.grace_period_seconds + settings.reclaim.deadline_seconds)
+    policy, cluster = settings.owner(rec)
     r.emit(
-        SetLendingState(node.name, RECLAIMING, settings.key, rec.cluster or settings.cluster_key, rec.partition or "",
+        SetLendingState(node.name, RECLAIMING, policy, rec.cluster or cluster, rec.partition or "",
                         settings.now, reason=reason),
         node_event(node.name, "Reclaiming",
-                   f"taking the node back from Slurm: {REASONS.get(reason, reason)}; SlurmCluster "
-                   f"{rec.cluster} cannot be read now: its jobs get the signal and grace period once it answers, "
-                   f"and the node goes back at {format_time(due)} whatever Slurm says", warning=True),
+                   f"taking the node back from Slurm: {REASONS.get(reason, reason)}; "
+                   + (f"SlurmCluster {rec.cluster} cannot be read now: its jobs get the signal and grace period "
+                      "once it answers, " if readable_key(rec.cluster) else
+                      "its record names no SlurmCluster that can be asked about its jobs, ")
+                   + f"and the node goes back at {format_time(due)} whatever Slurm says", warning=True),
     )
     r.projected[node.name] = RECLAIMING
 
@@ -94,23 +97,27 @@ def take_back(r: Round, world: World, settings: Settings, node: KubeNode, slurm_
     read that cluster's Slurm)."""
     rec = node.record
     cluster = rec.cluster or settings.cluster_key
+    # A SlurmCluster that cannot be told is owed nothing: nobody could settle it.
+    owes = readable_key(cluster)
     due = deadline(settings, node)
     jobs = len(world.jobs_on(node.name)) if slurm_read else None
+    if owes:
+        r.emit(RecordDownOwed(node.name, cluster, settings.key))
+        r.down_owed[node.name] = True
     r.emit(
-        RecordDownOwed(node.name, cluster, settings.key),
         node_event(node.name, "ReclaimDeadline",
                    f"the reclaim ({REASONS.get(rec.reason or '', rec.reason)}) began at "
                    f"{format_time(rec.since) if rec.since else '?'} and was not done by "
                    f"{format_time(due) if due else '?'} (gracePeriodSeconds {settings.reclaim.grace_period_seconds} + "
                    f"deadlineSeconds {settings.reclaim.deadline_seconds}): the node goes back to Kubernetes whatever "
-                   f"SlurmCluster {cluster} says"
+                   f"SlurmCluster {cluster if owes else '(none named)'} says"
                    + (f" ({jobs} job(s) still shown there)" if jobs else "" if slurm_read else " (it does not answer)")
-                   + "; its Slurm node is set DOWN " + ("now" if slurm_read else "once Slurm answers"),
+                   + ("; its Slurm node is set DOWN " + ("now" if slurm_read else "once Slurm answers") if owes
+                      else "; no SlurmCluster can be told to set its Slurm node DOWN"),
                    warning=True),
     )
-    r.down_owed[node.name] = True
     hand_back(r, world, settings, node)
-    if slurm_read:
+    if slurm_read and owes:
         _down(r, world, settings, node.name)
 
 

@@ -31,6 +31,12 @@ Safety rules, each enforced in those modules:
   toward Kubernetes: its Slurm is unknown, nothing is lent to it, and the
   nodes lent to it start a reclaim, which the deadline ends (decision
   record 46). No policy is skipped.
+- A held node (the state label, any value, or the taint) whose record names
+  no policy and SlurmCluster that can be read is held by an
+  :class:`Unattributed` holder (:func:`orphaned_policies` yields it), which
+  takes it back with the default settings; one whose state label has a
+  value this version does not know is taken back by its policy
+  (``record-unreadable``). Nothing is held that nothing takes back.
 - A node goes back to Kubernetes (untaint) only when Slurm shows no job on it,
   or when its reclaim is past gracePeriodSeconds + reclaim.deadlineSeconds
   (:mod:`.deadline`): the owner always gets its nodes back.
@@ -55,9 +61,18 @@ from .actions import Action
 from .choose import choose_to_lend, idle_candidates, over_cap, reclaim_order, short_of_minimum
 from .foresight import Foresight, demand_status, foresee, reservations, stale_reservations
 from .nodecounts import LendingMetrics, lending_metrics
-from .nodestate import LENT, RECLAIMING, STATES
+from .nodestate import LENT, RECLAIMING, STATES, readable_key
 from .nodetimes import present
-from .observed import InvalidPolicy, KubeNode, KubePod, NodeTaint, Observed, PolicyGone, UnreadableCluster
+from .observed import (
+    InvalidPolicy,
+    KubeNode,
+    KubePod,
+    NodeTaint,
+    Observed,
+    PolicyGone,
+    Unattributed,
+    UnreadableCluster,
+)
 from .placement import cover_demand
 from .problems import policy_problem
 from .reasons import (
@@ -71,6 +86,7 @@ from .reasons import (
     FORECAST,
     LIMITS,
     REASONS,
+    RECORD_UNREADABLE,
 )
 from .settings import Round, Settings
 from .status import invalid_policy_status, policy_status
@@ -82,17 +98,19 @@ __all__ = [
     "decide", "lending_metrics", "LendingMetrics", "orphaned_policies",
     "REASONS", "FAILURES", "FORCE_RETRY_SECONDS", "DEFAULT_RECLAIM",
     # the observed state, re-exported so that callers need one import
-    "Observed", "KubeNode", "KubePod", "NodeTaint", "PolicyGone", "InvalidPolicy", "UnreadableCluster",
+    "Observed", "KubeNode", "KubePod", "NodeTaint", "PolicyGone", "Unattributed", "InvalidPolicy",
+    "UnreadableCluster",
 ]
 
 
-def decide(observed: Observed, policy: NodeLendingPolicy | PolicyGone | InvalidPolicy,
+def decide(observed: Observed, policy: NodeLendingPolicy | PolicyGone | Unattributed | InvalidPolicy,
            now: datetime) -> list[Action]:
     """The actions that move the policy's nodes along the lending state machine.
 
     ``policy`` is a valid :class:`NodeLendingPolicy`; a :class:`PolicyGone`
     for a policy that Nodes still name but that was deleted (its nodes are
-    reclaimed); or an :class:`InvalidPolicy` (only its status is written).
+    reclaimed); an :class:`Unattributed` for held nodes that name no policy
+    (reclaimed too); or an :class:`InvalidPolicy` (only its status is written).
     ``now`` is timezone-aware (naive means UTC).
     """
     now = now if now.tzinfo else now.replace(tzinfo=UTC)
@@ -103,17 +121,26 @@ def decide(observed: Observed, policy: NodeLendingPolicy | PolicyGone | InvalidP
     return clamped + _round(World(observed), settings_of(policy, observed.cluster, now, observed.unreadable))
 
 
-def settings_of(policy: NodeLendingPolicy | PolicyGone, cluster: SlurmCluster | None, now: datetime,
+def settings_of(policy: NodeLendingPolicy | PolicyGone | Unattributed, cluster: SlurmCluster | None, now: datetime,
                 unreadable: UnreadableCluster | None = None) -> Settings:
     """The settings a round goes by, and the SlurmCluster the nodes are lent to
     (``unreadable``: why it could not be loaded)."""
+    if isinstance(policy, Unattributed) and policy.cluster is None:
+        cluster = None  # none can be told: whatever was observed is not theirs
     if cluster is not None:
         cluster_key, cluster_name = f"{cluster.namespace}/{cluster.name}", cluster.name
     elif isinstance(policy, NodeLendingPolicy):
         cluster_name = policy.spec.cluster_ref.name
         cluster_key = f"{policy.namespace}/{cluster_name}"
     else:
-        cluster_key, cluster_name = policy.cluster, policy.cluster.split("/")[-1]
+        cluster_key = policy.cluster or ""
+        cluster_name = cluster_key.split("/")[-1]
+    if isinstance(policy, Unattributed):
+        if policy.cluster is None and unreadable is None:
+            # No SlurmCluster can be told: decided as one that cannot be loaded (no Slurm, the deadline).
+            unreadable = UnreadableCluster("", "the nodes' records name no SlurmCluster as <namespace>/<name>")
+        return Settings(policy.key, policy.namespace, policy.name, None, DEFAULT_RECLAIM,
+                        DEFAULT_REGISTRATION_TIMEOUT, cluster, cluster_key, cluster_name, now, unreadable, policy)
     if isinstance(policy, PolicyGone):
         return Settings(policy.key, policy.namespace, policy.name, None, DEFAULT_RECLAIM,
                         DEFAULT_REGISTRATION_TIMEOUT, cluster, cluster_key, cluster_name, now, unreadable)
@@ -125,9 +152,9 @@ def _round(world: World, settings: Settings) -> list[Action]:
     r = Round()
     policy = settings.policy
     nodes = world.observed.nodes
-    mine = [n for n in nodes if n.record.state is not None and n.record.policy == settings.key]
+    mine = [n for n in nodes if n.record.holder == settings.key]
     selected = settings.select(nodes)
-    kube = [n for n in selected if n.record.state is None]
+    kube = [n for n in selected if n.record.holder is None]
     idle = [n for n in kube if world.idle(n.name, settings.namespace, settings.cluster_name)]
     # Under minFreeGpus, the nodes with a GPU free (their clock is recorded)
     # and those with enough free to lend.
@@ -170,7 +197,7 @@ def _returned(r: Round, settings: Settings, mine: list[KubeNode]) -> int:
 def _without_slurm(r: Round, world: World, settings: Settings, mine: list[KubeNode], kube: list[KubeNode]) -> None:
     """The nodes' Slurm cannot be read: every held node stays as it is, except
     that the owner's claims (a withdrawn or cordoned node, a deleted policy,
-    pending GPU pods) and ``maxLentNodes`` start a reclaim, and a reclaim
+    pending GPU pods), a state that cannot be read and ``maxLentNodes`` start a reclaim, and a reclaim
     past its deadline goes back whatever Slurm says (:mod:`.deadline`). When
     the policy's SlurmCluster is lost (gone, or it cannot be loaded:
     :attr:`.Settings.cluster_lost`), every node lent to it starts its
@@ -179,16 +206,13 @@ def _without_slurm(r: Round, world: World, settings: Settings, mine: list[KubeNo
     reclaiming: list[KubeNode] = []
     lost = CLUSTER_UNREADABLE if settings.unreadable is not None else CLUSTER_GONE
     for n in mine:
-        if n.record.state not in STATES:
-            r.unknown_state.append(n.name)
-            continue
         r.projected[n.name] = n.record.state
         ours = n.record.cluster == settings.cluster_key
         if not ours:
             r.stale.append(n.name)
         if n.record.state == RECLAIMING:
             reclaiming.append(n)
-        elif (reason := deadline.owner_claim(settings, n)
+        elif (reason := deadline.owner_claim(settings, n) or _unreadable(n)
               or (lost if ours and settings.cluster_lost else None)) is not None:
             deadline.enter_without_slurm(r, settings, n, reason)
             reclaiming.append(n)
@@ -209,13 +233,18 @@ def _without_slurm(r: Round, world: World, settings: Settings, mine: list[KubeNo
             deadline.take_back(r, world, settings, n, slurm_read=False)
 
 
+def _unreadable(node: KubeNode) -> str | None:
+    """A held node whose state label this version does not know (or that
+    carries only the taint) is lent to a Slurm the bridge cannot tell
+    about: it goes back (``record-unreadable``), never left as it is."""
+    return RECORD_UNREADABLE if node.record.state not in STATES else None
+
+
 def _release_all(r: Round, world: World, settings: Settings, mine: list[KubeNode]) -> None:
     """The policy and its SlurmCluster are gone, and with the cluster Slurm
     and every job: give the nodes back (those this policy lent to it)."""
     for n in mine:
-        if n.record.state not in STATES:
-            r.unknown_state.append(n.name)
-        elif n.record.cluster != settings.cluster_key:
+        if n.record.cluster != settings.cluster_key:
             r.stale.append(n.name)
             r.projected[n.name] = n.record.state
         else:
@@ -236,9 +265,6 @@ def _move_nodes(r: Round, world: World, settings: Settings, mine: list[KubeNode]
     by_name = {n.name: n for n in mine}
     for n in mine:
         rec = n.record
-        if rec.state not in STATES:
-            r.unknown_state.append(n.name)
-            continue
         if rec.cluster != settings.cluster_key:
             # Lent to another SlurmCluster (the policy's clusterRef changed):
             # its Slurm is not read here, so only the owner's claims and the
@@ -248,7 +274,7 @@ def _move_nodes(r: Round, world: World, settings: Settings, mine: list[KubeNode]
             if rec.state == RECLAIMING:
                 if deadline.overdue(settings, n):
                     deadline.take_back(r, world, settings, n, slurm_read=False)
-            elif (reason := deadline.owner_claim(settings, n)) is not None:
+            elif (reason := deadline.owner_claim(settings, n) or _unreadable(n)) is not None:
                 deadline.enter_without_slurm(r, settings, n, reason)
             continue
         if rec.state == RECLAIMING:
@@ -259,7 +285,7 @@ def _move_nodes(r: Round, world: World, settings: Settings, mine: list[KubeNode]
         # pending pods do then.
         # A node whose owner withdrew or cordoned it goes back whatever the
         # policy says (:func:`.deadline.owner_claim`).
-        reason = (failure(world, settings, n) or withdrawn(settings, n)
+        reason = (_unreadable(n) or failure(world, settings, n) or withdrawn(settings, n)
                   or (must_go(settings, n, window_open, world.slurm_nodes.get(n.name)) if problem is None
                       else deadline.owner_claim(settings, n)))
         if reason:
@@ -325,18 +351,37 @@ def _move_nodes(r: Round, world: World, settings: Settings, mine: list[KubeNode]
     return lending
 
 
-def orphaned_policies(nodes: Iterable[KubeNode], existing: Iterable[str]) -> list[PolicyGone]:
-    """Policies that Nodes still name but that no longer exist (``existing``:
-    ``namespace/name`` of every NodeLendingPolicy), one per SlurmCluster their
-    nodes were lent to: decide on each, with that cluster observed (or None
-    when it is gone too), to take the nodes back."""
+def orphaned_policies(nodes: Iterable[KubeNode], existing: Iterable[str],
+                      namespaces: Iterable[str] = ()) -> list[PolicyGone | Unattributed]:
+    """Who holds nodes that no existing policy holds (``existing``:
+    ``namespace/name`` of every NodeLendingPolicy): a :class:`PolicyGone`
+    per policy that Nodes still name but that no longer exists and per
+    SlurmCluster their nodes were lent to (decide on each, with that cluster
+    observed, or None when it is gone too, to take the nodes back); and an
+    :class:`Unattributed` per SlurmCluster (or none that can be read) of the
+    held nodes whose record names no policy and SlurmCluster as
+    ``<namespace>/<name>`` (``namespaces``: those the bridge serves, where
+    such a node's lent slurmd pod is looked for when no SlurmCluster can be)."""
     alive = set(existing)
-    gone = sorted({(n.record.policy, n.record.cluster) for n in nodes
-                   if n.record.state is not None and n.record.policy and n.record.cluster
-                   and n.record.policy not in alive}
-                  # and nodes that still owe a DOWN to the cluster of a policy now gone
-                  | {(n.record.down_owed_policy, n.record.down_owed) for n in nodes
-                     if n.record.down_owed and n.record.down_owed_policy
-                     and n.record.down_owed_policy not in alive})
-    return [PolicyGone(namespace, name, cluster) for key, cluster in gone if "/" in key
-            for namespace, _, name in [key.partition("/")]]
+    gone: set[tuple[str, str]] = set()
+    unattributed: set[str | None] = set()
+    for n in nodes:
+        rec = n.record
+        holder = rec.holder
+        if holder is not None and holder not in alive:
+            if readable_key(rec.policy) and readable_key(rec.cluster):
+                gone.add((holder, rec.cluster))
+            else:
+                unattributed.add(rec.cluster if readable_key(rec.cluster) else None)
+        # and nodes that still owe a DOWN to a cluster whose policy is gone (or cannot be told)
+        owed, by = rec.down_owed, rec.down_owed_policy
+        if readable_key(owed) and by not in alive:
+            if readable_key(by):
+                gone.add((by, owed))
+            else:
+                unattributed.add(owed)
+    out: list[PolicyGone | Unattributed] = [
+        PolicyGone(namespace, name, cluster) for key, cluster in sorted(gone)
+        for namespace, _, name in [key.partition("/")]]
+    return out + [Unattributed(c, tuple(namespaces) if c is None else ())
+                  for c in sorted(unattributed, key=lambda c: c or "")]

@@ -28,7 +28,9 @@ Rules the loop keeps (slurmk8s/bridge/README.md explains why):
   ``UnreadableCluster``: decide gives it no Slurm, lends it nothing and
   takes its nodes back (decision record 46). A policy that cannot be
   loaded gets its status, and its nodes are decided as a deleted
-  policy's (``PolicyGone``). Slurm that cannot be read is
+  policy's (``PolicyGone``); nodes held under a record that names no
+  policy and SlurmCluster as ``<namespace>/<name>`` by an ``Unattributed``
+  holder, which takes them back too. Slurm that cannot be read is
   ``SlurmState.unknown()`` (decide then fails closed, but for the owner's
   claims, ``maxLentNodes`` and the reclaim deadline).
 - One cluster's Slurm does not hold up another's policies: every cluster's
@@ -79,7 +81,7 @@ from . import actions as A
 from . import metrics
 from .decide import decide, lending_metrics, orphaned_policies
 from .nodestate import LENT, RECLAIMING, TAINT_KEY
-from .observed import InvalidPolicy, KubeNode, Observed, PolicyGone, UnreadableCluster, node_from_api
+from .observed import InvalidPolicy, KubeNode, Observed, PolicyGone, Unattributed, UnreadableCluster, node_from_api
 from .patches import NODE_PATCH_ACTIONS, node_patch
 from .rollout import apply_rollouts
 from .view import Listing
@@ -91,7 +93,7 @@ log = structlog.get_logger("slurmk8s.bridge")
 FIELD_MANAGER = "slurmk8s-bridge"
 COMPONENT = "slurmk8s-bridge"
 
-Policy = NodeLendingPolicy | PolicyGone | InvalidPolicy
+Policy = NodeLendingPolicy | PolicyGone | Unattributed | InvalidPolicy
 #: (cluster, agent token, controller pod or None) -> a Slurm facade.
 AgentFactory = Callable[[SlurmCluster, bytes, Mapping | None], SlurmControl]
 
@@ -336,8 +338,11 @@ class Bridge:
             return report
         # A policy that cannot be loaded holds its nodes no more than a deleted one.
         existing = {_key(o) for p, o in policies if o is not None and not isinstance(p, InvalidPolicy)}
-        policies += [(gone, None) for gone in orphaned_policies(world[1], existing)
-                     if not self.namespaces or gone.namespace in self.namespaces]
+        # So does a held node whose record names no policy: it is taken back by an Unattributed
+        # holder (of its SlurmCluster, or of none when none can be told: every bridge takes those back).
+        policies += [(gone, None) for gone in orphaned_policies(world[1], existing, self.namespaces)
+                     if not self.namespaces or gone.namespace in self.namespaces
+                     or (isinstance(gone, Unattributed) and gone.cluster is None)]
         # Each policy's SlurmCluster (from the cache), then every cluster's Slurm at once.
         # None is skipped: a cluster that cannot be loaded is decided toward Kubernetes.
         todo = [(policy, obj, self._policy_cluster(policy)) for policy, obj in policies]
@@ -431,7 +436,7 @@ class Bridge:
         or an invalid policy; UnreadableCluster: it cannot be loaded)."""
         if isinstance(policy, NodeLendingPolicy):
             return self._cluster(policy.namespace, policy.spec.cluster_ref.name)
-        if isinstance(policy, PolicyGone):
+        if isinstance(policy, (PolicyGone, Unattributed)) and policy.cluster:
             namespace, _, name = policy.cluster.partition("/")
             return self._cluster(namespace, name)
         return None

@@ -37,7 +37,7 @@ def lending_metrics(observed: Observed) -> LendingMetrics:
         if state not in STATES:
             continue
         by_state[state] += 1
-        per = by_policy.setdefault(n.record.policy or "", {LENDING: 0, LENT: 0, RECLAIMING: 0})
+        per = by_policy.setdefault(n.record.holder or "", {LENDING: 0, LENT: 0, RECLAIMING: 0})
         per[state] += 1
     pending = sum(1 for p in observed.pods
                   if p.gpus > 0 and p.phase == "Pending" and p.node is None and not p.deleting)

@@ -21,15 +21,25 @@ killed at any instant and pick up where it left off.
 | ``slurmk8s.dev/lent`` | taint | ``<cluster>:NoSchedule`` while it is not serving Kubernetes |
 | ``slurmk8s.dev/down-owed`` | annotation | ``<namespace>/<name>`` of the SlurmCluster that must still set the node DOWN: it was taken back past the reclaim deadline (kept when the node returns to Kubernetes) |
 | ``slurmk8s.dev/down-owed-policy`` | annotation | ``<namespace>/<name>`` of the policy that took it back so |
+
+A node is *held* while it carries the state label (any value) or the taint.
+Who holds it is its record's :attr:`LendingRecord.holder`: the policy its
+annotations name, when they name a policy and a SlurmCluster as
+``<namespace>/<name>``; otherwise no policy can be told, and the node is
+held by :func:`unattributed` (of the SlurmCluster, when that one can be
+read), which takes it back (decision record 46).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeGuard
 
 from ..api.cluster import GROUP
+from ..api.fields import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
 from ..evacuation import format_job_ids, parse_job_ids  # noqa: F401 (re-exported)
 from ..strict import count
 from ..times import format_time, parse_time  # noqa: F401 (re-exported: the one RFC 3339 helper)
@@ -40,7 +50,7 @@ __all__ = [
     "REASON_ANNOTATION", "SIGNALLED_ANNOTATION", "JOBS_ANNOTATION", "FORCED_ANNOTATION", "IDLE_SINCE_ANNOTATION",
     "FREE_GPUS_ANNOTATION", "FREE_SINCE_ANNOTATION", "LENDING_ANNOTATIONS", "HEALTH_FAILED_ANNOTATION",
     "DOWN_OWED_ANNOTATION", "DOWN_OWED_POLICY_ANNOTATION", "TAINT_KEY", "TAINT_EFFECT", "SLURMD_COMPONENT", "COMPONENT_LABEL",
-    "LendingRecord", "format_time", "parse_time",
+    "LendingRecord", "format_time", "parse_time", "readable_key", "unattributed", "UNATTRIBUTED",
 ]
 
 STATE_LABEL = f"{GROUP}/lending"
@@ -89,12 +99,41 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 SLURMD_COMPONENT = "lent-slurmd"
 
 
+#: A ``<namespace>/<name>`` key as the bridge writes it (a namespace, a name).
+_KEY = re.compile(rf"{DNS_LABEL_RE}/{DNS_SUBDOMAIN_RE}")
+
+#: The holder of a node whose record names no policy or SlurmCluster that can
+#: be read; never a policy's key (it has no '/' before its first space).
+UNATTRIBUTED = "(unattributed)"
+
+
+def readable_key(value: str | None) -> TypeGuard[str]:
+    """``value`` names an object as ``<namespace>/<name>``."""
+    return value is not None and len(value) <= 317 and _KEY.fullmatch(value) is not None
+
+
+def unattributed(cluster: str | None) -> str:
+    """The holder of the held nodes that no policy can be told for, lent to
+    ``cluster`` (None: no SlurmCluster can be read either)."""
+    return f"{UNATTRIBUTED} {cluster}" if cluster else UNATTRIBUTED
+
+
+def _holder(state: str | None, taint: str | None, policy: str | None, cluster: str | None) -> str | None:
+    if state is None and taint is None:
+        return None
+    if readable_key(policy) and readable_key(cluster):
+        return policy
+    return unattributed(cluster if readable_key(cluster) else None)
+
+
 @dataclass(frozen=True)
 class LendingRecord:
     """What a Node says about its lending: read from its label, annotations and taint."""
 
-    #: lending, lent or reclaiming; None: the node serves Kubernetes. Any
-    #: other label value is kept as is (and left alone by decide).
+    #: lending, lent or reclaiming; None: no label (the node serves
+    #: Kubernetes, unless it carries the taint: see ``holder``). Any
+    #: other label value is kept as is: a state that cannot be read, which its
+    #: holder takes back (``record-unreadable``).
     state: str | None
     policy: str | None
     cluster: str | None
@@ -117,16 +156,22 @@ class LendingRecord:
     down_owed_policy: str | None = None
     #: The health check the node failed while lent; None: none did.
     health_failed: str | None = None
+    #: Who holds the node (it carries the state label, any value, or the
+    #: taint): the policy its annotations name, or :func:`unattributed` when
+    #: they do not name a policy and a SlurmCluster; None: nobody, the node
+    #: serves Kubernetes.
+    holder: str | None = None
 
     @classmethod
     def read(cls, labels: Mapping[str, str], annotations: Mapping[str, str],
              taints: tuple = ()) -> LendingRecord:
         ann = annotations.get
         taint = next((t.value for t in taints if t.key == TAINT_KEY and t.effect == TAINT_EFFECT), None)
+        state, policy, cluster = labels.get(STATE_LABEL) or None, ann(POLICY_ANNOTATION), ann(CLUSTER_ANNOTATION)
         return cls(
-            state=labels.get(STATE_LABEL) or None,
-            policy=ann(POLICY_ANNOTATION),
-            cluster=ann(CLUSTER_ANNOTATION),
+            state=state,
+            policy=policy,
+            cluster=cluster,
             partition=ann(PARTITION_ANNOTATION),
             since=parse_time(ann(SINCE_ANNOTATION)),
             reason=ann(REASON_ANNOTATION),
@@ -139,6 +184,7 @@ class LendingRecord:
             down_owed=ann(DOWN_OWED_ANNOTATION) or None,
             down_owed_policy=ann(DOWN_OWED_POLICY_ANNOTATION) or None,
             health_failed=ann(HEALTH_FAILED_ANNOTATION) or None,
+            holder=_holder(state, taint, policy, cluster),
         )
 
 

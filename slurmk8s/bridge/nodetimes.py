@@ -57,13 +57,14 @@ def _shown(value: str | None) -> str:
 
 def present(observed: Observed, policy_key: str, now: datetime) -> tuple[Observed, list[Action]]:
     """``observed`` with the late times of the nodes ``policy_key`` holds
+    (:attr:`~.nodestate.LendingRecord.holder`: a policy, or a holder of nodes no policy can be told for)
     read as ``now`` (to the second, as written), and the actions that write
     them so. ``observed`` itself when there are none."""
     fixed: dict[str, KubeNode] = {}
     acts: list[Action] = []
     for n in observed.nodes:
         rec = n.record
-        if rec.state not in STATES or rec.policy != policy_key:
+        if rec.state not in STATES or rec.holder != policy_key:
             continue
         late = late_times(n, now)
         if not late:

@@ -22,11 +22,11 @@ from ..api.fields import parse_quantity
 from ..api.lending import NodeLendingPolicyStatus
 from ..render.lent import GPU_RESOURCE
 from ..slurm.model import SlurmState
-from .nodestate import LendingRecord, parse_time
+from .nodestate import LendingRecord, parse_time, unattributed
 
 __all__ = [
-    "NodeTaint", "KubeNode", "KubePod", "Observed", "PolicyGone", "InvalidPolicy", "UnreadableCluster",
-    "node_from_api", "pod_from_api", "gpu_count", "requested",
+    "NodeTaint", "KubeNode", "KubePod", "Observed", "PolicyGone", "Unattributed", "InvalidPolicy",
+    "UnreadableCluster", "node_from_api", "pod_from_api", "gpu_count", "requested",
 ]
 
 #: Pod phases of pods that hold no resources any more.
@@ -185,6 +185,35 @@ class PolicyGone:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Unattributed:
+    """The holder of held nodes (the ``slurmk8s.dev/lending`` label, any
+    value, or the ``slurmk8s.dev/lent`` taint) whose record does not name a
+    policy and a SlurmCluster as ``<namespace>/<name>``: no policy holds
+    them, so this one takes them back, with the default reclaim settings
+    (decision record 46). ``cluster``: the SlurmCluster their record names,
+    when it can be read (its Slurm is asked, as for a deleted policy's
+    nodes); None: none can, and they go back without Slurm, by the reclaim
+    deadline. ``namespaces``: where their lent slurmd pods may be looked for
+    when ``cluster`` is None (those the bridge serves; empty: any)."""
+
+    cluster: str | None = None
+    namespaces: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """What the nodes' records say holds them (:attr:`LendingRecord.holder`)."""
+        return unattributed(self.cluster)
+
+    @property
+    def namespace(self) -> str:
+        return self.cluster.partition("/")[0] if self.cluster else ""
+
+    @property
+    def name(self) -> str:
+        return self.key
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,9 @@ from ..api.lending import NodeLendingPolicy, ReclaimSpec, may_lend
 from ..render.lent import LentNode, lent_node
 from .actions import Action
 from .memo import Recent, changed_spans, respliced
-from .observed import KubeNode, UnreadableCluster
+from .nodestate import LendingRecord
+from .observed import KubeNode, Unattributed, UnreadableCluster
+from .reasons import POLICY_GONE, RECORD_UNREADABLE
 
 __all__ = ["Settings", "Round"]
 
@@ -42,6 +44,21 @@ class Settings:
     now: datetime
     #: Why the SlurmCluster could not be loaded (``cluster`` is None then).
     unreadable: UnreadableCluster | None = None
+    #: The round is for the held nodes no policy can be told for.
+    unattributed: Unattributed | None = None
+
+    @property
+    def gone_reason(self) -> str:
+        """Why a node held without a policy (``policy`` is None) goes back."""
+        return RECORD_UNREADABLE if self.unattributed is not None else POLICY_GONE
+
+    def owner(self, record: LendingRecord) -> tuple[str, str]:
+        """The policy and SlurmCluster a node's record is to name when this
+        round changes its state: this policy's, or, for a node no policy can
+        be told for, what it named (so that it stays unattributed)."""
+        if self.unattributed is not None:
+            return record.policy or "", record.cluster or ""
+        return self.key, self.cluster_key
 
     @property
     def cluster_lost(self) -> bool:
@@ -107,7 +124,6 @@ class Round:
     admin_drained: list[str] = field(default_factory=list)
     blocked: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
-    unknown_state: list[str] = field(default_factory=list)
     #: node -> whether it owes the cluster a DOWN once this round's actions
     #: are applied (only the nodes whose obligation changes)
     down_owed: dict[str, bool] = field(default_factory=dict)

@@ -86,9 +86,6 @@ def policy_status(settings: Settings, r: Round, selected: int, kubernetes: int, 
     if down_owed:
         extras.append(f"taken back past the reclaim deadline, to be set DOWN in Slurm once it answers: "
                       f"{_more(list(down_owed))}")
-    if r.unknown_state:
-        extras.append(f"unknown value of label slurmk8s.dev/lending, left alone: "
-                      f"{_more(sorted(r.unknown_state))}")
     if extras:
         message += ". " + ". ".join(extras)
     return status_actions(settings.namespace, settings.name, policy.metadata.generation, ready, reason, message,

@@ -45,7 +45,7 @@ from .nodestate import LENDING, LENT, RECLAIMING, TAINT_EFFECT, TAINT_KEY, Lendi
 from .observed import KubeNode
 from .reasons import CLUSTER_GONE, FAILURES, FORCE_RETRY_SECONDS, NODE_NOT_READY, REASONS, SLURMD_GONE, UNHEALTHY
 from .settings import Round, Settings
-from .verdicts import lost, pod_of, registered
+from .verdicts import lost, pod_of, pods_of, registered
 from .world import World
 
 __all__ = ["node_event", "start_lending", "keep", "reclaim", "leave_slurm", "hand_back", "release_without_slurm",
@@ -155,7 +155,7 @@ def reclaim(r: Round, world: World, settings: Settings, node: KubeNode, entering
     r.projected[name] = RECLAIMING
     if entering is not None:
         running = [j for j in jobs if j.state != "COMPLETING"]
-        acts.append(SetLendingState(name, RECLAIMING, settings.key, settings.cluster_key, rec.partition or "",
+        acts.append(SetLendingState(name, RECLAIMING, *settings.owner(rec), rec.partition or "",
                                     settings.now, reason=entering))
         if entering == UNHEALTHY and snode is not None:
             acts.append(RecordHealthFailed(name, unhealthy([snode]).get(name, "unknown")))
@@ -258,10 +258,8 @@ def evacuation_actions(name: str, evac: evacuation.Evacuation, policy: evacuatio
 
 def hand_back(r: Round, world: World, settings: Settings, node: KubeNode) -> None:
     """Reclaiming -> Kubernetes: delete the slurmd pod, untaint, clear the record."""
-    pod = pod_of(world, settings, node)
-    acts: list[Action] = []
-    if pod is not None and not pod.deleting:
-        acts.append(DeleteSlurmdPod(pod.namespace, pod.name, node.name))
+    acts: list[Action] = [DeleteSlurmdPod(pod.namespace, pod.name, node.name)
+                          for pod in pods_of(world, settings, node) if not pod.deleting]
     if node.record.taint is not None:
         acts.append(Untaint(node.name, TAINT_KEY))
     acts.append(ClearLending(node.name))
@@ -279,7 +277,7 @@ def release_without_slurm(r: Round, world: World, settings: Settings, node: Kube
     """The SlurmCluster is gone, and with it Slurm and every job."""
     if node.record.state != RECLAIMING:
         r.emit(
-            SetLendingState(node.name, RECLAIMING, settings.key, settings.cluster_key,
+            SetLendingState(node.name, RECLAIMING, *settings.owner(node.record),
                             node.record.partition or "", settings.now, reason=CLUSTER_GONE),
             node_event(node.name, "Reclaiming", f"taking the node back: {REASONS[CLUSTER_GONE]}", warning=True),
         )

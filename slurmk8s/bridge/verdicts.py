@@ -19,7 +19,6 @@ from .reasons import (
     CORDONED,
     NODE_NOT_READY,
     PARTITION,
-    POLICY_GONE,
     REGISTRATION_TIMEOUT,
     SLURM_NODE_DOWN,
     SLURM_NODE_LOST,
@@ -33,7 +32,7 @@ from .reasons import (
 from .settings import Settings
 from .world import World
 
-__all__ = ["pod_of", "registered", "lost", "failure", "withdrawn", "must_go"]
+__all__ = ["pod_of", "pods_of", "registered", "lost", "failure", "withdrawn", "must_go"]
 
 #: Slurm node states in which a node takes jobs.
 _SERVING = frozenset({"idle", "mixed", "allocated"})
@@ -43,6 +42,17 @@ def pod_of(world: World, settings: Settings, node: KubeNode) -> KubePod | None:
     """The node's lent slurmd pod, if it exists (named after the cluster it was lent to)."""
     cluster = node.record.cluster.split("/")[-1] if node.record.cluster else settings.cluster_name
     return world.slurmd_pod(settings.namespace, cluster, node.name)
+
+
+def pods_of(world: World, settings: Settings, node: KubeNode) -> list[KubePod]:
+    """The lent slurmd pods to delete when the node goes back: its own
+    (:func:`pod_of`); for a node whose record names no SlurmCluster that can
+    be read, every pod on it that is some cluster's lent slurmd pod, in the
+    namespaces the bridge serves (:meth:`.World.lent_pods_on`)."""
+    if settings.unattributed is not None and settings.unattributed.cluster is None:
+        return world.lent_pods_on(node.name, settings.unattributed.namespaces)
+    pod = pod_of(world, settings, node)
+    return [] if pod is None else [pod]
 
 
 def registered(world: World, settings: Settings, node: KubeNode) -> bool:
@@ -113,7 +123,7 @@ def must_go(settings: Settings, node: KubeNode, window_open: bool, snode: Node |
     None. ``snode``: the node as Slurm shows it (a health check's drain)."""
     policy = settings.policy
     if policy is None:
-        return POLICY_GONE
+        return settings.gone_reason
     if node.record.partition != policy.spec.partition:
         return PARTITION
     if not settings.selects(node):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import compress
 from operator import attrgetter
 
@@ -275,6 +275,21 @@ class World:
             return None
         namespace, _, name = cluster.partition("/")
         return self.slurmd_pod(namespace, name, node.name)
+
+    def lent_pods_on(self, node: str, namespaces: Collection[str] = ()) -> list[KubePod]:
+        """The pods on ``node`` that are the lent slurmd pod of some
+        SlurmCluster by :meth:`slurmd_pod`'s rule (the exact name, in its
+        namespace, on the node), in ``namespaces`` (empty: any): for a held
+        node whose record names no SlurmCluster that can be read."""
+        found = []
+        for (namespace, name), pod in self.slurmd_pods.items():
+            if pod.node != node or (namespaces and namespace not in namespaces):
+                continue
+            clusters = {name.partition(_names.LENT_SEPARATOR)[0] if _names.LENT_SEPARATOR in name else None,
+                        pod.labels.get("app.kubernetes.io/instance")}
+            if any(c and self.slurmd_pod(namespace, c, node) is pod for c in clusters):
+                found.append(pod)
+        return sorted(found, key=lambda p: (p.namespace, p.name))
 
     def reserved(self, node: str) -> bool:
         """Slurm may hold a lending reservation on the node: it has one, or

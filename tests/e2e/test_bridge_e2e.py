@@ -464,13 +464,32 @@ def test_an_unrelated_node_with_unreadable_annotations_stops_neither_bridge_and_
         time.sleep(3)
         assert bridges() == before, (before, bridges())  # the same pods, no restart since
         assert world.box.leader_pod("bridge") == leader
-        # The unrelated node is left as it was: no policy holds it.
-        assert (world.node(unrelated).metadata.annotations or {}).get("slurmk8s.dev/reclaim-jobs") == "²,x,٣"
+        # No policy holds the unrelated node: it is taken back by the defaults' deadline (decision
+        # record 46), long after this test; meanwhile only its lending time is read as now.
+        annotations = world.node(unrelated).metadata.annotations or {}
+        assert annotations.get("slurmk8s.dev/reclaim-jobs") == "²,x,٣"
+        assert not annotations["slurmk8s.dev/lending-since"].startswith("9999"), annotations
     finally:
         world.kubectl("label", "node", unrelated, "slurmk8s.dev/lending-")
         world.kubectl("annotate", "node", unrelated, *(f"{k}-" for k in garbage))
         world.delete_pod("serve-garbage")
     wait_for("the node lent again", world.all_lent, timeout=90, show=world.states)
+
+
+@default_release_only
+def test_a_lent_node_whose_record_names_no_policy_goes_back_through_slurm_and_is_lent_again(world):
+    """Issue 41: whoever may patch a Node spoils its lending-policy annotation
+    (here: no namespace), so no policy holds it. It is not kept for ever: the
+    SlurmCluster its record still names is asked, and the node, idle there,
+    is Kubernetes' again at once (its lent slurmd pod deleted, untainted,
+    `record-unreadable`); then the policy lends it again."""
+    wait_for("both nodes lent", world.all_lent, show=world.states)
+    world.kubectl("annotate", "node", LEND[0], "--overwrite", "slurmk8s.dev/lending-policy=lend-gpus")
+    wait_for("the node back", lambda: world.returned(LEND[0]), timeout=60, every=0.5, show=world.states)
+    assert world.lent(LEND[1])
+    assert any("cannot be read" in e.message for e in world.events("Reclaiming", LEND[0]))
+    assert LEND[0] not in {p.spec.node_name for p in world.slurmd_pods() if p.metadata.deletion_timestamp is None}
+    wait_for("the node lent again", world.all_lent, timeout=120, show=world.states)
 
 
 @default_release_only
