@@ -244,7 +244,7 @@ def test_unknown_slurm_means_no_destructive_action(case):
             assert not isinstance(a, (*A.DESTRUCTIVE_ACTIONS, A.CreateSlurmdPod, A.ClearDownOwed)), a
 
 
-@reaches(sets_down=0.05)
+@reaches(sets_down=0.03)  # 6-20% of examples, run to run
 @SETTINGS
 @given(worlds())
 def test_a_node_is_set_down_only_when_its_slurmd_is_gone_or_it_is_lost(case):
