@@ -803,6 +803,7 @@ def test_a_job_without_a_stored_environment_passes(tmp_path, job_id):
     assert proc.returncode == 0 and not proc.stderr, proc.stderr
 
 
+@pytest.mark.root
 def test_a_rewrite_that_fails_keeps_the_job_from_launching(tmp_path):
     """Fail closed: when the entry cannot be rewritten, the script exits non-zero, and
     slurmctld requeues the job instead of sending it to a slurmd it would end."""
