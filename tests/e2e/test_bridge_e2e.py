@@ -564,9 +564,10 @@ def test_a_cluster_the_bridge_cannot_load_hands_its_lent_nodes_back_within_grace
         took = time.monotonic() - made_invalid
         assert took <= GRACE + deadline + 15, took  # a few rounds of slack
         assert {e.involved_object.name for e in world.events("ReclaimDeadline")} >= {LEND[0]}
-        time.sleep(3)  # several rounds: nothing is lent to it meanwhile
+        # The lent slurmd pods end as the kubelet stops them; nothing is lent to it meanwhile.
+        wait_for("the lent slurmd pods gone", lambda: not world.slurmd_pods(), timeout=60,
+                 show=lambda: [p.metadata.name for p in world.slurmd_pods()])
         assert world.states() == {LEND[0]: None, LEND[1]: None}
-        assert not world.slurmd_pods()
     finally:
         world.kubectl("patch", "slurmcluster", "lend", "--type", "merge",
                       "-p", json.dumps({"spec": {"slurmConfig": {"cgroups": None}}}))
