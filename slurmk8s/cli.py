@@ -478,8 +478,9 @@ _TIMES = ("Latencies default to hack/bench_lending.py's medians measured on the 
                                    "at its own clock, not stretched: each window needs ceil(rate x scale / "
                                    "(--requests-per-gpu-second x --target-utilisation) / --gpus-per-replica) pods; "
                                    "scale makes the busiest window need --serving-peak-gpus. A window of rate 0 "
-                                   "is a gap in the record, not an idle service: it keeps the rate of the window "
-                                   "before. The series must cover the window (--days).")
+                                   "(or under 1% of the median rate) is a gap in the record, not an idle service: "
+                                   "it keeps the rate of the window before. The series must cover the window "
+                                   "(--days).")
 @click.option("--policy", "policy_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               metavar="FILE", help="A NodeLendingPolicy YAML, validated as the bridge validates it; repeat for "
                                    "several. Its SlurmCluster (clusterRef) is simulated with the policy's "

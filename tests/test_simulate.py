@@ -121,17 +121,18 @@ def test_with_a_daily_cycle_the_hour_repeats_times_the_profile_of_the_day(tmp_pa
 
 def test_a_rate_series_is_replayed_at_its_own_clock_sized_to_the_peak_and_its_gaps_hold(tmp_path):
     f = tmp_path / "rate.csv"
-    # Four 10-minute windows: 100 rps, a gap, 300 rps, 150 rps.
-    f.write_text("t_s,rate_rps\n0,100\n600,0\n1200,300\n1800,150\n")
+    # Five 10-minute windows: 100 rps, a gap ending in a sliver (one client reporting again), 300 rps, 150 rps.
+    f.write_text("t_s,rate_rps\n0,100\n600,0\n1200,0.9\n1800,300\n2400,150\n")
     series = read_rates(f)
-    assert series.step == 600 and series.gaps == 1 and series.end == 2400
+    assert series.step == 600 and series.gaps == 2 and series.end == 3000
+    assert series.rates == (100, 100, 100, 300, 150)
     model = RequestModel(requests_per_gpu_second=10, target_utilisation=0.5, peak_gpus=12)
-    pods, scale = replicas_from_rates(series, 2400.0, model)
+    pods, scale = replicas_from_rates(series, 3000.0, model)
     in_use = lambda t: sum(p.gpus for p in pods if p.start <= t < p.end)  # noqa: E731 - a one-line accessor
     assert scale == pytest.approx(12 * 5 / 300)
     # Not stretched: each window at its own time, the busiest needing the peak.
-    assert [in_use(t) for t in (300, 900, 1500, 2100)] == [4, 4, 12, 6]  # the gap keeps the window before
-    assert max(p.end for p in pods) == 2400
+    assert [in_use(t) for t in (300, 900, 1500, 2100, 2700)] == [4, 4, 4, 12, 6]  # the gap keeps the window before
+    assert max(p.end for p in pods) == 3000
     # A window longer than the series is refused, not invented.
     with pytest.raises(ValueError, match="covers 0.03 days, the window 0.04"):
         replicas_from_rates(series, 3600.0, model)
