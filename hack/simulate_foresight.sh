@@ -35,7 +35,7 @@ for s in "${scenarios[@]}"; do
     conv-48) args=(--slurm-nodes 16 --serving-requests "$traces/azure_llm_conv.csv") ;;
     conv-daily) args=(--slurm-nodes 32 --serving-requests "$traces/azure_llm_conv.csv" --serving-daily-cycle
                       --days "${DAYS_DAILY:-30}") ;;
-    m-small|m-mid) args=(--slurm-nodes 32 --serving-rate "$traces/servegen/$s.csv" --days 14) ;;
+    m-small|m-mid) args=(--slurm-nodes 32 --serving-rate "$traces/servegen/$s.csv" --start "2017-09-25 00:00:00" --days 14) ;;
     *) echo "unknown scenario $s (conv, code, conv-48, conv-daily, m-small, m-mid)" >&2; exit 2 ;;
   esac
   echo "== $s"

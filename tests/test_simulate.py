@@ -264,6 +264,9 @@ def test_a_pod_takes_a_busy_lent_node_back_and_the_job_loses_its_work():
     # no checkpoint: everything the job did on the lent node is lost
     ran = 100 + lat.round_delay - r.delay_of[1]
     assert r.lost_gpu_seconds == pytest.approx(4 * ran, abs=4 * 0.2)
+    # Without a forecast no lent node is ever reserved: the job started on one that had no reservation.
+    assert r.lost_gpu_seconds_unreserved == r.lost_gpu_seconds
+    assert summary(r)["lost_gpu_hours_started_unreserved"] == pytest.approx(r.lost_gpu_seconds / 3600)
 
 
 def test_a_checkpointing_job_keeps_its_work_when_the_grace_period_covers_the_checkpoint():
