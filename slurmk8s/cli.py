@@ -484,7 +484,12 @@ _TIMES = ("Latencies default to hack/bench_lending.py's medians measured on the 
 @click.option("--policy", "policy_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               metavar="FILE", help="A NodeLendingPolicy YAML, validated as the bridge validates it; repeat for "
                                    "several. Its SlurmCluster (clusterRef) is simulated with the policy's "
-                                   "partition taking lent nodes.")
+                                   "partition taking lent nodes. With spec.forecast the policy lends with "
+                                   "foresight (decision record 40): quantilePercent, headroomSeconds, "
+                                   "reserveSeconds, and the seasonal settings seasonalDays (also forecast from "
+                                   "the same time of day on that many past days; default 7, 0: off) and "
+                                   "seasonalWeeks (and from the same time of the week, that many weeks back; "
+                                   "default 4, 0: off). The simulated clock starts on a Monday at midnight UTC.")
 @click.option("--compare", is_flag=True, help="Also run the static split (nothing lent) and the oracle (knows "
                                               "future serving demand: lends a node only for jobs that end before "
                                               "serving needs it, at no latency; the upper bound), and print ratios.")

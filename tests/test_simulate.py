@@ -348,7 +348,7 @@ def test_percentile_is_nearest_rank():
 def test_help_explains_every_input():
     out = CliRunner().invoke(main, ["simulate", "--help"]).output
     for flag in ("--nodes", "--gpus-per-node", "--slurm-nodes", "--jobs", "--serving-pods", "--serving-requests",
-                 "--serving-rate", "--requests-per-gpu-second", "--policy", "--compare", "--json", "--plot", "--days", "--start", "--lend-seconds",
+                 "--serving-rate", "--requests-per-gpu-second", "seasonalDays", "seasonalWeeks", "--policy", "--compare", "--json", "--plot", "--days", "--start", "--lend-seconds",
                  "--reclaim-seconds", "--interval", "bench_lending"):
         assert flag in out
 
