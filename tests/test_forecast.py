@@ -205,30 +205,54 @@ def test_the_same_time_of_day_keeps_the_evening_peak_while_the_night_is_quieter(
 
 
 def test_the_same_time_of_the_week_keeps_a_peak_only_one_weekday_has():
-    # Two weeks at 2 nodes, but every Monday from 09:00 to 11:00 at 12.
-    values = [12 if i % (7 * 96) in range(36, 44) else 2 for i in range(14 * 96)]
+    # Two weeks of a daily cycle (2 nodes until 06:00, then 4), and every Monday from 09:00 to 11:00 12.
+    values = [12 if i % (7 * 96) in range(36, 44) else (2 if i % 96 < 24 else 4) for i in range(14 * 96)]
     rec = feed(values)
     monday = T0 + timedelta(days=14, hours=6)  # a Monday, 06:00
-    # Six hours ahead: the daily answer is the quantile of seven days of which one is a Monday.
-    assert F.explained(rec, monday, 2, (6 * 3600,), 0.5, days=7, weeks=0) == [(2, F.RECENT)]
+    # Six hours ahead: the daily answer is the median of seven days of which one is a Monday: 4, as the
+    # recent peak and its rise say.
+    assert F.explained(rec, monday, 2, (6 * 3600,), 0.5, days=7, weeks=0) == [(4, F.RECENT)]
     assert F.explained(rec, monday, 2, (6 * 3600,), 0.5, days=7, weeks=2) == [(12, F.WEEKLY)]
-    # On a Tuesday the weeks before show nothing.
-    assert F.explained(rec, monday + timedelta(days=1), 2, (6 * 3600,), 0.5, days=7, weeks=2) == [(2, F.RECENT)]
+    # On a Tuesday the weeks before show no more than the days before.
+    assert F.explained(rec, monday + timedelta(days=1), 2, (6 * 3600,), 0.5, days=7, weeks=2) == [(4, F.DAILY)]
 
 
 def test_a_seasonal_window_counts_when_recorded_and_half_known():
     start = int(T0.timestamp())
     day = 86400 // F.STEP
-    # Four days: known, half unknown with a peak of 9, known, the day now is in.
-    peaks = [3] * day + [9] * (day // 2) + [None] * (day // 2) + [3] * day + [3] * 8
+    cycle = [1 if b < day // 2 else 3 for b in range(day)]  # nights at 1, days at 3
+    # Five days: two known, the night known with a peak of 9 at 02:30 and the day unknown, one known, and
+    # the day now (02:00) is in.
+    night = [9 if b == 10 else 1 for b in range(day // 2)]
+    peaks = cycle * 2 + night + [None] * (day // 2) + cycle + [1] * 8
     rec = F.Record(start, tuple(peaks))
     now = start + F.STEP * len(peaks)
     levels = F.seasonal_levels(rec, now, (3600,), 1.0, 7, 0)
-    # Windows 1 and 3 days back: 3; 2 days back falls in the known half, at 9.
+    # Windows 1, 3 and 4 days back: 1; 2 days back falls in the known night, at 9.
     assert levels == ((9, F.DAILY),)
-    rec = F.Record(start, tuple(peaks[:day] + [None] * day + peaks[2 * day:]))
-    # A window that is all unknown does not count: two days are too few.
+    rec = F.Record(start, tuple(peaks[:2 * day] + [None] * day + peaks[3 * day:]))
+    # A window that is all unknown does not count: then the windows 1, 3 and 4 days back say 1.
+    assert F.seasonal_levels(rec, now, (3600,), 1.0, 7, 0) == ((1, F.DAILY),)
+    rec = F.Record(start, tuple(peaks[:day] + [None] * 2 * day + peaks[3 * day:]))
+    # Two known days are too few.
     assert F.seasonal_levels(rec, now, (3600,), 1.0, 7, 0) == ((None, None),)
+
+
+def test_the_seasonal_answer_counts_only_where_the_days_repeat():
+    day = 86400 // F.STEP
+    cycle = [2] * (day // 4) + [8] * (day // 4) + [4] * (day // 2)
+    assert F.daily_strength(cycle * 5, 7) > 0.99
+    # A level that shifts from day to day is no cycle; nor is a wave that does not repeat daily.
+    assert F.daily_strength([d for d in (2, 6, 3, 9, 4) for _ in range(day)], 7) == 0
+    wave = [round(5 + 4 * math.sin(2 * math.pi * i / (day * 3.3))) for i in range(5 * day)]
+    assert F.daily_strength(wave, 7) < F.SEASONAL_STRENGTH
+    assert F.daily_strength(cycle * 2, 7) == 0  # fewer than three days
+    # Below the bar, the forecast is the recent answer alone, even where past days were higher.
+    rec = feed(wave)
+    now = T0 + timedelta(seconds=F.STEP * len(wave))
+    assert F.seasonal_levels(rec, int(now.timestamp()), (3600, 86400), 0.95, 7, 4) == ((None, None),) * 2
+    rec = feed(cycle * 5)
+    assert F.seasonal_levels(rec, int(now.timestamp()), (3600, 86400), 0.95, 7, 4)[1] == (8, F.DAILY)
 
 
 def test_rises_older_than_the_rise_history_do_not_count():

@@ -50,7 +50,8 @@ from ..times import format_time
 from .nodestate import parse_time
 
 __all__ = ["STEP", "HISTORY", "RISE_HISTORY", "DAILY_AFTER", "MIN_SAMPLES", "SEASONAL_SAMPLES", "Record", "decode",
-           "encode", "record", "wanted", "explained", "rise_quantiles", "seasonal_levels", "demand_now",
+           "encode", "record", "wanted", "explained", "rise_quantiles", "seasonal_levels", "daily_strength",
+           "SEASONAL_STRENGTH", "demand_now",
            "reserve_horizons", "RECENT", "DAILY", "WEEKLY"]
 
 #: Seconds per bucket of the record.
@@ -65,6 +66,9 @@ DAILY_AFTER = 3 * 86400
 MIN_SAMPLES = 12
 #: Days recorded at a time of day before the daily answer counts.
 SEASONAL_SAMPLES = 3
+#: The share of the day-to-day variation of the last days that their daily
+#: cycle must explain for the seasonal answer to count (:func:`daily_strength`).
+SEASONAL_STRENGTH = 0.4
 #: Which answer a forecast gave (:func:`explained`).
 RECENT: Final[ForecastBasis] = "recent"
 DAILY: Final[ForecastBasis] = "daily"
@@ -222,6 +226,36 @@ def _window_peak(peaks: Sequence[int | None], a: int, b: int) -> int | None:
     return max(known) if known and 2 * len(known) >= b - a else None
 
 
+def daily_strength(peaks: Sequence[int | None], days: int) -> float:
+    """How much a daily cycle explains of the last ``days`` whole days of
+    ``peaks`` (closed buckets, the newest last): 1 - var(residual) /
+    var(deviation), where a bucket's deviation is its peak less its day's
+    mean and its residual that less the mean deviation of its time of day
+    over the days. 0 with fewer than :data:`SEASONAL_SAMPLES` days or no
+    variation. A demand that only drifts from day to day (a level shift
+    moves a whole day) and one whose days do not repeat score low."""
+    n = min(days, len(peaks) // _DAY)
+    if n < SEASONAL_SAMPLES:
+        return 0.0
+    rows = [peaks[len(peaks) - (d + 1) * _DAY:len(peaks) - d * _DAY] for d in range(n)]
+    dev: list[list[float | None]] = []
+    for row in rows:
+        known = [v for v in row if v is not None]
+        if 2 * len(known) < _DAY:
+            continue
+        mean = sum(known) / len(known)
+        dev.append([None if v is None else v - mean for v in row])
+    if len(dev) < SEASONAL_SAMPLES:
+        return 0.0
+    cycle = []
+    for b in range(_DAY):
+        col = [r[b] for r in dev if r[b] is not None]
+        cycle.append(sum(col) / len(col) if col else 0.0)
+    total = sum(v * v for r in dev for v in r if v is not None)
+    rest = sum((v - cycle[b]) ** 2 for r in dev for b, v in enumerate(r) if v is not None)
+    return 0.0 if total <= 0 else max(0.0, 1.0 - rest / total)
+
+
 @lru_cache(maxsize=64)
 def seasonal_levels(rec: Record, now_bucket: int, horizons: tuple[int, ...], q: float, days: int,
                     weeks: int) -> tuple[tuple[int | None, ForecastBasis | None], ...]:
@@ -232,11 +266,16 @@ def seasonal_levels(rec: Record, now_bucket: int, horizons: tuple[int, ...], q: 
     the same peak), counted when it is wholly in the record's closed buckets
     and at least half known: daily, the q-quantile of the windows 1 to
     ``days`` days ago (at least :data:`SEASONAL_SAMPLES` of them); weekly,
-    the highest of those 1 to ``weeks`` weeks ago. Recomputed once per
-    bucket, as :func:`rise_quantiles`."""
+    the highest of those 1 to ``weeks`` weeks ago. Neither counts unless
+    the last days show a daily cycle (:func:`daily_strength` at least
+    :data:`SEASONAL_STRENGTH`): a demand without one, such as slow waves
+    over weeks, would only be kept for at its past highs. Recomputed once
+    per bucket, as :func:`rise_quantiles`."""
     end = max(0, (now_bucket - rec.start) // STEP)
     closed = rec.peaks[:end]
     out: list[tuple[int | None, ForecastBasis | None]] = []
+    if daily_strength(closed, max(days, SEASONAL_SAMPLES)) < SEASONAL_STRENGTH:
+        return ((None, None),) * len(horizons)  # no daily cycle shows: the recent answer alone
     for horizon in horizons:
         h = max(1, math.ceil(horizon / STEP))
         daily = [v for d in range(1, days + 1)
