@@ -249,7 +249,7 @@ def daily_strength(peaks: Sequence[int | None], days: int) -> float:
         return 0.0
     cycle = []
     for b in range(_DAY):
-        col = [r[b] for r in dev if r[b] is not None]
+        col = [v for r in dev if (v := r[b]) is not None]
         cycle.append(sum(col) / len(col) if col else 0.0)
     total = sum(v * v for r in dev for v in r if v is not None)
     rest = sum((v - cycle[b]) ** 2 for r in dev for b, v in enumerate(r) if v is not None)
