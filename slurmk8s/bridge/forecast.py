@@ -26,7 +26,8 @@ of two answers, and says which it gave (:func:`explained`):
   are known), or, higher, the highest of the same windows of time of week
   1 to ``weeks`` weeks ago (``weekly``). Tomorrow at 20:00 looks like
   today at 20:00 even while the trough is quieter than usual: the recent
-  answer, measured from a low peak, would say less.
+  answer, measured from a low peak, would say less. Only where the last
+  days repeat (:func:`daily_strength`, :data:`SEASONAL_STRENGTH`).
 
 With fewer than :data:`MIN_SAMPLES` rises known over a horizon the forecast
 does not know it (None), whatever the seasonal answer: the headroom is then
