@@ -198,7 +198,7 @@ def rise_quantiles(rec: Record, now_bucket: int, horizons: tuple[int, ...], q: f
     ``now_bucket`` and later ones are left out: they are still filling.
     Recomputed once per bucket (the cache is keyed on the record)."""
     end = max(0, (now_bucket - rec.start) // STEP)
-    begin = max(0, end - _RISE_BUCKETS)
+    begin = max(0, end - (_RISE_BUCKETS - 1))  # 14 days with the bucket now in, as the record of 14 days was
     closed = rec.peaks[begin:end]
     known = [-1 if v is None else v for v in closed]
     values = known  # the buckets whose rises count
