@@ -262,3 +262,20 @@ def test_rises_older_than_the_rise_history_do_not_count():
     now = T0 + timedelta(seconds=F.STEP * len(rec.peaks))
     assert F.wanted(rec, now, 0, (F.STEP,), 0.95) == [0]
     assert F.wanted(feed(saw + quiet[:-96]), now - timedelta(days=1), 0, (F.STEP,), 1.0) == [9]
+
+
+def test_without_the_seasonal_answers_the_forecast_is_that_of_a_fourteen_day_record():
+    """The record keeps five weeks; the recent answer reads what the record
+    of 14 days held (the bucket now in among them), so that a forecast
+    without seasonal answers decides as before."""
+    n = F.RISE_HISTORY // F.STEP
+    values = [1] * (20 * 96)
+    # A rise of 9 from the bucket just before the 14 days (with the one now in): not theirs.
+    values[-n - 1], values[-n] = 0, 9
+    now = T0 + timedelta(seconds=F.STEP * (len(values) - 1) + 60)  # in the last bucket
+    long = feed(values)
+    short = F.Record(long.start + F.STEP * (len(long.peaks) - n), long.peaks[-n:])
+    horizons = (600, 3600, 4 * 3600, 86400, 3 * 86400)
+    for q in (0.5, 1.0):
+        assert F.wanted(long, now, 1, horizons, q) == F.wanted(short, now, 1, horizons, q)
+    assert F.wanted(long, now, 1, (600,), 1.0) == [1]
