@@ -471,10 +471,25 @@ _TIMES = ("Latencies default to hack/bench_lending.py's medians measured on the 
                                    "(--tokens-per-gpu-second x --target-utilisation) / --gpus-per-replica) pods; "
                                    "scale makes the busiest window need --serving-peak-gpus; the trace's span is "
                                    "stretched over the simulated window.")
+@click.option("--serving-rate", "rates_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              metavar="FILE", help="Serving demand as a request-rate series, CSV t_s (seconds from the window's "
+                                   "start, a midnight; or timestamps, placed by their time of day) and rate_rps "
+                                   "(requests per second), one row per window (ServeGen's aggregates), replayed "
+                                   "at its own clock, not stretched: each window needs ceil(rate x scale / "
+                                   "(--requests-per-gpu-second x --target-utilisation) / --gpus-per-replica) pods; "
+                                   "scale makes the busiest window need --serving-peak-gpus. A window of rate 0 "
+                                   "(or under 1% of the median rate) is a gap in the record, not an idle service: "
+                                   "it keeps the rate of the window before. The series must cover the window "
+                                   "(--days).")
 @click.option("--policy", "policy_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               metavar="FILE", help="A NodeLendingPolicy YAML, validated as the bridge validates it; repeat for "
                                    "several. Its SlurmCluster (clusterRef) is simulated with the policy's "
-                                   "partition taking lent nodes.")
+                                   "partition taking lent nodes. With spec.forecast the policy lends with "
+                                   "foresight (decision record 40): quantilePercent, headroomSeconds, "
+                                   "reserveSeconds, and the seasonal settings seasonalDays (also forecast from "
+                                   "the same time of day on that many past days; default 7, 0: off) and "
+                                   "seasonalWeeks (and from the same time of the week, that many weeks back; "
+                                   "default 4, 0: off). The simulated clock starts on a Monday at midnight UTC.")
 @click.option("--compare", is_flag=True, help="Also run the static split (nothing lent) and the oracle (knows "
                                               "future serving demand: lends a node only for jobs that end before "
                                               "serving needs it, at no latency; the upper bound), and print ratios.")
@@ -495,15 +510,19 @@ _TIMES = ("Latencies default to hack/bench_lending.py's medians measured on the 
 @click.option("--tokens-per-gpu-second", type=click.FloatRange(1, None, min_open=False), default=2500.0,
               show_default=True, help="--serving-requests: tokens (prompt + generated) one GPU serves per second.")
 @click.option("--target-utilisation", type=click.FloatRange(0.01, 1.0), default=0.6, show_default=True,
-              help="--serving-requests: the fraction of that throughput the autoscaler runs replicas at.")
+              help="--serving-requests, --serving-rate: the fraction of that throughput the autoscaler runs "
+                   "replicas at.")
+@click.option("--requests-per-gpu-second", type=click.FloatRange(0.001, None), default=5.0, show_default=True,
+              help="--serving-rate: requests one GPU serves per second (with --serving-peak-gpus it only "
+                   "rounds: the rate is scaled to the peak).")
 @click.option("--gpus-per-replica", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="--serving-requests: GPUs each serving pod asks for.")
+              help="--serving-requests, --serving-rate: GPUs each serving pod asks for.")
 @click.option("--autoscale-window", type=click.FloatRange(1, None), default=60.0, show_default=True,
               metavar="SECONDS", help="--serving-requests: the autoscaler's averaging window, in the request "
                                       "trace's own seconds.")
 @click.option("--serving-peak-gpus", type=click.IntRange(1, None), default=None,
-              help="--serving-requests: GPUs serving needs in the trace's busiest window (the request rate is "
-                   "scaled to it).  [default: all GPUs of the Kubernetes nodes]")
+              help="--serving-requests, --serving-rate: GPUs serving needs in the trace's busiest window (the "
+                   "request rate is scaled to it).  [default: all GPUs of the Kubernetes nodes]")
 @click.option("--serving-daily-cycle", is_flag=True,
               help="--serving-requests: repeat the trace's hour every hour, times a profile of the day (a raised "
                    "cosine, 0.35 of the peak at 04:00, the peak at 16:00: an assumption, not a measurement; "
@@ -534,9 +553,10 @@ _TIMES = ("Latencies default to hack/bench_lending.py's medians measured on the 
                    "reservation in sight: every job that fits starts, in submission order).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="A progress bar per run on stderr.")
 def simulate_cmd(nodes: int, gpus_per_node: int, slurm_nodes: int | None, jobs_file: Path, pods_file: Path | None,
-                 requests_file: Path | None, policy_files: tuple[str, ...], compare: bool, start: str | None,
+                 requests_file: Path | None, rates_file: Path | None, policy_files: tuple[str, ...], compare: bool, start: str | None,
                  days: float | None, json_file: Path | None, plot_dir: Path | None, node_labels: dict[str, str],
-                 tokens_per_gpu_second: float, target_utilisation: float, gpus_per_replica: int,
+                 tokens_per_gpu_second: float, target_utilisation: float, requests_per_gpu_second: float,
+                 gpus_per_replica: int,
                  autoscale_window: float, serving_peak_gpus: int | None, serving_daily_cycle: bool, lend_seconds: float,
                  reclaim_seconds: float, pod_start_seconds: float, requeue_seconds: float, restart_seconds: float,
                  checkpoint_seconds: float, interval: float, queue_depth: int, time_limits: str,
@@ -561,8 +581,9 @@ def simulate_cmd(nodes: int, gpus_per_node: int, slurm_nodes: int | None, jobs_f
     from .simulate.report import plot, table, write_json
     from .simulate.traces import RequestModel, TraceError, parse_when
 
-    if (pods_file is None) == (requests_file is None):
-        raise click.UsageError("give the serving demand: exactly one of --serving-pods FILE or --serving-requests FILE")
+    if sum(f is not None for f in (pods_file, requests_file, rates_file)) != 1:
+        raise click.UsageError("give the serving demand: exactly one of --serving-pods FILE, --serving-requests FILE "
+                               "or --serving-rate FILE")
     slurm_nodes = nodes // 2 if slurm_nodes is None else slurm_nodes
     if slurm_nodes > nodes:
         raise click.BadParameter(f"{slurm_nodes} is more than --nodes {nodes}", param_hint="--slurm-nodes")
@@ -582,9 +603,9 @@ def simulate_cmd(nodes: int, gpus_per_node: int, slurm_nodes: int | None, jobs_f
     shape = Shape(nodes, gpus_per_node, slurm_nodes)
     model = RequestModel(tokens_per_gpu_second, target_utilisation, gpus_per_replica, autoscale_window,
                          serving_peak_gpus if serving_peak_gpus is not None else shape.kube_nodes * gpus_per_node,
-                         serving_daily_cycle)
+                         serving_daily_cycle, requests_per_gpu_second)
     try:
-        inputs = load_inputs(shape, jobs_file, pods_file, requests_file, t0, days, model)
+        inputs = load_inputs(shape, jobs_file, pods_file, requests_file, t0, days, model, rates_file)
     except TraceError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)

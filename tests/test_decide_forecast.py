@@ -223,3 +223,28 @@ def test_a_ghost_slurm_node_loses_its_reservation_before_it_is_deleted():
     w.reserved = {"g": int(T0.timestamp())}
     acts = [a for a in w.decide(policy(), T0) if isinstance(a, (Unreserve, DeleteNode))]
     assert acts == [Unreserve("g"), DeleteNode("g")]
+
+
+def test_the_same_time_of_day_reserves_the_evenings_nodes_while_today_is_quieter():
+    """Five days of 1 node by day and 3 from 19:00 to 21:00; today the day
+    has been at 0. From the recent peak the evening is a rise of 2; the
+    same time of day on past days says 3, and 1 now: the daily answer keeps
+    one node and reserves the three lent ones before the evening."""
+    def at(i: int) -> int:  # bucket i of the record, which ends at T0 (12:00)
+        hour = (i // 4 + 12) % 24
+        return 3 if 19 <= hour < 21 else (0 if i >= 5 * 96 - 48 else 1)
+    now = int(T0.timestamp())
+    jobs = [replace(job(i, n), end_time=now + 3 * 86400) for i, n in enumerate("abc", 1)]
+
+    def decided(days: int):
+        w = lent_world("a", "b", "c", jobs=jobs)
+        history(w, [at(i) for i in range(5 * 96)])
+        acts = w.decide(policy(forecast={**FORECAST, "seasonalDays": days}), T0)
+        return status(acts).demand, {r.node: (r.start - now) // 3600 for r in of(acts, Reserve)}
+
+    demand, reserved = decided(0)
+    assert (demand.forecast_nodes, demand.forecast_basis) == (None, None)
+    assert reserved == {"a": 4, "b": 4, "c": 24}  # c: not wanted within the reach (a day)
+    demand, reserved = decided(7)
+    assert (demand.forecast_nodes, demand.forecast_basis) == (1, "daily")
+    assert reserved == {"a": 0, "b": 4, "c": 4}  # a: the headroom's, from now (its job is not hurried)

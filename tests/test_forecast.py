@@ -32,11 +32,15 @@ def test_the_record_reads_back_as_written(peaks):
     assert F.decode(*F.encode(rec)) == rec
 
 
-def test_the_record_is_bounded_at_ten_thousand_nodes():
+def test_the_record_is_bounded_at_ten_thousand_nodes_and_fits_at_a_hundred_thousand():
+    bound = DemandRecord.model_fields["peaks"].metadata[0].max_length
     rec = F.Record(int(T0.timestamp()), (10_000,) * (F.HISTORY // F.STEP))
     start, peaks = F.encode(rec)
     # The status field's schema bound holds with room to spare (the size the docs quote).
-    assert len(peaks) == 3584 and len(peaks) <= DemandRecord.model_fields["peaks"].metadata[0].max_length
+    assert len(peaks) == 8960 and len(peaks) <= bound
+    # Five weeks at the most nodes a policy may hold for Kubernetes (minKubernetesNodes' bound).
+    most = F.Record(int(T0.timestamp()), (100_000,) * (F.HISTORY // F.STEP))
+    assert len(F.encode(most)[1]) == 13440 <= bound
 
 
 def test_what_does_not_read_as_a_record_is_none():
@@ -170,3 +174,108 @@ def test_the_forecast_starts_from_the_recent_peak_not_from_a_moment_of_it():
     assert one == 6 + 2  # the last bucket's peak, 6, and a rise of 2 (4 -> 6)
     # Too short a record: not known.
     assert F.wanted(feed([6, 4]), T0 + timedelta(seconds=2 * F.STEP), 2, (F.STEP,), 0.95) == [None]
+
+
+def _evening(days, *, night=2, peak=10, quiet_today=None):
+    """Per bucket: ``night`` nodes but from 19:00 to 21:00, ``peak``; the
+    last day's night ``quiet_today`` if given."""
+    out = []
+    for i in range(days * 96):
+        hour = (i // 4) % 24
+        low = quiet_today if quiet_today is not None and i >= (days - 1) * 96 else night
+        out.append(peak if 19 <= hour < 21 else low)
+    return out
+
+
+def test_the_same_time_of_day_keeps_the_evening_peak_while_the_night_is_quieter():
+    # Five days of nights at 4 and evenings at 10; tonight has been at 1 since midnight.
+    values = _evening(5, night=4) + [1] * (4 * 4)
+    rec = feed(values)
+    now = T0 + timedelta(days=5, hours=4)
+    horizons = (3600, 8 * 3600, 16 * 3600)
+    # The recent answer measures the evening's rise (6) from tonight's low peak: 7.
+    assert F.wanted(rec, now, 1, horizons, 0.95) == [1, 1, 7]
+    # The same time of day on past days: their nights' 4, their evenings' 10 within 16 hours, and
+    # which answer gave it.
+    told = F.explained(rec, now, 1, horizons, 0.95, days=7, weeks=0)
+    assert told == [(4, F.DAILY), (4, F.DAILY), (10, F.DAILY)]
+    # Fewer than three days at this time of day: the daily answer is not given.
+    short = feed(_evening(2, night=4) + [1] * 16)
+    assert F.explained(short, T0 + timedelta(days=2, hours=4), 1, (16 * 3600,), 0.95, days=7)[0][1] != F.DAILY
+
+
+def test_the_same_time_of_the_week_keeps_a_peak_only_one_weekday_has():
+    # Two weeks of a daily cycle (2 nodes until 06:00, then 4), and every Monday from 09:00 to 11:00 12.
+    values = [12 if i % (7 * 96) in range(36, 44) else (2 if i % 96 < 24 else 4) for i in range(14 * 96)]
+    rec = feed(values)
+    monday = T0 + timedelta(days=14, hours=6)  # a Monday, 06:00
+    # Six hours ahead: the daily answer is the median of seven days of which one is a Monday: 4, as the
+    # recent peak and its rise say.
+    assert F.explained(rec, monday, 2, (6 * 3600,), 0.5, days=7, weeks=0) == [(4, F.RECENT)]
+    assert F.explained(rec, monday, 2, (6 * 3600,), 0.5, days=7, weeks=2) == [(12, F.WEEKLY)]
+    # On a Tuesday the weeks before show no more than the days before.
+    assert F.explained(rec, monday + timedelta(days=1), 2, (6 * 3600,), 0.5, days=7, weeks=2) == [(4, F.DAILY)]
+
+
+def test_a_seasonal_window_counts_when_recorded_and_half_known():
+    start = int(T0.timestamp())
+    day = 86400 // F.STEP
+    cycle = [1 if b < day // 2 else 3 for b in range(day)]  # nights at 1, days at 3
+    # Five days: two known, the night known with a peak of 9 at 02:30 and the day unknown, one known, and
+    # the day now (02:00) is in.
+    night = [9 if b == 10 else 1 for b in range(day // 2)]
+    peaks = cycle * 2 + night + [None] * (day // 2) + cycle + [1] * 8
+    rec = F.Record(start, tuple(peaks))
+    now = start + F.STEP * len(peaks)
+    levels = F.seasonal_levels(rec, now, (3600,), 1.0, 7, 0)
+    # Windows 1, 3 and 4 days back: 1; 2 days back falls in the known night, at 9.
+    assert levels == ((9, F.DAILY),)
+    rec = F.Record(start, tuple(peaks[:2 * day] + [None] * day + peaks[3 * day:]))
+    # A window that is all unknown does not count: then the windows 1, 3 and 4 days back say 1.
+    assert F.seasonal_levels(rec, now, (3600,), 1.0, 7, 0) == ((1, F.DAILY),)
+    rec = F.Record(start, tuple(peaks[:day] + [None] * 2 * day + peaks[3 * day:]))
+    # Two known days are too few.
+    assert F.seasonal_levels(rec, now, (3600,), 1.0, 7, 0) == ((None, None),)
+
+
+def test_the_seasonal_answer_counts_only_where_the_days_repeat():
+    day = 86400 // F.STEP
+    cycle = [2] * (day // 4) + [8] * (day // 4) + [4] * (day // 2)
+    assert F.daily_strength(cycle * 5, 7) > 0.99
+    # A level that shifts from day to day is no cycle; nor is a wave that does not repeat daily.
+    assert F.daily_strength([d for d in (2, 6, 3, 9, 4) for _ in range(day)], 7) == 0
+    wave = [round(5 + 4 * math.sin(2 * math.pi * i / (day * 3.3))) for i in range(5 * day)]
+    assert F.daily_strength(wave, 7) < F.SEASONAL_STRENGTH
+    assert F.daily_strength(cycle * 2, 7) == 0  # fewer than three days
+    # Below the bar, the forecast is the recent answer alone, even where past days were higher.
+    rec = feed(wave)
+    now = T0 + timedelta(seconds=F.STEP * len(wave))
+    assert F.seasonal_levels(rec, int(now.timestamp()), (3600, 86400), 0.95, 7, 4) == ((None, None),) * 2
+    rec = feed(cycle * 5)
+    assert F.seasonal_levels(rec, int(now.timestamp()), (3600, 86400), 0.95, 7, 4)[1] == (8, F.DAILY)
+
+
+def test_rises_older_than_the_rise_history_do_not_count():
+    quiet = [0] * (F.RISE_HISTORY // F.STEP)
+    saw = [0, 9] * 48  # a day of rises of 9, then two quiet weeks
+    rec = feed(saw + quiet)
+    now = T0 + timedelta(seconds=F.STEP * len(rec.peaks))
+    assert F.wanted(rec, now, 0, (F.STEP,), 0.95) == [0]
+    assert F.wanted(feed(saw + quiet[:-96]), now - timedelta(days=1), 0, (F.STEP,), 1.0) == [9]
+
+
+def test_without_the_seasonal_answers_the_forecast_is_that_of_a_fourteen_day_record():
+    """The record keeps five weeks; the recent answer reads what the record
+    of 14 days held (the bucket now in among them), so that a forecast
+    without seasonal answers decides as before."""
+    n = F.RISE_HISTORY // F.STEP
+    values = [1] * (20 * 96)
+    # A rise of 9 from the bucket just before the 14 days (with the one now in): not theirs.
+    values[-n - 1], values[-n] = 0, 9
+    now = T0 + timedelta(seconds=F.STEP * (len(values) - 1) + 60)  # in the last bucket
+    long = feed(values)
+    short = F.Record(long.start + F.STEP * (len(long.peaks) - n), long.peaks[-n:])
+    horizons = (600, 3600, 4 * 3600, 86400, 3 * 86400)
+    for q in (0.5, 1.0):
+        assert F.wanted(long, now, 1, horizons, q) == F.wanted(short, now, 1, horizons, q)
+    assert F.wanted(long, now, 1, (600,), 1.0) == [1]

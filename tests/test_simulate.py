@@ -21,8 +21,10 @@ from slurmk8s.simulate.traces import (
     TraceError,
     TrainingJob,
     read_jobs,
+    read_rates,
     read_requests,
     read_serving_pods,
+    replicas_from_rates,
     replicas_from_requests,
     window,
 )
@@ -115,6 +117,45 @@ def test_with_a_daily_cycle_the_hour_repeats_times_the_profile_of_the_day(tmp_pa
     assert in_use(86400 + trough_hour * 3600) == math.ceil(model.peak_gpus * min(DAILY_PROFILE) - 1e-9)
     # And within the hour, the trace's own variation: the light half is half as heavy.
     assert in_use(peak_hour * 3600 + 30 * 60) == math.ceil(model.peak_gpus / 2 - 1e-9)
+
+
+def test_a_rate_series_is_replayed_at_its_own_clock_sized_to_the_peak_and_its_gaps_hold(tmp_path):
+    f = tmp_path / "rate.csv"
+    # Five 10-minute windows: 100 rps, a gap ending in a sliver (one client reporting again), 300 rps, 150 rps.
+    f.write_text("t_s,rate_rps\n0,100\n600,0\n1200,0.9\n1800,300\n2400,150\n")
+    series = read_rates(f)
+    assert series.step == 600 and series.gaps == 2 and series.end == 3000
+    assert series.rates == (100, 100, 100, 300, 150)
+    model = RequestModel(requests_per_gpu_second=10, target_utilisation=0.5, peak_gpus=12)
+    pods, scale = replicas_from_rates(series, 3000.0, model)
+    in_use = lambda t: sum(p.gpus for p in pods if p.start <= t < p.end)  # noqa: E731 - a one-line accessor
+    assert scale == pytest.approx(12 * 5 / 300)
+    # Not stretched: each window at its own time, the busiest needing the peak.
+    assert [in_use(t) for t in (300, 900, 1500, 2100, 2700)] == [4, 4, 4, 12, 6]  # the gap keeps the window before
+    assert max(p.end for p in pods) == 3000
+    # A window longer than the series is refused, not invented.
+    with pytest.raises(ValueError, match="covers 0.03 days, the window 0.04"):
+        replicas_from_rates(series, 3600.0, model)
+
+
+def test_rate_timestamps_keep_their_time_of_day_and_bad_rows_are_named(tmp_path):
+    f = tmp_path / "rate.csv"
+    f.write_text("timestamp,rate\n2024-05-01 10:00:00,0\n2024-05-01 10:10:00,8\n2024-05-01 10:20:00,4\n")
+    series = read_rates(f)
+    assert series.starts == (36000.0, 36600.0, 37200.0)
+    assert series.rates == (8, 8, 4)  # a leading gap takes the first rate after it
+    pods, _ = replicas_from_rates(series, 37800.0, RequestModel(requests_per_gpu_second=1, target_utilisation=1,
+                                                                peak_gpus=8))
+    assert sum(p.gpus for p in pods if p.start <= 100 < p.end) == 8  # before the first row: its rate
+    f.write_text("t_s,rate_rps\n0,1\n600,-2\n")
+    with pytest.raises(TraceError, match=r"rate.csv:3: rate '-2' must be a number >= 0"):
+        read_rates(f)
+    f.write_text("t_s,rate_rps\n0,0\n600,0\n")
+    with pytest.raises(TraceError, match="every window's rate is 0"):
+        read_rates(f)
+    f.write_text("t_s,rate_rps\n0,1\n0,2\n")
+    with pytest.raises(TraceError, match=r":3: a second row for time 0"):
+        read_rates(f)
 
 
 # -- the simulated Slurm ------------------------------------------------------
@@ -223,6 +264,9 @@ def test_a_pod_takes_a_busy_lent_node_back_and_the_job_loses_its_work():
     # no checkpoint: everything the job did on the lent node is lost
     ran = 100 + lat.round_delay - r.delay_of[1]
     assert r.lost_gpu_seconds == pytest.approx(4 * ran, abs=4 * 0.2)
+    # Without a forecast no lent node is ever reserved: the job started on one that had no reservation.
+    assert r.lost_gpu_seconds_unreserved == r.lost_gpu_seconds
+    assert summary(r)["lost_gpu_hours_started_unreserved"] == pytest.approx(r.lost_gpu_seconds / 3600)
 
 
 def test_a_checkpointing_job_keeps_its_work_when_the_grace_period_covers_the_checkpoint():
@@ -304,7 +348,7 @@ def test_percentile_is_nearest_rank():
 def test_help_explains_every_input():
     out = CliRunner().invoke(main, ["simulate", "--help"]).output
     for flag in ("--nodes", "--gpus-per-node", "--slurm-nodes", "--jobs", "--serving-pods", "--serving-requests",
-                 "--policy", "--compare", "--json", "--plot", "--days", "--start", "--lend-seconds",
+                 "--serving-rate", "--requests-per-gpu-second", "seasonalDays", "seasonalWeeks", "--policy", "--compare", "--json", "--plot", "--days", "--start", "--lend-seconds",
                  "--reclaim-seconds", "--interval", "bench_lending"):
         assert flag in out
 
@@ -328,4 +372,20 @@ def test_the_command_compares_and_writes_json_and_plots(tmp_path):
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["lent_nodes.png", "queueing_cdf.png",
                                                                        "utilisation.png"]
     bad = CliRunner().invoke(main, ["simulate", "--jobs", str(tmp_path / "jobs.csv")])
-    assert bad.exit_code != 0 and "--serving-pods FILE or --serving-requests FILE" in bad.output
+    assert bad.exit_code != 0 and "--serving-pods FILE, --serving-requests FILE or --serving-rate FILE" in bad.output
+
+
+def test_the_command_replays_a_rate_series_and_refuses_a_window_it_does_not_cover(tmp_path):
+    (tmp_path / "jobs.csv").write_text("submit_time,duration,num_gpus\n" + "".join(
+        f"{30 * i},{300 + 50 * (i % 3)},{1 + i % 4}\n" for i in range(30)))
+    (tmp_path / "rate.csv").write_text("t_s,rate_rps\n" + "".join(f"{600 * i},{[3, 0, 9, 6][i % 4]}\n"
+                                                                  for i in range(6)))
+    args = ["simulate", "--nodes", "4", "--gpus-per-node", "4", "--jobs", str(tmp_path / "jobs.csv"),
+            "--serving-rate", str(tmp_path / "rate.csv"), "--no-progress"]
+    res = CliRunner().invoke(main, [*args, "--days", "0.04", "--json", str(tmp_path / "out.json")])
+    assert res.exit_code == 0, res.output
+    inputs = json.loads((tmp_path / "out.json").read_text())["inputs"]
+    assert inputs["serving_rate_gaps"] == 2 and inputs["serving_rate_window_s"] == 600
+    assert inputs["serving_peak_gpus"] == 8  # the Kubernetes nodes' GPUs
+    bad = CliRunner().invoke(main, [*args, "--days", "1"])
+    assert bad.exit_code == 1 and "covers 0.04 days, the window 1.00: give --days 0.04 or less" in bad.output

@@ -29,7 +29,7 @@ __all__ = [
     "KIND", "PLURAL", "NodeLendingPolicy", "NodeLendingPolicySpec", "NodeLendingPolicyStatus",
     "LabelSelector", "LabelSelectorRequirement", "LendingWindow", "ReclaimSpec", "ClusterRef",
     "WEEKDAYS", "RECLAIM_SIGNALS", "describe_selector", "LENDABLE_TO_LABEL", "may_lend", "ForecastSpec",
-    "DemandRecord",
+    "DemandRecord", "ForecastBasis",
 ]
 
 KIND: Final = "NodeLendingPolicy"
@@ -52,6 +52,8 @@ def may_lend(namespace: str, labels: Mapping[str, str]) -> bool:
 
 
 Weekday = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+#: Which answer a forecast gave (slurmk8s/bridge/forecast.py).
+ForecastBasis = Literal["recent", "daily", "weekly"]
 WEEKDAYS: tuple[Weekday, ...] = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
 ClockTime = Annotated[str, constrained(
@@ -204,7 +206,7 @@ class ReclaimSpec(ApiModel):
 
 class ForecastSpec(ApiModel):
     """Lend with foresight: the bridge records the serving demand it sees on
-    the selected nodes (status.demand, 14 days) and forecasts from it how
+    the selected nodes (status.demand, five weeks) and forecasts from it how
     many nodes Kubernetes will want (decision record 40)."""
 
     quantile_percent: int = Field(95, ge=50, le=100)
@@ -224,6 +226,16 @@ class ForecastSpec(ApiModel):
     tell yet) is reserved from then: no job longer than the forecast can see
     starts on a lent node. Moved as the forecast moves, removed before the
     node goes back. 0: no reservations."""
+    seasonal_days: int = Field(7, ge=0, le=28)
+    """Forecast also from what the same time of day looked like on each of
+    this many past days (their quantilePercent-quantile, once three are
+    recorded): the forecast is the higher of that and the recent peak plus
+    its past rises, so that tomorrow evening's peak is kept for even while
+    the night is quieter than usual. 0: no daily answer."""
+    seasonal_weeks: int = Field(4, ge=0, le=4)
+    """And from the same time of the week, this many weeks back (the highest
+    of them): a peak one weekday has is kept for on that weekday. 0: no
+    weekly answer."""
 
 
 class NodeLendingPolicySpec(ApiModel):
@@ -294,8 +306,9 @@ class LendingCounts(ApiModel):
 
 class DemandRecord(ApiModel):
     """The serving demand the bridge saw on the policy's nodes: the peak of
-    each 15-minute bucket over the last 14 days, from start on, as varints
-    in base64 (slurmk8s/bridge/forecast.py). Written by the bridge only."""
+    each 15-minute bucket over the last five weeks, from start on, as
+    varints in base64 (slurmk8s/bridge/forecast.py). Written by the bridge
+    only."""
 
     start: str = Field(max_length=64)
     """When the first bucket starts (RFC 3339)."""
@@ -303,6 +316,10 @@ class DemandRecord(ApiModel):
     """The buckets' peaks, in nodes."""
     forecast_nodes: int | None = None
     """Nodes Kubernetes is forecast to want within forecast.headroomSeconds."""
+    forecast_basis: ForecastBasis | None = None
+    """Which answer gave forecastNodes: recent (the recent peak and the
+    rises the record shows), daily (the same time of day on past days) or
+    weekly (the same time of the week)."""
 
 
 class NodeLendingPolicyStatus(ApiModel):

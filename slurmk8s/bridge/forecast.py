@@ -4,22 +4,34 @@
 policy's selection (:func:`demand_now`): selected nodes that run a GPU pod
 and serve Kubernetes, plus the nodes the pending GPU pods that may take
 nodes back would fill. :func:`record` keeps the peak of each
-:data:`STEP`-second bucket for :data:`HISTORY` seconds in the policy's
-status (``status.demand``), so it survives restarts and is bounded: one
-varint per bucket, 1,344 buckets, base64. A bucket the bridge did not see
-(it was down) is unknown, not zero.
+:data:`STEP`-second bucket for :data:`HISTORY` seconds (five weeks: what a
+weekly forecast needs) in the policy's status (``status.demand``), so it
+survives restarts and is bounded: one varint per bucket, 3,360 buckets,
+base64. A bucket the bridge did not see (it was down) is unknown, not zero.
 
 **The forecast** answers one question (:func:`wanted`): how many nodes will
-Kubernetes want within the next T seconds, at quantile q? It is the recent
-peak (the demand now, this bucket's and the last one's peaks) plus the
-q-quantile of the rises the record shows: for each past bucket whose next T
-seconds are recorded, the highest peak in them less its own.
-No period is assumed. Once the record holds :data:`DAILY_AFTER` of history,
-only the buckets within an hour of now's time of day count (quantiles per
-time of day): a daily cycle shows up there, and a demand without one loses
-nothing but samples. With fewer than :data:`MIN_SAMPLES` rises known over a
-horizon the forecast does not know it (None): the headroom is then the
-demand now (what the bridge did without a forecast), and no lent node is
+Kubernetes want within the next T seconds, at quantile q? It is the higher
+of two answers, and says which it gave (:func:`explained`):
+
+- **recent**: the recent peak (the demand now, this bucket's and the last
+  one's peaks) plus the q-quantile of the rises the last :data:`RISE_HISTORY`
+  of the record shows: for each past bucket whose next T seconds are
+  recorded, the highest peak in them less its own. No period is assumed.
+  Once the record holds :data:`DAILY_AFTER` of history, only the buckets
+  within an hour of now's time of day count (quantiles per time of day).
+- **seasonal** (:func:`seasonal_levels`): what the same time of day looked
+  like: for each of the last ``days`` days whose window ``[now - d days,
+  now - d days + T]``, an hour wider on each side, is recorded, its peak;
+  the q-quantile of those (``daily``, once :data:`SEASONAL_SAMPLES` days
+  are known), or, higher, the highest of the same windows of time of week
+  1 to ``weeks`` weeks ago (``weekly``). Tomorrow at 20:00 looks like
+  today at 20:00 even while the trough is quieter than usual: the recent
+  answer, measured from a low peak, would say less. Only where the last
+  days repeat (:func:`daily_strength`, :data:`SEASONAL_STRENGTH`).
+
+With fewer than :data:`MIN_SAMPLES` rises known over a horizon the forecast
+does not know it (None), whatever the seasonal answer: the headroom is then
+the demand now (what the bridge did without a forecast), and no lent node is
 let to run jobs past the longest horizon it knows (:mod:`.foresight`).
 """
 
@@ -32,23 +44,42 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import Final
 
+from ..api.lending import ForecastBasis
 from ..times import format_time
 from .nodestate import parse_time
 
-__all__ = ["STEP", "HISTORY", "DAILY_AFTER", "MIN_SAMPLES", "Record", "decode", "encode", "record", "wanted",
-           "rise_quantiles", "demand_now", "reserve_horizons"]
+__all__ = ["STEP", "HISTORY", "RISE_HISTORY", "DAILY_AFTER", "MIN_SAMPLES", "SEASONAL_SAMPLES", "Record", "decode",
+           "encode", "record", "wanted", "explained", "rise_quantiles", "seasonal_levels", "daily_strength",
+           "SEASONAL_STRENGTH", "demand_now",
+           "reserve_horizons", "RECENT", "DAILY", "WEEKLY"]
 
 #: Seconds per bucket of the record.
 STEP = 900
-#: Seconds of history kept: 14 days, 1,344 buckets.
-HISTORY = 14 * 86400
+#: Seconds of history kept: five weeks, 3,360 buckets (a weekly forecast's four weeks and the one it is in).
+HISTORY = 35 * 86400
+#: The history whose rises the recent answer reads: the last 14 days.
+RISE_HISTORY = 14 * 86400
 #: History needed before the forecast looks at the time of day.
 DAILY_AFTER = 3 * 86400
 #: Rises needed for a quantile; fewer: the forecast is the demand now.
 MIN_SAMPLES = 12
+#: Days recorded at a time of day before the daily answer counts.
+SEASONAL_SAMPLES = 3
+#: The share of the variation of the last days that their daily cycle must
+#: explain for the seasonal answer to count (:func:`daily_strength`): the
+#: stretched Azure hours of the headline score 0.51 at most, the daily-cycle
+#: model 0.69 or more (decision record 40).
+SEASONAL_STRENGTH = 0.6
+#: Which answer a forecast gave (:func:`explained`).
+RECENT: Final[ForecastBasis] = "recent"
+DAILY: Final[ForecastBasis] = "daily"
+WEEKLY: Final[ForecastBasis] = "weekly"
 _BUCKETS = HISTORY // STEP
+_RISE_BUCKETS = RISE_HISTORY // STEP
 _DAY = 86400 // STEP
+_WEEK = 7 * _DAY
 _TOD_WINDOW = 3600 // STEP
 
 
@@ -161,16 +192,19 @@ def _quantile(samples: list[int], q: float) -> int:
 
 @lru_cache(maxsize=64)
 def rise_quantiles(rec: Record, now_bucket: int, horizons: tuple[int, ...], q: float) -> tuple[int | None, ...]:
-    """Per horizon (seconds), the q-quantile of the rises the record shows
-    over that long (None: fewer than :data:`MIN_SAMPLES`). The bucket of
+    """Per horizon (seconds), the q-quantile of the rises the last
+    :data:`RISE_HISTORY` of the record shows over that long (None: fewer
+    than :data:`MIN_SAMPLES`). The bucket of
     ``now_bucket`` and later ones are left out: they are still filling.
     Recomputed once per bucket (the cache is keyed on the record)."""
-    closed = rec.peaks[:max(0, (now_bucket - rec.start) // STEP)]
+    end = max(0, (now_bucket - rec.start) // STEP)
+    begin = max(0, end - (_RISE_BUCKETS - 1))  # 14 days with the bucket now in, as the record of 14 days was
+    closed = rec.peaks[begin:end]
     known = [-1 if v is None else v for v in closed]
     values = known  # the buckets whose rises count
     daily = len(closed) - closed.count(None) >= DAILY_AFTER // STEP
     if daily:  # only the buckets within an hour of now's time of day
-        tod, first = (now_bucket // STEP) % _DAY, rec.start // STEP
+        tod, first = (now_bucket // STEP) % _DAY, rec.start // STEP + begin
         values = [v if min(d := abs((first + i) % _DAY - tod), _DAY - d) <= _TOD_WINDOW else -1
                   for i, v in enumerate(known)]
     steps = [max(1, math.ceil(horizon / STEP)) for horizon in horizons]
@@ -187,21 +221,123 @@ def rise_quantiles(rec: Record, now_bucket: int, horizons: tuple[int, ...], q: f
     return tuple(out)
 
 
-def wanted(rec: Record | None, now: datetime, demand: int, horizons: tuple[int, ...],
-           q: float) -> list[int | None]:
-    """Nodes Kubernetes will want within each horizon (seconds), at quantile
-    ``q``: the recent peak (of the demand now and the peaks of this bucket
-    and the last: the rises are measured from a bucket's peak, not from a
-    moment of it) plus the rise the record shows; None where the record is
-    too short to tell (the caller decides what not knowing means)."""
+def _window_peak(peaks: Sequence[int | None], a: int, b: int) -> int | None:
+    """The highest known peak of ``peaks[a:b]``; None unless at least half of it is known."""
+    if a < 0 or b > len(peaks):
+        return None
+    known = [v for v in peaks[a:b] if v is not None]
+    return max(known) if known and 2 * len(known) >= b - a else None
+
+
+def daily_strength(peaks: Sequence[int | None], days: int) -> float:
+    """How much a daily cycle explains of the last ``days`` whole days of
+    ``peaks`` (closed buckets, the newest last): 1 - var(residual) /
+    var(deviation), where a bucket's deviation is its peak less its day's
+    mean and its residual that less the mean deviation of its time of day
+    over the days. 0 with fewer than :data:`SEASONAL_SAMPLES` days or no
+    variation. A demand that only drifts from day to day (a level shift
+    moves a whole day) and one whose days do not repeat score low."""
+    n = min(days, len(peaks) // _DAY)
+    if n < SEASONAL_SAMPLES:
+        return 0.0
+    rows = [peaks[len(peaks) - (d + 1) * _DAY:len(peaks) - d * _DAY] for d in range(n)]
+    dev: list[list[float | None]] = []
+    for row in rows:
+        known = [v for v in row if v is not None]
+        if 2 * len(known) < _DAY:
+            continue
+        mean = sum(known) / len(known)
+        dev.append([None if v is None else v - mean for v in row])
+    if len(dev) < SEASONAL_SAMPLES:
+        return 0.0
+    cycle = []
+    for b in range(_DAY):
+        col = [v for r in dev if (v := r[b]) is not None]
+        cycle.append(sum(col) / len(col) if col else 0.0)
+    total = sum(v * v for r in dev for v in r if v is not None)
+    rest = sum((v - cycle[b]) ** 2 for r in dev for b, v in enumerate(r) if v is not None)
+    return 0.0 if total <= 0 else max(0.0, 1.0 - rest / total)
+
+
+@lru_cache(maxsize=64)
+def seasonal_levels(rec: Record, now_bucket: int, horizons: tuple[int, ...], q: float, days: int,
+                    weeks: int) -> tuple[tuple[int | None, ForecastBasis | None], ...]:
+    """Per horizon T (seconds): what the same time of day and of week looked
+    like over the next T, and which (:data:`DAILY` or :data:`WEEKLY`); (None,
+    None) when neither is known. Each past window is ``[now - lag, now - lag
+    + T]`` widened by an hour on each side (a peak an hour early or late is
+    the same peak), counted when it is wholly in the record's closed buckets
+    and at least half known: daily, the q-quantile of the windows 1 to
+    ``days`` days ago (at least :data:`SEASONAL_SAMPLES` of them); weekly,
+    the highest of those 1 to ``weeks`` weeks ago. Neither counts unless
+    the last days show a daily cycle (:func:`daily_strength` at least
+    :data:`SEASONAL_STRENGTH`): a demand without one, such as slow waves
+    over weeks, would only be kept for at its past highs. Recomputed once
+    per bucket, as :func:`rise_quantiles`."""
+    end = max(0, (now_bucket - rec.start) // STEP)
+    closed = rec.peaks[:end]
+    out: list[tuple[int | None, ForecastBasis | None]] = []
+    if daily_strength(closed, max(days, SEASONAL_SAMPLES)) < SEASONAL_STRENGTH:
+        return ((None, None),) * len(horizons)  # no daily cycle shows: the recent answer alone
+    for horizon in horizons:
+        h = max(1, math.ceil(horizon / STEP))
+        daily = [v for d in range(1, days + 1)
+                 if (v := _window_peak(closed, end - d * _DAY - _TOD_WINDOW, end - d * _DAY + h + _TOD_WINDOW))
+                 is not None]
+        weekly = [v for w in range(1, weeks + 1)
+                  if (v := _window_peak(closed, end - w * _WEEK - _TOD_WINDOW, end - w * _WEEK + h + _TOD_WINDOW))
+                  is not None]
+        best: tuple[int | None, ForecastBasis | None] = (None, None)
+        if len(daily) >= SEASONAL_SAMPLES:
+            best = (_quantile(daily, q), DAILY)
+        if weekly and (best[0] is None or max(weekly) > best[0]):
+            best = (max(weekly), WEEKLY)
+        out.append(best)
+    # Wanting a node within T means wanting it within any longer time.
+    top: tuple[int | None, ForecastBasis | None] = (None, None)
+    for k, (v, why) in enumerate(out):
+        if v is not None and (top[0] is None or v > top[0]):
+            top = (v, why)
+        out[k] = top
+    return tuple(out)
+
+
+def explained(rec: Record | None, now: datetime, demand: int, horizons: tuple[int, ...], q: float,
+              days: int = 0, weeks: int = 0) -> list[tuple[int | None, ForecastBasis | None]]:
+    """Per horizon (seconds), the nodes Kubernetes will want within it at
+    quantile ``q``, and which answer gave them (:data:`RECENT`,
+    :data:`DAILY`, :data:`WEEKLY`): the higher of the recent peak (of the
+    demand now and the peaks of this bucket and the last: the rises are
+    measured from a bucket's peak, not from a moment of it) plus the rise
+    the record shows, and what the same time of day (``days`` back) and of
+    week (``weeks`` back) looked like (:func:`seasonal_levels`). (None,
+    None) where the record is too short for the rises (the caller decides
+    what not knowing means)."""
     if rec is None:
-        return [None] * len(horizons)
+        return [(None, None)] * len(horizons)
     t = int(now.timestamp())
     bucket = t - t % STEP
     rises = rise_quantiles(rec, bucket, horizons, q)
+    seasonal = seasonal_levels(rec, bucket, horizons, q, days, weeks) if days or weeks \
+        else ((None, None),) * len(horizons)
     i = (bucket - rec.start) // STEP
     base = max([demand, *(v for v in rec.peaks[max(0, i - 1):i + 1] if v is not None)])
-    return [None if r is None else base + r for r in rises]
+    out: list[tuple[int | None, ForecastBasis | None]] = []
+    for r, (level, why) in zip(rises, seasonal, strict=True):
+        if r is None:
+            out.append((None, None))
+        elif level is not None and level > base + r:
+            out.append((level, why))
+        else:
+            out.append((base + r, RECENT))
+    return out
+
+
+def wanted(rec: Record | None, now: datetime, demand: int, horizons: tuple[int, ...], q: float,
+           days: int = 0, weeks: int = 0) -> list[int | None]:
+    """Nodes Kubernetes will want within each horizon (seconds), at quantile
+    ``q`` (:func:`explained`, without saying which answer)."""
+    return [v for v, _ in explained(rec, now, demand, horizons, q, days, weeks)]
 
 
 def reserve_horizons(first: int, last: int) -> tuple[int, ...]:

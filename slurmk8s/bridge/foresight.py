@@ -39,7 +39,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..api.lending import DemandRecord
+from ..api.lending import DemandRecord, ForecastBasis
 from ..slurm.steps import Reserve, Unreserve
 from . import forecast
 from .nodestate import LENDING, LENT
@@ -62,6 +62,8 @@ class Foresight:
     #: Reservation horizons (seconds ahead) and the nodes wanted within each.
     horizons: tuple[int, ...]
     wanted: tuple[int, ...]
+    #: Which answer gave the headroom (:data:`.forecast.RECENT`, ``DAILY``, ``WEEKLY``; None: none known).
+    basis: ForecastBasis | None = None
 
 
 def foresee(world: World, settings: Settings, selected: Sequence[KubeNode]) -> Foresight | None:
@@ -81,7 +83,9 @@ def foresee(world: World, settings: Settings, selected: Sequence[KubeNode]) -> F
         if spec.reserve_seconds else ()
     q = spec.quantile_percent / 100
     asked = ((spec.headroom_seconds,) if spec.headroom_seconds else ()) + horizons
-    got = forecast.wanted(rec, settings.now, demand, asked, q) if asked else []
+    told = forecast.explained(rec, settings.now, demand, asked, q, spec.seasonal_days, spec.seasonal_weeks) \
+        if asked else []
+    got = [v for v, _ in told]
     # The pending pods' nodes are demand's own to take back (placement.cover_demand):
     # the headroom is what Kubernetes will want beyond them.
     pending_nodes = demand - busy
@@ -90,7 +94,9 @@ def foresee(world: World, settings: Settings, selected: Sequence[KubeNode]) -> F
     ahead = got[1 if spec.headroom_seconds else 0:]
     # The horizons the record can tell (a longer one needs a longer record): beyond the last, unknown.
     known = next((i for i, v in enumerate(ahead) if v is None), len(ahead))
-    return Foresight(rec, demand, headroom, horizons[:known], tuple(v for v in ahead[:known] if v is not None))
+    basis = told[0][1] if spec.headroom_seconds and got[0] is not None else None
+    return Foresight(rec, demand, headroom, horizons[:known], tuple(v for v in ahead[:known] if v is not None),
+                     basis)
 
 
 def demand_status(fs: Foresight | None) -> DemandRecord | None:
@@ -98,7 +104,8 @@ def demand_status(fs: Foresight | None) -> DemandRecord | None:
     if fs is None:
         return None
     start, peaks = forecast.encode(fs.record)
-    return DemandRecord(start=start, peaks=peaks, forecast_nodes=fs.headroom or None)
+    return DemandRecord(start=start, peaks=peaks, forecast_nodes=fs.headroom or None,
+                        forecast_basis=fs.basis if fs.headroom else None)
 
 
 def _wanted_at(fs: Foresight, kube: int, k: int) -> int:

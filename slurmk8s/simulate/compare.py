@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,9 +15,12 @@ from .traces import (
     DAILY_PROFILE,
     RequestModel,
     ServingPod,
+    TraceError,
     read_jobs,
+    read_rates,
     read_requests,
     read_serving_pods,
+    replicas_from_rates,
     replicas_from_requests,
     window,
 )
@@ -35,8 +39,9 @@ class Inputs:
 
 
 def load_inputs(shape: Shape, jobs_file: Path, pods_file: Path | None, requests_file: Path | None,
-                start: float | None, days: float | None, model: RequestModel) -> Inputs:
-    """The trace window and the serving demand over it."""
+                start: float | None, days: float | None, model: RequestModel, rates_file: Path | None = None
+                ) -> Inputs:
+    """The trace window and the serving demand over it (from exactly one of the three files)."""
     jobs, t0, span = window(read_jobs(jobs_file), start, days)
     described: dict = {"jobs_file": str(jobs_file), "window_start_posix": t0, "window_days": span / 86400,
                        "jobs": len(jobs), "nodes": shape.nodes, "gpus_per_node": shape.gpus_per_node,
@@ -46,6 +51,17 @@ def load_inputs(shape: Shape, jobs_file: Path, pods_file: Path | None, requests_
         if pods and pods[0].start > 1e8:  # absolute timestamps: relative to the window
             pods = [ServingPod(p.start - t0, p.end - t0, p.gpus) for p in pods]
         described["serving_pods_file"] = str(pods_file)
+    elif rates_file is not None:
+        series = read_rates(rates_file)
+        try:
+            pods, scale = replicas_from_rates(series, span, model)
+        except ValueError as exc:
+            raise TraceError(f"{rates_file}: {exc}: give --days {math.floor(series.end / 864) / 100:g} or less") from None
+        described.update(serving_rate_file=str(rates_file), request_rate_scale=scale,
+                         requests_per_gpu_second=model.requests_per_gpu_second,
+                         target_utilisation=model.target_utilisation, gpus_per_replica=model.gpus_per_replica,
+                         serving_rate_window_s=series.step, serving_rate_gaps=series.gaps,
+                         serving_rate_gaps_read_as="the rate of the window before", serving_peak_gpus=model.peak_gpus)
     else:
         assert requests_file is not None
         pods, stretch, scale = replicas_from_requests(read_requests(requests_file), span, model)

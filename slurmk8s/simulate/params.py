@@ -87,6 +87,8 @@ class Result:
     gpu_seconds_own: float = 0.0
     gpu_seconds_lent: float = 0.0
     lost_gpu_seconds: float = 0.0
+    #: of which, jobs that started on a lent node before it had a lending reservation
+    lost_gpu_seconds_unreserved: float = 0.0
     lends: int = 0
     reclaims: int = 0
     reclaim_reasons: dict[str, int] = field(default_factory=dict)

@@ -12,7 +12,11 @@ Definitions (every run on the same window):
 - serving pending: a serving pod's creation -> Running (-> its end, or the
   end of the window, if it never ran);
 - lost GPU-hours: work of requeued or cancelled jobs that no checkpoint
-  kept, and the restart overhead they spent, times their GPUs.
+  kept, and the restart overhead they spent, times their GPUs; of which
+  ``lost_gpu_hours_started_unreserved``: jobs that started on a lent node
+  while it had no lending reservation (decision record 40: a lent node
+  registers before its first reservation is made, and a policy without a
+  forecast makes none).
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ def summary(r: Result) -> dict:
         "jobs_requeued": r.requeued,
         "jobs_cancelled": r.cancelled,
         "lost_gpu_hours": r.lost_gpu_seconds / 3600,
+        "lost_gpu_hours_started_unreserved": r.lost_gpu_seconds_unreserved / 3600,
         "rounds": r.rounds,
         "lent_nodes_mean": _mean([row[3] for row in r.timeline]),
         "lent_nodes_max": max((row[3] for row in r.timeline), default=0.0),

@@ -31,7 +31,7 @@ from .traces import TrainingJob
 class _Job:
     __slots__ = ("id", "submit", "gpus", "remaining", "first_start", "state", "token", "alloc", "run_start",
                  "overhead", "signalled", "restarts", "record", "end", "bound", "limit", "lent_gpus",
-                 "requeue")
+                 "requeue", "unreserved")
 
     def __init__(self, j: TrainingJob):
         self.id, self.submit, self.gpus, self.remaining, self.limit = j.id, j.submit, j.gpus, j.duration, j.limit
@@ -47,6 +47,8 @@ class _Job:
         #: when it ends, and when its time limit ends (what Slurm plans with and shows as EndTime)
         self.end = self.bound = 0.0
         self.lent_gpus = 0
+        #: it started on a lent node that had no lending reservation then (no end in sight for it there)
+        self.unreserved = False
         #: may Slurm requeue it (no --no-requeue): every trace job may, as training jobs that checkpoint are submitted
         self.requeue = True
 
@@ -269,12 +271,14 @@ class SlurmSide(SimState):
             self.res.queueing.append(t - j.submit)
             self.res.delay_of[j.id] = t - j.submit
         lent = 0
+        j.unreserved = False
         for name, g in alloc:
             s = self.snodes[name]
             s.jobs[j.id] = None
             self._set_free(s, s.free - g)
             if s.lent:
                 lent += g
+                j.unreserved = j.unreserved or name not in self.reservations
         j.lent_gpus = lent
         self.lent_gpus += lent
         self.own_gpus += j.gpus - lent
@@ -326,6 +330,8 @@ class SlurmSide(SimState):
             saved = min(max(0.0, j.signalled - j.run_start - j.overhead), j.remaining)
         lost = (done if cancel else done - saved) + min(t - j.run_start, j.overhead)
         self.res.lost_gpu_seconds += lost * j.gpus
+        if j.unreserved:
+            self.res.lost_gpu_seconds_unreserved += lost * j.gpus
         j.remaining -= saved
         j.state = "cancelling" if cancel else "completing"
         j.token += 1

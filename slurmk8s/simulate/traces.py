@@ -11,6 +11,9 @@ read as UTC) and return records sorted by time.
 - Serving requests (the Azure LLM inference traces,
   ``TIMESTAMP,ContextTokens,GeneratedTokens``): turned into serving pods by
   :func:`replicas_from_requests`, the model documented there.
+- Serving request rates (ServeGen's aggregates, ``t_s,rate_rps``: requests
+  per second per window): turned into serving pods by
+  :func:`replicas_from_rates`, the model documented there.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 __all__ = ["TrainingJob", "ServingPod", "TraceError", "RequestModel", "read_jobs", "read_serving_pods",
-           "read_requests", "replicas_from_requests", "parse_when", "window", "DAILY_PROFILE"]
+           "read_requests", "replicas_from_requests", "parse_when", "window", "DAILY_PROFILE", "RateSeries",
+           "GAP_SHARE", "read_rates", "replicas_from_rates"]
 
 
 class TraceError(ValueError):
@@ -168,6 +172,8 @@ class RequestModel:
     #: repeat the trace's hour every hour, times this profile of the day
     #: (:data:`DAILY_PROFILE`), instead of stretching it over the window
     daily: bool = False
+    #: requests one GPU serves per second, for a rate series (:func:`replicas_from_rates`)
+    requests_per_gpu_second: float = 5.0
 
 
 #: A day's shape of serving demand for the daily-cycle model: the load of
@@ -233,19 +239,121 @@ def replicas_from_requests(requests: list[tuple[float, int]], span: float, model
     scale = 1.0
     if model.peak_gpus is not None and max(load) > 0:
         scale = model.peak_gpus * per_gpu / max(load)
-    counts = [min(math.ceil(x * scale / per_gpu / model.gpus_per_replica - 1e-9),
-                  (model.peak_gpus // model.gpus_per_replica) if model.peak_gpus is not None else 1 << 30)
-              for x in load]
+    counts = _replicas(load, scale, per_gpu, model)
+    return _pods(counts, [i * model.bucket_seconds * stretch for i in range(len(counts) + 1)],
+                 model.gpus_per_replica), stretch, scale
+
+
+def _replicas(load: list[float], scale: float, per_gpu: float, model: RequestModel) -> list[int]:
+    """Replicas per window: ``ceil(load * scale / per_gpu / gpus_per_replica)``, at most the peak's."""
+    cap = (model.peak_gpus // model.gpus_per_replica) if model.peak_gpus is not None else 1 << 30
+    return [min(math.ceil(x * scale / per_gpu / model.gpus_per_replica - 1e-9), cap) for x in load]
+
+
+def _pods(counts: list[int], starts: list[float], gpus: int) -> list[ServingPod]:
+    """Pods from replica counts, window i from ``starts[i]`` to ``starts[i + 1]``:
+    when the count rises, new pods start; when it falls, the newest end
+    (last in, first out). All end at the last window's end."""
     pods: list[ServingPod] = []
     alive: list[float] = []  # start times of running replicas, oldest first
-    for i, want in enumerate(counts + [0]):
-        t = i * model.bucket_seconds * stretch
+    for want, t in zip([*counts, 0], starts, strict=True):
         while len(alive) > want:
-            pods.append(ServingPod(alive.pop(), t, model.gpus_per_replica))
+            pods.append(ServingPod(alive.pop(), t, gpus))
         while len(alive) < want:
             alive.append(t)
     pods.sort(key=lambda p: (p.start, p.end))
-    return pods, stretch, scale
+    return pods
+
+
+#: A rate-series window under this share of the series' median rate is a gap (:func:`read_rates`).
+GAP_SHARE = 0.01
+
+
+@dataclass(frozen=True)
+class RateSeries:
+    """A request-rate series as :func:`read_rates` reads it: window i starts
+    ``starts[i]`` seconds after the simulated clock's zero (a midnight) and
+    lasts until the next one; the last lasts ``step``, the series' usual
+    window. ``rates`` in requests per second, gaps filled (``gaps``: how
+    many windows were)."""
+
+    starts: tuple[float, ...]
+    rates: tuple[float, ...]
+    step: float
+    gaps: int
+
+    @property
+    def end(self) -> float:
+        return self.starts[-1] + self.step if self.starts else 0.0
+
+
+def read_rates(path: Path) -> RateSeries:
+    """A rate series, CSV of a time (``t_s``, ``time`` or ``timestamp``) and
+    requests per second (``rate_rps`` or ``rate``), one row per window.
+
+    - Times in seconds are from the window's start, which is a midnight on
+      the simulated clock (ServeGen's ``t_s`` counts from a local midnight);
+      timestamps (UTC) are placed by their time of day: the first one's
+      midnight is the window's start.
+    - A window lasts until the next row; the last one lasts as long as the
+      series' usual window (the median gap between rows).
+    - **A gap in the record is not a service with no requests**: a window
+      of rate 0, or under :data:`GAP_SHARE` of the series' median rate (where
+      a gap ends in ServeGen's series, one client of the 109 has reported
+      again: 14 requests/s against some 2,000), takes the rate of the window
+      before it (leading gaps that of the first window after them). A series
+      with no request at all is refused.
+    """
+    rows = []
+    for line, row in _rows(path, {"t": ("t_s", "time", "timestamp"), "rate": ("rate_rps", "rate")}):
+        rows.append((_when(path, line, "time", row["t"]), _number(path, line, "rate", row["rate"]), line))
+    if not rows:
+        raise TraceError(f"{path}: no rows")
+    rows.sort()
+    for (a, _, _), (b, _, line) in zip(rows, rows[1:], strict=False):
+        if b == a:
+            raise TraceError(f"{path}:{line}: a second row for time {b:g}")
+    timestamps = rows[0][0] > 1e8
+    zero = rows[0][0] - rows[0][0] % 86400 if timestamps else 0.0
+    starts = [t - zero for t, _, _ in rows]
+    if starts[0] < 0:
+        raise TraceError(f"{path}:{rows[0][2]}: time {rows[0][0]:g} is before the window's start (0)")
+    rates = [r for _, r, _ in rows]
+    if not any(rates):
+        raise TraceError(f"{path}: every window's rate is 0: no demand to replay")
+    nonzero = sorted(r for r in rates if r > 0)
+    floor = GAP_SHARE * nonzero[len(nonzero) // 2]
+    gaps = sum(1 for r in rates if r < floor or r == 0)
+    held, last = [], next(r for r in rates if r >= floor)
+    for r in rates:
+        last = r if r >= floor and r > 0 else last
+        held.append(last)
+    steps = sorted(b - a for a, b in zip(starts, starts[1:], strict=False))
+    step = steps[len(steps) // 2] if steps else 600.0
+    return RateSeries(tuple(starts), tuple(held), step, gaps)
+
+
+def replicas_from_rates(series: RateSeries, span: float, model: RequestModel) -> tuple[list[ServingPod], float]:
+    """Serving pods from a rate series, replayed at its own clock over ``span`` seconds.
+
+    As :func:`replicas_from_requests` with the series' windows for the
+    autoscaler's: window i needs ``ceil(rate * scale /
+    (requests_per_gpu_second * target_utilisation) / gpus_per_replica)``
+    replicas, ``scale`` making the busiest window (of those in ``span``)
+    need ``peak_gpus``. Time is not stretched; before the first row the
+    first window's rate holds. The series must cover ``span`` (a ValueError
+    otherwise: nothing is invented past its end). Returns (pods, the rate scale).
+    """
+    if series.end < span - 1e-6:
+        raise ValueError(f"the rate series covers {series.end / 86400:.2f} days, the window {span / 86400:.2f}")
+    keep = [i for i, t in enumerate(series.starts) if t < span] or [0]
+    starts = [0.0] + [series.starts[i] for i in keep[1:]] + [span]
+    load = [series.rates[i] for i in keep]
+    per_gpu = model.requests_per_gpu_second * model.target_utilisation
+    scale = 1.0
+    if model.peak_gpus is not None and max(load) > 0:
+        scale = model.peak_gpus * per_gpu / max(load)
+    return _pods(_replicas(load, scale, per_gpu, model), starts, model.gpus_per_replica), scale
 
 
 def window(jobs: list[TrainingJob], start: float | None, days: float | None) -> tuple[list[TrainingJob], float, float]:
