@@ -36,13 +36,6 @@ Two traces, one sandbox:
   is its headroom), so the later bursts find it free and nothing else is
   reclaimed. The jobs give time limits (3 minutes); one more asks for four
   days and must start in neither world, although a lent node is idle.
-- **forecast-daily**: the same, from a daily record: seven days with one
-  node of demand within two hours of the time of day the trace runs at, and
-  none in the last twelve hours. The recent peak and its rises say 0; the
-  same time of day on past days says 1 (the status's basis: ``daily``), so
-  one node is kept for Kubernetes from the start and the other lent; the
-  bursts, of one node each, find the kept one free, and nothing is
-  reclaimed. The four-day job waits here too.
 """
 
 from __future__ import annotations
@@ -84,11 +77,6 @@ class Trace:
     too_long: tuple[float, int] | None = None
     #: the demand record both worlds start from, one peak per 15-minute bucket
     record: list[int] = field(default_factory=list)
-    #: with a record: its buckets within this many hours of the time of day it is seeded at, but for the
-    #: last twelve hours, hold one node of demand (a daily cycle)
-    daily_hours: float | None = None
-    #: the forecast's basis the status shows at the first burst (None: not checked)
-    basis: str | None = None
 
 
 TRACES = {
@@ -100,28 +88,7 @@ TRACES = {
         jobs=[(5, 2, 50), (5, 2, 40), (6, 2, 60), (8, 2, 45), (12, 2, 30), (20, 2, 40), (60, 2, 30), (62, 2, 30)],
         bursts=[(30, 70, 1), (110, 150, 1), (160, 190, 1)],
         forecast={}, minutes=3, too_long=(150, 4 * 24 * 60), record=[0] * (7 * 86400 // forecast.STEP)),
-    "forecast-daily": Trace(
-        jobs=[(5, 2, 50), (5, 2, 40), (6, 2, 60), (8, 2, 45), (12, 2, 30), (20, 2, 40), (60, 2, 30), (62, 2, 30)],
-        bursts=[(30, 70, 1), (110, 150, 1), (160, 190, 1)],
-        forecast={}, minutes=3, too_long=(150, 4 * 24 * 60), record=[0] * (7 * 86400 // forecast.STEP),
-        daily_hours=2, basis="daily"),
 }
-
-
-def _daily(trace: Trace, now: float) -> list[int]:
-    """The trace's record with its daily cycle laid on by the time of day of
-    ``now`` (the record ends with the bucket before now, as seeded)."""
-    if trace.daily_hours is None:
-        return list(trace.record)
-    n = len(trace.record)
-    first = now - forecast.STEP * (n + 1)
-    out = []
-    for i, v in enumerate(trace.record):
-        t = first + i * forecast.STEP
-        apart = abs((t - now) % 86400)
-        near = min(apart, 86400 - apart) <= trace.daily_hours * 3600
-        out.append(1 if near and now - t > 12 * 3600 else v)
-    return out
 
 JOB = """#!/bin/bash
 #SBATCH -p gpu -N 1 --requeue --open-mode=append
@@ -176,7 +143,7 @@ def _seed(world: Lending, trace: Trace) -> None:
             time.sleep(2)
         return written
 
-    world.seeded(_daily(trace, time.time()), kept)
+    world.seeded(trace.record, kept)
 
 
 def _settled(world: Lending) -> bool:
@@ -209,12 +176,9 @@ def test_the_simulator_agrees_with_the_sandbox(world, name):
     submitted: dict[int, float] = {}
     ids: dict[int, int] = {}
     pods: dict[tuple[int, int], list[float]] = {}
-    basis = None
     try:
         for second, what, k in steps:
             time.sleep(max(0.0, t0 + second - time.time()))
-            if what == "create" and not pods and trace.basis is not None:  # the first burst, before it
-                basis = (_demand(world) or {}).get("forecastBasis")
             if what == "job":
                 _, gpus, duration = jobs[k]
                 minutes = trace.too_long[1] if k == long else trace.minutes
@@ -291,7 +255,6 @@ def test_the_simulator_agrees_with_the_sandbox(world, name):
                       for k in short)
     print(f"{name}: lends {real_lends:.0f} / {result.lends}, reclaims {real_reclaims:.0f} / {result.reclaims}\n"
           f"{table}")
-    assert basis == trace.basis, _demand(world)
     assert (real_lends, real_reclaims) == (result.lends, result.reclaims), table
     assert set(sim) == set(real), table  # the same jobs started: none too long for its node in either
     mean_real, mean_sim = sum(real.values()) / len(real), sum(sim.values()) / len(sim)
