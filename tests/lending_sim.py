@@ -187,6 +187,16 @@ class World:
 
     # -- the world moving -----------------------------------------------------
 
+    def lying_step(self, lie: int) -> None:
+        """Slurm as the properties have it lie, then :meth:`step`: with ``lie`` every
+        job shown stays RUNNING, whatever it was told; with ``lie == 3`` Slurm is
+        also unknown."""
+        if lie:
+            self.jobs = {k: replace(j, state="RUNNING") for k, j in self.jobs.items()}
+        if lie == 3:
+            self.slurm_known = False
+        self.step()
+
     def step(self) -> None:
         """Pods start and end, slurmd registers, ending jobs end."""
         for key, pod in list(self.pods.items()):

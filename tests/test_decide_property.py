@@ -4,7 +4,6 @@ same end state as one that was not."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import HealthCheck, given, settings
@@ -312,11 +311,7 @@ def test_no_node_stays_held_past_grace_plus_deadline_when_its_owner_wants_it_bac
     while t <= end:
         w.apply(w.decide(pol, t))
         back |= {n for n in wanted if w.nodes[n].record.state is None}  # (it may be lent again later)
-        if lie:  # every job shown stays RUNNING, whatever it was told
-            w.jobs = {k: replace(j, state="RUNNING") for k, j in w.jobs.items()}
-        if lie == 3:
-            w.slurm_known = False
-        w.step()
+        w.lying_step(lie)
         t += timedelta(seconds=30)
     still = sorted(wanted - back)
     assert still == [], (still, w.summary())

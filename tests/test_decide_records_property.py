@@ -151,11 +151,7 @@ def test_a_held_node_whose_record_cannot_be_read_is_back_within_grace_plus_deadl
                 back.add(name)
                 pod = w.pods.get(("hpc", lent_slurmd("demo", name)))
                 assert pod is None or pod.deleting, (name, pod, w.summary())
-        if lie:  # every job shown stays RUNNING, whatever it was told
-            w.jobs = {k: replace(j, state="RUNNING") for k, j in w.jobs.items()}
-        if lie == 3:
-            w.slurm_known = False
-        w.step()
+        w.lying_step(lie)
         t += timedelta(seconds=30)
     still = sorted(unread - back)
     assert still == [], (still, w.summary())
