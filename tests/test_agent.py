@@ -469,6 +469,10 @@ def test_a_request_sent_slowly_is_cut_off_after_the_deadline(keys):
                     break
             except TimeoutError:
                 pass
+            except ConnectionResetError:
+                # A close with our trickled byte still unread is a reset.
+                closed = True
+                break
         assert closed, "the agent kept a trickling request open past its request timeout"
         assert time.monotonic() - started < 3
     finally:
