@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurmk8s.bridge.nodestate import TAINT_EFFECT, TAINT_KEY
 from slurmk8s.evacuation import Record
 from slurmk8s.operator.maintenance import CORDONED, maintenance
 from slurmk8s.operator.podrecord import read_record, record_annotations
@@ -330,6 +331,14 @@ def kube_node(unschedulable: bool = False, *taints: dict) -> dict:
     (kube_node(False, {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
                {"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule"}), [], None),
     (None, [], None),  # unknown: nothing is drained for it
+    # The bridge lent the node (issue 44): its taint keeps new pods off and asks nothing
+    # of a worker already there, of this cluster or another; a cordon still counts.
+    (kube_node(False, {"key": TAINT_KEY, "value": "demo", "effect": TAINT_EFFECT}), [], None),
+    (kube_node(False, {"key": TAINT_KEY, "value": "other", "effect": TAINT_EFFECT}), [], None),
+    (kube_node(True, {"key": TAINT_KEY, "value": "demo", "effect": TAINT_EFFECT}), [], CORDONED),
+    # Not the taint the bridge writes: NoExecute under that key evicts, it is maintenance.
+    (kube_node(False, {"key": TAINT_KEY, "value": "demo", "effect": "NoExecute"}), [],
+     f"k8s: tainted {TAINT_KEY}"),
 ])
 def test_maintenance_is_a_cordon_or_a_taint_the_pod_does_not_tolerate(node, tolerations, why):
     assert maintenance(node, tolerations) == why

@@ -2,14 +2,19 @@
 
 A node is under maintenance when it is cordoned, or has a ``NoSchedule`` or
 ``NoExecute`` taint the worker pod does not tolerate, but not the taints of
-node conditions (:data:`CONDITION_TAINTS`). :func:`maintenance` names why, as
-the purpose and drain reason of the evacuation that empties the Slurm node
-(:mod:`.workers`; decision record 36).
+node conditions (:data:`CONDITION_TAINTS`) and not the bridge's lending taint
+(``slurmk8s.dev/lent``, :data:`slurmk8s.bridge.nodestate.TAINT_KEY`): that one
+keeps new pods off a node lent to Slurm, and asks nothing of the pods already
+there (a worker of any cluster on a node that is lent keeps its jobs; decision
+record 49). :func:`maintenance` names why, as the purpose and drain reason of
+the evacuation that empties the Slurm node (:mod:`.workers`; decision record 36).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+
+from ..bridge.nodestate import TAINT_EFFECT, TAINT_KEY
 
 __all__ = ["MAINTENANCE", "CORDONED", "CONDITION_TAINTS", "maintenance"]
 
@@ -46,6 +51,8 @@ def maintenance(node: Mapping | None, tolerations: Sequence[Mapping]) -> str | N
         key = taint.get("key") or ""
         if taint.get("effect") not in ("NoSchedule", "NoExecute") or key in CONDITION_TAINTS:
             continue
+        if key == TAINT_KEY and taint.get("effect") == TAINT_EFFECT:
+            continue  # the bridge lent the node: new pods stay off, those there stay
         if not any(_tolerates(t, taint) for t in tolerations):
             return CORDONED if key == "node.kubernetes.io/unschedulable" else f"{MAINTENANCE} tainted {key}"
     return None

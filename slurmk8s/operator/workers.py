@@ -14,7 +14,8 @@ same way (:meth:`_Round.empty`):
   node runs jobs: its node is emptied while its entrypoint waits;
 - **Kubernetes node maintenance**: the pod's node is cordoned, or has a
   ``NoSchedule``/``NoExecute`` taint the pod does not tolerate (but those
-  of node conditions, which a blip sets: :mod:`.maintenance`). The
+  of node conditions, which a blip sets, and the bridge's lending taint:
+  :mod:`.maintenance`). The
   Slurm node is emptied (``slurmk8s: k8s: cordoned`` / ``k8s: tainted
   <key>``) and its busy label goes, so that ``kubectl drain`` may evict the
   pod; the operator deletes nothing. Uncordoned, the node takes jobs again;
