@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from slurmk8s.bridge import actions as A
 from slurmk8s.bridge.memo import changed_spans, forget, respliced
 from slurmk8s.bridge.world import PodIndex, _slurm_index
+from slurmk8s.render import names
 from slurmk8s.slurm.model import Job, Node, SlurmState
 
-from .lending_sim import gpu_pod
+from .lending_sim import cluster, gpu_pod
 from .reach import reached, reaches
 from .test_decide_property import worlds
 
@@ -84,7 +85,8 @@ def _index(index: PodIndex) -> tuple:
     """What an index says, whatever zeros it keeps."""
     return ({k: v for k, v in index.gpu_pods.items() if v}, {k: v for k, v in index.used_gpus.items() if v},
             index.slurmd_pods,
-            sorted((p.namespace, p.name) for p in index.pending.values()), index.busy)
+            sorted((p.namespace, p.name) for p in index.pending.values()), index.busy,
+            {k: v for k, v in index.cluster_pods.items() if v})
 
 
 @settings(max_examples=200, deadline=None)
@@ -94,6 +96,8 @@ def _index(index: PodIndex) -> tuple:
 def test_a_pod_index_updated_by_the_difference_is_the_index_built_afresh(edits):
     pods = [gpu_pod(f"p{i}", node=["n1", "n2", None][i % 3], gpus=1 + i % 2) for i in range(24)]
     pods[5] = replace(pods[5], labels={"app.kubernetes.io/component": "lent-slurmd"})
+    for i in (7, 8, 10):  # pods of a SlurmCluster, as the operator labels them (ownpods.py)
+        pods[i] = replace(pods[i], namespace="hpc", labels=names.labels(cluster(), "worker"))
     old, index = tuple(pods), PodIndex.of(pods)
     for k, (edit, i, phase, node, flag) in enumerate(edits):
         new = list(old)

@@ -32,6 +32,7 @@ from slurmk8s.bridge.nodestate import (
     format_time,
 )
 from slurmk8s.bridge.observed import KubePod, NodeTaint, PolicyGone, UnreadableCluster
+from slurmk8s.render import names
 from slurmk8s.render.names import lent_slurmd
 from slurmk8s.slurm.model import DRAIN_PREFIX
 
@@ -415,6 +416,36 @@ def test_only_nodes_lendable_to_the_policys_namespace_are_lent_or_kept(case):
             if n.name not in allowed and n.annotations.get(POLICY_ANNOTATION) == pol.key \
                     and n.annotations.get("slurmk8s.dev/lending-cluster") == "hpc/demo":
                 assert n.labels.get(STATE_LABEL) in (None, RECLAIMING, "bogus"), (n, w.summary())
+
+
+def lending_now(acts) -> set[str]:
+    return {a.node for a in acts if isinstance(a, A.SetLendingState) and a.state == LENDING}
+
+
+@reaches(lends=0.25, beside=0.15)
+@SETTINGS
+@given(worlds(lendable=True), st.data())
+def test_no_node_is_lent_to_the_cluster_whose_own_pods_run_there(case, data):
+    """Issue 44, item 4: pods of the policy's SlurmCluster (its controller, login or a
+    worker, labelled as the operator renders them) run on some nodes; none of those is
+    lent to it, whatever else the world holds (decision record 49). The examples put
+    such a pod on a node that would be lent without it."""
+    w, pol, now = case
+    c = w.cluster if w.cluster is not None else cluster()
+    on = data.draw(st.lists(st.sampled_from(sorted(w.nodes)), min_size=1, max_size=2, unique=True), label="on")
+    for i, node in enumerate(on):
+        component = data.draw(st.sampled_from(["controller", "login", "worker"]), label="component")
+        w.pods[(c.namespace, f"own-{i}")] = KubePod(
+            c.namespace, f"{c.name}-{component}-{i}", node=node, phase="Running",
+            labels=names.labels(c, component))
+    without = w.copy()
+    without.pods = {k: p for k, p in w.pods.items() if not k[1].startswith("own-")}
+    if lending_now(without.decide(pol, now)) & set(on):
+        reached("beside")  # the pod is what keeps that node back
+    lent = lending_now(w.decide(pol, now))
+    if lent:
+        reached("lends")
+    assert not lent & set(on), (lent, on, w.summary())
 
 
 @reaches(acts=0.4)

@@ -2,7 +2,8 @@
 
 ``World(observed)`` answers what the rules ask of every node in O(1): how
 many GPU pods run there and how many GPUs they use, which lent slurmd pods
-exist, which pods are pending, which Slurm jobs run on a node.
+exist, which pods are pending, how many pods of each SlurmCluster run
+there, which Slurm jobs run on a node.
 
 A label says nothing about who made a pod: any tenant may label a pod
 ``app.kubernetes.io/component=lent-slurmd``. So the index treats every pod
@@ -51,7 +52,8 @@ __all__ = ["World", "PodIndex", "SlurmIndex"]
 class PodIndex:
     """What the pods say about each node."""
 
-    __slots__ = ("gpu_pods", "used_gpus", "used_cpu", "used_memory", "slurmd_pods", "pending", "_busy")
+    __slots__ = ("gpu_pods", "used_gpus", "used_cpu", "used_memory", "slurmd_pods", "pending", "cluster_pods",
+                 "_busy")
 
     def __init__(self) -> None:
         #: node -> non-DaemonSet pods requesting GPUs that still hold them (makes a node busy)
@@ -68,6 +70,10 @@ class PodIndex:
         self.slurmd_pods: dict[tuple[str, str], KubePod] = {}
         #: pending, unschedulable pods requesting GPUs (any namespace, any label), by id
         self.pending: dict[int, KubePod] = {}
+        #: (node, namespace, cluster) -> pods there that are not ended and are
+        #: that SlurmCluster's own by their labels (``names.rendered_for``;
+        #: lent slurmd pods are not): :mod:`.ownpods`
+        self.cluster_pods: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self._busy: frozenset[str] | None = None
 
     @property
@@ -94,6 +100,7 @@ class PodIndex:
         index.used_cpu, index.used_memory = self.used_cpu.copy(), self.used_memory.copy()
         index.slurmd_pods = dict(self.slurmd_pods)
         index.pending = dict(self.pending)
+        index.cluster_pods = self.cluster_pods.copy()
         index._account([p for start, stop, _ in spans for p in old[start:stop]], -1)
         index._account([p for start, _, stop in spans for p in new[start:stop]], 1)
         return index
@@ -103,7 +110,11 @@ class PodIndex:
         One pass; the common cases are tested first."""
         gpu_pods, used_gpus, pending = self.gpu_pods, self.used_gpus, self.pending
         used_cpu, used_memory, slurmd_pods = self.used_cpu, self.used_memory, self.slurmd_pods
+        cluster_pods = self.cluster_pods
         for pod in pods:
+            if pod.node is not None and pod.phase not in TERMINAL_PHASES \
+                    and (cluster := _names.rendered_for(pod.labels)) is not None:
+                cluster_pods[(pod.node, pod.namespace, cluster)] += sign
             if pod.labels.get(COMPONENT_LABEL) == SLURMD_COMPONENT:
                 key = (pod.namespace, pod.name)
                 if sign > 0:
@@ -214,6 +225,7 @@ class World:
         self.used_gpus = pods.used_gpus
         self.used_cpu, self.used_memory = pods.used_cpu, pods.used_memory
         self.slurmd_pods = pods.slurmd_pods
+        self.cluster_pods = pods.cluster_pods
         #: nodes with a GPU pod: not idle (:meth:`idle`)
         self.busy = pods.busy
         self.pending: list[KubePod] = list(pods.pending.values())

@@ -149,8 +149,7 @@ def differences(desired: Any, observed: Any, path: str = "", quantities: bool = 
 def is_ours(obj: Mapping, cluster_name: str) -> bool:
     """Labelled as rendered by the operator for this cluster."""
     labels = obj.get("metadata", {}).get("labels") or {}
-    return (labels.get(names.CLUSTER_LABEL) == cluster_name
-            and labels.get("app.kubernetes.io/managed-by") == "slurmk8s-operator")
+    return names.rendered_for(labels) == cluster_name
 
 
 def create_only(obj: Mapping) -> bool:

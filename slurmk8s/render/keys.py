@@ -154,8 +154,7 @@ def owns(cluster: SlurmCluster, secret: Mapping) -> bool:
     meta = secret.get("metadata") or {}
     labels = meta.get("labels") or {}
     uid = cluster.metadata.uid
-    if (not uid or labels.get(names.CLUSTER_LABEL) != cluster.name
-            or labels.get("app.kubernetes.io/managed-by") != "slurmk8s-operator"):
+    if not uid or names.rendered_for(labels) != cluster.name:
         return False
     return any(isinstance(ref, Mapping) and ref.get("uid") == uid and ref.get("controller") is True
                and ref.get("kind") == cluster.kind and ref.get("name") == cluster.name

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 
 from ..api.cluster import GROUP, LENT_PREFIX, SlurmCluster, lent_nodeset  # noqa: F401 (re-exported)
 from ..slurm import control
@@ -20,6 +21,9 @@ SSSD_HASH = f"{GROUP}/sssd-config-hash"
 #: PodDisruptionBudget selects on it.
 BUSY_LABEL = f"{GROUP}/slurm-busy"
 CLUSTER_LABEL = f"{GROUP}/cluster"
+#: The app.kubernetes.io/managed-by of every object the operator renders
+#: (a lent slurmd pod is the bridge's: ``render.slurmd.LENT_MANAGER``).
+OPERATOR_MANAGER = "slurmk8s-operator"
 #: The Slurm release an object was rendered for (spec.slurm.version); the
 #: controller StatefulSet's says which release the cluster runs (slurmk8s/operator/upgrade.py).
 VERSION_LABEL = "app.kubernetes.io/version"
@@ -184,11 +188,22 @@ def labels(c: SlurmCluster, component: str, **extra: str) -> dict[str, str]:
     return {
         **selector(c, component),
         "app.kubernetes.io/part-of": "slurmk8s",
-        "app.kubernetes.io/managed-by": "slurmk8s-operator",
+        "app.kubernetes.io/managed-by": OPERATOR_MANAGER,
         VERSION_LABEL: c.spec.slurm.version,
         CLUSTER_LABEL: c.name,
         **extra,
     }
+
+
+def rendered_for(labels: Mapping[str, str]) -> str | None:
+    """The name of the SlurmCluster that ``labels`` say the operator rendered
+    the object for (:func:`labels`: ``slurmk8s.dev/cluster`` and
+    ``managed-by=slurmk8s-operator``); None for any other object. Anyone who
+    may write such an object can forge these labels: they say what an object
+    claims to be, not who made it."""
+    if labels.get("app.kubernetes.io/managed-by") != OPERATOR_MANAGER:
+        return None
+    return labels.get(CLUSTER_LABEL) or None
 
 
 def claim_labels(c: SlurmCluster, component: str) -> dict[str, str]:
