@@ -36,12 +36,12 @@ from .errors import (
     not_found,
     success_status,
 )
+from .eviction import budget_to_spend
 from .resources import Registry, ResourceType, crd_errors
 from .selectors import (
     FieldSelector,
     LabelSelector,
     fields_match,
-    from_label_selector_object,
     labels_match,
     object_fields,
     selectable_fields,
@@ -130,13 +130,6 @@ def _same_except_rv(a: dict, b: dict) -> bool:
     if ma != mb:
         return False
     return {k: v for k, v in a.items() if k != "metadata"} == {k: v for k, v in b.items() if k != "metadata"}
-
-
-def is_pod_ready(pod: dict) -> bool:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            return c.get("status") == "True"
-    return False
 
 
 def node_ready(node: dict | None) -> bool:
@@ -804,29 +797,13 @@ class API:
         opts = DeleteOptions.from_body(body.get("deleteOptions"), {})
         if meta(pod).get("deletionTimestamp"):
             return success_status()
-        ready = is_pod_ready(pod)
-        for pdb in self.store.list(("policy", "poddisruptionbudgets"), ns):
-            sel = from_label_selector_object((pdb.get("spec") or {}).get("selector"))
-            if sel is None or not sel or not labels_match(sel, meta(pod).get("labels")):
-                continue
-            st = pdb.get("status") or {}
-            if not ready:
-                policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy", "IfHealthyBudget")
-                if policy == "AlwaysAllow" or int(st.get("currentHealthy", 0)) >= int(st.get("desiredHealthy", 0)):
-                    continue
-            if int(st.get("disruptionsAllowed", 0)) <= 0:
-                pname = meta(pdb)["name"]
-                raise APIError(
-                    429,
-                    "Cannot evict pod as it would violate the pod's disruption budget.",
-                    "TooManyRequests",
-                    {"causes": [{"reason": "DisruptionBudget",
-                                 "message": f"The disruption budget {pname} needs {st.get('desiredHealthy', 0)} healthy pods and has {st.get('currentHealthy', 0)} currently"}]},
-                )
+        # Which budget the eviction spends, or why it is refused: eviction.py (kube-apiserver's rules).
+        pdb = budget_to_spend(pod, self.store.list(("policy", "poddisruptionbudgets"), ns))
+        if pdb is not None:
             pdb_rt = self.registry.get("policy", "v1", "poddisruptionbudgets")
             assert pdb_rt is not None
-            new_status = copy.deepcopy(st)
-            new_status["disruptionsAllowed"] = int(st.get("disruptionsAllowed", 0)) - 1
+            new_status = copy.deepcopy(pdb.get("status") or {})
+            new_status["disruptionsAllowed"] = int(new_status.get("disruptionsAllowed", 0)) - 1
             new_status.setdefault("disruptedPods", {})[name] = timeutil.rfc3339()
             self.write_status(pdb_rt, pdb, new_status, "eviction")
         self.delete(rt, ns, name, opts)

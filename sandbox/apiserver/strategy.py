@@ -227,6 +227,14 @@ def apply_defaults(rt: ResourceType, obj: dict) -> None:
                 v.setdefault("served", True)
 
 
+def pod_ready(pod: dict) -> bool:
+    """The pod's Ready condition is True (what the disruption controller and evictions count as healthy)."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return False
+
+
 def qos_class(pod: dict) -> str:
     containers = (pod.get("spec") or {}).get("containers") or []
     requests_any = limits_all = False

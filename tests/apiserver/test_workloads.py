@@ -209,3 +209,27 @@ def test_eviction_respects_the_disruption_budget(cluster: Cluster, ns: str) -> N
         cluster.core.create_namespaced_pod_eviction("b2", ns, {"metadata": {"name": "b2", "namespace": ns}})
     assert e.value.status == 429
     assert "disruption budget busy needs 1 healthy pods and has 1 currently" in json.loads(e.value.body)["details"]["causes"][0]["message"]
+
+
+def test_kubectl_drain_is_refused_while_the_budget_allows_no_disruption_and_evicts_once_it_is_gone(
+        cluster: Cluster, ns: str) -> None:
+    """As a lent slurmd pod is guarded while Slurm runs jobs there: one pod, a budget of
+    maxUnavailable 0. kubectl drain's evictions get 429 (it retries until its timeout);
+    with the budget deleted, the next drain evicts the pod."""
+    node = f"drained-{ns}"
+    cluster.node(node, cpu="8", memory="32Gi")
+    cluster.policy.create_namespaced_pod_disruption_budget(ns, {"metadata": {"name": "guard"}, "spec": {
+        "maxUnavailable": 0, "selector": {"matchLabels": {"role": "guarded"}}}})
+    cluster.pod(ns, "guarded", labels={"role": "guarded"}, nodeSelector={"kubernetes.io/hostname": node})
+    wait_for("scheduling", lambda: pods(cluster, ns)["guarded"].spec.node_name == node)
+    cluster.report_running(ns, "guarded")
+    wait_for("the budget seen by its controller", lambda: (s := cluster.policy.read_namespaced_pod_disruption_budget(
+        "guard", ns).status).observed_generation == 1 and s.expected_pods == 1 and s.current_healthy == 1)
+    drain = cluster.kubectl("drain", node, "--force", "--timeout=3s", check=False)
+    assert drain.returncode != 0
+    assert "Cannot evict pod as it would violate the pod's disruption budget" in drain.stdout + drain.stderr
+    assert "guarded" in pods(cluster, ns)
+    assert cluster.core.read_node(node).spec.unschedulable  # cordoned all the same
+    cluster.policy.delete_namespaced_pod_disruption_budget("guard", ns)
+    cluster.kubectl("drain", node, "--force", "--timeout=20s")
+    assert "guarded" not in pods(cluster, ns)

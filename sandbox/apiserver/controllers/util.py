@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import timeutil
 from ..store import meta
+from ..strategy import pod_ready  # noqa: F401 (re-exported: the controllers' one reading of Ready)
 
 PODS = ("", "pods")
 NODES = ("", "nodes")
@@ -62,13 +63,6 @@ def controller_of(obj: dict) -> dict | None:
 
 def owned_by(objs: Iterable[dict], owner_uid: str) -> list[dict]:
     return [o for o in objs if (controller_of(o) or {}).get("uid") == owner_uid]
-
-
-def pod_ready(pod: dict) -> bool:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            return c.get("status") == "True"
-    return False
 
 
 def pod_running_ready(pod: dict) -> bool:
