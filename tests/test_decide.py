@@ -402,6 +402,21 @@ def test_a_node_that_cannot_be_described_to_slurm_is_not_lent_and_is_reported():
     assert "cannot be lent: n1" in status(acts).conditions[0].message
 
 
+def test_a_node_that_cannot_be_described_is_reported_whether_or_not_the_limits_would_let_it_be_lent():
+    """Longest idle, it is looked at first; once maxLentNodes is reached by another
+    node, the next round still says why it cannot be lent (deciding again on a round's
+    result gives nothing new, the status included)."""
+    longer = {IDLE_SINCE_ANNOTATION: format_time(T0 - timedelta(seconds=900))}
+    w = World.of(nodes=[gpu_node("a", annotations=longer, allocatable={**ALLOCATABLE, "cpu": "100m"}),
+                        gpu_node("b", annotations=IDLE)])
+    pol = policy(maxLentNodes=1)
+    acts = w.decide(pol, T0)
+    assert [a.node for a in of(acts, A.SetLendingState)] == ["b"]
+    assert "cannot be lent: a" in status(acts).conditions[0].message
+    w.apply(acts)
+    assert w.decide(pol, T0) == []
+
+
 def test_a_node_a_pending_pod_can_take_is_not_lent():
     w = World.of(nodes=[gpu_node("n1", annotations=IDLE)], pods=[gpu_pod("want", None, gpus=8)])
     assert "SetLendingState" not in kinds(w.decide(POLICY, T0))

@@ -122,19 +122,21 @@ def choose_to_lend(r: Round, world: World, settings: Settings, eligible: list[tu
     """The candidates to lend now, within the limits (``lent``: nodes held;
     ``kube_left``: selected nodes serving Kubernetes; ``keep_kube``: how many
     of them to keep, minKubernetesNodes or the forecast's headroom), with
-    their description; a node that cannot be described goes to ``r.blocked``."""
+    their description; a node that cannot be described goes to ``r.blocked``
+    whether or not the limits would let it be lent (so that the status says
+    the same of it round after round)."""
     assert settings.policy is not None
     spec = settings.policy.spec
     chosen = []
     for since, n in eligible:
-        if spec.max_lent_nodes is not None and lent >= spec.max_lent_nodes:
-            break
-        if kube_left - 1 < keep_kube:
-            break
         try:
             desc = settings.describe(n, world.lendable(n))
         except UnlendableNode as exc:
             r.blocked.append(f"{n.name} ({exc})")
+            continue
+        if spec.max_lent_nodes is not None and lent >= spec.max_lent_nodes:
+            continue
+        if kube_left - 1 < keep_kube:
             continue
         chosen.append((since, n, desc))
         lent += 1
