@@ -5,8 +5,10 @@ runs them through the loop's executor, ``slurmk8s.slurm.steps.execute``, and
 so by its failure rule (a node's chain of actions stops at the first one that
 fails; a job Slurm refuses to requeue is passed over): Slurm's steps against
 ``WorldSlurm`` (drains, jobs requeued, nodes deleted), the rest (Node patches
-through ``slurmk8s.bridge.patches.node_patch``, pods created and deleted) by
-``World._apply``. What
+through ``slurmk8s.bridge.patches.node_patch``, pods and the lent pods'
+disruption budgets created and deleted) by ``World._apply``. A world observes
+budgets only when ``budgets`` is not None (a set of their keys); a budget
+goes with the pod that owns it, as Kubernetes' garbage collector has it. What
 Slurm does to the jobs is :mod:`slurmk8s.simulate.slurmrules`, the model the
 simulator uses too.
 ``World.step`` is everything else moving: pods start and stop, slurmd
@@ -27,7 +29,7 @@ from slurmk8s.bridge.nodestate import COMPONENT_LABEL, SLURMD_COMPONENT, TAINT_K
 from slurmk8s.bridge.observed import KubeNode, KubePod, Observed, PolicyGone, UnreadableCluster, pod_from_api
 from slurmk8s.bridge.patches import NODE_PATCH_ACTIONS, node_patch
 from slurmk8s.bridge.patches import applied as patched  # noqa: F401 (the tests name it so)
-from slurmk8s.render.manifests import lent_slurmd_pod
+from slurmk8s.render.manifests import lent_budget, lent_slurmd_pod
 from slurmk8s.render.names import lent_slurmd
 from slurmk8s.simulate import slurmrules
 from slurmk8s.slurm import steps
@@ -103,6 +105,11 @@ class World:
     reserved: dict[str, int] = field(default_factory=dict)
     #: Slurm's reservations could be read
     reservations_known: bool = True
+    #: the lent pods' disruption budgets: (namespace, name) -> the pod that owns
+    #: it (namespace, name); None: not observed (decide's budget rule waits)
+    budgets: dict[tuple[str, str], tuple[str, str]] | None = None
+    #: the nodes whose chain of actions stopped (an action failed) in the last ``apply``
+    stopped: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, nodes=(), pods=(), snodes=(), jobs=(), **kw) -> World:
@@ -118,7 +125,8 @@ class World:
         slurm = SlurmState(tuple(self.snodes.values()), tuple(self.jobs.values()), reservations=reservations) \
             if self.slurm_known and self.unreadable is None else SlurmState.unknown()
         return Observed(tuple(self.nodes.values()), tuple(self.pods.values()),
-                        self.cluster if self.unreadable is None else None, slurm, self.unreadable)
+                        self.cluster if self.unreadable is None else None, slurm, self.unreadable,
+                        None if self.budgets is None else frozenset(self.budgets))
 
     def summary(self) -> str:
         """A compact picture of the world, for failure messages."""
@@ -137,7 +145,7 @@ class World:
         for j in self.jobs.values():
             lines.append(f"job {j.job_id} {j.state} on {j.nodes!r} requeue={j.requeue}")
         lines.append(f"cluster={'yes' if self.cluster else 'none'} slurm_known={self.slurm_known} "
-                     f"unreadable={self.unreadable}")
+                     f"unreadable={self.unreadable} budgets={self.budgets}")
         return "\n".join(lines)
 
     def decide(self, pol, now: datetime) -> list:
@@ -156,6 +164,7 @@ class World:
         (Slurm's steps against :class:`WorldSlurm`, the rest by :meth:`_apply`). Returns how many were applied."""
         out = steps.execute(WorldSlurm(self), actions, other=self._apply,
                             chain=lambda a: None if isinstance(a, A.Event) else A.node_of(a))
+        self.stopped = {n for a, _ in out.failed if (n := A.node_of(a)) is not None}
         return len(out.applied)
 
     def _apply(self, a) -> None:
@@ -169,8 +178,19 @@ class World:
             # The pod as the loop has it rendered, so decide must find what the renderer makes.
             pod = pod_from_api(lent_slurmd_pod(self.cluster, "", node=a.node, resources=dict(a.resources),
                                                labels=node.labels, partition=a.partition, shm_size=a.shm_size,
-                                               taint_key=TAINT_KEY))
+                                               taint_key=TAINT_KEY, grace_seconds=a.grace_seconds))
             self.pods.setdefault((pod.namespace, pod.name), pod)
+        elif isinstance(a, A.CreateBudget):
+            if self.cluster is None:
+                raise RuntimeError("the SlurmCluster is gone")
+            # As the loop has it rendered: named and placed by the renderer, owned by the node's pod.
+            obj = lent_budget(self.cluster, "", node=a.node, pod_uid=a.pod_uid)
+            owner = (obj["metadata"]["namespace"], obj["metadata"]["ownerReferences"][0]["name"])
+            if self.budgets is not None and owner in self.pods:
+                self.budgets.setdefault((obj["metadata"]["namespace"], obj["metadata"]["name"]), owner)
+        elif isinstance(a, A.DeleteBudget):
+            if self.budgets is not None:
+                self.budgets.pop((a.namespace, a.name), None)
         elif isinstance(a, A.DeleteSlurmdPod):
             pod = self.pods.get((a.namespace, a.name))
             if pod is not None:
@@ -202,6 +222,8 @@ class World:
         for key, pod in list(self.pods.items()):
             if pod.deleting:
                 del self.pods[key]
+                if self.budgets is not None:  # its budget goes with it (garbage collection)
+                    self.budgets = {k: owner for k, owner in self.budgets.items() if owner != key}
             elif pod.labels.get(COMPONENT_LABEL) == SLURMD_COMPONENT and pod.phase == "Pending" and pod.node:
                 self.pods[key] = replace(pod, phase="Running")
                 # Only the bridge's own pod runs a slurmd with the cluster's

@@ -561,3 +561,45 @@ def test_a_lent_node_whose_record_no_policy_can_read_goes_back_within_grace_plus
     assert (cluster.core.read_node("gpu-b").metadata.labels or {}).get(STATE_LABEL) == "lent"
     asked = {c[0] for c in memory.calls if c[1:2] == ("gpu-a",)}
     assert ("drain" in asked) == (spoil in ("policy-not-a-key", "unknown-state")), memory.calls
+
+
+def test_a_lent_pod_running_a_job_has_a_budget_that_refuses_its_eviction_until_the_job_is_gone(world):
+    """Issue 44, item 4 (decision record 49): the round creates the lent pod's
+    PodDisruptionBudget (owned by the pod, selecting it alone) once Slurm runs a job
+    there; an eviction (what kubectl drain sends) is refused with 429; once the job is
+    gone the budget goes and the eviction passes."""
+    from kubernetes.client.rest import ApiException
+
+    from .apiserver.conftest import wait_for
+
+    cluster, bridge, memory = world
+    lend_two(cluster, bridge, memory)
+    pod = cluster.core.read_namespaced_pod("demo-lent.gpu-a", "default")
+    bridge.round()
+    assert not cluster.policy.list_namespaced_pod_disruption_budget("default").items  # idle: none
+    memory.jobs = [Job(job_id=1, name="train", user="u", state="RUNNING", partition="gpu", nodes="gpu-a",
+                       requeue=True, restart_count=0, reason="")]
+    report = bridge.round()
+    assert not report.failed, report
+    budgets = cluster.policy.list_namespaced_pod_disruption_budget("default").items
+    assert [b.metadata.name for b in budgets] == ["demo-lent.gpu-a"]  # gpu-b runs no job: none
+    budget = budgets[0]
+    assert [(o.kind, o.name, o.uid) for o in budget.metadata.owner_references] == [("Pod", pod.metadata.name,
+                                                                                     pod.metadata.uid)]
+    assert budget.spec.max_unavailable == 0
+    selected = [p.metadata.name for p in cluster.core.list_namespaced_pod(
+        "default", label_selector=",".join(f"{k}={v}" for k, v in budget.spec.selector.match_labels.items())).items]
+    assert selected == ["demo-lent.gpu-a"]
+    assert not bridge.round().applied  # kept, not made again
+    wait_for("the budget's status", lambda: (s := cluster.policy.read_namespaced_pod_disruption_budget(
+        "demo-lent.gpu-a", "default").status).observed_generation == 1 and s.expected_pods == 1)
+    eviction = {"metadata": {"name": "demo-lent.gpu-a", "namespace": "default"}}
+    with pytest.raises(ApiException) as refused:
+        cluster.core.create_namespaced_pod_eviction("demo-lent.gpu-a", "default", eviction)
+    assert refused.value.status == 429
+    memory.jobs = []
+    report = bridge.round()
+    assert [type(a).__name__ for a in report.applied] == ["DeleteBudget"], report
+    assert not cluster.policy.list_namespaced_pod_disruption_budget("default").items
+    cluster.core.create_namespaced_pod_eviction("demo-lent.gpu-a", "default", eviction)
+    assert cluster.core.read_namespaced_pod("demo-lent.gpu-a", "default").metadata.deletion_timestamp

@@ -168,6 +168,17 @@ def test_least_privilege_by_default_as_the_api_server_answers(installed):
         legacy = legacy_lease_name(component)
         assert chart.allowed(component, "get", "coordination.k8s.io", "leases", NAMESPACE, legacy)
         assert not chart.allowed(component, "update", "coordination.k8s.io", "leases", NAMESPACE, legacy)
+    # The lent pods' disruption budgets (decision record 49): made and removed where the
+    # bridge lends, never read by name, changed or relaxed (another's budget stays as it is).
+    for namespace in (None, "kube-system", NAMESPACE, *WATCHED):
+        for verb in ("get", "update", "patch", "deletecollection"):
+            assert not chart.allowed("bridge", verb, "policy", "poddisruptionbudgets", namespace), (verb, namespace)
+    for namespace in watched(chart.values, "bridge") or [NAMESPACE]:
+        for verb in ("list", "watch", "create", "delete"):
+            assert chart.allowed("bridge", verb, "policy", "poddisruptionbudgets", namespace), (verb, namespace)
+    if name != "clusterwide":
+        for verb in ("create", "delete"):
+            assert not chart.allowed("bridge", verb, "policy", "poddisruptionbudgets", "kube-system")
     # Where the operator works it reads its key Secrets by name.
     for namespace in watched(chart.values, "operator") or [NAMESPACE]:
         assert chart.allowed("operator", "get", "", "secrets", namespace)

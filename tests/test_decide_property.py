@@ -85,10 +85,11 @@ def worlds(draw, lendable=False):
         pol = PolicyGone("hpc", "lend", "hpc/demo")  # deleted: its nodes come back
     now = T0 + timedelta(seconds=draw(st.integers(0, 3600)))
     w = World()
-    names = NAMES[: draw(st.integers(2 if lendable else 1, len(NAMES)))]
+    budgets: dict[tuple[str, str], tuple[str, str]] = {}
+    node_names = NAMES[: draw(st.integers(2 if lendable else 1, len(NAMES)))]
     # When lendable, the first nodes are free to lend: selected, idle long enough, nothing on them.
     free = draw(st.integers(1, 3)) if lendable else 0
-    for i, name in enumerate(names):
+    for i, name in enumerate(node_names):
         if i < free:
             idle_after = pol.spec.idle_after_seconds
             w.nodes[name] = gpu_node(name, annotations={IDLE_SINCE_ANNOTATION: format_time(
@@ -146,13 +147,20 @@ def worlds(draw, lendable=False):
             w.pods[("apps", f"app-{name}")] = gpu_pod(
                 f"app-{name}", name, gpus=draw(st.sampled_from([1, 4, 8])),
                 owner_kind=draw(st.sampled_from([None, "ReplicaSet", "DaemonSet"])))
-        # The lent slurmd pod, in some phase: usually there on held nodes.
+        # The lent slurmd pod, in some phase: usually there on held nodes (lent by this
+        # version: labelled with its node, which its disruption budget selects).
         if not one_in(6) if held_state else one_in(8, 16):
             pod_name = lent_slurmd("demo", name)
+            labels = {COMPONENT_LABEL: SLURMD_COMPONENT}
+            if not one_in(6):
+                labels[names.LENT_NODE_LABEL] = names.lent_node_label(name)
             w.pods[("hpc", pod_name)] = KubePod(
                 "hpc", pod_name, node=name,
                 phase=draw(st.sampled_from(["Running", "Running", "Running", "Pending", "Failed"])),
-                gpus=8, labels={COMPONENT_LABEL: SLURMD_COMPONENT}, deleting=one_in(8))
+                gpus=8, labels=labels, deleting=one_in(8))
+            # Its disruption budget, there or not (none is observed in some worlds: below).
+            if draw(st.booleans()):
+                budgets[("hpc", names.lent_budget("demo", name))] = ("hpc", pod_name)
         # A tenant's pod that carries the lent slurmd label (issue 24, item 8).
         if one_in(8):
             w.pods[("tenant", f"forged-{name}")] = KubePod(
@@ -173,7 +181,7 @@ def worlds(draw, lendable=False):
                 flags=flags, reason=reason)
     # Jobs, some spanning nodes.
     for job_id in range(1, draw(st.integers(0, 5)) + 1):
-        on = draw(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True))
+        on = draw(st.lists(st.sampled_from(node_names), min_size=1, max_size=2, unique=True))
         w.jobs[job_id] = job(job_id, ",".join(sorted(on)),
                              state=draw(st.sampled_from(["RUNNING", "RUNNING", "COMPLETING", "PENDING"])),
                              requeue=not one_in(5))
@@ -186,6 +194,7 @@ def worlds(draw, lendable=False):
             node_selector=draw(st.sampled_from([{"zone": "b"}] if lendable else
                                                [{}, {}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB"},
                                                 {"zone": "b"}])))
+    w.budgets = None if one_in(6) else budgets
     w.slurm_known = not one_in(6, 0)
     if one_in(10, 0):
         w.cluster = None
@@ -238,10 +247,11 @@ def test_unknown_slurm_means_no_destructive_action(case):
         if isinstance(a, A.SetLendingState):
             assert a.state == RECLAIMING and a.reason in ("withdrawn", "cordoned", "demand", "policy-gone",
                                                           "limits", "record-unreadable"), a
-        elif isinstance(a, (A.DeleteSlurmdPod, A.Untaint, A.ClearLending, A.RecordDownOwed)):
+        elif isinstance(a, (A.DeleteSlurmdPod, A.Untaint, A.ClearLending, A.RecordDownOwed, A.DeleteBudget)):
             assert overdue(w, pol, now, a.node), (a, w.summary())
         else:
-            assert not isinstance(a, (*A.DESTRUCTIVE_ACTIONS, A.CreateSlurmdPod, A.ClearDownOwed)), a
+            assert not isinstance(a, (*A.DESTRUCTIVE_ACTIONS, A.CreateSlurmdPod, A.ClearDownOwed,
+                                      A.CreateBudget)), a
 
 
 @reaches(sets_down=0.03)  # 6-20% of examples, run to run
@@ -249,8 +259,8 @@ def test_unknown_slurm_means_no_destructive_action(case):
 @given(worlds())
 def test_a_node_is_set_down_only_when_its_slurmd_is_gone_or_it_is_lost(case):
     """A blip must not end a job: DOWN (which ends every job there) only for
-    a node whose slurmd pod is gone, one Kubernetes has reported not Ready
-    for notReadyTimeoutSeconds while Slurm reports it NOT_RESPONDING, or one
+    a node whose slurmd pod is gone or ended, one Kubernetes has reported not Ready for
+    notReadyTimeoutSeconds while Slurm reports it NOT_RESPONDING, or one
     taken back past its reclaim deadline."""
     w, pol, now = case
     acts = w.decide(pol, now)
@@ -267,7 +277,9 @@ def test_a_node_is_set_down_only_when_its_slurmd_is_gone_or_it_is_lost(case):
                 and "NOT_RESPONDING" in snode.flags and now - node.not_ready_since >= timedelta(seconds=timeout))
         cluster = pol.cluster if isinstance(pol, PolicyGone) else f"{pol.namespace}/{pol.spec.cluster_ref.name}"
         owed = node.record.down_owed == cluster or overdue(w, pol, now, a.node)
-        assert reason == "slurmd-lost" or lost or owed, (a, reason, node)
+        pod = w.pods.get(("hpc", lent_slurmd("demo", a.node)))
+        pod_gone = pod is None or pod.terminal
+        assert reason == "slurmd-lost" or pod_gone or lost or owed, (a, reason, node)
 
 
 @reaches(hands_back=0.1, busy=0.15)
@@ -448,6 +460,61 @@ def test_no_node_is_lent_to_the_cluster_whose_own_pods_run_there(case, data):
     assert not lent & set(on), (lent, on, w.summary())
 
 
+@reaches(guards=0.08, relaxes=0.05)
+@SETTINGS
+@given(st.one_of(worlds(), worlds(lendable=True)), st.booleans())
+def test_a_lent_pod_has_a_disruption_budget_exactly_while_slurm_runs_jobs_on_its_node(case, busy):
+    """Issue 44, item 4 (decision record 49): once a round's actions are applied, every
+    node the policy holds for its SlurmCluster and keeps has a budget on its lent pod
+    when that pod runs (Running, not being deleted, lent by this version) and Slurm
+    shows a job there, and none otherwise; a node handed back keeps none (unless its
+    chain stopped: it waits for the next round). Slurm unknown or no SlurmCluster:
+    nothing is guarded anew, and a budget goes only with its node handed back
+    (past the deadline); budgets not observed: the rule does nothing.
+    Built to reach the case: with ``busy``, n0 is lent by the policy and runs a job."""
+    w, pol, now = case
+    if busy:
+        w.nodes["n0"] = gpu_node("n0", labels={**GPU_LABELS, STATE_LABEL: LENT}, annotations={
+            POLICY_ANNOTATION: pol.key, "slurmk8s.dev/lending-cluster": "hpc/demo",
+            "slurmk8s.dev/lending-partition": "gpu", SINCE_ANNOTATION: format_time(now - timedelta(hours=1))},
+            taints=(NodeTaint(TAINT_KEY, "demo", TAINT_EFFECT),))
+        w.pods[("hpc", lent_slurmd("demo", "n0"))] = KubePod(
+            "hpc", lent_slurmd("demo", "n0"), node="n0", phase="Running", gpus=8,
+            labels={COMPONENT_LABEL: SLURMD_COMPONENT, names.LENT_NODE_LABEL: names.lent_node_label("n0")})
+        w.snodes["n0"] = slurm_node("n0", state="mixed")
+        w.jobs[99] = job(99, "n0")
+    acts = w.decide(pol, now)
+    if w.budgets is None:  # not observed: the rule waits
+        assert not [a for a in acts if isinstance(a, (A.CreateBudget, A.DeleteBudget))], acts
+        return
+    if w.cluster is None or not w.slurm_known:
+        # No Slurm to ask: nothing is guarded anew; a budget goes only with its node handed back.
+        handed_back = {a.node for a in acts if isinstance(a, A.ClearLending)}
+        assert not [a for a in acts if isinstance(a, A.CreateBudget)], acts
+        assert all(a.node in handed_back for a in acts if isinstance(a, A.DeleteBudget)), acts
+        return
+    if any(isinstance(a, A.CreateBudget) for a in acts):
+        reached("guards")
+    if any(isinstance(a, A.DeleteBudget) for a in acts):
+        reached("relaxes")
+    before = w.copy()
+    w.apply(acts)
+    for n in before.nodes.values():
+        rec = n.record
+        if rec.holder != pol.key or rec.cluster != "hpc/demo" or n.name in w.stopped:
+            continue  # not this policy's for its cluster, or its chain waits for the next round
+        has = ("hpc", names.lent_budget("demo", n.name)) in w.budgets
+        if w.nodes[n.name].record.state is None:
+            assert not has, (n.name, acts, w.summary())  # handed back: its budget went with it
+            continue
+        # What the round saw: the pod (lent by this version) running, and a job there.
+        pod = before.pods.get(("hpc", lent_slurmd("demo", n.name)))
+        wanted = (pod is not None and not pod.deleting and pod.phase == "Running"
+                  and pod.labels.get(names.LENT_NODE_LABEL) == names.lent_node_label(n.name)
+                  and bool(before.active_jobs(n.name)))
+        assert has == wanted, (n.name, has, wanted, acts, before.summary())
+
+
 @reaches(acts=0.4)
 @SETTINGS
 @given(st.one_of(worlds(), worlds(lendable=True)))
@@ -474,7 +541,8 @@ def end_state(w: World) -> dict:
     pods = sorted((k, p.phase, p.deleting) for k, p in w.pods.items())
     snodes = sorted((s.name, s.state, s.drain_set) for s in w.snodes.values())
     jobs = sorted((j.job_id, j.state, j.nodes) for j in w.jobs.values())
-    return {"nodes": nodes, "pods": pods, "slurm": snodes, "jobs": jobs}
+    budgets = None if w.budgets is None else sorted(w.budgets)
+    return {"nodes": nodes, "pods": pods, "slurm": snodes, "jobs": jobs, "budgets": budgets}
 
 
 def run(w: World, pol, now, rounds: int = 60):

@@ -27,7 +27,8 @@ from ..slurm.steps import Cancel, DeleteNode, Drain, Requeue, Reserve, SetDown, 
 __all__ = [
     "SetLendingState", "ClearLending", "RecordIdleSince", "ClearIdleSince", "RecordFreeSince",
     "ClearFreeSince", "RecordSignalled",
-    "RecordForced", "ClampTimes", "RecordDownOwed", "ClearDownOwed", "RecordHealthFailed", "Taint", "Untaint", "CreateSlurmdPod", "DeleteSlurmdPod", "Drain", "SetDown",
+    "RecordForced", "ClampTimes", "RecordDownOwed", "ClearDownOwed", "RecordHealthFailed", "Taint", "Untaint",
+    "CreateSlurmdPod", "DeleteSlurmdPod", "CreateBudget", "DeleteBudget", "Drain", "SetDown",
     "Signal", "Requeue", "StartNow", "Cancel", "DeleteNode", "Event", "PolicyStatus",
     "Action", "NodeAction", "DESTRUCTIVE_ACTIONS", "node_of",
 ]
@@ -194,11 +195,38 @@ class CreateSlurmdPod:
     #: nvidia.com/gpu less what its other pods request
     #: (:meth:`~slurmk8s.bridge.world.World.lendable`), as sorted pairs.
     resources: tuple[tuple[str, str], ...]
+    #: The policy's reclaim.gracePeriodSeconds: what the pod, deleted by
+    #: someone else, waits for its jobs (its termination grace covers it).
+    grace_seconds: int = 60
 
 
 @dataclass(frozen=True)
 class DeleteSlurmdPod:
     """Delete the slurmd pod of a node (gone already: fine)."""
+
+    namespace: str
+    name: str
+    node: str
+
+
+# The lent slurmd pod's PodDisruptionBudget (decision record 49).
+
+
+@dataclass(frozen=True)
+class CreateBudget:
+    """Create the PodDisruptionBudget that guards the lent slurmd pod of
+    ``node`` (lent to SlurmCluster ``cluster``, namespace/name) while Slurm
+    runs jobs there; ``pod_uid`` owns it. The loop has the renderer build it
+    (``slurmk8s.render.slurmd.lent_budget``). One that exists is fine."""
+
+    cluster: str
+    node: str
+    pod_uid: str
+
+
+@dataclass(frozen=True)
+class DeleteBudget:
+    """Delete the lent slurmd pod's PodDisruptionBudget (gone already: fine)."""
 
     namespace: str
     name: str
@@ -221,13 +249,14 @@ NodeAction = (
     SetLendingState | ClearLending | RecordIdleSince | ClearIdleSince | RecordFreeSince | ClearFreeSince
     | RecordSignalled | RecordForced | ClampTimes
     | RecordDownOwed | ClearDownOwed | RecordHealthFailed | Taint | Untaint | CreateSlurmdPod | DeleteSlurmdPod
+    | CreateBudget | DeleteBudget
     | Drain | SetDown | Signal | Requeue | StartNow | Cancel | DeleteNode | Reserve | Unreserve
 )
 Action = NodeAction | Event | PolicyStatus
 
 #: Actions that stop or disturb Slurm work, or hand a node back to Kubernetes.
 DESTRUCTIVE_ACTIONS = (Drain, SetDown, Signal, Requeue, Cancel, DeleteNode, DeleteSlurmdPod,
-                       Untaint, ClearLending)
+                       Untaint, ClearLending, DeleteBudget)
 
 
 def node_of(action: Action) -> str | None:

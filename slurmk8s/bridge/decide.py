@@ -17,7 +17,8 @@ This module is the composition; the rules live beside it:
 settings, the round's facts), :mod:`.problems` (what is wrong with a
 policy), :mod:`.verdicts` (why a held node leaves), :mod:`.placement`
 (pending pods), :mod:`.choose` (which nodes to lend, which to give back
-first), :mod:`.transitions` (each node's moves, as actions), :mod:`.status`
+first), :mod:`.ownpods` (no lending beside the cluster's own pods),
+:mod:`.budgets` (the lent pods' disruption budgets), :mod:`.transitions` (each node's moves, as actions), :mod:`.status`
 (the policy's status), :mod:`.reasons` (why a node is taken back). Indexes
 and the policy's selection are remembered between calls on the identity of
 unchanged inputs (:mod:`.memo`), which changes no answer.
@@ -46,6 +47,9 @@ Safety rules, each enforced in those modules:
 - A node is lent only if its owner allows the policy's namespace
   (label slurmk8s.dev/lendable-to; decision record 15), whatever the
   selector says; a node whose owner withdraws that is taken back.
+- No node is lent to the SlurmCluster whose own pods run there
+  (:mod:`.ownpods`); a lent pod has a PodDisruptionBudget exactly while it
+  runs and Slurm shows a job on its node (:mod:`.budgets`; decision record 49).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from ..api.lending import NodeLendingPolicy
 from . import deadline
 from . import transitions as move
 from .actions import Action
+from .budgets import keep_budgets
 from .choose import choose_to_lend, idle_candidates, over_cap, reclaim_order, short_of_minimum
 from .foresight import Foresight, demand_status, foresee, reservations, stale_reservations
 from .nodecounts import LendingMetrics, lending_metrics
@@ -333,6 +338,8 @@ def _move_nodes(r: Round, world: World, settings: Settings, mine: list[KubeNode]
             move.reclaim(r, world, settings, n, entering=entering, ended=ended)
     for n in held:
         move.keep(r, world, settings, n)
+    # The lent pods' disruption budgets, while Slurm runs jobs there (problem or not).
+    keep_budgets(r, world, settings, mine)
 
     if problem is not None:
         return set()

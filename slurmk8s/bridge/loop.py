@@ -71,8 +71,8 @@ from ..api.lending import NodeLendingPolicy, NodeLendingPolicyStatus
 from ..events import Event
 from ..kube import ApiError
 from ..render import names
-from ..render.manifests import lent_slurmd_pod
-from ..render.slurmd import is_lent_slurmd_pod
+from ..render.manifests import lent_budget, lent_slurmd_pod
+from ..render.slurmd import LENT_COMPONENT, LENT_MANAGER, is_lent_slurmd_pod
 from ..slurm import SlurmControl, steps
 from ..slurm.model import SlurmState
 from ..slurm.remote import AgentError, cluster_agent
@@ -453,13 +453,22 @@ class Bridge:
         self._unanswered.add(_ckey(cluster))
         return SlurmState.unknown(), None
 
+    def _budgets(self) -> frozenset[tuple[str, str]] | None:
+        """The lent pods' PodDisruptionBudgets; None when they cannot be read
+        (decide's budget rule then waits)."""
+        try:
+            return self.view.budgets()
+        except Exception as exc:  # noqa: BLE001 - unknown budgets: nothing about them changes
+            log.warning("poddisruptionbudgets unreadable", error=str(exc))
+            return None
+
     def _policy_round(self, policy: Policy, obj: dict | None, world: tuple, report: RoundReport,
                       found: SlurmCluster | UnreadableCluster | None, slurm_state: SlurmState,
                       slurm: SlurmControl | None) -> None:
         node_objs, nodes, pods = dict(world[0]), world[1], world[2]
         cluster = found if isinstance(found, SlurmCluster) else None
         unreadable = found if isinstance(found, UnreadableCluster) else None
-        observed = Observed(nodes, pods, cluster, slurm_state, unreadable)
+        observed = Observed(nodes, pods, cluster, slurm_state, unreadable, self._budgets())
         now = self.clock()
         todo = decide(observed, policy, now)
         ctx = _Acting(self, cluster, slurm, node_objs, {n.name: n for n in nodes}, obj, policy, now, report)
@@ -554,6 +563,10 @@ class _Acting:
             self.create_pod(action)
         elif isinstance(action, A.DeleteSlurmdPod):
             self.kube.delete("Pod", action.namespace, action.name)
+        elif isinstance(action, A.CreateBudget):
+            self.create_budget(action)
+        elif isinstance(action, A.DeleteBudget):
+            self.kube.delete("PodDisruptionBudget", action.namespace, action.name)
         elif isinstance(action, Event):
             self.event(action)
         elif isinstance(action, A.PolicyStatus):
@@ -594,7 +607,7 @@ class _Acting:
         node = self.nodes[action.node]
         pod = lent_slurmd_pod(self.cluster, chash, node=action.node, resources=dict(action.resources),
                               labels=node.labels, partition=action.partition, shm_size=action.shm_size,
-                              taint_key=TAINT_KEY)
+                              taint_key=TAINT_KEY, grace_seconds=action.grace_seconds)
         try:
             created = self.kube.create(pod)
         except Exception as exc:
@@ -610,6 +623,30 @@ class _Acting:
                                    f"node {action.node} lent to {self.cluster.name}") from None
             return
         self.b.view.wrote({**created, "kind": "Pod", "apiVersion": "v1"})
+
+    def create_budget(self, action: A.CreateBudget) -> None:
+        """The lent pod's PodDisruptionBudget, as the renderer makes it. One of
+        that name that is already a lent pod's budget (a bridge killed
+        mid-round made it) is fine; anyone else's fails the action."""
+        if self.cluster is None:
+            raise RuntimeError("the SlurmCluster is gone")
+        chash = (self.cluster.status.config_hash if self.cluster.status else None) or ""
+        budget = lent_budget(self.cluster, chash, node=action.node, pod_uid=action.pod_uid)
+        try:
+            created = self.kube.create(budget)
+        except Exception as exc:
+            if getattr(exc, "status", None) != 409:
+                raise
+            meta = budget["metadata"]
+            labels = ((self.kube.get("PodDisruptionBudget", meta["namespace"], meta["name"]) or {})
+                      .get("metadata") or {}).get("labels") or {}
+            if (labels.get("app.kubernetes.io/component"), labels.get("app.kubernetes.io/managed-by"),
+                    labels.get(names.LENT_NODE_LABEL)) != (LENT_COMPONENT, LENT_MANAGER,
+                                                           names.lent_node_label(action.node)):
+                raise RuntimeError(f"poddisruptionbudget {meta['namespace']}/{meta['name']} exists and is not the "
+                                   f"budget of node {action.node}'s lent pod") from None
+            return
+        self.b.view.wrote({**created, "kind": "PodDisruptionBudget", "apiVersion": "policy/v1"})
 
     def event(self, action: Event) -> None:
         if action.kind == "Node":

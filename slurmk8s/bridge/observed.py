@@ -21,12 +21,13 @@ from ..api.cluster import SlurmCluster
 from ..api.fields import parse_quantity
 from ..api.lending import NodeLendingPolicyStatus
 from ..render.lent import GPU_RESOURCE
+from ..render.slurmd import LENT_COMPONENT, LENT_MANAGER
 from ..slurm.model import SlurmState
 from .nodestate import LendingRecord, parse_time, unattributed
 
 __all__ = [
-    "NodeTaint", "KubeNode", "KubePod", "Observed", "PolicyGone", "Unattributed", "InvalidPolicy",
-    "UnreadableCluster", "node_from_api", "pod_from_api", "gpu_count", "requested",
+    "NodeTaint", "KubeNode", "KubePod", "KubeBudget", "Observed", "PolicyGone", "Unattributed", "InvalidPolicy",
+    "UnreadableCluster", "node_from_api", "pod_from_api", "budget_from_api", "gpu_count", "requested",
 ]
 
 #: Pod phases of pods that hold no resources any more.
@@ -133,10 +134,23 @@ class KubePod:
     unschedulable: bool = False
     #: spec.nodeSelector: a lent node can only serve the pod if it carries these labels.
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    #: metadata.uid (a lent pod's budget names it as its owner).
+    uid: str = ""
 
     @property
     def terminal(self) -> bool:
         return self.phase in TERMINAL_PHASES
+
+
+@dataclass(frozen=True)
+class KubeBudget:
+    """A PodDisruptionBudget, as far as lending cares: the bridge's own guard
+    of a lent slurmd pod (``lent``: its component and manager labels say so)
+    or any other."""
+
+    namespace: str
+    name: str
+    lent: bool = False
 
 
 @dataclass(frozen=True)
@@ -169,6 +183,10 @@ class Observed:
     slurm: SlurmState
     #: Why the policy's SlurmCluster could not be loaded (``cluster`` is None then).
     unreadable: UnreadableCluster | None = None
+    #: (namespace, name) of the lent pods' PodDisruptionBudgets that exist
+    #: (:class:`KubeBudget` ``lent``); None: not observed, and the budget rule
+    #: waits (:mod:`.budgets`).
+    budgets: frozenset[tuple[str, str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -289,4 +307,13 @@ def pod_from_api(obj: Mapping[str, Any]) -> KubePod:
         deleting=bool(meta.get("deletionTimestamp")),
         unschedulable=scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable",
         node_selector=dict(spec.get("nodeSelector") or {}),
+        uid=str(meta.get("uid") or ""),
     )
+
+
+def budget_from_api(obj: Mapping[str, Any]) -> KubeBudget:
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return KubeBudget(namespace=meta.get("namespace", "default"), name=meta["name"],
+                      lent=(labels.get("app.kubernetes.io/component") == LENT_COMPONENT
+                            and labels.get("app.kubernetes.io/managed-by") == LENT_MANAGER))

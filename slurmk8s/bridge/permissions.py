@@ -41,6 +41,13 @@ BRIDGE: tuple[Permission, ...] = (
     # deleted when the node goes back.
     Permission("create", "", "pods", WATCHED),
     Permission("delete", "", "pods", WATCHED),
+    # The lent pod's PodDisruptionBudget (<cluster>-lent.<node>, owned by the
+    # pod), created while Slurm runs jobs there and deleted once none is left
+    # or the node goes back; listed, then watched (view.py), to know which exist.
+    Permission("list", "policy", "poddisruptionbudgets", WATCHED),
+    Permission("watch", "policy", "poddisruptionbudgets", WATCHED),
+    Permission("create", "policy", "poddisruptionbudgets", WATCHED),
+    Permission("delete", "policy", "poddisruptionbudgets", WATCHED),
     # The lent pod has an ownerReference to its SlurmCluster with
     # blockOwnerDeletion, which OwnerReferencesPermissionEnforcement allows
     # only with update on the owner's finalizers.

@@ -15,7 +15,7 @@ __all__ = [
     "DEFAULT_RECLAIM", "DEFAULT_REGISTRATION_TIMEOUT", "FORCE_RETRY_SECONDS", "REASONS", "FAILURES", "SLURMD_GONE",
     "DEMAND", "UNSELECTED", "CORDONED", "WINDOW", "LIMITS", "PARTITION", "POLICY_GONE", "SLURMD_LOST",
     "SLURM_NODE_LOST", "SLURM_NODE_DOWN", "NODE_NOT_READY", "REGISTRATION_TIMEOUT", "UNLENDABLE", "CLUSTER_GONE",
-    "CLUSTER_UNREADABLE", "WITHDRAWN", "UNHEALTHY", "FORECAST", "RECORD_UNREADABLE",
+    "CLUSTER_UNREADABLE", "WITHDRAWN", "UNHEALTHY", "FORECAST", "RECORD_UNREADABLE", "POD_DELETED",
 ]
 
 #: Reclaim settings for nodes whose policy is gone.
@@ -43,6 +43,7 @@ WITHDRAWN = "withdrawn"
 UNHEALTHY = "unhealthy"
 FORECAST = "forecast"
 RECORD_UNREADABLE = "record-unreadable"
+POD_DELETED = "pod-deleted"
 
 REASONS = {
     DEMAND: "pending GPU pods need the node",
@@ -63,6 +64,8 @@ REASONS = {
     WITHDRAWN: f"the node's {LENDABLE_TO_LABEL} label no longer names the policy's namespace",
     UNHEALTHY: "the node failed a health check (its Slurm node is drained 'slurmk8s: health: <check>')",
     FORECAST: "the forecast wants the node for Kubernetes within spec.forecast.headroomSeconds",
+    POD_DELETED: ("the node's lent slurmd pod is being deleted (an eviction, a drain, kubectl delete); it waits "
+                  "for its jobs within its termination grace"),
     RECORD_UNREADABLE: ("the node's lending record cannot be read (its slurmk8s.dev/lending label has a value the "
                         "bridge does not know, or its slurmk8s.dev/lending-policy or slurmk8s.dev/lending-cluster "
                         "annotation names no object as <namespace>/<name>)"),

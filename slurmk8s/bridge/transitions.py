@@ -41,6 +41,7 @@ from .actions import (
     Taint,
     Untaint,
 )
+from .budgets import dropped_budgets
 from .nodestate import LENDING, LENT, RECLAIMING, TAINT_EFFECT, TAINT_KEY, LendingRecord
 from .observed import KubeNode
 from .reasons import CLUSTER_GONE, FAILURES, FORCE_RETRY_SECONDS, NODE_NOT_READY, REASONS, SLURMD_GONE, UNHEALTHY
@@ -71,7 +72,8 @@ def create_pod(world: World, settings: Settings, node: KubeNode) -> CreateSlurmd
     assert settings.policy is not None
     spec = settings.policy.spec
     return CreateSlurmdPod(cluster=settings.cluster_key, node=node.name, partition=spec.partition,
-                           shm_size=spec.shm_size, resources=tuple(sorted(world.lendable(node).items())))
+                           shm_size=spec.shm_size, resources=tuple(sorted(world.lendable(node).items())),
+                           grace_seconds=settings.reclaim.grace_period_seconds)
 
 
 def start_lending(r: Round, world: World, settings: Settings, node: KubeNode, since: datetime,
@@ -116,9 +118,16 @@ def keep(r: Round, world: World, settings: Settings, node: KubeNode) -> None:
 
 
 def slurmd_gone(world: World, settings: Settings, node: KubeNode, entering: str | None) -> bool:
-    """Nothing answers for the node's jobs any more: the evacuation rule sets it DOWN."""
+    """Nothing answers for the node's jobs any more: the evacuation rule sets it
+    DOWN. So it is when its slurmd was lost, the node is :func:`lost`, or its
+    lent slurmd pod is gone or ended (deleted by someone else and past its
+    termination grace during the reclaim, say) while Slurm still shows jobs
+    there."""
     reason = entering or node.record.reason or "unknown"
-    return reason in SLURMD_GONE or lost(world, settings, node)
+    if reason in SLURMD_GONE or lost(world, settings, node):
+        return True
+    pod = pod_of(world, settings, node)
+    return pod is None or pod.terminal
 
 
 def ended_by_down(world: World, settings: Settings, reclaimed: Sequence[tuple[KubeNode, str | None]]) -> dict[int, str]:
@@ -257,9 +266,10 @@ def evacuation_actions(name: str, evac: evacuation.Evacuation, policy: evacuatio
 
 
 def hand_back(r: Round, world: World, settings: Settings, node: KubeNode) -> None:
-    """Reclaiming -> Kubernetes: delete the slurmd pod, untaint, clear the record."""
-    acts: list[Action] = [DeleteSlurmdPod(pod.namespace, pod.name, node.name)
-                          for pod in pods_of(world, settings, node) if not pod.deleting]
+    """Reclaiming -> Kubernetes: delete the slurmd pod, untaint, clear the
+    record; then the pod's budget (last: it goes with its pod anyway)."""
+    pods = pods_of(world, settings, node)
+    acts: list[Action] = [DeleteSlurmdPod(pod.namespace, pod.name, node.name) for pod in pods if not pod.deleting]
     if node.record.taint is not None:
         acts.append(Untaint(node.name, TAINT_KEY))
     acts.append(ClearLending(node.name))
@@ -269,6 +279,7 @@ def hand_back(r: Round, world: World, settings: Settings, node: KubeNode) -> Non
     if (settings.min_free_gpus is not None and settings.selects(node)
             and world.has_free(node, settings.namespace, settings.cluster_name)):
         acts.append(RecordFreeSince(node.name, settings.now, world.free_gpus(node)))
+    acts += dropped_budgets(world, node, pods)
     r.emit(*acts)
     r.projected[node.name] = None
 

@@ -19,6 +19,7 @@ from .reasons import (
     CORDONED,
     NODE_NOT_READY,
     PARTITION,
+    POD_DELETED,
     REGISTRATION_TIMEOUT,
     SLURM_NODE_DOWN,
     SLURM_NODE_LOST,
@@ -77,13 +78,15 @@ def lost(world: World, settings: Settings, node: KubeNode) -> bool:
 def failure(world: World, settings: Settings, node: KubeNode) -> str | None:
     """A reason to take the node back, or None: a failure (in FAILURES)
     leaves no time for a checkpoint; a node that is not Ready is given
-    back gracefully (and set DOWN later if it is :func:`lost`)."""
+    back gracefully (and set DOWN later if it is :func:`lost`), and so is a
+    lent node whose slurmd pod is being deleted but still runs (its
+    entrypoint drains and waits while jobs run, within a termination grace
+    that covers the policy's grace period: ``render.slurmd.termination_grace``)."""
     rec = node.record
     if not node.ready:
         return NODE_NOT_READY
     pod = pod_of(world, settings, node)
     snode = world.slurm_nodes.get(node.name)
-    pod_gone = pod is None or pod.terminal or pod.deleting
     if rec.state == LENDING:
         if pod is not None and (pod.terminal or pod.deleting):
             return SLURMD_LOST
@@ -100,15 +103,15 @@ def failure(world: World, settings: Settings, node: KubeNode) -> str | None:
                 return UNLENDABLE
         return None
     # lent
-    if pod_gone:
+    if pod is None or pod.terminal:
         return SLURMD_LOST
     if snode is None:
         return SLURM_NODE_LOST
-    if snode.state == "unknown":
-        return None  # not answered yet (e.g. slurmctld restarted): no verdict
-    if snode.state == "down" or "NOT_RESPONDING" in snode.flags:
+    if snode.state != "unknown" and (snode.state == "down" or "NOT_RESPONDING" in snode.flags):
         return SLURM_NODE_DOWN
-    return None
+    if pod.deleting:
+        return POD_DELETED  # Kubernetes wants the pod gone; its slurmd still answers for the jobs
+    return None  # (a node Slurm shows in state unknown has not answered yet: no verdict)
 
 
 def withdrawn(settings: Settings, node: KubeNode) -> str | None:

@@ -3,9 +3,10 @@
 Two views with one interface (what :class:`.loop.Bridge` reads):
 
 - :class:`Watching` (what ``slurmk8s bridge`` runs, decision record 23):
-  informers (:mod:`slurmk8s.informer`) keep Nodes, Pods, NodeLendingPolicies
-  and SlurmClusters in memory from watches, and wake the loop when something a
-  decision depends on changes. Until every cache is synced (after the start,
+  informers (:mod:`slurmk8s.informer`) keep Nodes, Pods, NodeLendingPolicies,
+  SlurmClusters and PodDisruptionBudgets (the lent pods', decision record 49)
+  in memory from watches, and wake the loop when something a decision depends
+  on changes. Until every cache is synced (after the start,
   and after a 410 or a broken watch until the relist is in), ``not_synced``
   names them and the loop decides nothing.
 - :class:`Listing`: reads everything from the API each round (decision
@@ -24,7 +25,7 @@ from typing import Any
 
 from ..informer import Change, Informer, Store, object_key
 from .nodestate import COMPONENT_LABEL, SLURMD_COMPONENT
-from .observed import KubeNode, KubePod, node_from_api, pod_from_api
+from .observed import KubeBudget, KubeNode, KubePod, budget_from_api, node_from_api, pod_from_api
 
 __all__ = ["Listing", "Watching", "relevant", "World", "WATCHED_KINDS"]
 
@@ -32,7 +33,10 @@ __all__ = ["Listing", "Watching", "relevant", "World", "WATCHED_KINDS"]
 World = tuple[dict[str, dict], tuple[KubeNode, ...], tuple[KubePod, ...]]
 
 #: The kinds the watching view keeps, and whether per watched namespace.
-WATCHED_KINDS = (("Node", False), ("Pod", False), ("NodeLendingPolicy", True), ("SlurmCluster", True))
+WATCHED_KINDS = (("Node", False), ("Pod", False), ("NodeLendingPolicy", True), ("SlurmCluster", True),
+                 ("PodDisruptionBudget", True))
+#: How each kind is kept: parsed (what a decision reads), or as the API gives it.
+_PARSERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {"PodDisruptionBudget": budget_from_api}
 
 
 def _pod_matters(pod: KubePod | None) -> bool:
@@ -41,9 +45,11 @@ def _pod_matters(pod: KubePod | None) -> bool:
 
 def relevant(kind: str, change: Change | None) -> bool:
     """Whether a cache change may change a decision (and so wakes the loop).
-    A list (``None``), any policy or cluster change, a Node whose parsed form
-    changed; a Pod only when it requests GPUs or is a lent slurmd pod, before
-    or after. Status heartbeats and CPU pods do not wake it."""
+    A list (``None``), any policy or cluster change, a Node or a
+    PodDisruptionBudget whose parsed form changed (a budget created or
+    deleted; not its status, which the disruption controller rewrites); a
+    Pod only when it requests GPUs or is a lent slurmd pod, before or after.
+    Status heartbeats and CPU pods do not wake it."""
     if change is None or kind in ("NodeLendingPolicy", "SlurmCluster"):
         return True
     if change.old == change.new:
@@ -55,6 +61,10 @@ def relevant(kind: str, change: Change | None) -> bool:
 
 def _identity(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj
+
+
+def _lent(budgets: Iterable[KubeBudget]) -> frozenset[tuple[str, str]]:
+    return frozenset((b.namespace, b.name) for b in budgets if b.lent)
 
 
 def _sleep_until(wake: threading.Event, timeout: float, stop: Callable[[], bool]) -> bool:
@@ -93,6 +103,12 @@ class Listing:
         pods = tuple(pod_from_api(p) for p in self.kube.list("Pod"))
         return node_objs, tuple(node_from_api(n) for n in node_objs.values()), pods
 
+    def budgets(self) -> frozenset[tuple[str, str]]:
+        """(namespace, name) of the lent pods' PodDisruptionBudgets, in the watched namespaces."""
+        found = self.kube.list("PodDisruptionBudget") if not self.namespaces else \
+            [b for ns in self.namespaces for b in self.kube.list("PodDisruptionBudget", ns)]
+        return _lent(budget_from_api(b) for b in found)
+
     def cluster(self, namespace: str, name: str) -> dict | None:
         return self.kube.get("SlurmCluster", namespace, name)
 
@@ -124,7 +140,7 @@ class Watching:
         for kind, per_namespace in WATCHED_KINDS:
             if per_namespace:
                 for ns in self.namespaces or (None,):
-                    self.stores[(kind, ns)] = Store(_identity, keep_raw=False)
+                    self.stores[(kind, ns)] = Store(_PARSERS.get(kind, _identity), keep_raw=False)
         self.informers = [
             Informer(kube, kind, ns, store, on_change=self._changed(kind), resync=resync,
                      watch_timeout=watch_timeout)
@@ -161,6 +177,10 @@ class Watching:
         pods = tuple(sorted(self.pods.values(), key=attrgetter("namespace", "name")))
         return node_objs, nodes, pods
 
+    def budgets(self) -> frozenset[tuple[str, str]]:
+        """(namespace, name) of the lent pods' PodDisruptionBudgets, from the caches."""
+        return _lent(b for s in self._of("PodDisruptionBudget") for b in s.values())
+
     def _covers(self, namespace: str) -> bool:
         return not self.namespaces or namespace in self.namespaces
 
@@ -185,6 +205,11 @@ class Watching:
             self.nodes.write_through(obj)
         elif kind == "Pod":
             self.pods.write_through(obj)
+        elif kind == "PodDisruptionBudget":
+            ns = (obj.get("metadata") or {}).get("namespace")
+            store = self.stores.get((kind, ns)) or self.stores.get((kind, None))
+            if store is not None:
+                store.write_through(obj)
 
     def wait(self, timeout: float, stop: Callable[[], bool]) -> bool:
         """Sleep until the next round is due or a relevant change arrives (True)."""

@@ -22,9 +22,9 @@ from .config import TopologyNode, config_files, config_hash, followed_groups, ss
 from .controller import AgentClients
 from .keys import ClusterKeys
 from .pods import Builder
-from .slurmd import lent_slurmd_pod, node_conf
+from .slurmd import lent_budget, lent_slurmd_pod, node_conf
 
-__all__ = ["render", "node_conf", "lent_slurmd_pod", "AgentClients"]
+__all__ = ["render", "node_conf", "lent_slurmd_pod", "lent_budget", "AgentClients"]
 
 
 def _b64(data: bytes) -> str:

@@ -241,6 +241,28 @@ def lent_slurmd(c: SlurmCluster | str, node: str) -> str:
     return f"{name[:242].rstrip('.-')}-{digest}"
 
 
+#: On a lent slurmd pod: its node (:func:`lent_node_label`), which its
+#: PodDisruptionBudget (``render.slurmd.lent_budget``) selects it by.
+LENT_NODE_LABEL = f"{GROUP}/lent-node"
+
+
+def lent_node_label(node: str) -> str:
+    """The value of :data:`LENT_NODE_LABEL` for Kubernetes node ``node``: its
+    name, which fits a label value up to 63 characters (a node name is a DNS
+    subdomain); a longer one keeps its first 52 and ends in a digest of the
+    whole name."""
+    if len(node) <= 63:
+        return node
+    digest = hashlib.sha256(node.encode()).hexdigest()[:10]
+    return f"{node[:52].rstrip('.-')}-{digest}"
+
+
+def lent_budget(c: SlurmCluster | str, node: str) -> str:
+    """The PodDisruptionBudget that guards the lent slurmd pod of ``node`` while
+    Slurm runs jobs there: the pod's own name (:func:`lent_slurmd`)."""
+    return lent_slurmd(c, node)
+
+
 def legacy_lent_slurmd(c: SlurmCluster | str, node: str) -> str:
     """The name lent pods had before :func:`lent_slurmd` (``<cluster>-lent-<node>``),
     which another cluster's worker pod could also have. The bridge still

@@ -1,6 +1,7 @@
 """slurmd pods: the cluster's workers (a StatefulSet, headless Service and
-busy-worker PodDisruptionBudget per node set) and the pod the bridge starts on
-a lent Kubernetes node. Pure.
+busy-worker PodDisruptionBudget per node set), and the pod the bridge starts on
+a lent Kubernetes node with the PodDisruptionBudget that guards it while Slurm
+runs jobs there. Pure.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..api.cluster import NodeSet, SlurmCluster
+from ..api.lending import ReclaimSpec
 from ..slurm.model import DRAIN_PREFIX, POD_TERMINATING
 from . import names
 from .config import dynamic_node_conf, gpu_gres_conf, memory_mib
@@ -28,8 +30,8 @@ from .pods import (
     slurm_container,
 )
 
-__all__ = ["node_conf", "workers", "lent_slurmd_pod", "is_lent_slurmd_pod", "LENT_MEMORY_REQUEST", "LENT_COMPONENT",
-           "TERMINATING_DRAIN_REASON"]
+__all__ = ["node_conf", "workers", "lent_slurmd_pod", "lent_budget", "is_lent_slurmd_pod", "LENT_MEMORY_REQUEST",
+           "LENT_COMPONENT", "TERMINATING_DRAIN_REASON", "DRAIN_MARGIN_SECONDS", "termination_grace"]
 
 #: The drain reason the slurmd entrypoint sets when its pod is deleted
 #: (SLURMK8S_DRAIN_REASON): the one the operator knows as its own and clears.
@@ -40,6 +42,25 @@ def node_conf(c: SlurmCluster, ns: NodeSet) -> str:
     """The node definition a worker passes to ``slurmd -Z --conf``."""
     return dynamic_node_conf(cpus=ns.cpus, memory_mib=memory_mib(ns.memory), gpus=ns.gpus.count if ns.gpus else 0,
                              gpu_type=ns.gpus.type if ns.gpus else "", features=[ns.name, *ns.features])
+
+
+#: What a slurmd pod's termination grace adds to its jobs' grace period and
+#: Slurm's KillWait (:func:`termination_grace`).
+DRAIN_MARGIN_SECONDS = 60
+
+
+def termination_grace(c: SlurmCluster, grace_seconds: int) -> int:
+    """How long a deleted slurmd pod may take to stop (its
+    terminationGracePeriodSeconds): ``grace_seconds`` for its jobs to
+    checkpoint (a node set's ``drain.gracePeriod``, a lending policy's
+    ``reclaim.gracePeriodSeconds``), Slurm's ``KillWait`` for what is then
+    requeued to end, and :data:`DRAIN_MARGIN_SECONDS`: the entrypoint waits
+    30 s past the grace period for whoever empties the node before its last
+    resort (``images/slurmd/entrypoint.sh``), 10 s past KillWait after that,
+    and stopping slurmd and deleting its node record takes the rest (each
+    scontrol bounded to 15 s). The pod is killed only after the jobs had their
+    grace and Slurm its KillWait."""
+    return grace_seconds + c.spec.slurm_config.kill_wait + DRAIN_MARGIN_SECONDS
 
 
 def slurmd_env(c: SlurmCluster) -> dict[str, str]:
@@ -126,7 +147,7 @@ def workers(b: Builder) -> list[dict]:
             # Time for the entrypoint to drain the node, wait out the drain
             # grace, and requeue what still runs (Slurm's KillWait). Not part
             # of the restart hash: running pods keep theirs.
-            "terminationGracePeriodSeconds": ns.drain.grace_period + c.spec.slurm_config.kill_wait + 60,
+            "terminationGracePeriodSeconds": termination_grace(c, ns.drain.grace_period),
         }
         if ns.node_selector:
             pod_spec["nodeSelector"] = dict(ns.node_selector)
@@ -177,7 +198,8 @@ LENT_CPU_REQUEST = "100m"
 
 
 def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: Mapping[str, str],
-                    labels: Mapping[str, str], partition: str, shm_size: str, taint_key: str) -> dict:
+                    labels: Mapping[str, str], partition: str, shm_size: str, taint_key: str,
+                    grace_seconds: int = ReclaimSpec().grace_period_seconds) -> dict:
     """The slurmd pod the bridge starts on Kubernetes node ``node``, lent to ``partition``.
 
     The only place the lent pod is made: its name (:func:`names.lent_slurmd`,
@@ -195,6 +217,14 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: 
     every object rendered for it). Its memory limit is the RealMemory the
     node registers with (the memory lent), so jobs cannot take the node's
     own share or its other pods'; its /dev/shm is bounded by ``shm_size``.
+
+    Deleted (an eviction its budget let through, ``kubectl delete``), it
+    drains its Slurm node and waits while jobs run, for the bridge to take
+    the node back gracefully: ``grace_seconds`` (the policy's
+    ``reclaim.gracePeriodSeconds``) is its entrypoint's drain timeout, and
+    its termination grace covers that, KillWait and a margin
+    (:func:`termination_grace`). It carries the label
+    ``slurmk8s.dev/lent-node`` that its budget (:func:`lent_budget`) selects.
     """
     desc = lent_node(cluster.name, node, resources, labels, partition)
     c = cluster
@@ -205,7 +235,8 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: 
     volumes += [*shared_vols, shm_volume(shm_size), *checks_vols]
     mounts += [*shared_mounts, {"name": "shm", "mountPath": "/dev/shm"}, *checks_mounts]
     env = {**slurmd_env(c), "SLURMK8S_NODE_NAME": node, "SLURMK8S_NODE_CONF": desc.conf,
-           "SLURMK8S_GRES_CONF": desc.gres_conf, "SLURMK8S_GPU_COUNT": str(desc.gpus)}
+           "SLURMK8S_GRES_CONF": desc.gres_conf, "SLURMK8S_GPU_COUNT": str(desc.gpus),
+           "SLURMK8S_DRAIN_TIMEOUT": str(grace_seconds)}
     container = slurm_container(
         c, "slurmd", "slurmd", env=env, mounts=mounts,
         ports=[{"name": "slurmd", "containerPort": names.SLURMD_PORT}],
@@ -214,7 +245,8 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: 
                               "nvidia.com/gpu": str(desc.gpus)}},
         readinessProbe=probe("ready"),
     )
-    meta = b.meta(names.lent_slurmd(c, node), LENT_COMPONENT)
+    meta = b.meta(names.lent_slurmd(c, node), LENT_COMPONENT,
+                  extra_labels={names.LENT_NODE_LABEL: names.lent_node_label(node)})
     meta["labels"]["app.kubernetes.io/managed-by"] = LENT_MANAGER
     return with_directory(c, b.obj("v1", "Pod", meta, spec={
         "nodeName": node,
@@ -223,9 +255,35 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: 
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
         **pull_secrets(c),
-        # The bridge deletes the pod only once Slurm has no job on the node.
-        "terminationGracePeriodSeconds": 30,
+        # The bridge deletes the pod only once Slurm has no job on the node;
+        # deleted by someone else, it gives the bridge time to take the node
+        # back gracefully (signal, grace period, requeue).
+        "terminationGracePeriodSeconds": termination_grace(c, grace_seconds),
         "restartPolicy": "Always",
         "tolerations": [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"},
                         {"key": taint_key, "operator": "Exists", "effect": "NoExecute"}],
     }), "slurmd")
+
+
+def lent_budget(cluster: SlurmCluster, chash: str, *, node: str, pod_uid: str) -> dict:
+    """The PodDisruptionBudget the bridge keeps on the lent slurmd pod of
+    ``node`` while Slurm runs jobs there: the pod's name, ``maxUnavailable:
+    0`` over that one pod (its ``slurmk8s.dev/lent-node`` label), so that an
+    eviction (``kubectl drain``, a node-pool upgrade, the cluster
+    autoscaler) is refused (429) until the bridge has taken the node back
+    through Slurm: a cordon is a reclaim (signal, grace period, requeue),
+    and the bridge deletes the budget once no job is left, or the pod itself
+    when it hands the node back. Owned by the pod (``pod_uid``), so that it
+    goes with it whoever deletes the pod. Decision record 49."""
+    c = cluster
+    b = Builder(c, chash)
+    meta = b.meta(names.lent_budget(c, node), LENT_COMPONENT, owned=False,
+                  extra_labels={names.LENT_NODE_LABEL: names.lent_node_label(node)})
+    meta["labels"]["app.kubernetes.io/managed-by"] = LENT_MANAGER
+    meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": names.lent_slurmd(c, node),
+                                "uid": pod_uid}]
+    return b.obj("policy/v1", "PodDisruptionBudget", meta, spec={
+        "maxUnavailable": 0,
+        "selector": {"matchLabels": names.selector(c, LENT_COMPONENT,
+                                                   **{names.LENT_NODE_LABEL: names.lent_node_label(node)})},
+    })

@@ -634,6 +634,13 @@ ClusterRole when the bridge acts on every namespace.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "create", "delete"]
+# The lent slurmd pod's PodDisruptionBudget (<cluster>-lent.<node>, owned by
+# the pod): created while Slurm runs jobs on the node, so that an eviction
+# (kubectl drain) waits for the bridge's graceful reclaim; deleted once no job
+# is left. Listed, then watched, to know which exist. No get, update or patch.
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["list", "watch", "create", "delete"]
 # The <cluster>-agent-token Secret, read by name to authenticate to the
 # cluster's Slurm agent. No list or watch: no other Secret can be enumerated.
 - apiGroups: [""]
