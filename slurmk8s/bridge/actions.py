@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..api.lending import NodeLendingPolicyStatus
+from ..api.lending import NodeLendingPolicyStatus, ReclaimSpec
 from ..events import Event
 from ..slurm.steps import Cancel, DeleteNode, Drain, Requeue, Reserve, SetDown, Signal, StartNow, Unreserve
 
@@ -197,7 +197,7 @@ class CreateSlurmdPod:
     resources: tuple[tuple[str, str], ...]
     #: The policy's reclaim.gracePeriodSeconds: what the pod, deleted by
     #: someone else, waits for its jobs (its termination grace covers it).
-    grace_seconds: int = 60
+    grace_seconds: int = ReclaimSpec().grace_period_seconds
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,25 @@ class Lending:
         return self.core.list_namespaced_pod(
             "default", label_selector="app.kubernetes.io/component=lent-slurmd").items
 
+    def lent_pod(self, node: str):
+        """The lent slurmd pod on ``node`` (not being deleted), or None."""
+        return next((p for p in self.slurmd_pods() if p.spec.node_name == node
+                     and p.metadata.deletion_timestamp is None), None)
+
+    def budgets(self) -> dict[str, object]:
+        """The PodDisruptionBudgets of the cluster's namespace, by name."""
+        from kubernetes import client
+
+        return {b.metadata.name: b for b in client.PolicyV1Api(self.core.api_client)
+                .list_namespaced_pod_disruption_budget("default").items}
+
+    def cluster(self):
+        """The SlurmCluster, loaded as the operator and the bridge load it."""
+        from slurmk8s.api import load_cluster
+
+        return load_cluster(self.custom.get_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default",
+                                                                     "slurmclusters", CLUSTER["metadata"]["name"]))
+
     def gpu_pod(self, name: str, node: str, gpus: int = 4) -> None:
         self.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default",
                                                                     "labels": {"app": "serve"}},

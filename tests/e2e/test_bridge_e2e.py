@@ -10,6 +10,7 @@ a module of its own would bring a second sandbox up.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
@@ -20,7 +21,7 @@ from slurmk8s import versions
 from ..dashboards import queries
 from .common import assert_one_writer_at_a_time, audit_now
 from .conftest import default_release_only
-from .lending import CHECKPOINT_JOB, GRACE, LEND, SERVE_IMAGE, Lending, lending_sandbox, policy, wait_for
+from .lending import CHECKPOINT_JOB, CLUSTER, GRACE, LEND, SERVE_IMAGE, Lending, lending_sandbox, policy, wait_for
 
 pytestmark = pytest.mark.slurm
 SUBNET = "10.253.96.0/24"
@@ -428,6 +429,140 @@ def test_a_node_serving_on_one_gpu_lends_its_other_three_and_jobs_there_get_only
     assert (pod.metadata.uid, pod.status.phase) == (uid, "Running")  # lending left it alone
     world.delete_pod("serve-one")
     world.apply(policy())
+
+
+@default_release_only
+def test_kubectl_drain_of_a_lent_node_running_a_job_checkpoints_and_requeues_it_within_the_bound(world):
+    """Issue 44, item 4 (decision record 49): while the job runs, the lent pod has a
+    PodDisruptionBudget, and a termination grace of the policy's grace + KillWait + 60 s.
+    kubectl drain cordons the node; its evictions are refused (429) while the bridge
+    takes the node back through Slurm (signal, checkpoint, requeue); the drain then
+    completes within the bound docs/operations.md states, the job REQUEUED (never
+    NODE_FAIL) and running again on the other lent node."""
+    from slurmk8s.render import names
+    from slurmk8s.render.slurmd import termination_grace
+
+    wait_for("both nodes lent", world.all_lent, show=world.states)
+    r = world.researcher
+    r.put(CHECKPOINT_JOB, "/shared/researcher/ckpt.sh")
+    job = r.sbatch("/shared/researcher/ckpt.sh", cwd="/shared/researcher")
+    node = wait_for("the job to run", lambda: r.job(job)["JobState"] == "RUNNING" and r.job(job)["NodeList"])
+    other = next(n for n in LEND if n != node)
+    pod = world.lent_pod(node)
+    assert pod is not None
+    # The budget while the job runs (made by the next round that sees it), on that pod only.
+    budget = wait_for("the lent pod's budget", lambda: world.budgets().get(pod.metadata.name), timeout=30,
+                      show=world.budgets)
+    assert [(o.kind, o.uid) for o in budget.metadata.owner_references] == [("Pod", pod.metadata.uid)]
+    assert budget.spec.max_unavailable == 0
+    assert names.lent_budget(world.cluster(), other) not in world.budgets()  # idle: none
+    # The bound, as docs/operations.md states it: the pod's own termination grace.
+    bound = termination_grace(world.cluster(), GRACE)
+    assert pod.spec.termination_grace_period_seconds == bound
+    out_file = f"/shared/researcher/ckpt-{job}.out"
+    wait_for("the job's first steps", lambda: r.exists(out_file) and "running on" in r.read(out_file), timeout=30)
+    t0 = time.monotonic()
+    drain = subprocess.Popen(world.box.kubectl_argv(
+        "drain", node, "--delete-emptydir-data", "--ignore-daemonsets", f"--timeout={bound * 2}s"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for("kubectl drain to end", lambda: drain.poll() is not None, timeout=bound * 2, every=0.5,
+                 show=lambda: (world.states(), r.job(job), world.budgets()))
+        took = time.monotonic() - t0
+        out = drain.stdout.read() if drain.stdout else ""
+        print(f"\nkubectl drain of a lent node running a job: {took:.1f}s (bound {bound}s)")
+        assert drain.returncode == 0, out
+        assert "error when evicting pods" in out and "Cannot evict pod" in out, out  # the budget held it
+        assert took <= bound, (took, bound)
+        # The graceful path: the cordon was the reclaim, the job had its signal and checkpointed.
+        messages = [e.message for e in world.events("Reclaiming", node)]
+        assert any("cordoned" in m and "SIGUSR1" in m for m in messages), messages
+        assert "USR1 at step" in r.read(out_file)
+        assert world.state(node) is None and pod.metadata.name not in world.budgets()
+        # Requeued (never NODE_FAIL), and running again on the other lent node from its checkpoint.
+        wait_for("the job to resume", lambda: r.job(job)["JobState"] == "RUNNING", timeout=60,
+                 show=lambda: r.job(job))
+        assert int(r.job(job)["Restarts"]) >= 1 and r.job(job)["NodeList"] == other
+        runs = wait_for("both runs in sacct", lambda: (lambda rows: rows if len(rows) >= 2 else None)(
+            r.check(f"sacct -D -X -n -P -j {job} --format=State,NodeList").split()), timeout=30)
+        assert runs[:2] == [f"REQUEUED|{node}", f"RUNNING|{other}"], runs
+        assert not any(row.startswith("NODE_FAIL") for row in runs), runs
+    finally:
+        if drain.poll() is None:
+            drain.kill()
+        world.kubectl("uncordon", node)
+        r.check(f"scancel {job}")
+    wait_for("both nodes lent again", world.all_lent, timeout=120, show=world.states)
+
+
+@default_release_only
+def test_a_worker_of_the_cluster_on_an_untainted_gpu_node_keeps_it_from_being_lent_and_keeps_its_jobs_when_lent(
+        world):
+    """Issue 44, item 4 (decision record 49), on a GPU node without the
+    nvidia.com/gpu taint (EKS, AKS and kubeadm pools have none; the sandbox taints
+    its GPU nodes, so the test takes the taint off one): a worker of the cluster
+    lands there. The bridge does not lend the node while the cluster's own pod runs
+    there, and says why. A worker it did not count (a race with the scheduler, which
+    the test stands for by taking the pod's managed-by label off: the bridge then
+    does not take it for the cluster's, while the operator, which finds its pods by
+    their cluster label, still watches over it) sees the node lent beside it: the
+    lending taint is no maintenance, the worker keeps its job, its Slurm node is
+    not drained."""
+    from slurmk8s.api.lending import LENDABLE_TO_LABEL
+    from slurmk8s.render import names
+
+    wait_for("both nodes lent", world.all_lent, show=world.states)
+    node, r = LEND[1], world.researcher
+    spec = CLUSTER["spec"]
+    beside = {"name": "beside", "replicas": 1, "cpus": 1, "memory": "1Gi",
+              "nodeSelector": {"kubernetes.io/hostname": node}}
+    worker = f"{names.nodeset(world.cluster(), 'beside')}-0"
+    job = None
+    # Kubernetes' again (its owner withdraws it for a moment), and untainted, as most GPU pools are.
+    world.kubectl("label", "node", node, f"{LENDABLE_TO_LABEL}-")
+    wait_for(f"{node} back", lambda: world.returned(node), timeout=60, show=world.states)
+    world.kubectl("taint", "node", node, "nvidia.com/gpu-")
+    try:
+        world.kubectl("patch", "slurmcluster", "lend", "--type", "merge", "-p", json.dumps({"spec": {
+            "nodeSets": [*spec["nodeSets"], beside],
+            "partitions": [{**spec["partitions"][0], "nodeSets": ["cpu", "beside"]}, *spec["partitions"][1:]]}}))
+        wait_for("the worker on the GPU node, in Slurm", lambda: world.slurm_nodes().get(worker) in ("idle", "mixed"),
+                 timeout=120, show=world.slurm_nodes)
+        assert world.core.read_namespaced_pod(worker, "default").spec.node_name == node
+        world.kubectl("label", "node", node, f"{LENDABLE_TO_LABEL}=default")
+        # The cluster's own pod runs there: not lent, and the policy says why.
+        wait_for("the policy to say why", lambda: f"{node} (runs 1 pod(s) of SlurmCluster default/lend"
+                 in world.condition().get("message", ""), timeout=30, show=world.condition)
+        time.sleep(3)  # more than idleAfterSeconds, several rounds
+        assert world.state(node) is None
+        job = int(r.check(f"sbatch --parsable -p cpu -w {worker} -o /dev/null --wrap 'sleep 30000'").split(";")[0])
+        wait_for("the job to run", lambda: r.job(job)["JobState"] == "RUNNING", timeout=60)
+        # A worker the bridge did not count: the node is lent beside it.
+        world.kubectl("label", "pod", worker, "app.kubernetes.io/managed-by-")
+        wait_for(f"{node} lent beside the worker", lambda: world.lent(node), timeout=60, show=world.states)
+        assert any(t.key == "slurmk8s.dev/lent" for t in world.node(node).spec.taints)
+        # Several operator rounds (its --interval is 3 s here): the worker keeps its job.
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            snode = next(n for n in world.slurm.nodes() if n.name == worker)
+            assert not snode.drain_set, snode
+            assert r.job(job)["JobState"] == "RUNNING", r.job(job)
+            assert world.core.read_namespaced_pod(worker, "default").metadata.deletion_timestamp is None
+            time.sleep(1)
+        drains = [e.message for e in world.events("Draining") if worker in e.message]
+        assert not drains, drains
+    finally:
+        if job is not None:
+            r.check(f"scancel {job}")
+        world.box.kubectl("label", "pod", worker, "--overwrite",  # if it came
+                          f"app.kubernetes.io/managed-by={names.OPERATOR_MANAGER}")
+        world.kubectl("patch", "slurmcluster", "lend", "--type", "merge", "-p", json.dumps({"spec": {
+            "nodeSets": spec["nodeSets"], "partitions": spec["partitions"]}}))
+        wait_for("the worker gone", lambda: worker not in {p.metadata.name for p in world.core.list_namespaced_pod(
+            "default").items}, timeout=120)
+        world.kubectl("label", "node", node, "--overwrite", f"{LENDABLE_TO_LABEL}=default")
+        world.kubectl("taint", "node", node, "--overwrite", "nvidia.com/gpu=present:NoSchedule")
+    wait_for("both nodes lent again", world.all_lent, timeout=120, show=world.states)
 
 
 @default_release_only
