@@ -103,6 +103,7 @@ PROBE = ('for t in "$@"; do if timeout 3 bash -c "exec 3<>/dev/tcp/${t%:*}/${t##
          'then echo "$t open"; else echo "$t closed"; fi; done')
 
 
+@default_release_only  # the chart's policies and the sandbox's network: no Slurm release changes them
 def test_the_charts_network_policies_admit_a_clusters_pod_to_the_webhook_alone(platform):
     """The chart's NetworkPolicies (decision record 47) in the sandbox's pod network: a pod
     of the SlurmCluster's namespace reaches the operator's webhook port and none of the

@@ -389,6 +389,7 @@ def test_the_controller_pod_deleted_comes_back_with_its_state_and_jobs_carry_on(
     wait_for("the nodes idle, the cluster Ready", lambda: life.settled(workers), timeout=90, show=life.diagnose)
 
 
+@default_release_only  # the operator's teardown of Kubernetes objects: no Slurm release changes it
 def test_deleting_the_cluster_leaves_only_its_state_claim(life):
     assert life.kubectl("get", "slurmcluster", NAME, "-o", "name").stdout.strip() == f"slurmcluster.slurmk8s.dev/{NAME}"
     claims = life.expected("PersistentVolumeClaim", GROWN)
