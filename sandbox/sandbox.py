@@ -461,7 +461,9 @@ class Sandbox:
             built = {r.name for r in (images.recipe_for(ref, store.names()) for ref in refs) if r is not None}
             self.progress(f"images: making sure {len(built)} images are built from images/ "
                           f"({', '.join(sorted(built))}; minutes the first time, then cached)")
+            start = time.monotonic()
             store.ensure(refs, progress=lambda msg: self.progress(f"images: {msg}"))
+            self.progress(f"images: {len(built)} images ready after {time.monotonic() - start:.1f}s")
         except (ImageBuildFailed, images.ImageError) as exc:
             raise SandboxFailed(f"{exc}\nFix the image and run `slurmk8s sandbox up` again "
                                 "(`slurmk8s images build` builds them on their own).") from None
