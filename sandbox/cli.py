@@ -261,8 +261,10 @@ def images() -> None:
     release picks the suite), tagged as the renderer and the chart name the
     images, and exported as a root file system plus its OCI config into the
     cache ($SLURMK8S_IMAGE_CACHE, default /var/cache/slurmk8s/images). An
-    image whose inputs did not change is not built again. Needs root and
-    buildah, mmdebstrap (hack/setup.sh installs them).
+    image whose inputs did not change is not built again; the others are
+    built at once, each as soon as its base is there ($SLURMK8S_IMAGE_JOBS at
+    a time, default 4). Needs root and buildah, mmdebstrap (hack/setup.sh
+    installs them).
 
     \b
       slurmk8s images build              # every image, for the default Slurm release
