@@ -235,11 +235,12 @@ class ImageStore:
              record: PushRecord | None = None) -> list[tuple[str, str]]:
         """Push every image of ``releases`` and the images tagged ``refs``, as last built here, to
         ``registry`` (``host[:port][/prefix]``, see ``images.push_ref``) with ``buildah push``;
-        (reference, digest) of each. A layer the
-        registry has already is not sent again (buildah asks with a blob HEAD first), but buildah
-        compresses each layer again to know its digest; with a ``record`` of earlier pushes, an
-        image the registry already holds under that tag, as that same build, is not pushed at all.
-        Refuses, naming them, when an image was never built or is gone from buildah's storage."""
+        (reference, digest) of each. Images are pushed at once (``build_jobs``), the tags of one
+        image one after another. A layer the registry has already is not sent again (buildah asks
+        with a blob HEAD first), but buildah compresses each layer again to know its digest; with a
+        ``record`` of earlier pushes, an image the registry already holds under that tag, as that
+        same build, is not pushed at all. Refuses, naming them, when an image was never built or
+        is gone from buildah's storage."""
         progress = progress or _quiet
         if shutil.which("buildah") is None:
             raise ImageBuildFailed("buildah missing: run hack/setup.sh (installs buildah from Debian)")
@@ -261,7 +262,10 @@ class ImageStore:
         if missing:
             raise ImageBuildFailed("not in buildah's storage, so there is nothing to push: "
                                    + "; ".join(dict.fromkeys(missing)) + ". Build them first with the commands named.")
-        pushed = []
+        by_image: dict[str, list[str]] = {}  # an image's tags, pushed one after another
+        for tag, image_id in wanted.items():
+            by_image.setdefault(image_id, []).append(tag)
+        record_lock = threading.Lock()
         with tempfile.TemporaryDirectory(prefix="push-") as tmp:
             certs = []
             if ca_file is not None:  # buildah trusts the *.crt of a directory
@@ -269,22 +273,35 @@ class ImageStore:
                 shutil.copyfile(ca_file, Path(tmp) / "certs" / "ca.crt")
                 certs = [f"--cert-dir={Path(tmp) / 'certs'}"]
             auth = [f"--authfile={authfile}"] if authfile is not None else []
-            for tag, image_id in wanted.items():
-                target = rules.push_ref(tag, registry)
-                digest = record.present(target, image_id) if record is not None else None
-                if digest is not None:
-                    progress(f"{target}@{digest} is there already")
-                    pushed.append((target, digest))
-                    continue
-                digestfile = Path(tmp) / "digest"
-                start = time.monotonic()
-                _buildah("push", "--quiet", *auth, *certs, f"--digestfile={digestfile}", image_id, f"docker://{target}")
-                digest = digestfile.read_text().strip()
-                progress(f"pushed {target}@{digest} ({time.monotonic() - start:.1f}s)")
-                pushed.append((target, digest))
-                if record is not None:
-                    record.pushed(target, image_id, digest)
-        return pushed
+
+            def push_image(image_id: str, tags: list[str]) -> dict[str, tuple[str, str]]:
+                out = {}
+                for tag in tags:
+                    target = rules.push_ref(tag, registry)
+                    digest = record.present(target, image_id) if record is not None else None
+                    if digest is not None:
+                        progress(f"{target}@{digest} is there already")
+                        out[tag] = (target, digest)
+                        continue
+                    digestfile = Path(tmp) / f"digest-{hashlib.sha256(tag.encode()).hexdigest()}"
+                    start = time.monotonic()
+                    _buildah("push", "--quiet", *auth, *certs, f"--digestfile={digestfile}", image_id,
+                             f"docker://{target}")
+                    digest = digestfile.read_text().strip()
+                    progress(f"pushed {target}@{digest} ({time.monotonic() - start:.1f}s)")
+                    out[tag] = (target, digest)
+                    if record is not None:
+                        with record_lock:
+                            record.pushed(target, image_id, digest)
+                return out
+
+            # Images at once: buildah compresses each layer it sends on one core.
+            with ThreadPoolExecutor(build_jobs(), thread_name_prefix="push") as pool:
+                done = [pool.submit(push_image, image_id, tags) for image_id, tags in by_image.items()]
+                results: dict[str, tuple[str, str]] = {}
+                for f in done:
+                    results.update(f.result())
+        return [results[tag] for tag in wanted]
 
     # --- the build ---
 
