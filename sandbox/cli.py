@@ -263,7 +263,7 @@ def images() -> None:
     cache ($SLURMK8S_IMAGE_CACHE, default /var/cache/slurmk8s/images). An
     image whose inputs did not change is not built again; the others are
     built at once, each as soon as its base is there ($SLURMK8S_IMAGE_JOBS at
-    a time, default 4). Needs root and buildah, mmdebstrap (hack/setup.sh
+    a time, default one per core and at least 2). Needs root and buildah, mmdebstrap (hack/setup.sh
     installs them).
 
     \b

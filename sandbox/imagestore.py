@@ -68,9 +68,10 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path("/var/cache/slurmk8s/images")
 CACHE_ENV = "SLURMK8S_IMAGE_CACHE"
 JOBS_ENV = "SLURMK8S_IMAGE_JOBS"
-#: Images built at once by default (``$SLURMK8S_IMAGE_JOBS``): on two cores, four builds
-#: overlap one another's downloads and package unpacking (images/README.md has the figures).
-BUILD_JOBS = 4
+#: Images built at once by default (``$SLURMK8S_IMAGE_JOBS``): one per core, at least two, so
+#: that one build's downloads overlap another's package unpacking and layer commits, which are
+#: CPU and disk; more than the cores only slow each other (images/README.md has the figures).
+BUILD_JOBS = max(2, os.cpu_count() or 1)
 #: The stages of one multi-stage Dockerfile built at once (``buildah bud --jobs``).
 STAGE_JOBS = 2
 #: Bumped when the export layout or the way images are built changes: every key changes with it.
