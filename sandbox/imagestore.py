@@ -233,16 +233,15 @@ class ImageStore:
 
     def push(self, registry: str, releases: Iterable[str] = (), *, refs: Iterable[str] = (),
              authfile: Path | None = None, ca_file: Path | None = None, progress: Progress | None = None,
-             record: PushRecord | None = None, compress: bool = True) -> list[tuple[str, str]]:
+             record: PushRecord | None = None) -> list[tuple[str, str]]:
         """Push every image of ``releases`` and the images tagged ``refs``, as last built here, to
         ``registry`` (``host[:port][/prefix]``, see ``images.push_ref``) with ``buildah push``;
         (reference, digest) of each. Images are pushed at once (``build_jobs``), the tags of one
         image one after another. A layer the registry has already is not sent again (buildah asks
         with a blob HEAD first), but buildah compresses each layer again to know its digest; with a
         ``record`` of earlier pushes, an image the registry already holds under that tag, as that
-        same build, is not pushed at all. Without ``compress`` the layers are sent as plain tar
-        (a registry on this machine: no CPU spent packing what a pull unpacks at once). Refuses,
-        naming them, when an image was never built or is gone from buildah's storage."""
+        same build, is not pushed at all. Refuses, naming them, when an image was never built or
+        is gone from buildah's storage."""
         progress = progress or _quiet
         if shutil.which("buildah") is None:
             raise ImageBuildFailed("buildah missing: run hack/setup.sh (installs buildah from Debian)")
@@ -275,7 +274,6 @@ class ImageStore:
                 shutil.copyfile(ca_file, Path(tmp) / "certs" / "ca.crt")
                 certs = [f"--cert-dir={Path(tmp) / 'certs'}"]
             auth = [f"--authfile={authfile}"] if authfile is not None else []
-            plain = [] if compress else ["--disable-compression"]
 
             def push_image(image_id: str, tags: list[str]) -> dict[str, tuple[str, str]]:
                 out = {}
@@ -288,7 +286,7 @@ class ImageStore:
                         continue
                     digestfile = Path(tmp) / f"digest-{hashlib.sha256(tag.encode()).hexdigest()}"
                     start = time.monotonic()
-                    _buildah("push", "--quiet", *auth, *certs, *plain, f"--digestfile={digestfile}", image_id,
+                    _buildah("push", "--quiet", *auth, *certs, f"--digestfile={digestfile}", image_id,
                              f"docker://{target}")
                     digest = digestfile.read_text().strip()
                     progress(f"pushed {target}@{digest} ({time.monotonic() - start:.1f}s)")

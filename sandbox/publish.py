@@ -82,8 +82,7 @@ def publish(reg: registry.Registry, refs: list[str], progress: Progress) -> list
 
     t0 = time.monotonic()
     authfile = reg.write_authfile(reg.directory / "auth" / "push-auth.json")
-    # Uncompressed: the registry is on this machine, and its kubelet unpacks each layer at once.
-    pushed = ImageStore().push(mirror(reg), refs=refs, authfile=authfile, ca_file=reg.ca_cert, compress=False,
+    pushed = ImageStore().push(mirror(reg), refs=refs, authfile=authfile, ca_file=reg.ca_cert,
                                progress=lambda msg: progress(f"registry: {msg}"), record=StorageRecord(reg))
     progress(f"registry: {len(pushed)} images in {mirror(reg)} after {time.monotonic() - t0:.1f}s")
     return pushed

@@ -593,27 +593,3 @@ def test_pull_policies_mirrors_and_whose_credentials_a_pull_uses(registry, tiny,
         other.image(ref, "Never")
     fresh, asked = other.image(ref, "IfNotPresent")
     assert asked and fresh.fetched == () and fresh.path == image.path
-
-
-@pytest.mark.registry
-def test_the_sandboxs_push_sends_plain_tar_layers_that_a_pull_unpacks_as_the_compressed_ones(registry, tiny, tmp_path):
-    """`sandbox up` pushes to its registry on this machine uncompressed (publish.publish): its
-    manifest names plain tar layers, and the pull unpacks the same files as from the gzipped ones."""
-    from sandbox.imagestore import ImageStore
-
-    image_id, _, authfile = tiny
-    cache = tmp_path / "cache"
-    tag = _cache_of(cache, image_id)[0]
-    pushed = ImageStore(cache).push(f"{registry.address}/plain", refs=[tag], authfile=authfile,
-                                    ca_file=registry.ca_cert, compress=False)
-    (target, digest), = pushed
-    manifest = requests.get(f"https://{registry.address}/v2/{target.split('/', 1)[1].replace(':', '/manifests/')}",
-                            auth=(registry.username, registry.password), verify=str(registry.ca_cert),
-                            headers={"Accept": DOCKER_MANIFEST}, timeout=10).json()
-    assert {layer["mediaType"] for layer in manifest["layers"]} == {"application/vnd.docker.image.rootfs.diff.tar"}
-    plain = Puller(tmp_path / "pulled", registry.ca_cert).pull(f"{target}", registry.auths())
-    gz = Puller(tmp_path / "pulled-gz", registry.ca_cert).pull(f"{registry.address}/test/tiny:v1", registry.auths())
-    assert plain.digest == digest and plain.digest != gz.digest
-    for root in (plain.rootfs, gz.rootfs):
-        assert (root / "etc/motd").read_text() == "hello\n"
-        assert not (root / "etc/gone").exists() and os.readlink(root / "etc/link") == "/etc/motd"
