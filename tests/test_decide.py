@@ -402,6 +402,21 @@ def test_a_node_that_cannot_be_described_to_slurm_is_not_lent_and_is_reported():
     assert "cannot be lent: n1" in status(acts).conditions[0].message
 
 
+def test_a_node_that_cannot_be_described_is_reported_whether_or_not_maxlentnodes_is_reached():
+    """A DaemonSet pod holds all of n1's GPUs (n1 counts as idle, and idle longer than n0):
+    with maxLentNodes 1, n0 is lent. n1 is reported as it cannot be lent, both in the round
+    that lends n0 and in the next one, which must then have nothing to write."""
+    later = {IDLE_SINCE_ANNOTATION: format_time(T0 - timedelta(seconds=300))}
+    w = World.of(nodes=[gpu_node("n0", annotations=later), gpu_node("n1", annotations=IDLE)],
+                 pods=[gpu_pod("plugin", "n1", gpus=8, owner_kind="DaemonSet")])
+    pol = policy(maxLentNodes=1)
+    first = w.decide(pol, T0)
+    assert [a.node for a in first if isinstance(a, A.SetLendingState)] == ["n0"]
+    assert "cannot be lent: n1 (" in status(first).conditions[0].message
+    w.apply(first)
+    assert w.decide(pol, T0) == []
+
+
 def test_a_node_a_pending_pod_can_take_is_not_lent():
     w = World.of(nodes=[gpu_node("n1", annotations=IDLE)], pods=[gpu_pod("want", None, gpus=8)])
     assert "SetLendingState" not in kinds(w.decide(POLICY, T0))

@@ -117,19 +117,22 @@ def choose_to_lend(r: Round, world: World, settings: Settings, eligible: list[tu
     """The candidates to lend now, within the limits (``lent``: nodes held;
     ``kube_left``: selected nodes serving Kubernetes; ``keep_kube``: how many
     of them to keep, minKubernetesNodes or the forecast's headroom), with
-    their description; a node that cannot be described goes to ``r.blocked``."""
+    their description; a node that cannot be described goes to ``r.blocked``.
+    Every candidate is described, the limits reached or not: what is
+    reported must not depend on how many are held, or the round after a
+    lend (which holds one more) would report less and rewrite the status."""
     assert settings.policy is not None
     spec = settings.policy.spec
     chosen = []
     for since, n in eligible:
-        if spec.max_lent_nodes is not None and lent >= spec.max_lent_nodes:
-            break
-        if kube_left - 1 < keep_kube:
-            break
         try:
             desc = settings.describe(n, world.lendable(n))
         except UnlendableNode as exc:
             r.blocked.append(f"{n.name} ({exc})")
+            continue
+        if spec.max_lent_nodes is not None and lent >= spec.max_lent_nodes:
+            continue
+        if kube_left - 1 < keep_kube:
             continue
         chosen.append((since, n, desc))
         lent += 1
