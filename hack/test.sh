@@ -87,7 +87,7 @@ lane() {  # NAME PYTEST-ARGS...: a pytest run in the background, its output and 
   .venv/bin/pytest -p no:cacheprovider --junitxml="$out/$name.xml" "$@" >"$out/$name.log" 2>&1 &
 }
 # Every e2e module in exactly one lane: a new one must be placed.
-e2e_modules=$(cd tests/e2e && ls test_*.py | sort)
+e2e_modules=$(cd tests/e2e && printf '%s\n' test_*.py | sort)
 laned=$(printf '%s\n' "${researcher_e2e[@]}" "${platform_e2e[@]}" "${trust_e2e[@]}" | sed 's|tests/e2e/||' | sort)
 if [ "$e2e_modules" != "$laned" ]; then
   echo "test.sh: the e2e modules and the lanes differ; place each module in one lane:" >&2
