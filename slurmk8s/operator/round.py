@@ -47,6 +47,7 @@ from slurmk8s import log
 from slurmk8s.api import InvalidSpec, load_cluster
 from slurmk8s.api.cluster import PROJECT_REPOSITORY, SlurmCluster, SlurmClusterStatus
 from slurmk8s.api.status import ConditionStatus
+from slurmk8s.api.storageclass import with_storage_class
 from slurmk8s.events import Event
 from slurmk8s.kube import ApiError, Kube
 from slurmk8s.render import ClusterKeys, names, render
@@ -148,7 +149,9 @@ class Operator:
     missing Secrets take their keys from; by default each missing key is
     generated alone) are injectable for tests.
     ``agent_clients``: the pods a NetworkPolicy admits to each agent;
-    ``trusted_repositories``: where a privileged slurmd's image may come from.
+    ``trusted_repositories``: where a privileged slurmd's image may come from;
+    ``shared_storage_class``: the StorageClass of a shared claim whose spec
+    names none (``--shared-storage-class``; None: such a spec is refused).
     """
 
     def __init__(self, kube: Kube, *,
@@ -157,8 +160,10 @@ class Operator:
                  fresh_keys: Callable[[], ClusterKeys] | None = None,
                  agent_clients: AgentClients | None = None,
                  trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,),
-                 identity: str | None = None):
+                 identity: str | None = None, shared_storage_class: str | None = None):
         self.kube = kube
+        #: The StorageClass of a shared claim whose spec names none (api.storageclass).
+        self.shared_storage_class = shared_storage_class
         #: This replica's name in the Lease, written into status.leader (None: no election).
         self.identity = identity
         #: Image repositories a privileged slurmd may come from (api.validate.load_cluster).
@@ -244,7 +249,8 @@ class Operator:
         previous = previous_status(body)
         doc = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
         try:
-            cluster = load_cluster(doc, trusted_repositories=self.trusted_repositories)
+            cluster = with_storage_class(load_cluster(doc, trusted_repositories=self.trusted_repositories),
+                                         self.shared_storage_class)
         except InvalidSpec as exc:
             self._refuse(body, previous, out, str(exc), "InvalidSpec", now)
             return None
