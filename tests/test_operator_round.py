@@ -384,6 +384,37 @@ def test_a_shared_volume_that_names_no_class_is_refused_naming_it_unless_the_ope
     assert refusal("SlurmCluster", "CREATE", w.body, None, shared_storage_class="efs-sc") is None
 
 
+def test_a_claim_that_stays_pending_is_named_in_ready_with_its_provisioners_words(offline):
+    """Issue 43: the shared claim is Pending (its class is block storage, which refuses
+    ReadWriteMany): StorageReady and Ready say so, with the provisioner's Event, until a
+    claim that binds replaces it."""
+    w = offline
+    w.kube.pending.add("demo-shared")
+    w.round()
+    w.kube.run_controllers()
+    claim = w.kube.of_kind("PersistentVolumeClaim")["demo-shared"]
+    refused = ('failed to provision volume with StorageClass "nfs": rpc error: code = InvalidArgument desc = '
+               "Volume capabilities MULTI_NODE_MULTI_WRITER not supported. Only AccessModes[ReadWriteOnce] supported.")
+    for type_, reason, message, at in (
+            ("Normal", "ExternalProvisioning", "Waiting for a volume to be created", "2026-01-01T00:00:02Z"),
+            ("Warning", "ProvisioningFailed", refused, "2026-01-01T00:00:01Z"),
+            ("Warning", "ProvisioningFailed", "an older claim of this name", "2026-01-01T00:00:09Z")):
+        w.kube.add({"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"e-{at}", "namespace": "default"},
+                    "involvedObject": {"kind": "PersistentVolumeClaim", "name": "demo-shared",
+                                       "uid": claim["metadata"]["uid"] if "older" not in message else "gone"},
+                    "type": type_, "reason": reason, "message": message, "lastTimestamp": at})
+    out = w.round()
+    conds = {c.type: c for c in out.status.conditions}
+    said = f"claim demo-shared is Pending: ProvisioningFailed: {refused}"
+    assert (conds["StorageReady"].status, conds["StorageReady"].reason) == ("False", "ProvisioningFailed")
+    assert said in conds["StorageReady"].message and "older" not in conds["StorageReady"].message
+    assert conds["Ready"].reason == "StorageNotReady" and conds["Ready"].message.startswith(f"StorageReady: {said}")
+    w.kube.pending.clear()
+    w.kube.run_controllers()
+    conds = {c.type: c for c in w.round().status.conditions}
+    assert (conds["StorageReady"].status, conds["StorageReady"].message) == ("True", "2 claims bound")
+
+
 def test_a_release_slurm_cannot_upgrade_to_in_place_is_refused_and_nothing_changes(offline):
     w = offline
     w.round()

@@ -58,7 +58,7 @@ from slurmk8s.slurm.model import Job, Node, SlurmState
 from slurmk8s.slurm.remote import cluster_agent
 from slurmk8s.times import format_time
 
-from . import accounting, announce, directory, plan, reads, status, teardown, upgrade, workers
+from . import accounting, announce, claims, directory, plan, reads, status, teardown, upgrade, workers
 from .observe import observe_nodesets, previous_status, worker_hosts
 from .observe import topology as observe_topology
 from .reconfigure import decide_reconfigure
@@ -235,7 +235,8 @@ class Operator:
                                     applied_hash=applied, pods=seen.pods,
                                     refused=reads.refused_pods(self.kube, seen.cluster, seen.objects, seen.pods),
                                     rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
-                                    now=format_time(now), accounting=acct, directory=directory_ready)
+                                    now=format_time(now), accounting=acct, directory=directory_ready,
+                                    storage=self._storage(seen, desired))
         change = status.phase_event(seen.previous, out.status)
         if change is not None:
             out.events.append(change)
@@ -297,6 +298,15 @@ class Operator:
         out.step = "render"
         topology = observe_topology(seen.pods, seen.worker_nodes) if seen.cluster.spec.topology else []
         return render(seen.cluster, seen.keys, topology, agent_clients=self.agent_clients)
+
+    def _storage(self, seen: Seen, desired: Sequence[Mapping]) -> tuple[ConditionStatus, str, str]:
+        """StorageReady: the claims the rendered workloads mount, as read now, and why one
+        that is not bound waits (its Events; :mod:`.claims`)."""
+        wanted = claims.used(seen.cluster, desired)
+        found = reads.claims(self.kube, seen.cluster, wanted, seen.objects)
+        if found is None:
+            return "Unknown", "NotRead", "the cluster's claims or their Events could not be read this round"
+        return claims.condition(wanted, *found)
 
     def _read_slurm(self, seen: Seen, out: Outcome) -> SlurmRead:
         """The Slurm nodes and the config the agent sees, once the controller exists;
