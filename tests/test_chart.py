@@ -522,6 +522,13 @@ def test_notes_tell_how_to_create_a_first_cluster_where_it_is_watched(name, name
     assert f"kubectl create secret generic {secret} -n {namespace} " in text
 
 
+def test_notes_say_which_storage_class_the_examples_shared_storage_gets_or_how_to_name_one():
+    assert 'gets the StorageClass "efs-sc"' in notes(VALUE_SETS["namespaced"])
+    text = notes()
+    assert "no sharedStorage.storageClassName\nis set: it is refused" in text
+    assert "--reuse-values --set sharedStorage.storageClassName=<class>" in text
+
+
 def test_notes_say_which_namespaces_are_watched_and_what_every_namespace_costs():
     assert f"It watches SlurmClusters in this namespace only ({NAMESPACE})." in notes()
     assert "--set 'watchNamespaces={X}'" in notes()
