@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from slurmk8s import log
 from slurmk8s.api.cluster import SlurmCluster
 from slurmk8s.api.secrets import secret_problem, secret_refs
+from slurmk8s.api.status import ConditionStatus
 from slurmk8s.kube import Kube
 from slurmk8s.render import names
 from slurmk8s.render.keys import key_secret_names
@@ -22,7 +23,7 @@ from slurmk8s.render.keys import key_secret_names
 from . import claims as claim_rules
 from . import plan, status
 
-__all__ = ["observe", "unusable_secrets", "worker_nodes", "refused_pods", "claims"]
+__all__ = ["observe", "unusable_secrets", "worker_nodes", "refused_pods", "claims", "storage"]
 
 _log = log.get("slurmk8s.operator")
 
@@ -103,3 +104,14 @@ def claims(kube: Kube, cluster: SlurmCluster, wanted: Sequence[claim_rules.Claim
         _log.warning("could not read the cluster's claims or their events", cluster=cluster.name, error=str(exc))
         return None
     return found, events
+
+
+def storage(kube: Kube, cluster: SlurmCluster, desired: Sequence[Mapping],
+            objects: Sequence[Mapping]) -> tuple[ConditionStatus, str, str]:
+    """StorageReady: the claims the rendered workloads (``desired``) mount, as read now,
+    and why one that is not bound waits (:func:`.claims.condition`); unknown when unread."""
+    wanted = claim_rules.used(cluster, desired)
+    found = claims(kube, cluster, wanted, objects)
+    if found is None:
+        return "Unknown", "NotRead", "the cluster's claims or their Events could not be read this round"
+    return claim_rules.condition(wanted, *found)

@@ -32,6 +32,9 @@ Nothing is remembered between rounds in memory: a round starts from what
 the API server and Slurm say. Its reads are :mod:`.reads`; what they return
 becomes the decisions' input in :mod:`.observe`; its Events are posted by
 :mod:`.announce`; the finalizer's teardown is :mod:`.teardown`.
+
+Over 500 lines because it holds every step of the round, one method each, in
+the order above; what each step reads and decides is already elsewhere.
 """
 
 from __future__ import annotations
@@ -44,10 +47,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmk8s import log
-from slurmk8s.api import InvalidSpec, load_cluster
+from slurmk8s.api import InvalidSpec, load_cluster, with_storage_class
 from slurmk8s.api.cluster import PROJECT_REPOSITORY, SlurmCluster, SlurmClusterStatus
 from slurmk8s.api.status import ConditionStatus
-from slurmk8s.api.storageclass import with_storage_class
 from slurmk8s.events import Event
 from slurmk8s.kube import ApiError, Kube
 from slurmk8s.render import ClusterKeys, names, render
@@ -58,7 +60,7 @@ from slurmk8s.slurm.model import Job, Node, SlurmState
 from slurmk8s.slurm.remote import cluster_agent
 from slurmk8s.times import format_time
 
-from . import accounting, announce, claims, directory, plan, reads, status, teardown, upgrade, workers
+from . import accounting, announce, directory, plan, reads, status, teardown, upgrade, workers
 from .observe import observe_nodesets, previous_status, worker_hosts
 from .observe import topology as observe_topology
 from .reconfigure import decide_reconfigure
@@ -149,9 +151,7 @@ class Operator:
     missing Secrets take their keys from; by default each missing key is
     generated alone) are injectable for tests.
     ``agent_clients``: the pods a NetworkPolicy admits to each agent;
-    ``trusted_repositories``: where a privileged slurmd's image may come from;
-    ``shared_storage_class``: the StorageClass of a shared claim whose spec
-    names none (``--shared-storage-class``; None: such a spec is refused).
+    ``trusted_repositories``: where a privileged slurmd's image may come from.
     """
 
     def __init__(self, kube: Kube, *,
@@ -162,7 +162,7 @@ class Operator:
                  trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,),
                  identity: str | None = None, shared_storage_class: str | None = None):
         self.kube = kube
-        #: The StorageClass of a shared claim whose spec names none (api.storageclass).
+        #: The class of a shared claim whose spec names none; None: refused (api.storageclass).
         self.shared_storage_class = shared_storage_class
         #: This replica's name in the Lease, written into status.leader (None: no election).
         self.identity = identity
@@ -236,7 +236,7 @@ class Operator:
                                     refused=reads.refused_pods(self.kube, seen.cluster, seen.objects, seen.pods),
                                     rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
                                     now=format_time(now), accounting=acct, directory=directory_ready,
-                                    storage=self._storage(seen, desired))
+                                    storage=reads.storage(self.kube, seen.cluster, desired, seen.objects))
         change = status.phase_event(seen.previous, out.status)
         if change is not None:
             out.events.append(change)
@@ -298,15 +298,6 @@ class Operator:
         out.step = "render"
         topology = observe_topology(seen.pods, seen.worker_nodes) if seen.cluster.spec.topology else []
         return render(seen.cluster, seen.keys, topology, agent_clients=self.agent_clients)
-
-    def _storage(self, seen: Seen, desired: Sequence[Mapping]) -> tuple[ConditionStatus, str, str]:
-        """StorageReady: the claims the rendered workloads mount, as read now, and why one
-        that is not bound waits (its Events; :mod:`.claims`)."""
-        wanted = claims.used(seen.cluster, desired)
-        found = reads.claims(self.kube, seen.cluster, wanted, seen.objects)
-        if found is None:
-            return "Unknown", "NotRead", "the cluster's claims or their Events could not be read this round"
-        return claims.condition(wanted, *found)
 
     def _read_slurm(self, seen: Seen, out: Outcome) -> SlurmRead:
         """The Slurm nodes and the config the agent sees, once the controller exists;
