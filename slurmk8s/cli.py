@@ -125,6 +125,46 @@ def load_keys(directory: Path | None) -> ClusterKeys:
     return keys
 
 
+def _storage_class(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A StorageClass name (a DNS subdomain), or a usage error saying what one is."""
+    if value is not None:
+        from pydantic import TypeAdapter, ValidationError
+
+        from .api.fields import DnsSubdomain
+
+        try:
+            TypeAdapter(DnsSubdomain).validate_python(value)
+        except ValidationError:
+            raise click.BadParameter(f"{value!r} is not a StorageClass name (a DNS subdomain: lower-case letters, "
+                                     "digits, '-' and '.')", ctx=ctx, param=param) from None
+    return value
+
+
+#: The operator's setting, for the commands that show what it would do.
+SHARED_STORAGE_CLASS_OPTION = click.option(
+    "--shared-storage-class", default=None, metavar="CLASS", callback=_storage_class,
+    help="The StorageClass of a shared volume's claim when the spec names none: the operator's "
+         "--shared-storage-class (the chart's sharedStorage.storageClassName). Without it, a shared volume "
+         "with size and no storageClassName is reported, as the operator without one refuses it.")
+
+
+def _with_storage_classes(found: list[SlurmCluster], shared_storage_class: str | None) -> list[SlurmCluster]:
+    """The clusters as the operator would take them with ``--shared-storage-class``; without it,
+    each shared volume that names no class is logged as a warning (the claim is rendered without one)."""
+    from .api.storageclass import unclassed, with_storage_class
+
+    if shared_storage_class is not None:
+        return [with_storage_class(c, shared_storage_class) for c in found]
+    for c in found:
+        for i in unclassed(c):
+            log.get().warning(
+                f"spec.sharedStorage.volumes[{i}].storageClassName is not set: an operator without "
+                "--shared-storage-class (the chart's sharedStorage.storageClassName) refuses this cluster, and a "
+                "cluster's default StorageClass usually refuses a ReadWriteMany claim; name a class, or pass "
+                "--shared-storage-class to check as your operator would", cluster=f"{c.namespace}/{c.name}")
+    return found
+
+
 FILE_OPTION = click.option(
     "-f", "--filename", "filename", required=True, metavar="FILE",
     type=click.Path(exists=True, dir_okay=False, allow_dash=True),
@@ -133,10 +173,11 @@ FILE_OPTION = click.option(
 
 @main.command("render")
 @FILE_OPTION
+@SHARED_STORAGE_CLASS_OPTION
 @click.option("--keys-dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Read the munge, JWT and SSH host keys from DIR, generating any that are "
                    "missing. Without it every run generates new keys.")
-def render_cmd(filename: str, keys_dir: Path | None) -> None:
+def render_cmd(filename: str, keys_dir: Path | None, shared_storage_class: str | None) -> None:
     """Print every Kubernetes object of the clusters in FILE as one YAML stream.
 
     Like `helm template`: nothing is sent to a cluster. Pipe it to
@@ -144,7 +185,7 @@ def render_cmd(filename: str, keys_dir: Path | None) -> None:
     Secrets carry real keys: treat the output as secret.
     """
     try:
-        found = list(clusters(filename))
+        found = _with_storage_classes(list(clusters(filename)), shared_storage_class)
     except InvalidSpec as exc:
         _fail(exc)
     if not found:
@@ -156,11 +197,13 @@ def render_cmd(filename: str, keys_dir: Path | None) -> None:
 
 @main.command("validate")
 @FILE_OPTION
-def validate_cmd(filename: str) -> None:
+@SHARED_STORAGE_CLASS_OPTION
+def validate_cmd(filename: str, shared_storage_class: str | None) -> None:
     """Check the SlurmClusters and NodeLendingPolicies in FILE; exit 1 with
     every problem, by field path."""
     try:
-        found: list[SlurmCluster | NodeLendingPolicy] = [*clusters(filename), *policies(filename)]
+        found: list[SlurmCluster | NodeLendingPolicy] = [
+            *_with_storage_classes(list(clusters(filename)), shared_storage_class), *policies(filename)]
     except InvalidSpec as exc:
         _fail(exc)
     if not found:
@@ -263,12 +306,18 @@ def _lease_namespace(namespace: str | None, off: bool) -> str | None:
 @click.option("--webhook-cert-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Where the webhook's tls.crt and tls.key are (a kubernetes.io/tls Secret mounted; "
                    "default /etc/slurmk8s/webhook).")
+@click.option("--shared-storage-class", default=None, metavar="CLASS", callback=_storage_class,
+              help="The StorageClass of a shared volume's claim whose spec names none: one that provisions "
+                   "ReadWriteMany volumes (NFS, EFS, Filestore, Azure Files). Without it such a SlurmCluster is "
+                   "refused (by the webhook too), naming the field: a cluster's default class is usually block "
+                   "storage, which leaves a ReadWriteMany claim Pending. The chart passes "
+                   "sharedStorage.storageClassName.")
 def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
                  metrics_port: int | None, health_port: int | None, lease_namespace: str | None,
                  no_leader_election: bool, lease_duration: int, interval: float,
                  release_namespace: str | None, release_name: str | None,
                  trusted_repositories: tuple[str, ...], webhook_port: int | None,
-                 webhook_cert_dir: str | None) -> None:
+                 webhook_cert_dir: str | None, shared_storage_class: str | None) -> None:
     """Run the SlurmCluster operator until stopped.
 
     For each SlurmCluster it renders the Kubernetes objects and applies what
@@ -302,7 +351,7 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
             metrics_port=metrics_port, health_port=health_port, interval=interval, agent_clients=clients,
             trusted_repositories=trusted_repositories or (PROJECT_REPOSITORY,), webhook_port=webhook_port,
             webhook_cert_dir=webhook_cert_dir, lease_namespace=lease, lease_seconds=lease_duration,
-            release_name=release_name)
+            release_name=release_name, shared_storage_class=shared_storage_class)
     except KeyboardInterrupt:
         pass
 

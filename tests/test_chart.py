@@ -142,6 +142,7 @@ VALUE_SETS = {
         "podAnnotations": {"example.com/owner": "platform"},
         "priorityClassName": "system-cluster-critical",
         "serviceAccount": {"name": "slurm-operator", "annotations": {"iam.example.com/role": "ops"}},
+        "sharedStorage": {"storageClassName": "efs-sc"},
         "bridge": BRIDGE_OVERRIDES,
         "networkPolicy": {
             "webhookFrom": ["192.0.2.0/24"],
@@ -302,6 +303,29 @@ def test_the_operator_trusts_the_repositories_the_chart_names_for_privileged_slu
         objects({"trustedRepositories": ["https://example.org/x"]})
 
 
+def test_the_operator_gives_shared_claims_the_storage_class_the_chart_names():
+    """Issue 43: sharedStorage.storageClassName reaches the operator (and so its webhook),
+    which gives it to a shared claim whose spec names no class; unset, it passes nothing,
+    and such a spec is refused naming the field. The schema refuses what is no class name."""
+    from slurmk8s.api import InvalidSpec, load_cluster
+    from slurmk8s.api.storageclass import with_storage_class
+
+    def params(values):
+        args = container(objects(values))["args"]
+        return cli.operator_cmd.make_context("operator", args[args.index("operator") + 1:]).params
+
+    doc = yaml.safe_load((ROOT / "examples" / "slurmcluster.yaml").read_text())
+    named = params({"sharedStorage": {"storageClassName": "efs-sc"}})["shared_storage_class"]
+    assert named == "efs-sc"
+    assert with_storage_class(load_cluster(doc), named).spec.shared_storage.volumes[0].storage_class_name == "efs-sc"
+    unset = params(None)["shared_storage_class"]
+    assert unset is None
+    with pytest.raises(InvalidSpec, match=re.escape("spec.sharedStorage.volumes[0].storageClassName")):
+        with_storage_class(load_cluster(doc), unset)
+    with pytest.raises(Exception, match="sharedStorage/storageClassName"):
+        objects({"sharedStorage": {"storageClassName": "EFS_sc"}})
+
+
 @pytest.mark.parametrize("trusted", [None, ["ghcr.io/slurmk8s", "registry.example.org:5000/hpc"]])
 def test_the_bridge_judges_clusters_with_the_operators_trusted_repositories(trusted):
     """The operator (and its webhook) and the bridge load a SlurmCluster by
@@ -438,7 +462,7 @@ def test_overrides_reach_the_deployment():
     assert c["args"][9:] == ["--namespace", "hpc-a", "--namespace", "hpc-b", "--interval", "30",
                              "--lease-namespace", NAMESPACE, "--lease-duration", "15",
                              "--release-namespace", NAMESPACE, "--release-name", RELEASE,
-                             "--trusted-repository", "ghcr.io/slurmk8s",
+                             "--trusted-repository", "ghcr.io/slurmk8s", "--shared-storage-class", "efs-sc",
                              "--webhook-port", "9443", "--webhook-cert-dir", "/etc/slurmk8s/webhook"]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091, "webhook": 9443}
     for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
@@ -496,6 +520,13 @@ def test_notes_tell_how_to_create_a_first_cluster_where_it_is_watched(name, name
     # The Secret the example's login user needs, by the name the example uses, where the cluster goes.
     secret = load_cluster(yaml.safe_load(EXAMPLE.read_text())).spec.login.users[0].ssh_public_keys_from.name
     assert f"kubectl create secret generic {secret} -n {namespace} " in text
+
+
+def test_notes_say_which_storage_class_the_examples_shared_storage_gets_or_how_to_name_one():
+    assert 'gets the StorageClass "efs-sc"' in notes(VALUE_SETS["namespaced"])
+    text = notes()
+    assert "no sharedStorage.storageClassName\nis set: it is refused" in text
+    assert "--reuse-values --set sharedStorage.storageClassName=<class>" in text
 
 
 def test_notes_say_which_namespaces_are_watched_and_what_every_namespace_costs():

@@ -21,6 +21,7 @@ import yaml
 from kubernetes import client
 
 from sandbox.apiserver import audit
+from sandbox.apiserver.storage import SHARED_CLASS
 from slurmk8s.bridge.loop import FIELD_MANAGER
 from slurmk8s.bridge.main import watching_bridge
 from slurmk8s.bridge.nodestate import STATE_LABEL
@@ -250,7 +251,8 @@ def test_the_operator_reconciles_and_tears_down_with_only_the_charts_rbac(work, 
     def body() -> dict:
         return cluster.custom.get_namespaced_custom_object("slurmk8s.dev", "v1alpha1", WORK, "slurmclusters", "demo")
 
-    op = Operator(kube, agent=lambda c, token, pod: Unreachable(), fresh_keys=lambda: keys)
+    op = Operator(kube, agent=lambda c, token, pod: Unreachable(), fresh_keys=lambda: keys,
+                  shared_storage_class=SHARED_CLASS)
     out = op.reconcile(body())
     assert not out.problems, out.problems
     theirs = {s["metadata"]["name"] for s in labelled_user_secrets(doc)}
@@ -339,8 +341,8 @@ def test_kopf_and_the_operator_make_only_declared_requests_and_none_is_refused(w
     cluster = work.cluster
     kube = work.kube_as("operator", names.FIELD_MANAGER)
     registry = kopf.OperatorRegistry()
-    register(registry, Operator(kube, agent=lambda c, token, pod: Unreachable(), fresh_keys=lambda: keys),
-             interval=1)
+    register(registry, Operator(kube, agent=lambda c, token, pod: Unreachable(), fresh_keys=lambda: keys,
+                                shared_storage_class=SHARED_CLASS), interval=1)
     ready, stop = threading.Event(), threading.Event()
     errors: list[BaseException] = []
 

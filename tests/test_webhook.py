@@ -16,6 +16,9 @@ from sandbox.apiserver import tls
 from slurmk8s import versions
 from slurmk8s.operator.webhook import PATH, WebhookServer, refusal, review
 
+#: The site's StorageClass for shared volumes that name none (the chart's sharedStorage.storageClassName).
+SITE_CLASS = "nfs"
+
 
 def request(kind: str, operation: str, obj, old=None) -> dict:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
@@ -26,11 +29,33 @@ def request(kind: str, operation: str, obj, old=None) -> dict:
 def test_an_invalid_spec_is_refused_with_its_field_paths_as_the_validator_words_them(example_doc):
     bad = copy.deepcopy(example_doc)
     bad["spec"]["nodeSets"][0]["replicas"] = -1
-    answer = review(request("SlurmCluster", "CREATE", bad))
+    answer = review(request("SlurmCluster", "CREATE", bad), shared_storage_class=SITE_CLASS)
     assert answer["response"]["uid"] == "u-1" and answer["response"]["allowed"] is False
     assert answer["response"]["status"]["code"] == 422
     assert "spec.nodeSets[0].replicas" in answer["response"]["status"]["message"]
-    assert review(request("SlurmCluster", "CREATE", example_doc))["response"] == {"uid": "u-1", "allowed": True}
+    assert review(request("SlurmCluster", "CREATE", example_doc), shared_storage_class=SITE_CLASS)["response"] == \
+        {"uid": "u-1", "allowed": True}
+
+
+def test_a_shared_volume_that_names_no_class_is_refused_unless_the_operator_has_a_default(example_doc):
+    """Issue 43: the example's shared volume names no StorageClass; a cluster's default is
+    usually block storage, which leaves the ReadWriteMany claim Pending. Without the
+    operator's --shared-storage-class the webhook refuses it, naming the field; with it, or
+    with a class or an existing claim in the spec, it passes. A cluster stored before can
+    still be finalized (an update that leaves the spec alone)."""
+    why = refusal("SlurmCluster", "CREATE", example_doc, None)
+    assert why is not None and "spec.sharedStorage.volumes[0].storageClassName: required" in why
+    assert refusal("SlurmCluster", "CREATE", example_doc, None, shared_storage_class=SITE_CLASS) is None
+    named = copy.deepcopy(example_doc)
+    named["spec"]["sharedStorage"]["volumes"][0]["storageClassName"] = "efs-sc"
+    assert refusal("SlurmCluster", "CREATE", named, None) is None
+    existing = copy.deepcopy(example_doc)
+    existing["spec"]["sharedStorage"]["volumes"][0] = {"name": "shared", "mountPath": "/shared",
+                                                      "existingClaim": "team-shared"}
+    assert refusal("SlurmCluster", "CREATE", existing, None) is None
+    finalized = copy.deepcopy(example_doc)
+    finalized["metadata"]["finalizers"] = ["slurmk8s.dev/teardown"]
+    assert refusal("SlurmCluster", "UPDATE", finalized, example_doc) is None
 
 
 def test_an_update_that_leaves_the_spec_alone_passes_even_when_the_spec_is_invalid(example_doc):
@@ -52,17 +77,17 @@ def test_a_slurm_step_backwards_from_the_running_release_is_refused_on_update(ex
     running["status"] = {"slurmVersion": newest}
     back = copy.deepcopy(running)
     back["spec"]["slurm"]["version"] = older
-    why = refusal("SlurmCluster", "UPDATE", back, running)
+    why = refusal("SlurmCluster", "UPDATE", back, running, shared_storage_class=SITE_CLASS)
     assert why == f"spec.slurm.version: {versions.upgrade_problem(newest, older)}"
-    assert refusal("SlurmCluster", "CREATE", back, None) is None
+    assert refusal("SlurmCluster", "CREATE", back, None, shared_storage_class=SITE_CLASS) is None
     # Judged against what runs, not the old spec: a rollout the operator holds can be taken back.
     held = copy.deepcopy(running)
     held["spec"]["slurm"]["version"] = older
     held["status"] = {"slurmVersion": newest}
-    assert refusal("SlurmCluster", "UPDATE", running, held) is None
+    assert refusal("SlurmCluster", "UPDATE", running, held, shared_storage_class=SITE_CLASS) is None
     # Before the operator reported a release, no step is judged (the operator still refuses it).
     del running["status"]
-    assert refusal("SlurmCluster", "UPDATE", back, running) is None
+    assert refusal("SlurmCluster", "UPDATE", back, running, shared_storage_class=SITE_CLASS) is None
 
 
 def test_a_policy_is_checked_by_the_policy_validator():
@@ -85,7 +110,7 @@ def test_the_server_answers_reviews_over_https_and_nothing_else(tmp_path, exampl
     certs.mkdir()
     (certs / "tls.crt").write_bytes(pki.server_cert.read_bytes())
     (certs / "tls.key").write_bytes(pki.server_key.read_bytes())
-    server = WebhookServer(0, certs, addr="127.0.0.1").start()
+    server = WebhookServer(0, certs, addr="127.0.0.1", shared_storage_class=SITE_CLASS).start()
     ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
     try:
         def post(path: str, body: bytes) -> tuple[int, dict]:

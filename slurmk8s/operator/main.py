@@ -34,11 +34,12 @@ LEASE_NAME = legacy_lease_name("operator")
 
 def build(kubeconfig: str | None = None, *, interval: float = 10.0, agent_clients: AgentClients | None = None,
           trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,),
-          identity: str | None = None) -> tuple[kopf.OperatorRegistry, Operator]:
+          identity: str | None = None, shared_storage_class: str | None = None) -> tuple[kopf.OperatorRegistry, Operator]:
     """A registry with the SlurmCluster handlers, and the Operator behind them
     (``identity``: its name in the Lease, for status.leader)."""
     op = Operator(Kube.from_kubeconfig(kubeconfig), agent_clients=agent_clients,
-                  trusted_repositories=trusted_repositories, identity=identity)
+                  trusted_repositories=trusted_repositories, identity=identity,
+                  shared_storage_class=shared_storage_class)
     registry = kopf.OperatorRegistry()
     register(registry, op, interval=interval)
     return registry, op
@@ -49,7 +50,7 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
         agent_clients: AgentClients | None = None,
         trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,), webhook_port: int | None = None,
         webhook_cert_dir: str | None = None, lease_namespace: str | None = None, lease_seconds: float = 15,
-        release_name: str | None = None) -> None:
+        release_name: str | None = None, shared_storage_class: str | None = None) -> None:
     """Run the operator until stopped (SIGINT/SIGTERM).
 
     Watches SlurmClusters in ``namespaces``, or in every namespace with
@@ -65,7 +66,9 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
     repositories a privileged slurmd (``slurmConfig.cgroups``) may come from.
     ``webhook_port``: serve the validating admission webhook there, with the
     certificate in ``webhook_cert_dir`` (:mod:`.webhook`); every replica
-    serves it, leading or not.
+    serves it, leading or not. ``shared_storage_class``: the StorageClass of a
+    shared claim whose spec names none (None: such a spec is refused; the
+    rounds and the webhook judge alike, :mod:`slurmk8s.api.storageclass`).
     """
     if not namespaces and not all_namespaces:
         raise ValueError("name the namespaces to watch (--namespace, repeatable) or pass --all-namespaces")
@@ -82,7 +85,8 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
         health.serve(health_port)
     hook = None
     if webhook_port:
-        hook = WebhookServer(webhook_port, webhook_cert_dir or DEFAULT_CERT_DIR, trusted_repositories).start()
+        hook = WebhookServer(webhook_port, webhook_cert_dir or DEFAULT_CERT_DIR, trusted_repositories,
+                             shared_storage_class=shared_storage_class).start()
     if metrics_port is not None:
         metrics.serve(metrics_port)
     elector = None
@@ -98,7 +102,8 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
             if elector is None:
                 return
         registry, _ = build(kubeconfig, interval=interval, agent_clients=agent_clients,
-                            trusted_repositories=trusted_repositories, identity=elector.me if elector else None)
+                            trusted_repositories=trusted_repositories, identity=elector.me if elector else None,
+                            shared_storage_class=shared_storage_class)
         last_beat = time.monotonic()
 
         async def beating() -> None:

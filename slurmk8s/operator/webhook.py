@@ -4,7 +4,8 @@ at once, with the same field-path messages (decision record 34).
 
 :func:`refusal` and :func:`review` are pure: the same validators as the
 operator's rounds and ``slurmk8s validate`` (:func:`load_cluster` with the
-operator's trusted repositories, :func:`load_policy`), and, on an update
+operator's trusted repositories, then :func:`with_storage_class` with its
+default StorageClass for shared claims; :func:`load_policy`), and, on an update
 that changes ``spec.slurm.version``, the rule that refuses a Slurm step
 backwards or too wide from the release the cluster runs (its
 ``status.slurmVersion``; no step is judged before the operator reported one). An update that leaves the spec alone (kopf's
@@ -27,6 +28,7 @@ from typing import Any
 from slurmk8s import log, versions
 from slurmk8s.api import InvalidSpec, load_cluster, load_policy
 from slurmk8s.api.cluster import PROJECT_REPOSITORY
+from slurmk8s.api.storageclass import with_storage_class
 from slurmk8s.httpserver import HttpServer, Limits, Request, Response, error, json_response
 
 __all__ = ["refusal", "review", "WebhookServer", "PATH", "LIMITS"]
@@ -53,8 +55,10 @@ def _running(obj: Any) -> str | None:
 
 
 def refusal(kind: str, operation: str, obj: Any, old: Any,
-            trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)) -> str | None:
-    """Why the API should refuse this write of a ``kind`` object, or None."""
+            trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,),
+            shared_storage_class: str | None = None) -> str | None:
+    """Why the API should refuse this write of a ``kind`` object, or None
+    (``shared_storage_class``: the operator's ``--shared-storage-class``)."""
     if operation not in ("CREATE", "UPDATE"):
         return None
     if operation == "UPDATE" and isinstance(obj, dict) and isinstance(old, dict) and obj.get("spec") == old.get("spec"):
@@ -63,7 +67,7 @@ def refusal(kind: str, operation: str, obj: Any, old: Any,
         if kind == "NodeLendingPolicy":
             load_policy(obj)
             return None
-        load_cluster(obj, trusted_repositories=trusted_repositories)
+        with_storage_class(load_cluster(obj, trusted_repositories=trusted_repositories), shared_storage_class)
     except InvalidSpec as exc:
         return str(exc)
     running, wanted = _running(old), _version(obj)
@@ -74,7 +78,8 @@ def refusal(kind: str, operation: str, obj: Any, old: Any,
     return None
 
 
-def review(body: Any, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,)) -> dict:
+def review(body: Any, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,),
+           shared_storage_class: str | None = None) -> dict:
     """An AdmissionReview v1 request -> its response. Raises ValueError for a body that is not one."""
     if not isinstance(body, dict) or body.get("apiVersion") != "admission.k8s.io/v1" \
             or body.get("kind") != "AdmissionReview" or not isinstance(body.get("request"), dict):
@@ -84,7 +89,7 @@ def review(body: Any, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,
     if kind not in ("SlurmCluster", "NodeLendingPolicy"):
         raise ValueError(f"this webhook validates SlurmClusters and NodeLendingPolicies, not {kind!r}")
     why = refusal(kind, request.get("operation", ""), request.get("object"), request.get("oldObject"),
-                  trusted_repositories)
+                  trusted_repositories, shared_storage_class)
     response: dict = {"uid": request.get("uid", ""), "allowed": why is None}
     if why is not None:
         response["status"] = {"code": 422, "reason": "Invalid", "message": why}
@@ -101,8 +106,9 @@ class WebhookServer:
     """HTTPS on ``port`` with ``cert_dir``'s tls.crt and tls.key (a kubernetes.io/tls Secret)."""
 
     def __init__(self, port: int, cert_dir: str | Path, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,),
-                 addr: str = "0.0.0.0", limits: Limits = LIMITS):
+                 addr: str = "0.0.0.0", limits: Limits = LIMITS, shared_storage_class: str | None = None):
         self.trusted = tuple(trusted_repositories)
+        self.shared_storage_class = shared_storage_class
         self.cert_dir = Path(cert_dir)
         self._loaded: tuple = ()
         self._lock = threading.Lock()
@@ -126,7 +132,7 @@ class WebhookServer:
             return error(HTTPStatus.BAD_REQUEST, "an AdmissionReview body is required", "invalid")
         try:
             body = json.loads(request.body)
-            doc = review(body, self.trusted)
+            doc = review(body, self.trusted, self.shared_storage_class)
         except ValueError as exc:  # the request's: not JSON, not a review of our kinds
             return error(HTTPStatus.BAD_REQUEST, str(exc), "invalid")
         except Exception as exc:  # noqa: BLE001 - answered, so the API server applies its failurePolicy

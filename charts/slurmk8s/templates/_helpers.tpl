@@ -233,6 +233,11 @@ setting, so that a cluster the operator runs is one the bridge can load.
 - --release-name
 - {{ .Release.Name | quote }}
 {{- include "slurmk8s.trustedRepositoryArgs" . }}
+{{- with .Values.sharedStorage.storageClassName }}
+{{- /* The class of a shared claim whose spec names none; without it such a SlurmCluster is refused. */}}
+- --shared-storage-class
+- {{ . | quote }}
+{{- end }}
 {{- if .Values.webhook.enabled }}
 - --webhook-port
 - {{ .Values.webhook.port | quote }}

@@ -6,18 +6,19 @@ or a test acting as one) reports their status through the API."""
 from __future__ import annotations
 
 from .base import Controller, Manager
-from .cluster import DisruptionBudgets, Endpoints, ResourceQuotas, VolumeBinder
+from .cluster import DisruptionBudgets, Endpoints, ResourceQuotas
 from .deployment import Deployments, ReplicaSets
 from .lifecycle import CRDCleanup, GarbageCollector, Namespaces, PodGC
 from .scheduler import Scheduler, TaintEviction
 from .statefulset import StatefulSets
+from .volumes import PersistentVolumes
 
 ALL: list[type[Controller]] = [
     Namespaces,
     GarbageCollector,
     CRDCleanup,
     PodGC,
-    VolumeBinder,
+    PersistentVolumes,
     StatefulSets,
     Deployments,
     ReplicaSets,
