@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from .errors import FieldError, InvalidSpec, from_pydantic
 from .fields import quantity_value, quote
 from .lending import NodeLendingPolicy
+from .scheduling import selector_errors
 from .validate import _name_of, _precheck
 
 __all__ = ["load_policy", "policy_errors"]
@@ -31,15 +32,6 @@ def load_policy(obj: Any) -> NodeLendingPolicy:
     return policy
 
 
-def _selector_errors(sel, path: str) -> Iterator[FieldError]:
-    for i, req in enumerate(sel.match_expressions):
-        where = f"{path}.matchExpressions[{i}]"
-        if req.operator in ("In", "NotIn") and not req.values:
-            yield FieldError(f"{where}.values", f"operator {req.operator} needs at least one value")
-        if req.operator in ("Exists", "DoesNotExist") and req.values:
-            yield FieldError(f"{where}.values", f"must be empty with operator {req.operator}, which only looks at the key")
-
-
 def policy_errors(p: NodeLendingPolicy) -> Iterator[FieldError]:
     """Rules of a NodeLendingPolicy that involve more than one field."""
     spec = p.spec
@@ -56,7 +48,7 @@ def policy_errors(p: NodeLendingPolicy) -> Iterator[FieldError]:
             "ask for a label with matchLabels, or an In or Exists expression, "
             'e.g. matchLabels: {slurmk8s.dev/lendable: "true"}',
         )
-    yield from _selector_errors(spec.node_selector, "spec.nodeSelector")
+    yield from selector_errors(spec.node_selector, "spec.nodeSelector")
     if quantity_value(spec.shm_size) < 2**20:
         yield FieldError("spec.shmSize", f"{quote(spec.shm_size)} is not at least 1Mi")
     pod_selector = spec.reclaim.pod_selector
@@ -67,7 +59,7 @@ def policy_errors(p: NodeLendingPolicy) -> Iterator[FieldError]:
                 "is empty and matches every pod; leave podSelector out (then every pending GPU pod "
                 "triggers a reclaim, or those with minPriority) or give matchLabels or matchExpressions",
             )
-        yield from _selector_errors(pod_selector, "spec.reclaim.podSelector")
+        yield from selector_errors(pod_selector, "spec.reclaim.podSelector")
     for i, w in enumerate(spec.windows):
         where = f"spec.windows[{i}]"
         if w.start == "24:00":

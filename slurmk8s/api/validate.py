@@ -22,6 +22,7 @@ from .extralines import EXTRA_LINE_KEYS, KNOB_FOR_KEY, OWNED_KEYS, PROGRAM_KEYS,
 from .fields import SACCTMGR_NAME_RE, quantity_value, quote
 from .identity import account_group_errors, egress_errors, identity_errors, login_overlap_errors
 from .network import ipv4_literal
+from .scheduling import toleration_errors
 from .secrets import owned_name_error, pull_secret_refs, secret_refs
 
 __all__ = [
@@ -323,21 +324,6 @@ def _feature_errors(spec) -> Iterator[FieldError]:
                     where, f"{quote(feature)} is {whose}, which is the feature that puts a node in that node set"
                     + ("" if other == i else ": this node set's nodes would join it, and its partitions")
                     + ". Every node has its node set's name as a feature already; choose another feature name")
-
-
-def toleration_errors(path: str, t) -> Iterator[FieldError]:
-    """What Kubernetes' validation of a PodSpec refuses in a toleration
-    (validateTolerations): the workload would be refused at every apply."""
-    if not t.key and t.operator != "Exists":
-        yield FieldError(f"{path}.operator", "must be Exists when key is empty (which matches every taint); "
-                                             "give a key, or operator: Exists")
-    if t.operator == "Exists" and t.value:
-        yield FieldError(f"{path}.value", f"{quote(t.value)}: a toleration with operator Exists matches any "
-                                          "value and may not give one; drop value, or use operator: Equal")
-    if t.toleration_seconds is not None and t.effect != "NoExecute":
-        yield FieldError(f"{path}.tolerationSeconds", f"only applies to effect NoExecute, not "
-                                                      f"{quote(t.effect) if t.effect else 'every effect'}; "
-                                                      "drop it or set effect: NoExecute")
 
 
 def _accounting_errors(spec) -> Iterator[FieldError]:
