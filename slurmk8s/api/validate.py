@@ -21,6 +21,7 @@ from .errors import FieldError, InvalidSpec, field_path, from_pydantic
 from .extralines import EXTRA_LINE_KEYS, KNOB_FOR_KEY, OWNED_KEYS, PROGRAM_KEYS, extra_line_errors
 from .fields import SACCTMGR_NAME_RE, quantity_value, quote
 from .identity import account_group_errors, egress_errors, identity_errors, login_overlap_errors
+from .mounts import RESERVED_MOUNTS, nested, system_mount_problem
 from .network import ipv4_literal
 from .scheduling import toleration_errors
 from .secrets import owned_name_error, pull_secret_refs, secret_refs
@@ -38,16 +39,6 @@ MAX_DEPTH = 32
 #: Bytes of the <cluster>-users ConfigMap the login users may fill: Kubernetes
 #: refuses a ConfigMap over 1 MiB; the rest is headroom for keys' names.
 USERS_CONFIG_BUDGET = 1_000_000
-
-#: System directories: shared storage may be mounted neither over one, nor
-#: under one, nor over a parent of one (a mount at /var hides /var/spool).
-#: /opt holds the agent's own install (/opt/slurmk8s).
-RESERVED_MOUNTS = (
-    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc",
-    "/root", "/run", "/sbin", "/sys", "/usr", "/var/cache", "/var/lib", "/var/log", "/var/run",
-    "/var/spool",
-)
-
 
 def _depth_error(obj: Any) -> FieldError | None:
     """The path of the first value nested deeper than MAX_DEPTH, found without recursion."""
@@ -401,18 +392,11 @@ def _storage_errors(storage) -> Iterator[FieldError]:
                 "only applies to a claim the operator creates; drop it or drop existingClaim",
             )
         mp = v.mount_path
-        for reserved in RESERVED_MOUNTS:
-            if mp == "/" or mp == reserved or mp.startswith(reserved + "/"):
-                why = "is a system directory the images use" if mp in ("/", reserved) else \
-                    f"is inside the system directory {reserved}"
-            elif reserved.startswith(mp + "/"):
-                why = f"contains the system directory {reserved}, which the mount would hide"
-            else:
-                continue
+        why = system_mount_problem(mp)
+        if why is not None:
             yield FieldError(f"{path}.mountPath", f"{quote(mp)} {why}; mount under another path such as /shared")
-            break
         for j, other in enumerate(vols[:i]):
-            if mp.startswith(other.mount_path + "/") or other.mount_path.startswith(mp + "/"):
+            if nested(mp, other.mount_path):
                 yield FieldError(
                     f"{path}.mountPath",
                     f"{quote(mp)} nests with spec.sharedStorage.volumes[{j}].mountPath "
