@@ -51,6 +51,7 @@ from .fields import (
     refuse,
 )
 from .identity import IdentitySpec, PosixGroup
+from .podtemplate import PodTemplate
 from .scheduling import Toleration
 from .status import SlurmClusterStatus
 
@@ -252,6 +253,11 @@ class NodeSet(ApiModel):
     drain: DrainSpec = DrainSpec()
     """How a node is emptied before the operator removes its pod: on scale-in
     (the highest ordinals go first) and when an image update restarts it."""
+    pod_template: PodTemplate | None = None
+    """How the site shapes this node set's pods: runtime class, labels and
+    annotations, priority class, affinity, tolerations, extra volumes and
+    mounts, extra resources (RDMA devices, huge pages), capabilities for
+    RDMA, DNS. A change restarts the workers, one drained pod at a time."""
 
     def pod_memory_limit(self) -> str:
         """memoryLimit, or memory + SLURMD_MEMORY_OVERHEAD."""

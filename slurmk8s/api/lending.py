@@ -23,6 +23,7 @@ from .base import ApiModel, list_map
 from .cluster import API_VERSION, GROUP, DnsSubdomain, ObjectMeta
 from .fields import SLURM_SIGNALS as SIGNALS
 from .fields import DnsLabel, PartitionName, Quantity, constrained, refuse
+from .podtemplate import PodTemplate
 from .scheduling import LabelSelector, LabelSelectorRequirement, describe_selector
 from .status import Condition
 
@@ -231,6 +232,12 @@ class NodeLendingPolicySpec(ApiModel):
     """Forecast serving demand from what the bridge saw: keep headroom for
     it and have Slurm start on lent nodes only jobs that end before the
     nodes are wanted back. Unset: lend every idle node, reclaim on demand."""
+    pod_template: PodTemplate | None = None
+    """How the site shapes the slurmd pods of the nodes this policy lends (as a
+    node set's podTemplate, without affinity: a lent pod is bound to its node):
+    e.g. runtimeClassName nvidia where the GPU Operator does not make the NVIDIA
+    runtime containerd's default. Its mounts must stay apart from the
+    cluster's shared storage. A change reaches the pods the bridge starts next."""
 
 
 class PolicyCondition(Condition):

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from .errors import FieldError, InvalidSpec, from_pydantic
 from .fields import quantity_value, quote
 from .lending import NodeLendingPolicy
+from .podtemplate import pod_template_errors, unknown_field_reason
 from .scheduling import selector_errors
 from .validate import _name_of, _precheck
 
@@ -25,7 +26,8 @@ def load_policy(obj: Any) -> NodeLendingPolicy:
     try:
         policy = NodeLendingPolicy.model_validate(obj)
     except ValidationError as exc:
-        raise InvalidSpec(sorted(from_pydantic(exc)), kind="NodeLendingPolicy", name=name) from None
+        raise InvalidSpec(sorted(from_pydantic(exc, explain=unknown_field_reason)), kind="NodeLendingPolicy",
+                          name=name) from None
     errors = list(policy_errors(policy))
     if errors:
         raise InvalidSpec(errors, kind="NodeLendingPolicy", name=policy.name)
@@ -73,3 +75,5 @@ def policy_errors(p: NodeLendingPolicy) -> Iterator[FieldError]:
         for j, day in enumerate(w.days):
             if day in w.days[:j]:
                 yield FieldError(f"{where}.days[{j}]", f"{quote(day)} is listed twice")
+    if spec.pod_template is not None:
+        yield from pod_template_errors(spec.pod_template, "spec.podTemplate", lent=True)

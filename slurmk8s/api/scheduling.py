@@ -278,8 +278,8 @@ def affinity_errors(a: Affinity, path: str) -> Iterator[FieldError]:
         if pods is None:
             continue
         base = f"{path}.{field}"
-        for i, term in enumerate(pods.required_during_scheduling_ignored_during_execution):
-            yield from _pod_term_errors(term, f"{base}.requiredDuringSchedulingIgnoredDuringExecution[{i}]")
+        for i, pod_term in enumerate(pods.required_during_scheduling_ignored_during_execution):
+            yield from _pod_term_errors(pod_term, f"{base}.requiredDuringSchedulingIgnoredDuringExecution[{i}]")
         for i, weighted in enumerate(pods.preferred_during_scheduling_ignored_during_execution):
             yield from _pod_term_errors(
                 weighted.pod_affinity_term,

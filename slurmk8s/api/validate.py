@@ -23,6 +23,7 @@ from .fields import SACCTMGR_NAME_RE, quantity_value, quote
 from .identity import account_group_errors, egress_errors, identity_errors, login_overlap_errors
 from .mounts import RESERVED_MOUNTS, nested, system_mount_problem
 from .network import ipv4_literal
+from .podtemplate import pod_template_errors, unknown_field_reason
 from .scheduling import toleration_errors
 from .secrets import owned_name_error, pull_secret_refs, secret_refs
 
@@ -87,7 +88,7 @@ def load_cluster(obj: Any, *, trusted_repositories: Sequence[str] = (PROJECT_REP
     try:
         cluster = SlurmCluster.model_validate(obj)
     except ValidationError as exc:
-        raise InvalidSpec(sorted(from_pydantic(exc)), name=name) from None
+        raise InvalidSpec(sorted(from_pydantic(exc, explain=unknown_field_reason)), name=name) from None
     errors = list(semantic_errors(cluster, trusted_repositories))
     if errors:
         raise InvalidSpec(errors, name=cluster.name)
@@ -204,9 +205,14 @@ def semantic_errors(c: SlurmCluster, trusted_repositories: Sequence[str] = (PROJ
                     f"{quote(node_set)} is not a node set; known node sets: {', '.join(known) or '(none)'}",
                 )
 
+    shared = [(f"spec.sharedStorage.volumes[{j}].mountPath", v.mount_path)
+              for j, v in enumerate(spec.shared_storage.volumes if spec.shared_storage else [])]
     for i, ns in enumerate(spec.node_sets):
         for j, t in enumerate(ns.tolerations):
             yield from toleration_errors(f"spec.nodeSets[{i}].tolerations[{j}]", t)
+        if ns.pod_template is not None:
+            yield from pod_template_errors(ns.pod_template, f"spec.nodeSets[{i}].podTemplate", taken_mounts=shared,
+                                           memory_limit=ns.pod_memory_limit())
     yield from _feature_errors(spec)
 
     users = spec.login.users
