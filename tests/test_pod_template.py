@@ -6,6 +6,7 @@ product refused with its field path; applied by one function to both kinds of po
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 
 import kubernetes_validate
 import pytest
@@ -15,7 +16,8 @@ from slurmk8s.api import InvalidSpec, load_cluster, load_policy
 from slurmk8s.api.base import in_group
 from slurmk8s.api.mounts import system_mount_problem
 from slurmk8s.api.podtemplate import PRODUCT_LABEL_DOMAINS, RESERVED_VOLUMES, SHARED_VOLUME_PREFIX
-from slurmk8s.bridge.nodestate import TAINT_KEY
+from slurmk8s.bridge import actions as A
+from slurmk8s.bridge.nodestate import IDLE_SINCE_ANNOTATION, TAINT_KEY, format_time
 from slurmk8s.operator.plan import differences
 from slurmk8s.render import render
 from slurmk8s.render.manifests import lent_slurmd_pod
@@ -24,6 +26,9 @@ from slurmk8s.render.pods import ROOT_CAPABILITIES, with_site_template
 from slurmk8s.render.slurmd import is_lent_slurmd_pod
 
 from .conftest import EXAMPLE, minimal
+from .lending_sim import T0, World, gpu_node
+from .lending_sim import cluster as sim_cluster
+from .lending_sim import policy as sim_policy
 
 
 def errors_of(doc: dict) -> list[str]:
@@ -444,3 +449,34 @@ def test_slurmk8s_mounts_only_where_a_template_may_not(keys):
 def test_slurmk8s_labels_its_pods_only_in_the_domains_a_template_may_not(keys):
     keys_used = {k for p in rendered_pods(keys) for k in p["metadata"]["labels"]}
     assert keys_used and all(in_group(k) or k.rpartition("/")[0] in PRODUCT_LABEL_DOMAINS for k in keys_used)
+
+
+# --- The bridge: the policy's template reaches the pods it starts ------------------------------
+
+IDLE = {IDLE_SINCE_ANNOTATION: format_time(T0 - timedelta(seconds=600))}
+
+
+def test_the_bridge_lends_with_the_policys_template():
+    pol = sim_policy(podTemplate=FULL_LENT)
+    (create,) = [a for a in World.of(nodes=[gpu_node("n1", annotations=IDLE)]).decide(pol, T0)
+                 if isinstance(a, A.CreateSlurmdPod)]
+    assert create.pod_template == pol.spec.pod_template
+
+
+def test_a_policy_whose_mounts_meet_the_clusters_shared_storage_lends_nothing():
+    with_storage = load_cluster({**sim_cluster().dump(), "spec": {
+        **sim_cluster().dump()["spec"], "sharedStorage": {"volumes": [{"name": "shared", "mountPath": "/shared",
+                                                                        "size": "1Gi"}]}}})
+    template = {"volumes": [{"name": "scratch", "emptyDir": {}}],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/shared/scratch"}]}
+    world = World.of(nodes=[gpu_node("n1", annotations=IDLE)], cluster=with_storage)
+    acts = world.decide(sim_policy(podTemplate=template), T0)
+    assert not [a for a in acts if isinstance(a, A.CreateSlurmdPod)]
+    (status,) = [a.status for a in acts if isinstance(a, A.PolicyStatus)]
+    (cond,) = status.conditions
+    assert (cond.status, cond.reason) == ("False", "PodTemplateConflict")
+    assert cond.message.startswith('spec.podTemplate.volumeMounts[0].mountPath: "/shared/scratch" nests with '
+                                   "SlurmCluster hpc/demo's spec.sharedStorage.volumes[0].mountPath")
+    # Apart from it, the same template lends.
+    template["volumeMounts"][0]["mountPath"] = "/scratch"
+    assert [a for a in world.decide(sim_policy(podTemplate=template), T0) if isinstance(a, A.CreateSlurmdPod)]
