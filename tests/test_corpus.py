@@ -24,8 +24,9 @@ crashed
     Any other exception while loading or rendering, or a refusal that
     breaks the rules above.
 accepted-and-unsafe
-    Loaded and rendered, and one of these holds (U1-U21; a policy renders
-    nothing alone, so U10 and U11 apply to it):
+    Loaded and rendered, and one of these holds (U1-U22; a policy renders
+    nothing alone, so U10-U12 and U20 apply to it, and the rules of objects
+    to the lent pod it would start for the base cluster):
 
     U1  a rendered config file has an unprintable character other than the
         LF ending its lines, or a line ending in a backslash;
