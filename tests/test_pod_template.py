@@ -12,6 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from sandbox.apiserver import podsecurity
 from slurmk8s.api import InvalidSpec, load_cluster, load_policy
 from slurmk8s.api.base import in_group
 from slurmk8s.api.mounts import system_mount_problem
@@ -480,3 +481,15 @@ def test_a_policy_whose_mounts_meet_the_clusters_shared_storage_lends_nothing():
     # Apart from it, the same template lends.
     template["volumeMounts"][0]["mountPath"] = "/scratch"
     assert [a for a in world.decide(sim_policy(podTemplate=template), T0) if isinstance(a, A.CreateSlurmdPod)]
+
+
+def test_a_template_keeps_the_pods_at_baseline_but_for_its_capabilities(keys):
+    """What docs/install.md says of the level: a template's volumes, resources, scheduling and
+    DNS keep the slurmd pods at Pod Security baseline; adding capabilities makes them privileged."""
+    strictest = {}
+    for name, template in (("without capabilities", {**FULL, "capabilities": []}), ("with", FULL)):
+        pods = [worker_template(cluster_doc(template), keys)["spec"],
+                lent_pod(cluster_doc(None), {k: v for k, v in template.items() if k != "affinity"})["spec"]]
+        strictest[name] = {next(level for level in ("restricted", "baseline", "privileged")
+                                if not podsecurity.check(pod, level)) for pod in pods}
+    assert strictest == {"without capabilities": {"baseline"}, "with": {"privileged"}}
