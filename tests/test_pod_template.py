@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from datetime import timedelta
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -26,7 +27,7 @@ from slurmk8s.render.names import NODESET_LABEL, RESTART_HASH
 from slurmk8s.render.pods import ROOT_CAPABILITIES, with_site_template
 from slurmk8s.render.slurmd import is_lent_slurmd_pod
 
-from .conftest import EXAMPLE, minimal
+from .conftest import EXAMPLE, ROOT, minimal
 from .lending_sim import T0, World, gpu_node
 from .lending_sim import cluster as sim_cluster
 from .lending_sim import policy as sim_policy
@@ -249,9 +250,9 @@ def test_a_memory_backed_volume_of_a_lent_pod_needs_a_bound():
     assert [e.split(":")[0] for e in found] == ["spec.podTemplate.volumes[0].emptyDir.sizeLimit"]
 
 
-def test_an_empty_template_is_no_template():
-    assert load_cluster(cluster_doc({})).spec.node_sets[0].pod_template is not None
-    load_policy(policy_doc({}))
+def test_an_empty_template_changes_nothing(keys):
+    assert worker_template(cluster_doc({}), keys) == worker_template(cluster_doc(None), keys)
+    assert lent_pod(cluster_doc(None), {}) == lent_pod(cluster_doc(None), None)
 
 
 # --- Rendering: one function applies a template to a worker and to a lent pod -----------------
@@ -493,3 +494,47 @@ def test_a_template_keeps_the_pods_at_baseline_but_for_its_capabilities(keys):
         strictest[name] = {next(level for level in ("restricted", "baseline", "privileged")
                                 if not podsecurity.check(pod, level)) for pod in pods}
     assert strictest == {"without capabilities": {"baseline"}, "with": {"privileged"}}
+
+
+# --- Through the CRD schema ---------------------------------------------------------------------
+
+
+def crd_validator(plural: str) -> jsonschema.Validator:
+    crd = yaml.safe_load((ROOT / "charts" / "slurmk8s" / "files" / "crds" / f"{plural}.slurmk8s.dev.yaml").read_text())
+    return jsonschema.Draft7Validator(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+
+
+def pruned(value, schema: dict):
+    """``value`` as the API server stores it: what its structural schema does not name dropped."""
+    if isinstance(value, dict):
+        if "properties" in schema:
+            return {k: pruned(v, schema["properties"][k]) for k, v in value.items() if k in schema["properties"]}
+        if isinstance(schema.get("additionalProperties"), dict):
+            return {k: pruned(v, schema["additionalProperties"]) for k, v in value.items()}
+        return value
+    if isinstance(value, list) and "items" in schema:
+        return [pruned(v, schema["items"]) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("plural,doc,load", [("slurmclusters", cluster_doc(FULL), load_cluster),
+                                             ("nodelendingpolicies", policy_doc(FULL_LENT), load_policy)])
+def test_a_template_round_trips_through_the_crd_schema(plural, doc, load):
+    """The CRD takes a template of every field and, pruning as the API server does, keeps
+    all of it: what the bridge and the operator read back is what was written."""
+    validator = crd_validator(plural)
+    loaded = load(doc)
+    for written in (doc, loaded.dump()):
+        assert [e.message for e in validator.iter_errors(written)] == []
+        assert pruned(written, validator.schema) == written
+        assert load(pruned(written, validator.schema)) == loaded
+
+
+def test_the_crd_schema_refuses_what_it_can_see():
+    validator = crd_validator("slurmclusters")
+    bad = cluster_doc({**FULL, "capabilities": ["SYS_ADMIN"], "annotations": {"example.com/x": "x" * 5000},
+                       "volumes": [{"name": "Scratch", "emptyDir": {"medium": "Disk"}}]})
+    paths = sorted(".".join(map(str, e.absolute_path)) for e in validator.iter_errors(bad))
+    base = "spec.nodeSets.0.podTemplate"
+    assert paths == [f"{base}.annotations.example.com/x", f"{base}.capabilities.0", f"{base}.volumes.0.emptyDir.medium",
+                     f"{base}.volumes.0.name"]
