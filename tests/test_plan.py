@@ -233,7 +233,12 @@ def test_quantities_compare_by_value():
     assert differences(desired, observed) == []
     observed["spec"]["resources"]["requests"]["cpu"] = "1"
     assert differences(desired, observed) == ["spec.resources.requests.cpu"]
-    # Outside requests/limits strings are strings.
+    # An emptyDir's sizeLimit (/dev/shm, a pod template's volumes) too, as the API server writes it back.
+    shm = {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1024Mi"}}
+    assert differences({"volumes": [shm]}, {"volumes": [{**shm, "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}]}) == []
+    assert differences({"volumes": [shm]}, {"volumes": [{**shm, "emptyDir": {"medium": "", "sizeLimit": "1Gi"}}]}) == [
+        "volumes[0].emptyDir.medium"]
+    # Outside requests/limits and emptyDir strings are strings.
     assert differences({"data": {"x": "0.5"}}, {"data": {"x": "500m"}}) == ["data.x"]
     assert differences({"a": [1, 2]}, {"a": [1]}) == ["a"]
     assert differences({"a": True}, {"a": 1}) == ["a"]

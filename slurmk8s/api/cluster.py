@@ -20,7 +20,7 @@ from typing import Annotated, Final, Literal
 from pydantic import AfterValidator, Field
 
 from .. import versions
-from .base import ApiModel, list_map
+from .base import GROUP, MAX_EXACT_INTEGER, ApiModel, list_map  # noqa: F401 (GROUP re-exported: callers import it from here)
 from .fields import (
     DATA_KEY_RE,
     PERSON_ID_LOW_MAX,
@@ -51,10 +51,10 @@ from .fields import (
     refuse,
 )
 from .identity import IdentitySpec, PosixGroup
+from .podtemplate import PodTemplate
+from .scheduling import Toleration
 from .status import SlurmClusterStatus
 
-#: The API group of every slurmk8s resource, label and annotation: the one place it is written.
-GROUP = "slurmk8s.dev"
 VERSION = "v1alpha1"
 API_VERSION: Final = "slurmk8s.dev/v1alpha1"  # GROUP/VERSION, spelled out: the models' Literal types say it so
 KIND: Final = "SlurmCluster"
@@ -91,10 +91,6 @@ def lent_nodeset(partition: str) -> str:
     return f"{LENT_PREFIX}{partition}"
 
 
-#: The bound of integer fields whose natural bound (Kubernetes' int64, Slurm's
-#: uint64) is larger: 2^53 - 1, the largest integer every JSON reader holds
-#: exactly (Helm reads the CRD's maximum as a float64).
-MAX_EXACT_INTEGER = 2**53 - 1
 
 
 #: Where the project publishes its images: the only repository whose images
@@ -194,21 +190,6 @@ class GpuSpec(ApiModel):
     """GPUs per node; requested from Kubernetes as nvidia.com/gpu."""
 
 
-class Toleration(ApiModel):
-    """A taint the pods tolerate (as in a Kubernetes PodSpec)."""
-
-    key: LabelKey | None = None
-    """Taint key the toleration applies to; empty with operator Exists matches all taints."""
-    operator: Literal["Exists", "Equal"] = "Equal"
-    """Exists, or Equal (the value must match)."""
-    value: LabelValue | None = None
-    """Taint value to match when operator is Equal."""
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    """Taint effect to match; all effects when unset."""
-    toleration_seconds: int | None = Field(None, ge=0, le=MAX_EXACT_INTEGER)
-    """For NoExecute: how long the pod stays bound after the taint appears."""
-
-
 Signal = Literal["USR1", "USR2", "TERM", "INT", "HUP", "CONT"]
 
 
@@ -272,6 +253,11 @@ class NodeSet(ApiModel):
     drain: DrainSpec = DrainSpec()
     """How a node is emptied before the operator removes its pod: on scale-in
     (the highest ordinals go first) and when an image update restarts it."""
+    pod_template: PodTemplate | None = None
+    """How the site shapes this node set's pods: runtime class, labels and
+    annotations, priority class, affinity, tolerations, extra volumes and
+    mounts, extra resources (RDMA devices, huge pages), capabilities for
+    RDMA, DNS. A change restarts the workers, one drained pod at a time."""
 
     def pod_memory_limit(self) -> str:
         """memoryLimit, or memory + SLURMD_MEMORY_OVERHEAD."""

@@ -28,12 +28,13 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 
 from .. import versions
-from .network import Cidr, PortRange, credential_host
+from .network import Cidr, IpAddress, PortRange, credential_host
 from .quantities import Quantity, parse_quantity, quantity_value
 from .refusals import bad_char, constrained, escape, pattern_check, quote, refuse, schema_pattern, unprintable
 
 __all__ = [
     "Cidr",
+    "IpAddress",
     "PortRange",
     "ClusterName",
     "MemberName",

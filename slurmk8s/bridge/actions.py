@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..api.lending import NodeLendingPolicyStatus
+from ..api.podtemplate import PodTemplate
 from ..events import Event
 from ..slurm.steps import Cancel, DeleteNode, Drain, Requeue, Reserve, SetDown, Signal, StartNow, Unreserve
 
@@ -177,7 +178,7 @@ class Untaint:
 class CreateSlurmdPod:
     """Create the slurmd pod of ``node``, lent to ``partition`` of SlurmCluster
     ``cluster`` (namespace/name), its /dev/shm bounded by ``shm_size`` (the
-    policy's shmSize).
+    policy's shmSize), shaped by ``pod_template`` (the policy's podTemplate).
 
     The loop has the renderer build the Pod from the SlurmCluster, the
     Node's labels and ``resources`` (``slurmk8s.render.slurmd.lent_slurmd_pod``): its name
@@ -194,6 +195,8 @@ class CreateSlurmdPod:
     #: nvidia.com/gpu less what its other pods request
     #: (:meth:`~slurmk8s.bridge.world.World.lendable`), as sorted pairs.
     resources: tuple[tuple[str, str], ...]
+    #: How the site shapes the pod: the policy's podTemplate.
+    pod_template: PodTemplate | None = None
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,8 @@ MANAGED_KINDS = (
     "ConfigMap", "Secret", "PersistentVolumeClaim", "Service", "StatefulSet", "Deployment",
     "PodDisruptionBudget", "NetworkPolicy",
 )
-#: Under these keys strings are Kubernetes quantities.
-_QUANTITY_PARENTS = frozenset({"requests", "limits", "capacity"})
+#: Under these keys strings are Kubernetes quantities (an emptyDir: its sizeLimit).
+_QUANTITY_PARENTS = frozenset({"requests", "limits", "capacity", "emptyDir"})
 
 Key = tuple[str, str]  # (kind, name) in the cluster's namespace
 
