@@ -120,6 +120,19 @@ def pytest_collection_modifyitems(config, items) -> None:
         mark_needs(item)
 
 
+@pytest.fixture(autouse=True)
+def _logging_as_found():
+    """structlog's configuration as before each test: a test that runs the CLI
+    in-process configures it (its level, its stream), and the tests after it
+    in the same process (pytest-xdist runs files in other orders) must not
+    inherit that."""
+    import structlog
+
+    before = structlog.get_config()
+    yield
+    structlog.configure(**before)
+
+
 #: what the run's closing summary prints, gathered from the tests' reports
 _SUMMARY: dict = {"reached": [], "counts": {}}
 
