@@ -291,10 +291,10 @@ def _login_service_errors(spec) -> Iterator[FieldError]:
     if service.external_traffic_policy == "Cluster" and service.type != "ClusterIP" and spec.network.limits_ssh():
         yield FieldError(
             f"{path}.externalTrafficPolicy",
-            f"Cluster hands SSH connections on with a node's address in place of the client's, so the login "
-            f"pods' NetworkPolicy, which admits only spec.network.sshFrom, would not see the clients (it would "
-            f"refuse them, or admit anyone behind a listed node); use Local (or leave it unset, which is Local "
-            f"here), or empty spec.network.sshFrom",
+            "Cluster hands SSH connections on with a node's address in place of the client's, so the login "
+            "pods' NetworkPolicy, which admits only spec.network.sshFrom, would not see the clients (it would "
+            "refuse them, or admit anyone behind a listed node); use Local (or leave it unset, which is Local "
+            "here), or empty spec.network.sshFrom",
         )
 
 
