@@ -153,7 +153,8 @@ VALUE_SETS = {
                        "extraRules": [{"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]},
         },
     },
-    "bare": {"networkPolicy": {"enabled": False}, "crds": {"install": False}, "rbac": {"create": False}, "serviceAccount": {"create": False},
+    "bare": {"networkPolicy": {"enabled": False}, "crds": {"install": False},
+             "rbac": {"create": False, "aggregateClusterRoles": False}, "serviceAccount": {"create": False},
              "metrics": {"service": {"enabled": False}}, "webhook": {"enabled": False},
              "bridge": {"serviceAccount": {"create": False}, "metrics": {"service": {"enabled": False}}}},
     "bridgeless": {"bridge": {"enabled": False}},
@@ -611,6 +612,12 @@ def rbac_rules_of(objs: list[dict], kind: str) -> list[dict]:
     return [r for o in objs if o["kind"] == kind for r in o["rules"]]
 
 
+def aggregated(o: dict) -> bool:
+    """A ClusterRole the chart ships for the built-in admin, edit and view roles
+    (tenant-roles.yaml): bound to no one by the chart; tests/test_chart_tenants.py."""
+    return any(k.startswith("rbac.authorization.k8s.io/aggregate-to-") for k in o["metadata"]["labels"])
+
+
 @pytest.mark.parametrize("component", ["operator", "bridge"])
 @pytest.mark.parametrize("name", RBAC_VALUE_SETS)
 def test_rbac_grants_exactly_the_declared_permissions_where_they_are_needed(name, component):
@@ -638,7 +645,10 @@ CLUSTER_WIDE_ALLOWED = {
 @pytest.mark.parametrize("name", ["defaults", "namespaced", "bridge-own", "bridge-default-listed"])
 def test_without_the_opt_in_no_namespaced_power_is_cluster_wide(name):
     objs = objects(RBAC_VALUE_SETS[name])
-    cluster_wide = _triples(rbac_rules_of(objs, "ClusterRole"))
+    # The tenant roles go to whoever a site binds to admin, edit or view; no binding of the chart names them.
+    tenants = {o["metadata"]["name"] for o in objs if aggregated(o)}
+    assert tenants and not {o["roleRef"]["name"] for o in objs if o["kind"].endswith("Binding")} & tenants
+    cluster_wide = _triples(rbac_rules_of([o for o in objs if not aggregated(o)], "ClusterRole"))
     assert cluster_wide <= CLUSTER_WIDE_ALLOWED
     assert not {t for t in cluster_wide if t[2] in ("secrets", "deployments", "statefulsets", "configmaps",
                                                    "events", "slurmclusters", "nodelendingpolicies")}
@@ -854,9 +864,10 @@ def test_a_long_full_name_keeps_the_bridges_names_apart_and_valid():
 def test_bridge_disabled_renders_none_of_its_objects():
     objs = objects(VALUE_SETS["bridgeless"])
     assert of(objs, "bridge") == []
-    # The same operator objects; the webhook's certificate is made anew at each render.
+    # The same operator (and tenant role) objects; the webhook's certificate is made anew at each render.
     assert [without_certificates(o) for o in objs if o["kind"] != "CustomResourceDefinition"] == [
-        without_certificates(o) for o in of(objects(), "operator")]
+        without_certificates(o) for o in objects() if o["kind"] != "CustomResourceDefinition"
+        and o["metadata"]["labels"]["app.kubernetes.io/component"] != "bridge"]
     notes = rendered(VALUE_SETS["bridgeless"])[f"{CHART.name}/templates/NOTES.txt"]
     assert "bridge" not in notes
 

@@ -770,6 +770,12 @@ def test_every_category_of_the_issue_is_in_the_corpus(results):
     ("SlurmCluster/ldap-id-range-above-the-images", "accepted-and-safe"),
     ("SlurmCluster/ldap-egress-host-by-name", "refused-with-path"),
     ("SlurmCluster/ldap-egress-ipv4-uri", "accepted-and-safe"),
+    ("SlurmCluster/login-service-cluster-hides-ssh-clients", "refused-with-path"),
+    ("SlurmCluster/login-service-ssh-from-behind-a-load-balancer", "accepted-and-safe"),
+    ("SlurmCluster/login-service-traffic-policy-on-clusterip", "refused-with-path"),
+    ("SlurmCluster/login-service-source-ranges-on-nodeport", "refused-with-path"),
+    ("SlurmCluster/login-service-annotation-own-prefix", "refused-with-path"),
+    ("SlurmCluster/login-service-annotation-not-qualified", "refused-with-path"),
 ])
 def test_known_cases_land_in_their_class(results, case_id, expected):
     found = {case.id: cls for case, cls, _ in results}

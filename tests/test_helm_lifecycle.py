@@ -68,6 +68,15 @@ def test_install_upgrade_and_uninstall(cluster, tmp_path):
     cannot = c.kubectl("auth", "can-i", "get", "secrets", "-n", "kube-system",
                        f"--as=system:serviceaccount:{SYSTEM}:slurmk8s", check=False)
     assert cannot.stdout.strip() == "no"
+    # A team bound to the built-in edit role in ns may create SlurmClusters: the chart's
+    # ClusterRoles are aggregated into it (decision record 51).
+    c.kubectl("create", "rolebinding", "team", "--clusterrole=edit", "--group=team", "-n", ns)
+
+    def team_may_create() -> str:
+        return c.kubectl("auth", "can-i", "create", "slurmclusters.slurmk8s.dev", "-n", ns, "--as=someone",
+                         "--as-group=team", check=False).stdout.strip()
+
+    wait_for("edit to aggregate the chart's roles", lambda: team_may_create() == "yes")
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["namespace"] = ns
     # No kubelet runs the operator here: its webhook refuses every SlurmCluster (failurePolicy
@@ -106,6 +115,7 @@ def test_install_upgrade_and_uninstall(cluster, tmp_path):
     assert not [s for s in c.core.list_namespaced_service_account(SYSTEM).items if s.metadata.name != "default"]
     rbac = c.kubectl_json("get", "clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/instance=slurmk8s")
     assert rbac["items"] == []
+    wait_for("edit to lose the uninstalled chart's roles", lambda: team_may_create() == "no")
     assert c.kubectl_json("get", "roles", "-n", ns)["items"] == []
     assert {CRD, "nodelendingpolicies.slurmk8s.dev"} <= {
         o.metadata.name for o in c.ext.list_custom_resource_definition().items}

@@ -255,6 +255,7 @@ def semantic_errors(c: SlurmCluster, trusted_repositories: Sequence[str] = (PROJ
         yield from extra_line_errors(i, line, seen_keys)
 
     yield from _accounting_errors(spec)
+    yield from _login_service_errors(spec)
     yield from identity_errors(spec.identity)
     yield from login_overlap_errors(spec.identity, spec.login.users)
     yield from egress_errors(spec.identity, spec.network.egress)
@@ -266,6 +267,33 @@ def semantic_errors(c: SlurmCluster, trusted_repositories: Sequence[str] = (PROJ
         for i, k in enumerate(keys):
             if k in keys[:i]:
                 yield FieldError(f"spec.topology.labelKeys[{i}]", f"{quote(k)} is listed twice")
+
+
+def _login_service_errors(spec) -> Iterator[FieldError]:
+    """What Kubernetes would refuse on the login Service, and a policy that
+    would hide the clients' addresses from the sshFrom NetworkPolicy."""
+    service = spec.login.service
+    path = "spec.login.service"
+    if service.external_traffic_policy is not None and service.type == "ClusterIP":
+        yield FieldError(
+            f"{path}.externalTrafficPolicy",
+            "applies only to a NodePort or LoadBalancer Service (Kubernetes refuses it on type ClusterIP); "
+            "leave it unset or change spec.login.service.type",
+        )
+    if service.load_balancer_source_ranges and service.type != "LoadBalancer":
+        yield FieldError(
+            f"{path}.loadBalancerSourceRanges",
+            f"applies only to a LoadBalancer Service (Kubernetes refuses it on type {service.type}); "
+            "leave it empty or set spec.login.service.type to LoadBalancer",
+        )
+    if service.external_traffic_policy == "Cluster" and service.type != "ClusterIP" and spec.network.limits_ssh():
+        yield FieldError(
+            f"{path}.externalTrafficPolicy",
+            "Cluster hands SSH connections on with a node's address in place of the client's, so the login "
+            "pods' NetworkPolicy, which admits only spec.network.sshFrom, would not see the clients (it would "
+            "refuse them, or admit anyone behind a listed node); use Local (or leave it unset, which is Local "
+            "here), or empty spec.network.sshFrom",
+        )
 
 
 def _database_egress_errors(spec) -> Iterator[FieldError]:

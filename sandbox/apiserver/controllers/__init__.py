@@ -5,6 +5,7 @@ or a test acting as one) reports their status through the API."""
 
 from __future__ import annotations
 
+from .aggregation import ClusterRoleAggregation
 from .base import Controller, Manager
 from .cluster import DisruptionBudgets, Endpoints, ResourceQuotas
 from .deployment import Deployments, ReplicaSets
@@ -27,6 +28,7 @@ ALL: list[type[Controller]] = [
     Endpoints,
     DisruptionBudgets,
     ResourceQuotas,
+    ClusterRoleAggregation,
 ]
 
 __all__ = ["ALL", "Controller", "Manager"]
