@@ -193,3 +193,98 @@ def test_the_api_refuses_a_configuration_it_cannot_call(cluster, hook):
     assert proc.returncode != 0
     for path in ("webhooks[0].name", "webhooks[0].sideEffects", "webhooks[0].timeoutSeconds"):
         assert path in proc.stderr, proc.stderr
+
+
+# --- matchConditions (CEL) ------------------------------------------------------------
+
+
+def conditioned(hook: Webhook, config: str, conditions: list[dict], **overrides) -> dict:
+    return configuration(hook, config, matchConditions=conditions, **overrides)
+
+
+@pytest.fixture
+def with_config(cluster: Cluster, hook: Webhook):
+    """Apply a configuration for the test; remove it afterwards."""
+    names = []
+
+    def apply(cfg: dict) -> None:
+        names.append(cfg["metadata"]["name"])
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(cfg))
+        hook.reviews.clear()
+
+    yield apply
+    for name in names:
+        cluster.kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found")
+
+
+def test_a_false_match_condition_skips_the_webhook_and_true_ones_call_it(cluster, hook, with_config):
+    ns = cluster.namespace("conds")
+    cluster.core.patch_namespace(ns, {"metadata": {"labels": {"checked": "yes"}}})
+    with_config(conditioned(hook, "conds", [
+        {"name": "not-tiny", "expression": "object.data.size != 'tiny'"},
+        {"name": "example.com/not-system", "expression": "!request.userInfo.username.startsWith('system:')"},
+    ]))
+    # False: the webhook, which would deny it, is not asked, and the write is made.
+    cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "tiny", "labels": {"verdict": "deny"}},
+                                                   "data": {"size": "tiny"}})
+    assert hook.reviews == []
+    # All true: asked, and its denial holds.
+    with pytest.raises(ApiException) as err:
+        cluster.core.create_namespaced_config_map(ns, configmap("big", verdict="deny"))
+    assert err.value.status == 422 and len(hook.reviews) == 1
+    # request.userInfo is the requester's: a ServiceAccount's write is exempt.
+    cluster.kubectl("create", "serviceaccount", "writer", "-n", ns)
+    cluster.kubectl("create", "rolebinding", "writer", "--clusterrole=edit", f"--serviceaccount={ns}:writer", "-n", ns)
+    hook.reviews.clear()
+    cluster.kubectl("create", "configmap", "by-sa", "-n", ns, "--from-literal=size=big",
+                    f"--as=system:serviceaccount:{ns}:writer")
+    assert hook.reviews == []
+
+
+def test_a_condition_that_fails_refuses_under_fail_and_skips_under_ignore(cluster, hook, with_config):
+    ns = cluster.namespace("conderr")
+    cluster.core.patch_namespace(ns, {"metadata": {"labels": {"checked": "yes"}}})
+    # oldObject is null on a create: selecting a field of it fails.
+    broken = {"name": "old-size", "expression": "oldObject.data.size != 'tiny'"}
+    with_config(conditioned(hook, "conderr", [broken]))
+    with pytest.raises(ApiException) as err:
+        cluster.core.create_namespaced_config_map(ns, configmap("a"))
+    body = json.loads(err.value.body)
+    assert err.value.status == 403 and body["reason"] == "Forbidden", body
+    assert body["message"].startswith(
+        "configmaps \"a\" is forbidden: expression 'oldObject.data.size != 'tiny'' resulted in error: "), body
+    assert hook.reviews == []
+    # A missing key, in cel-go's words.
+    with_config(conditioned(hook, "conderr", [{"name": "colour", "expression": "object.data.colour == 'red'"}]))
+    with pytest.raises(ApiException) as err:
+        cluster.core.create_namespaced_config_map(ns, configmap("b"))
+    assert "resulted in error: no such key: colour" in json.loads(err.value.body)["message"]
+    # A false condition wins over one that fails: skipped, written.
+    with_config(conditioned(hook, "conderr", [broken, {"name": "never", "expression": "false"}]))
+    cluster.core.create_namespaced_config_map(ns, configmap("c", verdict="deny"))
+    # Ignore: the webhook is skipped and the write made, unchecked.
+    with_config(conditioned(hook, "conderr", [broken], failurePolicy="Ignore"))
+    cluster.core.create_namespaced_config_map(ns, configmap("d", verdict="deny"))
+    assert hook.reviews == []
+    assert {"c", "d"} <= {c.metadata.name for c in cluster.core.list_namespaced_config_map(ns).items}
+
+
+def test_the_api_refuses_conditions_that_do_not_compile_or_repeat_a_name(cluster, hook):
+    cfg = conditioned(hook, "badconds", [
+        {"name": "ok", "expression": "object.data.size != 'tiny'"},
+        {"name": "ok", "expression": "true"},
+        {"name": "broken", "expression": "object.data.size !="},
+        {"name": "Not A Name!", "expression": "true"},
+        {"name": "empty", "expression": ""},
+    ])
+    proc = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(cfg), check=False)
+    assert proc.returncode != 0
+    for expected in ('webhooks[0].matchConditions[1].name: Duplicate value: "ok"',
+                     "webhooks[0].matchConditions[2].expression: Invalid value: \"object.data.size !=\": "
+                     "compilation failed",
+                     "webhooks[0].matchConditions[3].name: Invalid value",
+                     "webhooks[0].matchConditions[4].expression: Required value"):
+        assert expected in proc.stderr, proc.stderr
+    many = conditioned(hook, "manyconds", [{"name": f"c{i}", "expression": "true"} for i in range(65)])
+    proc = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(many), check=False)
+    assert "webhooks[0].matchConditions: Too many: 65: must have at most 64 items" in proc.stderr, proc.stderr
