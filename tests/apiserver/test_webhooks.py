@@ -14,12 +14,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import yaml
 from kubernetes.client.rest import ApiException
 
 from sandbox.apiserver import tls
 from sandbox.apiserver.authn import ADMIN_USER
 
-from .conftest import Cluster
+from .conftest import CRDS, EXAMPLE, Cluster
 
 HOOK_NS = "hooks"
 
@@ -288,3 +289,51 @@ def test_the_api_refuses_conditions_that_do_not_compile_or_repeat_a_name(cluster
     many = conditioned(hook, "manyconds", [{"name": f"c{i}", "expression": "true"} for i in range(65)])
     proc = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(many), check=False)
     assert "webhooks[0].matchConditions: Too many: 65: must have at most 64 items" in proc.stderr, proc.stderr
+
+
+def test_the_charts_conditions_spare_spec_less_updates_and_the_operators_own_writes(cluster, hook, with_config):
+    """The chart's matchConditions (charts/slurmk8s/templates/webhook.yaml), evaluated by the
+    stand-in: only a create, and a spec change by someone else than the operator, reach the
+    webhook; kopf's finalizer, labels, status and the operator's own writes never wait for it."""
+    from ..test_chart import NAMESPACE, RELEASE, objects
+
+    for f in sorted(CRDS.glob("*.yaml")):
+        for doc in yaml.safe_load_all(f.read_text()):
+            if doc and doc["metadata"]["name"] not in {c.metadata.name for c in
+                                                      cluster.ext.list_custom_resource_definition().items}:
+                cluster.ext.create_custom_resource_definition(doc)
+    ns = cluster.namespace("slurm")
+    rendered = next(o for o in objects({"watchNamespaces": [ns]}) if o["kind"] == "ValidatingWebhookConfiguration")
+    chart_hook = rendered["webhooks"][0]
+    with_config(configuration(hook, "chart", rules=chart_hook["rules"], namespaceSelector=chart_hook["namespaceSelector"],
+                              objectSelector={}, matchConditions=chart_hook["matchConditions"], timeoutSeconds=5))
+    operator = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-slurmk8s"
+    if NAMESPACE not in {n.metadata.name for n in cluster.core.list_namespace().items}:
+        cluster.core.create_namespace({"metadata": {"name": NAMESPACE}})
+    cluster.kubectl("create", "serviceaccount", f"{RELEASE}-slurmk8s", "-n", NAMESPACE, check=False)
+    cluster.kubectl("create", "serviceaccount", "someone", "-n", ns)
+    cluster.kubectl("create", "role", "writer", "--verb=get,patch", "--resource=slurmclusters.slurmk8s.dev", "-n", ns)
+    for who in (f"{NAMESPACE}:{RELEASE}-slurmk8s", f"{ns}:someone"):
+        cluster.kubectl("create", "rolebinding", f"writer-{who.split(':')[1]}", "--role=writer",
+                        f"--serviceaccount={who}", "-n", ns)
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["namespace"] = ns
+    name = doc["metadata"]["name"]
+
+    def patch(body: dict, *extra: str) -> None:
+        cluster.kubectl("patch", "slurmcluster", name, "-n", ns, "--type=merge", "-p", json.dumps(body), *extra)
+
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(doc))
+    assert [r["request"]["operation"] for r in hook.reviews] == ["CREATE"]
+    hook.reviews.clear()
+    patch({"metadata": {"labels": {"team": "a"}, "annotations": {"slurmk8s.dev/x": "1"}}})
+    patch({"metadata": {"finalizers": ["slurmk8s.dev/teardown"]}})
+    patch({"status": {"phase": "Ready"}}, "--subresource=status")
+    patch({"spec": {"clusterDomain": "example.org"}}, f"--as={operator}")
+    assert hook.reviews == []
+    patch({"spec": {"clusterDomain": "example.net"}}, f"--as=system:serviceaccount:{ns}:someone")
+    patch({"spec": {"clusterDomain": "example.com"}})
+    assert [(r["request"]["operation"], r["request"]["userInfo"]["username"]) for r in hook.reviews] == [
+        ("UPDATE", f"system:serviceaccount:{ns}:someone"), ("UPDATE", ADMIN_USER)]
+    cluster.kubectl("patch", "slurmcluster", name, "-n", ns, "--type=json",
+                    "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]')
