@@ -48,6 +48,13 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def _writable(obj: dict) -> dict:
+    """``obj`` as read, to be written back whole: its resourceVersion kept (the
+    precondition), the server's field bookkeeping left out."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {**obj, "metadata": meta}
+
+
 class CertKeeper:
     """Keeps Secret ``namespace/secret`` and configuration ``configuration`` for the
     webhook's Service ``namespace/service``; ``serve(cert_pem, key_pem)`` gets the
@@ -90,7 +97,7 @@ class CertKeeper:
         if due.writes:
             data = certs.renew(stored, due, self.names, now, self.common)
             try:
-                self.kube.replace({**secret, "data": data})
+                self.kube.replace({**_writable(secret), "data": data})
             except ApiError as exc:
                 if exc.conflict:
                     return False
@@ -103,7 +110,7 @@ class CertKeeper:
             for h in hooks:
                 h.setdefault("clientConfig", {})["caBundle"] = want
             try:
-                self.kube.replace(config)
+                self.kube.replace(_writable(config))
             except ApiError as exc:
                 if exc.conflict:
                     return False
