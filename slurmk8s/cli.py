@@ -289,6 +289,52 @@ def _lease_namespace(namespace: str | None, off: bool) -> str | None:
     return namespace
 
 
+def _webhook_cert_options(prefix: str):
+    """Where the webhook's certificate comes from: a mounted directory, or a Secret this
+    process keeps (decision record 53). ``prefix``: "webhook-" on the operator, "" on
+    ``slurmk8s webhook``."""
+    def decorate(f):
+        for option in reversed([
+            click.option(f"--{prefix}cert-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+                         help="Where the webhook's tls.crt and tls.key are: a kubernetes.io/tls Secret mounted "
+                              f"(cert-manager's). Without it and without --{prefix}secret: /etc/slurmk8s/webhook."),
+            click.option(f"--{prefix}secret", default=None, metavar="NAME",
+                         help="Keep the webhook's CA and serving certificate in this Secret (which must exist) "
+                              "and renew them before they expire; with "
+                              f"--{prefix}configuration and --{prefix}service."),
+            click.option(f"--{prefix}configuration", default=None, metavar="NAME",
+                         help="The ValidatingWebhookConfiguration whose caBundle is kept equal to the Secret's CA."),
+            click.option(f"--{prefix}service", default=None, metavar="NAME",
+                         help="The webhook's Service, whose names the serving certificate is for."),
+            click.option(f"--{prefix}namespace", envvar="POD_NAMESPACE", default=None, metavar="NS",
+                         help="Namespace of that Secret and Service (default $POD_NAMESPACE, which the chart sets)."),
+        ]):
+            f = option(f)
+        return f
+    return decorate
+
+
+def _kept_certificate(prefix: str, cert_dir: str | None, secret: str | None, configuration: str | None,
+                      service: str | None, namespace: str | None):
+    """The certificate the process keeps (KeptCertificate), None for one mounted, or a usage error."""
+    from .operator.webhookmain import KeptCertificate
+
+    given = [secret, configuration, service]
+    if not any(given):
+        return None
+    if not all(given):
+        raise click.UsageError(f"to keep the webhook's certificate, pass --{prefix}secret, "
+                               f"--{prefix}configuration and --{prefix}service together")
+    if cert_dir:
+        raise click.UsageError(f"pass --{prefix}cert-dir (a mounted certificate) or --{prefix}secret (one this "
+                               "process keeps), not both")
+    if not namespace:
+        raise click.UsageError(f"--{prefix}secret needs the namespace it is in: --{prefix}namespace NS "
+                               "(in a pod, $POD_NAMESPACE)")
+    assert secret and configuration and service
+    return KeptCertificate(namespace, secret, configuration, service)
+
+
 @main.command("operator")
 @_controller_options("SlurmClusters", "Watch")
 @click.option("--interval", type=click.FloatRange(1, 3600), default=10.0, show_default=True, metavar="SECONDS",
@@ -303,9 +349,7 @@ def _lease_namespace(namespace: str | None, off: bool) -> str | None:
               help="Serve the validating admission webhook for SlurmClusters and NodeLendingPolicies on PORT "
                    "(HTTPS, POST /validate), so that `kubectl apply` of a spec the operator would refuse is "
                    "refused at once. The chart registers it (webhook.enabled).")
-@click.option("--webhook-cert-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
-              help="Where the webhook's tls.crt and tls.key are (a kubernetes.io/tls Secret mounted; "
-                   "default /etc/slurmk8s/webhook).")
+@_webhook_cert_options("webhook-")
 @click.option("--shared-storage-class", default=None, metavar="CLASS", callback=_storage_class,
               help="The StorageClass of a shared volume's claim whose spec names none: one that provisions "
                    "ReadWriteMany volumes (NFS, EFS, Filestore, Azure Files). Without it such a SlurmCluster is "
@@ -317,7 +361,8 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
                  no_leader_election: bool, lease_duration: int, interval: float,
                  release_namespace: str | None, release_name: str | None,
                  trusted_repositories: tuple[str, ...], webhook_port: int | None,
-                 webhook_cert_dir: str | None, shared_storage_class: str | None) -> None:
+                 webhook_cert_dir: str | None, webhook_secret: str | None, webhook_configuration: str | None,
+                 webhook_service: str | None, webhook_namespace: str | None, shared_storage_class: str | None) -> None:
     """Run the SlurmCluster operator until stopped.
 
     For each SlurmCluster it renders the Kubernetes objects and applies what
@@ -345,13 +390,15 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
     from .operator.main import run
     from .render.manifests import AgentClients
 
+    kept = _kept_certificate("webhook-", webhook_cert_dir, webhook_secret, webhook_configuration, webhook_service,
+                             webhook_namespace)
     clients = AgentClients(release_namespace, release_name) if release_namespace and release_name else None
     try:
         run(namespaces=namespaces, all_namespaces=all_namespaces, kubeconfig=kubeconfig,
             metrics_port=metrics_port, health_port=health_port, interval=interval, agent_clients=clients,
             trusted_repositories=trusted_repositories or (PROJECT_REPOSITORY,), webhook_port=webhook_port,
-            webhook_cert_dir=webhook_cert_dir, lease_namespace=lease, lease_seconds=lease_duration,
-            release_name=release_name, shared_storage_class=shared_storage_class)
+            webhook_cert_dir=webhook_cert_dir, webhook_kept=kept, lease_namespace=lease,
+            lease_seconds=lease_duration, release_name=release_name, shared_storage_class=shared_storage_class)
     except KeyboardInterrupt:
         pass
 
@@ -394,6 +441,45 @@ def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: st
         metrics_port=metrics_port, health_port=health_port, interval=interval, lease_namespace=lease,
         lease_seconds=lease_duration, release_name=release_name,
         trusted_repositories=trusted_repositories or (PROJECT_REPOSITORY,))
+
+
+@main.command("webhook")
+@click.option("--port", type=click.IntRange(1, 65535), required=True, metavar="PORT",
+              help="Serve the validating admission webhook on PORT (HTTPS: POST /validate, GET /healthz).")
+@click.option("--trusted-repository", "trusted_repositories", multiple=True, metavar="REPOSITORY",
+              help=f"As the operator's (default {PROJECT_REPOSITORY}): give both the same list (the chart does).")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
+              help="Kubeconfig to use, to keep the certificate (--secret). Default: the pod's service account "
+                   "inside a cluster, else $KUBECONFIG or ~/.kube/config.")
+@_webhook_cert_options("")
+@click.option("--shared-storage-class", default=None, metavar="CLASS", callback=_storage_class,
+              help="As the operator's: give both the same (the chart does).")
+def webhook_cmd(port: int, trusted_repositories: tuple[str, ...], kubeconfig: str | None, cert_dir: str | None,
+                secret: str | None, configuration: str | None, service: str | None, namespace: str | None,
+                shared_storage_class: str | None) -> None:
+    """Serve the validating admission webhook for SlurmClusters and NodeLendingPolicies, alone.
+
+    The same webhook the operator serves with --webhook-port, in a process of
+    its own: the chart runs it so with webhook.hostNetwork, on the nodes'
+    network, where a control plane that cannot reach pod addresses reaches
+    it, while the operator stays on the pod network. It reads and changes
+    nothing in the cluster but, with --secret, its own certificate.
+
+    \b
+      slurmk8s webhook --port 9443 --cert-dir /etc/slurmk8s/webhook
+      slurmk8s webhook --port 9443 --secret ops-slurmk8s-webhook-certs \\
+          --configuration ops-slurmk8s-slurmk8s-system --service ops-slurmk8s-webhook
+    """
+    from .operator.webhookmain import DEFAULT_CERT_DIR, run
+
+    kept = _kept_certificate("", cert_dir, secret, configuration, service, namespace)
+    try:
+        run(port, trusted_repositories or (PROJECT_REPOSITORY,),
+            cert_dir=None if kept else (cert_dir or DEFAULT_CERT_DIR), kept=kept, kubeconfig=kubeconfig,
+            shared_storage_class=shared_storage_class)
+    except RuntimeError as exc:
+        click.echo(f"webhook: {exc}", err=True)
+        sys.exit(1)
 
 
 @main.command("agent")

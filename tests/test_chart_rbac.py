@@ -37,7 +37,19 @@ from slurmk8s.render.keys import key_secret_names
 from .apiserver.conftest import CRDS, start_server, wait_for
 from .conftest import labelled_user_secrets
 from .test_bridge_loop import NOW, Facade, MemorySlurm, idle_node
-from .test_chart import NAMESPACE, RBAC_VALUE_SETS, RELEASE, WATCHED, declared, objects, of, one, watched
+from .test_chart import (
+    CONFIGURATION,
+    KEPT_SECRET,
+    NAMESPACE,
+    RBAC_VALUE_SETS,
+    RELEASE,
+    WATCHED,
+    declared,
+    objects,
+    of,
+    one,
+    watched,
+)
 
 #: Every verb RBAC knows for resources (besides escalate, bind, impersonate, which no rule names).
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
@@ -82,7 +94,9 @@ class Installed:
     def allowed(self, component: str, verb: str, group: str, resource: str, namespace: str | None,
                 name: str | None = None) -> bool:
         """As a SubjectAccessReview answers; a Lease is asked for by the
-        component's own Lease's name unless ``name`` says another."""
+        component's own Lease's name unless ``name`` says another, and so are
+        the webhook certificate's Secret (read and written in the release
+        namespace) and configuration (decision record 53)."""
         user, groups = self.user(component)
         plural, _, sub = resource.partition("/")
         attrs = {"verb": verb, "group": group, "resource": plural}
@@ -92,6 +106,10 @@ class Installed:
             attrs["namespace"] = namespace
         if plural == "leases" and verb != "create":
             name = name or LEASES[component]
+        if plural == "secrets" and verb in ("get", "update") and namespace == NAMESPACE:
+            name = name or KEPT_SECRET
+        if plural == "validatingwebhookconfigurations":
+            name = name or CONFIGURATION
         if name:
             attrs["name"] = name
         review = self.authz.create_subject_access_review(
@@ -169,6 +187,11 @@ def test_least_privilege_by_default_as_the_api_server_answers(installed):
         legacy = legacy_lease_name(component)
         assert chart.allowed(component, "get", "coordination.k8s.io", "leases", NAMESPACE, legacy)
         assert not chart.allowed(component, "update", "coordination.k8s.io", "leases", NAMESPACE, legacy)
+    # The webhook's certificate: its own Secret and configuration, no other.
+    assert chart.allowed("operator", "update", "", "secrets", NAMESPACE)
+    assert not chart.allowed("operator", "update", "", "secrets", NAMESPACE, "another")
+    assert not chart.allowed("operator", "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations",
+                             None, "another")
     # Where the operator works it reads its key Secrets by name.
     for namespace in watched(chart.values, "operator") or [NAMESPACE]:
         assert chart.allowed("operator", "get", "", "secrets", namespace)

@@ -13,6 +13,8 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from sandbox import install
+from slurmk8s.kube import Kube
+from slurmk8s.operator.certkeeper import CertKeeper
 
 from .apiserver.conftest import start_server, wait_for
 from .conftest import EXAMPLE, ROOT
@@ -32,6 +34,13 @@ def cluster(tmp_path_factory):
 
 def operator_args(c) -> list[str]:
     return c.apps.read_namespaced_deployment("slurmk8s", SYSTEM).spec.template.spec.containers[0].args
+
+
+def webhook_state(c) -> tuple[dict, list]:
+    """The webhook's certificate Secret's data, and the caBundle of each webhook of its configuration."""
+    data = c.core.read_namespaced_secret("slurmk8s-webhook-certs", SYSTEM).data or {}
+    config = c.kubectl_json("get", "validatingwebhookconfiguration", f"slurmk8s-{SYSTEM}")
+    return data, [h["clientConfig"].get("caBundle") for h in config["webhooks"]]
 
 
 def newer_chart(tmp_path):
@@ -69,7 +78,7 @@ def test_install_upgrade_and_uninstall(cluster, tmp_path):
                        f"--as=system:serviceaccount:{SYSTEM}:slurmk8s", check=False)
     assert cannot.stdout.strip() == "no"
     # A team bound to the built-in edit role in ns may create SlurmClusters: the chart's
-    # ClusterRoles are aggregated into it (decision record 51).
+    # ClusterRoles are aggregated into it (decision record 53).
     c.kubectl("create", "rolebinding", "team", "--clusterrole=edit", "--group=team", "-n", ns)
 
     def team_may_create() -> str:
@@ -84,7 +93,11 @@ def test_install_upgrade_and_uninstall(cluster, tmp_path):
     with pytest.raises(ApiException) as refused:
         c.custom.create_namespaced_custom_object("slurmk8s.dev", "v1alpha1", ns, "slurmclusters", doc)
     assert refused.value.status == 500 and "no endpoints available" in refused.value.body
-    webhook_ca = c.core.read_namespaced_secret("slurmk8s-webhook", SYSTEM).data["ca.crt"]
+    # What the operator's keeper writes (decision record 53): the Secret's data and caBundle.
+    CertKeeper(Kube.from_kubeconfig(str(c.kubeconfig)), SYSTEM, "slurmk8s-webhook-certs", f"slurmk8s-{SYSTEM}",
+               "slurmk8s-webhook", lambda *_: None).once()
+    kept = webhook_state(c)
+    assert set(kept[0]) == {"ca.crt", "ca.key", "tls.crt", "tls.key"} and kept[1] == [kept[0]["ca.crt"]] * 2
     values["webhook"] = {"failurePolicy": "Ignore"}
     install.install(c.kubeconfig, values)
     created = c.custom.create_namespaced_custom_object("slurmk8s.dev", "v1alpha1", ns, "slurmclusters", doc)
@@ -93,8 +106,9 @@ def test_install_upgrade_and_uninstall(cluster, tmp_path):
     old_template = c.apps.read_namespaced_deployment("slurmk8s", SYSTEM).spec.template
     second = install.install(c.kubeconfig, {**values, "logLevel": "debug"}, chart=newer_chart(tmp_path))
     assert (second["status"], second["revision"]) == ("deployed", 3)
-    # The webhook's certificate is kept across upgrades: the API server's caBundle stays valid.
-    assert c.core.read_namespaced_secret("slurmk8s-webhook", SYSTEM).data["ca.crt"] == webhook_ca
+    # Upgrades leave the webhook's certificate and caBundle as the operator wrote them:
+    # the chart renders neither, so the API server's caBundle stays valid throughout.
+    assert webhook_state(c) == kept
     crd = c.ext.read_custom_resource_definition(CRD)
     assert crd.spec.versions[0].schema.open_apiv3_schema.description == "A Slurm cluster (next version)."
     args = operator_args(c)

@@ -136,3 +136,89 @@ def test_the_server_answers_reviews_over_https_and_nothing_else(tmp_path, exampl
         server.stop()
     with pytest.raises(RuntimeError, match="tls.crt and tls.key"):
         WebhookServer(0, tmp_path / "missing")
+
+
+def _tls_get(port: int, cafile: str, path: str = "/healthz") -> tuple[int, dict]:
+    ctx = ssl.create_default_context(cafile=cafile)
+    with urllib.request.urlopen(f"https://localhost:{port}{path}", context=ctx, timeout=10) as resp:
+        return resp.status, json.loads(resp.read())
+
+
+def test_a_server_without_a_directory_serves_the_certificate_it_is_given(tmp_path):
+    """As the certificate keeper hands it over (decision record 53): nothing until then,
+    then that one, then a renewed one from the next connection on."""
+    server = WebhookServer(0, addr="127.0.0.1").start()
+    try:
+        first = tls.ensure(tmp_path / "pki", ["localhost"], "webhook")
+        with pytest.raises(OSError):  # closed unanswered: no certificate yet
+            _tls_get(server.port, str(first.ca_cert))
+        server.use(first.server_cert.read_bytes(), first.server_key.read_bytes())
+        assert _tls_get(server.port, str(first.ca_cert)) == (200, {"ok": True})
+        renewed = tls.ensure(tmp_path / "pki2", ["localhost"], "webhook", ca_name="renewed-ca")
+        server.use(renewed.server_cert.read_bytes(), renewed.server_key.read_bytes())
+        assert _tls_get(server.port, str(renewed.ca_cert))[0] == 200
+        assert list(tmp_path.glob("**/webhook-cert-*")) == []
+    finally:
+        server.stop()
+
+
+def test_the_webhook_command_serves_alone_and_stops_on_sigterm(tmp_path, example_doc):
+    """`slurmk8s webhook`, as the chart runs it with webhook.hostNetwork and cert-manager."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    pki = tls.ensure(tmp_path / "pki", ["localhost"], "webhook")
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    (certs / "tls.crt").write_bytes(pki.server_cert.read_bytes())
+    (certs / "tls.key").write_bytes(pki.server_key.read_bytes())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "slurmk8s"), "webhook", "--port", str(port),
+                             "--cert-dir", str(certs)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "POD_NAMESPACE": ""})
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert _tls_get(port, str(pki.ca_cert)) == (200, {"ok": True})
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stdout and proc.stdout.read()
+                time.sleep(0.2)
+        body = json.dumps(request("SlurmCluster", "CREATE", example_doc)).encode()
+        req = urllib.request.Request(f"https://localhost:{port}{PATH}", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, context=ssl.create_default_context(cafile=str(pki.ca_cert)),
+                                    timeout=10) as resp:
+            assert json.loads(resp.read())["response"]["allowed"] is True
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["operator", "-n", "hpc", "--no-leader-election", "--webhook-port", "9443", "--webhook-secret", "s"],
+     "pass --webhook-secret, --webhook-configuration and --webhook-service together"),
+    (["operator", "-n", "hpc", "--no-leader-election", "--webhook-port", "9443", "--webhook-secret", "s",
+      "--webhook-configuration", "c", "--webhook-service", "v", "--webhook-cert-dir", "/d"],
+     "not both"),
+    (["webhook", "--port", "9443", "--secret", "s", "--configuration", "c", "--service", "v"],
+     "--secret needs the namespace it is in: --namespace NS"),
+])
+def test_certificate_options_say_what_is_missing(args, message):
+    from click.testing import CliRunner
+
+    from slurmk8s import cli
+
+    result = CliRunner().invoke(cli.main, args, env={"POD_NAMESPACE": ""})
+    assert result.exit_code == 2 and message in result.output, result.output

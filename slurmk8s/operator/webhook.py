@@ -11,14 +11,18 @@ backwards or too wide from the release the cluster runs (its
 ``status.slurmVersion``; no step is judged before the operator reported one). An update that leaves the spec alone (kopf's
 finalizer and annotations, labels) is always allowed, so a cluster that
 became invalid can still be deleted. :class:`WebhookServer` is the thin
-shell: HTTPS with the certificate the chart mounts, ``POST /validate``
-only, served by :mod:`slurmk8s.httpserver` under :data:`LIMITS`.
+shell: HTTPS, ``POST /validate`` and ``GET /healthz`` only, served by
+:mod:`slurmk8s.httpserver` under :data:`LIMITS`, with the certificate
+cert-manager's Secret mounts (``cert_dir``) or the one :mod:`.certkeeper`
+hands it (:meth:`WebhookServer.use`; decision record 53).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import ssl
+import tempfile
 import threading
 from collections.abc import Sequence
 from http import HTTPStatus
@@ -31,9 +35,11 @@ from slurmk8s.api.cluster import PROJECT_REPOSITORY
 from slurmk8s.api.storageclass import with_storage_class
 from slurmk8s.httpserver import HttpServer, Limits, Request, Response, error, json_response
 
-__all__ = ["refusal", "review", "WebhookServer", "PATH", "LIMITS"]
+__all__ = ["refusal", "review", "WebhookServer", "PATH", "HEALTH_PATH", "LIMITS"]
 
 PATH = "/validate"
+#: Answers 200 over TLS once a certificate is served: the probes of a pod that only serves the webhook.
+HEALTH_PATH = "/healthz"
 #: The API server sends at most its own request limit; more is not an AdmissionReview.
 MAX_BODY = 3 * 1024 * 1024
 _log = log.get("slurmk8s.operator.webhook")
@@ -102,32 +108,67 @@ LIMITS = Limits(deadline=10.0, max_header_bytes=16 * 1024, max_headers=64, max_b
                 max_buffered=4 * MAX_BODY, max_connections=256, workers=4, max_inflight=8)
 
 
-class WebhookServer:
-    """HTTPS on ``port`` with ``cert_dir``'s tls.crt and tls.key (a kubernetes.io/tls Secret)."""
+def _server_context() -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
 
-    def __init__(self, port: int, cert_dir: str | Path, trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,),
+
+class WebhookServer:
+    """HTTPS on ``port`` with ``cert_dir``'s tls.crt and tls.key (a kubernetes.io/tls Secret
+    mounted), or, without ``cert_dir``, with the certificate :meth:`use` gives it; until then
+    every connection is closed unanswered."""
+
+    def __init__(self, port: int, cert_dir: str | Path | None = None,
+                 trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,),
                  addr: str = "0.0.0.0", limits: Limits = LIMITS, shared_storage_class: str | None = None):
         self.trusted = tuple(trusted_repositories)
         self.shared_storage_class = shared_storage_class
-        self.cert_dir = Path(cert_dir)
+        self.cert_dir = Path(cert_dir) if cert_dir is not None else None
         self._loaded: tuple = ()
         self._lock = threading.Lock()
-        try:
-            self.context = self._load()
-        except (OSError, ssl.SSLError) as exc:
-            raise RuntimeError(f"the webhook's certificate: cannot load tls.crt and tls.key from {self.cert_dir} "
-                               f"({exc}); mount the chart's <release>-webhook Secret there, or pass "
-                               "--webhook-cert-dir") from None
+        self.context: ssl.SSLContext | None = None
+        if self.cert_dir is not None:
+            try:
+                self.context = self._load()
+            except (OSError, ssl.SSLError) as exc:
+                raise RuntimeError(f"the webhook's certificate: cannot load tls.crt and tls.key from {self.cert_dir} "
+                                   f"({exc}); mount the webhook's kubernetes.io/tls Secret there, or pass "
+                                   "--webhook-cert-dir") from None
         self.server = HttpServer((addr, port), self.answer, limits, name="webhook", tls_context=self._context)
         self.port = self.server.port
 
     def _context(self) -> ssl.SSLContext:
         self.refresh()
+        if self.context is None:
+            raise ValueError("no certificate to serve yet")
         return self.context
 
+    def use(self, cert_pem: bytes, key_pem: bytes) -> None:
+        """Serve this certificate (PEM) and key from the next connection on; the same
+        again changes nothing."""
+        stamp = (cert_pem, key_pem)
+        with self._lock:
+            if stamp == self._loaded:
+                return
+            ctx = _server_context()
+            # ssl loads a chain from files only: a private directory, emptied at once.
+            with tempfile.TemporaryDirectory(prefix="webhook-cert-") as tmp:
+                crt, key = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
+                for path, data in ((crt, cert_pem), (key, key_pem)):
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(data)
+                ctx.load_cert_chain(crt, key)
+            first = self.context is None
+            self.context, self._loaded = ctx, stamp
+        _log.info("serving the webhook's certificate" if first else "serving the renewed webhook certificate")
+
     def answer(self, request: Request) -> Response:
+        if request.path == HEALTH_PATH and request.method == "GET":
+            return json_response(HTTPStatus.OK, {"ok": True})
         if request.path != PATH or request.method != "POST":
-            return error(HTTPStatus.NOT_FOUND, f"POST {PATH} only", "not-found")
+            return error(HTTPStatus.NOT_FOUND, f"POST {PATH} or GET {HEALTH_PATH} only", "not-found")
         if not request.body:
             return error(HTTPStatus.BAD_REQUEST, "an AdmissionReview body is required", "invalid")
         try:
@@ -146,13 +187,14 @@ class WebhookServer:
         return json_response(HTTPStatus.OK, doc)
 
     def _stamp(self) -> tuple:
+        assert self.cert_dir is not None
         return tuple((f.stat().st_mtime_ns, f.stat().st_size)
                      for f in (self.cert_dir / "tls.crt", self.cert_dir / "tls.key"))
 
     def _load(self) -> ssl.SSLContext:
+        assert self.cert_dir is not None
         stamp = self._stamp()
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx = _server_context()
         ctx.load_cert_chain(self.cert_dir / "tls.crt", self.cert_dir / "tls.key")
         self._loaded = stamp
         return ctx
@@ -160,7 +202,9 @@ class WebhookServer:
     def refresh(self) -> None:
         """Serve the certificate again from its files when they changed (a Secret volume
         replaces them when the Secret is renewed); while they cannot be read whole, the
-        loaded one serves."""
+        loaded one serves. Nothing to do for a certificate :meth:`use` gives."""
+        if self.cert_dir is None:
+            return
         with self._lock:
             try:
                 if self._stamp() == self._loaded:

@@ -3,6 +3,7 @@ the sandbox's API, a SlurmCluster changed while real Slurm runs a job on it."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
@@ -169,3 +170,24 @@ def test_the_examples_shared_storage_on_the_default_class_alone_is_named_pending
         assert not pod["spec"].get("nodeName")
     finally:
         platform.kubectl("delete", "slurmcluster", "blocked", "--wait=false", check=False)
+
+
+@default_release_only  # the chart's webhook and its certificate: no Slurm release changes them
+def test_the_operator_keeps_the_webhooks_certificate_and_the_api_server_trusts_it(platform):
+    """Decision record 53: the chart rendered the webhook's Secret empty and no caBundle;
+    the operator filled both, so the API server reaches the webhook and verifies it: a
+    spec it refuses is refused by it (not with an x509 error), and a label change, which
+    its matchConditions keep from it, goes through."""
+    ns = install.RELEASE_NAMESPACE
+    secret = json.loads(platform.kubectl("-n", ns, "get", "secret", f"{install.RELEASE}-webhook-certs",
+                                         "-o", "json").stdout)
+    assert set(secret["data"]) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+    config = json.loads(platform.kubectl("get", "validatingwebhookconfiguration", f"{install.RELEASE}-{ns}",
+                                         "-o", "json").stdout)
+    assert {h["clientConfig"]["caBundle"] for h in config["webhooks"]} == {secret["data"]["ca.crt"]}
+    assert base64.b64decode(secret["data"]["ca.crt"]).startswith(b"-----BEGIN CERTIFICATE-----")
+    proc = platform.kubectl("patch", "slurmcluster", "ops", "--type", "merge", "-p",
+                            json.dumps({"spec": {"slurmConfig": {"srunPortRange": "70000-70100"}}}), check=False)
+    assert proc.returncode != 0
+    assert 'admission webhook "slurmclusters.validate.slurmk8s.dev" denied the request' in proc.stderr, proc.stderr
+    platform.kubectl("label", "slurmcluster", "ops", "example.com/checked=yes", "--overwrite")
