@@ -17,6 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hack/setup.sh
+t_setup=$SECONDS
 example=${1:-examples/slurmcluster.yaml}
 script=examples/train.sh
 sk=.venv/bin/slurmk8s
@@ -30,6 +31,7 @@ say "Validating $example"
 
 say "Bringing the cluster up in the sandbox"
 "$sk" sandbox up -f "$example"
+t_up=$SECONDS
 "$sk" sandbox status
 
 say "Installing Prometheus as a site would (examples/monitoring/prometheus.yaml)"
@@ -74,6 +76,8 @@ on_login "ls $ckpt && echo LATEST: \$(cat $ckpt/LATEST)"
 
 say "What Prometheus saw (the dashboards: charts/slurmk8s/files/dashboards/, docs/metrics.md)"
 .venv/bin/python hack/demo_metrics.py report
+
+say "The demo took $SECONDS s: setup ${t_setup} s, sandbox up $((t_up - t_setup)) s (its images: the lines \"images: ... built in\" above), the story $((SECONDS - t_up)) s"
 
 say "The cluster is still running. Next:"
 cat <<NEXT

@@ -63,15 +63,20 @@ def sandbox() -> None:
 @click.option("--slurm-version", default=None, type=click.Choice(versions.SUPPORTED),
               help="Run this Slurm release instead of the one FILE's spec.slurm.version names "
                    "(every Slurm image is built for it on its Debian suite).")
+@click.option("--image", "extra_images", multiple=True, metavar="NAME",
+              help="Also build and push images/NAME, for a workload applied later (e.g. ldap); `all`: every "
+                   "image of images/. Always built: the images FILE's pods and the chart name, and "
+                   "prometheus and serve (examples/monitoring/, examples/serving.yaml).")
 def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int, lendable_nodes: int,
-               gpus_per_node: int, slurm_version: str | None) -> None:
+               gpus_per_node: int, slurm_version: str | None, extra_images: tuple[str, ...]) -> None:
     """Start the cluster in FILE and wait until it is Ready and every Slurm node idle.
 
     The sandbox is a small Kubernetes on this machine: an API server that
     enforces authentication and RBAC, and a kubelet that runs each pod under
-    runc from the images built from images/ (whatever image is missing or
-    out of date is built first: minutes the first time, then seconds; see
-    `slurmk8s images --help`). slurmk8s is installed into it with its Helm chart
+    runc from the images built from images/: those its pods will run (FILE's,
+    the chart's, and --image's) are built first where missing or out of
+    date, independent ones at once (minutes the first time, then seconds; see
+    `slurmk8s images --help`), and pushed to the sandbox's registry. slurmk8s is installed into it with its Helm chart
     (charts/slurmk8s, release slurmk8s-system/slurmk8s): the operator and
     the node-lending bridge run as pods under the chart's ServiceAccounts and
     RBAC. Besides the nodes the cluster's pods run on, it has
@@ -88,6 +93,8 @@ def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int,
     from slurmk8s.manifest import clusters_in, read_documents, with_slurm_version
 
     from . import SandboxFailed
+    from .images import SANDBOX_WORKLOADS, ImageError, image_names
+    from .imagestore import ImageStore
 
     try:
         docs = [d for d in read_documents(filename) if isinstance(d, dict)]
@@ -98,10 +105,14 @@ def sandbox_up(filename: str, state_dir: Path | None, subnet: str, timeout: int,
         _fail(exc)
     if len(found) != 1:
         raise click.UsageError(f"{filename} must hold exactly one SlurmCluster (found {len(found)})")
+    try:
+        image_names(extra_images, ImageStore().names())
+    except ImageError as exc:
+        raise click.BadParameter(str(exc), param_hint="--image") from None
     box = _sandbox(state_dir)
     try:
-        state = box.up(found[0], docs,
-                       subnet=subnet, timeout=timeout, lendable=lendable_nodes, gpus_per_node=gpus_per_node)
+        state = box.up(found[0], docs, subnet=subnet, timeout=timeout, lendable=lendable_nodes,
+                       gpus_per_node=gpus_per_node, extra_images=[*SANDBOX_WORKLOADS, *extra_images])
     except SandboxFailed as exc:
         click.echo(f"sandbox: {exc}", err=True)
         sys.exit(1)
@@ -250,8 +261,10 @@ def images() -> None:
     release picks the suite), tagged as the renderer and the chart name the
     images, and exported as a root file system plus its OCI config into the
     cache ($SLURMK8S_IMAGE_CACHE, default /var/cache/slurmk8s/images). An
-    image whose inputs did not change is not built again. Needs root and
-    buildah, mmdebstrap (hack/setup.sh installs them).
+    image whose inputs did not change is not built again; the others are
+    built at once, each as soon as its base is there ($SLURMK8S_IMAGE_JOBS at
+    a time, default one per core and at least 2). Needs root and buildah, mmdebstrap (hack/setup.sh
+    installs them).
 
     \b
       slurmk8s images build              # every image, for the default Slurm release

@@ -187,6 +187,76 @@ def recipes(names: Iterable[str], slurm_version: str, known: Iterable[str]) -> l
     return [Recipe(n, DEFAULT_SLURM if n in SLURM_FREE else slurm_version) for n in dict.fromkeys(names)]
 
 
+#: Images of images/ that ``sandbox up`` builds and pushes besides those the manifest's pods and
+#: the chart name: the workloads the demo and the tests apply once the cluster runs,
+#: examples/monitoring/prometheus.yaml (``sandbox.prometheus``, ``hack/demo_metrics.py``) and
+#: examples/serving.yaml (the lending story's serving Deployment; the tests' plain pods).
+SANDBOX_WORKLOADS = ("prometheus", "serve")
+#: ``sandbox up --image all``: every image of images/.
+ALL = "all"
+
+
+def pod_images(objects: Iterable[object]) -> list[str]:
+    """Every image the pods and pod templates of ``objects`` name (init, regular and
+    ephemeral containers, at any depth: Pods, Deployments, StatefulSets, Jobs, CronJobs), in order."""
+    out: list[str] = []
+
+    def walk(value: object) -> None:
+        if isinstance(value, Mapping):
+            for key in ("initContainers", "containers", "ephemeralContainers"):
+                containers = value.get(key)
+                if isinstance(containers, list):
+                    out.extend(c["image"] for c in containers
+                               if isinstance(c, Mapping) and isinstance(c.get("image"), str))
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(list(objects))
+    return list(dict.fromkeys(out))
+
+
+def image_names(names: Iterable[str], known: Iterable[str]) -> list[str]:
+    """``names`` of images/ (``all``: every one), each once; an unknown one is refused, naming them all."""
+    known = sorted(known)
+    names = list(names)
+    if ALL in names:
+        names = [n for n in names if n != ALL] + known
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ImageError(f"no image {', '.join(dict.fromkeys(unknown))}: images/ has {', '.join(known)} "
+                         f"(or {ALL})")
+    return list(dict.fromkeys(names))
+
+
+def sandbox_refs(objects: Iterable[object], slurm_version: str, known: Iterable[str],
+                 extra: Iterable[str] = SANDBOX_WORKLOADS) -> list[str]:
+    """What ``sandbox up`` builds and pushes for a cluster of ``slurm_version``: the images of
+    the project's repository that the pods of ``objects`` name (the cluster as the operator
+    renders it, and the manifest's other workloads), the chart's controller, and every image
+    of images/ that ``extra`` names (``all``: each one), for that release. An image of another
+    repository is not built here: the kubelet pulls it as named. Refuses an unknown name."""
+    known = sorted(known)
+    names = image_names(extra, known)
+    ours = [normalize_ref(ref) for ref in pod_images(objects)]
+    ours = [ref for ref in ours if ref.startswith(REPOSITORY + "/")]
+    chart = tags("controller")
+    wanted = [t for n in names for r in recipes([n], slurm_version, known) for t in r.tags]
+    return list(dict.fromkeys([*ours, *chart, *wanted]))
+
+
+#: Started first when images are built at once, longest first (the controller: two stages,
+#: pip; then the Slurm images with the most packages), so that the last to start is a short one.
+SLOW_FIRST = ("controller", "slurmd", "slurmctld", "login", "mariadb", "sssd")
+
+
+def build_order(recipes: Iterable[Recipe]) -> list[Recipe]:
+    """``recipes`` in the order their builds start: SLOW_FIRST's, then the others as given."""
+    return sorted(recipes, key=lambda r: SLOW_FIRST.index(r.name) if r.name in SLOW_FIRST else len(SLOW_FIRST))
+
+
 def recipe_for(ref: str, known: Iterable[str]) -> Recipe | None:
     """The recipe whose image is tagged ``ref``, or None if no image of images/ is."""
     want = normalize_ref(ref)

@@ -38,9 +38,11 @@ import selectors
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -65,6 +67,13 @@ class PushRecord(Protocol):
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path("/var/cache/slurmk8s/images")
 CACHE_ENV = "SLURMK8S_IMAGE_CACHE"
+JOBS_ENV = "SLURMK8S_IMAGE_JOBS"
+#: Images built at once by default (``$SLURMK8S_IMAGE_JOBS``): one per core, at least two, so
+#: that one build's downloads overlap another's package unpacking and layer commits, which are
+#: CPU and disk; more than the cores only slow each other (images/README.md has the figures).
+BUILD_JOBS = max(2, os.cpu_count() or 1)
+#: The stages of one multi-stage Dockerfile built at once (``buildah bud --jobs``).
+STAGE_JOBS = 2
 #: Bumped when the export layout or the way images are built changes: every key changes with it.
 LAYOUT = "1"
 BASE_LABEL = "dev.slurmk8s.base-recipe"
@@ -222,33 +231,42 @@ class ImageStore:
         progress(f"buildah: removed {len(leftovers)} working container(s) of earlier builds and "
                  f"{gone} image(s) and layer(s) no tag names")
 
-    def push(self, registry: str, releases: Iterable[str], *, authfile: Path | None = None,
-             ca_file: Path | None = None, progress: Progress | None = None,
+    def push(self, registry: str, releases: Iterable[str] = (), *, refs: Iterable[str] = (),
+             authfile: Path | None = None, ca_file: Path | None = None, progress: Progress | None = None,
              record: PushRecord | None = None) -> list[tuple[str, str]]:
-        """Push every image of ``releases``, as last built here, to ``registry`` (``host[:port][/prefix]``,
-        see ``images.push_ref``) with ``buildah push``; (reference, digest) of each. A layer the
-        registry has already is not sent again (buildah asks with a blob HEAD first), but buildah
-        compresses each layer again to know its digest; with a ``record`` of earlier pushes, an
-        image the registry already holds under that tag, as that same build, is not pushed at all.
-        Refuses, naming them, when an image was never built or is gone from buildah's storage."""
+        """Push every image of ``releases`` and the images tagged ``refs``, as last built here, to
+        ``registry`` (``host[:port][/prefix]``, see ``images.push_ref``) with ``buildah push``;
+        (reference, digest) of each. Images are pushed at once (``build_jobs``), the tags of one
+        image one after another. A layer the registry has already is not sent again (buildah asks
+        with a blob HEAD first), but buildah compresses each layer again to know its digest; with a
+        ``record`` of earlier pushes, an image the registry already holds under that tag, as that
+        same build, is not pushed at all. Refuses, naming them, when an image was never built or
+        is gone from buildah's storage."""
         progress = progress or _quiet
         if shutil.which("buildah") is None:
             raise ImageBuildFailed("buildah missing: run hack/setup.sh (installs buildah from Debian)")
-        wanted: dict[str, tuple[str, str]] = {}  # tag -> (buildah image ID, release)
+        known = self.names()
+        tags = [tag for release in releases for r in rules.recipes([], release, known) for tag in r.tags]
+        tags += [rules.normalize_ref(ref) for ref in refs]
+        wanted: dict[str, str] = {}  # tag -> buildah image ID
         missing = []
-        for release in releases:
-            for r in rules.recipes([], release, self.names()):
-                for tag in r.tags:
-                    image = self.lookup(tag)
-                    image_id = image.meta.get("imageId") if image is not None else None
-                    if image_id is None or _inspect(image_id) is None:
-                        missing.append(f"{tag} (slurmk8s images build --slurm-version {r.slurm_version} {r.name})")
-                    else:
-                        wanted.setdefault(tag, (image_id, r.slurm_version))
+        for tag in dict.fromkeys(tags):
+            r = rules.recipe_for(tag, known)
+            if r is None:
+                raise ImageError(f"no image of images/ is tagged {tag!r}: there is nothing to push")
+            image = self.lookup(tag)
+            image_id = image.meta.get("imageId") if image is not None else None
+            if image_id is None or _inspect(image_id) is None:
+                missing.append(f"{tag} (slurmk8s images build --slurm-version {r.slurm_version} {r.name})")
+            else:
+                wanted[tag] = image_id
         if missing:
             raise ImageBuildFailed("not in buildah's storage, so there is nothing to push: "
                                    + "; ".join(dict.fromkeys(missing)) + ". Build them first with the commands named.")
-        pushed = []
+        by_image: dict[str, list[str]] = {}  # an image's tags, pushed one after another
+        for tag, image_id in wanted.items():
+            by_image.setdefault(image_id, []).append(tag)
+        record_lock = threading.Lock()
         with tempfile.TemporaryDirectory(prefix="push-") as tmp:
             certs = []
             if ca_file is not None:  # buildah trusts the *.crt of a directory
@@ -256,22 +274,35 @@ class ImageStore:
                 shutil.copyfile(ca_file, Path(tmp) / "certs" / "ca.crt")
                 certs = [f"--cert-dir={Path(tmp) / 'certs'}"]
             auth = [f"--authfile={authfile}"] if authfile is not None else []
-            for tag, (image_id, _) in wanted.items():
-                target = rules.push_ref(tag, registry)
-                digest = record.present(target, image_id) if record is not None else None
-                if digest is not None:
-                    progress(f"{target}@{digest} is there already")
-                    pushed.append((target, digest))
-                    continue
-                digestfile = Path(tmp) / "digest"
-                start = time.monotonic()
-                _buildah("push", "--quiet", *auth, *certs, f"--digestfile={digestfile}", image_id, f"docker://{target}")
-                digest = digestfile.read_text().strip()
-                progress(f"pushed {target}@{digest} ({time.monotonic() - start:.1f}s)")
-                pushed.append((target, digest))
-                if record is not None:
-                    record.pushed(target, image_id, digest)
-        return pushed
+
+            def push_image(image_id: str, tags: list[str]) -> dict[str, tuple[str, str]]:
+                out = {}
+                for tag in tags:
+                    target = rules.push_ref(tag, registry)
+                    digest = record.present(target, image_id) if record is not None else None
+                    if digest is not None:
+                        progress(f"{target}@{digest} is there already")
+                        out[tag] = (target, digest)
+                        continue
+                    digestfile = Path(tmp) / f"digest-{hashlib.sha256(tag.encode()).hexdigest()}"
+                    start = time.monotonic()
+                    _buildah("push", "--quiet", *auth, *certs, f"--digestfile={digestfile}", image_id,
+                             f"docker://{target}")
+                    digest = digestfile.read_text().strip()
+                    progress(f"pushed {target}@{digest} ({time.monotonic() - start:.1f}s)")
+                    out[tag] = (target, digest)
+                    if record is not None:
+                        with record_lock:
+                            record.pushed(target, image_id, digest)
+                return out
+
+            # Images at once: buildah compresses each layer it sends on one core.
+            with ThreadPoolExecutor(build_jobs(), thread_name_prefix="push") as pool:
+                done = [pool.submit(push_image, image_id, tags) for image_id, tags in by_image.items()]
+                results: dict[str, tuple[str, str]] = {}
+                for f in done:
+                    results.update(f.result())
+        return [results[tag] for tag in wanted]
 
     # --- the build ---
 
@@ -279,24 +310,44 @@ class ImageStore:
         _need_tools()
         for d in ("refs", "logs", "tmp"):
             (self.cache / d).mkdir(parents=True, exist_ok=True)
-        out: dict[Recipe, Image] = {}
         with self._locked(progress):
-            bases: dict[Suite, str] = {}
-            for r in recipes:
-                if r.suite not in bases:
-                    bases[r.suite] = self._ensure_base(r.suite, progress, refresh_base)
             builder = f"layout {LAYOUT}; {_buildah_version()}"
-            for r in recipes:
-                key = self.key(r, bases[r.suite], builder)
-                path = self.cache / r.name / key
-                if (path / "image.json").exists():
-                    progress(f"{r.name}: cached ({', '.join(r.tags)})")
-                else:
-                    self._build_one(r, key, path, progress)
-                for tag in r.tags:
-                    _write_atomic(self._ref_file(tag), json.dumps({"ref": tag, "name": r.name, "key": key}))
-                out[r] = Image(r.tags[0], r.name, key, path)
-        return out
+            suites = list(dict.fromkeys(r.suite for r in recipes))
+            # Independent work at once: the bases, then each image as soon as its base is
+            # there. Builds wait on downloads (apt, pip) and the disk more than on the CPU.
+            with ThreadPoolExecutor(max(1, len(suites)), thread_name_prefix="base") as base_pool, \
+                    ThreadPoolExecutor(build_jobs(), thread_name_prefix="build") as pool:
+                failed = threading.Event()  # set by the first failure: the builds not started yet are not
+                bases = {s: base_pool.submit(self._ensure_base, s, progress, refresh_base) for s in suites}
+                builds = {r: pool.submit(self._ensure_one, r, bases[r.suite], builder, progress, failed)
+                          for r in rules.build_order(recipes)}
+                futures = [*bases.values(), *builds.values()]
+                wait(futures)
+                errors = [e for f in futures if (e := f.exception()) is not None]
+                if errors:
+                    raise errors[0]
+                return {r: image for r in recipes if (image := builds[r].result()) is not None}
+
+    def _ensure_one(self, r: Recipe, base: Future[str], builder: str, progress: Progress,
+                    failed: threading.Event) -> Image | None:
+        """``r``'s export, built unless the cache has it, once ``base`` (its base image's ID) is
+        there; None, and nothing done, once another build ``failed``."""
+        try:
+            base_id = base.result()
+            if failed.is_set():
+                return None
+            key = self.key(r, base_id, builder)
+            path = self.cache / r.name / key
+            if (path / "image.json").exists():
+                progress(f"{r.name}: cached ({', '.join(r.tags)})")
+            else:
+                self._build_one(r, key, path, progress)
+            for tag in r.tags:
+                _write_atomic(self._ref_file(tag), json.dumps({"ref": tag, "name": r.name, "key": key}))
+            return Image(r.tags[0], r.name, key, path)
+        except BaseException:
+            failed.set()
+            raise
 
     def key(self, r: Recipe, base_image_id: str, builder: str) -> str:
         dockerfile = self.repo / "images" / r.name / "Dockerfile"
@@ -351,18 +402,22 @@ class ImageStore:
             common = ["buildah", "bud", "--isolation=chroot", "--format=docker", "--layers", "--pull=never",
                       f"--ignorefile={dockerfile.with_name('Dockerfile.dockerignore')}", f"--file={dockerfile}",
                       *[f"--build-arg={k}={v}" for k, v in sorted(r.build_args.items())], *_ca_secret()]
-            # A named build stage is built and tagged first: buildah keeps the layers of a
-            # tagged image only, so the next build (a change to the code alone) finds the
-            # stage's earlier layers (its packages, its dependencies) in its cache.
+            # The stages of a multi-stage Dockerfile at once (the controller's venv and its
+            # runtime's packages): --jobs.
+            argv = [*common, f"--jobs={STAGE_JOBS}", f"--iidfile={iidfile}", *[f"--tag={t}" for t in r.tags],
+                    str(self.repo)]
+            self._run_logged(f"{r.name}-{r.slurm_version}", argv, progress, what=r.name)
+            # Then each named build stage is tagged (its layers are cached now: seconds):
+            # buildah keeps the layers of a tagged image only, so the next build (a change to
+            # the code alone) finds the stage's earlier layers (its packages, its
+            # dependencies) in its cache.
             for stage in _STAGE.findall(dockerfile.read_text()):
                 self._run_logged(f"{r.name}-{r.slurm_version}-{stage}", [
                     *common, f"--target={stage}", f"--tag={STAGE_REPOSITORY}/{r.name}-{stage.lower()}:{r.slurm_version}",
                     str(self.repo)], progress, what=f"{r.name} ({stage})")
-            argv = [*common, f"--iidfile={iidfile}", *[f"--tag={t}" for t in r.tags], str(self.repo)]
-            self._run_logged(f"{r.name}-{r.slurm_version}", argv, progress, what=r.name)
             image_id = iidfile.read_text().strip()
             progress(f"{r.name}: exporting the root file system")
-            _export(image_id, tmp / "out", f"slurmk8s-export-{r.name}")
+            _export(image_id, tmp / "out", f"slurmk8s-export-{r.name}-{key[:12]}")
             (tmp / "out" / "image.json").write_text(json.dumps({
                 "name": r.name, "key": key, "tags": r.tags, "slurmVersion": r.slurm_version,
                 "suite": r.suite.name, "imageId": image_id, "builtAt": int(time.time()),
@@ -424,6 +479,16 @@ class ImageStore:
 
     def _ref_file(self, ref: str) -> Path:
         return self.cache / "refs" / (quote(ref, safe="") + ".json")
+
+
+def build_jobs() -> int:
+    """How many images are built at once: ``$SLURMK8S_IMAGE_JOBS``, else BUILD_JOBS."""
+    value = os.environ.get(JOBS_ENV, "")
+    if not value:
+        return BUILD_JOBS
+    if not value.isdigit() or int(value) < 1:
+        raise ImageError(f"{JOBS_ENV}={value!r}: give how many images to build at once, a whole number from 1")
+    return int(value)
 
 
 def context_listing(root: Path, ignore: rules.IgnoreRules) -> Iterator[str]:
@@ -526,7 +591,7 @@ def _step_text(step: tuple[int, int, str] | None) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     tmp.write_text(text)
     tmp.rename(path)
 

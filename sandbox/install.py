@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .apiserver.storage import SHARED_CLASS
+
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "slurmk8s"
 RELEASE = "slurmk8s"
@@ -28,9 +30,12 @@ def values(cluster_namespace: str, operator_interval: float = 3, bridge_interval
     watch the SlurmCluster's namespace; rounds are shorter than the chart's
     defaults so the sandbox reacts quickly; logs are for people. The
     Prometheus of ``examples/monitoring/`` (namespace ``monitoring``) may
-    scrape the operator and the bridge through the chart's NetworkPolicies."""
+    scrape the operator and the bridge through the chart's NetworkPolicies. A
+    shared volume that names no StorageClass gets the stand-in's ReadWriteMany
+    class, as a site names its NFS or EFS class (its default refuses them)."""
     return {
         "watchNamespaces": [cluster_namespace],
+        "sharedStorage": {"storageClassName": SHARED_CLASS},
         "interval": operator_interval,
         "logFormat": "console",
         "bridge": {"interval": bridge_interval},

@@ -1,8 +1,9 @@
 """The sandbox's images as a cluster gets them: through its registry.
 
 ``sandbox up`` runs Debian's distribution registry (:mod:`.registry`, TLS from its own
-CA, htpasswd) on the sandbox's network, pushes to it every image the cluster and the
-chart name (``slurmk8s images push``'s own code: buildah, which sends no layer the
+CA, htpasswd) on the sandbox's network, pushes to it the images it built (those the
+manifest's pods and the chart name, and the workloads it applies later:
+``images.sandbox_refs``) (``slurmk8s images push``'s own code: buildah, which sends no layer the
 registry has), and writes the nodes' registry configuration
 (:class:`~.pulls.NodeRegistries`): the project's repository (``ghcr.io/slurmk8s``) is
 mirrored to the registry, with the node's credentials for it and the CA to trust, as a
@@ -75,13 +76,13 @@ def mirror(reg: registry.Registry) -> str:
     return f"{reg.address}/{images.REPOSITORY.rsplit('/', 1)[-1]}"
 
 
-def publish(reg: registry.Registry, release: str, progress: Progress) -> list[tuple[str, str]]:
-    """Push every image of ``release`` (and the chart's) to the registry; (reference, digest) of each."""
+def publish(reg: registry.Registry, refs: list[str], progress: Progress) -> list[tuple[str, str]]:
+    """Push the images ``refs`` (tags of images/, as built last) to the registry; (reference, digest) of each."""
     from .imagestore import ImageStore
 
     t0 = time.monotonic()
     authfile = reg.write_authfile(reg.directory / "auth" / "push-auth.json")
-    pushed = ImageStore().push(mirror(reg), [release], authfile=authfile, ca_file=reg.ca_cert,
+    pushed = ImageStore().push(mirror(reg), refs=refs, authfile=authfile, ca_file=reg.ca_cert,
                                progress=lambda msg: progress(f"registry: {msg}"), record=StorageRecord(reg))
     progress(f"registry: {len(pushed)} images in {mirror(reg)} after {time.monotonic() - t0:.1f}s")
     return pushed

@@ -42,7 +42,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,7 +56,8 @@ from slurmk8s.api.secrets import SECRET_USE_LABEL, SSH_KEYS
 from slurmk8s.bridge.nodestate import STATE_LABEL
 from slurmk8s.leader import lease_name
 from slurmk8s.render import names
-from slurmk8s.render.keys import ssh_keypair
+from slurmk8s.render.keys import ClusterKeys, ssh_keypair
+from slurmk8s.render.manifests import render
 from slurmk8s.slurm import SlurmControl
 from slurmk8s.slurm.remote import cluster_agent
 
@@ -302,13 +303,13 @@ class Sandbox:
             if process == "apiserver":
                 self._wait_api(state, t0, timeout)
 
-    def _publish(self, state: State, release: str) -> None:
-        """Once the registry answers: push the images (nothing the registry has), and tell the
-        nodes where the project's repository is served; before any pod is made."""
+    def _publish(self, state: State, refs: list[str]) -> None:
+        """Once the registry answers: push the images ``refs`` (nothing the registry has), and tell
+        the nodes where the project's repository is served; before any pod is made."""
         reg = publish.running(state.sid, self.registry_address(state))  # prepared before it was started
         try:
             registry.wait_ready(reg, 30, alive=lambda: self._supervisor_running("registry", state))
-            publish.publish(reg, release, self.progress)
+            publish.publish(reg, refs, self.progress)
         except (registry.RegistryError, ImageBuildFailed, images.ImageError) as exc:
             if not self._supervisor_running("registry", state):
                 raise self._fail_process("registry", "exited before it answered") from None
@@ -382,8 +383,12 @@ class Sandbox:
 
     def up(self, cluster: SlurmCluster, docs: list[dict] | None = None, *, subnet: str = DEFAULT_SUBNET,
            timeout: float = 300, lendable: int = DEFAULT_LENDABLE_NODES,
-           gpus_per_node: int = DEFAULT_GPUS_PER_NODE) -> State:
+           gpus_per_node: int = DEFAULT_GPUS_PER_NODE, extra_images: Sequence[str] = images.SANDBOX_WORKLOADS) -> State:
         """Start (or recover) the sandbox, apply ``docs`` (the manifest) and wait until ``cluster`` is Ready.
+
+        The images built and pushed are those the manifest's pods name (the cluster's as the
+        operator renders them, and any other workload of ``docs``), the chart's, and the images
+        of images/ that ``extra_images`` names, for workloads applied later (``images.sandbox_refs``).
 
         ``timeout`` bounds the wait for the sandbox's processes and the cluster, counted once the
         images are built and the node images pruned: a first build takes minutes of its own, and
@@ -408,7 +413,8 @@ class Sandbox:
                           api_port=_free_port(), registry_port=_free_port(), nodes=[asdict(n) for n in sandbox_nodes(cluster, lendable, gpus_per_node)],
                           login=None, shared_storage=self._shared_storage(cluster), started=time.time())
             state.save(self.state_file)  # before anything starts: down can always find it
-        self._images(cluster)
+        docs = docs if docs is not None else [cluster.model_dump(by_alias=True, exclude_none=True)]
+        refs = self._images(cluster, docs, extra_images)
         net = self.network(state)
         try:
             removed = net.create()
@@ -421,10 +427,9 @@ class Sandbox:
         self._prune_node_images()
         t0 = time.monotonic()
         self._ensure_processes(state, t0, timeout)
-        self._publish(state, cluster.spec.slurm.version)
+        self._publish(state, refs)
         self._site_namespaces(cluster, state)
         self._install(cluster, state)
-        docs = docs if docs is not None else [cluster.model_dump(by_alias=True, exclude_none=True)]
         self._apply(self._login_secrets(cluster, state) + docs)
         self._wait_ready(state, cluster, t0, timeout)
         self._publish_login(state, cluster)
@@ -441,21 +446,28 @@ class Sandbox:
         if removed:
             self.progress(f"images: removed {removed} unused node image(s) ({freed / 2**30:.1f} GiB)")
 
-    def _images(self, cluster: SlurmCluster) -> None:
-        """Build what is missing or out of date of the images the cluster's pods and the
-        chart's name (then pushed to the sandbox's registry); seconds when all are cached."""
+    def _images(self, cluster: SlurmCluster, docs: list[dict], extra: Sequence[str]) -> list[str]:
+        """Build what is missing or out of date of the images the manifest's pods, the chart and
+        ``extra`` name (``images.sandbox_refs``; then pushed to the sandbox's registry); seconds
+        when all are cached. Their references."""
         from .imagestore import ImageStore
 
-        version = cluster.spec.slurm.version
         store = ImageStore()
-        refs = [ref for name in store.names() for ref in images.tags(name, version)] + images.tags("controller")
-        self.progress(f"images: making sure {len(set(refs))} images are built from images/ "
-                      "(minutes the first time, then cached)")
         try:
-            store.ensure(dict.fromkeys(refs), progress=lambda msg: self.progress(f"images: {msg}"))
+            # The cluster's pods as the operator will make them: rendered here with keys of
+            # its own, which name no image.
+            objects = [*render(cluster, ClusterKeys.generate()), *docs]
+            refs = images.sandbox_refs(objects, cluster.spec.slurm.version, store.names(), extra)
+            built = {r.name for r in (images.recipe_for(ref, store.names()) for ref in refs) if r is not None}
+            self.progress(f"images: making sure {len(built)} images are built from images/ "
+                          f"({', '.join(sorted(built))}; minutes the first time, then cached)")
+            start = time.monotonic()
+            store.ensure(refs, progress=lambda msg: self.progress(f"images: {msg}"))
+            self.progress(f"images: {len(built)} images ready after {time.monotonic() - start:.1f}s")
         except (ImageBuildFailed, images.ImageError) as exc:
             raise SandboxFailed(f"{exc}\nFix the image and run `slurmk8s sandbox up` again "
                                 "(`slurmk8s images build` builds them on their own).") from None
+        return refs
 
     def _site_namespaces(self, cluster: SlurmCluster, state: State) -> None:
         """The namespaces as a site sets them up (sandbox/site.py): Pod Security, a default-deny

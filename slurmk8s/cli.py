@@ -125,6 +125,46 @@ def load_keys(directory: Path | None) -> ClusterKeys:
     return keys
 
 
+def _storage_class(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A StorageClass name (a DNS subdomain), or a usage error saying what one is."""
+    if value is not None:
+        from pydantic import TypeAdapter, ValidationError
+
+        from .api.fields import DnsSubdomain
+
+        try:
+            TypeAdapter(DnsSubdomain).validate_python(value)
+        except ValidationError:
+            raise click.BadParameter(f"{value!r} is not a StorageClass name (a DNS subdomain: lower-case letters, "
+                                     "digits, '-' and '.')", ctx=ctx, param=param) from None
+    return value
+
+
+#: The operator's setting, for the commands that show what it would do.
+SHARED_STORAGE_CLASS_OPTION = click.option(
+    "--shared-storage-class", default=None, metavar="CLASS", callback=_storage_class,
+    help="The StorageClass of a shared volume's claim when the spec names none: the operator's "
+         "--shared-storage-class (the chart's sharedStorage.storageClassName). Without it, a shared volume "
+         "with size and no storageClassName is reported, as the operator without one refuses it.")
+
+
+def _with_storage_classes(found: list[SlurmCluster], shared_storage_class: str | None) -> list[SlurmCluster]:
+    """The clusters as the operator would take them with ``--shared-storage-class``; without it,
+    each shared volume that names no class is logged as a warning (the claim is rendered without one)."""
+    from .api.storageclass import unclassed, with_storage_class
+
+    if shared_storage_class is not None:
+        return [with_storage_class(c, shared_storage_class) for c in found]
+    for c in found:
+        for i in unclassed(c):
+            log.get().warning(
+                f"spec.sharedStorage.volumes[{i}].storageClassName is not set: an operator without "
+                "--shared-storage-class (the chart's sharedStorage.storageClassName) refuses this cluster, and a "
+                "cluster's default StorageClass usually refuses a ReadWriteMany claim; name a class, or pass "
+                "--shared-storage-class to check as your operator would", cluster=f"{c.namespace}/{c.name}")
+    return found
+
+
 FILE_OPTION = click.option(
     "-f", "--filename", "filename", required=True, metavar="FILE",
     type=click.Path(exists=True, dir_okay=False, allow_dash=True),
@@ -133,10 +173,11 @@ FILE_OPTION = click.option(
 
 @main.command("render")
 @FILE_OPTION
+@SHARED_STORAGE_CLASS_OPTION
 @click.option("--keys-dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Read the munge, JWT and SSH host keys from DIR, generating any that are "
                    "missing. Without it every run generates new keys.")
-def render_cmd(filename: str, keys_dir: Path | None) -> None:
+def render_cmd(filename: str, keys_dir: Path | None, shared_storage_class: str | None) -> None:
     """Print every Kubernetes object of the clusters in FILE as one YAML stream.
 
     Like `helm template`: nothing is sent to a cluster. Pipe it to
@@ -144,7 +185,7 @@ def render_cmd(filename: str, keys_dir: Path | None) -> None:
     Secrets carry real keys: treat the output as secret.
     """
     try:
-        found = list(clusters(filename))
+        found = _with_storage_classes(list(clusters(filename)), shared_storage_class)
     except InvalidSpec as exc:
         _fail(exc)
     if not found:
@@ -156,11 +197,13 @@ def render_cmd(filename: str, keys_dir: Path | None) -> None:
 
 @main.command("validate")
 @FILE_OPTION
-def validate_cmd(filename: str) -> None:
+@SHARED_STORAGE_CLASS_OPTION
+def validate_cmd(filename: str, shared_storage_class: str | None) -> None:
     """Check the SlurmClusters and NodeLendingPolicies in FILE; exit 1 with
     every problem, by field path."""
     try:
-        found: list[SlurmCluster | NodeLendingPolicy] = [*clusters(filename), *policies(filename)]
+        found: list[SlurmCluster | NodeLendingPolicy] = [
+            *_with_storage_classes(list(clusters(filename)), shared_storage_class), *policies(filename)]
     except InvalidSpec as exc:
         _fail(exc)
     if not found:
@@ -246,6 +289,52 @@ def _lease_namespace(namespace: str | None, off: bool) -> str | None:
     return namespace
 
 
+def _webhook_cert_options(prefix: str):
+    """Where the webhook's certificate comes from: a mounted directory, or a Secret this
+    process keeps (decision record 53). ``prefix``: "webhook-" on the operator, "" on
+    ``slurmk8s webhook``."""
+    def decorate(f):
+        for option in reversed([
+            click.option(f"--{prefix}cert-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+                         help="Where the webhook's tls.crt and tls.key are: a kubernetes.io/tls Secret mounted "
+                              f"(cert-manager's). Without it and without --{prefix}secret: /etc/slurmk8s/webhook."),
+            click.option(f"--{prefix}secret", default=None, metavar="NAME",
+                         help="Keep the webhook's CA and serving certificate in this Secret (which must exist) "
+                              "and renew them before they expire; with "
+                              f"--{prefix}configuration and --{prefix}service."),
+            click.option(f"--{prefix}configuration", default=None, metavar="NAME",
+                         help="The ValidatingWebhookConfiguration whose caBundle is kept equal to the Secret's CA."),
+            click.option(f"--{prefix}service", default=None, metavar="NAME",
+                         help="The webhook's Service, whose names the serving certificate is for."),
+            click.option(f"--{prefix}namespace", envvar="POD_NAMESPACE", default=None, metavar="NS",
+                         help="Namespace of that Secret and Service (default $POD_NAMESPACE, which the chart sets)."),
+        ]):
+            f = option(f)
+        return f
+    return decorate
+
+
+def _kept_certificate(prefix: str, cert_dir: str | None, secret: str | None, configuration: str | None,
+                      service: str | None, namespace: str | None):
+    """The certificate the process keeps (KeptCertificate), None for one mounted, or a usage error."""
+    from .operator.webhookmain import KeptCertificate
+
+    given = [secret, configuration, service]
+    if not any(given):
+        return None
+    if not all(given):
+        raise click.UsageError(f"to keep the webhook's certificate, pass --{prefix}secret, "
+                               f"--{prefix}configuration and --{prefix}service together")
+    if cert_dir:
+        raise click.UsageError(f"pass --{prefix}cert-dir (a mounted certificate) or --{prefix}secret (one this "
+                               "process keeps), not both")
+    if not namespace:
+        raise click.UsageError(f"--{prefix}secret needs the namespace it is in: --{prefix}namespace NS "
+                               "(in a pod, $POD_NAMESPACE)")
+    assert secret and configuration and service
+    return KeptCertificate(namespace, secret, configuration, service)
+
+
 @main.command("operator")
 @_controller_options("SlurmClusters", "Watch")
 @click.option("--interval", type=click.FloatRange(1, 3600), default=10.0, show_default=True, metavar="SECONDS",
@@ -260,15 +349,20 @@ def _lease_namespace(namespace: str | None, off: bool) -> str | None:
               help="Serve the validating admission webhook for SlurmClusters and NodeLendingPolicies on PORT "
                    "(HTTPS, POST /validate), so that `kubectl apply` of a spec the operator would refuse is "
                    "refused at once. The chart registers it (webhook.enabled).")
-@click.option("--webhook-cert-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
-              help="Where the webhook's tls.crt and tls.key are (a kubernetes.io/tls Secret mounted; "
-                   "default /etc/slurmk8s/webhook).")
+@_webhook_cert_options("webhook-")
+@click.option("--shared-storage-class", default=None, metavar="CLASS", callback=_storage_class,
+              help="The StorageClass of a shared volume's claim whose spec names none: one that provisions "
+                   "ReadWriteMany volumes (NFS, EFS, Filestore, Azure Files). Without it such a SlurmCluster is "
+                   "refused (by the webhook too), naming the field: a cluster's default class is usually block "
+                   "storage, which leaves a ReadWriteMany claim Pending. The chart passes "
+                   "sharedStorage.storageClassName.")
 def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: str | None,
                  metrics_port: int | None, health_port: int | None, lease_namespace: str | None,
                  no_leader_election: bool, lease_duration: int, interval: float,
                  release_namespace: str | None, release_name: str | None,
                  trusted_repositories: tuple[str, ...], webhook_port: int | None,
-                 webhook_cert_dir: str | None) -> None:
+                 webhook_cert_dir: str | None, webhook_secret: str | None, webhook_configuration: str | None,
+                 webhook_service: str | None, webhook_namespace: str | None, shared_storage_class: str | None) -> None:
     """Run the SlurmCluster operator until stopped.
 
     For each SlurmCluster it renders the Kubernetes objects and applies what
@@ -296,13 +390,15 @@ def operator_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: 
     from .operator.main import run
     from .render.manifests import AgentClients
 
+    kept = _kept_certificate("webhook-", webhook_cert_dir, webhook_secret, webhook_configuration, webhook_service,
+                             webhook_namespace)
     clients = AgentClients(release_namespace, release_name) if release_namespace and release_name else None
     try:
         run(namespaces=namespaces, all_namespaces=all_namespaces, kubeconfig=kubeconfig,
             metrics_port=metrics_port, health_port=health_port, interval=interval, agent_clients=clients,
             trusted_repositories=trusted_repositories or (PROJECT_REPOSITORY,), webhook_port=webhook_port,
-            webhook_cert_dir=webhook_cert_dir, lease_namespace=lease, lease_seconds=lease_duration,
-            release_name=release_name)
+            webhook_cert_dir=webhook_cert_dir, webhook_kept=kept, lease_namespace=lease,
+            lease_seconds=lease_duration, release_name=release_name, shared_storage_class=shared_storage_class)
     except KeyboardInterrupt:
         pass
 
@@ -345,6 +441,45 @@ def bridge_cmd(namespaces: tuple[str, ...], all_namespaces: bool, kubeconfig: st
         metrics_port=metrics_port, health_port=health_port, interval=interval, lease_namespace=lease,
         lease_seconds=lease_duration, release_name=release_name,
         trusted_repositories=trusted_repositories or (PROJECT_REPOSITORY,))
+
+
+@main.command("webhook")
+@click.option("--port", type=click.IntRange(1, 65535), required=True, metavar="PORT",
+              help="Serve the validating admission webhook on PORT (HTTPS: POST /validate, GET /healthz).")
+@click.option("--trusted-repository", "trusted_repositories", multiple=True, metavar="REPOSITORY",
+              help=f"As the operator's (default {PROJECT_REPOSITORY}): give both the same list (the chart does).")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
+              help="Kubeconfig to use, to keep the certificate (--secret). Default: the pod's service account "
+                   "inside a cluster, else $KUBECONFIG or ~/.kube/config.")
+@_webhook_cert_options("")
+@click.option("--shared-storage-class", default=None, metavar="CLASS", callback=_storage_class,
+              help="As the operator's: give both the same (the chart does).")
+def webhook_cmd(port: int, trusted_repositories: tuple[str, ...], kubeconfig: str | None, cert_dir: str | None,
+                secret: str | None, configuration: str | None, service: str | None, namespace: str | None,
+                shared_storage_class: str | None) -> None:
+    """Serve the validating admission webhook for SlurmClusters and NodeLendingPolicies, alone.
+
+    The same webhook the operator serves with --webhook-port, in a process of
+    its own: the chart runs it so with webhook.hostNetwork, on the nodes'
+    network, where a control plane that cannot reach pod addresses reaches
+    it, while the operator stays on the pod network. It reads and changes
+    nothing in the cluster but, with --secret, its own certificate.
+
+    \b
+      slurmk8s webhook --port 9443 --cert-dir /etc/slurmk8s/webhook
+      slurmk8s webhook --port 9443 --secret ops-slurmk8s-webhook-certs \\
+          --configuration ops-slurmk8s-slurmk8s-system --service ops-slurmk8s-webhook
+    """
+    from .operator.webhookmain import DEFAULT_CERT_DIR, run
+
+    kept = _kept_certificate("", cert_dir, secret, configuration, service, namespace)
+    try:
+        run(port, trusted_repositories or (PROJECT_REPOSITORY,),
+            cert_dir=None if kept else (cert_dir or DEFAULT_CERT_DIR), kept=kept, kubeconfig=kubeconfig,
+            shared_storage_class=shared_storage_class)
+    except RuntimeError as exc:
+        click.echo(f"webhook: {exc}", err=True)
+        sys.exit(1)
 
 
 @main.command("agent")

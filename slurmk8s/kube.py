@@ -73,6 +73,8 @@ RESOURCES: dict[str, Resource] = {
     "NodeLendingPolicy": Resource(API_VERSION, POLICY_PLURAL),
     "Event": Resource("v1", "events"),
     "Lease": Resource("coordination.k8s.io/v1", "leases"),
+    "ValidatingWebhookConfiguration": Resource("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations",
+                                               namespaced=False),
 }
 
 

@@ -111,7 +111,7 @@ def lease_seconds(spec: Mapping[str, Any], default: float) -> float:
 
 
 LEADER = Gauge("slurmk8s_leader", "1 on the replica that holds its component's Lease and acts, 0 on a standby.",
-               ["component"])
+               ["component", "lease"])
 
 
 @dataclass(frozen=True)
@@ -243,7 +243,7 @@ class Elector:
         self._stop = threading.Event()
         self._became = threading.Event()
         self._threads: list[threading.Thread] = []
-        LEADER.labels(component).set(0)
+        LEADER.labels(component, name).set(0)
 
     @property
     def leading(self) -> bool:
@@ -311,7 +311,7 @@ class Elector:
             was = self._became.is_set()
             if self.try_once() and not was and not self._lost:
                 log.info("leading", lease=f"{self.namespace}/{self.name}", identity=self.me)
-                LEADER.labels(self.component).set(1)
+                LEADER.labels(self.component, self.name).set(1)
                 self._became.set()
             self._stop.wait(self.timing.retry)
 
@@ -319,7 +319,7 @@ class Elector:
         while not self._stop.wait(0.2):
             if self._became.is_set() and not self.leading and not self._lost:
                 self._lost = True
-                LEADER.labels(self.component).set(0)
+                LEADER.labels(self.component, self.name).set(0)
                 log.error("lost the lease: no renewal within the renew deadline; stopping",
                           lease=f"{self.namespace}/{self.name}", identity=self.me,
                           renew_deadline=self.timing.renew_deadline)
@@ -360,7 +360,7 @@ class Elector:
             except Exception as exc:  # noqa: BLE001 - a standby takes it after the lease duration anyway
                 log.warning("lease not released", lease=f"{self.namespace}/{self.name}", error=str(exc))
         self._lost = True
-        LEADER.labels(self.component).set(0)
+        LEADER.labels(self.component, self.name).set(0)
 
 
 def _exit_lost() -> None:

@@ -120,19 +120,57 @@ def pytest_collection_modifyitems(config, items) -> None:
         mark_needs(item)
 
 
+@pytest.fixture(autouse=True)
+def _logging_as_found():
+    """structlog's configuration as before each test: a test that runs the CLI
+    in-process configures it (its level, its stream), and the tests after it
+    in the same process (pytest-xdist runs files in other orders) must not
+    inherit that."""
+    import structlog
+
+    before = structlog.get_config()
+    yield
+    structlog.configure(**before)
+
+
+#: what the run's closing summary prints, gathered from the tests' reports
+_SUMMARY: dict = {"reached": [], "counts": {}}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Carry what a test adds to the run's closing summary (the corpus's counts,
+    the shares of tests/reach.py) on its report, so that it reaches the summary
+    from a pytest-xdist worker as well as from this process."""
+    from .reach import LINES
+
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "teardown":
+        return
+    while LINES:
+        report.user_properties.append(("reached", LINES.pop(0)))
+    module = getattr(item, "module", None)
+    counts = getattr(module, "COUNTS", None)
+    if counts:
+        report.user_properties.append(("counts", (module.__name__.split(".")[-1], dict(counts))))
+
+
+def pytest_runtest_logreport(report) -> None:
+    for key, value in report.user_properties:
+        if key == "reached":
+            _SUMMARY["reached"].append(value)
+        elif key == "counts":
+            name, counts = value
+            _SUMMARY["counts"].setdefault(name, {}).update(counts)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """The hostile-input corpus's counts (tests/test_corpus.py), when it ran, and the share
     of examples each property test reached its point with (tests/reach.py)."""
-    import sys
-
-    from .reach import LINES
-
-    for name in ("tests.test_corpus", "tests.apiserver.test_corpus_crd"):
-        module = sys.modules.get(name)
-        counts = getattr(module, "COUNTS", None)
-        if counts:
-            terminalreporter.write_line(f"{name.split('.')[-1]}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    for line in LINES:
+    for name, counts in sorted(_SUMMARY["counts"].items()):
+        terminalreporter.write_line(f"{name}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    for line in _SUMMARY["reached"]:
         terminalreporter.write_line(line)
 
 

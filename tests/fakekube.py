@@ -4,7 +4,9 @@ It keeps objects by (kind, namespace, name), assigns uid and resourceVersion,
 honours uid preconditions and label selectors, and keeps status apart from
 what the operator applies. :meth:`FakeKube.run_controllers` plays the
 StatefulSet and Deployment controllers (pods per ordinal, revision labels,
-OnDelete, claims from volumeClaimTemplates) for as long as a test needs.
+OnDelete, claims from volumeClaimTemplates) and binds claims, but those a
+test names in ``pending`` (they stay Pending, as a provisioner that refuses
+them leaves them), for as long as a test needs.
 It is a test double of :class:`slurmk8s.kube.Kube`, not a sandbox.
 """
 
@@ -39,6 +41,8 @@ class FakeKube:
         #: Every request as RBAC sees it: (verb, API group, resource[/subresource], namespace or None).
         self.requests: list[tuple[str, str, str, str | None]] = []
         self.granted = granted
+        #: Claims that no provisioner binds: run_controllers leaves them Pending.
+        self.pending: set[str] = set()
 
     # The operator's client interface.
 
@@ -165,6 +169,9 @@ class FakeKube:
                 self._statefulset(ns, name, o, ready, pod_ips)
             elif kind == "Deployment":
                 o["status"] = {"replicas": o["spec"]["replicas"], "availableReplicas": o["spec"]["replicas"]}
+        for (kind, _, name), o in list(self.objects.items()):
+            if kind == "PersistentVolumeClaim":
+                o["status"] = {"phase": "Pending" if name in self.pending else "Bound"}
 
     def _statefulset(self, ns: str, name: str, sts: dict, ready: bool, pod_ips: Mapping[str, str]) -> None:
         spec = sts["spec"]

@@ -21,6 +21,7 @@ from kubernetes import client, config
 
 from sandbox import publish, registry, runtime
 from sandbox.apiserver import APIServer
+from sandbox.images import recipes
 from sandbox.imagestore import ImageStore
 from sandbox.kubelet import Kubelet, SandboxNode, image_cache
 from sandbox.pulls import NodeImages
@@ -46,8 +47,10 @@ class KubeletWorld:
             net.create()
             self.net = net
             self.registry = registry.start(publish.directory(sid), "127.0.0.1:0", storage=publish.storage())
+            store = ImageStore()
             for release in sorted({i.meta["slurmVersion"] for i in built.values()}):
-                publish.publish(self.registry, release, print)  # seconds: the registry has them
+                # Every image of the release: seconds, the registry has them.
+                publish.publish(self.registry, [t for r in recipes([], release, store.names()) for t in r.tags], print)
         except BaseException:  # what started goes with the failure: no registry, bridge or API server left
             if self.registry is not None:
                 self.registry.stop()

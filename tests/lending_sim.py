@@ -178,7 +178,8 @@ class World:
             # The pod as the loop has it rendered, so decide must find what the renderer makes.
             pod = pod_from_api(lent_slurmd_pod(self.cluster, "", node=a.node, resources=dict(a.resources),
                                                labels=node.labels, partition=a.partition, shm_size=a.shm_size,
-                                               taint_key=TAINT_KEY, grace_seconds=a.grace_seconds))
+                                               taint_key=TAINT_KEY, grace_seconds=a.grace_seconds,
+                                               pod_template=a.pod_template))
             self.pods.setdefault((pod.namespace, pod.name), pod)
         elif isinstance(a, A.CreateBudget):
             if self.cluster is None:

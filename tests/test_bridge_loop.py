@@ -151,6 +151,25 @@ def test_lending_becomes_a_label_a_taint_a_pinned_slurmd_pod_and_events(world):
     assert status["lentNodes"] == ["gpu-a"]
 
 
+def test_the_lent_pod_is_shaped_by_the_policys_pod_template(world):
+    """The policy's podTemplate passes the CRD (nothing of it pruned), reaches the decision,
+    and the pod the loop creates has it."""
+    cluster, bridge, memory = world
+    cluster.custom.patch_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "nodelendingpolicies",
+                                                  "lend", {"spec": {"podTemplate": {
+                                                      "runtimeClassName": "nvidia", "resources": {"rdma/hca": "1"},
+                                                      "capabilities": ["IPC_LOCK"],
+                                                      "labels": {"example.com/team": "ml"}}}})
+    idle_node(cluster, "gpu-a")
+    report = bridge.round()
+    assert not report.errors and not report.failed, report
+    pod = cluster.core.read_namespaced_pod("demo-lent.gpu-a", "default")
+    assert pod.spec.runtime_class_name == "nvidia" and pod.metadata.labels["example.com/team"] == "ml"
+    (slurmd,) = [c for c in pod.spec.containers if c.name == "slurmd"]
+    assert slurmd.resources.limits["rdma/hca"] == "1" and slurmd.resources.requests["rdma/hca"] == "1"
+    assert "IPC_LOCK" in slurmd.security_context.capabilities.add
+
+
 def lend_two(cluster, bridge, memory) -> None:
     for name in ("gpu-a", "gpu-b"):
         idle_node(cluster, name)

@@ -9,7 +9,6 @@ against the official Kubernetes schemas.
 
 from __future__ import annotations
 
-import base64
 import functools
 import json
 import re
@@ -25,6 +24,7 @@ from slurmk8s.api import load_cluster
 from slurmk8s.api.crd import all_crds
 from slurmk8s.bridge.permissions import BRIDGE
 from slurmk8s.leader import LEASE_SECONDS_MAX, LEASE_SECONDS_MIN, lease_name, legacy_lease_name
+from slurmk8s.operator.certkeeper import PERMISSIONS as CERT_KEEPER
 from slurmk8s.operator.permissions import OPERATOR
 from slurmk8s.operator.plan import MANAGED_KINDS
 from slurmk8s.permissions import allows, grants, of_kind
@@ -37,6 +37,10 @@ RELEASE, NAMESPACE = "ops", "slurmk8s-system"
 K8S_VERSIONS = sorted({"1.29.0", kubernetes_validate.latest_version()})
 #: A second set of values that switches every optional part the other way.
 WATCHED = ["hpc-a", "hpc-b"]
+#: The webhook's Service, the Secret its server keeps its certificate in, its configuration.
+WEBHOOK_SERVICE = f"{RELEASE}-slurmk8s-webhook"
+KEPT_SECRET = f"{WEBHOOK_SERVICE}-certs"
+CONFIGURATION = f"{RELEASE}-slurmk8s-{NAMESPACE}"
 
 
 @pytest.fixture(scope="module")
@@ -80,16 +84,6 @@ def one(objs: list[dict], kind: str, name: str | None = None) -> dict:
 def metrics_service(objs: list[dict]) -> dict:
     [svc] = [o for o in objs if o["kind"] == "Service" and o["metadata"]["name"].endswith("-metrics")]
     return svc
-
-
-def without_certificates(obj: dict) -> dict:
-    """``obj`` less what `helm template` generates anew each time (the webhook's certificate)."""
-    obj = json.loads(json.dumps(obj))
-    if obj["kind"] == "Secret" and obj.get("type") == "kubernetes.io/tls":
-        obj["data"] = {}
-    for hook in obj.get("webhooks") or []:
-        hook["clientConfig"].pop("caBundle", None)
-    return obj
 
 
 def deployment(objs: list[dict], component: str = "operator") -> dict:
@@ -142,6 +136,7 @@ VALUE_SETS = {
         "podAnnotations": {"example.com/owner": "platform"},
         "priorityClassName": "system-cluster-critical",
         "serviceAccount": {"name": "slurm-operator", "annotations": {"iam.example.com/role": "ops"}},
+        "sharedStorage": {"storageClassName": "efs-sc"},
         "bridge": BRIDGE_OVERRIDES,
         "networkPolicy": {
             "webhookFrom": ["192.0.2.0/24"],
@@ -152,7 +147,8 @@ VALUE_SETS = {
                        "extraRules": [{"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]},
         },
     },
-    "bare": {"networkPolicy": {"enabled": False}, "crds": {"install": False}, "rbac": {"create": False}, "serviceAccount": {"create": False},
+    "bare": {"networkPolicy": {"enabled": False}, "crds": {"install": False},
+             "rbac": {"create": False, "aggregateClusterRoles": False}, "serviceAccount": {"create": False},
              "metrics": {"service": {"enabled": False}}, "webhook": {"enabled": False},
              "bridge": {"serviceAccount": {"create": False}, "metrics": {"service": {"enabled": False}}}},
     "bridgeless": {"bridge": {"enabled": False}},
@@ -277,7 +273,8 @@ def test_default_args_watch_the_release_namespace_with_the_global_flags_first(ch
                     "--lease-duration", str(v["leaderElection"]["leaseDurationSeconds"]),
                     "--release-namespace", NAMESPACE, "--release-name", RELEASE,
                     "--trusted-repository", "ghcr.io/slurmk8s",
-                    "--webhook-port", str(v["webhook"]["port"]), "--webhook-cert-dir", "/etc/slurmk8s/webhook"]
+                    "--webhook-port", str(v["webhook"]["port"]), "--webhook-secret", KEPT_SECRET,
+                    "--webhook-configuration", CONFIGURATION, "--webhook-service", WEBHOOK_SERVICE]
 
 
 def test_the_operator_trusts_the_repositories_the_chart_names_for_privileged_slurmd():
@@ -300,6 +297,29 @@ def test_the_operator_trusts_the_repositories_the_chart_names_for_privileged_slu
     assert "spec.slurm.image.repository" in str(refused.value) and "trustedRepositories" in str(refused.value)
     with pytest.raises(Exception, match="trustedRepositories"):
         objects({"trustedRepositories": ["https://example.org/x"]})
+
+
+def test_the_operator_gives_shared_claims_the_storage_class_the_chart_names():
+    """Issue 43: sharedStorage.storageClassName reaches the operator (and so its webhook),
+    which gives it to a shared claim whose spec names no class; unset, it passes nothing,
+    and such a spec is refused naming the field. The schema refuses what is no class name."""
+    from slurmk8s.api import InvalidSpec, load_cluster
+    from slurmk8s.api.storageclass import with_storage_class
+
+    def params(values):
+        args = container(objects(values))["args"]
+        return cli.operator_cmd.make_context("operator", args[args.index("operator") + 1:]).params
+
+    doc = yaml.safe_load((ROOT / "examples" / "slurmcluster.yaml").read_text())
+    named = params({"sharedStorage": {"storageClassName": "efs-sc"}})["shared_storage_class"]
+    assert named == "efs-sc"
+    assert with_storage_class(load_cluster(doc), named).spec.shared_storage.volumes[0].storage_class_name == "efs-sc"
+    unset = params(None)["shared_storage_class"]
+    assert unset is None
+    with pytest.raises(InvalidSpec, match=re.escape("spec.sharedStorage.volumes[0].storageClassName")):
+        with_storage_class(load_cluster(doc), unset)
+    with pytest.raises(Exception, match="sharedStorage/storageClassName"):
+        objects({"sharedStorage": {"storageClassName": "EFS_sc"}})
 
 
 @pytest.mark.parametrize("trusted", [None, ["ghcr.io/slurmk8s", "registry.example.org:5000/hpc"]])
@@ -438,8 +458,10 @@ def test_overrides_reach_the_deployment():
     assert c["args"][9:] == ["--namespace", "hpc-a", "--namespace", "hpc-b", "--interval", "30",
                              "--lease-namespace", NAMESPACE, "--lease-duration", "15",
                              "--release-namespace", NAMESPACE, "--release-name", RELEASE,
-                             "--trusted-repository", "ghcr.io/slurmk8s",
-                             "--webhook-port", "9443", "--webhook-cert-dir", "/etc/slurmk8s/webhook"]
+                             "--trusted-repository", "ghcr.io/slurmk8s", "--shared-storage-class", "efs-sc",
+                             "--webhook-port", "9443", "--webhook-secret", KEPT_SECRET,
+                             "--webhook-configuration", CONFIGURATION,
+                             "--webhook-service", WEBHOOK_SERVICE]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091, "webhook": 9443}
     for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
         assert pod[key] == values[key]
@@ -498,6 +520,13 @@ def test_notes_tell_how_to_create_a_first_cluster_where_it_is_watched(name, name
     assert f"kubectl create secret generic {secret} -n {namespace} " in text
 
 
+def test_notes_say_which_storage_class_the_examples_shared_storage_gets_or_how_to_name_one():
+    assert 'gets the StorageClass "efs-sc"' in notes(VALUE_SETS["namespaced"])
+    text = notes()
+    assert "no sharedStorage.storageClassName\nis set: it is refused" in text
+    assert "--reuse-values --set sharedStorage.storageClassName=<class>" in text
+
+
 def test_notes_say_which_namespaces_are_watched_and_what_every_namespace_costs():
     assert f"It watches SlurmClusters in this namespace only ({NAMESPACE})." in notes()
     assert "--set 'watchNamespaces={X}'" in notes()
@@ -533,8 +562,21 @@ RBAC_VALUE_SETS = {
     "bridge-own": {"watchNamespaces": WATCHED, "bridge": {"watchNamespaces": ["lending"]}},
     "bridge-own-clusterwide": {"watchAllNamespaces": True, "bridge": {"watchNamespaces": ["lending"]}},
     "bridge-default-listed": {"bridge": {"watchNamespaces": ["default", "lending"]}},
+    "webhook-on-hosts": {"watchNamespaces": WATCHED, "webhook": {"hostNetwork": True}},
+    "cert-manager": {"webhook": {"certManager": {"enabled": True}}},
 }
 DECLARED = {"operator": OPERATOR, "bridge": BRIDGE}
+
+
+def keeper(values: dict) -> str | None:
+    """The component that keeps the webhook's certificate with these values (decision
+    record 53), None where none does (no webhook, or cert-manager)."""
+    hook = {"enabled": True, "hostNetwork": False, "certManager": {"enabled": False}}
+    for key, value in (values.get("webhook") or {}).items():
+        hook[key] = value
+    if not hook["enabled"] or hook["certManager"].get("enabled"):
+        return None
+    return "webhook" if hook["hostNetwork"] else "operator"
 
 
 def watched(values: dict, component: str) -> list[str] | None:
@@ -550,7 +592,8 @@ def watched(values: dict, component: str) -> list[str] | None:
 
 def declared(values: dict, component: str) -> dict[str | None, set]:
     """Namespace (None: cluster-wide) -> (verb, group, resource) the component declares it needs."""
-    return grants(DECLARED[component], watched(values, component), NAMESPACE)
+    keeping = CERT_KEEPER if keeper(values) == component else ()
+    return grants((*DECLARED.get(component, ()), *keeping), watched(values, component), NAMESPACE)
 
 
 def _triples(rules: list[dict]) -> set[tuple[str, str, str]]:
@@ -558,9 +601,10 @@ def _triples(rules: list[dict]) -> set[tuple[str, str, str]]:
     return {(v, g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
 
 
-def granted(objs: list[dict], component: str) -> dict[str | None, set]:
+def granted(objs: list[dict], component: str, named: bool = True) -> dict[str | None, set]:
     """Namespace (None: cluster-wide) -> what the component's ServiceAccount may do
-    there, following each of its bindings to its role."""
+    there, following each of its bindings to its role (``named``: also by rules
+    narrowed to objects by name)."""
     mine = of(objs, component)
     roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
              for o in mine if o["kind"] in ("Role", "ClusterRole")}
@@ -571,13 +615,20 @@ def granted(objs: list[dict], component: str) -> dict[str | None, set]:
         namespace = b["metadata"].get("namespace")
         ref = b["roleRef"]
         role = roles[(ref["kind"], namespace if ref["kind"] == "Role" else None, ref["name"])]
-        out.setdefault(namespace, set()).update(_triples(role["rules"]))
+        rules = [r for r in role["rules"] if named or not r.get("resourceNames")]
+        out.setdefault(namespace, set()).update(_triples(rules))
     assert len(roles) == sum(1 for o in mine if o["kind"].endswith("Binding")), "a role without a binding"
     return out
 
 
 def rbac_rules_of(objs: list[dict], kind: str) -> list[dict]:
     return [r for o in objs if o["kind"] == kind for r in o["rules"]]
+
+
+def aggregated(o: dict) -> bool:
+    """A ClusterRole the chart ships for the built-in admin, edit and view roles
+    (tenant-roles.yaml): bound to no one by the chart; tests/test_chart_tenants.py."""
+    return any(k.startswith("rbac.authorization.k8s.io/aggregate-to-") for k in o["metadata"]["labels"])
 
 
 @pytest.mark.parametrize("component", ["operator", "bridge"])
@@ -596,6 +647,9 @@ def test_rbac_grants_exactly_the_declared_permissions_where_they_are_needed(name
 #: What may be granted cluster-wide without watchAllNamespaces: cluster-scoped
 #: reads, Node patches (lending state), and listing pods (the bridge's view of GPU demand).
 CLUSTER_WIDE_ALLOWED = {
+    # The webhook's own configuration only (its caBundle), by name.
+    ("get", "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+    ("update", "admissionregistration.k8s.io", "validatingwebhookconfigurations"),
     ("list", "apiextensions.k8s.io", "customresourcedefinitions"),
     ("watch", "apiextensions.k8s.io", "customresourcedefinitions"),
     ("list", "", "namespaces"), ("watch", "", "namespaces"),
@@ -607,7 +661,10 @@ CLUSTER_WIDE_ALLOWED = {
 @pytest.mark.parametrize("name", ["defaults", "namespaced", "bridge-own", "bridge-default-listed"])
 def test_without_the_opt_in_no_namespaced_power_is_cluster_wide(name):
     objs = objects(RBAC_VALUE_SETS[name])
-    cluster_wide = _triples(rbac_rules_of(objs, "ClusterRole"))
+    # The tenant roles go to whoever a site binds to admin, edit or view; no binding of the chart names them.
+    tenants = {o["metadata"]["name"] for o in objs if aggregated(o)}
+    assert tenants and not {o["roleRef"]["name"] for o in objs if o["kind"].endswith("Binding")} & tenants
+    cluster_wide = _triples(rbac_rules_of([o for o in objs if not aggregated(o)], "ClusterRole"))
     assert cluster_wide <= CLUSTER_WIDE_ALLOWED
     assert not {t for t in cluster_wide if t[2] in ("secrets", "deployments", "statefulsets", "configmaps",
                                                    "events", "slurmclusters", "nodelendingpolicies")}
@@ -628,25 +685,37 @@ def test_the_bridge_cannot_run_pods_or_read_secrets_in_kube_system(name):
 
 @pytest.mark.parametrize("name", RBAC_VALUE_SETS)
 def test_neither_can_list_or_change_secrets_anywhere(name):
-    objs = objects(RBAC_VALUE_SETS[name])
+    """... but the webhook's server its own certificate's Secret, named (decision record 53)."""
+    values = RBAC_VALUE_SETS[name]
+    objs = objects(values)
     for component in ("operator", "bridge"):
-        have = granted(objs, component)
+        have = granted(objs, component, named=False)
         for namespace in [None, "kube-system", NAMESPACE, *WATCHED, *filter(None, have)]:
             for verb in ("list", "watch", "update", "patch"):
                 assert not allows(have, verb, "", "secrets", namespace), (component, verb, namespace)
-    if not RBAC_VALUE_SETS[name].get("watchAllNamespaces"):
+    if not values.get("watchAllNamespaces"):
         assert not allows(granted(objs, "operator"), "get", "", "secrets", "kube-system")
+    named = [(o["kind"], o["metadata"].get("namespace"), r) for o in objs if o["kind"] in ("Role", "ClusterRole")
+             for r in o["rules"] if "secrets" in r["resources"] and set(r["verbs"]) & {"update", "patch"}]
+    assert named == ([("Role", NAMESPACE, {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [KEPT_SECRET],
+                                           "verbs": ["get", "update"]})] if keeper(values) else [])
 
 
 @pytest.mark.parametrize("name", RBAC_VALUE_SETS)
 def test_rbac_has_no_wildcards_no_exec_and_no_escalation(name):
     objs = objects(RBAC_VALUE_SETS[name])
-    rules = rbac_rules(objs, "operator") + rbac_rules(objs, "bridge")
+    rules = rbac_rules(objs, "operator") + rbac_rules(objs, "bridge") + rbac_rules(objs, "webhook")
     assert len(rules) > 5
+    # resourceNames only to narrow rules to the component's own Lease, and to the
+    # webhook's own certificate Secret and configuration.
+    own = {"secrets": [KEPT_SECRET], "validatingwebhookconfigurations": [CONFIGURATION]}
     for rule in rules:
-        # No nonResourceURLs; resourceNames only to narrow the Lease rules to their own Lease.
+        # No nonResourceURLs.
         assert set(rule) - {"resourceNames"} == {"apiGroups", "resources", "verbs"}, rule
-        assert "resourceNames" not in rule or rule["resources"] == ["leases"], rule
+        assert "resourceNames" not in rule or rule["resources"] == ["leases"] or (
+            len(rule["resources"]) == 1 and rule["resourceNames"] == own.get(rule["resources"][0])), rule
+        if rule["resources"] == ["validatingwebhookconfigurations"]:
+            assert rule.get("resourceNames") == [CONFIGURATION], rule
         for field in ("apiGroups", "resources", "verbs"):
             assert not any("*" in x for x in rule[field]), f"wildcard in {rule}"
         assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(rule["verbs"])
@@ -676,7 +745,8 @@ def test_the_declared_kinds_are_exactly_the_kinds_the_renderer_creates(keys):
 
 def test_a_role_per_watched_namespace_bound_to_the_operator_only():
     def not_lease(o: dict) -> bool:
-        return not o["metadata"]["name"].endswith("-lease")
+        """Not the Lease's, nor the webhook certificate's (by name, in the release namespace)."""
+        return not o["metadata"]["name"].endswith(("-lease", "-webhook-certs"))
 
     objs = [o for o in of(objects(VALUE_SETS["namespaced"]), "operator") if not_lease(o)]
     roles = [o for o in objs if o["kind"] == "Role"]
@@ -694,8 +764,9 @@ def test_a_role_per_watched_namespace_bound_to_the_operator_only():
 
 
 def test_watch_all_namespaces_uses_cluster_roles_and_refuses_a_list_beside_it():
-    objs = of(objects(VALUE_SETS["clusterwide"]), "operator")
-    # Namespaced: only the Lease's, in the release namespace.
+    objs = [o for o in of(objects(VALUE_SETS["clusterwide"]), "operator")
+            if not o["metadata"]["name"].endswith("-webhook-certs")]
+    # Namespaced: only the Lease's, in the release namespace (and the webhook certificate's, left out here).
     assert {(o["kind"], o["metadata"]["name"], o["metadata"]["namespace"])
             for o in objs if o["kind"] in ("Role", "RoleBinding")} == {
         ("Role", f"{RELEASE}-slurmk8s-lease", NAMESPACE), ("RoleBinding", f"{RELEASE}-slurmk8s-lease", NAMESPACE)}
@@ -823,9 +894,10 @@ def test_a_long_full_name_keeps_the_bridges_names_apart_and_valid():
 def test_bridge_disabled_renders_none_of_its_objects():
     objs = objects(VALUE_SETS["bridgeless"])
     assert of(objs, "bridge") == []
-    # The same operator objects; the webhook's certificate is made anew at each render.
-    assert [without_certificates(o) for o in objs if o["kind"] != "CustomResourceDefinition"] == [
-        without_certificates(o) for o in of(objects(), "operator")]
+    # The same operator (and tenant role) objects.
+    assert [o for o in objs if o["kind"] != "CustomResourceDefinition"] == [
+        o for o in objects() if o["kind"] != "CustomResourceDefinition"
+        and o["metadata"]["labels"]["app.kubernetes.io/component"] != "bridge"]
     notes = rendered(VALUE_SETS["bridgeless"])[f"{CHART.name}/templates/NOTES.txt"]
     assert "bridge" not in notes
 
@@ -975,33 +1047,3 @@ def test_every_value_is_commented_and_in_the_readme(chart):
     for path in paths:
         assert commented.get(path), f"values.yaml: document {path} in a comment right above it"
         assert f"`{path}`" in readme, f"charts/README.md: add `{path}` to the values table"
-
-
-def test_the_webhook_is_registered_with_a_certificate_for_its_service_and_the_watched_namespaces():
-    from cryptography import x509
-
-    objs = objects(VALUE_SETS["namespaced"])
-    secret = one(objs, "Secret")
-    svc = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == secret["metadata"]["name"])
-    config = one(objs, "ValidatingWebhookConfiguration")
-    assert svc["spec"]["selector"] == deployment(objs)["spec"]["selector"]["matchLabels"]
-    assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
-    host = f"{svc['metadata']['name']}.{NAMESPACE}.svc"
-    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
-    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
-    assert host in cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
-    cert.verify_directly_issued_by(ca)
-    assert {h["name"]: h["rules"][0]["resources"] for h in config["webhooks"]} == {
-        "slurmclusters.validate.slurmk8s.dev": ["slurmclusters"],
-        "nodelendingpolicies.validate.slurmk8s.dev": ["nodelendingpolicies"]}
-    for hook in config["webhooks"]:
-        assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
-        assert hook["clientConfig"]["service"] == {"namespace": NAMESPACE, "name": svc["metadata"]["name"],
-                                                   "path": "/validate", "port": 443}
-        assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
-        assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == WATCHED
-    # Every namespace: no namespaceSelector. Disabled: none of it, and no webhook flags.
-    assert "namespaceSelector" not in one(objects(VALUE_SETS["clusterwide"]), "ValidatingWebhookConfiguration")["webhooks"][0]
-    off = objects({"webhook": {"enabled": False}})
-    assert not [o for o in off if o["kind"] in ("Secret", "ValidatingWebhookConfiguration")]
-    assert "--webhook-port" not in container(off)["args"]

@@ -21,6 +21,7 @@ import yaml
 from kubernetes import client
 
 from sandbox.apiserver import audit
+from sandbox.apiserver.storage import SHARED_CLASS
 from slurmk8s.bridge.loop import FIELD_MANAGER
 from slurmk8s.bridge.main import watching_bridge
 from slurmk8s.bridge.nodestate import STATE_LABEL
@@ -36,7 +37,19 @@ from slurmk8s.render.keys import key_secret_names
 from .apiserver.conftest import CRDS, start_server, wait_for
 from .conftest import labelled_user_secrets
 from .test_bridge_loop import NOW, Facade, MemorySlurm, idle_node
-from .test_chart import NAMESPACE, RBAC_VALUE_SETS, RELEASE, WATCHED, declared, objects, of, one, watched
+from .test_chart import (
+    CONFIGURATION,
+    KEPT_SECRET,
+    NAMESPACE,
+    RBAC_VALUE_SETS,
+    RELEASE,
+    WATCHED,
+    declared,
+    objects,
+    of,
+    one,
+    watched,
+)
 
 #: Every verb RBAC knows for resources (besides escalate, bind, impersonate, which no rule names).
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
@@ -81,7 +94,9 @@ class Installed:
     def allowed(self, component: str, verb: str, group: str, resource: str, namespace: str | None,
                 name: str | None = None) -> bool:
         """As a SubjectAccessReview answers; a Lease is asked for by the
-        component's own Lease's name unless ``name`` says another."""
+        component's own Lease's name unless ``name`` says another, and so are
+        the webhook certificate's Secret (read and written in the release
+        namespace) and configuration (decision record 53)."""
         user, groups = self.user(component)
         plural, _, sub = resource.partition("/")
         attrs = {"verb": verb, "group": group, "resource": plural}
@@ -91,6 +106,10 @@ class Installed:
             attrs["namespace"] = namespace
         if plural == "leases" and verb != "create":
             name = name or LEASES[component]
+        if plural == "secrets" and verb in ("get", "update") and namespace == NAMESPACE:
+            name = name or KEPT_SECRET
+        if plural == "validatingwebhookconfigurations":
+            name = name or CONFIGURATION
         if name:
             attrs["name"] = name
         review = self.authz.create_subject_access_review(
@@ -179,6 +198,11 @@ def test_least_privilege_by_default_as_the_api_server_answers(installed):
     if name != "clusterwide":
         for verb in ("create", "delete"):
             assert not chart.allowed("bridge", verb, "policy", "poddisruptionbudgets", "kube-system")
+    # The webhook's certificate: its own Secret and configuration, no other.
+    assert chart.allowed("operator", "update", "", "secrets", NAMESPACE)
+    assert not chart.allowed("operator", "update", "", "secrets", NAMESPACE, "another")
+    assert not chart.allowed("operator", "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations",
+                             None, "another")
     # Where the operator works it reads its key Secrets by name.
     for namespace in watched(chart.values, "operator") or [NAMESPACE]:
         assert chart.allowed("operator", "get", "", "secrets", namespace)
@@ -261,7 +285,8 @@ def test_the_operator_reconciles_and_tears_down_with_only_the_charts_rbac(work, 
     def body() -> dict:
         return cluster.custom.get_namespaced_custom_object("slurmk8s.dev", "v1alpha1", WORK, "slurmclusters", "demo")
 
-    op = Operator(kube, agent=lambda c, token, pod: Unreachable(), fresh_keys=lambda: keys)
+    op = Operator(kube, agent=lambda c, token, pod: Unreachable(), fresh_keys=lambda: keys,
+                  shared_storage_class=SHARED_CLASS)
     out = op.reconcile(body())
     assert not out.problems, out.problems
     theirs = {s["metadata"]["name"] for s in labelled_user_secrets(doc)}
@@ -350,8 +375,8 @@ def test_kopf_and_the_operator_make_only_declared_requests_and_none_is_refused(w
     cluster = work.cluster
     kube = work.kube_as("operator", names.FIELD_MANAGER)
     registry = kopf.OperatorRegistry()
-    register(registry, Operator(kube, agent=lambda c, token, pod: Unreachable(), fresh_keys=lambda: keys),
-             interval=1)
+    register(registry, Operator(kube, agent=lambda c, token, pod: Unreachable(), fresh_keys=lambda: keys,
+                                shared_storage_class=SHARED_CLASS), interval=1)
     ready, stop = threading.Event(), threading.Event()
     errors: list[BaseException] = []
 

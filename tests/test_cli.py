@@ -91,7 +91,23 @@ def test_crd_prints_what_the_chart_holds():
     assert printed == committed
 
 
+def test_render_and_validate_take_the_operators_storage_class_for_shared_claims():
+    """Issue 43: with the operator's --shared-storage-class, a shared volume that names no
+    class renders a claim of that class and validates as the operator judges it."""
+    proc = run("render", "-f", str(EXAMPLE), "--shared-storage-class", "efs-sc")
+    assert proc.returncode == 0, proc.stderr
+    claims = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "PersistentVolumeClaim"]
+    assert [c["spec"]["storageClassName"] for c in claims] == ["efs-sc"]
+    assert "storageClassName" not in proc.stderr
+    assert run("validate", "-f", str(EXAMPLE), "--shared-storage-class", "efs-sc").returncode == 0
+    bad = run("validate", "-f", str(EXAMPLE), "--shared-storage-class", "EFS_sc")
+    assert bad.returncode == 2 and "is not a StorageClass name" in bad.stderr
+
+
 def test_json_logs(tmp_path):
     proc = run("--log-format", "json", "render", "-f", str(EXAMPLE))
-    line = proc.stderr.strip().splitlines()[0]
-    assert line.startswith("{") and '"level": "info"' in line
+    lines = proc.stderr.strip().splitlines()
+    assert lines and all(line.startswith("{") for line in lines), proc.stderr
+    assert any('"level": "info"' in line for line in lines)
+    # The example names no StorageClass for its shared volume: said, as the operator without a default refuses it.
+    assert any('"level": "warning"' in line and "storageClassName" in line for line in lines)

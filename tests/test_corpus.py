@@ -24,8 +24,9 @@ crashed
     Any other exception while loading or rendering, or a refusal that
     breaks the rules above.
 accepted-and-unsafe
-    Loaded and rendered, and one of these holds (U1-U21; a policy renders
-    nothing alone, so U10 and U11 apply to it):
+    Loaded and rendered, and one of these holds (U1-U22; a policy renders
+    nothing alone, so U10-U12 and U20 apply to it, and the rules of objects
+    to the lent pod it would start for the base cluster):
 
     U1  a rendered config file has an unprintable character other than the
         LF ending its lines, or a line ending in a backslash;
@@ -84,8 +85,16 @@ accepted-and-unsafe
         group; its min_id-max_id holds a login user's uid or gid or an id of
         SYSTEM_ID_BLOCK (SlurmUser, nobody); or, with egress rules, a rule
         other than DNS's opens ports to any address (issue 41, items 5, 6, 8).
+    U22 a pod (a workload's, or the lent slurmd pod an accepted policy's
+        bridge would start for the base cluster) with a hostPath volume or
+        a host namespace; a container that adds a capability beyond its
+        daemons' and RDMA's (ROOT_CAPABILITIES, podtemplate.CAPABILITIES);
+        a privileged container other than slurmd with slurmConfig.cgroups;
+        two volumes of one name, or two mounts of one path in a container;
+        a slurmd container whose image, command or args are not those
+        rendered without the spec's pod template (issue 44, item 2).
 accepted-and-safe
-    Loaded, rendered, and none of U1-U21.
+    Loaded, rendered, and none of U1-U22.
 """
 
 from __future__ import annotations
@@ -113,6 +122,7 @@ from slurmk8s.api.fields import (
     quantity_value,
     unprintable,
 )
+from slurmk8s.api.podtemplate import CAPABILITIES, mount_conflicts
 from slurmk8s.api.secrets import OWNED_SECRET_SUFFIXES
 from slurmk8s.api.validate import EXTRA_LINE_KEYS, OWNED_KEYS, PROGRAM_KEYS
 from slurmk8s.render import ClusterKeys, TopologyNode, config_files, render
@@ -127,6 +137,8 @@ from slurmk8s.render.config import (
     render_template,
     sssd_conf,
 )
+from slurmk8s.render.manifests import lent_slurmd_pod
+from slurmk8s.render.pods import ROOT_CAPABILITIES
 from slurmk8s.render.slurmd import node_conf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -447,10 +459,51 @@ def _check_name(obj: dict) -> None:
 
 def _pod_specs(obj: dict) -> list[dict]:
     spec = obj.get("spec", {})
+    if obj["kind"] == "Pod":
+        return [spec]
     return [spec["template"]["spec"]] if "template" in spec else []
 
 
-def _check_objects(cluster, objs: list[dict]) -> None:
+def _check_pod_privileges(cluster, o: dict, pod: dict, plain: dict | None) -> None:
+    """U22: what a pod may do on its node; ``plain``: the same pod without the spec's pod template."""
+    name = o["metadata"]["name"]
+    if any("hostPath" in v for v in pod.get("volumes", [])) or any(pod.get(k) for k in ("hostNetwork", "hostPID",
+                                                                                           "hostIPC")):
+        raise Unsafe(f"U22 {name} reaches its node (a hostPath or a host namespace)")
+    volumes = [v["name"] for v in pod.get("volumes", [])]
+    if len(set(volumes)) != len(volumes):
+        raise Unsafe(f"U22 {name} has two volumes of one name: {volumes}")
+    allowed = {*ROOT_CAPABILITIES, *CAPABILITIES}
+    for ctr in pod["containers"]:
+        security = ctr.get("securityContext", {})
+        added = set(security.get("capabilities", {}).get("add", []))
+        if added - allowed:
+            raise Unsafe(f"U22 {name}/{ctr['name']} adds {sorted(added - allowed)}")
+        if security.get("privileged") and not (ctr["name"] == "slurmd" and cluster.spec.slurm_config.cgroups
+                                               and o["kind"] != "Pod"):
+            raise Unsafe(f"U22 {name}/{ctr['name']} is privileged")
+        mounts = [m["mountPath"] for m in ctr.get("volumeMounts", [])]
+        if len(set(mounts)) != len(mounts):
+            raise Unsafe(f"U22 {name}/{ctr['name']} mounts two volumes at one path: {mounts}")
+    now = [c for c in pod["containers"] if c["name"] == "slurmd"]
+    before = [c for c in (plain or {}).get("containers", []) if c["name"] == "slurmd"]
+    if now and before and any(now[0].get(k) != before[0].get(k) for k in ("image", "command", "args", "env")):
+        raise Unsafe(f"U22 {name}: the pod template changed what slurmd runs")
+
+
+def _without_templates(cluster):
+    """``cluster`` with no node set's pod template (None: it has none)."""
+    if not any(ns.pod_template for ns in cluster.spec.node_sets):
+        return None
+    doc = cluster.dump()
+    for ns in doc["spec"]["nodeSets"]:
+        ns.pop("podTemplate", None)
+    return load_cluster(doc)
+
+
+def _check_objects(cluster, objs: list[dict], plain_objs: list[dict] | None = None) -> None:
+    """``plain_objs``: the same rendered without the spec's pod templates (U22)."""
+    plain = {(o["kind"], o["metadata"]["name"]): spec for o in plain_objs or [] for spec in _pod_specs(o)}
     seen: set[tuple[str, str]] = set()
     shared = {v.mount_path for v in (cluster.spec.shared_storage.volumes if cluster.spec.shared_storage else [])}
     for o in objs:
@@ -474,6 +527,7 @@ def _check_objects(cluster, objs: list[dict]) -> None:
         for pod in _pod_specs(o):
             _check_secret_volumes(cluster, o, pod)
             _check_tolerations(o, pod)
+            _check_pod_privileges(cluster, o, pod, plain.get((o["kind"], o["metadata"]["name"])))
             for ctr in pod["containers"] + pod.get("initContainers", []):
                 for what in ("cpu", "memory"):
                     req = ctr.get("resources", {}).get("requests", {}).get(what)
@@ -563,9 +617,32 @@ def _render(cluster) -> list[dict]:
              for i in range(3)]
     _check_config(cluster, config_files(cluster, nodes))
     objs = render(cluster, KEYS, nodes)
-    _check_objects(cluster, objs)
+    bare = _without_templates(cluster)
+    _check_objects(cluster, objs, render(bare, KEYS, nodes) if bare is not None else None)
     _check_directory(cluster, objs)
     return objs
+
+
+#: The cluster an accepted policy's lent pod is rendered for (U22).
+BASE_CLUSTER = load_cluster(base("SlurmCluster"))
+
+
+def _check_lent_pod(policy) -> None:
+    """The lent slurmd pod the bridge would start for the base cluster, with and without the
+    policy's pod template (which the bridge does not lend with while it meets the cluster's
+    shared storage: PodTemplateConflict)."""
+    template = policy.spec.pod_template
+    storage = BASE_CLUSTER.spec.shared_storage
+    taken = [("shared", v.mount_path) for v in storage.volumes] if storage else []
+    if template is not None and next(mount_conflicts(template, "spec.podTemplate", taken), None) is not None:
+        return
+
+    def pod(t):
+        return lent_slurmd_pod(BASE_CLUSTER, "", node="gpu-0", labels={}, partition=policy.spec.partition,
+                               resources={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"},
+                               shm_size=policy.spec.shm_size, taint_key="slurmk8s.dev/lent", pod_template=t)
+
+    _check_objects(BASE_CLUSTER, [pod(template)], [pod(None)])
 
 
 def _load(case_kind: str, doc: Any):
@@ -602,6 +679,7 @@ def classify(case: Case) -> tuple[str, str]:
                     and r.grace_period_seconds + r.deadline_seconds <= 2 * 86400):
                 raise Unsafe(f"U20 reclaim deadline {r.deadline_seconds!r} (grace {r.grace_period_seconds}) is not "
                              "bounded: a borrower could keep a node")
+            _check_lent_pod(obj)
         else:
             _render(obj)
         return "accepted-and-safe", ""
@@ -692,6 +770,12 @@ def test_every_category_of_the_issue_is_in_the_corpus(results):
     ("SlurmCluster/ldap-id-range-above-the-images", "accepted-and-safe"),
     ("SlurmCluster/ldap-egress-host-by-name", "refused-with-path"),
     ("SlurmCluster/ldap-egress-ipv4-uri", "accepted-and-safe"),
+    ("SlurmCluster/login-service-cluster-hides-ssh-clients", "refused-with-path"),
+    ("SlurmCluster/login-service-ssh-from-behind-a-load-balancer", "accepted-and-safe"),
+    ("SlurmCluster/login-service-traffic-policy-on-clusterip", "refused-with-path"),
+    ("SlurmCluster/login-service-source-ranges-on-nodeport", "refused-with-path"),
+    ("SlurmCluster/login-service-annotation-own-prefix", "refused-with-path"),
+    ("SlurmCluster/login-service-annotation-not-qualified", "refused-with-path"),
 ])
 def test_known_cases_land_in_their_class(results, case_id, expected):
     found = {case.id: cls for case, cls, _ in results}

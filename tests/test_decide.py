@@ -402,18 +402,18 @@ def test_a_node_that_cannot_be_described_to_slurm_is_not_lent_and_is_reported():
     assert "cannot be lent: n1" in status(acts).conditions[0].message
 
 
-def test_a_node_that_cannot_be_described_is_reported_whether_or_not_the_limits_would_let_it_be_lent():
-    """Longest idle, it is looked at first; once maxLentNodes is reached by another
-    node, the next round still says why it cannot be lent (deciding again on a round's
-    result gives nothing new, the status included)."""
-    longer = {IDLE_SINCE_ANNOTATION: format_time(T0 - timedelta(seconds=900))}
-    w = World.of(nodes=[gpu_node("a", annotations=longer, allocatable={**ALLOCATABLE, "cpu": "100m"}),
-                        gpu_node("b", annotations=IDLE)])
+def test_a_node_that_cannot_be_described_is_reported_whether_or_not_maxlentnodes_is_reached():
+    """A DaemonSet pod holds all of n1's GPUs (n1 counts as idle, and idle longer than n0):
+    with maxLentNodes 1, n0 is lent. n1 is reported as it cannot be lent, both in the round
+    that lends n0 and in the next one, which must then have nothing to write."""
+    later = {IDLE_SINCE_ANNOTATION: format_time(T0 - timedelta(seconds=300))}
+    w = World.of(nodes=[gpu_node("n0", annotations=later), gpu_node("n1", annotations=IDLE)],
+                 pods=[gpu_pod("plugin", "n1", gpus=8, owner_kind="DaemonSet")])
     pol = policy(maxLentNodes=1)
-    acts = w.decide(pol, T0)
-    assert [a.node for a in of(acts, A.SetLendingState)] == ["b"]
-    assert "cannot be lent: a" in status(acts).conditions[0].message
-    w.apply(acts)
+    first = w.decide(pol, T0)
+    assert [a.node for a in first if isinstance(a, A.SetLendingState)] == ["n0"]
+    assert "cannot be lent: n1 (" in status(first).conditions[0].message
+    w.apply(first)
     assert w.decide(pol, T0) == []
 
 

@@ -13,6 +13,8 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from sandbox import install
+from slurmk8s.kube import Kube
+from slurmk8s.operator.certkeeper import CertKeeper
 
 from .apiserver.conftest import start_server, wait_for
 from .conftest import EXAMPLE, ROOT
@@ -32,6 +34,13 @@ def cluster(tmp_path_factory):
 
 def operator_args(c) -> list[str]:
     return c.apps.read_namespaced_deployment("slurmk8s", SYSTEM).spec.template.spec.containers[0].args
+
+
+def webhook_state(c) -> tuple[dict, list]:
+    """The webhook's certificate Secret's data, and the caBundle of each webhook of its configuration."""
+    data = c.core.read_namespaced_secret("slurmk8s-webhook-certs", SYSTEM).data or {}
+    config = c.kubectl_json("get", "validatingwebhookconfiguration", f"slurmk8s-{SYSTEM}")
+    return data, [h["clientConfig"].get("caBundle") for h in config["webhooks"]]
 
 
 def newer_chart(tmp_path):
@@ -68,6 +77,15 @@ def test_install_upgrade_and_uninstall(cluster, tmp_path):
     cannot = c.kubectl("auth", "can-i", "get", "secrets", "-n", "kube-system",
                        f"--as=system:serviceaccount:{SYSTEM}:slurmk8s", check=False)
     assert cannot.stdout.strip() == "no"
+    # A team bound to the built-in edit role in ns may create SlurmClusters: the chart's
+    # ClusterRoles are aggregated into it (decision record 53).
+    c.kubectl("create", "rolebinding", "team", "--clusterrole=edit", "--group=team", "-n", ns)
+
+    def team_may_create() -> str:
+        return c.kubectl("auth", "can-i", "create", "slurmclusters.slurmk8s.dev", "-n", ns, "--as=someone",
+                         "--as-group=team", check=False).stdout.strip()
+
+    wait_for("edit to aggregate the chart's roles", lambda: team_may_create() == "yes")
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["namespace"] = ns
     # No kubelet runs the operator here: its webhook refuses every SlurmCluster (failurePolicy
@@ -75,7 +93,11 @@ def test_install_upgrade_and_uninstall(cluster, tmp_path):
     with pytest.raises(ApiException) as refused:
         c.custom.create_namespaced_custom_object("slurmk8s.dev", "v1alpha1", ns, "slurmclusters", doc)
     assert refused.value.status == 500 and "no endpoints available" in refused.value.body
-    webhook_ca = c.core.read_namespaced_secret("slurmk8s-webhook", SYSTEM).data["ca.crt"]
+    # What the operator's keeper writes (decision record 53): the Secret's data and caBundle.
+    CertKeeper(Kube.from_kubeconfig(str(c.kubeconfig)), SYSTEM, "slurmk8s-webhook-certs", f"slurmk8s-{SYSTEM}",
+               "slurmk8s-webhook", lambda *_: None).once()
+    kept = webhook_state(c)
+    assert set(kept[0]) == {"ca.crt", "ca.key", "tls.crt", "tls.key"} and kept[1] == [kept[0]["ca.crt"]] * 2
     values["webhook"] = {"failurePolicy": "Ignore"}
     install.install(c.kubeconfig, values)
     created = c.custom.create_namespaced_custom_object("slurmk8s.dev", "v1alpha1", ns, "slurmclusters", doc)
@@ -84,8 +106,9 @@ def test_install_upgrade_and_uninstall(cluster, tmp_path):
     old_template = c.apps.read_namespaced_deployment("slurmk8s", SYSTEM).spec.template
     second = install.install(c.kubeconfig, {**values, "logLevel": "debug"}, chart=newer_chart(tmp_path))
     assert (second["status"], second["revision"]) == ("deployed", 3)
-    # The webhook's certificate is kept across upgrades: the API server's caBundle stays valid.
-    assert c.core.read_namespaced_secret("slurmk8s-webhook", SYSTEM).data["ca.crt"] == webhook_ca
+    # Upgrades leave the webhook's certificate and caBundle as the operator wrote them:
+    # the chart renders neither, so the API server's caBundle stays valid throughout.
+    assert webhook_state(c) == kept
     crd = c.ext.read_custom_resource_definition(CRD)
     assert crd.spec.versions[0].schema.open_apiv3_schema.description == "A Slurm cluster (next version)."
     args = operator_args(c)
@@ -106,6 +129,7 @@ def test_install_upgrade_and_uninstall(cluster, tmp_path):
     assert not [s for s in c.core.list_namespaced_service_account(SYSTEM).items if s.metadata.name != "default"]
     rbac = c.kubectl_json("get", "clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/instance=slurmk8s")
     assert rbac["items"] == []
+    wait_for("edit to lose the uninstalled chart's roles", lambda: team_may_create() == "no")
     assert c.kubectl_json("get", "roles", "-n", ns)["items"] == []
     assert {CRD, "nodelendingpolicies.slurmk8s.dev"} <= {
         o.metadata.name for o in c.ext.list_custom_resource_definition().items}

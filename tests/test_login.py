@@ -257,3 +257,115 @@ def test_a_user_dir_someone_else_made_first_is_reported_not_used(tmp_path):
               f'sk_user_dir {tmp_path / "shared"} alice 4242 4242\n')
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
     assert "not alice's: left alone" in out and squatted.stat().st_uid == os.geteuid()
+
+
+# -- shared volumes that do not let root give directories away ----------------------------
+
+ENTRYPOINT = ROOT / "images/login/entrypoint.sh"
+#: The uid an EFS access point does everything as (its PosixUser), whoever asks.
+ACCESS_POINT_UID = 1000
+DONE = "the entrypoint went on"
+
+
+def _shared_dirs(base: Path, shims: dict[str, str], *, checkpoint: bool = False) -> subprocess.CompletedProcess:
+    """The login entrypoint's prepare_shared_dirs, as it runs there (``set -euo
+    pipefail``, the lib sourced), for users alice (4242) and bob (4243) on the
+    volume ``base/shared``, with ``shims``: commands that behave as the volume
+    does, first in PATH. A marker after it says the entrypoint went on."""
+    users, bin_ = base / "users", base / "bin"
+    users.mkdir()
+    bin_.mkdir()
+    (users / "passwd").write_text("alice:x:4242:4242::/home/alice:/bin/bash\nbob:x:4243:4243::/home/bob:/bin/bash\n")
+    for tool, body in shims.items():
+        (bin_ / tool).write_text("#!/bin/bash\n" + body)
+        (bin_ / tool).chmod(0o755)
+    env = f"SLURMK8S_SHARED_DIRS={base / 'shared'}"
+    if checkpoint:
+        env += f" SLURMK8S_CHECKPOINT_ROOT={base / 'shared' / 'checkpoints'}"
+    script = (f'set -euo pipefail\n. "{LIB}"\nSK_USERS_DIR={users}\n'
+              f'eval "$(sed -n \'/^prepare_shared_dirs() {{/,/^}}/p\' {ENTRYPOINT})"\n'
+              f'PATH={bin_}:$PATH {env} prepare_shared_dirs\necho "{DONE}"\n')
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+
+
+def _volume(parent_mode: int) -> tempfile.TemporaryDirectory:
+    tmp = tempfile.TemporaryDirectory(prefix="slurmk8s-volume-")
+    base = Path(tmp.name)
+    base.chmod(0o755)
+    (base / "shared").mkdir()
+    (base / "shared").chmod(parent_mode)
+    return tmp
+
+
+#: Root-squashed NFS: root is nobody on the volume, so it creates nothing in a
+#: directory only root may write and changes no owner; users are themselves.
+ROOT_SQUASH = {
+    "mkdir": f'[ "$(id -u)" != 0 ] && exec {shutil.which("mkdir")} "$@"\n'
+             'echo "mkdir: cannot create directory: Permission denied" >&2; exit 1\n',
+    "install": f'[ "$(id -u)" != 0 ] && exec {shutil.which("install")} "$@"\n'
+               'echo "install: cannot create directory: Permission denied" >&2; exit 1\n',
+    "chown": f'[ "$(id -u)" != 0 ] && exec {shutil.which("chown")} "$@"\n'
+             'echo "chown: changing ownership: Operation not permitted" >&2; exit 1\n',
+}
+
+
+@pytest.mark.root
+def test_on_an_efs_access_point_the_login_pod_starts_and_says_what_the_volume_must_allow():
+    """Issue 43: an EFS access point refuses every chown and makes every file its own
+    uid's. The entrypoint used to stop at the refused chown (set -e), so the login pod
+    crash-looped. Now each user still gets a directory (everyone works there as the
+    access point's uid), and the log says that and what the volume must allow."""
+    if os.geteuid() != 0:
+        pytest.fail("run as root (hack/test.sh): the entrypoint's chown needs it")
+    with _volume(0o755) as tmp:
+        base = Path(tmp)
+        proc = _shared_dirs(base, {
+            "chown": 'echo "chown: changing ownership of \'$3\': Operation not permitted" >&2; exit 1\n',
+            # Whoever creates, the access point owns: setpriv's user switch changes nothing there.
+            "mkdir": f'{shutil.which("mkdir")} "$@" && {shutil.which("chown")} {ACCESS_POINT_UID}:{ACCESS_POINT_UID} '
+                     '"${@: -1}"\n',
+            "setpriv": 'while [ "$1" != -- ]; do shift; done; shift; exec "$@"\n',
+        })
+        assert proc.returncode == 0 and DONE in proc.stdout, proc.stderr
+        for user in ("alice", "bob"):
+            made = base / "shared" / user
+            assert made.is_dir() and made.stat().st_uid == ACCESS_POINT_UID
+            assert f"made it uid {ACCESS_POINT_UID}'s, not {user}'s" in proc.stderr
+        assert "EFS access point" in proc.stderr
+        assert "must let root change owners" in proc.stderr and "no_root_squash" in proc.stderr
+
+
+@pytest.mark.root
+def test_on_root_squashed_nfs_users_make_their_own_directories_where_they_may_write():
+    """Issue 43: on root-squashed NFS root may neither create in a directory only users
+    may write nor give one away; users used to get no directory. Where the volume lets
+    users create entries (mode 1777, as /tmp), each user now makes their own, owned by them."""
+    if os.geteuid() != 0:
+        pytest.fail("run as root (hack/test.sh): setpriv needs it")
+    with _volume(0o1777) as tmp:
+        base = Path(tmp)
+        proc = _shared_dirs(base, ROOT_SQUASH)
+        assert proc.returncode == 0 and DONE in proc.stdout, proc.stderr
+        for user, uid in (("alice", 4242), ("bob", 4243)):
+            made = base / "shared" / user
+            assert made.is_dir() and (made.stat().st_uid, made.stat().st_gid) == (uid, uid), proc.stderr
+            assert f"created {made} for {user}, as {user}" in proc.stderr
+        assert "warning" not in proc.stderr
+
+
+@pytest.mark.root
+def test_on_root_squashed_nfs_only_root_may_write_the_pod_starts_and_says_what_the_volume_must_allow():
+    """Neither root (squashed) nor the users may create in the volume, nor its
+    checkpoint directory: the entrypoint used to stop at the checkpoint directory
+    (set -e). It goes on, and says what the volume must allow."""
+    if os.geteuid() != 0:
+        pytest.fail("run as root (hack/test.sh): setpriv needs it")
+    with _volume(0o755) as tmp:
+        base = Path(tmp)
+        proc = _shared_dirs(base, ROOT_SQUASH, checkpoint=True)
+        assert proc.returncode == 0 and DONE in proc.stdout, proc.stderr
+        assert sorted(p.name for p in (base / "shared").iterdir()) == []
+        assert f"could not create the checkpoint directory {base / 'shared' / 'checkpoints'}" in proc.stderr
+        for user in ("alice", "bob"):
+            assert f"could not create {base / 'shared' / user} for {user}" in proc.stderr
+        assert "no_root_squash" in proc.stderr and "mode 1777" in proc.stderr

@@ -60,9 +60,15 @@ NODE = "demo-cpu-0"
 T0 = 1_800_000_000.0
 
 
+#: The StorageClass the site names for shared volumes (one that provisions ReadWriteMany).
+SITE_CLASS = "nfs"
+
+
 def cpu_only(example_doc) -> dict:
     doc = copy.deepcopy(example_doc)
     doc["metadata"].update(uid="c0ffee00-0000-4000-8000-000000000001", generation=1)
+    for v in doc["spec"]["sharedStorage"]["volumes"]:
+        v["storageClassName"] = SITE_CLASS
     doc["spec"]["nodeSets"] = [ns for ns in doc["spec"]["nodeSets"] if ns["name"] == "cpu"]
     doc["spec"]["partitions"] = [p for p in doc["spec"]["partitions"] if p["name"] == "cpu"]
     return doc
@@ -353,6 +359,60 @@ def test_an_invalid_spec_fails_the_status_and_changes_nothing_else(offline):
     assert w.kube.writes == [("patch/status", "SlurmCluster", "demo")]
     assert "spec.partitions[0].name" in w.body["status"]["conditions"][0]["message"]
     assert w.reasons()[-1] == "InvalidSpec"
+
+
+def test_a_shared_volume_that_names_no_class_is_refused_naming_it_unless_the_operator_has_a_default(offline):
+    """Issue 43: a ReadWriteMany claim without a class stays Pending on a managed cluster
+    (its default class is block storage). The operator refuses such a spec, naming the
+    field, as its webhook does, unless it was given the site's class, which the claim gets."""
+    from slurmk8s.operator.webhook import refusal
+
+    w = offline
+    w.spec(lambda s: s["sharedStorage"]["volumes"][0].pop("storageClassName"))
+    out = w.round()
+    assert out.status.phase == "Failed" and w.reasons()[-1] == "InvalidSpec"
+    message = w.body["status"]["conditions"][0]["message"]
+    assert "spec.sharedStorage.volumes[0].storageClassName: required for a claim the operator creates" in message
+    assert "sharedStorage.storageClassName" in message
+    assert not w.kube.of_kind("PersistentVolumeClaim")
+    assert refusal("SlurmCluster", "CREATE", w.body, None) == message  # the webhook's words are the round's
+    op = Operator(w.kube, agent=lambda c, token, pod: RemoteSlurm(w.agent_url, token, timeout=2),
+                  clock=lambda: w.now + 1, fresh_keys=lambda: w.keys, shared_storage_class="efs-sc")
+    out = op.reconcile(w.body)
+    assert out.status.phase == "Pending" and not out.problems, out.problems
+    assert w.kube.of_kind("PersistentVolumeClaim")["demo-shared"]["spec"]["storageClassName"] == "efs-sc"
+    assert refusal("SlurmCluster", "CREATE", w.body, None, shared_storage_class="efs-sc") is None
+
+
+def test_a_claim_that_stays_pending_is_named_in_ready_with_its_provisioners_words(offline):
+    """Issue 43: the shared claim is Pending (its class is block storage, which refuses
+    ReadWriteMany): StorageReady and Ready say so, with the provisioner's Event, until a
+    claim that binds replaces it."""
+    w = offline
+    w.kube.pending.add("demo-shared")
+    w.round()
+    w.kube.run_controllers()
+    claim = w.kube.of_kind("PersistentVolumeClaim")["demo-shared"]
+    refused = ('failed to provision volume with StorageClass "nfs": rpc error: code = InvalidArgument desc = '
+               "Volume capabilities MULTI_NODE_MULTI_WRITER not supported. Only AccessModes[ReadWriteOnce] supported.")
+    for type_, reason, message, at in (
+            ("Normal", "ExternalProvisioning", "Waiting for a volume to be created", "2026-01-01T00:00:02Z"),
+            ("Warning", "ProvisioningFailed", refused, "2026-01-01T00:00:01Z"),
+            ("Warning", "ProvisioningFailed", "an older claim of this name", "2026-01-01T00:00:09Z")):
+        w.kube.add({"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"e-{at}", "namespace": "default"},
+                    "involvedObject": {"kind": "PersistentVolumeClaim", "name": "demo-shared",
+                                       "uid": claim["metadata"]["uid"] if "older" not in message else "gone"},
+                    "type": type_, "reason": reason, "message": message, "lastTimestamp": at})
+    out = w.round()
+    conds = {c.type: c for c in out.status.conditions}
+    said = f"claim demo-shared is Pending: ProvisioningFailed: {refused}"
+    assert (conds["StorageReady"].status, conds["StorageReady"].reason) == ("False", "ProvisioningFailed")
+    assert said in conds["StorageReady"].message and "older" not in conds["StorageReady"].message
+    assert conds["Ready"].reason == "StorageNotReady" and conds["Ready"].message.startswith(f"StorageReady: {said}")
+    w.kube.pending.clear()
+    w.kube.run_controllers()
+    conds = {c.type: c for c in w.round().status.conditions}
+    assert (conds["StorageReady"].status, conds["StorageReady"].message) == ("True", "2 claims bound")
 
 
 def test_a_release_slurm_cannot_upgrade_to_in_place_is_refused_and_nothing_changes(offline):

@@ -184,6 +184,25 @@ def test_a_statefulsets_update_keeps_the_claim_templates_it_has(doc):
     assert "spec.template.spec.containers[0].image" in u.changed
 
 
+def test_a_claims_update_keeps_the_spec_it_has_but_its_size(doc):
+    """Kubernetes refuses any change of a claim's spec but its size (422): a shared claim
+    made with another StorageClass (the spec's or the operator's default changed since)
+    keeps it, and only a new size is an update, carrying the class the claim has."""
+    from slurmk8s.api.storageclass import with_storage_class
+
+    made = with_storage_class(cluster_of(doc), "nfs")
+    observed = apply(plan(render(made, KEYS), [], cluster_name=made.name), [])
+    claim = next(o for o in observed if key(o) == ("PersistentVolumeClaim", "demo-shared"))
+    assert claim["spec"]["storageClassName"] == "nfs"
+    moved = with_storage_class(cluster_of(doc), "efs-sc")
+    assert plan(render(moved, KEYS), observed, cluster_name=made.name).empty
+    grown = copy.deepcopy(doc)
+    grown["spec"]["sharedStorage"]["volumes"][0]["size"] = "200Gi"
+    [u] = plan(render(with_storage_class(cluster_of(grown), "efs-sc"), KEYS), observed, cluster_name=made.name).updates
+    assert u.key == ("PersistentVolumeClaim", "demo-shared") and u.changed == ("spec.resources.requests.storage",)
+    assert u.obj["spec"]["storageClassName"] == "nfs" and u.obj["spec"]["volumeName"] == "pv-1"
+
+
 def test_claim_templates_do_not_change_with_the_slurm_release(doc):
     def claims(version):
         d = copy.deepcopy(doc)
@@ -214,7 +233,12 @@ def test_quantities_compare_by_value():
     assert differences(desired, observed) == []
     observed["spec"]["resources"]["requests"]["cpu"] = "1"
     assert differences(desired, observed) == ["spec.resources.requests.cpu"]
-    # Outside requests/limits strings are strings.
+    # An emptyDir's sizeLimit (/dev/shm, a pod template's volumes) too, as the API server writes it back.
+    shm = {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1024Mi"}}
+    assert differences({"volumes": [shm]}, {"volumes": [{**shm, "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}]}) == []
+    assert differences({"volumes": [shm]}, {"volumes": [{**shm, "emptyDir": {"medium": "", "sizeLimit": "1Gi"}}]}) == [
+        "volumes[0].emptyDir.medium"]
+    # Outside requests/limits and emptyDir strings are strings.
     assert differences({"data": {"x": "0.5"}}, {"data": {"x": "500m"}}) == ["data.x"]
     assert differences({"a": [1, 2]}, {"a": [1]}) == ["a"]
     assert differences({"a": True}, {"a": 1}) == ["a"]

@@ -76,11 +76,11 @@ def test_only_bridges_named_as_the_sandbox_names_them_count():
 
 
 def test_no_two_test_files_that_may_run_at_once_share_a_subnet():
-    """hack/test.sh runs three lanes at once: everything outside tests/e2e, the
-    researcher's end-to-end suites (researcher_e2e) and the other end-to-end
-    suites, each lane one file after another. A subnet two files share must be
-    used by files of one end-to-end lane only, or two networks collide on one
-    host."""
+    """hack/test.sh runs four lanes at once: everything outside tests/e2e, and
+    the end-to-end suites in three lanes (researcher_e2e, platform_e2e,
+    trust_e2e), each lane one file after another. A subnet two files share
+    must be used by files of one end-to-end lane only, or two networks collide
+    on one host."""
     tests = Path(__file__).parent
     users: dict[str, set[str]] = {}
     for path in tests.rglob("*.py"):
@@ -88,15 +88,16 @@ def test_no_two_test_files_that_may_run_at_once_share_a_subnet():
             if subnet + ".0/24" != DEFAULT_SUBNET:  # a sandbox run by hand; pure tests name it
                 users.setdefault(subnet, set()).add(str(path.relative_to(tests)))
     assert users, "no subnet found: the pattern no longer matches how the tests write them"
-    listed = re.search(r"^researcher_e2e=\(([^)]*)\)", (tests.parent / "hack/test.sh").read_text(), re.M)
-    assert listed, "hack/test.sh no longer names researcher_e2e"
-    researcher = {f.removeprefix("tests/") for f in listed.group(1).split()}
-    assert "e2e/test_simulate_trust.py" in researcher
+    script = (tests.parent / "hack/test.sh").read_text()
+    lanes = {name: {f.removeprefix("tests/") for f in files.split()}
+             for name, files in re.findall(r"^(\w+)_e2e=\(([^)]*)\)", script, re.M)}
+    assert {"researcher", "platform", "trust"} <= set(lanes), f"hack/test.sh names the lanes {sorted(lanes)}"
+    assert "e2e/test_simulate_trust.py" in lanes["trust"]
 
     def lane(f: str) -> str:
         if not f.startswith("e2e/"):
             return "rest"
-        return "researcher" if f in researcher else "platform"
+        return next(name for name, files in lanes.items() if f in files)
 
     shared = {s: sorted(files) for s, files in users.items()
               if len(files) > 1 and (len({lane(f) for f in files}) > 1 or lane(next(iter(files))) == "rest")}

@@ -192,20 +192,48 @@ sk_valid_keys() {
 # Users may write to PARENT, so nothing here follows what they can make: mkdir
 # (no -p) fails on any entry made since the check, and chown -h changes a link
 # swapped in after mkdir, never what it points to.
+#
+# Not every volume lets root give a directory away. Root-squashed NFS makes
+# root "nobody" there (it may create only where nobody may write, and chown
+# nothing); an EFS access point does every operation as the access point's
+# own uid (chown is refused, every file is that uid's). So when root may not
+# create the directory or give it to the user, the user makes it: on
+# root-squashed NFS whose PARENT users may write (mode 1777, as /tmp) it is
+# then the user's own. What the volume does not allow is logged with what it
+# must allow, and the caller goes on: a volume that refuses chown never
+# stops the pod.
 sk_user_dir() {
-  local dir=$1/$2
+  local dir=$1/$2 owner must
+  must="For a directory of each user's own in $1 the volume must let root change owners (NFS exported with no_root_squash; EFS mounted without an access point), or let users create entries in $1 (mode 1777, as /tmp), or the directories must be made on the file server, each owned by its user."
   if [ -e "$dir" ] || [ -L "$dir" ]; then
     if [ -L "$dir" ] || [ ! -d "$dir" ] || [ "$(stat -c %u -- "$dir")" != "$3" ]; then
       sk_log "warning: $dir is a link, not a directory, or not $2's: left alone; remove it so that $2 gets a directory of their own"
     fi
     return 0
   fi
-  if ! mkdir -m 0755 -- "$dir"; then
-    sk_log "warning: could not create $dir for $2"
+  if mkdir -m 0755 -- "$dir" 2>/dev/null; then
+    if chown -h -- "$3:$4" "$dir" 2>/dev/null; then
+      sk_log "created $dir for $2"
+      return 0
+    fi
+    # Made, but root may not give it away. Empty and root's (or the volume's
+    # one owner's): taken back, so that the user can make it their own.
+    if ! rmdir -- "$dir" 2>/dev/null; then
+      sk_log "warning: $1 does not let root change owners (chown is not permitted: an EFS access point, or root-squashed NFS), and $dir could not be removed again: it stays owned by uid $(stat -c %u -- "$dir" 2>/dev/null || echo '?'), not $2 (uid $3). $must"
+      return 0
+    fi
+  fi
+  if setpriv --reuid="$3" --regid="$4" --clear-groups -- mkdir -m 0755 -- "$dir" 2>/dev/null; then
+    owner=$(stat -c %u -- "$dir" 2>/dev/null || echo '?')
+    if [ "$owner" = "$3" ]; then
+      sk_log "created $dir for $2, as $2: $1 does not let root make it (chown is not permitted, or root may not write there: root-squashed NFS)"
+      return 0
+    fi
+    sk_log "warning: created $dir for $2, but the volume made it uid $owner's, not $2's (uid $3): $1 gives every file one owner and refuses chown, as an EFS access point does; every user works there as uid $owner. $must"
     return 0
   fi
-  chown -h -- "$3:$4" "$dir"
-  sk_log "created $dir for $2"
+  sk_log "warning: could not create $dir for $2: root may not create it and give it to $2 (chown is not permitted, or root may not write there: root-squashed NFS), and $2 may not create it either. $must"
+  return 0
 }
 
 # sk_fix_home NAME UID GID HOME: make HOME, an existing directory, belong to
@@ -221,7 +249,10 @@ sk_fix_home() {
   [ -d "$home" ] || return 0
   owner=$(stat -c '%u:%g' -- "$home")
   if [ "$owner" != "$uid:$gid" ]; then
-    chown -h -- "$uid:$gid" "$home"
+    if ! chown -h -- "$uid:$gid" "$home" 2>/dev/null; then
+      sk_log "warning: home directory $home of $name belongs to $owner and root may not give it to $uid:$gid: its volume does not allow chown (an EFS access point, or root-squashed NFS); sshd may refuse $name's keys there. Mount that volume so that root may change owners, or give the directory to $name on the file server"
+      return 0
+    fi
     sk_log "home directory $home of $name belonged to $owner: now to $uid:$gid"
   fi
   if [ -n "$(find "$home" -maxdepth 0 -perm /022)" ]; then
@@ -247,8 +278,12 @@ sk_setup_users() {
   sk_users_each | while read -r name uid gid home; do
     case $home in /?*) ;; *) sk_log "warning: $name has no absolute home directory ($home)"; continue ;; esac
     if [ ! -e "$home" ] && [ ! -L "$home" ]; then
-      install -d -m 0700 -o "$uid" -g "$gid" "$home"
-      sk_log "created home directory $home of $name"
+      if install -d -m 0700 -o "$uid" -g "$gid" "$home" 2>/dev/null; then
+        sk_log "created home directory $home of $name"
+      else
+        sk_log "warning: could not create home directory $home of $name owned by $uid:$gid: on shared storage its volume must let root write and change owners (NFS exported with no_root_squash; EFS mounted without an access point)"
+        if [ -d "$home" ] && [ ! -L "$home" ]; then sk_fix_home "$name" "$uid" "$gid" "$home"; fi
+      fi
     else
       sk_fix_home "$name" "$uid" "$gid" "$home"
     fi

@@ -83,15 +83,20 @@ install_keys() {
 
 # Each user gets a directory of their own on every writable shared volume
 # (SLURMK8S_SHARED_DIRS) and under the checkpoint root
-# (SLURMK8S_CHECKPOINT_ROOT), so their files there belong to them.
+# (SLURMK8S_CHECKPOINT_ROOT), so their files there belong to them. A volume
+# that does not let root create or give away directories (an EFS access
+# point, root-squashed NFS) gets what it allows, and a warning that says what
+# it must allow (sk_user_dir); the pod starts either way.
 prepare_shared_dirs() {
   local parent name uid gid home
-  if [ -n "${SLURMK8S_CHECKPOINT_ROOT:-}" ] && [ ! -e "$SLURMK8S_CHECKPOINT_ROOT" ]; then
-    install -d -m 0755 "$SLURMK8S_CHECKPOINT_ROOT"
+  if [ -n "${SLURMK8S_CHECKPOINT_ROOT:-}" ] && [ ! -e "$SLURMK8S_CHECKPOINT_ROOT" ] && [ ! -L "$SLURMK8S_CHECKPOINT_ROOT" ]; then
+    if ! install -d -m 0755 "$SLURMK8S_CHECKPOINT_ROOT" 2>/dev/null; then
+      sk_log "warning: could not create the checkpoint directory $SLURMK8S_CHECKPOINT_ROOT: root may not write in $(dirname "$SLURMK8S_CHECKPOINT_ROOT") (root-squashed NFS?); create it on the file server, mode 1777 or owned by root with no_root_squash"
+    fi
   fi
   for parent in ${SLURMK8S_SHARED_DIRS:-} ${SLURMK8S_CHECKPOINT_ROOT:-}; do
     if [ ! -d "$parent" ] || [ -L "$parent" ]; then
-      sk_log "warning: shared directory $parent is not mounted; no user directories there"
+      sk_log "warning: shared directory $parent is missing (not mounted, or not created) or a link; no user directories there"
       continue
     fi
     sk_users_each | while read -r name uid gid home; do

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import admission, jsonpath, podsecurity, quota, strategy, timeutil
+from . import admission, jsonpath, podsecurity, quota, storage, strategy, timeutil
 from . import apply as ssa
 from . import patch as patches
 from . import schema as crdschema
@@ -375,6 +375,8 @@ class API:
             self._limit_ranges(ns or "", obj)
         if rt.storage == ("", "limitranges"):
             quota.limitrange_defaults(obj)
+        if rt.storage == ("", "persistentvolumeclaims"):
+            storage.admit_claim(obj, self.store.list(storage.STORAGECLASSES))
         if not m.get("name"):
             base = m.get("generateName")
             if not base:

@@ -107,7 +107,8 @@ SCHEMAS: dict[tuple[str, str], dict] = {
     ("apps", "statefulsets"): _WORKLOAD,
     ("apps", "replicasets"): _WORKLOAD,
     ("policy", "poddisruptionbudgets"): _WITH_CONDITIONS,
-    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): _m(metadata=_META, webhooks=_l("name")),
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): _m(
+        metadata=_META, webhooks=_l("name", _m(matchConditions=_l("name")))),
 }
 DEFAULT_SCHEMA = _m(metadata=_META)
 

@@ -1,11 +1,26 @@
 """The bootstrap RBAC policy the stand-in creates at start, as kube-apiserver
 does (``plugin/pkg/auth/authorizer/rbac/bootstrappolicy``): a subset sized to
-what this server serves. Pure data; :mod:`.server` reconciles it."""
+what this server serves. Pure data; :mod:`.server` reconciles it.
+
+The user-facing roles ``admin``, ``edit`` and ``view`` are aggregated, as in
+Kubernetes: they hold no rules of their own but an ``aggregationRule``, and the
+clusterrole-aggregation controller (:mod:`.controllers.aggregation`) fills in
+the rules of the ClusterRoles labelled ``rbac.authorization.k8s.io/aggregate-to-<role>``.
+The built-in grants come from ``system:aggregate-to-admin``, ``-edit`` and
+``-view``; ``view`` is labelled into ``edit``, and ``edit`` into ``admin``. A
+custom resource's group (``slurmk8s.dev``) is in none of them: its chart ships
+labelled ClusterRoles, as on a real cluster."""
 
 from __future__ import annotations
 
 BOOTSTRAP_LABELS = {"kubernetes.io/bootstrapping": "rbac-defaults"}
 AUTOUPDATE = {"rbac.authorization.kubernetes.io/autoupdate": "true"}
+#: ``aggregate_to("edit")``: the label that puts a ClusterRole's rules into ``edit``.
+AGGREGATE_TO = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+def aggregate_to(role: str) -> dict[str, str]:
+    return {AGGREGATE_TO + role: "true"}
 
 READ = ["get", "list", "watch"]
 WRITE = ["create", "delete", "deletecollection", "patch", "update"]
@@ -31,7 +46,6 @@ _VIEW = [
                      "deployments/scale", "replicasets", "replicasets/status", "replicasets/scale"], READ),
     _rule(["policy"], ["poddisruptionbudgets", "poddisruptionbudgets/status"], READ),
     _rule(["events.k8s.io"], ["events"], READ),
-    _rule(["slurmk8s.dev"], ["*"], READ),
 ]
 _EDIT = [
     _rule([""], ["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "pods/eviction", "services",
@@ -43,7 +57,6 @@ _EDIT = [
                      "replicasets/scale"], WRITE),
     _rule(["policy"], ["poddisruptionbudgets"], WRITE),
     _rule(["coordination.k8s.io"], ["leases"], READ + WRITE),
-    _rule(["slurmk8s.dev"], ["*"], WRITE),
 ]
 _ADMIN = [
     _rule(["rbac.authorization.k8s.io"], ["roles", "rolebindings"], READ + WRITE),
@@ -53,9 +66,12 @@ _ADMIN = [
 CLUSTER_ROLES: list[dict] = [
     {"metadata": {"name": "cluster-admin"},
      "rules": [_rule(["*"], ["*"], ["*"]), _urls(["*"], ["*"])]},
-    {"metadata": {"name": "admin"}, "rules": _VIEW + _EDIT + _ADMIN},
-    {"metadata": {"name": "edit"}, "rules": _VIEW + _EDIT},
-    {"metadata": {"name": "view"}, "rules": _VIEW},
+    {"metadata": {"name": "admin"}, "aggregate": "admin"},
+    {"metadata": {"name": "edit", "labels": aggregate_to("admin")}, "aggregate": "edit"},
+    {"metadata": {"name": "view", "labels": aggregate_to("edit")}, "aggregate": "view"},
+    {"metadata": {"name": "system:aggregate-to-admin", "labels": aggregate_to("admin")}, "rules": _ADMIN},
+    {"metadata": {"name": "system:aggregate-to-edit", "labels": aggregate_to("edit")}, "rules": _EDIT},
+    {"metadata": {"name": "system:aggregate-to-view", "labels": aggregate_to("view")}, "rules": _VIEW},
     {"metadata": {"name": "system:discovery"},
      "rules": [_urls(["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*",
                       "/readyz", "/version", "/version/"])]},
@@ -96,11 +112,17 @@ CLUSTER_ROLE_BINDINGS: list[dict] = [
 
 
 def cluster_roles() -> list[dict]:
+    """The bootstrap ClusterRoles; an aggregated one has an ``aggregationRule``
+    and no rules (the controller fills them in)."""
     out = []
     for cr in CLUSTER_ROLES:
-        out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                    "metadata": {"name": cr["metadata"]["name"], "labels": dict(BOOTSTRAP_LABELS), "annotations": dict(AUTOUPDATE)},
-                    "rules": [dict(r) for r in cr["rules"]]})
+        labels = dict(cr["metadata"].get("labels") or {}) | BOOTSTRAP_LABELS
+        doc = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": cr["metadata"]["name"], "labels": labels, "annotations": dict(AUTOUPDATE)},
+               "rules": [dict(r) for r in cr.get("rules") or ()]}
+        if "aggregate" in cr:
+            doc["aggregationRule"] = {"clusterRoleSelectors": [{"matchLabels": aggregate_to(cr["aggregate"])}]}
+        out.append(doc)
     return out
 
 
@@ -116,8 +138,11 @@ def cluster_role_bindings() -> list[dict]:
 
 def reconcile(current: dict | None, wanted: dict) -> dict | None:
     """What to write for a bootstrap object: ``wanted`` if missing, a union of
-    rules/subjects if it drifted and still carries the autoupdate annotation,
-    ``None`` to leave it (a user set autoupdate to false, or nothing changed)."""
+    rules/subjects, aggregation selectors and labels if it drifted and still
+    carries the autoupdate annotation, ``None`` to leave it (a user set
+    autoupdate to false, or nothing changed). As kube-apiserver's
+    reconciliation, an aggregated role's rules are not reconciled: the
+    aggregation controller owns them."""
     if current is None:
         return wanted
     ann = (current.get("metadata") or {}).get("annotations") or {}
@@ -134,12 +159,19 @@ def reconcile(current: dict | None, wanted: dict) -> dict | None:
                 have.append(item)
                 changed = True
         out[key] = have
+    if "aggregationRule" in wanted:
+        selectors = list((current.get("aggregationRule") or {}).get("clusterRoleSelectors") or [])
+        missing = [s for s in wanted["aggregationRule"]["clusterRoleSelectors"] if s not in selectors]
+        if missing:
+            out["aggregationRule"] = {"clusterRoleSelectors": selectors + missing}
+            changed = True
     if "roleRef" in wanted and current.get("roleRef") != wanted["roleRef"]:
         return None  # roleRef is immutable; a user replaced it: leave theirs
     md = dict(current.get("metadata") or {})
     labels = dict(md.get("labels") or {})
-    if any(labels.get(k) != v for k, v in BOOTSTRAP_LABELS.items()):
-        labels.update(BOOTSTRAP_LABELS)
+    wanted_labels = (wanted.get("metadata") or {}).get("labels") or BOOTSTRAP_LABELS
+    if any(k not in labels for k in wanted_labels):  # missing labels come back; a user's value stays
+        labels = dict(wanted_labels) | labels
         md["labels"] = labels
         out["metadata"] = md
         changed = True

@@ -142,23 +142,29 @@ def _index(objs: Iterable[Mapping]) -> dict[tuple[str, str], Mapping]:
     return {((_meta(o).get("namespace") or ""), _meta(o).get("name") or ""): o for o in objs}
 
 
-def effective_rules(clusterrole: Mapping, clusterroles: Iterable[Mapping]) -> list[Mapping]:
-    """A ClusterRole's rules; with an ``aggregationRule``, also the rules of every
-    ClusterRole its selectors match (computed here rather than written back)."""
-    rules = list(clusterrole.get("rules") or ())
+def aggregated_rules(clusterrole: Mapping, clusterroles: Iterable[Mapping]) -> list[Mapping] | None:
+    """The rules an aggregated ClusterRole should hold, as Kubernetes'
+    clusterrole-aggregation controller computes them: for each selector in
+    turn, the stored rules of every other ClusterRole it matches (by name),
+    each rule once. ``None`` when the role has no ``aggregationRule``.
+
+    The rules of a selected role that is itself aggregated are its stored
+    ones, so ``view`` reaches ``admin`` through ``edit`` once the controller
+    has filled ``edit``. The authorizer reads only stored rules."""
     agg = clusterrole.get("aggregationRule")
-    if not agg:
-        return rules
-    selectors = [from_label_selector_object(s) for s in agg.get("clusterRoleSelectors") or ()]
-    selectors = [s for s in selectors if s is not None]
+    if agg is None:
+        return None
     me = _meta(clusterrole).get("name")
-    for other in clusterroles:
-        if _meta(other).get("name") == me or other.get("aggregationRule"):
+    others = sorted((o for o in clusterroles if _meta(o).get("name") != me), key=lambda o: _meta(o).get("name") or "")
+    out: list[Mapping] = []
+    for raw in agg.get("clusterRoleSelectors") or ():
+        selector = from_label_selector_object(raw)
+        if selector is None:
             continue
-        labels = _meta(other).get("labels") or {}
-        if any(labels_match(s, labels) for s in selectors if s):
-            rules.extend(other.get("rules") or ())
-    return rules
+        for other in others:
+            if labels_match(selector, _meta(other).get("labels") or {}):
+                out.extend(r for r in other.get("rules") or () if r not in out)
+    return out
 
 
 @dataclass
@@ -178,7 +184,7 @@ class Policy:
         kind, name = ref.get("kind"), ref.get("name") or ""
         if kind == "ClusterRole":
             cr = self._clusterroles.get(("", name))
-            return (effective_rules(cr, self.clusterroles), f'ClusterRole "{name}"') if cr is not None else None
+            return (list(cr.get("rules") or ()), f'ClusterRole "{name}"') if cr is not None else None
         if kind == "Role" and namespace:
             r = self._roles.get((namespace, name))
             return (list(r.get("rules") or ()), f'Role "{name}"') if r is not None else None

@@ -102,6 +102,8 @@ BUILTINS: tuple[ResourceType, ...] = (
         short=("crd", "crds"), sub=("status",), cats=("api-extensions",), generation=True),
     _rt("events.k8s.io", "v1", "events", "Event", short=("ev",), storage_group=""),
     _rt("coordination.k8s.io", "v1", "leases", "Lease"),
+    # Provisioned by the stand-in's persistent volume controller (storage.py).
+    _rt("storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False, short=("sc",)),
     _rt("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     _rt("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
     _rt("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
@@ -125,7 +127,7 @@ REVIEWS = {
 }
 
 PREFERRED_GROUP_ORDER = ("", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "policy",
-                         "rbac.authorization.k8s.io", "apiextensions.k8s.io", "coordination.k8s.io")
+                         "rbac.authorization.k8s.io", "storage.k8s.io", "apiextensions.k8s.io", "coordination.k8s.io")
 
 
 def crd_errors(crd: dict) -> list[FieldError]:

@@ -21,14 +21,14 @@ _VALUE_RE = re.compile(rf"^({_NAME})?$")
 
 
 def valid_label_key(key: str) -> bool:
-    if not _KEY_RE.match(key):
+    if not _KEY_RE.fullmatch(key):  # not .match: "$" would let a trailing newline through
         return False
     prefix, _, name = key.rpartition("/")
     return len(name) <= 63 and len(prefix) <= 253
 
 
 def valid_label_value(value: str) -> bool:
-    return len(value) <= 63 and bool(_VALUE_RE.match(value))
+    return len(value) <= 63 and bool(_VALUE_RE.fullmatch(value))
 
 
 @dataclass(frozen=True)

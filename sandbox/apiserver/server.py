@@ -20,7 +20,7 @@ from aiohttp import web
 
 from slurmk8s.log import get as get_logger
 
-from . import audit, authn, policy, timeutil, tls
+from . import audit, authn, policy, storage, timeutil, tls
 from .api import API, CRD_STORAGE, Options
 from .errors import APIError
 from .resources import Registry
@@ -356,6 +356,10 @@ class APIServer:
             if api.raw(ns_rt, None, ns) is None:
                 api.create(ns_rt, None, {"metadata": {"name": ns}})
         self._bootstrap_rbac(api)
+        sc_rt = api.resource("storage.k8s.io", "v1", "storageclasses")
+        for sc in storage.bootstrap_classes():  # as a cloud's add-on manager: made again when missing
+            if api.raw(sc_rt, None, sc["metadata"]["name"]) is None:
+                api.create(sc_rt, None, sc, Options(field_manager="slurmk8s-apiserver"))
         crd_rt = api.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         for doc in self._crd_docs:
             name = (doc.get("metadata") or {}).get("name", "")

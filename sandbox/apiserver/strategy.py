@@ -22,7 +22,7 @@ import ipaddress
 import re
 from typing import Any
 
-from . import quantity, timeutil
+from . import quantity, storage, timeutil
 from .errors import FieldError
 from .resources import ResourceType
 from .selectors import (
@@ -184,6 +184,8 @@ def apply_defaults(rt: ResourceType, obj: dict) -> None:
                 data[k] = base64.b64encode(str(v).encode()).decode()
     elif s == ("", "persistentvolumeclaims"):
         obj.setdefault("spec", {}).setdefault("volumeMode", "Filesystem")
+    elif s == storage.STORAGECLASSES:
+        storage.class_defaults(obj)
     elif s == ("admissionregistration.k8s.io", "validatingwebhookconfigurations"):
         for hook in obj.get("webhooks") or []:
             hook.setdefault("failurePolicy", "Fail")
@@ -553,7 +555,24 @@ def validate(rt: ResourceType, obj: dict, old: dict | None = None) -> list[Field
             n = {k: v for k, v in spec.items() if k not in ("resources", "volumeName")}
             if o != n:
                 errs.append(FieldError("spec", "Forbidden", "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"))
+    elif s == storage.STORAGECLASSES:
+        _storage_class(obj, old, errs)
     return errs
+
+
+def _storage_class(obj: dict, old: dict | None, errs: list[FieldError]) -> None:
+    """What the API validates of a StorageClass (top-level fields; it has no spec)."""
+    if not obj.get("provisioner"):
+        errs.append(FieldError("provisioner", "Required"))
+    if obj.get("reclaimPolicy") not in ("Delete", "Retain"):
+        errs.append(FieldError("reclaimPolicy", "NotSupported", 'supported values: "Delete", "Retain"', obj.get("reclaimPolicy")))
+    if obj.get("volumeBindingMode") not in ("Immediate", "WaitForFirstConsumer"):
+        errs.append(FieldError("volumeBindingMode", "NotSupported", 'supported values: "Immediate", "WaitForFirstConsumer"',
+                               obj.get("volumeBindingMode")))
+    if old is not None:
+        for key, why in storage.IMMUTABLE.items():
+            if (old.get(key) or None) != (obj.get(key) or None):
+                errs.append(FieldError(key, "Forbidden" if key != "volumeBindingMode" else "Invalid", why, obj.get(key)))
 
 
 def _network_policy(spec: dict, errs: list[FieldError]) -> None:

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from . import jsonpath, timeutil
+from . import jsonpath, storage, timeutil
 from .resources import ResourceType
 
 Column = dict[str, Any]
@@ -129,6 +129,12 @@ def _pvc(p: dict) -> list:
             spec.get("volumeAttributesClassName") or "<unset>", _age(p), spec.get("volumeMode", "Filesystem")]
 
 
+def _storage_class(sc: dict) -> list:
+    name = _name(sc) + (" (default)" if storage.is_default(sc) else "")
+    return [name, sc.get("provisioner", ""), sc.get("reclaimPolicy", ""), sc.get("volumeBindingMode", ""),
+            bool(sc.get("allowVolumeExpansion")), _age(sc)]
+
+
 def _event(e: dict) -> list:
     io = e.get("involvedObject") or {}
     last = e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp")
@@ -183,6 +189,8 @@ PRINTERS: dict[tuple[str, str], tuple[list[Column], Callable[[dict], list]]] = {
     ("", "endpoints"): ([NAME, _col("Endpoints"), AGE], lambda o: [_name(o), _endpoints(o), _age(o)]),
     ("", "persistentvolumeclaims"): ([NAME, _col("Status"), _col("Volume"), _col("Capacity"), _col("Access Modes"), _col("StorageClass"),
                                       _col("VolumeAttributesClass"), AGE, _col("VolumeMode", priority=1)], _pvc),
+    ("storage.k8s.io", "storageclasses"): ([NAME, _col("Provisioner"), _col("ReclaimPolicy"), _col("VolumeBindingMode"),
+                                            _col("AllowVolumeExpansion", "boolean"), AGE], _storage_class),
     ("", "events"): ([_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"), _col("Subobject", priority=1),
                       _col("Source", priority=1), _col("Message"), _col("First Seen", priority=1), _col("Count", "integer", priority=1),
                       _col("Name", priority=1, fmt="name")], _event),

@@ -13,14 +13,25 @@ A webhook that cannot be called, times out or answers nonsense fails the
 request when ``failurePolicy`` is ``Fail`` (the default) and is skipped when
 ``Ignore``. Warnings in its response reach the client.
 
-The matching and the review (:func:`matching`, :func:`review`,
-:func:`verdict`) are pure; :func:`call` does the HTTP.
+A webhook's ``matchConditions`` (CEL expressions, evaluated with the CEL
+library ``cel-python``) are asked after its rules and selectors, as
+Kubernetes asks them: with ``object``, ``oldObject`` (null on a create) and
+``request`` (the AdmissionRequest less its objects and options). A condition
+that is false skips the webhook; one that fails to evaluate, with none false,
+refuses the request (403) under ``Fail`` and skips the webhook under
+``Ignore``. The API refuses a configuration whose conditions do not compile.
+
+The matching, the conditions and the review (:func:`matching`,
+:func:`conditions_match`, :func:`review`, :func:`verdict`) are pure;
+:func:`call` does the HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import functools
+import re
 import ssl
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -29,13 +40,20 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+import celpy
+from celpy.evaluation import CELUnsupportedError
 
-from .errors import APIError, FieldError
+from .errors import APIError, FieldError, qualified
 from .selectors import selects
 
 STORAGE = ("admissionregistration.k8s.io", "validatingwebhookconfigurations")
 DEFAULT_TIMEOUT = 10
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+#: At most this many matchConditions per webhook (the API's limit).
+MAX_MATCH_CONDITIONS = 64
+#: A matchCondition's name: a qualified name, as for a label key.
+_QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                             r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -117,6 +135,67 @@ def review(t: Target, user: Mapping[str, Any], dry_run: bool) -> dict:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
+@functools.lru_cache(maxsize=1024)
+def _program(expression: str) -> celpy.Runner:
+    """The compiled CEL program of a condition (celpy.CELParseError when it does not compile)."""
+    env = celpy.Environment()
+    return env.program(env.compile(expression))
+
+
+def compile_problem(expression: str) -> str | None:
+    """Why ``expression`` does not compile as CEL, or None."""
+    try:
+        _program(expression)
+    except celpy.CELParseError as exc:
+        return f"compilation failed: {' '.join(str(exc).split())}"
+    return None
+
+
+def _eval_message(exc: Exception) -> str:
+    """A CEL evaluation error in the words cel-go uses where they differ (a missing key)."""
+    text = str(exc.args[0]) if exc.args else str(exc)
+    missing = re.fullmatch(r"no such member in mapping: '(.*)'", text)
+    return f"no such key: {missing.group(1)}" if missing else text
+
+
+def conditions_match(hook: Mapping, t: Target, user: Mapping[str, Any], dry_run: bool) -> bool:
+    """Whether ``hook`` is called for ``t`` after its ``matchConditions``, as Kubernetes
+    decides: any condition false skips it; otherwise one that fails to evaluate
+    refuses the request under ``failurePolicy: Fail`` (403) and skips the webhook
+    under ``Ignore``; all true call it."""
+    conditions = hook.get("matchConditions") or []
+    if not conditions:
+        return True
+    request = review(t, user, dry_run)["request"]
+    for key in ("object", "oldObject", "options"):
+        request.pop(key, None)
+    activation = {"object": celpy.json_to_cel(t.obj), "oldObject": celpy.json_to_cel(t.old),
+                  "request": celpy.json_to_cel(request)}
+    errors = []
+    for cond in conditions:
+        expression = cond.get("expression") or ""
+        try:
+            result = _program(expression).evaluate(activation)
+        except (celpy.CELEvalError, CELUnsupportedError) as exc:
+            errors.append(f"expression '{expression}' resulted in error: {_eval_message(exc)}")
+            continue
+        if not isinstance(result, celpy.celtypes.BoolType):
+            errors.append(f"expression '{expression}' resulted in error: got {type(result).__name__}, "
+                          "want bool")
+        elif not result:
+            return False
+    if not errors:
+        return True
+    if (hook.get("failurePolicy") or "Fail") == "Ignore":
+        return False
+    # Kubernetes' utilerrors aggregate: one error as itself, several in brackets.
+    why = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+    details: dict[str, Any] = {"name": t.name, "kind": t.resource}
+    if t.group:
+        details["group"] = t.group
+    raise APIError(403, f'{qualified(t.resource, t.group)} "{t.name}" is forbidden: {why}', "Forbidden", details)
+
+
 class WebhookFailed(Exception):
     """The webhook could not be called, or answered something that is not a review."""
 
@@ -189,7 +268,9 @@ async def call(hook: Mapping, sent: dict, resolve: Callable[[str, str, int], tup
 
 async def admit(hooks: Sequence[dict], t: Target, user: Mapping[str, Any], dry_run: bool, warnings: list[str],
                 resolve: Callable[[str, str, int], tuple[str, int] | None]) -> None:
-    """Call every hook at once; raise the first denial or failure (in the hooks' order)."""
+    """Call every hook whose match conditions hold at once; raise the first denial or
+    failure (in the hooks' order)."""
+    hooks = [h for h in hooks if conditions_match(h, t, user, dry_run)]
     sent = [review(t, user, dry_run) for _ in hooks]
     answers = await asyncio.gather(*(call(h, s, resolve) for h, s in zip(hooks, sent, strict=True)), return_exceptions=True)
     for hook, s, answer in zip(hooks, sent, answers, strict=True):
@@ -235,8 +316,38 @@ def config_errors(cfg: dict) -> list[FieldError]:
             errs.append(FieldError(f"{path}.clientConfig", "Required", "exactly one of url or service is required"))
         elif cc.get("url") and not str(cc["url"]).startswith("https://"):
             errs.append(FieldError(f"{path}.clientConfig.url", "Invalid", "'https' is the only allowed URL scheme", cc["url"]))
+        errs += _condition_errors(path, hook.get("matchConditions") or [])
         for j, rule in enumerate(hook.get("rules") or []):
             for op in rule.get("operations") or []:
                 if op not in (*OPERATIONS, "*"):
                     errs.append(FieldError(f"{path}.rules[{j}].operations", "NotSupported", "", op))
+    return errs
+
+
+def _condition_errors(path: str, conditions: Sequence[Mapping]) -> list[FieldError]:
+    """What the API validates of a webhook's matchConditions: at most 64, each with a
+    unique qualified name and an expression that compiles."""
+    errs: list[FieldError] = []
+    if len(conditions) > MAX_MATCH_CONDITIONS:
+        errs.append(FieldError(f"{path}.matchConditions", "TooMany",
+                               f"{len(conditions)}: must have at most {MAX_MATCH_CONDITIONS} items"))
+    seen = set()
+    for k, cond in enumerate(conditions):
+        where = f"{path}.matchConditions[{k}]"
+        name = cond.get("name") or ""
+        if not name:
+            errs.append(FieldError(f"{where}.name", "Required", ""))
+        elif not _QUALIFIED_NAME.match(name) or len(name.rpartition("/")[2]) > 63:
+            errs.append(FieldError(f"{where}.name", "Invalid", "name part must consist of alphanumeric characters, "
+                                   "'-', '_' or '.', and must start and end with an alphanumeric character", name))
+        elif name in seen:
+            errs.append(FieldError(f"{where}.name", "Duplicate", "", name))
+        seen.add(name)
+        expression = cond.get("expression") or ""
+        if not expression:
+            errs.append(FieldError(f"{where}.expression", "Required", ""))
+            continue
+        problem = compile_problem(expression)
+        if problem is not None:
+            errs.append(FieldError(f"{where}.expression", "Invalid", problem, expression))
     return errs

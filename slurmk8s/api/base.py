@@ -1,5 +1,6 @@
 """The base class of every API model: camelCase names, strict keys, docstring descriptions;
-and objects as the API server keeps them (:func:`without_nulls`)."""
+objects as the API server keeps them (:func:`without_nulls`); and the API group, whose
+domain names slurmk8s's own labels, annotations and taints (:func:`in_group`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,21 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
+
+#: The API group of every slurmk8s resource, label, annotation and taint: the one place it is written.
+GROUP = "slurmk8s.dev"
+
+#: The bound of integer fields whose natural bound (Kubernetes' int64, Slurm's
+#: uint64) is larger: 2^53 - 1, the largest integer every JSON reader holds
+#: exactly (Helm reads the CRD's maximum as a float64).
+MAX_EXACT_INTEGER = 2**53 - 1
+
+
+def in_group(key: str) -> bool:
+    """Whether a label, annotation or taint key is slurmk8s's own: its prefix is :data:`GROUP`
+    or a subdomain of it (``slurmk8s.dev/lent``, ``x.slurmk8s.dev/y``)."""
+    prefix, slash, _ = key.rpartition("/")
+    return bool(slash) and (prefix == GROUP or prefix.endswith("." + GROUP))
 
 
 class ApiModel(BaseModel):

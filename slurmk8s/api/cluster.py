@@ -20,13 +20,15 @@ from typing import Annotated, Final, Literal
 from pydantic import AfterValidator, Field
 
 from .. import versions
-from .base import ApiModel, list_map
+from .base import GROUP, MAX_EXACT_INTEGER, ApiModel, list_map  # noqa: F401 (GROUP re-exported: callers import it from here)
 from .fields import (
     DATA_KEY_RE,
     PERSON_ID_LOW_MAX,
     PERSON_ID_MIN,
     SACCTMGR_NAME_RE,
     AbsPath,
+    AnnotationKey,
+    AnnotationValue,
     Cidr,
     ClusterName,
     DnsLabel,
@@ -51,10 +53,10 @@ from .fields import (
     refuse,
 )
 from .identity import IdentitySpec, PosixGroup
+from .podtemplate import PodTemplate
+from .scheduling import Toleration
 from .status import SlurmClusterStatus
 
-#: The API group of every slurmk8s resource, label and annotation: the one place it is written.
-GROUP = "slurmk8s.dev"
 VERSION = "v1alpha1"
 API_VERSION: Final = "slurmk8s.dev/v1alpha1"  # GROUP/VERSION, spelled out: the models' Literal types say it so
 KIND: Final = "SlurmCluster"
@@ -91,10 +93,6 @@ def lent_nodeset(partition: str) -> str:
     return f"{LENT_PREFIX}{partition}"
 
 
-#: The bound of integer fields whose natural bound (Kubernetes' int64, Slurm's
-#: uint64) is larger: 2^53 - 1, the largest integer every JSON reader holds
-#: exactly (Helm reads the CRD's maximum as a float64).
-MAX_EXACT_INTEGER = 2**53 - 1
 
 
 #: Where the project publishes its images: the only repository whose images
@@ -194,21 +192,6 @@ class GpuSpec(ApiModel):
     """GPUs per node; requested from Kubernetes as nvidia.com/gpu."""
 
 
-class Toleration(ApiModel):
-    """A taint the pods tolerate (as in a Kubernetes PodSpec)."""
-
-    key: LabelKey | None = None
-    """Taint key the toleration applies to; empty with operator Exists matches all taints."""
-    operator: Literal["Exists", "Equal"] = "Equal"
-    """Exists, or Equal (the value must match)."""
-    value: LabelValue | None = None
-    """Taint value to match when operator is Equal."""
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    """Taint effect to match; all effects when unset."""
-    toleration_seconds: int | None = Field(None, ge=0, le=MAX_EXACT_INTEGER)
-    """For NoExecute: how long the pod stays bound after the taint appears."""
-
-
 Signal = Literal["USR1", "USR2", "TERM", "INT", "HUP", "CONT"]
 
 
@@ -272,6 +255,11 @@ class NodeSet(ApiModel):
     drain: DrainSpec = DrainSpec()
     """How a node is emptied before the operator removes its pod: on scale-in
     (the highest ordinals go first) and when an image update restarts it."""
+    pod_template: PodTemplate | None = None
+    """How the site shapes this node set's pods: runtime class, labels and
+    annotations, priority class, affinity, tolerations, extra volumes and
+    mounts, extra resources (RDMA devices, huge pages), capabilities for
+    RDMA, DNS. A change restarts the workers, one drained pod at a time."""
 
     def pod_memory_limit(self) -> str:
         """memoryLimit, or memory + SLURMD_MEMORY_OVERHEAD."""
@@ -343,11 +331,51 @@ class LoginUser(ApiModel):
     ~/.ssh/authorized_keys."""
 
 
+#: Kubernetes' limit on one object's annotations, keys and values together (TotalAnnotationSizeLimitB).
+ANNOTATIONS_MAX_BYTES = 256 * 1024
+
+
+def _service_annotations(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        prefix = key.rpartition("/")[0].lower()
+        if prefix == GROUP or prefix.endswith("." + GROUP):
+            raise refuse(key, f"is under {GROUP}/, where the operator writes its own annotations; use another prefix")
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in value.items())
+    if size > ANNOTATIONS_MAX_BYTES:
+        raise ValueError(f"keys and values take {size} bytes; Kubernetes allows at most {ANNOTATIONS_MAX_BYTES} "
+                         "(256 KiB) in one object's annotations")
+    return value
+
+
 class LoginService(ApiModel):
     type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
     """How the login Service is exposed."""
     port: int = Field(22, ge=1, le=65535)
     """Service port for SSH."""
+    annotations: Annotated[dict[AnnotationKey, AnnotationValue], AfterValidator(_service_annotations)] = Field(
+        default_factory=dict, max_length=64)
+    """Annotations on the login Service, for the cloud's load balancer
+    controller. Most are read only when the load balancer is created: set
+    them together with the type. An internal load balancer is, on AWS,
+    `service.beta.kubernetes.io/aws-load-balancer-scheme: internal`; on GKE,
+    `networking.gke.io/load-balancer-type: Internal`; on AKS,
+    `service.beta.kubernetes.io/azure-load-balancer-internal: "true"`. Keys
+    are checked as Kubernetes checks them, none under slurmk8s.dev/ (the
+    operator's own); values are one line of printable text; keys and values
+    together take at most 256 KiB."""
+    load_balancer_source_ranges: list[Cidr] = Field(default_factory=list, max_length=32)
+    """With type LoadBalancer only: the address blocks (CIDR) the cloud's
+    load balancer admits, where the provider supports it; empty: any
+    address. spec.network.sshFrom is checked again at the login pods."""
+    external_traffic_policy: Literal["Cluster", "Local"] | None = None
+    """With type NodePort or LoadBalancer only. Local: connections go only
+    to nodes that run a login pod, with the client's address kept. Cluster:
+    any node takes them and passes them on with its own address in place of
+    the client's. Unset: Local when spec.network.sshFrom is enforced
+    (spec.network.policies on and address blocks listed), so that the
+    login pods' NetworkPolicy sees the clients' addresses; otherwise
+    Kubernetes' default, Cluster. Cluster together with an enforced
+    sshFrom is refused: the policy would see node addresses, not clients."""
 
 
 class LoginSpec(ApiModel):
@@ -403,7 +431,14 @@ class NetworkSpec(ApiModel):
     internet) unless another NetworkPolicy allows it."""
     ssh_from: list[Cidr] = Field(default_factory=list, max_length=32)
     """Address blocks (CIDR) that may reach the login pods' SSH port; empty:
-    any address."""
+    any address. Enforced by the login pods' NetworkPolicy (policies on),
+    which sees the clients' addresses only if they are kept on the way in:
+    with a NodePort or LoadBalancer login Service, its
+    externalTrafficPolicy is then Local."""
+
+    def limits_ssh(self) -> bool:
+        """Whether a NetworkPolicy admits SSH only from :attr:`ssh_from`."""
+        return self.policies and bool(self.ssh_from)
 
 
 #: The checks slurmk8s's HealthCheckProgram runs (images/slurmd/healthcheck.sh).
@@ -745,6 +780,19 @@ class SlurmClusterSpec(ApiModel):
     """What happens to the controller state, the accounting database's claim
     and the claims the operator created when the SlurmCluster is deleted:
     Retain keeps the data."""
+
+    def login_traffic_policy(self) -> Literal["Cluster", "Local"] | None:
+        """The login Service's externalTrafficPolicy: none for a ClusterIP
+        Service (Kubernetes refuses one there), else the spec's, else Local
+        where spec.network.sshFrom is enforced (the NetworkPolicy must see
+        the clients' addresses), else none (Kubernetes' default, Cluster).
+        The validator refuses the spec's Cluster where sshFrom is enforced."""
+        service = self.login.service
+        if service.type == "ClusterIP":
+            return None
+        if service.external_traffic_policy is not None:
+            return service.external_traffic_policy
+        return "Local" if self.network.limits_ssh() else None
 
 
 class ObjectMeta(ApiModel):

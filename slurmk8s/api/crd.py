@@ -54,7 +54,8 @@ CRDS: tuple[CrdSpec, ...] = (
         kind=cluster.KIND,
         plural=cluster.PLURAL,
         singular="slurmcluster",
-        short_names=("slurm", "sc"),
+        # Not "sc": every cluster's StorageClasses have it, and kubectl picks theirs.
+        short_names=("slurm",),
         spec_model=cluster.SlurmClusterSpec,
         status_model=cluster.SlurmClusterStatus,
         description=(cluster.SlurmCluster.__doc__ or "").replace("\n    ", " ").strip(),

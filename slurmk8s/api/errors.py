@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -79,8 +79,11 @@ _BOUNDS = {
 }
 
 
-def from_pydantic(exc: ValidationError, root: str = "") -> list[FieldError]:
-    """Turn a pydantic ValidationError into field-path errors."""
+def from_pydantic(exc: ValidationError, root: str = "",
+                  explain: Callable[[Sequence[str | int]], str | None] | None = None) -> list[FieldError]:
+    """Turn a pydantic ValidationError into field-path errors. ``explain``: why an unknown
+    field is refused, where there is more to say than that it is unknown (its location ->
+    the reason, or None)."""
     out = []
     for err in exc.errors(include_url=False):
         loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]
@@ -89,6 +92,8 @@ def from_pydantic(exc: ValidationError, root: str = "") -> list[FieldError]:
         typ = err["type"]
         if typ == "slurmk8s":
             msg = err["msg"]
+        elif typ == "extra_forbidden" and explain is not None and (why := explain(loc)) is not None:
+            msg = why
         elif typ in _REPHRASE:
             msg = _REPHRASE[typ]
         elif typ in _BOUNDS:

@@ -28,12 +28,13 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 
 from .. import versions
-from .network import Cidr, PortRange, credential_host
+from .network import Cidr, IpAddress, PortRange, credential_host
 from .quantities import Quantity, parse_quantity, quantity_value
 from .refusals import bad_char, constrained, escape, pattern_check, quote, refuse, schema_pattern, unprintable
 
 __all__ = [
     "Cidr",
+    "IpAddress",
     "PortRange",
     "ClusterName",
     "MemberName",
@@ -50,6 +51,8 @@ __all__ = [
     "Quantity",
     "LabelKey",
     "LabelValue",
+    "AnnotationKey",
+    "AnnotationValue",
     "PosixUser",
     "POSIX_NAME_RE", "RESERVED_USERS", "SYSTEM_GROUPS", "PERSON_ID_MIN", "SYSTEM_ID_BLOCK", "PERSON_ID_LOW_MAX",
     "AbsPath",
@@ -282,6 +285,39 @@ LabelKey = Annotated[
     ),
     schema_pattern(f"^{LABEL_KEY_RE}$", 316),
 ]
+
+
+def _annotation_key(value: str) -> str:
+    """As Kubernetes checks an annotation key (``IsQualifiedName`` of the key in
+    lower case): an optional DNS subdomain prefix of at most 253 characters and
+    '/', then a name of at most 63 characters."""
+    if bad := bad_char(value):
+        raise refuse(value, bad)
+    prefix, slash, name = value.lower().rpartition("/")
+    what = ("use an annotation key such as service.beta.kubernetes.io/aws-load-balancer-scheme: an optional "
+            "DNS subdomain and '/', then at most 63 letters, digits, '-', '_' and '.', starting and ending "
+            "with a letter or digit")
+    if slash and not (len(prefix) <= 253 and re.fullmatch(DNS_SUBDOMAIN_RE, prefix)):
+        raise refuse(value, f"has a prefix that is not a DNS subdomain of at most 253 characters; {what}")
+    if not (len(name) <= 63 and re.fullmatch(LABEL_NAME_RE, name)):
+        raise refuse(value, f"is not a qualified name; {what}")
+    return value
+
+
+def _annotation_value(value: str) -> str:
+    if bad := bad_char(value):
+        raise refuse(value, f"{bad}; an annotation value here is one line of printable text")
+    return value
+
+
+#: An annotation value: any printable text on one line (Kubernetes bounds only all of an
+#: object's annotations together, which the map that holds them checks).
+AnnotationValue = Annotated[str, AfterValidator(_annotation_value)]
+
+#: An annotation key's form: a label key, whose prefix may also be upper case.
+ANNOTATION_KEY_RE = rf"({DNS_SUBDOMAIN_RE.replace('a-z', 'a-zA-Z')}/)?{LABEL_NAME_RE}"
+#: A Kubernetes annotation key (``service.beta.kubernetes.io/aws-load-balancer-scheme``).
+AnnotationKey = Annotated[str, AfterValidator(_annotation_key), schema_pattern(f"^{ANNOTATION_KEY_RE}$", 317)]
 
 LABEL_VALUE_RE = rf"({LABEL_NAME_RE})?"
 

@@ -22,7 +22,9 @@ from pydantic import AfterValidator, Field
 from .base import ApiModel, list_map
 from .cluster import API_VERSION, GROUP, DnsSubdomain, ObjectMeta
 from .fields import SLURM_SIGNALS as SIGNALS
-from .fields import DnsLabel, LabelKey, LabelValue, PartitionName, Quantity, constrained, refuse
+from .fields import DnsLabel, PartitionName, Quantity, constrained, refuse
+from .podtemplate import PodTemplate
+from .scheduling import LabelSelector, LabelSelectorRequirement, describe_selector
 from .status import Condition
 
 __all__ = [
@@ -93,59 +95,6 @@ TimeZone = Annotated[
     AfterValidator(_time_zone),
     Field(json_schema_extra={"pattern": r"^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$", "maxLength": 64}),
 ]
-
-
-class LabelSelectorRequirement(ApiModel):
-    """One requirement of a label selector, as in Kubernetes' metav1.LabelSelector."""
-
-    key: LabelKey
-    """Label key the requirement applies to."""
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    """In and NotIn compare the label's value with values; Exists and
-    DoesNotExist only look at the key."""
-    values: list[LabelValue] = Field(default_factory=list, max_length=64)
-    """Values for In and NotIn (at least one); empty for Exists and DoesNotExist."""
-
-
-class LabelSelector(ApiModel):
-    """A Kubernetes label selector: every matchLabels pair and every
-    matchExpressions requirement must hold."""
-
-    match_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
-    """Labels an object must carry, with these values."""
-    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list, max_length=32)
-    """Further requirements on the object's labels."""
-
-    @property
-    def empty(self) -> bool:
-        return not self.match_labels and not self.match_expressions
-
-    @property
-    def positive(self) -> bool:
-        """Some requirement asks for a label to be there (matchLabels, In,
-        Exists); a selector of NotIn and DoesNotExist alone matches every
-        object that lacks a label, e.g. every node."""
-        return bool(self.match_labels) or any(r.operator in ("In", "Exists") for r in self.match_expressions)
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        """Whether an object with ``labels`` satisfies the selector."""
-        get = labels.get
-        for key, value in self.match_labels.items():
-            if get(key) != value:
-                return False
-        for req in self.match_expressions:
-            present = req.key in labels
-            if req.operator == "Exists":
-                ok = present
-            elif req.operator == "DoesNotExist":
-                ok = not present
-            elif req.operator == "In":
-                ok = present and get(req.key) in req.values
-            else:  # NotIn: also true when the label is absent, as in Kubernetes
-                ok = not present or get(req.key) not in req.values
-            if not ok:
-                return False
-        return True
 
 
 class ClusterRef(ApiModel):
@@ -283,6 +232,12 @@ class NodeLendingPolicySpec(ApiModel):
     """Forecast serving demand from what the bridge saw: keep headroom for
     it and have Slurm start on lent nodes only jobs that end before the
     nodes are wanted back. Unset: lend every idle node, reclaim on demand."""
+    pod_template: PodTemplate | None = None
+    """How the site shapes the slurmd pods of the nodes this policy lends (as a
+    node set's podTemplate, without affinity: a lent pod is bound to its node):
+    e.g. runtimeClassName nvidia where the GPU Operator does not make the NVIDIA
+    runtime containerd's default. Its mounts must stay apart from the
+    cluster's shared storage. A change reaches the pods the bridge starts next."""
 
 
 class PolicyCondition(Condition):
@@ -372,16 +327,3 @@ class NodeLendingPolicy(ApiModel):
     def key(self) -> str:
         """``namespace/name``: how Nodes record which policy lent them."""
         return f"{self.namespace}/{self.name}"
-
-
-def describe_selector(sel: LabelSelector) -> str:
-    """A selector in kubectl's -l syntax, for messages."""
-    parts = [f"{k}={v}" for k, v in sel.match_labels.items()]
-    for r in sel.match_expressions:
-        if r.operator == "Exists":
-            parts.append(r.key)
-        elif r.operator == "DoesNotExist":
-            parts.append(f"!{r.key}")
-        else:
-            parts.append(f"{r.key} {r.operator.lower()} ({','.join(r.values)})")
-    return ",".join(parts) or "(everything)"

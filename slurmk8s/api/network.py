@@ -1,6 +1,6 @@
-"""Addresses and ports the spec names: address blocks (:data:`Cidr`), srun's
-port range (:data:`PortRange`), and the host a password may be sent to
-(:func:`credential_host`). Pure; re-exported by :mod:`.fields`.
+"""Addresses and ports the spec names: addresses (:data:`IpAddress`), address blocks
+(:data:`Cidr`), srun's port range (:data:`PortRange`), and the host a password may be
+sent to (:func:`credential_host`). Pure; re-exported by :mod:`.fields`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pydantic import AfterValidator
 
 from .refusals import pattern_check, refuse, schema_pattern
 
-__all__ = ["Cidr", "PortRange", "PORT_RANGE_MIN", "credential_host", "ipv4_literal", "egress_blocks"]
+__all__ = ["IpAddress", "Cidr", "PortRange", "PORT_RANGE_MIN", "credential_host", "ipv4_literal", "egress_blocks"]
 
 
 PORT_RANGE_RE = r"[0-9]{4,5}-[0-9]{4,5}"
@@ -34,6 +34,20 @@ def _port_range(value: str) -> str:
 
 #: A range of TCP ports, ``FIRST-LAST``, as slurm.conf's SrunPortRange takes it.
 PortRange = Annotated[str, AfterValidator(_port_range), schema_pattern(f"^{PORT_RANGE_RE}$", 11)]
+
+
+def _ip_address(value: str) -> str:
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        raise refuse(value, "is not an IP address such as 10.96.0.10 or fd00::a") from None
+    if str(address) != value:
+        raise refuse(value, f"is not written as the address is: write {address}")
+    return value
+
+
+#: An IPv4 or IPv6 address, as the address writes itself (``10.96.0.10``, ``fd00::a``).
+IpAddress = Annotated[str, AfterValidator(_ip_address), schema_pattern(r"^[0-9a-fA-F:.]+$", 39)]
 
 
 def _cidr(value: str) -> str:

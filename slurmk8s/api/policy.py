@@ -12,6 +12,8 @@ from pydantic import ValidationError
 from .errors import FieldError, InvalidSpec, from_pydantic
 from .fields import quantity_value, quote
 from .lending import NodeLendingPolicy
+from .podtemplate import pod_template_errors, unknown_field_reason
+from .scheduling import selector_errors
 from .validate import _name_of, _precheck
 
 __all__ = ["load_policy", "policy_errors"]
@@ -24,20 +26,12 @@ def load_policy(obj: Any) -> NodeLendingPolicy:
     try:
         policy = NodeLendingPolicy.model_validate(obj)
     except ValidationError as exc:
-        raise InvalidSpec(sorted(from_pydantic(exc)), kind="NodeLendingPolicy", name=name) from None
+        raise InvalidSpec(sorted(from_pydantic(exc, explain=unknown_field_reason)), kind="NodeLendingPolicy",
+                          name=name) from None
     errors = list(policy_errors(policy))
     if errors:
         raise InvalidSpec(errors, kind="NodeLendingPolicy", name=policy.name)
     return policy
-
-
-def _selector_errors(sel, path: str) -> Iterator[FieldError]:
-    for i, req in enumerate(sel.match_expressions):
-        where = f"{path}.matchExpressions[{i}]"
-        if req.operator in ("In", "NotIn") and not req.values:
-            yield FieldError(f"{where}.values", f"operator {req.operator} needs at least one value")
-        if req.operator in ("Exists", "DoesNotExist") and req.values:
-            yield FieldError(f"{where}.values", f"must be empty with operator {req.operator}, which only looks at the key")
 
 
 def policy_errors(p: NodeLendingPolicy) -> Iterator[FieldError]:
@@ -56,7 +50,7 @@ def policy_errors(p: NodeLendingPolicy) -> Iterator[FieldError]:
             "ask for a label with matchLabels, or an In or Exists expression, "
             'e.g. matchLabels: {slurmk8s.dev/lendable: "true"}',
         )
-    yield from _selector_errors(spec.node_selector, "spec.nodeSelector")
+    yield from selector_errors(spec.node_selector, "spec.nodeSelector")
     if quantity_value(spec.shm_size) < 2**20:
         yield FieldError("spec.shmSize", f"{quote(spec.shm_size)} is not at least 1Mi")
     pod_selector = spec.reclaim.pod_selector
@@ -67,7 +61,7 @@ def policy_errors(p: NodeLendingPolicy) -> Iterator[FieldError]:
                 "is empty and matches every pod; leave podSelector out (then every pending GPU pod "
                 "triggers a reclaim, or those with minPriority) or give matchLabels or matchExpressions",
             )
-        yield from _selector_errors(pod_selector, "spec.reclaim.podSelector")
+        yield from selector_errors(pod_selector, "spec.reclaim.podSelector")
     for i, w in enumerate(spec.windows):
         where = f"spec.windows[{i}]"
         if w.start == "24:00":
@@ -81,3 +75,5 @@ def policy_errors(p: NodeLendingPolicy) -> Iterator[FieldError]:
         for j, day in enumerate(w.days):
             if day in w.days[:j]:
                 yield FieldError(f"{where}.days[{j}]", f"{quote(day)} is listed twice")
+    if spec.pod_template is not None:
+        yield from pod_template_errors(spec.pod_template, "spec.podTemplate", lent=True)

@@ -22,7 +22,7 @@ class Condition(ApiModel):
     """A status condition, as in Kubernetes' metav1.Condition."""
 
     type: str = Field(max_length=316)
-    """Ready, or a component: ControllerReady, WorkersReady, LoginReady, RestApiReady, AccountingReady."""
+    """Ready, or a part: StorageReady, ControllerReady, WorkersReady, LoginReady, RestApiReady, AccountingReady, DirectoryReady."""
     status: ConditionStatus
     """Whether the condition holds."""
     reason: str = Field("", max_length=1024)

@@ -21,7 +21,10 @@ from .errors import FieldError, InvalidSpec, field_path, from_pydantic
 from .extralines import EXTRA_LINE_KEYS, KNOB_FOR_KEY, OWNED_KEYS, PROGRAM_KEYS, extra_line_errors
 from .fields import SACCTMGR_NAME_RE, quantity_value, quote
 from .identity import account_group_errors, egress_errors, identity_errors, login_overlap_errors
+from .mounts import RESERVED_MOUNTS, nested, system_mount_problem
 from .network import ipv4_literal
+from .podtemplate import pod_template_errors, unknown_field_reason
+from .scheduling import toleration_errors
 from .secrets import owned_name_error, pull_secret_refs, secret_refs
 
 __all__ = [
@@ -37,16 +40,6 @@ MAX_DEPTH = 32
 #: Bytes of the <cluster>-users ConfigMap the login users may fill: Kubernetes
 #: refuses a ConfigMap over 1 MiB; the rest is headroom for keys' names.
 USERS_CONFIG_BUDGET = 1_000_000
-
-#: System directories: shared storage may be mounted neither over one, nor
-#: under one, nor over a parent of one (a mount at /var hides /var/spool).
-#: /opt holds the agent's own install (/opt/slurmk8s).
-RESERVED_MOUNTS = (
-    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc",
-    "/root", "/run", "/sbin", "/sys", "/usr", "/var/cache", "/var/lib", "/var/log", "/var/run",
-    "/var/spool",
-)
-
 
 def _depth_error(obj: Any) -> FieldError | None:
     """The path of the first value nested deeper than MAX_DEPTH, found without recursion."""
@@ -95,7 +88,7 @@ def load_cluster(obj: Any, *, trusted_repositories: Sequence[str] = (PROJECT_REP
     try:
         cluster = SlurmCluster.model_validate(obj)
     except ValidationError as exc:
-        raise InvalidSpec(sorted(from_pydantic(exc)), name=name) from None
+        raise InvalidSpec(sorted(from_pydantic(exc, explain=unknown_field_reason)), name=name) from None
     errors = list(semantic_errors(cluster, trusted_repositories))
     if errors:
         raise InvalidSpec(errors, name=cluster.name)
@@ -212,9 +205,14 @@ def semantic_errors(c: SlurmCluster, trusted_repositories: Sequence[str] = (PROJ
                     f"{quote(node_set)} is not a node set; known node sets: {', '.join(known) or '(none)'}",
                 )
 
+    shared = [(f"spec.sharedStorage.volumes[{j}].mountPath", v.mount_path)
+              for j, v in enumerate(spec.shared_storage.volumes if spec.shared_storage else [])]
     for i, ns in enumerate(spec.node_sets):
         for j, t in enumerate(ns.tolerations):
             yield from toleration_errors(f"spec.nodeSets[{i}].tolerations[{j}]", t)
+        if ns.pod_template is not None:
+            yield from pod_template_errors(ns.pod_template, f"spec.nodeSets[{i}].podTemplate", taken_mounts=shared,
+                                           memory_limit=ns.pod_memory_limit())
     yield from _feature_errors(spec)
 
     users = spec.login.users
@@ -257,6 +255,7 @@ def semantic_errors(c: SlurmCluster, trusted_repositories: Sequence[str] = (PROJ
         yield from extra_line_errors(i, line, seen_keys)
 
     yield from _accounting_errors(spec)
+    yield from _login_service_errors(spec)
     yield from identity_errors(spec.identity)
     yield from login_overlap_errors(spec.identity, spec.login.users)
     yield from egress_errors(spec.identity, spec.network.egress)
@@ -268,6 +267,33 @@ def semantic_errors(c: SlurmCluster, trusted_repositories: Sequence[str] = (PROJ
         for i, k in enumerate(keys):
             if k in keys[:i]:
                 yield FieldError(f"spec.topology.labelKeys[{i}]", f"{quote(k)} is listed twice")
+
+
+def _login_service_errors(spec) -> Iterator[FieldError]:
+    """What Kubernetes would refuse on the login Service, and a policy that
+    would hide the clients' addresses from the sshFrom NetworkPolicy."""
+    service = spec.login.service
+    path = "spec.login.service"
+    if service.external_traffic_policy is not None and service.type == "ClusterIP":
+        yield FieldError(
+            f"{path}.externalTrafficPolicy",
+            "applies only to a NodePort or LoadBalancer Service (Kubernetes refuses it on type ClusterIP); "
+            "leave it unset or change spec.login.service.type",
+        )
+    if service.load_balancer_source_ranges and service.type != "LoadBalancer":
+        yield FieldError(
+            f"{path}.loadBalancerSourceRanges",
+            f"applies only to a LoadBalancer Service (Kubernetes refuses it on type {service.type}); "
+            "leave it empty or set spec.login.service.type to LoadBalancer",
+        )
+    if service.external_traffic_policy == "Cluster" and service.type != "ClusterIP" and spec.network.limits_ssh():
+        yield FieldError(
+            f"{path}.externalTrafficPolicy",
+            "Cluster hands SSH connections on with a node's address in place of the client's, so the login "
+            "pods' NetworkPolicy, which admits only spec.network.sshFrom, would not see the clients (it would "
+            "refuse them, or admit anyone behind a listed node); use Local (or leave it unset, which is Local "
+            "here), or empty spec.network.sshFrom",
+        )
 
 
 def _database_egress_errors(spec) -> Iterator[FieldError]:
@@ -323,21 +349,6 @@ def _feature_errors(spec) -> Iterator[FieldError]:
                     where, f"{quote(feature)} is {whose}, which is the feature that puts a node in that node set"
                     + ("" if other == i else ": this node set's nodes would join it, and its partitions")
                     + ". Every node has its node set's name as a feature already; choose another feature name")
-
-
-def toleration_errors(path: str, t) -> Iterator[FieldError]:
-    """What Kubernetes' validation of a PodSpec refuses in a toleration
-    (validateTolerations): the workload would be refused at every apply."""
-    if not t.key and t.operator != "Exists":
-        yield FieldError(f"{path}.operator", "must be Exists when key is empty (which matches every taint); "
-                                             "give a key, or operator: Exists")
-    if t.operator == "Exists" and t.value:
-        yield FieldError(f"{path}.value", f"{quote(t.value)}: a toleration with operator Exists matches any "
-                                          "value and may not give one; drop value, or use operator: Equal")
-    if t.toleration_seconds is not None and t.effect != "NoExecute":
-        yield FieldError(f"{path}.tolerationSeconds", f"only applies to effect NoExecute, not "
-                                                      f"{quote(t.effect) if t.effect else 'every effect'}; "
-                                                      "drop it or set effect: NoExecute")
 
 
 def _accounting_errors(spec) -> Iterator[FieldError]:
@@ -415,18 +426,11 @@ def _storage_errors(storage) -> Iterator[FieldError]:
                 "only applies to a claim the operator creates; drop it or drop existingClaim",
             )
         mp = v.mount_path
-        for reserved in RESERVED_MOUNTS:
-            if mp == "/" or mp == reserved or mp.startswith(reserved + "/"):
-                why = "is a system directory the images use" if mp in ("/", reserved) else \
-                    f"is inside the system directory {reserved}"
-            elif reserved.startswith(mp + "/"):
-                why = f"contains the system directory {reserved}, which the mount would hide"
-            else:
-                continue
+        why = system_mount_problem(mp)
+        if why is not None:
             yield FieldError(f"{path}.mountPath", f"{quote(mp)} {why}; mount under another path such as /shared")
-            break
         for j, other in enumerate(vols[:i]):
-            if mp.startswith(other.mount_path + "/") or other.mount_path.startswith(mp + "/"):
+            if nested(mp, other.mount_path):
                 yield FieldError(
                     f"{path}.mountPath",
                     f"{quote(mp)} nests with spec.sharedStorage.volumes[{j}].mountPath "

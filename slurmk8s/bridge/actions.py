@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..api.lending import NodeLendingPolicyStatus, ReclaimSpec
+from ..api.podtemplate import PodTemplate
 from ..events import Event
 from ..slurm.steps import Cancel, DeleteNode, Drain, Requeue, Reserve, SetDown, Signal, StartNow, Unreserve
 
@@ -178,7 +179,7 @@ class Untaint:
 class CreateSlurmdPod:
     """Create the slurmd pod of ``node``, lent to ``partition`` of SlurmCluster
     ``cluster`` (namespace/name), its /dev/shm bounded by ``shm_size`` (the
-    policy's shmSize).
+    policy's shmSize), shaped by ``pod_template`` (the policy's podTemplate).
 
     The loop has the renderer build the Pod from the SlurmCluster, the
     Node's labels and ``resources`` (``slurmk8s.render.slurmd.lent_slurmd_pod``): its name
@@ -198,6 +199,8 @@ class CreateSlurmdPod:
     #: The policy's reclaim.gracePeriodSeconds: what the pod, deleted by
     #: someone else, waits for its jobs (its termination grace covers it).
     grace_seconds: int = ReclaimSpec().grace_period_seconds
+    #: How the site shapes the pod: the policy's podTemplate.
+    pod_template: PodTemplate | None = None
 
 
 @dataclass(frozen=True)

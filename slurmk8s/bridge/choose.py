@@ -3,10 +3,9 @@
 A Kubernetes node is lent when it has been idle for ``idleAfterSeconds`` (and
 at least one round): it ran no GPU pod, or, under ``minFreeGpus``, at least
 that many of its GPUs were free (:func:`waiting_since`). It is Ready, not
-cordoned, carries no lending taint, runs no pod of the policy's SlurmCluster
-(:mod:`.ownpods`), Slurm has no other node of its name, no pending GPU pod
-could land on it, it can be described to Slurm, and lending it keeps the
-policy within ``maxLentNodes`` and ``minKubernetesNodes``.
+cordoned, carries no lending taint, Slurm has no other node of its name, no
+pending GPU pod could land on it, it can be described to Slurm, and lending
+it keeps the policy within ``maxLentNodes`` and ``minKubernetesNodes``.
 Longest idle first.
 """
 
@@ -20,7 +19,6 @@ from ..render.lent import LentNode, UnlendableNode
 from ..slurm.model import Job
 from .nodestate import HEALTH_FAILED_ANNOTATION, LENDING
 from .observed import KubeNode, KubePod
-from .ownpods import blocked_reason
 from .placement import fits
 from .settings import Round, Settings
 from .world import World
@@ -104,9 +102,6 @@ def idle_candidates(r: Round, world: World, settings: Settings, idle: list[KubeN
             continue
         if n.record.down_owed == settings.cluster_key:
             continue  # settled this round (deadline.settle): its idle time starts again then
-        if (why := blocked_reason(world, settings, n)) is not None:
-            r.blocked.append(why)
-            continue
         if n.name in world.slurm_nodes and n.name not in ghosts:
             r.blocked.append(f"{n.name} (Slurm already has a node of that name)")
             continue
@@ -122,9 +117,10 @@ def choose_to_lend(r: Round, world: World, settings: Settings, eligible: list[tu
     """The candidates to lend now, within the limits (``lent``: nodes held;
     ``kube_left``: selected nodes serving Kubernetes; ``keep_kube``: how many
     of them to keep, minKubernetesNodes or the forecast's headroom), with
-    their description; a node that cannot be described goes to ``r.blocked``
-    whether or not the limits would let it be lent (so that the status says
-    the same of it round after round)."""
+    their description; a node that cannot be described goes to ``r.blocked``.
+    Every candidate is described, the limits reached or not: what is
+    reported must not depend on how many are held, or the round after a
+    lend (which holds one more) would report less and rewrite the status."""
     assert settings.policy is not None
     spec = settings.policy.spec
     chosen = []

@@ -607,7 +607,8 @@ class _Acting:
         node = self.nodes[action.node]
         pod = lent_slurmd_pod(self.cluster, chash, node=action.node, resources=dict(action.resources),
                               labels=node.labels, partition=action.partition, shm_size=action.shm_size,
-                              taint_key=TAINT_KEY, grace_seconds=action.grace_seconds)
+                              taint_key=TAINT_KEY, grace_seconds=action.grace_seconds,
+                              pod_template=action.pod_template)
         try:
             created = self.kube.create(pod)
         except Exception as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..api.lending import LENDABLE_TO_LABEL, describe_selector
+from ..api.podtemplate import mount_conflicts
 from .observed import KubeNode
 from .settings import Settings
 from .world import World
@@ -19,8 +20,8 @@ __all__ = ["policy_problem"]
 
 def policy_problem(world: World, settings: Settings, selected: Sequence[KubeNode]) -> tuple[str, str] | None:
     """(reason, message) of the first problem, or None: ClusterUnreadable,
-    ClusterNotFound, PartitionNotFound, PartitionNotLendable, NoMatchingNodes,
-    SlurmUnreachable."""
+    ClusterNotFound, PartitionNotFound, PartitionNotLendable, PodTemplateConflict,
+    NoMatchingNodes, SlurmUnreachable."""
     policy = settings.policy
     assert policy is not None
     spec = policy.spec
@@ -50,6 +51,15 @@ def policy_problem(world: World, settings: Settings, selected: Sequence[KubeNode
         return ("PartitionNotLendable",
                 f"partition {part.name!r} of SlurmCluster {settings.cluster_key} does not accept lent nodes; "
                 f"set spec.partitions[{index}].acceptLentNodes: true on the SlurmCluster")
+    if spec.pod_template is not None:
+        # The one rule of the validator, against what the policy alone cannot know: the
+        # cluster's shared storage, which the lent pods mount too.
+        storage = cluster.spec.shared_storage
+        shared = [(f"SlurmCluster {settings.cluster_key}'s spec.sharedStorage.volumes[{j}].mountPath", v.mount_path)
+                  for j, v in enumerate(storage.volumes if storage else [])]
+        conflict = next(mount_conflicts(spec.pod_template, "spec.podTemplate", shared), None)
+        if conflict is not None:
+            return ("PodTemplateConflict", f"{conflict} (the lent pods mount the cluster's shared storage too)")
     if not selected:
         forbidden = sum(1 for n in world.observed.nodes
                         if n.gpus > 0 and spec.node_selector.matches(n.labels))

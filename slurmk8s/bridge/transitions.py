@@ -68,12 +68,14 @@ def _job_ids(jobs: list[Job]) -> tuple[int, ...]:
 
 def create_pod(world: World, settings: Settings, node: KubeNode) -> CreateSlurmdPod:
     """The lent slurmd pod of ``node``, with what of the node it takes
-    (:meth:`World.lendable`): the loop has it rendered (``slurmk8s.render.manifests``)."""
+    (:meth:`World.lendable`) and the policy's podTemplate: the loop has it rendered
+    (``slurmk8s.render.manifests``)."""
     assert settings.policy is not None
     spec = settings.policy.spec
     return CreateSlurmdPod(cluster=settings.cluster_key, node=node.name, partition=spec.partition,
                            shm_size=spec.shm_size, resources=tuple(sorted(world.lendable(node).items())),
-                           grace_seconds=settings.reclaim.grace_period_seconds)
+                           grace_seconds=settings.reclaim.grace_period_seconds,
+                           pod_template=spec.pod_template)
 
 
 def start_lending(r: Round, world: World, settings: Settings, node: KubeNode, since: datetime,

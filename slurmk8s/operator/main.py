@@ -21,12 +21,10 @@ from slurmk8s.render.manifests import AgentClients
 from . import metrics
 from .handlers import register
 from .round import Operator
-from .webhook import WebhookServer
+from .webhookmain import DEFAULT_CERT_DIR, KeptCertificate
+from .webhookmain import start as start_webhook
 
 __all__ = ["run", "build", "LEASE_NAME", "DEFAULT_CERT_DIR"]
-
-#: Where the chart mounts the webhook's certificate (tls.crt, tls.key).
-DEFAULT_CERT_DIR = "/etc/slurmk8s/webhook"
 #: The operator's Lease without a release name, in its own namespace: of its replicas, only the holder acts
 #: (with one: ``slurmk8s.leader.lease_name("operator", release)``).
 LEASE_NAME = legacy_lease_name("operator")
@@ -34,11 +32,12 @@ LEASE_NAME = legacy_lease_name("operator")
 
 def build(kubeconfig: str | None = None, *, interval: float = 10.0, agent_clients: AgentClients | None = None,
           trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,),
-          identity: str | None = None) -> tuple[kopf.OperatorRegistry, Operator]:
+          identity: str | None = None, shared_storage_class: str | None = None) -> tuple[kopf.OperatorRegistry, Operator]:
     """A registry with the SlurmCluster handlers, and the Operator behind them
     (``identity``: its name in the Lease, for status.leader)."""
     op = Operator(Kube.from_kubeconfig(kubeconfig), agent_clients=agent_clients,
-                  trusted_repositories=trusted_repositories, identity=identity)
+                  trusted_repositories=trusted_repositories, identity=identity,
+                  shared_storage_class=shared_storage_class)
     registry = kopf.OperatorRegistry()
     register(registry, op, interval=interval)
     return registry, op
@@ -48,8 +47,9 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
         metrics_port: int | None = None, health_port: int | None = None, interval: float = 10.0,
         agent_clients: AgentClients | None = None,
         trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,), webhook_port: int | None = None,
-        webhook_cert_dir: str | None = None, lease_namespace: str | None = None, lease_seconds: float = 15,
-        release_name: str | None = None) -> None:
+        webhook_cert_dir: str | None = None, webhook_kept: KeptCertificate | None = None,
+        lease_namespace: str | None = None, lease_seconds: float = 15, release_name: str | None = None,
+        shared_storage_class: str | None = None) -> None:
     """Run the operator until stopped (SIGINT/SIGTERM).
 
     Watches SlurmClusters in ``namespaces``, or in every namespace with
@@ -64,8 +64,11 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
     admits any pod (and says so). ``trusted_repositories``: the image
     repositories a privileged slurmd (``slurmConfig.cgroups``) may come from.
     ``webhook_port``: serve the validating admission webhook there, with the
-    certificate in ``webhook_cert_dir`` (:mod:`.webhook`); every replica
-    serves it, leading or not.
+    certificate in ``webhook_cert_dir``, or with the one it keeps in
+    ``webhook_kept`` (:mod:`.webhookmain`); every replica serves it, leading
+    or not. ``shared_storage_class``: the StorageClass of a shared claim
+    whose spec names none (None: such a spec is refused; the rounds and the
+    webhook judge alike, :mod:`slurmk8s.api.storageclass`).
     """
     if not namespaces and not all_namespaces:
         raise ValueError("name the namespaces to watch (--namespace, repeatable) or pass --all-namespaces")
@@ -77,12 +80,15 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
         log.get("slurmk8s.operator").warning(
             "no --release-namespace and --release-name: the clusters' NetworkPolicies admit every pod "
             "to their Slurm agents (each request still needs the cluster's token)")
+    hook = None
+    if webhook_port:
+        # First: a replica that answers /healthz (Ready) serves the webhook with a trusted certificate.
+        hook = start_webhook(webhook_port, trusted_repositories, kubeconfig=kubeconfig, kept=webhook_kept,
+                             cert_dir=None if webhook_kept else (webhook_cert_dir or DEFAULT_CERT_DIR),
+                             shared_storage_class=shared_storage_class)
     health = Health()
     if health_port:
         health.serve(health_port)
-    hook = None
-    if webhook_port:
-        hook = WebhookServer(webhook_port, webhook_cert_dir or DEFAULT_CERT_DIR, trusted_repositories).start()
     if metrics_port is not None:
         metrics.serve(metrics_port)
     elector = None
@@ -98,7 +104,8 @@ def run(*, namespaces: Collection[str] = (), all_namespaces: bool = False, kubec
             if elector is None:
                 return
         registry, _ = build(kubeconfig, interval=interval, agent_clients=agent_clients,
-                            trusted_repositories=trusted_repositories, identity=elector.me if elector else None)
+                            trusted_repositories=trusted_repositories, identity=elector.me if elector else None,
+                            shared_storage_class=shared_storage_class)
         last_beat = time.monotonic()
 
         async def beating() -> None:

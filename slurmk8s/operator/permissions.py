@@ -63,7 +63,8 @@ OPERATOR: tuple[Permission, ...] = (
     # kopf posts core/v1 Events about SlurmClusters (create only).
     Permission("create", "", "events", WATCHED),
     # round.py: while a workload has fewer pods than it wants, its
-    # controller's FailedCreate Events say why (Pod Security, a quota).
+    # controller's FailedCreate Events say why (Pod Security, a quota); while
+    # a claim is not bound, its provisioner's Events say why (StorageReady).
     Permission("list", "", "events", WATCHED),
     *_rendered(),
     # Key Secrets (munge, JWT, SSH host keys, agent token): read by name each

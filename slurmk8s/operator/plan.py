@@ -43,8 +43,8 @@ MANAGED_KINDS = (
     "ConfigMap", "Secret", "PersistentVolumeClaim", "Service", "StatefulSet", "Deployment",
     "PodDisruptionBudget", "NetworkPolicy",
 )
-#: Under these keys strings are Kubernetes quantities.
-_QUANTITY_PARENTS = frozenset({"requests", "limits", "capacity"})
+#: Under these keys strings are Kubernetes quantities (an emptyDir: its sizeLimit).
+_QUANTITY_PARENTS = frozenset({"requests", "limits", "capacity", "emptyDir"})
 
 Key = tuple[str, str]  # (kind, name) in the cluster's namespace
 
@@ -213,13 +213,20 @@ def plan(desired: Sequence[dict], observed: Iterable[dict], *, cluster_name: str
 def _with_immutable_claims(desired: dict, observed: Mapping) -> dict:
     """A StatefulSet's update carries the claim templates it has: Kubernetes forbids
     changing them (a new claim size or label never reaches a StatefulSet that
-    exists; its claims are resized on their own)."""
-    have = (observed.get("spec") or {}).get("volumeClaimTemplates")
-    if desired.get("kind") != "StatefulSet" or have is None:
-        return desired
-    out = copy.deepcopy(desired)
-    out["spec"]["volumeClaimTemplates"] = copy.deepcopy(have)
-    return out
+    exists; its claims are resized on their own). A claim's carries the spec it
+    has but its size, the one field Kubernetes lets change: a claim made with
+    another StorageClass (the spec's or the operator's default changed since)
+    keeps it, rather than fail every round."""
+    spec = observed.get("spec") or {}
+    if desired.get("kind") == "StatefulSet" and spec.get("volumeClaimTemplates") is not None:
+        out = copy.deepcopy(desired)
+        out["spec"]["volumeClaimTemplates"] = copy.deepcopy(spec["volumeClaimTemplates"])
+        return out
+    if desired.get("kind") == "PersistentVolumeClaim" and spec:
+        out = copy.deepcopy(desired)
+        out["spec"] = {**copy.deepcopy(dict(spec)), "resources": copy.deepcopy(desired["spec"].get("resources") or {})}
+        return out
+    return desired
 
 
 def _comparable(obj: dict) -> dict:

@@ -2,8 +2,9 @@
 
 The cluster's objects and pods by the cluster's label, its key Secrets and
 the Secrets its spec names by name (the operator has get on Secrets, never
-list), the Nodes its workers run on by name, and the FailedCreate Events of
-a workload short of pods. :mod:`.observe` turns what these return into the
+list), the Nodes its workers run on by name, the FailedCreate Events of
+a workload short of pods, the claims the spec names (``existingClaim``) by
+name, and the claim Events of a namespace where one of its claims is not bound. :mod:`.observe` turns what these return into the
 decisions' input; :mod:`.round` runs them.
 """
 
@@ -14,13 +15,15 @@ from collections.abc import Mapping, Sequence
 from slurmk8s import log
 from slurmk8s.api.cluster import SlurmCluster
 from slurmk8s.api.secrets import secret_problem, secret_refs
+from slurmk8s.api.status import ConditionStatus
 from slurmk8s.kube import Kube
 from slurmk8s.render import names
 from slurmk8s.render.keys import key_secret_names
 
+from . import claims as claim_rules
 from . import plan, status
 
-__all__ = ["observe", "unusable_secrets", "worker_nodes", "refused_pods"]
+__all__ = ["observe", "unusable_secrets", "worker_nodes", "refused_pods", "claims", "storage"]
 
 _log = log.get("slurmk8s.operator")
 
@@ -80,3 +83,35 @@ def refused_pods(kube: Kube, cluster: SlurmCluster, objects: Sequence[Mapping], 
     except Exception as exc:  # noqa: BLE001 - unknown: the status goes without it
         _log.warning("could not read FailedCreate events", cluster=cluster.name, error=str(exc))
         return []
+
+
+def claims(kube: Kube, cluster: SlurmCluster, wanted: Sequence[claim_rules.Claim],
+           objects: Sequence[Mapping]) -> tuple[dict[str, Mapping], list[dict]] | None:
+    """The claims ``wanted`` that exist, by name: those the round listed by the
+    cluster's label (``objects``), the spec's ``existingClaim`` read by name (the
+    operator lists claims, it does not get them); and, while one is not bound,
+    the claim Events of the namespace, which say why (:func:`.claims.condition`).
+    None when they cannot be read: StorageReady is unknown, and the next round asks again."""
+    found: dict[str, Mapping] = {o["metadata"]["name"]: o for o in objects if o.get("kind") == "PersistentVolumeClaim"}
+    try:
+        for c in wanted:
+            if c.field is not None and c.name not in found:
+                for o in kube.list("PersistentVolumeClaim", cluster.namespace, fields=f"metadata.name={c.name}"):
+                    found[o["metadata"]["name"]] = o
+        events = kube.list("Event", cluster.namespace, fields="involvedObject.kind=PersistentVolumeClaim") \
+            if claim_rules.unbound(wanted, found) else []
+    except Exception as exc:  # noqa: BLE001 - unknown: the status says so
+        _log.warning("could not read the cluster's claims or their events", cluster=cluster.name, error=str(exc))
+        return None
+    return found, events
+
+
+def storage(kube: Kube, cluster: SlurmCluster, desired: Sequence[Mapping],
+            objects: Sequence[Mapping]) -> tuple[ConditionStatus, str, str]:
+    """StorageReady: the claims the rendered workloads (``desired``) mount, as read now,
+    and why one that is not bound waits (:func:`.claims.condition`); unknown when unread."""
+    wanted = claim_rules.used(cluster, desired)
+    found = claims(kube, cluster, wanted, objects)
+    if found is None:
+        return "Unknown", "NotRead", "the cluster's claims or their Events could not be read this round"
+    return claim_rules.condition(wanted, *found)

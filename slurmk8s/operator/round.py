@@ -32,6 +32,9 @@ Nothing is remembered between rounds in memory: a round starts from what
 the API server and Slurm say. Its reads are :mod:`.reads`; what they return
 becomes the decisions' input in :mod:`.observe`; its Events are posted by
 :mod:`.announce`; the finalizer's teardown is :mod:`.teardown`.
+
+Over 500 lines because it holds every step of the round, one method each, in
+the order above; what each step reads and decides is already elsewhere.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmk8s import log
-from slurmk8s.api import InvalidSpec, load_cluster
+from slurmk8s.api import InvalidSpec, load_cluster, with_storage_class
 from slurmk8s.api.cluster import PROJECT_REPOSITORY, SlurmCluster, SlurmClusterStatus
 from slurmk8s.api.status import ConditionStatus
 from slurmk8s.events import Event
@@ -157,8 +160,10 @@ class Operator:
                  fresh_keys: Callable[[], ClusterKeys] | None = None,
                  agent_clients: AgentClients | None = None,
                  trusted_repositories: Sequence[str] = (PROJECT_REPOSITORY,),
-                 identity: str | None = None):
+                 identity: str | None = None, shared_storage_class: str | None = None):
         self.kube = kube
+        #: The class of a shared claim whose spec names none; None: refused (api.storageclass).
+        self.shared_storage_class = shared_storage_class
         #: This replica's name in the Lease, written into status.leader (None: no election).
         self.identity = identity
         #: Image repositories a privileged slurmd may come from (api.validate.load_cluster).
@@ -230,7 +235,8 @@ class Operator:
                                     applied_hash=applied, pods=seen.pods,
                                     refused=reads.refused_pods(self.kube, seen.cluster, seen.objects, seen.pods),
                                     rendered_hash=rendered_hash, problems=out.problems, waiting=out.waiting,
-                                    now=format_time(now), accounting=acct, directory=directory_ready)
+                                    now=format_time(now), accounting=acct, directory=directory_ready,
+                                    storage=reads.storage(self.kube, seen.cluster, desired, seen.objects))
         change = status.phase_event(seen.previous, out.status)
         if change is not None:
             out.events.append(change)
@@ -244,7 +250,8 @@ class Operator:
         previous = previous_status(body)
         doc = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
         try:
-            cluster = load_cluster(doc, trusted_repositories=self.trusted_repositories)
+            cluster = with_storage_class(load_cluster(doc, trusted_repositories=self.trusted_repositories),
+                                         self.shared_storage_class)
         except InvalidSpec as exc:
             self._refuse(body, previous, out, str(exc), "InvalidSpec", now)
             return None

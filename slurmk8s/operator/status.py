@@ -1,8 +1,10 @@
 """A SlurmCluster's status from what was observed. Pure: the time is an input.
 
 Conditions: one per component (ControllerReady, WorkersReady, LoginReady,
-RestApiReady, AccountingReady) and Ready, which holds when every component is ready, the
-config is applied and the last round had no problems. The phase summarises:
+RestApiReady, AccountingReady), StorageReady (the claims the pods mount,
+:mod:`.claims`) and Ready, which holds when every one of them is ready, the
+config is applied and the last round had no problems; a claim that is not
+bound comes first in Ready, with its provisioner's words. The phase summarises:
 Pending (no controller yet), Provisioning (never ready yet), Ready, Degraded
 (was ready, is not), Deleting, Failed (the spec is invalid).
 
@@ -20,6 +22,7 @@ from slurmk8s.events import Event
 from slurmk8s.render import names
 from slurmk8s.slurm.model import Node, unhealthy
 
+from .claims import CONDITION as STORAGE_CONDITION
 from .directory import CONDITION as DIRECTORY_CONDITION
 from .directory import condition as directory_condition
 from .upgrade import running_release
@@ -187,6 +190,7 @@ def compute(
     pods: Sequence[Mapping] = (),
     refused: Sequence[str] = (),
     directory: _Cond | None = None,
+    storage: _Cond | None = None,
 ) -> SlurmClusterStatus:
     """The status after a round.
 
@@ -201,11 +205,13 @@ def compute(
     their pods (:func:`refused_pods`), named before those (reason
     ``PodsRefused``); ``directory``: DirectoryReady (``operator.directory.condition``)
     with spec.identity.ldap, apart from Ready: the cluster runs while the site's
-    directory is away.
+    directory is away; ``storage``: StorageReady (``operator.claims.condition``),
+    first of the parts Ready waits for (none when not given).
     """
     c = cluster
     w = _workloads(observed)
     components: dict[str, _Cond] = {
+        **({STORAGE_CONDITION: storage} if storage is not None else {}),
         "ControllerReady": _controller(c, w, nodes is not None),
         "WorkersReady": _workers(c, w, nodes),
         "LoginReady": _deployment(w, names.login(c), c.spec.login.replicas, "login"),

@@ -36,6 +36,28 @@ def _login_env(c: SlurmCluster) -> dict[str, str]:
     return env
 
 
+def _service_meta(b: Builder, name: str) -> dict:
+    """The login Service's metadata: the spec's annotations, then the operator's."""
+    meta = b.meta(name, "login")
+    meta["annotations"] = {**b.c.spec.login.service.annotations, **meta["annotations"]}
+    return meta
+
+
+def _service_spec(c: SlurmCluster, selector: dict) -> dict:
+    service = c.spec.login.service
+    spec: dict = {
+        "type": service.type,
+        "selector": selector,
+        "ports": [{"name": "ssh", "port": service.port, "targetPort": "ssh"}],
+    }
+    policy = c.spec.login_traffic_policy()
+    if policy is not None:
+        spec["externalTrafficPolicy"] = policy
+    if service.load_balancer_source_ranges:
+        spec["loadBalancerSourceRanges"] = list(service.load_balancer_source_ranges)
+    return spec
+
+
 def objects(b: Builder) -> list[dict]:
     c = b.c
     login = c.spec.login
@@ -65,11 +87,7 @@ def objects(b: Builder) -> list[dict]:
         readinessProbe={"tcpSocket": {"port": "ssh"}, "periodSeconds": 10},
     )
     out = [
-        b.obj("v1", "Service", b.meta(name, "login"), spec={
-            "type": login.service.type,
-            "selector": sel,
-            "ports": [{"name": "ssh", "port": login.service.port, "targetPort": "ssh"}],
-        }),
+        b.obj("v1", "Service", _service_meta(b, name), spec=_service_spec(c, sel)),
         b.obj("apps/v1", "Deployment", b.meta(name, "login"), spec={
             "replicas": login.replicas,
             "selector": {"matchLabels": sel},

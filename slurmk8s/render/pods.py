@@ -1,7 +1,8 @@
 """What every Slurm pod of a cluster is made of: the images' mount points,
 the common metadata, environment, volumes, probes, containers and pod
-templates. Pure; the components (:mod:`.controller`, :mod:`.slurmd`,
-:mod:`.login`, :mod:`.restapi`) build their objects from these.
+templates; and how a site's pod template shapes a slurmd pod
+(:func:`with_site_template`). Pure; the components (:mod:`.controller`,
+:mod:`.slurmd`, :mod:`.login`, :mod:`.restapi`) build their objects from these.
 """
 
 from __future__ import annotations
@@ -9,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel
+
 from ..api.cluster import Resources, SlurmCluster
+from ..api.podtemplate import PodTemplate
 from . import names
 
 __all__ = [
     "CONFIG_DIR", "MUNGE_DIR", "USERS_DIR", "USER_KEYS_DIR", "SSH_HOST_KEYS_DIR", "AGENT_TOKEN_DIR", "ENTRYPOINT",
     "Builder", "resources_of", "env_list", "common_env", "shared_volumes", "base_volumes", "shm_volume", "probe",
-    "slurm_container", "pod_template",
+    "slurm_container", "pod_template", "with_site_template",
 ]
 
 # Mount points inside every Slurm container (the images' contract).
@@ -188,3 +192,63 @@ def pod_template(c: SlurmCluster, selector: dict, labels: dict, containers: list
                  # Slurm pods never call the Kubernetes API: no token for jobs and SSH users to read.
                  "automountServiceAccountToken": False, **pull_secrets(c), **spec},
     }
+
+
+def _as_kubernetes(model: BaseModel) -> dict:
+    """A template's part as Kubernetes writes it back: what is unset, empty or false left
+    out, as Go's omitempty leaves it out (so the operator's plan finds it unchanged)."""
+    return model.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True, mode="json")
+
+
+def _shaped_container(container: dict, t: PodTemplate) -> dict:
+    """The slurmd ``container`` with the template's mounts after its own, its resources
+    requested and limited alike (beside slurmk8s's, which it cannot name), and its
+    capabilities added to those the container keeps (a privileged one has them all)."""
+    out = dict(container)
+    if t.volume_mounts:
+        out["volumeMounts"] = [*out.get("volumeMounts", []), *(_as_kubernetes(m) for m in t.volume_mounts)]
+    if t.resources:
+        res = out.get("resources", {})
+        out["resources"] = {**res, **{section: {**t.resources, **res.get(section, {})}
+                                      for section in ("requests", "limits")}}
+    security = out.get("securityContext", {})
+    if t.capabilities and not security.get("privileged"):
+        caps = security.get("capabilities", {})
+        have = caps.get("add", [])
+        out["securityContext"] = {**security, "capabilities": {
+            **caps, "add": [*have, *(c for c in t.capabilities if c not in have)]}}
+    return out
+
+
+def with_site_template(pod: dict, template: PodTemplate | None, container: str = "slurmd") -> dict:
+    """``pod`` (a Pod, or a workload's pod template: its ``metadata`` and ``spec``) shaped
+    by a site's ``template``, which the validator has checked (decision record 48): its
+    labels and annotations beside slurmk8s's (which win: the validator refuses a template
+    that names one), its runtimeClassName, priorityClassName, affinity and dnsConfig, its
+    tolerations and volumes after slurmk8s's, and in the ``container`` its mounts,
+    resources and capabilities. The one place a template is applied: the workers'
+    StatefulSets (:func:`.slurmd.workers`) and the lent slurmd pods
+    (:func:`.slurmd.lent_slurmd_pod`) both come through it. ``pod`` itself without one."""
+    if template is None:
+        return pod
+    t = template
+    meta = dict(pod.get("metadata", {}))
+    if t.labels:
+        meta["labels"] = {**t.labels, **meta.get("labels", {})}
+    if t.annotations:
+        meta["annotations"] = {**t.annotations, **meta.get("annotations", {})}
+    spec = dict(pod["spec"])
+    assert container in {ct["name"] for ct in spec["containers"]}, container
+    spec["containers"] = [_shaped_container(ct, t) if ct["name"] == container else ct for ct in spec["containers"]]
+    for key, value in (("runtimeClassName", t.runtime_class_name), ("priorityClassName", t.priority_class_name)):
+        if value is not None:
+            spec[key] = value
+    if t.affinity is not None:
+        spec["affinity"] = _as_kubernetes(t.affinity)
+    if t.dns_config is not None:
+        spec["dnsConfig"] = _as_kubernetes(t.dns_config)
+    if t.tolerations:
+        spec["tolerations"] = [*spec.get("tolerations", []), *(tol.dump() for tol in t.tolerations)]
+    if t.volumes:
+        spec["volumes"] = [*spec.get("volumes", []), *(_as_kubernetes(v) for v in t.volumes)]
+    return {**pod, "metadata": meta, "spec": spec}

@@ -11,8 +11,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..api.base import in_group
 from ..api.cluster import NodeSet, SlurmCluster
 from ..api.lending import ReclaimSpec
+from ..api.podtemplate import PodTemplate
 from ..slurm.model import DRAIN_PREFIX, POD_TERMINATING
 from . import names
 from .config import dynamic_node_conf, gpu_gres_conf, memory_mib
@@ -28,6 +30,7 @@ from .pods import (
     shared_volumes,
     shm_volume,
     slurm_container,
+    with_site_template,
 )
 
 __all__ = ["node_conf", "workers", "lent_slurmd_pod", "lent_budget", "is_lent_slurmd_pod", "LENT_MEMORY_REQUEST",
@@ -70,10 +73,12 @@ def slurmd_env(c: SlurmCluster) -> dict[str, str]:
 
 def _worker_template(template: dict) -> dict:
     """``template`` with its restart hash (names.RESTART_HASH): what a worker
-    restarts for, which is everything but the termination grace period."""
+    restarts for, which is everything but the termination grace period. Of its
+    annotations the site's stay (its pod template's); slurmk8s's own are in the hash."""
     spec = {k: v for k, v in template["spec"].items() if k != "terminationGracePeriodSeconds"}
     digest = hashlib.sha256(json.dumps({"metadata": template["metadata"], "spec": spec}, sort_keys=True).encode())
-    template["metadata"]["annotations"] = {names.RESTART_HASH: digest.hexdigest()[:16]}
+    site = {k: v for k, v in template["metadata"].get("annotations", {}).items() if not in_group(k)}
+    template["metadata"]["annotations"] = {**site, names.RESTART_HASH: digest.hexdigest()[:16]}
     return template
 
 
@@ -161,8 +166,9 @@ def workers(b: Builder) -> list[dict]:
             # time and each drained first (slurmk8s/operator/workers.py).
             "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": sel},
-            "template": _worker_template(with_directory(c, pod_template(c, sel, labels, [container], volumes,
-                                                                        **pod_spec), "slurmd")),
+            "template": _worker_template(with_site_template(
+                with_directory(c, pod_template(c, sel, labels, [container], volumes, **pod_spec), "slurmd"),
+                ns.pod_template)),
         }))
         # Busy nodes (the operator labels pods that run jobs) may not be evicted.
         out.append(b.obj("policy/v1", "PodDisruptionBudget",
@@ -199,7 +205,8 @@ LENT_CPU_REQUEST = "100m"
 
 def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: Mapping[str, str],
                     labels: Mapping[str, str], partition: str, shm_size: str, taint_key: str,
-                    grace_seconds: int = ReclaimSpec().grace_period_seconds) -> dict:
+                    grace_seconds: int = ReclaimSpec().grace_period_seconds,
+                    pod_template: PodTemplate | None = None) -> dict:
     """The slurmd pod the bridge starts on Kubernetes node ``node``, lent to ``partition``.
 
     The only place the lent pod is made: its name (:func:`names.lent_slurmd`,
@@ -225,6 +232,9 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: 
     its termination grace covers that, KillWait and a margin
     (:func:`termination_grace`). It carries the label
     ``slurmk8s.dev/lent-node`` that its budget (:func:`lent_budget`) selects.
+
+    The policy's ``pod_template`` shapes it as a node set's shapes its workers
+    (:func:`.pods.with_site_template`).
     """
     desc = lent_node(cluster.name, node, resources, labels, partition)
     c = cluster
@@ -248,7 +258,7 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: 
     meta = b.meta(names.lent_slurmd(c, node), LENT_COMPONENT,
                   extra_labels={names.LENT_NODE_LABEL: names.lent_node_label(node)})
     meta["labels"]["app.kubernetes.io/managed-by"] = LENT_MANAGER
-    return with_directory(c, b.obj("v1", "Pod", meta, spec={
+    return with_site_template(with_directory(c, b.obj("v1", "Pod", meta, spec={
         "nodeName": node,
         "containers": [container],
         "volumes": volumes,
@@ -262,7 +272,7 @@ def lent_slurmd_pod(cluster: SlurmCluster, chash: str, *, node: str, resources: 
         "restartPolicy": "Always",
         "tolerations": [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"},
                         {"key": taint_key, "operator": "Exists", "effect": "NoExecute"}],
-    }), "slurmd")
+    }), "slurmd"), pod_template)
 
 
 def lent_budget(cluster: SlurmCluster, chash: str, *, node: str, pod_uid: str) -> dict:

@@ -255,7 +255,8 @@ class _Sim(SlurmSide, KubeSide, OracleSide):
             node = self.knodes[self.kindex[a.node]]
             pod = pod_from_api(lent_slurmd_pod(self.cluster, "", node=a.node, resources=dict(a.resources),
                                                labels=node.labels, partition=a.partition, shm_size=a.shm_size,
-                                               taint_key=TAINT_KEY, grace_seconds=a.grace_seconds))
+                                               taint_key=TAINT_KEY, grace_seconds=a.grace_seconds,
+                                               pod_template=a.pod_template))
             self.slurmd_template[a.node, a.resources] = pod
         return pod
 

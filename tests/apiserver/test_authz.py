@@ -143,6 +143,62 @@ def test_rbac_objects_are_served_with_bootstrap_policy(cluster: Cluster) -> None
     assert "roleRef.kind" in e.value.body and "subjects[0].namespace" in e.value.body
 
 
+def test_the_aggregation_controller_builds_admin_edit_and_view(cluster: Cluster, ns: str) -> None:
+    """As Kubernetes' clusterrole-aggregation controller: admin, edit and view
+    hold the rules of the ClusterRoles labelled into them (view's into edit,
+    edit's into admin), recomputed when one is created, changed or deleted,
+    and a hand edit of an aggregated role's rules is undone."""
+    rbac = client.RbacAuthorizationV1Api(cluster.api_client)
+    authz = client.AuthorizationV1Api(cluster.api_client)
+
+    def rules(name: str) -> list[dict]:
+        return cluster.api_client.sanitize_for_serialization(rbac.read_cluster_role(name)).get("rules") or []
+
+    def holds(name: str, wanted: list[dict]) -> bool:
+        have = rules(name)
+        return all(r in have for r in wanted)
+
+    view_part, edit_part = rules("system:aggregate-to-view"), rules("system:aggregate-to-edit")
+    assert view_part and edit_part and rules("system:aggregate-to-admin")
+    wait_for("view from system:aggregate-to-view", lambda: rules("view") == view_part)
+    wait_for("edit from view and system:aggregate-to-edit", lambda: holds("edit", view_part + edit_part))
+    wait_for("admin from edit and system:aggregate-to-admin",
+             lambda: holds("admin", view_part + edit_part + rules("system:aggregate-to-admin")))
+    assert not holds("view", edit_part[:1]) and not holds("edit", rules("system:aggregate-to-admin")[:1])
+
+    for role in ("view", "edit"):
+        rbac.create_namespaced_role_binding(ns, {"metadata": {"name": role}, "roleRef": {
+            "apiGroup": RBAC, "kind": "ClusterRole", "name": role}, "subjects": [
+            {"apiGroup": RBAC, "kind": "User", "name": f"{role}-user"}]})
+
+    def may(user: str, verb: str) -> bool:
+        review = authz.create_subject_access_review({"spec": {"user": user, "groups": ["system:authenticated"],
+                                                              "resourceAttributes": {"namespace": ns, "verb": verb,
+                                                                                     "group": "example.com",
+                                                                                     "resource": "widgets"}}})
+        return bool(review.status.allowed)
+
+    widgets = {"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["get"]}
+    assert not may("view-user", "get") and not may("edit-user", "get")
+    rbac.create_cluster_role({"metadata": {"name": "widgets-view", "labels": {
+        "rbac.authorization.k8s.io/aggregate-to-view": "true"}}, "rules": [widgets]})
+    try:
+        wait_for("the new rule in view, edit and admin", lambda: all(holds(r, [widgets]) for r in ("view", "edit", "admin")))
+        assert may("view-user", "get") and may("edit-user", "get") and not may("edit-user", "list")
+        changed = dict(widgets, verbs=["get", "list"])
+        body = cluster.api_client.sanitize_for_serialization(rbac.read_cluster_role("widgets-view"))
+        rbac.replace_cluster_role("widgets-view", dict(body, rules=[changed]))
+        wait_for("the changed rule in admin", lambda: holds("admin", [changed]) and not holds("admin", [widgets]))
+        assert may("edit-user", "list")
+        view = cluster.api_client.sanitize_for_serialization(rbac.read_cluster_role("view"))
+        rbac.replace_cluster_role("view", dict(view, rules=[]))
+        wait_for("view's rules put back", lambda: rules("view") == view_part + [changed])
+    finally:
+        rbac.delete_cluster_role("widgets-view")
+    wait_for("the deleted role's rule gone from admin", lambda: not holds("admin", [changed]))
+    assert not may("view-user", "get") and not may("edit-user", "list")
+
+
 # --- ServiceAccount admission ---------------------------------------------------------
 
 

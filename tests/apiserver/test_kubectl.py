@@ -58,7 +58,7 @@ def test_get_shows_the_printer_columns(cluster: Cluster, applied_crds, ns: str, 
     row = out[1].split()
     assert row[0] == "demo"
     assert yaml.safe_load(EXAMPLE.read_text())["spec"]["slurm"]["version"] in row  # .spec.slurm.version; empty status columns print nothing
-    wide = cluster.kubectl("get", "sc", "-n", ns, "-o", "wide").stdout.splitlines()[0].split()
+    wide = cluster.kubectl("get", "slurm", "-n", ns, "-o", "wide").stdout.splitlines()[0].split()
     assert wide == ["NAME"] + [c["name"].upper() for c in columns]
     assert version_at > 0
 

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
-from .conftest import CRDS, ROOT, start_server
+from .conftest import CRDS, ROOT, start_server, wait_for
 
 
 def test_objects_survive_a_restart(tmp_path) -> None:
@@ -92,13 +92,15 @@ def test_identities_survive_a_restart_and_bootstrap_policy_is_reconciled(tmp_pat
     sa_token = a.srv.issue_token(ns, "bot")
     kubelet_token = a.srv.kubelet_token
     rbac = client.RbacAuthorizationV1Api(a.api_client)
-    view = a.api_client.sanitize_for_serialization(rbac.read_cluster_role("view"))
+    # The roles aggregated into view and edit (view's and edit's own rules are the aggregation controller's).
+    view = a.api_client.sanitize_for_serialization(rbac.read_cluster_role("system:aggregate-to-view"))
     view["rules"] = view["rules"][:1]
-    rbac.replace_cluster_role("view", view)
-    edit = a.api_client.sanitize_for_serialization(rbac.read_cluster_role("edit"))
+    rbac.replace_cluster_role("system:aggregate-to-view", view)
+    edit = a.api_client.sanitize_for_serialization(rbac.read_cluster_role("system:aggregate-to-edit"))
     edit["rules"] = edit["rules"][:1]
     edit["metadata"]["annotations"]["rbac.authorization.kubernetes.io/autoupdate"] = "false"
-    rbac.replace_cluster_role("edit", edit)
+    rbac.replace_cluster_role("system:aggregate-to-edit", edit)
+    wait_for("view down to one rule", lambda: len(rbac.read_cluster_role("view").rules or []) == 1)
     rbac.create_cluster_role({"metadata": {"name": "mine"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
     a.api_client.close()
     a.srv.stop()
@@ -107,8 +109,9 @@ def test_identities_survive_a_restart_and_bootstrap_policy_is_reconciled(tmp_pat
     try:
         assert b.srv.kubelet_token == kubelet_token
         rbac = client.RbacAuthorizationV1Api(b.api_client)
-        assert len(rbac.read_cluster_role("view").rules) > 1  # put back
-        assert len(rbac.read_cluster_role("edit").rules) == 1  # autoupdate "false": left alone
+        assert len(rbac.read_cluster_role("system:aggregate-to-view").rules) > 1  # put back
+        assert len(rbac.read_cluster_role("system:aggregate-to-edit").rules) == 1  # autoupdate "false": left alone
+        wait_for("view aggregated again", lambda: len(rbac.read_cluster_role("view").rules or []) > 1)
         assert [r.resources for r in rbac.read_cluster_role("mine").rules] == [["pods"]]
         from .test_authz import whoami
 

@@ -10,6 +10,7 @@ from sandbox.apiserver.rbac import (
     Attributes,
     Policy,
     User,
+    aggregated_rules,
     authorize,
     forbidden_details,
     forbidden_message,
@@ -148,11 +149,68 @@ def test_non_resource_urls_with_trailing_star() -> None:
     assert not allowed(ALICE, path("/apis/x", "post"), **objs)
 
 
-def test_aggregated_cluster_roles_get_the_rules_of_the_roles_they_select() -> None:
-    objs = dict(clusterroles=[crole("agg", aggregate={"rbac.example/aggregate-to-agg": "true"}),
-                              crole("part", rule(["slurmk8s.dev"], ["slurmclusters"], ["get"]), labels={"rbac.example/aggregate-to-agg": "true"})],
-                clusterrolebindings=[crb("b", "agg", sa_subject())])
-    assert allowed(SA, res("get", "slurmclusters", "x", "c", "slurmk8s.dev"), **objs)
+def test_aggregated_rules_gather_the_selected_roles_rules_by_name_each_once() -> None:
+    """As Kubernetes' clusterrole-aggregation controller: per selector, the
+    matched roles by name, their stored rules, each rule once, itself left out."""
+    to = {"rbac.example/aggregate-to-agg": "true"}
+    get = rule(["slurmk8s.dev"], ["slurmclusters"], ["get"])
+    write = rule(["slurmk8s.dev"], ["slurmclusters"], ["create"])
+    agg = crole("agg", rule(["stale"], ["x"], ["get"]), labels=to, aggregate=to)
+    roles = [agg, crole("b-part", write, get, labels=to), crole("a-part", get, labels=to),
+             crole("other", rule([""], ["secrets"], ["get"]), labels={"rbac.example/aggregate-to-agg": "false"})]
+    assert aggregated_rules(agg, roles) == [get, write]
+    assert aggregated_rules(roles[1], roles) is None  # not aggregated
+    assert aggregated_rules(crole("none", aggregate={"rbac.example/nothing": "true"}), roles) == []
+
+
+def test_the_authorizer_reads_only_the_stored_rules_of_an_aggregated_role() -> None:
+    """Until the controller has written them, an aggregated role grants nothing,
+    whatever roles its selectors match (Kubernetes' authorizer never aggregates)."""
+    to = {"rbac.example/aggregate-to-agg": "true"}
+    part = crole("part", rule(["slurmk8s.dev"], ["slurmclusters"], ["get"]), labels=to)
+    agg = crole("agg", aggregate=to)
+    binding = crb("b", "agg", sa_subject())
+    want = res("get", "slurmclusters", "x", "c", "slurmk8s.dev")
+    assert not allowed(SA, want, clusterroles=[agg, part], clusterrolebindings=[binding])
+    filled = dict(agg, rules=aggregated_rules(agg, [agg, part]))
+    assert allowed(SA, want, clusterroles=[filled, part], clusterrolebindings=[binding])
+
+
+def aggregate_until_stable(roles: list[dict]) -> list[dict]:
+    """What the controller converges to: aggregated roles filled until nothing changes."""
+    for _ in range(len(roles) + 1):
+        before = roles
+        roles = [dict(r, rules=aggregated_rules(r, roles)) if r.get("aggregationRule") else r for r in roles]
+        if roles == before:
+            return roles
+    raise AssertionError("aggregation did not settle")
+
+
+def test_admin_edit_view_are_built_by_aggregation_and_grant_nothing_of_slurmk8s_dev() -> None:
+    """The bootstrap `admin`, `edit` and `view` hold no rules of their own: their
+    grants come from system:aggregate-to-*, view's through edit into admin,
+    and no bootstrap role names slurmk8s.dev (its chart's roles must)."""
+    roles = policy.cluster_roles()
+    by_name = {r["metadata"]["name"]: r for r in roles}
+    for name in ("admin", "edit", "view"):
+        assert by_name[name]["rules"] == [] and by_name[name]["aggregationRule"]
+    assert not [r for r in roles for rr in r["rules"] if "slurmk8s.dev" in rr.get("apiGroups", ())]
+    settled = aggregate_until_stable(roles)
+    p = Policy(clusterroles=settled)
+
+    def can(role: str, attrs: Attributes) -> bool:
+        return authorize(ALICE, attrs, policy=Policy(clusterroles=settled, rolebindings=[
+            rb("x", "b", "ClusterRole", role, {"kind": "User", "name": "alice"})]))[0]
+
+    assert p.role_rules({"kind": "ClusterRole", "name": "view"}, "")[0]
+    for role in ("view", "edit", "admin"):
+        assert can(role, res("list", "pods", "x")), role
+        assert not can(role, res("get", "slurmclusters", "x", "c", "slurmk8s.dev")), role
+        assert not can(role, res("create", "nodelendingpolicies", "x", group="slurmk8s.dev")), role
+    assert not can("view", res("create", "pods", "x")) and not can("view", res("get", "secrets", "x", "s"))
+    assert can("edit", res("create", "pods", "x")) and can("admin", res("create", "pods", "x"))
+    assert not can("edit", res("create", "rolebindings", "x", group="rbac.authorization.k8s.io"))
+    assert can("admin", res("create", "rolebindings", "x", group="rbac.authorization.k8s.io"))
 
 
 def test_rules_for_lists_cluster_and_namespace_rules() -> None:
@@ -240,6 +298,16 @@ def test_reconcile_adds_missing_rules_and_respects_autoupdate_false() -> None:
     assert policy.reconcile(extra, wanted) is None  # user additions are kept
     frozen = dict(trimmed, metadata=dict(trimmed["metadata"], annotations={"rbac.authorization.kubernetes.io/autoupdate": "false"}))
     assert policy.reconcile(frozen, wanted) is None
+    # An aggregated role: its selectors and labels come back, its rules are the controller's.
+    view = next(r for r in policy.cluster_roles() if r["metadata"]["name"] == "view")
+    filled = dict(view, rules=[rule([""], ["pods"], ["get"])])
+    assert policy.reconcile(filled, view) is None
+    bare = dict(filled, aggregationRule={"clusterRoleSelectors": []},
+                metadata=dict(view["metadata"], labels={"kubernetes.io/bootstrapping": "mine"}))
+    fixed = policy.reconcile(bare, view)
+    assert fixed["aggregationRule"] == view["aggregationRule"] and fixed["rules"] == filled["rules"]
+    assert fixed["metadata"]["labels"] == {"kubernetes.io/bootstrapping": "mine",
+                                           "rbac.authorization.k8s.io/aggregate-to-edit": "true"}
 
 
 # --- properties ------------------------------------------------------------------------

@@ -15,7 +15,13 @@ from sandbox.apiserver import jsonpath, patch, quantity, schema, timeutil
 from sandbox.apiserver.controllers import deployment, scheduler, statefulset
 from sandbox.apiserver.errors import APIError
 from sandbox.apiserver.resources import Registry, from_crd
-from sandbox.apiserver.selectors import labels_match, parse_field_selector, parse_label_selector
+from sandbox.apiserver.selectors import (
+    labels_match,
+    parse_field_selector,
+    parse_label_selector,
+    valid_label_key,
+    valid_label_value,
+)
 from slurmk8s.api.quantities import quantity_value
 
 from .conftest import CRDS, EXAMPLE
@@ -43,6 +49,12 @@ def test_bad_label_selectors_are_400(text) -> None:
     with pytest.raises(APIError) as e:
         parse_label_selector(text)
     assert e.value.code == 400 and "unable to parse requirement" in e.value.message
+
+
+def test_label_keys_and_values_end_where_kubernetes_ends_them() -> None:
+    """Go's `$` is the end of the text; Python's `$` also matches before a final newline."""
+    assert valid_label_key("example.com/a") and valid_label_value("v")
+    assert not valid_label_key("example.com/a\n") and not valid_label_value("v\n")
 
 
 def test_field_selectors() -> None:

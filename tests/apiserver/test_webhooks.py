@@ -14,12 +14,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import yaml
 from kubernetes.client.rest import ApiException
 
 from sandbox.apiserver import tls
 from sandbox.apiserver.authn import ADMIN_USER
 
-from .conftest import Cluster
+from .conftest import CRDS, EXAMPLE, Cluster
 
 HOOK_NS = "hooks"
 
@@ -193,3 +194,146 @@ def test_the_api_refuses_a_configuration_it_cannot_call(cluster, hook):
     assert proc.returncode != 0
     for path in ("webhooks[0].name", "webhooks[0].sideEffects", "webhooks[0].timeoutSeconds"):
         assert path in proc.stderr, proc.stderr
+
+
+# --- matchConditions (CEL) ------------------------------------------------------------
+
+
+def conditioned(hook: Webhook, config: str, conditions: list[dict], **overrides) -> dict:
+    return configuration(hook, config, matchConditions=conditions, **overrides)
+
+
+@pytest.fixture
+def with_config(cluster: Cluster, hook: Webhook):
+    """Apply a configuration for the test; remove it afterwards."""
+    names = []
+
+    def apply(cfg: dict) -> None:
+        names.append(cfg["metadata"]["name"])
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(cfg))
+        hook.reviews.clear()
+
+    yield apply
+    for name in names:
+        cluster.kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found")
+
+
+def test_a_false_match_condition_skips_the_webhook_and_true_ones_call_it(cluster, hook, with_config):
+    ns = cluster.namespace("conds")
+    cluster.core.patch_namespace(ns, {"metadata": {"labels": {"checked": "yes"}}})
+    with_config(conditioned(hook, "conds", [
+        {"name": "not-tiny", "expression": "object.data.size != 'tiny'"},
+        {"name": "example.com/not-system", "expression": "!request.userInfo.username.startsWith('system:')"},
+    ]))
+    # False: the webhook, which would deny it, is not asked, and the write is made.
+    cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "tiny", "labels": {"verdict": "deny"}},
+                                                   "data": {"size": "tiny"}})
+    assert hook.reviews == []
+    # All true: asked, and its denial holds.
+    with pytest.raises(ApiException) as err:
+        cluster.core.create_namespaced_config_map(ns, configmap("big", verdict="deny"))
+    assert err.value.status == 422 and len(hook.reviews) == 1
+    # request.userInfo is the requester's: a ServiceAccount's write is exempt.
+    cluster.kubectl("create", "serviceaccount", "writer", "-n", ns)
+    cluster.kubectl("create", "rolebinding", "writer", "--clusterrole=edit", f"--serviceaccount={ns}:writer", "-n", ns)
+    hook.reviews.clear()
+    cluster.kubectl("create", "configmap", "by-sa", "-n", ns, "--from-literal=size=big",
+                    f"--as=system:serviceaccount:{ns}:writer")
+    assert hook.reviews == []
+
+
+def test_a_condition_that_fails_refuses_under_fail_and_skips_under_ignore(cluster, hook, with_config):
+    ns = cluster.namespace("conderr")
+    cluster.core.patch_namespace(ns, {"metadata": {"labels": {"checked": "yes"}}})
+    # oldObject is null on a create: selecting a field of it fails.
+    broken = {"name": "old-size", "expression": "oldObject.data.size != 'tiny'"}
+    with_config(conditioned(hook, "conderr", [broken]))
+    with pytest.raises(ApiException) as err:
+        cluster.core.create_namespaced_config_map(ns, configmap("a"))
+    body = json.loads(err.value.body)
+    assert err.value.status == 403 and body["reason"] == "Forbidden", body
+    assert body["message"].startswith(
+        "configmaps \"a\" is forbidden: expression 'oldObject.data.size != 'tiny'' resulted in error: "), body
+    assert hook.reviews == []
+    # A missing key, in cel-go's words.
+    with_config(conditioned(hook, "conderr", [{"name": "colour", "expression": "object.data.colour == 'red'"}]))
+    with pytest.raises(ApiException) as err:
+        cluster.core.create_namespaced_config_map(ns, configmap("b"))
+    assert "resulted in error: no such key: colour" in json.loads(err.value.body)["message"]
+    # A false condition wins over one that fails: skipped, written.
+    with_config(conditioned(hook, "conderr", [broken, {"name": "never", "expression": "false"}]))
+    cluster.core.create_namespaced_config_map(ns, configmap("c", verdict="deny"))
+    # Ignore: the webhook is skipped and the write made, unchecked.
+    with_config(conditioned(hook, "conderr", [broken], failurePolicy="Ignore"))
+    cluster.core.create_namespaced_config_map(ns, configmap("d", verdict="deny"))
+    assert hook.reviews == []
+    assert {"c", "d"} <= {c.metadata.name for c in cluster.core.list_namespaced_config_map(ns).items}
+
+
+def test_the_api_refuses_conditions_that_do_not_compile_or_repeat_a_name(cluster, hook):
+    cfg = conditioned(hook, "badconds", [
+        {"name": "ok", "expression": "object.data.size != 'tiny'"},
+        {"name": "ok", "expression": "true"},
+        {"name": "broken", "expression": "object.data.size !="},
+        {"name": "Not A Name!", "expression": "true"},
+        {"name": "empty", "expression": ""},
+    ])
+    proc = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(cfg), check=False)
+    assert proc.returncode != 0
+    for expected in ('webhooks[0].matchConditions[1].name: Duplicate value: "ok"',
+                     "webhooks[0].matchConditions[2].expression: Invalid value: \"object.data.size !=\": "
+                     "compilation failed",
+                     "webhooks[0].matchConditions[3].name: Invalid value",
+                     "webhooks[0].matchConditions[4].expression: Required value"):
+        assert expected in proc.stderr, proc.stderr
+    many = conditioned(hook, "manyconds", [{"name": f"c{i}", "expression": "true"} for i in range(65)])
+    proc = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(many), check=False)
+    assert "webhooks[0].matchConditions: Too many: 65: must have at most 64 items" in proc.stderr, proc.stderr
+
+
+def test_the_charts_conditions_spare_spec_less_updates_and_the_operators_own_writes(cluster, hook, with_config):
+    """The chart's matchConditions (charts/slurmk8s/templates/webhook.yaml), evaluated by the
+    stand-in: only a create, and a spec change by someone else than the operator, reach the
+    webhook; kopf's finalizer, labels, status and the operator's own writes never wait for it."""
+    from ..test_chart import NAMESPACE, RELEASE, objects
+
+    for f in sorted(CRDS.glob("*.yaml")):
+        for doc in yaml.safe_load_all(f.read_text()):
+            if doc and doc["metadata"]["name"] not in {c.metadata.name for c in
+                                                      cluster.ext.list_custom_resource_definition().items}:
+                cluster.ext.create_custom_resource_definition(doc)
+    ns = cluster.namespace("slurm")
+    rendered = next(o for o in objects({"watchNamespaces": [ns]}) if o["kind"] == "ValidatingWebhookConfiguration")
+    chart_hook = rendered["webhooks"][0]
+    with_config(configuration(hook, "chart", rules=chart_hook["rules"], namespaceSelector=chart_hook["namespaceSelector"],
+                              objectSelector={}, matchConditions=chart_hook["matchConditions"], timeoutSeconds=5))
+    operator = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-slurmk8s"
+    if NAMESPACE not in {n.metadata.name for n in cluster.core.list_namespace().items}:
+        cluster.core.create_namespace({"metadata": {"name": NAMESPACE}})
+    cluster.kubectl("create", "serviceaccount", f"{RELEASE}-slurmk8s", "-n", NAMESPACE, check=False)
+    cluster.kubectl("create", "serviceaccount", "someone", "-n", ns)
+    cluster.kubectl("create", "role", "writer", "--verb=get,patch", "--resource=slurmclusters.slurmk8s.dev", "-n", ns)
+    for who in (f"{NAMESPACE}:{RELEASE}-slurmk8s", f"{ns}:someone"):
+        cluster.kubectl("create", "rolebinding", f"writer-{who.split(':')[1]}", "--role=writer",
+                        f"--serviceaccount={who}", "-n", ns)
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["namespace"] = ns
+    name = doc["metadata"]["name"]
+
+    def patch(body: dict, *extra: str) -> None:
+        cluster.kubectl("patch", "slurmcluster", name, "-n", ns, "--type=merge", "-p", json.dumps(body), *extra)
+
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(doc))
+    assert [r["request"]["operation"] for r in hook.reviews] == ["CREATE"]
+    hook.reviews.clear()
+    patch({"metadata": {"labels": {"team": "a"}, "annotations": {"slurmk8s.dev/x": "1"}}})
+    patch({"metadata": {"finalizers": ["slurmk8s.dev/teardown"]}})
+    patch({"status": {"phase": "Ready"}}, "--subresource=status")
+    patch({"spec": {"clusterDomain": "example.org"}}, f"--as={operator}")
+    assert hook.reviews == []
+    patch({"spec": {"clusterDomain": "example.net"}}, f"--as=system:serviceaccount:{ns}:someone")
+    patch({"spec": {"clusterDomain": "example.com"}})
+    assert [(r["request"]["operation"], r["request"]["userInfo"]["username"]) for r in hook.reviews] == [
+        ("UPDATE", f"system:serviceaccount:{ns}:someone"), ("UPDATE", ADMIN_USER)]
+    cluster.kubectl("patch", "slurmcluster", name, "-n", ns, "--type=json",
+                    "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]')

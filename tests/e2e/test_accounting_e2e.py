@@ -28,7 +28,7 @@ from .platform import ManifestPlatform
 
 pytestmark = [pytest.mark.slurm, default_release_only]
 SLURMK8S = str(Path(sys.executable).parent / "slurmk8s")
-SUBNET = "10.253.96.0/24"
+SUBNET = "10.253.98.0/24"
 NAME = "acct"
 KEY = ssh_keypair()[1]
 MANIFEST = {

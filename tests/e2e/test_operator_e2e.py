@@ -3,17 +3,21 @@ the sandbox's API, a SlurmCluster changed while real Slurm runs a job on it."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
 
 import pytest
+import yaml
 
 from sandbox import install
+from sandbox.apiserver.storage import DEFAULT_CLASS
 from slurmk8s.bridge import permissions as bridge_permissions
 from slurmk8s.operator import permissions
 from slurmk8s.permissions import grants
 
+from ..conftest import EXAMPLE
 from .common import running_sandbox, wait_for
 from .conftest import default_release_only
 from .platform import Platform
@@ -103,6 +107,7 @@ PROBE = ('for t in "$@"; do if timeout 3 bash -c "exec 3<>/dev/tcp/${t%:*}/${t##
          'then echo "$t open"; else echo "$t closed"; fi; done')
 
 
+@default_release_only  # the chart's policies and the sandbox's network: no Slurm release changes them
 def test_the_charts_network_policies_admit_a_clusters_pod_to_the_webhook_alone(platform):
     """The chart's NetworkPolicies (decision record 47) in the sandbox's pod network: a pod
     of the SlurmCluster's namespace reaches the operator's webhook port and none of the
@@ -125,3 +130,64 @@ def test_the_charts_network_policies_admit_a_clusters_pod_to_the_webhook_alone(p
     components = platform.box.status()["components"]
     assert all(v["ready"] for v in components.values()), components
     wait_for("the cluster Ready (the operator reaches its agent)", platform.ready)
+
+
+@default_release_only
+def test_the_examples_shared_storage_on_the_default_class_alone_is_named_pending_in_ready(platform):
+    """Issue 43: on a managed cluster the default StorageClass is block storage, which
+    refuses ReadWriteMany. A cluster with the example's shared storage on the stand-in's
+    default class (as at a site whose only class it is): the claim stays Pending, the
+    provisioner's refusal is in StorageReady and first in Ready, and the controller pod
+    that mounts it is never placed."""
+    example = yaml.safe_load(EXAMPLE.read_text())
+    shared = example["spec"]["sharedStorage"]
+    shared["volumes"][0]["storageClassName"] = DEFAULT_CLASS
+    doc = {"apiVersion": "slurmk8s.dev/v1alpha1", "kind": "SlurmCluster",
+           "metadata": {"name": "blocked", "namespace": platform.cluster()["metadata"]["namespace"]},
+           "spec": {"nodeSets": [{"name": "cpu", "replicas": 1, "cpus": 1, "memory": "1Gi"}],
+                    "partitions": [{"name": "cpu", "nodeSets": ["cpu"], "default": True}],
+                    "login": {"replicas": 0}, "sharedStorage": shared, "deletionPolicy": "Delete"}}
+    platform.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+    claim = f"blocked-{shared['volumes'][0]['name']}"
+
+    def conditions() -> dict:
+        got = json.loads(platform.kubectl("get", "slurmcluster", "blocked", "-o", "json").stdout)
+        return {c["type"]: c for c in (got.get("status") or {}).get("conditions") or []}
+
+    try:
+        storage = wait_for("StorageReady to name the provisioner's refusal", lambda: (
+            (c := conditions().get("StorageReady")) and c["status"] == "False" and "MULTI_NODE_MULTI_WRITER" in c["message"]
+            and c), timeout=180, show=conditions)
+        assert storage["reason"] == "ProvisioningFailed"
+        assert f'claim {claim} is Pending: ProvisioningFailed: failed to provision volume with StorageClass ' \
+               f'"{DEFAULT_CLASS}"' in storage["message"]
+        ready = conditions()["Ready"]
+        assert (ready["status"], ready["reason"]) == ("False", "StorageNotReady")
+        assert ready["message"].startswith(f"StorageReady: {storage['message']}")
+        pvc = json.loads(platform.kubectl("get", "pvc", claim, "-o", "json").stdout)
+        assert pvc["status"]["phase"] == "Pending" and pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+        pod = json.loads(platform.kubectl("get", "pod", "blocked-controller-0", "-o", "json").stdout)
+        assert not pod["spec"].get("nodeName")
+    finally:
+        platform.kubectl("delete", "slurmcluster", "blocked", "--wait=false", check=False)
+
+
+@default_release_only  # the chart's webhook and its certificate: no Slurm release changes them
+def test_the_operator_keeps_the_webhooks_certificate_and_the_api_server_trusts_it(platform):
+    """Decision record 53: the chart rendered the webhook's Secret empty and no caBundle;
+    the operator filled both, so the API server reaches the webhook and verifies it: a
+    spec it refuses is refused by it (not with an x509 error), and a label change, which
+    its matchConditions keep from it, goes through."""
+    ns = install.RELEASE_NAMESPACE
+    secret = json.loads(platform.kubectl("-n", ns, "get", "secret", f"{install.RELEASE}-webhook-certs",
+                                         "-o", "json").stdout)
+    assert set(secret["data"]) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+    config = json.loads(platform.kubectl("get", "validatingwebhookconfiguration", f"{install.RELEASE}-{ns}",
+                                         "-o", "json").stdout)
+    assert {h["clientConfig"]["caBundle"] for h in config["webhooks"]} == {secret["data"]["ca.crt"]}
+    assert base64.b64decode(secret["data"]["ca.crt"]).startswith(b"-----BEGIN CERTIFICATE-----")
+    proc = platform.kubectl("patch", "slurmcluster", "ops", "--type", "merge", "-p",
+                            json.dumps({"spec": {"slurmConfig": {"srunPortRange": "70000-70100"}}}), check=False)
+    assert proc.returncode != 0
+    assert 'admission webhook "slurmclusters.validate.slurmk8s.dev" denied the request' in proc.stderr, proc.stderr
+    platform.kubectl("label", "slurmcluster", "ops", "example.com/checked=yes", "--overwrite")

@@ -1,8 +1,8 @@
 """A SlurmCluster's life with kubectl against the sandbox, real Slurm behind it:
 conflicting edits, scaling out and in with a job on the node that goes (its
 leading operator killed meanwhile, on the default release), the operator
-killed in the middle of a change, a node drained with kubectl, slurmctld's pod
-deleted (its jobs carry on), and deletion.
+killed in the middle of a change, a node drained with kubectl, a pod template
+given to the workers, slurmctld's pod deleted (its jobs carry on), and deletion.
 
 The tests share one sandbox and run in order; the last one deletes the cluster.
 """
@@ -343,6 +343,40 @@ def test_a_kill_wait_change_is_reconfigured_and_restarts_no_worker(life):
     assert life.settled(workers)
 
 
+def test_a_pod_template_restarts_the_workers_drained_into_its_shape(life):
+    """A node set's podTemplate (decision record 48): the operator restarts each worker,
+    drained first, and each comes back with the template's label, annotation and scratch
+    volume, where a job writes."""
+    workers = sorted(life.slurm_nodes())  # whichever node sets the tests before this one left
+
+    def pods() -> dict[str, dict]:
+        out = life.kubectl("get", "pods", "-l", names.NODESET_LABEL, "-o", "json").stdout
+        return {p["metadata"]["name"]: p for p in json.loads(out)["items"]}
+
+    before = {name: p["metadata"]["uid"] for name, p in pods().items()}
+    assert sorted(before) == workers
+    seen = {e["metadata"]["name"] for e in life.events()}
+    template = {"labels": {"example.com/shaped": "yes"}, "annotations": {"example.com/note": "shaped"},
+                "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "64Mi"}}],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}
+    life.patch({"nodeSets": [{**ns, "podTemplate": template} for ns in life.cluster()["spec"]["nodeSets"]]})
+
+    def shaped() -> bool:
+        now = pods()
+        return (set(now) == set(before) and life.settled(workers)
+                and all(p["metadata"]["uid"] != before[name] and p["status"].get("phase") == "Running"
+                        and p["metadata"]["labels"].get("example.com/shaped") == "yes"
+                        and p["metadata"]["annotations"].get("example.com/note") == "shaped"
+                        for name, p in now.items()))
+
+    wait_for("every worker restarted with the template", shaped, timeout=300, show=life.diagnose)
+    reasons = [e["reason"] for e in life.events() if e["metadata"]["name"] not in seen]
+    assert "Restarting" in reasons and "Draining" in reasons, reasons
+    job = life.sbatch("-N", "1", "-w", workers[0], "-o", "/dev/null", "--wrap", "echo ok > /scratch/ok")
+    wait_for("the job to complete", lambda: life.job(job)["JobState"] == "COMPLETED", timeout=90)
+    assert life.run("cat", "/scratch/ok", pod=workers[0]).strip() == "ok"
+
+
 @default_release_only
 def test_the_controller_pod_deleted_comes_back_with_its_state_and_jobs_carry_on(life):
     """slurmctld's pod deleted: the StatefulSet makes it again with the state
@@ -389,6 +423,7 @@ def test_the_controller_pod_deleted_comes_back_with_its_state_and_jobs_carry_on(
     wait_for("the nodes idle, the cluster Ready", lambda: life.settled(workers), timeout=90, show=life.diagnose)
 
 
+@default_release_only  # the operator's teardown of Kubernetes objects: no Slurm release changes it
 def test_deleting_the_cluster_leaves_only_its_state_claim(life):
     assert life.kubectl("get", "slurmcluster", NAME, "-o", "name").stdout.strip() == f"slurmcluster.slurmk8s.dev/{NAME}"
     claims = life.expected("PersistentVolumeClaim", GROWN)

@@ -224,6 +224,18 @@ setting, so that a cluster the operator runs is one the bridge can load.
 {{- end }}
 {{- end }}
 
+{{/*
+The class of a shared claim whose spec names none; without it such a
+SlurmCluster is refused. The operator's rounds and the webhook, wherever it
+runs, judge with the same value.
+*/}}
+{{- define "slurmk8s.sharedStorageClassArgs" -}}
+{{- with .Values.sharedStorage.storageClassName }}
+- --shared-storage-class
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
 {{/* The operator's arguments. */}}
 {{- define "slurmk8s.args" -}}
 {{- include "slurmk8s.commandArgs" (list . "operator" .Values (include "slurmk8s.namespaces" . | fromJsonArray)) }}
@@ -233,11 +245,11 @@ setting, so that a cluster the operator runs is one the bridge can load.
 - --release-name
 - {{ .Release.Name | quote }}
 {{- include "slurmk8s.trustedRepositoryArgs" . }}
-{{- if .Values.webhook.enabled }}
+{{- include "slurmk8s.sharedStorageClassArgs" . }}
+{{- if include "slurmk8s.webhook.inOperator" . }}
 - --webhook-port
 - {{ .Values.webhook.port | quote }}
-- --webhook-cert-dir
-- /etc/slurmk8s/webhook
+{{- include "slurmk8s.webhook.certArgs" (list . "--webhook-") }}
 {{- end }}
 {{- end }}
 
@@ -366,7 +378,8 @@ spec:
             # The root filesystem is read-only; Python and kopf may write temporary files.
             - name: tmp
               mountPath: /tmp
-            {{- if .webhook }}
+            {{- if and .webhook $.Values.webhook.certManager.enabled }}
+            # cert-manager's Secret; otherwise the operator keeps the certificate itself.
             - name: webhook-cert
               mountPath: /etc/slurmk8s/webhook
               readOnly: true
@@ -375,10 +388,10 @@ spec:
         - name: tmp
           emptyDir:
             sizeLimit: 64Mi
-        {{- if .webhook }}
+        {{- if and .webhook $.Values.webhook.certManager.enabled }}
         - name: webhook-cert
           secret:
-            secretName: {{ include "slurmk8s.webhook.fullname" $ }}
+            secretName: {{ include "slurmk8s.webhook.tlsSecret" $ }}
             defaultMode: 0400
         {{- end }}
       {{- with $v.nodeSelector }}
@@ -538,9 +551,231 @@ The bridge's object name prefix: <fullname>-bridge, the full name cut so the
 suffix always fits (else a long full name would give the bridge the
 operator's names).
 */}}
-{{/* The webhook's Secret and Service. */}}
+{{/* The webhook's Service (and, with webhook.hostNetwork, its Deployment and ServiceAccount). */}}
 {{- define "slurmk8s.webhook.fullname" -}}
 {{- printf "%s-webhook" (include "slurmk8s.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The ValidatingWebhookConfiguration (cluster-scoped: the release namespace is in its name). */}}
+{{- define "slurmk8s.webhook.configurationName" -}}
+{{- printf "%s-%s" (include "slurmk8s.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/* The Secret in which the process serving the webhook keeps its CA and certificate (decision record 53). */}}
+{{- define "slurmk8s.webhook.keptSecret" -}}
+{{- printf "%s-certs" (include "slurmk8s.webhook.fullname" .) }}
+{{- end }}
+
+{{/* The kubernetes.io/tls Secret cert-manager writes the serving certificate to. */}}
+{{- define "slurmk8s.webhook.tlsSecret" -}}
+{{- printf "%s-tls" (include "slurmk8s.webhook.fullname" .) }}
+{{- end }}
+
+{{/* Which component serves the webhook: its own Deployment on the host network, or the operator. */}}
+{{- define "slurmk8s.webhook.component" -}}
+{{- if .Values.webhook.hostNetwork }}webhook{{ else }}operator{{ end }}
+{{- end }}
+
+{{/* "true" when the operator's own pods serve the webhook, else empty. */}}
+{{- define "slurmk8s.webhook.inOperator" -}}
+{{- if and .Values.webhook.enabled (not .Values.webhook.hostNetwork) }}true{{ end }}
+{{- end }}
+
+{{/* The ServiceAccount of the pods that serve the webhook. */}}
+{{- define "slurmk8s.webhook.serviceAccountName" -}}
+{{- if .Values.webhook.hostNetwork }}
+{{- include "slurmk8s.webhook.fullname" . }}
+{{- else }}
+{{- include "slurmk8s.serviceAccountName" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where the webhook's certificate comes from, as arguments with the prefix
+given ("--webhook-" for the operator, "--" for `slurmk8s webhook`):
+cert-manager's Secret mounted, or the Secret the process keeps.
+*/}}
+{{- define "slurmk8s.webhook.certArgs" -}}
+{{- $ := index . 0 }}
+{{- $p := index . 1 }}
+{{- if $.Values.webhook.certManager.enabled }}
+- {{ $p }}cert-dir
+- /etc/slurmk8s/webhook
+{{- else }}
+- {{ $p }}secret
+- {{ include "slurmk8s.webhook.keptSecret" $ | quote }}
+- {{ $p }}configuration
+- {{ include "slurmk8s.webhook.configurationName" $ | quote }}
+- {{ $p }}service
+- {{ include "slurmk8s.webhook.fullname" $ | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The webhook's own Deployment, with webhook.hostNetwork (decision record 53):
+`slurmk8s webhook` on the nodes' network, where a control plane that cannot
+reach pod addresses (EKS with an overlay CNI) reaches it, while the operator
+stays on the pod network, so the Slurm agents' NetworkPolicies admit it as
+before. Its ServiceAccount may only keep the certificate (nothing with
+cert-manager: no token then). Placed as the operator's pods are; two on one
+node would want the same host port, so the scheduler keeps them apart.
+*/}}
+{{- define "slurmk8s.webhook.deployment" -}}
+{{- $name := include "slurmk8s.webhook.fullname" . }}
+{{- $kept := not .Values.webhook.certManager.enabled }}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ $name }}
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "slurmk8s.componentLabels" (list . "webhook") | nindent 4 }}
+automountServiceAccountToken: {{ $kept }}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ $name }}
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "slurmk8s.componentLabels" (list . "webhook") | nindent 4 }}
+spec:
+  replicas: {{ .Values.webhook.replicas }}
+  strategy:
+    type: RollingUpdate
+    rollingUpdate:
+      # A host port is taken until its pod is gone: replace one pod at a time.
+      maxUnavailable: 1
+      maxSurge: 0
+  selector:
+    matchLabels:
+      {{- include "slurmk8s.componentSelectorLabels" (list . "webhook") | nindent 6 }}
+  template:
+    metadata:
+      labels:
+        {{- include "slurmk8s.componentLabels" (list . "webhook") | nindent 8 }}
+        {{- with .Values.podLabels }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      {{- with .Values.podAnnotations }}
+      annotations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    spec:
+      hostNetwork: true
+      dnsPolicy: ClusterFirstWithHostNet
+      serviceAccountName: {{ $name }}
+      automountServiceAccountToken: {{ $kept }}
+      {{- with .Values.image.pullSecrets }}
+      imagePullSecrets:
+        {{- range . }}
+        - name: {{ . | quote }}
+        {{- end }}
+      {{- end }}
+      {{- with .Values.priorityClassName }}
+      priorityClassName: {{ . | quote }}
+      {{- end }}
+      {{- with .Values.podSecurityContext }}
+      securityContext:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      containers:
+        - name: webhook
+          image: {{ include "slurmk8s.image" . | quote }}
+          imagePullPolicy: {{ .Values.image.pullPolicy }}
+          args:
+            - --log-level
+            - {{ .Values.logLevel | quote }}
+            - --log-format
+            - {{ .Values.logFormat | quote }}
+            - webhook
+            - --port
+            - {{ .Values.webhook.port | quote }}
+            {{- include "slurmk8s.trustedRepositoryArgs" . | nindent 12 }}
+            {{- include "slurmk8s.sharedStorageClassArgs" . | nindent 12 }}
+            {{- include "slurmk8s.webhook.certArgs" (list . "--") | nindent 12 }}
+          env:
+            # The namespace of the Secret and Service it keeps the certificate for.
+            - name: POD_NAMESPACE
+              valueFrom:
+                fieldRef:
+                  fieldPath: metadata.namespace
+          ports:
+            - name: webhook
+              containerPort: {{ .Values.webhook.port }}
+              protocol: TCP
+          # GET /healthz over TLS: ready once it serves a certificate.
+          readinessProbe:
+            httpGet:
+              path: /healthz
+              port: webhook
+              scheme: HTTPS
+            periodSeconds: 5
+            timeoutSeconds: 5
+            failureThreshold: 3
+          livenessProbe:
+            httpGet:
+              path: /healthz
+              port: webhook
+              scheme: HTTPS
+            initialDelaySeconds: 30
+            periodSeconds: 20
+            timeoutSeconds: 5
+            failureThreshold: 3
+          {{- with .Values.resources }}
+          resources:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+          {{- with .Values.securityContext }}
+          securityContext:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+          volumeMounts:
+            - name: tmp
+              mountPath: /tmp
+            {{- if not $kept }}
+            - name: webhook-cert
+              mountPath: /etc/slurmk8s/webhook
+              readOnly: true
+            {{- end }}
+      volumes:
+        - name: tmp
+          emptyDir:
+            sizeLimit: 16Mi
+        {{- if not $kept }}
+        - name: webhook-cert
+          secret:
+            secretName: {{ include "slurmk8s.webhook.tlsSecret" . }}
+            defaultMode: 0400
+        {{- end }}
+      {{- with .Values.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .Values.affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .Values.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+{{- if gt (int .Values.webhook.replicas) 1 }}
+---
+# A node drain evicts one webhook pod at a time: the others answer meanwhile.
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ $name }}
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "slurmk8s.componentLabels" (list . "webhook") | nindent 4 }}
+spec:
+  maxUnavailable: 1
+  selector:
+    matchLabels:
+      {{- include "slurmk8s.componentSelectorLabels" (list . "webhook") | nindent 6 }}
+{{- end }}
 {{- end }}
 
 {{- define "slurmk8s.bridge.fullname" -}}

@@ -5,19 +5,21 @@ or a test acting as one) reports their status through the API."""
 
 from __future__ import annotations
 
+from .aggregation import ClusterRoleAggregation
 from .base import Controller, Manager
-from .cluster import DisruptionBudgets, Endpoints, ResourceQuotas, VolumeBinder
+from .cluster import DisruptionBudgets, Endpoints, ResourceQuotas
 from .deployment import Deployments, ReplicaSets
 from .lifecycle import CRDCleanup, GarbageCollector, Namespaces, PodGC
 from .scheduler import Scheduler, TaintEviction
 from .statefulset import StatefulSets
+from .volumes import PersistentVolumes
 
 ALL: list[type[Controller]] = [
     Namespaces,
     GarbageCollector,
     CRDCleanup,
     PodGC,
-    VolumeBinder,
+    PersistentVolumes,
     StatefulSets,
     Deployments,
     ReplicaSets,
@@ -26,6 +28,7 @@ ALL: list[type[Controller]] = [
     Endpoints,
     DisruptionBudgets,
     ResourceQuotas,
+    ClusterRoleAggregation,
 ]
 
 __all__ = ["ALL", "Controller", "Manager"]

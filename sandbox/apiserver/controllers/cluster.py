@@ -1,8 +1,7 @@
 """Controllers for the rest of what slurmk8s' objects expect from a cluster:
-PersistentVolumeClaims get bound (there is no storage provisioner: a claim is
-Bound to a volume named ``pvc-<uid>`` at once, its data lives wherever the pod
-runtime puts it), Services get Endpoints, PodDisruptionBudgets get a status
-(which evictions consult)."""
+Services get Endpoints, PodDisruptionBudgets get a status (which evictions
+consult), ResourceQuotas their usage. Claims are provisioned in
+:mod:`.volumes`."""
 
 from __future__ import annotations
 
@@ -21,9 +20,7 @@ from .util import (
     ENDPOINTS,
     PDBS,
     PODS,
-    PVCS,
     SERVICES,
-    deleting,
     name,
     namespace,
     pod_active,
@@ -31,43 +28,6 @@ from .util import (
     resolve_int_or_percent,
     set_condition,
 )
-
-
-class VolumeBinder(Controller):
-    name = "persistentvolume-binder-controller"
-    watches = (PVCS,)
-
-    def keys_for(self, ev: Event) -> Iterable[Hashable]:
-        if ev.type != "DELETED" and (ev.obj.get("status") or {}).get("phase") != "Bound":
-            yield (namespace(ev.obj), name(ev.obj))
-
-    def initial_keys(self) -> Iterable[Hashable]:
-        return [(namespace(p), name(p)) for p in self.api.store.list(PVCS)]
-
-    def reconcile(self, key) -> float | None:
-        ns, pname = key
-        api = self.api
-        rt = api.resource("", "v1", "persistentvolumeclaims")
-        pvc = api.store.get(PVCS, ns, pname)
-        if pvc is None or deleting(pvc) or (pvc.get("status") or {}).get("phase") == "Bound":
-            return None
-        spec = pvc.get("spec") or {}
-        volume = spec.get("volumeName") or f"pvc-{meta(pvc).get('uid')}"
-        if spec.get("volumeName") != volume:
-            body = copy.deepcopy(pvc)
-            body["spec"]["volumeName"] = volume
-            ann = body["metadata"].setdefault("annotations", {})
-            ann["pv.kubernetes.io/bind-completed"] = "yes"
-            ann["pv.kubernetes.io/bound-by-controller"] = "yes"
-            api.update(rt, ns, pname, body, Options(field_manager=self.name), old=pvc)
-            pvc = api.store.get(PVCS, ns, pname) or pvc
-        status = {
-            "phase": "Bound",
-            "accessModes": list(spec.get("accessModes") or ["ReadWriteOnce"]),
-            "capacity": {"storage": ((spec.get("resources") or {}).get("requests") or {}).get("storage", "0")},
-        }
-        api.write_status(rt, pvc, status, self.name)
-        return None
 
 
 class Endpoints(Controller):

@@ -5,8 +5,11 @@ Kubernetes' filter plugins give, in their order: NodeUnschedulable,
 TaintToleration, NodeAffinity, NodeResourcesFit; then PodTopologySpread's
 ``DoNotSchedule`` constraints, :func:`spread`) and :func:`schedule` picks a
 node (``ScheduleAnyway`` spreading first, then the least allocated) or
-writes the "0/3 nodes are available: ..." message. The controllers bind
-pods, set ``PodScheduled``, record ``Scheduled``/``FailedScheduling`` events,
+writes the "0/3 nodes are available: ..." message. A pod's claims
+come first (the VolumeBinding plugin, ``storage.pod_claims``): a missing or
+unbound ``Immediate`` claim makes it unschedulable, and claims that wait for
+their first consumer are given the node picked for it before it is bound.
+The controllers bind pods, set ``PodScheduled``, record ``Scheduled``/``FailedScheduling`` events,
 and delete pods from nodes with NoExecute taints they do not tolerate.
 """
 
@@ -17,14 +20,14 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping
 from decimal import Decimal
 
-from .. import quantity, timeutil
-from ..api import DeleteOptions
+from .. import quantity, storage, timeutil
+from ..api import DeleteOptions, Options
 from ..errors import APIError
 from ..selectors import from_label_selector_object, labels_match
 from ..store import Event, meta
 from .base import Controller
 from .events import Recorder
-from .util import NODES, PODS, deleting, name, namespace, pod_terminal, set_condition
+from .util import NODES, PODS, PVCS, deleting, name, namespace, pod_terminal, set_condition
 
 Resources = dict[str, Decimal]
 SCHEDULER_NAME = "default-scheduler"
@@ -266,14 +269,15 @@ def pending(pod: Mapping) -> bool:
 
 class Scheduler(Controller):
     name = SCHEDULER_NAME
-    watches = (PODS, NODES)
+    #: Claims and StorageClasses too: a pod waits for its claims (VolumeBinding, ``storage.pod_claims``).
+    watches = (PODS, NODES, PVCS, storage.STORAGECLASSES)
 
     def __init__(self, api) -> None:
         super().__init__(api)
         self.recorder = Recorder(api, SCHEDULER_NAME)
 
     def keys_for(self, ev: Event) -> Iterable[Hashable]:
-        if ev.storage == NODES:
+        if ev.storage in (NODES, PVCS, storage.STORAGECLASSES):
             yield "all"
             return
         if ev.type == "DELETED":
@@ -295,9 +299,19 @@ class Scheduler(Controller):
         queue = sorted((p for p in pods if pending(p)),
                        key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0), meta(p).get("creationTimestamp", ""), namespace(p), name(p)))
         bound = [p for p in pods if (p.get("spec") or {}).get("nodeName")]
+        classes = {name(sc): sc for sc in api.store.list(storage.STORAGECLASSES)}
         for pod in queue:
-            node_name, message = schedule(pod, nodes, use, bound)
             ns, pname = namespace(pod), name(pod)
+            claims = storage.pod_claims(pod, {name(c): c for c in api.store.list(PVCS, ns)}, classes)
+            if claims.waiting:
+                continue  # its claims are being provisioned for the node picked for it: bound once they are
+            if claims.unschedulable:
+                node_name, message = None, f"0/{len(nodes)} nodes are available: {claims.unschedulable}."
+            else:
+                node_name, message = schedule(pod, nodes, use, bound)
+            if node_name and claims.select:
+                self._select(ns, claims.select, node_name)
+                continue
             if node_name:
                 api.bind(ns, pname, {"target": {"kind": "Node", "name": node_name}})
                 res, n = use.get(node_name, ({}, 0))
@@ -320,6 +334,18 @@ class Scheduler(Controller):
             api.write_status(pod_rt, pod, status, SCHEDULER_NAME)
             self.recorder.event(pod, "Warning", "FailedScheduling", message)
         return None
+
+    def _select(self, ns: str, claims: Iterable[str], node_name: str) -> None:
+        """Give the node picked for a pod to its claims that wait for their first
+        consumer; the pod is bound once the provisioner has bound them."""
+        rt = self.api.resource("", "v1", "persistentvolumeclaims")
+        for cname in claims:
+            claim = self.api.store.get(PVCS, ns, cname)
+            if claim is None or (meta(claim).get("annotations") or {}).get(storage.SELECTED_NODE):
+                continue
+            body = copy.deepcopy(claim)
+            body["metadata"]["annotations"] = {**(body["metadata"].get("annotations") or {}), storage.SELECTED_NODE: node_name}
+            self.api.update(rt, ns, cname, body, Options(field_manager=SCHEDULER_NAME), old=claim)
 
 
 class TaintEviction(Controller):
