@@ -3,9 +3,10 @@
 A Kubernetes node is lent when it has been idle for ``idleAfterSeconds`` (and
 at least one round): it ran no GPU pod, or, under ``minFreeGpus``, at least
 that many of its GPUs were free (:func:`waiting_since`). It is Ready, not
-cordoned, carries no lending taint, Slurm has no other node of its name, no
-pending GPU pod could land on it, it can be described to Slurm, and lending
-it keeps the policy within ``maxLentNodes`` and ``minKubernetesNodes``.
+cordoned, carries no lending taint, runs no pod of the policy's SlurmCluster
+(:mod:`.ownpods`), Slurm has no other node of its name, no pending GPU pod
+could land on it, it can be described to Slurm, and lending it keeps the
+policy within ``maxLentNodes`` and ``minKubernetesNodes``.
 Longest idle first.
 """
 
@@ -19,6 +20,7 @@ from ..render.lent import LentNode, UnlendableNode
 from ..slurm.model import Job
 from .nodestate import HEALTH_FAILED_ANNOTATION, LENDING
 from .observed import KubeNode, KubePod
+from .ownpods import blocked_reason
 from .placement import fits
 from .settings import Round, Settings
 from .world import World
@@ -102,6 +104,9 @@ def idle_candidates(r: Round, world: World, settings: Settings, idle: list[KubeN
             continue
         if n.record.down_owed == settings.cluster_key:
             continue  # settled this round (deadline.settle): its idle time starts again then
+        if (why := blocked_reason(world, settings, n)) is not None:
+            r.blocked.append(why)
+            continue
         if n.name in world.slurm_nodes and n.name not in ghosts:
             r.blocked.append(f"{n.name} (Slurm already has a node of that name)")
             continue
