@@ -163,7 +163,8 @@ def test_a_server_without_a_directory_serves_the_certificate_it_is_given(tmp_pat
 
 
 def test_the_webhook_command_serves_alone_and_stops_on_sigterm(tmp_path, example_doc):
-    """`slurmk8s webhook`, as the chart runs it with webhook.hostNetwork and cert-manager."""
+    """`slurmk8s webhook`, as the chart runs it with webhook.hostNetwork and cert-manager: the
+    example's shared volume names no class, and takes the one the command is given."""
     import os
     import signal
     import socket
@@ -181,7 +182,8 @@ def test_the_webhook_command_serves_alone_and_stops_on_sigterm(tmp_path, example
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([str(Path(sys.executable).parent / "slurmk8s"), "webhook", "--port", str(port),
-                             "--cert-dir", str(certs)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             "--cert-dir", str(certs), "--shared-storage-class", "shared"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env={**os.environ, "POD_NAMESPACE": ""})
     try:
         deadline = time.monotonic() + 30

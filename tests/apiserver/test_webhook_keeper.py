@@ -37,7 +37,8 @@ def crds(cluster: Cluster) -> None:
 
 @pytest.fixture(scope="module")
 def served(cluster: Cluster, crds, tmp_path_factory):
-    hook = ChartWebhook(cluster, objects({"watchNamespaces": [HPC]}), NAMESPACE, tmp_path_factory.mktemp("keeper"))
+    hook = ChartWebhook(cluster, objects({"watchNamespaces": [HPC]}), NAMESPACE, tmp_path_factory.mktemp("keeper"),
+                        shared_storage_class="shared")
     yield hook
     hook.stop()
 
