@@ -116,7 +116,7 @@ def test_a_drain_that_names_the_gpu_and_its_problem_reads_as_the_gpus_check():
     """The gpus check's reason names the GPU after the check (``gpus: GPU ...``); the
     check is still ``gpus`` for the Event, the metric and the bridge's annotation."""
     nodes = [node("a", "slurmk8s: health: gpus: GPU /dev/nvidia1 (00000000:2A:00.0): 3 uncorrectable ECC errors"),
-             node("b", "slurmk8s: health: gpus: nvidia-smi did not answer within 20 s")]
+             node("b", "slurmk8s: health: gpus: nvidia-smi did not answer within 15 s")]
     assert unhealthy(nodes) == {"a": "gpus", "b": "gpus"}
 
 

@@ -69,9 +69,9 @@ CGROUP=/sys/fs/cgroup
 SPOOL=/var/spool/slurmd
 SCRATCH="/tmp /var/tmp"
 # Where the gpus check finds the pod's devices, and how long one nvidia-smi query may take
-# (slurmd gives the whole program 60 s).
+# (slurmd kills the whole program after 60 s, so two queries must fit with the rest).
 DEV=/dev
-SMI_SECONDS=20
+SMI_SECONDS=15
 gpus=''
 detail=''  # what the drain's reason says after the check's name, where the check names it
 # Who a site check runs as (nobody), and for how long.
