@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import stat
 import subprocess
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from slurmk8s.render import ClusterKeys, config_files, render
 from slurmk8s.render.config import HEALTH_CHECK_PROGRAM
 from slurmk8s.render.manifests import lent_slurmd_pod
 from slurmk8s.render.slurmd import SITE_CHECKS_DIR
-from slurmk8s.slurm.model import Node, unhealthy
+from slurmk8s.slurm.model import HEALTH_PREFIX, Node, unhealthy
 
 from .conftest import ROOT, minimal
 
@@ -109,6 +110,14 @@ def test_only_the_health_checks_own_drains_read_as_unhealthy():
     nodes = [node("a", "slurmk8s: health: gpus"), node("b", "slurmk8s: health: site-nfs.sh [root@2026-01-01]"),
              node("c", "slurmk8s: scale-in"), node("d", "health: gpus"), node("e", "slurmk8s: health: gpus", False)]
     assert unhealthy(nodes) == {"a": "gpus", "b": "site-nfs.sh"}
+
+
+def test_a_drain_that_names_the_gpu_and_its_problem_reads_as_the_gpus_check():
+    """The gpus check's reason names the GPU after the check (``gpus: GPU ...``); the
+    check is still ``gpus`` for the Event, the metric and the bridge's annotation."""
+    nodes = [node("a", "slurmk8s: health: gpus: GPU /dev/nvidia1 (00000000:2A:00.0): 3 uncorrectable ECC errors"),
+             node("b", "slurmk8s: health: gpus: nvidia-smi did not answer within 15 s")]
+    assert unhealthy(nodes) == {"a": "gpus", "b": "gpus"}
 
 
 def test_the_metric_counts_unhealthy_nodes_by_check_and_falls_back_to_zero():
@@ -302,3 +311,118 @@ echo "uids=$(job_uids | tr '\\n' ' ')"
 """)
     found = result(proc)
     assert int(found["jobs"]) >= 200 << 20 and found["uids"].split() == [str(JOB_UID)], found
+
+
+
+# -- the gpus check: the device nodes, and the driver where nvidia-smi is there ---------------------------------
+#
+# A fake /dev (character devices made by mknod) and a fake nvidia-smi printing what the
+# real one prints: `--query-gpu=minor_number,pci.bus_id,ecc.errors.uncorrected.volatile.total,
+# retired_pages.pending --format=csv,noheader,nounits` rows, the line a GPU fallen off the bus
+# gets instead of its row (and the exit status then), `--query-remapped-rows` rows. sinfo
+# and scontrol are fakes too: the drain is read from scontrol's arguments.
+
+HEALTHY = "0, 00000000:18:00.0, 0, No\n1, 00000000:2A:00.0, 0, No\n"
+ROWS = "00000000:18:00.0, 0, 0\n00000000:2A:00.0, 0, 0\n"
+GPU1 = "GPU /dev/nvidia1 (00000000:2A:00.0)"
+
+
+def gpu_check(root: Path, query: str | None, rows: str = ROWS, rc: int = 0, devices: tuple[int, ...] = (0, 1),
+              gpus: int = 2, seconds: int = 20) -> dict[str, str]:
+    """The gpus check on a pod with /dev/nvidiaN for ``devices`` and ``gpus`` in its gres, and
+    then the drain or resume it leads to. ``query``: what nvidia-smi prints for the GPU query
+    (exiting ``rc``), "hang" for one that never answers, None for no nvidia-smi on PATH."""
+    (root / "dev").mkdir()
+    for n in devices:
+        os.mknod(root / "dev" / f"nvidia{n}", 0o600 | stat.S_IFCHR, os.makedev(195, n))
+    os.mknod(root / "dev" / "nvidiactl", 0o600 | stat.S_IFCHR, os.makedev(195, 255))
+    (root / "bin").mkdir()
+    (root / "gpus").write_text(query or "")
+    (root / "rows").write_text(rows)
+    fakes = {
+        "sinfo": 'case "$*" in *%T*) echo idle ;; *%E*) echo none ;; esac',
+        "scontrol": f'printf "%s\\n" "$@" >{root}/scontrol',
+        "nvidia-smi": ("exec sleep 300" if query == "hang" else
+                       f'case "$*" in *--query-gpu=*) cat {root}/gpus; exit {rc} ;; '
+                       f'*--query-remapped-rows=*) cat {root}/rows ;; *) exit 2 ;; esac'),
+    }
+    for name, body in fakes.items():
+        if name == "nvidia-smi" and query is None:
+            continue
+        (root / "bin" / name).write_text(f"#!/bin/bash\n{body}\n")
+        (root / "bin" / name).chmod(0o755)
+    proc = subprocess.run(["bash", "-c", f"""
+source {shlex.quote(str(PROGRAM))}
+PATH={root}/bin:$PATH DEV={root}/dev LOG={root}/log SMI_SECONDS={seconds} gpus={gpus}
+start=$SECONDS
+if check_gpus; then failed=''; else failed=gpus; fi
+echo "seconds=$((SECONDS - start))"
+settle n1 "$failed" "$detail" "$why"
+"""], capture_output=True, text=True, timeout=60)
+    found = result(proc)
+    drain = root / "scontrol"
+    found["scontrol"] = drain.read_text() if drain.exists() else ""
+    return found
+
+
+def drained_for(found: dict[str, str]) -> str | None:
+    """The reason the check drained the node with, after the prefix; None when it did not."""
+    args = found["scontrol"].splitlines()
+    if "state=drain" not in args:
+        return None
+    reason = next(a for a in args if a.startswith("reason="))[len("reason="):]
+    assert reason.startswith(HEALTH_PREFIX), reason
+    return reason[len(HEALTH_PREFIX):]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("query,rows", [
+    (HEALTHY, ROWS),
+    # ECC off or not reported, no retired pages on a GPU that remaps rows, no row remapping: unknown, not failures.
+    ("0, 00000000:18:00.0, [N/A], [N/A]\n1, 00000000:2A:00.0, [Not Supported], [Not Supported]\n",
+     "00000000:18:00.0, [N/A], [N/A]\n00000000:2A:00.0, [N/A], [N/A]\n"),
+    (HEALTHY, "No devices support row remapping.\n"),
+    # A privileged pod sees the host's GPUs: a broken one that is not the pod's is not judged.
+    (HEALTHY + "7, 00000000:DB:00.0, 12, Yes\n", ROWS + "00000000:DB:00.0, 1, 1\n"),
+])
+def test_healthy_gpus_pass_the_driver_check(tmp_path, query, rows):
+    found = gpu_check(tmp_path, query, rows)
+    assert drained_for(found) is None and found["scontrol"] == "", found
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("query,rows,rc,reason", [
+    # A GPU fallen off the bus keeps its device node; nvidia-smi prints a line for it, no row.
+    ("Unable to determine the device handle for GPU 0000:2A:00.0: GPU is lost.  Reboot the system to recover this GPU\n"
+     "0, 00000000:18:00.0, 0, No\n", ROWS, 15,
+     "gpus: GPU /dev/nvidia1 does not answer nvidia-smi (00000000:2A:00.0: GPU is lost)"),
+    ("Unable to determine the device handle for GPU0000:2a:00.0: Unknown Error\n0, 00000000:18:00.0, 0, No\n", ROWS, 255,
+     "gpus: GPU /dev/nvidia1 does not answer nvidia-smi (00000000:2A:00.0: no device handle)"),
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA "
+     "driver is installed and running.\n", ROWS, 9,
+     "gpus: GPUs /dev/nvidia0, /dev/nvidia1 do not answer nvidia-smi"),
+    ("0, 00000000:18:00.0, 0, No\n1, 00000000:2A:00.0, 3, No\n", ROWS, 0, f"gpus: {GPU1}: 3 uncorrectable ECC errors"),
+    ("0, 00000000:18:00.0, 0, No\n1, 00000000:2A:00.0, 0, Yes\n", ROWS, 0, f"gpus: {GPU1}: retired pages pending"),
+    (HEALTHY, "00000000:18:00.0, 0, 0\n00000000:2A:00.0, 1, 0\n", 0, f"gpus: {GPU1}: row remapping pending"),
+    (HEALTHY, "00000000:18:00.0, No, No\n00000000:2A:00.0, No, Yes\n", 0, f"gpus: {GPU1}: row remapping failed"),
+    ("0, 00000000:18:00.0, 1, Yes\n1, 00000000:2A:00.0, 0, No\n", ROWS, 0,
+     "gpus: GPU /dev/nvidia0 (00000000:18:00.0): 1 uncorrectable ECC errors (and 1 more)"),
+])
+def test_each_gpu_failure_the_driver_reports_drains_the_node_naming_the_gpu(tmp_path, query, rows, rc, reason):
+    """Issue 44: the gpus check counted /dev/nvidiaN, and a GPU fallen off the bus or with
+    uncorrectable ECC errors keeps its device node. Now the driver answers for each GPU."""
+    assert drained_for(gpu_check(tmp_path, query, rows, rc)) == reason
+
+
+@pytest.mark.root
+def test_an_nvidia_smi_that_hangs_drains_the_node_within_its_bound(tmp_path):
+    found = gpu_check(tmp_path, "hang", seconds=1)
+    assert drained_for(found) == "gpus: nvidia-smi did not answer within 1 s", found
+    assert int(found["seconds"]) <= 1 + 4 + 1, found  # SMI_SECONDS, the kill's grace, the poll
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("devices,drained", [((0, 1), False), ((0,), True)])
+def test_without_nvidia_smi_the_device_nodes_are_counted(tmp_path, devices, drained):
+    found = gpu_check(tmp_path, None, devices=devices)
+    assert drained_for(found) == ("gpus" if drained else None), found

@@ -9,7 +9,14 @@
 #
 #   gpus           the pod has exactly the GPU devices (/dev/nvidiaN, character
 #                  devices) its gres says: the count the entrypoint found at
-#                  start, in /run/slurmk8s/node
+#                  start, in /run/slurmk8s/node. Where nvidia-smi is on PATH
+#                  (the NVIDIA container toolkit mounts the driver's), the
+#                  driver must also answer for each of them, within
+#                  SMI_SECONDS, with no uncorrectable volatile ECC error, no
+#                  retired page pending and no row remapping pending or
+#                  failed; a value the GPU does not report ([N/A], [Not
+#                  Supported]) is no failure. The drain's reason names the
+#                  GPU and the problem
 #   munge          a credential made here decodes here (munged answers, the key
 #                  is readable)
 #   sharedStorage  every shared volume's mount point is mounted read-write
@@ -35,7 +42,8 @@
 # SlurmUser's, nobody's or the site checks'. A job cannot change its uid, so
 # it cannot hide its use as the node's.
 #
-# A failure drains the node with the reason `slurmk8s: health: <check>`,
+# A failure drains the node with the reason `slurmk8s: health: <check>`
+# (`slurmk8s: health: gpus: <GPU>: <problem>` for what the driver reports),
 # unless it is drained already for another reason (an administrator's, the
 # operator's): that drain is left as it is. When every check passes, a drain
 # of its own (`slurmk8s: health: ...`) is resumed, and no other. It never
@@ -60,6 +68,12 @@ PROC=/proc
 CGROUP=/sys/fs/cgroup
 SPOOL=/var/spool/slurmd
 SCRATCH="/tmp /var/tmp"
+# Where the gpus check finds the pod's devices, and how long one nvidia-smi query may take
+# (slurmd kills the whole program after 60 s, so two queries must fit with the rest).
+DEV=/dev
+SMI_SECONDS=15
+gpus=''
+detail=''  # what the drain's reason says after the check's name, where the check names it
 # Who a site check runs as (nobody), and for how long.
 CHECK_UID=65534 CHECK_GID=65534 CHECK_SECONDS=10
 SLURM_UID=$(id -u slurm 2>/dev/null || echo 64030)
@@ -137,6 +151,138 @@ run_site_check() {
   return "$rc"
 }
 
+# bounded SECONDS OUT COMMAND...: COMMAND's output (stdout and stderr) in OUT, and its exit
+# status; 124 when it ran over SECONDS. A process the kernel holds (a driver call stuck in D
+# state) outlives even SIGKILL: it is left behind then, not waited for.
+bounded() {
+  local seconds=$1 out=$2 i
+  shift 2
+  rm -f "$out.rc"
+  (timeout -k 2 "$seconds" "$@" >"$out" 2>&1 </dev/null; echo "$?" >"$out.rc") &
+  for ((i = 0; i < (seconds + 4) * 10; i++)); do
+    if [ -s "$out.rc" ]; then
+      wait "$!"
+      i=$(cat "$out.rc")
+      [ "$i" != 137 ] || i=124  # killed after the grace: timed out all the same
+      return "$i"
+    fi
+    sleep 0.1
+  done
+  return 124
+}
+
+# A PCI address as one spelling (nvidia-smi writes 00000000:3B:00.0 in its rows and
+# 0000:3b:00.0 in some messages): 8 upper-case hex digits of domain.
+bus_key() {
+  local domain=${1%%:*}
+  printf '%08X:%s\n' "$((16#$domain))" "${1#*:}" | tr 'a-f' 'A-F'
+}
+
+BUS_RE='[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]'
+YES_RE='^(Yes|YES|yes|1)$'
+
+# The pod's GPUs (the N of its /dev/nvidiaN, as arguments) as the driver reports them: each
+# answers nvidia-smi, with no uncorrectable volatile ECC error, no retired page pending, no
+# row remapping pending or failed. Its output is parsed strictly: a line of another shape
+# is logged, a value the GPU does not report ([N/A], [Not Supported]) is no failure, and a
+# GPU that is not the pod's (a privileged pod sees the host's) is not judged.
+check_gpus_driver() {
+  local tmp rc line minor bus ecc retired pending failure gpu n=0 answered=' ' lost='' missing='' problem
+  local -a problems=()
+  local -A names=()
+  tmp=$(mktemp -d) || { log "no temporary directory: GPUs not asked of the driver"; return 0; }
+  bounded "$SMI_SECONDS" "$tmp/gpus" nvidia-smi \
+    --query-gpu=minor_number,pci.bus_id,ecc.errors.uncorrected.volatile.total,retired_pages.pending \
+    --format=csv,noheader,nounits
+  rc=$?
+  case $rc in
+    124) why="nvidia-smi did not answer within $SMI_SECONDS s" detail=$why; rm -rf "$tmp"; return 1 ;;
+    126 | 127) log "nvidia-smi could not run (exit $rc): the GPU devices alone judged"; rm -rf "$tmp"; return 0 ;;
+  esac
+  # A lost GPU gets a line of its own and no row; nvidia-smi then exits non-zero, the
+  # others' rows printed all the same.
+  while IFS= read -r line; do
+    if [[ $line =~ ^([0-9]{1,6}),\ ($BUS_RE),\ ([^,]*),\ ([^,]*)$ ]]; then
+      minor=$((10#${BASH_REMATCH[1]})) bus=$(bus_key "${BASH_REMATCH[2]}") ecc=${BASH_REMATCH[3]} retired=${BASH_REMATCH[4]}
+      [[ " $* " == *" $minor "* && $answered != *" $minor "* ]] || continue
+      answered+="$minor " n=$((n + 1)) gpu="GPU /dev/nvidia$minor ($bus)" names[$bus]="GPU /dev/nvidia$minor ($bus)"
+      if [[ $ecc =~ ^[0-9]{1,18}$ ]] && [ "$ecc" -gt 0 ]; then problems+=("$gpu: $ecc uncorrectable ECC errors"); fi
+      if [[ $retired =~ $YES_RE ]]; then problems+=("$gpu: retired pages pending"); fi
+    elif [[ $line =~ Unable\ to\ determine\ the\ device\ handle|GPU\ is\ lost ]]; then
+      if [[ $line =~ GPU\ is\ lost ]]; then problem="GPU is lost"; else problem="no device handle"; fi
+      if [[ $line =~ ($BUS_RE) ]]; then lost+="${lost:+, }$(bus_key "${BASH_REMATCH[1]}"): $problem"; fi
+      log "nvidia-smi: ${line:0:300}"
+    elif [ -n "$line" ]; then
+      log "nvidia-smi (exit $rc), a line not understood: ${line:0:300}"
+    fi
+  done <"$tmp/gpus"
+  if [ "$n" -lt "$#" ]; then
+    for minor in "$@"; do [[ $answered == *" $minor "* ]] || missing+="${missing:+, }/dev/nvidia$minor"; done
+    why="$n of its $# GPUs answer nvidia-smi (exit $rc)"
+    detail="GPU $missing does not answer nvidia-smi${lost:+ ($lost)}"
+    [ "$n" -lt $(($# - 1)) ] && detail="GPUs $missing do not answer nvidia-smi${lost:+ ($lost)}"
+    rm -rf "$tmp"
+    return 1
+  fi
+  if [ "${#problems[@]}" -eq 0 ]; then
+    # Row remapping (A100 and later; older GPUs answer [N/A] or nothing this query knows).
+    bounded "$SMI_SECONDS" "$tmp/rows" nvidia-smi \
+      --query-remapped-rows=gpu_bus_id,remapped_rows.pending,remapped_rows.failure --format=csv,noheader
+    rc=$?
+    [ "$rc" != 124 ] || { why="nvidia-smi did not answer within $SMI_SECONDS s" detail=$why; rm -rf "$tmp"; return 1; }
+    while IFS= read -r line; do
+      if [[ $line =~ ^($BUS_RE),\ ([^,]*),\ ([^,]*)$ ]]; then
+        gpu=${names[$(bus_key "${BASH_REMATCH[1]}")]:-} pending=${BASH_REMATCH[2]} failure=${BASH_REMATCH[3]}
+        [ -n "$gpu" ] || continue
+        if [[ $pending =~ $YES_RE ]]; then problems+=("$gpu: row remapping pending"); fi
+        if [[ $failure =~ $YES_RE ]]; then problems+=("$gpu: row remapping failed"); fi
+      elif [ -n "$line" ]; then
+        log "nvidia-smi --query-remapped-rows (exit $rc), a line not understood: ${line:0:300}"
+      fi
+    done <"$tmp/rows"
+  fi
+  rm -rf "$tmp"
+  [ "${#problems[@]}" -eq 0 ] && return 0
+  why=$(printf '%s; ' "${problems[@]}") why=${why%; }
+  detail=${problems[0]}
+  [ "${#problems[@]}" -eq 1 ] || detail+=" (and $((${#problems[@]} - 1)) more)"
+  return 1
+}
+
+# The pod has exactly the GPU devices its gres says (gpus: the count the entrypoint found),
+# and where nvidia-smi is on PATH, the driver finds each healthy.
+check_gpus() {
+  [ -n "$gpus" ] && [ "$gpus" != 0 ] || return 0
+  local f minors=()
+  for f in "$DEV"/nvidia*; do
+    if [[ ${f#"$DEV"/} =~ ^nvidia([0-9]+)$ ]] && [ -c "$f" ] && [ ! -L "$f" ]; then minors+=("${BASH_REMATCH[1]}"); fi
+  done
+  [ "${#minors[@]}" -eq "$gpus" ] || { why="${#minors[@]} of its $gpus GPU devices present"; return 1; }
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  check_gpus_driver "${minors[@]}"
+}
+
+# settle NODE FAILED DETAIL WHY: drain NODE when a check FAILED (its name; DETAIL follows it in
+# the reason, WHY goes to the log), unless it is drained for a reason not the health check's;
+# resume it when none failed and the drain is the health check's own.
+settle() {
+  local node=$1 failed=$2 detail=${3:0:200} why=$4 state reason want drained=0
+  state=$(timeout 10 sinfo -h -n "$node" -o '%T' 2>/dev/null | head -n 1)
+  reason=$(timeout 10 sinfo -h -n "$node" -o '%E' 2>/dev/null | head -n 1)
+  [ -n "$state" ] || { log "node $node not known to slurmctld (yet): nothing changed"; return 0; }
+  case $state in *drain* | *DRAIN*) drained=1 ;; esac
+  if [ -n "$failed" ]; then
+    want="$PREFIX $failed${detail:+: $detail}"
+    if [ "$drained" = 0 ] || { [[ $reason == "$PREFIX"* ]] && [ "$reason" != "$want" ]; }; then
+      log "node $node failed the $failed check ($why): draining it"
+      timeout 10 scontrol update nodename="$node" state=drain reason="$want" || log "could not drain $node"
+    fi
+  elif [ "$drained" = 1 ] && [[ $reason == "$PREFIX"* ]]; then
+    log "node $node passes every check again: resuming it ($reason cleared)"
+    timeout 10 scontrol update nodename="$node" state=resume || log "could not resume $node"
+  fi
+}
+
 # Run as a program (not sourced, as the tests do): the checks this node's slurm.conf names.
 [[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
 
@@ -166,15 +312,6 @@ shared=$(setting HealthSharedPaths)
 min_disk=$(setting HealthMinFreeDisk)
 min_memory=$(setting HealthMinAvailableMemory)
 
-check_gpus() {
-  [ -n "$gpus" ] && [ "$gpus" != 0 ] || return 0
-  local n=0 f
-  for f in /dev/nvidia*; do
-    if [[ $f =~ ^/dev/nvidia[0-9]+$ ]] && [ -c "$f" ] && [ ! -L "$f" ]; then n=$((n + 1)); fi
-  done
-  [ "$n" -eq "$gpus" ] || { why="$n of its $gpus GPU devices present"; return 1; }
-}
-
 check_munge() {
   munge -n 2>/dev/null | unmunge >/dev/null 2>&1 || { why="munge -n | unmunge failed"; return 1; }
 }
@@ -188,7 +325,7 @@ check_sharedStorage() {
   done
 }
 
-failed='' why=''
+failed='' why='' detail=''
 for check in $checks; do
   case $check in
     gpus) check_gpus ;;
@@ -211,20 +348,5 @@ if [ -z "$failed" ] && [ -d /etc/slurmk8s/health.d ]; then
   done
 fi
 
-state=$(timeout 10 sinfo -h -n "$node" -o '%T' 2>/dev/null | head -n 1)
-reason=$(timeout 10 sinfo -h -n "$node" -o '%E' 2>/dev/null | head -n 1)
-[ -n "$state" ] || { log "node $node not known to slurmctld (yet): nothing changed"; exit 0; }
-drained=0
-case $state in *drain* | *DRAIN*) drained=1 ;; esac
-
-if [ -n "$failed" ]; then
-  if [ "$drained" = 0 ] || { [[ $reason == "$PREFIX"* ]] && [ "$reason" != "$PREFIX $failed" ]; }; then
-    log "node $node failed the $failed check ($why): draining it"
-    timeout 10 scontrol update nodename="$node" state=drain reason="$PREFIX $failed" ||
-      log "could not drain $node"
-  fi
-elif [ "$drained" = 1 ] && [[ $reason == "$PREFIX"* ]]; then
-  log "node $node passes every check again: resuming it ($reason cleared)"
-  timeout 10 scontrol update nodename="$node" state=resume || log "could not resume $node"
-fi
+settle "$node" "$failed" "$detail" "$why"
 exit 0

@@ -474,7 +474,9 @@ class HealthCheckSpec(ApiModel):
     instead of running them on every node at once."""
     checks: Annotated[list[HealthCheckName], AfterValidator(_distinct)] = Field(
         default_factory=lambda: list(_DEFAULT_CHECKS), max_length=3)
-    """gpus: the node has the GPU devices its gres says; munge: a credential
+    """gpus: the node has the GPU devices its gres says, and where the slurmd
+    image has nvidia-smi, the driver answers for each with no uncorrectable
+    ECC error, retired page or row remapping pending; munge: a credential
     made on the node decodes; sharedStorage: every shared volume is mounted,
     and read-write (its mount options; nothing is written, so root-squashed
     NFS passes)."""

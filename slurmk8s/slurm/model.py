@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -39,8 +40,10 @@ HEALTH_PREFIX = f"{DRAIN_PREFIX} health: "
 
 
 def unhealthy(nodes: Iterable[Node]) -> dict[str, str]:
-    """Node -> the health check it failed, for the nodes the health check drained. Pure."""
-    return {n.name: n.reason[len(HEALTH_PREFIX):].split(" [", 1)[0].strip() or "unknown"
+    """Node -> the health check it failed, for the nodes the health check drained: the name
+    that starts the reason's rest (``gpus`` of ``slurmk8s: health: gpus: GPU /dev/nvidia1
+    (...): 3 uncorrectable ECC errors``; check names have no space, colon or bracket). Pure."""
+    return {n.name: re.split(r"[\s:\[]", n.reason[len(HEALTH_PREFIX):].strip(), maxsplit=1)[0] or "unknown"
             for n in nodes if n.drain_set and n.reason.startswith(HEALTH_PREFIX)}
 
 
