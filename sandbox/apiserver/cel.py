@@ -154,7 +154,7 @@ def _check_rules(value: Any, old: Any, s: Mapping, path: str, root: bool, errors
         if rule.get("messageExpression"):
             try:
                 got = program(rule["messageExpression"]).evaluate(activation)
-                if isinstance(got, celtypes.StringType) and got.strip() and "\n" not in got:
+                if isinstance(got, str) and got.strip() and "\n" not in got:
                     message = str(got)
             except EvalErrors:
                 pass  # Kubernetes falls back to message (or the default) and logs the error
