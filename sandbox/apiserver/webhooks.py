@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import re
 import ssl
 import uuid
