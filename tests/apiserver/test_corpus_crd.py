@@ -196,10 +196,15 @@ def test_with_the_webhook_the_api_refuses_exactly_what_the_validator_refuses(clu
 def test_kubectl_apply_of_an_invalid_spec_is_refused_at_once_with_its_field_paths(cluster: Cluster, webhook) -> None:
     doc = yaml.safe_load((CRDS.parents[3] / "examples" / "slurmcluster.yaml").read_text())
     doc["metadata"]["namespace"] = "hpc"
-    doc["spec"]["partitions"][0]["nodeSets"] = ["nosuchset"]
     doc["spec"]["slurmConfig"] = {"srunPortRange": "70000-70100"}
     proc = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(doc), check=False)
     assert proc.returncode != 0
     assert 'admission webhook "slurmclusters.validate.slurmk8s.dev" denied the request' in proc.stderr
     assert "spec.slurmConfig.srunPortRange" in proc.stderr
+    # A rule the CRD states in CEL is refused by the API server itself, before any webhook.
+    doc["spec"]["partitions"][0]["nodeSets"] = ["nosuchset"]
+    proc = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(doc), check=False)
+    assert proc.returncode != 0
+    assert ('spec.partitions: Invalid value: "object": a partition names a node set that is not in '
+            "spec.nodeSets") in proc.stderr, proc.stderr
     assert cluster.custom.list_namespaced_custom_object(GROUP, VERSION, "hpc", "slurmclusters")["items"] == []
