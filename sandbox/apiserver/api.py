@@ -261,7 +261,7 @@ class API:
     def _process(self, rt: ResourceType, obj: dict, opts: Options, old: dict | None) -> dict:
         """Defaults, schema (custom resources) and validation; raises 422."""
         if rt.custom:
-            out = crdschema.process(obj, rt.schema)
+            out = crdschema.process(obj, rt.schema, old)
             obj = out.obj
             if out.unknown:
                 if opts.field_validation == "Strict":

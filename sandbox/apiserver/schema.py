@@ -6,7 +6,8 @@ on every write, in the same order: drop ``null`` values of fields that are not
 ``x-kubernetes-preserve-unknown-fields``), apply ``default``s, then validate.
 Validation uses ``jsonschema`` (draft 4, which OpenAPI v3.0 follows) plus the
 Kubernetes list rules (``x-kubernetes-list-type: map|set`` uniqueness).
-CEL rules (``x-kubernetes-validations``) are not evaluated.
+Last, the CEL rules (``x-kubernetes-validations``, :mod:`.cel`), on an object whose
+schema holds (Kubernetes, too, runs them only then).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import jsonschema
 
+from . import cel
 from .errors import FieldError
 
 _ROOT_KEYS = ("apiVersion", "kind", "metadata")
@@ -75,7 +77,8 @@ def check_schema(schema: dict) -> str | None:
         _validator(json.dumps(schema, sort_keys=True))
     except jsonschema.SchemaError as e:
         return f"{_path(e.absolute_path) or 'openAPIV3Schema'}: {e.message}"
-    return None
+    problems = cel.rule_problems(schema)
+    return "; ".join(problems) if problems else None
 
 
 @dataclass
@@ -226,8 +229,9 @@ def _field_error(e: jsonschema.ValidationError) -> FieldError:
     return FieldError(where, "Invalid", e.message, v)
 
 
-def process(obj: dict, schema: dict | None) -> Outcome:
-    """Prune, default and validate a custom resource (a deep copy is returned)."""
+def process(obj: dict, schema: dict | None, old: dict | None = None) -> Outcome:
+    """Prune, default and validate a custom resource (a deep copy is returned);
+    ``old``: the stored object an update replaces, for CEL transition rules."""
     out = copy.deepcopy(obj)
     if not schema:
         return Outcome(out)
@@ -245,4 +249,6 @@ def process(obj: dict, schema: dict | None) -> Outcome:
         else:
             errors.append(_field_error(e))
     _list_rules(out, schema, [], errors)
+    if not errors:
+        errors = cel.validation_errors(out, schema, old)
     return Outcome(out, unknown, errors)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import re
 import ssl
 import uuid
@@ -41,8 +40,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import celpy
-from celpy.evaluation import CELUnsupportedError
 
+from .cel import EvalErrors, compile_problem, eval_message, program
 from .errors import APIError, FieldError, qualified
 from .selectors import selects
 
@@ -135,29 +134,6 @@ def review(t: Target, user: Mapping[str, Any], dry_run: bool) -> dict:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
-@functools.lru_cache(maxsize=1024)
-def _program(expression: str) -> celpy.Runner:
-    """The compiled CEL program of a condition (celpy.CELParseError when it does not compile)."""
-    env = celpy.Environment()
-    return env.program(env.compile(expression))
-
-
-def compile_problem(expression: str) -> str | None:
-    """Why ``expression`` does not compile as CEL, or None."""
-    try:
-        _program(expression)
-    except celpy.CELParseError as exc:
-        return f"compilation failed: {' '.join(str(exc).split())}"
-    return None
-
-
-def _eval_message(exc: Exception) -> str:
-    """A CEL evaluation error in the words cel-go uses where they differ (a missing key)."""
-    text = str(exc.args[0]) if exc.args else str(exc)
-    missing = re.fullmatch(r"no such member in mapping: '(.*)'", text)
-    return f"no such key: {missing.group(1)}" if missing else text
-
-
 def conditions_match(hook: Mapping, t: Target, user: Mapping[str, Any], dry_run: bool) -> bool:
     """Whether ``hook`` is called for ``t`` after its ``matchConditions``, as Kubernetes
     decides: any condition false skips it; otherwise one that fails to evaluate
@@ -175,9 +151,9 @@ def conditions_match(hook: Mapping, t: Target, user: Mapping[str, Any], dry_run:
     for cond in conditions:
         expression = cond.get("expression") or ""
         try:
-            result = _program(expression).evaluate(activation)
-        except (celpy.CELEvalError, CELUnsupportedError) as exc:
-            errors.append(f"expression '{expression}' resulted in error: {_eval_message(exc)}")
+            result = program(expression).evaluate(activation)
+        except EvalErrors as exc:
+            errors.append(f"expression '{expression}' resulted in error: {eval_message(exc)}")
             continue
         if not isinstance(result, celpy.celtypes.BoolType):
             errors.append(f"expression '{expression}' resulted in error: got {type(result).__name__}, "

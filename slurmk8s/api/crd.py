@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel
 
 from . import cluster, lending
+from .celrules import rules_for
 
 __all__ = ["CrdSpec", "CRDS", "crd", "all_crds", "dump_yaml", "SchemaError"]
 
@@ -183,6 +184,26 @@ def openapi_schema(model: type[BaseModel]) -> dict:
     return _structural(raw, defs, model.__name__)
 
 
+def _schema_node(schema: dict, at: str) -> dict:
+    """The node of ``schema`` at ``at`` ("", "spec", "spec.nodeSets[]" for each item)."""
+    node = schema
+    for part in filter(None, at.split(".")):
+        name, items = (part[:-2], True) if part.endswith("[]") else (part, False)
+        try:
+            node = node["properties"][name]
+            if items:
+                node = node["items"]
+        except KeyError:
+            raise SchemaError(f"{at}: a CEL rule is placed on a field the schema does not have") from None
+    return node
+
+
+def _add_rules(schema: dict, kind: str) -> None:
+    """The kind's CEL rules (:mod:`.celrules`) on their schema nodes, as ``x-kubernetes-validations``."""
+    for rule in rules_for(kind):
+        _schema_node(schema, rule.at).setdefault("x-kubernetes-validations", []).append(rule.entry())
+
+
 def crd(spec: CrdSpec) -> dict:
     """The CustomResourceDefinition object for one kind."""
     spec_schema = openapi_schema(spec.spec_model)
@@ -202,6 +223,7 @@ def crd(spec: CrdSpec) -> dict:
             "status": status_schema,
         },
     }
+    _add_rules(schema, spec.kind)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

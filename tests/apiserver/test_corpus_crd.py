@@ -6,7 +6,10 @@ validates custom resources against the CRDs the chart installs). What the
 validator accepts the API server must accept: otherwise a manifest that
 `slurmk8s validate` passes fails at `kubectl apply`. With the CRDs alone, the
 other way round is allowed only for the rules that span fields, which a CRD
-schema cannot state. With the operator's webhook registered as the chart
+schema cannot state, and of those only the ones the CRDs' CEL rules
+(``x-kubernetes-validations``, slurmk8s/api/celrules.py) cannot state: every case
+the validator refuses for a rule a CEL rule mirrors, the API server refuses with
+the webhook absent. With the operator's webhook registered as the chart
 registers it (its Service and ValidatingWebhookConfiguration, the certificate
 kept by the webhook's server),
 the API server and the validator agree on every case.
@@ -22,6 +25,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from slurmk8s.api import InvalidSpec, load_cluster, load_policy
+from slurmk8s.api.celrules import RULES, mirrored
 
 from ..test_corpus import Case, corpus
 from .conftest import CRDS, Cluster
@@ -32,6 +36,8 @@ PLURAL = {"SlurmCluster": "slurmclusters", "NodeLendingPolicy": "nodelendingpoli
 #: Filled by the tests; printed in the session's summary (tests/conftest.py).
 COUNTS: dict[str, int] = {}
 SERVER_ERRORS: list[str] = []
+#: The message of the API server's last refusal (_api_accepts).
+REFUSAL: list[str] = [""]
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +50,23 @@ def crds(cluster: Cluster) -> None:
 
 
 def _validator_accepts(kind: str, doc) -> bool:
+    return not _validator_errors(kind, doc)
+
+
+def _validator_errors(kind: str, doc) -> list[str]:
+    """The validator's ``<path>: <message>`` errors of ``doc``; none when it accepts it."""
     try:
         (load_policy if kind == "NodeLendingPolicy" else load_cluster)(doc)
-    except InvalidSpec:
-        return False
-    return True
+    except InvalidSpec as exc:
+        return [f"{e.path}: {e.message}" for e in exc.errors] or ["(refused)"]
+    return []
+
+
+def _cel_states(case: Case) -> bool:
+    """Whether a CEL rule of the CRDs mirrors one of the validator's reasons to refuse the case."""
+    if case.kind == "Pair":
+        return any(mirrored("SlurmCluster", e) for d in case.docs for e in _validator_errors("SlurmCluster", d))
+    return any(mirrored(case.kind, e) for e in _validator_errors(case.kind, case.doc))
 
 
 def _api_accepts(cluster: Cluster, kind: str, doc, strict: bool = False) -> bool:
@@ -57,6 +75,7 @@ def _api_accepts(cluster: Cluster, kind: str, doc, strict: bool = False) -> bool
     meta = doc.get("metadata") if isinstance(doc, dict) else None
     ns = meta.get("namespace") if isinstance(meta, dict) else None
     ns = ns if ns in ("hpc", "default") else "hpc"
+    REFUSAL[0] = ""
     try:
         # call_api, not create_namespaced_custom_object: that refuses a body that
         # is not a mapping before sending it, and the server must see those too.
@@ -74,6 +93,10 @@ def _api_accepts(cluster: Cluster, kind: str, doc, strict: bool = False) -> bool
         SERVER_ERRORS.append(f"connection closed: {exc} for {str(doc)[:200]}")
         return False
     except ApiException as exc:
+        try:
+            REFUSAL[0] = str(json.loads(exc.body).get("message", ""))
+        except (TypeError, ValueError, AttributeError):
+            REFUSAL[0] = str(exc.body)
         if exc.status >= 500:
             SERVER_ERRORS.append(f"{exc.status}: {str(exc.body)[:300]} for {str(doc)[:200]}")
         return False
@@ -90,8 +113,9 @@ def _both(cluster: Cluster, case: Case, strict: bool = False) -> tuple[bool, boo
 def test_what_the_validator_accepts_the_crd_accepts(cluster: Cluster, crds) -> None:
     SERVER_ERRORS.clear()
     counts = {"cases": 0, "not sendable": 0, "both refuse": 0, "both accept": 0,
-              "only the CRD accepts (cross-field rules)": 0, "only the validator accepts": 0}
-    disagree = []
+              "only the CRD accepts (cross-field rules)": 0, "only the validator accepts": 0,
+              "refused by CEL": 0, "cross-field, refused by the webhook only": 0}
+    disagree, missed = [], []
     for case in corpus():
         if not case.sendable:
             try:
@@ -101,12 +125,18 @@ def test_what_the_validator_accepts_the_crd_accepts(cluster: Cluster, crds) -> N
                 continue
         counts["cases"] += 1
         ours, theirs = _both(cluster, case)
+        cel = not ours and _cel_states(case)
         if ours and theirs:
             counts["both accept"] += 1
         elif not ours and not theirs:
             counts["both refuse"] += 1
+            counts["refused by CEL"] += any(f'Invalid value: "{t}": {r.message}' in REFUSAL[0]
+                                            for r in RULES for t in ("object", "array"))
         elif theirs:
             counts["only the CRD accepts (cross-field rules)"] += 1
+            counts["cross-field, refused by the webhook only"] += 1
+            if cel:
+                missed.append(case.id)
         else:
             counts["only the validator accepts"] += 1
             disagree.append(case.id)
@@ -115,7 +145,8 @@ def test_what_the_validator_accepts_the_crd_accepts(cluster: Cluster, crds) -> N
     counts["stand-in failures (counted as refused)"] = len(SERVER_ERRORS)
     COUNTS.update({f"CRD: {k}": v for k, v in counts.items()})
     assert not disagree, f"{counts}\nthe CRD refuses what the validator accepts:\n" + "\n".join(disagree[:30])
-    assert counts["both accept"] and counts["both refuse"], counts
+    assert not missed, f"{counts}\nCEL rules mirror these, yet the CRD accepts them:\n" + "\n".join(missed[:30])
+    assert counts["both accept"] and counts["both refuse"] and counts["refused by CEL"], counts
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +187,7 @@ def test_with_the_webhook_the_api_refuses_exactly_what_the_validator_refuses(clu
             counts["refused by the API, accepted by the validator"] += 1
             disagree.append(f"refused: {case.id}")
     counts["stand-in failures (counted as refused)"] = len(SERVER_ERRORS)
+    counts["refused by neither (CEL, webhook)"] = counts["accepted by the API, refused by the validator"]
     COUNTS.update({f"webhook: {k}": v for k, v in counts.items()})
     assert not disagree, f"{counts}\n" + "\n".join(disagree[:30])
     assert counts["accepted by both"] and counts["refused by the API"], counts
@@ -164,10 +196,15 @@ def test_with_the_webhook_the_api_refuses_exactly_what_the_validator_refuses(clu
 def test_kubectl_apply_of_an_invalid_spec_is_refused_at_once_with_its_field_paths(cluster: Cluster, webhook) -> None:
     doc = yaml.safe_load((CRDS.parents[3] / "examples" / "slurmcluster.yaml").read_text())
     doc["metadata"]["namespace"] = "hpc"
-    doc["spec"]["partitions"][0]["nodeSets"] = ["nosuchset"]
     doc["spec"]["slurmConfig"] = {"srunPortRange": "70000-70100"}
     proc = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(doc), check=False)
     assert proc.returncode != 0
     assert 'admission webhook "slurmclusters.validate.slurmk8s.dev" denied the request' in proc.stderr
     assert "spec.slurmConfig.srunPortRange" in proc.stderr
+    # A rule the CRD states in CEL is refused by the API server itself, before any webhook.
+    doc["spec"]["partitions"][0]["nodeSets"] = ["nosuchset"]
+    proc = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(doc), check=False)
+    assert proc.returncode != 0
+    assert ('spec.partitions: Invalid value: "object": a partition names a node set that is not in '
+            "spec.nodeSets") in proc.stderr, proc.stderr
     assert cluster.custom.list_namespaced_custom_object(GROUP, VERSION, "hpc", "slurmclusters")["items"] == []
