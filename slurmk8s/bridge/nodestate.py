@@ -41,6 +41,7 @@ from typing import TypeGuard
 from ..api.cluster import GROUP
 from ..api.fields import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
 from ..evacuation import format_job_ids, parse_job_ids  # noqa: F401 (re-exported)
+from ..render.names import LENT_TAINT_EFFECT, LENT_TAINT_KEY
 from ..strict import count
 from ..times import format_time, parse_time  # noqa: F401 (re-exported: the one RFC 3339 helper)
 
@@ -90,9 +91,10 @@ DOWN_OWED_POLICY_ANNOTATION = f"{GROUP}/down-owed-policy"
 HEALTH_FAILED_ANNOTATION = f"{GROUP}/health-failed"
 
 #: Keeps new Kubernetes pods off a node while Slurm has it; the lent slurmd
-#: pod tolerates it. The value is the SlurmCluster's name.
-TAINT_KEY = f"{GROUP}/lent"
-TAINT_EFFECT = "NoSchedule"
+#: pod tolerates it. The value is the SlurmCluster's name (render.names, where
+#: the operator also reads it).
+TAINT_KEY = LENT_TAINT_KEY
+TAINT_EFFECT = LENT_TAINT_EFFECT
 
 #: The lent slurmd pods carry app.kubernetes.io/component=lent-slurmd.
 COMPONENT_LABEL = "app.kubernetes.io/component"

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..bridge.nodestate import TAINT_EFFECT, TAINT_KEY
+from ..render.names import LENT_TAINT_EFFECT as TAINT_EFFECT
+from ..render.names import LENT_TAINT_KEY as TAINT_KEY
 
 __all__ = ["MAINTENANCE", "CORDONED", "CONDITION_TAINTS", "maintenance"]
 

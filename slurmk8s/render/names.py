@@ -243,6 +243,12 @@ def lent_slurmd(c: SlurmCluster | str, node: str) -> str:
 
 #: On a lent slurmd pod: its node (:func:`lent_node_label`), which its
 #: PodDisruptionBudget (``render.slurmd.lent_budget``) selects it by.
+#: The taint the bridge puts on a node while Slurm has it (the value: the
+#: SlurmCluster's name): it keeps new Kubernetes pods off, the lent slurmd pod
+#: tolerates it, and the operator's maintenance rule knows it for the bridge's.
+LENT_TAINT_KEY = f"{GROUP}/lent"
+LENT_TAINT_EFFECT = "NoSchedule"
+
 LENT_NODE_LABEL = f"{GROUP}/lent-node"
 
 
