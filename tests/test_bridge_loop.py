@@ -386,9 +386,10 @@ def _policy_patch(cluster, patch: dict) -> None:
 
 
 def _invalid(cluster, bridge) -> None:
-    # Valid for the schema, not for the rule the operator and the bridge share.
+    # Valid for the schema and its CEL rules, not for the rule the operator and the bridge
+    # share (a slurm.conf key outside the extraLines allowlist: a parse no CEL rule states).
     cluster.custom.patch_namespaced_custom_object("slurmk8s.dev", "v1alpha1", "default", "slurmclusters", "demo",
-                                                  {"spec": {"slurmConfig": {"cgroups": True}}})
+                                                  {"spec": {"slurmConfig": {"extraLines": ["SlurmUser=root"]}}})
 
 
 def _deleted(cluster, bridge) -> None:

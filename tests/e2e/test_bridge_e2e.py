@@ -684,16 +684,17 @@ def test_a_cluster_the_bridge_cannot_load_hands_its_lent_nodes_back_within_grace
 
     operations(["DELETE"])
     try:
-        # Valid for the schema, not for the rule the operator and the bridge share.
+        # Valid for the schema and its CEL rules, not for the rule the operator and the bridge
+        # share (a slurm.conf key outside the extraLines allowlist: a parse no CEL rule states).
         world.kubectl("patch", "slurmcluster", "lend", "--type", "merge",
-                      "-p", json.dumps({"spec": {"slurmConfig": {"cgroups": True}}}))
+                      "-p", json.dumps({"spec": {"slurmConfig": {"extraLines": ["SlurmUser=root"]}}}))
     finally:
         operations(["CREATE", "UPDATE"])
     made_invalid = time.monotonic()
     try:
         cond = wait_for("the policy to say so", lambda: (c := world.condition()).get("reason") == "ClusterUnreadable"
                         and c, timeout=30, show=world.condition)
-        assert "acceptLentNodes" in cond["message"], cond
+        assert "spec.slurmConfig.extraLines" in cond["message"], cond
         wait_for("both nodes back", lambda: all(world.returned(n) for n in LEND), timeout=GRACE + deadline + 30,
                  every=0.5, show=world.states)
         took = time.monotonic() - made_invalid
@@ -705,7 +706,7 @@ def test_a_cluster_the_bridge_cannot_load_hands_its_lent_nodes_back_within_grace
         assert world.states() == {LEND[0]: None, LEND[1]: None}
     finally:
         world.kubectl("patch", "slurmcluster", "lend", "--type", "merge",
-                      "-p", json.dumps({"spec": {"slurmConfig": {"cgroups": None}}}))
+                      "-p", json.dumps({"spec": {"slurmConfig": {"extraLines": None}}}))
         world.apply(policy())
     # Readable again: the DOWN the deadline owed ends the job, and lending resumes.
     wait_for("the job ended by the DOWN", lambda: r.job(job)["JobState"] != "RUNNING", timeout=60,
