@@ -215,18 +215,24 @@ def free_port() -> int:
 def test_the_serve_image_follows_what_train_sh_publishes(tmp_path, fake_slurm):
     """The image's entrypoint serves each version examples/train.sh publishes."""
     model_dir = tmp_path / "checkpoints/researcher/train"
-    port = free_port()
-    env = {"PATH": os.environ["PATH"], "SLURMK8S_MODEL_DIR": str(model_dir), "SLURMK8S_SERVE_PORT": str(port)}
-    server = subprocess.Popen(["bash", str(ROOT / "images/serve/entrypoint.sh")], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
+    for _ in range(3):  # a port found free may be taken before the server binds it (other tests run at once)
+        port = free_port()
+        env = {"PATH": os.environ["PATH"], "SLURMK8S_MODEL_DIR": str(model_dir), "SLURMK8S_SERVE_PORT": str(port)}
+        server = subprocess.Popen(["bash", str(ROOT / "images/serve/entrypoint.sh")], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        url = f"http://127.0.0.1:{port}"
+
         def answers():
             try:
-                return get(f"{url}/healthz")
+                return get(f"{url}/healthz")  # noqa: B023 - called within this iteration
             except OSError:
-                return None
-        assert wait_for("the server", answers, timeout=15)[0] == 503  # up, but nothing published yet
+                return "exited" if server.poll() is not None else None  # noqa: B023 - as above
+        first = wait_for("the server", answers, timeout=30)
+        if first != "exited":
+            break
+    assert first != "exited", server.communicate()[0]
+    try:
+        assert first[0] == 503  # up, but nothing published yet
         job = {**fake_slurm, "SLURMK8S_CHECKPOINT_DIR": str(model_dir), "TRAIN_STEPS": "6"}
         train = subprocess.run(["bash", str(ROOT / "examples/train.sh")], env=job, capture_output=True,
                                text=True, timeout=60)
