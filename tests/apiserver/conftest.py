@@ -63,6 +63,21 @@ class Cluster:
 
     # -- helpers ------------------------------------------------------------------
 
+    def install_crds(self) -> dict[str, dict]:
+        """The project's CRDs (charts/slurmk8s/files/crds), created through the API as a
+        client would, those not there yet; by name."""
+        import yaml
+
+        there = {c.metadata.name for c in self.ext.list_custom_resource_definition().items}
+        docs = {}
+        for f in sorted(CRDS.glob("*.yaml")):
+            for doc in yaml.safe_load_all(f.read_text()):
+                if doc:
+                    if doc["metadata"]["name"] not in there:
+                        self.ext.create_custom_resource_definition(doc)
+                    docs[doc["metadata"]["name"]] = doc
+        return docs
+
     def namespace(self, prefix: str = "t") -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:6]}"
         self.core.create_namespace({"metadata": {"name": name}})

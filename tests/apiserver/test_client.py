@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from slurmk8s import versions
 
-from .conftest import CRDS, EXAMPLE, Cluster, start_server, wait_for
+from .conftest import EXAMPLE, Cluster, start_server, wait_for
 
 GROUP, VERSION, PLURAL = "slurmk8s.dev", "v1alpha1", "slurmclusters"
 
@@ -35,13 +35,7 @@ def cm(name: str, data: dict | None = None, **meta) -> dict:
 @pytest.fixture(scope="module")
 def crds(cluster: Cluster) -> dict:
     """The project's CRDs, created through the API as a client would."""
-    docs = {}
-    for f in sorted(CRDS.glob("*.yaml")):
-        for doc in yaml.safe_load_all(f.read_text()):
-            if doc:
-                cluster.ext.create_custom_resource_definition(doc)
-                docs[doc["metadata"]["name"]] = doc
-    return docs
+    return cluster.install_crds()
 
 
 def example() -> dict:

@@ -42,10 +42,7 @@ REFUSAL: list[str] = [""]
 
 @pytest.fixture(scope="module")
 def crds(cluster: Cluster) -> None:
-    for f in sorted(CRDS.glob("*.yaml")):
-        for doc in yaml.safe_load_all(f.read_text()):
-            if doc:
-                cluster.ext.create_custom_resource_definition(doc)
+    cluster.install_crds()
     cluster.core.create_namespace({"metadata": {"name": "hpc"}})
 
 

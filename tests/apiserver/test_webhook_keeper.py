@@ -21,17 +21,14 @@ from slurmk8s.operator import certs
 
 from ..test_chart import NAMESPACE, objects
 from .chartwebhook import ChartWebhook
-from .conftest import CRDS, EXAMPLE, Cluster, wait_for
+from .conftest import EXAMPLE, Cluster, wait_for
 
 HPC = "hpc-certs"
 
 
 @pytest.fixture(scope="module")
 def crds(cluster: Cluster) -> None:
-    for f in sorted(CRDS.glob("*.yaml")):
-        for doc in yaml.safe_load_all(f.read_text()):
-            if doc:
-                cluster.ext.create_custom_resource_definition(doc)
+    cluster.install_crds()
     cluster.core.create_namespace({"metadata": {"name": HPC}})
 
 

@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 from sandbox.apiserver import tls
 from sandbox.apiserver.authn import ADMIN_USER
 
-from .conftest import CRDS, EXAMPLE, Cluster
+from .conftest import EXAMPLE, Cluster
 
 HOOK_NS = "hooks"
 
@@ -297,11 +297,7 @@ def test_the_charts_conditions_spare_spec_less_updates_and_the_operators_own_wri
     webhook; kopf's finalizer, labels, status and the operator's own writes never wait for it."""
     from ..test_chart import NAMESPACE, RELEASE, objects
 
-    for f in sorted(CRDS.glob("*.yaml")):
-        for doc in yaml.safe_load_all(f.read_text()):
-            if doc and doc["metadata"]["name"] not in {c.metadata.name for c in
-                                                      cluster.ext.list_custom_resource_definition().items}:
-                cluster.ext.create_custom_resource_definition(doc)
+    cluster.install_crds()
     ns = cluster.namespace("slurm")
     rendered = next(o for o in objects({"watchNamespaces": [ns]}) if o["kind"] == "ValidatingWebhookConfiguration")
     chart_hook = rendered["webhooks"][0]
