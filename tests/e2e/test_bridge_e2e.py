@@ -93,13 +93,19 @@ def test_an_idle_lent_node_is_reclaimed_for_a_gpu_pod_and_lent_again_after(world
     wait_for("the node lent again", world.all_lent, show=world.states)
 
 
-def test_a_busy_node_is_reclaimed_the_job_checkpoints_and_resumes(world):
+def _checkpointing_job_on_a_lent_node(world):
+    """Both nodes lent, the checkpointing job running on one of them: the researcher,
+    the job, its node and the other lent node."""
     wait_for("both nodes lent", world.all_lent, show=world.states)
     r = world.researcher
     r.put(CHECKPOINT_JOB, "/shared/researcher/ckpt.sh")
     job = r.sbatch("/shared/researcher/ckpt.sh", cwd="/shared/researcher")
-    first = wait_for("the job to run", lambda: r.job(job)["JobState"] == "RUNNING" and r.job(job)["NodeList"])
-    other = next(n for n in LEND if n != first)
+    node = wait_for("the job to run", lambda: r.job(job)["JobState"] == "RUNNING" and r.job(job)["NodeList"])
+    return r, job, node, next(n for n in LEND if n != node)
+
+
+def test_a_busy_node_is_reclaimed_the_job_checkpoints_and_resumes(world):
+    r, job, first, other = _checkpointing_job_on_a_lent_node(world)
     # The job's periodic checkpoint (its second step) as the agent reads it for the reclaim
     # order: a write in its checkpoint directory after it started.
     running = wait_for("the agent to see the job's checkpoint", lambda: next(
@@ -442,12 +448,7 @@ def test_kubectl_drain_of_a_lent_node_running_a_job_checkpoints_and_requeues_it_
     from slurmk8s.render import names
     from slurmk8s.render.slurmd import termination_grace
 
-    wait_for("both nodes lent", world.all_lent, show=world.states)
-    r = world.researcher
-    r.put(CHECKPOINT_JOB, "/shared/researcher/ckpt.sh")
-    job = r.sbatch("/shared/researcher/ckpt.sh", cwd="/shared/researcher")
-    node = wait_for("the job to run", lambda: r.job(job)["JobState"] == "RUNNING" and r.job(job)["NodeList"])
-    other = next(n for n in LEND if n != node)
+    r, job, node, other = _checkpointing_job_on_a_lent_node(world)
     pod = world.lent_pod(node)
     assert pod is not None
     # The budget while the job runs (made by the next round that sees it), on that pod only.
