@@ -15,6 +15,7 @@ import yaml
 from sandbox import runtime
 from sandbox.kubelet import SandboxNode
 from slurmk8s.api import load_cluster
+from slurmk8s.api.storageclass import with_storage_class
 from slurmk8s.render import ClusterKeys, render
 from slurmk8s.slurm.remote import RemoteSlurm
 
@@ -53,10 +54,16 @@ def images(objs: list[dict]) -> list[str]:
     return sorted(out)
 
 
+def site_cluster():
+    """The example as the operator of a site whose shared class is the stand-in's `shared`
+    (the chart's sharedStorage.storageClassName): its default class refuses ReadWriteMany."""
+    return with_storage_class(load_cluster(example_without_accounting()), "shared")
+
+
 class World(KubeletWorld):
     def __init__(self, tmp):
         self.keys = ClusterKeys.generate()
-        self.objs = render(load_cluster(example_without_accounting()), self.keys)
+        self.objs = render(site_cluster(), self.keys)
         super().__init__(tmp, "kltest", "10.253.91.0/24", NODES, images=images(self.objs))
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
@@ -76,7 +83,7 @@ class World(KubeletWorld):
 def world(tmp_path_factory):
     w = World(tmp_path_factory.mktemp("kubelet"))
     try:
-        cluster = load_cluster(example_without_accounting())
+        cluster = site_cluster()
         objs = w.objs
         # The Secret the example's login user takes its SSH keys from.
         objs.append({"apiVersion": "v1", "kind": "Secret",

