@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,6 +88,20 @@ def job(job_id: int) -> dict[str, str]:
 
 def node(name: str) -> dict:
     return json.loads(kubectl("get", "node", name, "-o", "json"))
+
+
+def reclaiming(since: float) -> str | None:
+    """The lent node the bridge began to take back after ``since``: its Reclaiming Event,
+    which stays after the node is back (a job that checkpoints and requeues itself on the
+    signal frees the node within a round, faster than its label can be watched)."""
+    events = json.loads(kubectl("get", "events", "-o", "json"))["items"]
+    for e in events:
+        obj = e.get("involvedObject") or {}
+        stamp = e.get("lastTimestamp") or e.get("eventTime") or ""
+        if (e.get("reason") == "Reclaiming" and obj.get("kind") == "Node" and obj.get("name") in LEND
+                and stamp and datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() >= since - 1):
+            return obj["name"]
+    return None
 
 
 def handed_back(name: str) -> bool:
@@ -158,8 +173,7 @@ def main() -> None:
     note(f"pod {pod['metadata']['name']}: no GPU is free for it in Kubernetes; pending")
 
     say("4. The bridge takes a lent node back")
-    reclaimed = wait("a node to be reclaimed", lambda: next(
-        (n for n in LEND if node(n)["metadata"].get("labels", {}).get("slurmk8s.dev/lending") == "reclaiming"), None))
+    reclaimed = wait("a node to be reclaimed", lambda: reclaiming(since=t_serve))
     t_reclaiming = time.time()
     note(f"{reclaimed} is reclaiming ({t_reclaiming - t_serve:.1f}s after the Deployment was applied)")
     wait(f"{reclaimed} handed back", lambda: handed_back(reclaimed))
