@@ -600,54 +600,52 @@ class _Acting:
         elif isinstance(action, A.ClearLending) and before.state == RECLAIMING:
             metrics.RECLAIM_SECONDS.labels(before.reason or "unknown").observe(seconds)
 
-    def create_pod(self, action: A.CreateSlurmdPod) -> None:
+    def _rendering(self) -> tuple[SlurmCluster, str]:
+        """The SlurmCluster and its config hash, which what the bridge renders is made from."""
         if self.cluster is None:
             raise RuntimeError("the SlurmCluster is gone")
-        chash = (self.cluster.status.config_hash if self.cluster.status else None) or ""
-        node = self.nodes[action.node]
-        pod = lent_slurmd_pod(self.cluster, chash, node=action.node, resources=dict(action.resources),
-                              labels=node.labels, partition=action.partition, shm_size=action.shm_size,
-                              taint_key=TAINT_KEY, grace_seconds=action.grace_seconds,
-                              pod_template=action.pod_template)
+        return self.cluster, (self.cluster.status.config_hash if self.cluster.status else None) or ""
+
+    def _create_or_adopt(self, obj: dict, ours: Callable[[dict], bool], what: str) -> None:
+        """Create ``obj``; one of its name that ``ours`` accepts (a bridge killed mid-round
+        made it) is fine, anyone else's fails the action, naming it as ``what``."""
         try:
-            created = self.kube.create(pod)
+            created = self.kube.create(obj)
         except Exception as exc:
             if getattr(exc, "status", None) != 409:
                 raise
-            # A pod of that name exists: fine if it is this node's lent pod (a
-            # bridge killed mid-round made it), a failure if it is anyone else's.
-            meta = pod["metadata"]
-            existing = self.kube.get("Pod", meta["namespace"], meta["name"]) or {}
-            if not is_lent_slurmd_pod((existing.get("metadata") or {}).get("labels") or {},
-                                      (existing.get("spec") or {}).get("nodeName"), self.cluster.name, action.node):
-                raise RuntimeError(f"pod {meta['namespace']}/{meta['name']} exists and is not the slurmd pod of "
-                                   f"node {action.node} lent to {self.cluster.name}") from None
+            meta = obj["metadata"]
+            if not ours(self.kube.get(obj["kind"], meta["namespace"], meta["name"]) or {}):
+                raise RuntimeError(f"{obj['kind'].lower()} {meta['namespace']}/{meta['name']} exists and is not "
+                                   f"{what}") from None
             return
-        self.b.view.wrote({**created, "kind": "Pod", "apiVersion": "v1"})
+        self.b.view.wrote({**created, "kind": obj["kind"], "apiVersion": obj["apiVersion"]})
+
+    def create_pod(self, action: A.CreateSlurmdPod) -> None:
+        c, chash = self._rendering()
+        node = self.nodes[action.node]
+        pod = lent_slurmd_pod(c, chash, node=action.node, resources=dict(action.resources),
+                              labels=node.labels, partition=action.partition, shm_size=action.shm_size,
+                              taint_key=TAINT_KEY, grace_seconds=action.grace_seconds,
+                              pod_template=action.pod_template)
+        self._create_or_adopt(pod, lambda existing: is_lent_slurmd_pod(
+            (existing.get("metadata") or {}).get("labels") or {}, (existing.get("spec") or {}).get("nodeName"),
+            c.name, action.node), f"the slurmd pod of node {action.node} lent to {c.name}")
 
     def create_budget(self, action: A.CreateBudget) -> None:
         """The lent pod's PodDisruptionBudget, as the renderer makes it. One of
         that name that is already a lent pod's budget (a bridge killed
         mid-round made it) is fine; anyone else's fails the action."""
-        if self.cluster is None:
-            raise RuntimeError("the SlurmCluster is gone")
-        chash = (self.cluster.status.config_hash if self.cluster.status else None) or ""
-        budget = lent_budget(self.cluster, chash, node=action.node, pod_uid=action.pod_uid)
-        try:
-            created = self.kube.create(budget)
-        except Exception as exc:
-            if getattr(exc, "status", None) != 409:
-                raise
-            meta = budget["metadata"]
-            labels = ((self.kube.get("PodDisruptionBudget", meta["namespace"], meta["name"]) or {})
-                      .get("metadata") or {}).get("labels") or {}
-            if (labels.get("app.kubernetes.io/component"), labels.get("app.kubernetes.io/managed-by"),
-                    labels.get(names.LENT_NODE_LABEL)) != (LENT_COMPONENT, LENT_MANAGER,
-                                                           names.lent_node_label(action.node)):
-                raise RuntimeError(f"poddisruptionbudget {meta['namespace']}/{meta['name']} exists and is not the "
-                                   f"budget of node {action.node}'s lent pod") from None
-            return
-        self.b.view.wrote({**created, "kind": "PodDisruptionBudget", "apiVersion": "policy/v1"})
+        c, chash = self._rendering()
+        budget = lent_budget(c, chash, node=action.node, pod_uid=action.pod_uid)
+        want = (LENT_COMPONENT, LENT_MANAGER, names.lent_node_label(action.node))
+
+        def ours(existing: dict) -> bool:
+            labels = (existing.get("metadata") or {}).get("labels") or {}
+            return (labels.get("app.kubernetes.io/component"), labels.get("app.kubernetes.io/managed-by"),
+                    labels.get(names.LENT_NODE_LABEL)) == want
+
+        self._create_or_adopt(budget, ours, f"the budget of node {action.node}'s lent pod")
 
     def event(self, action: Event) -> None:
         if action.kind == "Node":
